@@ -1,0 +1,35 @@
+# Agent-Reach: `make demo` and `make test` each do their own set-up on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup demo test unit lint bench clean
+
+setup: $(VENV)/.installed
+	@scripts/setup.sh
+
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required (Debian: apt-get install python3 python3-venv)"; exit 2; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --upgrade pip
+	@$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+demo: setup
+	@$(BIN)/reach demo
+
+test: setup
+	@scripts/test.sh
+
+unit: setup
+	@$(BIN)/pytest -q tests/unit
+
+lint: setup
+	@$(BIN)/ruff check reach tests && $(BIN)/mypy
+
+bench: setup
+	@scripts/with-local.sh $(BIN)/reach bench
+
+clean:
+	-@$(BIN)/reach local down 2>/dev/null
+	rm -rf .reach $(VENV)

@@ -1,0 +1,50 @@
+"""Shared CLI plumbing: exit codes, error rendering, the console."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import click
+import typer
+from rich.console import Console
+
+from reach.errors import ConfigError, InfraUnavailable, InvalidName, ReachError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+class Exit(IntEnum):
+    """DESIGN.md's exit codes."""
+
+    OK = 0
+    NOT_COMPLETED = 1
+    USAGE = 2
+    WAIT_TIMEOUT = 3
+    UNREACHABLE = 4
+
+
+def exit_code_for(error: ReachError) -> int:
+    if isinstance(error, InfraUnavailable):
+        return Exit.UNREACHABLE
+    if isinstance(error, (ConfigError, InvalidName)):
+        return Exit.USAGE
+    return getattr(error, "exit_code", Exit.USAGE)
+
+
+def run_guarded(app: typer.Typer) -> int:
+    try:
+        # In non-standalone mode click returns the code of a `typer.Exit` instead of raising it.
+        code = app(standalone_mode=False)
+    except ReachError as error:
+        err_console.print(f"[bold red]error:[/] {error}", highlight=False)
+        return exit_code_for(error)
+    except click.exceptions.Exit as done:
+        return int(done.exit_code)
+    except click.ClickException as usage:
+        usage.show()
+        return Exit.USAGE
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        return 130
+    return code if isinstance(code, int) else Exit.OK

@@ -1,0 +1,56 @@
+"""`reach local up|down|status`: the embedded broker and Redis."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from reach.cli.common import Exit, console, err_console
+from reach.local import LocalInfra, LocalStatus
+from reach.settings import ReachSettings
+
+app = typer.Typer(help="Run a real single-node Kafka broker (KRaft) and Redis on loopback.", no_args_is_help=True)
+
+
+def _infra() -> LocalInfra:
+    return LocalInfra(ReachSettings().home)
+
+
+def _report(status: LocalStatus, as_json: bool) -> None:
+    if as_json:
+        console.print_json(json.dumps(status.__dict__ | {"running": status.running}))
+        return
+    err_console.print(
+        f"kafka {status.kafka_version}: {'running' if status.kafka_running else 'stopped'}"
+        f"  redis: {'running' if status.redis_running else 'stopped'}"
+    )
+    if status.running:
+        # stdout carries only the export lines, so `eval $(reach local up)` works.
+        print(f"export {status.exports().replace(chr(10), chr(10) + 'export ')}")
+
+
+@app.command()
+def up(as_json: bool = typer.Option(False, "--json", help="Print machine-readable status.")) -> None:
+    """Start the broker and Redis (idempotent: a second call reports the running ones)."""
+    infra = _infra()
+    before = infra.status()
+    if before.running:
+        err_console.print("already running")
+    _report(infra.up(), as_json)
+
+
+@app.command()
+def down() -> None:
+    """Stop the processes `reach local up` started, cleanly."""
+    stopped = _infra().down()
+    err_console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@app.command()
+def status(as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show what runs; exits 4 when the broker or Redis is not running."""
+    current = _infra().status()
+    _report(current, as_json)
+    if not current.running:
+        raise typer.Exit(Exit.UNREACHABLE)

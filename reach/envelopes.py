@@ -1,0 +1,105 @@
+"""Building request envelopes with the design's defaults (ULID ids, split timeouts, total budget)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ulid import ULID
+
+from reach.errors import ReachError
+from reach.names import check_agent_id, check_capability
+from reach.records import Envelope, RoutingHints
+from reach.versions import parse_range
+
+MAX_PAYLOAD_BYTES = 256 * 1024
+DELIVERY_TIMEOUT_MS = 5_000      # ROUTED -> STARTED: a healthy instance picks up work within a poll or two
+EXECUTION_TIMEOUT_MS = 8_000     # STARTED -> terminal, enforced by the agent SDK
+BUDGET_MS = 45_000               # created_at -> deadline: room for ~4 attempts with backoff
+
+
+class PayloadTooLarge(ReachError):
+    """A payload over the size limit is refused at send time."""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_id() -> str:
+    return str(ULID())
+
+
+def encode_payload(payload: Any) -> tuple[bytes, str]:
+    """JSON-encode anything that is not already bytes; returns (bytes, content_type)."""
+    if isinstance(payload, (bytes, bytearray)):
+        return bytes(payload), "application/octet-stream"
+    return json.dumps(payload, separators=(",", ":")).encode(), "application/json"
+
+
+def new_envelope(
+    capability: str,
+    payload: Any,
+    *,
+    version: str = "*",
+    session_key: str | None = None,
+    to_agent: str | None = None,
+    region: str | None = None,
+    tags: list[str] | None = None,
+    tenant: str = "default",
+    source: str = "reach-client",
+    trace_id: str | None = None,
+    parent_id: str | None = None,
+    intent: str | None = None,
+    budget_ms: int = BUDGET_MS,
+    delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS,
+    execution_timeout_ms: int = EXECUTION_TIMEOUT_MS,
+    expire_at: int | None = None,
+    max_attempts: int = 0,
+    idempotency_key: str | None = None,
+    reply_to: str | None = None,
+    headers: dict[str, str] | None = None,
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+) -> Envelope:
+    """A valid Envelope, or a ReachError saying which argument is wrong."""
+    check_capability(capability)
+    parse_range(version)
+    if to_agent:
+        check_agent_id(to_agent)
+    body, content_type = encode_payload(payload)
+    if len(body) > max_payload_bytes:
+        raise PayloadTooLarge(
+            f"Payload is {len(body):,} bytes; the limit is {max_payload_bytes:,}. "
+            "Send a reference (a URL or object key) instead of the data."
+        )
+    created = now_ms()
+    message_id = new_id()
+    return Envelope(
+        message_id=message_id,
+        trace_id=trace_id or new_id(),
+        parent_id=parent_id,
+        tenant=tenant,
+        source=source,
+        capability=capability,
+        capability_version=version,
+        intent=intent,
+        to_agent=to_agent,
+        payload=body,
+        content_type=content_type,
+        routing=RoutingHints(region=region, session_key=session_key, tags=tags or []),
+        created_at=created,
+        deadline=created + budget_ms,
+        delivery_timeout_ms=delivery_timeout_ms,
+        execution_timeout_ms=execution_timeout_ms,
+        expire_at=expire_at,
+        max_attempts=max_attempts,
+        idempotency_key=idempotency_key or message_id,
+        reply_to=reply_to,
+        headers=headers or {},
+    )
+
+
+def routing_key(envelope: Envelope) -> str:
+    """Capability and inbox topics are keyed by session_key, else message_id (DESIGN.md Keys)."""
+    return envelope.routing.session_key or envelope.message_id

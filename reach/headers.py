@@ -1,0 +1,9 @@
+"""Kafka header names Agent-Reach reads and writes, in one place."""
+
+TRACEPARENT = "traceparent"            # W3C trace context (opentelemetry propagator)
+TRACESTATE = "tracestate"
+ORIGIN_TOPIC = "x-reach-origin-topic"  # provenance of a dead letter
+ORIGIN_PARTITION = "x-reach-origin-partition"
+ORIGIN_OFFSET = "x-reach-origin-offset"
+REASON = "x-reach-reason"              # why a record was dead-lettered
+MESSAGE_ID = "x-reach-message-id"      # lets consumers skip decoding for bookkeeping

@@ -1,0 +1,277 @@
+"""`reach local up|down|status`: a real single-node KRaft broker (Maven jars, Java 17) and Redis."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reach.errors import InfraUnavailable
+from reach.local import process
+
+KAFKA_VERSION = "4.1.1"
+_HERE = Path(__file__).resolve().parent
+
+
+def kafka_libs_dir() -> Path:
+    """Where the broker's jars are cached (shared by every REACH_HOME on the machine)."""
+    override = os.environ.get("REACH_KAFKA_LIBS")
+    if override:
+        return Path(override)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "agent-reach" / f"kafka-{KAFKA_VERSION}"
+
+
+def ensure_jars() -> Path:
+    """Fetch the broker classpath with Maven once; later calls are a file check."""
+    libs = kafka_libs_dir()
+    marker = libs / ".complete"
+    if marker.exists():
+        return libs
+    if shutil.which("mvn") is None:
+        raise InfraUnavailable(
+            "Maven is missing: it fetches the Apache Kafka jars. Install it (Debian: apt-get install maven), "
+            "or run Kafka with Docker from docker/ and export REACH_BOOTSTRAP."
+        )
+    libs.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        "mvn", "-q", "-B", "-f", str(_HERE / "pom.xml"),
+        "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={libs}", f"-Dkafka.version={KAFKA_VERSION}",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise InfraUnavailable(f"Maven could not fetch the Kafka jars:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    marker.write_text(KAFKA_VERSION)
+    return libs
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise InfraUnavailable(
+            "Java 17 is missing: the embedded Kafka broker runs on it. Install it "
+            "(Debian: apt-get install openjdk-17-jre-headless), or use docker/ and export REACH_BOOTSTRAP."
+        )
+    return java
+
+
+def _redis_server() -> str:
+    server = shutil.which("redis-server")
+    if server is None:
+        raise InfraUnavailable(
+            "redis-server is missing. Install it (Debian: apt-get install redis-server; `make setup` does), "
+            "or export REACH_REDIS_URL."
+        )
+    return server
+
+
+@dataclass(frozen=True)
+class LocalStatus:
+    """What is running under one REACH_HOME."""
+
+    bootstrap: str | None
+    redis_url: str | None
+    kafka_running: bool
+    redis_running: bool
+    kafka_version: str = KAFKA_VERSION
+
+    @property
+    def running(self) -> bool:
+        return self.kafka_running and self.redis_running
+
+    def exports(self) -> str:
+        return f"REACH_BOOTSTRAP={self.bootstrap}\nREACH_REDIS_URL={self.redis_url}"
+
+
+class LocalInfra:
+    """The broker and Redis processes owned by one REACH_HOME (pids and ports in local.json)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home.resolve()
+        self.state_file = self.home / "local.json"
+
+    # -- state -----------------------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads(self.state_file.read_text())
+            return data
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, state: dict[str, Any]) -> None:
+        self.home.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.replace(self.state_file)
+
+    def status(self) -> LocalStatus:
+        st = self._state()
+        return LocalStatus(
+            bootstrap=st.get("bootstrap"),
+            redis_url=st.get("redis_url"),
+            kafka_running=process.alive(st.get("kafka_pid")) and _broker_answers(st.get("bootstrap"), 2.0),
+            redis_running=process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port")),
+        )
+
+    # -- up / down -------------------------------------------------------------------------------------
+    def up(self, timeout: float = 90.0) -> LocalStatus:
+        """Start what is not running; a second call only reports."""
+        st = self._state()
+        if not (process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port"))):
+            st.update(self._start_redis(st.get("redis_port")))
+            self._save(st)
+        if not process.alive(st.get("kafka_pid")):
+            st.update(self._start_kafka(st.get("kafka_port"), st.get("controller_port")))
+            self._save(st)
+        self._wait_broker(st, timeout)
+        return self.status()
+
+    def down(self) -> list[str]:
+        """Stop only the processes this REACH_HOME started, cleanly (SIGTERM, then SIGKILL)."""
+        st = self._state()
+        stopped = []
+        if process.stop(st.pop("kafka_pid", None), timeout=60):
+            stopped.append("kafka")
+        if process.stop(st.pop("redis_pid", None)):
+            stopped.append("redis")
+        st.pop("bootstrap", None)
+        st.pop("redis_url", None)
+        self._save(st)
+        return stopped
+
+    # -- kafka -----------------------------------------------------------------------------------------
+    def _start_kafka(self, port: int | None, controller_port: int | None) -> dict[str, Any]:
+        java, libs = _java(), ensure_jars()
+        kdir = self.home / "kafka"
+        kdir.mkdir(parents=True, exist_ok=True)
+        port = port if port and process.port_free(port) else process.free_port()
+        controller_port = (
+            controller_port if controller_port and process.port_free(controller_port) else process.free_port()
+        )
+        props = kdir / "server.properties"
+        props.write_text(_server_properties(kdir / "data", port, controller_port))
+        classpath = f"{libs}/*"
+        if not (kdir / "data" / "meta.properties").exists():
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            fmt = subprocess.run(
+                [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
+                 "-t", cluster_id, "-c", str(props)],
+                capture_output=True, text=True,
+            )
+            if fmt.returncode != 0:
+                raise InfraUnavailable(f"Formatting the Kafka log dir failed:\n{fmt.stdout}{fmt.stderr}")
+        log = kdir / "server.log"
+        pid = process.spawn(
+            [java, "-Xms256m", "-Xmx512m", "-XX:+UseG1GC", "-XX:TieredStopAtLevel=1",
+             f"-Dkafka.logs.dir={kdir}", f"-Dlog4j2.configurationFile={_HERE / 'log4j2.properties'}",
+             "-cp", classpath, "kafka.Kafka", str(props)],
+            kdir / "stdout.log",
+        )
+        return {"kafka_pid": pid, "kafka_port": port, "controller_port": controller_port,
+                "bootstrap": f"127.0.0.1:{port}", "kafka_log": str(log)}
+
+    def _wait_broker(self, st: dict[str, Any], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _broker_answers(st.get("bootstrap"), 2.0):
+                return
+            if not process.alive(st.get("kafka_pid")):
+                break
+            time.sleep(0.5)
+        kdir = self.home / "kafka"
+        reason = "exited" if not process.alive(st.get("kafka_pid")) else f"did not answer within {timeout:.0f}s"
+        process.stop(st.get("kafka_pid"))
+        raise InfraUnavailable(
+            f"The Kafka broker {reason}. Last lines of its logs:\n"
+            f"{process.tail(kdir / 'stdout.log', 15)}\n{process.tail(kdir / 'server.log', 25)}"
+        )
+
+    # -- redis -----------------------------------------------------------------------------------------
+    def _start_redis(self, port: int | None) -> dict[str, Any]:
+        server = _redis_server()
+        rdir = self.home / "redis"
+        rdir.mkdir(parents=True, exist_ok=True)
+        port = port if port and process.port_free(port) else process.free_port()
+        pid = process.spawn(
+            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(rdir), "--protected-mode", "yes"],
+            rdir / "redis.log",
+        )
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if _redis_answers(port):
+                return {"redis_pid": pid, "redis_port": port, "redis_url": f"redis://127.0.0.1:{port}/0"}
+            if not process.alive(pid):
+                break
+            time.sleep(0.1)
+        process.stop(pid)
+        raise InfraUnavailable(f"Redis did not start. Last lines of its log:\n{process.tail(rdir / 'redis.log')}")
+
+
+def _server_properties(data: Path, port: int, controller_port: int) -> str:
+    return f"""# Written by `reach local up`; regenerated on every start.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+auto.create.topics.enable=false
+num.partitions=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+group.initial.rebalance.delay.ms=0
+log.retention.check.interval.ms=60000
+"""
+
+
+def _broker_answers(bootstrap: str | None, timeout: float) -> bool:
+    if not bootstrap:
+        return False
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000,
+                                "log_level": 0, "logger": _QuietLogger()}
+        admin = AdminClient(conf)
+        admin.list_topics(timeout=timeout)
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not answering yet"
+        return False
+
+
+def _redis_answers(port: int | None) -> bool:
+    if not port:
+        return False
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class _QuietLogger:
+    """Swallows librdkafka's connection-refused chatter while we poll a starting broker."""
+
+    def log(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        return self.log

@@ -1,0 +1,38 @@
+"""Receipts: one per step of a message, keyed by message_id on the receipts topic."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reach.envelopes import now_ms
+from reach.records import Envelope, ErrorInfo, Receipt, Status
+
+
+def receipt_for(
+    envelope: Envelope,
+    status: Status,
+    *,
+    agent_id: str | None = None,
+    instance_id: str | None = None,
+    error: ErrorInfo | None = None,
+    **fields: Any,
+) -> Receipt:
+    """A receipt for `envelope` at this step (the envelope's trace, attempt and generation)."""
+    return Receipt(
+        message_id=envelope.message_id,
+        generation=envelope.generation,
+        trace_id=envelope.trace_id,
+        tenant=envelope.tenant,
+        capability=envelope.capability,
+        agent_id=agent_id,
+        instance_id=instance_id,
+        status=status,
+        attempt=envelope.attempt,
+        at=now_ms(),
+        error=error,
+        **fields,
+    )
+
+
+def error(kind: str, code: str, message: str) -> ErrorInfo:
+    return ErrorInfo(kind=kind, code=code, message=message)

@@ -1,0 +1,352 @@
+"""Pydantic mirrors of the reach.v1 Avro records; the .avsc files in schemas/avro are the truth."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Self
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def to_epoch_millis(value: Any) -> Any:
+    """Turn a datetime into integer epoch millis (naive means UTC); pass anything else through."""
+    # Readers that honour logicalType (plain fastavro, the Confluent deserializer) yield datetimes.
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return (aware - _EPOCH) // _MILLISECOND
+    return value
+
+
+EpochMillis = Annotated[int, BeforeValidator(to_epoch_millis)]
+"""A timestamp-millis value: integer milliseconds since the Unix epoch, UTC."""
+
+
+class Status(StrEnum):
+    """The status a receipt reports for one step of a message (Avro enum ReceiptStatus)."""
+
+    ACCEPTED = "ACCEPTED"
+    ROUTED = "ROUTED"
+    STARTED = "STARTED"
+    ATTEMPT_FAILED = "ATTEMPT_FAILED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    REJECTED = "REJECTED"
+    UNROUTABLE = "UNROUTABLE"
+    EXPIRED = "EXPIRED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+
+    @property
+    def is_terminal(self) -> bool:
+        """True when no later status can replace this one for the same (message_id, generation)."""
+        return self in TERMINAL
+
+
+TERMINAL: frozenset[Status] = frozenset(
+    {
+        Status.COMPLETED,
+        Status.FAILED,
+        Status.REJECTED,
+        Status.UNROUTABLE,
+        Status.EXPIRED,
+        Status.DEAD_LETTERED,
+    }
+)
+
+
+class StepStatus(StrEnum):
+    """How a handler's step ended, independent of delivery."""
+
+    OK = "ok"
+    NO_DATA = "no_data"
+    ERROR = "error"
+
+
+class CapabilityMode(StrEnum):
+    """Whether an agent answers requests for a capability or only listens to them."""
+
+    HANDLE = "handle"
+    SUBSCRIBE = "subscribe"
+
+
+class AgentState(StrEnum):
+    """Lifecycle state an instance reports in its heartbeat; only READY instances are routed to."""
+
+    STARTING = "STARTING"
+    READY = "READY"
+    DRAINING = "DRAINING"
+    OFFLINE = "OFFLINE"
+
+
+class ControlKind(StrEnum):
+    """What a control record overrides."""
+
+    WEIGHTS = "WEIGHTS"
+    INSTANCE = "INSTANCE"
+    POLICY = "POLICY"
+
+
+class InstanceAction(StrEnum):
+    """An operator's override for one instance."""
+
+    DRAIN = "DRAIN"
+    DISABLE = "DISABLE"
+    ENABLE = "ENABLE"
+
+
+class AvroModel(BaseModel):
+    """A frozen mirror of one Avro record type; fields, order and defaults follow its .avsc."""
+
+    model_config = ConfigDict(frozen=True)
+
+    avro_name: ClassVar[str]
+
+
+class AvroRecord(AvroModel):
+    """A top-level record with its own schema file, encodable by reach.codec."""
+
+    def to_avro(self) -> dict[str, Any]:
+        """The record as the plain dict fastavro writes (enums stay StrEnum, which is a str)."""
+        return self.model_dump()
+
+    @classmethod
+    def from_avro(cls, data: Mapping[str, Any]) -> Self:
+        """Build the model from a decoded dict; datetimes from logical-type readers become millis."""
+        return cls.model_validate(data)
+
+
+class RoutingHints(AvroModel):
+    """Hints that steer the router's choice without naming an instance."""
+
+    avro_name: ClassVar[str] = "RoutingHints"
+
+    region: str | None = None
+    session_key: str | None = None
+    tags: list[str] = []
+    priority: int = 0
+    canary: bool = False
+
+
+class Envelope(AvroRecord):
+    """A request for a capability; the router reads everything but the payload."""
+
+    avro_name: ClassVar[str] = "Envelope"
+
+    message_id: str
+    trace_id: str
+    parent_id: str | None = None
+    tenant: str
+    source: str
+    capability: str
+    capability_version: str = "*"
+    intent: str | None = None
+    to_agent: str | None = None
+    payload: bytes
+    content_type: str = "application/json"
+    schema_version: str | None = None
+    routing: RoutingHints = Field(default_factory=RoutingHints)
+    created_at: EpochMillis
+    deadline: EpochMillis
+    delivery_timeout_ms: int
+    execution_timeout_ms: int
+    expire_at: EpochMillis | None = None
+    attempt: int = 1
+    max_attempts: int = 0
+    generation: int = 0
+    reroutes: int = 0
+    excluded_instances: list[str] = []
+    idempotency_key: str | None = None
+    reply_to: str | None = None
+    callback: str | None = None
+    headers: dict[str, str] = {}
+
+
+class ErrorInfo(AvroModel):
+    """What went wrong (Avro record Error): a failure class, a stable code and a human message."""
+
+    avro_name: ClassVar[str] = "Error"
+
+    kind: str
+    code: str
+    message: str
+
+
+class CandidateScore(AvroModel):
+    """One candidate's score and its parts, as the router computed them."""
+
+    avro_name: ClassVar[str] = "CandidateScore"
+
+    instance_id: str
+    agent_id: str
+    score: float
+    fit: float
+    locality: float
+    load: float
+    affinity: float
+
+
+class Decision(AvroModel):
+    """Why the router picked an instance, and where it forwarded the envelope."""
+
+    avro_name: ClassVar[str] = "Decision"
+
+    candidates: list[CandidateScore] = []
+    picked_instance: str | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    weights: dict[str, float] = {}
+
+
+class Receipt(AvroRecord):
+    """One step in the life of a message."""
+
+    avro_name: ClassVar[str] = "Receipt"
+
+    message_id: str
+    generation: int = 0
+    trace_id: str
+    tenant: str
+    capability: str
+    agent_id: str | None = None
+    instance_id: str | None = None
+    status: Status
+    attempt: int = 1
+    at: EpochMillis
+    error: ErrorInfo | None = None
+    retry_after_ms: int | None = None
+    result: bytes | None = None
+    step_status: StepStatus | None = None
+    timings: dict[str, int] = {}
+    decision: Decision | None = None
+    cost: float | None = None
+    due_at: EpochMillis | None = None
+
+
+class Capability(AvroModel):
+    """A capability an agent serves, with its version and JSON Schema contract."""
+
+    avro_name: ClassVar[str] = "Capability"
+
+    name: str
+    version: str
+    input_schema: str = "{}"
+    output_schema: str = "{}"
+    mode: CapabilityMode = CapabilityMode.HANDLE
+    tags: list[str] = []
+    examples: list[str] = []
+
+
+class AgentRegistration(AvroRecord):
+    """The heartbeat of one agent instance in the registry."""
+
+    avro_name: ClassVar[str] = "AgentRegistration"
+
+    agent_id: str
+    instance_id: str
+    build_version: str
+    capabilities: list[Capability] = []
+    tenants: list[str] = []
+    region: str | None = None
+    weight: float = 1.0
+    max_concurrency: int = 1
+    qps_limit: float | None = None
+    cost: float | None = None
+    state: AgentState
+    heartbeat_at: EpochMillis
+    ttl_ms: int
+    inflight: int = 0
+    assigned_partitions: list[int] = []
+    inbox_topic: str
+
+
+class DeadLetter(AvroRecord):
+    """A message Reach gave up on, with the original bytes and where they came from."""
+
+    avro_name: ClassVar[str] = "DeadLetter"
+
+    envelope: bytes
+    reason: str
+    error: ErrorInfo | None = None
+    attempts: int = 0
+    generation: int = 0
+    message_id: str | None = None
+    capability: str | None = None
+    agent_id: str | None = None
+    first_failure_at: EpochMillis
+    last_failure_at: EpochMillis
+    origin_topic: str
+    origin_partition: int
+    origin_offset: int
+
+
+class Weights(AvroModel):
+    """Scoring weights; the defaults are the design's 0.4 / 0.2 / 0.3 / 0.1."""
+
+    avro_name: ClassVar[str] = "Weights"
+
+    fit: float = 0.4
+    locality: float = 0.2
+    load: float = 0.3
+    affinity: float = 0.1
+
+
+class InstanceOverride(AvroModel):
+    """Drain, disable or re-enable one instance."""
+
+    avro_name: ClassVar[str] = "InstanceOverride"
+
+    instance_id: str
+    action: InstanceAction
+
+
+class Policy(AvroModel):
+    """Retry and timeout policy for a scope; None inherits the next wider scope's value."""
+
+    avro_name: ClassVar[str] = "Policy"
+
+    max_attempts: int | None = None
+    backoff_base_ms: int | None = None
+    backoff_max_ms: int | None = None
+    delivery_timeout_ms: int | None = None
+    execution_timeout_ms: int | None = None
+    budget_ms: int | None = None
+    validate_at_router: bool = False
+
+
+_BODY_OF_KIND = {
+    ControlKind.WEIGHTS: "weights",
+    ControlKind.INSTANCE: "instance",
+    ControlKind.POLICY: "policy",
+}
+
+
+class Control(AvroRecord):
+    """An operator override, keyed `<kind>:<scope>` on the control topic."""
+
+    avro_name: ClassVar[str] = "Control"
+
+    kind: ControlKind
+    scope: str = "*"
+    weights: Weights | None = None
+    instance: InstanceOverride | None = None
+    policy: Policy | None = None
+    updated_at: EpochMillis
+    updated_by: str
+
+    @model_validator(mode="after")
+    def _body_matches_kind(self) -> Self:
+        field = _BODY_OF_KIND[self.kind]
+        if getattr(self, field) is None:
+            raise ValueError(f"a {self.kind} control record needs its `{field}` field; got None")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The record key on the control topic."""
+        return f"{self.kind}:{self.scope}"

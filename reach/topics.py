@@ -1,0 +1,248 @@
+"""Topics as code: load topics.yaml, diff it with the cluster (plan) and reconcile it (apply)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from reach.errors import ConfigError
+from reach.names import Names
+
+REQUIRED = ("registry", "control", "receipts", "status", "dlq")
+Family = Literal["cap", "agent", "replies"]
+
+
+class TopicSpec(BaseModel):
+    """Partitions, replication and configs of one topic or topic family."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partitions: int = Field(gt=0, le=10_000)
+    replication_factor: int | None = Field(default=None, gt=0)
+    configs: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("configs", mode="before")
+    @classmethod
+    def _as_strings(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(item, (str, int, float, bool)):
+                    raise ValueError(f"config {key!r} must be a scalar, got {type(item).__name__}")
+            return {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+        return value
+
+
+class TopicsFile(BaseModel):
+    """The whole of topics.yaml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    replication_factor: int = Field(default=1, gt=0)
+    topics: dict[str, TopicSpec]
+    families: dict[Family, TopicSpec]
+
+    @model_validator(mode="after")
+    def _contract(self) -> TopicsFile:
+        missing = [name for name in REQUIRED if name not in self.topics]
+        if missing:
+            raise ValueError(f"missing required topics: {', '.join(missing)}")
+        if not any(name.startswith("retry.") for name in self.topics):
+            raise ValueError("at least one retry tier (retry.<delay>) is required")
+        if self.topics["receipts"].partitions != self.topics["status"].partitions:
+            raise ValueError(
+                "receipts and status must have the same partition count (the status table is keyed by "
+                f"message_id and fed only from receipts): {self.topics['receipts'].partitions} != "
+                f"{self.topics['status'].partitions}"
+            )
+        for fam in ("cap", "agent", "replies"):
+            if fam not in self.families:
+                raise ValueError(f"missing topic family {fam!r}")
+        return self
+
+    def retry_tiers(self) -> list[str]:
+        return [name.split(".", 1)[1] for name in self.topics if name.startswith("retry.")]
+
+    def resolved(self, names: Names) -> dict[str, TopicSpec]:
+        """Fixed topics by full name, with the file's replication factor filled in."""
+        return {names.topic(name): self._with_rf(spec) for name, spec in self.topics.items()}
+
+    def family(self, family: Family) -> TopicSpec:
+        return self._with_rf(self.families[family])
+
+    def _with_rf(self, spec: TopicSpec) -> TopicSpec:
+        if spec.replication_factor is not None:
+            return spec
+        return spec.model_copy(update={"replication_factor": self.replication_factor})
+
+
+# -- loading with line numbers -------------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """Refuses duplicate keys (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise ConfigError(
+                    f"line {key_node.start_mark.line + 1}: duplicate key {key!r} "
+                    f"(first at line {seen[key] + 1})"
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    node, line = root, None
+    for part in loc:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        for key_node, value_node in node.value:
+            if key_node.value == str(part):
+                node, line = value_node, key_node.start_mark.line + 1
+                break
+        else:
+            break
+    return line
+
+
+def load(path: Path) -> TopicsFile:
+    """Parse and validate topics.yaml; errors name the line and the reason."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"Cannot read {path}: {exc.strerror}. Set REACH_TOPICS_FILE or run from the repo root.") from None
+    try:
+        data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    try:
+        return TopicsFile.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = tuple(p for p in err["loc"] if p not in ("str", "int"))
+            line = _line_of(root, loc)
+            where = f"line {line}: " if line else ""
+            problems.append(f"{where}{'.'.join(map(str, loc)) or '(file)'}: {err['msg']}")
+        raise ConfigError(f"{path} is invalid:\n  " + "\n  ".join(problems)) from None
+
+
+# -- plan and apply ------------------------------------------------------------------------------------
+
+Action = Literal["create", "alter", "add_partitions", "drift"]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference between topics.yaml and the cluster."""
+
+    action: Action
+    topic: str
+    detail: str
+    spec: TopicSpec | None = None
+    configs: dict[str, str] | None = None
+
+
+def plan(admin: AdminClient, wanted: dict[str, TopicSpec], timeout: float = 15.0) -> list[Change]:
+    """The changes that would bring the cluster to `wanted` (drift is reported, never fixed)."""
+    existing = admin.list_topics(timeout=timeout).topics
+    changes: list[Change] = []
+    present = [name for name in wanted if name in existing]
+    current_configs = _describe(admin, present, timeout)
+    for name, spec in sorted(wanted.items()):
+        if name not in existing:
+            changes.append(Change("create", name, f"partitions={spec.partitions} rf={spec.replication_factor}",
+                                  spec=spec))
+            continue
+        have = len(existing[name].partitions)
+        if have < spec.partitions:
+            changes.append(Change("add_partitions", name, f"partitions {have} -> {spec.partitions}", spec=spec))
+        elif have > spec.partitions:
+            changes.append(Change("drift", name, f"has {have} partitions, file says {spec.partitions}; "
+                                  "Kafka cannot remove partitions (recreate the topic by hand)"))
+        differ = {k: v for k, v in spec.configs.items() if current_configs[name].get(k) != v}
+        if differ:
+            detail = ", ".join(f"{k}: {current_configs[name].get(k)} -> {v}" for k, v in differ.items())
+            changes.append(Change("alter", name, detail, configs=differ))
+    return changes
+
+
+def apply(admin: AdminClient, changes: list[Change], timeout: float = 30.0) -> list[Change]:
+    """Apply every change except drift; returns what was applied."""
+    applied: list[Change] = []
+    creates = [c for c in changes if c.action == "create" and c.spec]
+    if creates:
+        futures = admin.create_topics(
+            [NewTopic(c.topic, c.spec.partitions, c.spec.replication_factor or 1, config=dict(c.spec.configs))
+             for c in creates if c.spec],
+            operation_timeout=timeout,
+        )
+        _wait(futures, ignore="TOPIC_ALREADY_EXISTS")
+        applied += creates
+    grow = [c for c in changes if c.action == "add_partitions" and c.spec]
+    if grow:
+        _wait(admin.create_partitions([NewPartitions(c.topic, c.spec.partitions) for c in grow if c.spec]))
+        applied += grow
+    alters = [c for c in changes if c.action == "alter" and c.configs]
+    for change in alters:
+        resource = ConfigResource("topic", change.topic)
+        for key, value in (change.configs or {}).items():
+            resource.add_incremental_config(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
+        _wait(admin.incremental_alter_configs([resource]))
+        applied.append(change)
+    return applied
+
+
+def ensure_topic(admin: AdminClient, topic: str, spec: TopicSpec, timeout: float = 15.0) -> bool:
+    """Create one topic if missing (family topics are created on demand). True when it was created."""
+    if _exists(admin, topic, timeout):
+        return False
+    futures = admin.create_topics(
+        [NewTopic(topic, spec.partitions, spec.replication_factor or 1, config=dict(spec.configs))],
+        operation_timeout=timeout,
+    )
+    return _wait(futures, ignore="TOPIC_ALREADY_EXISTS") > 0
+
+
+def _exists(admin: AdminClient, topic: str, timeout: float) -> bool:
+    meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
+    return meta is not None and meta.error is None and len(meta.partitions) > 0
+
+
+def _describe(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, dict[str, str]]:
+    if not topics:
+        return {}
+    futures = admin.describe_configs([ConfigResource("topic", t) for t in topics], request_timeout=timeout)
+    return {res.name: {k: e.value for k, e in fut.result().items()} for res, fut in futures.items()}
+
+
+def _wait(futures: dict[Any, Any], ignore: str | None = None) -> int:
+    done = 0
+    for key, fut in futures.items():
+        try:
+            fut.result()
+            done += 1
+        except KafkaException as exc:
+            if ignore and exc.args[0].name() == ignore:
+                continue
+            raise ConfigError(f"Kafka refused the change for {key}: {exc.args[0].str()}") from None
+    return done

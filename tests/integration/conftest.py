@@ -1,0 +1,88 @@
+"""The real broker and Redis for integration tests, and a fresh namespace per test.
+
+The broker comes from REACH_BOOTSTRAP, else the local broker of REACH_HOME (`reach local up`), else
+testcontainers when a Docker engine answers. When none answers the test FAILS (never skips).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from reach.local.infra import KAFKA_VERSION, LocalInfra
+from reach.settings import ReachSettings
+
+
+@dataclass(frozen=True)
+class Infra:
+    bootstrap: str
+    redis_url: str
+    version: str
+
+
+def _docker_running() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+def _find_infra() -> Infra | None:
+    if os.environ.get("REACH_BOOTSTRAP") and os.environ.get("REACH_REDIS_URL"):
+        return Infra(os.environ["REACH_BOOTSTRAP"], os.environ["REACH_REDIS_URL"], "external")
+    status = LocalInfra(ReachSettings().home).status()
+    if status.running and status.bootstrap and status.redis_url:
+        return Infra(status.bootstrap, status.redis_url, f"Apache Kafka {KAFKA_VERSION} (local KRaft)")
+    return None
+
+
+_INFRA: Infra | None = None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    infra = _find_infra()
+    if infra is None:
+        return "broker: none found (integration tests will fail; run `make test`)"
+    return f"broker: {infra.version} at {infra.bootstrap}; redis at {infra.redis_url}"
+
+
+@pytest.fixture(scope="session")
+def infra() -> Iterator[Infra]:
+    found = _find_infra()
+    if found is None and _docker_running():
+        from testcontainers.kafka import KafkaContainer
+        from testcontainers.redis import RedisContainer
+
+        with KafkaContainer().with_kraft() as kafka, RedisContainer() as redis:
+            host, port = redis.get_container_host_ip(), redis.get_exposed_port(6379)
+            yield Infra(kafka.get_bootstrap_server(), f"redis://{host}:{port}/0", "testcontainers")
+        return
+    if found is None:
+        pytest.fail("No Kafka broker / Redis: run `make test` (it starts them), or `reach local up`, "
+                    "or set REACH_BOOTSTRAP and REACH_REDIS_URL.", pytrace=False)
+    AdminClient({"bootstrap.servers": found.bootstrap}).list_topics(timeout=10)
+    yield found
+
+
+@pytest.fixture
+def namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """A fresh REACH_NAMESPACE with topics.yaml applied: no two tests share topics, groups or state."""
+    from reach import clients, topics
+    from reach.names import Names
+
+    ns = "t" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("REACH_NAMESPACE", ns)
+    monkeypatch.setenv("REACH_BOOTSTRAP", infra.bootstrap)
+    monkeypatch.setenv("REACH_REDIS_URL", infra.redis_url)
+    monkeypatch.setenv("REACH_TOPICS_FILE", str(Path(__file__).resolve().parents[2] / "topics.yaml"))
+    spec = topics.load(Path(os.environ["REACH_TOPICS_FILE"]))
+    admin = clients.admin()
+    topics.apply(admin, topics.plan(admin, spec.resolved(Names(ns))))
+    return ns
