@@ -60,12 +60,13 @@ def _round_trip(settings: ReachSettings, duration: float) -> None:
     deadline = time.monotonic() + 20
     while back < len(sent) and time.monotonic() < deadline:
         for msg in consumer.consume(500, 1.0):
-            if msg.error():
+            value, partition = msg.value(), msg.partition()
+            if msg.error() or value is None or partition is None:
                 continue
-            env = codec.decode(msg.value(), Envelope)
+            env = codec.decode(value, Envelope)
             if env.message_id in sent:
                 back += 1
-                seen[msg.partition()] = seen.get(msg.partition(), 0) + 1
+                seen[partition] = seen.get(partition, 0) + 1
     consumer.close()
     table = Table("partition", "envelopes", title=f"{topic}: {back}/{len(sent)} envelopes decoded back")
     for partition, count in sorted(seen.items()):

@@ -7,6 +7,7 @@ from enum import IntEnum
 import click
 import typer
 from rich.console import Console
+from typer.exceptions import TyperException
 
 from reach.errors import ConfigError, InfraUnavailable, InvalidName, ReachError
 
@@ -39,12 +40,17 @@ def run_guarded(app: typer.Typer) -> int:
     except ReachError as error:
         err_console.print(f"[bold red]error:[/] {error}", highlight=False)
         return exit_code_for(error)
-    except click.exceptions.Exit as done:
-        return int(done.exit_code)
-    except click.ClickException as usage:
-        usage.show()
-        return Exit.USAGE
-    except click.exceptions.Abort:
+    except (typer.Exit, click.exceptions.Exit) as done:
+        return int(getattr(done, "exit_code", 0))
+    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
         err_console.print("aborted")
         return 130
+    except (TyperException, click.ClickException) as usage:
+        # typer >= 0.20 vendors click: its usage errors are TyperExceptions, not click's.
+        show = getattr(usage, "show", None)
+        if callable(show):
+            show()
+        else:
+            err_console.print(f"[bold red]error:[/] {usage}")
+        return Exit.USAGE
     return code if isinstance(code, int) else Exit.OK

@@ -1,0 +1,16 @@
+-- Delivery latency (ROUTED -> STARTED) and execution latency (STARTED -> end of attempt), p50/p95/p99 in ms.
+WITH attempts AS (
+  SELECT capability, message_id, generation, attempt,
+         min(ts) FILTER (WHERE status = 'ROUTED') AS routed,
+         min(ts) FILTER (WHERE status = 'STARTED') AS started,
+         min(ts) FILTER (WHERE status IN ('COMPLETED', 'FAILED', 'ATTEMPT_FAILED', 'REJECTED')) AS ended
+  FROM receipts GROUP BY capability, message_id, generation, attempt
+)
+SELECT capability,
+       quantile_cont(date_diff('millisecond', routed, started), 0.50) AS delivery_p50_ms,
+       quantile_cont(date_diff('millisecond', routed, started), 0.95) AS delivery_p95_ms,
+       quantile_cont(date_diff('millisecond', routed, started), 0.99) AS delivery_p99_ms,
+       quantile_cont(date_diff('millisecond', started, ended), 0.50) AS execution_p50_ms,
+       quantile_cont(date_diff('millisecond', started, ended), 0.95) AS execution_p95_ms,
+       quantile_cont(date_diff('millisecond', started, ended), 0.99) AS execution_p99_ms
+FROM attempts GROUP BY capability ORDER BY capability

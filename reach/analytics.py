@@ -1,0 +1,150 @@
+"""`reach receipts sql`: the receipts stream for a time range, as a flat DuckDB view named `receipts`."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+from reach import codec
+from reach.codec import DecodeError
+from reach.errors import ReachError
+from reach.records import Receipt
+
+
+class QueryError(ReachError):
+    """The SQL did not run (syntax, unknown column, ...)."""
+
+
+# One column per field; timestamps as TIMESTAMP (UTC). The receipt's `at` is `ts` (AT is reserved in SQL).
+COLUMNS: dict[str, str] = {
+    "message_id": "VARCHAR", "generation": "INTEGER", "trace_id": "VARCHAR", "tenant": "VARCHAR",
+    "capability": "VARCHAR", "agent_id": "VARCHAR", "instance_id": "VARCHAR", "status": "VARCHAR",
+    "attempt": "INTEGER", "ts": "TIMESTAMP", "error_kind": "VARCHAR", "error_code": "VARCHAR",
+    "error_message": "VARCHAR", "retry_after_ms": "BIGINT", "result": "VARCHAR", "step_status": "VARCHAR",
+    "cost": "DOUBLE", "due_at": "TIMESTAMP", "timings": "JSON", "candidates": "INTEGER",
+    "picked_instance": "VARCHAR", "picked_score": "DOUBLE", "inbox_topic": "VARCHAR",
+    "inbox_partition": "INTEGER", "inbox_offset": "BIGINT", "kafka_partition": "INTEGER",
+    "kafka_offset": "BIGINT", "kafka_timestamp": "TIMESTAMP",
+}
+
+
+@dataclass
+class LoadStats:
+    """What was read: rows loaded and receipts skipped because they did not decode."""
+
+    rows: int = 0
+    undecodable: int = 0
+
+
+def flatten(receipt: Receipt) -> dict[str, Any]:
+    """One receipt as one flat row (timestamps still epoch millis; DuckDB converts them)."""
+    decision = receipt.decision
+    picked = None
+    if decision and decision.picked_instance:
+        picked = next((c.score for c in decision.candidates if c.instance_id == decision.picked_instance), None)
+    err = receipt.error
+    return {
+        "message_id": receipt.message_id, "generation": receipt.generation, "trace_id": receipt.trace_id,
+        "tenant": receipt.tenant, "capability": receipt.capability, "agent_id": receipt.agent_id,
+        "instance_id": receipt.instance_id, "status": str(receipt.status), "attempt": receipt.attempt,
+        "ts": receipt.at, "error_kind": err.kind if err else None, "error_code": err.code if err else None,
+        "error_message": err.message if err else None, "retry_after_ms": receipt.retry_after_ms,
+        "result": receipt.result.decode("utf-8", "replace") if receipt.result is not None else None,
+        "step_status": str(receipt.step_status) if receipt.step_status else None, "cost": receipt.cost,
+        "due_at": receipt.due_at, "timings": receipt.timings,
+        "candidates": len(decision.candidates) if decision else None,
+        "picked_instance": decision.picked_instance if decision else None, "picked_score": picked,
+        "inbox_topic": decision.topic if decision else None,
+        "inbox_partition": decision.partition if decision else None,
+        "inbox_offset": decision.offset if decision else None,
+    }
+
+
+def read_receipts(consumer: Consumer, topic: str, since_ms: int | None, until_ms: int | None,
+                  stats: LoadStats, timeout: float = 10.0) -> Iterator[dict[str, Any]]:
+    """Receipts whose broker timestamp lies in [since, until), from offsets looked up by timestamp."""
+    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None:
+        raise ReachError(f"Topic {topic} does not exist. Run `reach topics apply` or check REACH_NAMESPACE.")
+    parts = sorted(meta.partitions)
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in parts}
+    starts = {p: 0 for p in parts}
+    if since_ms is not None:
+        found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=timeout)
+        starts = {tp.partition: (ends[tp.partition] if tp.offset in (-1, OFFSET_END) else tp.offset) for tp in found}
+    todo = {p for p in parts if starts[p] < ends[p]}
+    if not todo:
+        return
+    consumer.assign([TopicPartition(topic, p, starts[p]) for p in todo])
+    idle_until = time.monotonic() + timeout
+    while todo and time.monotonic() < idle_until:  # the idle bound covers offsets that hold no record
+        for msg in consumer.consume(1000, 1.0):
+            part, offset, value = msg.partition(), msg.offset(), msg.value()
+            if msg.error() or part is None or offset is None or value is None or part not in todo:
+                continue
+            idle_until = time.monotonic() + timeout
+            ts = msg.timestamp()[1]
+            if offset >= ends[part] - 1:
+                todo.discard(part)
+            if offset >= ends[part] or (until_ms is not None and ts >= until_ms):
+                todo.discard(part)
+                continue
+            try:
+                row = flatten(codec.decode(value, Receipt))
+            except DecodeError:
+                stats.undecodable += 1
+                continue
+            row.update(kafka_partition=part, kafka_offset=offset, kafka_timestamp=ts)
+            stats.rows += 1
+            yield row
+
+
+def load(rows: Iterator[dict[str, Any]], workdir: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with the `receipts` view over the rows (via a newline-delimited JSON file)."""
+    path = workdir / "receipts.ndjson"
+    with open(path, "w") as out:
+        for row in rows:
+            out.write(json.dumps(row))
+            out.write("\n")
+    con = duckdb.connect(":memory:")
+    raw_cols = {k: ("BIGINT" if v == "TIMESTAMP" else v) for k, v in COLUMNS.items()}
+    columns = ", ".join(f"'{k}': '{v}'" for k, v in raw_cols.items())
+    select = ", ".join(
+        f'epoch_ms("{k}") AS "{k}"' if v == "TIMESTAMP" else f'"{k}"' for k, v in COLUMNS.items()
+    )
+    con.execute(
+        f"CREATE TABLE receipts AS SELECT {select} FROM read_json('{path}', format='newline_delimited', "
+        f"columns={{{columns}}})"
+    )
+    return con
+
+
+def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    try:
+        cursor = con.execute(sql)
+    except duckdb.Error as exc:
+        raise QueryError(f"The query did not run: {exc}. The view is `receipts`; `reach receipts sql "
+                         "'DESCRIBE receipts'` lists its columns.") from None
+    names = [d[0] for d in cursor.description or []]
+    return names, cursor.fetchall()
+
+
+def export(con: duckdb.DuckDBPyConnection, sql: str, fmt: str, out: Path) -> None:
+    """Write the query's result to `out` as csv, json or parquet (DuckDB's COPY)."""
+    options = {"csv": "FORMAT CSV, HEADER", "json": "FORMAT JSON, ARRAY true", "parquet": "FORMAT PARQUET"}[fmt]
+    try:
+        con.execute(f"COPY ({sql}) TO '{out}' ({options})")
+    except duckdb.Error as exc:
+        raise QueryError(f"The query did not run: {exc}") from None
+
+
+def temp_workdir() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="reach-receipts-")

@@ -1,0 +1,74 @@
+"""`reach status MESSAGE_ID` and `reach trace TRACE_ID`: one message's row, one trace's messages."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from reach.cli.common import Exit, console
+from reach.records import Status
+from reach.settings import ReachSettings
+from reach.webclient import get_json
+
+
+def _base() -> str:
+    return f"http://127.0.0.1:{ReachSettings().web_port}"
+
+
+def _time(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _timeline(row: dict[str, Any]) -> Table:
+    table = Table("gen", "attempt", "status", "at (UTC)", "+ms", "instance", "error",
+                  title=f"{row['message_id']}  {row['capability']}  [bold]{row['status']}[/]")
+    first = row["timeline"][0]["at"] if row["timeline"] else 0
+    for step in row["timeline"]:
+        err = step.get("error") or {}
+        table.add_row(str(step["generation"]), str(step["attempt"]), step["status"], _time(step["at"]),
+                      str(step["at"] - first), step.get("instance_id") or "-",
+                      f"{err.get('kind')}/{err.get('code')}: {err.get('message')}" if err else "")
+    return table
+
+
+def exit_for(status: str) -> int:
+    """0 while in flight or COMPLETED, 1 for any other terminal status."""
+    current = Status(status)
+    return Exit.NOT_COMPLETED if current.is_terminal and current is not Status.COMPLETED else Exit.OK
+
+
+def status(
+    message_id: str = typer.Argument(..., help="The message_id `reach send` printed."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Show where one message is: status, agent, attempt, result or error, and its timeline."""
+    row = get_json(_base(), f"/messages/{message_id}")
+    if as_json:
+        print(json.dumps(row))
+    else:
+        console.print(_timeline(row))
+        if row.get("result") is not None:
+            console.print(f"result: {row['result']}")
+        if row.get("last_error"):
+            console.print(f"last error: {row['last_error']}")
+    raise typer.Exit(exit_for(row["status"]))
+
+
+def trace(
+    trace_id: str = typer.Argument(...),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Show every message of a trace with its timeline."""
+    index = get_json(_base(), f"/traces/{trace_id}")
+    rows = [get_json(_base(), f"/messages/{mid}") for mid in index["message_ids"]]
+    if as_json:
+        print(json.dumps({"trace_id": trace_id, "messages": rows}))
+        return
+    for row in rows:
+        console.print(_timeline(row))

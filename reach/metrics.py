@@ -1,0 +1,85 @@
+"""Prometheus metrics derived from receipts and status-row transitions (no message-id labels)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from reach.records import Receipt, Status
+from reach.status import StatusRow
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_DECISION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
+
+
+class Metrics:
+    """The stream app's metrics, in their own registry so tests and workers never share one."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.receipts = Counter("agentreach_receipts_total", "Receipts seen, by capability and status",
+                                ["capability", "status"], registry=r)
+        self.terminal = Counter("agentreach_messages_terminal_total",
+                                "Messages (per generation) that reached a terminal status",
+                                ["capability", "status"], registry=r)
+        self.completed = Counter("agentreach_completed_total", "Completed messages, by whether the first "
+                                 "attempt succeeded", ["capability", "first_attempt"], registry=r)
+        self.retries = Counter("agentreach_retries_scheduled_total", "Retries scheduled on delay tiers",
+                               ["capability"], registry=r)
+        self.dead_letters = Counter("agentreach_dead_letters_total", "Messages dead-lettered, by reason",
+                                    ["capability", "reason"], registry=r)
+        self.delivery = Histogram("agentreach_delivery_latency_seconds", "ROUTED -> STARTED",
+                                  ["capability"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.execution = Histogram("agentreach_execution_latency_seconds", "STARTED -> terminal",
+                                   ["capability"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.decision = Histogram("agentreach_route_decision_seconds", "Time the router spent deciding",
+                                  buckets=_DECISION_BUCKETS, registry=r)
+        self.candidates = Histogram("agentreach_route_candidates", "Candidates per routing decision",
+                                    buckets=(0, 1, 2, 3, 5, 10, 20, 50, 100, 1000), registry=r)
+        self.undecodable = Counter("agentreach_undecodable_receipts_total", "Receipts skipped: undecodable",
+                                   registry=r)
+        self.lag = Gauge("agentreach_consumer_lag_messages", "Consumer lag from the broker",
+                         ["topic", "group"], registry=r)
+        self.agents = Gauge("agentreach_agents", "Agent instances by state", ["agent_id", "state"], registry=r)
+        self.table_size = Gauge("agentreach_status_table_rows", "Rows in this worker's status table",
+                                registry=r)
+        self.stale_no_route = Gauge("agentreach_stale_no_route_dead_letters",
+                                    "NO_ROUTE dead letters older than the threshold whose capability has no agent",
+                                    ["capability"], registry=r)
+
+    def observe(self, receipt: Receipt, before: StatusRow | None, after: StatusRow) -> None:
+        """Count one folded receipt; terminal counters move only on the row's first terminal transition."""
+        cap = receipt.capability
+        self.receipts.labels(cap, receipt.status.value).inc()
+        if receipt.status is Status.RETRY_SCHEDULED and after != before:
+            self.retries.labels(cap).inc()
+        if receipt.status is Status.ROUTED and receipt.decision is not None:
+            self.candidates.observe(len(receipt.decision.candidates))
+            decide_us = receipt.timings.get("decide_us")
+            if decide_us is not None:
+                self.decision.observe(decide_us / 1e6)
+        if receipt.status is Status.STARTED:
+            routed = _last_at(after, Status.ROUTED, receipt.generation, receipt.attempt)
+            if routed is not None and before is not None and receipt.at >= routed:
+                self.delivery.labels(cap).observe((receipt.at - routed) / 1000)
+        newly_terminal = after.terminal and (before is None or not before.terminal
+                                             or before.generation != after.generation)
+        if not newly_terminal:
+            return
+        self.terminal.labels(cap, after.status.value).inc()
+        started = _last_at(after, Status.STARTED, after.generation, after.attempt)
+        if started is not None and after.terminal_at is not None:
+            self.execution.labels(cap).observe(max(0, after.terminal_at - started) / 1000)
+        if after.status is Status.COMPLETED:
+            self.completed.labels(cap, "true" if after.attempt == 1 else "false").inc()
+        if after.status is Status.DEAD_LETTERED:
+            reason = receipt.error.code if receipt.error else "UNKNOWN"
+            self.dead_letters.labels(cap, reason).inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _last_at(row: StatusRow, status: Status, generation: int, attempt: int) -> int | None:
+    times = [s.at for s in row.timeline if s.status is status and s.generation == generation and s.attempt == attempt]
+    return times[-1] if times else None

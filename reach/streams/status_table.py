@@ -1,0 +1,104 @@
+"""Receipts folded into the status table (changelog = the status topic) and a trace index, plus their views."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from faust.web import Request, Response, View
+
+from reach import codec
+from reach.codec import DecodeError
+from reach.metrics import Metrics
+from reach.names import Names
+from reach.records import Receipt
+from reach.status import StatusRow, expired, fold
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class StatusTable:
+    """Handles to the faust tables and counters, for views and metrics."""
+
+    rows: Any
+    traces: Any
+    metrics: Metrics
+    folded: int = 0
+    tombstoned: int = 0
+
+    def get(self, message_id: str) -> StatusRow | None:
+        raw = self.rows.get(message_id)
+        return StatusRow.model_validate(raw) if raw else None
+
+
+def attach_status_table(
+    app: faust.App, names: Names, metrics: Metrics, *, partitions: int, retention_s: int
+) -> StatusTable:
+    """Define the status table, the trace index, the folding agents, the expiry timer and the HTTP views."""
+    receipts = app.topic(names.receipts, key_type=bytes, value_type=bytes, value_serializer="raw",
+                         partitions=partitions)
+    changelog = app.topic(names.status, key_type=str, value_serializer="json", partitions=partitions,
+                          compacting=True, deleting=False)
+    rows = app.Table("status", default=None, key_type=str, partitions=partitions,
+                     changelog_topic=changelog)
+    traces = app.Table("traces", default=list, key_type=str, partitions=partitions)
+    handle = StatusTable(rows=rows, traces=traces, metrics=metrics)
+    by_trace = app.topic(names.topic("status.by-trace"), key_type=str, value_serializer="json",
+                         partitions=partitions, internal=True)
+
+    @app.agent(receipts, name=f"{names.namespace}.status-fold")
+    async def fold_receipts(stream: Any) -> None:
+        async for value in stream:
+            try:
+                receipt = codec.decode(value, Receipt)
+            except DecodeError as exc:
+                metrics.undecodable.inc()
+                log.warning("status: skipped an undecodable receipt (%s)", exc)
+                continue
+            before = handle.get(receipt.message_id)
+            after = fold(before, receipt)
+            if after != before:
+                rows[receipt.message_id] = after.model_dump(mode="json")
+                handle.folded += 1
+            metrics.observe(receipt, before, after)
+            if before is None:
+                await by_trace.send(key=receipt.trace_id, value=receipt.message_id)
+
+    @app.agent(by_trace, name=f"{names.namespace}.trace-index")
+    async def index_traces(stream: Any) -> None:
+        async for event in stream.events():
+            ids = list(traces[event.key])
+            if event.value not in ids:
+                traces[event.key] = [*ids, event.value]
+
+    @app.timer(interval=60.0)
+    async def tombstone_old_rows() -> None:
+        metrics.table_size.set(len(rows))
+        now = int(time.time() * 1000)
+        for key, raw in list(rows.items()):
+            if raw and expired(StatusRow.model_validate(raw), now, retention_s * 1000):
+                del rows[key]  # faust writes a tombstone to the changelog
+                handle.tombstoned += 1
+
+    @app.page("/messages/{message_id}")
+    @app.table_route(table=rows, match_info="message_id")
+    async def message(web: View, request: Request, message_id: str) -> Response:
+        row = rows.get(message_id)
+        if not row:
+            return web.json({"error": "not_found", "message": f"No message {message_id!r} in the status table. "
+                             "Check the id, or it may be older than the retention period."}, status=404)
+        return web.json(row)
+
+    @app.page("/traces/{trace_id}")
+    @app.table_route(table=traces, match_info="trace_id")
+    async def trace(web: View, request: Request, trace_id: str) -> Response:
+        ids = traces.get(trace_id)
+        if not ids:
+            return web.json({"error": "not_found", "message": f"No trace {trace_id!r}."}, status=404)
+        return web.json({"trace_id": trace_id, "message_ids": ids})
+
+    return handle

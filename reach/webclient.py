@@ -1,0 +1,32 @@
+"""A small HTTP client for the stream app's views (`reach status`, `reach trace`)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+from reach.errors import InfraUnavailable, ReachError
+
+
+class NotFound(ReachError):
+    """The stream app does not know the id (exit code 2)."""
+
+
+def get_json(base_url: str, path: str, timeout: float = 10.0) -> dict[str, Any]:
+    url = base_url.rstrip("/") + path
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - our own loopback URL
+            data: dict[str, Any] = json.loads(resp.read())
+            return data
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            body = json.loads(exc.read() or b"{}")
+            raise NotFound(body.get("message", f"{path} not found")) from None
+        raise ReachError(f"The stream app answered {exc.code} for {url}.") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise InfraUnavailable(
+            f"The stream app does not answer at {base_url} ({exc}). Start it with `reach router`, "
+            "or set REACH_WEB_PORT to its port."
+        ) from None
