@@ -41,6 +41,8 @@ class Metrics:
         self.lag = Gauge("agentreach_consumer_lag_messages", "Consumer lag from the broker",
                          ["topic", "group"], registry=r)
         self.agents = Gauge("agentreach_agents", "Agent instances by state", ["agent_id", "state"], registry=r)
+        self.ready = Gauge("agentreach_ready_instances", "READY instances serving a capability", ["capability"],
+                           registry=r)
         self.table_size = Gauge("agentreach_status_table_rows", "Rows in this worker's status table",
                                 registry=r)
         self.stale_no_route = Gauge("agentreach_stale_no_route_dead_letters",

@@ -1,0 +1,57 @@
+"""Failure classes -> actions, backoff with jitter, tier choice: the retry policy in microseconds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from reach.envelopes import new_envelope
+from reach.records import Policy
+from reach.retry import Action, Failure, Limits, backoff_ms, classify, tier_for, tier_ms
+
+LIM = Limits()
+
+
+def act(failure: Failure, attempt: int = 1, reroutes: int = 0, now: int = 0, deadline: int = 10**12) -> Action:
+    return classify(failure, attempt=attempt, reroutes=reroutes, limits=LIM, now_ms=now, deadline_ms=deadline)
+
+
+def test_failure_classes() -> None:
+    assert act(Failure.DELIVERY) is Action.REROUTE
+    assert act(Failure.DELIVERY, reroutes=3) is Action.RETRY, "after 3 reroutes it counts as an attempt"
+    assert act(Failure.TRANSIENT, attempt=1) is Action.RETRY
+    assert act(Failure.TRANSIENT, attempt=4) is Action.DEAD_LETTER
+    assert act(Failure.BUSINESS) is Action.FAIL
+    assert act(Failure.FAULTY_ENVELOPE) is Action.REJECT
+    assert act(Failure.TRANSIENT, now=5, deadline=5) is Action.EXPIRE
+    assert act(Failure.BUDGET_SPENT) is Action.EXPIRE
+
+
+def test_backoff_doubles_is_capped_and_jittered_within_20_percent() -> None:
+    rng = random.Random(7)
+    assert [backoff_ms(a, LIM, rng)[0] for a in (1, 2, 3, 4)] == [200, 400, 800, 1600]
+    assert backoff_ms(20, LIM, rng)[0] == 30_000
+    for attempt in range(1, 10):
+        nominal, jittered = backoff_ms(attempt, LIM, rng)
+        assert 0.8 * nominal <= jittered <= 1.2 * nominal
+
+
+def test_limits_come_from_envelope_then_policy_then_default() -> None:
+    env = new_envelope("demo.echo", {})
+    assert Limits.resolve(env).max_attempts == 4
+    assert Limits.resolve(env, Policy(max_attempts=2, backoff_base_ms=50)).max_attempts == 2
+    assert Limits.resolve(env, Policy(backoff_base_ms=50)).base_ms == 50
+    assert Limits.resolve(env.model_copy(update={"max_attempts": 6}), Policy(max_attempts=2)).max_attempts == 6
+
+
+@pytest.mark.parametrize(("delay", "tier"), [(100, "1s"), (1_000, "1s"), (1_500, "10s"), (12_000, "60s"),
+                                             (600_000, "60s")])
+def test_tier_is_the_shortest_covering_the_delay(delay: int, tier: str) -> None:
+    assert tier_for(delay, ["1s", "10s", "60s"]) == tier
+
+
+def test_tier_names() -> None:
+    assert [tier_ms(t) for t in ("500ms", "1s", "10m", "1h")] == [500, 1000, 600_000, 3_600_000]
+    with pytest.raises(ValueError, match="must look like"):
+        tier_ms("soon")
