@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
-from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+from confluent_kafka import Consumer
 
-from reach import codec
+from reach import codec, topicreader
 from reach.codec import DecodeError
 from reach.errors import ReachError
 from reach.records import Receipt
@@ -71,40 +70,17 @@ def flatten(receipt: Receipt) -> dict[str, Any]:
 def read_receipts(consumer: Consumer, topic: str, since_ms: int | None, until_ms: int | None,
                   stats: LoadStats, timeout: float = 10.0) -> Iterator[dict[str, Any]]:
     """Receipts whose broker timestamp lies in [since, until), from offsets looked up by timestamp."""
-    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise ReachError(f"Topic {topic} does not exist. Run `reach topics apply` or check REACH_NAMESPACE.")
-    parts = sorted(meta.partitions)
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in parts}
-    starts = {p: 0 for p in parts}
-    if since_ms is not None:
-        found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=timeout)
-        starts = {tp.partition: (ends[tp.partition] if tp.offset in (-1, OFFSET_END) else tp.offset) for tp in found}
-    todo = {p for p in parts if starts[p] < ends[p]}
-    if not todo:
-        return
-    consumer.assign([TopicPartition(topic, p, starts[p]) for p in todo])
-    idle_until = time.monotonic() + timeout
-    while todo and time.monotonic() < idle_until:  # the idle bound covers offsets that hold no record
-        for msg in consumer.consume(1000, 1.0):
-            part, offset, value = msg.partition(), msg.offset(), msg.value()
-            if msg.error() or part is None or offset is None or value is None or part not in todo:
-                continue
-            idle_until = time.monotonic() + timeout
-            ts = msg.timestamp()[1]
-            if offset >= ends[part] - 1:
-                todo.discard(part)
-            if offset >= ends[part] or (until_ms is not None and ts >= until_ms):
-                todo.discard(part)
-                continue
-            try:
-                row = flatten(codec.decode(value, Receipt))
-            except DecodeError:
-                stats.undecodable += 1
-                continue
-            row.update(kafka_partition=part, kafka_offset=offset, kafka_timestamp=ts)
-            stats.rows += 1
-            yield row
+    starts = topicreader.start_offsets(consumer, topic, since_ms, timeout)
+    for msg in topicreader.read_range(consumer, topic, starts, until_ms=until_ms, idle_timeout=timeout):
+        value = msg.value()
+        try:
+            row = flatten(codec.decode(value or b"", Receipt))
+        except DecodeError:
+            stats.undecodable += 1
+            continue
+        row.update(kafka_partition=msg.partition(), kafka_offset=msg.offset(), kafka_timestamp=msg.timestamp()[1])
+        stats.rows += 1
+        yield row
 
 
 def load(rows: Iterator[dict[str, Any]], workdir: Path) -> duckdb.DuckDBPyConnection:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from reach import analytics, clients
+from reach import analytics, topicreader
 from reach.cli.common import console, err_console
 from reach.cli.timeparse import parse_time
 from reach.errors import ConfigError
@@ -46,7 +46,7 @@ def sql(
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
         raise ConfigError("--until must be later than --since.")
     names = Names(ReachSettings().namespace)
-    consumer = clients.consumer(f"{names.namespace}.receipts-sql")
+    consumer = topicreader.open_reader("receipts-sql")
     stats = analytics.LoadStats()
     try:
         with analytics.temp_workdir() as tmp:

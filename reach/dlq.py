@@ -1,0 +1,180 @@
+"""Dead letters: writing them with provenance, reading and filtering them, and replaying them safely."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from reach import codec, headers
+from reach.codec import DecodeError
+from reach.envelopes import now_ms
+from reach.errors import ReachError
+from reach.records import DeadLetter, Envelope, ErrorInfo, Status
+from reach.status import StatusRow
+
+RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
+NO_ROUTE = "NO_ROUTE"
+UNDECODABLE = "UNDECODABLE"
+UNKNOWN_SCHEMA = "UNKNOWN_SCHEMA"
+REJECTED = "REJECTED"
+
+
+def provenance(topic: str, partition: int, offset: int, reason: str,
+               message_id: str | None = None) -> list[tuple[str, bytes]]:
+    """The `x-reach-origin-*` headers every dead letter carries."""
+    out = [(headers.ORIGIN_TOPIC, topic.encode()), (headers.ORIGIN_PARTITION, str(partition).encode()),
+           (headers.ORIGIN_OFFSET, str(offset).encode()), (headers.REASON, reason.encode())]
+    if message_id:
+        out.append((headers.MESSAGE_ID, message_id.encode()))
+    return out
+
+
+def letter(raw: bytes, *, reason: str, error: ErrorInfo | None, origin: tuple[str, int, int],
+           envelope: Envelope | None = None, agent_id: str | None = None,
+           first_failure_at: int | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """An encoded DeadLetter (original bytes untouched) and its provenance headers."""
+    now = now_ms()
+    topic, partition, offset = origin
+    record = DeadLetter(
+        envelope=raw, reason=reason, error=error,
+        attempts=envelope.attempt if envelope else 0, generation=envelope.generation if envelope else 0,
+        message_id=envelope.message_id if envelope else None,
+        capability=envelope.capability if envelope else None, agent_id=agent_id,
+        first_failure_at=first_failure_at or (envelope.created_at if envelope else now), last_failure_at=now,
+        origin_topic=topic, origin_partition=partition, origin_offset=offset,
+    )
+    return codec.encode(record), provenance(topic, partition, offset, reason, record.message_id)
+
+
+@dataclass(frozen=True)
+class Letter:
+    """One record of the dead-letter topic, with its id (`partition:offset`) and the decoded envelope."""
+
+    id: str
+    record: DeadLetter
+    timestamp: int
+    envelope: Envelope | None  # None when the original bytes do not decode
+
+    @property
+    def message_id(self) -> str | None:
+        return self.record.message_id or (self.envelope.message_id if self.envelope else None)
+
+    @property
+    def capability(self) -> str | None:
+        return self.record.capability or (self.envelope.capability if self.envelope else None)
+
+
+def parse(partition: int, offset: int, timestamp: int, value: bytes) -> Letter | None:
+    """A Letter, or None when the dead-letter record itself does not decode."""
+    try:
+        record = codec.decode(value, DeadLetter)
+    except DecodeError:
+        return None
+    try:
+        envelope: Envelope | None = codec.decode(record.envelope, Envelope)
+    except DecodeError:
+        envelope = None
+    return Letter(f"{partition}:{offset}", record, timestamp, envelope)
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What `reach dlq ls|replay` selects; empty means everything."""
+
+    capability: str | None = None
+    reason: str | None = None
+    agent: str | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+    ids: frozenset[str] = frozenset()
+
+    def match(self, item: Letter) -> bool:
+        rec = item.record
+        return (
+            (not self.capability or item.capability == self.capability)
+            and (not self.reason or rec.reason == self.reason)
+            and (not self.agent or rec.agent_id == self.agent)
+            and (self.since_ms is None or item.timestamp >= self.since_ms)
+            and (self.until_ms is None or item.timestamp < self.until_ms)
+            and (not self.ids or item.id in self.ids or item.message_id in self.ids)
+        )
+
+
+def latest_per_message(letters: Iterable[Letter]) -> list[Letter]:
+    """One letter per message: the newest generation's (a message can die again after a replay)."""
+    best: dict[str, Letter] = {}
+    loose: list[Letter] = []
+    for item in letters:
+        key = item.message_id
+        if key is None:
+            loose.append(item)
+        elif key not in best or item.record.generation >= best[key].record.generation:
+            best[key] = item
+    return [*best.values(), *loose]
+
+
+def replayed(envelope: Envelope, generation: int, *, now: int, to_capability: str | None = None) -> Envelope:
+    """Same message_id, trace_id and idempotency_key; attempt 1; next generation; the original budget from now."""
+    budget = max(1, envelope.deadline - envelope.created_at)
+    return envelope.model_copy(update={
+        "attempt": 1, "generation": generation + 1, "reroutes": 0, "excluded_instances": [],
+        "created_at": now, "deadline": now + budget,
+        "expire_at": None if envelope.expire_at is None or envelope.expire_at < now else envelope.expire_at,
+        "capability": to_capability or envelope.capability,
+    })
+
+
+class ReplayRefused(ReachError):
+    """A letter cannot be replayed (undecodable envelope)."""
+
+
+@dataclass
+class Summary:
+    """What a replay did."""
+
+    replayed: list[str] = field(default_factory=list)
+    skipped_completed: list[str] = field(default_factory=list)
+    skipped_in_progress: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"replayed": len(self.replayed), "skipped_completed": len(self.skipped_completed),
+                "skipped_in_progress": len(self.skipped_in_progress), "failed": len(self.failed),
+                "replayed_ids": self.replayed, "failures": [{"id": i, "reason": r} for i, r in self.failed]}
+
+
+def decide(item: Letter, row: StatusRow | None) -> str:
+    """`replay`, `completed` (the row is COMPLETED), `in_progress` (a newer generation exists) or `refused`."""
+    if item.envelope is None:
+        return "refused"
+    if row is not None and row.status is Status.COMPLETED:
+        return "completed"
+    if row is not None and row.generation > item.record.generation:
+        return "in_progress"  # already replayed: running the same replay twice executes nothing twice
+    return "replay"
+
+
+def replay(letters: list[Letter], *, lookup: Callable[[str], StatusRow | None],
+           publish: Callable[[Envelope], None], dry_run: bool, rate: float | None,
+           to_capability: str | None = None, sleep: Callable[[float], None] = time.sleep) -> Summary:
+    """Replay the letters not yet completed or replayed; `publish` sends the envelope and its ACCEPTED receipt."""
+    summary = Summary()
+    interval = 1.0 / rate if rate else 0.0
+    for item in latest_per_message(letters):
+        mid = item.message_id or item.id
+        verdict = decide(item, lookup(item.message_id) if item.message_id else None)
+        if verdict == "completed":
+            summary.skipped_completed.append(mid)
+        elif verdict == "in_progress":
+            summary.skipped_in_progress.append(mid)
+        elif verdict == "refused" or item.envelope is None:
+            summary.failed.append((mid, "the original envelope does not decode; it cannot be replayed"))
+        else:
+            if not dry_run:
+                publish(replayed(item.envelope, item.record.generation, now=now_ms(), to_capability=to_capability))
+                if interval:
+                    sleep(interval)
+            summary.replayed.append(mid)
+    return summary
