@@ -30,6 +30,9 @@ def receipt_for(
         attempt=envelope.attempt,
         at=now_ms(),
         error=error,
+        deadline=envelope.deadline,
+        delivery_timeout_ms=envelope.delivery_timeout_ms,
+        reroutes=envelope.reroutes,
         **fields,
     )
 

@@ -226,6 +226,9 @@ class Receipt(AvroRecord):
     decision: Decision | None = None
     cost: float | None = None
     due_at: EpochMillis | None = None
+    deadline: EpochMillis | None = None
+    delivery_timeout_ms: int | None = None
+    reroutes: int = 0
 
 
 class Capability(AvroModel):
