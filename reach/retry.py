@@ -49,13 +49,16 @@ class Limits:
         """Envelope value when > 0, else the capability's control POLICY, else the default."""
         policy_attempts = policy.max_attempts if policy and policy.max_attempts else None
         return cls(
-            max_attempts=envelope.max_attempts if envelope.max_attempts > 0 else policy_attempts or DEFAULT_MAX_ATTEMPTS,
+            max_attempts=(envelope.max_attempts if envelope.max_attempts > 0
+                          else policy_attempts or DEFAULT_MAX_ATTEMPTS),
             base_ms=(policy.backoff_base_ms if policy and policy.backoff_base_ms else DEFAULT_BACKOFF_BASE_MS),
             max_ms=(policy.backoff_max_ms if policy and policy.backoff_max_ms else DEFAULT_BACKOFF_MAX_MS),
         )
 
 
-def classify(failure: Failure, *, attempt: int, reroutes: int, limits: Limits, now_ms: int, deadline_ms: int) -> Action:
+def classify(
+    failure: Failure, *, attempt: int, reroutes: int, limits: Limits, now_ms: int, deadline_ms: int
+) -> Action:
     """The action for a failure of attempt `attempt` (1-based) after `reroutes` reroutes."""
     if failure is Failure.FAULTY_ENVELOPE:
         return Action.REJECT

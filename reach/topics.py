@@ -126,7 +126,9 @@ def load(path: Path) -> TopicsFile:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise ConfigError(f"Cannot read {path}: {exc.strerror}. Set REACH_TOPICS_FILE or run from the repo root.") from None
+        raise ConfigError(
+            f"Cannot read {path}: {exc.strerror}. Set REACH_TOPICS_FILE or run from the repo root."
+        ) from None
     try:
         data = yaml.load(text, Loader=_Loader)  # _Loader is a SafeLoader
         root = yaml.compose(text, Loader=yaml.SafeLoader)

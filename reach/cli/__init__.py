@@ -6,7 +6,12 @@ import sys
 
 import typer
 
-from reach.cli import demo, local, topics
+from reach.cli import agent, agents, demo, local, send, topics
+from reach.cli import dlq as dlq_cli
+from reach.cli import receipts as receipts_cli
+from reach.cli import router as router_cli
+from reach.cli import status as status_cli
+from reach.cli import weights as weights_cli
 from reach.cli.common import run_guarded
 
 app = typer.Typer(
@@ -15,7 +20,17 @@ app = typer.Typer(
 )
 app.add_typer(local.app, name="local")
 app.add_typer(topics.app, name="topics")
+app.add_typer(agent.app, name="agent")
+app.command("agents")(agents.agents)
+app.command("send")(send.send)
 app.command("demo")(demo.demo)
+app.command("router")(router_cli.router)
+app.add_typer(weights_cli.app, name="weights")
+app.add_typer(receipts_cli.app, name="receipts")
+
+app.command("status")(status_cli.status)
+app.command("trace")(status_cli.trace)
+app.add_typer(dlq_cli.app, name="dlq")
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from enum import IntEnum
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.exceptions import TyperException
 
 from reach.errors import ConfigError, InfraUnavailable, InvalidName, ReachError
@@ -38,7 +39,7 @@ def run_guarded(app: typer.Typer) -> int:
         # In non-standalone mode click returns the code of a `typer.Exit` instead of raising it.
         code = app(standalone_mode=False)
     except ReachError as error:
-        err_console.print(f"[bold red]error:[/] {error}", highlight=False)
+        err_console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False)
         return exit_code_for(error)
     except (typer.Exit, click.exceptions.Exit) as done:
         return int(getattr(done, "exit_code", 0))
@@ -51,6 +52,6 @@ def run_guarded(app: typer.Typer) -> int:
         if callable(show):
             show()
         else:
-            err_console.print(f"[bold red]error:[/] {usage}")
+            err_console.print(f"[bold red]error:[/] {escape(str(usage))}")
         return Exit.USAGE
     return code if isinstance(code, int) else Exit.OK

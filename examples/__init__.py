@@ -1,0 +1,1 @@
+"""Runnable example agents (`reach agent run examples.echo_agent:agent`)."""

@@ -1,0 +1,11 @@
+"""The agent SDK: declare capabilities on an Agent, return values or raise signals, `agent.run()`."""
+
+from reach.agent.agent import Agent, Context
+from reach.agent.exceptions import AgentError, InvalidDeclaration
+from reach.agent.outcomes import Outcome
+from reach.agent.signals import BusinessError, NoData, Reject, Retry, TransientError
+
+__all__ = [
+    "Agent", "AgentError", "BusinessError", "Context", "InvalidDeclaration", "NoData", "Outcome", "Reject",
+    "Retry", "TransientError",
+]

@@ -1,0 +1,200 @@
+"""The Agent object: identity, capabilities (a decorator), lifecycle hooks and `run()`."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from jsonschema.protocols import Validator
+
+from reach.agent.contract import Schema, compile_schema
+from reach.agent.exceptions import InvalidDeclaration
+from reach.envelopes import new_id
+from reach.names import check_agent_id, check_capability
+from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope
+from reach.versions import parse_version, satisfies
+
+Handler = Callable[..., Any]
+Hook = Callable[[], Any]
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_TTL_MS = 45_000
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a handler may want besides its payload: the envelope and who is running it."""
+
+    envelope: Envelope
+    agent_id: str
+    instance_id: str
+
+    @property
+    def attempt(self) -> int:
+        return self.envelope.attempt
+
+
+@dataclass(frozen=True)
+class CapabilitySpec:
+    """One declared capability: its public record, compiled validators and the handler."""
+
+    record: Capability
+    handler: Handler
+    input_validator: Validator
+    output_validator: Validator
+    wants_context: bool
+    is_async: bool = field(default=False)
+
+
+def _wants_context(fn: Handler) -> bool:
+    params = [p for p in inspect.signature(fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not 1 <= len(params) <= 2:
+        raise InvalidDeclaration(f"handler {fn.__qualname__} must take (payload) or (payload, ctx); "
+                                 f"it takes {len(params)} positional parameters.")
+    return len(params) == 2
+
+
+class Agent:
+    """An agent: declare capabilities with `@agent.capability(...)`, then `agent.run()`."""
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        region: str | None = None,
+        max_concurrency: int = 8,
+        ttl_ms: int = DEFAULT_TTL_MS,
+        build_version: str = "dev",
+        tenants: list[str] | None = None,
+        weight: float = 1.0,
+        qps_limit: float | None = None,
+        cost: float | None = None,
+        execution_timeout_ms: int = 30_000,
+        lease_margin_ms: int = 5_000,
+        result_ttl_s: int = 24 * 3600,
+        drain_grace_s: float = 30.0,
+        consumer_config: dict[str, Any] | None = None,
+        instance_id: str | None = None,
+    ) -> None:
+        self.agent_id = check_agent_id(agent_id)
+        if max_concurrency < 1:
+            raise InvalidDeclaration(f"max_concurrency must be >= 1, got {max_concurrency}.")
+        if ttl_ms < 300:
+            raise InvalidDeclaration(f"ttl_ms must be >= 300 (heartbeats go every ttl/3), got {ttl_ms}.")
+        self.region = region
+        self.max_concurrency = max_concurrency
+        self.ttl_ms = ttl_ms
+        self.build_version = build_version
+        self.tenants = list(tenants or [])
+        self.weight = weight
+        self.qps_limit = qps_limit
+        self.cost = cost
+        self.execution_timeout_ms = execution_timeout_ms
+        self.lease_margin_ms = lease_margin_ms
+        self.result_ttl_s = result_ttl_s
+        self.drain_grace_s = drain_grace_s
+        self.consumer_config = dict(consumer_config or {})
+        self.instance_id = instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_id()[-8:].lower()}"
+        self.capabilities: dict[str, CapabilitySpec] = {}
+        self.start_hooks: list[Hook] = []
+        self.stop_hooks: list[Hook] = []
+        self._runner: Any = None
+
+    def capability(
+        self,
+        name: str,
+        *,
+        version: str,
+        input_schema: Schema = None,
+        output_schema: Schema = None,
+        tags: list[str] | None = None,
+        examples: list[Any] | None = None,
+        mode: CapabilityMode = CapabilityMode.HANDLE,
+    ) -> Callable[[F], F]:
+        """Declare that the decorated handler serves capability `name` at semver `version`."""
+        check_capability(name)
+        parse_version(version)
+        if name in self.capabilities:
+            raise InvalidDeclaration(f"capability {name!r} is declared twice on {self.agent_id}.")
+        where = f"{self.agent_id} capability {name}@{version}"
+        in_text, in_validator = compile_schema(input_schema, f"{where} input_schema")
+        out_text, out_validator = compile_schema(output_schema, f"{where} output_schema")
+
+        def decorate(fn: F) -> F:
+            record = Capability(
+                name=name, version=version, input_schema=in_text, output_schema=out_text, mode=mode,
+                tags=list(tags or []),
+                examples=[e if isinstance(e, str) else _json(e) for e in (examples or [])],
+            )
+            self.capabilities[name] = CapabilitySpec(
+                record=record, handler=fn, input_validator=in_validator, output_validator=out_validator,
+                wants_context=_wants_context(fn), is_async=inspect.iscoroutinefunction(fn),
+            )
+            return fn
+
+        return decorate
+
+    def on_start(self, fn: F) -> F:
+        """Run `fn` (sync or async) before the instance turns READY."""
+        self.start_hooks.append(fn)
+        return fn
+
+    def on_stop(self, fn: F) -> F:
+        """Run `fn` after in-flight work drained, before the tombstone."""
+        self.stop_hooks.append(fn)
+        return fn
+
+    def validate(self) -> None:
+        """Refuse to start an agent that serves nothing."""
+        if not self.capabilities:
+            raise InvalidDeclaration(f"{self.agent_id} declares no capability; add @agent.capability(...).")
+
+    def match(self, envelope: Envelope) -> CapabilitySpec | None:
+        """The capability this instance serves for the envelope (name and version range), if any."""
+        spec = self.capabilities.get(envelope.capability)
+        if spec is None or not satisfies(spec.record.version, envelope.capability_version or "*"):
+            return None
+        return spec
+
+    def registration(self, *, state: AgentState, heartbeat_at: int, inbox_topic: str, inflight: int,
+                     assigned_partitions: list[int]) -> AgentRegistration:
+        """This instance's registry record at a moment."""
+        return AgentRegistration(
+            agent_id=self.agent_id, instance_id=self.instance_id, build_version=self.build_version,
+            capabilities=[c.record for c in self.capabilities.values()], tenants=self.tenants,
+            region=self.region, weight=self.weight, max_concurrency=self.max_concurrency,
+            qps_limit=self.qps_limit, cost=self.cost, state=state, heartbeat_at=heartbeat_at,
+            ttl_ms=self.ttl_ms, inflight=inflight, assigned_partitions=sorted(assigned_partitions),
+            inbox_topic=inbox_topic,
+        )
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Run this instance until SIGTERM/SIGINT or `stop()`: register, consume, drain, tombstone."""
+        from reach.agent.runner import Runner
+
+        self.validate()
+        self._runner = Runner(self)
+        self._runner.run(install_signals=install_signals)
+
+    def stop(self) -> None:
+        """Ask a running instance to drain and leave (thread-safe)."""
+        if self._runner is not None:
+            self._runner.stop()
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, separators=(",", ":"))
+
+
+async def call_hook(hook: Hook) -> None:
+    """Run a sync or async lifecycle hook."""
+    result = hook()
+    if isinstance(result, Awaitable):
+        await result

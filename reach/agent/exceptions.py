@@ -1,0 +1,17 @@
+"""Errors of the agent SDK (a bad declaration or a broken runtime), all ReachErrors."""
+
+from __future__ import annotations
+
+from reach.errors import ReachError
+
+
+class AgentError(ReachError):
+    """Root of the agent SDK's errors."""
+
+
+class InvalidDeclaration(AgentError):
+    """An agent or capability declaration breaks a rule (name, version, JSON Schema, limits)."""
+
+
+class DeliveryFailed(AgentError):
+    """The broker did not acknowledge a record this worker must publish before committing."""

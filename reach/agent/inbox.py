@@ -1,0 +1,86 @@
+"""Reading one inbox record: an Envelope, or a dead letter (raw bytes kept) when it cannot be read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from confluent_kafka import Message
+
+from reach import codec
+from reach import headers as h
+from reach.envelopes import now_ms
+from reach.records import DeadLetter, Envelope, ErrorInfo, Receipt, Status, StepStatus
+
+UNDECODABLE = "UNDECODABLE"
+UNKNOWN_SCHEMA = "UNKNOWN_SCHEMA"
+
+
+Headers = list[tuple[str, bytes]]
+
+
+def headers_of(msg: Message) -> Headers:
+    """A record's headers as (name, bytes) pairs, whatever shape the client returned."""
+    raw = msg.headers() or []
+    items = raw.items() if isinstance(raw, dict) else raw
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in items if v is not None]
+
+
+@dataclass(frozen=True)
+class BadRecord:
+    """An inbox record that is not a readable Envelope."""
+
+    raw: bytes
+    reason: str
+    message: str
+    message_id: str | None
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where an inbox record came from."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def read(value: bytes | None, headers: Headers) -> Envelope | BadRecord:
+    """Decode an inbox record; never raises for bad bytes."""
+    try:
+        if value is None:
+            raise codec.BadFraming("Envelope: a tombstone (null value) is not an envelope", raw=b"")
+        return codec.decode(value, Envelope)
+    except codec.DecodeError as exc:
+        found = {k: v.decode(errors="replace") for k, v in headers}
+        reason = UNKNOWN_SCHEMA if isinstance(exc, codec.UnknownSchema) else UNDECODABLE
+        traceparent = found.get(h.TRACEPARENT, "").split("-")
+        trace_id = traceparent[1] if len(traceparent) == 4 else ""
+        return BadRecord(exc.raw, reason, str(exc), found.get(h.MESSAGE_ID) or None, trace_id)
+
+
+def dead_letter(bad: BadRecord, origin: Origin, agent_id: str) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The encoded DeadLetter and its provenance headers."""
+    now = now_ms()
+    record = DeadLetter(
+        envelope=bad.raw, reason=bad.reason, error=ErrorInfo(kind="INVALID_INPUT", code=bad.reason,
+                                                              message=bad.message[:1000]),
+        message_id=bad.message_id, agent_id=agent_id, first_failure_at=now, last_failure_at=now,
+        origin_topic=origin.topic, origin_partition=origin.partition, origin_offset=origin.offset,
+    )
+    headers = [(h.ORIGIN_TOPIC, origin.topic.encode()), (h.ORIGIN_PARTITION, str(origin.partition).encode()),
+               (h.ORIGIN_OFFSET, str(origin.offset).encode()), (h.REASON, bad.reason.encode())]
+    if bad.message_id:
+        headers.append((h.MESSAGE_ID, bad.message_id.encode()))
+    return codec.encode(record), headers
+
+
+def rejected_receipt(bad: BadRecord, agent_id: str, instance_id: str) -> Receipt | None:
+    """A REJECTED receipt for a bad record whose message_id is known from its headers."""
+    if not bad.message_id:
+        return None
+    return Receipt(
+        message_id=bad.message_id, trace_id=bad.trace_id, tenant="", capability="", agent_id=agent_id,
+        instance_id=instance_id, status=Status.REJECTED, at=now_ms(), step_status=StepStatus.ERROR,
+        error=ErrorInfo(kind="INVALID_INPUT", code=bad.reason, message=bad.message[:1000]),
+    )

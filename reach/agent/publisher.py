@@ -1,0 +1,60 @@
+"""A producer whose sends return futures resolved by the broker's acknowledgement."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from reach.agent.exceptions import DeliveryFailed
+
+Headers = list[tuple[str, bytes]]
+
+
+class Publisher:
+    """Thread-safe sends; a background thread serves delivery callbacks so acks resolve promptly."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="reach-acks", daemon=True)
+        self._thread.start()
+
+    def send(self, topic: str, key: str, value: bytes | None, *, headers: Headers | None = None,
+             partition: int | None = None) -> Future[Message]:
+        """Produce one record; the future resolves when the broker acknowledged it (acks=all)."""
+        future: Future[Message] = Future()
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                future.set_exception(DeliveryFailed(f"{topic}: the broker did not acknowledge a record: {err}"))
+            else:
+                future.set_result(msg)
+
+        kwargs: dict[str, Any] = {"key": key.encode(), "value": value, "headers": headers or [],
+                                  "on_delivery": delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return future
+            except BufferError:  # local queue full: let the acks thread drain it
+                self._producer.poll(0.05)
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Wait for every outstanding record; returns how many are still unacknowledged."""
+        return int(self._producer.flush(timeout))
+
+    def close(self, timeout: float = 30.0) -> int:
+        """Flush, then stop the acks thread."""
+        left = self.flush(timeout)
+        self._stop.set()
+        self._thread.join(timeout=5)
+        return left
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.1)

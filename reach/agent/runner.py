@@ -1,0 +1,324 @@
+"""The instance's main loop: consume the inbox, dispatch under a concurrency limit, commit acked prefixes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Coroutine
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from reach import clients, codec, topics
+from reach.agent import inbox
+from reach.agent.agent import Agent, call_hook
+from reach.agent.exceptions import DeliveryFailed
+from reach.agent.heartbeat import Heartbeat
+from reach.agent.idempotency import Leases
+from reach.agent.offsets import OffsetTracker
+from reach.agent.pipeline import Pipeline
+from reach.agent.publisher import Publisher
+from reach.agent.retrying import RetryStep
+from reach.errors import InfraUnavailable
+from reach.names import Names
+from reach.records import AgentState, Envelope
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+
+log = logging.getLogger("reach.agent")
+POLL_S = 0.1
+Done = tuple[int, int, BaseException | None]
+
+
+class Runner:
+    """Owns the consumer (main thread), an asyncio loop thread for handlers, and the acks thread."""
+
+    def __init__(self, agent: Agent, *, kafka: KafkaSettings | None = None, redis: RedisSettings | None = None,
+                 settings: ReachSettings | None = None) -> None:
+        self.agent = agent
+        self._kafka = kafka or KafkaSettings()
+        self._redis_settings = redis or RedisSettings()
+        self._settings = settings or ReachSettings()
+        self.names = Names(self._settings.namespace)
+        self.inbox = self.names.inbox(agent.agent_id)
+        self._stop = threading.Event()
+        self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
+        self._tracker = OffsetTracker()
+        self._backlog: deque[tuple[Message, Envelope]] = deque()
+        self._owned: set[int] = set()
+        self._inflight = 0
+        self._paused = False
+        self._ready = False
+        self._closing = False
+        self._fatal: BaseException | None = None
+        self._tiers: list[str] = []
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Begin a clean shutdown (safe from any thread or a signal handler)."""
+        self._stop.set()
+
+    def run(self, *, install_signals: bool = True) -> None:
+        """Register, consume until stopped, drain, tombstone. Raises the fatal error if one stopped it."""
+        if install_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self.stop())
+        self._ensure_topics()
+        self._loop = asyncio.new_event_loop()
+        loop_thread = threading.Thread(target=self._loop.run_forever, name="reach-handlers", daemon=True)
+        loop_thread.start()
+        self.publisher = Publisher(clients.producer(self._kafka))
+        self._pool = ThreadPoolExecutor(self.agent.max_concurrency, thread_name_prefix="reach-handler")
+        redis = Redis.from_url(self._redis_settings.url())
+        leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
+                        result_ttl_s=self.agent.result_ttl_s)
+        retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
+                            publisher=self.publisher, names=self.names, tiers=self._tiers)
+        self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
+                                  receipts_topic=self.names.receipts, executor=self._pool, retries=retries)
+        self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
+                                   inbox_topic=self.inbox)
+        try:
+            self._call(self._ping(redis))
+            self._beat(AgentState.STARTING).result(timeout=30)
+            for hook in self.agent.start_hooks:
+                self._call(call_hook(hook))
+            self._consumer = self._subscribe()
+            self._consume()
+            self._drain()
+        finally:
+            self._close(redis)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            loop_thread.join(timeout=5)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if isinstance(self._fatal, (DeliveryFailed, RedisError)):
+            raise InfraUnavailable(f"{self.agent.instance_id} stopped: {self._fatal}. Uncommitted messages "
+                                   "will be redelivered; check the broker and Redis, then restart.") from self._fatal
+        if self._fatal is not None:
+            raise self._fatal
+
+    def _ensure_topics(self) -> None:
+        spec = topics.load(self._settings.topics_file)
+        self._tiers = spec.retry_tiers()
+        admin = clients.admin(self._kafka)
+        clients.check_reachable(admin)
+        topics.ensure_topic(admin, self.inbox, spec.family("agent"))
+        for name in self.agent.capabilities:
+            topics.ensure_topic(admin, self.names.capability(name), spec.family("cap"))
+
+    async def _ping(self, redis: Redis) -> None:
+        try:
+            await redis.ping()
+        except Exception as exc:  # redis raises ConnectionError/TimeoutError/OSError variants
+            raise InfraUnavailable(f"Redis does not answer ({exc}). Check REACH_REDIS_URL or run "
+                                   "`reach local up`.") from None
+
+    def _subscribe(self) -> Consumer:
+        conf = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10_000,
+                "client.id": self.agent.instance_id, **self.agent.consumer_config}
+        consumer = clients.consumer(self.names.agent_group(self.agent.agent_id), self._kafka, **conf)
+        consumer.subscribe([self.inbox], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                           on_lost=self._on_lost)
+        return consumer
+
+    # -- the loop -------------------------------------------------------------------------------------
+
+    def _consume(self) -> None:
+        while not self._stop.is_set():
+            msg = self._consumer.poll(POLL_S)
+            if msg is not None:
+                self._take(msg)
+            self._settle()
+
+    def _settle(self) -> None:
+        """Completions -> commits, backlog -> handlers, pause/resume, heartbeat."""
+        self._drain_done()
+        self._commit(asynchronous=True)
+        while self._backlog and self._inflight < self.agent.max_concurrency and not self._closing:
+            self._dispatch(*self._backlog.popleft())
+        self._flow()
+        if self.heartbeat.due():
+            self._beat()
+
+    def _take(self, msg: Message) -> None:
+        if msg.error():
+            log.warning("consumer: %s", msg.error())
+            return
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        if partition not in self._owned:
+            return
+        self._tracker.add(partition, offset)
+        read = inbox.read(msg.value(), inbox.headers_of(msg))
+        if isinstance(read, inbox.BadRecord):
+            self._dead_letter(read, inbox.Origin(self.inbox, partition, offset))
+        else:
+            self._backlog.append((msg, read))
+
+    def _dispatch(self, msg: Message, envelope: Envelope) -> None:
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        self._inflight += 1
+        work = self._pipeline.process(envelope, inbox.headers_of(msg), raw=msg.value(),
+                                      origin=(self.inbox, partition, offset))
+        future = asyncio.run_coroutine_threadsafe(work, self._loop)
+        future.add_done_callback(lambda f: self._finished(partition, offset, f))
+
+    def _finished(self, partition: int, offset: int, future: Future[Any]) -> None:
+        error = None if future.cancelled() else future.exception()
+        self._done.put((partition, offset, error))
+        self._done.put((-1, -1, None))  # marks one handler slot free (see _settle)
+
+    def _dead_letter(self, bad: inbox.BadRecord, origin: inbox.Origin) -> None:
+        value, headers = inbox.dead_letter(bad, origin, self.agent.agent_id)
+        key = bad.message_id or f"{origin.topic}:{origin.partition}:{origin.offset}"
+        acks = [self.publisher.send(self.names.dlq, key, value, headers=headers)]
+        receipt = inbox.rejected_receipt(bad, self.agent.agent_id, self.agent.instance_id)
+        if receipt is not None:
+            acks.append(self.publisher.send(self.names.receipts, receipt.message_id, codec.encode(receipt)))
+        log.warning("dead-lettered %s:%d@%d: %s", origin.topic, origin.partition, origin.offset, bad.reason)
+        pending = [len(acks)]
+        lock = threading.Lock()
+
+        def acked(f: Future[Any]) -> None:
+            with lock:
+                pending[0] -= 1
+                last = pending[0] == 0
+            if f.exception() is not None:
+                self._done.put((origin.partition, origin.offset, f.exception()))
+            elif last:
+                self._done.put((origin.partition, origin.offset, None))
+
+        for ack in acks:
+            ack.add_done_callback(acked)
+
+    # -- flow control, commits, heartbeats ----------------------------------------------------------------
+
+    def _flow(self) -> None:
+        full = self._inflight >= self.agent.max_concurrency or self._closing
+        if full and not self._paused and self._owned:
+            self._consumer.pause(self._partitions(self._owned))
+            self._paused = True
+        elif not full and self._paused:
+            self._consumer.resume(self._partitions(self._owned))
+            self._paused = False
+
+    def _commit(self, *, asynchronous: bool) -> None:
+        commits = self._tracker.take_commits()
+        if commits:
+            offsets = [TopicPartition(self.inbox, p, o) for p, o in commits.items()]
+            try:
+                if asynchronous:
+                    self._consumer.commit(offsets=offsets, asynchronous=True)
+                else:
+                    self._consumer.commit(offsets=offsets, asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - a failed commit only means a redelivery later
+                log.warning("commit failed (the messages will be redelivered and deduplicated): %s", exc)
+
+    def _beat(self, state: AgentState | None = None) -> Future[Message]:
+        return self.heartbeat.beat(inflight=self._inflight, partitions=sorted(self._owned), state=state)
+
+    def _partitions(self, parts: set[int]) -> list[TopicPartition]:
+        return [TopicPartition(self.inbox, p) for p in sorted(parts)]
+
+    # -- rebalance callbacks (run inside consumer.poll on the main thread) -------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        consumer.incremental_assign(partitions)
+        self._owned |= {tp.partition for tp in partitions}
+        if self._paused and partitions:
+            consumer.pause(partitions)
+        state = None
+        if not self._ready and not self._closing:
+            self._ready, state = True, AgentState.READY
+        self._beat(state)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked = {tp.partition for tp in partitions}
+        deadline = time.monotonic() + (0 if self._closing else min(self.agent.drain_grace_s, 10.0))
+        while any(self._tracker.pending(p) for p in revoked) and time.monotonic() < deadline:
+            self._wait_done(0.05)
+        self._drain_done()
+        self._commit(asynchronous=False)
+        self._forget(revoked)
+        consumer.incremental_unassign(partitions)
+        self._beat()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._forget({tp.partition for tp in partitions})
+        consumer.incremental_unassign(partitions)
+        self._beat()
+
+    def _forget(self, partitions: set[int]) -> None:
+        self._tracker.forget(partitions)
+        self._owned -= partitions
+        self._backlog = deque(item for item in self._backlog if item[0].partition() not in partitions)
+
+    def _wait_done(self, timeout: float) -> None:
+        try:
+            item = self._done.get(timeout=timeout)
+        except queue.Empty:
+            return
+        self._apply(item)
+
+    def _drain_done(self) -> None:
+        while True:
+            try:
+                self._apply(self._done.get_nowait())
+            except queue.Empty:
+                return
+
+    def _apply(self, item: Done) -> None:
+        partition, offset, error = item
+        if partition == -1:
+            self._inflight -= 1
+        elif error is not None:
+            log.error("stopping, the message stays uncommitted: %s", error)
+            self._fatal = self._fatal or error
+            self._stop.set()
+        else:
+            self._tracker.done(partition, offset)
+
+    # -- shutdown -------------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """DRAINING: take no new work, finish in-flight work within the grace period, commit."""
+        self._closing = True
+        self._backlog.clear()
+        self._flow()
+        self._beat(AgentState.DRAINING)
+        deadline = time.monotonic() + self.agent.drain_grace_s
+        while self._inflight > 0 and time.monotonic() < deadline:
+            self._consumer.poll(POLL_S)
+            self._drain_done()
+            self._commit(asynchronous=True)
+        self._drain_done()
+        self._commit(asynchronous=False)
+        if self._inflight:
+            log.warning("%d handler(s) still running after %.0fs; their messages will be redelivered",
+                        self._inflight, self.agent.drain_grace_s)
+
+    def _close(self, redis: Redis) -> None:
+        consumer = getattr(self, "_consumer", None)
+        if consumer is not None:
+            consumer.close()
+        for hook in self.agent.stop_hooks:
+            try:
+                self._call(call_hook(hook), timeout=self.agent.drain_grace_s)
+            except Exception:  # noqa: BLE001 - a failing hook must not keep the instance registered
+                log.exception("on_stop hook failed")
+        self.heartbeat.tombstone()
+        self.publisher.close()
+        try:
+            self._call(redis.aclose(), timeout=5)
+        except Exception:  # noqa: BLE001 - closing a dead connection is not an error
+            pass
+
+    def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

@@ -1,0 +1,68 @@
+"""`reach router`: run one routing worker and log a one-line summary per interval."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+
+import typer
+
+from reach import clients
+from reach.settings import KafkaSettings, ReachSettings
+from reach.streams.stats import summary_line
+
+log = logging.getLogger("reach.router")
+
+
+def router(
+    interval: float = typer.Option(10.0, "--interval", help="seconds between summary lines"),
+    batch_size: int = typer.Option(500, "--batch-size", help="envelopes per consume batch"),
+    use_faust: bool = typer.Option(True, "--faust/--no-faust",
+                                   help="host the router in the faust app (web views on REACH_WEB_PORT); "
+                                   "--no-faust runs the confluent loop alone"),
+) -> None:
+    """Route every capability topic of the namespace to the best agent instance (several workers share them)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    kafka, settings = KafkaSettings(), ReachSettings()
+    clients.check_reachable(clients.admin(kafka))
+    if use_faust:
+        import faust
+
+        from reach.streams.app import build_app
+
+        app = build_app(settings, kafka=kafka, batch_size=batch_size, summary_interval=interval)
+        faust.Worker(app, loglevel="INFO").execute_from_commandline()
+        return
+    from reach.streams.router import Router
+
+    worker = Router(kafka=kafka, reach=settings, batch_size=batch_size)
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: finishing the current batch", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    worker.start(ready_timeout=60)
+    log.info("router ready: namespace %s, %d live instances", settings.namespace,
+             len(worker.state.live(_now())))
+    before = worker.stats.snapshot()
+    try:
+        while not stop.wait(interval):
+            if not worker.healthy():
+                raise typer.Exit(4)
+            after = worker.stats.snapshot()
+            log.info(summary_line(before, after))
+            before = after
+    finally:
+        worker.stop()
+        log.info(summary_line(before, worker.stats.snapshot()))
+
+
+def _now() -> int:
+    from reach.envelopes import now_ms
+
+    return now_ms()

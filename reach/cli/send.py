@@ -1,0 +1,86 @@
+"""`reach send CAPABILITY --payload JSON`: publish one envelope and print its message_id."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+from reach.cli.common import console
+from reach.client import Client
+from reach.errors import ReachError
+
+
+class BadPayload(ReachError):
+    """--payload is not JSON."""
+
+
+def parse_payload(text: str) -> Any:
+    """The JSON value of --payload, or a usage error saying how to quote it."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise BadPayload(f"--payload is not valid JSON ({exc}); quote it, e.g. --payload '{{\"text\": \"hi\"}}'.") \
+            from None
+
+
+def send(
+    capability: str = typer.Argument(..., help="capability name, e.g. demo.echo"),
+    payload: str = typer.Option(..., "--payload", help="the request as JSON"),
+    version: str = typer.Option("*", "--version", help="semver range of the capability, e.g. ^1.0"),
+    session: str | None = typer.Option(None, "--session", help="session key (ordering and affinity)"),
+    to: str | None = typer.Option(None, "--to", help="only this agent id may serve it"),
+    wait: bool = typer.Option(False, "--wait", help="wait for the terminal receipt and print it (exit 0 only "
+                              "for COMPLETED, 1 other endings, 3 timeout)"),
+    timeout: float = typer.Option(30.0, "--timeout", help="seconds --wait waits"),
+    as_json: bool = typer.Option(False, "--json", help="with --wait: print the receipt as JSON"),
+) -> None:
+    """Publish a request for CAPABILITY to its capability topic; prints the message_id."""
+    body = parse_payload(payload)
+    if wait:
+        send_and_wait(capability, body, timeout=timeout, as_json=as_json, version=version, session_key=session,
+                      to_agent=to)
+        return
+    with Client(source="reach-cli") as client:
+        message_id = client.send(capability, body, version=version, session_key=session, to_agent=to)
+    console.print(message_id, highlight=False)
+
+
+def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, **fields: Any) -> None:
+    """Send with reply_to = this host's CLI reply topic, print the terminal receipt, exit by its status."""
+    from reach.cli.common import Exit
+    from reach.invoke import InvokeTimeout, host_client_id, result_value
+    from reach.records import Status
+
+    timeout_ms = max(int(timeout * 1000), 1)
+    with Client(source="reach-cli") as client:
+        client.replies(host_client_id())
+        try:
+            receipt = client.invoke_receipt(capability, body, timeout_ms=timeout_ms, **fields)
+        except InvokeTimeout as exc:
+            console.print(f"timed out after {timeout:g}s: {exc}", highlight=False)
+            raise typer.Exit(Exit.WAIT_TIMEOUT) from None
+    result = result_value(receipt)
+    if as_json:
+        console.print_json(json.dumps({
+            "message_id": receipt.message_id, "status": str(receipt.status), "agent_id": receipt.agent_id,
+            "instance_id": receipt.instance_id, "attempt": receipt.attempt,
+            "result": result.decode(errors="replace") if isinstance(result, bytes) else result,
+            "error": receipt.error.model_dump() if receipt.error else None,
+            "retry_after_ms": receipt.retry_after_ms,
+        }))
+    else:
+        console.print(f"{receipt.message_id} [bold]{receipt.status}[/]", highlight=False)
+        console.print(f"  agent     {receipt.agent_id or '-'}  instance {receipt.instance_id or '-'}  "
+                      f"attempt {receipt.attempt}", highlight=False)
+        if receipt.error is not None:
+            console.print(f"  error     {receipt.error.kind}/{receipt.error.code}: {receipt.error.message}",
+                          highlight=False)
+        if receipt.retry_after_ms:
+            console.print(f"  retry in  {receipt.retry_after_ms} ms", highlight=False)
+        if result is not None:
+            shown = json.dumps(result) if not isinstance(result, bytes) else repr(result)
+            console.print(f"  result    {shown}", highlight=False)
+    if receipt.status is not Status.COMPLETED:
+        raise typer.Exit(Exit.NOT_COMPLETED)

@@ -1,0 +1,137 @@
+"""The client SDK: build envelopes and publish them to capability topics (send; invoke comes later)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Self, cast
+
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from reach import clients, codec, topics, tracing
+from reach import headers as h
+from reach import invoke as invoke_
+from reach.envelopes import new_envelope, routing_key
+from reach.errors import InfraUnavailable, ReachError
+from reach.invoke import ReplyInbox
+from reach.names import Names
+from reach.records import Envelope, Receipt
+from reach.settings import KafkaSettings, ReachSettings
+
+
+class SendFailed(ReachError):
+    """The broker did not acknowledge an envelope."""
+
+
+class Client:
+    """Publishes envelopes (murmur2-keyed by session_key or message_id) and waits for the broker's ack."""
+
+    def __init__(self, *, kafka: KafkaSettings | None = None, settings: ReachSettings | None = None,
+                 source: str = "reach-client") -> None:
+        self.kafka = kafka or KafkaSettings()
+        self.settings = settings or ReachSettings()
+        self.names = Names(self.settings.namespace)
+        self.source = source
+        self._producer: Producer | None = None
+        self._admin: AdminClient | None = None
+        self._topics: set[str] = set()
+
+    def envelope(self, capability: str, payload: Any, **fields: Any) -> Envelope:
+        """A new envelope; inside an active span it joins that span's trace."""
+        fields.setdefault("source", self.source)
+        if fields.get("trace_id") is None:
+            fields["trace_id"] = tracing.current_trace_id()
+        return new_envelope(capability, payload, **fields)
+
+    def send(self, capability: str, payload: Any, **fields: Any) -> str:
+        """Build an envelope for `capability`, publish it to its capability topic; returns the message_id."""
+        envelope = self.envelope(capability, payload, **fields)
+        self.publish(envelope)
+        return envelope.message_id
+
+    def publish(self, envelope: Envelope, *, topic: str | None = None, partition: int | None = None,
+                timeout: float = 30.0) -> None:
+        """Publish one envelope (default: to its capability topic, created from topics.yaml if missing)."""
+        target = topic or self.names.capability(envelope.capability)
+        self._ensure(target)
+        outcome: list[KafkaError | None] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            outcome.append(err)
+
+        headers = [*tracing.inject(envelope), (h.MESSAGE_ID, envelope.message_id.encode())]
+        kwargs: dict[str, Any] = {"key": routing_key(envelope).encode(), "value": codec.encode(envelope),
+                                  "headers": headers, "on_delivery": delivered}
+        if partition is not None:
+            kwargs["partition"] = partition
+        producer = self._producer_()
+        producer.produce(target, **kwargs)
+        deadline = time.monotonic() + timeout
+        while not outcome and time.monotonic() < deadline:
+            producer.poll(0.05)
+        if not outcome:
+            raise InfraUnavailable(f"No acknowledgement from the broker for {envelope.message_id} on {target} "
+                                   f"within {timeout:.0f}s. Check REACH_BOOTSTRAP.")
+        if outcome[0] is not None:
+            raise SendFailed(f"The broker refused {envelope.message_id} on {target}: {outcome[0]}")
+
+    def close(self) -> None:
+        """Flush what is still queued."""
+        if self._producer is not None:
+            self._producer.flush(10)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _producer_(self) -> Producer:
+        if self._producer is None:
+            self._producer = clients.producer(self.kafka)
+        return self._producer
+
+    def _ensure(self, topic: str) -> None:
+        if topic in self._topics:
+            return
+        if self._admin is None:
+            self._admin = clients.admin(self.kafka)
+            clients.check_reachable(self._admin)
+        meta = self._admin.list_topics(topic=topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            family = self.names.family_of(topic)
+            if family is None:
+                raise ReachError(f"Topic {topic} does not exist and is not a family topic; "
+                                 "run `reach topics apply`.")
+            spec = topics.load(self.settings.topics_file).family(cast(topics.Family, family))
+            topics.ensure_topic(self._admin, topic, spec)
+        self._topics.add(topic)
+
+    # -- request/response: invoke, invoke_chain (reach.invoke) -----------------------------------------
+
+    def replies(self, client_id: str | None = None) -> ReplyInbox:
+        """This client's reply topic `<ns>.replies.<client_id>`, created and opened on first use."""
+        inbox: ReplyInbox | None = getattr(self, "_reply_inbox", None)
+        if inbox is None:
+            inbox = ReplyInbox(self, client_id=client_id)
+            self._reply_inbox = inbox
+        return inbox
+
+    def invoke(self, capability: str, payload: Any, *, version: str = "*",
+               timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> Any:
+        """Send a request and return the agent's result; raises InvokeFailed / InvokeRejected /
+        InvokeUnroutable / InvokeTimeout (all InvokeError) for any other ending."""
+        return invoke_.invoke(self, self.replies(), capability, payload, version=version,
+                              timeout_ms=timeout_ms, **fields)
+
+    def invoke_receipt(self, capability: str, payload: Any, *, version: str = "*",
+                       timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> Receipt:
+        """Send a request and return its first terminal receipt, whatever its status."""
+        return invoke_.invoke_receipt(self, self.replies(), capability, payload, version=version,
+                                      timeout_ms=timeout_ms, **fields)
+
+    def invoke_chain(self, steps: Sequence[invoke_.Step | str], reducer: invoke_.Reducer, *,
+                     initial: Any = None, timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS) -> invoke_.ChainResult:
+        """Run steps under one trace_id, feeding each step's result and step status to the reducer."""
+        return invoke_.invoke_chain(self, self.replies(), steps, reducer, initial=initial, timeout_ms=timeout_ms)

@@ -1,0 +1,254 @@
+"""Request/response over Kafka: wait for a message's first terminal receipt on a per-client reply topic.
+
+The router forwards each (message, generation)'s first terminal receipt to the envelope's
+reply_to; a ReplyInbox owns one reply topic (`<ns>.replies.<client_id>`, created from the
+`replies` family), reads it from where it stood when opened, and hands each receipt to whoever
+waits for that message_id.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from confluent_kafka import Consumer, TopicPartition
+
+from reach import clients, codec, topics
+from reach.errors import ReachError
+from reach.records import Receipt, Status, StepStatus
+
+if TYPE_CHECKING:
+    from reach.client import Client
+
+DEFAULT_TIMEOUT_MS = 30_000
+
+
+class InvokeError(ReachError):
+    """The request did not complete; `.receipt` is its terminal receipt (None on a timeout)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, message_id: str, receipt: Receipt | None = None) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+        self.receipt = receipt
+
+
+class InvokeFailed(InvokeError):
+    """The agent failed it (business error, retries exhausted) or the router shed it (kind OVERLOAD)."""
+
+
+class InvokeRejected(InvokeError):
+    """The envelope itself was faulty (REJECTED): fix the request, do not retry it as is."""
+
+
+class InvokeUnroutable(InvokeError):
+    """No instance serves the capability (UNROUTABLE, or DEAD_LETTERED with reason NO_ROUTE)."""
+
+
+class InvokeTimeout(InvokeError):
+    """No terminal receipt within the timeout, or the budget ran out (EXPIRED)."""
+
+    exit_code = 3
+
+
+def _describe(receipt: Receipt) -> str:
+    who = f" by {receipt.agent_id} ({receipt.instance_id})" if receipt.instance_id else ""
+    error = f": {receipt.error.kind}/{receipt.error.code}: {receipt.error.message}" if receipt.error else ""
+    retry = f"; retry after {receipt.retry_after_ms} ms" if receipt.retry_after_ms else ""
+    return f"{receipt.capability} request {receipt.message_id} ended {receipt.status}{who}{error}{retry}"
+
+
+def raise_for(receipt: Receipt) -> None:
+    """Raise the typed error a terminal receipt other than COMPLETED stands for."""
+    status, text, mid = receipt.status, _describe(receipt), receipt.message_id
+    if status is Status.COMPLETED:
+        return
+    if status is Status.REJECTED:
+        raise InvokeRejected(text, message_id=mid, receipt=receipt)
+    if status is Status.UNROUTABLE or (status is Status.DEAD_LETTERED and receipt.error
+                                       and receipt.error.kind == "NO_ROUTE"):
+        raise InvokeUnroutable(text, message_id=mid, receipt=receipt)
+    if status is Status.EXPIRED:
+        raise InvokeTimeout(text, message_id=mid, receipt=receipt)
+    raise InvokeFailed(text, message_id=mid, receipt=receipt)
+
+
+def result_value(receipt: Receipt) -> Any:
+    """A receipt's result: the JSON value when it parses, else the raw bytes; None without a result."""
+    if receipt.result is None:
+        return None
+    try:
+        return json.loads(receipt.result)
+    except ValueError:
+        return receipt.result
+
+
+def default_client_id() -> str:
+    """A reply-topic id unique to this process."""
+    return f"c{uuid.uuid4().hex[:12]}"
+
+
+def host_client_id(prefix: str = "cli") -> str:
+    """A stable reply-topic id for command-line use on this host (one topic, not one per run)."""
+    host = re.sub(r"[^a-z0-9-]+", "-", socket.gethostname().lower()).strip("-") or "host"
+    return f"{prefix}-{host}"
+
+
+class ReplyInbox:
+    """One client's reply topic; thread-safe `wait(message_id)`."""
+
+    def __init__(self, client: Client, *, client_id: str | None = None) -> None:
+        self.client_id = client_id or default_client_id()
+        self.topic = client.names.replies(self.client_id)
+        admin = clients.admin(client.kafka)
+        clients.check_reachable(admin)
+        spec = topics.load(client.settings.topics_file).family("replies")
+        topics.ensure_topic(admin, self.topic, spec)
+        self._consumer = Consumer(client.kafka.consumer(f"{self.topic}.reader.{uuid.uuid4().hex[:6]}"))
+        meta = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
+        start = []
+        for p in meta.partitions:
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
+            start.append(TopicPartition(self.topic, p, high))
+        self._consumer.assign(start)
+        self._lock = threading.Lock()
+        self._arrived: dict[tuple[str, int], Receipt] = {}
+
+    def wait(self, message_id: str, *, generation: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Receipt:
+        """The first terminal receipt of (message_id, generation); InvokeTimeout when none comes in time."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        key = (message_id, generation)
+        while True:
+            with self._lock:
+                found = self._arrived.pop(key, None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise InvokeTimeout(
+                        f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still finish: "
+                        f"`reach status {message_id}` shows where it is.",
+                        message_id=message_id,
+                    )
+                for msg in self._consumer.consume(100, timeout=min(left, 0.2)):
+                    if msg.error() or msg.value() is None:
+                        continue
+                    try:
+                        receipt = codec.decode(cast(bytes, msg.value()), Receipt)
+                    except codec.DecodeError:
+                        continue
+                    self._arrived.setdefault((receipt.message_id, receipt.generation), receipt)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a chain: a capability and its payload (a value, or built from the previous step)."""
+
+    capability: str
+    payload: Any = None
+    version: str = "*"
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step of a chain produced."""
+
+    capability: str
+    message_id: str
+    status: StepStatus
+    result: Any
+    receipt: Receipt | None
+    error: InvokeError | None = None
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    """The reduced value of a chain, every step's outcome, and the trace they share."""
+
+    value: Any
+    steps: list[StepResult]
+    trace_id: str
+
+
+def invoke_receipt(
+    client: Client,
+    inbox: ReplyInbox,
+    capability: str,
+    payload: Any,
+    *,
+    version: str = "*",
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    **fields: Any,
+) -> Receipt:
+    """Send a request with reply_to = the inbox's topic and return its first terminal receipt (any status)."""
+    fields.setdefault("budget_ms", max(timeout_ms, 1))
+    envelope = client.envelope(capability, payload, version=version, reply_to=inbox.topic, **fields)
+    client.publish(envelope)
+    return inbox.wait(envelope.message_id, generation=envelope.generation, timeout_ms=timeout_ms)
+
+
+def invoke(
+    client: Client,
+    inbox: ReplyInbox,
+    capability: str,
+    payload: Any,
+    *,
+    version: str = "*",
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    **fields: Any,
+) -> Any:
+    """The agent's result for one request, or a typed InvokeError."""
+    receipt = invoke_receipt(client, inbox, capability, payload, version=version, timeout_ms=timeout_ms, **fields)
+    raise_for(receipt)
+    return result_value(receipt)
+
+
+Reducer = Callable[[Any, StepResult], Any]
+
+
+def invoke_chain(
+    client: Client,
+    inbox: ReplyInbox,
+    steps: Sequence[Step | str],
+    reducer: Reducer,
+    *,
+    initial: Any = None,
+    timeout_ms: int = DEFAULT_TIMEOUT_MS,
+) -> ChainResult:
+    """Run steps in order under one trace_id; `reducer(value, step_result)` gives the next step's payload.
+
+    A step whose Step.payload is None receives the reduced value so far; a failing step does not
+    raise: its StepResult has status `error` and the reducer decides (it may raise to stop).
+    """
+    from reach.envelopes import new_id
+
+    trace_id = fields_trace = new_id()
+    value, parent, results = initial, None, []
+    for raw_step in steps:
+        step = Step(raw_step) if isinstance(raw_step, str) else raw_step
+        payload = value if step.payload is None else step.payload
+        options = {"trace_id": fields_trace, "parent_id": parent, **step.options}
+        try:
+            receipt = invoke_receipt(client, inbox, step.capability, payload, version=step.version,
+                                     timeout_ms=timeout_ms, **options)
+            raise_for(receipt)
+            status = receipt.step_status or StepStatus.OK
+            outcome = StepResult(step.capability, receipt.message_id, status, result_value(receipt), receipt)
+        except InvokeError as exc:
+            outcome = StepResult(step.capability, exc.message_id, StepStatus.ERROR, None, exc.receipt, exc)
+        results.append(outcome)
+        parent = outcome.message_id
+        value = reducer(value, outcome)
+    return ChainResult(value, results, trace_id)

@@ -1,0 +1,155 @@
+"""The routing decision: filter, score and pick, as a pure function returning an outcome value."""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from reach.candidates import RouteRequest, select
+from reach.names import check_capability
+from reach.records import AgentRegistration, Weights
+from reach.scoring import ScoredDecision, ScoreParts, parts, score
+from reach.versions import BadVersion, parse_range
+
+DEFAULT_RETRY_AFTER_MS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send the original bytes to `partition` of `topic`, owned by the picked instance."""
+
+    decision: ScoredDecision
+    topic: str
+    partition: int
+
+    @property
+    def instance(self) -> AgentRegistration:
+        return self.decision.picked.registration
+
+
+@dataclass(frozen=True, slots=True)
+class Overload:
+    """Every matching instance is above the backpressure threshold: fail fast with a retry hint."""
+
+    retry_after_ms: int
+    scores: tuple[ScoreParts, ...]
+    weights: Weights
+
+
+@dataclass(frozen=True, slots=True)
+class NoRoute:
+    """No instance can serve the request; dead-letter it while its expire_at is in the future."""
+
+    dead_letter: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    """The envelope itself is faulty (code: UNDECODABLE, UNKNOWN_SCHEMA, EMPTY_CAPABILITY, ...)."""
+
+    code: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    """The request's total budget (deadline) was spent before it could be routed."""
+
+    message: str
+
+
+RouteOutcome = Forward | Overload | NoRoute | Reject | Expired
+
+
+def parse_request(envelope: Mapping[str, Any]) -> RouteRequest | Reject:
+    """The routing fields of a decoded envelope, or a Reject naming what is wrong with it."""
+    capability = envelope.get("capability") or ""
+    if not capability.strip():
+        return Reject("EMPTY_CAPABILITY", "the envelope names no capability; set `capability`")
+    try:
+        check_capability(capability)
+    except Exception as exc:  # InvalidName: its message says what is expected
+        return Reject("BAD_CAPABILITY", str(exc))
+    range_text = envelope.get("capability_version") or "*"
+    try:
+        parse_range(range_text)
+    except BadVersion as exc:
+        return Reject("BAD_VERSION_RANGE", str(exc))
+    return RouteRequest.from_envelope(envelope)
+
+
+def inbox_partition(registration: AgentRegistration, routing_key: str) -> int:
+    """A partition the instance owns; the same key always maps to the same one (session order)."""
+    owned = sorted(registration.assigned_partitions)
+    return owned[zlib.crc32(routing_key.encode()) % len(owned)]
+
+
+def decide(
+    request: RouteRequest,
+    registrations: Iterable[AgentRegistration],
+    *,
+    weights: Weights,
+    now_ms: int,
+    loads: Mapping[str, int] | None = None,
+    disabled: Collection[str] = frozenset(),
+    affinity: Mapping[str, str] | None = None,
+    rng: random.Random | None = None,
+    payload: bytes | None = None,
+    retry_after_ms: int = DEFAULT_RETRY_AFTER_MS,
+) -> RouteOutcome:
+    """Decide where a request goes. Pass `payload` only when the capability's policy validates at the router."""
+    if request.deadline is not None and request.deadline <= now_ms:
+        return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
+    selection = select(request, registrations, loads=loads, disabled=disabled)
+    if selection.all_overloaded:
+        aff = (affinity or {}).get(request.session_key or "")
+        scores = tuple(parts(request, c, weights, aff) for c in selection.overloaded)
+        return Overload(retry_after_ms, scores, weights)
+    if not selection.candidates:
+        future = request.expire_at is not None and request.expire_at > now_ms
+        detail = f" {request.version_range}" if request.version_range != "*" else ""
+        target = f" of {request.to_agent}" if request.to_agent else ""
+        return NoRoute(
+            future,
+            f"no READY instance{target} serves {request.capability}{detail} for tenant {request.tenant!r}",
+        )
+    decision = score(request, selection.candidates, weights, affinity or {}, rng or random.Random())
+    if payload is not None:
+        problem = validation_error(decision.picked.capability.input_schema, payload, request.content_type)
+        if problem is not None:
+            return Reject("INVALID_INPUT", problem)
+    reg = decision.picked.registration
+    return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key))
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_text: str) -> Any:
+    from jsonschema import Draft202012Validator
+
+    schema = json.loads(schema_text or "{}")
+    return Draft202012Validator(schema)
+
+
+def validation_error(schema_text: str, payload: bytes, content_type: str) -> str | None:
+    """Why a JSON payload violates the capability's input schema, or None when it conforms."""
+    if "json" not in content_type:
+        return None
+    try:
+        document = json.loads(payload)
+    except ValueError as exc:
+        return f"payload is not JSON ({exc}); content_type says {content_type}"
+    try:
+        validator = _validator(schema_text)
+    except ValueError:
+        return None  # an agent's broken schema is its problem, not the caller's
+    error = next(iter(validator.iter_errors(document)), None)
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+    return f"payload violates the input schema at {where}: {error.message}"

@@ -1,0 +1,207 @@
+"""The router's state loop: registry and control (compacted, read from the beginning) and receipts (from the end).
+
+One group-less consumer reads all three. Registry and control rebuild the in-memory views on every
+start, since the topics are compacted (the state survives in Kafka). Receipts feed the load
+tracker and the reply forwarding; they are read from the end because only messages this worker
+routes need their replies, and loads are re-based by the next heartbeat anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from reach.codec import DecodeError, decode, decode_dict
+from reach.control import ControlView
+from reach.envelopes import now_ms
+from reach.names import Names
+from reach.records import TERMINAL, AgentRegistration, Control, Status
+from reach.registry import RegistryView
+from reach.settings import KafkaSettings
+from reach.streams.exceptions import NotReady
+from reach.streams.loads import LoadTracker
+from reach.streams.replies import ReplyBook
+
+log = logging.getLogger("reach.router.state")
+
+_FINISHING = frozenset(s.value for s in TERMINAL) | {Status.ATTEMPT_FAILED.value, Status.RETRY_SCHEDULED.value}
+_TERMINAL = frozenset(s.value for s in TERMINAL)
+
+
+class RouterState:
+    """The views the hot loop reads: registry, control, loads, reply_to book."""
+
+    def __init__(self) -> None:
+        self.registry = RegistryView()
+        self.control = ControlView()
+        self.loads = LoadTracker()
+        self.replies = ReplyBook()
+        self.ready = threading.Event()
+        self._latest: dict[str, AgentRegistration] = {}
+
+    def apply_registration(self, instance_id: str, registration: AgentRegistration | None) -> None:
+        self.registry.apply(instance_id, registration)
+        if registration is None:
+            self._latest.pop(instance_id, None)
+        else:
+            self._latest[instance_id] = registration
+            self.loads.heartbeat(instance_id, registration.heartbeat_at)
+
+    def live(self, now: int) -> list[AgentRegistration]:
+        return self.registry.live(now)
+
+    def registration(self, instance_id: str) -> AgentRegistration | None:
+        """The latest heartbeat seen from an instance, whatever its state."""
+        return self._latest.get(instance_id)
+
+
+class StateLoop:
+    """Keeps a RouterState current; forwards first terminal receipts to their reply_to topic."""
+
+    def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings) -> None:
+        self._state = state
+        self._names = names
+        self._kafka = kafka
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._replies: Producer | None = None
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="reach-router-state", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        if not self._state.ready.wait(timeout):
+            raise NotReady(
+                f"the router did not finish reading {self._names.registry} and {self._names.control} "
+                f"within {timeout:.0f}s{f' ({self.error})' if self.error else ''}; is the broker up and "
+                "`reach topics apply` done?"
+            )
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                self._loop()
+                return
+            except (KafkaException, NotReady) as exc:  # e.g. NOT_LEADER right after topic creation: retriable
+                self.error = exc
+                log.warning("router state loop restarting in %.1fs: %s", backoff, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except BaseException as exc:  # noqa: BLE001 - surfaced through .error and the router's health
+                self.error = exc
+                log.exception("router state loop stopped")
+                return
+
+    def _loop(self) -> None:
+        group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
+        consumer = Consumer(self._kafka.consumer(group, **{"fetch.wait.max.ms": 20}))
+        self._replies = Producer(self._kafka.producer(**{"linger.ms": 1}))
+        try:
+            targets = self._assign(consumer)
+            self.error = None
+            if not targets:
+                self._state.ready.set()
+            next_prune = now_ms() + 30_000
+            while not self._stop.is_set():
+                batch = consumer.consume(500, timeout=0.2)
+                if not batch and targets:
+                    self._caught_up(consumer, targets)
+                for msg in batch:
+                    if msg.error():
+                        log.warning("state consumer: %s", msg.error())
+                        continue
+                    self._dispatch(msg.topic() or "", msg.key(), msg.value())
+                    if targets:
+                        tp = (msg.topic(), msg.partition())
+                        if tp in targets and (msg.offset() or 0) + 1 >= targets[tp]:
+                            del targets[tp]
+                            if not targets:
+                                self._state.ready.set()
+                self._replies.poll(0)
+                if now_ms() > next_prune:
+                    self._state.replies.prune(now_ms())
+                    next_prune = now_ms() + 30_000
+        finally:
+            self._replies.flush(5)
+            consumer.close()
+
+    def _caught_up(self, consumer: Consumer, targets: dict[tuple[str, int], int]) -> None:
+        """When idle, a position at or past the target also counts (the tail may be compacted away)."""
+        for tp in consumer.position([TopicPartition(t, p) for t, p in targets]):
+            if tp.offset >= targets[(tp.topic, tp.partition)]:
+                del targets[(tp.topic, tp.partition)]
+        if not targets:
+            self._state.ready.set()
+
+    def _assign(self, consumer: Consumer) -> dict[tuple[str, int], int]:
+        """Assign registry/control from the beginning and receipts at their end; return catch-up targets."""
+        names = self._names
+        meta = consumer.list_topics(timeout=15).topics
+        assignment: list[TopicPartition] = []
+        targets: dict[tuple[str, int], int] = {}
+        for topic in (names.registry, names.control, names.receipts):
+            tmeta = meta.get(topic)
+            if tmeta is None or tmeta.error is not None:
+                raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
+            for p in tmeta.partitions:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
+                if topic == names.receipts:
+                    assignment.append(TopicPartition(topic, p, high))
+                else:
+                    assignment.append(TopicPartition(topic, p, OFFSET_BEGINNING))
+                    if high > low:
+                        targets[(topic, p)] = high
+        consumer.assign(assignment)
+        return targets
+
+    def _dispatch(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        names = self._names
+        try:
+            if topic == names.receipts:
+                if value is not None:
+                    self._receipt(value)
+            elif topic == names.registry:
+                instance_id = (key or b"").decode()
+                registration = decode(value, AgentRegistration) if value is not None else None
+                self._state.apply_registration(instance_id, registration)
+            elif topic == names.control:
+                self._state.control.apply((key or b"").decode(), decode(value, Control) if value else None)
+        except DecodeError as exc:
+            log.warning("skipping an undecodable record on %s: %s", topic, exc)
+
+    def _receipt(self, value: bytes) -> None:
+        receipt: dict[str, Any] = decode_dict("Receipt", value)
+        status = receipt["status"]
+        key = (receipt["message_id"], receipt.get("generation", 0), receipt.get("attempt", 1))
+        if status == Status.ROUTED.value:
+            if receipt.get("instance_id"):
+                self._state.loads.routed(key, receipt["instance_id"], receipt["at"])
+            return
+        if status in _FINISHING:
+            self._state.loads.finished(key)
+        if status in _TERMINAL:
+            reply_to = self._state.replies.take(receipt["message_id"], receipt.get("generation", 0))
+            if reply_to and self._replies is not None:
+                self._forward_reply(reply_to, receipt["message_id"], value)
+
+    def _forward_reply(self, topic: str, message_id: str, value: bytes) -> None:
+        def report(err: Any, _msg: Any) -> None:
+            if err is not None:
+                log.warning("reply for %s to %s not delivered: %s", message_id, topic, err)
+
+        try:
+            self._replies.produce(topic, key=message_id.encode(), value=value, on_delivery=report)  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - a bad reply_to must not stop the state loop
+            log.warning("reply for %s to %r not sent: %s", message_id, topic, exc)

@@ -1,0 +1,69 @@
+"""W3C trace context in Kafka headers (opentelemetry): injected on send, extracted by the agent runner."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from ulid import ULID
+
+from reach import headers as h
+from reach.records import Envelope
+
+_HEX32 = re.compile(r"[0-9a-f]{32}")
+
+
+def trace_int(trace_id: str) -> int:
+    """The 128-bit W3C trace id of an envelope's trace_id (a ULID, 32 hex digits, or anything else hashed)."""
+    text = trace_id.lower()
+    if _HEX32.fullmatch(text):
+        value = int(text, 16)
+    else:
+        try:
+            value = int(ULID.from_str(trace_id))
+        except ValueError:
+            value = int.from_bytes(hashlib.blake2b(trace_id.encode(), digest_size=16).digest(), "big")
+    return value or 1
+
+
+def _span_int(message_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(message_id.encode(), digest_size=8).digest(), "big") or 1
+
+
+def current_trace_id() -> str | None:
+    """The active span's trace id as a ULID string (so envelope and W3C ids agree), or None."""
+    ctx = trace.get_current_span().get_span_context()
+    return str(ULID.from_int(ctx.trace_id)) if ctx.is_valid else None
+
+
+def inject(envelope: Envelope) -> list[tuple[str, bytes]]:
+    """Kafka headers carrying the caller's span, or one synthesized from the envelope's trace_id."""
+    carrier: dict[str, str] = {}
+    current = trace.get_current_span().get_span_context()
+    if current.is_valid and current.trace_id == trace_int(envelope.trace_id):
+        propagate.inject(carrier)
+    else:
+        carrier[h.TRACEPARENT] = (f"00-{trace_int(envelope.trace_id):032x}-"
+                                  f"{_span_int(envelope.message_id):016x}-01")
+    return [(k, v.encode()) for k, v in carrier.items()]
+
+
+def extract(headers: Iterable[tuple[str, bytes]] | None, envelope: Envelope) -> Context:
+    """The caller's trace context from Kafka headers, else the envelope's trace_id as a remote parent."""
+    carrier = {k: v.decode(errors="replace") for k, v in (headers or [])}
+    if h.TRACEPARENT in carrier:
+        ctx = propagate.extract(carrier)
+        if trace.get_current_span(ctx).get_span_context().is_valid:
+            return ctx
+    parent = SpanContext(trace_id=trace_int(envelope.trace_id), span_id=_span_int(envelope.message_id),
+                         is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    return trace.set_span_in_context(NonRecordingSpan(parent))
+
+
+def tracer() -> trace.Tracer:
+    """The tracer Reach's own spans use (a no-op until the application installs an SDK)."""
+    return trace.get_tracer("reach")

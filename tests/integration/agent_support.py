@@ -1,0 +1,126 @@
+"""Helpers for the agent integration tests: topic readers, in-process and subprocess agents, polling."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from reach import codec
+from reach.agent import Agent
+from reach.records import Receipt, Status
+from reach.settings import KafkaSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class Record:
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+    partition: int
+    offset: int
+
+
+class TopicReader:
+    """Reads a whole topic from the beginning and keeps everything it saw."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.records: list[Record] = []
+        self._consumer = Consumer(KafkaSettings().consumer(f"test-reader-{uuid.uuid4().hex[:8]}"))
+        meta = self._consumer.list_topics(topic, timeout=10).topics[topic]
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+
+    def poll(self, seconds: float = 0.3) -> list[Record]:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            msg = self._consumer.poll(0.1)
+            if msg is None or msg.error():
+                continue
+            headers = {k: (v if isinstance(v, bytes) else str(v).encode()) for k, v in (msg.headers() or [])}
+            self.records.append(Record(msg.key(), msg.value(), headers, msg.partition() or 0, msg.offset() or 0))
+        return self.records
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class Receipts(TopicReader):
+    """The receipts topic, decoded and grouped by message_id."""
+
+    def by_message(self) -> dict[str, list[Receipt]]:
+        out: dict[str, list[Receipt]] = {}
+        for rec in self.poll():
+            if rec.value is not None:
+                receipt = codec.decode(rec.value, Receipt)
+                out.setdefault(receipt.message_id, []).append(receipt)
+        return out
+
+    def wait_status(self, message_ids: list[str], status: Status, timeout: float = 30) -> dict[str, list[Receipt]]:
+        """Wait until every message has a receipt with `status`; returns all receipts by message."""
+        def check() -> dict[str, list[Receipt]] | None:
+            seen = self.by_message()
+            ok = all(any(r.status is status for r in seen.get(m, [])) for m in message_ids)
+            return seen if ok else None
+
+        return wait_for(check, timeout, f"{status} for {len(message_ids)} message(s)")
+
+
+@contextmanager
+def running(agent: Agent) -> Iterator[threading.Thread]:
+    """Run an agent in a thread of this process; stop it (drain + tombstone) on exit."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            agent.run(install_signals=False)
+        except BaseException as exc:  # noqa: BLE001 - surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, name=f"agent-{agent.instance_id}", daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        agent.stop()
+        thread.join(timeout=60)
+        assert not thread.is_alive(), "agent did not stop within 60s"
+        if errors:
+            raise errors[0]
+
+
+def spawn(target: str, **env: str) -> subprocess.Popen[bytes]:
+    """`python -m reach agent run TARGET` from the repo root with this test's REACH_* environment."""
+    return subprocess.Popen([sys.executable, "-m", "reach", "agent", "run", target], cwd=ROOT,
+                            env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def reach_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the `reach` command line and capture its output."""
+    return subprocess.run([sys.executable, "-m", "reach", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
