@@ -36,6 +36,8 @@ class RouteRequest:
     trace_id: str = ""
     reply_to: str | None = None
     content_type: str = "application/json"
+    delivery_timeout_ms: int | None = None
+    reroutes: int = 0
 
     @classmethod
     def from_envelope(cls, env: Mapping[str, Any]) -> RouteRequest:
@@ -58,6 +60,8 @@ class RouteRequest:
             trace_id=env.get("trace_id") or "",
             reply_to=env.get("reply_to"),
             content_type=env.get("content_type") or "application/json",
+            delivery_timeout_ms=env.get("delivery_timeout_ms"),
+            reroutes=env.get("reroutes", 0),
         )
 
     @property

@@ -22,9 +22,9 @@ REJECTED = "REJECTED"
 
 
 def provenance(topic: str, partition: int, offset: int, reason: str,
-               message_id: str | None = None) -> list[tuple[str, bytes]]:
+               message_id: str | None = None) -> headers.Headers:
     """The `x-reach-origin-*` headers every dead letter carries."""
-    out = [(headers.ORIGIN_TOPIC, topic.encode()), (headers.ORIGIN_PARTITION, str(partition).encode()),
+    out: headers.Headers = [(headers.ORIGIN_TOPIC, topic.encode()), (headers.ORIGIN_PARTITION, str(partition).encode()),
            (headers.ORIGIN_OFFSET, str(offset).encode()), (headers.REASON, reason.encode())]
     if message_id:
         out.append((headers.MESSAGE_ID, message_id.encode()))
@@ -32,15 +32,15 @@ def provenance(topic: str, partition: int, offset: int, reason: str,
 
 
 def letter(raw: bytes, *, reason: str, error: ErrorInfo | None, origin: tuple[str, int, int],
-           envelope: Envelope | None = None, agent_id: str | None = None,
-           first_failure_at: int | None = None) -> tuple[bytes, list[tuple[str, bytes]]]:
+           envelope: Envelope | None = None, agent_id: str | None = None, message_id: str | None = None,
+           first_failure_at: int | None = None) -> tuple[bytes, headers.Headers]:
     """An encoded DeadLetter (original bytes untouched) and its provenance headers."""
     now = now_ms()
     topic, partition, offset = origin
     record = DeadLetter(
         envelope=raw, reason=reason, error=error,
         attempts=envelope.attempt if envelope else 0, generation=envelope.generation if envelope else 0,
-        message_id=envelope.message_id if envelope else None,
+        message_id=envelope.message_id if envelope else message_id,
         capability=envelope.capability if envelope else None, agent_id=agent_id,
         first_failure_at=first_failure_at or (envelope.created_at if envelope else now), last_failure_at=now,
         origin_topic=topic, origin_partition=partition, origin_offset=offset,

@@ -19,7 +19,7 @@ class PlannedRetry:
     topic: str
     key: str
     value: bytes
-    headers: list[tuple[str, bytes]]
+    headers: headers.Headers
     envelope: Envelope
     due_at: int
     delay_ms: int
@@ -39,7 +39,7 @@ def plan_retry(envelope: Envelope, *, names: Names, tiers: list[str], limits: Li
                                       "excluded_instances": excluded})
     due = now_ms + delay
     target = names.capability(envelope.capability)
-    hdrs = [(headers.DUE_AT, str(due).encode()), (headers.TARGET, target.encode()),
+    hdrs: headers.Headers = [(headers.DUE_AT, str(due).encode()), (headers.TARGET, target.encode()),
             (headers.MESSAGE_ID, envelope.message_id.encode())]
     return PlannedRetry(topic=names.retry(tier_for(delay, tiers)), key=routing_key(nxt), value=codec.encode(nxt),
                         headers=hdrs, envelope=nxt, due_at=due, delay_ms=delay, nominal_ms=nominal)

@@ -9,6 +9,7 @@
 | REACH_TOPICS_FILE         | topics.yaml                 | declared topics                                     |
 | REACH_SCHEMA_REGISTRY_URL | (none)                      | use Confluent Schema Registry framing when set      |
 | REACH_WEB_PORT            | 6066                        | the stream app's HTTP port                          |
+| REACH_WEB_HOST            | 127.0.0.1                   | the address it binds and advertises to other workers|
 | REACH_STATUS_RETENTION    | 604800 (7 days, seconds)    | how long terminal status rows are kept              |
 """
 
@@ -35,6 +36,7 @@ class ReachSettings(BaseSettings):
     namespace: str = "reach"
     topics_file: Path = Path("topics.yaml")
     web_port: int = 6066
+    web_host: str = "127.0.0.1"
     status_retention: int = 7 * 24 * 3600
     schema_registry_url: str | None = None
 

@@ -49,6 +49,11 @@ class StatusRow(BaseModel):
     result: str | None = None  # the result as text (JSON) when the terminal receipt carried one
     terminal_at: int | None = None
     updated_at: int
+    deadline: int | None = None  # the envelope's total budget end, for the timekeeper
+    delivery_due_at: int | None = None  # ROUTED and not STARTED by then: the timekeeper reroutes
+    inbox: tuple[str, int, int] | None = None  # where the last ROUTED forwarded the envelope
+    routed_instance: str | None = None
+    reroutes: int = 0
     timeline: list[Step] = []
 
     @property
@@ -72,13 +77,13 @@ def fold(row: StatusRow | None, receipt: Receipt) -> StatusRow:
     timeline; an exact duplicate changes nothing; a newer generation (a replay) reopens the row."""
     step = _step(receipt)
     if row is None or receipt.generation > row.generation:
-        return _current(receipt, [*(row.timeline if row else []), step])
+        return _current(receipt, [*(row.timeline if row else []), step], None)
     if step in row.timeline:
         return row
     timeline = sorted([*row.timeline, step], key=lambda s: (s.generation, s.at))
     if receipt.generation < row.generation or row.terminal or not _advances(row, receipt):
         return row.model_copy(update={"timeline": timeline})
-    return _current(receipt, timeline)
+    return _current(receipt, timeline, row)
 
 
 def _advances(row: StatusRow, receipt: Receipt) -> bool:
@@ -87,9 +92,17 @@ def _advances(row: StatusRow, receipt: Receipt) -> bool:
     return (receipt.attempt, _RANK[receipt.status]) >= (row.attempt, _RANK.get(row.status, 0))
 
 
-def _current(receipt: Receipt, timeline: list[Step]) -> StatusRow:
+def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None) -> StatusRow:
     terminal = receipt.status.is_terminal
+    routed = receipt.status is Status.ROUTED
+    decision = receipt.decision
+    inbox = None
+    if routed and decision and decision.topic and decision.partition is not None and decision.offset is not None:
+        inbox = (decision.topic, decision.partition, decision.offset)
     return StatusRow(
+        deadline=receipt.deadline or (previous.deadline if previous else None),
+        delivery_due_at=receipt.at + receipt.delivery_timeout_ms if routed and receipt.delivery_timeout_ms else None,
+        inbox=inbox, routed_instance=receipt.instance_id if routed else None, reroutes=receipt.reroutes,
         message_id=receipt.message_id, trace_id=receipt.trace_id, tenant=receipt.tenant,
         capability=receipt.capability, generation=receipt.generation, status=receipt.status,
         attempt=receipt.attempt, agent_id=receipt.agent_id, instance_id=receipt.instance_id,

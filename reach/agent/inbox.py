@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from confluent_kafka import Message
 
-from reach import codec
+from reach import codec, dlq
 from reach import headers as h
 from reach.envelopes import now_ms
-from reach.records import DeadLetter, Envelope, ErrorInfo, Receipt, Status, StepStatus
+from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 
-UNDECODABLE = "UNDECODABLE"
-UNKNOWN_SCHEMA = "UNKNOWN_SCHEMA"
+UNDECODABLE = dlq.UNDECODABLE
+UNKNOWN_SCHEMA = dlq.UNKNOWN_SCHEMA
 
 
 Headers = list[tuple[str, bytes]]
@@ -59,20 +59,11 @@ def read(value: bytes | None, headers: Headers) -> Envelope | BadRecord:
         return BadRecord(exc.raw, reason, str(exc), found.get(h.MESSAGE_ID) or None, trace_id)
 
 
-def dead_letter(bad: BadRecord, origin: Origin, agent_id: str) -> tuple[bytes, list[tuple[str, bytes]]]:
+def dead_letter(bad: BadRecord, origin: Origin, agent_id: str) -> tuple[bytes, h.Headers]:
     """The encoded DeadLetter and its provenance headers."""
-    now = now_ms()
-    record = DeadLetter(
-        envelope=bad.raw, reason=bad.reason, error=ErrorInfo(kind="INVALID_INPUT", code=bad.reason,
-                                                              message=bad.message[:1000]),
-        message_id=bad.message_id, agent_id=agent_id, first_failure_at=now, last_failure_at=now,
-        origin_topic=origin.topic, origin_partition=origin.partition, origin_offset=origin.offset,
-    )
-    headers = [(h.ORIGIN_TOPIC, origin.topic.encode()), (h.ORIGIN_PARTITION, str(origin.partition).encode()),
-               (h.ORIGIN_OFFSET, str(origin.offset).encode()), (h.REASON, bad.reason.encode())]
-    if bad.message_id:
-        headers.append((h.MESSAGE_ID, bad.message_id.encode()))
-    return codec.encode(record), headers
+    error = ErrorInfo(kind="INVALID_INPUT", code=bad.reason, message=bad.message[:1000])
+    return dlq.letter(bad.raw, reason=bad.reason, error=error, origin=(origin.topic, origin.partition, origin.offset),
+                      agent_id=agent_id, message_id=bad.message_id)
 
 
 def rejected_receipt(bad: BadRecord, agent_id: str, instance_id: str) -> Receipt | None:

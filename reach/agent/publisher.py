@@ -9,8 +9,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from reach.agent.exceptions import DeliveryFailed
-
-Headers = list[tuple[str, bytes]]
+from reach.headers import Headers
 
 
 class Publisher:

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from typing import Any
 
-from reach.envelopes import now_ms
+from reach import topics
+from reach.metrics import Metrics
 from reach.names import Names
+from reach.records import TERMINAL
 from reach.settings import KafkaSettings, ReachSettings
+from reach.status import StatusRow
+from reach.streams.delays import DelayForwarder
 from reach.streams.router import Router
 from reach.streams.stats import summary_line
+from reach.streams.status_table import attach_status_table
+from reach.streams.timekeeper import Timekeeper
+from reach.streams.views import attach_views
 
 log = logging.getLogger("reach.router")
 
@@ -28,33 +36,48 @@ def build_app(
     batch_size: int = 500,
     summary_interval: float = 10.0,
 ) -> Any:
-    """A faust.App whose worker runs one Router; `app.reach_router` is that Router (usable without faust)."""
+    """A faust.App whose worker runs the Router, the delay tiers, the status table and the timekeeper.
+
+    `app.reach_router` is the Router (usable without faust); `app.reach_status` the status table handle."""
     import faust
     from mode import Service
 
     reach_settings: ReachSettings = settings or ReachSettings()
     kafka = kafka or KafkaSettings()
     names = Names(reach_settings.namespace)
+    spec = topics.load(reach_settings.topics_file)
     router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size)
+    delays = DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka)
+    timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka)
+    metrics = Metrics()
     app = faust.App(
         names.router_app_id,
         broker=f"kafka://{kafka.servers()}",
         web_port=reach_settings.web_port,
+        web_bind=reach_settings.web_host,
+        canonical_url=f"http://{reach_settings.web_host}:{reach_settings.web_port}",
         autodiscover=False,
         store="memory://",
+        topic_replication_factor=spec.replication_factor,
+        topic_partitions=spec.topics["receipts"].partitions,
         # a restarted worker must not wait out a killed one for faust's 60 s default before routing
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
+    status = attach_status_table(app, names, metrics, partitions=spec.topics["receipts"].partitions,
+                                 retention_s=reach_settings.status_retention)
+    stop_delays = threading.Event()
 
     class RouterService(Service):  # type: ignore[misc]
-        """Starts the confluent hot path with the worker and stops it (last batch flushed) on shutdown."""
+        """Starts the confluent hot path and the delay tiers with the worker; stops them (flushed) with it."""
 
         async def on_start(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, lambda: router.start(ready_timeout=60))
+            threading.Thread(target=delays.run, args=(stop_delays,), name="reach-delays", daemon=True).start()
             log.info("router ready: namespace %s", reach_settings.namespace)
 
         async def on_stop(self) -> None:
+            stop_delays.set()
             await asyncio.get_running_loop().run_in_executor(None, router.stop)
 
         @Service.task
@@ -66,27 +89,18 @@ def build_app(
                 log.info(summary_line(before, after))
                 before = after
 
+    @app.timer(interval=0.5)
+    async def keep_time() -> None:
+        rows = [StatusRow.model_validate(raw) for raw in list(status.rows.values())
+                if raw and raw.get("status") not in _TERMINAL]
+        if rows:
+            await asyncio.get_running_loop().run_in_executor(None, timekeeper.tick, rows)
+
     app.service(RouterService)
+    attach_views(app, router, metrics)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
-
-    @app.page("/router/")
-    async def stats_view(web: Any, request: Any) -> Any:
-        snap = router.stats.snapshot()
-        return web.json({
-            "healthy": router.healthy(),
-            "totals": dict(snap.totals),
-            "by_capability": {k: dict(v) for k, v in snap.by_capability.items()},
-        })
-
-    @app.page("/router/instances/")
-    async def instances_view(web: Any, request: Any) -> Any:
-        now = now_ms()
-        live = router.state.live(now)
-        loads = router.state.loads.loads(live)
-        return web.json([
-            {"instance_id": r.instance_id, "agent_id": r.agent_id, "region": r.region,
-             "load": loads.get(r.instance_id, r.inflight), "max_concurrency": r.max_concurrency}
-            for r in live
-        ])
-
+    app.reach_status = status  # type: ignore[attr-defined]
     return app
+
+
+_TERMINAL = frozenset(s.value for s in TERMINAL)

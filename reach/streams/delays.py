@@ -77,7 +77,7 @@ class DelayForwarder:
             topic, part, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
             if msg.error() or (topic, part) in self._held:
                 continue  # records fetched behind a held head wait with it
-            hdrs = cast(list[tuple[str, str | bytes | None]], msg.headers() or [])
+            hdrs = cast(headers.Headers, msg.headers() or [])
             found = {k: v if isinstance(v, bytes) else str(v or "").encode() for k, v in hdrs}
             due = int(found[headers.DUE_AT]) if headers.DUE_AT in found else now
             if due > now:
@@ -112,8 +112,7 @@ class DelayForwarder:
         error = ErrorInfo(kind="INVALID_INPUT", code=dlq.UNDECODABLE,
                           message="a record on a delay tier is not a decodable Envelope")
         letter, hdrs = dlq.letter(value, reason=dlq.UNDECODABLE, error=error, origin=origin)
-        producer.produce(self.names.dlq, letter, key=f"{origin[0]}:{origin[1]}:{origin[2]}",
-                         headers=cast(list[tuple[str, str | bytes | None]], hdrs),
+        producer.produce(self.names.dlq, letter, key=f"{origin[0]}:{origin[1]}:{origin[2]}", headers=hdrs,
                          on_delivery=acked)
         self.dead_lettered += 1
         log.warning("delay tier: dead-lettered an undecodable record at %s", origin)

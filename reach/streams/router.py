@@ -18,6 +18,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from reach import dlq
 from reach import headers as H
 from reach.candidates import RouteRequest
 from reach.codec import DecodeError, UnknownSchema, decode_dict, encode_dict
@@ -430,12 +431,7 @@ class Router:
             self.names.dlq,
             key=(message_id or _fallback_id(msg)).encode(),
             value=encode_dict("DeadLetter", record),
-            headers=[
-                (H.ORIGIN_TOPIC, topic.encode()),
-                (H.ORIGIN_PARTITION, str(partition).encode()),
-                (H.ORIGIN_OFFSET, str(offset).encode()),
-                (H.REASON, reason.encode()),
-            ],
+            headers=dlq.provenance(topic, partition, offset, reason, message_id),
             on_delivery=batch.report,
         )
 
@@ -475,5 +471,8 @@ def _receipt(request: RouteRequest, status: Status, at: int, **fields: Any) -> d
         "status": status.value,
         "attempt": request.attempt,
         "at": at,
+        "deadline": request.deadline,
+        "delivery_timeout_ms": request.delivery_timeout_ms,
+        "reroutes": request.reroutes,
         **fields,
     }

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient
 
 from reach.local.infra import KAFKA_VERSION, LocalInfra
 from reach.settings import ReachSettings
+from tests.integration.stream_app import StreamApp
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,13 @@ def namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     admin = clients.admin()
     topics.apply(admin, topics.plan(admin, spec.resolved(Names(ns))))
     return ns
+
+
+@pytest.fixture
+def stream_app(namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StreamApp]:
+    """A running `reach router` (faust worker: hot path, delay tiers, status table, timekeeper, web views)."""
+    app = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
+    app.start()
+    yield app
+    app.stop()

@@ -63,3 +63,15 @@ def test_retention_starts_when_the_row_turns_terminal() -> None:
     assert not expired(row, now_ms=1_500, retention_ms=1_000)
     assert expired(row, now_ms=2_000, retention_ms=1_000)
     assert not expired(run(r(Status.STARTED, 1)), now_ms=10**12, retention_ms=1)
+
+
+def test_routed_opens_a_delivery_window_that_started_closes() -> None:
+    from reach.records import Decision
+
+    routed = r(Status.ROUTED, 100, deadline=5_000, delivery_timeout_ms=400, instance_id="i1",
+               decision=Decision(topic="ns.agent.a", partition=3, offset=42, picked_instance="i1"))
+    row = run(routed)
+    assert (row.delivery_due_at, row.inbox, row.routed_instance, row.deadline) == (500, ("ns.agent.a", 3, 42),
+                                                                                  "i1", 5_000)
+    started = run(routed, r(Status.STARTED, 200))
+    assert started.delivery_due_at is None and started.deadline == 5_000

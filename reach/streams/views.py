@@ -1,0 +1,66 @@
+"""The stream app's operational views: /agents, /healthz, /metrics, /routing (status views live with the table)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from reach.envelopes import now_ms
+from reach.metrics import Metrics
+from reach.records import AgentState
+from reach.streams.router import Router
+
+
+def registry_rows(router: Router) -> list[dict[str, Any]]:
+    """The registry as `reach agents --json` shows it."""
+    now = now_ms()
+    rows = []
+    for info in router.state.registry.instances(now):
+        reg = info.registration
+        rows.append({
+            "agent_id": reg.agent_id, "instance_id": reg.instance_id, "state": info.effective_state.value,
+            "capabilities": [f"{c.name}@{c.version}" for c in reg.capabilities], "region": reg.region,
+            "inflight": reg.inflight, "max_concurrency": reg.max_concurrency, "load": round(info.load, 4),
+            "heartbeat_age_ms": info.heartbeat_age_ms, "assigned_partitions": reg.assigned_partitions,
+        })
+    return rows
+
+
+def update_registry_gauges(router: Router, metrics: Metrics) -> None:
+    """Agents by state and READY instances per capability (for the no-READY-instance alert)."""
+    now = now_ms()
+    by_state: Counter[tuple[str, str]] = Counter()
+    ready: Counter[str] = Counter()
+    for info in router.state.registry.instances(now):
+        reg = info.registration
+        by_state[(reg.agent_id, info.effective_state.value)] += 1
+        if info.effective_state is AgentState.READY:
+            for capability in reg.capabilities:
+                ready[capability.name] += 1
+    metrics.agents.clear()
+    for (agent_id, state), count in by_state.items():
+        metrics.agents.labels(agent_id, state).set(count)
+    for name in set(ready) | set(router.stats.snapshot().by_capability):
+        metrics.ready.labels(name).set(ready.get(name, 0))
+
+
+def attach_views(app: Any, router: Router, metrics: Metrics) -> None:
+    @app.page("/agents")
+    async def agents(web: Any, request: Any) -> Any:
+        return web.json(registry_rows(router))
+
+    @app.page("/healthz")
+    async def healthz(web: Any, request: Any) -> Any:
+        healthy = router.healthy()
+        return web.json({"ok": healthy, "router": "running" if healthy else "stopped"}, status=200 if healthy else 503)
+
+    @app.page("/metrics")
+    async def prometheus(web: Any, request: Any) -> Any:
+        update_registry_gauges(router, metrics)
+        return web.bytes(metrics.exposition(), content_type="text/plain; version=0.0.4")
+
+    @app.page("/routing")
+    async def stats_view(web: Any, request: Any) -> Any:
+        snap = router.stats.snapshot()
+        return web.json({"healthy": router.healthy(), "totals": dict(snap.totals),
+                         "by_capability": {k: dict(v) for k, v in snap.by_capability.items()}})

@@ -1,0 +1,81 @@
+"""The stream app (`python -m reach router`: faust worker + hot path) as a subprocess for integration tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from reach.local.process import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class StreamApp:
+    """One `reach router` worker on its own web port; restartable, killable."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self.log_dir = log_dir
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 90) -> StreamApp:
+        self.starts += 1
+        log = open(self.log_dir / f"router-{self.starts}.log", "wb")
+        env = {**os.environ, "REACH_WEB_PORT": str(self.port)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "reach", "router", "--interval", "2"], cwd=ROOT,
+                                     env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"router exited: {self.log_tail()}")
+            try:
+                if self.get("/healthz").get("ok"):
+                    return self
+            except (OSError, ValueError, urllib.error.URLError):
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"router not healthy within {timeout}s: {self.log_tail()}")
+
+    def get(self, path: str) -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=10) as resp:
+                data: dict[str, Any] = json.loads(resp.read())
+                return data
+        except urllib.error.HTTPError as exc:
+            body: dict[str, Any] = json.loads(exc.read() or b"{}")
+            body["_status"] = exc.code
+            return body
+
+    def text(self, path: str) -> str:
+        with urllib.request.urlopen(self.url + path, timeout=10) as resp:
+            return str(resp.read().decode())
+
+    def kill(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 40) -> str:
+        path = self.log_dir / f"router-{self.starts}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
