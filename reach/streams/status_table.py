@@ -41,13 +41,19 @@ def attach_status_table(
     """Define the status table, the trace index, the folding agents, the expiry timer and the HTTP views."""
     receipts = app.topic(names.receipts, key_type=bytes, value_type=bytes, value_serializer="raw",
                          partitions=partitions)
-    changelog = app.topic(names.status, key_type=str, value_serializer="json", partitions=partitions,
-                          compacting=True, deleting=False)
+    changelog = app.topic(names.status, key_type=str, key_serializer="raw", value_serializer="json",
+                          partitions=partitions, compacting=True, deleting=False)
     rows = app.Table("status", default=None, key_type=str, partitions=partitions,
                      changelog_topic=changelog)
-    traces = app.Table("traces", default=list, key_type=str, partitions=partitions)
+    traces_changelog = app.topic(names.topic("status.traces"), key_type=str, key_serializer="raw",
+                                 value_serializer="json", partitions=partitions, compacting=True, deleting=False)
+    traces = app.Table("traces", default=list, key_type=str, partitions=partitions,
+                       changelog_topic=traces_changelog)
+    # faust serializes str keys as JSON ('"01J..."'); the status topic is keyed by the bare message_id
+    # like every other topic, and recovery must decode what was written, so both tables use raw keys.
+    rows.key_serializer = traces.key_serializer = "raw"
     handle = StatusTable(rows=rows, traces=traces, metrics=metrics)
-    by_trace = app.topic(names.topic("status.by-trace"), key_type=str, value_serializer="json",
+    by_trace = app.topic(names.topic("status.by-trace"), key_type=str, key_serializer="raw", value_serializer="json",
                          partitions=partitions, internal=True)
 
     @app.agent(receipts, name=f"{names.namespace}.status-fold")
