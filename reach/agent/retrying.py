@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from concurrent.futures import Future
 
 from confluent_kafka import Message
@@ -13,7 +14,7 @@ from reach.agent.publisher import Publisher
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.receipts import receipt_for
-from reach.records import Envelope, ErrorInfo, Receipt, Status
+from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Action, Failure, Limits, classify
 from reach.scheduling import plan_retry
 
@@ -24,7 +25,8 @@ class RetryStep:
     """Decides what follows a retryable failure and publishes it; every send is awaited before the next."""
 
     def __init__(self, *, agent_id: str, instance_id: str, publisher: Publisher, names: Names,
-                 tiers: list[str]) -> None:
+                 tiers: list[str], policy: Callable[[str], Policy | None] = lambda _: None) -> None:
+        self._policy = policy
         self._agent_id = agent_id
         self._instance_id = instance_id
         self._publisher = publisher
@@ -34,7 +36,7 @@ class RetryStep:
     async def after_failure(self, envelope: Envelope, verdict: Verdict, raw: bytes | None,
                             origin: Origin | None) -> None:
         now = now_ms()
-        limits = Limits.resolve(envelope)
+        limits = Limits.resolve(envelope, self._policy(envelope.capability))
         action = classify(Failure.TRANSIENT, attempt=envelope.attempt, reroutes=envelope.reroutes, limits=limits,
                           now_ms=now, deadline_ms=envelope.deadline)
         if action is Action.RETRY:

@@ -25,6 +25,7 @@ from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
 from reach.agent.offsets import OffsetTracker
 from reach.agent.pipeline import Pipeline
+from reach.agent.policy import PolicyCache
 from reach.agent.publisher import Publisher
 from reach.agent.retrying import RetryStep
 from reach.errors import InfraUnavailable
@@ -80,8 +81,11 @@ class Runner:
         redis = Redis.from_url(self._redis_settings.url())
         leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
                         result_ttl_s=self.agent.result_ttl_s)
+        self._policies = PolicyCache(names=self.names, kafka=self._kafka)
+        self._policies.start()
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
-                            publisher=self.publisher, names=self.names, tiers=self._tiers)
+                            publisher=self.publisher, names=self.names, tiers=self._tiers,
+                            policy=self._policies.get)
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
                                   receipts_topic=self.names.receipts, executor=self._pool, retries=retries)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
@@ -305,6 +309,9 @@ class Runner:
                         self._inflight, self.agent.drain_grace_s)
 
     def _close(self, redis: Redis) -> None:
+        policies = getattr(self, "_policies", None)
+        if policies is not None:
+            policies.stop()
         consumer = getattr(self, "_consumer", None)
         if consumer is not None:
             consumer.close()

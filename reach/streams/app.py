@@ -48,7 +48,7 @@ def build_app(
     spec = topics.load(reach_settings.topics_file)
     router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size)
     delays = DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka)
-    timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka)
+    timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=router.state.control.policy)
     metrics = Metrics()
     app = faust.App(
         names.router_app_id,

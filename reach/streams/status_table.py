@@ -51,7 +51,7 @@ def attach_status_table(
                        changelog_topic=traces_changelog)
     # faust serializes str keys as JSON ('"01J..."'); the status topic is keyed by the bare message_id
     # like every other topic, and recovery must decode what was written, so both tables use raw keys.
-    rows.key_serializer = traces.key_serializer = "raw"
+    rows.key_serializer = traces.key_serializer = "raw"  # type: ignore[attr-defined]
     handle = StatusTable(rows=rows, traces=traces, metrics=metrics)
     by_trace = app.topic(names.topic("status.by-trace"), key_type=str, key_serializer="raw", value_serializer="json",
                          partitions=partitions, internal=True)

@@ -11,7 +11,7 @@ from reach import clients, codec, dlq
 from reach.codec import DecodeError
 from reach.envelopes import now_ms, routing_key
 from reach.names import Names
-from reach.records import Envelope, ErrorInfo, Receipt, Status
+from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Action, Failure, Limits, classify
 from reach.scheduling import plan_retry
 from reach.settings import KafkaSettings
@@ -27,7 +27,9 @@ _MAX_MARKS = 100_000
 class Timekeeper:
     """Acts on due rows once each (marks are remembered; a restart may act once more: receivers are idempotent)."""
 
-    def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings | None = None) -> None:
+    def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings | None = None,
+                 policy: Callable[[str], Policy | None] = lambda _: None) -> None:
+        self._policy = policy
         self.names = names
         self.tiers = tiers
         self._kafka = kafka or KafkaSettings()
@@ -81,7 +83,7 @@ class Timekeeper:
             self._receipt(producer, _receipt(row, Status.FAILED, error=error), acked)
             return
         now = now_ms()
-        limits = Limits.resolve(envelope)
+        limits = Limits.resolve(envelope, self._policy(envelope.capability))
         action = classify(Failure.DELIVERY, attempt=envelope.attempt, reroutes=envelope.reroutes, limits=limits,
                           now_ms=now, deadline_ms=envelope.deadline)
         late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT",

@@ -99,3 +99,27 @@ def test_fixed_agent_replay_completes_once_and_a_second_replay_executes_nothing(
     nothing = reach_cli("dlq", "replay", "--capability", "demo.none")
     assert nothing.returncode == 0 and "nothing to replay" in nothing.stdout
     assert reach_cli("dlq", "replay", "--since", "yesterday").returncode == 2
+
+
+def test_the_capability_policy_sets_max_attempts_when_the_envelope_does_not(
+        namespace: str, stream_app: StreamApp) -> None:
+    from reach import control
+    from reach.names import Names
+    from reach.records import Policy
+
+    control.publish(control.policy_record(Policy(max_attempts=2, backoff_base_ms=50), scope="demo.flaky"),
+                    names=Names(namespace))
+    proc = spawn("examples.flaky_agent:agent")
+    try:
+        wait_for(lambda: any("demo.flaky@1.0.0" in a["capabilities"] and a["state"] == "READY"
+                             for a in stream_app.get("/agents")), 60, "the flaky agent READY")
+        receipts = Receipts(f"{namespace}.receipts")
+        with Client() as client:
+            mid = client.send("demo.flaky", {"fail_times": 99})
+        seen = receipts.wait_status([mid], Status.DEAD_LETTERED, timeout=60)[mid]
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    assert [r.attempt for r in seen if r.status is Status.STARTED] == [1, 2]
+    [retry] = [r for r in seen if r.status is Status.RETRY_SCHEDULED]
+    assert retry.timings["nominal_delay_ms"] == 50
