@@ -120,3 +120,14 @@ def _last_error(timeline: list[Step], generation: int) -> ErrorInfo | None:
 def expired(row: StatusRow, now_ms: int, retention_ms: int) -> bool:
     """A terminal row is tombstoned `retention_ms` after it turned terminal."""
     return row.terminal_at is not None and now_ms - row.terminal_at >= retention_ms
+
+
+def stale_no_route(rows: list[StatusRow], *, now_ms: int, threshold_ms: int, served: set[str]) -> dict[str, int]:
+    """NO_ROUTE dead letters older than the threshold whose capability still has no READY instance."""
+    stale: dict[str, int] = {}
+    for row in rows:
+        if (row.status is Status.DEAD_LETTERED and row.last_error is not None and row.last_error.code == "NO_ROUTE"
+                and row.terminal_at is not None and now_ms - row.terminal_at >= threshold_ms
+                and row.capability not in served):
+            stale[row.capability] = stale.get(row.capability, 0) + 1
+    return stale

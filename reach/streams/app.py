@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from reach import topics
@@ -20,6 +21,7 @@ from reach.records import TERMINAL
 from reach.settings import KafkaSettings, ReachSettings
 from reach.status import StatusRow
 from reach.streams.delays import DelayForwarder
+from reach.streams.gauges import Gauges
 from reach.streams.router import Router
 from reach.streams.stats import summary_line
 from reach.streams.status_table import attach_status_table
@@ -94,8 +96,15 @@ def build_app(
         rows = [StatusRow.model_validate(raw) for raw in list(status.rows.values())
                 if raw and raw.get("status") not in _TERMINAL]
         if rows:
-            await asyncio.get_running_loop().run_in_executor(None, timekeeper.tick, rows)
+            await _guarded("timekeeper", timekeeper.tick, rows)
 
+    @app.timer(interval=15.0)
+    async def observe() -> None:
+        rows = [StatusRow.model_validate(raw) for raw in list(status.rows.values()) if raw]
+        await _guarded("gauges", gauges.update, rows)
+
+    gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
+                    stale_after_ms=reach_settings.stale_no_route * 1000)
     app.service(RouterService)
     attach_views(app, router, metrics)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
@@ -104,3 +113,12 @@ def build_app(
 
 
 _TERMINAL = frozenset(s.value for s in TERMINAL)
+
+
+async def _guarded(what: str, fn: Callable[..., object], *args: object) -> None:
+    """Run blocking periodic work in an executor; a failure is logged and retried next tick, because an
+    exception escaping a faust timer stops the whole worker."""
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+    except Exception:  # noqa: BLE001
+        log.exception("%s failed; trying again next tick", what)

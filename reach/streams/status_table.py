@@ -65,8 +65,13 @@ def attach_status_table(
                 metrics.undecodable.inc()
                 log.warning("status: skipped an undecodable receipt (%s)", exc)
                 continue
-            before = handle.get(receipt.message_id)
-            after = fold(before, receipt)
+            try:
+                before = handle.get(receipt.message_id)
+                after = fold(before, receipt)
+            except Exception:  # noqa: BLE001 - one bad row must not stop the fold (faust agents die silently)
+                metrics.undecodable.inc()
+                log.exception("status: could not fold a receipt of %s; skipped", receipt.message_id)
+                continue
             if after != before:
                 rows[receipt.message_id] = after.model_dump(mode="json")
                 handle.folded += 1
@@ -81,13 +86,28 @@ def attach_status_table(
             if event.value not in ids:
                 traces[event.key] = [*ids, event.value]
 
-    @app.timer(interval=60.0)
-    async def tombstone_old_rows() -> None:
-        metrics.table_size.set(len(rows))
+    # faust lets only stream processing change a table key (it must know the event's partition), so the
+    # timer finds expired rows and sends their ids, co-partitioned, to an agent that deletes them.
+    expiry = app.topic(names.topic("status.expiry"), key_type=str, key_serializer="raw", value_serializer="json",
+                       partitions=partitions, internal=True)
+
+    @app.timer(interval=max(1.0, min(60.0, retention_s / 2)))
+    async def find_old_rows() -> None:
         now = int(time.time() * 1000)
-        for key, raw in list(rows.items()):
-            if raw and expired(StatusRow.model_validate(raw), now, retention_s * 1000):
-                del rows[key]  # faust writes a tombstone to the changelog
+        try:
+            old = [key for key, raw in list(rows.items())
+                   if raw and expired(StatusRow.model_validate(raw), now, retention_s * 1000)]
+            for key in old:
+                await expiry.send(key=key, value=now)
+        except Exception:  # noqa: BLE001 - an exception escaping a faust timer stops the worker
+            log.exception("status: the retention sweep failed; trying again next tick")
+
+    @app.agent(expiry, name=f"{names.namespace}.status-expiry")
+    async def tombstone_rows(stream: Any) -> None:
+        async for event in stream.events():
+            raw = rows.get(event.key)
+            if raw and expired(StatusRow.model_validate(raw), event.value, retention_s * 1000):
+                del rows[event.key]  # faust writes a tombstone to the changelog
                 handle.tombstoned += 1
 
     @app.page("/messages/{message_id}")

@@ -8,6 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from reach.client import Client
 from reach.envelopes import new_id
 from tests.integration.agent_support import reach_cli, spawn, wait_for
@@ -49,6 +51,7 @@ def test_mixed_run_rows_traces_recovery_metrics_and_sql(namespace: str, stream_a
                 "unroutable": "UNROUTABLE"}
         rows = wait_for(lambda: (lambda r: r if all(r[k].get("status") == want[k] for k in want) else None)(
             {k: stream_app.get(f"/messages/{m}") for k, m in sent.items()}), 60, "every row terminal")
+        assert 'agentreach_agents{agent_id="agent://demo/echo",state="READY"} 1.0' in stream_app.text("/metrics")
     finally:
         for proc in agents:
             proc.terminate()
@@ -77,6 +80,9 @@ def test_mixed_run_rows_traces_recovery_metrics_and_sql(namespace: str, stream_a
     assert metric(text, "agentreach_dead_letters_total", capability="demo.flaky", reason="RETRIES_EXHAUSTED") == 1
     assert metric(text, "agentreach_retries_scheduled_total", capability="demo.flaky") == 2  # retried 1 + dead 1
     assert "agentreach_delivery_latency_seconds_bucket" in text and "agentreach_route_candidates_bucket" in text
+    lag = wait_for(lambda: [line for line in stream_app.text("/metrics").splitlines()
+                            if line.startswith("agentreach_consumer_lag_messages{")], 40, "consumer lag gauges")
+    assert any(f'topic="{namespace}.receipts"' in line for line in lag)
 
     # receipts SQL answers the documented queries with the run's counts
     success = {r["capability"]: r for r in sql("success_rate.sql")}
@@ -102,3 +108,18 @@ def test_mixed_run_rows_traces_recovery_metrics_and_sql(namespace: str, stream_a
         assert again == rows
     finally:
         fresh.stop()
+
+
+def test_terminal_rows_are_tombstoned_after_the_retention(namespace: str, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REACH_STATUS_RETENTION", "3")
+    app = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
+    app.start()
+    try:
+        with Client() as client:
+            mid = client.send("demo.nobody", {"n": 1})  # ends UNROUTABLE at once
+        wait_for(lambda: app.get(f"/messages/{mid}").get("status") == "UNROUTABLE", 30, "UNROUTABLE row")
+        wait_for(lambda: app.get(f"/messages/{mid}").get("_status") == 404, 30, "the row tombstoned")
+    finally:
+        app.stop()

@@ -75,3 +75,13 @@ def test_routed_opens_a_delivery_window_that_started_closes() -> None:
                                                                                   "i1", 5_000)
     started = run(routed, r(Status.STARTED, 200))
     assert started.delivery_due_at is None and started.deadline == 5_000
+
+
+def test_stale_no_route_letters_count_only_old_unserved_ones() -> None:
+    from reach.status import stale_no_route
+
+    no_route = ErrorInfo(kind="NO_ROUTE", code="NO_ROUTE", message="nobody serves it")
+    old = run(r(Status.DEAD_LETTERED, 1_000, error=no_route))
+    assert stale_no_route([old], now_ms=2_000, threshold_ms=1_000, served=set()) == {"demo.echo": 1}
+    assert stale_no_route([old], now_ms=1_500, threshold_ms=1_000, served=set()) == {}
+    assert stale_no_route([old], now_ms=2_000, threshold_ms=1_000, served={"demo.echo"}) == {}

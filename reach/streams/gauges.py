@@ -1,0 +1,59 @@
+"""Gauges refreshed on a timer: consumer lag from the broker, stale NO_ROUTE letters, registry, table size."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
+
+from reach import clients
+from reach.envelopes import now_ms
+from reach.metrics import Metrics
+from reach.names import Names
+from reach.settings import KafkaSettings
+from reach.status import StatusRow, stale_no_route
+from reach.streams.lag import consumer_lag
+from reach.streams.router import Router, router_group
+from reach.streams.views import update_registry_gauges
+
+log = logging.getLogger("reach.router")
+
+
+class Gauges:
+    """Blocking refresh (run it in an executor); failures are logged, never raised into the worker."""
+
+    def __init__(self, *, names: Names, kafka: KafkaSettings, router: Router, metrics: Metrics,
+                 stale_after_ms: int) -> None:
+        self._names = names
+        self._kafka = kafka
+        self._router = router
+        self._metrics = metrics
+        self._stale_after_ms = stale_after_ms
+        self._admin: AdminClient | None = None
+        self._reader: Consumer | None = None
+
+    def update(self, rows: list[StatusRow]) -> None:
+        self._metrics.table_size.set(len(rows))
+        update_registry_gauges(self._router, self._metrics)
+        served = {c.name for reg in self._router.state.live(now_ms()) for c in reg.capabilities}
+        self._metrics.stale_no_route.clear()
+        for capability, count in stale_no_route(rows, now_ms=now_ms(), threshold_ms=self._stale_after_ms,
+                                                served=served).items():
+            self._metrics.stale_no_route.labels(capability).set(count)
+        try:
+            self._lag()
+        except Exception as exc:  # noqa: BLE001 - lag is observability; the broker may be briefly unavailable
+            log.warning("consumer lag not refreshed: %s", exc)
+
+    def _lag(self) -> None:
+        if self._admin is None or self._reader is None:
+            self._admin = clients.admin(self._kafka)
+            self._reader = clients.consumer(f"reach-reader.lag.{uuid.uuid4().hex[:8]}", self._kafka)
+        agents = {reg.agent_id for reg in self._router.state.live(now_ms())}
+        groups = [router_group(self._names), self._names.topic("delays"), self._names.router_app_id,
+                  *(self._names.agent_group(a) for a in sorted(agents))]
+        self._metrics.lag.clear()
+        for (topic, group), behind in consumer_lag(self._admin, self._reader, groups).items():
+            self._metrics.lag.labels(topic, group).set(behind)
