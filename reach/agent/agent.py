@@ -80,6 +80,7 @@ class Agent:
         drain_grace_s: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
         instance_id: str | None = None,
+        metrics_port: int | None = None,
     ) -> None:
         self.agent_id = check_agent_id(agent_id)
         if max_concurrency < 1:
@@ -99,6 +100,9 @@ class Agent:
         self.result_ttl_s = result_ttl_s
         self.drain_grace_s = drain_grace_s
         self.consumer_config = dict(consumer_config or {})
+        # opt-in Prometheus endpoint; REACH_AGENT_METRICS_PORT turns it on without touching the code
+        env_port = os.environ.get("REACH_AGENT_METRICS_PORT")
+        self.metrics_port = metrics_port if metrics_port is not None else (int(env_port) if env_port else None)
         self.instance_id = instance_id or f"{socket.gethostname()}-{os.getpid()}-{new_id()[-8:].lower()}"
         self.capabilities: dict[str, CapabilitySpec] = {}
         self.start_hooks: list[Hook] = []

@@ -20,6 +20,7 @@ from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
 from reach.agent.idempotency import Leases
+from reach.agent.metrics import AgentMetrics
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.publisher import Publisher
 from reach.agent.retrying import RetryStep
@@ -35,8 +36,9 @@ class Pipeline:
     """Runs on the SDK's event loop; `process` returns once every receipt it published is acknowledged."""
 
     def __init__(self, agent: Agent, *, publisher: Publisher, leases: Leases, receipts_topic: str,
-                 executor: Executor, retries: RetryStep) -> None:
+                 executor: Executor, retries: RetryStep, metrics: AgentMetrics) -> None:
         self._agent = agent
+        self._metrics = metrics
         self._retries = retries
         self._publisher = publisher
         self._leases = leases
@@ -129,6 +131,7 @@ class Pipeline:
             await self._retries.after_failure(envelope, verdict, raw, origin)
         if release:
             await self._leases.release(envelope.message_id, envelope.generation)
+        self._metrics.on_outcome(envelope, verdict.outcome, run_ms)
         return verdict.outcome
 
     async def _republish(self, cached: bytes) -> Outcome:

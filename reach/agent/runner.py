@@ -23,6 +23,7 @@ from reach.agent.agent import Agent, call_hook
 from reach.agent.exceptions import DeliveryFailed
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
+from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
 from reach.agent.pipeline import Pipeline
 from reach.agent.policy import PolicyCache
@@ -86,8 +87,10 @@ class Runner:
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers,
                             policy=self._policies.get)
+        self.metrics = AgentMetrics(agent_id=self.agent.agent_id, port=self.agent.metrics_port)
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
-                                  receipts_topic=self.names.receipts, executor=self._pool, retries=retries)
+                                  receipts_topic=self.names.receipts, executor=self._pool, retries=retries,
+                                  metrics=self.metrics)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         try:
@@ -169,6 +172,7 @@ class Runner:
     def _dispatch(self, msg: Message, envelope: Envelope) -> None:
         partition, offset = msg.partition() or 0, msg.offset() or 0
         self._inflight += 1
+        self.metrics.set_inflight(self._inflight)
         work = self._pipeline.process(envelope, inbox.headers_of(msg), raw=msg.value(),
                                       origin=(self.inbox, partition, offset))
         future = asyncio.run_coroutine_threadsafe(work, self._loop)
@@ -282,6 +286,7 @@ class Runner:
         partition, offset, error = item
         if partition == -1:
             self._inflight -= 1
+            self.metrics.set_inflight(self._inflight)
         elif error is not None:
             log.error("stopping, the message stays uncommitted: %s", error)
             self._fatal = self._fatal or error

@@ -1,0 +1,34 @@
+"""The agent's own Prometheus metrics (opt-in port): outcomes, handler time, in-flight work."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from reach.agent.outcomes import Outcome
+from reach.records import Envelope
+
+_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class AgentMetrics:
+    """Observes every finished message; served on `port` when one is given."""
+
+    def __init__(self, *, agent_id: str, port: int | None) -> None:
+        self.registry = CollectorRegistry()
+        self._agent_id = agent_id
+        self.handled = Counter("agentreach_agent_messages_total", "Messages finished by this instance, by outcome",
+                               ["agent_id", "capability", "outcome"], registry=self.registry)
+        self.handler = Histogram("agentreach_agent_handler_seconds", "Handler run time",
+                                 ["agent_id", "capability"], buckets=_BUCKETS, registry=self.registry)
+        self.inflight = Gauge("agentreach_agent_inflight", "Handlers running now", ["agent_id"],
+                              registry=self.registry)
+        if port is not None:
+            start_http_server(port, addr="127.0.0.1", registry=self.registry)
+
+    def on_outcome(self, envelope: Envelope, outcome: Outcome, run_ms: int | None) -> None:
+        self.handled.labels(self._agent_id, envelope.capability, outcome.value).inc()
+        if run_ms is not None:
+            self.handler.labels(self._agent_id, envelope.capability).observe(run_ms / 1000)
+
+    def set_inflight(self, count: int) -> None:
+        self.inflight.labels(self._agent_id).set(count)
