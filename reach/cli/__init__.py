@@ -25,6 +25,7 @@ app.command("agents")(agents.agents)
 app.command("send")(send.send)
 app.command("demo")(demo.demo)
 app.command("router")(router_cli.router)
+app.command("bench")(__import__("reach.cli.bench", fromlist=["bench"]).bench)
 app.add_typer(weights_cli.app, name="weights")
 app.add_typer(receipts_cli.app, name="receipts")
 

@@ -1,0 +1,66 @@
+"""Child processes of a bench run (faust forwarder, stream app, agent): started, watched for CPU, stopped by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from reach.bench.results import process_cpu
+
+
+class Child:
+    """One `python -m ...` child with its own working directory (faust writes its data dir there) and log."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.dir = Path(tempfile.mkdtemp(prefix=f"reach-bench-{name}-"))
+        self.log_path = self.dir / f"{name}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=self.dir,
+                                         env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def cpu(self) -> float:
+        return process_cpu(self.proc.pid)
+
+    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str) -> None:
+        """Bounded polling on `condition`; a child that exits or a timeout raises with its log tail."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}) before {what}:\n{self.tail()}")
+            try:
+                if condition():
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name}: no {what} within {timeout:.0f}s:\n{self.tail()}")
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""

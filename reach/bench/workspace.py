@@ -1,0 +1,144 @@
+"""A throwaway namespace for one bench run: its topics, envelope bytes, bursts, and reading topics back."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from reach import clients, codec, topics
+from reach.envelopes import new_envelope, now_ms
+from reach.names import Names
+from reach.settings import KafkaSettings
+
+PAYLOAD = {"text": "x" * 200}  # ~390-byte envelopes, close to KAFKA-LOCAL.md's 300-byte values
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record read back: where it is, its key, value and broker timestamp (ms)."""
+
+    topic: str
+    partition: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+
+
+class Workspace:
+    """Namespace `bench<hex>` with topics.yaml applied; every mode makes its own topics inside it."""
+
+    def __init__(self, *, kafka: KafkaSettings | None = None, topics_file: Path = Path("topics.yaml")) -> None:
+        self.kafka = kafka or KafkaSettings()
+        self.namespace = "bench" + uuid.uuid4().hex[:8]
+        self.names = Names(self.namespace)
+        self.topics_file = topics_file.resolve()
+        self.spec = topics.load(topics_file)
+        self.admin = clients.admin(self.kafka)
+        clients.check_reachable(self.admin)
+        topics.apply(self.admin, topics.plan(self.admin, self.spec.resolved(self.names)))
+        self._template = new_envelope("bench.a", PAYLOAD).to_avro()
+
+    def ensure(self, topic: str, family: str = "cap") -> str:
+        """Create `topic` with the defaults of a topics.yaml family (cap: 4 partitions, agent: 8)."""
+        topics.ensure_topic(self.admin, topic, self.spec.family(family))  # type: ignore[arg-type]
+        return topic
+
+    def envelope(self, message_id: str, capability: str, created_at: int | None = None) -> bytes:
+        """A valid Envelope (the router decodes it; raw and faust forward its bytes unread)."""
+        created = now_ms() if created_at is None else created_at
+        return codec.encode_dict("Envelope", {
+            **self._template, "message_id": message_id, "idempotency_key": message_id, "trace_id": message_id,
+            "capability": capability, "created_at": created, "deadline": created + 120_000,
+        })
+
+    def producer(self, **overrides: Any) -> Producer:
+        return Producer(self.kafka.producer(**overrides))
+
+    def burst(self, items: Iterable[tuple[str, str, bytes]]) -> int:
+        """Produce (topic, key, value) records as fast as the client allows; returns how many."""
+        producer = self.producer(**{"linger.ms": 20, "batch.num.messages": 2_000})
+        n = 0
+        for topic, key, value in items:
+            while True:
+                try:
+                    producer.produce(topic, key=key.encode(), value=value)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            n += 1
+            if n % 5_000 == 0:
+                producer.poll(0)
+        if producer.flush(60):
+            raise RuntimeError("the burst was not acknowledged within 60 s")
+        return n
+
+    def consumer(self, **overrides: Any) -> Consumer:
+        return Consumer(self.kafka.consumer(f"{self.namespace}.reader.{uuid.uuid4().hex[:6]}", **overrides))
+
+    def end_offsets(self, topic_names: Iterable[str], consumer: Consumer) -> dict[tuple[str, int], int]:
+        """High watermarks of every partition of the topics."""
+        meta = consumer.list_topics(timeout=10).topics
+        ends: dict[tuple[str, int], int] = {}
+        for topic in topic_names:
+            for p in meta[topic].partitions:
+                ends[(topic, p)] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10,
+                                                                  cached=False)[1]
+        return ends
+
+    def read(self, topic_names: Iterable[str], *, start: dict[tuple[str, int], int] | None = None) -> list[Record]:
+        """Every record from `start` (default: the beginning) up to the current end of each partition."""
+        names = list(topic_names)
+        consumer = self.consumer()
+        try:
+            ends = self.end_offsets(names, consumer)
+            starts = start or {}
+            todo = {tp: end for tp, end in ends.items() if end > starts.get(tp, 0)}
+            consumer.assign([TopicPartition(t, p, starts.get((t, p), 0)) for (t, p) in todo])
+            out: list[Record] = []
+            while todo:
+                for msg in consumer.consume(1_000, timeout=1.0):
+                    if msg.error() is not None:
+                        continue
+                    tp = (msg.topic() or "", msg.partition() or 0)
+                    out.append(Record(tp[0], tp[1], msg.key(), msg.value(), msg.timestamp()[1]))
+                    if tp in todo and (msg.offset() or 0) + 1 >= todo[tp]:
+                        del todo[tp]
+            return out
+        finally:
+            consumer.close()
+
+    def delete(self) -> None:
+        """Drop the run's topics (best effort: a bench must not leave hundreds of partitions behind)."""
+        prefix = self.namespace + "."
+        mine = [t for t in self.admin.list_topics(timeout=10).topics if t.startswith(prefix)]
+        if mine:
+            for future in self.admin.delete_topics(mine, operation_timeout=30).values():
+                try:
+                    future.result()
+                except Exception:  # noqa: BLE001, S110 - a topic left behind is harmless
+                    pass
+
+
+def message_id(mode: str, seq: int) -> str:
+    return f"{mode}-{seq:08d}"
+
+
+def seq_of(mid: str) -> int:
+    return int(mid.rsplit("-", 1)[1])
+
+
+def envelopes(ws: Workspace, mode: str, topic: str, capability: str | list[str], count: int,
+              created: dict[str, int]) -> Iterator[tuple[str, str, bytes]]:
+    """(topic, key, value) of `count` envelopes keyed by message_id; records each created_at in `created`."""
+    caps = [capability] if isinstance(capability, str) else capability
+    for seq in range(count):
+        mid = message_id(mode, seq)
+        cap = caps[seq % len(caps)]
+        at = now_ms()
+        created[mid] = at
+        yield (topic if topic else ws.names.capability(cap)), mid, ws.envelope(mid, cap, at)
