@@ -1,4 +1,4 @@
-"""The router's hot path: a confluent-kafka consumer on every capability topic, by regex.
+"""The router's hot path: a confluent-kafka consumer on every capability topic of the namespace.
 
 Per batch: consume up to `batch_size` envelopes, decode only the routing fields, decide (pure
 `reach.routing.decide`), then produce - forwards of the original bytes, dead letters and the
@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,7 @@ from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutc
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
 from reach.streams.exceptions import DeliveryFailed
+from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
 from reach.streams.stats import RouterStats
 
@@ -43,9 +46,30 @@ def router_group(names: Names) -> str:
     return f"{names.router_app_id}.capabilities"
 
 
-def capability_pattern(names: Names) -> str:
-    """librdkafka subscribes by regex when a topic name starts with `^`."""
-    return "^" + names.capability_prefix.replace(".", r"\.") + ".*"
+class CapabilityTopics:
+    """The explicit subscription to every capability topic, refreshed from metadata.
+
+    librdkafka's regex subscription misses a topic created while the group rebalances (a new
+    worker joining) until some later topic appears (librdkafka#3008): with two workers a new
+    capability waited a minute or more. Comparing the matching topics with the subscription every
+    `every_s` and re-subscribing when they differ always converges, whatever the group was doing."""
+
+    def __init__(self, names: Names, every_s: float) -> None:
+        self.prefix = names.capability_prefix
+        self.every_s = every_s
+        self.subscribed: frozenset[str] = frozenset()
+        self._checked = 0.0
+
+    def refresh(self, consumer: Consumer, now: float) -> bool:
+        """Re-subscribe when the matching topics changed; True while subscribed to at least one."""
+        if now - self._checked >= self.every_s:
+            self._checked = now
+            topics = frozenset(t for t in consumer.list_topics(timeout=5).topics if t.startswith(self.prefix))
+            if topics and topics != self.subscribed:
+                consumer.subscribe(sorted(topics))
+                log.info("subscribed to %d capability topic(s): %s", len(topics), ", ".join(sorted(topics)))
+                self.subscribed = topics
+        return bool(self.subscribed)
 
 
 @dataclass
@@ -102,7 +126,10 @@ class Router:
         self._retry_after_ms = retry_after_ms
         self._rng = rng or random.Random()
         self._stop = threading.Event()
-        self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka)
+        self.worker_id = uuid.uuid4().hex[:12]
+        self._routed_writer = RoutedReceiptWriter.create()
+        self._routed_headers = [(H.ROUTER, self.worker_id.encode())]
+        self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id)
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.on_batch: Callable[[int], None] | None = None
@@ -173,10 +200,13 @@ class Router:
         )
         consumer = Consumer(conf)
         producer = Producer(self.kafka.producer())
-        consumer.subscribe([capability_pattern(self.names)])
+        capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000)
         backoff = 0.1
         try:
             while not self._stop.is_set():
+                if not capabilities.refresh(consumer, time.monotonic()):
+                    self._stop.wait(0.2)
+                    continue
                 messages = consumer.consume(self._batch_size, timeout=0.2)
                 if not messages:
                     producer.poll(0)
@@ -239,7 +269,7 @@ class Router:
             if slot.error is not None:
                 batch.errors.append(slot.error)
                 continue
-            self._produce_receipt(producer, batch, self._routed_receipt(request, forward, slot))
+            self._produce_routed(producer, batch, request, forward, slot)
         self._flush(producer, batch)
         return [TopicPartition(t, p, o + 1) for (t, p), o in batch.last.items()]
 
@@ -353,6 +383,25 @@ class Router:
             headers=[(H.MESSAGE_ID, receipt["message_id"].encode())],
             on_delivery=batch.report,
         )
+
+    def _produce_routed(self, producer: Producer, batch: _Batch, request: RouteRequest, forward: Forward,
+                        slot: _Slot) -> None:
+        """The ROUTED receipt, tagged with this worker's id so its own state loop need not decode it again."""
+        if self._routed_writer is None:
+            value = encode_dict("Receipt", self._routed_receipt(request, forward, slot))
+        else:
+            decision, instance = forward.decision, forward.instance
+            value = self._routed_writer.encode(
+                message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
+                tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
+                deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms, reroutes=request.reroutes,
+                agent_id=instance.agent_id, instance_id=instance.instance_id, scores=decision.scores,
+                picked_instance=decision.picked_instance, topic=forward.topic, partition=slot.partition,
+                offset=slot.offset, weights=decision.weights_dict(),
+            )
+        key = request.message_id.encode()
+        producer.produce(self.names.receipts, key=key, value=value,
+                         headers=[(H.MESSAGE_ID, key), *self._routed_headers], on_delivery=batch.report)
 
     def _routed_receipt(self, request: RouteRequest, forward: Forward, slot: _Slot) -> dict[str, Any]:
         decision = forward.decision

@@ -1,0 +1,44 @@
+"""Two stream-app workers share the work by partition, and each answers for keys the other owns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from reach.client import Client
+from reach.envelopes import new_id
+from tests.integration.agent_support import reach_cli, spawn, wait_for
+from tests.integration.stream_app import StreamApp
+
+
+def test_any_worker_answers_for_any_message(namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(first.port))
+    first.start()
+    (tmp_path / "second").mkdir()
+    second = StreamApp(tmp_path / "second")
+    second.start()
+    echo = spawn("examples.echo_agent:agent")
+    try:
+        wait_for(lambda: all(any(a["state"] == "READY" for a in w.get("/agents")) for w in (first, second)), 60,
+                 "echo READY on both workers")
+        trace = new_id()
+        with Client() as client:
+            # 6: under 80% of the echo agent's max_concurrency 8, so the router sheds nothing (OVERLOAD)
+            ids = [client.send("demo.echo", {"n": n}, trace_id=trace) for n in range(6)]
+        for worker in (first, second):
+            rows = wait_for(lambda w=worker: (lambda r: r if all(x.get("status") == "COMPLETED" for x in r) else None)(
+                [w.get(f"/messages/{m}") for m in ids]), 60, "every row from every worker")
+            assert {r["message_id"] for r in rows} == set(ids)
+            assert set(worker.get(f"/traces/{trace}")["message_ids"]) == set(ids)
+        traced = reach_cli("trace", trace, "--json")
+        assert traced.returncode == 0, traced.stderr
+        assert {m["message_id"] for m in json.loads(traced.stdout)["messages"]} == set(ids)
+    finally:
+        echo.terminate()
+        echo.wait(60)
+        second.stop()
+        first.stop()
+
