@@ -9,6 +9,7 @@ REASON = "x-reach-reason"              # why a record was dead-lettered
 MESSAGE_ID = "x-reach-message-id"      # lets consumers skip decoding for bookkeeping
 DUE_AT = "x-reach-due-at"              # epoch ms a record on a delay tier is due
 TARGET = "x-reach-target"              # the capability topic a delay tier republishes to
+ROUTER = "x-reach-router"              # the routing worker that wrote a ROUTED receipt (its state loop skips it)
 
 Headers = list[tuple[str, str | bytes | None]]
 """Kafka headers as confluent-kafka's producer takes them."""

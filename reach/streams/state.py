@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
+from reach import headers as H
 from reach.codec import DecodeError, decode, decode_dict
 from reach.control import ControlView
 from reach.envelopes import now_ms
@@ -62,8 +63,10 @@ class RouterState:
 class StateLoop:
     """Keeps a RouterState current; forwards first terminal receipts to their reply_to topic."""
 
-    def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings) -> None:
+    def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None) -> None:
         self._state = state
+        # ROUTED receipts this worker wrote were counted when it routed; skipping them saves a decode each
+        self._own = (H.ROUTER, router_id.encode()) if router_id else None
         self._names = names
         self._kafka = kafka
         self._stop = threading.Event()
@@ -122,7 +125,9 @@ class StateLoop:
                     if msg.error():
                         log.warning("state consumer: %s", msg.error())
                         continue
-                    self._dispatch(msg.topic() or "", msg.key(), msg.value())
+                    topic = msg.topic() or ""
+                    if self._own is None or topic != self._names.receipts or self._own not in (msg.headers() or ()):
+                        self._dispatch(topic, msg.key(), msg.value())
                     if targets:
                         tp = (msg.topic(), msg.partition())
                         if tp in targets and (msg.offset() or 0) + 1 >= targets[tp]:
