@@ -1,16 +1,18 @@
 """The echo agent: `agent://demo/echo` serves `demo.echo` 1.0.0 and returns its payload unchanged.
 
+Its region is REACH_AGENT_REGION (default "local"); `reach demo` runs one instance per region.
 Run it from the repo root:  reach agent run examples.echo_agent:agent
 Then:                       reach send demo.echo --payload '{"text": "hello"}'
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from reach.agent import Agent
 
-agent = Agent("agent://demo/echo", region="local", max_concurrency=8)
+agent = Agent("agent://demo/echo", region=os.environ.get("REACH_AGENT_REGION", "local"), max_concurrency=8)
 
 
 @agent.capability(

@@ -6,11 +6,13 @@
 Attempt counts live in Redis (`<ns>:flaky:attempts:<message_id>`), so every instance sees them, and
 `<ns>:flaky:runs:<message_id>` counts completed runs (the side effect the retry tests check).
 
+Its region is REACH_AGENT_REGION (default "local"); `reach demo` runs one instance per region.
 Run it from the repo root:  reach agent run examples.flaky_agent:agent
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from redis.asyncio import Redis
@@ -19,7 +21,7 @@ from reach.agent import Agent, BusinessError, TransientError
 from reach.agent.agent import Context
 from reach.settings import ReachSettings, RedisSettings
 
-agent = Agent("agent://demo/flaky", region="local", max_concurrency=8)
+agent = Agent("agent://demo/flaky", region=os.environ.get("REACH_AGENT_REGION", "local"), max_concurrency=8)
 _redis: list[Redis] = []
 
 
