@@ -29,8 +29,7 @@ def test_any_worker_answers_for_any_message(namespace: str, tmp_path: Path, monk
             # 6: under 80% of the echo agent's max_concurrency 8, so the router sheds nothing (OVERLOAD)
             ids = [client.send("demo.echo", {"n": n}, trace_id=trace) for n in range(6)]
         for worker in (first, second):
-            rows = wait_for(lambda w=worker: (lambda r: r if all(x.get("status") == "COMPLETED" for x in r) else None)(
-                [w.get(f"/messages/{m}") for m in ids]), 60, "every row from every worker")
+            rows = wait_for(lambda w=worker: _completed(w, ids), 60, "every row from every worker")
             assert {r["message_id"] for r in rows} == set(ids)
             assert set(worker.get(f"/traces/{trace}")["message_ids"]) == set(ids)
         traced = reach_cli("trace", trace, "--json")
@@ -42,3 +41,7 @@ def test_any_worker_answers_for_any_message(namespace: str, tmp_path: Path, monk
         second.stop()
         first.stop()
 
+
+def _completed(worker: StreamApp, ids: list[str]) -> list[dict[str, object]] | None:
+    rows = [worker.get(f"/messages/{m}") for m in ids]
+    return rows if all(row.get("status") == "COMPLETED" for row in rows) else None
