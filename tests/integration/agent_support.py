@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "condition",
+             interval: float = 0.05) -> T:
     """Poll `check` until it returns something truthy; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:

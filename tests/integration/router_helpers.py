@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,20 +25,9 @@ from reach.records import (
 )
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.router import Router
+from tests.integration.agent_support import wait_for  # noqa: F401 - re-exported for the router tests
 
 TOPICS_FILE = Path(__file__).resolve().parents[2] / "topics.yaml"
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Bounded polling on an observable condition; returns its first truthy value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def ensure(names: Names, topic: str) -> None:
