@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from semver import Version
 
@@ -70,9 +70,10 @@ class RouteRequest:
         return self.session_key or self.message_id
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """An instance that can serve the request, with the capability entry it matched and its load."""
+class Candidate(NamedTuple):
+    """An instance that can serve the request, with the capability entry it matched and its load.
+
+    A NamedTuple for the same reason as scoring.ScoreParts: one per matching instance per request."""
 
     registration: AgentRegistration
     capability: Capability

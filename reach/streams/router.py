@@ -1,9 +1,10 @@
 """The router's hot path: a confluent-kafka consumer on every capability topic of the namespace.
 
 Per batch: consume up to `batch_size` envelopes, decode only the routing fields, decide (pure
-`reach.routing.decide`), then produce - forwards of the original bytes, dead letters and the
-receipts that do not need an offset - and flush; then the ROUTED receipts, which carry the inbox
-offset from the forward's delivery report, and flush again; only then commit the batch's offsets.
+`reach.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
+that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so it is
+produced from its forward's delivery report, which runs inside that flush; the flush returns when
+the receipts are acknowledged too. Only then are the batch's offsets committed.
 A refused record rewinds the batch (it is routed again: at least once, never lost).
 """
 
@@ -72,26 +73,30 @@ class CapabilityTopics:
         return bool(self.subscribed)
 
 
-@dataclass
 class _Slot:
-    """Delivery report of one forwarded envelope."""
+    """Delivery report of one forwarded envelope: on success, `acked` writes its ROUTED receipt at once."""
 
-    partition: int | None = None
-    offset: int | None = None
-    error: str | None = None
+    __slots__ = ("acked", "error", "offset", "partition")
+
+    def __init__(self, acked: Callable[[_Slot], None]) -> None:
+        self.acked = acked
+        self.partition: int | None = None
+        self.offset: int | None = None
+        self.error: str | None = None
 
     def __call__(self, err: Any, msg: Message) -> None:
         if err is not None:
             self.error = str(err)
         else:
             self.partition, self.offset = msg.partition(), msg.offset()
+            self.acked(self)
 
 
 @dataclass
 class _Batch:
     """What one consumed batch caused, and how far each input partition got."""
 
-    routed: list[tuple[RouteRequest, Forward, _Slot]] = field(default_factory=list)
+    routed: list[_Slot] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     first: dict[tuple[str, int], int] = field(default_factory=dict)
     last: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -243,6 +248,10 @@ class Router:
         now = now_ms()
         live = self.state.live(now)
         loads = self.state.loads.loads(live)
+        by_capability: dict[str, list[AgentRegistration]] = {}
+        for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
+            for name in {c.name for c in reg.capabilities}:
+                by_capability.setdefault(name, []).append(reg)
         disabled = self.state.control.disabled()
         for msg in messages:
             err = msg.error()
@@ -258,25 +267,21 @@ class Router:
             if value is None:
                 continue  # a tombstone on a capability topic carries no request
             try:
-                self._route_one(msg, value, producer, batch, live=live, loads=loads, disabled=disabled, now=now)
+                self._route_one(msg, value, producer, batch, live=by_capability, loads=loads, disabled=disabled,
+                                now=now)
             except (BufferError, DeliveryFailed):
                 raise
             except Exception as exc:  # noqa: BLE001 - a router bug must not block the partition
                 log.exception("routing %s[%d]@%d failed", tp[0], tp[1], offset)
                 self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, now)
-        self._flush(producer, batch)
-        for request, forward, slot in batch.routed:
-            if slot.error is not None:
-                batch.errors.append(slot.error)
-                continue
-            self._produce_routed(producer, batch, request, forward, slot)
-        self._flush(producer, batch)
+        self._flush(producer, batch)  # forwards, and the ROUTED receipts their delivery reports produce
         return [TopicPartition(t, p, o + 1) for (t, p), o in batch.last.items()]
 
     def _flush(self, producer: Producer, batch: _Batch) -> None:
         remaining = producer.flush(30)
         if remaining:
             raise DeliveryFailed(f"{remaining} records not acknowledged within 30s")
+        batch.errors.extend(slot.error for slot in batch.routed if slot.error is not None)
         if batch.errors:
             raise DeliveryFailed("; ".join(sorted(set(batch.errors))[:3]))
 
@@ -287,7 +292,7 @@ class Router:
         producer: Producer,
         batch: _Batch,
         *,
-        live: list[AgentRegistration],
+        live: dict[str, list[AgentRegistration]],
         loads: dict[str, int],
         disabled: frozenset[str],
         now: int,
@@ -321,7 +326,7 @@ class Router:
         sticky = self.affinity.get(request.session_key, now)
         outcome: RouteOutcome = decide(
             request,
-            live,
+            live.get(request.capability, ()),
             weights=weights,
             now_ms=now,
             loads=loads,
@@ -333,7 +338,7 @@ class Router:
         )
         if isinstance(outcome, Forward):
             instance = outcome.instance
-            slot = _Slot()
+            slot = _Slot(lambda acked: self._produce_routed(producer, batch, request, outcome, acked))
             producer.produce(
                 outcome.topic,
                 partition=outcome.partition,
@@ -346,7 +351,7 @@ class Router:
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
             self.affinity.set(request.session_key, instance.instance_id, now)
-            batch.routed.append((request, outcome, slot))
+            batch.routed.append(slot)
             self.stats.count(request.capability, "routed")
         elif isinstance(outcome, Overload):
             receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD",
