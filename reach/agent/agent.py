@@ -13,6 +13,7 @@ from jsonschema.protocols import Validator
 
 from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidDeclaration
+from reach.agent.middleware import Middleware
 from reach.envelopes import new_id
 from reach.names import check_agent_id, check_capability
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope
@@ -81,6 +82,7 @@ class Agent:
         consumer_config: dict[str, Any] | None = None,
         instance_id: str | None = None,
         metrics_port: int | None = None,
+        middleware: list[Middleware] | None = None,
     ) -> None:
         self.agent_id = check_agent_id(agent_id)
         if max_concurrency < 1:
@@ -100,6 +102,7 @@ class Agent:
         self.result_ttl_s = result_ttl_s
         self.drain_grace_s = drain_grace_s
         self.consumer_config = dict(consumer_config or {})
+        self.middleware: list[Middleware] = list(middleware or [])  # runs after the built-in retries and metrics
         # opt-in Prometheus endpoint; REACH_AGENT_METRICS_PORT turns it on without touching the code
         env_port = os.environ.get("REACH_AGENT_METRICS_PORT")
         self.metrics_port = metrics_port if metrics_port is not None else (int(env_port) if env_port else None)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from reach.agent.outcomes import Outcome
-from reach.records import Envelope
+from reach.agent.middleware import Finished, Middleware
 
 _BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
-class AgentMetrics:
+class AgentMetrics(Middleware):
     """Observes every finished message; served on `port` when one is given."""
 
     def __init__(self, *, agent_id: str, port: int | None) -> None:
@@ -25,10 +24,11 @@ class AgentMetrics:
         if port is not None:
             start_http_server(port, addr="127.0.0.1", registry=self.registry)
 
-    def on_outcome(self, envelope: Envelope, outcome: Outcome, run_ms: int | None) -> None:
-        self.handled.labels(self._agent_id, envelope.capability, outcome.value).inc()
-        if run_ms is not None:
-            self.handler.labels(self._agent_id, envelope.capability).observe(run_ms / 1000)
+    async def after_outcome(self, finished: Finished) -> None:
+        capability = finished.envelope.capability
+        self.handled.labels(self._agent_id, capability, finished.verdict.outcome.value).inc()
+        if finished.run_ms is not None:
+            self.handler.labels(self._agent_id, capability).observe(finished.run_ms / 1000)
 
     def set_inflight(self, count: int) -> None:
         self.inflight.labels(self._agent_id).set(count)

@@ -20,10 +20,9 @@ from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
 from reach.agent.idempotency import Leases
-from reach.agent.metrics import AgentMetrics
+from reach.agent.middleware import Finished, Middleware
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.publisher import Publisher
-from reach.agent.retrying import RetryStep
 from reach.envelopes import now_ms
 from reach.receipts import receipt_for
 from reach.records import Envelope, Receipt, Status
@@ -36,10 +35,9 @@ class Pipeline:
     """Runs on the SDK's event loop; `process` returns once every receipt it published is acknowledged."""
 
     def __init__(self, agent: Agent, *, publisher: Publisher, leases: Leases, receipts_topic: str,
-                 executor: Executor, retries: RetryStep, metrics: AgentMetrics) -> None:
+                 executor: Executor, middleware: list[Middleware]) -> None:
         self._agent = agent
-        self._metrics = metrics
-        self._retries = retries
+        self._middleware = middleware
         self._publisher = publisher
         self._leases = leases
         self._topic = receipts_topic
@@ -127,11 +125,11 @@ class Pipeline:
             await self._leases.store(envelope.message_id, envelope.generation, encoded)
         acks.append(self._send_raw(receipt.message_id, encoded))
         await asyncio.gather(*(asyncio.wrap_future(a) for a in acks))
-        if verdict.outcome is Outcome.RETRY:
-            await self._retries.after_failure(envelope, verdict, raw, origin)
+        finished = Finished(envelope=envelope, verdict=verdict, raw=raw, origin=origin, run_ms=run_ms)
+        for middleware in self._middleware:
+            await middleware.after_outcome(finished)
         if release:
             await self._leases.release(envelope.message_id, envelope.generation)
-        self._metrics.on_outcome(envelope, verdict.outcome, run_ms)
         return verdict.outcome
 
     async def _republish(self, cached: bytes) -> Outcome:

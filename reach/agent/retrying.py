@@ -9,7 +9,8 @@ from concurrent.futures import Future
 from confluent_kafka import Message
 
 from reach import codec, dlq
-from reach.agent.outcomes import Verdict
+from reach.agent.middleware import Finished, Middleware
+from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.publisher import Publisher
 from reach.envelopes import now_ms
 from reach.names import Names
@@ -21,7 +22,7 @@ from reach.scheduling import plan_retry
 Origin = tuple[str, int, int]
 
 
-class RetryStep:
+class RetryStep(Middleware):
     """Decides what follows a retryable failure and publishes it; every send is awaited before the next."""
 
     def __init__(self, *, agent_id: str, instance_id: str, publisher: Publisher, names: Names,
@@ -32,6 +33,10 @@ class RetryStep:
         self._publisher = publisher
         self._names = names
         self._tiers = tiers
+
+    async def after_outcome(self, finished: Finished) -> None:
+        if finished.verdict.outcome is Outcome.RETRY:
+            await self.after_failure(finished.envelope, finished.verdict, finished.raw, finished.origin)
 
     async def after_failure(self, envelope: Envelope, verdict: Verdict, raw: bytes | None,
                             origin: Origin | None) -> None:

@@ -88,9 +88,10 @@ class Runner:
                             publisher=self.publisher, names=self.names, tiers=self._tiers,
                             policy=self._policies.get)
         self.metrics = AgentMetrics(agent_id=self.agent.agent_id, port=self.agent.metrics_port)
+        # Order matters: the retry (or dead letter) is published before metrics count the outcome.
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
-                                  receipts_topic=self.names.receipts, executor=self._pool, retries=retries,
-                                  metrics=self.metrics)
+                                  receipts_topic=self.names.receipts, executor=self._pool,
+                                  middleware=[retries, self.metrics, *self.agent.middleware])
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         try:
