@@ -17,7 +17,6 @@ from typing import Any
 from reach import topics
 from reach.metrics import Metrics
 from reach.names import Names
-from reach.records import TERMINAL
 from reach.settings import KafkaSettings, ReachSettings
 from reach.status import StatusRow
 from reach.streams.delays import DelayForwarder
@@ -93,8 +92,7 @@ def build_app(
 
     @app.timer(interval=0.5)
     async def keep_time() -> None:
-        rows = [StatusRow.model_validate(raw) for raw in list(status.rows.values())
-                if raw and raw.get("status") not in _TERMINAL]
+        rows = status.open_rows()
         if rows:
             await _guarded("timekeeper", timekeeper.tick, rows)
 
@@ -112,7 +110,6 @@ def build_app(
     return app
 
 
-_TERMINAL = frozenset(s.value for s in TERMINAL)
 
 
 async def _guarded(what: str, fn: Callable[..., object], *args: object) -> None:
