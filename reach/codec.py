@@ -232,24 +232,39 @@ def default_codec() -> Codec:
     return _default
 
 
+_wire: Codec | ConfluentCodec | None = None
+
+
+def wire_codec() -> Codec | ConfluentCodec:
+    """What records are written with: Confluent Schema Registry framing when REACH_SCHEMA_REGISTRY_URL is
+    set (reads accept both framings), else single-object encoding. Resolved on first use."""
+    global _wire
+    if _wire is None:
+        from reach.settings import ReachSettings
+
+        url = ReachSettings().schema_registry_url
+        _wire = ConfluentCodec(url) if url else default_codec()
+    return _wire
+
+
 def encode(record: AvroRecord) -> bytes:
-    """Frame a model as single-object Avro with its current schema."""
-    return default_codec().encode(record)
+    """Frame a model with its current schema (see `wire_codec`)."""
+    return wire_codec().encode(record)
 
 
 def decode(data: bytes, model: type[R]) -> R:
     """Read framed bytes written with any known version of `model`'s schema."""
-    return default_codec().decode(data, model)
+    return wire_codec().decode(data, model)
 
 
 def encode_dict(name: str, record: Mapping[str, Any]) -> bytes:
     """Frame a plain dict with the current schema of record `name`."""
-    return default_codec().encode_dict(name, record)
+    return wire_codec().encode_dict(name, record)
 
 
 def decode_dict(name: str, data: bytes) -> dict[str, Any]:
     """Read framed bytes of record `name` into a dict (the router's hot path)."""
-    return default_codec().decode_dict(name, data)
+    return wire_codec().decode_dict(name, data)
 
 
 class ConfluentCodec:

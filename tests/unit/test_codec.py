@@ -483,3 +483,19 @@ def test_confluent_errors_are_typed() -> None:
     assert caught.value.raw == data
     with pytest.raises(BadFraming):
         other.decode(b"\x07junk", Envelope)
+
+
+def test_registry_framing_is_used_when_a_registry_is_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach import codec as module
+    from reach.envelopes import new_envelope
+    from reach.records import Envelope
+
+    env = new_envelope("demo.echo", {"x": 1})
+    single = module.encode(env)
+    monkeypatch.setenv("REACH_SCHEMA_REGISTRY_URL", "mock://reach-test")
+    monkeypatch.setattr(module, "_wire", None)
+    framed = module.encode(env)
+    assert framed[:1] == b"\x00" and framed != single
+    assert module.decode(framed, Envelope) == env
+    assert module.decode(single, Envelope) == env, "single-object records still decode"
+    monkeypatch.setattr(module, "_wire", None)
