@@ -37,6 +37,20 @@ class DelayForwarder:
         self.dead_lettered = 0
 
     def run(self, stop: threading.Event) -> None:
+        """Forward until `stop`; a failure (broker refused a forward, lost connection) restarts the consumer,
+        which resumes from the last commit: at least once, never a silent stop."""
+        backoff = 0.2
+        while not stop.is_set():
+            try:
+                self._run(stop)
+                return
+            except Exception:  # noqa: BLE001 - logged; the thread must outlive broker hiccups
+                log.exception("delay tiers: restarting in %.1fs", backoff)
+                self._held.clear()
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _run(self, stop: threading.Event) -> None:
         consumer = clients.consumer(self.names.topic("delays"), self._kafka,
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
         producer = clients.producer(self._kafka)
