@@ -7,13 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from reach.local.process import free_port
+from tests.integration.agent_support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,17 +37,20 @@ class StreamApp:
         env = {**os.environ, "REACH_WEB_PORT": str(self.port)}
         self.proc = subprocess.Popen([sys.executable, "-m", "reach", "router", "--interval", "2"], cwd=ROOT,
                                      env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"router exited: {self.log_tail()}")
-            try:
-                if self.get("/healthz").get("ok"):
-                    return self
-            except (OSError, ValueError, urllib.error.URLError):
-                pass
-            time.sleep(0.3)
-        raise AssertionError(f"router not healthy within {timeout}s: {self.log_tail()}")
+        try:
+            wait_for(self._healthy, timeout, "the router's /healthz", interval=0.3)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {self.log_tail()}") from None
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"router exited: {self.log_tail()}")
+        try:
+            return bool(self.get("/healthz").get("ok"))
+        except (OSError, ValueError, urllib.error.URLError):
+            return False
 
     def get(self, path: str) -> dict[str, Any]:
         try:
