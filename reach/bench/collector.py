@@ -34,6 +34,7 @@ class Collector:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self.seen = Seen()
+        self.finished: set[str] = set()  # every message id with a terminal row, across take()
         self._consumer: Consumer = ws.consumer(**{"fetch.wait.max.ms": 5})
         ends = ws.end_offsets([ws.names.receipts, ws.names.status], self._consumer)
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in ends.items()])
@@ -47,6 +48,11 @@ class Collector:
     def terminal(self, prefix: str) -> int:
         with self._lock:
             return self.seen.terminal_by_prefix[prefix]
+
+    def missing(self, ids: set[str]) -> set[str]:
+        """The ids among `ids` that have no terminal status row yet."""
+        with self._lock:
+            return ids - self.finished
 
     def take(self) -> Seen:
         """What was seen so far; the collector starts a fresh record."""
@@ -75,6 +81,7 @@ class Collector:
                             seen.receipts.append(value)
                         elif topic == status and not any(open_ in value for open_ in _OPEN_ROWS):
                             key = (msg.key() or b"").decode()
+                            self.finished.add(key)
                             if key not in seen.terminal_rows:
                                 seen.terminal_rows[key] = (msg.timestamp()[1], value)
                                 seen.terminal_by_prefix[key.rsplit("-", 1)[0]] += 1

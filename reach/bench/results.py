@@ -34,6 +34,7 @@ class ModeResult:
     lost: int
     duplicated: int
     offered_rate: float | None = None
+    unfinished: int = 0  # no terminal status within the mode's drain window (lost only if never)
     steps: dict[str, Latency] = field(default_factory=dict)  # extra observable steps (router hop, receipts)
     notes: str = ""
 

@@ -24,7 +24,7 @@ class BenchConfig:
     messages: int = 20_000
     warmup: int = 2_000
     rates: tuple[float, ...] = (500.0, 2_000.0, 5_000.0)
-    rate_seconds: float = 8.0
+    rate_seconds: float = 5.0
     scoring_calls: int = 2_000
     batch_size: int = 500
     modes: tuple[str, ...] = MODES

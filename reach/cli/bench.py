@@ -13,7 +13,7 @@ def bench(
     json_file: Path | None = typer.Option(None, "--json", help="also write the results as JSON to FILE"),
     messages: int = typer.Option(20_000, "--messages", help="measured messages per throughput mode (after warm-up)"),
     rates: str = typer.Option("500,2000,5000", "--rates", help="round trip offered rates, envelopes/s"),
-    seconds: float = typer.Option(8.0, "--seconds", help="measured seconds per round-trip rate"),
+    seconds: float = typer.Option(5.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option(",".join(("raw", "faust", "route", "roundtrip", "scoring")), "--modes",
                               help="which modes to run"),
     batch_size: int = typer.Option(500, "--batch-size", help="the router's consume batch"),
