@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -50,14 +51,15 @@ class Child:
         raise RuntimeError(f"{self.name}: no {what} within {timeout:.0f}s:\n{self.tail()}")
 
     def stop(self, timeout: float = 20.0) -> None:
-        if not self.alive():
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
+        """SIGTERM (SIGKILL after `timeout`), then remove the working directory and its log."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def tail(self, lines: int = 30) -> str:
         try:
