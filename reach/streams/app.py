@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from reach import topics
+from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.settings import KafkaSettings, ReachSettings
@@ -92,14 +93,17 @@ def build_app(
 
     @app.timer(interval=0.5)
     async def keep_time() -> None:
-        rows = status.open_rows()
+        rows = status.due_rows(now_ms())
         if rows:
             await _guarded("timekeeper", timekeeper.tick, rows)
 
     @app.timer(interval=15.0)
     async def observe() -> None:
-        rows = [StatusRow.model_validate(raw) for raw in list(status.rows.values()) if raw]
-        await _guarded("gauges", gauges.update, rows)
+        # only NO_ROUTE dead letters matter to the gauges; validating every row would be costly
+        rows = [StatusRow.model_validate(raw) for raw in list(status.rows.values())
+                if raw and raw.get("status") == "DEAD_LETTERED"
+                and (raw.get("last_error") or {}).get("code") == "NO_ROUTE"]
+        await _guarded("gauges", gauges.update, rows, len(status.rows))
 
     gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                     stale_after_ms=reach_settings.stale_no_route * 1000)

@@ -34,8 +34,9 @@ class Gauges:
         self._admin: AdminClient | None = None
         self._reader: Consumer | None = None
 
-    def update(self, rows: list[StatusRow]) -> None:
-        self._metrics.table_size.set(len(rows))
+    def update(self, rows: list[StatusRow], table_size: int) -> None:
+        """`rows`: the worker's NO_ROUTE dead-letter rows (the only ones the stale gauge needs)."""
+        self._metrics.table_size.set(table_size)
         update_registry_gauges(self._router, self._metrics)
         served = {c.name for reg in self._router.state.live(now_ms()) for c in reg.capabilities}
         self._metrics.stale_no_route.clear()
