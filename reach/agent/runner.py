@@ -79,7 +79,8 @@ class Runner:
         loop_thread.start()
         self.publisher = Publisher(clients.producer(self._kafka))
         self._pool = ThreadPoolExecutor(self.agent.max_concurrency, thread_name_prefix="reach-handler")
-        redis = Redis.from_url(self._redis_settings.url())
+        # a lease, its renewals and the result cache per running handler: size the pool from max_concurrency
+        redis = Redis.from_url(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16)
         leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
                         result_ttl_s=self.agent.result_ttl_s)
         self._policies = PolicyCache(names=self.names, kafka=self._kafka)

@@ -44,10 +44,8 @@ def stack(ws: Workspace) -> Iterator[tuple[Child, Child]]:
     try:
         url = f"http://127.0.0.1:{port}"
         router.wait_until(lambda: bool((_get(f"{url}/healthz") or {}).get("ok")), 120, "healthy router")
-        # redis-py's asyncio pool allows 100 connections; the SDK holds one per in-flight message
-        redis_url = env["REACH_REDIS_URL"] + ("&" if "?" in env["REACH_REDIS_URL"] else "?") + "max_connections=1024"
         agent = Child("agent", ["reach", "agent", "run", "reach.bench.noop_agent:agent", "--log-level", "WARNING"],
-                      {**env, "REACH_REDIS_URL": redis_url})
+                      env)
         router.wait_until(lambda: _agent_ready(url), 120, "READY no-op agent in the registry")
         yield router, agent
     finally:
