@@ -87,14 +87,14 @@ def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, s
         print(json.dumps({"letters": [_summary(i) for i in letters], "counts": dict(counts),
                           "undecodable_records": undecodable}))
         return
-    table = Table("id", "message_id", "capability", "reason", "error", "attempts", "gen", "last failure (UTC)")
+    table = Table("id", "message_id", "capability", "reason", "attempts", "gen", "last failure (UTC)")
     for item in letters:
         rec = item.record
-        table.add_row(item.id, item.message_id or "-", item.capability or "-", rec.reason,
-                      f"{rec.error.code}: {rec.error.message[:40]}" if rec.error else "", str(rec.attempts),
+        table.add_row(item.id, item.message_id or "-", item.capability or "-", rec.reason, str(rec.attempts),
                       str(rec.generation), _when(rec.last_failure_at))
     console.print(table)
-    console.print("by reason: " + (", ".join(f"{k}={v}" for k, v in counts.most_common()) or "none"))
+    console.print("by reason: " + (", ".join(f"{k}={v}" for k, v in counts.most_common()) or "none")
+                  + ("  (`reach dlq show ID` for the error and the envelope)" if letters else ""))
     if undecodable:
         err_console.print(f"[yellow]{undecodable} dead-letter record(s) do not decode[/]")
 
