@@ -11,8 +11,9 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from reach import topicreader
 from reach.codec import DecodeError, decode, encode
 from reach.envelopes import now_ms
 from reach.names import Names
@@ -116,40 +117,17 @@ def publish(control: Control, *, names: Names, kafka: KafkaSettings | None = Non
 
 
 def read_control(*, names: Names, kafka: KafkaSettings | None = None, timeout: float = 10.0) -> ControlView:
-    """Read the whole control topic into a view (for `reach weights show`)."""
-    settings = kafka or KafkaSettings()
-    consumer = Consumer(settings.consumer(f"{names.control}.reader", **{"enable.partition.eof": True}))
+    """Read the whole control topic into a view (for `reach weights show` and the SDK's policy cache)."""
     view = ControlView()
+    reader = topicreader.open_reader("control", kafka)
     try:
-        meta = consumer.list_topics(names.control, timeout=timeout).topics.get(names.control)
-        if meta is None or meta.error is not None:
-            from reach.errors import ConfigError
-
-            raise ConfigError(f"Topic {names.control} does not exist; run `reach topics apply`.")
-        partitions = []
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(names.control, p), timeout=timeout)
-            if high > low:
-                partitions.append((p, low, high))
-        if not partitions:
-            return view
-        consumer.assign([TopicPartition(names.control, p, low) for p, low, _ in partitions])
-        open_parts = {p: high for p, _, high in partitions}
-        deadline = now_ms() + int(timeout * 1000)
-        while open_parts and now_ms() < deadline:
-            for msg in consumer.consume(500, timeout=0.5):
-                if msg.error():
-                    continue
-                part = msg.partition()
-                key = (msg.key() or b"").decode()
-                value = msg.value()
-                try:
-                    view.apply(key, decode(value, Control) if value is not None else None)
-                except DecodeError:
-                    pass  # an undecodable control record is skipped, never fatal
-                offset = msg.offset()
-                if part is not None and offset is not None and offset + 1 >= open_parts.get(part, 0):
-                    open_parts.pop(part, None)
+        starts = topicreader.start_offsets(reader, names.control, None, timeout)
+        for msg in topicreader.read_range(reader, names.control, starts, idle_timeout=timeout):
+            value = msg.value()
+            try:
+                view.apply((msg.key() or b"").decode(), decode(value, Control) if value is not None else None)
+            except DecodeError:
+                pass  # an undecodable control record is skipped, never fatal
         return view
     finally:
-        consumer.close()
+        reader.close()
