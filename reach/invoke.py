@@ -138,7 +138,7 @@ class ReplyInbox:
                         f"`reach status {message_id}` shows where it is.",
                         message_id=message_id,
                     )
-                for msg in self._consumer.consume(100, timeout=min(left, 0.2)):
+                for msg in clients.take(self._consumer, 100, min(left, 0.2)):
                     if msg.error() or msg.value() is None:
                         continue
                     try:

@@ -41,7 +41,7 @@ def read_range(consumer: Consumer, topic: str, starts: dict[int, int], *, until_
     consumer.assign([TopicPartition(topic, p, starts[p]) for p in todo])
     idle_until = time.monotonic() + idle_timeout
     while todo and time.monotonic() < idle_until:  # the idle bound covers tail offsets that hold no record
-        for msg in consumer.consume(1000, 0.5):
+        for msg in clients.take(consumer, 1000, 0.5):
             part, offset = msg.partition(), msg.offset()
             if msg.error() or part is None or offset is None or part not in todo:
                 continue

@@ -142,8 +142,8 @@ class Runner:
 
     def _consume(self) -> None:
         while not self._stop.is_set():
-            msg = self._consumer.poll(POLL_S)
-            if msg is not None:
+            room = self.agent.max_concurrency - self._inflight - len(self._backlog)
+            for msg in clients.take(self._consumer, max(1, room), POLL_S):
                 self._take(msg)
             self._settle()
 

@@ -6,7 +6,7 @@ import threading
 
 from confluent_kafka import TopicPartition
 
-from reach import codec
+from reach import clients, codec
 from reach.codec import CodecError
 from reach.demo.tally import Tally
 from reach.names import Names
@@ -29,7 +29,7 @@ class ReceiptFollower:
     def run(self, stop: threading.Event) -> None:
         try:
             while not stop.is_set():
-                for msg in self.consumer.consume(500, 0.2):
+                for msg in clients.take(self.consumer, 500, 0.2):
                     value = msg.value()
                     if msg.error() or value is None:
                         continue

@@ -58,7 +58,7 @@ class DelayForwarder:
         try:
             while not stop.is_set():
                 self._resume_due(consumer)
-                batch = consumer.consume(500, self._wait_s())
+                batch = clients.take(consumer, 500, self._wait_s())
                 if batch:
                     self._forward(consumer, producer, batch)
         finally:

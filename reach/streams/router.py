@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import dlq
+from reach import clients, dlq
 from reach import headers as H
 from reach.candidates import RouteRequest
 from reach.codec import DecodeError, UnknownSchema, decode_dict, encode_dict
@@ -212,7 +212,7 @@ class Router:
                 if not capabilities.refresh(consumer, time.monotonic()):
                     self._stop.wait(0.2)
                     continue
-                messages = consumer.consume(self._batch_size, timeout=0.2)
+                messages = clients.take(consumer, self._batch_size, 0.2)
                 if not messages:
                     producer.poll(0)
                     continue

@@ -15,6 +15,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
+from reach import clients
 from reach import headers as H
 from reach.codec import DecodeError, decode, decode_dict
 from reach.control import ControlView
@@ -118,7 +119,7 @@ class StateLoop:
                 self._state.ready.set()
             next_prune = now_ms() + 30_000
             while not self._stop.is_set():
-                batch = consumer.consume(500, timeout=0.2)
+                batch = clients.take(consumer, 500, 0.2)
                 if not batch and targets:
                     self._caught_up(consumer, targets)
                 for msg in batch:

@@ -117,7 +117,7 @@ class Timekeeper:
         try:
             reader.assign([TopicPartition(topic, partition, offset)])
             for _ in range(20):
-                for msg in reader.consume(10, 0.25):
+                for msg in clients.take(reader, 10, 0.25):
                     if not msg.error() and msg.offset() == offset:
                         return msg.value()
             return None
