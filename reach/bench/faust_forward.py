@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from reach.bench.progress import analyse_forwards, result, wait_outputs
+from reach.bench import forwarder
 from reach.bench.results import ModeResult
 from reach.bench.subprocesses import Child
-from reach.bench.workspace import Workspace, envelopes, message_id
+from reach.bench.workspace import Workspace
 
 
 def build_app(app_id: str, source: str, sink: str, bootstrap: str) -> Any:
@@ -33,23 +33,12 @@ def build_app(app_id: str, source: str, sink: str, bootstrap: str) -> Any:
 
 
 def run(ws: Workspace, *, messages: int, warmup: int, timeout: float = 180.0) -> ModeResult:
-    source = ws.ensure(ws.names.topic("bench.faust.in"))
-    sink = ws.ensure(ws.names.topic("bench.faust.out"))
-    created: dict[str, int] = {}
-    ws.burst(envelopes(ws, "faust", source, "bench.faust", warmup + messages, created))
-    child = Child("faust", ["reach.bench.faust_forward", f"{ws.namespace}.faust", source, sink],
-                  env={"REACH_BOOTSTRAP": ws.kafka.servers()})
-    try:
-        progress = wait_outputs(ws, [sink], warmup=warmup, total=warmup + messages, cpu=child.cpu,
-                                timeout=timeout, alive=child.alive)
-        if not progress.done and not child.alive():
-            raise RuntimeError(f"the faust forwarder exited:\n{child.tail()}")
-    finally:
-        child.stop()
-    measured = {message_id("faust", s) for s in range(warmup, warmup + messages)}
-    outputs = ((r.key.decode(), r.timestamp) for r in ws.read([sink]) if r.key)
-    forwards = analyse_forwards("faust", outputs, created, measured, basis="created_at -> sink append (burst)")
-    return result("faust", progress, forwards, messages, notes="faust worker in a child process (its CPU only)")
+    def start(source: str, sink: str) -> Child:
+        return Child("faust", ["reach.bench.faust_forward", f"{ws.namespace}.faust", source, sink],
+                     env={"REACH_BOOTSTRAP": ws.kafka.servers()})
+
+    return forwarder.run(ws, "faust", start, messages=messages, warmup=warmup, timeout=timeout,
+                         notes="faust worker in a child process (its CPU only)")
 
 
 def main(argv: list[str]) -> None:

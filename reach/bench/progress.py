@@ -38,8 +38,9 @@ def wait_outputs(
     cpu: Callable[[], float],
     timeout: float,
     alive: Callable[[], bool] = lambda: True,
+    start: dict[tuple[str, int], int] | None = None,
 ) -> Progress:
-    """Poll the high watermarks of `topic_names` until they hold `total` records (or time out)."""
+    """Poll the high watermarks of `topic_names` until they hold `total` records past `start` (or time out)."""
     names = list(topic_names)
     consumer = ws.consumer()
     try:
@@ -47,7 +48,7 @@ def wait_outputs(
         deadline = time.monotonic() + timeout
         count = 0
         while time.monotonic() < deadline and alive():
-            count = sum(ws.end_offsets(names, consumer).values())
+            count = sum(end - (start or {}).get(tp, 0) for tp, end in ws.end_offsets(names, consumer).items())
             if warm is None and count >= warmup:
                 warm = (cpu(), count)
             if count >= total:

@@ -42,7 +42,7 @@ def forward(kafka: KafkaSettings, group: str, source: str, sink: str, stop: thre
 
 def run(ws: Workspace, *, messages: int, warmup: int, timeout: float = 120.0) -> ModeResult:
     source = ws.ensure(ws.names.topic("bench.raw.in"))
-    sink = ws.ensure(ws.names.topic("bench.raw.out"))
+    sink = ws.ensure_sink(ws.names.topic("bench.raw.out"))
     created: dict[str, int] = {}
     ws.burst(envelopes(ws, "raw", source, "bench.raw", warmup + messages, created))
     stop = threading.Event()

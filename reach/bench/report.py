@@ -1,4 +1,4 @@
-"""The bench's one table (rich) and its JSON: rows per mode, the two ratios, and the targets they are held to."""
+"""The bench's tables (rich) and its JSON: rows per mode, CPU per process, the knees, ratios, and the targets."""
 
 from __future__ import annotations
 
@@ -11,16 +11,23 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from reach.bench.knee import Search
 from reach.bench.results import ModeResult
 
 TARGETS = {
-    "route_throughput": ">= 5,000 envelopes/s",
-    "route_over_raw": ">= 0.35",
-    "route_over_faust": ">= 2",
-    "round_trip_2000_p99_ms": "<= 100",
-    "router_hop_2000_p99_ms": "<= 20",
+    "round_trip_200_completed_p50_ms": "<= 15",
+    "round_trip_200_completed_p99_ms": "<= 60",
+    "round_trip_200_row_after_receipt_p99_ms": "<= 100",
+    "router_hop_1000_p99_ms": "<= 20",
+    "knee_noop_rps": ">= 2,000",
+    "route_2_workers_throughput": ">= 8,000 envelopes/s",
+    "route_throughput": ">= 8,000 envelopes/s (stretch)",
+    "route_over_faust": ">= 3",
+    "status_scale_rss_mib": "< 1,024",
+    "status_scale_recovery_s": "< 60",
     "scoring_100_p99_ms": "<= 0.5",
 }
+"""Issue 10's targets that `reach bench` measures (the demo's latency is `reach demo`'s)."""
 
 
 @dataclass
@@ -28,33 +35,52 @@ class Report:
     """Everything one `reach bench` run measured, with the conditions it ran under."""
 
     results: list[ModeResult]
+    knees: list[Search] = field(default_factory=list)
     conditions: dict[str, Any] = field(default_factory=dict)
 
     def find(self, mode: str) -> ModeResult | None:
-        return next((r for r in self.results if r.mode == mode), None)
+        return next((r for r in self.results if r.mode == mode and not r.skipped), None)
 
     def ratios(self) -> dict[str, float | None]:
-        route, raw, faust = self.find("route"), self.find("raw"), self.find("faust")
+        route = self.find("route")
 
         def ratio(a: ModeResult | None, b: ModeResult | None) -> float | None:
             return round(a.throughput / b.throughput, 3) if a and b and b.throughput else None
 
-        return {"route_over_raw": ratio(route, raw), "route_over_faust": ratio(route, faust)}
+        return {"route_over_raw": ratio(route, self.find("raw")), "route_over_faust": ratio(route, self.find("faust")),
+                "route_over_quix": ratio(route, self.find("quix")),
+                "route_2_workers_over_1": ratio(self.find("route 2 workers"), route)}
 
     def checks(self) -> dict[str, float | None]:
         """The measured value behind every target (None when that mode did not run)."""
-        route, rt, scoring = self.find("route"), self.find("round trip 2000/s"), self.find("scoring 100")
-        hop = rt.steps.get("router hop") if rt else None
+        route, route2 = self.find("route"), self.find("route 2 workers")
+        rt200, rt1000, scoring = self.find("round trip 200/s"), self.find("round trip 1000/s"), self.find("scoring 100")
+        scale = self.find("status-scale")
+
+        def step(r: ModeResult | None, name: str, q: str) -> float | None:
+            lat = r.steps.get(name) if r else None
+            return getattr(lat, q) if lat else None
+
+        noop = next((k for k in self.knees if k.setup == "noop"), None)
         return {
+            "round_trip_200_completed_p50_ms": step(rt200, "completed receipt", "p50"),
+            "round_trip_200_completed_p99_ms": step(rt200, "completed receipt", "p99"),
+            "round_trip_200_row_after_receipt_p99_ms": step(rt200, "status row after receipt", "p99"),
+            "router_hop_1000_p99_ms": step(rt1000, "router hop", "p99"),
+            "knee_noop_rps": noop.knee_rps if noop else None,
+            "route_2_workers_throughput": round(route2.throughput) if route2 else None,
             "route_throughput": round(route.throughput) if route else None,
-            **self.ratios(),
-            "round_trip_2000_p99_ms": rt.latency.p99 if rt and rt.latency else None,
-            "router_hop_2000_p99_ms": hop.p99 if hop else None,
+            "route_over_faust": self.ratios()["route_over_faust"],
+            "status_scale_rss_mib": scale.figures.get("rss_mib") if scale else None,
+            "status_scale_recovery_s": scale.figures.get("recovery_s") if scale else None,
             "scoring_100_p99_ms": round(scoring.latency.p99, 3) if scoring and scoring.latency else None,
         }
 
     def as_dict(self) -> dict[str, Any]:
         return {"conditions": self.conditions, "modes": [r.as_dict() for r in self.results],
+                "knee_rps": {s.setup: s.knee_rps for s in self.knees}, "knee": [s.as_dict() for s in self.knees],
+                "cpu_per_1k_by_process": {r.mode: r.cpu_by_process for r in self.results if r.cpu_by_process},
+                "status_scale": next((r.figures for r in self.results if r.mode == "status-scale"), None),
                 "ratios": self.ratios(), "targets": TARGETS, "measured": self.checks()}
 
     def write_json(self, path: Path) -> None:
@@ -94,6 +120,8 @@ def render(report: Report, console: Console | None = None) -> None:
             table.add_row(f"  └ {name}", "", "", _ms(step.p50), _ms(step.p95), _ms(step.p99), _ms(step.max),
                           "", "", "", step.basis, style="dim")
     console.print(table)
+    _cpu_table(report, console)
+    _knee_table(report, console)
     measured = report.checks()
     for key, target in TARGETS.items():
         console.print(f"  {key:<24} {target:<22} measured {measured.get(key)}")
@@ -101,3 +129,46 @@ def render(report: Report, console: Console | None = None) -> None:
     if notes:
         console.print("[dim]" + "\n".join(notes) + "[/]")
     console.print(f"[dim]  conditions: {report.conditions}[/]")
+
+
+def _cpu_table(report: Report, console: Console) -> None:
+    """CPU seconds per 1,000 messages of each process, side by side for the modes that read them."""
+    rows = [r for r in report.results if r.cpu_by_process]
+    if not rows:
+        return
+    labels: list[str] = []
+    for r in rows:
+        labels.extend(k for k in r.cpu_by_process if k not in labels)
+    table = Table(title="CPU s per 1,000 messages, by process (n/a: not measurable here)")
+    table.add_column("mode")
+    for label in labels:
+        table.add_column(label, justify="right")
+    for r in rows:
+        cells = []
+        for label in labels:
+            value = r.cpu_by_process.get(label, "")
+            cells.append("n/a" if value is None else value if isinstance(value, str) else f"{value:.3f}")
+        table.add_row(r.mode, *cells)
+    console.print(table)
+
+
+def _knee_table(report: Report, console: Console) -> None:
+    if not report.knees:
+        return
+    table = Table(title="knee search: highest rate with >= 99.9% COMPLETED and COMPLETED receipt p99 <= 100 ms")
+    for col in ("set-up", "knee_rps", "run", "bracket (pass, fail)", "resolution", "steps", "load avg", "seconds"):
+        table.add_column(col, justify="left" if col in ("set-up", "bracket (pass, fail)") else "right")
+    for search in report.knees:
+        if search.skipped:
+            table.add_row(search.setup, "-", "", f"skipped: {search.skipped}", "", "", "", "")
+            continue
+        for i, run in enumerate(search.runs):
+            table.add_row(search.setup if i == 0 else "", _rps(search.knee_rps) if i == 0 else "", str(i + 1),
+                          run.knee.bracket, f"{run.knee.resolution:.0%}", str(len(run.steps)),
+                          f"{run.loadavg_before[0]:.2f} -> {run.loadavg_after[0]:.2f}" if run.loadavg_after else "",
+                          f"{run.seconds:.0f}")
+    console.print(table)
+
+
+def _rps(value: float | None) -> str:
+    return "none in range" if value is None else f"{value:,.0f}"

@@ -36,10 +36,19 @@ class ModeResult:
     offered_rate: float | None = None
     unfinished: int = 0  # no terminal status within the mode's drain window (lost only if never)
     steps: dict[str, Latency] = field(default_factory=dict)  # extra observable steps (router hop, receipts)
+    cpu_by_process: dict[str, float | None] = field(default_factory=dict)  # CPU s / 1k per process; None = n/a
+    skipped: str | None = None  # why the mode measured nothing (never a number in its place)
+    figures: dict[str, float | None] = field(default_factory=dict)  # mode-specific figures (status-scale's)
     notes: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def skip(cls, mode: str, why: str) -> ModeResult:
+        """A row that says why it has no figures."""
+        return cls(mode=mode, messages=0, throughput=0.0, latency=None, cpu_per_1k=None, lost=0, duplicated=0,
+                   skipped=why, notes=f"skipped: {why}")
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -11,17 +11,21 @@ timestamp: the round trip).
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from reach import headers as H
-from reach.bench import noop_agent
+from reach.bench import cpu, noop_agent
 from reach.bench.collector import Collector, Seen
 from reach.bench.results import ModeResult, latency, rate
+from reach.bench.slo import ReceiptBook
 from reach.bench.subprocesses import Child
 from reach.bench.workspace import Workspace, message_id
 from reach.codec import decode_dict
@@ -29,29 +33,94 @@ from reach.local.process import free_port
 from reach.records import Status
 from reach.settings import RedisSettings
 
+_REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Who serves the round trip: `instances` processes of `reach agent run <target>`."""
+
+    name: str
+    capability: str
+    agent_id: str
+    target: str
+    instances: int = 1
+    path: Path | None = None  # put on PYTHONPATH (examples/ is beside the package, not in it)
+
+    def missing(self) -> str | None:
+        """Why this set-up cannot run on this installation, or None."""
+        if self.path is not None and not (self.path / (self.target.split(":")[0].replace(".", "/") + ".py")).exists():
+            return f"{self.target.split(':')[0]} is not beside the installed package (run from a source checkout)"
+        return None
+
+
+NOOP = Setup("noop", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.bench.noop_agent:agent")
+ECHO = Setup("echo x2", "demo.echo", "agent://demo/echo", "examples.echo_agent:agent", instances=2, path=_REPO)
+SETUPS = {s.name: s for s in (NOOP, ECHO)}
+
+
+@dataclass
+class Stack:
+    """The running processes of one round trip: the stream app, the agent instances, the broker if local."""
+
+    router: Child
+    agents: list[Child]
+    broker: int | None
+
+    def processes(self) -> dict[str, int | None]:
+        """Label -> pid of every process whose CPU a step reports (the bench itself: sender and collector)."""
+        agents = {("agent" if len(self.agents) == 1 else f"agent {i + 1}"): a.pid for i, a in enumerate(self.agents)}
+        return {"router": self.router.pid, **agents, "broker JVM": self.broker, "bench": os.getpid()}
+
+    def workers(self) -> dict[str, int | None]:
+        """The processes doing Reach's work (router and agents), without the broker and the bench."""
+        return {k: v for k, v in self.processes().items() if k not in ("broker JVM", "bench")}
+
+
+@dataclass(frozen=True)
+class StreamApp:
+    """A running `reach router` child: its process, the environment its agents share, its web views' URL."""
+
+    child: Child
+    env: dict[str, str]
+    url: str
+
 
 @contextmanager
-def stack(ws: Workspace) -> Iterator[tuple[Child, Child]]:
-    """The stream app and one no-op agent instance, both READY as the router sees them."""
+def stream_app(ws: Workspace) -> Iterator[StreamApp]:
+    """`reach router` (faust worker: router, status table, timekeeper) in the workspace's namespace, healthy."""
     port = free_port()
     env = {"REACH_NAMESPACE": ws.namespace, "REACH_BOOTSTRAP": ws.kafka.servers(),
            "REACH_REDIS_URL": RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file),
            "REACH_WEB_PORT": str(port)}
-    ws.ensure(ws.names.capability(noop_agent.CAPABILITY))
-    ws.ensure(ws.names.inbox(noop_agent.AGENT_ID), "agent")
     router = Child("router", ["reach", "router", "--interval", "5"], env)
-    agent: Child | None = None
     try:
         url = f"http://127.0.0.1:{port}"
         router.wait_until(lambda: bool((_get(f"{url}/healthz") or {}).get("ok")), 120, "healthy router")
-        agent = Child("agent", ["reach", "agent", "run", "reach.bench.noop_agent:agent", "--log-level", "WARNING"],
-                      env)
-        router.wait_until(lambda: _agent_ready(url), 120, "READY no-op agent in the registry")
-        yield router, agent
+        yield StreamApp(router, env, url)
     finally:
-        if agent is not None:
-            agent.stop()
         router.stop()
+
+
+@contextmanager
+def stack(ws: Workspace, app: StreamApp, setup: Setup = NOOP) -> Iterator[Stack]:
+    """The set-up's agent instances beside a running stream app, all READY as the router sees them."""
+    ws.ensure(ws.names.capability(setup.capability))
+    ws.ensure(ws.names.inbox(setup.agent_id), "agent")
+    env = dict(app.env)
+    if setup.path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(setup.path), os.environ.get("PYTHONPATH")) if p)
+    agents: list[Child] = []
+    try:
+        for i in range(setup.instances):
+            agents.append(Child(f"agent{i + 1}", ["reach", "agent", "run", setup.target, "--log-level", "WARNING"],
+                                env))
+        app.child.wait_until(lambda: _ready(app.url, setup.agent_id) >= setup.instances, 120,
+                             f"{setup.instances} READY instance(s) of {setup.agent_id} in the registry")
+        yield Stack(app.child, agents, cpu.broker_pid(ws.kafka.servers()))
+    finally:
+        for agent in agents:
+            agent.stop()
 
 
 def _get(url: str) -> Any:
@@ -62,16 +131,17 @@ def _get(url: str) -> Any:
         return None
 
 
-def _agent_ready(url: str) -> bool:
+def _ready(url: str, agent_id: str) -> int:
     rows = _get(f"{url}/agents")
-    return any(r.get("agent_id") == noop_agent.AGENT_ID and r.get("state") == "READY"
-               for r in (rows if isinstance(rows, list) else []))
+    return sum(1 for r in (rows if isinstance(rows, list) else [])
+               if r.get("agent_id") == agent_id and r.get("state") == "READY")
 
 
-def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int) -> dict[str, int]:
+def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int,
+                   capability: str = noop_agent.CAPABILITY) -> dict[str, int]:
     """Publish `count` envelopes at `offered`/s on schedule, never waiting for acks; returns created_at per id."""
     producer = ws.producer()
-    topic = ws.names.capability(noop_agent.CAPABILITY)
+    topic = ws.names.capability(capability)
     created: dict[str, int] = {}
     start = time.time()
     for seq in range(count):
@@ -84,7 +154,7 @@ def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int) -> di
         created[mid] = at
         while True:
             try:
-                producer.produce(topic, key=mid.encode(), value=ws.envelope(mid, noop_agent.CAPABILITY, at),
+                producer.produce(topic, key=mid.encode(), value=ws.envelope(mid, capability, at),
                                  headers=[(H.MESSAGE_ID, mid.encode())])
                 break
             except BufferError:
@@ -95,19 +165,20 @@ def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int) -> di
     return created
 
 
-def run_rate(ws: Workspace, collector: Collector, router: Child, agent: Child, *, offered: float, seconds: float,
+def run_rate(ws: Workspace, collector: Collector, running: Stack, *, offered: float, seconds: float,
              drain_timeout: float, unfinished: dict[str, set[str]]) -> ModeResult:
     """One offered rate: warm-up (half a second's worth), then `seconds` of measured sends, then drain."""
     warm_prefix, prefix = f"warm{int(offered)}", f"rt{int(offered)}"
     send_open_loop(ws, warm_prefix, offered, max(int(offered / 2), 10))
     _wait_terminal(collector, warm_prefix, max(int(offered / 2), 10), drain_timeout)
     collector.take()
-    before = (router.cpu(), agent.cpu())
+    before = cpu.read(running.processes())
     count = max(int(offered * seconds), 10)
     created = send_open_loop(ws, prefix, offered, count)
     drained = _wait_terminal(collector, prefix, count, drain_timeout)
-    cpu = (router.cpu() - before[0], agent.cpu() - before[1])
-    result = _analyse(collector.take(), created, offered=offered, cpu=cpu, drained=drained)
+    per_process = cpu.per_1k(before, cpu.read(running.processes()), count)
+    result = _analyse(collector.take(), created, offered=offered, per_process=per_process,
+                      workers=set(running.workers()), drained=drained)
     unfinished[result.mode] = collector.missing(set(created))
     return result
 
@@ -126,23 +197,20 @@ def _wait_terminal(collector: Collector, prefix: str, count: int, timeout: float
     return False
 
 
-def _analyse(seen: Seen, created: dict[str, int], *, offered: float, cpu: tuple[float, float],
-             drained: bool) -> ModeResult:
-    routed: dict[str, int] = {}
-    completed: dict[str, int] = {}
-    routed_count: Counter[str] = Counter()
-    completed_count: Counter[str] = Counter()
-    for value in seen.receipts:
-        receipt = decode_dict("Receipt", value)
-        mid = receipt["message_id"]
-        if mid not in created:
-            continue
-        if receipt["status"] == Status.ROUTED.value:
-            routed_count[mid] += 1
-            routed.setdefault(mid, receipt["at"])
-        elif receipt["status"] == Status.COMPLETED.value:
-            completed_count[mid] += 1
-            completed.setdefault(mid, receipt["at"])
+def decode_receipts(values: list[bytes]) -> list[dict[str, Any]]:
+    return [decode_dict("Receipt", v) for v in values]
+
+
+def workers_cpu(per_process: dict[str, float | None], workers: set[str]) -> float | None:
+    """CPU s / 1k of Reach's own processes (router and agents, with what they spawned); None if any is n/a."""
+    mine = [v for k, v in per_process.items() if k.split("/")[0] in workers]
+    return None if not mine or any(v is None for v in mine) else round(sum(v for v in mine if v is not None), 4)
+
+
+def _analyse(seen: Seen, created: dict[str, int], *, offered: float, per_process: dict[str, float | None],
+             workers: set[str], drained: bool) -> ModeResult:
+    book = ReceiptBook()
+    book.add(r for r in decode_receipts(seen.receipts) if r["message_id"] in created)
     table: dict[str, int] = {}
     outcomes: Counter[str] = Counter()
     for mid, (ts, value) in seen.terminal_rows.items():
@@ -152,35 +220,37 @@ def _analyse(seen: Seen, created: dict[str, int], *, offered: float, cpu: tuple[
             if status == Status.COMPLETED.value:
                 table[mid] = ts
     lost = len(created) - sum(outcomes.values())  # for now: run() checks again after every rate
-    dup = sum(n - 1 for n in routed_count.values() if n > 1) + sum(n - 1 for n in completed_count.values() if n > 1)
     spans = list(table.values())
     throughput = rate(len(table), min(created.values()), max(spans)) if spans else 0.0
     other = ", ".join(f"{s}={n}" for s, n in sorted(outcomes.items()) if s != Status.COMPLETED.value)
-    n = len(created)
-    notes = (f"CPU/1k: stream app {cpu[0] / n * 1000:.2f} s + agent {cpu[1] / n * 1000:.2f} s"
-             + (f"; not COMPLETED: {other}" if other else ""))
+    notes = f"not COMPLETED: {other}" if other else ""
     if not drained:
-        notes += "; drain timed out"
+        notes += ("; " if notes else "") + "drain timed out"
     out = ModeResult(
         mode=f"round trip {int(offered)}/s", messages=len(created), throughput=throughput,
         latency=latency((ts - created[m] for m, ts in table.items()), "created_at -> status row COMPLETED"),
-        cpu_per_1k=sum(cpu) / n * 1000, lost=lost, duplicated=dup, offered_rate=offered, notes=notes,
+        cpu_per_1k=workers_cpu(per_process, workers), lost=lost, duplicated=book.duplicated, offered_rate=offered,
+        cpu_by_process=per_process, notes=notes,
     )
-    for step, stamps in (("router hop", routed), ("completed receipt", completed)):
-        basis = "created_at -> ROUTED receipt at" if step == "router hop" else "created_at -> COMPLETED receipt at"
+    for step, stamps, basis in (("router hop", book.routed, "created_at -> ROUTED receipt at"),
+                                ("completed receipt", book.completed, "created_at -> COMPLETED receipt at")):
         lat = latency((at - created[m] for m, at in stamps.items()), basis)
         if lat is not None:
             out.steps[step] = lat
+    after = latency((ts - book.completed[m] for m, ts in table.items() if m in book.completed),
+                    "COMPLETED receipt at -> status row COMPLETED")
+    if after is not None:
+        out.steps["status row after receipt"] = after
     return out
 
 
 def run(ws: Workspace, *, rates: list[float], seconds: float, drain_timeout: float = 60.0) -> list[ModeResult]:
     """Every offered rate against one stream app and one agent instance."""
-    with stack(ws) as (router, agent):
+    with stream_app(ws) as app, stack(ws, app) as running:
         collector = Collector(ws).start()
         unfinished: dict[str, set[str]] = {}
         try:
-            results = [run_rate(ws, collector, router, agent, offered=r, seconds=seconds, drain_timeout=drain_timeout,
+            results = [run_rate(ws, collector, running, offered=r, seconds=seconds, drain_timeout=drain_timeout,
                                 unfinished=unfinished) for r in rates]
             _final_sweep(collector, results, unfinished, timeout=drain_timeout)
             return results

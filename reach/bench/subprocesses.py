@@ -16,14 +16,17 @@ from reach.bench.results import process_cpu
 
 
 class Child:
-    """One `python -m ...` child with its own working directory (faust writes its data dir there) and log."""
+    """One `python -m ...` child with its own working directory (faust writes its data dir there) and log.
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+    `python` is another interpreter (a virtual environment of its own) and `module=False` runs a script."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], *, python: str = sys.executable,
+                 module: bool = True) -> None:
         self.name = name
-        self.dir = Path(tempfile.mkdtemp(prefix=f"reach-bench-{name}-"))
-        self.log_path = self.dir / f"{name}.log"
+        self.dir = Path(tempfile.mkdtemp(prefix=f"reach-bench-{name.replace(' ', '-')}-"))
+        self.log_path = self.dir / "child.log"
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", *args], cwd=self.dir,
+            self.proc = subprocess.Popen([python, *(["-m"] if module else []), *args], cwd=self.dir,
                                          env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT)
 
     @property

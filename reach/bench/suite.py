@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from reach.bench import faust_forward, raw, round_trip, route, scoring
+from reach.bench import faust_forward, knee, quix, raw, round_trip, route, scoring
+from reach.bench.knee import KneeConfig
 from reach.bench.report import Report, conditions
 from reach.bench.results import ModeResult
 from reach.bench.workspace import Workspace
 from reach.settings import KafkaSettings
 
-MODES = ("raw", "faust", "route", "roundtrip", "scoring")
+MODES = ("raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring")
+STATUS_SCALE = "reach.bench.status_scale"
+"""The status table's scale mode comes with the status engine: `run(*, kafka, topics_file, messages)` returning
+ModeResults named "status-scale" whose `figures` hold receipts_per_s, rss_mib, disk_mib and recovery_s."""
 
 
 @dataclass(frozen=True)
@@ -23,16 +28,21 @@ class BenchConfig:
 
     messages: int = 20_000
     warmup: int = 2_000
-    rates: tuple[float, ...] = (500.0, 2_000.0, 5_000.0)
-    rate_seconds: float = 5.0
+    rates: tuple[float, ...] = (200.0, 1_000.0)
+    rate_seconds: float = 10.0
     scoring_calls: int = 2_000
     batch_size: int = 500
+    route_workers: tuple[int, ...] = (1, 2)
+    status_messages: int = 500_000  # x 4 receipts each
     modes: tuple[str, ...] = MODES
     topics_file: Path = field(default_factory=lambda: Path("topics.yaml"))
+    knee: KneeConfig = field(default_factory=KneeConfig)
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
-        base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "rate_seconds": 1.0, "scoring_calls": 100}
+        base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "rate_seconds": 1.0, "scoring_calls": 100,
+                "knee": KneeConfig.quick(),
+                "status_messages": 2_000}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -43,13 +53,17 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
     started = time.monotonic()
     ws = Workspace(kafka=kafka, topics_file=config.topics_file)
     results: list[ModeResult] = []
+    searches: list[knee.Search] = []
     try:
         steps: list[tuple[str, Callable[[], list[ModeResult]]]] = [
             ("raw", lambda: [raw.run(ws, messages=config.messages, warmup=config.warmup)]),
             ("faust", lambda: [faust_forward.run(ws, messages=config.messages, warmup=config.warmup)]),
+            ("quix", lambda: [quix.run(ws, messages=config.messages, warmup=config.warmup)]),
             ("route", lambda: [route.run(ws, messages=config.messages, warmup=config.warmup,
-                                         batch_size=config.batch_size)]),
+                                         batch_size=config.batch_size, workers=n) for n in config.route_workers]),
             ("roundtrip", lambda: _round_trip(config, kafka)),
+            ("knee", lambda: _knee(config, kafka, searches)),
+            ("status-scale", lambda: _status_scale(config, kafka)),
             ("scoring", lambda: scoring.run(calls=config.scoring_calls)),
         ]
         for name, step in steps:
@@ -60,9 +74,12 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
                 progress(f"{name} done in {time.monotonic() - t:.0f}s")
     finally:
         ws.delete()
-    return Report(results, conditions(namespace=ws.namespace, messages=config.messages, warmup=config.warmup,
-                                      rates=list(config.rates), rate_seconds=config.rate_seconds,
-                                      batch_size=config.batch_size, seconds=round(time.monotonic() - started)))
+    knee_conf = {f"knee_{k}": v for k, v in asdict(config.knee).items()}
+    return Report(results, knees=searches, conditions=conditions(
+        namespace=ws.namespace, messages=config.messages, warmup=config.warmup, rates=list(config.rates),
+        rate_seconds=config.rate_seconds, batch_size=config.batch_size, route_workers=list(config.route_workers),
+        status_messages=config.status_messages, **knee_conf,
+        seconds=round(time.monotonic() - started)))
 
 
 def _round_trip(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:
@@ -73,3 +90,24 @@ def _round_trip(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeRe
         return round_trip.run(ws, rates=list(config.rates), seconds=config.rate_seconds)
     finally:
         ws.delete()
+
+
+def _knee(config: BenchConfig, kafka: KafkaSettings | None, searches: list[knee.Search]) -> list[ModeResult]:
+    """In a namespace of its own, like the round trip."""
+    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+    try:
+        searches.extend(knee.run(ws, config.knee))
+    finally:
+        ws.delete()
+    return [s.row() for s in searches]
+
+
+def _status_scale(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:
+    """The hook for the status engine's own scale run; a build without it says so instead of measuring."""
+    try:
+        module = importlib.import_module(STATUS_SCALE)
+    except ModuleNotFoundError as exc:
+        if exc.name != STATUS_SCALE:
+            raise
+        return [ModeResult.skip("status-scale", f"not available on this build ({STATUS_SCALE} is not installed)")]
+    return list(module.run(kafka=kafka, topics_file=config.topics_file, messages=config.status_messages))

@@ -43,10 +43,17 @@ class Workspace:
         topics.apply(self.admin, topics.plan(self.admin, self.spec.resolved(self.names)))
         self._template = new_envelope("bench.a", PAYLOAD).to_avro()
 
-    def ensure(self, topic: str, family: str = "cap") -> str:
-        """Create `topic` with the defaults of a topics.yaml family (cap: 4 partitions, agent: 8)."""
-        topics.ensure_topic(self.admin, topic, self.spec.family(family))  # type: ignore[arg-type]
+    def ensure(self, topic: str, family: str = "cap", **configs: str) -> str:
+        """Create `topic` with the defaults of a topics.yaml family (cap: 4 partitions, agent: 8), plus `configs`."""
+        spec = self.spec.family(family)  # type: ignore[arg-type]
+        if configs:
+            spec = spec.model_copy(update={"configs": {**spec.configs, **configs}})
+        topics.ensure_topic(self.admin, topic, spec)
         return topic
+
+    def ensure_sink(self, topic: str) -> str:
+        """A forwarder's output topic, stamped by the broker on append (Quix keeps the input's timestamp)."""
+        return self.ensure(topic, **{"message.timestamp.type": "LogAppendTime"})
 
     def envelope(self, message_id: str, capability: str, created_at: int | None = None) -> bytes:
         """A valid Envelope (the router decodes it; raw and faust forward its bytes unread)."""

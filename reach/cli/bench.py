@@ -1,4 +1,4 @@
-"""`reach bench`: raw Kafka, plain faust, the router, the round trip and scoring side by side in one run."""
+"""`reach bench`: raw Kafka, plain faust, Quix Streams, the router, the round trip, the knee search and scoring."""
 
 from __future__ import annotations
 
@@ -9,38 +9,67 @@ import typer
 from reach.cli.common import Exit, console, err_console
 
 
+def _usage(message: str) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(Exit.USAGE)
+
+
+def _numbers(option: str, text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(r) for r in text.split(",") if r.strip())
+    except ValueError:
+        raise _usage(f"{option} takes numbers separated by commas (500,2000); got {text!r}") from None
+
+
 def bench(
     json_file: Path | None = typer.Option(None, "--json", help="also write the results as JSON to FILE"),
     messages: int = typer.Option(20_000, "--messages", help="measured messages per throughput mode (after warm-up)"),
-    rates: str = typer.Option("500,2000,5000", "--rates", help="round trip offered rates, envelopes/s"),
-    seconds: float = typer.Option(5.0, "--seconds", help="measured seconds per round-trip rate"),
-    modes: str = typer.Option(",".join(("raw", "faust", "route", "roundtrip", "scoring")), "--modes",
-                              help="which modes to run"),
+    rates: str = typer.Option("200,1000", "--rates", help="round trip offered rates, envelopes/s"),
+    seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
+    modes: str = typer.Option("all", "--modes",
+                              help="which modes to run: raw,faust,quix,route,roundtrip,knee,status-scale,scoring"),
     batch_size: int = typer.Option(500, "--batch-size", help="the router's consume batch"),
+    route_workers: str = typer.Option("1,2", "--route-workers", help="routing worker processes per route burst"),
+    knee_low: float = typer.Option(50.0, "--knee-low", help="knee search: a rate known to pass, envelopes/s"),
+    knee_high: float = typer.Option(4_000.0, "--knee-high", help="knee search: a rate known to fail"),
+    knee_resolution: float = typer.Option(0.1, "--knee-resolution",
+                                          help="knee search: stop when the bracket is narrower than this fraction"),
+    knee_seconds: float = typer.Option(20.0, "--knee-seconds", help="knee search: measured open-loop seconds per step"),
+    knee_warmup: float = typer.Option(3.0, "--knee-warmup", help="knee search: warm-up seconds per step"),
+    knee_repeats: int = typer.Option(2, "--knee-repeats", help="knee search: how many times each search runs"),
+    knee_setups: str = typer.Option("noop,echo x2", "--knee-setups", help="knee search: which set-ups"),
+    status_messages: int = typer.Option(500_000, "--status-messages",
+                                        help="status-scale: messages folded (4 receipts each)"),
     quick: bool = typer.Option(False, "--quick", help="tiny counts: checks the bench works, measures nothing"),
 ) -> None:
     """Measure every mode in one run against the local broker (or REACH_BOOTSTRAP); print one table."""
+    from reach.bench.knee import KneeConfig
     from reach.bench.report import render
+    from reach.bench.round_trip import SETUPS
     from reach.bench.suite import MODES, BenchConfig, run
     from reach.settings import ReachSettings
 
-    try:
-        offered = tuple(float(r) for r in rates.split(",") if r.strip())
-    except ValueError:
-        err_console.print(f"[bold red]error:[/] --rates takes numbers separated by commas (500,2000); got {rates!r}")
-        raise typer.Exit(Exit.USAGE) from None
-    chosen = tuple(m.strip() for m in modes.split(",") if m.strip())
-    unknown = [m for m in chosen if m not in MODES]
-    if unknown or not offered or messages < 1:
-        err_console.print(f"[bold red]error:[/] unknown mode(s) {unknown} (known: {', '.join(MODES)}), "
-                          "or no rates, or --messages < 1")
-        raise typer.Exit(Exit.USAGE)
+    offered = _numbers("--rates", rates)
+    workers = tuple(int(w) for w in _numbers("--route-workers", route_workers))
+    chosen = MODES if modes.strip() == "all" else tuple(m.strip() for m in modes.split(",") if m.strip())
+    setups = tuple(s.strip() for s in knee_setups.split(",") if s.strip())
+    unknown = [m for m in chosen if m not in MODES] + [s for s in setups if s not in SETUPS]
+    if unknown or not offered or messages < 1 or not workers or min(workers) < 1:
+        raise _usage(f"unknown mode(s) or set-up(s) {unknown} (modes: {', '.join(MODES)}; set-ups: "
+                     f"{', '.join(SETUPS)}), or no rates, or --messages < 1, or a worker count < 1")
+    if not 0 < knee_low < knee_high or knee_resolution <= 0 or knee_repeats < 1 or knee_seconds <= 0:
+        raise _usage("the knee search needs 0 < --knee-low < --knee-high, --knee-resolution > 0, "
+                     "--knee-repeats >= 1 and --knee-seconds > 0")
     topics_file = ReachSettings().topics_file
     if quick:
-        config = BenchConfig.quick(modes=chosen, topics_file=topics_file, batch_size=batch_size)
+        config = BenchConfig.quick(modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
+                                   knee=KneeConfig.quick(setups=setups))
     else:
+        knee = KneeConfig(low=knee_low, high=knee_high, resolution=knee_resolution, seconds=knee_seconds,
+                          warmup=knee_warmup, repeats=knee_repeats, setups=setups)
         config = BenchConfig(messages=messages, warmup=max(messages // 10, 100), rates=offered, rate_seconds=seconds,
-                             modes=chosen, topics_file=topics_file, batch_size=batch_size)
+                             modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
+                             knee=knee, status_messages=status_messages)
     report = run(config, progress=lambda msg: err_console.print(f"[dim]bench: {msg}[/]"))
     render(report, console)
     if json_file is not None:
