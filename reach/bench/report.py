@@ -15,6 +15,8 @@ from reach.bench.knee import Search
 from reach.bench.results import ModeResult
 
 TARGETS = {
+    "round_trip_echo_x2_100_completed_fraction": "1.0 (0 OVERLOAD)",
+    "round_trip_echo_x2_300_completed_fraction": "1.0 (0 OVERLOAD)",
     "round_trip_200_completed_p50_ms": "<= 15",
     "round_trip_200_completed_p99_ms": "<= 60",
     "round_trip_200_row_after_receipt_p99_ms": "<= 100",
@@ -62,7 +64,13 @@ class Report:
             return getattr(lat, q) if lat else None
 
         noop = next((k for k in self.knees if k.setup == "noop"), None)
+        def done(mode: str) -> float | None:
+            r = self.find(mode)
+            return r.figures.get("completed_fraction") if r else None
+
         return {
+            "round_trip_echo_x2_100_completed_fraction": done("round trip echo x2 100/s"),
+            "round_trip_echo_x2_300_completed_fraction": done("round trip echo x2 300/s"),
             "round_trip_200_completed_p50_ms": step(rt200, "completed receipt", "p50"),
             "round_trip_200_completed_p99_ms": step(rt200, "completed receipt", "p99"),
             "round_trip_200_row_after_receipt_p99_ms": step(rt200, "status row after receipt", "p99"),

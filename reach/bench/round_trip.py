@@ -166,19 +166,19 @@ def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int,
 
 
 def run_rate(ws: Workspace, collector: Collector, running: Stack, *, offered: float, seconds: float,
-             drain_timeout: float, unfinished: dict[str, set[str]]) -> ModeResult:
+             drain_timeout: float, unfinished: dict[str, set[str]], setup: Setup = NOOP) -> ModeResult:
     """One offered rate: warm-up (half a second's worth), then `seconds` of measured sends, then drain."""
     warm_prefix, prefix = f"warm{int(offered)}", f"rt{int(offered)}"
-    send_open_loop(ws, warm_prefix, offered, max(int(offered / 2), 10))
+    send_open_loop(ws, warm_prefix, offered, max(int(offered / 2), 10), setup.capability)
     _wait_terminal(collector, warm_prefix, max(int(offered / 2), 10), drain_timeout)
     collector.take()
     before = cpu.read(running.processes())
     count = max(int(offered * seconds), 10)
-    created = send_open_loop(ws, prefix, offered, count)
+    created = send_open_loop(ws, prefix, offered, count, setup.capability)
     drained = _wait_terminal(collector, prefix, count, drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), count)
-    result = _analyse(collector.take(), created, offered=offered, per_process=per_process,
-                      workers=set(running.workers()), drained=drained)
+    result = _analyse(collector.take(), created, mode=mode_name(setup, offered), offered=offered,
+                      per_process=per_process, workers=set(running.workers()), drained=drained)
     unfinished[result.mode] = collector.missing(set(created))
     return result
 
@@ -207,8 +207,12 @@ def workers_cpu(per_process: dict[str, float | None], workers: set[str]) -> floa
     return None if not mine or any(v is None for v in mine) else round(sum(v for v in mine if v is not None), 4)
 
 
-def _analyse(seen: Seen, created: dict[str, int], *, offered: float, per_process: dict[str, float | None],
-             workers: set[str], drained: bool) -> ModeResult:
+def mode_name(setup: Setup, offered: float) -> str:
+    return f"round trip {int(offered)}/s" if setup is NOOP else f"round trip {setup.name} {int(offered)}/s"
+
+
+def _analyse(seen: Seen, created: dict[str, int], *, mode: str, offered: float,
+             per_process: dict[str, float | None], workers: set[str], drained: bool) -> ModeResult:
     book = ReceiptBook()
     book.add(r for r in decode_receipts(seen.receipts) if r["message_id"] in created)
     table: dict[str, int] = {}
@@ -227,10 +231,12 @@ def _analyse(seen: Seen, created: dict[str, int], *, offered: float, per_process
     if not drained:
         notes += ("; " if notes else "") + "drain timed out"
     out = ModeResult(
-        mode=f"round trip {int(offered)}/s", messages=len(created), throughput=throughput,
+        mode=mode, messages=len(created), throughput=throughput,
         latency=latency((ts - created[m] for m, ts in table.items()), "created_at -> status row COMPLETED"),
         cpu_per_1k=workers_cpu(per_process, workers), lost=lost, duplicated=book.duplicated, offered_rate=offered,
         cpu_by_process=per_process, notes=notes,
+        figures={"completed_fraction": round(outcomes[Status.COMPLETED.value] / len(created), 5),
+                 "overload": len(book.overload & created.keys())},
     )
     for step, stamps, basis in (("router hop", book.routed, "created_at -> ROUTED receipt at"),
                                 ("completed receipt", book.completed, "created_at -> COMPLETED receipt at")):
@@ -244,14 +250,15 @@ def _analyse(seen: Seen, created: dict[str, int], *, offered: float, per_process
     return out
 
 
-def run(ws: Workspace, *, rates: list[float], seconds: float, drain_timeout: float = 60.0) -> list[ModeResult]:
-    """Every offered rate against one stream app and one agent instance."""
-    with stream_app(ws) as app, stack(ws, app) as running:
+def run(ws: Workspace, *, rates: list[float], seconds: float, drain_timeout: float = 60.0,
+        setup: Setup = NOOP) -> list[ModeResult]:
+    """Every offered rate against one stream app and the set-up's agent instances."""
+    with stream_app(ws) as app, stack(ws, app, setup) as running:
         collector = Collector(ws).start()
         unfinished: dict[str, set[str]] = {}
         try:
             results = [run_rate(ws, collector, running, offered=r, seconds=seconds, drain_timeout=drain_timeout,
-                                unfinished=unfinished) for r in rates]
+                                unfinished=unfinished, setup=setup) for r in rates]
             _final_sweep(collector, results, unfinished, timeout=drain_timeout)
             return results
         finally:

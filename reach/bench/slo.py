@@ -27,6 +27,7 @@ class ReceiptBook:
     routed: dict[str, int] = field(default_factory=dict)
     completed: dict[str, int] = field(default_factory=dict)
     terminal: dict[str, str] = field(default_factory=dict)
+    overload: set[str] = field(default_factory=set)  # ended FAILED with error kind OVERLOAD (shed)
     duplicated: int = 0  # second ROUTED / COMPLETED receipts of one message (at least once, counted)
 
     def add(self, receipts: Iterable[Mapping[str, Any]]) -> None:
@@ -42,8 +43,10 @@ class ReceiptBook:
                     self.duplicated += 1
                 else:
                     self.completed[mid] = receipt["at"]
-            if status in _TERMINAL:
-                self.terminal.setdefault(mid, status)
+            if status in _TERMINAL and mid not in self.terminal:
+                self.terminal[mid] = status
+                if status == Status.FAILED.value and (receipt.get("error") or {}).get("kind") == "OVERLOAD":
+                    self.overload.add(mid)
 
     def missing(self, ids: Iterable[str]) -> set[str]:
         """The ids among `ids` without a terminal receipt yet."""

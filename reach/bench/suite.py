@@ -28,7 +28,8 @@ class BenchConfig:
 
     messages: int = 20_000
     warmup: int = 2_000
-    rates: tuple[float, ...] = (200.0, 1_000.0)
+    rates: tuple[float, ...] = (200.0, 1_000.0)  # no-op agent
+    echo_rates: tuple[float, ...] = (100.0, 300.0)  # two examples/echo_agent.py instances
     rate_seconds: float = 10.0
     scoring_calls: int = 2_000
     batch_size: int = 500
@@ -40,9 +41,8 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
-        base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "rate_seconds": 1.0, "scoring_calls": 100,
-                "knee": KneeConfig.quick(),
-                "status_messages": 2_000}
+        base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rate_seconds": 1.0,
+                "scoring_calls": 100, "knee": KneeConfig.quick(), "status_messages": 2_000}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -77,6 +77,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
     knee_conf = {f"knee_{k}": v for k, v in asdict(config.knee).items()}
     return Report(results, knees=searches, conditions=conditions(
         namespace=ws.namespace, messages=config.messages, warmup=config.warmup, rates=list(config.rates),
+        echo_rates=list(config.echo_rates),
         rate_seconds=config.rate_seconds, batch_size=config.batch_size, route_workers=list(config.route_workers),
         status_messages=config.status_messages, **knee_conf,
         seconds=round(time.monotonic() - started)))
@@ -85,11 +86,19 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
 def _round_trip(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:
     """In a namespace of its own: the route mode leaves ~20k ROUTED-but-never-started envelopes behind,
     which the stream app would otherwise fold, reroute and expire during the measured round trip."""
-    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
-    try:
-        return round_trip.run(ws, rates=list(config.rates), seconds=config.rate_seconds)
-    finally:
-        ws.delete()
+    out = []
+    for setup, rates in ((round_trip.NOOP, config.rates), (round_trip.ECHO, config.echo_rates)):
+        if not rates:
+            continue
+        if setup.missing():
+            out.append(ModeResult.skip(round_trip.mode_name(setup, rates[0]), setup.missing() or ""))
+            continue
+        ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+        try:
+            out.extend(round_trip.run(ws, rates=list(rates), seconds=config.rate_seconds, setup=setup))
+        finally:
+            ws.delete()
+    return out
 
 
 def _knee(config: BenchConfig, kafka: KafkaSettings | None, searches: list[knee.Search]) -> list[ModeResult]:

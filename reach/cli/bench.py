@@ -25,6 +25,8 @@ def bench(
     json_file: Path | None = typer.Option(None, "--json", help="also write the results as JSON to FILE"),
     messages: int = typer.Option(20_000, "--messages", help="measured messages per throughput mode (after warm-up)"),
     rates: str = typer.Option("200,1000", "--rates", help="round trip offered rates, envelopes/s"),
+    echo_rates: str = typer.Option("100,300", "--echo-rates",
+                                   help="round trip offered rates to two echo agents (empty: skip)"),
     seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option("all", "--modes",
                               help="which modes to run: raw,faust,quix,route,roundtrip,knee,status-scale,scoring"),
@@ -50,6 +52,7 @@ def bench(
     from reach.settings import ReachSettings
 
     offered = _numbers("--rates", rates)
+    echo = _numbers("--echo-rates", echo_rates)
     workers = tuple(int(w) for w in _numbers("--route-workers", route_workers))
     chosen = MODES if modes.strip() == "all" else tuple(m.strip() for m in modes.split(",") if m.strip())
     setups = tuple(s.strip() for s in knee_setups.split(",") if s.strip())
@@ -67,7 +70,8 @@ def bench(
     else:
         knee = KneeConfig(low=knee_low, high=knee_high, resolution=knee_resolution, seconds=knee_seconds,
                           warmup=knee_warmup, repeats=knee_repeats, setups=setups)
-        config = BenchConfig(messages=messages, warmup=max(messages // 10, 100), rates=offered, rate_seconds=seconds,
+        config = BenchConfig(messages=messages, warmup=max(messages // 10, 100), rates=offered, echo_rates=echo,
+                             rate_seconds=seconds,
                              modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
                              knee=knee, status_messages=status_messages)
     report = run(config, progress=lambda msg: err_console.print(f"[dim]bench: {msg}[/]"))

@@ -60,3 +60,11 @@ def test_the_first_terminal_status_wins_and_repeats_are_counted() -> None:
 
 def test_an_empty_step_fails() -> None:
     assert not judge(ReceiptBook(), {}).passed
+
+
+def test_shed_requests_are_told_apart_from_other_failures() -> None:
+    book = ReceiptBook()
+    book.add([{"message_id": "a", "status": "FAILED", "at": 1, "error": {"kind": "OVERLOAD", "code": "OVERLOAD"}},
+              {"message_id": "b", "status": "FAILED", "at": 1, "error": {"kind": "BUSINESS", "code": "X"}},
+              {"message_id": "c", "status": "COMPLETED", "at": 1, "error": None}])
+    assert book.overload == {"a"} and book.terminal == {"a": "FAILED", "b": "FAILED", "c": "COMPLETED"}
