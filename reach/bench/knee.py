@@ -115,13 +115,19 @@ class Search:
             throughput=knee or 0.0, latency=at.verdict.latency if at else None,
             cpu_per_1k=at.workers_per_1k if at else None, lost=self.lost, duplicated=self.duplicated,
             offered_rate=knee, cpu_by_process=at.cpu_per_1k if at else {},
-            notes=(f"knee_rps {knee:g}" if knee is not None else "no knee in range")
+            notes=(f"knee_rps {knee:g}" if knee is not None
+                   else f"no knee in range (figures: the lowest rate tried, {at.rate:g}/s)" if at
+                   else "no knee in range")
             + f" (lowest of {len(self.runs)}; resolution {self.runs[0].knee.resolution:.0%}): {runs}",
         )
 
     def _knee_step(self) -> Step | None:
+        """The passing step at the knee; with no knee in range, the lowest rate tried (how far off it was)."""
         knee = self.knee_rps
-        return next((s for r in self.runs for s in r.steps if s.rate == knee and s.verdict.passed), None)
+        steps = [s for r in self.runs for s in r.steps]
+        if knee is None:
+            return min(steps, key=lambda s: s.rate, default=None)
+        return next((s for s in steps if s.rate == knee and s.verdict.passed), None)
 
 
 def run(ws: Workspace, config: KneeConfig) -> list[Search]:
