@@ -34,9 +34,14 @@ class ControlView:
         self._records: dict[str, Control] = {}
         self._lock = threading.Lock()
         self._disabled: frozenset[str] = frozenset()
+        self.skipped = 0  # records of a kind or action newer than this reader's schema
 
     def apply(self, key: str, control: Control | None) -> None:
-        """Apply one record of the control topic (None is a tombstone)."""
+        """Apply one record of the control topic (None is a tombstone; a record not `understood` is skipped
+        and counted, and the key keeps its previous record)."""
+        if control is not None and not control.understood:
+            self.skipped += 1
+            return
         with self._lock:
             if control is None:
                 self._records.pop(key, None)
