@@ -23,6 +23,7 @@ from reach.codec import (
     CorruptBody,
     DecodeError,
     EncodeError,
+    InvalidRecord,
     SchemaNotFound,
     UnknownSchema,
 )
@@ -287,6 +288,16 @@ def test_bad_bytes_raise_typed_errors_carrying_the_raw_bytes(
     assert caught.value.raw == data
     if error is not BadFraming:
         assert caught.value.fingerprint == data[2:10]
+
+
+def test_valid_avro_that_breaks_a_model_rule_is_a_typed_decode_error() -> None:
+    # Any writer can produce this (not only Reach's models): a WEIGHTS record whose weights are null.
+    body = codec.encode_dict("Control", {"kind": "WEIGHTS", "weights": None, "updated_at": NOW, "updated_by": "x"})
+    assert codec.decode_dict("Control", body)["weights"] is None
+    for reader in (codec.default_codec(), ConfluentCodec("mock://reach-invalid")):
+        with pytest.raises(InvalidRecord, match="needs its `weights` field") as caught:
+            reader.decode(body, Control)
+        assert caught.value.raw == body and caught.value.fingerprint == body[2:10]
 
 
 def test_unknown_schema_names_the_record_it_really_is() -> None:
