@@ -1,4 +1,4 @@
-"""Topic, group and id naming rules of DESIGN.md's Names section."""
+"""Topic, group and id naming rules: every name is `<namespace>.<suffix>` (docs/architecture.md, Topics)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Names of DESIGN.md: namespaces, agent ids, capability names and their topics."""
+"""Naming rules: namespaces, agent ids, capability names and their topics."""
 
 import pytest
 
