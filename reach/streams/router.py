@@ -37,7 +37,7 @@ from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
 from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
-from reach.streams.stats import RouterStats
+from reach.streams.stats import OTHER, RouterStats
 
 log = logging.getLogger("reach.router")
 
@@ -493,8 +493,6 @@ class Router:
         return topic[len(prefix):] if topic.startswith(prefix) else topic
 
 
-OTHER = "other"
-"""The stats key of every capability without a live instance: arbitrary names never grow the counters."""
 _HEADROOM = 1024  # record overhead and provenance headers beyond the encoded value
 
 

@@ -58,6 +58,10 @@ class RouterState:
     def live(self, now: int) -> list[AgentRegistration]:
         return self.registry.live(now)
 
+    def capabilities(self, now: int) -> frozenset[str]:
+        """Capabilities some live instance serves (the only ones metrics label by name)."""
+        return frozenset(c.name for reg in self.live(now) for c in reg.capabilities)
+
     def registration(self, instance_id: str) -> AgentRegistration | None:
         """The latest heartbeat seen from an instance, whatever its state."""
         return self._latest.get(instance_id)

@@ -13,7 +13,8 @@ from reach.envelopes import new_envelope, now_ms
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, DeadLetter, Envelope, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings
-from reach.streams.router import OTHER, Router
+from reach.streams.router import Router
+from reach.streams.stats import OTHER
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
 
 NS = "ns"
