@@ -77,6 +77,10 @@ class Names:
     def dlq(self) -> str:
         return self.topic("dlq")
 
+    @property
+    def replays(self) -> str:
+        return self.topic("replays")
+
     def retry(self, tier: str) -> str:
         return self.topic(f"retry.{tier}")
 

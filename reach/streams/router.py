@@ -115,7 +115,8 @@ class Router:
         self._routed_writer = RoutedReceiptWriter.create()
         self._routed_headers = [(H.ROUTER, self.worker_id.encode())]
         self._max_bytes = _dead_letter_bytes(self.settings)
-        self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id)
+        self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id,
+                                     on_bad_record=lambda: self.stats.count(OTHER, "bad_records"))
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.on_batch: Callable[[int], None] | None = None

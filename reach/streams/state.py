@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
@@ -70,8 +71,10 @@ class RouterState:
 class StateLoop:
     """Keeps a RouterState current; forwards first terminal receipts to their reply_to topic."""
 
-    def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None) -> None:
+    def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None,
+                 on_bad_record: Callable[[], None] = lambda: None) -> None:
         self._state = state
+        self._on_bad_record = on_bad_record
         # ROUTED receipts this worker wrote were counted when it routed; skipping them saves a decode each
         self._own = (H.ROUTER, router_id.encode()) if router_id else None
         self._names = names
@@ -191,10 +194,14 @@ class StateLoop:
                 self._registration(key, value)
             elif topic == names.control:
                 if not apply_control(self._state.control, key, value, where=topic):
-                    self.bad_records += 1
+                    self._bad()
         except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the loop
-            self.bad_records += 1
+            self._bad()
             log.warning("skipping a bad record on %s (key %r): %r", topic, key, exc)
+
+    def _bad(self) -> None:
+        self.bad_records += 1
+        self._on_bad_record()
 
     def _registration(self, key: bytes | None, value: bytes | None) -> None:
         instance_id = (key or b"").decode(errors="replace")
