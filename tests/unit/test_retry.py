@@ -61,16 +61,16 @@ def test_planned_retry_excludes_the_failed_instance_and_is_due_after_the_jittere
     from reach import codec
     from reach.names import Names
     from reach.records import Envelope
-    from reach.scheduling import plan_retry
+    from reach.retry import plan_retry
 
     env = new_envelope("demo.echo", {"x": 1}, session_key="s1").model_copy(update={"attempt": 2})
     plan = plan_retry(env, names=Names("ns"), tiers=["1s", "10s", "60s"], limits=LIM, failed_instance="i-1",
                       now_ms=1_000, rng=random.Random(3))
     assert plan.nominal_ms == 400 and 320 <= plan.delay_ms <= 480 and plan.due_at == 1_000 + plan.delay_ms
-    assert plan.topic == "ns.retry.1s" and plan.key == "s1"
-    again = codec.decode(plan.value, Envelope)
+    assert plan.record.topic == "ns.retry.1s" and plan.record.key == "s1"
+    again = codec.decode(plan.record.value or b"", Envelope)
     assert (again.attempt, again.excluded_instances, again.message_id) == (3, ["i-1"], env.message_id)
-    assert dict(plan.headers)["x-reach-target"] == b"ns.cap.demo.echo"
+    assert dict(plan.record.headers)["x-reach-target"] == b"ns.cap.demo.echo"
     hinted = plan_retry(env, names=Names("ns"), tiers=["1s", "10s"], limits=LIM, failed_instance=None,
                         now_ms=0, retry_after_ms=5_000)
-    assert (hinted.delay_ms, hinted.topic) == (5_000, "ns.retry.10s")
+    assert (hinted.delay_ms, hinted.record.topic) == (5_000, "ns.retry.10s")
