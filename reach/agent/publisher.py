@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
@@ -28,6 +29,28 @@ def refusal(topic: str, err: KafkaError) -> DeliveryFailed:
     """The error a failed send resolves with: RecordRefused for a bad record, DeliveryFailed otherwise."""
     cls = RecordRefused if err.code() in _RECORD_ERRORS else DeliveryFailed
     return cls(f"{topic}: the broker did not acknowledge a record: {err}")
+
+
+def when_acked(acks: list[Future[Message]], then: Callable[[BaseException | None], None]) -> None:
+    """Call `then` once, after every ack is in, with the first failure (None when all succeeded).
+
+    Never on the last ack alone: a failure that came earlier must stop the commit (the offset stays)."""
+    pending = [len(acks)]
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def acked(future: Future[Message]) -> None:
+        error = future.exception()
+        with lock:
+            pending[0] -= 1
+            if error is not None:
+                failed.append(error)
+            last, first = pending[0] == 0, (failed[0] if failed else None)
+        if last:
+            then(first)
+
+    for ack in acks:
+        ack.add_done_callback(acked)
 
 
 class Publisher:

@@ -27,7 +27,7 @@ from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
 from reach.agent.pipeline import REDIS_ERRORS, Pipeline
 from reach.agent.policy import PolicyCache
-from reach.agent.publisher import Publisher
+from reach.agent.publisher import Publisher, when_acked
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import StatusCheck
 from reach.errors import InfraUnavailable
@@ -219,23 +219,7 @@ class Runner:
         if receipt is not None:
             acks.append(self.publisher.send(self.names.receipts, receipt.message_id, codec.encode(receipt)))
         log.warning("dead-lettered %s:%d@%d: %s", origin.topic, origin.partition, origin.offset, bad.reason)
-        pending = [len(acks)]
-        failed: list[BaseException] = []
-        lock = threading.Lock()
-
-        def acked(f: Future[Any]) -> None:
-            with lock:
-                pending[0] -= 1
-                last = pending[0] == 0
-                if f.exception() is not None:
-                    failed.append(f.exception())  # type: ignore[arg-type]
-                error = failed[0] if failed else None
-            # Done only once every ack is in, and with the first failure if any: never committed otherwise.
-            if last:
-                self._done.put(Done(origin.partition, origin.offset, error))
-
-        for ack in acks:
-            ack.add_done_callback(acked)
+        when_acked(acks, lambda error: self._done.put(Done(origin.partition, origin.offset, error)))
 
     # -- flow control, commits, heartbeats ----------------------------------------------------------------
 
