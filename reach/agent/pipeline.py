@@ -29,9 +29,10 @@ from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.publisher import Sender
 from reach.agent.retrying import publish_in_order
+from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import now_ms
 from reach.receipts import receipt_for
-from reach.records import Envelope, ErrorInfo, Receipt, Status
+from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 
 log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25
@@ -39,10 +40,10 @@ LEASE_POLL_S = 0.25
 MAX_RECEIPT_BYTES = 1_000_000 - 64 * 1024
 REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 T = TypeVar("T")
-Completed = Callable[[str, int], Awaitable[bool | None]]
+Completed = Callable[[str, int], Awaitable[AlreadyCompleted | None]]
 
 
-async def _unknown(_message_id: str, _generation: int) -> bool | None:
+async def _unknown(_message_id: str, _generation: int) -> AlreadyCompleted | None:
     return None
 
 
@@ -99,8 +100,13 @@ class Pipeline:
         while True:
             claim = await self._redis(lambda: self._leases.claim(mid, gen, envelope.attempt, lease_ms))
             if claim is None:  # Redis is unreachable: the status table is the durable check
-                if await self._completed(mid, gen):
+                done = await self._completed(mid, gen)
+                if done is not None:
                     log.info("%s already COMPLETED (status table); not running it again", mid)
+                    again = receipt_for(envelope, Status.COMPLETED, agent_id=self._agent.agent_id,
+                                        instance_id=self._agent.instance_id, step_status=StepStatus.OK,
+                                        result=done.result, timings={"status_hit": 1})
+                    await asyncio.wrap_future(self._send(again))
                     return Outcome.COMPLETE
                 break
             if claim.ours:

@@ -29,7 +29,7 @@ from reach.agent.pipeline import REDIS_ERRORS, Pipeline
 from reach.agent.policy import PolicyCache
 from reach.agent.publisher import Publisher, when_acked
 from reach.agent.retrying import RetryStep
-from reach.agent.statuscheck import StatusCheck
+from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
 from reach.errors import InfraUnavailable
 from reach.names import Names
 from reach.records import AgentState, Envelope
@@ -104,7 +104,7 @@ class Runner:
                             policy=self._policies.get)
         status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}")
 
-        async def completed(message_id: str, generation: int) -> bool | None:
+        async def completed(message_id: str, generation: int) -> AlreadyCompleted | None:
             return await asyncio.get_running_loop().run_in_executor(None, status.completed, message_id, generation)
         self.metrics = AgentMetrics(agent_id=self.agent.agent_id, port=self.agent.metrics_port)
         # Order matters: the retry (or dead letter) is published before metrics count the outcome.

@@ -16,6 +16,7 @@ from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome
 from reach.agent.pipeline import MAX_RECEIPT_BYTES, Pipeline
 from reach.agent.retrying import RetryStep
+from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import new_envelope
 from reach.names import Names
 from reach.records import Envelope, Status
@@ -35,7 +36,7 @@ def pipeline(agent: Agent, sender: FakeSender, leases: FakeLeases, *,
     retry = RetryStep(agent_id=agent.agent_id, instance_id=agent.instance_id, publisher=sender, names=NAMES,
                       tiers=["1s", "10s"], leases=leases)
 
-    async def unknown(_m: str, _g: int) -> bool | None:
+    async def unknown(_m: str, _g: int) -> AlreadyCompleted | None:
         return None
 
     return Pipeline(agent, publisher=sender, leases=leases, receipts_topic=NAMES.receipts,
@@ -156,8 +157,8 @@ def test_with_redis_down_the_status_table_decides_and_otherwise_the_handler_runs
     leases.down = True
     done_ids: set[str] = set()
 
-    async def completed(message_id: str, _generation: int) -> bool | None:
-        return message_id in done_ids
+    async def completed(message_id: str, _generation: int) -> AlreadyCompleted | None:
+        return AlreadyCompleted(b'{"x":"old"}') if message_id in done_ids else None
 
     pipe = pipeline(agent_with(lambda p: runs.append(p["x"]) or p), sender, leases, completed=completed)
     fresh, old = envelope({"x": "fresh"}), envelope({"x": "old"})
@@ -166,7 +167,9 @@ def test_with_redis_down_the_status_table_decides_and_otherwise_the_handler_runs
     time.sleep(0.01)  # past the (1 ms) backoff, so Redis is tried (and fails) again
     assert asyncio.run(pipe.process(old, [])) is Outcome.COMPLETE
     assert runs == ["fresh"], "the COMPLETED one was not run again"
-    assert statuses(sender) == [Status.STARTED, Status.COMPLETED]
+    assert statuses(sender) == [Status.STARTED, Status.COMPLETED, Status.COMPLETED]
+    again = sender.receipts()[-1]
+    assert (again.message_id, again.result, again.timings) == (old.message_id, b'{"x":"old"}', {"status_hit": 1})
     leases.down = False
     time.sleep(0.01)
     assert asyncio.run(pipe.process(envelope({"x": "after"}), [])) is Outcome.COMPLETE
