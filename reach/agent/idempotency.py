@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from reach.headers import Headers
 from reach.retry import Outgoing
@@ -29,6 +31,13 @@ if not holder then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) and
 return 0
 """
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+# A terminal outcome: cache the receipt and drop our lease in one round trip (a claim finds the result first).
+_FINISH = """
+redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3])
+if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
+return 1
+"""
+_SET = "return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])"
 
 
 @dataclass(frozen=True)
@@ -53,14 +62,17 @@ class LeaseStore(Protocol):
 
     async def release(self, message_id: str, generation: int) -> None: ...
 
-    async def store(self, message_id: str, generation: int, receipt: bytes) -> None: ...
+    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None: ...
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None: ...
 
 
 class Leases:
-    """`<ns>:lease:<id>:<gen>` (owner = instance id), `<ns>:result:<id>:<gen>`, `<ns>:retry:<id>:<gen>:<attempt>`."""
+    """`<ns>:lease:<id>:<gen>` (owner = instance id), `<ns>:result:<id>:<gen>`, `<ns>:retry:<id>:<gen>:<attempt>`.
+
+    Every call is a Lua script, and the calls made in one turn of the event loop go to Redis as one pipeline:
+    under load a batch of messages costs one round trip per step, not one per message and step."""
 
     def __init__(self, redis: Redis, *, namespace: str, owner: str, result_ttl_s: int) -> None:
         self._redis = redis
@@ -70,6 +82,9 @@ class Leases:
         self._claim = redis.register_script(_CLAIM)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
+        self._finish = redis.register_script(_FINISH)
+        self._set = redis.register_script(_SET)
+        self._queue: list[tuple[AsyncScript, list[str], list[str | bytes], asyncio.Future[Any]]] = []
 
     def lease_key(self, message_id: str, generation: int) -> str:
         return f"{self._ns}:lease:{message_id}:{generation}"
@@ -84,7 +99,7 @@ class Leases:
         """Check both caches and take the lease, atomically and in one round trip."""
         keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation),
                 self.retry_key(message_id, generation, attempt)]
-        kind, value = await self._claim(keys=keys, args=[self._owner, str(ttl_ms)])
+        kind, value = await self._call(self._claim, keys, [self._owner, str(ttl_ms)])
         if kind == b"result":
             return Claim(result=value)
         if kind == b"retry":
@@ -95,22 +110,47 @@ class Leases:
 
     async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool:
         """Extend our lease (re-taking it if it vanished); False when someone else holds it now."""
-        result: Any = await self._renew(keys=[self.lease_key(message_id, generation)], args=[self._owner, str(ttl_ms)])
-        return bool(result)
+        return bool(await self._call(self._renew, [self.lease_key(message_id, generation)], [self._owner, str(ttl_ms)]))
 
     async def release(self, message_id: str, generation: int) -> None:
         """Drop our lease (only ours), so a retry or another instance may claim it at once."""
-        await self._release(keys=[self.lease_key(message_id, generation)], args=[self._owner])
+        await self._call(self._release, [self.lease_key(message_id, generation)], [self._owner])
 
-    async def store(self, message_id: str, generation: int, receipt: bytes) -> None:
-        """Cache a terminal receipt for `result_ttl_s`; written before the receipt is published."""
-        await self._redis.set(self.result_key(message_id, generation), receipt, ex=self._result_ttl_s)
+    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None:
+        """Cache a terminal receipt for `result_ttl_s` and drop our lease; done before the receipt is published."""
+        keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
+        await self._call(self._finish, keys, [self._owner, receipt, str(self._result_ttl_s)])
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:
         """Cache what a failed attempt produced (retry or dead letter, and its receipt); written before them."""
-        await self._redis.set(self.retry_key(message_id, generation, attempt), encode_records(records),
-                              ex=self._result_ttl_s)
+        await self._call(self._set, [self.retry_key(message_id, generation, attempt)],
+                         [encode_records(records), str(self._result_ttl_s)])
+
+    def _call(self, script: AsyncScript, keys: list[str], args: list[str | bytes]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            loop.call_soon(lambda: loop.create_task(self._flush()))
+        self._queue.append((script, keys, args, future))
+        return future
+
+    async def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for script, keys, args, _ in batch:
+                    await script(keys=keys, args=args, client=pipe)
+                results = await pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - Redis unreachable: every caller of the batch gets the error
+            results = [exc] * len(batch)
+        for (*_, future), result in zip(batch, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
 
 
 def encode_records(records: tuple[Outgoing, ...]) -> bytes:

@@ -11,6 +11,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from confluent_kafka import Message
@@ -22,7 +23,6 @@ from reach import headers as h
 from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
-from reach.agent.exceptions import RecordRefused
 from reach.agent.idempotency import Claim, LeaseStore
 from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
@@ -47,8 +47,16 @@ async def _unknown(_message_id: str, _generation: int) -> AlreadyCompleted | Non
     return None
 
 
+@dataclass(frozen=True)
+class Processed:
+    """How a message ended, and the acks of its last records: its offset may be committed once all succeeded."""
+
+    outcome: Outcome
+    acks: tuple[Future[Message], ...] = ()
+
+
 class Pipeline:
-    """Runs on the SDK's event loop; `process` returns once every receipt it published is acknowledged.
+    """Runs on the SDK's event loop; `process` returns the acks it did not wait for (the caller checks them).
 
     Redis is a cache of leases and results: when it fails, the pipeline backs off from it, asks `completed`
     (the status table) whether the message already COMPLETED, and otherwise runs the handler (at least once)."""
@@ -73,7 +81,7 @@ class Pipeline:
         return self._lingering
 
     async def process(self, envelope: Envelope, headers: list[tuple[str, bytes]], *, raw: bytes | None = None,
-                      origin: tuple[str, int, int] | None = None) -> Outcome:
+                      origin: tuple[str, int, int] | None = None) -> Processed:
         """Handle one envelope at least once, and in effect once per (message_id, generation)."""
         ctx = tracing.extract(headers, envelope)
         with tracing.tracer().start_as_current_span(
@@ -92,7 +100,7 @@ class Pipeline:
             return await self._claimed(envelope, spec, payload, raw, origin)
 
     async def _claimed(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
-                       origin: tuple[str, int, int] | None) -> Outcome:
+                       origin: tuple[str, int, int] | None) -> Processed:
         mid, gen = envelope.message_id, envelope.generation
         timeout_ms = envelope.execution_timeout_ms if envelope.execution_timeout_ms > 0 \
             else self._agent.execution_timeout_ms
@@ -106,8 +114,7 @@ class Pipeline:
                     again = receipt_for(envelope, Status.COMPLETED, agent_id=self._agent.agent_id,
                                         instance_id=self._agent.instance_id, step_status=StepStatus.OK,
                                         result=done.result, timings={"status_hit": 1})
-                    await asyncio.wrap_future(self._send(again))
-                    return Outcome.COMPLETE
+                    return Processed(Outcome.COMPLETE, (self._send(again),))
                 break
             if claim.ours:
                 break
@@ -117,7 +124,7 @@ class Pipeline:
             await asyncio.sleep(LEASE_POLL_S)
         acks = [self._send(receipt_for(envelope, Status.STARTED, agent_id=self._agent.agent_id,
                                        instance_id=self._agent.instance_id))]
-        renewer = asyncio.create_task(self._renew(mid, gen, lease_ms))
+        renewer = Renewal(lambda: self._renew(mid, gen, lease_ms), every_s=lease_ms / 3000)
         started = now_ms()
         thread: Future[Any] | None = None
         try:
@@ -142,7 +149,8 @@ class Pipeline:
         thread: Future[Any] | None = None
         try:
             if spec.is_async:
-                result = await asyncio.wait_for(spec.handler(*args), timeout_s)
+                async with asyncio.timeout(timeout_s):  # cheaper than wait_for: no extra task per message
+                    result = await spec.handler(*args)
             else:
                 call = functools.partial(contextvars.copy_context().run, spec.handler, *args)
                 thread = self._executor.submit(call)
@@ -166,7 +174,7 @@ class Pipeline:
             return _checked_output(spec, verdict.value), None
         return verdict, None
 
-    async def _outlive(self, thread: Future[Any], renewer: asyncio.Task[None], message_id: str,
+    async def _outlive(self, thread: Future[Any], renewer: Renewal, message_id: str,
                        generation: int) -> None:
         try:
             await asyncio.wrap_future(thread)
@@ -180,7 +188,7 @@ class Pipeline:
 
     async def _finish(self, envelope: Envelope, verdict: Verdict, acks: list[Future[Message]], *,
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
-                      origin: tuple[str, int, int] | None = None) -> Outcome:
+                      origin: tuple[str, int, int] | None = None) -> Processed:
         receipt = self._receipt(envelope, verdict, run_ms)
         encoded = codec.encode(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
@@ -191,23 +199,21 @@ class Pipeline:
             encoded = codec.encode(receipt)
         terminal = receipt.status.is_terminal
         if release and terminal:
-            # Cached before it is published: a crash in between republishes it instead of rerunning.
-            await self._redis(lambda: self._leases.store(envelope.message_id, envelope.generation, encoded))
-        await asyncio.gather(*(asyncio.wrap_future(a) for a in acks))
-        try:
-            await asyncio.wrap_future(self._send_raw(receipt.message_id, encoded))
-        except RecordRefused as exc:  # this record, not the broker: fail the message, keep the worker
-            verdict = outcomes.failed("INVALID_OUTPUT", "RECEIPT_REFUSED", f"the outcome receipt was refused: {exc}")
-            fallback = codec.encode(self._receipt(envelope, verdict, run_ms))
-            if release:
-                await self._redis(lambda: self._leases.store(envelope.message_id, envelope.generation, fallback))
-            await asyncio.wrap_future(self._send_raw(receipt.message_id, fallback))
+            # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
+            # of rerunning; a claim in between finds the result before it could take the lease.
+            await self._redis(lambda: self._leases.finish(envelope.message_id, envelope.generation, encoded))
+        acks.append(self._send_raw(receipt.message_id, encoded))
+        if not terminal:
+            # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
+            await asyncio.gather(*(asyncio.wrap_future(a) for a in acks))
         finished = Finished(envelope=envelope, verdict=verdict, raw=raw, origin=origin, run_ms=run_ms)
         for middleware in self._middleware:
             await middleware.after_outcome(finished)
-        if release:
+        if release and not terminal:
             await self._redis(lambda: self._leases.release(envelope.message_id, envelope.generation))
-        return verdict.outcome
+        # A terminal receipt is not waited for here (no per-message ack wait): the runner commits the offset only
+        # once these acks succeeded, and a refused one isolates the record there.
+        return Processed(verdict.outcome, tuple(acks) if terminal else ())
 
     def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None) -> Receipt:
         status, step = outcomes.receipt_status(verdict.outcome)
@@ -216,22 +222,23 @@ class Pipeline:
                            error=verdict.error, step_status=step, result=result,
                            retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
 
-    async def _republish(self, claim: Claim) -> Outcome:
+    async def _republish(self, claim: Claim) -> Processed:
         if claim.retry is not None:  # this attempt already failed and its retry was decided: publish it again
             await publish_in_order(self._publisher, claim.retry)
-            return Outcome.RETRY
+            return Processed(Outcome.RETRY)
         receipt = codec.decode(claim.result or b"", Receipt)
         again = receipt.model_copy(update={"at": now_ms(), "timings": {**receipt.timings, "cache_hit": 1}})
-        await asyncio.wrap_future(self._send(again))
-        return {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(receipt.status, Outcome.FAIL)
+        outcome = {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(receipt.status,
+                                                                                             Outcome.FAIL)
+        return Processed(outcome, (self._send(again),))
 
-    async def _renew(self, message_id: str, generation: int, lease_ms: int) -> None:
-        while True:
-            await asyncio.sleep(lease_ms / 3000)
-            ours = await self._redis(lambda: self._leases.renew(message_id, generation, lease_ms))
-            if ours is False:
-                log.warning("lease of %s was taken by another run while its handler ran", message_id)
-                return
+    async def _renew(self, message_id: str, generation: int, lease_ms: int) -> bool:
+        """One renewal; False ends them (someone else holds the lease). Redis errors only skip a turn."""
+        ours = await self._redis(lambda: self._leases.renew(message_id, generation, lease_ms))
+        if ours is False:
+            log.warning("lease of %s was taken by another run while its handler ran", message_id)
+            return False
+        return True
 
     async def _redis(self, call: Callable[[], Awaitable[T]]) -> T | None:
         """`call()`, or None while Redis is unreachable (backing off between tries instead of stopping)."""
@@ -255,6 +262,33 @@ class Pipeline:
 
     def _send_raw(self, message_id: str, value: bytes) -> Future[Message]:
         return self._publisher.send(self._topic, message_id, value, headers=[(h.MESSAGE_ID, message_id.encode())])
+
+
+class Renewal:
+    """Calls `renew` every `every_s` on the running loop until it returns False or `cancel()`.
+
+    A timer rather than a task per message: most handlers finish before the first renewal is due."""
+
+    def __init__(self, renew: Callable[[], Awaitable[bool]], *, every_s: float) -> None:
+        self._renew = renew
+        self._every_s = every_s
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(every_s, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self._task = self._loop.create_task(self._once())
+
+    async def _once(self) -> None:
+        if await self._renew():
+            self._timer = self._loop.call_later(self._every_s, self._due)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
 
 def _payload(envelope: Envelope, spec: CapabilitySpec) -> tuple[Any, Verdict | None]:

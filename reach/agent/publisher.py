@@ -35,6 +35,9 @@ def when_acked(acks: list[Future[Message]], then: Callable[[BaseException | None
     """Call `then` once, after every ack is in, with the first failure (None when all succeeded).
 
     Never on the last ack alone: a failure that came earlier must stop the commit (the offset stays)."""
+    if not acks:
+        then(None)
+        return
     pending = [len(acks)]
     failed: list[BaseException] = []
     lock = threading.Lock()

@@ -207,8 +207,11 @@ class Runner:
         partition, offset = msg.partition() or 0, msg.offset() or 0
         if future.cancelled():  # only at shutdown: the offset stays uncommitted and is redelivered
             log.warning("the run of %s:%d@%d was cancelled; it will be redelivered", self.inbox, partition, offset)
-        else:
+        elif future.exception() is not None:
             self._done.put(Done(partition, offset, future.exception(), msg=msg))
+        else:  # done once the receipts the pipeline did not wait for are acknowledged
+            acks = list(future.result().acks)
+            when_acked(acks, lambda error: self._done.put(Done(partition, offset, error, msg=msg)))
         self._done.put(Done(partition, offset, slot=True))
 
     def _dead_letter(self, bad: inbox.BadRecord, origin: inbox.Origin) -> None:

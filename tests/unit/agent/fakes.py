@@ -75,9 +75,11 @@ class FakeLeases:
         if self.leases.get((message_id, generation)) == self.owner:
             del self.leases[message_id, generation]
 
-    async def store(self, message_id: str, generation: int, receipt: bytes) -> None:
+    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None:
         self._call()
         self.results[message_id, generation] = receipt
+        if self.leases.get((message_id, generation)) == self.owner:
+            del self.leases[message_id, generation]
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:

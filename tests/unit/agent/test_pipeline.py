@@ -49,6 +49,10 @@ def envelope(json_value: Any = None, **update: Any) -> Envelope:
     return new_envelope("test.unit", json_value if json_value is not None else {"x": 1}).model_copy(update=update)
 
 
+def run(pipe: Pipeline, env: Envelope) -> Outcome:
+    return asyncio.run(pipe.process(env, [])).outcome
+
+
 def statuses(sender: FakeSender) -> list[Status]:
     return [r.status for r in sender.receipts()]
 
@@ -59,38 +63,39 @@ def test_a_payload_nested_deeper_than_the_parser_allows_is_rejected_not_fatal() 
     pipe = pipeline(agent_with(lambda p: calls.append(p) or p), sender, leases)
     deep = envelope(payload=b"[" * 100_000)
     assert deep.content_type.startswith("application/json")
-    assert asyncio.run(pipe.process(deep, [])) is Outcome.REJECT
+    assert run(pipe, deep) is Outcome.REJECT
     [receipt] = sender.receipts()
     assert receipt.status is Status.REJECTED and receipt.error and receipt.error.code == "INVALID_JSON"
     assert "nested too deeply" in receipt.error.message and calls == []
-    assert asyncio.run(pipe.process(envelope(), [])) is Outcome.COMPLETE
+    assert run(pipe, envelope()) is Outcome.COMPLETE
 
 
 def test_a_result_too_large_for_a_receipt_fails_with_result_too_large_and_that_is_what_is_cached() -> None:
     sender, leases = FakeSender(), FakeLeases()
     pipe = pipeline(agent_with(lambda p: {"blob": "x" * (MAX_RECEIPT_BYTES + 10)}), sender, leases)
     env = envelope()
-    assert asyncio.run(pipe.process(env, [])) is Outcome.FAIL
+    assert run(pipe, env) is Outcome.FAIL
     final = sender.receipts()[-1]
     assert final.status is Status.FAILED and final.error and final.error.code == "RESULT_TOO_LARGE"
     assert final.result is None
     cached = leases.results[env.message_id, env.generation]
     assert len(cached) < 10_000
     # a redelivery republishes the small FAILED receipt instead of crashing again
-    assert asyncio.run(pipe.process(env, [])) is Outcome.FAIL
+    assert run(pipe, env) is Outcome.FAIL
     assert sender.receipts()[-1].error.code == "RESULT_TOO_LARGE"  # type: ignore[union-attr]
 
 
-def test_a_receipt_the_broker_refuses_fails_that_message_and_keeps_the_worker() -> None:
+def test_a_receipt_the_broker_refuses_is_handed_back_as_a_failed_ack_not_raised() -> None:
     def refuse(topic: str, value: bytes | None) -> BaseException | None:
         big = value is not None and b"huge-result" in value
         return RecordRefused(f"{topic}: MSG_SIZE_TOO_LARGE") if big else None
 
     sender, leases = FakeSender(refuse), FakeLeases()
     pipe = pipeline(agent_with(lambda p: {"r": "huge-result"}), sender, leases)
-    assert asyncio.run(pipe.process(envelope(), [])) is Outcome.FAIL
-    final = sender.receipts()[-1]
-    assert final.status is Status.FAILED and final.error and final.error.code == "RECEIPT_REFUSED"
+    processed = asyncio.run(pipe.process(envelope(), []))
+    assert processed.outcome is Outcome.COMPLETE
+    # the runner commits only after every returned ack succeeded; a refused one isolates the record there
+    assert isinstance(processed.acks[-1].exception(), RecordRefused)
 
 
 def test_a_handler_raising_cancelled_error_is_a_retryable_failure_with_its_retry_scheduled() -> None:
@@ -99,7 +104,7 @@ def test_a_handler_raising_cancelled_error_is_a_retryable_failure_with_its_retry
 
     sender, leases = FakeSender(), FakeLeases()
     pipe = pipeline(agent_with(cancels), sender, leases)
-    assert asyncio.run(pipe.process(envelope(), [])) is Outcome.RETRY
+    assert run(pipe, envelope()) is Outcome.RETRY
     assert statuses(sender) == [Status.STARTED, Status.ATTEMPT_FAILED, Status.RETRY_SCHEDULED]
     assert sender.receipts()[1].error.code == "CANCELLED"  # type: ignore[union-attr]
     assert len(sender.on("ns.retry.1s")) == 1
@@ -118,7 +123,7 @@ def test_a_sync_handler_past_its_timeout_keeps_its_capacity_and_lease_until_its_
     env = envelope(execution_timeout_ms=50)
 
     async def scenario() -> tuple[Outcome, int, bool, int, bool]:
-        outcome = await pipe.process(env, [])
+        outcome = (await pipe.process(env, [])).outcome
         during, held = pipe.lingering, (env.message_id, 0) in leases.leases
         release.set()
         for _ in range(200):
@@ -143,9 +148,9 @@ def test_a_redelivered_failed_attempt_republishes_its_retry_instead_of_rerunning
     sender, leases = FakeSender(), FakeLeases()
     pipe = pipeline(agent_with(flaky), sender, leases)
     env = envelope()
-    assert asyncio.run(pipe.process(env, [])) is Outcome.RETRY
+    assert run(pipe, env) is Outcome.RETRY
     [first] = sender.on("ns.retry.1s")
-    assert asyncio.run(pipe.process(env, [])) is Outcome.RETRY
+    assert run(pipe, env) is Outcome.RETRY
     assert runs == [1], "the handler ran once"
     assert sender.on("ns.retry.1s") == [first, first], "the same retry (same due time), not a second decision"
     assert statuses(sender)[-1] is Status.RETRY_SCHEDULED
@@ -163,16 +168,16 @@ def test_with_redis_down_the_status_table_decides_and_otherwise_the_handler_runs
     pipe = pipeline(agent_with(lambda p: runs.append(p["x"]) or p), sender, leases, completed=completed)
     fresh, old = envelope({"x": "fresh"}), envelope({"x": "old"})
     done_ids.add(old.message_id)
-    assert asyncio.run(pipe.process(fresh, [])) is Outcome.COMPLETE
+    assert run(pipe, fresh) is Outcome.COMPLETE
     time.sleep(0.01)  # past the (1 ms) backoff, so Redis is tried (and fails) again
-    assert asyncio.run(pipe.process(old, [])) is Outcome.COMPLETE
+    assert run(pipe, old) is Outcome.COMPLETE
     assert runs == ["fresh"], "the COMPLETED one was not run again"
     assert statuses(sender) == [Status.STARTED, Status.COMPLETED, Status.COMPLETED]
     again = sender.receipts()[-1]
     assert (again.message_id, again.result, again.timings) == (old.message_id, b'{"x":"old"}', {"status_hit": 1})
     leases.down = False
     time.sleep(0.01)
-    assert asyncio.run(pipe.process(envelope({"x": "after"}), [])) is Outcome.COMPLETE
+    assert run(pipe, envelope({"x": "after"})) is Outcome.COMPLETE
     assert runs == ["fresh", "after"] and leases.results, "back on Redis: results cached again"
 
 
@@ -204,5 +209,5 @@ def test_a_redis_error_in_the_renewer_does_not_end_renewal() -> None:
         back_at = leases.calls
         await until(lambda: leases.calls > back_at)  # and renewal went on afterwards
         gate.set()
-        return await work
+        return (await work).outcome
     assert asyncio.run(scenario()) is Outcome.COMPLETE

@@ -27,3 +27,9 @@ def test_all_good_acks_are_done_once() -> None:
     for ack in reversed(acks):
         ack.set_result(None)
     assert seen == [None]
+
+
+def test_no_acks_is_done_at_once() -> None:
+    seen: list[BaseException | None] = []
+    when_acked([], seen.append)
+    assert seen == [None]
