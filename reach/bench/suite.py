@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from reach.bench import faust_forward, knee, quix, raw, round_trip, route, scoring
 from reach.bench.knee import KneeConfig
@@ -18,8 +19,9 @@ from reach.settings import KafkaSettings
 
 MODES = ("raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring")
 STATUS_SCALE = "reach.bench.status_scale"
-"""The status table's scale mode comes with the status engine: `run(*, kafka, topics_file, messages)` returning
-ModeResults named "status-scale" whose `figures` hold receipts_per_s, rss_mib, disk_mib and recovery_s."""
+"""The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
+returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
+recovered_rows (and more, all kept in the JSON)."""
 
 
 @dataclass(frozen=True)
@@ -119,4 +121,22 @@ def _status_scale(config: BenchConfig, kafka: KafkaSettings | None) -> list[Mode
         if exc.name != STATUS_SCALE:
             raise
         return [ModeResult.skip("status-scale", f"not available on this build ({STATUS_SCALE} is not installed)")]
-    return list(module.run(kafka=kafka, topics_file=config.topics_file, messages=config.status_messages))
+    measured = module.status_scale(messages=config.status_messages, kafka=kafka, topics_file=config.topics_file)
+    return [status_row(measured.as_dict())]
+
+
+def status_row(figures: dict[str, Any]) -> ModeResult:
+    """The status-scale run as a table row: receipts/s as its rate; a row missing after recovery is lost."""
+    messages = int(figures.get("messages") or 0)
+    kept = min(int(figures.get("rows") or 0), int(figures.get("recovered_rows") or 0))
+    numbers = {k: float(v) for k, v in figures.items() if isinstance(v, int | float)}
+    numbers["rss_mib"] = numbers.get("fold_rss_mib", numbers.get("rss_mib", 0.0))
+    shown: dict[str, float | None] = dict(numbers)
+    return ModeResult(
+        mode="status-scale", messages=messages, throughput=numbers.get("receipts_per_s", 0.0), latency=None,
+        cpu_per_1k=None, lost=max(messages - kept, 0), duplicated=0, figures=shown,
+        notes=(f"{int(numbers.get('receipts', 0)):,} receipts folded at {numbers.get('receipts_per_s', 0):,.0f}/s, "
+               f"RSS {numbers['rss_mib']:,.0f} MiB, {numbers.get('disk_mib', 0):,.0f} MiB on disk; "
+               f"a fresh worker recovered {int(numbers.get('recovered_rows', 0)):,} rows in "
+               f"{numbers.get('recovery_s', 0):.1f} s"),
+    )
