@@ -10,6 +10,7 @@ timestamp: the round trip).
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
@@ -18,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,18 +61,31 @@ ECHO = Setup("echo x2", "demo.echo", "agent://demo/echo", "examples.echo_agent:a
 SETUPS = {s.name: s for s in (NOOP, ECHO)}
 
 
+ROLES_ALL = ("all",)
+ROLES_SPLIT = ("route", "status")
+"""`reach router --role`: the routing hot path and the status fold in one process, or in two."""
+
+
+def roles_supported() -> bool:
+    """Whether this build's `reach router` takes --role (the split of the hot path and the status fold)."""
+    from reach.cli.router import router
+
+    return "role" in inspect.signature(router).parameters
+
+
 @dataclass
 class Stack:
     """The running processes of one round trip: the stream app, the agent instances, the broker if local."""
 
-    router: Child
+    routers: dict[str, Child]
     agents: list[Child]
     broker: int | None
 
     def processes(self) -> dict[str, int | None]:
         """Label -> pid of every process whose CPU a step reports (the bench itself: sender and collector)."""
         agents = {("agent" if len(self.agents) == 1 else f"agent {i + 1}"): a.pid for i, a in enumerate(self.agents)}
-        return {"router": self.router.pid, **agents, "broker JVM": self.broker, "bench": os.getpid()}
+        routers = {label: c.pid for label, c in self.routers.items()}
+        return {**routers, **agents, "broker JVM": self.broker, "bench": os.getpid()}
 
     def workers(self) -> dict[str, int | None]:
         """The processes doing Reach's work (router and agents), without the broker and the bench."""
@@ -79,27 +94,41 @@ class Stack:
 
 @dataclass(frozen=True)
 class StreamApp:
-    """A running `reach router` child: its process, the environment its agents share, its web views' URL."""
+    """Running `reach router` children (one per role): the first one's environment and web views' URL."""
 
-    child: Child
+    routers: dict[str, Child]
     env: dict[str, str]
     url: str
 
+    @property
+    def child(self) -> Child:
+        return next(iter(self.routers.values()))
+
 
 @contextmanager
-def stream_app(ws: Workspace) -> Iterator[StreamApp]:
-    """`reach router` (faust worker: router, status table, timekeeper) in the workspace's namespace, healthy."""
-    port = free_port()
-    env = {"REACH_NAMESPACE": ws.namespace, "REACH_BOOTSTRAP": ws.kafka.servers(),
-           "REACH_REDIS_URL": RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file),
-           "REACH_WEB_PORT": str(port)}
-    router = Child("router", ["reach", "router", "--interval", "5"], env)
+def stream_app(ws: Workspace, roles: tuple[str, ...] = ROLES_ALL) -> Iterator[StreamApp]:
+    """`reach router` (faust worker: router, status table, timekeeper) in the workspace's namespace, healthy;
+    with ROLES_SPLIT one process routes and another folds the status table."""
+    base = {"REACH_NAMESPACE": ws.namespace, "REACH_BOOTSTRAP": ws.kafka.servers(),
+            "REACH_REDIS_URL": RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file)}
+    routers: dict[str, Child] = {}
+    urls: dict[str, str] = {}
+    envs: dict[str, dict[str, str]] = {}
     try:
-        url = f"http://127.0.0.1:{port}"
-        router.wait_until(lambda: bool((_get(f"{url}/healthz") or {}).get("ok")), 120, "healthy router")
-        yield StreamApp(router, env, url)
+        for role in roles:
+            port = free_port()
+            label = "router" if role == "all" else f"router {role}"
+            envs[label] = {**base, "REACH_WEB_PORT": str(port)}
+            urls[label] = f"http://127.0.0.1:{port}"
+            routers[label] = Child(label, ["reach", "router", "--interval", "5",
+                                           *([] if role == "all" else ["--role", role])], envs[label])
+        for label, child in routers.items():
+            child.wait_until(partial(_healthy, urls[label]), 120, f"healthy {label}")
+        first = next(iter(routers))
+        yield StreamApp(routers, envs[first], urls[first])
     finally:
-        router.stop()
+        for child in routers.values():
+            child.stop()
 
 
 @contextmanager
@@ -117,10 +146,14 @@ def stack(ws: Workspace, app: StreamApp, setup: Setup = NOOP) -> Iterator[Stack]
                                 env))
         app.child.wait_until(lambda: _ready(app.url, setup.agent_id) >= setup.instances, 120,
                              f"{setup.instances} READY instance(s) of {setup.agent_id} in the registry")
-        yield Stack(app.child, agents, cpu.broker_pid(ws.kafka.servers()))
+        yield Stack(app.routers, agents, cpu.broker_pid(ws.kafka.servers()))
     finally:
         for agent in agents:
             agent.stop()
+
+
+def _healthy(url: str) -> bool:
+    return bool((_get(f"{url}/healthz") or {}).get("ok"))
 
 
 def _get(url: str) -> Any:
@@ -166,7 +199,8 @@ def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int,
 
 
 def run_rate(ws: Workspace, collector: Collector, running: Stack, *, offered: float, seconds: float,
-             drain_timeout: float, unfinished: dict[str, set[str]], setup: Setup = NOOP) -> ModeResult:
+             drain_timeout: float, unfinished: dict[str, set[str]], setup: Setup = NOOP,
+             roles: tuple[str, ...] = ROLES_ALL) -> ModeResult:
     """One offered rate: warm-up (half a second's worth), then `seconds` of measured sends, then drain."""
     warm_prefix, prefix = f"warm{int(offered)}", f"rt{int(offered)}"
     send_open_loop(ws, warm_prefix, offered, max(int(offered / 2), 10), setup.capability)
@@ -177,7 +211,7 @@ def run_rate(ws: Workspace, collector: Collector, running: Stack, *, offered: fl
     created = send_open_loop(ws, prefix, offered, count, setup.capability)
     drained = _wait_terminal(collector, prefix, count, drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), count)
-    result = _analyse(collector.take(), created, mode=mode_name(setup, offered), offered=offered,
+    result = _analyse(collector.take(), created, mode=mode_name(setup, offered, roles), offered=offered,
                       per_process=per_process, workers=set(running.workers()), drained=drained)
     unfinished[result.mode] = collector.missing(set(created))
     return result
@@ -207,8 +241,10 @@ def workers_cpu(per_process: dict[str, float | None], workers: set[str]) -> floa
     return None if not mine or any(v is None for v in mine) else round(sum(v for v in mine if v is not None), 4)
 
 
-def mode_name(setup: Setup, offered: float) -> str:
-    return f"round trip {int(offered)}/s" if setup is NOOP else f"round trip {setup.name} {int(offered)}/s"
+def mode_name(setup: Setup, offered: float, roles: tuple[str, ...] = ROLES_ALL) -> str:
+    """`round trip 200/s`; `round trip echo x2 100/s`; `round trip split 200/s` (route and status apart)."""
+    words = ["round trip", *([] if setup is NOOP else [setup.name]), *([] if roles == ROLES_ALL else ["split"])]
+    return f"{' '.join(words)} {int(offered)}/s"
 
 
 def _analyse(seen: Seen, created: dict[str, int], *, mode: str, offered: float,
@@ -251,14 +287,14 @@ def _analyse(seen: Seen, created: dict[str, int], *, mode: str, offered: float,
 
 
 def run(ws: Workspace, *, rates: list[float], seconds: float, drain_timeout: float = 60.0,
-        setup: Setup = NOOP) -> list[ModeResult]:
+        setup: Setup = NOOP, roles: tuple[str, ...] = ROLES_ALL) -> list[ModeResult]:
     """Every offered rate against one stream app and the set-up's agent instances."""
-    with stream_app(ws) as app, stack(ws, app, setup) as running:
+    with stream_app(ws, roles) as app, stack(ws, app, setup) as running:
         collector = Collector(ws).start()
         unfinished: dict[str, set[str]] = {}
         try:
             results = [run_rate(ws, collector, running, offered=r, seconds=seconds, drain_timeout=drain_timeout,
-                                unfinished=unfinished, setup=setup) for r in rates]
+                                unfinished=unfinished, setup=setup, roles=roles) for r in rates]
             _final_sweep(collector, results, unfinished, timeout=drain_timeout)
             return results
         finally:

@@ -32,6 +32,8 @@ class BenchConfig:
     warmup: int = 2_000
     rates: tuple[float, ...] = (200.0, 1_000.0)  # no-op agent
     echo_rates: tuple[float, ...] = (100.0, 300.0)  # two examples/echo_agent.py instances
+    split_router: bool = True  # the no-op rates again with `reach router --role route` and `--role status` apart
+    rates_split: tuple[float, ...] | None = None  # the split run's rates (None: the same as `rates`)
     rate_seconds: float = 10.0
     scoring_calls: int = 2_000
     batch_size: int = 500
@@ -43,8 +45,8 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
-        base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rate_seconds": 1.0,
-                "scoring_calls": 100, "knee": KneeConfig.quick(), "status_messages": 2_000}
+        base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
+                "rate_seconds": 1.0, "scoring_calls": 100, "knee": KneeConfig.quick(), "status_messages": 2_000}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -89,15 +91,23 @@ def _round_trip(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeRe
     """In a namespace of its own: the route mode leaves ~20k ROUTED-but-never-started envelopes behind,
     which the stream app would otherwise fold, reroute and expire during the measured round trip."""
     out = []
-    for setup, rates in ((round_trip.NOOP, config.rates), (round_trip.ECHO, config.echo_rates)):
+    runs: list[tuple[round_trip.Setup, tuple[float, ...], tuple[str, ...]]] = [
+        (round_trip.NOOP, config.rates, round_trip.ROLES_ALL),
+        (round_trip.ECHO, config.echo_rates, round_trip.ROLES_ALL)]
+    if config.split_router:
+        runs.append((round_trip.NOOP, config.rates if config.rates_split is None else config.rates_split,
+                     round_trip.ROLES_SPLIT))
+    for setup, rates, roles in runs:
         if not rates:
             continue
-        if setup.missing():
-            out.append(ModeResult.skip(round_trip.mode_name(setup, rates[0]), setup.missing() or ""))
+        why = setup.missing() or (None if roles == round_trip.ROLES_ALL or round_trip.roles_supported()
+                                  else "not available on this build (reach router has no --role)")
+        if why:
+            out.append(ModeResult.skip(round_trip.mode_name(setup, rates[0], roles), why))
             continue
         ws = Workspace(kafka=kafka, topics_file=config.topics_file)
         try:
-            out.extend(round_trip.run(ws, rates=list(rates), seconds=config.rate_seconds, setup=setup))
+            out.extend(round_trip.run(ws, rates=list(rates), seconds=config.rate_seconds, setup=setup, roles=roles))
         finally:
             ws.delete()
     return out

@@ -27,6 +27,9 @@ def bench(
     rates: str = typer.Option("200,1000", "--rates", help="round trip offered rates, envelopes/s"),
     echo_rates: str = typer.Option("100,300", "--echo-rates",
                                    help="round trip offered rates to two echo agents (empty: skip)"),
+    split_router: bool = typer.Option(True, "--split-router/--no-split-router",
+                                      help="the no-op rates again with the routing hot path and the status fold "
+                                      "in two processes (`reach router --role`)"),
     seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option("all", "--modes",
                               help="which modes to run: raw,faust,quix,route,roundtrip,knee,status-scale,scoring"),
@@ -73,7 +76,7 @@ def bench(
         config = BenchConfig(messages=messages, warmup=max(messages // 10, 100), rates=offered, echo_rates=echo,
                              rate_seconds=seconds,
                              modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
-                             knee=knee, status_messages=status_messages)
+                             knee=knee, status_messages=status_messages, split_router=split_router)
     report = run(config, progress=lambda msg: err_console.print(f"[dim]bench: {msg}[/]"))
     render(report, console)
     if json_file is not None:

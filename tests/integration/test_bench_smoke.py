@@ -30,10 +30,14 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
 
     report = json.loads(out.read_text())
     modes = {m["mode"]: m for m in report["modes"]}
-    assert set(modes) == MEASURED | KNEES | {"quix", "status-scale"}
+    assert set(modes) == MEASURED | KNEES | {"quix", "status-scale", "round trip split 50/s"}
     assert all(m["lost"] == 0 for m in modes.values())
     quix = modes["quix"]  # measured like faust, or says why its own environment could not be built
     assert quix["throughput"] > 0 or quix["notes"].startswith("skipped: "), quix
+    split = modes["round trip split 50/s"]  # route and status fold in two processes, once `reach router --role` exists
+    assert split["throughput"] > 0 or "not available on this build" in split["notes"], split
+    if split["throughput"] > 0:
+        assert {"router route", "router status"} <= set(split["cpu_by_process"])
     scale = modes["status-scale"]  # the status engine's figures, or "not available on this build"
     assert scale["figures"] or "not available on this build" in scale["notes"], scale
     for name in MEASURED:

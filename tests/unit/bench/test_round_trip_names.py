@@ -1,0 +1,19 @@
+"""Round-trip set-ups and row names: what the table and the JSON call each run."""
+
+from __future__ import annotations
+
+from reach.bench import round_trip
+from reach.bench.round_trip import ECHO, NOOP, ROLES_SPLIT, Setup, mode_name
+
+
+def test_row_names_say_the_set_up_and_the_process_split() -> None:
+    assert mode_name(NOOP, 200.0) == "round trip 200/s"
+    assert mode_name(ECHO, 100.0) == "round trip echo x2 100/s"
+    assert mode_name(NOOP, 200.0, ROLES_SPLIT) == "round trip split 200/s"
+
+
+def test_the_echo_set_up_runs_the_example_from_the_source_checkout() -> None:
+    assert ECHO.instances == 2 and ECHO.missing() is None
+    gone = Setup("gone", "x.y", "agent://x/y", "examples.no_such_agent:agent", path=ECHO.path)
+    assert "not beside the installed package" in (gone.missing() or "")
+    assert set(round_trip.SETUPS) == {"noop", "echo x2"}
