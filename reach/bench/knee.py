@@ -22,7 +22,7 @@ from reach.bench.collector import Collector
 from reach.bench.results import ModeResult
 from reach.bench.round_trip import Setup, Stack, StreamApp, decode_receipts, send_open_loop, workers_cpu
 from reach.bench.slo import CRITERION, ReceiptBook, Verdict, judge
-from reach.bench.workspace import Workspace
+from reach.bench.workspace import BUDGET_MS, Workspace
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class KneeConfig:
     repeats: int = 2
     setups: tuple[str, ...] = tuple(round_trip.SETUPS)
     drain_timeout: float = 60.0
-    settle_timeout: float = 60.0
+    settle_timeout: float = 120.0
 
     @classmethod
     def quick(cls, **changes: Any) -> KneeConfig:
@@ -56,13 +56,14 @@ class Step:
     workers_per_1k: float | None  # router + agents
     drained: bool
     settle_s: float
+    settled: bool  # the stack was idle again before the next step (else the next step met its backlog)
 
     def as_dict(self) -> dict[str, Any]:
         v = self.verdict
         return {"rate": self.rate, "passed": v.passed, "messages": v.messages,
                 "completed_fraction": round(v.completed_fraction, 5), "outcomes": v.outcomes,
                 "latency": asdict(v.latency) if v.latency else None, "cpu_per_1k": self.cpu_per_1k,
-                "drained": self.drained, "settle_s": round(self.settle_s, 1)}
+                "drained": self.drained, "settle_s": round(self.settle_s, 1), "settled": self.settled}
 
 
 @dataclass
@@ -149,7 +150,7 @@ def run(ws: Workspace, config: KneeConfig) -> list[Search]:
 def _search(ws: Workspace, app: StreamApp, collector: Collector, setup: Setup, config: KneeConfig,
             result: Search) -> None:
     book = ReceiptBook()
-    pending: set[str] = set()
+    pending: dict[str, int] = {}
     with round_trip.stack(ws, app, setup) as running:
         for repeat in range(config.repeats):
             started = time.monotonic()
@@ -164,12 +165,14 @@ def _search(ws: Workspace, app: StreamApp, collector: Collector, setup: Setup, c
             load = _load()
             knee = search(passes, low=config.low, high=config.high, resolution=config.resolution)
             result.runs.append(Run(knee, steps, load, _load(), time.monotonic() - started))
-        _wait_terminal(collector, book, dict.fromkeys(pending, 0), config.drain_timeout)
+        # a message still open has its terminal status by its deadline (EXPIRED at worst): wait that long, no less
+        last_deadline = (max(pending.values(), default=0) + BUDGET_MS) / 1000 + 15 - time.time()
+        _wait_terminal(collector, book, pending, max(config.drain_timeout, last_deadline), idle_cutoff=None)
     result.lost, result.duplicated = len(book.missing(pending)), book.duplicated
 
 
 def _step(ws: Workspace, collector: Collector, book: ReceiptBook, running: Stack, setup: Setup, config: KneeConfig,
-          *, rate: float, tag: str, pending: set[str]) -> Step:
+          *, rate: float, tag: str, pending: dict[str, int]) -> Step:
     warm = send_open_loop(ws, f"{tag}w", rate, max(int(rate * config.warmup), 5), setup.capability)
     _wait_terminal(collector, book, warm, config.drain_timeout)
     before = cpu.read(running.processes())
@@ -177,20 +180,22 @@ def _step(ws: Workspace, collector: Collector, book: ReceiptBook, running: Stack
     time.sleep(0.5)  # let the last sends finish before this process starts decoding receipts
     drained = _wait_terminal(collector, book, created, config.drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), len(created))
-    pending.update(book.missing(created))  # looked at again after the last step
+    pending.update({m: created[m] for m in book.missing(created)})  # looked at again after the last step
+    settle_s, settled = _settle(running, config.settle_timeout)
     return Step(rate, judge(book, created), per_process, workers_cpu(per_process, set(running.workers())), drained,
-                _settle(running, config.settle_timeout))
+                settle_s, settled)
 
 
 def _take(collector: Collector, book: ReceiptBook) -> None:
     book.add(decode_receipts(collector.take().receipts))
 
 
-def _wait_terminal(collector: Collector, book: ReceiptBook, created: dict[str, int], timeout: float) -> bool:
-    """Until every id has a terminal receipt, the timeout passes, or nothing changed for 20 s."""
+def _wait_terminal(collector: Collector, book: ReceiptBook, created: dict[str, int], timeout: float,
+                   idle_cutoff: float | None = 20.0) -> bool:
+    """Until every id has a terminal receipt, the timeout passes, or nothing changed for `idle_cutoff` s."""
     deadline = time.monotonic() + timeout
     waiting, last_change = set(created), time.monotonic()
-    while time.monotonic() < deadline and time.monotonic() - last_change < 20:
+    while time.monotonic() < deadline and (idle_cutoff is None or time.monotonic() - last_change < idle_cutoff):
         _take(collector, book)
         still = book.missing(waiting)
         if not still:
@@ -201,8 +206,8 @@ def _wait_terminal(collector: Collector, book: ReceiptBook, created: dict[str, i
     return False
 
 
-def _settle(running: Stack, timeout: float, *, idle_cores: float = 0.25, window: float = 1.0) -> float:
-    """Wait until Reach's processes together use under `idle_cores` over `window`; returns the seconds waited."""
+def _settle(running: Stack, timeout: float, *, idle_cores: float = 0.25, window: float = 1.0) -> tuple[float, bool]:
+    """Wait until Reach's processes together use under `idle_cores` over `window`: (seconds waited, idle)."""
     started = time.monotonic()
     before = cpu.read(running.workers())
     while time.monotonic() - started < timeout:
@@ -210,9 +215,9 @@ def _settle(running: Stack, timeout: float, *, idle_cores: float = 0.25, window:
         after = cpu.read(running.workers())
         used = sum((after.get(k) or 0.0) - (v or 0.0) for k, v in before.items())
         if used < idle_cores * window:
-            break
+            return time.monotonic() - started, True
         before = after
-    return time.monotonic() - started
+    return time.monotonic() - started, False
 
 
 def _load() -> list[float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from reach.envelopes import new_envelope, now_ms
 from reach.names import Names
 from reach.settings import KafkaSettings
 
+BUDGET_MS = 120_000
+"""Every bench envelope's total budget: by created_at + BUDGET_MS it has a terminal status (EXPIRED at worst)."""
 PAYLOAD = {"text": "x" * 200}  # ~390-byte envelopes: the small request of docs/performance.md
 
 
@@ -60,7 +63,7 @@ class Workspace:
         created = now_ms() if created_at is None else created_at
         return codec.encode_dict("Envelope", {
             **self._template, "message_id": message_id, "idempotency_key": message_id, "trace_id": message_id,
-            "capability": capability, "created_at": created, "deadline": created + 120_000,
+            "capability": capability, "created_at": created, "deadline": created + BUDGET_MS,
         })
 
     def producer(self, **overrides: Any) -> Producer:
@@ -119,16 +122,28 @@ class Workspace:
         finally:
             consumer.close()
 
-    def delete(self) -> None:
-        """Drop the run's topics (best effort: a bench must not leave hundreds of partitions behind)."""
-        prefix = self.namespace + "."
-        mine = [t for t in self.admin.list_topics(timeout=10).topics if t.startswith(prefix)]
-        if mine:
-            for future in self.admin.delete_topics(mine, operation_timeout=30).values():
-                try:
-                    future.result()
-                except Exception:  # noqa: BLE001, S110 - a topic left behind is harmless
-                    pass
+    def delete(self, attempts: int = 3) -> list[str]:
+        """Drop the run's topics, checking they are gone (a busy broker times requests out); returns what is left.
+
+        Best effort: a bench must not leave hundreds of partitions behind, nor fail a run for it."""
+        prefix, left = self.namespace + ".", []
+        for attempt in range(attempts):
+            try:
+                left = [t for t in self.admin.list_topics(timeout=30).topics if t.startswith(prefix)]
+                if not left:
+                    return []
+                for future in self.admin.delete_topics(left, operation_timeout=60).values():
+                    try:
+                        future.result()
+                    except Exception:  # noqa: BLE001, S110 - listed again on the next attempt
+                        pass
+            except Exception:  # noqa: BLE001, S110 - the broker did not answer in time: try again
+                pass
+            time.sleep(1.0 * (attempt + 1))
+        try:
+            return [t for t in self.admin.list_topics(timeout=30).topics if t.startswith(prefix)]
+        except Exception:  # noqa: BLE001 - unknown: report what the last listing showed
+            return left
 
 
 def message_id(mode: str, seq: int) -> str:
