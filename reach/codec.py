@@ -62,6 +62,28 @@ class InvalidRecord(DecodeError):
     """Valid Avro that breaks a rule of its model (a WEIGHTS control record without weights)."""
 
 
+class RegistryUnavailable(CodecError):
+    """The Schema Registry did not answer (outage, 5xx, throttling): transient, the record itself may be fine.
+
+    Not a DecodeError on purpose: callers treat it as infrastructure (do not commit, back off, read again),
+    never as a REJECTED envelope."""
+
+
+_NETWORK_PACKAGES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3"})
+
+
+def _transient(exc: BaseException) -> bool:
+    """A failure to reach the registry, as opposed to a body that does not decode."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    if isinstance(exc, SchemaRegistryError):
+        status = exc.http_status_code
+        return status >= 500 or status in (401, 403, 408, 429) or status < 0  # < 0: no HTTP answer at all
+    if isinstance(exc, (OSError, TimeoutError)):
+        return True
+    return any(cls.__module__.split(".")[0] in _NETWORK_PACKAGES for cls in type(exc).__mro__)
+
+
 @dataclass(frozen=True, slots=True)
 class _Version:
     parsed: dict[str, Any]
@@ -335,13 +357,14 @@ class ConfluentCodec:
             )
         try:
             record = self._deserializer(name)(bytes(data), SerializationContext(topic, MessageField.VALUE))
-        except SchemaRegistryError as exc:
+        except Exception as exc:
+            if _transient(exc):
+                raise RegistryUnavailable(f"{name}: the schema registry did not answer ({exc!r}); "
+                                          "the record is retried when it is back") from exc
+            if not isinstance(exc, SchemaRegistryError):
+                raise CorruptBody(f"{name}: registry-framed body does not decode: {exc!r}", raw=bytes(data)) from exc
             raise UnknownSchema(
                 f"{name}: the registry does not know schema id of this record: {exc}", raw=bytes(data)
-            ) from exc
-        except Exception as exc:
-            raise CorruptBody(
-                f"{name}: registry-framed body does not decode: {exc!r}", raw=bytes(data)
             ) from exc
         return dict(_with_millis(record))
 

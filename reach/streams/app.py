@@ -49,9 +49,9 @@ def build_app(
     names = Names(reach_settings.namespace)
     spec = topics.load(reach_settings.topics_file)
     router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size)
-    delays = DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka)
+    delays = DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka, max_bytes=spec.dead_letter_bytes())
     timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=router.state.control.policy)
-    metrics = Metrics()
+    metrics = Metrics(capabilities=lambda: router.state.capabilities(now_ms()))
     app = faust.App(
         names.router_app_id,
         broker=f"kafka://{kafka.servers()}",

@@ -573,3 +573,26 @@ def test_registry_framing_is_used_when_a_registry_is_configured(monkeypatch: pyt
     assert module.decode(framed, Envelope) == env
     assert module.decode(single, Envelope) == env, "single-object records still decode"
     monkeypatch.setattr(module, "_wire", None)
+
+
+def test_a_registry_outage_is_transient_not_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    from reach.codec import RegistryUnavailable
+    from reach.local.process import free_port
+
+    data = ConfluentCodec("mock://one").encode(_envelope())
+    down = ConfluentCodec(f"http://127.0.0.1:{free_port()}", conf={"max.retries": 0})
+    with pytest.raises(RegistryUnavailable, match="did not answer"):
+        down.decode(data, Envelope)
+    failing = ConfluentCodec("mock://three")
+
+    def unavailable(_name: str) -> Any:
+        def deserialize(*_args: Any) -> Any:
+            raise SchemaRegistryError(503, 50301, "service unavailable")
+        return deserialize
+
+    monkeypatch.setattr(failing, "_deserializer", unavailable)
+    with pytest.raises(RegistryUnavailable):
+        failing.decode(data, Envelope)
+    assert not issubclass(RegistryUnavailable, DecodeError), "the router must not turn it into REJECTED"
