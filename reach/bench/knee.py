@@ -173,6 +173,9 @@ def _search(ws: Workspace, app: StreamApp, collector: Collector, setup: Setup, c
 
 def _step(ws: Workspace, collector: Collector, book: ReceiptBook, running: Stack, setup: Setup, config: KneeConfig,
           *, rate: float, tag: str, pending: dict[str, int]) -> Step:
+    for child in [*running.routers.values(), *running.agents]:
+        if not child.alive():  # a search against a dead process would only find a lower "knee"
+            raise RuntimeError(f"{child.name} exited during the knee search:\n{child.tail()}")
     warm = send_open_loop(ws, f"{tag}w", rate, max(int(rate * config.warmup), 5), setup.capability)
     _wait_terminal(collector, book, warm, config.drain_timeout)
     before = cpu.read(running.processes())
