@@ -23,6 +23,7 @@ from reach.agent.agent import Agent, call_hook
 from reach.agent.exceptions import DeliveryFailed
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
+from reach.agent.loadreport import LoadReporter
 from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
 from reach.agent.pipeline import Pipeline
@@ -95,6 +96,8 @@ class Runner:
                                   middleware=[retries, self.metrics, *self.agent.middleware])
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
+        self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
+                                  policy=self._policies.get)
         try:
             self._call(self._ping(redis))
             self._beat(AgentState.STARTING).result(timeout=30)
@@ -156,6 +159,7 @@ class Runner:
         self._flow()
         if self.heartbeat.due():
             self._beat()
+        self.loads.tick(inflight=self._inflight, queued=len(self._backlog))
 
     def _take(self, msg: Message) -> None:
         if msg.error():
@@ -288,6 +292,7 @@ class Runner:
         partition, offset, error = item
         if partition == -1:
             self._inflight -= 1
+            self.loads.completed()
             self.metrics.set_inflight(self._inflight)
         elif error is not None:
             log.error("stopping, the message stays uncommitted: %s", error)
