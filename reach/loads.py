@@ -64,7 +64,11 @@ class InstanceLoad(NamedTuple):
 
     @property
     def full(self) -> bool:
-        """Busy (occupancy above 80% of max_concurrency) and its queue at its bound: shed to others."""
+        """Busy (occupancy above 80% of max_concurrency) and its queue at its bound: shed to others.
+
+        Both, because the router reads receipts late: its queue count runs ahead of the truth by
+        rate x lag, while its occupancy runs behind. An instance seen with free handlers is not shed,
+        since what was routed to it meanwhile is most likely running already."""
         return self.occupancy > BUSY_RATIO * max(self.capacity, 1) and self.queue >= self.max_queue
 
     def plus_routed(self) -> InstanceLoad:
@@ -197,8 +201,9 @@ class LoadTracker:
                     continue
                 report = inst.report
                 queue = max(inst.queued, report.queued if report is not None else 0)
+                # the SDK never runs more than max_concurrency: more means receipts read late, not work
                 out[reg.instance_id] = InstanceLoad(
-                    inst.occupancy(), queue, reg.max_concurrency,
+                    min(inst.occupancy(), reg.max_concurrency), queue, reg.max_concurrency,
                     report.max_queue if report is not None else reg.max_queue,
                     report.drain_rate if report is not None else None,
                 )

@@ -133,7 +133,7 @@ def overload_message(full: Iterable[Candidate]) -> str:
     shown = []
     for c in full:
         load = c.load
-        rate = "not measured yet" if load.drain_rate is None else f"{load.drain_rate:.1f}/s"
+        rate = "not measured yet" if load.drain_rate is None else f"{load.drain_rate:g}/s"
         shown.append(f"{c.instance_id} running {load.occupancy}/{load.capacity}, queue {load.queue}/"
                      f"{load.max_queue}, draining {rate}")
     return ("every candidate is above 80% of its max_concurrency with its queue full ("

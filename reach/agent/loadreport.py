@@ -8,7 +8,6 @@ per message. The registration is not republished for it: heartbeats stay at ttl/
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -26,24 +25,41 @@ CHANGE_SHARE = 0.1
 
 
 class DrainMeter:
-    """Completions per second over a sliding window; None until one whole window was watched."""
+    """How many completions per second the instance drains while its handlers are busy.
 
-    def __init__(self, *, window_ms: int = 3_000, clock: Callable[[], int] = now_ms) -> None:
+    Per window: completions x max_concurrency / (handler-seconds busy), which is max_concurrency /
+    mean service time by Little's law: the completions/s of a full instance, measured without waiting
+    for it to be full (an idle-looking rate would make the queue bound collapse the moment a burst
+    arrives). A window lasts `window_ms` and until max_concurrency completions were seen (a slow
+    handler's first seconds say nothing yet), at most 10 windows: then 0 when handlers ran and none
+    finished. An idle window keeps the last estimate; None until the first window with work closed."""
+
+    def __init__(self, *, capacity: int, window_ms: int = 3_000, clock: Callable[[], int] = now_ms) -> None:
+        self._capacity = capacity
         self._window = window_ms
         self._clock = clock
-        self._since = clock()
-        self._done: deque[int] = deque()
+        self._start = self._seen = clock()
+        self._inflight = 0
+        self._busy_ms = 0  # integral of handlers running over the window (handler-milliseconds)
+        self._done = 0
+        self._rate: float | None = None
+
+    def observe(self, inflight: int) -> None:
+        """The handlers running now (called often: every pass of the runner's loop)."""
+        now = self._clock()
+        self._busy_ms += self._inflight * (now - self._seen)
+        self._seen, self._inflight = now, inflight
+        elapsed = now - self._start
+        if elapsed >= self._window and (self._done >= self._capacity or elapsed >= 10 * self._window):
+            if self._busy_ms > 0:
+                self._rate = self._done * self._capacity * 1000 / self._busy_ms if self._done else 0.0
+            self._start, self._busy_ms, self._done = now, 0, 0
 
     def completed(self) -> None:
-        self._done.append(self._clock())
+        self._done += 1
 
     def rate(self) -> float | None:
-        now = self._clock()
-        while self._done and self._done[0] <= now - self._window:
-            self._done.popleft()
-        if now - self._since < self._window:
-            return None
-        return len(self._done) * 1000 / self._window
+        return self._rate
 
 
 class LoadReporter:
@@ -58,9 +74,16 @@ class LoadReporter:
         self._every = every_ms
         self._min_gap = min_gap_ms
         self._clock = clock
-        self.meter = DrainMeter(clock=clock)
+        self.meter = DrainMeter(capacity=agent.max_concurrency, clock=clock)
         self._last: LoadReport | None = None
         self._failed = False
+
+    @property
+    def max_queue(self) -> int:
+        """The queue bound in force (the last report's): how many received envelopes may wait for a handler."""
+        if self._last is not None:
+            return self._last.max_queue
+        return self._agent.queue_bound(None, DELIVERY_TIMEOUT_MS)
 
     def completed(self) -> None:
         """One handler finished (whatever its outcome): it counts toward the drain rate."""
@@ -68,6 +91,7 @@ class LoadReporter:
 
     def tick(self, *, inflight: int, queued: int) -> LoadReport | None:
         """Publish a report when one is due; returns it (None when not due)."""
+        self.meter.observe(inflight)
         now = self._clock()
         last = self._last
         if last is not None:

@@ -145,7 +145,7 @@ class Runner:
 
     def _consume(self) -> None:
         while not self._stop.is_set():
-            room = self.agent.max_concurrency - self._inflight - len(self._backlog)
+            room = self.agent.max_concurrency + self.loads.max_queue - self._inflight - len(self._backlog)
             for msg in clients.take(self._consumer, max(1, room), POLL_S):
                 self._take(msg)
             self._settle()
@@ -215,7 +215,8 @@ class Runner:
     # -- flow control, commits, heartbeats ----------------------------------------------------------------
 
     def _flow(self) -> None:
-        full = self._inflight >= self.agent.max_concurrency or self._closing
+        # the queue waits in the backlog, not in a paused inbox: a resumed fetch idled the handlers up to 1 s
+        full = self._inflight + len(self._backlog) >= self.agent.max_concurrency + self.loads.max_queue or self._closing
         if full and not self._paused and self._owned:
             self._consumer.pause(self._partitions(self._owned))
             self._paused = True

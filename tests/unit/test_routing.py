@@ -48,7 +48,7 @@ def test_overload_retry_after_comes_from_the_soonest_drain() -> None:
               loads=loads)
     assert isinstance(out, Overload)
     assert out.retry_after_ms == 500, "b frees one place in 1 / 2.0 s; a needs 5 / 4.0 s"
-    assert "draining 4.0/s" in out.message and "queue 20/16" in out.message
+    assert "draining 4/s" in out.message and "queue 20/16" in out.message
 
 
 def test_no_route_unroutable_or_dead_letter() -> None:

@@ -83,41 +83,56 @@ def test_a_change_above_ten_percent_reports_once_the_gap_passed() -> None:
     assert r.tick(inflight=1, queued=0) is None, "no change"
 
 
-def test_drain_rate_is_measured_over_a_window() -> None:
+def run_busy(meter: DrainMeter, clock: Clock, *, running: int, service_ms: int, for_ms: int) -> None:
+    """`running` handlers busy all along, each finishing after `service_ms` and replaced at once."""
+    meter.observe(running)
+    for step in range(1, for_ms // 10 + 1):
+        clock.now += 10
+        if step * 10 % service_ms == 0:
+            for _ in range(running):
+                meter.completed()
+        meter.observe(running)
+
+
+def test_drain_rate_is_what_a_full_instance_completes() -> None:
     clock = Clock()
-    meter = DrainMeter(window_ms=3_000, clock=clock)
-    for _ in range(30):
-        clock.now += 100
-        meter.completed()
-    assert meter.rate() == pytest.approx(10.0)
-    clock.now += 3_000
-    assert meter.rate() == 0.0, "nothing completed in the last window"
-    young = DrainMeter(window_ms=3_000, clock=clock)
-    young.completed()
-    assert young.rate() is None, "not measured before one whole window"
+    full = DrainMeter(capacity=4, clock=clock)
+    full.observe(0)
+    assert full.rate() is None, "not measured before a window with work"
+    run_busy(full, clock, running=4, service_ms=1_000, for_ms=3_000)
+    assert full.rate() == pytest.approx(4.0), "4 handlers x 1 s each: 4/s"
+    light = DrainMeter(capacity=4, clock=clock)
+    run_busy(light, clock, running=1, service_ms=500, for_ms=3_000)
+    assert light.rate() == pytest.approx(8.0), "1 of 4 busy at 2/s: a full instance would do 8/s"
+    run_busy(light, clock, running=0, service_ms=500, for_ms=3_000)
+    assert light.rate() == pytest.approx(8.0), "an idle window keeps the estimate"
+    slow = DrainMeter(capacity=4, clock=clock)
+    run_busy(slow, clock, running=4, service_ms=10_000, for_ms=9_000)
+    assert slow.rate() is None, "busy for 9 s and nothing finished yet: not known"
+    run_busy(slow, clock, running=4, service_ms=1_000, for_ms=1_000)
+    assert slow.rate() == pytest.approx(4 * 4 / 40), "4 done in 4 x 10 s of handler time"
+    stuck = DrainMeter(capacity=4, clock=clock)
+    run_busy(stuck, clock, running=4, service_ms=60_000, for_ms=30_000)
+    assert stuck.rate() == 0.0, "busy for 10 windows and nothing finished: nothing drains"
 
 
 def test_the_default_queue_bound_follows_the_drain_rate() -> None:
     clock, sent = Clock(), Sent()
     r = reporter(agent(max_concurrency=4), sent, clock)
     assert r.tick(inflight=0, queued=0).max_queue == 16  # type: ignore[union-attr]
-    for _ in range(6):  # 2/s over the 3 s window
-        clock.now += 500
-        r.completed()
+    run_busy(r.meter, clock, running=4, service_ms=1_500, for_ms=3_000)  # 4 x 1.5 s: 2.67/s
     report = r.tick(inflight=4, queued=0)
-    assert report is not None and report.drain_rate == pytest.approx(2.0)
-    assert report.max_queue == int(DELIVERY_TIMEOUT_MS / 1000 * 2.0) == 10, "5 s x 2/s < 4 x 4"
+    assert report is not None and report.drain_rate == pytest.approx(8 / 3)
+    assert report.max_queue == int(DELIVERY_TIMEOUT_MS / 1000 * 8 / 3) == 13, "5 s x 2.67/s < 4 x 4"
 
 
 def test_the_policy_delivery_timeout_bounds_the_queue() -> None:
     clock, sent = Clock(), Sent()
     policy = Policy(delivery_timeout_ms=1_000)
     r = reporter(agent(max_concurrency=4), sent, clock, policy=lambda _cap: policy)
-    for _ in range(30):
-        clock.now += 100
-        r.completed()
+    run_busy(r.meter, clock, running=4, service_ms=500, for_ms=3_000)  # 4 x 0.5 s: 8/s
     report = r.tick(inflight=4, queued=0)
-    assert report is not None and report.max_queue == 10, "1 s x 10/s"
+    assert report is not None and report.max_queue == 8, "1 s x 8/s"
 
 
 def test_an_explicit_max_queue_is_kept() -> None:

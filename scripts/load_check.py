@@ -1,0 +1,116 @@
+"""Offer N requests at R req/s to two `examples/echo_agent.py` instances behind `reach router`; count outcomes.
+
+    .venv/bin/python scripts/load_check.py --requests 1500 --rate 100
+    .venv/bin/python scripts/load_check.py --requests 3000 --rate 300
+
+Needs a broker and Redis (REACH_BOOTSTRAP, REACH_REDIS_URL). Runs in a throwaway namespace; prints one
+JSON line: outcomes by status (FAILED with kind OVERLOAD counted as OVERLOAD), the load average, and
+the first OVERLOAD message if any (it names each candidate's occupancy, queue and drain rate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+
+from reach import codec
+from reach.bench.subprocesses import Child
+from reach.bench.workspace import Workspace
+from reach.envelopes import new_envelope, now_ms
+from reach.errors import InfraUnavailable
+from reach.local.process import free_port
+from reach.records import TERMINAL, Receipt
+from reach.registry import read_registry
+from reach.settings import RedisSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=1500)
+    parser.add_argument("--rate", type=float, default=100.0)
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--verbose", action="store_true", help="also print the timeline of one non-COMPLETED request")
+    args = parser.parse_args()
+
+    ws = Workspace(topics_file=ROOT / "topics.yaml")
+    env = {"REACH_NAMESPACE": ws.namespace, "REACH_BOOTSTRAP": ws.kafka.servers(),
+           "REACH_REDIS_URL": RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file),
+           "REACH_WEB_PORT": str(free_port()), "PYTHONPATH": str(ROOT)}
+    ws.ensure(ws.names.capability("demo.echo"))
+    ws.ensure(ws.names.inbox("agent://demo/echo"), "agent")
+    router = Child("router", ["reach", "router", "--interval", "5"], env)
+    agents = [Child(f"echo{i}", ["reach", "agent", "run", "examples.echo_agent:agent", "--log-level", "WARNING"],
+                    env) for i in range(args.instances)]
+    consumer = ws.consumer()
+    try:
+        def ready() -> bool:
+            try:
+                registry = read_registry(ws.kafka, ws.names)
+            except InfraUnavailable:  # a topic just created may not be in the metadata yet
+                return False
+            live = [r for r in registry.live(now_ms()) if r.agent_id == "agent://demo/echo"]
+            return len(live) == args.instances and sum(len(r.assigned_partitions) for r in live) == 8
+
+        router.wait_until(ready, 120, f"{args.instances} READY echo instances")
+        meta = consumer.list_topics(ws.names.receipts, timeout=10).topics[ws.names.receipts]
+        ends = [TopicPartition(ws.names.receipts, p, consumer.get_watermark_offsets(
+            TopicPartition(ws.names.receipts, p), timeout=10)[1]) for p in meta.partitions]
+        consumer.assign(ends)
+        producer = ws.producer(**{"linger.ms": 2})
+        topic = ws.names.capability("demo.echo")
+        ids: set[str] = set()
+        start = time.monotonic()
+        for i in range(args.requests):
+            ahead = start + i / args.rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)  # open loop: the offered rate
+            env_ = new_envelope("demo.echo", {"n": i, "text": "hello"})
+            producer.produce(topic, key=env_.message_id.encode(), value=codec.encode(env_))
+            producer.poll(0)
+            ids.add(env_.message_id)
+        producer.flush(30)
+        sent_s = time.monotonic() - start
+        first: dict[str, Receipt] = {}
+        timeline: dict[str, list[Receipt]] = {}
+        deadline = time.monotonic() + 120
+        while len(first) < len(ids) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error() or msg.value() is None:
+                    continue
+                receipt = codec.decode(msg.value(), Receipt)
+                timeline.setdefault(receipt.message_id, []).append(receipt)
+                if receipt.message_id in ids and receipt.status in TERMINAL and receipt.message_id not in first:
+                    first[receipt.message_id] = receipt
+        other = next((r for r in first.values() if r.status.value not in ("COMPLETED", "FAILED")), None)
+        if other is not None and args.verbose:
+            steps = sorted(timeline[other.message_id], key=lambda r: r.at)
+            print([(r.status.value, r.instance_id, r.at - steps[0].at, r.error.code if r.error else None)
+                   for r in steps])
+        outcomes = Counter("OVERLOAD" if r.error and r.error.code == "OVERLOAD" else r.status.value
+                           for r in first.values())
+        overload = next((r for r in first.values() if r.error and r.error.code == "OVERLOAD"), None)
+        print(json.dumps({
+            "requests": args.requests, "offered_rps": args.rate, "sent_in_s": round(sent_s, 1),
+            "instances": args.instances, "outcomes": dict(outcomes), "missing": len(ids) - len(first),
+            "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+            "first_overload": None if overload is None else {
+                "message": overload.error.message if overload.error else None,
+                "retry_after_ms": overload.retry_after_ms},
+        }))
+    finally:
+        consumer.close()
+        for agent in agents:
+            agent.stop()
+        router.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""The load model on the real broker: idle instances never look full; a real backlog queues to its bound, then sheds.
+
+Open-loop senders pace requests to an offered rate (that is the load, not a wait); every wait for an
+outcome is bounded polling on the receipts topic.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from reach import codec
+from reach.envelopes import new_envelope
+from reach.loads import MAX_RETRY_AFTER_MS, MIN_RETRY_AFTER_MS, InstanceLoad, retry_after_ms
+from reach.names import Names
+from reach.records import TERMINAL, LoadReport, Receipt, Status
+from reach.streams.router import Router
+from tests.integration.agent_support import TopicReader, spawn
+from tests.integration.router_helpers import Sender, Tail, first_per_message, receipts_tail, running_router, wait_for
+
+pytestmark = pytest.mark.integration
+
+ECHO = "agent://demo/echo"
+SLOW = "agent://test/slow"
+
+
+@contextmanager
+def instances(target: str, n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs = [spawn(target) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+
+
+def reporting(router: Router, names: Names, agent_id: str, n: int) -> bool:
+    """The router routes to n READY instances of the agent, each of which has sent a load report."""
+    live = [r for r in router.state.live(int(time.time() * 1000)) if r.agent_id == agent_id and r.assigned_partitions]
+    if len(live) != n or sum(len(r.assigned_partitions) for r in live) != 8:
+        return False
+    reader = TopicReader(names.loads)
+    try:
+        reported = {codec.decode(r.value, LoadReport).instance_id for r in reader.poll(0.5) if r.value}
+    finally:
+        reader.close()
+    return {r.instance_id for r in live} <= reported
+
+
+def send_paced(sender: Sender, capability: str, payloads: list[dict[str, object]], rate: float) -> list[str]:
+    """Offer the payloads open-loop at `rate` per second (the sender never waits for answers)."""
+    ids: list[str] = []
+    start = time.monotonic()
+    for i, payload in enumerate(payloads):
+        ahead = start + i / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)  # pacing the offered load
+        ids.append(sender.send(new_envelope(capability, payload)))
+    sender.flush()
+    return ids
+
+
+def terminal(tail: Tail, ids: list[str], timeout: float) -> dict[str, Receipt]:
+    tail.until(lambda rs: len(first_per_message(rs, ids, set(TERMINAL))) == len(ids), timeout, "every terminal receipt")
+    return first_per_message(tail.records, ids, set(TERMINAL))
+
+
+def test_two_echo_instances_take_1500_requests_at_100_per_second_without_overload(namespace: str) -> None:
+    names = Names(namespace)
+    with instances("examples.echo_agent:agent", 2), running_router() as router:
+        wait_for(lambda: reporting(router, names, ECHO, 2), 90, "two echo instances READY and reporting load")
+        tail = receipts_tail(names)
+        try:
+            ids = send_paced(Sender(names), "demo.echo", [{"n": i} for i in range(1500)], rate=100)
+            outcome = terminal(tail, ids, timeout=180)
+        finally:
+            tail.close()
+    statuses = Counter(r.status for r in outcome.values())
+    overloads = [r for r in outcome.values() if r.error is not None and r.error.code == "OVERLOAD"]
+    assert statuses == {Status.COMPLETED: 1500}, (statuses, [o.error.message for o in overloads[:2] if o.error])
+    by_instance = Counter(r.instance_id for r in outcome.values())
+    assert len(by_instance) == 2, f"both instances served: {by_instance}"
+
+
+_CANDIDATE = re.compile(r"(\S+) running (\d+)/(\d+), queue (\d+)/(\d+), draining ([0-9.e+-]+)/s")
+
+
+def _loads_in(message: str) -> list[InstanceLoad]:
+    return [InstanceLoad(int(o), int(q), int(c), int(b), float(rate))
+            for _i, o, c, q, b, rate in _CANDIDATE.findall(message)]
+
+
+def _max_queue_seen(receipts: list[Receipt], instance_id: str) -> int:
+    """The most requests ever routed to the instance and not yet STARTED, by the receipts' own times."""
+    events: list[tuple[int, int]] = []
+    for r in receipts:
+        if r.instance_id == instance_id and r.status is Status.ROUTED:
+            events.append((r.at, +1))
+        elif r.instance_id == instance_id and r.status is Status.STARTED:
+            events.append((r.at, -1))
+    depth = deepest = 0
+    for _at, step in sorted(events, key=lambda e: (e[0], e[1])):
+        depth += step
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_beyond_capacity_requests_queue_to_the_bound_then_shed_with_a_drain_based_retry_after(namespace: str) -> None:
+    # Two slow instances (max_concurrency 4, 1 s per request: 8 completions/s in all) offered 24/s for 8 s.
+    names = Names(namespace)
+    with instances("tests.integration.slow_agent:agent", 2), running_router() as router:
+        wait_for(lambda: reporting(router, names, SLOW, 2), 90, "two slow instances READY and reporting load")
+        tail = receipts_tail(names)
+        try:
+            ids = send_paced(Sender(names), "test.slow", [{"n": i, "slow": 1.0} for i in range(192)], rate=24)
+            outcome = terminal(tail, ids, timeout=120)
+            records = list(tail.records)
+        finally:
+            tail.close()
+    completed = [r for r in outcome.values() if r.status is Status.COMPLETED]
+    overloaded = [r for r in outcome.values() if r.status is Status.FAILED and r.error and r.error.code == "OVERLOAD"]
+    assert len(completed) + len(overloaded) == len(ids), Counter(r.status for r in outcome.values())
+    assert completed and overloaded, (len(completed), len(overloaded))
+    served = Counter(r.instance_id for r in completed)
+    assert len(served) == 2, f"a full instance shed to the other: {served}"
+    for instance_id in served:
+        deepest = _max_queue_seen(records, instance_id)
+        # the default bound is at most 4 x max_concurrency = 16, plus what was routed while the router saw
+        # the instance between two batches (free handlers are not shed); its queue count is never short
+        assert 4 < deepest <= 16 + 4, (instance_id, deepest)
+    measured = 0
+    for receipt in overloaded:
+        assert receipt.error is not None and receipt.retry_after_ms is not None
+        loads = _loads_in(receipt.error.message)
+        assert {load.capacity for load in loads} <= {4}
+        if not loads:
+            continue  # no candidate had measured its drain rate yet ("not measured yet")
+        measured += 1
+        assert all(load.full for load in loads), receipt.error.message
+        expected = retry_after_ms(loads)
+        assert abs(receipt.retry_after_ms - expected) <= 1, (receipt.error.message, receipt.retry_after_ms)
+        assert MIN_RETRY_AFTER_MS <= receipt.retry_after_ms <= MAX_RETRY_AFTER_MS
+    assert measured, "every OVERLOAD said the drain rate was not measured"
