@@ -18,7 +18,7 @@ Thread-safe: the router's hot loop and its state loop both touch the tracker.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -40,6 +40,8 @@ QUEUE_PER_HANDLER = 4
 
 STALE_AFTER_MS = 600_000
 """Tracked messages older than this are forgotten (a receipt that never came must not leak memory)."""
+
+_RECENT = 10_000  # finishes kept per instance between two re-bases (bounded for instances never re-based)
 
 
 class InstanceLoad(NamedTuple):
@@ -117,6 +119,9 @@ class _Instance:
     queued: int = 0
     report: LoadReport | None = None
     entries: dict[MessageKey, _Entry] = field(default_factory=dict)
+    # (started, finished) of messages that finished after the base: a report read after their receipts
+    # counted them running, and re-basing on it must subtract them
+    recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=_RECENT))
 
     def occupancy(self) -> int:
         return max(self.base_occupancy - self.base_finished, 0) + self.running_new
@@ -162,6 +167,8 @@ class LoadTracker:
                 inst = self._instances[entry.instance_id]
                 if entry.at <= inst.base_at < at_ms:
                     inst.base_finished += 1  # the base counted it running; it finished after the base
+                if at_ms > inst.base_at:
+                    inst.recent.append((entry.at, at_ms))
             self._finished[key] = None
             if len(self._finished) > self._remember:
                 self._finished.popitem(last=False)
@@ -218,7 +225,9 @@ class LoadTracker:
     def _rebase(self, inst: _Instance, at: int, occupancy: int) -> None:
         if at < inst.base_at:
             return
-        inst.base_at, inst.base_occupancy, inst.base_finished = at, occupancy, 0
+        inst.base_at, inst.base_occupancy = at, occupancy
+        inst.recent = deque((r for r in inst.recent if r[1] > at), maxlen=_RECENT)
+        inst.base_finished = sum(1 for started, _ in inst.recent if started <= at)
         stale = [k for k, e in inst.entries.items() if e.at < at - self._stale_after]
         for key in stale:
             self._drop(key)

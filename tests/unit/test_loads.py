@@ -78,6 +78,20 @@ def test_finishes_before_the_report_need_no_correction() -> None:
     assert load(tracker).occupancy == 2
 
 
+def test_a_report_read_after_newer_receipts_does_not_count_what_finished_since() -> None:
+    tracker = LoadTracker()
+    tracker.report(report(100, 0))
+    tracker.started(key(1), "a", 150)
+    tracker.started(key(2), "a", 160)
+    tracker.finished(key(1), 250)  # receipts read before the report of 200 (another partition, read first)
+    tracker.started(key(3), "a", 260)
+    tracker.report(report(200, 2))  # counted 1 and 2 running
+    assert load(tracker).occupancy == 2, "2 (counted by the report) and 3 (started after it)"
+    tracker.finished(key(2), 270)
+    tracker.finished(key(3), 280)
+    assert load(tracker).occupancy == 0
+
+
 def test_occupancy_never_exceeds_max_concurrency() -> None:
     tracker = LoadTracker()
     tracker.report(report(100, 8))
