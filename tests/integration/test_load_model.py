@@ -6,6 +6,7 @@ outcome is bounded polling on the receipts topic.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import time
@@ -21,7 +22,7 @@ from reach.loads import MAX_RETRY_AFTER_MS, MIN_RETRY_AFTER_MS, InstanceLoad, re
 from reach.names import Names
 from reach.records import TERMINAL, LoadReport, Receipt, Status
 from reach.streams.router import Router
-from tests.integration.agent_support import TopicReader, spawn
+from tests.integration.agent_support import TopicReader, reach_cli, spawn
 from tests.integration.router_helpers import Sender, first_per_message, receipts_tail, running_router, wait_for
 
 pytestmark = pytest.mark.integration
@@ -151,3 +152,17 @@ def test_beyond_capacity_requests_queue_to_the_bound_then_shed_with_a_drain_base
         assert abs(receipt.retry_after_ms - expected) <= 1, (receipt.error.message, receipt.retry_after_ms)
         assert MIN_RETRY_AFTER_MS <= receipt.retry_after_ms <= MAX_RETRY_AFTER_MS
     assert measured, "every OVERLOAD said the drain rate was not measured"
+
+
+def test_reach_agents_shows_what_each_instance_runs_and_holds(namespace: str) -> None:
+    with instances("tests.integration.slow_agent:agent", 1):
+        def row() -> dict[str, object] | None:
+            out = reach_cli("agents", "--json")
+            assert out.returncode == 0, out.stderr
+            found = [r for r in json.loads(out.stdout) if r["state"] == "READY" and r["queued"] is not None]
+            return found[0] if found else None
+
+        shown = wait_for(row, 60, "a READY instance with a load report in `reach agents --json`")
+    assert shown["agent_id"] == SLOW and shown["max_concurrency"] == 4
+    assert shown["max_queue"] == 16, "4 x max_concurrency before a drain rate is measured"
+    assert (shown["inflight"], shown["queued"]) == (0, 0)
