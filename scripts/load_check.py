@@ -17,6 +17,7 @@ import argparse
 import importlib
 import json
 import os
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -34,6 +35,7 @@ from reach.registry import read_registry
 from reach.settings import RedisSettings
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # --agent may name a module of the repository (tests.integration.slow_agent)
 
 
 def main() -> None:
