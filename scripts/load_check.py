@@ -124,6 +124,7 @@ def main() -> None:
         for agent in agents:
             agent.stop()
         router.stop()
+        ws.delete()  # a shared broker must not collect every run's topics
 
 
 def idle_gap_ms(receipts: list[Receipt]) -> int:
