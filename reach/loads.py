@@ -6,9 +6,9 @@
   receipt carry the agent's own clock, so "after the report" is exact: a message is counted once.
   A heartbeat (its `inflight`) is a base too, for instances that never sent a report.
 - queue = messages ROUTED to the instance and not yet STARTED, counted from the routing decisions
-  and receipts (never re-based away: most of a real queue sits in the inbox partitions, which the
-  SDK does not read while its handlers are full, so its report cannot see it); at least the
-  SDK's reported backlog, which covers a router that started after the messages were routed.
+  and receipts; at least the SDK's reported backlog (which covers a router that started after the
+  messages were routed). A report does not re-base the queue: it cannot see what is still in the
+  inbox partitions (in flight, or held back once the SDK's backlog reached its bound).
 
 Queue time is not occupancy, so an idle instance never looks busy because the router read its
 receipts late (the Little's-law failure of the previous model: docs/decisions/0005-load-model.md).
