@@ -47,7 +47,7 @@ def bench(
                                         help="status-scale: messages folded (4 receipts each)"),
     quick: bool = typer.Option(False, "--quick", help="tiny counts: checks the bench works, measures nothing"),
 ) -> None:
-    """Measure every mode in one run against the local broker (or REACH_BOOTSTRAP); print one table."""
+    """Measure every mode in one run against the local broker (or REACH_BOOTSTRAP); print the tables."""
     from reach.bench.knee import KneeConfig
     from reach.bench.report import render
     from reach.bench.round_trip import SETUPS
