@@ -88,8 +88,15 @@ class Report:
         return {"conditions": self.conditions, "modes": [r.as_dict() for r in self.results],
                 "knee_rps": {s.setup: s.knee_rps for s in self.knees}, "knee": [s.as_dict() for s in self.knees],
                 "cpu_per_1k_by_process": {r.mode: r.cpu_by_process for r in self.results if r.cpu_by_process},
-                "status_scale": next((r.figures for r in self.results if r.mode == "status-scale"), None),
+                "status_scale": self._status_scale(),
                 "ratios": self.ratios(), "targets": TARGETS, "measured": self.checks()}
+
+    def _status_scale(self) -> dict[str, Any] | None:
+        """The status-scale figures; a skipped run says why; None when the mode did not run."""
+        row = next((r for r in self.results if r.mode == "status-scale"), None)
+        if row is None:
+            return None
+        return {"skipped": row.skipped} if row.skipped else dict(row.figures)
 
     def write_json(self, path: Path) -> None:
         path.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")

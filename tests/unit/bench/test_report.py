@@ -52,6 +52,7 @@ def test_the_json_has_knees_cpu_per_process_and_the_skip() -> None:
     assert data["knee"][0]["runs"][0]["steps"][0]["settled"] is True
     assert data["cpu_per_1k_by_process"]["round trip 200/s"]["broker JVM"] is None
     assert next(m for m in data["modes"] if m["mode"] == "status-scale")["skipped"] == "not available on this build"
+    assert data["status_scale"] == {"skipped": "not available on this build"}
 
 
 def test_a_search_without_a_knee_shows_the_lowest_rate_tried() -> None:
