@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPa
 
 from reach import clients, codec, delivery, dlq, headers
 from reach.acks import Acks, Position
-from reach.codec import DecodeError
+from reach.codec import DecodeError, RegistryUnavailable
 from reach.envelopes import now_ms
 from reach.errors import InvalidName
 from reach.names import Names
@@ -83,6 +83,7 @@ def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int,
 
 
 def _envelope(value: bytes) -> Envelope | None:
+    """The decoded envelope, None when it does not decode (RegistryUnavailable propagates: not the record's fault)."""
     try:
         return codec.decode(value, Envelope)
     except (DecodeError, ValueError):
@@ -157,13 +158,18 @@ class DelayForwarder:
         acks = Acks()
         now = self._clock()
         records: dict[Position, Message] = {}
+        stalled: set[tuple[str, int]] = set()
         for msg in batch:
             topic, part, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-            if msg.error() or (topic, part) in self._held:
+            if msg.error() or (topic, part) in self._held or (topic, part) in stalled:
                 continue  # records fetched behind a held head wait with it
             hdrs = cast(headers.Headers, msg.headers() or [])
             try:
                 step = next_step(hdrs, msg.value() or b"", self.names, now, self._known_topic)
+            except RegistryUnavailable as exc:  # infrastructure: read this partition again from here
+                acks.fail((topic, part, offset), exc)
+                stalled.add((topic, part))
+                continue
             except Exception as exc:  # noqa: BLE001 - a bug on one record must not stall every tier
                 step = Bad(dlq.REJECTED, "DELAY_ERROR", f"the delay tier could not read this record: {exc!r}")
             if isinstance(step, Hold):
@@ -180,7 +186,7 @@ class DelayForwarder:
                 self.forwarded += 1
             else:
                 self._dead_letter(producer, acks, position, msg.value() or b"", step)
-        if not records:
+        if not records and not stalled:
             return
         producer.flush(30)
         refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
@@ -215,7 +221,10 @@ class DelayForwarder:
         return True
 
     def _dead_letter(self, producer: Producer, acks: Acks, origin: Position, value: bytes, bad: Bad) -> None:
-        envelope = _envelope(value)
+        try:
+            envelope = _envelope(value)
+        except RegistryUnavailable:
+            envelope = None  # only labels the letter; its bytes are kept either way
         error = ErrorInfo(kind="INVALID_INPUT", code=bad.code, message=bad.message)
         letter, hdrs = dlq.letter(value, reason=bad.reason, error=error, origin=origin, envelope=envelope)
         key = envelope.message_id if envelope else f"{origin[0]}:{origin[1]}:{origin[2]}"

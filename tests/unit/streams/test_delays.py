@@ -115,3 +115,20 @@ def test_a_synchronous_produce_error_fails_only_its_record() -> None:
     with pytest.raises(DeliveryFailed):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [first, record(0, partition=1)]))
     assert consumer.committed_at() == {(TIER, 1): 1} and [(s.partition, s.offset) for s in consumer.seeks] == [(0, 0)]
+
+
+def test_a_registry_outage_holds_the_partition_instead_of_dead_lettering(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.codec import RegistryUnavailable
+    from reach.streams import delays
+
+    def down(_value: bytes, _model: object) -> object:
+        raise RegistryUnavailable("the registry did not answer")
+
+    monkeypatch.setattr(delays.codec, "decode", down)
+    producer = FakeProducer(topics={CAP})
+    consumer = FakeConsumer()
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd._meta = cast(Any, producer)
+    with pytest.raises(DeliveryFailed):
+        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), record(1)]))
+    assert producer.sent == [] and consumer.commits == []
