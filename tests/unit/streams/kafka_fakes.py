@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 
 @dataclass
@@ -130,3 +130,37 @@ class _TopicMeta:
     def __init__(self, exists: bool) -> None:
         self.error = None
         self.partitions = {0: None} if exists else {}
+
+
+class FakeReader:
+    """An assign()-only reader: serves `records` once; watermarks (low, high) fail `flaky` times first, or always
+    with `watermark_error`; the position after the records is `position`."""
+
+    def __init__(self, records: list[FakeMessage], *, low: int = 0, high: int = 10, position: int = 0,
+                 flaky: int = 0, watermark_error: BaseException | None = None) -> None:
+        self.records, self.low, self.high, self._position = records, low, high, position
+        self.flaky, self.watermark_error = flaky, watermark_error
+
+    def get_watermark_offsets(self, _tp: Any, timeout: float = 0) -> tuple[int, int]:
+        if self.watermark_error is not None:
+            raise self.watermark_error
+        if self.flaky:
+            self.flaky -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return self.low, self.high
+
+    def assign(self, _tps: Any) -> None:
+        pass
+
+    def poll(self, _timeout: float) -> FakeMessage | None:
+        return self.records.pop(0) if self.records else None
+
+    def consume(self, _n: int, _timeout: float) -> list[FakeMessage]:
+        out, self.records = self.records, []
+        return out
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self._position) for tp in tps]
+
+    def close(self) -> None:
+        pass
