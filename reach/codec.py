@@ -13,6 +13,7 @@ from typing import Any, TypeVar, cast
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint as _crc64_hex
 from fastavro.schema import to_parsing_canonical_form
+from pydantic import ValidationError
 
 from reach.errors import ReachError
 from reach.records import AvroRecord, to_epoch_millis
@@ -55,6 +56,10 @@ class UnknownSchema(DecodeError):
 
 class CorruptBody(DecodeError):
     """The header is fine but the body is truncated, has trailing bytes, or is not valid Avro."""
+
+
+class InvalidRecord(DecodeError):
+    """Valid Avro that breaks a rule of its model (a WEIGHTS control record without weights)."""
 
 
 class RegistryUnavailable(CodecError):
@@ -110,6 +115,18 @@ def _bad_framing(name: str, raw: bytes) -> BadFraming:
     )
 
 
+def _model(model: type[R], record: dict[str, Any], raw: bytes) -> R:
+    try:
+        return model.from_avro(record)
+    except ValidationError as exc:  # any writer can produce valid Avro, not only Reach's models
+        raise InvalidRecord(
+            f"{model.avro_name}: decodes but breaks the record's rules: "
+            + "; ".join(f"{'.'.join(map(str, e['loc'])) or '(record)'}: {e['msg']}" for e in exc.errors()),
+            raw=bytes(raw),
+            fingerprint=bytes(raw[2:HEADER_SIZE]) if raw[:2] == MARKER else None,
+        ) from exc
+
+
 def _without_logical_types(node: Any) -> Any:
     # We read and write wire values (int millis), not datetimes: faster, and what the models hold.
     # Parsing Canonical Form ignores logicalType, so fingerprints are unaffected.
@@ -141,7 +158,7 @@ class Codec:
 
     def decode(self, data: bytes, model: type[R]) -> R:
         """Read framed bytes written with any known version of `model`'s schema."""
-        return model.from_avro(self.decode_dict(model.avro_name, data))
+        return _model(model, self.decode_dict(model.avro_name, data), data)
 
     def encode_dict(self, name: str, record: Mapping[str, Any]) -> bytes:
         """Frame a plain dict (timestamps as epoch millis); omitted fields take their schema default."""
@@ -312,7 +329,7 @@ class ConfluentCodec:
 
     def decode(self, data: bytes, model: type[R], *, topic: str = "") -> R:
         """Deserialize registry-framed (or single-object) bytes into `model`."""
-        return model.from_avro(self.decode_dict(model.avro_name, data, topic=topic))
+        return _model(model, self.decode_dict(model.avro_name, data, topic=topic), data)
 
     def encode_dict(self, name: str, record: Mapping[str, Any], *, topic: str = "") -> bytes:
         """Serialize a dict with registry framing."""

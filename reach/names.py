@@ -1,4 +1,5 @@
-"""Topic, group and id naming rules, and the checks on topic names taken from untrusted records."""
+"""Topic, group and id naming rules (every name is `<namespace>.<suffix>`, docs/architecture.md), and the
+checks on topic names taken from untrusted records."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The faust app hosting the router: worker lifecycle and web views; the hot path is reach.streams.router.
 
 Built by `build_app(settings)`; nothing is created at import time. faust runs no agent on the
-capability topics (it cannot subscribe by pattern, and its per-event path is ~25x below
+capability topics (it cannot subscribe by pattern, and its per-event path is ~30x below
 confluent-kafka here, see docs/decisions/0001-router-hot-path.md): a faust Service starts the
 confluent Router's threads when the worker starts and stops them when it stops.
 """

@@ -43,10 +43,15 @@ class ControlView:
         self._lock = threading.Lock()
         self._disabled: frozenset[str] = frozenset()
         self.refused = 0
+        self.skipped = 0  # records of a kind or action newer than this reader's schema
 
     def apply(self, key: str, control: Control | None) -> bool:
         """Apply one record of the control topic (None is a tombstone; unusable weights count as one and are
-        counted in `refused`). False when the record was refused."""
+        counted in `refused`; a record this reader does not understand is counted in `skipped` and the key
+        keeps its previous record). False when the record was refused or skipped."""
+        if control is not None and not control.understood:
+            self.skipped += 1
+            return False
         problem = weights_problem(control.weights) if control is not None and control.weights is not None else None
         with self._lock:
             if problem is not None:
