@@ -1,7 +1,8 @@
 """Delay tiers: hold each partition's head record until it is due (pause the partition), then republish it.
 
 Each record is read on its own (`next_step`): a due-at that is not epoch millis, a target header that
-is not UTF-8 or not a capability topic of the namespace, or an undecodable envelope is dead-lettered
+is not UTF-8 or not a capability topic of the namespace, an undecodable envelope, or a forward the broker
+refuses for good (a target that does not exist, a record too large for it) is dead-lettered
 with its reason (and a DEAD_LETTERED receipt when the envelope decodes); the tier moves on. Offsets are
 committed per partition only up to the first record whose forward the broker has not acknowledged.
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from reach import clients, codec, delivery, dlq, headers
 from reach.acks import Acks, Position
@@ -30,6 +31,9 @@ from reach.topics import DEAD_LETTER_BYTES
 
 log = logging.getLogger("reach.delays")
 _STRIP = {headers.DUE_AT, headers.TARGET}
+PROPAGATION_MS = 10_000
+"""How long librdkafka waits for a new topic's metadata before failing its records as an unknown topic:
+below the 30 s flush, so a target that does not exist is refused (and dead-lettered) within one batch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,19 +59,16 @@ class Bad:
     message: str
 
 
-def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int,
-              exists: Callable[[str], bool] = lambda _t: True) -> Hold | Send | Bad:
+def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int) -> Hold | Send | Bad:
     """What to do with one tier record, from its headers (and its envelope when no target header is set)."""
-    found = {k: v if isinstance(v, bytes) else str(v or "").encode() for k, v in hdrs}
-    raw_due = found.get(headers.DUE_AT)
-    if raw_due is not None:
-        try:
-            due = int(raw_due)
-        except ValueError:
-            return Bad(dlq.REJECTED, "BAD_DUE_AT", f"{headers.DUE_AT} {raw_due[:40]!r} is not epoch milliseconds")
-        if due > now:
-            return Hold(due)
-    raw_target = found.get(headers.TARGET)
+    found = headers.pairs(hdrs)
+    try:
+        due = headers.integer(found, headers.DUE_AT)
+    except headers.HeaderError as exc:
+        return Bad(dlq.REJECTED, "BAD_DUE_AT", f"{headers.DUE_AT} {exc.raw[:40]!r} is not epoch milliseconds")
+    if due is not None and due > now:
+        return Hold(due)
+    raw_target = dict(found).get(headers.TARGET)  # the last value wins, as for every header
     if raw_target is None:
         envelope = _envelope(value)
         if envelope is None:
@@ -77,8 +78,6 @@ def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int,
         target = names.check_target(raw_target.decode())
     except (UnicodeDecodeError, InvalidName) as exc:
         return Bad(dlq.REJECTED, "BAD_TARGET", f"{headers.TARGET} is not a capability topic: {exc}")
-    if not exists(target):
-        return Bad(dlq.REJECTED, "UNKNOWN_TARGET", f"the target topic {target} does not exist")
     return Send(target)
 
 
@@ -105,8 +104,6 @@ class DelayForwarder:
         self._clock = clock
         self._poll_s = poll_s
         self._held: dict[tuple[str, int], int] = {}
-        self._topics: set[str] = set()
-        self._meta: Producer | None = None
         self.forwarded = 0
         self.dead_lettered = 0
 
@@ -127,8 +124,8 @@ class DelayForwarder:
     def _run(self, stop: threading.Event) -> None:
         consumer = clients.consumer(self.names.topic("delays"), self._kafka,
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
-        producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes})
-        self._meta = producer
+        producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes,
+                                                    "topic.metadata.propagation.max.ms": PROPAGATION_MS})
         consumer.subscribe(self.topics, on_revoke=self._revoked, on_lost=self._revoked)
         try:
             while not stop.is_set():
@@ -165,7 +162,7 @@ class DelayForwarder:
                 continue  # records fetched behind a held head wait with it
             hdrs = cast(headers.Headers, msg.headers() or [])
             try:
-                step = next_step(hdrs, msg.value() or b"", self.names, now, self._known_topic)
+                step = next_step(hdrs, msg.value() or b"", self.names, now)
             except RegistryUnavailable as exc:  # infrastructure: read this partition again from here
                 acks.fail((topic, part, offset), exc)
                 stalled.add((topic, part))
@@ -207,18 +204,6 @@ class DelayForwarder:
             first = acks.unacked()[0]
             raise DeliveryFailed(f"delay tier: {len(acks.unacked())} record(s) not acknowledged, e.g. {first}: "
                                  f"{', '.join(map(delivery.describe, acks.errors(first))) or 'still queued'}")
-
-    def _known_topic(self, topic: str) -> bool:
-        """Whether a target topic exists (cached; a forward to a missing topic would wait out its timeout)."""
-        if topic not in self._topics and self._meta is not None:
-            try:
-                meta = self._meta.list_topics(topic, timeout=5).topics.get(topic)
-            except KafkaException:
-                return True  # the broker does not answer: the forward waits, unacknowledged, and is retried
-            if meta is None or meta.error is not None or not meta.partitions:
-                return False
-            self._topics.add(topic)
-        return True
 
     def _dead_letter(self, producer: Producer, acks: Acks, origin: Position, value: bytes, bad: Bad) -> None:
         try:

@@ -73,7 +73,6 @@ class FakeProducer:
     refuse: Callable[[str, bytes], KafkaError | None] = lambda _t, _v: None
     hold: Callable[[str], bool] = lambda _t: False
     raise_on: Callable[[str, bytes], BaseException | None] = lambda _t, _v: None
-    topics: set[str] = field(default_factory=set)
     sent: list[tuple[str, bytes, Any]] = field(default_factory=list)
     _queue: list[tuple[str, bytes, Any, Callable[..., None]]] = field(default_factory=list)
 
@@ -100,9 +99,6 @@ class FakeProducer:
     def poll(self, _timeout: float = 0) -> int:
         return 0
 
-    def list_topics(self, topic: str, timeout: float = 0) -> Any:
-        return _Meta(topic, topic in self.topics)
-
     def to(self, topic: str) -> list[bytes]:
         return [v for t, v, _ in self.sent if t == topic]
 
@@ -119,17 +115,6 @@ class _Delivered:
 
     def offset(self) -> int:
         return 0
-
-
-class _Meta:
-    def __init__(self, topic: str, exists: bool) -> None:
-        self.topics = {topic: _TopicMeta(exists)} if exists else {}
-
-
-class _TopicMeta:
-    def __init__(self, exists: bool) -> None:
-        self.error = None
-        self.partitions = {0: None} if exists else {}
 
 
 class FakeReader:
