@@ -15,14 +15,13 @@ from enum import Enum
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, codec, dlq
+from reach import clients, codec
 from reach.acks import Acks, Position
 from reach.codec import DecodeError
-from reach.envelopes import now_ms, routing_key
+from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
-from reach.retry import Action, Failure, Limits, classify
-from reach.scheduling import plan_retry
+from reach.retry import Action, Failure, Limits, after_failure
 from reach.settings import KafkaSettings
 from reach.status import StatusRow
 from reach.timekeeper import Due, Task, due_tasks
@@ -108,34 +107,18 @@ class Timekeeper:
                               message=f"delivery timed out and the envelope at {row.inbox} {why}")
             self._receipt(producer, _receipt(row, Status.FAILED, error=error), expect())
             return True
-        now = now_ms()
-        limits = Limits.resolve(envelope, self._policy(envelope.capability))
-        action = classify(Failure.DELIVERY, attempt=envelope.attempt, reroutes=envelope.reroutes, limits=limits,
-                          now_ms=now, deadline_ms=envelope.deadline)
         late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT",
                          message=f"{row.routed_instance} did not start it within {envelope.delivery_timeout_ms} ms")
-        excluded = [*envelope.excluded_instances, *([row.routed_instance] if row.routed_instance else [])]
-        if action is Action.REROUTE:
-            nxt = envelope.model_copy(update={"reroutes": envelope.reroutes + 1, "excluded_instances": excluded})
-            producer.produce(self.names.capability(envelope.capability), codec.encode(nxt),
-                             key=routing_key(nxt).encode(), on_delivery=expect())
-            self._receipt(producer, _receipt(row, Status.ACCEPTED, error=late, reroutes=nxt.reroutes), expect())
-            self.rerouted += 1
-        elif action is Action.RETRY:
-            plan = plan_retry(envelope, names=self.names, tiers=self.tiers, limits=limits,
-                              failed_instance=row.routed_instance, now_ms=now)
-            producer.produce(plan.topic, plan.value, key=plan.key.encode(), headers=plan.headers, on_delivery=expect())
-            self._receipt(producer, _receipt(row, Status.RETRY_SCHEDULED, error=late, due_at=plan.due_at,
-                                             retry_after_ms=plan.delay_ms), expect())
-        elif action is Action.DEAD_LETTER:
-            error = late.model_copy(update={"code": dlq.RETRIES_EXHAUSTED})
-            value, headers = dlq.letter(raw, reason=dlq.RETRIES_EXHAUSTED, error=error,
-                                        origin=row.inbox or ("", -1, -1), envelope=envelope)
-            producer.produce(self.names.dlq, value, key=envelope.message_id.encode(), headers=headers,
+        decided = after_failure(Failure.DELIVERY, envelope, error=late, names=self.names, tiers=self.tiers,
+                                limits=Limits.resolve(envelope, self._policy(envelope.capability)), now_ms=now_ms(),
+                                failed_instance=row.routed_instance, raw=raw, origin=row.inbox or ("", -1, -1))
+        for record in decided.records:
+            producer.produce(record.topic, record.value, key=record.key.encode(), headers=record.headers,
                              on_delivery=expect())
-            self._receipt(producer, _receipt(row, Status.DEAD_LETTERED, error=error), expect())
-        else:
-            self._expire(producer, row, expect())
+        if decided.action is Action.REROUTE:
+            self.rerouted += 1
+        elif decided.action is Action.EXPIRE:
+            self.expired += 1
         return True
 
     def _fetch(self, inbox: tuple[str, int, int]) -> bytes | None | Fetch:

@@ -87,9 +87,6 @@ def test_router_validation_answers_deeply_nested_json(schema: str, payload: byte
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")  # the failing repr is 200 KB
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="issue 11 #1 (agent): deep JSON escapes pipeline._payload as RecursionError and "
-                          "stops the instance, then the next owner of the partition")
 @settings(max_examples=12, report_multiple_bugs=False)
 @given(spec=st.sampled_from(SPECS), payload=deep_payloads)
 def test_the_agent_payload_step_rejects_deeply_nested_json(spec: CapabilitySpec, payload: bytes) -> None:
