@@ -31,9 +31,6 @@ from reach.topics import DEAD_LETTER_BYTES
 
 log = logging.getLogger("reach.delays")
 _STRIP = {headers.DUE_AT, headers.TARGET}
-PROPAGATION_MS = 10_000
-"""How long librdkafka waits for a new topic's metadata before failing its records as an unknown topic:
-below the 30 s flush, so a target that does not exist is refused (and dead-lettered) within one batch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +122,7 @@ class DelayForwarder:
         consumer = clients.consumer(self.names.topic("delays"), self._kafka,
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
         producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes,
-                                                    "topic.metadata.propagation.max.ms": PROPAGATION_MS})
+                                                    "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         consumer.subscribe(self.topics, on_revoke=self._revoked, on_lost=self._revoked)
         try:
             while not stop.is_set():

@@ -35,7 +35,6 @@ from reach.records import AgentRegistration, Status, Weights
 from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutcome, decide, parse_request
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
-from reach.streams.delays import PROPAGATION_MS
 from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
 from reach.streams.stats import OTHER, RouterStats
@@ -214,7 +213,7 @@ class Router:
         )
         consumer = Consumer(conf)
         producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes,
-                                                   "topic.metadata.propagation.max.ms": PROPAGATION_MS}))
+                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000)
         held = PartitionBackoff()
         try:
