@@ -1,7 +1,7 @@
 """The faust app hosting the router: worker lifecycle and web views; the hot path is reach.streams.router.
 
 Built by `build_app(settings)`; nothing is created at import time. faust runs no agent on the
-capability topics (it cannot subscribe by pattern, and its per-event path is ~25x below
+capability topics (it cannot subscribe by pattern, and its per-event path is ~30x below
 confluent-kafka here, see docs/decisions/0001-router-hot-path.md): a faust Service starts the
 confluent Router's threads when the worker starts and stops them when it stops.
 """
@@ -49,9 +49,9 @@ def build_app(
     names = Names(reach_settings.namespace)
     spec = topics.load(reach_settings.topics_file)
     router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size)
-    delays = DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka)
+    delays = DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka, max_bytes=spec.dead_letter_bytes())
     timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=router.state.control.policy)
-    metrics = Metrics()
+    metrics = Metrics(capabilities=lambda: router.state.capabilities(now_ms()))
     app = faust.App(
         names.router_app_id,
         broker=f"kafka://{kafka.servers()}",
