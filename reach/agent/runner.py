@@ -24,6 +24,7 @@ from reach.agent.agent import Agent, call_hook
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
+from reach.agent.loadreport import LoadReporter
 from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
 from reach.agent.pipeline import REDIS_ERRORS, Pipeline
@@ -115,6 +116,8 @@ class Runner:
                                   middleware=[retries, self.metrics, *self.agent.middleware], completed=completed)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
+        self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
+                                  policy=self._policies.get)
         try:
             self._call(self._ping(redis))
             self._beat(AgentState.STARTING).result(timeout=30)
@@ -162,7 +165,7 @@ class Runner:
 
     def _consume(self) -> None:
         while not self._stop.is_set():
-            room = self.agent.max_concurrency - self._busy() - len(self._backlog)
+            room = self.agent.max_concurrency + self.loads.max_queue - self._busy() - len(self._backlog)
             for msg in clients.take(self._consumer, max(1, room), POLL_S):
                 self._take(msg)
             self._settle()
@@ -179,6 +182,7 @@ class Runner:
         self._flow()
         if self.heartbeat.due():
             self._beat()
+        self.loads.tick(inflight=self._busy(), queued=len(self._backlog))
 
     def _take(self, msg: Message) -> None:
         if msg.error():
@@ -238,7 +242,8 @@ class Runner:
     # -- flow control, commits, heartbeats ----------------------------------------------------------------
 
     def _flow(self) -> None:
-        full = self._busy() >= self.agent.max_concurrency or self._closing
+        # the queue waits in the backlog, not in a paused inbox: a resumed fetch idled the handlers up to 1 s
+        full = self._busy() + len(self._backlog) >= self.agent.max_concurrency + self.loads.max_queue or self._closing
         if full and not self._paused and self._owned:
             self._consumer.pause(self._partitions(self._owned))
             self._paused = True
@@ -332,6 +337,7 @@ class Runner:
         if item.slot:
             self._inflight -= 1
             self._running[item.partition] -= 1
+            self.loads.completed()
             self.metrics.set_inflight(self._busy())
         elif isinstance(item.error, DeliveryFailed) and not isinstance(item.error, RecordRefused):
             log.error("stopping, the message stays uncommitted: %s", item.error)

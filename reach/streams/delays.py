@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -205,12 +206,16 @@ class DelayForwarder:
     def _known_topic(self, topic: str) -> bool:
         """Whether a target topic exists (cached; a forward to a missing topic would wait out its timeout)."""
         if topic not in self._topics and self._meta is not None:
-            try:
-                meta = self._meta.list_topics(topic, timeout=5).topics.get(topic)
-            except KafkaException:
-                return True  # the broker does not answer: the forward waits, unacknowledged, and is retried
-            if meta is None or meta.error is not None or not meta.partitions:
-                return False
+            for attempt in range(3):  # a topic created a moment ago can be missing from metadata for a while
+                try:
+                    meta = self._meta.list_topics(topic, timeout=5).topics.get(topic)
+                except KafkaException:
+                    return True  # the broker does not answer: the forward waits, unacknowledged, and is retried
+                if meta is not None and meta.error is None and meta.partitions:
+                    break
+                if attempt == 2:
+                    return False
+                time.sleep(0.5)
             self._topics.add(topic)
         return True
 

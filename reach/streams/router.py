@@ -30,6 +30,7 @@ from reach.candidates import RouteRequest
 from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
+from reach.loads import InstanceLoad
 from reach.names import Names
 from reach.records import AgentRegistration, Status, Weights
 from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutcome, decide, parse_request
@@ -97,7 +98,6 @@ class Router:
         reach: ReachSettings | None = None,
         batch_size: int = 500,
         metadata_refresh_ms: int = 2_000,
-        retry_after_ms: int = 1_000,
         rng: random.Random | None = None,
     ) -> None:
         self.kafka = kafka or KafkaSettings()
@@ -108,7 +108,6 @@ class Router:
         self.affinity = AffinityTable()
         self._batch_size = batch_size
         self._metadata_refresh_ms = metadata_refresh_ms
-        self._retry_after_ms = retry_after_ms
         self._rng = rng or random.Random()
         self._stop = threading.Event()
         self.worker_id = uuid.uuid4().hex[:12]
@@ -225,7 +224,7 @@ class Router:
         batch = _Batch()
         now = now_ms()
         live = self.state.live(now)
-        loads = self.state.loads.loads(live)
+        loads = self.state.loads.view(live)
         by_capability: dict[str, list[AgentRegistration]] = {}
         for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
             for name in {c.name for c in reg.capabilities}:
@@ -285,7 +284,7 @@ class Router:
         position: Position,
         *,
         live: dict[str, list[AgentRegistration]],
-        loads: dict[str, int],
+        loads: dict[str, InstanceLoad],
         disabled: frozenset[str],
         now: int,
     ) -> None:
@@ -331,7 +330,6 @@ class Router:
             affinity={request.session_key: sticky} if request.session_key and sticky else None,
             rng=self._rng,
             payload=envelope["payload"] if validate else None,
-            retry_after_ms=self._retry_after_ms,
         )
         stats_key = request.capability if request.capability in batch.known else OTHER
         if isinstance(outcome, Forward):
@@ -340,14 +338,13 @@ class Router:
                              headers=msg.headers(), partition=outcome.partition,
                              then=lambda acked: self._produce_routed(producer, batch, position, request, outcome,
                                                                      acked))
-            loads[instance.instance_id] = loads.get(instance.instance_id, instance.inflight) + 1
+            loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
             self.affinity.set(request.session_key, instance.instance_id, now)
             self.stats.count(stats_key, "routed")
         elif isinstance(outcome, Overload):
-            receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD",
-                               "every candidate is above 80% of its max_concurrency; retry later"),
+            receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD", outcome.message),
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})
