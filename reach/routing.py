@@ -149,18 +149,24 @@ def _validator(schema_text: str) -> Any:
 
 
 def validation_error(schema_text: str, payload: bytes, content_type: str) -> str | None:
-    """Why a JSON payload violates the capability's input schema, or None when it conforms."""
+    """Why a JSON payload violates the capability's input schema, or None when it conforms.
+
+    An agent's broken schema (not JSON, not an object, bad keywords, a dangling $ref) is the agent's
+    problem, never the caller's: it validates nothing. A payload nested too deeply to read is the caller's."""
     if "json" not in content_type:
         return None
     try:
         document = json.loads(payload)
+    except RecursionError:
+        return f"payload nests deeper than the JSON reader allows; content_type says {content_type}"
     except ValueError as exc:
         return f"payload is not JSON ({exc}); content_type says {content_type}"
     try:
-        validator = _validator(schema_text)
-    except ValueError:
-        return None  # an agent's broken schema is its problem, not the caller's
-    error = next(iter(validator.iter_errors(document)), None)
+        error = next(iter(_validator(schema_text).iter_errors(document)), None)
+    except RecursionError:
+        return "payload nests too deeply to validate against the input schema"
+    except Exception:  # noqa: BLE001 - ValueError, TypeError, AttributeError, referencing errors of a bad schema
+        return None
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import signal
@@ -70,6 +71,7 @@ class Runner:
         self._owned: set[int] = set()
         self._inflight = 0
         self._running: Counter[int] = Counter()  # running handlers per partition (what a revoke waits for)
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._paused = False
         self._ready = False
         self._closing = False
@@ -172,8 +174,11 @@ class Runner:
         """Completions -> commits, backlog -> handlers, pause/resume, heartbeat."""
         self._drain_done()
         self._commit(asynchronous=True)
+        batch = []
         while self._backlog and self._busy() < self.agent.max_concurrency and not self._closing:
-            self._dispatch(*self._backlog.popleft())
+            batch.append(self._dispatch(*self._backlog.popleft()))
+        if batch:  # one wake-up of the handlers' loop per batch, not a thread-safe future per message
+            self._loop.call_soon_threadsafe(self._start, batch)
         self._flow()
         if self.heartbeat.due():
             self._beat()
@@ -197,17 +202,23 @@ class Runner:
         """Handler slots in use: running handlers plus sync handlers' threads still running past their timeout."""
         return self._inflight + self._pipeline.lingering
 
-    def _dispatch(self, msg: Message, envelope: Envelope) -> None:
-        partition, offset = msg.partition() or 0, msg.offset() or 0
+    def _dispatch(self, msg: Message, envelope: Envelope) -> tuple[Message, Envelope]:
         self._inflight += 1
-        self._running[partition] += 1
+        self._running[msg.partition() or 0] += 1
         self.metrics.set_inflight(self._busy())
-        work = self._pipeline.process(envelope, inbox.headers_of(msg), raw=msg.value(),
-                                      origin=(self.inbox, partition, offset))
-        future = asyncio.run_coroutine_threadsafe(work, self._loop)
-        future.add_done_callback(lambda f: self._finished(msg, f))
+        return msg, envelope
 
-    def _finished(self, msg: Message, future: Future[Any]) -> None:
+    def _start(self, batch: list[tuple[Message, Envelope]]) -> None:
+        """On the handlers' loop: one task per message; its completion goes to the main thread's queue."""
+        for msg, envelope in batch:
+            work = self._pipeline.process(envelope, inbox.headers_of(msg), raw=msg.value(),
+                                          origin=(self.inbox, msg.partition() or 0, msg.offset() or 0))
+            task = self._loop.create_task(work)
+            self._tasks.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(functools.partial(self._finished, msg))
+
+    def _finished(self, msg: Message, future: asyncio.Future[Any]) -> None:
+        self._tasks.discard(future)  # type: ignore[arg-type]
         partition, offset = msg.partition() or 0, msg.offset() or 0
         if future.cancelled():  # only at shutdown: the offset stays uncommitted and is redelivered
             log.warning("the run of %s:%d@%d was cancelled; it will be redelivered", self.inbox, partition, offset)

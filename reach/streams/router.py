@@ -77,6 +77,32 @@ class CapabilityTopics:
         return bool(self.subscribed)
 
 
+class PartitionBackoff:
+    """When each input partition whose records were not acknowledged may be read again (doubling, capped)."""
+
+    def __init__(self, *, first_s: float = 0.1, most_s: float = 5.0) -> None:
+        self._first, self._most = first_s, most_s
+        self._delay: dict[tuple[str, int], float] = {}
+        self._until: dict[tuple[str, int], float] = {}
+
+    def hold(self, tp: tuple[str, int], now: float) -> float:
+        """Hold a partition after a failure; returns how long."""
+        delay = min(self._delay.get(tp, self._first / 2) * 2, self._most)
+        self._delay[tp], self._until[tp] = delay, now + delay
+        return delay
+
+    def cleared(self, tp: tuple[str, int]) -> None:
+        """A batch of the partition was acknowledged: the next failure starts from the first delay again."""
+        self._delay.pop(tp, None)
+
+    def due(self, now: float) -> list[tuple[str, int]]:
+        """Held partitions whose wait is over (each returned once)."""
+        ready = [tp for tp, until in self._until.items() if until <= now]
+        for tp in ready:
+            del self._until[tp]
+        return ready
+
+
 @dataclass
 class _Batch:
     """What one consumed batch caused: the acknowledgement ledger, and per-capability settings read once."""
@@ -185,14 +211,21 @@ class Router:
             },
         )
         consumer = Consumer(conf)
-        producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes}))
+        producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes,
+                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000)
-        backoff = 0.1
+        held = PartitionBackoff()
         try:
             while not self._stop.is_set():
                 if not capabilities.refresh(consumer, time.monotonic()):
                     self._stop.wait(0.2)
                     continue
+                due = held.due(time.monotonic())
+                if due:
+                    try:
+                        consumer.resume([TopicPartition(t, p) for t, p in due])
+                    except KafkaException:
+                        pass  # revoked meanwhile: its next owner reads it from the committed offset
                 messages = clients.take(consumer, self._batch_size, 0.2)
                 if not messages:
                     producer.poll(0)
@@ -203,17 +236,17 @@ class Router:
                     consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()],
                                     asynchronous=True)
                 rewinds = acks.rewinds()
-                if rewinds:
+                for tp in commits.keys() - rewinds.keys():
+                    held.cleared(tp)
+                if rewinds:  # only those partitions wait (paused, with a growing backoff); the others move on
                     first = acks.unacked()[0]
                     log.warning("reading %d partition(s) again from their first unacknowledged record, e.g. %s: %s",
                                 len(rewinds), first,
                                 ", ".join(map(delivery.describe, acks.errors(first))) or "not acknowledged in time")
                     for (topic, partition), offset in rewinds.items():
                         consumer.seek(TopicPartition(topic, partition, offset))
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
-                else:
-                    backoff = 0.1
+                        consumer.pause([TopicPartition(topic, partition)])
+                        held.hold((topic, partition), time.monotonic())
                 if self.on_batch is not None:
                     self.on_batch(len(messages))
         finally:

@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 
 from reach import clients
 from reach import headers as H
-from reach.codec import decode, decode_dict
+from reach.codec import RegistryUnavailable, decode, decode_dict
 from reach.control import ControlView
 from reach.control import apply_record as apply_control
 from reach.envelopes import now_ms
@@ -110,7 +110,7 @@ class StateLoop:
             try:
                 self._loop()
                 return
-            except (KafkaException, NotReady) as exc:  # e.g. NOT_LEADER right after topic creation: retriable
+            except (KafkaException, NotReady, RegistryUnavailable) as exc:  # e.g. NOT_LEADER after topic creation
                 self.error = exc
                 log.warning("router state loop restarting in %.1fs: %s", backoff, exc)
                 self._stop.wait(backoff)
@@ -204,6 +204,8 @@ class StateLoop:
             elif topic == names.loads:
                 if value is not None:
                     self._state.loads.report(decode(value, LoadReport))
+        except RegistryUnavailable:
+            raise  # infrastructure: the loop restarts and reads the compacted topics again
         except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the loop
             self._bad()
             log.warning("skipping a bad record on %s (key %r): %r", topic, key, exc)

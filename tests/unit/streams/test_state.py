@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reach.codec import encode, encode_dict
 from reach.loads import InstanceLoad
 from reach.names import Names
@@ -63,6 +65,22 @@ def test_an_undecodable_receipt_is_counted() -> None:
     _, fold = loop()
     fold._dispatch(NAMES.receipts, b"m", b"\x00\x00")
     assert fold.bad_records == 1
+
+
+def test_a_registry_outage_is_not_a_bad_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.codec import RegistryUnavailable
+    from reach.streams import state as module
+
+    def down(_value: bytes, _model: object) -> object:
+        raise RegistryUnavailable("the registry did not answer")
+
+    monkeypatch.setattr(module, "decode", down)
+    monkeypatch.setattr("reach.control.decode", down)
+    _, fold = loop()
+    for topic in (NAMES.registry, NAMES.control):
+        with pytest.raises(RegistryUnavailable):
+            fold._dispatch(topic, b"k", b"\x00\x00\x00\x00\x01")
+    assert fold.bad_records == 0, "the loop restarts and reads again; nothing is skipped"
 
 
 def test_load_reports_and_receipts_feed_the_load_view_and_a_bad_report_is_counted() -> None:
