@@ -303,11 +303,6 @@ class Router:
             code = "UNKNOWN_SCHEMA" if isinstance(exc, UnknownSchema) else "UNDECODABLE"
             self._reject(msg, value, None, Reject(code, str(exc)), producer, batch, now)
             return
-        if envelope.get("reply_to"):
-            self.state.replies.remember(
-                envelope["message_id"], envelope.get("generation", 0), envelope["reply_to"],
-                envelope.get("deadline") or now,
-            )
         parsed = parse_request(envelope)
         if isinstance(parsed, Reject):
             self._reject(msg, value, envelope, parsed, producer, batch, now)
@@ -317,6 +312,7 @@ class Router:
             reject = Reject("OVERSIZE", f"envelope is {len(value):,} bytes; the limit is {MAX_ENVELOPE_BYTES:,}")
             self._reject(msg, value, envelope, reject, producer, batch, now)
             return
+        reply = self._reply_header(envelope)
         settings = batch.capabilities.get(request.capability)
         if settings is None:
             control = self.state.control
@@ -338,7 +334,7 @@ class Router:
         )
         if isinstance(outcome, Forward):
             instance = outcome.instance
-            slot = _Slot(lambda acked: self._produce_routed(producer, batch, request, outcome, acked))
+            slot = _Slot(lambda acked: self._produce_routed(producer, batch, request, outcome, acked, reply))
             producer.produce(
                 outcome.topic,
                 partition=outcome.partition,
@@ -359,7 +355,7 @@ class Router:
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})
-            self._produce_receipt(producer, batch, receipt)
+            self._produce_receipt(producer, batch, receipt, reply)
             self.stats.count(request.capability, "overload")
         elif isinstance(outcome, NoRoute):
             if outcome.dead_letter:
@@ -369,28 +365,39 @@ class Router:
             else:
                 status, counter = Status.UNROUTABLE, "unroutable"
             receipt = _receipt(request, status, now, error=_error("NO_ROUTE", "NO_ROUTE", outcome.message))
-            self._produce_receipt(producer, batch, receipt)
+            self._produce_receipt(producer, batch, receipt, reply)
             self.stats.count(request.capability, counter)
         elif isinstance(outcome, Expired):
             receipt = _receipt(request, Status.EXPIRED, now, error=_error("TIMEOUT", "BUDGET_SPENT", outcome.message))
-            self._produce_receipt(producer, batch, receipt)
+            self._produce_receipt(producer, batch, receipt, reply)
             self.stats.count(request.capability, "expired")
         else:
             self._reject(msg, value, envelope, outcome, producer, batch, now)
 
     # -- records -------------------------------------------------------------------------------------
 
-    def _produce_receipt(self, producer: Producer, batch: _Batch, receipt: dict[str, Any]) -> None:
+    def _reply_header(self, envelope: dict[str, Any]) -> H.Headers:
+        """The x-reach-reply-to header for this envelope's receipts (the status fold sends the reply)."""
+        reply_to = envelope.get("reply_to")
+        if not reply_to:
+            return []
+        if len(reply_to) > 249 or self.names.family_of(reply_to) != "replies":
+            self.stats.count(envelope.get("capability") or "?", "bad_reply_to")
+            return []
+        return [(H.REPLY_TO, reply_to.encode())]
+
+    def _produce_receipt(self, producer: Producer, batch: _Batch, receipt: dict[str, Any],
+                         reply: H.Headers | None = None) -> None:
         producer.produce(
             self.names.receipts,
             key=receipt["message_id"].encode(),
             value=encode_dict("Receipt", receipt),
-            headers=[(H.MESSAGE_ID, receipt["message_id"].encode())],
+            headers=[(H.MESSAGE_ID, receipt["message_id"].encode()), *(reply or ())],
             on_delivery=batch.report,
         )
 
     def _produce_routed(self, producer: Producer, batch: _Batch, request: RouteRequest, forward: Forward,
-                        slot: _Slot) -> None:
+                        slot: _Slot, reply: H.Headers) -> None:
         """The ROUTED receipt, tagged with this worker's id so its own state loop need not decode it again."""
         if self._routed_writer is None:
             value = encode_dict("Receipt", self._routed_receipt(request, forward, slot))
@@ -406,7 +413,7 @@ class Router:
             )
         key = request.message_id.encode()
         producer.produce(self.names.receipts, key=key, value=value,
-                         headers=[(H.MESSAGE_ID, key), *self._routed_headers], on_delivery=batch.report)
+                         headers=[(H.MESSAGE_ID, key), *self._routed_headers, *reply], on_delivery=batch.report)
 
     def _routed_receipt(self, request: RouteRequest, forward: Forward, slot: _Slot) -> dict[str, Any]:
         decision = forward.decision
@@ -451,7 +458,7 @@ class Router:
                 "at": now,
                 "error": error,
             }
-        self._produce_receipt(producer, batch, receipt)
+        self._produce_receipt(producer, batch, receipt, self._reply_header(envelope) if envelope else None)
         self.stats.count(receipt["capability"], "rejected")
 
     def _dead_letter(

@@ -2,8 +2,8 @@
 
 One group-less consumer reads all three. Registry and control rebuild the in-memory views on every
 start, since the topics are compacted (the state survives in Kafka). Receipts feed the load
-tracker and the reply forwarding; they are read from the end because only messages this worker
-routes need their replies, and loads are re-based by the next heartbeat anyway.
+tracker; they are read from the end because loads are re-based by the next heartbeat anyway.
+(Replies to reply_to are the status fold's, which commits what it replied: reach.streams.status.)
 """
 
 from __future__ import annotations
@@ -13,35 +13,31 @@ import threading
 import uuid
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from reach import clients
 from reach import headers as H
 from reach.codec import DecodeError, decode, decode_dict
 from reach.control import ControlView
-from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import TERMINAL, AgentRegistration, Control, Status
 from reach.registry import RegistryView
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
 from reach.streams.loads import LoadTracker
-from reach.streams.replies import ReplyBook
 
 log = logging.getLogger("reach.router.state")
 
 _FINISHING = frozenset(s.value for s in TERMINAL) | {Status.ATTEMPT_FAILED.value, Status.RETRY_SCHEDULED.value}
-_TERMINAL = frozenset(s.value for s in TERMINAL)
 
 
 class RouterState:
-    """The views the hot loop reads: registry, control, loads, reply_to book."""
+    """The views the hot loop reads: registry, control, loads."""
 
     def __init__(self) -> None:
         self.registry = RegistryView()
         self.control = ControlView()
         self.loads = LoadTracker()
-        self.replies = ReplyBook()
         self.ready = threading.Event()
         self._latest: dict[str, AgentRegistration] = {}
 
@@ -62,7 +58,7 @@ class RouterState:
 
 
 class StateLoop:
-    """Keeps a RouterState current; forwards first terminal receipts to their reply_to topic."""
+    """Keeps a RouterState current."""
 
     def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None) -> None:
         self._state = state
@@ -72,7 +68,6 @@ class StateLoop:
         self._kafka = kafka
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._replies: Producer | None = None
         self.error: BaseException | None = None
 
     def start(self) -> None:
@@ -111,13 +106,11 @@ class StateLoop:
     def _loop(self) -> None:
         group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
         consumer = Consumer(self._kafka.consumer(group, **{"fetch.wait.max.ms": 20}))
-        self._replies = Producer(self._kafka.producer(**{"linger.ms": 1}))
         try:
             targets = self._assign(consumer)
             self.error = None
             if not targets:
                 self._state.ready.set()
-            next_prune = now_ms() + 30_000
             while not self._stop.is_set():
                 batch = clients.take(consumer, 500, 0.2)
                 if not batch and targets:
@@ -135,12 +128,7 @@ class StateLoop:
                             del targets[tp]
                             if not targets:
                                 self._state.ready.set()
-                self._replies.poll(0)
-                if now_ms() > next_prune:
-                    self._state.replies.prune(now_ms())
-                    next_prune = now_ms() + 30_000
         finally:
-            self._replies.flush(5)
             consumer.close()
 
     def _caught_up(self, consumer: Consumer, targets: dict[tuple[str, int], int]) -> None:
@@ -197,17 +185,3 @@ class StateLoop:
             return
         if status in _FINISHING:
             self._state.loads.finished(key)
-        if status in _TERMINAL:
-            reply_to = self._state.replies.take(receipt["message_id"], receipt.get("generation", 0))
-            if reply_to and self._replies is not None:
-                self._forward_reply(reply_to, receipt["message_id"], value)
-
-    def _forward_reply(self, topic: str, message_id: str, value: bytes) -> None:
-        def report(err: Any, _msg: Any) -> None:
-            if err is not None:
-                log.warning("reply for %s to %s not delivered: %s", message_id, topic, err)
-
-        try:
-            self._replies.produce(topic, key=message_id.encode(), value=value, on_delivery=report)  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - a bad reply_to must not stop the state loop
-            log.warning("reply for %s to %r not sent: %s", message_id, topic, exc)
