@@ -76,8 +76,9 @@ def _receipts(ws: Workspace, messages: int) -> Any:
         ids = [f"scale-{seq:08d}" for seq in range(window, min(window + 1_000, messages))]
         for step in ("ACCEPTED", "ROUTED", "STARTED", "COMPLETED"):
             for mid in ids:
-                base: dict[str, Any] = {"message_id": mid, "trace_id": mid, "tenant": "default", "capability": "demo.echo",
-                        "status": step, "at": at, "deadline": at + 120_000, "delivery_timeout_ms": 5_000}
+                base: dict[str, Any] = {
+                    "message_id": mid, "trace_id": mid, "tenant": "default", "capability": "demo.echo",
+                    "status": step, "at": at, "deadline": at + 120_000, "delivery_timeout_ms": 5_000}
                 if step == "ROUTED":
                     base |= {"agent_id": "agent://demo/echo", "instance_id": "echo-0", "decision": {
                         "candidates": candidates, "picked_instance": "echo-0", "topic": ws.names.inbox(
