@@ -36,6 +36,7 @@ def faust_child(namespace: str, module_path: str, port: int) -> None:
     spec = importlib.util.spec_from_file_location("old_status_table", module_path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     names = Names(namespace)
     app = faust.App(names.router_app_id, broker=f"kafka://{KafkaSettings().servers()}", web_port=port,
@@ -44,13 +45,16 @@ def faust_child(namespace: str, module_path: str, port: int) -> None:
     faust.Worker(app, loglevel="WARNING").execute_from_commandline()
 
 
-def wait_committed(ws: Workspace, group: str, started: float, timeout: float = 900) -> float:
+def wait_committed(ws: Workspace, group: str, started: float, *, alive: subprocess.Popen[bytes],
+                   timeout: float = 900) -> float:
     watcher = clients.consumer(group, ws.kafka)
     topic = ws.names.receipts
     parts = [TopicPartition(topic, p) for p in watcher.list_topics(topic, timeout=10).topics[topic].partitions]
     ends = {tp.partition: watcher.get_watermark_offsets(tp, timeout=10)[1] for tp in parts}
     try:
         while time.monotonic() - started < timeout:
+            if alive.poll() is not None:
+                raise RuntimeError(f"the faust worker exited with {alive.returncode}")
             done = {tp.partition: tp.offset for tp in watcher.committed(parts, timeout=10)}
             if all(done.get(p, -1) >= end for p, end in ends.items()):
                 return time.monotonic() - started
@@ -74,7 +78,7 @@ def main() -> None:
         child = subprocess.Popen([sys.executable, __file__, "--faust-child", faust_ws.namespace, str(old),
                                   str(free_port()), "worker"], cwd=ROOT, env=env)
         try:
-            faust_s = wait_committed(faust_ws, faust_ws.names.router_app_id, started)
+            faust_s = wait_committed(faust_ws, faust_ws.names.router_app_id, started, alive=child)
         finally:
             child.terminate()
             child.wait(60)

@@ -19,8 +19,10 @@ _INTERNAL = ("pending_reply",)
 class StatusViews:
     """The lookups behind the HTTP views; `fold` is None in a routing-only worker."""
 
-    def __init__(self, *, fold: StatusFold | None, owners: Owners, partitions: int, url: str) -> None:
+    def __init__(self, *, fold: StatusFold | None, owners: Owners, partitions: int, url: str,
+                 wait_s: float = _WAIT_S) -> None:
         self.fold = fold
+        self.wait_s = wait_s
         self.owners = owners
         self.partitions = partitions
         self.url = url
@@ -29,7 +31,7 @@ class StatusViews:
     async def message(self, message_id: str, forwarded: bool) -> tuple[int, dict[str, Any]]:
         partition = partition_of(message_id, self.partitions)
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + _WAIT_S
+        give_up = loop.time() + self.wait_s
         fresh = False
         while True:
             if self.fold is not None and self.fold.owns(partition):
@@ -51,7 +53,7 @@ class StatusViews:
 
     async def trace(self, trace_id: str, local_only: bool) -> tuple[int, dict[str, Any]]:
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + _WAIT_S
+        give_up = loop.time() + self.wait_s
         hits = self.fold.trace(trace_id) if self.fold is not None else []
         if local_only:
             return 200, {"trace_id": trace_id, "hits": hits}
