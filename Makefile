@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test unit lint bench clean
+.PHONY: setup demo test unit lint fuzz bench clean
 
 setup: $(VENV)/.installed
 	@scripts/setup.sh
@@ -26,6 +26,9 @@ unit: setup
 
 lint: setup
 	@$(BIN)/ruff check reach tests && $(BIN)/mypy
+
+fuzz: setup  # by hand: 10,000 fresh examples per fuzz target (CI runs a few hundred, repeatably)
+	@REACH_FUZZ_PROFILE=long $(BIN)/pytest -q tests/unit/fuzz
 
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench

@@ -144,7 +144,7 @@ def select(
     loads: Mapping[str, int] | None = None,
     disabled: Collection[str] = frozenset(),
 ) -> Selection:
-    """Filter instances for a request (DESIGN.md Routing) and split them by backpressure.
+    """Filter instances for a request (docs/architecture.md, step 2) and split them by backpressure.
 
     Hard filters: capability and a version satisfying the range, READY, owning inbox partitions,
     not drained/disabled by control, tenant, `to_agent`. Soft ones: excluded instances and

@@ -13,6 +13,7 @@ from typing import Any, TypeVar, cast
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint as _crc64_hex
 from fastavro.schema import to_parsing_canonical_form
+from pydantic import ValidationError
 
 from reach.errors import ReachError
 from reach.records import AvroRecord, to_epoch_millis
@@ -57,6 +58,32 @@ class CorruptBody(DecodeError):
     """The header is fine but the body is truncated, has trailing bytes, or is not valid Avro."""
 
 
+class InvalidRecord(DecodeError):
+    """Valid Avro that breaks a rule of its model (a WEIGHTS control record without weights)."""
+
+
+class RegistryUnavailable(CodecError):
+    """The Schema Registry did not answer (outage, 5xx, throttling): transient, the record itself may be fine.
+
+    Not a DecodeError on purpose: callers treat it as infrastructure (do not commit, back off, read again),
+    never as a REJECTED envelope."""
+
+
+_NETWORK_PACKAGES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3"})
+
+
+def _transient(exc: BaseException) -> bool:
+    """A failure to reach the registry, as opposed to a body that does not decode."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    if isinstance(exc, SchemaRegistryError):
+        status = exc.http_status_code
+        return status >= 500 or status in (401, 403, 408, 429) or status < 0  # < 0: no HTTP answer at all
+    if isinstance(exc, (OSError, TimeoutError)):
+        return True
+    return any(cls.__module__.split(".")[0] in _NETWORK_PACKAGES for cls in type(exc).__mro__)
+
+
 @dataclass(frozen=True, slots=True)
 class _Version:
     parsed: dict[str, Any]
@@ -86,6 +113,18 @@ def _bad_framing(name: str, raw: bytes) -> BadFraming:
         "is the producer using Reach's codec?",
         raw=raw,
     )
+
+
+def _model(model: type[R], record: dict[str, Any], raw: bytes) -> R:
+    try:
+        return model.from_avro(record)
+    except ValidationError as exc:  # any writer can produce valid Avro, not only Reach's models
+        raise InvalidRecord(
+            f"{model.avro_name}: decodes but breaks the record's rules: "
+            + "; ".join(f"{'.'.join(map(str, e['loc'])) or '(record)'}: {e['msg']}" for e in exc.errors()),
+            raw=bytes(raw),
+            fingerprint=bytes(raw[2:HEADER_SIZE]) if raw[:2] == MARKER else None,
+        ) from exc
 
 
 def _without_logical_types(node: Any) -> Any:
@@ -119,7 +158,7 @@ class Codec:
 
     def decode(self, data: bytes, model: type[R]) -> R:
         """Read framed bytes written with any known version of `model`'s schema."""
-        return model.from_avro(self.decode_dict(model.avro_name, data))
+        return _model(model, self.decode_dict(model.avro_name, data), data)
 
     def encode_dict(self, name: str, record: Mapping[str, Any]) -> bytes:
         """Frame a plain dict (timestamps as epoch millis); omitted fields take their schema default."""
@@ -290,7 +329,7 @@ class ConfluentCodec:
 
     def decode(self, data: bytes, model: type[R], *, topic: str = "") -> R:
         """Deserialize registry-framed (or single-object) bytes into `model`."""
-        return model.from_avro(self.decode_dict(model.avro_name, data, topic=topic))
+        return _model(model, self.decode_dict(model.avro_name, data, topic=topic), data)
 
     def encode_dict(self, name: str, record: Mapping[str, Any], *, topic: str = "") -> bytes:
         """Serialize a dict with registry framing."""
@@ -318,13 +357,14 @@ class ConfluentCodec:
             )
         try:
             record = self._deserializer(name)(bytes(data), SerializationContext(topic, MessageField.VALUE))
-        except SchemaRegistryError as exc:
+        except Exception as exc:
+            if _transient(exc):
+                raise RegistryUnavailable(f"{name}: the schema registry did not answer ({exc!r}); "
+                                          "the record is retried when it is back") from exc
+            if not isinstance(exc, SchemaRegistryError):
+                raise CorruptBody(f"{name}: registry-framed body does not decode: {exc!r}", raw=bytes(data)) from exc
             raise UnknownSchema(
                 f"{name}: the registry does not know schema id of this record: {exc}", raw=bytes(data)
-            ) from exc
-        except Exception as exc:
-            raise CorruptBody(
-                f"{name}: registry-framed body does not decode: {exc!r}", raw=bytes(data)
             ) from exc
         return dict(_with_millis(record))
 

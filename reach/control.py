@@ -1,81 +1,27 @@
-"""Operator control records: routing weights, instance overrides and policies on the compacted control topic.
+"""Operator control records on the compacted control topic: build, publish and read them.
 
-Keys are `<kind>:<scope>`. WEIGHTS and POLICY take a capability or `*` as scope (the capability's
-record wins over `*`, `*` over the built-in defaults). INSTANCE records take the instance_id as
-scope, so that overrides of different instances do not compact each other away; DRAIN and DISABLE
-keep the router off the instance, ENABLE (or a tombstone) lifts the override.
+The view they fold into, and the scoping rules, are reach.views.control (pure).
 """
 
 from __future__ import annotations
 
-import threading
+import logging
 from typing import Any
 
 from confluent_kafka import Producer
 
 from reach import topicreader
-from reach.codec import DecodeError, decode, encode
+from reach.codec import decode, encode
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Control, ControlKind, InstanceAction, InstanceOverride, Policy, Weights
 from reach.settings import KafkaSettings
+from reach.views.control import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
+from reach.views.control import ControlView
+from reach.views.control import key_of as key_of
+from reach.views.control import weights_problem as weights_problem
 
-DEFAULT_WEIGHTS = Weights()
-
-
-def key_of(kind: ControlKind, scope: str) -> str:
-    return f"{kind}:{scope}"
-
-
-class ControlView:
-    """The latest control record per key, with lookups the router needs; safe to read from any thread."""
-
-    def __init__(self) -> None:
-        self._records: dict[str, Control] = {}
-        self._lock = threading.Lock()
-        self._disabled: frozenset[str] = frozenset()
-
-    def apply(self, key: str, control: Control | None) -> None:
-        """Apply one record of the control topic (None is a tombstone)."""
-        with self._lock:
-            if control is None:
-                self._records.pop(key, None)
-            else:
-                self._records[key] = control
-            self._disabled = frozenset(
-                c.instance.instance_id
-                for c in self._records.values()
-                if c.kind is ControlKind.INSTANCE
-                and c.instance is not None
-                and c.instance.action in (InstanceAction.DRAIN, InstanceAction.DISABLE)
-            )
-
-    def records(self) -> dict[str, Control]:
-        with self._lock:
-            return dict(self._records)
-
-    def weights(self, capability: str) -> Weights:
-        """The capability's weights, else the `*` weights, else the defaults 0.4/0.2/0.3/0.1."""
-        records = self._records
-        for scope in (capability, "*"):
-            found = records.get(key_of(ControlKind.WEIGHTS, scope))
-            if found is not None and found.weights is not None:
-                return found.weights
-        return DEFAULT_WEIGHTS
-
-    def policy(self, capability: str) -> Policy:
-        """The capability's policy with unset fields taken from the `*` policy."""
-        records = self._records
-        merged: dict[str, Any] = {}
-        for scope in ("*", capability):
-            found = records.get(key_of(ControlKind.POLICY, scope))
-            if found is not None and found.policy is not None:
-                merged.update(found.policy.model_dump(exclude_unset=True, exclude_none=True))
-        return Policy(**merged)
-
-    def disabled(self) -> frozenset[str]:
-        """Instances kept out of routing by a DRAIN or DISABLE override."""
-        return self._disabled
+log = logging.getLogger("reach.control")
 
 
 def weights_record(weights: Weights, *, scope: str = "*", by: str = "reach-cli") -> Control:
@@ -123,11 +69,19 @@ def read_control(*, names: Names, kafka: KafkaSettings | None = None, timeout: f
     try:
         starts = topicreader.start_offsets(reader, names.control, None, timeout)
         for msg in topicreader.read_range(reader, names.control, starts, idle_timeout=timeout):
-            value = msg.value()
-            try:
-                view.apply((msg.key() or b"").decode(), decode(value, Control) if value is not None else None)
-            except DecodeError:
-                pass  # an undecodable control record is skipped, never fatal
+            apply_record(view, msg.key(), msg.value(), where=f"{names.control}@{msg.offset()}")
         return view
     finally:
         reader.close()
+
+
+def apply_record(view: ControlView, key: bytes | None, value: bytes | None, *, where: str) -> bool:
+    """Fold one control-topic record into the view; a bad one (undecodable, invalid for its kind, a key that
+    is not UTF-8) is logged, counted in `view.refused` and skipped, never fatal. True when it applied."""
+    text = (key or b"").decode(errors="replace")
+    try:
+        return view.apply(text, decode(value, Control) if value is not None else None)
+    except Exception as exc:  # noqa: BLE001 - DecodeError, or a valid Avro record the model refuses
+        view.refused += 1
+        log.warning("skipping a bad control record %r at %s: %s", text, where, exc)
+        return False

@@ -1,9 +1,17 @@
-"""Dead letters: writing them with provenance, reading and filtering them, and replaying them safely."""
+"""Dead letters: writing them with provenance, reading and filtering them, and replaying them safely.
+
+Replay is safe to run twice for as long as letters live: each replay of a letter (message_id,
+generation) is recorded in the compacted `<ns>.replays` ledger after its envelope is published, and a
+letter found there is skipped, whatever the status table (whose rows expire sooner) still holds.
+A letter with an empty envelope was written by reference (the original was over the dlq limit):
+its bytes are read back from the origin topic/partition/offset.
+"""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +73,22 @@ class Letter:
     def capability(self) -> str | None:
         return self.record.capability or (self.envelope.capability if self.envelope else None)
 
+    @property
+    def by_reference(self) -> bool:
+        """The original bytes were not copied (too large): they live at the origin offset."""
+        return not self.record.envelope and bool(self.record.origin_topic) and self.record.origin_offset >= 0
+
+    def with_original(self, raw: bytes) -> Letter:
+        """This letter with the bytes read back from its origin."""
+        return Letter(self.id, self.record.model_copy(update={"envelope": raw}), self.timestamp, _envelope_of(raw))
+
+
+def _envelope_of(raw: bytes) -> Envelope | None:
+    try:
+        return codec.decode(raw, Envelope)
+    except DecodeError:
+        return None
+
 
 def parse(partition: int, offset: int, timestamp: int, value: bytes) -> Letter | None:
     """A Letter, or None when the dead-letter record itself does not decode."""
@@ -72,11 +96,20 @@ def parse(partition: int, offset: int, timestamp: int, value: bytes) -> Letter |
         record = codec.decode(value, DeadLetter)
     except DecodeError:
         return None
-    try:
-        envelope: Envelope | None = codec.decode(record.envelope, Envelope)
-    except DecodeError:
-        envelope = None
-    return Letter(f"{partition}:{offset}", record, timestamp, envelope)
+    return Letter(f"{partition}:{offset}", record, timestamp, _envelope_of(record.envelope))
+
+
+def ledger_key(message_id: str, generation: int) -> str:
+    """The replay ledger's key of a letter: `<message_id>:<generation>` (the generation that died)."""
+    return f"{message_id}:{generation}"
+
+
+def ledger_entry(item: Letter, *, now: int) -> tuple[str, bytes]:
+    """Key and value of the ledger record saying this letter was replayed (into generation + 1)."""
+    mid = item.message_id or item.id
+    value = {"message_id": mid, "generation": item.record.generation, "replayed_generation": item.record.generation + 1,
+             "letter": item.id, "replayed_at": now}
+    return ledger_key(mid, item.record.generation), json.dumps(value).encode()
 
 
 @dataclass(frozen=True)
@@ -145,12 +178,15 @@ class Summary:
                 "replayed_ids": self.replayed, "failures": [{"id": i, "reason": r} for i, r in self.failed]}
 
 
-def decide(item: Letter, row: StatusRow | None) -> str:
-    """`replay`, `completed` (the row is COMPLETED), `in_progress` (a newer generation exists) or `refused`."""
+def decide(item: Letter, row: StatusRow | None, ledger: Collection[str] = frozenset()) -> str:
+    """`replay`, `completed` (the row is COMPLETED), `in_progress` (the ledger or a newer generation says it was
+    replayed already) or `refused`."""
     if item.envelope is None:
         return "refused"
     if row is not None and row.status is Status.COMPLETED:
         return "completed"
+    if item.message_id and ledger_key(item.message_id, item.record.generation) in ledger:
+        return "in_progress"  # replayed before, whether or not its status row still exists
     if row is not None and row.generation > item.record.generation:
         return "in_progress"  # already replayed: running the same replay twice executes nothing twice
     return "replay"
@@ -158,13 +194,16 @@ def decide(item: Letter, row: StatusRow | None) -> str:
 
 def replay(letters: list[Letter], *, lookup: Callable[[str], StatusRow | None],
            publish: Callable[[Envelope], None], dry_run: bool, rate: float | None,
-           to_capability: str | None = None, sleep: Callable[[float], None] = time.sleep) -> Summary:
-    """Replay the letters not yet completed or replayed; `publish` sends the envelope and its ACCEPTED receipt."""
+           to_capability: str | None = None, sleep: Callable[[float], None] = time.sleep,
+           ledger: Collection[str] = frozenset(), record: Callable[[Letter], None] = lambda _l: None) -> Summary:
+    """Replay the letters not yet completed or replayed; `publish` sends the envelope and its ACCEPTED receipt,
+    then `record` writes the letter into the ledger (in that order: a crash between replays once more, never
+    loses the replay)."""
     summary = Summary()
     interval = 1.0 / rate if rate else 0.0
     for item in latest_per_message(letters):
         mid = item.message_id or item.id
-        verdict = decide(item, lookup(item.message_id) if item.message_id else None)
+        verdict = decide(item, lookup(item.message_id) if item.message_id else None, ledger)
         if verdict == "completed":
             summary.skipped_completed.append(mid)
         elif verdict == "in_progress":
@@ -174,6 +213,7 @@ def replay(letters: list[Letter], *, lookup: Callable[[str], StatusRow | None],
         else:
             if not dry_run:
                 publish(replayed(item.envelope, item.record.generation, now=now_ms(), to_capability=to_capability))
+                record(item)
                 if interval:
                     sleep(interval)
             summary.replayed.append(mid)

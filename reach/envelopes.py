@@ -101,5 +101,5 @@ def new_envelope(
 
 
 def routing_key(envelope: Envelope) -> str:
-    """Capability and inbox topics are keyed by session_key, else message_id (DESIGN.md Keys)."""
+    """Capability and inbox topics are keyed by session_key, else message_id (docs/architecture.md, Topics)."""
     return envelope.routing.session_key or envelope.message_id

@@ -1,4 +1,10 @@
-"""Kafka header names Agent-Reach reads and writes, in one place."""
+"""Kafka header names Agent-Reach reads and writes, in one place, and readers that never trust their values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from reach.errors import ReachError
 
 TRACEPARENT = "traceparent"            # W3C trace context (opentelemetry propagator)
 TRACESTATE = "tracestate"
@@ -14,3 +20,49 @@ REPLY_TO = "x-reach-reply-to"          # the envelope's reply_to, on the router'
 
 Headers = list[tuple[str, str | bytes | None]]
 """Kafka headers as confluent-kafka's producer takes them."""
+
+Pairs = list[tuple[str, bytes]]
+"""Headers as read: (name, value) with bytes values and no null ones."""
+
+_INT_DIGITS = 20  # the longest int64 in decimal, sign included: longer values are not offsets or millis
+
+
+class HeaderError(ReachError):
+    """A header is present but its value is not what the header carries; `.raw` holds the value."""
+
+    def __init__(self, message: str, *, name: str, raw: bytes) -> None:
+        super().__init__(message)
+        self.name = name
+        self.raw = raw
+
+
+def pairs(raw: Iterable[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None) -> Pairs:
+    """A record's headers as (name, bytes) pairs, whatever shape the client returned (list, dict, None)."""
+    items = raw.items() if isinstance(raw, Mapping) else (raw or [])
+    return [(str(k), v.encode(errors="replace") if isinstance(v, str) else bytes(v)) for k, v in items
+            if v is not None]
+
+
+def text(headers: Pairs, name: str) -> str | None:
+    """The last value of header `name` as text (bad UTF-8 replaced, since it only labels), or None."""
+    value = _last(headers, name)
+    return None if value is None else value.decode(errors="replace")
+
+
+def integer(headers: Pairs, name: str) -> int | None:
+    """The last value of header `name` as a decimal integer, or None; HeaderError when it is not one."""
+    value = _last(headers, name)
+    if value is None:
+        return None
+    digits = value.strip()
+    # int() also takes "1_000", Unicode digits and "+ 1"; a header written by Reach is plain ASCII.
+    if not 0 < len(digits) <= _INT_DIGITS or not digits.lstrip(b"-").isdigit() or digits.count(b"-") > 1:
+        raise HeaderError(f"header {name}: expected a decimal integer, got {value[:40]!r}", name=name, raw=value)
+    return int(digits)
+
+
+def _last(headers: Pairs, name: str) -> bytes | None:
+    for key, value in reversed(headers):
+        if key == name:
+            return value
+    return None

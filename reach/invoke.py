@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -102,6 +103,34 @@ def host_client_id(prefix: str = "cli") -> str:
     return f"{prefix}-{host}"
 
 
+class Arrivals:
+    """Receipts read but not yet claimed by a waiter, oldest dropped beyond `limit`.
+
+    A long-lived client reads every reply on its topic, including those of calls that already timed out
+    and will never be claimed; the bound keeps that from growing without end."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._receipts: OrderedDict[tuple[str, int], Receipt] = OrderedDict()
+        self.dropped = 0
+
+    def add(self, receipt: Receipt) -> None:
+        """Keep the first receipt per (message_id, generation)."""
+        key = (receipt.message_id, receipt.generation)
+        if key in self._receipts:
+            return
+        self._receipts[key] = receipt
+        while len(self._receipts) > self._limit:
+            self._receipts.popitem(last=False)
+            self.dropped += 1
+
+    def pop(self, key: tuple[str, int]) -> Receipt | None:
+        return self._receipts.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._receipts)
+
+
 class ReplyInbox:
     """One client's reply topic; thread-safe `wait(message_id)`."""
 
@@ -120,7 +149,7 @@ class ReplyInbox:
             start.append(TopicPartition(self.topic, p, high))
         self._consumer.assign(start)
         self._lock = threading.Lock()
-        self._arrived: dict[tuple[str, int], Receipt] = {}
+        self._arrived = Arrivals()
 
     def wait(self, message_id: str, *, generation: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Receipt:
         """The first terminal receipt of (message_id, generation); InvokeTimeout when none comes in time."""
@@ -128,7 +157,7 @@ class ReplyInbox:
         key = (message_id, generation)
         while True:
             with self._lock:
-                found = self._arrived.pop(key, None)
+                found = self._arrived.pop(key)
                 if found is not None:
                     return found
                 left = deadline - time.monotonic()
@@ -145,7 +174,7 @@ class ReplyInbox:
                         receipt = codec.decode(cast(bytes, msg.value()), Receipt)
                     except codec.DecodeError:
                         continue
-                    self._arrived.setdefault((receipt.message_id, receipt.generation), receipt)
+                    self._arrived.add(receipt)
 
     def close(self) -> None:
         self._consumer.close()

@@ -1,6 +1,14 @@
-"""Prometheus metrics derived from receipts and status-row transitions (no message-id labels)."""
+"""Prometheus metrics derived from receipts and status-row transitions (no message-id labels).
+
+Capability labels come from receipts, which any producer can write: only registered capabilities
+(`capabilities()`, cached for a second) get a label of their own, at most `max_capabilities` of them;
+everything else is counted under one label, `other`.
+"""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -11,10 +19,19 @@ _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 _DECISION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
 
 
+OTHER = "other"
+
+
 class Metrics:
     """The stream app's metrics, in their own registry so tests and workers never share one."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, *,
+                 capabilities: Callable[[], Collection[str]] | None = None, max_capabilities: int = 500) -> None:
+        self._capabilities = capabilities
+        self._max = max_capabilities
+        self._labelled: set[str] = set()
+        self._known: Collection[str] = frozenset()
+        self._known_at = float("-inf")
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.receipts = Counter("agentreach_receipts_total", "Receipts seen, by capability and status",
@@ -53,7 +70,7 @@ class Metrics:
 
     def observe(self, receipt: Receipt, before: StatusRow | None, after: StatusRow) -> None:
         """Count one folded receipt; terminal counters move only on the row's first terminal transition."""
-        cap = receipt.capability
+        cap = self.label(receipt.capability)
         self.receipts.labels(cap, receipt.status.value).inc()
         if receipt.status is Status.RETRY_SCHEDULED and after != before:
             self.retries.labels(cap).inc()
@@ -79,6 +96,23 @@ class Metrics:
         if after.status is Status.DEAD_LETTERED:
             reason = receipt.error.code if receipt.error else "UNKNOWN"
             self.dead_letters.labels(cap, reason).inc()
+
+    def label(self, capability: str) -> str:
+        """The capability's own label when it is registered (and the bound allows), else `other`."""
+        if capability in self._labelled:
+            return capability
+        if len(self._labelled) >= self._max or not self._registered(capability):
+            return OTHER
+        self._labelled.add(capability)
+        return capability
+
+    def _registered(self, capability: str) -> bool:
+        if self._capabilities is None:
+            return True  # no registry to ask: the bound alone applies
+        now = time.monotonic()
+        if now - self._known_at > 1.0:
+            self._known, self._known_at = self._capabilities(), now
+        return capability in self._known
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

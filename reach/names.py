@@ -1,4 +1,5 @@
-"""Topic, group and id naming rules of DESIGN.md's Names section."""
+"""Topic, group and id naming rules (every name is `<namespace>.<suffix>`, docs/architecture.md), and the
+checks on topic names taken from untrusted records."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from reach.errors import InvalidName
 _SEGMENT = re.compile(r"[a-z0-9][a-z0-9-]*")
 _CAPABILITY = re.compile(r"[a-z0-9][a-z0-9-]*(\.[a-z0-9][a-z0-9-]*)*")
 _NAMESPACE = re.compile(r"[a-z0-9][a-z0-9_-]*")
+_CLIENT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_MAX_TOPIC = 249  # Kafka's limit on a topic name
 AGENT_PREFIX = "agent://"
 
 
@@ -75,6 +78,10 @@ class Names:
     def dlq(self) -> str:
         return self.topic("dlq")
 
+    @property
+    def replays(self) -> str:
+        return self.topic("replays")
+
     def retry(self, tier: str) -> str:
         return self.topic(f"retry.{tier}")
 
@@ -92,6 +99,30 @@ class Names:
 
     def replies(self, client_id: str) -> str:
         return self.topic(f"replies.{client_id}")
+
+    def check_reply_to(self, topic: str) -> str:
+        """Return a reply_to taken from an envelope, or raise: only `<ns>.replies.<client>` is allowed, so a
+        caller cannot make the stream app write into another topic with its credentials."""
+        prefix = self.topic("replies.")
+        client = topic[len(prefix):] if topic.startswith(prefix) else ""
+        if not _CLIENT_ID.fullmatch(client) or len(topic) > _MAX_TOPIC:
+            raise InvalidName(f"reply_to {topic!r} is not a reply topic of this namespace: expected "
+                              f"{prefix}<client id> (letters, digits, '.', '_', '-'); use reach.invoke.ReplyInbox.")
+        return topic
+
+    def check_target(self, topic: str) -> str:
+        """Return a delay tier's target topic, or raise: only `<ns>.cap.<capability>` is allowed."""
+        prefix = self.capability_prefix
+        if not topic.startswith(prefix) or not _CAPABILITY.fullmatch(topic[len(prefix):]) or len(topic) > _MAX_TOPIC:
+            raise InvalidName(f"retry target {topic!r} is not a capability topic: expected {prefix}<capability>.")
+        return topic
+
+    def check_inbox(self, agent_id: str, topic: str) -> str:
+        """Return a registration's inbox topic, or raise unless it is exactly `inbox(agent_id)`."""
+        expected = self.inbox(agent_id)
+        if topic != expected:
+            raise InvalidName(f"inbox_topic {topic!r} of {agent_id} is not its inbox: expected {expected}.")
+        return topic
 
     def agent_group(self, agent_id: str) -> str:
         return self.inbox(agent_id)

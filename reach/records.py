@@ -40,6 +40,7 @@ class Status(StrEnum):
     UNROUTABLE = "UNROUTABLE"
     EXPIRED = "EXPIRED"
     DEAD_LETTERED = "DEAD_LETTERED"
+    UNKNOWN = "UNKNOWN"  # the enum default: what a reader makes of a status added after its schema
 
     @property
     def is_terminal(self) -> bool:
@@ -65,6 +66,7 @@ class StepStatus(StrEnum):
     OK = "ok"
     NO_DATA = "no_data"
     ERROR = "error"
+    UNKNOWN = "unknown"  # the enum default for a step status added after this reader's schema
 
 
 class CapabilityMode(StrEnum):
@@ -89,6 +91,7 @@ class ControlKind(StrEnum):
     WEIGHTS = "WEIGHTS"
     INSTANCE = "INSTANCE"
     POLICY = "POLICY"
+    UNKNOWN = "UNKNOWN"  # the enum default: a kind added after this reader's schema, skipped by the view
 
 
 class InstanceAction(StrEnum):
@@ -97,6 +100,7 @@ class InstanceAction(StrEnum):
     DRAIN = "DRAIN"
     DISABLE = "DISABLE"
     ENABLE = "ENABLE"
+    UNKNOWN = "UNKNOWN"  # the enum default: an action added after this reader's schema, never applied
 
 
 class AvroModel(BaseModel):
@@ -344,10 +348,18 @@ class Control(AvroRecord):
 
     @model_validator(mode="after")
     def _body_matches_kind(self) -> Self:
-        field = _BODY_OF_KIND[self.kind]
-        if getattr(self, field) is None:
+        field = _BODY_OF_KIND.get(self.kind)  # an UNKNOWN kind's body is in a field this reader lacks
+        if field is not None and getattr(self, field) is None:
             raise ValueError(f"a {self.kind} control record needs its `{field}` field; got None")
         return self
+
+    @property
+    def understood(self) -> bool:
+        """False for a kind or instance action added after this reader's schema: skip the record, keep the
+        key's previous one (applying it would drop an override this reader cannot see replaced)."""
+        if self.kind is ControlKind.UNKNOWN:
+            return False
+        return self.instance is None or self.instance.action is not InstanceAction.UNKNOWN
 
     @property
     def key(self) -> str:

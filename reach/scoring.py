@@ -12,8 +12,8 @@ score = w.fit * capability_fit + w.locality * locality + w.load * (1 - load_rati
 
 The pick is the best score, drawn at random among candidates within TIE_BAND of it (tie jitter),
 except that a session stays on its instance while that instance is a candidate (healthy, under the
-backpressure threshold) and the affinity weight is positive: DESIGN.md's "session affinity keeps a
-session_key on the same instance while it is healthy". An affinity weight of 0 turns stickiness off.
+backpressure threshold) and the affinity weight is positive: session affinity keeps a session_key
+on the same instance while it is healthy. An affinity weight of 0 turns stickiness off.
 """
 
 from __future__ import annotations

@@ -120,6 +120,8 @@ def _fold(row: StatusRow | None, receipt: Receipt) -> StatusRow:
 def _advances(row: StatusRow, receipt: Receipt) -> bool:
     if receipt.status.is_terminal:
         return True
+    if receipt.status is Status.UNKNOWN:  # a step of a newer writer: timeline only, the row keeps its status
+        return False
     return (receipt.attempt, _RANK[receipt.status]) >= (row.attempt, _RANK.get(row.status, 0))
 
 

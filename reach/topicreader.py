@@ -1,4 +1,10 @@
-"""Read a topic from given offsets up to its end at call time (no consumer group, no commits)."""
+"""Read a topic from given offsets up to its end at call time (no consumer group, no commits).
+
+Every read-to-end loop of Reach goes through here: the registry and control readers, `dlq ls`,
+`receipts sql`. A fresh topic may not have a leader yet (NOT_LEADER), so watermark queries retry
+until the timeout; a read that cannot reach the end in time raises InfraUnavailable instead of
+returning a partial view.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +12,10 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from confluent_kafka import OFFSET_END, Consumer, Message, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, TopicPartition
 
 from reach import clients
-from reach.errors import ReachError
+from reach.errors import InfraUnavailable, ReachError
 from reach.settings import KafkaSettings
 
 
@@ -18,30 +24,62 @@ def open_reader(purpose: str, kafka: KafkaSettings | None = None) -> Consumer:
     return clients.consumer(f"reach-reader.{purpose}.{uuid.uuid4().hex[:8]}", kafka)
 
 
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
+    """(low, high) of one partition, retrying while the partition has no known leader yet."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=max(0.5, deadline - time.monotonic()))
+            return low, high
+        except KafkaException as exc:
+            if time.monotonic() >= deadline:
+                raise InfraUnavailable(f"Cannot read the end of {topic}[{partition}]: {exc.args[0].str()}; "
+                                       "is the broker up?") from None
+            time.sleep(0.1)
+
+
+def partitions(consumer: Consumer, topic: str, timeout: float = 10.0) -> list[int]:
+    """The topic's partitions; ReachError naming the fix when the topic does not exist."""
+    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
+    if meta is None or meta.error is not None or not meta.partitions:
+        raise ReachError(f"Topic {topic} does not exist. Run `reach topics apply` or check REACH_NAMESPACE.")
+    return sorted(meta.partitions)
+
+
 def start_offsets(consumer: Consumer, topic: str, since_ms: int | None, timeout: float = 10.0) -> dict[int, int]:
     """Per partition, the first offset whose timestamp is >= since_ms (the beginning when None)."""
-    meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
-    if meta is None or meta.error is not None:
-        raise ReachError(f"Topic {topic} does not exist. Run `reach topics apply` or check REACH_NAMESPACE.")
-    parts = sorted(meta.partitions)
+    parts = partitions(consumer, topic, timeout)
     if since_ms is None:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[0] for p in parts}
+        return {p: watermarks(consumer, topic, p, timeout)[0] for p in parts}
     found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=timeout)
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in parts}
+    ends = {p: watermarks(consumer, topic, p, timeout)[1] for p in parts}
     return {tp.partition: ends[tp.partition] if tp.offset in (-1, OFFSET_END) else tp.offset for tp in found}
 
 
 def read_range(consumer: Consumer, topic: str, starts: dict[int, int], *, until_ms: int | None = None,
                idle_timeout: float = 10.0) -> Iterator[Message]:
-    """Records from `starts` to the end offsets seen now (and before until_ms, by broker timestamp)."""
-    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=idle_timeout)[1] for p in starts}
+    """Records from `starts` to the end offsets seen now (and before until_ms, by broker timestamp).
+
+    A partition is done at its last record, or when idle with its position at or past the end (the tail
+    of a compacted topic may hold no record). InfraUnavailable after `idle_timeout` without progress."""
+    ends = {p: watermarks(consumer, topic, p, idle_timeout)[1] for p in starts}
     todo = {p for p in starts if starts[p] < ends[p]}
     if not todo:
         return
     consumer.assign([TopicPartition(topic, p, starts[p]) for p in todo])
     idle_until = time.monotonic() + idle_timeout
-    while todo and time.monotonic() < idle_until:  # the idle bound covers tail offsets that hold no record
-        for msg in clients.take(consumer, 1000, 0.5):
+    while todo:
+        batch = clients.take(consumer, 1000, 0.5)
+        if not batch:
+            for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
+                if tp.offset >= ends[tp.partition]:
+                    todo.discard(tp.partition)
+            if todo and time.monotonic() >= idle_until:
+                raise InfraUnavailable(f"Timed out after {idle_timeout:.0f}s reading {topic} to its end "
+                                       f"(partitions {sorted(todo)} left); is the broker busy?")
+            continue
+        for msg in batch:
             part, offset = msg.partition(), msg.offset()
             if msg.error() or part is None or offset is None or part not in todo:
                 continue

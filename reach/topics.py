@@ -22,6 +22,12 @@ from reach.errors import ConfigError
 from reach.names import Names
 
 REQUIRED = ("registry", "control", "receipts", "status", "dlq")
+MAX_MESSAGE_BYTES = "max.message.bytes"
+BROKER_DEFAULT_BYTES = 1_048_588  # Kafka's message.max.bytes when a topic sets no max.message.bytes
+PROVENANCE_BYTES = 64 * 1024
+"""Room a dead letter needs beyond the original record it keeps untouched: reason, error, origin, headers."""
+DEAD_LETTER_BYTES = 1_048_576 + PROVENANCE_BYTES
+"""The dlq limit topics.yaml ships (capability records up to 1 MiB); producers writing dead letters use it."""
 Family = Literal["cap", "agent", "replies"]
 
 
@@ -70,7 +76,17 @@ class TopicsFile(BaseModel):
         for fam in ("cap", "agent", "replies"):
             if fam not in self.families:
                 raise ValueError(f"missing topic family {fam!r}")
+        cap, dead = record_bytes(self.families["cap"]), record_bytes(self.topics["dlq"])
+        if dead < cap + PROVENANCE_BYTES:
+            raise ValueError(
+                f"dlq {MAX_MESSAGE_BYTES} ({dead:,}) must be at least the cap family's ({cap:,}) plus "
+                f"{PROVENANCE_BYTES:,} bytes of provenance, so that the dead letter of any capability record fits"
+            )
         return self
+
+    def dead_letter_bytes(self) -> int:
+        """The largest dead letter the dlq takes: producers that write dead letters set message.max.bytes to it."""
+        return record_bytes(self.topics["dlq"])
 
     def retry_tiers(self) -> list[str]:
         return [name.split(".", 1)[1] for name in self.topics if name.startswith("retry.")]
@@ -86,6 +102,15 @@ class TopicsFile(BaseModel):
         if spec.replication_factor is not None:
             return spec
         return spec.model_copy(update={"replication_factor": self.replication_factor})
+
+
+def record_bytes(spec: TopicSpec) -> int:
+    """The largest record a topic takes: its max.message.bytes, else the broker default."""
+    value = spec.configs.get(MAX_MESSAGE_BYTES)
+    try:
+        return int(value) if value is not None else BROKER_DEFAULT_BYTES
+    except ValueError:
+        raise ValueError(f"{MAX_MESSAGE_BYTES} must be a number of bytes, got {value!r}") from None
 
 
 # -- loading with line numbers -------------------------------------------------------------------------

@@ -15,3 +15,7 @@ class InvalidDeclaration(AgentError):
 
 class DeliveryFailed(AgentError):
     """The broker did not acknowledge a record this worker must publish before committing."""
+
+
+class RecordRefused(DeliveryFailed):
+    """The broker refused one record for what it is (too large, invalid): that record fails, not the worker."""

@@ -1,23 +1,90 @@
-"""Redis leases on (message_id, generation) and a cache of terminal receipts, so a redelivery never reruns."""
+"""Redis leases on (message_id, generation) and caches of what a run produced, so a redelivery never reruns."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import asyncio
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
-_RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end return 0"
+from reach.headers import Headers
+from reach.retry import Outgoing
+
+# One round trip per message: the terminal result, this attempt's cached retry, else the lease (SET NX PX).
+_CLAIM = """
+local done = redis.call('get', KEYS[2])
+if done then return {'result', done} end
+local again = redis.call('get', KEYS[3])
+if again then return {'retry', again} end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'ours', ''} end
+return {'held', redis.call('get', KEYS[1]) or '?'}
+"""
+# Renewal re-takes a lease that vanished (Redis restarted or was flushed) as long as nobody else took it.
+_RENEW = """
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+if not holder then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) and 1 or 0 end
+return 0
+"""
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+# A terminal outcome: cache the receipt and drop our lease in one round trip (a claim finds the result first).
+_FINISH = """
+redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3])
+if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
+return 1
+"""
+_SET = "return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a claim found: a cached terminal receipt, this attempt's cached records, another holder, or ours."""
+
+    result: bytes | None = None
+    retry: tuple[Outgoing, ...] | None = None
+    holder: str | None = None
+
+    @property
+    def ours(self) -> bool:
+        return self.result is None and self.retry is None and self.holder is None
+
+
+class LeaseStore(Protocol):
+    """The SDK's view of Redis; every method may raise (RedisError, OSError) when Redis is unreachable."""
+
+    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int) -> Claim: ...
+
+    async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool: ...
+
+    async def release(self, message_id: str, generation: int) -> None: ...
+
+    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None: ...
+
+    async def store_retry(self, message_id: str, generation: int, attempt: int,
+                          records: tuple[Outgoing, ...]) -> None: ...
 
 
 class Leases:
-    """`<ns>:lease:<id>:<gen>` (SET NX PX, owner = instance id) and `<ns>:result:<id>:<gen>` (a receipt)."""
+    """`<ns>:lease:<id>:<gen>` (owner = instance id), `<ns>:result:<id>:<gen>`, `<ns>:retry:<id>:<gen>:<attempt>`.
+
+    Every call is a Lua script, and the calls made in one turn of the event loop go to Redis as one pipeline:
+    under load a batch of messages costs one round trip per step, not one per message and step."""
 
     def __init__(self, redis: Redis, *, namespace: str, owner: str, result_ttl_s: int) -> None:
         self._redis = redis
         self._ns = namespace
         self._owner = owner
         self._result_ttl_s = result_ttl_s
+        self._claim = redis.register_script(_CLAIM)
+        self._renew = redis.register_script(_RENEW)
+        self._release = redis.register_script(_RELEASE)
+        self._finish = redis.register_script(_FINISH)
+        self._set = redis.register_script(_SET)
+        self._queue: list[tuple[AsyncScript, list[str], list[str | bytes], asyncio.Future[Any]]] = []
 
     def lease_key(self, message_id: str, generation: int) -> str:
         return f"{self._ns}:lease:{message_id}:{generation}"
@@ -25,31 +92,85 @@ class Leases:
     def result_key(self, message_id: str, generation: int) -> str:
         return f"{self._ns}:result:{message_id}:{generation}"
 
-    async def cached(self, message_id: str, generation: int) -> bytes | None:
-        """The encoded terminal receipt of an earlier run, if one finished."""
-        return cast(bytes | None, await self._redis.get(self.result_key(message_id, generation)))
+    def retry_key(self, message_id: str, generation: int, attempt: int) -> str:
+        return f"{self._ns}:retry:{message_id}:{generation}:{attempt}"
 
-    async def claim(self, message_id: str, generation: int, ttl_ms: int) -> str | None:
-        """Take the lease; returns None on success, else the current holder's instance id."""
-        key = self.lease_key(message_id, generation)
-        if await self._redis.set(key, self._owner, nx=True, px=ttl_ms):
-            return None
-        holder = await self._redis.get(key)
-        if holder is None:  # it lapsed between the two calls; try once more
-            return None if await self._redis.set(key, self._owner, nx=True, px=ttl_ms) else "?"
-        return cast(bytes, holder).decode(errors="replace")
+    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int) -> Claim:
+        """Check both caches and take the lease, atomically and in one round trip."""
+        keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation),
+                self.retry_key(message_id, generation, attempt)]
+        kind, value = await self._call(self._claim, keys, [self._owner, str(ttl_ms)])
+        if kind == b"result":
+            return Claim(result=value)
+        if kind == b"retry":
+            return Claim(retry=decode_records(value))
+        if kind == b"held":
+            return Claim(holder=value.decode(errors="replace"))
+        return Claim()
 
     async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool:
-        """Extend our lease; False when it is no longer ours (it lapsed and someone else took it)."""
-        result: Any = await self._redis.eval(  # type: ignore[misc]
-            _RENEW, 1, self.lease_key(message_id, generation), self._owner, str(ttl_ms))
-        return bool(result)
+        """Extend our lease (re-taking it if it vanished); False when someone else holds it now."""
+        return bool(await self._call(self._renew, [self.lease_key(message_id, generation)], [self._owner, str(ttl_ms)]))
 
     async def release(self, message_id: str, generation: int) -> None:
         """Drop our lease (only ours), so a retry or another instance may claim it at once."""
-        await self._redis.eval(  # type: ignore[misc]
-            _RELEASE, 1, self.lease_key(message_id, generation), self._owner)
+        await self._call(self._release, [self.lease_key(message_id, generation)], [self._owner])
 
-    async def store(self, message_id: str, generation: int, receipt: bytes) -> None:
-        """Cache a terminal receipt for `result_ttl_s`; written before the receipt is published."""
-        await self._redis.set(self.result_key(message_id, generation), receipt, ex=self._result_ttl_s)
+    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None:
+        """Cache a terminal receipt for `result_ttl_s` and drop our lease; done before the receipt is published."""
+        keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
+        await self._call(self._finish, keys, [self._owner, receipt, str(self._result_ttl_s)])
+
+    async def store_retry(self, message_id: str, generation: int, attempt: int,
+                          records: tuple[Outgoing, ...]) -> None:
+        """Cache what a failed attempt produced (retry or dead letter, and its receipt); written before them."""
+        await self._call(self._set, [self.retry_key(message_id, generation, attempt)],
+                         [encode_records(records), str(self._result_ttl_s)])
+
+    def _call(self, script: AsyncScript, keys: list[str], args: list[str | bytes]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            loop.call_soon(lambda: loop.create_task(self._flush()))
+        self._queue.append((script, keys, args, future))
+        return future
+
+    async def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for script, keys, args, _ in batch:
+                    await script(keys=keys, args=args, client=pipe)
+                results = await pipe.execute(raise_on_error=False)
+        except Exception as exc:  # noqa: BLE001 - Redis unreachable: every caller of the batch gets the error
+            results = [exc] * len(batch)
+        for (*_, future), result in zip(batch, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+
+def encode_records(records: tuple[Outgoing, ...]) -> bytes:
+    """Records as JSON (bytes in base64), for the retry cache."""
+    def b64(data: str | bytes | None) -> str | None:
+        if isinstance(data, str):
+            data = data.encode()
+        return None if data is None else base64.b64encode(data).decode()
+
+    return json.dumps([{"topic": r.topic, "key": r.key, "value": b64(r.value),
+                        "headers": [[k, b64(v)] for k, v in r.headers]} for r in records]).encode()
+
+
+def decode_records(data: bytes) -> tuple[Outgoing, ...]:
+    """The inverse of `encode_records`."""
+    def raw(text: str | None) -> bytes | None:
+        return None if text is None else base64.b64decode(text)
+
+    out = []
+    for item in json.loads(data):
+        headers: Headers = [(k, raw(v) or b"") for k, v in item["headers"]]
+        out.append(Outgoing(topic=item["topic"], key=item["key"], value=raw(item["value"]), headers=headers))
+    return tuple(out)

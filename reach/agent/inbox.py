@@ -13,6 +13,7 @@ from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 
 UNDECODABLE = dlq.UNDECODABLE
 UNKNOWN_SCHEMA = dlq.UNKNOWN_SCHEMA
+AGENT_ERROR = "AGENT_ERROR"  # the SDK itself failed on a record (a bug): isolated rather than fatal
 
 
 Headers = list[tuple[str, bytes]]
@@ -54,9 +55,19 @@ def read(value: bytes | None, headers: Headers) -> Envelope | BadRecord:
     except codec.DecodeError as exc:
         found = {k: v.decode(errors="replace") for k, v in headers}
         reason = UNKNOWN_SCHEMA if isinstance(exc, codec.UnknownSchema) else UNDECODABLE
-        traceparent = found.get(h.TRACEPARENT, "").split("-")
-        trace_id = traceparent[1] if len(traceparent) == 4 else ""
-        return BadRecord(exc.raw, reason, str(exc), found.get(h.MESSAGE_ID) or None, trace_id)
+        return BadRecord(exc.raw, reason, str(exc), found.get(h.MESSAGE_ID) or None, _trace_id(found))
+
+
+def _trace_id(headers: dict[str, str]) -> str:
+    traceparent = headers.get(h.TRACEPARENT, "").split("-")
+    return traceparent[1] if len(traceparent) == 4 else ""
+
+
+def failed(value: bytes, headers: Headers, error: BaseException) -> BadRecord:
+    """A record the SDK failed on while processing it, as a BadRecord to dead-letter."""
+    found = {k: v.decode(errors="replace") for k, v in headers}
+    return BadRecord(value, AGENT_ERROR, f"the agent SDK failed on this record: {type(error).__name__}: {error}",
+                     found.get(h.MESSAGE_ID) or None, _trace_id(found))
 
 
 def dead_letter(bad: BadRecord, origin: Origin, agent_id: str) -> tuple[bytes, h.Headers]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from reach.agent.middleware import Finished, Middleware
@@ -21,14 +23,24 @@ class AgentMetrics(Middleware):
                                  ["agent_id", "capability"], buckets=_BUCKETS, registry=self.registry)
         self.inflight = Gauge("agentreach_agent_inflight", "Handlers running now", ["agent_id"],
                               registry=self.registry)
+        # labelled children looked up once, not per message (a label lookup costs more than the increment)
+        self._inflight = self.inflight.labels(agent_id)
+        self._handled: dict[tuple[str, str], Any] = {}
+        self._handler: dict[str, Any] = {}
         if port is not None:
             start_http_server(port, addr="127.0.0.1", registry=self.registry)
 
     async def after_outcome(self, finished: Finished) -> None:
-        capability = finished.envelope.capability
-        self.handled.labels(self._agent_id, capability, finished.verdict.outcome.value).inc()
+        capability, outcome = finished.envelope.capability, finished.verdict.outcome.value
+        counter = self._handled.get((capability, outcome))
+        if counter is None:
+            counter = self._handled[capability, outcome] = self.handled.labels(self._agent_id, capability, outcome)
+        counter.inc()
         if finished.run_ms is not None:
-            self.handler.labels(self._agent_id, capability).observe(finished.run_ms / 1000)
+            timer = self._handler.get(capability)
+            if timer is None:
+                timer = self._handler[capability] = self.handler.labels(self._agent_id, capability)
+            timer.observe(finished.run_ms / 1000)
 
     def set_inflight(self, count: int) -> None:
-        self.inflight.labels(self._agent_id).set(count)
+        self._inflight.set(count)

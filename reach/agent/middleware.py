@@ -10,7 +10,7 @@ from reach.records import Envelope
 
 @dataclass(frozen=True)
 class Finished:
-    """What a middleware sees once a message's outcome receipt is acknowledged."""
+    """What a middleware sees once a message's outcome receipt is published (acknowledged, unless terminal)."""
 
     envelope: Envelope
     verdict: Verdict
@@ -23,4 +23,5 @@ class Middleware:
     """Override the hooks you need; each runs in list order, before the message's lease is released."""
 
     async def after_outcome(self, finished: Finished) -> None:
-        """Called for every processed message, after its outcome receipt was acknowledged."""
+        """Called for every processed message after its outcome receipt was published; a non-terminal one
+        (ATTEMPT_FAILED) is acknowledged first, so what a middleware publishes follows it."""

@@ -7,14 +7,15 @@ from collections.abc import Iterable
 
 
 class _Partition:
-    __slots__ = ("pending", "taken", "done", "commit", "committed")
+    __slots__ = ("pending", "taken", "done", "commit", "sent", "committed")
 
     def __init__(self) -> None:
         self.pending: deque[int] = deque()
         self.taken: set[int] = set()
         self.done: set[int] = set()
-        self.commit: int | None = None      # next offset to read, as committed to Kafka
-        self.committed: int | None = None   # the last value handed out by take_commits()
+        self.commit: int | None = None      # next offset to read, once everything before it is acknowledged
+        self.sent: int | None = None        # a commit handed out by take_commits() and not yet answered
+        self.committed: int | None = None   # the last commit the broker confirmed
 
 
 class OffsetTracker:
@@ -44,13 +45,30 @@ class OffsetTracker:
             part.commit = first + 1
 
     def take_commits(self) -> dict[int, int]:
-        """Commit points that advanced since the last call: {partition: next offset to read}."""
+        """Commit points to send now: {partition: next offset to read}.
+
+        A point is handed out again until the broker confirms it (`committed`), so a failed commit on a
+        partition that then goes idle is retried instead of forgotten."""
         out: dict[int, int] = {}
         for partition, part in self._parts.items():
-            if part.commit is not None and part.commit != part.committed:
+            if part.commit is not None and part.commit not in (part.committed, part.sent):
                 out[partition] = part.commit
-                part.committed = part.commit
+                part.sent = part.commit
         return out
+
+    def committed(self, partition: int, offset: int) -> None:
+        """The broker confirmed a commit of `offset` (the next offset to read) on `partition`."""
+        part = self._parts.get(partition)
+        if part is not None and (part.committed is None or offset > part.committed):
+            part.committed = offset
+            if part.sent is not None and part.sent <= offset:
+                part.sent = None
+
+    def commit_failed(self, partition: int, offset: int) -> None:
+        """A commit of `offset` failed: hand it out again on the next `take_commits`."""
+        part = self._parts.get(partition)
+        if part is not None and part.sent == offset:
+            part.sent = None
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop revoked or lost partitions (their uncommitted offsets are redelivered elsewhere)."""

@@ -8,43 +8,80 @@ import functools
 import inspect
 import json
 import logging
+import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from confluent_kafka import Message
 from opentelemetry.trace import SpanKind
+from redis.exceptions import RedisError
 
 from reach import codec, tracing
 from reach import headers as h
 from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
-from reach.agent.idempotency import Leases
+from reach.agent.idempotency import Claim, LeaseStore
 from reach.agent.middleware import Finished, Middleware
+from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
-from reach.agent.publisher import Publisher
+from reach.agent.publisher import Sender
+from reach.agent.retrying import publish_in_order
+from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import now_ms
 from reach.receipts import receipt_for
-from reach.records import Envelope, Receipt, Status
+from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 
 log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25
+# librdkafka refuses records over message.max.bytes (default 1,000,000); leave room for key, headers, framing.
+MAX_RECEIPT_BYTES = 1_000_000 - 64 * 1024
+REDIS_ERRORS = (RedisError, OSError, TimeoutError)
+T = TypeVar("T")
+Completed = Callable[[str, int], Awaitable[AlreadyCompleted | None]]
+
+
+async def _unknown(_message_id: str, _generation: int) -> AlreadyCompleted | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Processed:
+    """How a message ended, and the acks of its last records: its offset may be committed once all succeeded."""
+
+    outcome: Outcome
+    acks: tuple[Future[Message], ...] = ()
 
 
 class Pipeline:
-    """Runs on the SDK's event loop; `process` returns once every receipt it published is acknowledged."""
+    """Runs on the SDK's event loop; `process` returns the acks it did not wait for (the caller checks them).
 
-    def __init__(self, agent: Agent, *, publisher: Publisher, leases: Leases, receipts_topic: str,
-                 executor: Executor, middleware: list[Middleware]) -> None:
+    Redis is a cache of leases and results: when it fails, the pipeline backs off from it, asks `completed`
+    (the status table) whether the message already COMPLETED, and otherwise runs the handler (at least once)."""
+
+    def __init__(self, agent: Agent, *, publisher: Sender, leases: LeaseStore, receipts_topic: str,
+                 executor: Executor, middleware: list[Middleware], completed: Completed = _unknown,
+                 redis_outage: Outage | None = None) -> None:
         self._agent = agent
         self._middleware = middleware
         self._publisher = publisher
         self._leases = leases
         self._topic = receipts_topic
         self._executor = executor
+        self._completed = completed
+        self._outage = redis_outage or Outage()
+        self._lock = threading.Lock()
+        self._lingering = 0
+
+    @property
+    def lingering(self) -> int:
+        """Sync handlers past their timeout whose threads still run (they hold a pool thread and their lease)."""
+        return self._lingering
 
     async def process(self, envelope: Envelope, headers: list[tuple[str, bytes]], *, raw: bytes | None = None,
-                      origin: tuple[str, int, int] | None = None) -> Outcome:
+                      origin: tuple[str, int, int] | None = None) -> Processed:
         """Handle one envelope at least once, and in effect once per (message_id, generation)."""
         ctx = tracing.extract(headers, envelope)
         with tracing.tracer().start_as_current_span(
@@ -63,87 +100,162 @@ class Pipeline:
             return await self._claimed(envelope, spec, payload, raw, origin)
 
     async def _claimed(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
-                       origin: tuple[str, int, int] | None) -> Outcome:
+                       origin: tuple[str, int, int] | None) -> Processed:
         mid, gen = envelope.message_id, envelope.generation
         timeout_ms = envelope.execution_timeout_ms if envelope.execution_timeout_ms > 0 \
             else self._agent.execution_timeout_ms
         lease_ms = timeout_ms + self._agent.lease_margin_ms
         while True:
-            cached = await self._leases.cached(mid, gen)
-            if cached is not None:
-                return await self._republish(cached)
-            holder = await self._leases.claim(mid, gen, lease_ms)
-            if holder is None:
+            claim = await self._redis(lambda: self._leases.claim(mid, gen, envelope.attempt, lease_ms))
+            if claim is None:  # Redis is unreachable: the status table is the durable check
+                done = await self._completed(mid, gen)
+                if done is not None:
+                    log.info("%s already COMPLETED (status table); not running it again", mid)
+                    again = receipt_for(envelope, Status.COMPLETED, agent_id=self._agent.agent_id,
+                                        instance_id=self._agent.instance_id, step_status=StepStatus.OK,
+                                        result=done.result, timings={"status_hit": 1})
+                    return Processed(Outcome.COMPLETE, (self._send(again),))
                 break
+            if claim.ours:
+                break
+            if claim.result is not None or claim.retry is not None:
+                return await self._republish(claim)
             # Another run holds the lease: never run concurrently; wait until it finishes or its lease lapses.
             await asyncio.sleep(LEASE_POLL_S)
         acks = [self._send(receipt_for(envelope, Status.STARTED, agent_id=self._agent.agent_id,
                                        instance_id=self._agent.instance_id))]
-        renewer = asyncio.create_task(self._renew(mid, gen, lease_ms))
+        renewer = Renewal(lambda: self._renew(mid, gen, lease_ms), every_s=lease_ms / 3000)
         started = now_ms()
+        thread: Future[Any] | None = None
         try:
-            verdict = await self._run(spec, payload, envelope, timeout_ms / 1000)
+            verdict, thread = await self._run(spec, payload, envelope, timeout_ms / 1000)
         finally:
-            renewer.cancel()
-        return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=True, raw=raw,
-                                  origin=origin)
+            if thread is None:
+                renewer.cancel()
+        if thread is not None:
+            # The thread outlives its timeout: it keeps its pool thread and its lease until it exits, so the
+            # retry elsewhere waits for the lease instead of running beside it.
+            with self._lock:
+                self._lingering += 1
+            asyncio.get_running_loop().create_task(self._outlive(thread, renewer, mid, gen))
+        return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
+                                  raw=raw, origin=origin)
 
-    async def _run(self, spec: CapabilitySpec, payload: Any, envelope: Envelope, timeout_s: float) -> Verdict:
+    async def _run(self, spec: CapabilitySpec, payload: Any, envelope: Envelope,
+                   timeout_s: float) -> tuple[Verdict, Future[Any] | None]:
+        """The handler's verdict, and its thread when a sync handler is still running past its timeout."""
         context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id)
         args = (payload, context) if spec.wants_context else (payload,)
+        thread: Future[Any] | None = None
         try:
             if spec.is_async:
-                result = await asyncio.wait_for(spec.handler(*args), timeout_s)
+                async with asyncio.timeout(timeout_s):  # cheaper than wait_for: no extra task per message
+                    result = await spec.handler(*args)
             else:
                 call = functools.partial(contextvars.copy_context().run, spec.handler, *args)
-                loop = asyncio.get_running_loop()
-                result = await asyncio.wait_for(loop.run_in_executor(self._executor, call), timeout_s)
+                thread = self._executor.submit(call)
+                result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(thread)), timeout_s)
                 if inspect.isawaitable(result):
                     result = await asyncio.wait_for(result, timeout_s)
-        except Exception as exc:  # every handler failure becomes an outcome; cancellation passes through
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this run is being cancelled (shutdown): not the handler's outcome
+            # The handler itself raised CancelledError: uncertain, hence retryable (never a silent success).
+            return Verdict(Outcome.RETRY, error=ErrorInfo(kind="TRANSIENT", code="CANCELLED",
+                                                          message="the handler raised asyncio.CancelledError")), None
+        except Exception as exc:  # every handler failure becomes an outcome
             verdict = outcomes.from_exception(exc)
             if verdict.outcome is Outcome.RETRY and verdict.error and verdict.error.code == "UNHANDLED_EXCEPTION":
                 log.exception("handler of %s raised for %s", envelope.capability, envelope.message_id)
-            return verdict
+            return verdict, (thread if thread is not None and not thread.done() else None)
         verdict = outcomes.from_result(result)
         if verdict.outcome is Outcome.COMPLETE:
-            return _checked_output(spec, verdict.value)
-        return verdict
+            return _checked_output(spec, verdict.value), None
+        return verdict, None
+
+    async def _outlive(self, thread: Future[Any], renewer: Renewal, message_id: str,
+                       generation: int) -> None:
+        try:
+            await asyncio.wrap_future(thread)
+        except BaseException:  # noqa: BLE001 - its outcome was already reported as a timeout
+            pass
+        finally:
+            renewer.cancel()
+            with self._lock:
+                self._lingering -= 1
+            await self._redis(lambda: self._leases.release(message_id, generation))
 
     async def _finish(self, envelope: Envelope, verdict: Verdict, acks: list[Future[Message]], *,
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
-                      origin: tuple[str, int, int] | None = None) -> Outcome:
-        status, step = outcomes.receipt_status(verdict.outcome)
-        result = verdict.value if isinstance(verdict.value, bytes) else None
-        receipt = receipt_for(envelope, status, agent_id=self._agent.agent_id,
-                              instance_id=self._agent.instance_id, error=verdict.error, step_status=step,
-                              result=result, retry_after_ms=verdict.retry_after_ms,
-                              timings={} if run_ms is None else {"run_ms": run_ms})
+                      origin: tuple[str, int, int] | None = None) -> Processed:
+        receipt = self._receipt(envelope, verdict, run_ms)
         encoded = codec.encode(receipt)
-        if release and status.is_terminal:
-            # Cached before it is published: a crash in between republishes it instead of rerunning.
-            await self._leases.store(envelope.message_id, envelope.generation, encoded)
+        if len(encoded) > MAX_RECEIPT_BYTES:
+            verdict = outcomes.failed("INVALID_OUTPUT", "RESULT_TOO_LARGE", (
+                f"the handler's result takes {len(encoded)} bytes in its receipt; at most {MAX_RECEIPT_BYTES} fit. "
+                "Store large results elsewhere (object storage) and return a reference."))
+            receipt = self._receipt(envelope, verdict, run_ms)
+            encoded = codec.encode(receipt)
+        terminal = receipt.status.is_terminal
+        if release and terminal:
+            # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
+            # of rerunning; a claim in between finds the result before it could take the lease.
+            await self._redis(lambda: self._leases.finish(envelope.message_id, envelope.generation, encoded))
         acks.append(self._send_raw(receipt.message_id, encoded))
-        await asyncio.gather(*(asyncio.wrap_future(a) for a in acks))
+        if not terminal:
+            # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
+            await asyncio.gather(*(asyncio.wrap_future(a) for a in acks))
         finished = Finished(envelope=envelope, verdict=verdict, raw=raw, origin=origin, run_ms=run_ms)
         for middleware in self._middleware:
             await middleware.after_outcome(finished)
-        if release:
-            await self._leases.release(envelope.message_id, envelope.generation)
-        return verdict.outcome
+        if release and not terminal:
+            await self._redis(lambda: self._leases.release(envelope.message_id, envelope.generation))
+        # A terminal receipt is not waited for here (no per-message ack wait): the runner commits the offset only
+        # once these acks succeeded, and a refused one isolates the record there.
+        return Processed(verdict.outcome, tuple(acks) if terminal else ())
 
-    async def _republish(self, cached: bytes) -> Outcome:
-        receipt = codec.decode(cached, Receipt)
+    def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None) -> Receipt:
+        status, step = outcomes.receipt_status(verdict.outcome)
+        result = verdict.value if isinstance(verdict.value, bytes) else None
+        return receipt_for(envelope, status, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
+                           error=verdict.error, step_status=step, result=result,
+                           retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
+
+    async def _republish(self, claim: Claim) -> Processed:
+        if claim.retry is not None:  # this attempt already failed and its retry was decided: publish it again
+            await publish_in_order(self._publisher, claim.retry)
+            return Processed(Outcome.RETRY)
+        receipt = codec.decode(claim.result or b"", Receipt)
         again = receipt.model_copy(update={"at": now_ms(), "timings": {**receipt.timings, "cache_hit": 1}})
-        await asyncio.wrap_future(self._send(again))
-        return {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(receipt.status, Outcome.FAIL)
+        outcome = {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(receipt.status,
+                                                                                             Outcome.FAIL)
+        return Processed(outcome, (self._send(again),))
 
-    async def _renew(self, message_id: str, generation: int, lease_ms: int) -> None:
-        while True:
-            await asyncio.sleep(lease_ms / 3000)
-            if not await self._leases.renew(message_id, generation, lease_ms):
-                log.warning("lease of %s lapsed while its handler ran; another run may start", message_id)
-                return
+    async def _renew(self, message_id: str, generation: int, lease_ms: int) -> bool:
+        """One renewal; False ends them (someone else holds the lease). Redis errors only skip a turn."""
+        ours = await self._redis(lambda: self._leases.renew(message_id, generation, lease_ms))
+        if ours is False:
+            log.warning("lease of %s was taken by another run while its handler ran", message_id)
+            return False
+        return True
+
+    async def _redis(self, call: Callable[[], Awaitable[T]]) -> T | None:
+        """`call()`, or None while Redis is unreachable (backing off between tries instead of stopping)."""
+        if not self._outage.available():
+            return None
+        try:
+            value = await call()
+        except REDIS_ERRORS as exc:
+            if not self._outage.down:
+                log.warning("Redis is unreachable (%s); leases and caches are off, the status table is asked "
+                            "instead, until Redis answers again", exc)
+            self._outage.failed()
+            return None
+        if self._outage.down:
+            log.warning("Redis answers again; leases and caches are back")
+        self._outage.recovered()
+        return value
 
     def _send(self, receipt: Receipt) -> Future[Message]:
         return self._send_raw(receipt.message_id, codec.encode(receipt))
@@ -152,15 +264,51 @@ class Pipeline:
         return self._publisher.send(self._topic, message_id, value, headers=[(h.MESSAGE_ID, message_id.encode())])
 
 
+class Renewal:
+    """Calls `renew` every `every_s` on the running loop until it returns False or `cancel()`.
+
+    A timer rather than a task per message: most handlers finish before the first renewal is due."""
+
+    def __init__(self, renew: Callable[[], Awaitable[bool]], *, every_s: float) -> None:
+        self._renew = renew
+        self._every_s = every_s
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(every_s, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self._task = self._loop.create_task(self._once())
+
+    async def _once(self) -> None:
+        if await self._renew():
+            self._timer = self._loop.call_later(self._every_s, self._due)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
+
+
 def _payload(envelope: Envelope, spec: CapabilitySpec) -> tuple[Any, Verdict | None]:
-    """The handler's argument (JSON decoded when the content type says so), or a REJECTED verdict."""
+    """The handler's argument (JSON decoded when the content type says so), or a REJECTED verdict.
+
+    Any failure here is the payload's fault (bad JSON, nesting deeper than the parser's recursion limit, a
+    validator tripping over it): it is REJECTED, never allowed to escape and stop the worker."""
     if not envelope.content_type.startswith("application/json"):
         return envelope.payload, None
     try:
         payload = json.loads(envelope.payload)
-    except ValueError as exc:
-        return None, outcomes.rejected("INVALID_JSON", f"payload is not valid JSON: {exc}")
-    problem = violation(spec.input_validator, payload)
+    except RecursionError:
+        return None, outcomes.rejected("INVALID_JSON", "payload is nested too deeply to decode "
+                                       f"({len(envelope.payload)} bytes); flatten it")
+    except Exception as exc:  # noqa: BLE001 - ValueError, UnicodeDecodeError, MemoryError...: all the payload's
+        return None, outcomes.rejected("INVALID_JSON", f"payload is not valid JSON: {type(exc).__name__}: {exc}"[:1000])
+    try:
+        problem = violation(spec.input_validator, payload)
+    except Exception as exc:  # noqa: BLE001 - e.g. RecursionError inside the validator on deep input
+        problem = f"could not be validated ({type(exc).__name__}: {exc})"[:1000]
     if problem is not None:
         return None, outcomes.rejected("INPUT_SCHEMA", f"payload violates the input schema of "
                                        f"{spec.record.name}@{spec.record.version} {problem}")
@@ -171,11 +319,14 @@ def _checked_output(spec: CapabilitySpec, value: Any) -> Verdict:
     """COMPLETE with the result as bytes (JSON unless already bytes), or FAIL when it breaks the contract."""
     if isinstance(value, bytes):
         return Verdict(Outcome.COMPLETE, value=value)
-    problem = violation(spec.output_validator, value)
+    try:
+        problem = violation(spec.output_validator, value)
+    except Exception as exc:  # noqa: BLE001 - a result the validator cannot walk breaks the contract too
+        problem = f"could not be validated ({type(exc).__name__}: {exc})"[:1000]
     if problem is not None:
         return outcomes.failed("INVALID_OUTPUT", "OUTPUT_SCHEMA", f"the handler's result violates the output "
                                f"schema of {spec.record.name}@{spec.record.version} {problem}")
     try:
         return Verdict(Outcome.COMPLETE, value=json.dumps(value, separators=(",", ":")).encode())
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         return outcomes.failed("INVALID_OUTPUT", "NOT_JSON", f"the handler's result is not JSON: {exc}")

@@ -1,15 +1,59 @@
-"""A producer whose sends return futures resolved by the broker's acknowledgement."""
+"""A producer whose sends return futures resolved by the broker's acknowledgement (never raising)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from reach.agent.exceptions import DeliveryFailed
+from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.headers import Headers
+
+# Errors about one record (its size, its bytes): that record fails; anything else is the broker's (infrastructure).
+_RECORD_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG,
+                  KafkaError.INVALID_MSG_SIZE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError._INVALID_ARG,
+                  KafkaError._BAD_MSG}
+
+
+class Sender(Protocol):
+    """The SDK's one way to produce: a future per record, failing with DeliveryFailed or RecordRefused."""
+
+    def send(self, topic: str, key: str, value: bytes | None, *, headers: Headers | None = None,
+             partition: int | None = None) -> Future[Message]: ...
+
+
+def refusal(topic: str, err: KafkaError) -> DeliveryFailed:
+    """The error a failed send resolves with: RecordRefused for a bad record, DeliveryFailed otherwise."""
+    cls = RecordRefused if err.code() in _RECORD_ERRORS else DeliveryFailed
+    return cls(f"{topic}: the broker did not acknowledge a record: {err}")
+
+
+def when_acked(acks: list[Future[Message]], then: Callable[[BaseException | None], None]) -> None:
+    """Call `then` once, after every ack is in, with the first failure (None when all succeeded).
+
+    Never on the last ack alone: a failure that came earlier must stop the commit (the offset stays)."""
+    if not acks:
+        then(None)
+        return
+    pending = [len(acks)]
+    failed: list[BaseException] = []
+    lock = threading.Lock()
+
+    def acked(future: Future[Message]) -> None:
+        error = future.exception()
+        with lock:
+            pending[0] -= 1
+            if error is not None:
+                failed.append(error)
+            last, first = pending[0] == 0, (failed[0] if failed else None)
+        if last:
+            then(first)
+
+    for ack in acks:
+        ack.add_done_callback(acked)
 
 
 class Publisher:
@@ -28,7 +72,7 @@ class Publisher:
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
-                future.set_exception(DeliveryFailed(f"{topic}: the broker did not acknowledge a record: {err}"))
+                future.set_exception(refusal(topic, err))
             else:
                 future.set_result(msg)
 
@@ -42,6 +86,9 @@ class Publisher:
                 return future
             except BufferError:  # local queue full: let the acks thread drain it
                 self._producer.poll(0.05)
+            except KafkaException as exc:  # refused before queueing (e.g. over message.max.bytes)
+                future.set_exception(refusal(topic, exc.args[0]))
+                return future
 
     def flush(self, timeout: float = 30.0) -> int:
         """Wait for every outstanding record; returns how many are still unacknowledged."""

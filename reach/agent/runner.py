@@ -8,27 +8,28 @@ import queue
 import signal
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from reach import clients, codec, topics
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
-from reach.agent.exceptions import DeliveryFailed
+from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
 from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
-from reach.agent.pipeline import Pipeline
+from reach.agent.pipeline import REDIS_ERRORS, Pipeline
 from reach.agent.policy import PolicyCache
-from reach.agent.publisher import Publisher
+from reach.agent.publisher import Publisher, when_acked
 from reach.agent.retrying import RetryStep
+from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
 from reach.errors import InfraUnavailable
 from reach.names import Names
 from reach.records import AgentState, Envelope
@@ -36,7 +37,18 @@ from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 log = logging.getLogger("reach.agent")
 POLL_S = 0.1
-Done = tuple[int, int, BaseException | None]
+REDIS_TIMEOUT_S = 2.0  # a hung Redis must not hang handlers: it degrades to the status table instead
+
+
+@dataclass(frozen=True)
+class Done:
+    """A message's work finished (error None: everything it caused is acknowledged), or a handler slot freed."""
+
+    partition: int
+    offset: int
+    error: BaseException | None = None
+    slot: bool = False  # True: a running handler ended (its offset's outcome comes in its own Done)
+    msg: Message | None = None  # the inbox record, for dead-lettering it when the SDK itself failed on it
 
 
 class Runner:
@@ -56,6 +68,7 @@ class Runner:
         self._backlog: deque[tuple[Message, Envelope]] = deque()
         self._owned: set[int] = set()
         self._inflight = 0
+        self._running: Counter[int] = Counter()  # running handlers per partition (what a revoke waits for)
         self._paused = False
         self._ready = False
         self._closing = False
@@ -80,19 +93,24 @@ class Runner:
         self.publisher = Publisher(clients.producer(self._kafka))
         self._pool = ThreadPoolExecutor(self.agent.max_concurrency, thread_name_prefix="reach-handler")
         # a lease, its renewals and the result cache per running handler: size the pool from max_concurrency
-        redis = Redis.from_url(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16)
+        redis = Redis.from_url(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16,
+                               socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
         leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
                         result_ttl_s=self.agent.result_ttl_s)
         self._policies = PolicyCache(names=self.names, kafka=self._kafka)
         self._policies.start()
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
-                            publisher=self.publisher, names=self.names, tiers=self._tiers,
+                            publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,
                             policy=self._policies.get)
+        status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}")
+
+        async def completed(message_id: str, generation: int) -> AlreadyCompleted | None:
+            return await asyncio.get_running_loop().run_in_executor(None, status.completed, message_id, generation)
         self.metrics = AgentMetrics(agent_id=self.agent.agent_id, port=self.agent.metrics_port)
         # Order matters: the retry (or dead letter) is published before metrics count the outcome.
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
                                   receipts_topic=self.names.receipts, executor=self._pool,
-                                  middleware=[retries, self.metrics, *self.agent.middleware])
+                                  middleware=[retries, self.metrics, *self.agent.middleware], completed=completed)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         try:
@@ -108,9 +126,9 @@ class Runner:
             self._loop.call_soon_threadsafe(self._loop.stop)
             loop_thread.join(timeout=5)
             self._pool.shutdown(wait=False, cancel_futures=True)
-        if isinstance(self._fatal, (DeliveryFailed, RedisError)):
+        if isinstance(self._fatal, DeliveryFailed):
             raise InfraUnavailable(f"{self.agent.instance_id} stopped: {self._fatal}. Uncommitted messages "
-                                   "will be redelivered; check the broker and Redis, then restart.") from self._fatal
+                                   "will be redelivered; check the broker, then restart.") from self._fatal
         if self._fatal is not None:
             raise self._fatal
 
@@ -126,13 +144,13 @@ class Runner:
     async def _ping(self, redis: Redis) -> None:
         try:
             await redis.ping()
-        except Exception as exc:  # redis raises ConnectionError/TimeoutError/OSError variants
-            raise InfraUnavailable(f"Redis does not answer ({exc}). Check REACH_REDIS_URL or run "
-                                   "`reach local up`.") from None
+        except REDIS_ERRORS as exc:  # Redis is a cache: start degraded rather than not at all
+            log.warning("Redis does not answer (%s); starting without leases and caches (the status table "
+                        "is asked before each run). Check REACH_REDIS_URL or run `reach local up`.", exc)
 
     def _subscribe(self) -> Consumer:
         conf = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10_000,
-                "client.id": self.agent.instance_id, **self.agent.consumer_config}
+                "client.id": self.agent.instance_id, "on_commit": self._on_commit, **self.agent.consumer_config}
         consumer = clients.consumer(self.names.agent_group(self.agent.agent_id), self._kafka, **conf)
         consumer.subscribe([self.inbox], on_assign=self._on_assign, on_revoke=self._on_revoke,
                            on_lost=self._on_lost)
@@ -142,7 +160,7 @@ class Runner:
 
     def _consume(self) -> None:
         while not self._stop.is_set():
-            room = self.agent.max_concurrency - self._inflight - len(self._backlog)
+            room = self.agent.max_concurrency - self._busy() - len(self._backlog)
             for msg in clients.take(self._consumer, max(1, room), POLL_S):
                 self._take(msg)
             self._settle()
@@ -151,7 +169,7 @@ class Runner:
         """Completions -> commits, backlog -> handlers, pause/resume, heartbeat."""
         self._drain_done()
         self._commit(asynchronous=True)
-        while self._backlog and self._inflight < self.agent.max_concurrency and not self._closing:
+        while self._backlog and self._busy() < self.agent.max_concurrency and not self._closing:
             self._dispatch(*self._backlog.popleft())
         self._flow()
         if self.heartbeat.due():
@@ -171,19 +189,30 @@ class Runner:
         else:
             self._backlog.append((msg, read))
 
+    def _busy(self) -> int:
+        """Handler slots in use: running handlers plus sync handlers' threads still running past their timeout."""
+        return self._inflight + self._pipeline.lingering
+
     def _dispatch(self, msg: Message, envelope: Envelope) -> None:
         partition, offset = msg.partition() or 0, msg.offset() or 0
         self._inflight += 1
-        self.metrics.set_inflight(self._inflight)
+        self._running[partition] += 1
+        self.metrics.set_inflight(self._busy())
         work = self._pipeline.process(envelope, inbox.headers_of(msg), raw=msg.value(),
                                       origin=(self.inbox, partition, offset))
         future = asyncio.run_coroutine_threadsafe(work, self._loop)
-        future.add_done_callback(lambda f: self._finished(partition, offset, f))
+        future.add_done_callback(lambda f: self._finished(msg, f))
 
-    def _finished(self, partition: int, offset: int, future: Future[Any]) -> None:
-        error = None if future.cancelled() else future.exception()
-        self._done.put((partition, offset, error))
-        self._done.put((-1, -1, None))  # marks one handler slot free (see _settle)
+    def _finished(self, msg: Message, future: Future[Any]) -> None:
+        partition, offset = msg.partition() or 0, msg.offset() or 0
+        if future.cancelled():  # only at shutdown: the offset stays uncommitted and is redelivered
+            log.warning("the run of %s:%d@%d was cancelled; it will be redelivered", self.inbox, partition, offset)
+        elif future.exception() is not None:
+            self._done.put(Done(partition, offset, future.exception(), msg=msg))
+        else:  # done once the receipts the pipeline did not wait for are acknowledged
+            acks = list(future.result().acks)
+            when_acked(acks, lambda error: self._done.put(Done(partition, offset, error, msg=msg)))
+        self._done.put(Done(partition, offset, slot=True))
 
     def _dead_letter(self, bad: inbox.BadRecord, origin: inbox.Origin) -> None:
         value, headers = inbox.dead_letter(bad, origin, self.agent.agent_id)
@@ -193,25 +222,12 @@ class Runner:
         if receipt is not None:
             acks.append(self.publisher.send(self.names.receipts, receipt.message_id, codec.encode(receipt)))
         log.warning("dead-lettered %s:%d@%d: %s", origin.topic, origin.partition, origin.offset, bad.reason)
-        pending = [len(acks)]
-        lock = threading.Lock()
-
-        def acked(f: Future[Any]) -> None:
-            with lock:
-                pending[0] -= 1
-                last = pending[0] == 0
-            if f.exception() is not None:
-                self._done.put((origin.partition, origin.offset, f.exception()))
-            elif last:
-                self._done.put((origin.partition, origin.offset, None))
-
-        for ack in acks:
-            ack.add_done_callback(acked)
+        when_acked(acks, lambda error: self._done.put(Done(origin.partition, origin.offset, error)))
 
     # -- flow control, commits, heartbeats ----------------------------------------------------------------
 
     def _flow(self) -> None:
-        full = self._inflight >= self.agent.max_concurrency or self._closing
+        full = self._busy() >= self.agent.max_concurrency or self._closing
         if full and not self._paused and self._owned:
             self._consumer.pause(self._partitions(self._owned))
             self._paused = True
@@ -224,15 +240,29 @@ class Runner:
         if commits:
             offsets = [TopicPartition(self.inbox, p, o) for p, o in commits.items()]
             try:
-                if asynchronous:
+                if asynchronous:  # its result arrives in _on_commit
                     self._consumer.commit(offsets=offsets, asynchronous=True)
                 else:
-                    self._consumer.commit(offsets=offsets, asynchronous=False)
-            except Exception as exc:  # noqa: BLE001 - a failed commit only means a redelivery later
-                log.warning("commit failed (the messages will be redelivered and deduplicated): %s", exc)
+                    self._on_commit(None, self._consumer.commit(offsets=offsets, asynchronous=False) or [])
+            except Exception as exc:  # noqa: BLE001 - a failed commit is retried; at worst a redelivery later
+                log.warning("commit failed (it is retried; meanwhile a redelivery is deduplicated): %s", exc)
+                for p, o in commits.items():
+                    self._tracker.commit_failed(p, o)
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The broker's answer to a commit (served inside poll on the main thread)."""
+        for tp in partitions:
+            if tp.topic != self.inbox:
+                continue
+            if err is None and tp.error is None:
+                self._tracker.committed(tp.partition, tp.offset)
+            else:
+                log.warning("commit of %s:%d@%d failed (%s); retrying", tp.topic, tp.partition, tp.offset,
+                            err or tp.error)
+                self._tracker.commit_failed(tp.partition, tp.offset)
 
     def _beat(self, state: AgentState | None = None) -> Future[Message]:
-        return self.heartbeat.beat(inflight=self._inflight, partitions=sorted(self._owned), state=state)
+        return self.heartbeat.beat(inflight=self._busy(), partitions=sorted(self._owned), state=state)
 
     def _partitions(self, parts: set[int]) -> list[TopicPartition]:
         return [TopicPartition(self.inbox, p) for p in sorted(parts)]
@@ -251,8 +281,11 @@ class Runner:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         revoked = {tp.partition for tp in partitions}
+        # Backlog that never started is simply not committed (its new owner reads it again); only handlers
+        # already running are worth waiting for, so their outcome's offset can be committed before handover.
+        self._backlog = deque(item for item in self._backlog if item[0].partition() not in revoked)
         deadline = time.monotonic() + (0 if self._closing else min(self.agent.drain_grace_s, 10.0))
-        while any(self._tracker.pending(p) for p in revoked) and time.monotonic() < deadline:
+        while any(self._running[p] for p in revoked) and time.monotonic() < deadline:
             self._wait_done(0.05)
         self._drain_done()
         self._commit(asynchronous=False)
@@ -285,16 +318,26 @@ class Runner:
                 return
 
     def _apply(self, item: Done) -> None:
-        partition, offset, error = item
-        if partition == -1:
+        if item.slot:
             self._inflight -= 1
-            self.metrics.set_inflight(self._inflight)
-        elif error is not None:
-            log.error("stopping, the message stays uncommitted: %s", error)
-            self._fatal = self._fatal or error
+            self._running[item.partition] -= 1
+            self.metrics.set_inflight(self._busy())
+        elif isinstance(item.error, DeliveryFailed) and not isinstance(item.error, RecordRefused):
+            log.error("stopping, the message stays uncommitted: %s", item.error)
+            self._fatal = self._fatal or item.error
+            self._stop.set()
+        elif item.error is not None and item.msg is not None:
+            # Not the broker's fault: the SDK failed on this one record. Isolate it (dead letter + REJECTED).
+            log.error("failed on %s:%d@%d, dead-lettering it: %r", self.inbox, item.partition, item.offset,
+                      item.error, exc_info=item.error)
+            self._dead_letter(inbox.failed(item.msg.value() or b"", inbox.headers_of(item.msg), item.error),
+                              inbox.Origin(self.inbox, item.partition, item.offset))
+        elif item.error is not None:
+            log.error("stopping, the message stays uncommitted: %s", item.error)
+            self._fatal = self._fatal or item.error
             self._stop.set()
         else:
-            self._tracker.done(partition, offset)
+            self._tracker.done(item.partition, item.offset)
 
     # -- shutdown -------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ err_console = Console(stderr=True)
 
 
 class Exit(IntEnum):
-    """DESIGN.md's exit codes."""
+    """The CLI's exit codes, as README.md lists them."""
 
     OK = 0
     NOT_COMPLETED = 1

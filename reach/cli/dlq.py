@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import typer
 from rich.table import Table
@@ -14,6 +15,7 @@ from reach import clients, codec, dlq, topicreader
 from reach.cli.common import console, err_console
 from reach.cli.timeparse import parse_time
 from reach.client import Client
+from reach.envelopes import now_ms
 from reach.errors import ConfigError, ReachError
 from reach.names import Names, check_capability
 from reach.receipts import receipt_for
@@ -54,7 +56,38 @@ def _letters(filters: dlq.Filters) -> tuple[list[dlq.Letter], int]:
                 letters.append(item)
     finally:
         reader.close()
-    return letters, undecodable
+    return [_original(item) if item.by_reference else item for item in letters], undecodable
+
+
+def _original(item: dlq.Letter) -> dlq.Letter:
+    """A letter written by reference, with its bytes read back from the origin (unchanged when they are gone)."""
+    rec = item.record
+    reader = topicreader.open_reader("dlq-origin")
+    try:
+        found = topicreader.read_range(reader, rec.origin_topic, {rec.origin_partition: rec.origin_offset},
+                                       idle_timeout=10)
+        for msg in found:
+            if msg.offset() == rec.origin_offset and msg.value():
+                return item.with_original(msg.value() or b"")
+            break
+    except ReachError as exc:
+        err_console.print(f"[yellow]letter {item.id}: its original at {rec.origin_topic}[{rec.origin_partition}]@"
+                          f"{rec.origin_offset} cannot be read ({exc})[/]")
+    finally:
+        reader.close()
+    return item
+
+
+def _ledger() -> set[str]:
+    """Keys of the letters already replayed (the compacted replay ledger)."""
+    names = _names()
+    reader = topicreader.open_reader("replays")
+    try:
+        starts = topicreader.start_offsets(reader, names.replays, None)
+        return {(msg.key() or b"").decode(errors="replace")
+                for msg in topicreader.read_range(reader, names.replays, starts) if msg.value() is not None}
+    finally:
+        reader.close()
 
 
 def _when(ms: int) -> str:
@@ -102,7 +135,7 @@ def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, s
 def _row(message_id: str) -> StatusRow | None:
     try:
         return StatusRow.model_validate(get_json(f"http://127.0.0.1:{ReachSettings().web_port}",
-                                                 f"/messages/{message_id}"))
+                                                 f"/messages/{quote(message_id, safe='')}"))
     except NotFound:
         return None
 
@@ -155,11 +188,17 @@ def replay(capability: str = Capability, reason: str = Reason, agent: str = Agen
         accepted = receipt_for(envelope, Status.ACCEPTED)
         producer.produce(names.receipts, codec.encode(accepted), key=envelope.message_id.encode())
 
+    def record(item: dlq.Letter) -> None:
+        key, value = dlq.ledger_entry(item, now=now_ms())
+        producer.produce(names.replays, value, key=key.encode())
+
     try:
         summary = dlq.replay(letters, lookup=_row, publish=publish, dry_run=dry_run, rate=rate,
-                             to_capability=to_capability)
+                             to_capability=to_capability, ledger=_ledger(), record=record)
     finally:
-        producer.flush(30)
+        if producer.flush(30):
+            err_console.print("[red]some replayed records were not acknowledged by the broker; run the replay "
+                              "again (replayed letters are skipped)[/]")
         client.close()
     if as_json:
         print(json.dumps({**summary.as_dict(), "dry_run": dry_run}))

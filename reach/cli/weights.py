@@ -19,7 +19,16 @@ app = typer.Typer(help="Show and change the router's scoring weights (fit, local
 
 
 class BadWeights(ReachError):
-    """Weights must be non-negative and not all zero."""
+    """Weights must be finite, non-negative and not all zero."""
+
+
+def merged(current: Weights, **changes: float | None) -> Weights:
+    """`current` with the given weights replaced; BadWeights when the result cannot score (NaN, inf, < 0, all 0)."""
+    new = current.model_copy(update={k: v for k, v in changes.items() if v is not None})
+    problem = control.weights_problem(new)
+    if problem is not None:
+        raise BadWeights(f"{problem[0].upper()}{problem[1:]}. Pass numbers like --load 0.3.")
+    return new
 
 
 def _names() -> Names:
@@ -67,16 +76,7 @@ def set_(
     names = _names()
     scope = check_capability(capability) if capability else "*"
     current = control.read_control(names=names).weights(scope)
-    new = Weights(
-        fit=current.fit if fit is None else fit,
-        locality=current.locality if locality is None else locality,
-        load=current.load if load is None else load,
-        affinity=current.affinity if affinity is None else affinity,
-    )
-    values = (new.fit, new.locality, new.load, new.affinity)
-    if min(values) < 0 or sum(values) == 0:
-        raise BadWeights(f"Weights must be >= 0 and not all zero; got fit={new.fit} locality={new.locality} "
-                         f"load={new.load} affinity={new.affinity}.")
+    new = merged(current, fit=fit, locality=locality, load=load, affinity=affinity)
     record = control.weights_record(new, scope=scope, by="reach-cli")
     control.publish(record, names=names)
     if as_json:

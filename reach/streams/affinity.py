@@ -3,7 +3,7 @@
 Capability topics are keyed by session_key, so one session always lands on one capability
 partition and therefore on one router worker: an in-process table is enough and needs no
 coordination. A restarted worker starts empty and re-picks (the session then sticks again); losing
-it costs affinity, never a message, which is the kind of state DESIGN.md allows outside Kafka.
+it costs affinity, never a message: state that may live outside Kafka because losing it loses nothing.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The faust app hosting the router and the status fold: worker lifecycle, timers and web views.
 
 Built by `build_app(settings, role=...)`; nothing is created at import time. faust runs no agent on
-the capability topics (it cannot subscribe by pattern, and its per-event path is ~25x below
+the capability topics (it cannot subscribe by pattern, and its per-event path is ~30x below
 confluent-kafka here, see docs/decisions/0001-router-hot-path.md), nor on receipts (the status fold
 is a confluent-kafka loop over RocksDB stores, docs/decisions/0004-status-engine.md): faust Services
 start those threads when the worker starts and stop them when it stops. The role picks what runs
@@ -67,7 +67,6 @@ def build_app(
     spec = topics.load(reach_settings.topics_file)
     partitions = spec.topics["receipts"].partitions
     url = f"http://{reach_settings.web_host}:{reach_settings.web_port}"
-    metrics = Metrics()
     app = faust.App(
         names.router_app_id,
         broker=f"kafka://{kafka.servers()}",
@@ -83,6 +82,8 @@ def build_app(
         broker_heartbeat_interval=3.0,
     )
     router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size) if role != Role.STATUS else None
+    # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
+    metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
     fold = None
     if role != Role.ROUTE:
         # one directory per worker (host and port identify it), so two workers on one machine never share a store
@@ -95,7 +96,8 @@ def build_app(
     attach_status_views(app, views)
     attach_views(app, router, metrics, fold)
     if router is not None:
-        _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka),
+        _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka,
+                                                    max_bytes=spec.dead_letter_bytes()),
                      reach_settings.namespace, summary_interval)
     if fold is not None:
         policy = router.state.control.policy if router is not None else _PolicyCache(names, kafka).policy

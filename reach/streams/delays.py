@@ -1,23 +1,92 @@
-"""Delay tiers: hold each partition's head record until it is due (pause the partition), then republish it."""
+"""Delay tiers: hold each partition's head record until it is due (pause the partition), then republish it.
+
+Each record is read on its own (`next_step`): a due-at that is not epoch millis, a target header that
+is not UTF-8 or not a capability topic of the namespace, or an undecodable envelope is dead-lettered
+with its reason (and a DEAD_LETTERED receipt when the envelope decodes); the tier moves on. Offsets are
+committed per partition only up to the first record whose forward the broker has not acknowledged.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import cast
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, codec, dlq, headers
+from reach import clients, codec, delivery, dlq, headers
+from reach.acks import Acks, Position
 from reach.codec import DecodeError
 from reach.envelopes import now_ms
+from reach.errors import InvalidName
 from reach.names import Names
-from reach.records import Envelope, ErrorInfo
+from reach.receipts import receipt_for
+from reach.records import Envelope, ErrorInfo, Status
 from reach.settings import KafkaSettings
+from reach.streams.exceptions import DeliveryFailed
+from reach.topics import DEAD_LETTER_BYTES
 
 log = logging.getLogger("reach.delays")
 _STRIP = {headers.DUE_AT, headers.TARGET}
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Not due yet: pause the partition until `due` (epoch ms)."""
+
+    due: int
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Due: republish the original bytes to `target`."""
+
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bad:
+    """The record cannot be forwarded: dead-letter it with this reason."""
+
+    reason: str
+    code: str
+    message: str
+
+
+def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int,
+              exists: Callable[[str], bool] = lambda _t: True) -> Hold | Send | Bad:
+    """What to do with one tier record, from its headers (and its envelope when no target header is set)."""
+    found = {k: v if isinstance(v, bytes) else str(v or "").encode() for k, v in hdrs}
+    raw_due = found.get(headers.DUE_AT)
+    if raw_due is not None:
+        try:
+            due = int(raw_due)
+        except ValueError:
+            return Bad(dlq.REJECTED, "BAD_DUE_AT", f"{headers.DUE_AT} {raw_due[:40]!r} is not epoch milliseconds")
+        if due > now:
+            return Hold(due)
+    raw_target = found.get(headers.TARGET)
+    if raw_target is None:
+        envelope = _envelope(value)
+        if envelope is None:
+            return Bad(dlq.UNDECODABLE, dlq.UNDECODABLE, "a record on a delay tier is not a decodable Envelope")
+        raw_target = f"{names.capability_prefix}{envelope.capability}".encode()
+    try:
+        target = names.check_target(raw_target.decode())
+    except (UnicodeDecodeError, InvalidName) as exc:
+        return Bad(dlq.REJECTED, "BAD_TARGET", f"{headers.TARGET} is not a capability topic: {exc}")
+    if not exists(target):
+        return Bad(dlq.REJECTED, "UNKNOWN_TARGET", f"the target topic {target} does not exist")
+    return Send(target)
+
+
+def _envelope(value: bytes) -> Envelope | None:
+    try:
+        return codec.decode(value, Envelope)
+    except (DecodeError, ValueError):
+        return None
 
 
 class DelayForwarder:
@@ -26,13 +95,17 @@ class DelayForwarder:
     same tier partition (bounded by the tier's length) plus one poll interval."""
 
     def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings | None = None,
-                 clock: Callable[[], int] = now_ms, poll_s: float = 0.1) -> None:
+                 clock: Callable[[], int] = now_ms, poll_s: float = 0.1,
+                 max_bytes: int = DEAD_LETTER_BYTES) -> None:
         self.names = names
+        self._max_bytes = max_bytes  # the producer must fit a dead letter of the largest capability record
         self.topics = [names.retry(t) for t in tiers]
         self._kafka = kafka or KafkaSettings()
         self._clock = clock
         self._poll_s = poll_s
         self._held: dict[tuple[str, int], int] = {}
+        self._topics: set[str] = set()
+        self._meta: Producer | None = None
         self.forwarded = 0
         self.dead_lettered = 0
 
@@ -53,7 +126,8 @@ class DelayForwarder:
     def _run(self, stop: threading.Event) -> None:
         consumer = clients.consumer(self.names.topic("delays"), self._kafka,
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
-        producer = clients.producer(self._kafka)
+        producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes})
+        self._meta = producer
         consumer.subscribe(self.topics, on_revoke=self._revoked, on_lost=self._revoked)
         try:
             while not stop.is_set():
@@ -79,57 +153,78 @@ class DelayForwarder:
                 del self._held[tp]
 
     def _forward(self, consumer: Consumer, producer: Producer, batch: list[Message]) -> None:
-        commits: dict[tuple[str, int], int] = {}
-        errors: list[KafkaError] = []
-
-        def acked(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                errors.append(err)
-
+        """Forward what is due, dead-letter what is bad, commit per partition only what the broker acknowledged."""
+        acks = Acks()
         now = self._clock()
+        records: dict[Position, Message] = {}
         for msg in batch:
             topic, part, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
             if msg.error() or (topic, part) in self._held:
                 continue  # records fetched behind a held head wait with it
             hdrs = cast(headers.Headers, msg.headers() or [])
-            found = {k: v if isinstance(v, bytes) else str(v or "").encode() for k, v in hdrs}
-            due = int(found[headers.DUE_AT]) if headers.DUE_AT in found else now
-            if due > now:
+            try:
+                step = next_step(hdrs, msg.value() or b"", self.names, now, self._known_topic)
+            except Exception as exc:  # noqa: BLE001 - a bug on one record must not stall every tier
+                step = Bad(dlq.REJECTED, "DELAY_ERROR", f"the delay tier could not read this record: {exc!r}")
+            if isinstance(step, Hold):
                 consumer.pause([TopicPartition(topic, part)])
                 consumer.seek(TopicPartition(topic, part, offset))
-                self._held[(topic, part)] = due
+                self._held[(topic, part)] = step.due
                 continue
-            value = msg.value() or b""
-            target = found[headers.TARGET].decode() if headers.TARGET in found else self._target_of(value)
-            if target is None:
-                self._dead_letter(producer, value, (topic, part, offset), acked)
-            else:
+            position = (topic, part, offset)
+            records[position] = msg
+            if isinstance(step, Send):
                 keep = [(k, v) for k, v in hdrs if k not in _STRIP]
-                producer.produce(target, value, key=msg.key(), headers=keep, on_delivery=acked)
+                delivery.produce(producer, acks, position, step.target, msg.value() or b"", key=msg.key(),
+                                 headers=keep)
                 self.forwarded += 1
-            commits[(topic, part)] = offset + 1
-        if not commits:
+            else:
+                self._dead_letter(producer, acks, position, msg.value() or b"", step)
+        if not records:
             return
         producer.flush(30)
-        if errors:
-            raise RuntimeError(f"delay tier: the broker refused a forward: {errors[0]}; not committing")
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)
+        refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
+        if refused:  # a refusal no retry cures (e.g. too large for the target): dead-letter, then settle
+            for position in refused:
+                why = delivery.describe(acks.errors(position)[0])
+                acks.reset(position)
+                self._dead_letter(producer, acks, position, records[position].value() or b"",
+                                  Bad(dlq.REJECTED, "FORWARD_REFUSED", f"the broker refused the forward: {why}"))
+            producer.flush(30)
+        commits = acks.commits()
+        if commits:
+            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)
+        rewinds = acks.rewinds()
+        if rewinds:  # not acknowledged (an outage past the flush, a refusal): read those partitions again
+            for (topic, part), offset in rewinds.items():
+                consumer.seek(TopicPartition(topic, part, offset))
+            first = acks.unacked()[0]
+            raise DeliveryFailed(f"delay tier: {len(acks.unacked())} record(s) not acknowledged, e.g. {first}: "
+                                 f"{', '.join(map(delivery.describe, acks.errors(first))) or 'still queued'}")
 
-    def _target_of(self, value: bytes) -> str | None:
-        try:
-            return self.names.capability(codec.decode(value, Envelope).capability)
-        except (DecodeError, ValueError):
-            return None
+    def _known_topic(self, topic: str) -> bool:
+        """Whether a target topic exists (cached; a forward to a missing topic would wait out its timeout)."""
+        if topic not in self._topics and self._meta is not None:
+            try:
+                meta = self._meta.list_topics(topic, timeout=5).topics.get(topic)
+            except KafkaException:
+                return True  # the broker does not answer: the forward waits, unacknowledged, and is retried
+            if meta is None or meta.error is not None or not meta.partitions:
+                return False
+            self._topics.add(topic)
+        return True
 
-    def _dead_letter(self, producer: Producer, value: bytes, origin: tuple[str, int, int],
-                     acked: Callable[[KafkaError | None, Message], None]) -> None:
-        error = ErrorInfo(kind="INVALID_INPUT", code=dlq.UNDECODABLE,
-                          message="a record on a delay tier is not a decodable Envelope")
-        letter, hdrs = dlq.letter(value, reason=dlq.UNDECODABLE, error=error, origin=origin)
-        producer.produce(self.names.dlq, letter, key=f"{origin[0]}:{origin[1]}:{origin[2]}", headers=hdrs,
-                         on_delivery=acked)
+    def _dead_letter(self, producer: Producer, acks: Acks, origin: Position, value: bytes, bad: Bad) -> None:
+        envelope = _envelope(value)
+        error = ErrorInfo(kind="INVALID_INPUT", code=bad.code, message=bad.message)
+        letter, hdrs = dlq.letter(value, reason=bad.reason, error=error, origin=origin, envelope=envelope)
+        key = envelope.message_id if envelope else f"{origin[0]}:{origin[1]}:{origin[2]}"
+        delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
+        if envelope is not None:  # its row shows where it ended, not a retry that never comes
+            receipt = receipt_for(envelope, Status.DEAD_LETTERED, error=error)
+            delivery.produce(producer, acks, origin, self.names.receipts, codec.encode(receipt), key=key)
         self.dead_lettered += 1
-        log.warning("delay tier: dead-lettered an undecodable record at %s", origin)
+        log.warning("delay tier: dead-lettered the record at %s: %s", origin, bad.message)
 
     def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:

@@ -4,8 +4,10 @@ Per batch: consume up to `batch_size` envelopes, decode only the routing fields,
 `reach.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
 that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so it is
 produced from its forward's delivery report, which runs inside that flush; the flush returns when
-the receipts are acknowledged too. Only then are the batch's offsets committed.
-A refused record rewinds the batch (it is routed again: at least once, never lost).
+the receipts are acknowledged too. Failures are per record (reach.acks): each input partition is
+committed up to its first record whose outputs are not all acknowledged and read again from there;
+the other partitions of the batch move on. A record the broker refuses for good (too large) is
+dead-lettered; a Schema Registry outage is infrastructure (not committed, read again after a backoff).
 """
 
 from __future__ import annotations
@@ -21,20 +23,21 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, dlq
+from reach import clients, delivery, dlq, topics
 from reach import headers as H
+from reach.acks import Acks, Position
 from reach.candidates import RouteRequest
-from reach.codec import DecodeError, UnknownSchema, decode_dict, encode_dict
+from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
+from reach.errors import ConfigError, InvalidName
 from reach.names import Names
 from reach.records import AgentRegistration, Status, Weights
 from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutcome, decide, parse_request
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
-from reach.streams.exceptions import DeliveryFailed
 from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
-from reach.streams.stats import RouterStats
+from reach.streams.stats import OTHER, RouterStats
 
 log = logging.getLogger("reach.router")
 
@@ -73,38 +76,15 @@ class CapabilityTopics:
         return bool(self.subscribed)
 
 
-class _Slot:
-    """Delivery report of one forwarded envelope: on success, `acked` writes its ROUTED receipt at once."""
-
-    __slots__ = ("acked", "error", "offset", "partition")
-
-    def __init__(self, acked: Callable[[_Slot], None]) -> None:
-        self.acked = acked
-        self.partition: int | None = None
-        self.offset: int | None = None
-        self.error: str | None = None
-
-    def __call__(self, err: Any, msg: Message) -> None:
-        if err is not None:
-            self.error = str(err)
-        else:
-            self.partition, self.offset = msg.partition(), msg.offset()
-            self.acked(self)
-
-
 @dataclass
 class _Batch:
-    """What one consumed batch caused, and how far each input partition got."""
+    """What one consumed batch caused: the acknowledgement ledger, and per-capability settings read once."""
 
-    routed: list[_Slot] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    first: dict[tuple[str, int], int] = field(default_factory=dict)
-    last: dict[tuple[str, int], int] = field(default_factory=dict)
+    acks: Acks = field(default_factory=Acks)
+    records: dict[Position, Message] = field(default_factory=dict)
+    stalled: set[tuple[str, int]] = field(default_factory=set)  # partitions read again from a failed record
     capabilities: dict[str, tuple[Weights, bool]] = field(default_factory=dict)  # weights, validate_at_router
-
-    def report(self, err: Any, _msg: Message) -> None:
-        if err is not None:
-            self.errors.append(str(err))
+    known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
 
 
 class Router:
@@ -134,7 +114,9 @@ class Router:
         self.worker_id = uuid.uuid4().hex[:12]
         self._routed_writer = RoutedReceiptWriter.create()
         self._routed_headers = [(H.ROUTER, self.worker_id.encode())]
-        self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id)
+        self._max_bytes = _dead_letter_bytes(self.settings)
+        self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id,
+                                     on_bad_record=lambda: self.stats.count(OTHER, "bad_records"))
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
         self.on_batch: Callable[[int], None] | None = None
@@ -204,7 +186,7 @@ class Router:
             },
         )
         consumer = Consumer(conf)
-        producer = Producer(self.kafka.producer())
+        producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes}))
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000)
         backoff = 0.1
         try:
@@ -216,34 +198,30 @@ class Router:
                 if not messages:
                     producer.poll(0)
                     continue
-                try:
-                    commits = self._process(messages, producer)
-                except DeliveryFailed as exc:
-                    log.warning("rewinding a batch of %d: %s", len(messages), exc)
-                    self._rewind(consumer, messages)
+                acks = self._process(messages, producer).acks
+                commits = acks.commits()
+                if commits:
+                    consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()],
+                                    asynchronous=True)
+                rewinds = acks.rewinds()
+                if rewinds:
+                    first = acks.unacked()[0]
+                    log.warning("reading %d partition(s) again from their first unacknowledged record, e.g. %s: %s",
+                                len(rewinds), first,
+                                ", ".join(map(delivery.describe, acks.errors(first))) or "not acknowledged in time")
+                    for (topic, partition), offset in rewinds.items():
+                        consumer.seek(TopicPartition(topic, partition, offset))
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, 5.0)
-                    continue
-                backoff = 0.1
-                if commits:
-                    consumer.commit(offsets=commits, asynchronous=True)
+                else:
+                    backoff = 0.1
                 if self.on_batch is not None:
                     self.on_batch(len(messages))
         finally:
             producer.flush(10)
             consumer.close()
 
-    @staticmethod
-    def _rewind(consumer: Consumer, messages: list[Message]) -> None:
-        first: dict[tuple[str, int], int] = {}
-        for msg in messages:
-            tp = (msg.topic() or "", msg.partition() or 0)
-            if msg.error() is None and tp not in first:
-                first[tp] = msg.offset() or 0
-        for (topic, partition), offset in first.items():
-            consumer.seek(TopicPartition(topic, partition, offset))
-
-    def _process(self, messages: list[Message], producer: Producer) -> list[TopicPartition]:
+    def _process(self, messages: list[Message], producer: Producer) -> _Batch:
         batch = _Batch()
         now = now_ms()
         live = self.state.live(now)
@@ -252,6 +230,7 @@ class Router:
         for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
             for name in {c.name for c in reg.capabilities}:
                 by_capability.setdefault(name, []).append(reg)
+        batch.known = frozenset(by_capability)
         disabled = self.state.control.disabled()
         for msg in messages:
             err = msg.error()
@@ -260,30 +239,42 @@ class Router:
                     log.warning("capability consumer: %s", err)
                 continue
             tp = (msg.topic() or "", msg.partition() or 0)
-            offset = msg.offset() or 0
-            batch.first.setdefault(tp, offset)
-            batch.last[tp] = offset
+            if tp in batch.stalled:
+                continue  # read again from the failed record, in order
+            position = (tp[0], tp[1], msg.offset() or 0)
+            batch.acks.seen(position)
+            batch.records[position] = msg
             value = msg.value()
             if value is None:
                 continue  # a tombstone on a capability topic carries no request
             try:
-                self._route_one(msg, value, producer, batch, live=by_capability, loads=loads, disabled=disabled,
-                                now=now)
-            except (BufferError, DeliveryFailed):
-                raise
+                self._route_one(msg, value, producer, batch, position, live=by_capability, loads=loads,
+                                disabled=disabled, now=now)
+            except RegistryUnavailable as exc:  # infrastructure: not this record's fault, read it again later
+                batch.acks.fail(position, exc)
+                batch.stalled.add(tp)
             except Exception as exc:  # noqa: BLE001 - a router bug must not block the partition
-                log.exception("routing %s[%d]@%d failed", tp[0], tp[1], offset)
-                self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, now)
-        self._flush(producer, batch)  # forwards, and the ROUTED receipts their delivery reports produce
-        return [TopicPartition(t, p, o + 1) for (t, p), o in batch.last.items()]
+                log.exception("routing %s[%d]@%d failed", *position)
+                self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, position, now)
+        producer.flush(30)  # forwards, and the ROUTED receipts their delivery reports produce
+        self._refused_for_good(producer, batch, now)
+        return batch
 
-    def _flush(self, producer: Producer, batch: _Batch) -> None:
-        remaining = producer.flush(30)
-        if remaining:
-            raise DeliveryFailed(f"{remaining} records not acknowledged within 30s")
-        batch.errors.extend(slot.error for slot in batch.routed if slot.error is not None)
-        if batch.errors:
-            raise DeliveryFailed("; ".join(sorted(set(batch.errors))[:3]))
+    def _refused_for_good(self, producer: Producer, batch: _Batch, now: int) -> None:
+        """Records whose outputs the broker refused for good (too large for a topic, topic gone) are dead-lettered
+        by reference and REJECTED, so they never hold their partition; outages are left to be read again."""
+        acks = batch.acks
+        refused = [p for p in acks.unacked()
+                   if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
+        for position in refused:
+            msg = batch.records[position]
+            why = delivery.describe(acks.errors(position)[0])
+            acks.reset(position)
+            reject = Reject("REFUSED_BY_BROKER", f"the broker refused a record this envelope caused: {why}")
+            self._reject(msg, msg.value() or b"", _decoded(msg.value()), reject, producer, batch, position, now,
+                         by_reference=True)
+        if refused:
+            producer.flush(30)
 
     def _route_one(
         self,
@@ -291,6 +282,7 @@ class Router:
         value: bytes,
         producer: Producer,
         batch: _Batch,
+        position: Position,
         *,
         live: dict[str, list[AgentRegistration]],
         loads: dict[str, int],
@@ -301,16 +293,22 @@ class Router:
             envelope = decode_dict("Envelope", value)
         except DecodeError as exc:
             code = "UNKNOWN_SCHEMA" if isinstance(exc, UnknownSchema) else "UNDECODABLE"
-            self._reject(msg, value, None, Reject(code, str(exc)), producer, batch, now)
+            self._reject(msg, value, None, Reject(code, str(exc)), producer, batch, position, now)
             return
+        if envelope.get("reply_to"):
+            try:
+                self.names.check_reply_to(envelope["reply_to"])
+            except InvalidName as exc:  # never write where an untrusted envelope asks, except a reply topic
+                self._reject(msg, value, envelope, Reject("BAD_REPLY_TO", str(exc)), producer, batch, position, now)
+                return
         parsed = parse_request(envelope)
         if isinstance(parsed, Reject):
-            self._reject(msg, value, envelope, parsed, producer, batch, now)
+            self._reject(msg, value, envelope, parsed, producer, batch, position, now)
             return
         request = parsed
         if len(value) > MAX_ENVELOPE_BYTES:
             reject = Reject("OVERSIZE", f"envelope is {len(value):,} bytes; the limit is {MAX_ENVELOPE_BYTES:,}")
-            self._reject(msg, value, envelope, reject, producer, batch, now)
+            self._reject(msg, value, envelope, reject, producer, batch, position, now)
             return
         reply = self._reply_header(envelope)
         settings = batch.capabilities.get(request.capability)
@@ -332,73 +330,61 @@ class Router:
             payload=envelope["payload"] if validate else None,
             retry_after_ms=self._retry_after_ms,
         )
+        stats_key = request.capability if request.capability in batch.known else OTHER
         if isinstance(outcome, Forward):
             instance = outcome.instance
-            slot = _Slot(lambda acked: self._produce_routed(producer, batch, request, outcome, acked, reply))
-            producer.produce(
-                outcome.topic,
-                partition=outcome.partition,
-                key=msg.key(),
-                value=value,
-                headers=msg.headers(),
-                on_delivery=slot,
-            )
+            delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
+                             headers=msg.headers(), partition=outcome.partition,
+                             then=lambda acked: self._produce_routed(producer, batch, position, request, outcome,
+                                                                     acked, reply))
             loads[instance.instance_id] = loads.get(instance.instance_id, instance.inflight) + 1
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
             self.affinity.set(request.session_key, instance.instance_id, now)
-            batch.routed.append(slot)
-            self.stats.count(request.capability, "routed")
+            self.stats.count(stats_key, "routed")
         elif isinstance(outcome, Overload):
             receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD",
                                "every candidate is above 80% of its max_concurrency; retry later"),
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})
-            self._produce_receipt(producer, batch, receipt, reply)
-            self.stats.count(request.capability, "overload")
+            self._produce_receipt(producer, batch, position, receipt, reply)
+            self.stats.count(stats_key, "overload")
         elif isinstance(outcome, NoRoute):
             if outcome.dead_letter:
                 self._dead_letter(msg, value, envelope, "NO_ROUTE", _error("NO_ROUTE", "NO_ROUTE", outcome.message),
-                                  producer, batch, now)
+                                  producer, batch, position, now)
                 status, counter = Status.DEAD_LETTERED, "dead_lettered"
             else:
                 status, counter = Status.UNROUTABLE, "unroutable"
             receipt = _receipt(request, status, now, error=_error("NO_ROUTE", "NO_ROUTE", outcome.message))
-            self._produce_receipt(producer, batch, receipt, reply)
-            self.stats.count(request.capability, counter)
+            self._produce_receipt(producer, batch, position, receipt, reply)
+            self.stats.count(stats_key, counter)
         elif isinstance(outcome, Expired):
             receipt = _receipt(request, Status.EXPIRED, now, error=_error("TIMEOUT", "BUDGET_SPENT", outcome.message))
-            self._produce_receipt(producer, batch, receipt, reply)
-            self.stats.count(request.capability, "expired")
+            self._produce_receipt(producer, batch, position, receipt, reply)
+            self.stats.count(stats_key, "expired")
         else:
-            self._reject(msg, value, envelope, outcome, producer, batch, now)
+            self._reject(msg, value, envelope, outcome, producer, batch, position, now)
 
     # -- records -------------------------------------------------------------------------------------
 
-    def _reply_header(self, envelope: dict[str, Any]) -> H.Headers:
-        """The x-reach-reply-to header for this envelope's receipts (the status fold sends the reply)."""
-        reply_to = envelope.get("reply_to")
-        if not reply_to:
-            return []
-        if len(reply_to) > 249 or self.names.family_of(reply_to) != "replies":
-            self.stats.count(envelope.get("capability") or "?", "bad_reply_to")
-            return []
-        return [(H.REPLY_TO, reply_to.encode())]
+    @staticmethod
+    def _reply_header(envelope: dict[str, Any] | None) -> H.Headers:
+        """The x-reach-reply-to header for this envelope's receipts: the status fold sends the reply."""
+        reply_to = (envelope or {}).get("reply_to")
+        return [(H.REPLY_TO, reply_to.encode())] if reply_to else []
 
-    def _produce_receipt(self, producer: Producer, batch: _Batch, receipt: dict[str, Any],
+    def _produce_receipt(self, producer: Producer, batch: _Batch, position: Position, receipt: dict[str, Any],
                          reply: H.Headers | None = None) -> None:
-        producer.produce(
-            self.names.receipts,
-            key=receipt["message_id"].encode(),
-            value=encode_dict("Receipt", receipt),
-            headers=[(H.MESSAGE_ID, receipt["message_id"].encode()), *(reply or ())],
-            on_delivery=batch.report,
-        )
+        key = receipt["message_id"].encode()
+        delivery.produce(producer, batch.acks, position, self.names.receipts, encode_dict("Receipt", receipt),
+                         key=key, headers=[(H.MESSAGE_ID, key), *(reply or ())])
 
-    def _produce_routed(self, producer: Producer, batch: _Batch, request: RouteRequest, forward: Forward,
-                        slot: _Slot, reply: H.Headers) -> None:
-        """The ROUTED receipt, tagged with this worker's id so its own state loop need not decode it again."""
+    def _produce_routed(self, producer: Producer, batch: _Batch, position: Position, request: RouteRequest,
+                        forward: Forward, slot: Message, reply: H.Headers) -> None:
+        """The ROUTED receipt (from the forward's delivery report, inside the flush), tagged with this worker's id
+        so its own state loop need not decode it again. It may not wait for queue room: a full queue fails it."""
         if self._routed_writer is None:
             value = encode_dict("Receipt", self._routed_receipt(request, forward, slot))
         else:
@@ -408,14 +394,15 @@ class Router:
                 tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
                 deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms, reroutes=request.reroutes,
                 agent_id=instance.agent_id, instance_id=instance.instance_id, scores=decision.scores,
-                picked_instance=decision.picked_instance, topic=forward.topic, partition=slot.partition,
-                offset=slot.offset, weights=decision.weights_dict(),
+                picked_instance=decision.picked_instance, topic=forward.topic, partition=slot.partition(),
+                offset=slot.offset(), weights=decision.weights_dict(),
             )
         key = request.message_id.encode()
         producer.produce(self.names.receipts, key=key, value=value,
-                         headers=[(H.MESSAGE_ID, key), *self._routed_headers, *reply], on_delivery=batch.report)
+                         headers=[(H.MESSAGE_ID, key), *self._routed_headers, *reply],
+                         on_delivery=batch.acks.expect(position))
 
-    def _routed_receipt(self, request: RouteRequest, forward: Forward, slot: _Slot) -> dict[str, Any]:
+    def _routed_receipt(self, request: RouteRequest, forward: Forward, slot: Message) -> dict[str, Any]:
         decision = forward.decision
         return _receipt(
             request,
@@ -427,8 +414,8 @@ class Router:
                 "candidates": [s.as_dict() for s in decision.scores],
                 "picked_instance": decision.picked_instance,
                 "topic": forward.topic,
-                "partition": slot.partition,
-                "offset": slot.offset,
+                "partition": slot.partition(),
+                "offset": slot.offset(),
                 "weights": decision.weights_dict(),
             },
         )
@@ -441,10 +428,14 @@ class Router:
         reject: Reject,
         producer: Producer,
         batch: _Batch,
+        position: Position,
         now: int,
+        *,
+        by_reference: bool = False,
     ) -> None:
         error = _error("INVALID_INPUT", reject.code, reject.message)
-        self._dead_letter(msg, value, envelope, reject.code, error, producer, batch, now)
+        self._dead_letter(msg, value, envelope, reject.code, error, producer, batch, position, now,
+                          by_reference=by_reference)
         if envelope is not None:
             request = RouteRequest.from_envelope(envelope)
             receipt = _receipt(request, Status.REJECTED, now, error=error)
@@ -458,8 +449,9 @@ class Router:
                 "at": now,
                 "error": error,
             }
-        self._produce_receipt(producer, batch, receipt, self._reply_header(envelope) if envelope else None)
-        self.stats.count(receipt["capability"], "rejected")
+        reply = self._reply_header(envelope) if reject.code != "BAD_REPLY_TO" else None
+        self._produce_receipt(producer, batch, position, receipt, reply)
+        self.stats.count(receipt["capability"] if receipt["capability"] in batch.known else OTHER, "rejected")
 
     def _dead_letter(
         self,
@@ -470,12 +462,17 @@ class Router:
         error: dict[str, str],
         producer: Producer,
         batch: _Batch,
+        position: Position,
         now: int,
+        *,
+        by_reference: bool = False,
     ) -> None:
-        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        """The original bytes untouched plus provenance; only when even the sized dlq cannot take them, a letter
+        by reference (empty envelope: replay reads the origin offset while the origin topic retains it)."""
+        topic, partition, offset = position
         message_id = envelope.get("message_id") if envelope else None
         record = {
-            "envelope": value,
+            "envelope": b"" if by_reference else value,
             "reason": reason,
             "error": error,
             "attempts": (envelope or {}).get("attempt", 0),
@@ -488,17 +485,37 @@ class Router:
             "origin_partition": partition,
             "origin_offset": offset,
         }
-        producer.produce(
-            self.names.dlq,
-            key=(message_id or _fallback_id(msg)).encode(),
-            value=encode_dict("DeadLetter", record),
-            headers=dlq.provenance(topic, partition, offset, reason, message_id),
-            on_delivery=batch.report,
-        )
+        encoded = encode_dict("DeadLetter", record)
+        if len(encoded) + _HEADROOM > self._max_bytes and not by_reference:
+            note = f"; the {len(value):,}-byte original is not copied (over the dlq limit): replay reads it from origin"
+            record = {**record, "envelope": b"", "error": {**error, "message": error["message"] + note}}
+            encoded = encode_dict("DeadLetter", record)
+        delivery.produce(producer, batch.acks, position, self.names.dlq, encoded,
+                         key=(message_id or _fallback_id(msg)).encode(),
+                         headers=dlq.provenance(topic, partition, offset, reason, message_id))
 
     def _capability_of(self, topic: str) -> str:
         prefix = self.names.capability_prefix
         return topic[len(prefix):] if topic.startswith(prefix) else topic
+
+
+_HEADROOM = 1024  # record overhead and provenance headers beyond the encoded value
+
+
+def _dead_letter_bytes(settings: ReachSettings) -> int:
+    """message.max.bytes for the router's producer: the dlq's limit from topics.yaml (the largest letter)."""
+    try:
+        return topics.load(settings.topics_file).dead_letter_bytes()
+    except ConfigError as exc:
+        log.warning("%s; sizing dead letters for the shipped limit %d", exc, topics.DEAD_LETTER_BYTES)
+        return topics.DEAD_LETTER_BYTES
+
+
+def _decoded(value: bytes | None) -> dict[str, Any] | None:
+    try:
+        return decode_dict("Envelope", value) if value else None
+    except Exception:  # noqa: BLE001 - only used to label a record that is being dead-lettered anyway
+        return None
 
 
 def _fallback_id(msg: Message) -> str:

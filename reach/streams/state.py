@@ -11,20 +11,23 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from reach import clients
 from reach import headers as H
-from reach.codec import DecodeError, decode, decode_dict
+from reach.codec import decode, decode_dict
 from reach.control import ControlView
+from reach.control import apply_record as apply_control
+from reach.errors import InvalidName
 from reach.names import Names
-from reach.records import TERMINAL, AgentRegistration, Control, Status
-from reach.registry import RegistryView
+from reach.records import TERMINAL, AgentRegistration, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
 from reach.streams.loads import LoadTracker
+from reach.views.registry import RegistryView
 
 log = logging.getLogger("reach.router.state")
 
@@ -52,6 +55,10 @@ class RouterState:
     def live(self, now: int) -> list[AgentRegistration]:
         return self.registry.live(now)
 
+    def capabilities(self, now: int) -> frozenset[str]:
+        """Capabilities some live instance serves (the only ones metrics label by name)."""
+        return frozenset(c.name for reg in self.live(now) for c in reg.capabilities)
+
     def registration(self, instance_id: str) -> AgentRegistration | None:
         """The latest heartbeat seen from an instance, whatever its state."""
         return self._latest.get(instance_id)
@@ -60,8 +67,10 @@ class RouterState:
 class StateLoop:
     """Keeps a RouterState current."""
 
-    def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None) -> None:
+    def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None,
+                 on_bad_record: Callable[[], None] = lambda: None) -> None:
         self._state = state
+        self._on_bad_record = on_bad_record
         # ROUTED receipts this worker wrote were counted when it routed; skipping them saves a decode each
         self._own = (H.ROUTER, router_id.encode()) if router_id else None
         self._names = names
@@ -69,6 +78,7 @@ class StateLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        self.bad_records = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="reach-router-state", daemon=True)
@@ -161,19 +171,36 @@ class StateLoop:
         return targets
 
     def _dispatch(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Fold one record; a bad one is logged, counted in `bad_records` and skipped (per-record isolation:
+        a record left in a compacted topic would otherwise stop every restart the same way)."""
         names = self._names
         try:
             if topic == names.receipts:
                 if value is not None:
                     self._receipt(value)
             elif topic == names.registry:
-                instance_id = (key or b"").decode()
-                registration = decode(value, AgentRegistration) if value is not None else None
-                self._state.apply_registration(instance_id, registration)
+                self._registration(key, value)
             elif topic == names.control:
-                self._state.control.apply((key or b"").decode(), decode(value, Control) if value else None)
-        except DecodeError as exc:
-            log.warning("skipping an undecodable record on %s: %s", topic, exc)
+                if not apply_control(self._state.control, key, value, where=topic):
+                    self._bad()
+        except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the loop
+            self._bad()
+            log.warning("skipping a bad record on %s (key %r): %r", topic, key, exc)
+
+    def _bad(self) -> None:
+        self.bad_records += 1
+        self._on_bad_record()
+
+    def _registration(self, key: bytes | None, value: bytes | None) -> None:
+        instance_id = (key or b"").decode(errors="replace")
+        registration = decode(value, AgentRegistration) if value is not None else None
+        if registration is not None:
+            try:
+                self._names.check_inbox(registration.agent_id, registration.inbox_topic)
+            except InvalidName:
+                self._state.apply_registration(instance_id, None)  # never route to a topic it does not own
+                raise
+        self._state.apply_registration(instance_id, registration)
 
     def _receipt(self, value: bytes) -> None:
         receipt: dict[str, Any] = decode_dict("Receipt", value)

@@ -7,7 +7,9 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-OUTCOMES = ("routed", "overload", "unroutable", "dead_lettered", "rejected", "expired")
+OUTCOMES = ("routed", "overload", "unroutable", "dead_lettered", "rejected", "expired", "bad_records")
+OTHER = "other"
+"""Where counts go once `max_capabilities` distinct capabilities are counted (and for unserved ones)."""
 
 
 @dataclass
@@ -22,15 +24,19 @@ class Snapshot:
 class RouterStats:
     """Written by the hot loop, read by the CLI and the web view."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_capabilities: int = 1_000) -> None:
         self._lock = threading.Lock()
+        self._max = max_capabilities
         self._totals: Counter[str] = Counter()
         self._by_cap: dict[str, Counter[str]] = {}
 
     def count(self, capability: str, outcome: str, n: int = 1) -> None:
         with self._lock:
             self._totals[outcome] += n
-            self._by_cap.setdefault(capability or "?", Counter())[outcome] += n
+            key = capability or OTHER
+            if key not in self._by_cap and len(self._by_cap) >= self._max:
+                key = OTHER  # bounded: request fields never grow the counters without end
+            self._by_cap.setdefault(key, Counter())[outcome] += n
 
     def snapshot(self) -> Snapshot:
         with self._lock:

@@ -1,19 +1,27 @@
-"""The timekeeper's I/O: expire spent budgets, reroute envelopes nobody started (re-read from the inbox)."""
+"""The timekeeper's I/O: expire spent budgets, reroute envelopes nobody started (re-read from the inbox).
+
+A row is marked done only when every record its action produced is acknowledged; what the flush
+leaves unacknowledged is acted on again next tick (receivers are idempotent). An envelope counts as
+gone only when its inbox offset is below the partition's log start; a read that merely times out (a
+leader move) is retried next tick.
+"""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable
+from enum import Enum
 
-from confluent_kafka import KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, codec, dlq
+from reach import clients, codec
+from reach.acks import Acks, Position
 from reach.codec import DecodeError
-from reach.envelopes import now_ms, routing_key
+from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
-from reach.retry import Action, Failure, Limits, classify
-from reach.scheduling import plan_retry
+from reach.retry import Action, Failure, Limits, after_failure
 from reach.settings import KafkaSettings
 from reach.status import StatusRow
 from reach.timekeeper import Due, Task, due_tasks
@@ -22,6 +30,13 @@ from reach.topicreader import open_reader
 log = logging.getLogger("reach.timekeeper")
 Acked = Callable[[KafkaError | None, Message], None]
 _MAX_MARKS = 100_000
+
+
+class Fetch(Enum):
+    """Why an inbox record was not returned."""
+
+    GONE = "gone"        # below the log start (retention) or the partition no longer exists: it never comes back
+    PENDING = "pending"  # not read in time (leader move, busy broker): try again next tick
 
 
 class Timekeeper:
@@ -44,25 +59,31 @@ class Timekeeper:
         if not tasks:
             return 0
         producer = self._producer_()
-        errors: list[KafkaError] = []
-
-        def acked(err: KafkaError | None, _msg: Message) -> None:
-            if err is not None:
-                errors.append(err)
-
-        for task in tasks:
-            if task.due is Due.EXPIRE:
-                self._expire(producer, task.row, acked)
-            else:
-                self._reroute(producer, task, acked)
-        producer.flush(30)
-        if errors:
-            log.warning("timekeeper: %d record(s) refused (%s); will act again next tick", len(errors), errors[0])
-            return 0
+        acks = Acks()
+        acted: list[tuple[Task, Position]] = []
+        for i, task in enumerate(tasks):
+            position = (task.row.message_id, task.row.generation, i)
+            try:
+                if task.due is Due.EXPIRE:
+                    self._expire(producer, task.row, acks.expect(position))
+                elif not self._reroute(producer, task, functools.partial(acks.expect, position)):
+                    acks.fail(position, "the envelope could not be read yet")
+                    continue
+            except Exception as exc:  # noqa: BLE001 - one row's failure must not hold back the others
+                log.warning("timekeeper: %s of %s failed: %r; trying again next tick", task.due,
+                            task.row.message_id, exc)
+                acks.fail(position, exc)
+            acted.append((task, position))
+        remaining = producer.flush(30)
+        unacked = set(acks.unacked())
+        done = [task for task, position in acted if position not in unacked]
+        if unacked:
+            log.warning("timekeeper: %d row(s) not acknowledged (%d record(s) still queued); acting again next tick",
+                        len(unacked), remaining)
         if len(self._marks) > _MAX_MARKS:
             self._marks.clear()
-        self._marks.update(t.mark for t in tasks)
-        return len(tasks)
+        self._marks.update(t.mark for t in done)
+        return len(done)
 
     def _expire(self, producer: Producer, row: StatusRow, acked: Acked) -> None:
         error = ErrorInfo(kind="BUDGET", code="DEADLINE_EXCEEDED",
@@ -70,48 +91,38 @@ class Timekeeper:
         self._receipt(producer, _receipt(row, Status.EXPIRED, error=error), acked)
         self.expired += 1
 
-    def _reroute(self, producer: Producer, task: Task, acked: Acked) -> None:
+    def _reroute(self, producer: Producer, task: Task, expect: Callable[[], Acked]) -> bool:
+        """Produce what a delivery timeout causes; False when the envelope cannot be read yet (retried)."""
         row = task.row
-        raw = self._fetch(row.inbox) if row.inbox else None
+        raw = self._fetch(row.inbox) if row.inbox else Fetch.GONE
+        if raw is Fetch.PENDING:
+            return False
         try:
-            envelope = codec.decode(raw, Envelope) if raw is not None else None
+            envelope = codec.decode(raw, Envelope) if isinstance(raw, bytes) else None
         except DecodeError:
             envelope = None
-        if raw is None or envelope is None:
+        if not isinstance(raw, bytes) or envelope is None:
+            why = "is below the log start (retention)" if raw is Fetch.GONE else "does not decode"
             error = ErrorInfo(kind="DELIVERY", code="ENVELOPE_GONE",
-                              message=f"delivery timed out and the envelope at {row.inbox} could not be re-read")
-            self._receipt(producer, _receipt(row, Status.FAILED, error=error), acked)
-            return
-        now = now_ms()
-        limits = Limits.resolve(envelope, self._policy(envelope.capability))
-        action = classify(Failure.DELIVERY, attempt=envelope.attempt, reroutes=envelope.reroutes, limits=limits,
-                          now_ms=now, deadline_ms=envelope.deadline)
+                              message=f"delivery timed out and the envelope at {row.inbox} {why}")
+            self._receipt(producer, _receipt(row, Status.FAILED, error=error), expect())
+            return True
         late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT",
                          message=f"{row.routed_instance} did not start it within {envelope.delivery_timeout_ms} ms")
-        excluded = [*envelope.excluded_instances, *([row.routed_instance] if row.routed_instance else [])]
-        if action is Action.REROUTE:
-            nxt = envelope.model_copy(update={"reroutes": envelope.reroutes + 1, "excluded_instances": excluded})
-            producer.produce(self.names.capability(envelope.capability), codec.encode(nxt),
-                             key=routing_key(nxt).encode(), on_delivery=acked)
-            self._receipt(producer, _receipt(row, Status.ACCEPTED, error=late, reroutes=nxt.reroutes), acked)
+        decided = after_failure(Failure.DELIVERY, envelope, error=late, names=self.names, tiers=self.tiers,
+                                limits=Limits.resolve(envelope, self._policy(envelope.capability)), now_ms=now_ms(),
+                                failed_instance=row.routed_instance, raw=raw, origin=row.inbox or ("", -1, -1))
+        for record in decided.records:
+            producer.produce(record.topic, record.value, key=record.key.encode(), headers=record.headers,
+                             on_delivery=expect())
+        if decided.action is Action.REROUTE:
             self.rerouted += 1
-        elif action is Action.RETRY:
-            plan = plan_retry(envelope, names=self.names, tiers=self.tiers, limits=limits,
-                              failed_instance=row.routed_instance, now_ms=now)
-            producer.produce(plan.topic, plan.value, key=plan.key.encode(), headers=plan.headers, on_delivery=acked)
-            self._receipt(producer, _receipt(row, Status.RETRY_SCHEDULED, error=late, due_at=plan.due_at,
-                                             retry_after_ms=plan.delay_ms), acked)
-        elif action is Action.DEAD_LETTER:
-            error = late.model_copy(update={"code": dlq.RETRIES_EXHAUSTED})
-            value, headers = dlq.letter(raw, reason=dlq.RETRIES_EXHAUSTED, error=error,
-                                        origin=row.inbox or ("", -1, -1), envelope=envelope)
-            producer.produce(self.names.dlq, value, key=envelope.message_id.encode(), headers=headers,
-                             on_delivery=acked)
-            self._receipt(producer, _receipt(row, Status.DEAD_LETTERED, error=error), acked)
-        else:
-            self._expire(producer, row, acked)
+        elif decided.action is Action.EXPIRE:
+            self.expired += 1
+        return True
 
-    def _fetch(self, inbox: tuple[str, int, int]) -> bytes | None:
+    def _fetch(self, inbox: tuple[str, int, int]) -> bytes | None | Fetch:
+        """The inbox record (None for a tombstone), GONE when it can never be read, PENDING when not read in time."""
         topic, partition, offset = inbox
         reader = open_reader("timekeeper", self._kafka)
         try:
@@ -120,7 +131,14 @@ class Timekeeper:
                 for msg in clients.take(reader, 10, 0.25):
                     if not msg.error() and msg.offset() == offset:
                         return msg.value()
-            return None
+            try:
+                low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
+            except KafkaException as exc:
+                if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                                       KafkaError._UNKNOWN_PARTITION):
+                    return Fetch.GONE
+                return Fetch.PENDING
+            return Fetch.GONE if offset < low or offset >= high else Fetch.PENDING
         finally:
             reader.close()
 

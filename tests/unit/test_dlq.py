@@ -75,3 +75,30 @@ def test_filters_and_latest_generation_per_message() -> None:
     assert dlq.Filters(capability="demo.echo", since_ms=150).match(newer)
     assert not dlq.Filters(reason=dlq.NO_ROUTE).match(newer)
     assert dlq.Filters(ids=frozenset(["0:1"])).match(old) and not dlq.Filters(ids=frozenset(["0:1"])).match(newer)
+
+
+def test_the_ledger_makes_replay_safe_to_run_twice_after_the_status_rows_expired() -> None:
+    env = new_envelope("demo.echo", {"x": 1})
+    item = make_letter(env, 3)
+    ledger: set[str] = set()
+    published: list[Envelope] = []
+
+    def record(letter: dlq.Letter) -> None:
+        ledger.add(dlq.ledger_key(letter.message_id or letter.id, letter.record.generation))
+
+    for _ in range(2):  # no status row at all: it expired after 7 days while the letter lives 30
+        dlq.replay([item], lookup=lambda _: None, publish=published.append, dry_run=False, rate=None,
+                   ledger=set(ledger), record=record)
+    assert [e.message_id for e in published] == [env.message_id], "replayed once"
+    key, value = dlq.ledger_entry(item, now=5)
+    assert key == f"{env.message_id}:0" and b'"replayed_generation": 1' in value
+
+
+def test_a_letter_by_reference_is_replayed_from_its_original_bytes() -> None:
+    env = new_envelope("demo.echo", {"x": 1})
+    raw, _ = dlq.letter(b"", reason="OVERSIZE", error=None, origin=("ns.cap.demo.echo", 1, 9), message_id="m")
+    item = dlq.parse(0, 4, 1, raw)
+    assert item is not None and item.by_reference and item.envelope is None
+    full = item.with_original(codec.encode(env))
+    assert full.envelope == env and not full.by_reference
+    assert not make_letter(env, 1).by_reference

@@ -43,3 +43,22 @@ def test_terminal_counters_count_each_message_once() -> None:
     assert value(m, "agentreach_delivery_latency_seconds_count", capability="demo.echo") == 1
     assert value(m, "agentreach_delivery_latency_seconds_sum", capability="demo.echo") == 0.01
     assert b"agentreach_receipts_total" in m.exposition()
+
+
+def test_only_registered_capabilities_get_a_label_of_their_own() -> None:
+    m, rows = Metrics(capabilities=lambda: {"demo.echo"}), {}
+    feed(m, rows, r("a", Status.ROUTED, 0))
+    for i in range(100):
+        feed(m, rows, Receipt(message_id=f"x{i}", trace_id="t", tenant="d", capability=f"made.up{i}",
+                              status=Status.ROUTED, at=0))
+    assert value(m, "agentreach_receipts_total", capability="demo.echo", status="ROUTED") == 1
+    assert value(m, "agentreach_receipts_total", capability="other", status="ROUTED") == 100
+    assert value(m, "agentreach_receipts_total", capability="made.up1", status="ROUTED") == 0
+
+
+def test_labels_are_bounded_without_a_registry() -> None:
+    m, rows = Metrics(max_capabilities=3), {}
+    for i in range(10):
+        feed(m, rows, Receipt(message_id=f"x{i}", trace_id="t", tenant="d", capability=f"c{i}",
+                              status=Status.ROUTED, at=0))
+    assert value(m, "agentreach_receipts_total", capability="other", status="ROUTED") == 7

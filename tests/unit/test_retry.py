@@ -61,16 +61,47 @@ def test_planned_retry_excludes_the_failed_instance_and_is_due_after_the_jittere
     from reach import codec
     from reach.names import Names
     from reach.records import Envelope
-    from reach.scheduling import plan_retry
+    from reach.retry import plan_retry
 
     env = new_envelope("demo.echo", {"x": 1}, session_key="s1").model_copy(update={"attempt": 2})
     plan = plan_retry(env, names=Names("ns"), tiers=["1s", "10s", "60s"], limits=LIM, failed_instance="i-1",
                       now_ms=1_000, rng=random.Random(3))
     assert plan.nominal_ms == 400 and 320 <= plan.delay_ms <= 480 and plan.due_at == 1_000 + plan.delay_ms
-    assert plan.topic == "ns.retry.1s" and plan.key == "s1"
-    again = codec.decode(plan.value, Envelope)
+    assert plan.record.topic == "ns.retry.1s" and plan.record.key == "s1"
+    again = codec.decode(plan.record.value or b"", Envelope)
     assert (again.attempt, again.excluded_instances, again.message_id) == (3, ["i-1"], env.message_id)
-    assert dict(plan.headers)["x-reach-target"] == b"ns.cap.demo.echo"
+    assert dict(plan.record.headers)["x-reach-target"] == b"ns.cap.demo.echo"
     hinted = plan_retry(env, names=Names("ns"), tiers=["1s", "10s"], limits=LIM, failed_instance=None,
                         now_ms=0, retry_after_ms=5_000)
-    assert (hinted.delay_ms, hinted.topic) == (5_000, "ns.retry.10s")
+    assert (hinted.delay_ms, hinted.record.topic) == (5_000, "ns.retry.10s")
+
+
+def test_after_failure_is_one_decision_for_the_sdk_and_the_timekeeper() -> None:
+    from reach import codec
+    from reach.names import Names
+    from reach.records import DeadLetter, Envelope, ErrorInfo, Status
+    from reach.retry import after_failure
+
+    names, err = Names("ns"), ErrorInfo(kind="TRANSIENT", code="BOOM", message="it broke")
+    env = new_envelope("demo.echo", {"x": 1})
+    deadline = env.deadline
+
+    def decide(failure: Failure, envelope: Envelope, now: int = 0) -> tuple[Action, list[str], Status]:
+        d = after_failure(failure, envelope, error=err, names=names, tiers=["1s"], limits=LIM, now_ms=now,
+                          failed_instance="i-1", raw=b"raw", origin=("ns.agent.x", 2, 7), agent_id="agent://x/y")
+        return d.action, [r.topic for r in d.records], d.receipt.status
+
+    assert decide(Failure.TRANSIENT, env) == (Action.RETRY, ["ns.retry.1s", "ns.receipts"], Status.RETRY_SCHEDULED)
+    assert decide(Failure.DELIVERY, env) == (Action.REROUTE, ["ns.cap.demo.echo", "ns.receipts"], Status.ACCEPTED)
+    last = env.model_copy(update={"attempt": LIM.max_attempts})
+    assert decide(Failure.TRANSIENT, last) == (Action.DEAD_LETTER, ["ns.dlq", "ns.receipts"], Status.DEAD_LETTERED)
+    assert decide(Failure.TRANSIENT, env, now=deadline) == (Action.EXPIRE, ["ns.receipts"], Status.EXPIRED)
+    letter = after_failure(Failure.TRANSIENT, last, error=err, names=names, tiers=["1s"], limits=LIM, now_ms=0,
+                           failed_instance="i-1", raw=b"raw", origin=("ns.agent.x", 2, 7)).records[0]
+    record = codec.decode(letter.value or b"", DeadLetter)
+    assert record.envelope == b"raw" and (record.origin_partition, record.origin_offset) == (2, 7)
+    assert record.error and record.error.code == "RETRIES_EXHAUSTED" and "BOOM: it broke" in record.error.message
+    rerouted = after_failure(Failure.DELIVERY, env, error=err, names=names, tiers=["1s"], limits=LIM, now_ms=0,
+                             failed_instance="i-1", raw=b"raw", origin=("ns.agent.x", 2, 7))
+    forwarded = codec.decode(rerouted.records[0].value or b"", Envelope)
+    assert (forwarded.reroutes, forwarded.excluded_instances, rerouted.receipt.reroutes) == (1, ["i-1"], 1)

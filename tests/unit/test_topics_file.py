@@ -59,3 +59,14 @@ def test_missing_required_topic(tmp_path: Path) -> None:
     text = GOOD.replace("  dlq:", "  dlq-renamed:", 1)
     with pytest.raises(ConfigError, match="missing required topics: dlq"):
         load_text(tmp_path, text)
+
+
+def test_the_dlq_fits_the_dead_letter_of_the_largest_capability_record(tmp_path: Path) -> None:
+    spec = topics.load(ROOT / "topics.yaml")
+    cap = topics.record_bytes(spec.family("cap"))
+    assert spec.dead_letter_bytes() >= cap + topics.PROVENANCE_BYTES
+    assert spec.dead_letter_bytes() == topics.DEAD_LETTER_BYTES, "the producers' default matches the shipped file"
+    assert "replays" in spec.topics and spec.topics["replays"].configs["cleanup.policy"] == "compact"
+    small = GOOD.replace('max.message.bytes: "1114112"', 'max.message.bytes: "1048576"')
+    with pytest.raises(ConfigError, match="dlq max.message.bytes .* must be at least the cap family's"):
+        load_text(tmp_path, small)

@@ -68,3 +68,28 @@ def test_a_stale_completion_of_a_finished_offset_is_ignored() -> None:
     t.add(0, 2)
     assert t.take_commits() == {0: 2}
     assert t.pending(0) == 1
+
+
+def test_a_commit_is_handed_out_again_until_the_broker_confirms_it() -> None:
+    t = OffsetTracker()
+    t.add(0, 1)
+    t.done(0, 1)
+    assert t.take_commits() == {0: 2}
+    assert t.take_commits() == {}, "in flight: not sent twice"
+    t.commit_failed(0, 2)  # the async commit failed and the partition then went idle
+    assert t.take_commits() == {0: 2}
+    t.committed(0, 2)
+    assert t.take_commits() == {}
+
+
+def test_a_late_failure_of_an_older_commit_does_not_resend_a_confirmed_one() -> None:
+    t = OffsetTracker()
+    t.add(0, 1)
+    t.add(0, 2)
+    t.done(0, 1)
+    assert t.take_commits() == {0: 2}
+    t.done(0, 2)
+    assert t.take_commits() == {0: 3}
+    t.committed(0, 3)
+    t.commit_failed(0, 2)
+    assert t.take_commits() == {}

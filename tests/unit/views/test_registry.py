@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reach.records import AgentRegistration, AgentState
-from reach.registry import RegistryView
+from reach.views.registry import RegistryView
 
 
 def reg(instance: str, *, state: AgentState = AgentState.READY, at: int = 1000, ttl: int = 100,

@@ -1,0 +1,1 @@
+"""Fault injection for tests and `reach faults`: dependencies that can be stopped, started and wiped on demand."""

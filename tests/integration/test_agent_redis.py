@@ -1,0 +1,129 @@
+"""Redis is a cache of leases and results: the SDK degrades instead of stopping when it restarts or is flushed.
+
+Every test here runs its own redis-server (reach/faults/redis.py), never the shared one."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from reach.agent import Agent, Context
+from reach.client import Client
+from reach.envelopes import now_ms
+from reach.faults.redis import RedisServer
+from reach.names import Names
+from reach.records import Envelope, Status
+from reach.registry import read_registry
+from reach.settings import KafkaSettings
+from tests.integration.agent_support import Receipts, running, wait_for
+from tests.integration.stream_app import StreamApp
+
+AGENT = "agent://test/cache"
+
+
+@pytest.fixture
+def private_redis(namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
+    server = RedisServer(tmp_path / "redis").start()
+    monkeypatch.setenv("REACH_REDIS_URL", server.url)
+    yield server
+    server.stop()
+
+
+def _agent(runs: Counter[str], gate: threading.Event) -> Agent:
+    agent = Agent(AGENT, ttl_ms=3000, max_concurrency=4, lease_margin_ms=500, drain_grace_s=10,
+                  execution_timeout_ms=3000)
+
+    @agent.capability("test.cache", version="1.0.0", input_schema={"type": "object"})
+    def handle(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        runs[ctx.envelope.message_id] += 1
+        if payload.get("wait"):
+            gate.wait(20)
+        return {"n": payload.get("n")}
+
+    return agent
+
+
+def _ready(names: Names, agent: Agent) -> bool:
+    return any(r.instance_id == agent.instance_id and r.assigned_partitions
+               for r in read_registry(KafkaSettings(), names).live(now_ms()))
+
+
+def _keys(server: RedisServer, pattern: str) -> list[bytes]:
+    try:
+        with redis.Redis.from_url(server.url, socket_timeout=1) as client:
+            return list(client.keys(pattern))
+    except (redis.RedisError, OSError):
+        return []
+
+
+def test_redis_restart_falls_back_to_the_status_table_and_comes_back(
+        namespace: str, stream_app: StreamApp, private_redis: RedisServer) -> None:
+    names, runs, gate = Names(namespace), Counter[str](), threading.Event()
+    agent = _agent(runs, gate)
+    with running(agent) as thread, Client() as client:
+        wait_for(lambda: _ready(names, agent), 60, "READY")
+        receipts = Receipts(names.receipts)
+        inbox = names.inbox(AGENT)
+        first = client.envelope("test.cache", {"n": 1})
+        client.publish(first, topic=inbox, partition=0)
+        receipts.wait_status([first.message_id], Status.COMPLETED)
+        wait_for(lambda: stream_app.get(f"/messages/{first.message_id}").get("status") == "COMPLETED", 30,
+                 "the COMPLETED row")
+
+        private_redis.stop()
+        client.publish(first, topic=inbox, partition=0)  # a redelivery while Redis is down
+        fresh = client.envelope("test.cache", {"n": 2})
+        client.publish(fresh, topic=inbox, partition=1)
+        receipts.wait_status([fresh.message_id], Status.COMPLETED)
+        seen = wait_for(lambda: (lambda s: s if any(r.timings.get("status_hit") for r in s.get(first.message_id, []))
+                                 else None)(receipts.by_message()), 30, "the redelivery answered from the status table")
+        hit = next(r for r in seen[first.message_id] if r.timings.get("status_hit"))
+        assert hit.status is Status.COMPLETED and hit.result == b'{"n":1}', "the row's result is republished"
+        assert runs[first.message_id] == 1, "the COMPLETED message did not run again"
+        assert runs[fresh.message_id] == 1, "with Redis down the new message still ran (at least once)"
+
+        private_redis.start()  # same port, empty
+        sent: list[Envelope] = []
+
+        def cached_again() -> bool:
+            env = client.envelope("test.cache", {"n": 100 + len(sent)})
+            client.publish(env, topic=inbox, partition=2)
+            sent.append(env)
+            return bool(_keys(private_redis, f"{namespace}:result:*"))
+
+        wait_for(cached_again, 60, "results cached in Redis again after its restart", interval=0.5)
+        receipts.wait_status([e.message_id for e in sent], Status.COMPLETED)
+        assert thread.is_alive()
+    assert all(runs[e.message_id] == 1 for e in sent)
+
+
+def test_a_flush_mid_run_keeps_the_lease_and_loses_no_message(namespace: str, private_redis: RedisServer) -> None:
+    names, runs, gate = Names(namespace), Counter[str](), threading.Event()
+    agent = _agent(runs, gate)
+    with running(agent) as thread, Client() as client:
+        wait_for(lambda: _ready(names, agent), 60, "READY")
+        receipts = Receipts(names.receipts)
+        inbox = names.inbox(AGENT)
+        slow = client.envelope("test.cache", {"wait": True, "n": 0})
+        client.publish(slow, topic=inbox, partition=3)
+        receipts.wait_status([slow.message_id], Status.STARTED)
+        lease = f"{namespace}:lease:{slow.message_id}:0"
+        assert _keys(private_redis, lease) == [lease.encode()]
+        private_redis.flush()
+        # the renewer re-takes the vanished lease while the handler still runs
+        wait_for(lambda: _keys(private_redis, lease), 20, "the lease re-taken after the flush")
+        quick = [client.envelope("test.cache", {"n": i}) for i in range(1, 11)]
+        for i, env in enumerate(quick):
+            client.publish(env, topic=inbox, partition=i % 8)
+        gate.set()
+        seen = receipts.wait_status([slow.message_id, *(e.message_id for e in quick)], Status.COMPLETED)
+        assert thread.is_alive()
+    for env in [slow, *quick]:
+        assert [r.status for r in seen[env.message_id]] == [Status.STARTED, Status.COMPLETED]
+        assert runs[env.message_id] == 1

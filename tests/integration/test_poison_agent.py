@@ -1,0 +1,110 @@
+"""The agent's entries of the poison suite: bad payloads, oversize results and handlers that raise
+CancelledError end in a clear receipt, the instances keep running, and the next good message COMPLETES."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from contextlib import ExitStack
+from typing import Any
+
+from reach.agent import Agent
+from reach.client import Client
+from reach.envelopes import now_ms
+from reach.names import Names
+from reach.records import Envelope, Status
+from reach.registry import read_registry
+from reach.settings import KafkaSettings
+from tests.integration.agent_support import Receipts, TopicReader, running, wait_for
+
+AGENT = "agent://test/poison"
+
+
+def _agent() -> Agent:
+    agent = Agent(AGENT, ttl_ms=3000, max_concurrency=2, lease_margin_ms=500, drain_grace_s=10)
+
+    @agent.capability("test.poison", version="1.0.0", input_schema={"type": "object"})
+    async def handle(payload: dict[str, Any]) -> Any:
+        match payload.get("do"):
+            case "huge":
+                return {"blob": "x" * 1_200_000}
+            case "cancel":
+                raise asyncio.CancelledError()
+        return payload
+
+    return agent
+
+
+def _ready(names: Names, agents: list[Agent]) -> bool:
+    live = read_registry(KafkaSettings(), names).live(now_ms())
+    owned = {r.instance_id: r.assigned_partitions for r in live}
+    return all(owned.get(a.instance_id) for a in agents)
+
+
+def _alive(threads: list[threading.Thread]) -> bool:
+    return all(t.is_alive() for t in threads)
+
+
+def test_a_deeply_nested_payload_is_rejected_and_both_instances_keep_working(namespace: str) -> None:
+    names = Names(namespace)
+    agents = [_agent(), _agent()]
+    with ExitStack() as stack, Client() as client:
+        threads = [stack.enter_context(running(a)) for a in agents]
+        wait_for(lambda: _ready(names, agents), 60, "two READY instances sharing the inbox")
+        receipts = Receipts(names.receipts)
+        inbox = names.inbox(AGENT)
+        # 100,000 nested `[`: 100 KB, under the payload limit, past the JSON parser's recursion limit
+        deep = client.envelope("test.poison", {}).model_copy(update={"payload": b"[" * 100_000})
+        client.publish(deep, topic=inbox, partition=0)
+        good = client.envelope("test.poison", {"after": "deep"})
+        client.publish(good, topic=inbox, partition=0)
+        seen = receipts.wait_status([deep.message_id], Status.REJECTED)
+        seen = receipts.wait_status([good.message_id], Status.COMPLETED)
+        assert _alive(threads), "an instance stopped"
+    [rejected] = seen[deep.message_id]
+    assert rejected.status is Status.REJECTED and rejected.error and rejected.error.code == "INVALID_JSON"
+    assert "nested too deeply" in rejected.error.message
+
+
+def test_a_result_too_large_for_a_receipt_fails_and_its_redelivery_does_not_crash(namespace: str) -> None:
+    names = Names(namespace)
+    agent = _agent()
+    with running(agent) as thread, Client() as client:
+        wait_for(lambda: _ready(names, [agent]), 60, "READY")
+        receipts = Receipts(names.receipts)
+        inbox = names.inbox(AGENT)
+        huge = client.envelope("test.poison", {"do": "huge"})
+        client.publish(huge, topic=inbox, partition=1)
+        client.publish(huge, topic=inbox, partition=1)  # a redelivery of the same message
+        good = client.envelope("test.poison", {"after": "huge"})
+        client.publish(good, topic=inbox, partition=1)
+        receipts.wait_status([good.message_id], Status.COMPLETED)
+        seen = wait_for(lambda: (lambda s: s if len([r for r in s.get(huge.message_id, [])
+                                                     if r.status is Status.FAILED]) == 2 else None)(
+            receipts.by_message()), 30, "a FAILED receipt for the message and for its redelivery")
+        assert thread.is_alive()
+    failed = [r for r in seen[huge.message_id] if r.status is Status.FAILED]
+    assert {r.error.code for r in failed if r.error} == {"RESULT_TOO_LARGE"}
+    assert failed[1].timings.get("cache_hit") == 1, "the redelivery republished the cached FAILED"
+    assert [r.status for r in seen[huge.message_id]].count(Status.STARTED) == 1, "the handler ran once"
+
+
+def test_a_handler_raising_cancelled_error_is_retried_not_committed_as_done(namespace: str) -> None:
+    names = Names(namespace)
+    agent = _agent()
+    with running(agent), Client() as client:
+        wait_for(lambda: _ready(names, [agent]), 60, "READY")
+        receipts = Receipts(names.receipts)
+        cancel = client.envelope("test.poison", {"do": "cancel"})
+        client.publish(cancel, topic=names.inbox(AGENT), partition=2)
+        seen = receipts.wait_status([cancel.message_id], Status.RETRY_SCHEDULED)
+    statuses = [r.status for r in seen[cancel.message_id]]
+    assert statuses == [Status.STARTED, Status.ATTEMPT_FAILED, Status.RETRY_SCHEDULED]
+    failed = seen[cancel.message_id][1]
+    assert failed.error and failed.error.code == "CANCELLED"
+    tier = TopicReader(names.retry("1s"))
+    [retry] = wait_for(lambda: [r for r in tier.poll() if r.headers.get("x-reach-message-id")
+                                == cancel.message_id.encode()], 20, "the retry on the 1s tier")
+    from reach import codec
+
+    assert codec.decode(retry.value or b"", Envelope).attempt == 2

@@ -1,0 +1,213 @@
+"""The pipeline's failure paths on in-memory seams: bad payloads, oversize results, cancellation, timeouts,
+cached retries and an unreachable Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from reach.agent import Agent, TransientError
+from reach.agent.exceptions import RecordRefused
+from reach.agent.outage import Outage
+from reach.agent.outcomes import Outcome
+from reach.agent.pipeline import MAX_RECEIPT_BYTES, Pipeline
+from reach.agent.retrying import RetryStep
+from reach.agent.statuscheck import AlreadyCompleted
+from reach.envelopes import new_envelope
+from reach.names import Names
+from reach.records import Envelope, Status
+from tests.unit.agent.fakes import FakeLeases, FakeSender
+
+NAMES = Names("ns")
+
+
+def agent_with(handler: Callable[..., Any], **kwargs: Any) -> Agent:
+    agent = Agent("agent://test/unit", instance_id="i-1", lease_margin_ms=100, **kwargs)
+    agent.capability("test.unit", version="1.0.0", input_schema={"type": "object"})(handler)
+    return agent
+
+
+def pipeline(agent: Agent, sender: FakeSender, leases: FakeLeases, *,
+             completed: Callable[[str, int], Any] | None = None) -> Pipeline:
+    retry = RetryStep(agent_id=agent.agent_id, instance_id=agent.instance_id, publisher=sender, names=NAMES,
+                      tiers=["1s", "10s"], leases=leases)
+
+    async def unknown(_m: str, _g: int) -> AlreadyCompleted | None:
+        return None
+
+    return Pipeline(agent, publisher=sender, leases=leases, receipts_topic=NAMES.receipts,
+                    executor=ThreadPoolExecutor(2), middleware=[retry], completed=completed or unknown,
+                    redis_outage=Outage(base_s=0.001, max_s=0.001))
+
+
+def envelope(json_value: Any = None, **update: Any) -> Envelope:
+    """A JSON envelope; `payload=` in `update` replaces its bytes as they are."""
+    return new_envelope("test.unit", json_value if json_value is not None else {"x": 1}).model_copy(update=update)
+
+
+def run(pipe: Pipeline, env: Envelope) -> Outcome:
+    return asyncio.run(pipe.process(env, [])).outcome
+
+
+def statuses(sender: FakeSender) -> list[Status]:
+    return [r.status for r in sender.receipts()]
+
+
+def test_a_payload_nested_deeper_than_the_parser_allows_is_rejected_not_fatal() -> None:
+    calls: list[Any] = []
+    sender, leases = FakeSender(), FakeLeases()
+    pipe = pipeline(agent_with(lambda p: calls.append(p) or p), sender, leases)
+    deep = envelope(payload=b"[" * 100_000)
+    assert deep.content_type.startswith("application/json")
+    assert run(pipe, deep) is Outcome.REJECT
+    [receipt] = sender.receipts()
+    assert receipt.status is Status.REJECTED and receipt.error and receipt.error.code == "INVALID_JSON"
+    assert "nested too deeply" in receipt.error.message and calls == []
+    assert run(pipe, envelope()) is Outcome.COMPLETE
+
+
+def test_a_result_too_large_for_a_receipt_fails_with_result_too_large_and_that_is_what_is_cached() -> None:
+    sender, leases = FakeSender(), FakeLeases()
+    pipe = pipeline(agent_with(lambda p: {"blob": "x" * (MAX_RECEIPT_BYTES + 10)}), sender, leases)
+    env = envelope()
+    assert run(pipe, env) is Outcome.FAIL
+    final = sender.receipts()[-1]
+    assert final.status is Status.FAILED and final.error and final.error.code == "RESULT_TOO_LARGE"
+    assert final.result is None
+    cached = leases.results[env.message_id, env.generation]
+    assert len(cached) < 10_000
+    # a redelivery republishes the small FAILED receipt instead of crashing again
+    assert run(pipe, env) is Outcome.FAIL
+    assert sender.receipts()[-1].error.code == "RESULT_TOO_LARGE"  # type: ignore[union-attr]
+
+
+def test_a_receipt_the_broker_refuses_is_handed_back_as_a_failed_ack_not_raised() -> None:
+    def refuse(topic: str, value: bytes | None) -> BaseException | None:
+        big = value is not None and b"huge-result" in value
+        return RecordRefused(f"{topic}: MSG_SIZE_TOO_LARGE") if big else None
+
+    sender, leases = FakeSender(refuse), FakeLeases()
+    pipe = pipeline(agent_with(lambda p: {"r": "huge-result"}), sender, leases)
+    processed = asyncio.run(pipe.process(envelope(), []))
+    assert processed.outcome is Outcome.COMPLETE
+    # the runner commits only after every returned ack succeeded; a refused one isolates the record there
+    assert isinstance(processed.acks[-1].exception(), RecordRefused)
+
+
+def test_a_handler_raising_cancelled_error_is_a_retryable_failure_with_its_retry_scheduled() -> None:
+    async def cancels(_payload: Any) -> Any:
+        raise asyncio.CancelledError()
+
+    sender, leases = FakeSender(), FakeLeases()
+    pipe = pipeline(agent_with(cancels), sender, leases)
+    assert run(pipe, envelope()) is Outcome.RETRY
+    assert statuses(sender) == [Status.STARTED, Status.ATTEMPT_FAILED, Status.RETRY_SCHEDULED]
+    assert sender.receipts()[1].error.code == "CANCELLED"  # type: ignore[union-attr]
+    assert len(sender.on("ns.retry.1s")) == 1
+    assert leases.leases == {}, "the lease is released after the retry is published"
+
+
+def test_a_sync_handler_past_its_timeout_keeps_its_capacity_and_lease_until_its_thread_exits() -> None:
+    release = threading.Event()
+
+    def stuck(_payload: Any) -> Any:
+        release.wait(10)
+        return {}
+
+    sender, leases = FakeSender(), FakeLeases()
+    pipe = pipeline(agent_with(stuck), sender, leases)
+    env = envelope(execution_timeout_ms=50)
+
+    async def scenario() -> tuple[Outcome, int, bool, int, bool]:
+        outcome = (await pipe.process(env, [])).outcome
+        during, held = pipe.lingering, (env.message_id, 0) in leases.leases
+        release.set()
+        for _ in range(200):
+            if pipe.lingering == 0 and not leases.leases:
+                break
+            await asyncio.sleep(0.01)
+        return outcome, during, held, pipe.lingering, (env.message_id, 0) in leases.leases
+
+    outcome, during, held, after, held_after = asyncio.run(scenario())
+    assert outcome is Outcome.RETRY and sender.receipts()[1].error.code == "EXECUTION_TIMEOUT"  # type: ignore[union-attr]
+    assert (during, held) == (1, True)
+    assert (after, held_after) == (0, False)
+
+
+def test_a_redelivered_failed_attempt_republishes_its_retry_instead_of_rerunning() -> None:
+    runs: list[int] = []
+
+    def flaky(_payload: Any) -> Any:
+        runs.append(1)
+        raise TransientError("down")
+
+    sender, leases = FakeSender(), FakeLeases()
+    pipe = pipeline(agent_with(flaky), sender, leases)
+    env = envelope()
+    assert run(pipe, env) is Outcome.RETRY
+    [first] = sender.on("ns.retry.1s")
+    assert run(pipe, env) is Outcome.RETRY
+    assert runs == [1], "the handler ran once"
+    assert sender.on("ns.retry.1s") == [first, first], "the same retry (same due time), not a second decision"
+    assert statuses(sender)[-1] is Status.RETRY_SCHEDULED
+
+
+def test_with_redis_down_the_status_table_decides_and_otherwise_the_handler_runs() -> None:
+    runs: list[str] = []
+    sender, leases = FakeSender(), FakeLeases()
+    leases.down = True
+    done_ids: set[str] = set()
+
+    async def completed(message_id: str, _generation: int) -> AlreadyCompleted | None:
+        return AlreadyCompleted(b'{"x":"old"}') if message_id in done_ids else None
+
+    pipe = pipeline(agent_with(lambda p: runs.append(p["x"]) or p), sender, leases, completed=completed)
+    fresh, old = envelope({"x": "fresh"}), envelope({"x": "old"})
+    done_ids.add(old.message_id)
+    assert run(pipe, fresh) is Outcome.COMPLETE
+    time.sleep(0.01)  # past the (1 ms) backoff, so Redis is tried (and fails) again
+    assert run(pipe, old) is Outcome.COMPLETE
+    assert runs == ["fresh"], "the COMPLETED one was not run again"
+    assert statuses(sender) == [Status.STARTED, Status.COMPLETED, Status.COMPLETED]
+    again = sender.receipts()[-1]
+    assert (again.message_id, again.result, again.timings) == (old.message_id, b'{"x":"old"}', {"status_hit": 1})
+    leases.down = False
+    time.sleep(0.01)
+    assert run(pipe, envelope({"x": "after"})) is Outcome.COMPLETE
+    assert runs == ["fresh", "after"] and leases.results, "back on Redis: results cached again"
+
+
+def test_a_redis_error_in_the_renewer_does_not_end_renewal() -> None:
+    gate = threading.Event()
+
+    def slow(_payload: Any) -> Any:
+        gate.wait(5)
+        return {}
+
+    sender, leases = FakeSender(), FakeLeases()
+    agent = agent_with(slow)
+    pipe = pipeline(agent, sender, leases)
+
+    async def until(check: Callable[[], bool]) -> None:
+        for _ in range(1000):
+            if check():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("condition not reached")
+
+    async def scenario() -> Outcome:
+        work = asyncio.create_task(pipe.process(envelope(execution_timeout_ms=3_000), []))
+        await until(lambda: bool(leases.leases))
+        leases.down = True
+        failed_at = leases.calls
+        await until(lambda: leases.calls > failed_at)  # a renewal hit the outage
+        leases.down = False
+        back_at = leases.calls
+        await until(lambda: leases.calls > back_at)  # and renewal went on afterwards
+        gate.set()
+        return (await work).outcome
+    assert asyncio.run(scenario()) is Outcome.COMPLETE

@@ -1,0 +1,132 @@
+"""In-memory stand-ins for the confluent-kafka consumer and producer, for failure-path unit tests of shells."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import KafkaError, TopicPartition
+
+
+@dataclass
+class FakeMessage:
+    """What a consumer returns: a record at a topic/partition/offset."""
+
+    _topic: str
+    _partition: int
+    _offset: int
+    _value: bytes | None
+    _key: bytes | None = None
+    _headers: list[tuple[str, bytes]] | None = None
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return self._headers
+
+    def error(self) -> None:
+        return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+@dataclass
+class FakeConsumer:
+    """Records commits, seeks and pauses."""
+
+    commits: list[TopicPartition] = field(default_factory=list)
+    seeks: list[TopicPartition] = field(default_factory=list)
+    paused: list[TopicPartition] = field(default_factory=list)
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
+        self.commits.extend(offsets)
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append(tp)
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused.extend(tps)
+
+    def committed_at(self) -> dict[tuple[str, int], int]:
+        return {(tp.topic, tp.partition): tp.offset for tp in self.commits}
+
+
+@dataclass
+class FakeProducer:
+    """Delivers on flush; `refuse(topic, value) -> KafkaError | None` decides per record, `hold` keeps it queued."""
+
+    refuse: Callable[[str, bytes], KafkaError | None] = lambda _t, _v: None
+    hold: Callable[[str], bool] = lambda _t: False
+    raise_on: Callable[[str, bytes], BaseException | None] = lambda _t, _v: None
+    topics: set[str] = field(default_factory=set)
+    sent: list[tuple[str, bytes, Any]] = field(default_factory=list)
+    _queue: list[tuple[str, bytes, Any, Callable[..., None]]] = field(default_factory=list)
+
+    def produce(self, topic: str, value: bytes, key: Any = None, headers: Any = None,
+                on_delivery: Callable[..., None] | None = None, partition: int | None = None) -> None:
+        exc = self.raise_on(topic, value)
+        if exc is not None:
+            raise exc
+        self._queue.append((topic, value, key, on_delivery or (lambda *_: None)))
+
+    def flush(self, _timeout: float = 0) -> int:
+        while True:
+            ready = [q for q in self._queue if not self.hold(q[0])]
+            if not ready:
+                return len(self._queue)
+            for item in ready:
+                self._queue.remove(item)
+                topic, value, key, report = item
+                err = self.refuse(topic, value)
+                if err is None:
+                    self.sent.append((topic, value, key))
+                report(err, _Delivered(topic))
+
+    def poll(self, _timeout: float = 0) -> int:
+        return 0
+
+    def list_topics(self, topic: str, timeout: float = 0) -> Any:
+        return _Meta(topic, topic in self.topics)
+
+    def to(self, topic: str) -> list[bytes]:
+        return [v for t, v, _ in self.sent if t == topic]
+
+
+class _Delivered:
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+
+    def topic(self) -> str:
+        return self._topic
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 0
+
+
+class _Meta:
+    def __init__(self, topic: str, exists: bool) -> None:
+        self.topics = {topic: _TopicMeta(exists)} if exists else {}
+
+
+class _TopicMeta:
+    def __init__(self, exists: bool) -> None:
+        self.error = None
+        self.partitions = {0: None} if exists else {}

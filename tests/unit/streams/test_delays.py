@@ -1,0 +1,117 @@
+"""The delay forwarder on in-memory fakes: bad records are dead-lettered, unacked ones never committed."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError
+
+from reach import codec, dlq, headers
+from reach.envelopes import new_envelope
+from reach.names import Names
+from reach.records import DeadLetter, Receipt, Status
+from reach.streams.delays import Bad, DelayForwarder, Hold, Send, next_step
+from reach.streams.exceptions import DeliveryFailed
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
+
+NAMES = Names("ns")
+TIER = NAMES.retry("1s")
+CAP = NAMES.capability("demo.echo")
+NOW = 1_000_000
+
+
+def record(offset: int, *, due: bytes | None = b"0", target: bytes | None = None, value: bytes | None = None,
+           partition: int = 0) -> FakeMessage:
+    hdrs = [(k, v) for k, v in ((headers.DUE_AT, due), (headers.TARGET, target)) if v is not None]
+    body = value if value is not None else codec.encode(new_envelope("demo.echo", {"n": offset}))
+    return FakeMessage(TIER, partition, offset, body, b"k", hdrs)  # type: ignore[arg-type]
+
+
+def run(batch: list[FakeMessage], producer: FakeProducer) -> tuple[DelayForwarder, FakeConsumer]:
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd._meta = cast(Any, producer)
+    consumer = FakeConsumer()
+    fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
+    return fwd, consumer
+
+
+@pytest.mark.parametrize(("hdrs", "code"), [
+    ([(headers.DUE_AT, b"soon")], "BAD_DUE_AT"),
+    ([(headers.TARGET, b"\xff\xfe")], "BAD_TARGET"),
+    ([(headers.TARGET, b"ns.control")], "BAD_TARGET"),
+    ([(headers.TARGET, b"other.cap.demo.echo")], "BAD_TARGET"),
+])
+def test_bad_headers_are_named(hdrs: headers.Headers, code: str) -> None:
+    step = next_step(hdrs, codec.encode(new_envelope("demo.echo", {})), NAMES, NOW)
+    assert isinstance(step, Bad) and step.code == code
+
+
+def test_due_and_target_decide_hold_or_send() -> None:
+    value = codec.encode(new_envelope("demo.echo", {}))
+    assert next_step([(headers.DUE_AT, str(NOW + 5).encode())], value, NAMES, NOW) == Hold(NOW + 5)
+    assert next_step([], value, NAMES, NOW) == Send(CAP)
+    assert next_step([(headers.TARGET, CAP.encode())], b"opaque", NAMES, NOW) == Send(CAP)
+    assert next_step([(headers.TARGET, CAP.encode())], b"", NAMES, NOW, lambda _t: False) == Bad(
+        dlq.REJECTED, "UNKNOWN_TARGET", f"the target topic {CAP} does not exist")
+
+
+def test_a_bad_record_is_dead_lettered_and_the_batch_moves_on() -> None:
+    producer = FakeProducer(topics={CAP})
+    batch = [record(0), record(1, due=b"not-a-number"), record(2, target=b"ns.control"), record(3)]
+    fwd, consumer = run(batch, producer)
+    assert consumer.committed_at() == {(TIER, 0): 4}
+    assert len(producer.to(CAP)) == 2 and producer.to(NAMES.control) == []
+    letters = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert [(d.origin_offset, d.error.code if d.error else None) for d in letters] == [(1, "BAD_DUE_AT"),
+                                                                                      (2, "BAD_TARGET")]
+    assert letters[0].envelope == batch[1].value(), "the original bytes, untouched"
+    receipts = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
+    assert {r.status for r in receipts} == {Status.DEAD_LETTERED} and len(receipts) == 2
+    assert fwd.dead_lettered == 2
+
+
+def test_what_the_flush_leaves_queued_is_not_committed() -> None:
+    producer = FakeProducer(topics={CAP}, hold=lambda topic: topic == CAP)
+    batch = [record(0), record(0, partition=1)]
+    consumer = FakeConsumer()
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd._meta = cast(Any, producer)
+    with pytest.raises(DeliveryFailed, match="not acknowledged"):
+        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
+    assert consumer.commits == [] and {(s.partition, s.offset) for s in consumer.seeks} == {(0, 0), (1, 0)}
+
+
+def test_an_outage_on_one_record_commits_the_records_before_it() -> None:
+    second = record(1)
+    producer = FakeProducer(topics={CAP}, refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
+                            if value == second.value() else None)
+    consumer = FakeConsumer()
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd._meta = cast(Any, producer)
+    with pytest.raises(DeliveryFailed):
+        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), second, record(2)]))
+    assert consumer.committed_at() == {(TIER, 0): 1}
+    assert [(s.partition, s.offset) for s in consumer.seeks] == [(0, 1)]
+
+
+def test_a_forward_the_broker_refuses_for_good_is_dead_lettered() -> None:
+    big = record(0)
+    producer = FakeProducer(topics={CAP}, refuse=lambda topic, value: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+                            if topic == CAP else None)
+    _, consumer = run([big, record(1)], producer)
+    assert consumer.committed_at() == {(TIER, 0): 2}
+    letters = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert [d.error.code for d in letters if d.error] == ["FORWARD_REFUSED", "FORWARD_REFUSED"]
+
+
+def test_a_synchronous_produce_error_fails_only_its_record() -> None:
+    first = record(0)
+    producer = FakeProducer(topics={CAP}, raise_on=lambda topic, value: BufferError("full")
+                            if value == first.value() and topic == CAP else None)
+    consumer = FakeConsumer()
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd._meta = cast(Any, producer)
+    with pytest.raises(DeliveryFailed):
+        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [first, record(0, partition=1)]))
+    assert consumer.committed_at() == {(TIER, 1): 1} and [(s.partition, s.offset) for s in consumer.seeks] == [(0, 0)]

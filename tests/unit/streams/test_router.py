@@ -1,0 +1,134 @@
+"""The router's batch on in-memory fakes: failures are per record, never the batch nor the loop."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from reach import codec
+from reach.codec import RegistryUnavailable
+from reach.envelopes import new_envelope, now_ms
+from reach.names import Names
+from reach.records import AgentRegistration, AgentState, Capability, DeadLetter, Envelope, Receipt, Status
+from reach.settings import KafkaSettings, ReachSettings
+from reach.streams.router import Router
+from reach.streams.stats import OTHER
+from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
+
+NS = "ns"
+NAMES = Names(NS)
+CAP = NAMES.capability("demo.echo")
+INBOX = NAMES.inbox("agent://demo/echo")
+
+
+def router(monkeypatch: pytest.MonkeyPatch) -> Router:
+    monkeypatch.setenv("REACH_NAMESPACE", NS)
+    r = Router(kafka=KafkaSettings(), reach=ReachSettings())
+    r.state.apply_registration("i1", AgentRegistration(
+        agent_id="agent://demo/echo", instance_id="i1", build_version="1",
+        capabilities=[Capability(name="demo.echo", version="1.0.0")], state=AgentState.READY,
+        heartbeat_at=now_ms(), ttl_ms=600_000, max_concurrency=10_000, assigned_partitions=[0], inbox_topic=INBOX))
+    return r
+
+
+def record(offset: int, partition: int = 0, value: bytes | None = None, **envelope: Any) -> FakeMessage:
+    body = value if value is not None else codec.encode(new_envelope("demo.echo", {"n": offset}, **envelope))
+    return FakeMessage(CAP, partition, offset, body, b"k", [])
+
+
+def receipts(producer: FakeProducer) -> list[Receipt]:
+    return [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
+
+
+def envelope_id(msg: FakeMessage) -> str:
+    return codec.decode(cast(bytes, msg.value()), Envelope).message_id
+
+
+def test_one_refused_forward_holds_only_its_partition_from_that_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    bad = record(1)
+    producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
+                            if topic == INBOX and value == bad.value() else None)
+    batch = [record(0), bad, record(2), record(0, partition=1), record(1, partition=1)]
+    acks = r._process(cast(Any, batch), cast(Any, producer)).acks
+    assert acks.commits() == {(CAP, 0): 1, (CAP, 1): 2}
+    assert acks.rewinds() == {(CAP, 0): 1}
+    assert not [x for x in receipts(producer) if x.status is Status.REJECTED], "a healthy envelope is not REJECTED"
+
+
+def test_a_synchronous_produce_error_fails_that_record_not_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    first = record(0)
+    producer = FakeProducer(raise_on=lambda topic, value: KafkaException(KafkaError(KafkaError._QUEUE_FULL))
+                            if topic == INBOX and value == first.value() else None)
+    acks = r._process(cast(Any, [first, record(0, partition=1)]), cast(Any, producer)).acks
+    assert acks.commits() == {(CAP, 1): 1} and acks.rewinds() == {(CAP, 0): 0}
+    assert {x.status for x in receipts(producer)} == {Status.ROUTED}
+
+
+def test_a_megabyte_record_is_rejected_and_its_dead_letter_keeps_the_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    huge = record(0, value=codec.encode(new_envelope("demo.echo", {"x": "a" * 1_000_000}, max_payload_bytes=2_000_000)))
+    producer = FakeProducer()
+    acks = r._process(cast(Any, [huge, record(1)]), cast(Any, producer)).acks
+    assert acks.commits() == {(CAP, 0): 2}
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.reason == "OVERSIZE" and letter.envelope == huge.value()
+    assert [x.status for x in receipts(producer)] == [Status.REJECTED, Status.ROUTED]
+
+
+def test_a_dead_letter_over_the_dlq_limit_goes_by_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    r._max_bytes = 500_000  # a cluster whose dlq takes less than the record
+    huge = record(7, value=codec.encode(new_envelope("demo.echo", {"x": "a" * 1_000_000}, max_payload_bytes=2_000_000)))
+    producer = FakeProducer()
+    assert r._process(cast(Any, [huge]), cast(Any, producer)).acks.commits() == {(CAP, 0): 8}
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.envelope == b"" and (letter.origin_topic, letter.origin_offset) == (CAP, 7)
+    assert letter.error and "replay reads it from origin" in letter.error.message
+
+
+def test_a_letter_the_broker_refuses_for_good_is_rewritten_by_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+                            if topic == NAMES.dlq and len(value) > 1000 else None)
+    huge = record(0, value=codec.encode(new_envelope("demo.echo", {"x": "a" * 400_000}, max_payload_bytes=2_000_000)))
+    acks = r._process(cast(Any, [huge]), cast(Any, producer)).acks
+    assert acks.commits() == {(CAP, 0): 1}
+    assert [codec.decode(v, DeadLetter).envelope for v in producer.to(NAMES.dlq)] == [b""]
+
+
+def test_a_reply_to_outside_the_reply_topics_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    producer = FakeProducer()
+    bad = record(0, reply_to=NAMES.control)
+    good = record(1, reply_to=NAMES.replies("c1"))
+    r._process(cast(Any, [bad, good]), cast(Any, producer))
+    by_id = {x.message_id: x for x in receipts(producer)}
+    rejected = by_id[envelope_id(bad)]
+    assert rejected.status is Status.REJECTED and rejected.error and rejected.error.code == "BAD_REPLY_TO"
+    assert by_id[envelope_id(good)].status is Status.ROUTED
+    assert len(producer.to(INBOX)) == 1
+
+
+def test_a_registry_outage_is_not_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+
+    def down(_name: str, _data: bytes) -> dict[str, Any]:
+        raise RegistryUnavailable("the registry did not answer")
+
+    monkeypatch.setattr("reach.streams.router.decode_dict", down)
+    producer = FakeProducer()
+    acks = r._process(cast(Any, [record(0), record(1), record(0, partition=1)]), cast(Any, producer)).acks
+    assert acks.commits() == {} and acks.rewinds() == {(CAP, 0): 0, (CAP, 1): 0}
+    assert producer.sent == [], "nothing REJECTED, nothing dead-lettered"
+
+
+def test_stats_of_capabilities_nobody_serves_share_one_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    msgs = [FakeMessage(NAMES.capability(f"made.up{i}"), 0, i,
+                        codec.encode(new_envelope(f"made.up{i}", {})), None, []) for i in range(50)]
+    r._process(cast(Any, [*msgs, record(0, partition=1)]), cast(Any, FakeProducer()))
+    assert set(r.stats.snapshot().by_capability) == {OTHER, "demo.echo"}

@@ -1,0 +1,54 @@
+"""The router's state loop folds each record on its own: a bad one is counted and skipped, never fatal."""
+
+from __future__ import annotations
+
+from reach.codec import encode, encode_dict
+from reach.names import Names
+from reach.records import AgentRegistration, AgentState, Capability, Control, ControlKind, Weights
+from reach.settings import KafkaSettings
+from reach.streams.state import RouterState, StateLoop
+
+NAMES = Names("ns")
+
+
+def loop() -> tuple[RouterState, StateLoop]:
+    state = RouterState()
+    return state, StateLoop(state=state, names=NAMES, kafka=KafkaSettings())
+
+
+def registration(instance_id: str, inbox: str) -> AgentRegistration:
+    return AgentRegistration(agent_id="agent://a/b", instance_id=instance_id, build_version="1",
+                             capabilities=[Capability(name="x.y", version="1.0.0")], state=AgentState.READY,
+                             heartbeat_at=1_000, ttl_ms=60_000, max_concurrency=4, assigned_partitions=[0],
+                             inbox_topic=inbox)
+
+
+def test_bad_control_records_are_skipped_and_the_next_good_one_applies() -> None:
+    state, fold = loop()
+    null_weights = encode_dict("Control", {"kind": "WEIGHTS", "scope": "*", "weights": None, "instance": None,
+                                           "policy": None, "updated_at": 1, "updated_by": "t"})
+    fold._dispatch(NAMES.control, b"WEIGHTS:*", null_weights)
+    fold._dispatch(NAMES.control, b"\xff\xfeWEIGHTS:*", b"\xc3\x01garbage")
+    nan = Control(kind=ControlKind.WEIGHTS, scope="*", weights=Weights(load=float("nan")), updated_at=1,
+                  updated_by="t")
+    fold._dispatch(NAMES.control, b"WEIGHTS:*", encode(nan))
+    assert fold.bad_records == 3
+    good = Control(kind=ControlKind.WEIGHTS, scope="*", weights=Weights(fit=0.9), updated_at=2, updated_by="t")
+    fold._dispatch(NAMES.control, b"WEIGHTS:*", encode(good))
+    assert state.control.weights("x.y").fit == 0.9 and fold.bad_records == 3
+
+
+def test_bad_registry_records_are_skipped_and_a_foreign_inbox_is_never_routed_to() -> None:
+    state, fold = loop()
+    fold._dispatch(NAMES.registry, b"\xff\xfe", b"junk")
+    fold._dispatch(NAMES.registry, b"i1", encode(registration("i1", NAMES.inbox("agent://a/b"))))
+    assert [r.instance_id for r in state.live(2_000)] == ["i1"]
+    fold._dispatch(NAMES.registry, b"i1", encode(registration("i1", "ns.control")))
+    assert state.live(2_000) == [], "an instance claiming another topic as its inbox is dropped"
+    assert fold.bad_records == 2
+
+
+def test_an_undecodable_receipt_is_counted() -> None:
+    _, fold = loop()
+    fold._dispatch(NAMES.receipts, b"m", b"\x00\x00")
+    assert fold.bad_records == 1

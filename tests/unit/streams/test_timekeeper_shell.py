@@ -1,0 +1,107 @@
+"""The timekeeper's I/O on in-memory fakes: nothing is marked done that the broker did not acknowledge, and an
+envelope is gone only when its offset is below the log start."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from reach import codec
+from reach.envelopes import new_envelope
+from reach.names import Names
+from reach.records import Decision, Receipt, Status
+from reach.status import StatusRow, fold
+from reach.streams import timekeeper as module
+from reach.streams.timekeeper import Timekeeper
+from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
+
+NAMES = Names("ns")
+INBOX = NAMES.inbox("agent://a/b")
+ENVELOPE = new_envelope("demo.echo", {"x": 1}, delivery_timeout_ms=1_000)
+
+
+def routed_row(deadline: int = 10**13) -> StatusRow:
+    row = fold(None, Receipt(message_id=ENVELOPE.message_id, trace_id="t", tenant="d", capability="demo.echo",
+                             status=Status.ROUTED, at=100, deadline=deadline, delivery_timeout_ms=1_000,
+                             instance_id="i1", decision=Decision(topic=INBOX, partition=0, offset=5)))
+    assert row is not None
+    return row
+
+
+class FakeReader:
+    """An inbox reader: returns `records` once assigned; watermarks as given, or raises `watermark_error`."""
+
+    def __init__(self, records: list[FakeMessage], low: int = 0, high: int = 10,
+                 watermark_error: KafkaException | None = None) -> None:
+        self.records, self.low, self.high, self.watermark_error = records, low, high, watermark_error
+
+    def assign(self, _tps: Any) -> None:
+        pass
+
+    def poll(self, _timeout: float) -> FakeMessage | None:
+        return self.records.pop(0) if self.records else None
+
+    def consume(self, _n: int, _timeout: float) -> list[FakeMessage]:
+        out, self.records = self.records, []
+        return out
+
+    def get_watermark_offsets(self, _tp: Any, timeout: float = 0) -> tuple[int, int]:
+        if self.watermark_error is not None:
+            raise self.watermark_error
+        return self.low, self.high
+
+    def close(self) -> None:
+        pass
+
+
+def keeper(monkeypatch: pytest.MonkeyPatch, reader: FakeReader, producer: FakeProducer) -> Timekeeper:
+    monkeypatch.setattr(module, "open_reader", lambda *_a: reader)
+    tk = Timekeeper(names=NAMES, tiers=["1s"])
+    tk._producer = cast(Any, producer)
+    return tk
+
+
+def statuses(producer: FakeProducer) -> list[Status]:
+    return [codec.decode(v, Receipt).status for v in producer.to(NAMES.receipts)]
+
+
+def test_a_reroute_still_queued_after_the_flush_is_not_marked_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    held = True
+    producer = FakeProducer(hold=lambda _topic: held)
+    inbox = [FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]
+    tk = keeper(monkeypatch, FakeReader(inbox), producer)
+    assert tk.tick([routed_row()], now=5_000) == 0, "nothing acknowledged: not done"
+    held = False
+    tk._fetch = lambda _inbox: codec.encode(ENVELOPE)  # type: ignore[method-assign]
+    assert tk.tick([routed_row()], now=5_000) == 1, "acted on again, then marked"
+    assert tk.tick([routed_row()], now=5_000) == 0
+
+
+def test_a_refused_expiry_is_acted_on_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    refuse = True
+    producer = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if refuse else None)
+    tk = keeper(monkeypatch, FakeReader([]), producer)
+    assert tk.tick([routed_row(deadline=1_000)], now=5_000) == 0
+    refuse = False
+    assert tk.tick([routed_row(deadline=1_000)], now=5_000) == 1
+    assert statuses(producer) == [Status.EXPIRED]
+
+
+def test_an_unread_envelope_above_the_log_start_is_retried_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    tk = keeper(monkeypatch, FakeReader([], low=0, high=10), producer)
+    assert tk.tick([routed_row()], now=5_000) == 0
+    assert producer.sent == [], "no FAILED / ENVELOPE_GONE on a transient miss"
+    moving = KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+    tk2 = keeper(monkeypatch, FakeReader([], watermark_error=moving), producer)
+    assert tk2.tick([routed_row()], now=5_000) == 0 and producer.sent == []
+
+
+def test_an_envelope_below_the_log_start_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    tk = keeper(monkeypatch, FakeReader([], low=6, high=10), producer)
+    assert tk.tick([routed_row()], now=5_000) == 1
+    [receipt] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
+    assert receipt.status is Status.FAILED and receipt.error and receipt.error.code == "ENVELOPE_GONE"
