@@ -22,6 +22,10 @@ _RANK = {
     Status.ATTEMPT_FAILED: 3,
     Status.RETRY_SCHEDULED: 4,
 }
+# Timeline order: generation, attempt, then phase, then time. The router stamps a ROUTED receipt when the
+# forward's delivery report runs, which can be after the agent already finished it; by phase the
+# timeline still reads routed -> started -> outcome (a reroute's ACCEPTED and ROUTED stay in time order).
+_PHASE = {Status.ACCEPTED: 0, Status.ROUTED: 0, Status.STARTED: 1}
 MAX_STEPS = 64
 MAX_RESULT_CHARS = 64 * 1024
 MAX_ERROR_CHARS = 2_048
@@ -110,11 +114,15 @@ def _fold(row: StatusRow | None, receipt: Receipt) -> StatusRow:
         return _current(receipt, [*(row.timeline if row else []), step], row)
     if step in row.timeline:
         return row
-    timeline = sorted([*row.timeline, step], key=lambda s: (s.generation, s.at))
+    timeline = sorted([*row.timeline, step], key=_order)
     dropped = max(0, len(timeline) - MAX_STEPS)
     if receipt.generation < row.generation or row.terminal or not _advances(row, receipt):
         return row.model_copy(update={"timeline": timeline[dropped:], "dropped_steps": row.dropped_steps + dropped})
     return _current(receipt, timeline, row)
+
+
+def _order(step: Step) -> tuple[int, int, int, int]:
+    return step.generation, step.attempt, _PHASE.get(step.status, 2), step.at
 
 
 def _advances(row: StatusRow, receipt: Receipt) -> bool:

@@ -140,3 +140,11 @@ def test_a_replay_generation_gets_its_own_reply() -> None:
                          (r(Status.ROUTED, 5, generation=1), "ns.replies.c2"),
                          (r(Status.COMPLETED, 6, generation=1, instance_id="i"), None))
     assert sent == [b"UNROUTABLE@1", b"COMPLETED@6"] and row.reply_to == "ns.replies.c2"
+
+
+def test_a_routed_receipt_stamped_after_the_outcome_still_reads_first_in_its_attempt() -> None:
+    row = run(r(Status.STARTED, 5), r(Status.COMPLETED, 6), r(Status.ROUTED, 7),
+              r(Status.ROUTED, 9, attempt=2), r(Status.ATTEMPT_FAILED, 8))
+    assert [(s.attempt, s.status) for s in row.timeline] == [
+        (1, Status.ROUTED), (1, Status.STARTED), (1, Status.COMPLETED), (1, Status.ATTEMPT_FAILED),
+        (2, Status.ROUTED)]

@@ -35,6 +35,8 @@ from reach.streams.status.store import PartitionStore
 
 log = logging.getLogger("reach.status")
 _RECOVERY_BATCH = 5_000
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT})
 
 
 def fold_group(names: Names) -> str:
@@ -185,8 +187,8 @@ class StatusFold:
             last[partition] = offset
             try:
                 self._one(msg, partition, producer, rows)
-            except (BufferError, KafkaException):
-                raise
+            except (BufferError, KafkaException, StreamsError):
+                raise  # infrastructure, or a receipt of a partition this worker has no store for: nothing commits
             except Exception:  # noqa: BLE001 - one bad receipt must not stop the fold
                 self._metrics.undecodable.inc()
                 log.exception("status: could not fold the receipt at %s[%d]@%d; skipped", msg.topic(), partition,
@@ -329,7 +331,7 @@ class StatusFold:
         store = PartitionStore(path)
         reader = topicreader.open_reader("status-recovery", self._kafka)
         try:
-            low, high = reader.get_watermark_offsets(TopicPartition(self.names.status, partition), timeout=15)
+            low, high = _watermarks(reader, TopicPartition(self.names.status, partition))
             start = store.changelog_next
             if start is None or start < low or start > high:  # never recovered, compacted past, or a new topic
                 store.destroy()
@@ -350,6 +352,21 @@ class StatusFold:
             raise
         finally:
             reader.close()
+
+
+def _watermarks(reader: Consumer, tp: TopicPartition, attempts: int = 25) -> tuple[int, int]:
+    """The changelog partition's offsets; a leader still moving (right after topic creation) is waited out
+    here, inside the assignment, instead of restarting the whole consumer and its rebalance."""
+    for attempt in range(attempts):
+        try:
+            low, high = reader.get_watermark_offsets(tp, timeout=15)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if attempt == attempts - 1 or not (err.retriable() or err.code() in _LEADER_MOVING):
+                raise
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
 
 
 def _tracker(delivered: dict[int, int], errors: list[str]) -> Callable[[Any, Message], None]:
