@@ -27,8 +27,10 @@ unit: setup
 lint: setup
 	@$(BIN)/ruff check reach tests && $(BIN)/mypy
 
-fuzz: setup  # by hand: 10,000 fresh examples per fuzz target (CI runs a few hundred, repeatably)
-	@REACH_FUZZ_PROFILE=long $(BIN)/pytest -q tests/unit/fuzz
+# By hand: 10,000 fresh examples per fuzz target (CI runs a few hundred, repeatably); a target can take
+# several minutes, so the per-test timeout is off.
+fuzz: setup
+	@REACH_FUZZ_PROFILE=long $(BIN)/pytest -q --timeout=0 tests/unit/fuzz
 
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench

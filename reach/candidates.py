@@ -9,11 +9,9 @@ from typing import Any, NamedTuple
 
 from semver import Version
 
+from reach.loads import InstanceLoad
 from reach.records import AgentRegistration, AgentState, Capability
 from reach.versions import BadVersion, parse_version, satisfies
-
-OVERLOAD_RATIO = 0.8
-"""An instance whose load is above this share of max_concurrency is skipped while others have room."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +76,7 @@ class Candidate(NamedTuple):
     registration: AgentRegistration
     capability: Capability
     version: Version
-    load: int
+    load: InstanceLoad
 
     @property
     def instance_id(self) -> str:
@@ -90,17 +88,16 @@ class Candidate(NamedTuple):
 
     @property
     def load_ratio(self) -> float:
-        capacity = max(self.registration.max_concurrency, 1)
-        return min(max(self.load / capacity, 0.0), 1.0)
+        return self.load.ratio
 
     @property
     def overloaded(self) -> bool:
-        return self.load > OVERLOAD_RATIO * max(self.registration.max_concurrency, 1)
+        return self.load.full
 
 
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """The filter's answer: instances with room, or (when none has room) the overloaded matches."""
+    """The filter's answer: instances with room, or (when every match is full) the full matches."""
 
     candidates: tuple[Candidate, ...]
     overloaded: tuple[Candidate, ...]
@@ -141,7 +138,7 @@ def select(
     request: RouteRequest,
     registrations: Iterable[AgentRegistration],
     *,
-    loads: Mapping[str, int] | None = None,
+    loads: Mapping[str, InstanceLoad] | None = None,
     disabled: Collection[str] = frozenset(),
 ) -> Selection:
     """Filter instances for a request (docs/architecture.md, step 2) and split them by backpressure.
@@ -149,7 +146,8 @@ def select(
     Hard filters: capability and a version satisfying the range, READY, owning inbox partitions,
     not drained/disabled by control, tenant, `to_agent`. Soft ones: excluded instances and
     instances lacking a requested tag are dropped only while another candidate remains. `loads`
-    maps instance_id to its current load (default: the heartbeat's inflight).
+    maps instance_id to its current load (default: the heartbeat's inflight, no queue); a full
+    instance (busy and its queue at its bound, reach.loads) is shed while another has room.
     """
     matched: list[Candidate] = []
     for reg in registrations:
@@ -164,7 +162,7 @@ def select(
         cap = matching_capability(reg, request.capability, request.version_range)
         if cap is None:
             continue
-        load = reg.inflight if loads is None else loads.get(reg.instance_id, reg.inflight)
+        load = (loads or {}).get(reg.instance_id) or InstanceLoad.of(reg)
         matched.append(Candidate(reg, cap, _parsed(cap.version) or Version(0), load))
     if request.excluded_instances:
         kept = [c for c in matched if c.instance_id not in request.excluded_instances]

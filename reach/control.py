@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from reach import topicreader
-from reach.codec import decode, encode
+from reach.codec import RegistryUnavailable, decode, encode
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Control, ControlKind, InstanceAction, InstanceOverride, Policy, Weights
@@ -77,10 +77,13 @@ def read_control(*, names: Names, kafka: KafkaSettings | None = None, timeout: f
 
 def apply_record(view: ControlView, key: bytes | None, value: bytes | None, *, where: str) -> bool:
     """Fold one control-topic record into the view; a bad one (undecodable, invalid for its kind, a key that
-    is not UTF-8) is logged, counted in `view.refused` and skipped, never fatal. True when it applied."""
+    is not UTF-8) is logged, counted in `view.refused` and skipped, never fatal. True when it applied.
+    RegistryUnavailable propagates: skipping a good record during a registry outage would lose it."""
     text = (key or b"").decode(errors="replace")
     try:
         return view.apply(text, decode(value, Control) if value is not None else None)
+    except RegistryUnavailable:
+        raise  # infrastructure, not a bad record: the caller reads again
     except Exception as exc:  # noqa: BLE001 - DecodeError, or a valid Avro record the model refuses
         view.refused += 1
         log.warning("skipping a bad control record %r at %s: %s", text, where, exc)

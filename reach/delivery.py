@@ -16,6 +16,11 @@ PERMANENT = frozenset({
     KafkaError._UNKNOWN_PARTITION, KafkaError._INVALID_ARG, KafkaError.TOPIC_EXCEPTION,
 })
 
+PROPAGATION_MS = 10_000
+"""librdkafka's topic.metadata.propagation.max.ms for producers that use this module: how long a record for a
+topic missing from metadata waits before it fails as unknown. Below their 30 s flush, so a topic that does not
+exist is refused (and dead-lettered) within one batch instead of holding its input partition."""
+
 
 def permanent(error: Any) -> bool:
     """True for a refusal no retry cures (too large, unknown or forbidden topic); False for outages."""

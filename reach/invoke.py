@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer, TopicPartition
 
-from reach import clients, codec, topics
+from reach import clients, codec, topicreader, topics
 from reach.errors import ReachError
 from reach.records import Receipt, Status, StepStatus
 
@@ -142,12 +142,9 @@ class ReplyInbox:
         spec = topics.load(client.settings.topics_file).family("replies")
         topics.ensure_topic(admin, self.topic, spec)
         self._consumer = Consumer(client.kafka.consumer(f"{self.topic}.reader.{uuid.uuid4().hex[:6]}"))
-        meta = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic]
-        start = []
-        for p in meta.partitions:
-            _, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)
-            start.append(TopicPartition(self.topic, p, high))
-        self._consumer.assign(start)
+        # a reply topic created just now may have no leader yet: topicreader retries NOT_LEADER
+        self._consumer.assign([TopicPartition(self.topic, p, topicreader.watermarks(self._consumer, self.topic, p)[1])
+                               for p in topicreader.partitions(self._consumer, self.topic)])
         self._lock = threading.Lock()
         self._arrived = Arrivals()
 

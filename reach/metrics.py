@@ -20,6 +20,7 @@ _DECISION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0
 
 
 OTHER = "other"
+_MAX_REASONS = 50
 
 
 class Metrics:
@@ -30,6 +31,7 @@ class Metrics:
         self._capabilities = capabilities
         self._max = max_capabilities
         self._labelled: set[str] = set()
+        self._reasons: set[str] = set()
         self._known: Collection[str] = frozenset()
         self._known_at = float("-inf")
         self.registry = registry or CollectorRegistry()
@@ -95,6 +97,9 @@ class Metrics:
             self.completed.labels(cap, "true" if after.attempt == 1 else "false").inc()
         if after.status is Status.DEAD_LETTERED:
             reason = receipt.error.code if receipt.error else "UNKNOWN"
+            if reason not in self._reasons:  # error codes come from agents too: bounded like capabilities
+                reason = reason if len(self._reasons) < _MAX_REASONS else OTHER
+                self._reasons.add(reason)
             self.dead_letters.labels(cap, reason).inc()
 
     def label(self, capability: str) -> str:

@@ -67,6 +67,10 @@ class Names:
         return self.topic("receipts")
 
     @property
+    def loads(self) -> str:
+        return self.topic("loads")
+
+    @property
     def status(self) -> str:
         return self.topic("status")
 

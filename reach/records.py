@@ -262,6 +262,7 @@ class AgentRegistration(AvroRecord):
     region: str | None = None
     weight: float = 1.0
     max_concurrency: int = 1
+    max_queue: int = 0
     qps_limit: float | None = None
     cost: float | None = None
     state: AgentState
@@ -270,6 +271,21 @@ class AgentRegistration(AvroRecord):
     inflight: int = 0
     assigned_partitions: list[int] = []
     inbox_topic: str
+
+
+class LoadReport(AvroRecord):
+    """What one instance runs (occupancy) and holds (its SDK backlog) now, on `<ns>.loads`."""
+
+    avro_name: ClassVar[str] = "LoadReport"
+
+    instance_id: str
+    agent_id: str
+    at: EpochMillis
+    inflight: int
+    queued: int = 0
+    capacity: int
+    max_queue: int
+    drain_rate: float | None = None
 
 
 class DeadLetter(AvroRecord):

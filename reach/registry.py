@@ -41,6 +41,8 @@ def apply_record(view: RegistryView, key: bytes | None, value: bytes | None) -> 
     try:
         view.apply(instance_id, codec.decode(value, AgentRegistration) if value is not None else None)
         return True
+    except codec.RegistryUnavailable:
+        raise  # infrastructure, not a bad record
     except Exception as exc:  # noqa: BLE001 - DecodeError, or a valid Avro record the model refuses
         log.warning("skipping a bad registry record for %r: %s", instance_id, exc)
         return False

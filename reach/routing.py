@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from reach.candidates import RouteRequest, select
+from reach.candidates import Candidate, RouteRequest, select
+from reach.loads import InstanceLoad, retry_after_ms
 from reach.names import check_capability
 from reach.records import AgentRegistration, Weights
 from reach.scoring import ScoredDecision, ScoreParts, parts, score
 from reach.versions import BadVersion, parse_range
-
-DEFAULT_RETRY_AFTER_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,11 +33,12 @@ class Forward:
 
 @dataclass(frozen=True, slots=True)
 class Overload:
-    """Every matching instance is above the backpressure threshold: fail fast with a retry hint."""
+    """Every matching instance is busy and its queue full: fail fast with a hint from the drain rates."""
 
     retry_after_ms: int
     scores: tuple[ScoreParts, ...]
     weights: Weights
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +96,11 @@ def decide(
     *,
     weights: Weights,
     now_ms: int,
-    loads: Mapping[str, int] | None = None,
+    loads: Mapping[str, InstanceLoad] | None = None,
     disabled: Collection[str] = frozenset(),
     affinity: Mapping[str, str] | None = None,
     rng: random.Random | None = None,
     payload: bytes | None = None,
-    retry_after_ms: int = DEFAULT_RETRY_AFTER_MS,
 ) -> RouteOutcome:
     """Decide where a request goes. Pass `payload` only when the capability's policy validates at the router."""
     if request.deadline is not None and request.deadline <= now_ms:
@@ -110,7 +109,8 @@ def decide(
     if selection.all_overloaded:
         aff = (affinity or {}).get(request.session_key or "")
         scores = tuple(parts(request, c, weights, aff) for c in selection.overloaded)
-        return Overload(retry_after_ms, scores, weights)
+        return Overload(retry_after_ms(c.load for c in selection.overloaded), scores, weights,
+                        overload_message(selection.overloaded))
     if not selection.candidates:
         future = request.expire_at is not None and request.expire_at > now_ms
         detail = f" {request.version_range}" if request.version_range != "*" else ""
@@ -128,6 +128,18 @@ def decide(
     return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key))
 
 
+def overload_message(full: Iterable[Candidate]) -> str:
+    """What a user sees in an OVERLOAD receipt: each candidate's occupancy, queue and drain rate."""
+    shown = []
+    for c in full:
+        load = c.load
+        rate = "not measured yet" if load.drain_rate is None else f"{load.drain_rate:g}/s"
+        shown.append(f"{c.instance_id} running {load.occupancy}/{load.capacity}, queue {load.queue}/"
+                     f"{load.max_queue}, draining {rate}")
+    return ("every candidate is above 80% of its max_concurrency with its queue full ("
+            + "; ".join(shown) + "); retry after retry_after_ms")
+
+
 @lru_cache(maxsize=256)
 def _validator(schema_text: str) -> Any:
     from jsonschema import Draft202012Validator
@@ -137,18 +149,24 @@ def _validator(schema_text: str) -> Any:
 
 
 def validation_error(schema_text: str, payload: bytes, content_type: str) -> str | None:
-    """Why a JSON payload violates the capability's input schema, or None when it conforms."""
+    """Why a JSON payload violates the capability's input schema, or None when it conforms.
+
+    An agent's broken schema (not JSON, not an object, bad keywords, a dangling $ref) is the agent's
+    problem, never the caller's: it validates nothing. A payload nested too deeply to read is the caller's."""
     if "json" not in content_type:
         return None
     try:
         document = json.loads(payload)
+    except RecursionError:
+        return f"payload nests deeper than the JSON reader allows; content_type says {content_type}"
     except ValueError as exc:
         return f"payload is not JSON ({exc}); content_type says {content_type}"
     try:
-        validator = _validator(schema_text)
-    except ValueError:
-        return None  # an agent's broken schema is its problem, not the caller's
-    error = next(iter(validator.iter_errors(document)), None)
+        error = next(iter(_validator(schema_text).iter_errors(document)), None)
+    except RecursionError:
+        return "payload nests too deeply to validate against the input schema"
+    except Exception:  # noqa: BLE001 - ValueError, TypeError, AttributeError, referencing errors of a bad schema
+        return None
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"

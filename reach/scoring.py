@@ -7,13 +7,14 @@ score = w.fit * capability_fit + w.locality * locality + w.load * (1 - load_rati
   (1 / (1 + majors + minors/10 + patches/100)), so `^1.2` prefers 1.2.x over 1.9.0.
 - locality = 1 when the request names no region or the regions match, 0.5 when the instance
   reports none, else 0.
-- load_ratio = load / max_concurrency, clipped to [0, 1].
+- load_ratio = (occupancy + queue) / (max_concurrency + max_queue), clipped to [0, 1] (reach.loads):
+  handlers running plus requests waiting, relative to everything the instance takes.
 - affinity = 1 for the instance that already serves the request's session_key.
 
 The pick is the best score, drawn at random among candidates within TIE_BAND of it (tie jitter),
-except that a session stays on its instance while that instance is a candidate (healthy, under the
-backpressure threshold) and the affinity weight is positive: session affinity keeps a session_key
-on the same instance while it is healthy. An affinity weight of 0 turns stickiness off.
+except that a session stays on its instance while that instance is a candidate (healthy, not shed
+by backpressure) and the affinity weight is positive: session affinity keeps a session_key on the
+same instance while it is healthy. An affinity weight of 0 turns stickiness off.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -224,6 +225,7 @@ def apply(admin: AdminClient, changes: list[Change], timeout: float = 30.0) -> l
             operation_timeout=timeout,
         )
         _wait(futures, ignore="TOPIC_ALREADY_EXISTS")
+        _visible(admin, [c.topic for c in creates], timeout)
         applied += creates
     grow = [c for c in changes if c.action == "add_partitions" and c.spec]
     if grow:
@@ -247,12 +249,31 @@ def ensure_topic(admin: AdminClient, topic: str, spec: TopicSpec, timeout: float
         [NewTopic(topic, spec.partitions, spec.replication_factor or 1, config=dict(spec.configs))],
         operation_timeout=timeout,
     )
-    return _wait(futures, ignore="TOPIC_ALREADY_EXISTS") > 0
+    created = _wait(futures, ignore="TOPIC_ALREADY_EXISTS") > 0
+    _visible(admin, [topic], timeout)
+    return created
 
 
 def _exists(admin: AdminClient, topic: str, timeout: float) -> bool:
     meta = admin.list_topics(topic=topic, timeout=timeout).topics.get(topic)
     return meta is not None and meta.error is None and len(meta.partitions) > 0
+
+
+def _visible(admin: AdminClient, topics: list[str], timeout: float) -> None:
+    """Wait until created topics show in metadata with a leader for every partition: the controller
+    acknowledges a create before the broker serves it, and a client that looks at once finds no topic."""
+    deadline = time.monotonic() + timeout
+    pending = set(topics)
+    while pending and time.monotonic() < deadline:
+        found = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        pending = {t for t in pending if not _served(found.get(t))}
+        if pending:
+            time.sleep(0.1)
+
+
+def _served(meta: Any) -> bool:
+    return meta is not None and meta.error is None and bool(meta.partitions) and all(
+        p.leader >= 0 for p in meta.partitions.values())
 
 
 def _describe(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, dict[str, str]]:

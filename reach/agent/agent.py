@@ -14,7 +14,8 @@ from jsonschema.protocols import Validator
 from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidDeclaration
 from reach.agent.middleware import Middleware
-from reach.envelopes import new_id
+from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
+from reach.loads import default_max_queue
 from reach.names import check_agent_id, check_capability
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope
 from reach.versions import parse_version, satisfies
@@ -69,6 +70,7 @@ class Agent:
         *,
         region: str | None = None,
         max_concurrency: int = 8,
+        max_queue: int | None = None,
         ttl_ms: int = DEFAULT_TTL_MS,
         build_version: str = "dev",
         tenants: list[str] | None = None,
@@ -87,10 +89,14 @@ class Agent:
         self.agent_id = check_agent_id(agent_id)
         if max_concurrency < 1:
             raise InvalidDeclaration(f"max_concurrency must be >= 1, got {max_concurrency}.")
+        if max_queue is not None and max_queue < 0:
+            raise InvalidDeclaration(f"max_queue must be >= 0 (or None for the default), got {max_queue}.")
         if ttl_ms < 300:
             raise InvalidDeclaration(f"ttl_ms must be >= 300 (heartbeats go every ttl/3), got {ttl_ms}.")
         self.region = region
         self.max_concurrency = max_concurrency
+        # None: min(4 x max_concurrency, delivery timeout x measured drain rate), see reach.loads
+        self.max_queue = max_queue
         self.ttl_ms = ttl_ms
         self.build_version = build_version
         self.tenants = list(tenants or [])
@@ -175,10 +181,17 @@ class Agent:
             agent_id=self.agent_id, instance_id=self.instance_id, build_version=self.build_version,
             capabilities=[c.record for c in self.capabilities.values()], tenants=self.tenants,
             region=self.region, weight=self.weight, max_concurrency=self.max_concurrency,
+            max_queue=self.queue_bound(None, DELIVERY_TIMEOUT_MS),
             qps_limit=self.qps_limit, cost=self.cost, state=state, heartbeat_at=heartbeat_at,
             ttl_ms=self.ttl_ms, inflight=inflight, assigned_partitions=sorted(assigned_partitions),
             inbox_topic=inbox_topic,
         )
+
+    def queue_bound(self, drain_rate: float | None, delivery_timeout_ms: int) -> int:
+        """The queue bound in force: max_queue when given, else the default from the drain rate."""
+        if self.max_queue is not None:
+            return self.max_queue
+        return default_max_queue(self.max_concurrency, drain_rate, delivery_timeout_ms)
 
     def run(self, *, install_signals: bool = True) -> None:
         """Run this instance until SIGTERM/SIGINT or `stop()`: register, consume, drain, tombstone."""

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from reach.headers import Headers
 from reach.retry import Outgoing
@@ -85,6 +86,7 @@ class Leases:
         self._finish = redis.register_script(_FINISH)
         self._set = redis.register_script(_SET)
         self._queue: list[tuple[AsyncScript, list[str], list[str | bytes], asyncio.Future[Any]]] = []
+        self._flushes: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     def lease_key(self, message_id: str, generation: int) -> str:
         return f"{self._ns}:lease:{message_id}:{generation}"
@@ -131,17 +133,26 @@ class Leases:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queue:
-            loop.call_soon(lambda: loop.create_task(self._flush()))
+            loop.call_soon(self._start_flush)
         self._queue.append((script, keys, args, future))
         return future
+
+    def _start_flush(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._flush())
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
 
     async def _flush(self) -> None:
         batch, self._queue = self._queue, []
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for script, keys, args, _ in batch:
-                    await script(keys=keys, args=args, client=pipe)
-                results = await pipe.execute(raise_on_error=False)
+            results = await self._evalsha(batch)
+            missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+            if missing:  # Redis restarted or was flushed: load the scripts, run those calls again
+                for script in {id(batch[i][0]): batch[i][0] for i in missing}.values():
+                    await self._redis.script_load(script.script)
+                again = await self._evalsha([batch[i] for i in missing])
+                for i, result in zip(missing, again, strict=True):
+                    results[i] = result
         except Exception as exc:  # noqa: BLE001 - Redis unreachable: every caller of the batch gets the error
             results = [exc] * len(batch)
         for (*_, future), result in zip(batch, results, strict=True):
@@ -152,8 +163,19 @@ class Leases:
             else:
                 future.set_result(result)
 
+    async def _evalsha(self, batch: list[tuple[AsyncScript, list[str], list[str | bytes], asyncio.Future[Any]]],
+                       ) -> list[Any]:
+        """One pipeline of EVALSHA calls (without redis-py's per-pipeline SCRIPT EXISTS round trip)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for script, keys, args, _ in batch:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+            return list(await pipe.execute(raise_on_error=False))
 
-def encode_records(records: tuple[Outgoing, ...]) -> bytes:
+
+def encode_records(
+
+
+records: tuple[Outgoing, ...]) -> bytes:
     """Records as JSON (bytes in base64), for the retry cache."""
     def b64(data: str | bytes | None) -> str | None:
         if isinstance(data, str):

@@ -21,9 +21,7 @@ Headers = list[tuple[str, bytes]]
 
 def headers_of(msg: Message) -> Headers:
     """A record's headers as (name, bytes) pairs, whatever shape the client returned."""
-    raw = msg.headers() or []
-    items = raw.items() if isinstance(raw, dict) else raw
-    return [(k, v.encode() if isinstance(v, str) else v) for k, v in items if v is not None]
+    return h.pairs(msg.headers())
 
 
 @dataclass(frozen=True)

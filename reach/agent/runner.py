@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import queue
 import signal
@@ -23,6 +24,7 @@ from reach.agent.agent import Agent, call_hook
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
+from reach.agent.loadreport import LoadReporter
 from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
 from reach.agent.pipeline import REDIS_ERRORS, Pipeline
@@ -69,6 +71,7 @@ class Runner:
         self._owned: set[int] = set()
         self._inflight = 0
         self._running: Counter[int] = Counter()  # running handlers per partition (what a revoke waits for)
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._paused = False
         self._ready = False
         self._closing = False
@@ -113,6 +116,8 @@ class Runner:
                                   middleware=[retries, self.metrics, *self.agent.middleware], completed=completed)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
+        self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
+                                  policy=self._policies.get)
         try:
             self._call(self._ping(redis))
             self._beat(AgentState.STARTING).result(timeout=30)
@@ -160,7 +165,7 @@ class Runner:
 
     def _consume(self) -> None:
         while not self._stop.is_set():
-            room = self.agent.max_concurrency - self._busy() - len(self._backlog)
+            room = self.agent.max_concurrency + self.loads.max_queue - self._busy() - len(self._backlog)
             for msg in clients.take(self._consumer, max(1, room), POLL_S):
                 self._take(msg)
             self._settle()
@@ -169,11 +174,15 @@ class Runner:
         """Completions -> commits, backlog -> handlers, pause/resume, heartbeat."""
         self._drain_done()
         self._commit(asynchronous=True)
+        batch = []
         while self._backlog and self._busy() < self.agent.max_concurrency and not self._closing:
-            self._dispatch(*self._backlog.popleft())
+            batch.append(self._dispatch(*self._backlog.popleft()))
+        if batch:  # one wake-up of the handlers' loop per batch, not a thread-safe future per message
+            self._loop.call_soon_threadsafe(self._start, batch)
         self._flow()
         if self.heartbeat.due():
             self._beat()
+        self.loads.tick(inflight=self._busy(), queued=len(self._backlog))
 
     def _take(self, msg: Message) -> None:
         if msg.error():
@@ -193,17 +202,23 @@ class Runner:
         """Handler slots in use: running handlers plus sync handlers' threads still running past their timeout."""
         return self._inflight + self._pipeline.lingering
 
-    def _dispatch(self, msg: Message, envelope: Envelope) -> None:
-        partition, offset = msg.partition() or 0, msg.offset() or 0
+    def _dispatch(self, msg: Message, envelope: Envelope) -> tuple[Message, Envelope]:
         self._inflight += 1
-        self._running[partition] += 1
+        self._running[msg.partition() or 0] += 1
         self.metrics.set_inflight(self._busy())
-        work = self._pipeline.process(envelope, inbox.headers_of(msg), raw=msg.value(),
-                                      origin=(self.inbox, partition, offset))
-        future = asyncio.run_coroutine_threadsafe(work, self._loop)
-        future.add_done_callback(lambda f: self._finished(msg, f))
+        return msg, envelope
 
-    def _finished(self, msg: Message, future: Future[Any]) -> None:
+    def _start(self, batch: list[tuple[Message, Envelope]]) -> None:
+        """On the handlers' loop: one task per message; its completion goes to the main thread's queue."""
+        for msg, envelope in batch:
+            work = self._pipeline.process(envelope, inbox.headers_of(msg), raw=msg.value(),
+                                          origin=(self.inbox, msg.partition() or 0, msg.offset() or 0))
+            task = self._loop.create_task(work)
+            self._tasks.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(functools.partial(self._finished, msg))
+
+    def _finished(self, msg: Message, future: asyncio.Future[Any]) -> None:
+        self._tasks.discard(future)  # type: ignore[arg-type]
         partition, offset = msg.partition() or 0, msg.offset() or 0
         if future.cancelled():  # only at shutdown: the offset stays uncommitted and is redelivered
             log.warning("the run of %s:%d@%d was cancelled; it will be redelivered", self.inbox, partition, offset)
@@ -227,7 +242,8 @@ class Runner:
     # -- flow control, commits, heartbeats ----------------------------------------------------------------
 
     def _flow(self) -> None:
-        full = self._busy() >= self.agent.max_concurrency or self._closing
+        # the queue waits in the backlog, not in a paused inbox: a resumed fetch idled the handlers up to 1 s
+        full = self._busy() + len(self._backlog) >= self.agent.max_concurrency + self.loads.max_queue or self._closing
         if full and not self._paused and self._owned:
             self._consumer.pause(self._partitions(self._owned))
             self._paused = True
@@ -321,6 +337,7 @@ class Runner:
         if item.slot:
             self._inflight -= 1
             self._running[item.partition] -= 1
+            self.loads.completed()
             self.metrics.set_inflight(self._busy())
         elif isinstance(item.error, DeliveryFailed) and not isinstance(item.error, RecordRefused):
             log.error("stopping, the message stays uncommitted: %s", item.error)

@@ -7,6 +7,7 @@ import time
 
 from reach.bench.results import ModeResult, latency, own_cpu
 from reach.candidates import Candidate, RouteRequest
+from reach.loads import InstanceLoad
 from reach.records import AgentRegistration, AgentState, Capability, Weights
 from reach.scoring import score
 from reach.versions import parse_version
@@ -23,7 +24,7 @@ def candidates(n: int) -> list[Candidate]:
             region=("eu", "us", None)[i % 3], max_concurrency=32, state=AgentState.READY, heartbeat_at=0,
             ttl_ms=60_000, assigned_partitions=[0], inbox_topic="bench.inbox",
         )
-        out.append(Candidate(reg, cap, parse_version(version), load=i % 25))
+        out.append(Candidate(reg, cap, parse_version(version), load=InstanceLoad(i % 25, i % 7, 32, 128)))
     return out
 
 

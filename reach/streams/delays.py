@@ -1,7 +1,8 @@
 """Delay tiers: hold each partition's head record until it is due (pause the partition), then republish it.
 
 Each record is read on its own (`next_step`): a due-at that is not epoch millis, a target header that
-is not UTF-8 or not a capability topic of the namespace, or an undecodable envelope is dead-lettered
+is not UTF-8 or not a capability topic of the namespace, an undecodable envelope, or a forward the broker
+refuses for good (a target that does not exist, a record too large for it) is dead-lettered
 with its reason (and a DEAD_LETTERED receipt when the envelope decodes); the tier moves on. Offsets are
 committed per partition only up to the first record whose forward the broker has not acknowledged.
 """
@@ -14,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from reach import clients, codec, delivery, dlq, headers
 from reach.acks import Acks, Position
-from reach.codec import DecodeError
+from reach.codec import DecodeError, RegistryUnavailable
 from reach.envelopes import now_ms
 from reach.errors import InvalidName
 from reach.names import Names
@@ -55,19 +56,16 @@ class Bad:
     message: str
 
 
-def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int,
-              exists: Callable[[str], bool] = lambda _t: True) -> Hold | Send | Bad:
+def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int) -> Hold | Send | Bad:
     """What to do with one tier record, from its headers (and its envelope when no target header is set)."""
-    found = {k: v if isinstance(v, bytes) else str(v or "").encode() for k, v in hdrs}
-    raw_due = found.get(headers.DUE_AT)
-    if raw_due is not None:
-        try:
-            due = int(raw_due)
-        except ValueError:
-            return Bad(dlq.REJECTED, "BAD_DUE_AT", f"{headers.DUE_AT} {raw_due[:40]!r} is not epoch milliseconds")
-        if due > now:
-            return Hold(due)
-    raw_target = found.get(headers.TARGET)
+    found = headers.pairs(hdrs)
+    try:
+        due = headers.integer(found, headers.DUE_AT)
+    except headers.HeaderError as exc:
+        return Bad(dlq.REJECTED, "BAD_DUE_AT", f"{headers.DUE_AT} {exc.raw[:40]!r} is not epoch milliseconds")
+    if due is not None and due > now:
+        return Hold(due)
+    raw_target = dict(found).get(headers.TARGET)  # the last value wins, as for every header
     if raw_target is None:
         envelope = _envelope(value)
         if envelope is None:
@@ -77,12 +75,11 @@ def next_step(hdrs: headers.Headers, value: bytes, names: Names, now: int,
         target = names.check_target(raw_target.decode())
     except (UnicodeDecodeError, InvalidName) as exc:
         return Bad(dlq.REJECTED, "BAD_TARGET", f"{headers.TARGET} is not a capability topic: {exc}")
-    if not exists(target):
-        return Bad(dlq.REJECTED, "UNKNOWN_TARGET", f"the target topic {target} does not exist")
     return Send(target)
 
 
 def _envelope(value: bytes) -> Envelope | None:
+    """The decoded envelope, None when it does not decode (RegistryUnavailable propagates: not the record's fault)."""
     try:
         return codec.decode(value, Envelope)
     except (DecodeError, ValueError):
@@ -104,8 +101,6 @@ class DelayForwarder:
         self._clock = clock
         self._poll_s = poll_s
         self._held: dict[tuple[str, int], int] = {}
-        self._topics: set[str] = set()
-        self._meta: Producer | None = None
         self.forwarded = 0
         self.dead_lettered = 0
 
@@ -126,8 +121,8 @@ class DelayForwarder:
     def _run(self, stop: threading.Event) -> None:
         consumer = clients.consumer(self.names.topic("delays"), self._kafka,
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
-        producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes})
-        self._meta = producer
+        producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes,
+                                                    "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         consumer.subscribe(self.topics, on_revoke=self._revoked, on_lost=self._revoked)
         try:
             while not stop.is_set():
@@ -157,13 +152,18 @@ class DelayForwarder:
         acks = Acks()
         now = self._clock()
         records: dict[Position, Message] = {}
+        stalled: set[tuple[str, int]] = set()
         for msg in batch:
             topic, part, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-            if msg.error() or (topic, part) in self._held:
+            if msg.error() or (topic, part) in self._held or (topic, part) in stalled:
                 continue  # records fetched behind a held head wait with it
             hdrs = cast(headers.Headers, msg.headers() or [])
             try:
-                step = next_step(hdrs, msg.value() or b"", self.names, now, self._known_topic)
+                step = next_step(hdrs, msg.value() or b"", self.names, now)
+            except RegistryUnavailable as exc:  # infrastructure: read this partition again from here
+                acks.fail((topic, part, offset), exc)
+                stalled.add((topic, part))
+                continue
             except Exception as exc:  # noqa: BLE001 - a bug on one record must not stall every tier
                 step = Bad(dlq.REJECTED, "DELAY_ERROR", f"the delay tier could not read this record: {exc!r}")
             if isinstance(step, Hold):
@@ -180,7 +180,7 @@ class DelayForwarder:
                 self.forwarded += 1
             else:
                 self._dead_letter(producer, acks, position, msg.value() or b"", step)
-        if not records:
+        if not records and not stalled:
             return
         producer.flush(30)
         refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
@@ -202,20 +202,11 @@ class DelayForwarder:
             raise DeliveryFailed(f"delay tier: {len(acks.unacked())} record(s) not acknowledged, e.g. {first}: "
                                  f"{', '.join(map(delivery.describe, acks.errors(first))) or 'still queued'}")
 
-    def _known_topic(self, topic: str) -> bool:
-        """Whether a target topic exists (cached; a forward to a missing topic would wait out its timeout)."""
-        if topic not in self._topics and self._meta is not None:
-            try:
-                meta = self._meta.list_topics(topic, timeout=5).topics.get(topic)
-            except KafkaException:
-                return True  # the broker does not answer: the forward waits, unacknowledged, and is retried
-            if meta is None or meta.error is not None or not meta.partitions:
-                return False
-            self._topics.add(topic)
-        return True
-
     def _dead_letter(self, producer: Producer, acks: Acks, origin: Position, value: bytes, bad: Bad) -> None:
-        envelope = _envelope(value)
+        try:
+            envelope = _envelope(value)
+        except RegistryUnavailable:
+            envelope = None  # only labels the letter; its bytes are kept either way
         error = ErrorInfo(kind="INVALID_INPUT", code=bad.code, message=bad.message)
         letter, hdrs = dlq.letter(value, reason=bad.reason, error=error, origin=origin, envelope=envelope)
         key = envelope.message_id if envelope else f"{origin[0]}:{origin[1]}:{origin[2]}"

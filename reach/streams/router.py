@@ -30,6 +30,7 @@ from reach.candidates import RouteRequest
 from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
+from reach.loads import InstanceLoad
 from reach.names import Names
 from reach.records import AgentRegistration, Status, Weights
 from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutcome, decide, parse_request
@@ -76,6 +77,32 @@ class CapabilityTopics:
         return bool(self.subscribed)
 
 
+class PartitionBackoff:
+    """When each input partition whose records were not acknowledged may be read again (doubling, capped)."""
+
+    def __init__(self, *, first_s: float = 0.1, most_s: float = 5.0) -> None:
+        self._first, self._most = first_s, most_s
+        self._delay: dict[tuple[str, int], float] = {}
+        self._until: dict[tuple[str, int], float] = {}
+
+    def hold(self, tp: tuple[str, int], now: float) -> float:
+        """Hold a partition after a failure; returns how long."""
+        delay = min(self._delay.get(tp, self._first / 2) * 2, self._most)
+        self._delay[tp], self._until[tp] = delay, now + delay
+        return delay
+
+    def cleared(self, tp: tuple[str, int]) -> None:
+        """A batch of the partition was acknowledged: the next failure starts from the first delay again."""
+        self._delay.pop(tp, None)
+
+    def due(self, now: float) -> list[tuple[str, int]]:
+        """Held partitions whose wait is over (each returned once)."""
+        ready = [tp for tp, until in self._until.items() if until <= now]
+        for tp in ready:
+            del self._until[tp]
+        return ready
+
+
 @dataclass
 class _Batch:
     """What one consumed batch caused: the acknowledgement ledger, and per-capability settings read once."""
@@ -97,7 +124,6 @@ class Router:
         reach: ReachSettings | None = None,
         batch_size: int = 500,
         metadata_refresh_ms: int = 2_000,
-        retry_after_ms: int = 1_000,
         rng: random.Random | None = None,
     ) -> None:
         self.kafka = kafka or KafkaSettings()
@@ -108,7 +134,6 @@ class Router:
         self.affinity = AffinityTable()
         self._batch_size = batch_size
         self._metadata_refresh_ms = metadata_refresh_ms
-        self._retry_after_ms = retry_after_ms
         self._rng = rng or random.Random()
         self._stop = threading.Event()
         self.worker_id = uuid.uuid4().hex[:12]
@@ -186,14 +211,21 @@ class Router:
             },
         )
         consumer = Consumer(conf)
-        producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes}))
+        producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes,
+                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000)
-        backoff = 0.1
+        held = PartitionBackoff()
         try:
             while not self._stop.is_set():
                 if not capabilities.refresh(consumer, time.monotonic()):
                     self._stop.wait(0.2)
                     continue
+                due = held.due(time.monotonic())
+                if due:
+                    try:
+                        consumer.resume([TopicPartition(t, p) for t, p in due])
+                    except KafkaException:
+                        pass  # revoked meanwhile: its next owner reads it from the committed offset
                 messages = clients.take(consumer, self._batch_size, 0.2)
                 if not messages:
                     producer.poll(0)
@@ -204,17 +236,17 @@ class Router:
                     consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()],
                                     asynchronous=True)
                 rewinds = acks.rewinds()
-                if rewinds:
+                for tp in commits.keys() - rewinds.keys():
+                    held.cleared(tp)
+                if rewinds:  # only those partitions wait (paused, with a growing backoff); the others move on
                     first = acks.unacked()[0]
                     log.warning("reading %d partition(s) again from their first unacknowledged record, e.g. %s: %s",
                                 len(rewinds), first,
                                 ", ".join(map(delivery.describe, acks.errors(first))) or "not acknowledged in time")
                     for (topic, partition), offset in rewinds.items():
                         consumer.seek(TopicPartition(topic, partition, offset))
-                    self._stop.wait(backoff)
-                    backoff = min(backoff * 2, 5.0)
-                else:
-                    backoff = 0.1
+                        consumer.pause([TopicPartition(topic, partition)])
+                        held.hold((topic, partition), time.monotonic())
                 if self.on_batch is not None:
                     self.on_batch(len(messages))
         finally:
@@ -225,7 +257,7 @@ class Router:
         batch = _Batch()
         now = now_ms()
         live = self.state.live(now)
-        loads = self.state.loads.loads(live)
+        loads = self.state.loads.view(live)
         by_capability: dict[str, list[AgentRegistration]] = {}
         for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
             for name in {c.name for c in reg.capabilities}:
@@ -285,7 +317,7 @@ class Router:
         position: Position,
         *,
         live: dict[str, list[AgentRegistration]],
-        loads: dict[str, int],
+        loads: dict[str, InstanceLoad],
         disabled: frozenset[str],
         now: int,
     ) -> None:
@@ -328,7 +360,6 @@ class Router:
             affinity={request.session_key: sticky} if request.session_key and sticky else None,
             rng=self._rng,
             payload=envelope["payload"] if validate else None,
-            retry_after_ms=self._retry_after_ms,
         )
         stats_key = request.capability if request.capability in batch.known else OTHER
         if isinstance(outcome, Forward):
@@ -337,14 +368,13 @@ class Router:
                              headers=msg.headers(), partition=outcome.partition,
                              then=lambda acked: self._produce_routed(producer, batch, position, request, outcome,
                                                                      acked, reply))
-            loads[instance.instance_id] = loads.get(instance.instance_id, instance.inflight) + 1
+            loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
             self.affinity.set(request.session_key, instance.instance_id, now)
             self.stats.count(stats_key, "routed")
         elif isinstance(outcome, Overload):
-            receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD",
-                               "every candidate is above 80% of its max_concurrency; retry later"),
+            receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD", outcome.message),
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})

@@ -1,9 +1,10 @@
-"""The router's state loop: registry and control (compacted, read from the beginning) and receipts (from the end).
+"""The router's state loop: registry and control (compacted, from the beginning), receipts and loads (from the end).
 
-One group-less consumer reads all three. Registry and control rebuild the in-memory views on every
+One group-less consumer reads them all. Registry and control rebuild the in-memory views on every
 start, since the topics are compacted (the state survives in Kafka). Receipts feed the load
-tracker; they are read from the end because loads are re-based by the next heartbeat anyway.
-(Replies to reply_to are the status fold's, which commits what it replied: reach.streams.status.)
+tracker; they are read from the end (replies to reply_to are the status fold's, which commits
+what it replied: reach.streams.status). Load reports are read from the end too: every instance sends one about
+once a second, so a fresh worker is current within a second (heartbeats are the base until then).
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from reach import clients
 from reach import headers as H
-from reach.codec import decode, decode_dict
+from reach.codec import RegistryUnavailable, decode, decode_dict
 from reach.control import ControlView
 from reach.control import apply_record as apply_control
 from reach.errors import InvalidName
+from reach.loads import LoadTracker
 from reach.names import Names
-from reach.records import TERMINAL, AgentRegistration, Status
+from reach.records import TERMINAL, AgentRegistration, LoadReport, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.loads import LoadTracker
 from reach.views.registry import RegistryView
 
 log = logging.getLogger("reach.router.state")
@@ -48,9 +49,10 @@ class RouterState:
         self.registry.apply(instance_id, registration)
         if registration is None:
             self._latest.pop(instance_id, None)
+            self.loads.forget(instance_id)
         else:
             self._latest[instance_id] = registration
-            self.loads.heartbeat(instance_id, registration.heartbeat_at)
+            self.loads.heartbeat(registration)
 
     def live(self, now: int) -> list[AgentRegistration]:
         return self.registry.live(now)
@@ -103,7 +105,7 @@ class StateLoop:
             try:
                 self._loop()
                 return
-            except (KafkaException, NotReady) as exc:  # e.g. NOT_LEADER right after topic creation: retriable
+            except (KafkaException, NotReady, RegistryUnavailable) as exc:  # e.g. NOT_LEADER after topic creation
                 self.error = exc
                 log.warning("router state loop restarting in %.1fs: %s", backoff, exc)
                 self._stop.wait(backoff)
@@ -155,13 +157,17 @@ class StateLoop:
         meta = consumer.list_topics(timeout=15).topics
         assignment: list[TopicPartition] = []
         targets: dict[tuple[str, int], int] = {}
-        for topic in (names.registry, names.control, names.receipts):
+        for topic in (names.registry, names.control, names.receipts, names.loads):
             tmeta = meta.get(topic)
             if tmeta is None or tmeta.error is not None:
+                if topic == names.loads:  # a namespace from before load reports: heartbeats and receipts still work
+                    log.warning("topic %s is missing, so loads come from heartbeats and receipts only; run "
+                                "`reach topics apply`", topic)
+                    continue
                 raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
             for p in tmeta.partitions:
                 low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
-                if topic == names.receipts:
+                if topic in (names.receipts, names.loads):
                     assignment.append(TopicPartition(topic, p, high))
                 else:
                     assignment.append(TopicPartition(topic, p, OFFSET_BEGINNING))
@@ -183,6 +189,11 @@ class StateLoop:
             elif topic == names.control:
                 if not apply_control(self._state.control, key, value, where=topic):
                     self._bad()
+            elif topic == names.loads:
+                if value is not None:
+                    self._state.loads.report(decode(value, LoadReport))
+        except RegistryUnavailable:
+            raise  # infrastructure: the loop restarts and reads the compacted topics again
         except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the loop
             self._bad()
             log.warning("skipping a bad record on %s (key %r): %r", topic, key, exc)
@@ -210,5 +221,9 @@ class StateLoop:
             if receipt.get("instance_id"):
                 self._state.loads.routed(key, receipt["instance_id"], receipt["at"])
             return
+        if status == Status.STARTED.value:
+            if receipt.get("instance_id"):
+                self._state.loads.started(key, receipt["instance_id"], receipt["at"])
+            return
         if status in _FINISHING:
-            self._state.loads.finished(key)
+            self._state.loads.finished(key, receipt["at"])

@@ -73,7 +73,7 @@ def infra() -> Iterator[Infra]:
 
 
 @pytest.fixture
-def namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+def namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """A fresh REACH_NAMESPACE with topics.yaml applied: no two tests share topics, groups or state."""
     from reach import clients, topics
     from reach.names import Names
@@ -86,7 +86,16 @@ def namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     spec = topics.load(Path(os.environ["REACH_TOPICS_FILE"]))
     admin = clients.admin()
     topics.apply(admin, topics.plan(admin, spec.resolved(Names(ns))))
-    return ns
+    yield ns
+    # Each namespace holds ~60 partitions (3 open files each); a broker that kept them all would run out of
+    # file handles long before a few hundred tests have run.
+    mine = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{ns}.")]
+    if mine:
+        for future in admin.delete_topics(mine, operation_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except Exception:  # noqa: BLE001 - a topic already gone is fine; cleanup never fails a test
+                pass
 
 
 @pytest.fixture

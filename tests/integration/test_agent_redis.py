@@ -4,6 +4,7 @@ Every test here runs its own redis-server (reach/faults/redis.py), never the sha
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import redis
 from reach.agent import Agent, Context
 from reach.client import Client
 from reach.envelopes import now_ms
+from reach.errors import InfraUnavailable
 from reach.faults.redis import RedisServer
 from reach.names import Names
 from reach.records import Envelope, Status
@@ -50,8 +52,11 @@ def _agent(runs: Counter[str], gate: threading.Event) -> Agent:
 
 
 def _ready(names: Names, agent: Agent) -> bool:
-    return any(r.instance_id == agent.instance_id and r.assigned_partitions
-               for r in read_registry(KafkaSettings(), names).live(now_ms()))
+    try:
+        live = read_registry(KafkaSettings(), names).live(now_ms())
+    except InfraUnavailable:  # a just-created topic may not be in the metadata yet
+        return False
+    return any(r.instance_id == agent.instance_id and r.assigned_partitions for r in live)
 
 
 def _keys(server: RedisServer, pattern: str) -> list[bytes]:
@@ -127,3 +132,36 @@ def test_a_flush_mid_run_keeps_the_lease_and_loses_no_message(namespace: str, pr
     for env in [slow, *quick]:
         assert [r.status for r in seen[env.message_id]] == [Status.STARTED, Status.COMPLETED]
         assert runs[env.message_id] == 1
+
+
+def test_leases_claim_in_one_call_and_survive_a_restart_of_redis(tmp_path: Path) -> None:
+    from redis.asyncio import Redis
+
+    from reach.agent.idempotency import Leases
+    from reach.retry import Outgoing
+
+    async def scenario(server: RedisServer) -> None:
+        client = Redis.from_url(server.url)
+        a = Leases(client, namespace="n", owner="a", result_ttl_s=60)
+        b = Leases(client, namespace="n", owner="b", result_ttl_s=60)
+        claims = await asyncio.gather(*(a.claim(f"m{i}", 0, 1, 5_000) for i in range(20)))  # one pipeline
+        assert all(c.ours for c in claims)
+        assert (await b.claim("m0", 0, 1, 5_000)).holder == "a"
+        await a.finish("m0", 0, b"the receipt")
+        assert (await b.claim("m0", 0, 1, 5_000)).result == b"the receipt"
+        records = (Outgoing("n.retry.1s", "m1", b"next", [("x-reach-due-at", b"9")]),)
+        await a.store_retry("m1", 0, 1, records)
+        assert (await b.claim("m1", 0, 1, 5_000)).retry == records
+        assert (await b.claim("m1", 0, 2, 5_000)).holder == "a", "attempt 2 has no cached retry; a holds the lease"
+        await client.aclose()
+        server.restart()  # empty, and its script cache is gone too
+        client = Redis.from_url(server.url)
+        a = Leases(client, namespace="n", owner="a", result_ttl_s=60)
+        b = Leases(client, namespace="n", owner="b", result_ttl_s=60)
+        assert (await b.claim("m2", 0, 1, 5_000)).ours, "scripts loaded again (NOSCRIPT handled)"
+        assert await a.renew("m3", 0, 5_000), "a vanished lease is taken again by its owner"
+        assert not await b.renew("m3", 0, 5_000)
+        await client.aclose()
+
+    with RedisServer(tmp_path / "redis") as server:
+        asyncio.run(scenario(server))

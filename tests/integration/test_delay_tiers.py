@@ -38,10 +38,15 @@ def put(producer: Producer, topic: str, partition: int, env: Envelope | None, du
 
 def collect(topic: str, want: int, timeout: float = 30) -> list[tuple[Envelope, int]]:
     reader = open_reader("test")
-    meta = reader.list_topics(topic, timeout=10).topics[topic]
-    reader.assign([TopicPartition(topic, p, 0) for p in meta.partitions])
-    got: list[tuple[Envelope, int]] = []
     deadline = time.monotonic() + timeout
+    partitions: list[int] = []
+    while not partitions and time.monotonic() < deadline:  # a topic created a moment ago may have no leader yet
+        meta = reader.list_topics(topic, timeout=10).topics.get(topic)
+        partitions = sorted(meta.partitions) if meta is not None and meta.error is None else []
+        if not partitions:
+            time.sleep(0.2)
+    reader.assign([TopicPartition(topic, p, 0) for p in partitions])
+    got: list[tuple[Envelope, int]] = []
     while len(got) < want and time.monotonic() < deadline:
         for msg in reader.consume(100, 0.5):
             if not msg.error():

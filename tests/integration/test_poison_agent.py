@@ -1,5 +1,6 @@
 """The agent's entries of the poison suite: bad payloads, oversize results and handlers that raise
-CancelledError end in a clear receipt, the instances keep running, and the next good message COMPLETES."""
+CancelledError end in a clear receipt, the instances keep running, and the next good message COMPLETES;
+a redelivered failed attempt does not fork its retry chain; a sync handler stuck past its timeout keeps its slot."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import threading
 from contextlib import ExitStack
 from typing import Any
 
-from reach.agent import Agent
+from reach.agent import Agent, Context, TransientError
 from reach.client import Client
 from reach.envelopes import now_ms
+from reach.errors import InfraUnavailable
 from reach.names import Names
 from reach.records import Envelope, Status
 from reach.registry import read_registry
@@ -36,7 +38,10 @@ def _agent() -> Agent:
 
 
 def _ready(names: Names, agents: list[Agent]) -> bool:
-    live = read_registry(KafkaSettings(), names).live(now_ms())
+    try:
+        live = read_registry(KafkaSettings(), names).live(now_ms())
+    except InfraUnavailable:  # a just-created topic may not be in the metadata yet
+        return False
     owned = {r.instance_id: r.assigned_partitions for r in live}
     return all(owned.get(a.instance_id) for a in agents)
 
@@ -108,3 +113,74 @@ def test_a_handler_raising_cancelled_error_is_retried_not_committed_as_done(name
     from reach import codec
 
     assert codec.decode(retry.value or b"", Envelope).attempt == 2
+
+
+def test_a_redelivered_failed_attempt_republishes_its_retry_instead_of_rerunning(namespace: str) -> None:
+    names = Names(namespace)
+    runs: list[str] = []
+    agent = Agent("agent://test/forks", ttl_ms=3000, max_concurrency=1, lease_margin_ms=500, drain_grace_s=10)
+
+    @agent.capability("test.forks", version="1.0.0")
+    def flaky(payload: Any, ctx: Context) -> Any:
+        runs.append(ctx.envelope.message_id)
+        raise TransientError("down")
+
+    with running(agent), Client() as client:
+        wait_for(lambda: _ready(names, [agent]), 60, "READY")
+        receipts = Receipts(names.receipts)
+        env = client.envelope("test.forks", {"n": 1})
+        inbox = names.inbox("agent://test/forks")
+        client.publish(env, topic=inbox, partition=0)
+        client.publish(env, topic=inbox, partition=0)  # the same attempt delivered again
+        tier = TopicReader(names.retry("1s"))
+        retries = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(
+            [x for x in tier.poll() if x.headers.get("x-reach-message-id") == env.message_id.encode()]),
+            30, "a retry record for each delivery")
+        seen = receipts.wait_status([env.message_id], Status.RETRY_SCHEDULED)
+    assert runs == [env.message_id], "the handler ran once"
+    assert retries[0].value == retries[1].value, "the same next attempt, not a second decision"
+    assert retries[0].headers["x-reach-due-at"] == retries[1].headers["x-reach-due-at"]
+    assert [r.status for r in seen[env.message_id]].count(Status.STARTED) == 1
+
+
+def test_a_sync_handler_past_its_timeout_keeps_its_slot_so_new_work_does_not_time_out_unrun(namespace: str) -> None:
+    names = Names(namespace)
+    gate = threading.Event()
+    ran: list[int] = []
+    agent = Agent("agent://test/stuck", ttl_ms=900, max_concurrency=1, lease_margin_ms=500, drain_grace_s=10)
+
+    @agent.capability("test.stuck", version="1.0.0")
+    def stuck(payload: Any) -> Any:
+        ran.append(payload["n"])
+        if payload["n"] == 0:
+            gate.wait(30)  # a sync handler Python cannot interrupt
+        return payload
+
+    def inflight_since(at: int) -> int | None:
+        """`inflight` of this instance's latest heartbeat, if that heartbeat is newer than `at`."""
+        try:
+            live = read_registry(KafkaSettings(), names).live(now_ms())
+        except InfraUnavailable:
+            return None
+        mine = [r for r in live if r.instance_id == agent.instance_id and r.heartbeat_at > at]
+        return mine[0].inflight if mine else None
+
+    with running(agent) as thread, Client() as client:
+        wait_for(lambda: _ready(names, [agent]), 60, "READY")
+        receipts = Receipts(names.receipts)
+        inbox = names.inbox("agent://test/stuck")
+        first = client.envelope("test.stuck", {"n": 0}, execution_timeout_ms=300)
+        client.publish(first, topic=inbox, partition=0)
+        timed_out = receipts.wait_status([first.message_id], Status.ATTEMPT_FAILED)[first.message_id]
+        failed_at = next(r.at for r in timed_out if r.status is Status.ATTEMPT_FAILED)
+        second = client.envelope("test.stuck", {"n": 1}, execution_timeout_ms=300)
+        client.publish(second, topic=inbox, partition=1)
+        # its attempt is over, but its thread still runs: the heartbeat still counts it
+        wait_for(lambda: inflight_since(failed_at) == 1 or None, 20, "a heartbeat with the lingering thread counted")
+        assert ran == [0], "nothing else was handed to the busy pool"
+        gate.set()
+        seen = receipts.wait_status([second.message_id], Status.COMPLETED)
+        assert thread.is_alive()
+    assert [r.status for r in seen[second.message_id]] == [Status.STARTED, Status.COMPLETED]
+    [failed] = [r for r in seen[first.message_id] if r.status is Status.ATTEMPT_FAILED]
+    assert failed.error and failed.error.code == "EXECUTION_TIMEOUT"

@@ -17,6 +17,7 @@ def reg(
     state: AgentState = AgentState.READY,
     inflight: int = 0,
     max_concurrency: int = 10,
+    max_queue: int = 0,
     partitions: list[int] | None = None,
 ) -> AgentRegistration:
     return AgentRegistration(
@@ -27,6 +28,7 @@ def reg(
         tenants=tenants or [],
         region=region,
         max_concurrency=max_concurrency,
+        max_queue=max_queue,
         state=state,
         heartbeat_at=0,
         ttl_ms=10_000,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from reach.candidates import RouteRequest, select
+from reach.loads import InstanceLoad
 from reach.records import AgentState
 from tests.unit.routing_fixtures import reg
 
@@ -59,8 +60,27 @@ def test_tags_prefer_full_matches() -> None:
 def test_backpressure_sheds_then_overloads() -> None:
     regs = [reg("hot", inflight=9, max_concurrency=10), reg("cool", inflight=2, max_concurrency=10)]
     assert ids(select(req(), regs).candidates) == {"cool"}
-    assert ids(select(req(), regs, loads={"cool": 9}).candidates) == set()
-    both = select(req(), regs, loads={"cool": 9})
+    busy = {"cool": InstanceLoad(9, 0, 10, 0)}
+    assert ids(select(req(), regs, loads=busy).candidates) == set()
+    both = select(req(), regs, loads=busy)
     assert both.all_overloaded and ids(both.overloaded) == {"hot", "cool"}
     # exactly 80% is not above the threshold
     assert ids(select(req(), [reg("edge", inflight=8, max_concurrency=10)]).candidates) == {"edge"}
+
+
+def test_a_busy_instance_queues_until_its_bound() -> None:
+    regs = [reg("a", max_concurrency=8, max_queue=32), reg("b", max_concurrency=8, max_queue=32)]
+    queuing = {"a": InstanceLoad(8, 31, 8, 32), "b": InstanceLoad(8, 5, 8, 32)}
+    assert ids(select(req(), regs, loads=queuing).candidates) == {"a", "b"}, "busy but with room in the queue"
+    a_full = {**queuing, "a": InstanceLoad(8, 32, 8, 32)}
+    assert ids(select(req(), regs, loads=a_full).candidates) == {"b"}, "a full queue sheds to the other"
+    idle_long_queue = {"a": InstanceLoad(2, 40, 8, 32), "b": InstanceLoad(8, 40, 8, 32)}
+    assert ids(select(req(), regs, loads=idle_long_queue).candidates) == {"a"}, "not busy: not shed"
+    both_full = {"a": InstanceLoad(7, 32, 8, 32), "b": InstanceLoad(8, 33, 8, 32)}
+    assert select(req(), regs, loads=both_full).all_overloaded
+
+
+def test_without_a_load_view_the_heartbeat_is_the_load() -> None:
+    regs = [reg("a", inflight=3, max_concurrency=4, max_queue=2)]
+    (only,) = select(req(), regs).candidates
+    assert only.load == InstanceLoad(3, 0, 4, 2)

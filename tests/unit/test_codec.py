@@ -43,6 +43,7 @@ from reach.records import (
     ErrorInfo,
     InstanceAction,
     InstanceOverride,
+    LoadReport,
     Policy,
     Receipt,
     RoutingHints,
@@ -51,7 +52,7 @@ from reach.records import (
     Weights,
 )
 
-NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control"]
+NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control", "LoadReport"]
 NOW = 1_714_564_800_123
 
 
@@ -169,6 +170,7 @@ def _samples() -> list[AvroRecord]:
             region="eu-west-1",
             weight=2.5,
             max_concurrency=8,
+            max_queue=32,
             qps_limit=50.0,
             cost=0.01,
             state=AgentState.READY,
@@ -193,6 +195,9 @@ def _samples() -> list[AvroRecord]:
             updated_at=NOW,
             updated_by="ops",
         ),
+        LoadReport(instance_id="i-3", agent_id="agent://legal/reader", at=NOW, inflight=0, capacity=8, max_queue=32),
+        LoadReport(instance_id="i-3", agent_id="agent://legal/reader", at=NOW, inflight=8, queued=3, capacity=8,
+                   max_queue=20, drain_rate=41.5),
     ]
 
 
@@ -381,13 +386,38 @@ def test_a_state_from_a_newer_writer_reads_as_offline(tmp_path: Path) -> None:
     state = next(f for f in newer["fields"] if f["name"] == "state")
     state["type"]["symbols"].append("PAUSED")
     shutil.copytree(SCHEMA_ROOT, tmp_path, dirs_exist_ok=True)
-    (tmp_path / "history" / "AgentRegistration" / "2.avsc").write_text(json.dumps(newer))
+    (tmp_path / "history" / "AgentRegistration" / "99.avsc").write_text(json.dumps(newer))
     buf = BytesIO(MARKER + codec.fingerprint(newer))
     buf.seek(0, 2)
     fastavro.schemaless_writer(
         buf, fastavro.parse_schema(newer, named_schemas={}), {**SAMPLES[4].to_avro(), "state": "PAUSED"}
     )
     assert Codec(tmp_path).decode(buf.getvalue(), AgentRegistration).state is AgentState.OFFLINE
+
+
+def test_a_capability_mode_from_a_newer_writer_reads_as_handle(tmp_path: Path) -> None:
+    newer = _avsc("AgentRegistration")
+    caps = next(f for f in newer["fields"] if f["name"] == "capabilities")
+    mode = next(f for f in caps["type"]["items"]["fields"] if f["name"] == "mode")
+    mode["type"]["symbols"].append("stream")
+    shutil.copytree(SCHEMA_ROOT, tmp_path, dirs_exist_ok=True)
+    (tmp_path / "history" / "AgentRegistration" / "99.avsc").write_text(json.dumps(newer))
+    record = SAMPLES[5].to_avro()
+    record["capabilities"] = [{**record["capabilities"][0], "mode": "stream"}]
+    buf = BytesIO(MARKER + codec.fingerprint(newer))
+    buf.seek(0, 2)
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(newer, named_schemas={}), record)
+    decoded = Codec(tmp_path).decode(buf.getvalue(), AgentRegistration)
+    assert decoded.capabilities[0].mode is CapabilityMode.HANDLE
+
+
+def test_a_registration_from_before_max_queue_reads_with_no_queue() -> None:
+    v1 = json.loads((SCHEMA_ROOT / "history" / "AgentRegistration" / "1.avsc").read_text())
+    body = {k: v for k, v in SAMPLES[5].to_avro().items() if k != "max_queue"}
+    buf = BytesIO(MARKER + codec.fingerprint(v1))
+    buf.seek(0, 2)
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(v1, named_schemas={}), body)
+    assert codec.decode(buf.getvalue(), AgentRegistration).max_queue == 0
 
 
 def _covering_data(schema: dict[str, Any]) -> list[Any]:
@@ -503,20 +533,7 @@ def test_a_symbol_added_after_the_defaults_release_stays_full_transitive() -> No
     _assert_full_transitive([*_history(SCHEMA_ROOT, "Receipt"), _avsc("Receipt"), future])
 
 
-ENUM_DEFAULTS_PENDING = {
-    "AgentRegistration": "CapabilityMode has no default yet; AgentRegistration.avsc is released by the loads work",
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=ENUM_DEFAULTS_PENDING[n]))
-        if n in ENUM_DEFAULTS_PENDING
-        else n
-        for n in NAMES
-    ],
-)
+@pytest.mark.parametrize("name", NAMES)
 def test_every_enum_has_a_default(name: str) -> None:
     # Without a default, a reader fails on the first symbol added after it (docs/records.md).
     missing = [e for e, schema in _enums(_avsc(name)).items() if schema.get("default") not in schema["symbols"]]

@@ -62,3 +62,11 @@ def test_labels_are_bounded_without_a_registry() -> None:
         feed(m, rows, Receipt(message_id=f"x{i}", trace_id="t", tenant="d", capability=f"c{i}",
                               status=Status.ROUTED, at=0))
     assert value(m, "agentreach_receipts_total", capability="other", status="ROUTED") == 7
+
+
+def test_dead_letter_reasons_are_bounded() -> None:
+    m, rows = Metrics(), {}
+    for i in range(80):
+        feed(m, rows, r(f"d{i}", Status.DEAD_LETTERED, 1, error=ErrorInfo(kind="X", code=f"CODE{i}", message="")))
+    assert value(m, "agentreach_dead_letters_total", capability="demo.echo", reason="CODE0") == 1
+    assert value(m, "agentreach_dead_letters_total", capability="demo.echo", reason="other") == 30

@@ -33,6 +33,7 @@ TOP_LEVEL: list[type[AvroRecord]] = [
     records.AgentRegistration,
     records.DeadLetter,
     records.Control,
+    records.LoadReport,
 ]
 ENUMS: dict[str, type[StrEnum]] = {
     "ReceiptStatus": Status,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 from reach.candidates import RouteRequest
+from reach.loads import UNMEASURED_RETRY_AFTER_MS, InstanceLoad
 from reach.records import Weights
 from reach.routing import Expired, Forward, NoRoute, Overload, Reject, decide, inbox_partition, parse_request
 from tests.unit.routing_fixtures import reg
@@ -36,7 +37,18 @@ def test_session_key_maps_to_a_stable_partition() -> None:
 
 def test_overload_when_all_above_threshold() -> None:
     out = run(req(), reg("a", inflight=9), reg("b", inflight=10))
-    assert isinstance(out, Overload) and out.retry_after_ms > 0 and len(out.scores) == 2
+    assert isinstance(out, Overload) and len(out.scores) == 2
+    assert out.retry_after_ms == UNMEASURED_RETRY_AFTER_MS, "no drain rate measured yet"
+    assert "a running 9/10, queue 0/0, draining not measured yet" in out.message
+
+
+def test_overload_retry_after_comes_from_the_soonest_drain() -> None:
+    loads = {"a": InstanceLoad(4, 20, 4, 16, drain_rate=4.0), "b": InstanceLoad(4, 16, 4, 16, drain_rate=2.0)}
+    out = run(req(), reg("a", max_concurrency=4, max_queue=16), reg("b", max_concurrency=4, max_queue=16),
+              loads=loads)
+    assert isinstance(out, Overload)
+    assert out.retry_after_ms == 500, "b frees one place in 1 / 2.0 s; a needs 5 / 4.0 s"
+    assert "draining 4/s" in out.message and "queue 20/16" in out.message
 
 
 def test_no_route_unroutable_or_dead_letter() -> None:

@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from reach.candidates import RouteRequest, select
+from reach.loads import InstanceLoad
 from reach.records import Weights
 from reach.scoring import TIE_BAND, score, version_closeness
 from tests.unit.routing_fixtures import reg
@@ -57,6 +58,15 @@ def test_weights_change_the_pick() -> None:
     assert score(r, cs, W, {}, random.Random(0)).picked_instance == "near"
     load_only = Weights(fit=0.0, locality=0.0, load=1.0, affinity=0.0)
     assert score(r, cs, load_only, {}, random.Random(0)).picked_instance == "idle"
+
+
+def test_the_load_term_counts_the_queue_against_everything_an_instance_takes() -> None:
+    r = req()
+    regs = [reg("short", max_concurrency=8, max_queue=0), reg("deep", max_concurrency=8, max_queue=32)]
+    loads = {"short": InstanceLoad(4, 0, 8, 0), "deep": InstanceLoad(8, 12, 8, 32)}
+    cs = select(r, regs, loads=loads).candidates
+    by = {s.instance_id: s.load for s in score(r, cs, W, {}, random.Random(0)).scores}
+    assert by["short"] == pytest.approx(1 - 4 / 8) and by["deep"] == pytest.approx(1 - 20 / 40)
 
 
 def test_capability_fit_prefers_closest_version_and_tags() -> None:

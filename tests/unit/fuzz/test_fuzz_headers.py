@@ -12,8 +12,8 @@ from reach.headers import HeaderError
 from reach.names import Names
 from reach.records import DeadLetter, Envelope
 from reach.streams.delays import DelayForwarder
-from tests.unit.fuzz.fakes import FakeConsumer, FakeMessage, FakeProducer
 from tests.unit.fuzz.strategies import frames, mutated
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
 NAMES = [headers.TRACEPARENT, headers.MESSAGE_ID, headers.DUE_AT, headers.TARGET, headers.ORIGIN_OFFSET]
 names = st.one_of(st.sampled_from(NAMES), st.text(max_size=12))
@@ -63,7 +63,7 @@ def test_integer_reads_what_reach_writes(number: int) -> None:
 
 @given(raw=raw_headers)
 def test_inbox_headers_of_reads_any_shape(raw: headers.Headers | None) -> None:
-    found = inbox.headers_of(FakeMessage(b"", raw))  # type: ignore[arg-type]
+    found = inbox.headers_of(FakeMessage("fz.agent.fuzz", 0, 7, b"", None, raw))  # type: ignore[arg-type]
     assert all(isinstance(v, bytes) for _, v in found)
 
 
@@ -93,7 +93,7 @@ def test_dlq_parse_returns_a_letter_or_none(value: bytes, inner: bytes) -> None:
 def _forward(hdrs: list[tuple[str, bytes]], value: bytes) -> FakeProducer:
     forwarder = DelayForwarder(names=Names("fz"), tiers=["1s"], clock=lambda: 10**13)
     producer = FakeProducer()
-    forwarder._forward(FakeConsumer(), producer, [FakeMessage(value, hdrs)])  # type: ignore[arg-type]  # noqa: SLF001
+    forwarder._forward(FakeConsumer(), producer, [FakeMessage("fz.retry.1s", 0, 7, value, b"k", hdrs)])  # type: ignore[arg-type]  # noqa: SLF001
     return producer
 
 

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from referencing.exceptions import Unresolvable
 
 from reach.agent import Agent
 from reach.agent.agent import CapabilitySpec
@@ -66,10 +65,6 @@ def test_router_validation_answers_any_payload(schema: str, payload: bytes, cont
 MALFORMED_SCHEMAS = ["[]", "null", "1", '"x"', '{"type": 5}', '{"$ref": "#/nope"}']
 
 
-@pytest.mark.xfail(strict=True, raises=(AttributeError, TypeError, Unresolvable),
-                   reason="issue 11 (streams owns routing.py): validation_error catches only ValueError from an "
-                          "agent's malformed input_schema; '[]' or 'null' raise AttributeError, "
-                          "'{\"type\": 5}' TypeError, a dangling $ref a referencing error")
 @settings(max_examples=len(MALFORMED_SCHEMAS) * 4, report_multiple_bugs=False)
 @given(schema=st.sampled_from(MALFORMED_SCHEMAS), payload=json_values.map(lambda v: json.dumps(v).encode()))
 def test_router_validation_ignores_a_malformed_agent_schema(schema: str, payload: bytes) -> None:
@@ -84,9 +79,6 @@ def test_the_agent_payload_step_answers_any_payload(spec: CapabilitySpec, payloa
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisWarning")  # the failing repr is 200 KB
-@pytest.mark.xfail(strict=True, raises=RecursionError,
-                   reason="issue 11 #1 (streams owns routing.py): json.loads and jsonschema recurse; deep JSON "
-                          "escapes validation_error as RecursionError and the router rewinds its batch")
 @settings(max_examples=12, report_multiple_bugs=False)  # 12 distinct (depth, shape, closed) cases
 @given(schema=st.sampled_from([json.dumps(s) for s in SCHEMAS]), payload=deep_payloads)
 def test_router_validation_answers_deeply_nested_json(schema: str, payload: bytes) -> None:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 
 @dataclass
@@ -73,7 +73,6 @@ class FakeProducer:
     refuse: Callable[[str, bytes], KafkaError | None] = lambda _t, _v: None
     hold: Callable[[str], bool] = lambda _t: False
     raise_on: Callable[[str, bytes], BaseException | None] = lambda _t, _v: None
-    topics: set[str] = field(default_factory=set)
     sent: list[tuple[str, bytes, Any]] = field(default_factory=list)
     _queue: list[tuple[str, bytes, Any, Callable[..., None]]] = field(default_factory=list)
 
@@ -100,9 +99,6 @@ class FakeProducer:
     def poll(self, _timeout: float = 0) -> int:
         return 0
 
-    def list_topics(self, topic: str, timeout: float = 0) -> Any:
-        return _Meta(topic, topic in self.topics)
-
     def to(self, topic: str) -> list[bytes]:
         return [v for t, v, _ in self.sent if t == topic]
 
@@ -121,12 +117,35 @@ class _Delivered:
         return 0
 
 
-class _Meta:
-    def __init__(self, topic: str, exists: bool) -> None:
-        self.topics = {topic: _TopicMeta(exists)} if exists else {}
+class FakeReader:
+    """An assign()-only reader: serves `records` once; watermarks (low, high) fail `flaky` times first, or always
+    with `watermark_error`; the position after the records is `position`."""
 
+    def __init__(self, records: list[FakeMessage], *, low: int = 0, high: int = 10, position: int = 0,
+                 flaky: int = 0, watermark_error: BaseException | None = None) -> None:
+        self.records, self.low, self.high, self._position = records, low, high, position
+        self.flaky, self.watermark_error = flaky, watermark_error
 
-class _TopicMeta:
-    def __init__(self, exists: bool) -> None:
-        self.error = None
-        self.partitions = {0: None} if exists else {}
+    def get_watermark_offsets(self, _tp: Any, timeout: float = 0) -> tuple[int, int]:
+        if self.watermark_error is not None:
+            raise self.watermark_error
+        if self.flaky:
+            self.flaky -= 1
+            raise KafkaException(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+        return self.low, self.high
+
+    def assign(self, _tps: Any) -> None:
+        pass
+
+    def poll(self, _timeout: float) -> FakeMessage | None:
+        return self.records.pop(0) if self.records else None
+
+    def consume(self, _n: int, _timeout: float) -> list[FakeMessage]:
+        out, self.records = self.records, []
+        return out
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self._position) for tp in tps]
+
+    def close(self) -> None:
+        pass

@@ -7,7 +7,7 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError
 
-from reach import codec, dlq, headers
+from reach import codec, headers
 from reach.envelopes import new_envelope
 from reach.names import Names
 from reach.records import DeadLetter, Receipt, Status
@@ -30,7 +30,6 @@ def record(offset: int, *, due: bytes | None = b"0", target: bytes | None = None
 
 def run(batch: list[FakeMessage], producer: FakeProducer) -> tuple[DelayForwarder, FakeConsumer]:
     fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
-    fwd._meta = cast(Any, producer)
     consumer = FakeConsumer()
     fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
     return fwd, consumer
@@ -52,12 +51,10 @@ def test_due_and_target_decide_hold_or_send() -> None:
     assert next_step([(headers.DUE_AT, str(NOW + 5).encode())], value, NAMES, NOW) == Hold(NOW + 5)
     assert next_step([], value, NAMES, NOW) == Send(CAP)
     assert next_step([(headers.TARGET, CAP.encode())], b"opaque", NAMES, NOW) == Send(CAP)
-    assert next_step([(headers.TARGET, CAP.encode())], b"", NAMES, NOW, lambda _t: False) == Bad(
-        dlq.REJECTED, "UNKNOWN_TARGET", f"the target topic {CAP} does not exist")
 
 
 def test_a_bad_record_is_dead_lettered_and_the_batch_moves_on() -> None:
-    producer = FakeProducer(topics={CAP})
+    producer = FakeProducer()
     batch = [record(0), record(1, due=b"not-a-number"), record(2, target=b"ns.control"), record(3)]
     fwd, consumer = run(batch, producer)
     assert consumer.committed_at() == {(TIER, 0): 4}
@@ -72,11 +69,10 @@ def test_a_bad_record_is_dead_lettered_and_the_batch_moves_on() -> None:
 
 
 def test_what_the_flush_leaves_queued_is_not_committed() -> None:
-    producer = FakeProducer(topics={CAP}, hold=lambda topic: topic == CAP)
+    producer = FakeProducer(hold=lambda topic: topic == CAP)
     batch = [record(0), record(0, partition=1)]
     consumer = FakeConsumer()
     fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
-    fwd._meta = cast(Any, producer)
     with pytest.raises(DeliveryFailed, match="not acknowledged"):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
     assert consumer.commits == [] and {(s.partition, s.offset) for s in consumer.seeks} == {(0, 0), (1, 0)}
@@ -84,11 +80,10 @@ def test_what_the_flush_leaves_queued_is_not_committed() -> None:
 
 def test_an_outage_on_one_record_commits_the_records_before_it() -> None:
     second = record(1)
-    producer = FakeProducer(topics={CAP}, refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
+    producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
                             if value == second.value() else None)
     consumer = FakeConsumer()
     fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
-    fwd._meta = cast(Any, producer)
     with pytest.raises(DeliveryFailed):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), second, record(2)]))
     assert consumer.committed_at() == {(TIER, 0): 1}
@@ -97,7 +92,7 @@ def test_an_outage_on_one_record_commits_the_records_before_it() -> None:
 
 def test_a_forward_the_broker_refuses_for_good_is_dead_lettered() -> None:
     big = record(0)
-    producer = FakeProducer(topics={CAP}, refuse=lambda topic, value: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
                             if topic == CAP else None)
     _, consumer = run([big, record(1)], producer)
     assert consumer.committed_at() == {(TIER, 0): 2}
@@ -107,11 +102,35 @@ def test_a_forward_the_broker_refuses_for_good_is_dead_lettered() -> None:
 
 def test_a_synchronous_produce_error_fails_only_its_record() -> None:
     first = record(0)
-    producer = FakeProducer(topics={CAP}, raise_on=lambda topic, value: BufferError("full")
+    producer = FakeProducer(raise_on=lambda topic, value: BufferError("full")
                             if value == first.value() and topic == CAP else None)
     consumer = FakeConsumer()
     fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
-    fwd._meta = cast(Any, producer)
     with pytest.raises(DeliveryFailed):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [first, record(0, partition=1)]))
     assert consumer.committed_at() == {(TIER, 1): 1} and [(s.partition, s.offset) for s in consumer.seeks] == [(0, 0)]
+
+
+def test_a_registry_outage_holds_the_partition_instead_of_dead_lettering(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.codec import RegistryUnavailable
+    from reach.streams import delays
+
+    def down(_value: bytes, _model: object) -> object:
+        raise RegistryUnavailable("the registry did not answer")
+
+    monkeypatch.setattr(delays.codec, "decode", down)
+    producer = FakeProducer()
+    consumer = FakeConsumer()
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    with pytest.raises(DeliveryFailed):
+        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), record(1)]))
+    assert producer.sent == [] and consumer.commits == []
+
+
+def test_a_target_that_does_not_exist_is_dead_lettered() -> None:
+    producer = FakeProducer(refuse=lambda topic, _v: KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+                            if topic == CAP else None)
+    _, consumer = run([record(0)], producer)
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.error is not None and letter.error.code == "FORWARD_REFUSED"
+    assert consumer.committed_at() == {(TIER, 0): 1}

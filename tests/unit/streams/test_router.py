@@ -132,3 +132,16 @@ def test_stats_of_capabilities_nobody_serves_share_one_key(monkeypatch: pytest.M
                         codec.encode(new_envelope(f"made.up{i}", {})), None, []) for i in range(50)]
     r._process(cast(Any, [*msgs, record(0, partition=1)]), cast(Any, FakeProducer()))
     assert set(r.stats.snapshot().by_capability) == {OTHER, "demo.echo"}
+
+
+def test_a_failing_partition_backs_off_alone_and_recovers() -> None:
+    from reach.streams.router import PartitionBackoff
+
+    held = PartitionBackoff(first_s=0.1, most_s=0.4)
+    a, b = ("cap", 0), ("cap", 1)
+    assert [held.hold(a, 0.0), held.hold(a, 0.0), held.hold(a, 0.0), held.hold(a, 0.0)] == [0.1, 0.2, 0.4, 0.4]
+    assert held.due(0.3) == [] and held.due(0.4) == [a] and held.due(10) == []
+    held.hold(b, 1.0)
+    held.cleared(a)
+    assert held.hold(a, 1.0) == 0.1, "after a success the backoff starts over"
+    assert sorted(held.due(1.2)) == [a, b]

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
+
 from reach.codec import encode, encode_dict
+from reach.loads import InstanceLoad
 from reach.names import Names
-from reach.records import AgentRegistration, AgentState, Capability, Control, ControlKind, Weights
+from reach.records import (
+    AgentRegistration,
+    AgentState,
+    Capability,
+    Control,
+    ControlKind,
+    LoadReport,
+    Receipt,
+    Status,
+    Weights,
+)
 from reach.settings import KafkaSettings
 from reach.streams.state import RouterState, StateLoop
 
@@ -52,3 +65,43 @@ def test_an_undecodable_receipt_is_counted() -> None:
     _, fold = loop()
     fold._dispatch(NAMES.receipts, b"m", b"\x00\x00")
     assert fold.bad_records == 1
+
+
+def test_a_registry_outage_is_not_a_bad_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.codec import RegistryUnavailable
+    from reach.streams import state as module
+
+    def down(_value: bytes, _model: object) -> object:
+        raise RegistryUnavailable("the registry did not answer")
+
+    monkeypatch.setattr(module, "decode", down)
+    monkeypatch.setattr("reach.control.decode", down)
+    _, fold = loop()
+    for topic in (NAMES.registry, NAMES.control):
+        with pytest.raises(RegistryUnavailable):
+            fold._dispatch(topic, b"k", b"\x00\x00\x00\x00\x01")
+    assert fold.bad_records == 0, "the loop restarts and reads again; nothing is skipped"
+
+
+def test_load_reports_and_receipts_feed_the_load_view_and_a_bad_report_is_counted() -> None:
+    state, fold = loop()
+    reg = registration("i1", NAMES.inbox("agent://a/b")).model_copy(update={"max_queue": 16})
+    fold._dispatch(NAMES.registry, b"i1", encode(reg))
+    report = LoadReport(instance_id="i1", agent_id="agent://a/b", at=2_000, inflight=1, queued=0, capacity=4,
+                        max_queue=12, drain_rate=8.0)
+    fold._dispatch(NAMES.loads, b"i1", encode(report))
+    fold._dispatch(NAMES.loads, b"i1", b"\xc3\x01garbage")
+    assert fold.bad_records == 1
+
+    def receipt(message_id: str, status: Status, at: int) -> bytes:
+        return encode(Receipt(message_id=message_id, trace_id="t", tenant="d", capability="x.y", status=status,
+                              at=at, agent_id="agent://a/b", instance_id="i1"))
+
+    fold._dispatch(NAMES.receipts, b"m1", receipt("m1", Status.ROUTED, 2_100))
+    fold._dispatch(NAMES.receipts, b"m2", receipt("m2", Status.ROUTED, 2_100))
+    fold._dispatch(NAMES.receipts, b"m2", receipt("m2", Status.STARTED, 2_200))
+    assert state.loads.view([reg])["i1"] == InstanceLoad(2, 1, 4, 12, 8.0), "1 reported + m2 running, m1 queued"
+    fold._dispatch(NAMES.receipts, b"m2", receipt("m2", Status.COMPLETED, 2_300))
+    assert state.loads.view([reg])["i1"] == InstanceLoad(1, 1, 4, 12, 8.0)
+    fold._dispatch(NAMES.registry, b"i1", None)
+    assert state.loads.view([reg])["i1"] == InstanceLoad.of(reg), "a tombstone forgets the instance"

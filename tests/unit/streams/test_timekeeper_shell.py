@@ -15,7 +15,7 @@ from reach.records import Decision, Receipt, Status
 from reach.status import StatusRow, fold
 from reach.streams import timekeeper as module
 from reach.streams.timekeeper import Timekeeper
-from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
+from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, FakeReader
 
 NAMES = Names("ns")
 INBOX = NAMES.inbox("agent://a/b")
@@ -28,32 +28,6 @@ def routed_row(deadline: int = 10**13) -> StatusRow:
                              instance_id="i1", decision=Decision(topic=INBOX, partition=0, offset=5)))
     assert row is not None
     return row
-
-
-class FakeReader:
-    """An inbox reader: returns `records` once assigned; watermarks as given, or raises `watermark_error`."""
-
-    def __init__(self, records: list[FakeMessage], low: int = 0, high: int = 10,
-                 watermark_error: KafkaException | None = None) -> None:
-        self.records, self.low, self.high, self.watermark_error = records, low, high, watermark_error
-
-    def assign(self, _tps: Any) -> None:
-        pass
-
-    def poll(self, _timeout: float) -> FakeMessage | None:
-        return self.records.pop(0) if self.records else None
-
-    def consume(self, _n: int, _timeout: float) -> list[FakeMessage]:
-        out, self.records = self.records, []
-        return out
-
-    def get_watermark_offsets(self, _tp: Any, timeout: float = 0) -> tuple[int, int]:
-        if self.watermark_error is not None:
-            raise self.watermark_error
-        return self.low, self.high
-
-    def close(self) -> None:
-        pass
 
 
 def keeper(monkeypatch: pytest.MonkeyPatch, reader: FakeReader, producer: FakeProducer) -> Timekeeper:

@@ -1,0 +1,168 @@
+"""The load model on the real broker: idle instances never look full; a real backlog queues to its bound, then sheds.
+
+Open-loop senders pace requests to an offered rate (that is the load, not a wait); every wait for an
+outcome is bounded polling on the receipts topic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from reach import codec
+from reach.envelopes import new_envelope
+from reach.loads import MAX_RETRY_AFTER_MS, MIN_RETRY_AFTER_MS, InstanceLoad, retry_after_ms
+from reach.names import Names
+from reach.records import TERMINAL, LoadReport, Receipt, Status
+from reach.streams.router import Router
+from tests.integration.agent_support import TopicReader, reach_cli, spawn
+from tests.integration.router_helpers import Sender, first_per_message, receipts_tail, running_router, wait_for
+
+pytestmark = pytest.mark.integration
+
+ECHO = "agent://demo/echo"
+SLOW = "agent://test/slow"
+
+
+@contextmanager
+def instances(target: str, n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs = [spawn(target) for _ in range(n)]
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait(10)
+
+
+def reporting(router: Router, names: Names, agent_id: str, n: int) -> bool:
+    """The router routes to n READY instances of the agent, each of which has sent a load report."""
+    live = [r for r in router.state.live(int(time.time() * 1000)) if r.agent_id == agent_id and r.assigned_partitions]
+    if len(live) != n or sum(len(r.assigned_partitions) for r in live) != 8:
+        return False
+    reader = TopicReader(names.loads)
+    try:
+        reported = {codec.decode(r.value, LoadReport).instance_id for r in reader.poll(0.5) if r.value}
+    finally:
+        reader.close()
+    return {r.instance_id for r in live} <= reported
+
+
+def send_paced(sender: Sender, capability: str, payloads: list[dict[str, object]], rate: float) -> list[str]:
+    """Offer the payloads open-loop at `rate` per second (the sender never waits for answers)."""
+    ids: list[str] = []
+    start = time.monotonic()
+    for i, payload in enumerate(payloads):
+        ahead = start + i / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)  # pacing the offered load
+        ids.append(sender.send(new_envelope(capability, payload)))
+    sender.flush()
+    return ids
+
+
+def offer(names: Names, target: str, agent_id: str, capability: str, payloads: list[dict[str, object]],
+          rate: float) -> tuple[dict[str, Receipt], list[Receipt]]:
+    """Two instances of `target` behind a router, offered the payloads at `rate`: first terminal receipt
+    per request (waiting for every one), and every receipt read."""
+    with instances(target, 2), running_router() as router:
+        wait_for(lambda: reporting(router, names, agent_id, 2), 90, f"two {agent_id} instances READY and reporting")
+        tail = receipts_tail(names)
+        try:
+            ids = send_paced(Sender(names), capability, payloads, rate)
+            tail.until(lambda rs: len(first_per_message(rs, ids, set(TERMINAL))) == len(ids), 180,
+                       "every terminal receipt")
+            return first_per_message(tail.records, ids, set(TERMINAL)), list(tail.records)
+        finally:
+            tail.close()
+
+
+def test_two_echo_instances_take_1500_requests_at_100_per_second_without_overload(namespace: str) -> None:
+    outcome, _ = offer(Names(namespace), "examples.echo_agent:agent", ECHO, "demo.echo",
+                       [{"n": i} for i in range(1500)], rate=100)
+    statuses = Counter(r.status for r in outcome.values())
+    overloads = [r for r in outcome.values() if r.error is not None and r.error.code == "OVERLOAD"]
+    assert statuses == {Status.COMPLETED: 1500}, (statuses, [o.error.message for o in overloads[:2] if o.error])
+    by_instance = Counter(r.instance_id for r in outcome.values())
+    assert len(by_instance) == 2, f"both instances served: {by_instance}"
+
+
+_CANDIDATE = re.compile(r"(\S+) running (\d+)/(\d+), queue (\d+)/(\d+), draining ([0-9.e+-]+)/s")
+
+
+def _loads_in(message: str) -> list[InstanceLoad]:
+    return [InstanceLoad(int(o), int(q), int(c), int(b), float(rate))
+            for _i, o, c, q, b, rate in _CANDIDATE.findall(message)]
+
+
+def _max_queue_seen(receipts: list[Receipt], instance_id: str) -> int:
+    """The most requests ever routed to the instance and not yet STARTED, by the receipts' own times."""
+    events: list[tuple[int, int]] = []
+    for r in receipts:
+        if r.instance_id == instance_id and r.status is Status.ROUTED:
+            events.append((r.at, +1))
+        elif r.instance_id == instance_id and r.status is Status.STARTED:
+            events.append((r.at, -1))
+    depth = deepest = 0
+    for _at, step in sorted(events, key=lambda e: (e[0], e[1])):
+        depth += step
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def test_beyond_capacity_requests_queue_to_the_bound_then_shed_with_a_drain_based_retry_after(namespace: str) -> None:
+    # Two slow instances (max_concurrency 4, 1 s per request: 8 completions/s in all) offered 24/s for 8 s.
+    outcome, records = offer(Names(namespace), "tests.integration.slow_agent:agent", SLOW, "test.slow",
+                             [{"n": i, "slow": 1.0} for i in range(192)], rate=24)
+    ids = list(outcome)
+    completed = [r for r in outcome.values() if r.status is Status.COMPLETED]
+    overloaded = [r for r in outcome.values() if r.status is Status.FAILED and r.error and r.error.code == "OVERLOAD"]
+    assert len(completed) + len(overloaded) == len(ids), Counter(r.status for r in outcome.values())
+    assert completed and overloaded, (len(completed), len(overloaded))
+    served = Counter(r.instance_id for r in completed)
+    assert len(served) == 2, f"a full instance shed to the other: {served}"
+    for instance_id in served:
+        deepest = _max_queue_seen(records, instance_id)
+        # Bounded: the default bound is at most 4 x max_concurrency = 16, and the router's queue count is never
+        # short of the truth; what it routes while it still sees free handlers (their STARTED receipts not read
+        # yet) can add some, never the ~60 per instance an unbounded queue would have taken here.
+        assert 4 < deepest <= 2 * 16, (instance_id, deepest)
+    measured = 0
+    for receipt in overloaded:
+        assert receipt.error is not None and receipt.retry_after_ms is not None
+        loads = _loads_in(receipt.error.message)
+        assert {load.capacity for load in loads} <= {4}
+        if not loads:
+            continue  # no candidate had measured its drain rate yet ("not measured yet")
+        measured += 1
+        assert all(load.full for load in loads), receipt.error.message
+        expected = retry_after_ms(loads)
+        assert abs(receipt.retry_after_ms - expected) <= 1, (receipt.error.message, receipt.retry_after_ms)
+        assert MIN_RETRY_AFTER_MS <= receipt.retry_after_ms <= MAX_RETRY_AFTER_MS
+    assert measured, "every OVERLOAD said the drain rate was not measured"
+
+
+def test_reach_agents_shows_what_each_instance_runs_and_holds(namespace: str) -> None:
+    with instances("tests.integration.slow_agent:agent", 1):
+        def row() -> dict[str, object] | None:
+            out = reach_cli("agents", "--json")
+            assert out.returncode == 0, out.stderr
+            found = [r for r in json.loads(out.stdout) if r["state"] == "READY" and r["queued"] is not None]
+            return found[0] if found else None
+
+        shown = wait_for(row, 60, "a READY instance with a load report in `reach agents --json`")
+    assert shown["agent_id"] == SLOW and shown["max_concurrency"] == 4
+    assert shown["max_queue"] == 16, "4 x max_concurrency before a drain rate is measured"
+    assert (shown["inflight"], shown["queued"]) == (0, 0)
