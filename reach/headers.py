@@ -16,6 +16,7 @@ MESSAGE_ID = "x-reach-message-id"      # lets consumers skip decoding for bookke
 DUE_AT = "x-reach-due-at"              # epoch ms a record on a delay tier is due
 TARGET = "x-reach-target"              # the capability topic a delay tier republishes to
 ROUTER = "x-reach-router"              # the routing worker that wrote a ROUTED receipt (its state loop skips it)
+REPLY_TO = "x-reach-reply-to"          # the envelope's reply_to, on the router's receipts (the status fold replies)
 
 Headers = list[tuple[str, str | bytes | None]]
 """Kafka headers as confluent-kafka's producer takes them."""

@@ -57,6 +57,8 @@ class Metrics:
                                     buckets=(0, 1, 2, 3, 5, 10, 20, 50, 100, 1000), registry=r)
         self.undecodable = Counter("agentreach_undecodable_receipts_total", "Receipts skipped: undecodable",
                                    registry=r)
+        self.replies = Counter("agentreach_replies_total", "Replies to reply_to topics, by outcome "
+                               "(sent, failed, refused: not a <ns>.replies.* topic, no_topic)", ["outcome"], registry=r)
         self.lag = Gauge("agentreach_consumer_lag_messages", "Consumer lag from the broker",
                          ["topic", "group"], registry=r)
         self.agents = Gauge("agentreach_agents", "Agent instances by state", ["agent_id", "state"], registry=r)

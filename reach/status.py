@@ -1,6 +1,13 @@
-"""The status table's row and its pure transition function (receipts fold into one row per message)."""
+"""The status table's row and its pure transition function (receipts fold into one row per message).
+
+Rows are bounded: at most `MAX_STEPS` timeline steps (older ones are dropped and counted), results
+cut at `MAX_RESULT_CHARS` and error messages at `MAX_ERROR_CHARS`, so one chatty message or a huge
+result cannot make a row, the store or the changelog grow without limit.
+"""
 
 from __future__ import annotations
+
+import base64
 
 from pydantic import BaseModel, ConfigDict
 
@@ -15,6 +22,13 @@ _RANK = {
     Status.ATTEMPT_FAILED: 3,
     Status.RETRY_SCHEDULED: 4,
 }
+# Timeline order: generation, attempt, then phase, then time. The router stamps a ROUTED receipt when the
+# forward's delivery report runs, which can be after the agent already finished it; by phase the
+# timeline still reads routed -> started -> outcome (a reroute's ACCEPTED and ROUTED stay in time order).
+_PHASE = {Status.ACCEPTED: 0, Status.ROUTED: 0, Status.STARTED: 1}
+MAX_STEPS = 64
+MAX_RESULT_CHARS = 64 * 1024
+MAX_ERROR_CHARS = 2_048
 
 
 class Step(BaseModel):
@@ -55,35 +69,60 @@ class StatusRow(BaseModel):
     routed_instance: str | None = None
     reroutes: int = 0
     timeline: list[Step] = []
+    dropped_steps: int = 0  # oldest steps dropped to keep the timeline at MAX_STEPS
+    result_truncated: bool = False
+    reply_to: str | None = None  # the envelope's reply_to, learned from the router's receipts
+    replied: bool = False  # the current generation's first terminal receipt went to reply_to
+    pending_reply: str | None = None  # base64 terminal receipt that arrived before its reply_to was known
 
     @property
     def terminal(self) -> bool:
         return self.status.is_terminal
 
 
+def _error(error: ErrorInfo | None) -> ErrorInfo | None:
+    if error is None or len(error.message) <= MAX_ERROR_CHARS:
+        return error
+    return error.model_copy(update={"message": error.message[:MAX_ERROR_CHARS] + "…"})
+
+
 def _step(receipt: Receipt) -> Step:
     return Step(generation=receipt.generation, attempt=receipt.attempt, status=receipt.status, at=receipt.at,
-                agent_id=receipt.agent_id, instance_id=receipt.instance_id, error=receipt.error)
+                agent_id=receipt.agent_id, instance_id=receipt.instance_id, error=_error(receipt.error))
 
 
-def _result_text(receipt: Receipt) -> str | None:
+def _result_text(receipt: Receipt) -> tuple[str | None, bool]:
     if receipt.result is None:
-        return None
-    return receipt.result.decode("utf-8", errors="replace")
+        return None, False
+    text = receipt.result.decode("utf-8", errors="replace")
+    return (text[:MAX_RESULT_CHARS], True) if len(text) > MAX_RESULT_CHARS else (text, False)
 
 
-def fold(row: StatusRow | None, receipt: Receipt) -> StatusRow:
+def fold(row: StatusRow | None, receipt: Receipt, *, reply_to: str | None = None) -> StatusRow:
     """Apply one receipt. First terminal per (message_id, generation) wins; later ones only extend the
-    timeline; an exact duplicate changes nothing; a newer generation (a replay) reopens the row."""
+    timeline; an exact duplicate changes nothing; a newer generation (a replay) reopens the row.
+    `reply_to` is the envelope's reply topic when the receipt's writer knew it (the router does)."""
+    after = _fold(row, receipt)
+    if reply_to and after.reply_to is None and receipt.generation == after.generation:
+        after = after.model_copy(update={"reply_to": reply_to})
+    return after
+
+
+def _fold(row: StatusRow | None, receipt: Receipt) -> StatusRow:
     step = _step(receipt)
     if row is None or receipt.generation > row.generation:
-        return _current(receipt, [*(row.timeline if row else []), step], None)
+        return _current(receipt, [*(row.timeline if row else []), step], row)
     if step in row.timeline:
         return row
-    timeline = sorted([*row.timeline, step], key=lambda s: (s.generation, s.at))
+    timeline = sorted([*row.timeline, step], key=_order)
+    dropped = max(0, len(timeline) - MAX_STEPS)
     if receipt.generation < row.generation or row.terminal or not _advances(row, receipt):
-        return row.model_copy(update={"timeline": timeline})
+        return row.model_copy(update={"timeline": timeline[dropped:], "dropped_steps": row.dropped_steps + dropped})
     return _current(receipt, timeline, row)
+
+
+def _order(step: Step) -> tuple[int, int, int, int]:
+    return step.generation, step.attempt, _PHASE.get(step.status, 2), step.at
 
 
 def _advances(row: StatusRow, receipt: Receipt) -> bool:
@@ -95,23 +134,62 @@ def _advances(row: StatusRow, receipt: Receipt) -> bool:
 
 
 def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None) -> StatusRow:
+    """The row with `receipt` as its current status; reply bookkeeping carries over within a generation."""
+    dropped = max(0, len(timeline) - MAX_STEPS)
+    timeline = timeline[dropped:]
+    same = previous is not None and previous.generation == receipt.generation
     terminal = receipt.status.is_terminal
+    result, truncated = _result_text(receipt) if terminal else (None, False)
     routed = receipt.status is Status.ROUTED
     decision = receipt.decision
     inbox = None
     if routed and decision and decision.topic and decision.partition is not None and decision.offset is not None:
         inbox = (decision.topic, decision.partition, decision.offset)
     return StatusRow(
-        deadline=receipt.deadline or (previous.deadline if previous else None),
+        deadline=receipt.deadline or (previous.deadline if same and previous else None),
         delivery_due_at=receipt.at + receipt.delivery_timeout_ms if routed and receipt.delivery_timeout_ms else None,
         inbox=inbox, routed_instance=receipt.instance_id if routed else None, reroutes=receipt.reroutes,
         message_id=receipt.message_id, trace_id=receipt.trace_id, tenant=receipt.tenant,
         capability=receipt.capability, generation=receipt.generation, status=receipt.status,
         attempt=receipt.attempt, agent_id=receipt.agent_id, instance_id=receipt.instance_id,
-        last_error=receipt.error or _last_error(timeline, receipt.generation),
-        result=_result_text(receipt) if terminal else None,
+        last_error=_error(receipt.error) or _last_error(timeline, receipt.generation),
+        result=result, result_truncated=truncated,
         terminal_at=receipt.at if terminal else None, updated_at=receipt.at, timeline=timeline,
+        dropped_steps=(previous.dropped_steps if previous else 0) + dropped,
+        reply_to=previous.reply_to if same and previous else None,
+        replied=previous.replied if same and previous else False,
+        pending_reply=previous.pending_reply if same and previous else None,
     )
+
+
+def settle_reply(before: StatusRow | None, after: StatusRow, receipt: Receipt, raw: bytes) -> tuple[
+        StatusRow, bytes | None]:
+    """The row after its reply bookkeeping, and the receipt bytes to produce to `after.reply_to` (or None).
+
+    The first terminal receipt of a generation is the reply. The router's receipts carry reply_to, but
+    an agent's terminal receipt can land before the router's ROUTED one (that is produced from the
+    forward's delivery report): such a receipt is kept on the row until a ROUTED receipt says where it
+    goes (or that nobody waits: a ROUTED receipt without reply_to drops it)."""
+    if after.replied or receipt.generation != after.generation:
+        return after, None
+    newly_terminal = after.terminal and (before is None or not before.terminal or before.generation != after.generation)
+    if newly_terminal:
+        if after.reply_to:
+            return after.model_copy(update={"replied": True, "pending_reply": None}), raw
+        if receipt.instance_id is not None and not _routed_seen(after, receipt.generation):
+            return after.model_copy(update={"pending_reply": base64.b64encode(raw).decode()}), None
+        return after, None
+    if after.pending_reply is not None:
+        if after.reply_to:
+            return (after.model_copy(update={"replied": True, "pending_reply": None}),
+                    base64.b64decode(after.pending_reply))
+        if receipt.status is Status.ROUTED:
+            return after.model_copy(update={"pending_reply": None}), None
+    return after, None
+
+
+def _routed_seen(row: StatusRow, generation: int) -> bool:
+    return any(s.status is Status.ROUTED and s.generation == generation for s in row.timeline)
 
 
 def _last_error(timeline: list[Step], generation: int) -> ErrorInfo | None:

@@ -21,10 +21,16 @@ def get_json(base_url: str, path: str, timeout: float = 10.0) -> dict[str, Any]:
             data: dict[str, Any] = json.loads(resp.read())
             return data
     except urllib.error.HTTPError as exc:
-        if exc.code == 404:
+        try:
             body = json.loads(exc.read() or b"{}")
+        except ValueError:
+            body = {}
+        if exc.code == 404:
             raise NotFound(body.get("message", f"{path} not found")) from None
-        raise ReachError(f"The stream app answered {exc.code} for {url}.") from None
+        detail = f"The stream app answered {exc.code} for {url}: {body.get('message', 'no details')}"
+        if exc.code == 503:  # the key's status partition is being recovered or moved between workers
+            raise InfraUnavailable(detail) from None
+        raise ReachError(detail) from None
     except (urllib.error.URLError, OSError) as exc:
         raise InfraUnavailable(
             f"The stream app does not answer at {base_url} ({exc}). Start it with `reach router`, "

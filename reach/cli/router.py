@@ -22,8 +22,15 @@ def router(
     use_faust: bool = typer.Option(True, "--faust/--no-faust",
                                    help="host the router in the faust app (web views on REACH_WEB_PORT); "
                                    "--no-faust runs the confluent loop alone"),
+    role: str = typer.Option("all", "--role",
+                             help="what this process runs: route (hot path, delay tiers), status (status fold, "
+                             "timekeeper) or all; run route and status as two processes so they share no GIL"),
 ) -> None:
     """Route every capability topic of the namespace to the best agent instance (several workers share them)."""
+    from reach.streams.app import Role
+
+    if role not in {r.value for r in Role}:
+        raise typer.BadParameter(f"--role must be route, status or all; got {role!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     kafka, settings = KafkaSettings(), ReachSettings()
     clients.check_reachable(clients.admin(kafka))
@@ -32,7 +39,7 @@ def router(
 
         from reach.streams.app import build_app
 
-        app = build_app(settings, kafka=kafka, batch_size=batch_size, summary_interval=interval)
+        app = build_app(settings, kafka=kafka, batch_size=batch_size, summary_interval=interval, role=Role(role))
         faust.Worker(app, loglevel="INFO").execute_from_commandline()
         return
     from reach.streams.router import Router

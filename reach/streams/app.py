@@ -1,9 +1,12 @@
-"""The faust app hosting the router: worker lifecycle and web views; the hot path is reach.streams.router.
+"""The faust app hosting the router and the status fold: worker lifecycle, timers and web views.
 
-Built by `build_app(settings)`; nothing is created at import time. faust runs no agent on the
-capability topics (it cannot subscribe by pattern, and its per-event path is ~30x below
-confluent-kafka here, see docs/decisions/0001-router-hot-path.md): a faust Service starts the
-confluent Router's threads when the worker starts and stops them when it stops.
+Built by `build_app(settings, role=...)`; nothing is created at import time. faust runs no agent on
+the capability topics (it cannot subscribe by pattern, and its per-event path is ~30x below
+confluent-kafka here, see docs/decisions/0001-router-hot-path.md), nor on receipts (the status fold
+is a confluent-kafka loop over RocksDB stores, docs/decisions/0004-status-engine.md): faust Services
+start those threads when the worker starts and stop them when it stops. The role picks what runs
+here: `route` (hot path, delay tiers), `status` (status fold, timekeeper) or `all`; any role
+answers `/messages/{id}` and `/traces/{id}`, forwarding to the fold worker that owns the key.
 """
 
 from __future__ import annotations
@@ -11,24 +14,37 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any
 
-from reach import topics
+from reach import clients, topics
+from reach.control import ControlView, read_control
 from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.names import Names
+from reach.records import Policy
 from reach.settings import KafkaSettings, ReachSettings
-from reach.status import StatusRow
 from reach.streams.delays import DelayForwarder
 from reach.streams.gauges import Gauges
 from reach.streams.router import Router
 from reach.streams.stats import summary_line
-from reach.streams.status_table import attach_status_table
+from reach.streams.status.fold import StatusFold, fold_group
+from reach.streams.status.lookup import Owners
+from reach.streams.status.views import StatusViews, attach_status_views
 from reach.streams.timekeeper import Timekeeper
 from reach.streams.views import attach_views
 
 log = logging.getLogger("reach.router")
+
+
+class Role(StrEnum):
+    """What one `reach router` process runs."""
+
+    ROUTE = "route"  # the routing hot path and the delay tiers
+    STATUS = "status"  # the status fold, its retention, the timekeeper
+    ALL = "all"
 
 
 def build_app(
@@ -37,10 +53,11 @@ def build_app(
     kafka: KafkaSettings | None = None,
     batch_size: int = 500,
     summary_interval: float = 10.0,
+    role: Role = Role.ALL,
 ) -> Any:
-    """A faust.App whose worker runs the Router, the delay tiers, the status table and the timekeeper.
+    """A faust.App whose worker runs what `role` names.
 
-    `app.reach_router` is the Router (usable without faust); `app.reach_status` the status table handle."""
+    `app.reach_router` is the Router (None without the route role); `app.reach_status` the StatusFold."""
     import faust
     from mode import Service
 
@@ -48,41 +65,68 @@ def build_app(
     kafka = kafka or KafkaSettings()
     names = Names(reach_settings.namespace)
     spec = topics.load(reach_settings.topics_file)
-    router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size)
-    delays = DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka, max_bytes=spec.dead_letter_bytes())
-    timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=router.state.control.policy)
-    metrics = Metrics(capabilities=lambda: router.state.capabilities(now_ms()))
+    partitions = spec.topics["receipts"].partitions
+    url = f"http://{reach_settings.web_host}:{reach_settings.web_port}"
     app = faust.App(
         names.router_app_id,
         broker=f"kafka://{kafka.servers()}",
         web_port=reach_settings.web_port,
         web_bind=reach_settings.web_host,
-        canonical_url=f"http://{reach_settings.web_host}:{reach_settings.web_port}",
+        canonical_url=url,
         autodiscover=False,
         store="memory://",
         topic_replication_factor=spec.replication_factor,
-        topic_partitions=spec.topics["receipts"].partitions,
-        # a restarted worker must not wait out a killed one for faust's 60 s default before routing
+        topic_partitions=partitions,
+        # a restarted worker must not wait out a killed one for faust's 60 s default
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
-    status = attach_status_table(app, names, metrics, partitions=spec.topics["receipts"].partitions,
-                                 retention_s=reach_settings.status_retention)
+    router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size) if role != Role.STATUS else None
+    # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
+    metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
+    fold = None
+    if role != Role.ROUTE:
+        # one directory per worker (host and port identify it), so two workers on one machine never share a store
+        worker = f"{reach_settings.web_host}-{reach_settings.web_port}"
+        state_dir = reach_settings.home / "status" / names.namespace / worker
+        fold = StatusFold(names=names, kafka=kafka, metrics=metrics, state_dir=state_dir, url=url,
+                          retention_ms=reach_settings.status_retention * 1000)
+    views = StatusViews(fold=fold, owners=Owners(clients.admin(kafka), fold_group(names)), partitions=partitions,
+                        url=url)
+    attach_status_views(app, views)
+    attach_views(app, router, metrics, fold)
+    if router is not None:
+        _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka,
+                                                    max_bytes=spec.dead_letter_bytes()),
+                     reach_settings.namespace, summary_interval)
+    if fold is not None:
+        policy = router.state.control.policy if router is not None else _PolicyCache(names, kafka).policy
+        timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy)
+        gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
+                        stale_after_ms=reach_settings.stale_no_route * 1000)
+        _host_fold(app, Service, fold, timekeeper, gauges, stale_after_ms=reach_settings.stale_no_route * 1000)
+    app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
+    app.reach_status = fold  # type: ignore[attr-defined]
+    return app
+
+
+def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder, namespace: str,
+                 summary_interval: float) -> None:
     stop_delays = threading.Event()
 
-    class RouterService(Service):  # type: ignore[misc]
+    class RouterService(service):  # type: ignore[misc, valid-type]
         """Starts the confluent hot path and the delay tiers with the worker; stops them (flushed) with it."""
 
         async def on_start(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, lambda: router.start(ready_timeout=60))
             threading.Thread(target=delays.run, args=(stop_delays,), name="reach-delays", daemon=True).start()
-            log.info("router ready: namespace %s", reach_settings.namespace)
+            log.info("router ready: namespace %s", namespace)
 
         async def on_stop(self) -> None:
             stop_delays.set()
             await asyncio.get_running_loop().run_in_executor(None, router.stop)
 
-        @Service.task
+        @service.task  # type: ignore[misc]
         async def _summaries(self) -> None:
             before = router.stats.snapshot()
             while not self.should_stop:
@@ -91,29 +135,51 @@ def build_app(
                 log.info(summary_line(before, after))
                 before = after
 
+    app.service(RouterService)
+
+
+def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges, *,
+               stale_after_ms: int) -> None:
+    class StatusService(service):  # type: ignore[misc, valid-type]
+        """Starts the status fold with the worker; stops it (flushed, committed) with it."""
+
+        async def on_start(self) -> None:
+            fold.start()
+
+        async def on_stop(self) -> None:
+            await asyncio.get_running_loop().run_in_executor(None, fold.stop)
+
     @app.timer(interval=0.5)
     async def keep_time() -> None:
-        rows = status.due_rows(now_ms())
+        rows = fold.due_rows(now_ms())
         if rows:
             await _guarded("timekeeper", timekeeper.tick, rows)
 
     @app.timer(interval=15.0)
     async def observe() -> None:
-        # only NO_ROUTE dead letters matter to the gauges; validating every row would be costly
-        rows = [StatusRow.model_validate(raw) for raw in list(status.rows.values())
-                if raw and raw.get("status") == "DEAD_LETTERED"
-                and (raw.get("last_error") or {}).get("code") == "NO_ROUTE"]
-        await _guarded("gauges", gauges.update, rows, len(status.rows))
+        await _guarded("gauges", lambda: gauges.update(fold.no_route_rows(now_ms() - stale_after_ms),
+                                                       fold.table_size()))
 
-    gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
-                    stale_after_ms=reach_settings.stale_no_route * 1000)
-    app.service(RouterService)
-    attach_views(app, router, metrics)
-    app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
-    app.reach_status = status  # type: ignore[attr-defined]
-    return app
+    app.service(StatusService)
 
 
+class _PolicyCache:
+    """The control topic's policies for a status-only worker's timekeeper, re-read at most every 10 s."""
+
+    def __init__(self, names: Names, kafka: KafkaSettings) -> None:
+        self._names = names
+        self._kafka = kafka
+        self._view = ControlView()
+        self._at = 0.0
+
+    def policy(self, capability: str) -> Policy:
+        if time.monotonic() - self._at > 10:
+            self._at = time.monotonic()
+            try:
+                self._view = read_control(names=self._names, kafka=self._kafka, timeout=5)
+            except Exception as exc:  # noqa: BLE001 - keep the last known policies while the broker is away
+                log.warning("control topic not re-read: %s", exc)
+        return self._view.policy(capability)
 
 
 async def _guarded(what: str, fn: Callable[..., object], *args: object) -> None:

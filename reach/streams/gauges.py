@@ -16,6 +16,7 @@ from reach.settings import KafkaSettings
 from reach.status import StatusRow, stale_no_route
 from reach.streams.lag import consumer_lag
 from reach.streams.router import Router, router_group
+from reach.streams.status.fold import fold_group
 from reach.streams.views import update_registry_gauges
 
 log = logging.getLogger("reach.router")
@@ -24,7 +25,7 @@ log = logging.getLogger("reach.router")
 class Gauges:
     """Blocking refresh (run it in an executor); failures are logged, never raised into the worker."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings, router: Router, metrics: Metrics,
+    def __init__(self, *, names: Names, kafka: KafkaSettings, router: Router | None, metrics: Metrics,
                  stale_after_ms: int) -> None:
         self._names = names
         self._kafka = kafka
@@ -35,14 +36,17 @@ class Gauges:
         self._reader: Consumer | None = None
 
     def update(self, rows: list[StatusRow], table_size: int) -> None:
-        """`rows`: the worker's NO_ROUTE dead-letter rows (the only ones the stale gauge needs)."""
+        """`rows`: the worker's NO_ROUTE dead letters past the threshold (from the fold's no-route index).
+
+        The stale gauge needs the registry too, so a status-only worker (no router) leaves it out."""
         self._metrics.table_size.set(table_size)
-        update_registry_gauges(self._router, self._metrics)
-        served = {c.name for reg in self._router.state.live(now_ms()) for c in reg.capabilities}
-        self._metrics.stale_no_route.clear()
-        for capability, count in stale_no_route(rows, now_ms=now_ms(), threshold_ms=self._stale_after_ms,
-                                                served=served).items():
-            self._metrics.stale_no_route.labels(capability).set(count)
+        if self._router is not None:
+            update_registry_gauges(self._router, self._metrics)
+            served = {c.name for reg in self._router.state.live(now_ms()) for c in reg.capabilities}
+            self._metrics.stale_no_route.clear()
+            for capability, count in stale_no_route(rows, now_ms=now_ms(), threshold_ms=self._stale_after_ms,
+                                                    served=served).items():
+                self._metrics.stale_no_route.labels(capability).set(count)
         try:
             self._lag()
         except Exception as exc:  # noqa: BLE001 - lag is observability; the broker may be briefly unavailable
@@ -52,8 +56,8 @@ class Gauges:
         if self._admin is None or self._reader is None:
             self._admin = clients.admin(self._kafka)
             self._reader = clients.consumer(f"reach-reader.lag.{uuid.uuid4().hex[:8]}", self._kafka)
-        agents = {reg.agent_id for reg in self._router.state.live(now_ms())}
-        groups = [router_group(self._names), self._names.topic("delays"), self._names.router_app_id,
+        agents = {reg.agent_id for reg in self._router.state.live(now_ms())} if self._router is not None else set()
+        groups = [router_group(self._names), self._names.topic("delays"), fold_group(self._names),
                   *(self._names.agent_group(a) for a in sorted(agents))]
         self._metrics.lag.clear()
         for (topic, group), behind in consumer_lag(self._admin, self._reader, groups).items():

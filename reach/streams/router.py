@@ -333,10 +333,6 @@ class Router:
             except InvalidName as exc:  # never write where an untrusted envelope asks, except a reply topic
                 self._reject(msg, value, envelope, Reject("BAD_REPLY_TO", str(exc)), producer, batch, position, now)
                 return
-            self.state.replies.remember(
-                envelope["message_id"], envelope.get("generation", 0), envelope["reply_to"],
-                envelope.get("deadline") or now,
-            )
         parsed = parse_request(envelope)
         if isinstance(parsed, Reject):
             self._reject(msg, value, envelope, parsed, producer, batch, position, now)
@@ -346,6 +342,7 @@ class Router:
             reject = Reject("OVERSIZE", f"envelope is {len(value):,} bytes; the limit is {MAX_ENVELOPE_BYTES:,}")
             self._reject(msg, value, envelope, reject, producer, batch, position, now)
             return
+        reply = self._reply_header(envelope)
         settings = batch.capabilities.get(request.capability)
         if settings is None:
             control = self.state.control
@@ -370,7 +367,7 @@ class Router:
             delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
                              headers=msg.headers(), partition=outcome.partition,
                              then=lambda acked: self._produce_routed(producer, batch, position, request, outcome,
-                                                                     acked))
+                                                                     acked, reply))
             loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
@@ -381,7 +378,7 @@ class Router:
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})
-            self._produce_receipt(producer, batch, position, receipt)
+            self._produce_receipt(producer, batch, position, receipt, reply)
             self.stats.count(stats_key, "overload")
         elif isinstance(outcome, NoRoute):
             if outcome.dead_letter:
@@ -391,24 +388,31 @@ class Router:
             else:
                 status, counter = Status.UNROUTABLE, "unroutable"
             receipt = _receipt(request, status, now, error=_error("NO_ROUTE", "NO_ROUTE", outcome.message))
-            self._produce_receipt(producer, batch, position, receipt)
+            self._produce_receipt(producer, batch, position, receipt, reply)
             self.stats.count(stats_key, counter)
         elif isinstance(outcome, Expired):
             receipt = _receipt(request, Status.EXPIRED, now, error=_error("TIMEOUT", "BUDGET_SPENT", outcome.message))
-            self._produce_receipt(producer, batch, position, receipt)
+            self._produce_receipt(producer, batch, position, receipt, reply)
             self.stats.count(stats_key, "expired")
         else:
             self._reject(msg, value, envelope, outcome, producer, batch, position, now)
 
     # -- records -------------------------------------------------------------------------------------
 
-    def _produce_receipt(self, producer: Producer, batch: _Batch, position: Position, receipt: dict[str, Any]) -> None:
+    @staticmethod
+    def _reply_header(envelope: dict[str, Any] | None) -> H.Headers:
+        """The x-reach-reply-to header for this envelope's receipts: the status fold sends the reply."""
+        reply_to = (envelope or {}).get("reply_to")
+        return [(H.REPLY_TO, reply_to.encode())] if reply_to else []
+
+    def _produce_receipt(self, producer: Producer, batch: _Batch, position: Position, receipt: dict[str, Any],
+                         reply: H.Headers | None = None) -> None:
         key = receipt["message_id"].encode()
         delivery.produce(producer, batch.acks, position, self.names.receipts, encode_dict("Receipt", receipt),
-                         key=key, headers=[(H.MESSAGE_ID, key)])
+                         key=key, headers=[(H.MESSAGE_ID, key), *(reply or ())])
 
     def _produce_routed(self, producer: Producer, batch: _Batch, position: Position, request: RouteRequest,
-                        forward: Forward, slot: Message) -> None:
+                        forward: Forward, slot: Message, reply: H.Headers) -> None:
         """The ROUTED receipt (from the forward's delivery report, inside the flush), tagged with this worker's id
         so its own state loop need not decode it again. It may not wait for queue room: a full queue fails it."""
         if self._routed_writer is None:
@@ -425,7 +429,7 @@ class Router:
             )
         key = request.message_id.encode()
         producer.produce(self.names.receipts, key=key, value=value,
-                         headers=[(H.MESSAGE_ID, key), *self._routed_headers],
+                         headers=[(H.MESSAGE_ID, key), *self._routed_headers, *reply],
                          on_delivery=batch.acks.expect(position))
 
     def _routed_receipt(self, request: RouteRequest, forward: Forward, slot: Message) -> dict[str, Any]:
@@ -475,7 +479,8 @@ class Router:
                 "at": now,
                 "error": error,
             }
-        self._produce_receipt(producer, batch, position, receipt)
+        reply = self._reply_header(envelope) if reject.code != "BAD_REPLY_TO" else None
+        self._produce_receipt(producer, batch, position, receipt, reply)
         self.stats.count(receipt["capability"] if receipt["capability"] in batch.known else OTHER, "rejected")
 
     def _dead_letter(

@@ -2,8 +2,8 @@
 
 One group-less consumer reads them all. Registry and control rebuild the in-memory views on every
 start, since the topics are compacted (the state survives in Kafka). Receipts feed the load
-tracker and the reply forwarding; they are read from the end because only messages this worker
-routes need their replies. Load reports are read from the end too: every instance sends one about
+tracker; they are read from the end (replies to reply_to are the status fold's, which commits
+what it replied: reach.streams.status). Load reports are read from the end too: every instance sends one about
 once a second, so a fresh worker is current within a second (heartbeats are the base until then).
 """
 
@@ -15,37 +15,33 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from reach import clients
 from reach import headers as H
 from reach.codec import RegistryUnavailable, decode, decode_dict
 from reach.control import ControlView
 from reach.control import apply_record as apply_control
-from reach.envelopes import now_ms
 from reach.errors import InvalidName
 from reach.loads import LoadTracker
 from reach.names import Names
 from reach.records import TERMINAL, AgentRegistration, LoadReport, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.replies import ReplyBook
 from reach.views.registry import RegistryView
 
 log = logging.getLogger("reach.router.state")
 
 _FINISHING = frozenset(s.value for s in TERMINAL) | {Status.ATTEMPT_FAILED.value, Status.RETRY_SCHEDULED.value}
-_TERMINAL = frozenset(s.value for s in TERMINAL)
 
 
 class RouterState:
-    """The views the hot loop reads: registry, control, loads, reply_to book."""
+    """The views the hot loop reads: registry, control, loads."""
 
     def __init__(self) -> None:
         self.registry = RegistryView()
         self.control = ControlView()
         self.loads = LoadTracker()
-        self.replies = ReplyBook()
         self.ready = threading.Event()
         self._latest: dict[str, AgentRegistration] = {}
 
@@ -71,7 +67,7 @@ class RouterState:
 
 
 class StateLoop:
-    """Keeps a RouterState current; forwards first terminal receipts to their reply_to topic."""
+    """Keeps a RouterState current."""
 
     def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None,
                  on_bad_record: Callable[[], None] = lambda: None) -> None:
@@ -83,7 +79,6 @@ class StateLoop:
         self._kafka = kafka
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._replies: Producer | None = None
         self.error: BaseException | None = None
         self.bad_records = 0
 
@@ -123,13 +118,11 @@ class StateLoop:
     def _loop(self) -> None:
         group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
         consumer = Consumer(self._kafka.consumer(group, **{"fetch.wait.max.ms": 20}))
-        self._replies = Producer(self._kafka.producer(**{"linger.ms": 1}))
         try:
             targets = self._assign(consumer)
             self.error = None
             if not targets:
                 self._state.ready.set()
-            next_prune = now_ms() + 30_000
             while not self._stop.is_set():
                 batch = clients.take(consumer, 500, 0.2)
                 if not batch and targets:
@@ -147,12 +140,7 @@ class StateLoop:
                             del targets[tp]
                             if not targets:
                                 self._state.ready.set()
-                self._replies.poll(0)
-                if now_ms() > next_prune:
-                    self._state.replies.prune(now_ms())
-                    next_prune = now_ms() + 30_000
         finally:
-            self._replies.flush(5)
             consumer.close()
 
     def _caught_up(self, consumer: Consumer, targets: dict[tuple[str, int], int]) -> None:
@@ -239,17 +227,3 @@ class StateLoop:
             return
         if status in _FINISHING:
             self._state.loads.finished(key, receipt["at"])
-        if status in _TERMINAL:
-            reply_to = self._state.replies.take(receipt["message_id"], receipt.get("generation", 0))
-            if reply_to and self._replies is not None:
-                self._forward_reply(reply_to, receipt["message_id"], value)
-
-    def _forward_reply(self, topic: str, message_id: str, value: bytes) -> None:
-        def report(err: Any, _msg: Any) -> None:
-            if err is not None:
-                log.warning("reply for %s to %s not delivered: %s", message_id, topic, err)
-
-        try:
-            self._replies.produce(topic, key=message_id.encode(), value=value, on_delivery=report)  # type: ignore[union-attr]
-        except Exception as exc:  # noqa: BLE001 - a bad reply_to must not stop the state loop
-            log.warning("reply for %s to %r not sent: %s", message_id, topic, exc)

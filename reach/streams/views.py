@@ -1,4 +1,4 @@
-"""The stream app's operational views: /agents, /healthz, /metrics, /routing (status views live with the table)."""
+"""The stream app's operational views: /agents, /healthz, /metrics, /routing (status views: reach.streams.status)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.records import AgentState
 from reach.streams.router import Router
+from reach.streams.status.fold import StatusFold
 
 
 def registry_rows(router: Router) -> list[dict[str, Any]]:
@@ -44,20 +45,31 @@ def update_registry_gauges(router: Router, metrics: Metrics) -> None:
         metrics.ready.labels(name).set(ready.get(name, 0))
 
 
-def attach_views(app: Any, router: Router, metrics: Metrics) -> None:
-    @app.page("/agents")
-    async def agents(web: Any, request: Any) -> Any:
-        return web.json(registry_rows(router))
+def attach_views(app: Any, router: Router | None, metrics: Metrics, fold: StatusFold | None = None) -> None:
+    """Mount the views; a part this worker does not run (router or status fold) is left out of them."""
 
     @app.page("/healthz")
     async def healthz(web: Any, request: Any) -> Any:
-        healthy = router.healthy()
-        return web.json({"ok": healthy, "router": "running" if healthy else "stopped"}, status=200 if healthy else 503)
+        parts = {}
+        if router is not None:
+            parts["router"] = "running" if router.healthy() else "stopped"
+        if fold is not None:
+            parts["status"] = "running" if fold.healthy() else "stopped"
+        healthy = all(state == "running" for state in parts.values())
+        return web.json({"ok": healthy, **parts}, status=200 if healthy else 503)
 
     @app.page("/metrics")
     async def prometheus(web: Any, request: Any) -> Any:
-        update_registry_gauges(router, metrics)
+        if router is not None:
+            update_registry_gauges(router, metrics)
         return web.bytes(metrics.exposition(), content_type="text/plain; version=0.0.4")
+
+    if router is None:
+        return
+
+    @app.page("/agents")
+    async def agents(web: Any, request: Any) -> Any:
+        return web.json(registry_rows(router))
 
     @app.page("/routing")
     async def stats_view(web: Any, request: Any) -> Any:

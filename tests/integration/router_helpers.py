@@ -25,6 +25,7 @@ from reach.records import (
 )
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.router import Router
+from reach.streams.status.fold import StatusFold
 from tests.integration.agent_support import wait_for  # noqa: F401 - re-exported for the router tests
 
 TOPICS_FILE = Path(__file__).resolve().parents[2] / "topics.yaml"
@@ -165,6 +166,22 @@ def first_per_message(receipts: list[Receipt], ids: list[str], statuses: set[Sta
         if r.message_id in wanted and r.status in statuses and r.message_id not in out:
             out[r.message_id] = r
     return out
+
+
+@contextmanager
+def running_status(state_dir: Path) -> Iterator[StatusFold]:
+    """The status fold in-process (it sends the replies `invoke` waits for), with its own store directory."""
+    from reach.metrics import Metrics
+    from reach.streams.status.fold import StatusFold
+
+    settings = ReachSettings()
+    fold = StatusFold(names=Names(settings.namespace), kafka=KafkaSettings(), metrics=Metrics(),
+                      state_dir=state_dir, url="http://127.0.0.1:0", retention_ms=settings.status_retention * 1000)
+    fold.start()
+    try:
+        yield fold
+    finally:
+        fold.stop()
 
 
 @contextmanager

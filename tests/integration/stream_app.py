@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 class StreamApp:
     """One `reach router` worker on its own web port; restartable, killable."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, role: str = "all") -> None:
+        self.role = role
         self.port = free_port()
         self.log_dir = log_dir
         self.proc: subprocess.Popen[bytes] | None = None
@@ -33,10 +34,10 @@ class StreamApp:
 
     def start(self, timeout: float = 90) -> StreamApp:
         self.starts += 1
-        log = open(self.log_dir / f"router-{self.starts}.log", "wb")
+        log = open(self.log_dir / f"router-{self.role}-{self.starts}.log", "wb")
         env = {**os.environ, "REACH_WEB_PORT": str(self.port)}
-        self.proc = subprocess.Popen([sys.executable, "-m", "reach", "router", "--interval", "2"], cwd=ROOT,
-                                     env=env, stdout=log, stderr=subprocess.STDOUT)
+        args = [sys.executable, "-m", "reach", "router", "--interval", "2", "--role", self.role]
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_for(self._healthy, timeout, "the router's /healthz", interval=0.3)
         except AssertionError as exc:
@@ -80,5 +81,5 @@ class StreamApp:
                 self.kill()
 
     def log_tail(self, lines: int = 40) -> str:
-        path = self.log_dir / f"router-{self.starts}.log"
+        path = self.log_dir / f"router-{self.role}-{self.starts}.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""

@@ -16,7 +16,7 @@ from reach.envelopes import now_ms
 from reach.invoke import InvokeRejected, InvokeTimeout, InvokeUnroutable, Step, StepResult
 from reach.records import StepStatus
 from tests.integration.agent_support import running
-from tests.integration.router_helpers import running_router, wait_for
+from tests.integration.router_helpers import running_router, running_status, wait_for
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,9 +40,9 @@ def serving(router: Any, capability: str) -> bool:
     return any(c.name == capability for r in router.state.live(now_ms()) for c in r.capabilities)
 
 
-def test_invoke_returns_the_agents_result(namespace: str) -> None:
+def test_invoke_returns_the_agents_result(namespace: str, tmp_path: Path) -> None:
     agent = echo_agent()
-    with running_router() as router, running(agent), Client() as client:
+    with running_status(tmp_path), running_router() as router, running(agent), Client() as client:
         wait_for(lambda: serving(router, "demo.echo"), what="echo agent READY")
         assert client.invoke("demo.echo", {"text": "hi"}, version="^1", timeout_ms=20_000) == {"text": "hi"}
         with pytest.raises(InvokeUnroutable):
@@ -62,7 +62,7 @@ def test_invoke_returns_the_agents_result(namespace: str) -> None:
         assert len({s.receipt.trace_id for s in chain.steps if s.receipt}) == 1
 
 
-def test_validate_at_router_rejects_and_no_router_times_out(namespace: str) -> None:
+def test_validate_at_router_rejects_and_no_router_times_out(namespace: str, tmp_path: Path) -> None:
     from reach import control
     from reach.names import Names
     from reach.records import Policy
@@ -76,7 +76,7 @@ def test_validate_at_router_rejects_and_no_router_times_out(namespace: str) -> N
 
     control.publish(control.policy_record(Policy(validate_at_router=True), scope="demo.strict"),
                     names=Names(namespace))
-    with running_router() as router, running(agent), Client() as client:
+    with running_status(tmp_path), running_router() as router, running(agent), Client() as client:
         wait_for(lambda: serving(router, "demo.strict"), what="strict agent READY")
         assert client.invoke("demo.strict", {"text": "ok"}, timeout_ms=20_000) == {"text": "ok"}
         with pytest.raises(InvokeRejected) as rejected:
@@ -93,9 +93,9 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=60, env=dict(os.environ))
 
 
-def test_send_wait_exit_codes(namespace: str) -> None:
+def test_send_wait_exit_codes(namespace: str, tmp_path: Path) -> None:
     agent = echo_agent()
-    with running_router() as router, running(agent):
+    with running_status(tmp_path), running_router() as router, running(agent):
         wait_for(lambda: serving(router, "demo.echo"), what="echo agent READY")
         ok = cli("send", "demo.echo", "--payload", '{"text": "hello"}', "--wait", "--timeout", "20")
         assert ok.returncode == 0, ok.stderr

@@ -35,6 +35,13 @@ def test_any_worker_answers_for_any_message(namespace: str, tmp_path: Path, monk
         traced = reach_cli("trace", trace, "--json")
         assert traced.returncode == 0, traced.stderr
         assert {m["message_id"] for m in json.loads(traced.stdout)["messages"]} == set(ids)
+        # a rebalance: the second worker leaves, the first takes over its partitions from the changelog
+        before = {m: first.get(f"/messages/{m}") for m in ids}
+        second.stop()
+        after = wait_for(lambda: (lambda rows: rows if all(r.get("status") == "COMPLETED" for r in rows.values())
+                                  else None)({m: first.get(f"/messages/{m}") for m in ids}), 60, "rows after rebalance")
+        assert after == before
+        assert set(first.get(f"/traces/{trace}")["message_ids"]) == set(ids)
     finally:
         echo.terminate()
         echo.wait(60)

@@ -85,3 +85,66 @@ def test_stale_no_route_letters_count_only_old_unserved_ones() -> None:
     assert stale_no_route([old], now_ms=2_000, threshold_ms=1_000, served=set()) == {"demo.echo": 1}
     assert stale_no_route([old], now_ms=1_500, threshold_ms=1_000, served=set()) == {}
     assert stale_no_route([old], now_ms=2_000, threshold_ms=1_000, served={"demo.echo"}) == {}
+
+
+def test_rows_are_bounded_timeline_result_and_errors() -> None:
+    from reach.status import MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_STEPS
+
+    huge = ErrorInfo(kind="TRANSIENT", code="BOOM", message="x" * 100_000)
+    steps = [r(Status.ATTEMPT_FAILED, at, attempt=at, error=huge) for at in range(1, MAX_STEPS + 11)]
+    row = run(*steps, r(Status.COMPLETED, 10_000, attempt=99, result=b'"' + b"y" * 200_000 + b'"'))
+    assert len(row.timeline) == MAX_STEPS and row.dropped_steps == 11
+    assert row.timeline[-1].status is Status.COMPLETED and row.timeline[0].at == 12
+    assert row.result is not None and len(row.result) == MAX_RESULT_CHARS and row.result_truncated
+    assert all(len(s.error.message) <= MAX_ERROR_CHARS + 1 for s in row.timeline if s.error)
+    assert len(row.model_dump_json()) < 2 * MAX_RESULT_CHARS + MAX_STEPS * (MAX_ERROR_CHARS + 300)
+
+
+def _settled(*receipts: tuple[Receipt, str | None]) -> tuple[StatusRow, list[bytes]]:
+    from reach.status import settle_reply
+
+    row, sent = None, []
+    for receipt, reply_to in receipts:
+        after = fold(row, receipt, reply_to=reply_to)
+        after, reply = settle_reply(row, after, receipt, f"{receipt.status}@{receipt.at}".encode())
+        if reply is not None:
+            sent.append(reply)
+        row = after
+    assert row is not None
+    return row, sent
+
+
+def test_the_first_terminal_receipt_is_the_reply_once() -> None:
+    row, sent = _settled((r(Status.ROUTED, 1), "ns.replies.c1"), (r(Status.STARTED, 2, instance_id="i"), None),
+                         (r(Status.COMPLETED, 3, instance_id="i"), None),
+                         (r(Status.COMPLETED, 3, instance_id="i"), None),
+                         (r(Status.FAILED, 4, instance_id="i"), None))
+    assert sent == [b"COMPLETED@3"] and row.replied and row.reply_to == "ns.replies.c1"
+
+
+def test_a_terminal_receipt_before_its_routed_receipt_is_replied_when_reply_to_arrives() -> None:
+    row, sent = _settled((r(Status.COMPLETED, 3, instance_id="i"), None), (r(Status.ROUTED, 1), "ns.replies.c1"),
+                         (r(Status.ROUTED, 1, attempt=2), "ns.replies.c1"))
+    assert sent == [b"COMPLETED@3"] and row.replied and row.pending_reply is None and row.status is Status.COMPLETED
+
+
+def test_nobody_waits_without_reply_to_and_nothing_is_kept() -> None:
+    row, sent = _settled((r(Status.COMPLETED, 3, instance_id="i"), None), (r(Status.ROUTED, 1), None))
+    assert sent == [] and row.pending_reply is None and not row.replied
+    row, sent = _settled((r(Status.REJECTED, 1), None))  # the router's own terminal: no race, nothing kept
+    assert sent == [] and row.pending_reply is None
+
+
+def test_a_replay_generation_gets_its_own_reply() -> None:
+    row, sent = _settled((r(Status.UNROUTABLE, 1), "ns.replies.c1"),
+                         (r(Status.ROUTED, 5, generation=1), "ns.replies.c2"),
+                         (r(Status.COMPLETED, 6, generation=1, instance_id="i"), None))
+    assert sent == [b"UNROUTABLE@1", b"COMPLETED@6"] and row.reply_to == "ns.replies.c2"
+
+
+def test_a_routed_receipt_stamped_after_the_outcome_still_reads_first_in_its_attempt() -> None:
+    row = run(r(Status.STARTED, 5), r(Status.COMPLETED, 6), r(Status.ROUTED, 7),
+              r(Status.ROUTED, 9, attempt=2), r(Status.ATTEMPT_FAILED, 8))
+    assert [(s.attempt, s.status) for s in row.timeline] == [
+        (1, Status.ROUTED), (1, Status.STARTED), (1, Status.COMPLETED), (1, Status.ATTEMPT_FAILED),
+        (2, Status.ROUTED)]

@@ -1,0 +1,380 @@
+"""The status fold: a confluent-kafka loop over `<ns>.receipts` writing rows, changelog and replies per batch.
+
+Per batch: decode each receipt, fold it (pure `reach.status.fold` and `settle_reply`) onto the row
+as it stands in this batch, then produce one changelog record per changed row to the status
+partition of the same number, and each reply to its `<ns>.replies.*` topic; flush; only when the
+broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
+receipts offsets. A refused record rewinds the batch (at least once; the fold is idempotent).
+On assignment a partition's store is trusted when it has applied the changelog up to its end, else
+caught up from the offset it recorded (or rebuilt from the start when that offset is gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from reach import clients, codec, topicreader
+from reach import headers as H
+from reach.codec import DecodeError
+from reach.metrics import Metrics
+from reach.names import Names
+from reach.records import Receipt
+from reach.settings import KafkaSettings
+from reach.status import StatusRow, fold, settle_reply
+from reach.streams.exceptions import DeliveryFailed, StreamsError
+from reach.streams.status import keys
+from reach.streams.status.lookup import OWNER_PREFIX, partition_of
+from reach.streams.status.store import PartitionStore
+
+log = logging.getLogger("reach.status")
+_RECOVERY_BATCH = 5_000
+_LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT})
+
+
+def fold_group(names: Names) -> str:
+    """The fold's consumer group; its members' client ids carry their HTTP address (routed lookups)."""
+    return f"{names.router_app_id}.status"
+
+
+class StatusFold:
+    """The status table's only writer; readers (views, timekeeper, gauges) use `row`, `due_rows`, ... ."""
+
+    def __init__(self, *, names: Names, kafka: KafkaSettings, metrics: Metrics, state_dir: Path, url: str,
+                 retention_ms: int, batch_size: int = 1_000) -> None:
+        self.names = names
+        self.url = url
+        self._kafka = kafka
+        self._metrics = metrics
+        self._dir = state_dir
+        self._retention_ms = retention_ms
+        self._batch_size = batch_size
+        self._stores: dict[int, PartitionStore] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._reply_topics: dict[str, tuple[bool, float]] = {}
+        self._sweep_every = max(1.0, min(60.0, retention_ms / 2000))
+        self._next_sweep = 0.0
+        self.partitions = 0
+        self.folded = 0
+        self.tombstoned = 0
+        self.error: BaseException | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="reach-status-fold", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def healthy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive() and self.error is None
+
+    # -- reads (any thread) --------------------------------------------------------------------------
+
+    def owns(self, partition: int) -> bool:
+        return partition in self._stores
+
+    def partition_of(self, message_id: str) -> int:
+        return partition_of(message_id, self.partitions)
+
+    def raw_row(self, message_id: str) -> bytes | None:
+        """The row's JSON when this worker owns its partition (None when unknown there)."""
+        store = self._stores.get(self.partition_of(message_id)) if self.partitions else None
+        return store.get_raw(message_id) if store is not None else None
+
+    def row(self, message_id: str) -> StatusRow | None:
+        raw = self.raw_row(message_id)
+        return StatusRow.model_validate_json(raw) if raw is not None else None
+
+    def trace(self, trace_id: str) -> list[tuple[int, str]]:
+        """(first seen at, message_id) of the trace's rows in the partitions this worker owns."""
+        return [hit for store in list(self._stores.values()) for hit in store.trace(trace_id)]
+
+    def due_rows(self, now_ms: int) -> list[StatusRow]:
+        """Open rows whose deadline or delivery timeout has come (read from the due index, no scan)."""
+        return self._rows(keys.DUE, now_ms)
+
+    def no_route_rows(self, until_ms: int) -> list[StatusRow]:
+        """NO_ROUTE dead letters that turned terminal at or before `until_ms` (for the stale gauge)."""
+        found = []
+        for store in list(self._stores.values()):
+            for mid in store.no_route(until_ms):
+                raw = store.get_raw(mid)
+                if raw is not None:
+                    found.append(StatusRow.model_validate_json(raw))
+        return found
+
+    def table_size(self) -> int:
+        return sum(store.rows for store in list(self._stores.values()))
+
+    def _rows(self, prefix: bytes, until_ms: int) -> list[StatusRow]:
+        found = []
+        for store in list(self._stores.values()):
+            for _, mid in store.timed(prefix, until_ms):
+                raw = store.get_raw(mid)
+                if raw is not None:
+                    found.append(StatusRow.model_validate_json(raw))
+        return found
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                self._loop()
+                return
+            except (KafkaException, StreamsError) as exc:  # a fresh consumer resumes from the committed offsets
+                self.error = exc
+                log.warning("status fold restarting in %.1fs: %s", backoff, exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            except BaseException as exc:  # noqa: BLE001 - surfaced through .error / healthy()
+                self.error = exc
+                log.exception("status fold stopped")
+                return
+
+    def _loop(self) -> None:
+        consumer = clients.consumer(fold_group(self.names), self._kafka, **{
+            "client.id": OWNER_PREFIX + self.url, "session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500,
+            "partition.assignment.strategy": "roundrobin", "max.poll.interval.ms": 600_000,
+        })
+        producer = clients.producer(self._kafka)
+        try:
+            meta = consumer.list_topics(self.names.receipts, timeout=15).topics.get(self.names.receipts)
+            if meta is None or meta.error is not None or not meta.partitions:
+                raise StreamsError(f"topic {self.names.receipts} is missing; run `reach topics apply`")
+            self.partitions = len(meta.partitions)
+            consumer.subscribe([self.names.receipts], on_assign=self._assigned, on_revoke=self._revoked,
+                               on_lost=self._revoked)
+            self.error = None
+            while not self._stop.is_set():
+                messages = clients.take(consumer, self._batch_size, 0.2)
+                if messages:
+                    self._batch(consumer, producer, messages)
+                if time.monotonic() >= self._next_sweep:
+                    self._next_sweep = time.monotonic() + self._sweep_every
+                    self._sweep(producer)
+        finally:
+            producer.flush(10)
+            consumer.close()
+            self._close_stores(list(self._stores))
+
+    def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
+        rows: dict[str, tuple[int, StatusRow]] = {}
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("receipts consumer: %s", err)
+                continue
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            first.setdefault(partition, offset)
+            last[partition] = offset
+            try:
+                self._one(msg, partition, producer, rows)
+            except (BufferError, KafkaException, StreamsError):
+                raise  # infrastructure, or a receipt of a partition this worker has no store for: nothing commits
+            except Exception:  # noqa: BLE001 - one bad receipt must not stop the fold
+                self._metrics.undecodable.inc()
+                log.exception("status: could not fold the receipt at %s[%d]@%d; skipped", msg.topic(), partition,
+                              offset)
+        delivered: dict[int, int] = {}
+        errors: list[str] = []
+        report = _tracker(delivered, errors)
+        by_partition: dict[int, dict[str, bytes | None]] = {}
+        for mid, (partition, row) in rows.items():
+            value = by_partition.setdefault(partition, {})[mid] = row.model_dump_json().encode()
+            producer.produce(self.names.status, key=mid.encode(), value=value, partition=partition,
+                             on_delivery=report)
+        self._flush(producer, errors)
+        if errors:
+            self._rewind(consumer, first)
+            raise DeliveryFailed("; ".join(sorted(set(errors))[:3]))
+        for partition, changes in by_partition.items():
+            self._stores[partition].write(changes, changelog_next=delivered.get(partition))
+        self.folded += len(rows)
+        consumer.commit(offsets=[TopicPartition(self.names.receipts, p, o + 1) for p, o in last.items()],
+                        asynchronous=False)
+
+    def _one(self, msg: Message, partition: int, producer: Producer, rows: dict[str, tuple[int, StatusRow]]) -> None:
+        value = msg.value()
+        if value is None:
+            return
+        try:
+            receipt = codec.decode(value, Receipt)
+        except DecodeError as exc:
+            self._metrics.undecodable.inc()
+            log.warning("status: skipped an undecodable receipt (%s)", exc)
+            return
+        mid = receipt.message_id
+        if mid in rows:
+            current: StatusRow | None = rows[mid][1]
+        else:
+            store = self._stores.get(partition)
+            if store is None:
+                raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
+            raw = store.get_raw(mid)
+            current = StatusRow.model_validate_json(raw) if raw is not None else None
+        after = fold(current, receipt, reply_to=self._reply_to(msg))
+        after, reply = settle_reply(current, after, receipt, value)
+        self._metrics.observe(receipt, current, after)
+        if after != current:
+            rows[mid] = (partition, after)
+        if reply is not None and after.reply_to:
+            self._reply(producer, after.reply_to, mid, reply)
+
+    def _reply_to(self, msg: Message) -> str | None:
+        pairs: Any = msg.headers() or ()
+        for name, value in pairs:
+            if name == H.REPLY_TO and value:
+                topic = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+                if self.names.family_of(topic) == "replies":
+                    return topic
+                self._metrics.replies.labels("refused").inc()
+                log.warning("status: refused reply_to %r (only %s.replies.* topics get replies)", topic[:200],
+                            self.names.namespace)
+        return None
+
+    def _reply(self, producer: Producer, topic: str, message_id: str, value: bytes) -> None:
+        if not self._topic_exists(producer, topic):
+            self._metrics.replies.labels("no_topic").inc()
+            log.warning("status: no reply for %s: topic %s does not exist", message_id, topic)
+            return
+        producer.produce(topic, key=message_id.encode(), value=value, on_delivery=self._replied)
+
+    def _replied(self, err: Any, _msg: Message) -> None:
+        self._metrics.replies.labels("sent" if err is None else "failed").inc()
+
+    def _topic_exists(self, producer: Producer, topic: str) -> bool:
+        """Cached for a minute: a reply topic the caller never created must not stall the batch's flush."""
+        now = time.monotonic()
+        known = self._reply_topics.get(topic)
+        if known is None or now - known[1] > 60:
+            meta = producer.list_topics(topic, timeout=5).topics.get(topic)
+            exists = meta is not None and meta.error is None and bool(meta.partitions)
+            if len(self._reply_topics) > 10_000:
+                self._reply_topics.clear()
+            known = self._reply_topics[topic] = (exists, now)
+        return known[0]
+
+    @staticmethod
+    def _flush(producer: Producer, errors: list[str]) -> None:
+        remaining = producer.flush(30)
+        if remaining:
+            errors.append(f"{remaining} records not acknowledged within 30s")
+
+    def _rewind(self, consumer: Consumer, first: dict[int, int]) -> None:
+        for partition, offset in first.items():
+            consumer.seek(TopicPartition(self.names.receipts, partition, offset))
+
+    # -- retention -----------------------------------------------------------------------------------
+
+    def _sweep(self, producer: Producer) -> None:
+        """Tombstone terminal rows older than the retention (read from the terminal index, oldest first)."""
+        cutoff = int(time.time() * 1000) - self._retention_ms
+        for partition, store in list(self._stores.items()):
+            old = [mid for _, mid in store.timed(keys.TERMINAL, cutoff, limit=5_000)]
+            if not old:
+                continue
+            delivered: dict[int, int] = {}
+            errors: list[str] = []
+            report = _tracker(delivered, errors)
+            for mid in old:
+                producer.produce(self.names.status, key=mid.encode(), value=None, partition=partition,
+                                 on_delivery=report)
+            self._flush(producer, errors)
+            if errors:
+                log.warning("status: retention tombstones refused (%s); trying again next sweep", errors[0])
+                return
+            store.write(dict.fromkeys(old), changelog_next=delivered.get(partition))
+            self.tombstoned += len(old)
+
+    # -- rebalance -----------------------------------------------------------------------------------
+
+    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.partition in self._stores:
+                continue  # still open: this worker wrote everything since (an eager rebalance gave it back)
+            started = time.monotonic()
+            store, applied = self._recover(tp.partition)
+            self._stores[tp.partition] = store
+            log.info("status partition %d ready: %d rows, %d changelog records applied in %.2fs", tp.partition,
+                     store.rows, applied, time.monotonic() - started)
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._close_stores([tp.partition for tp in partitions])
+
+    def _close_stores(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            store = self._stores.pop(partition, None)
+            if store is not None:
+                store.close()
+
+    def _recover(self, partition: int) -> tuple[PartitionStore, int]:
+        """The partition's store, current with the changelog: trusted, caught up, or rebuilt."""
+        path = self._dir / f"p{partition}"
+        store = PartitionStore(path)
+        reader = topicreader.open_reader("status-recovery", self._kafka)
+        try:
+            low, high = _watermarks(reader, TopicPartition(self.names.status, partition))
+            start = store.changelog_next
+            if start is None or start < low or start > high:  # never recovered, compacted past, or a new topic
+                store.destroy()
+                store = PartitionStore(path)
+                start = low
+            applied = 0
+            pending: dict[str, bytes | None] = {}
+            for msg in topicreader.read_range(reader, self.names.status, {partition: start}, idle_timeout=15):
+                pending[(msg.key() or b"").decode(errors="replace")] = msg.value()
+                applied += 1
+                if len(pending) >= _RECOVERY_BATCH:
+                    store.write(pending, changelog_next=(msg.offset() or 0) + 1)
+                    pending = {}
+            store.write(pending, changelog_next=high)
+            return store, applied
+        except BaseException:
+            store.close()  # RocksDB locks its directory: the next attempt must be able to open it again
+            raise
+        finally:
+            reader.close()
+
+
+def _watermarks(reader: Consumer, tp: TopicPartition, attempts: int = 25) -> tuple[int, int]:
+    """The changelog partition's offsets; a leader still moving (right after topic creation) is waited out
+    here, inside the assignment, instead of restarting the whole consumer and its rebalance."""
+    for attempt in range(attempts):
+        try:
+            low, high = reader.get_watermark_offsets(tp, timeout=15)
+            return int(low), int(high)
+        except KafkaException as exc:
+            err = exc.args[0]
+            if attempt == attempts - 1 or not (err.retriable() or err.code() in _LEADER_MOVING):
+                raise
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+def _tracker(delivered: dict[int, int], errors: list[str]) -> Callable[[Any, Message], None]:
+    """A delivery report that records the highest acknowledged offset per partition, or the error."""
+    def report(err: Any, msg: Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+        else:
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            delivered[partition] = max(delivered.get(partition, -1), offset + 1)
+    return report

@@ -1,0 +1,113 @@
+"""One RocksDB store (rocksdict) per status partition: rows as JSON plus their indexes, on disk."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from reach.streams.status import keys
+
+
+class PartitionStore:
+    """Rows of one receipts/status partition; written by the fold thread only, read from any thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._options = Options(raw_mode=True)
+        self._db = Rdict(str(path), self._options)
+        self._lock = threading.Lock()  # writers against close(); RocksDB itself is thread-safe
+        self._closed = False
+        self.rows = int(self._db.get(keys.META_ROWS) or b"0")
+
+    @property
+    def changelog_next(self) -> int | None:
+        """The next changelog offset this store has not applied yet (None: never recovered)."""
+        raw = self._db.get(keys.META_CHANGELOG)
+        return int(raw) if raw is not None else None
+
+    def get_raw(self, message_id: str) -> bytes | None:
+        if self._closed:  # revoked while a reader held it: the new owner answers from now on
+            return None
+        value: bytes | None = self._db.get(keys.row_key(message_id))
+        return value
+
+    def get(self, message_id: str) -> dict[str, Any] | None:
+        raw = self.get_raw(message_id)
+        return json.loads(raw) if raw is not None else None
+
+    def write(self, rows: Mapping[str, bytes | None], *, changelog_next: int | None = None) -> None:
+        """Put (JSON) or delete (None) rows with their index entries, atomically, with the changelog offset."""
+        batch = WriteBatch(raw_mode=True)
+        count = self.rows
+        for message_id, value in rows.items():
+            old_raw = self.get_raw(message_id)
+            old = keys.index_entries(json.loads(old_raw)) if old_raw is not None else {}
+            new = keys.index_entries(json.loads(value)) if value is not None else {}
+            for key in old.keys() - new.keys():
+                batch.delete(key)
+            for key, entry in new.items():
+                if old.get(key) != entry:
+                    batch.put(key, entry)
+            if value is None:
+                if old_raw is not None:
+                    batch.delete(keys.row_key(message_id))
+                    count -= 1
+            else:
+                batch.put(keys.row_key(message_id), value)
+                count += old_raw is None
+        batch.put(keys.META_ROWS, str(count).encode())
+        if changelog_next is not None:
+            batch.put(keys.META_CHANGELOG, str(changelog_next).encode())
+        with self._lock:
+            self._db.write(batch)
+            self.rows = count
+
+    def mark_changelog(self, changelog_next: int) -> None:
+        self._db.put(keys.META_CHANGELOG, str(changelog_next).encode())
+
+    def timed(self, prefix: bytes, until_ms: int, limit: int = 10_000) -> list[tuple[int, str]]:
+        """(time, message_id) of the `prefix` index entries timed at or before `until_ms`, oldest first."""
+        end = keys.until(prefix, until_ms)
+        return [keys.timed_id(key) for key, _ in self._range(prefix, end, limit)]
+
+    def no_route(self, until_ms: int, limit: int = 10_000) -> list[str]:
+        return [keys.timed_id(key)[1] for key, _ in self._range(keys.NO_ROUTE, keys.until(keys.NO_ROUTE, until_ms),
+                                                                   limit)]
+
+    def trace(self, trace_id: str, limit: int = 10_000) -> list[tuple[int, str]]:
+        """(first seen at, message_id) of every row of the trace in this partition."""
+        prefix = keys.trace_prefix(trace_id)
+        return [(keys.read_time(value), key[len(prefix):].decode())
+                for key, value in self._range(prefix, prefix[:-1] + b"\x01", limit)]
+
+    def _range(self, start: bytes, end: bytes, limit: int) -> Iterator[tuple[bytes, bytes]]:
+        if self._closed:
+            return
+        it = self._db.iter()
+        it.seek(start)
+        found = 0
+        while it.valid() and found < limit:
+            key: bytes = it.key()
+            if key >= end:
+                return
+            yield key, it.value()
+            found += 1
+            it.next()
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    def destroy(self) -> None:
+        """Close and delete the store from disk (it is rebuilt from the changelog)."""
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)

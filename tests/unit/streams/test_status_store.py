@@ -1,0 +1,46 @@
+"""A status partition store: rows and their indexes move together, and the store survives a reopen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reach.records import ErrorInfo, Receipt, Status
+from reach.status import StatusRow, fold
+from reach.streams.status import keys
+from reach.streams.status.store import PartitionStore
+
+
+def row(mid: str, *steps: tuple[Status, int], trace: str = "t1", **kw: object) -> bytes:
+    out: StatusRow | None = None
+    for status, at in steps:
+        out = fold(out, Receipt(message_id=mid, trace_id=trace, tenant="d", capability="c", status=status, at=at,
+                                deadline=10_000, delivery_timeout_ms=1_000, **kw))  # type: ignore[arg-type]
+    assert out is not None
+    return out.model_dump_json().encode()
+
+
+def test_indexes_follow_the_row(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p0")
+    store.write({"m1": row("m1", (Status.ROUTED, 100)), "m2": row("m2", (Status.STARTED, 50))}, changelog_next=2)
+    assert store.rows == 2 and store.changelog_next == 2
+    assert store.timed(keys.DUE, 1_099) == [] and store.timed(keys.DUE, 1_100) == [(1_100, "m1")]
+    assert [m for _, m in store.timed(keys.DUE, 10_000)] == ["m1", "m2"]  # m2: its deadline
+    store.write({"m1": row("m1", (Status.ROUTED, 100), (Status.COMPLETED, 200))})
+    assert [m for _, m in store.timed(keys.DUE, 10**12)] == ["m2"]
+    assert store.timed(keys.TERMINAL, 199) == [] and store.timed(keys.TERMINAL, 200) == [(200, "m1")]
+    assert sorted(store.trace("t1")) == [(50, "m2"), (100, "m1")] and store.trace("t2") == []
+    store.write({"m1": None})
+    assert store.get("m1") is None and store.timed(keys.TERMINAL, 10**12) == [] and store.rows == 1
+    assert [m for _, m in store.trace("t1")] == ["m2"]
+
+
+def test_no_route_letters_are_indexed_and_the_store_reopens(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p1")
+    no_route = ErrorInfo(kind="NO_ROUTE", code="NO_ROUTE", message="nobody")
+    store.write({"m3": row("m3", (Status.DEAD_LETTERED, 300), error=no_route)}, changelog_next=7)
+    assert store.no_route(299) == [] and store.no_route(300) == ["m3"]
+    store.close()
+    again = PartitionStore(tmp_path / "p1")
+    assert again.changelog_next == 7 and again.rows == 1 and again.get("m3")["status"] == "DEAD_LETTERED"
+    again.destroy()
+    assert PartitionStore(tmp_path / "p1").changelog_next is None

@@ -1,0 +1,85 @@
+"""Routed lookups without a broker: local rows, forwarding to the owner, and 503 while nobody owns a key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from reach.streams.status.lookup import partition_of
+from reach.streams.status.views import StatusViews
+
+
+class FakeFold:
+    def __init__(self, owned: set[int], rows: dict[str, dict[str, Any]]) -> None:
+        self.owned, self.rows = owned, rows
+
+    def owns(self, partition: int) -> bool:
+        return partition in self.owned
+
+    def raw_row(self, message_id: str) -> bytes | None:
+        row = self.rows.get(message_id)
+        return json.dumps(row).encode() if row else None
+
+    def trace(self, trace_id: str) -> list[tuple[int, str]]:
+        return [(r["at"], m) for m, r in self.rows.items() if r.get("trace_id") == trace_id]
+
+
+class FakeOwners:
+    def __init__(self, owners: dict[int, str]) -> None:
+        self.map = owners
+
+    def owners(self, *, fresh: bool = False) -> dict[int, str]:
+        return dict(self.map)
+
+
+class Views(StatusViews):
+    """Records forwarded requests instead of sending them."""
+
+    def __init__(self, answers: dict[str, tuple[int, dict[str, Any]]], **kw: Any) -> None:
+        super().__init__(**kw)
+        self.answers, self.asked = answers, []
+
+    async def _get(self, url: str) -> tuple[int, dict[str, Any]]:
+        self.asked.append(url)
+        return self.answers.get(url, (200, {"hits": []}))
+
+
+def ids_by_partition(n: int = 4) -> dict[int, str]:
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < n:
+        found.setdefault(partition_of(f"m{i}", n), f"m{i}")
+        i += 1
+    return found
+
+
+def test_a_local_row_is_answered_without_its_internal_fields_and_an_unknown_id_is_404() -> None:
+    ids = ids_by_partition()
+    fold = FakeFold({0}, {ids[0]: {"message_id": ids[0], "status": "COMPLETED", "pending_reply": "x"}})
+    views = Views({}, fold=fold, owners=FakeOwners({0: "http://me"}), partitions=4, url="http://me")  # type: ignore[arg-type]
+    assert asyncio.run(views.message(ids[0], forwarded=False)) == (200, {"message_id": ids[0], "status": "COMPLETED"})
+    other = next(f"x{i}" for i in range(1000) if partition_of(f"x{i}", 4) == 0)
+    assert asyncio.run(views.message(other, forwarded=False))[0] == 404
+
+
+def test_a_key_owned_elsewhere_is_forwarded_once_and_nobody_owning_it_is_503() -> None:
+    ids = ids_by_partition()
+    answers = {f"http://other/messages/{ids[1]}": (200, {"status": "STARTED"})}
+    views = Views(answers, fold=FakeFold({0}, {}), owners=FakeOwners({0: "http://me", 1: "http://other"}),  # type: ignore[arg-type]
+                  partitions=4, url="http://me", wait_s=0.3)
+    assert asyncio.run(views.message(ids[1], forwarded=False)) == (200, {"status": "STARTED"})
+    assert asyncio.run(views.message(ids[1], forwarded=True))[0] == 503  # a forwarded request never hops again
+    status, body = asyncio.run(views.message(ids[2], forwarded=False))
+    assert status == 503 and body["error"] == "unavailable"
+
+
+def test_a_trace_is_collected_from_every_status_worker_in_first_seen_order() -> None:
+    ids = ids_by_partition()
+    fold = FakeFold({0, 1}, {ids[0]: {"trace_id": "t", "at": 5}, ids[1]: {"trace_id": "t", "at": 1}})
+    answers = {"http://other/traces/t?local=1": (200, {"trace_id": "t", "hits": [[3, ids[2]]]})}
+    owners = FakeOwners({0: "http://me", 1: "http://me", 2: "http://other", 3: "http://other"})
+    views = Views(answers, fold=fold, owners=owners, partitions=4, url="http://me")  # type: ignore[arg-type]
+    assert asyncio.run(views.trace("t", local_only=False)) == (200, {"trace_id": "t",
+                                                                     "message_ids": [ids[1], ids[2], ids[0]]})
+    assert asyncio.run(views.trace("nope", local_only=False))[0] == 404
