@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from redis.asyncio import Redis
 
-from reach import clients, codec, topics
+from reach import clients, codec, heap, topics
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
@@ -293,6 +293,7 @@ class Runner:
         state = None
         if not self._ready and not self._closing:
             self._ready, state = True, AgentState.READY
+            heap.settle()  # the first assignment ends start-up; full collections then skip what it built
         self._beat(state)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from reach import clients, topics
+from reach import clients, heap, topics
 from reach.control import ControlView, read_control
 from reach.envelopes import now_ms
 from reach.metrics import Metrics
@@ -120,6 +120,7 @@ def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder,
         async def on_start(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, lambda: router.start(ready_timeout=60))
             threading.Thread(target=delays.run, args=(stop_delays,), name="reach-delays", daemon=True).start()
+            heap.settle()
             log.info("router ready: namespace %s", namespace)
 
         async def on_stop(self) -> None:
@@ -145,6 +146,7 @@ def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper,
 
         async def on_start(self) -> None:
             fold.start()
+            heap.settle()
 
         async def on_stop(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, fold.stop)
