@@ -28,9 +28,10 @@ from reach.agent.loadreport import LoadReporter
 from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
 from reach.agent.outage import Outage
-from reach.agent.pipeline import REDIS_ERRORS, Pipeline
+from reach.agent.pipeline import Pipeline
 from reach.agent.policy import PolicyCache
 from reach.agent.publisher import Publisher, when_acked
+from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
 from reach.errors import InfraUnavailable
@@ -106,9 +107,10 @@ class Runner:
                         result_ttl_s=self.agent.result_ttl_s)
         self._policies = PolicyCache(names=self.names, kafka=self._kafka)
         self._policies.start()
+        redis_outage = Outage()  # one backoff for every Redis call: handlers' leases and the retry cache
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,
-                            policy=self._policies.get)
+                            policy=self._policies.get, redis_outage=redis_outage)
         status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}")
 
         async def completed(message_id: str, generation: int) -> AlreadyCompleted | None:
@@ -117,7 +119,8 @@ class Runner:
         # Order matters: the retry (or dead letter) is published before metrics count the outcome.
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
                                   receipts_topic=self.names.receipts, executor=self._pool,
-                                  middleware=[retries, self.metrics, *self.agent.middleware], completed=completed)
+                                  middleware=[retries, self.metrics, *self.agent.middleware], completed=completed,
+                                  redis_outage=redis_outage)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
