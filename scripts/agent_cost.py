@@ -3,7 +3,7 @@
 N envelopes go straight into the no-op agent's inbox; the agent's CPU (utime + stime from /proc) is read when
 all N COMPLETED receipts are on the receipts topic, minus its idle CPU over the same wall time.
 
-    source /tmp/reach-dev.env && .venv/bin/python scripts/agent_cost.py --messages 20000 [--src DIR]
+    eval $(.venv/bin/reach local up) && .venv/bin/python scripts/agent_cost.py --messages 20000 [--src DIR]
 
 `--src DIR` runs the agent from another source tree (e.g. `git archive <commit> | tar -x -C DIR`), for a
 before/after comparison with the same driver.

@@ -172,10 +172,7 @@ class Leases:
             return list(await pipe.execute(raise_on_error=False))
 
 
-def encode_records(
-
-
-records: tuple[Outgoing, ...]) -> bytes:
+def encode_records(records: tuple[Outgoing, ...]) -> bytes:
     """Records as JSON (bytes in base64), for the retry cache."""
     def b64(data: str | bytes | None) -> str | None:
         if isinstance(data, str):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from confluent_kafka import Message
 
@@ -66,6 +66,13 @@ def failed(value: bytes, headers: Headers, error: BaseException) -> BadRecord:
     found = {k: v.decode(errors="replace") for k, v in headers}
     return BadRecord(value, AGENT_ERROR, f"the agent SDK failed on this record: {type(error).__name__}: {error}",
                      found.get(h.MESSAGE_ID) or None, _trace_id(found))
+
+
+def by_reference(bad: BadRecord, refused: BaseException) -> BadRecord:
+    """The same bad record with its bytes left out: a letter by reference, read back from its origin on replay."""
+    note = f"; the {len(bad.raw):,}-byte original is not copied (its dead letter was refused: {refused}): " \
+           "replay reads it from origin"
+    return replace(bad, raw=b"", message=bad.message + note)
 
 
 def dead_letter(bad: BadRecord, origin: Origin, agent_id: str) -> tuple[bytes, h.Headers]:

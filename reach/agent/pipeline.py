@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Message
 from opentelemetry.trace import SpanKind
-from redis.exceptions import RedisError
 
 from reach import codec, tracing
 from reach import headers as h
@@ -28,6 +27,7 @@ from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.publisher import Sender
+from reach.agent.redisguard import redis_call
 from reach.agent.retrying import publish_in_order
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import now_ms
@@ -38,7 +38,6 @@ log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25
 # librdkafka refuses records over message.max.bytes (default 1,000,000); leave room for key, headers, framing.
 MAX_RECEIPT_BYTES = 1_000_000 - 64 * 1024
-REDIS_ERRORS = (RedisError, OSError, TimeoutError)
 T = TypeVar("T")
 Completed = Callable[[str, int], Awaitable[AlreadyCompleted | None]]
 
@@ -241,21 +240,7 @@ class Pipeline:
         return True
 
     async def _redis(self, call: Callable[[], Awaitable[T]]) -> T | None:
-        """`call()`, or None while Redis is unreachable (backing off between tries instead of stopping)."""
-        if not self._outage.available():
-            return None
-        try:
-            value = await call()
-        except REDIS_ERRORS as exc:
-            if not self._outage.down:
-                log.warning("Redis is unreachable (%s); leases and caches are off, the status table is asked "
-                            "instead, until Redis answers again", exc)
-            self._outage.failed()
-            return None
-        if self._outage.down:
-            log.warning("Redis answers again; leases and caches are back")
-        self._outage.recovered()
-        return value
+        return await redis_call(self._outage, call)
 
     def _send(self, receipt: Receipt) -> Future[Message]:
         return self._send_raw(receipt.message_id, codec.encode(receipt))

@@ -9,8 +9,10 @@ from collections.abc import Callable
 from reach import codec
 from reach.agent.idempotency import LeaseStore
 from reach.agent.middleware import Finished, Middleware
+from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.publisher import Sender
+from reach.agent.redisguard import redis_call
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy
@@ -24,8 +26,10 @@ class RetryStep(Middleware):
     """Caches the decision per (message, generation, attempt), then publishes its records in order, each acked."""
 
     def __init__(self, *, agent_id: str, instance_id: str, publisher: Sender, names: Names, tiers: list[str],
-                 leases: LeaseStore | None = None, policy: Callable[[str], Policy | None] = lambda _: None) -> None:
+                 leases: LeaseStore | None = None, policy: Callable[[str], Policy | None] = lambda _: None,
+                 redis_outage: Outage | None = None) -> None:
         self._policy = policy
+        self._outage = redis_outage or Outage()  # share the pipeline's: one outage, one backoff
         self._agent_id = agent_id
         self._instance_id = instance_id
         self._publisher = publisher
@@ -46,13 +50,15 @@ class RetryStep(Middleware):
             failed_instance=self._instance_id, raw=raw if raw is not None else codec.encode(envelope),
             origin=origin or (self._names.inbox(self._agent_id), -1, -1), agent_id=self._agent_id,
             instance_id=self._instance_id, retry_after_ms=verdict.retry_after_ms)
-        if self._leases is not None:
+        leases = self._leases
+        if leases is not None:
             # Cached before publishing: a redelivery of this attempt republishes these records instead of
             # rerunning the handler and forking the retry chain (a second jitter, a second dead letter).
+            # Redis is a cache: while it is out (the shared backoff) a redelivery may rerun the handler.
             try:
-                await self._leases.store_retry(envelope.message_id, envelope.generation, envelope.attempt,
-                                               decided.records)
-            except Exception as exc:  # noqa: BLE001 - Redis is a cache: without it a redelivery may rerun
+                await redis_call(self._outage, lambda: leases.store_retry(
+                    envelope.message_id, envelope.generation, envelope.attempt, decided.records))
+            except Exception as exc:  # noqa: BLE001 - not Redis (that is the outage's): still only a cache
                 log.warning("could not cache the retry of %s (%s)", envelope.message_id, exc)
         await publish_in_order(self._publisher, decided.records)
 

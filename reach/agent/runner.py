@@ -27,9 +27,11 @@ from reach.agent.idempotency import Leases
 from reach.agent.loadreport import LoadReporter
 from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
-from reach.agent.pipeline import REDIS_ERRORS, Pipeline
+from reach.agent.outage import Outage
+from reach.agent.pipeline import Pipeline
 from reach.agent.policy import PolicyCache
 from reach.agent.publisher import Publisher, when_acked
+from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
 from reach.errors import InfraUnavailable
@@ -51,6 +53,7 @@ class Done:
     error: BaseException | None = None
     slot: bool = False  # True: a running handler ended (its offset's outcome comes in its own Done)
     msg: Message | None = None  # the inbox record, for dead-lettering it when the SDK itself failed on it
+    letter: inbox.BadRecord | None = None  # set when this Done is the ack of the record's own dead letter
 
 
 class Runner:
@@ -77,6 +80,8 @@ class Runner:
         self._closing = False
         self._fatal: BaseException | None = None
         self._tiers: list[str] = []
+        self._registry = Outage(base_s=0.5, max_s=10.0)  # the Schema Registry: while it is out, read nothing
+        self._stalled: set[int] = set()  # partitions of this batch sought back to a record to read again
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -102,9 +107,10 @@ class Runner:
                         result_ttl_s=self.agent.result_ttl_s)
         self._policies = PolicyCache(names=self.names, kafka=self._kafka)
         self._policies.start()
+        redis_outage = Outage()  # one backoff for every Redis call: handlers' leases and the retry cache
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,
-                            policy=self._policies.get)
+                            policy=self._policies.get, redis_outage=redis_outage)
         status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}")
 
         async def completed(message_id: str, generation: int) -> AlreadyCompleted | None:
@@ -113,7 +119,8 @@ class Runner:
         # Order matters: the retry (or dead letter) is published before metrics count the outcome.
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
                                   receipts_topic=self.names.receipts, executor=self._pool,
-                                  middleware=[retries, self.metrics, *self.agent.middleware], completed=completed)
+                                  middleware=[retries, self.metrics, *self.agent.middleware], completed=completed,
+                                  redis_outage=redis_outage)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
@@ -166,6 +173,7 @@ class Runner:
     def _consume(self) -> None:
         while not self._stop.is_set():
             room = self.agent.max_concurrency + self.loads.max_queue - self._busy() - len(self._backlog)
+            self._stalled.clear()
             for msg in clients.take(self._consumer, max(1, room), POLL_S):
                 self._take(msg)
             self._settle()
@@ -189,14 +197,29 @@ class Runner:
             log.warning("consumer: %s", msg.error())
             return
         partition, offset = msg.partition() or 0, msg.offset() or 0
-        if partition not in self._owned:
+        if partition not in self._owned or partition in self._stalled:
+            return  # a stalled partition's later records come again after the one sought back to
+        try:
+            read = inbox.read(msg.value(), inbox.headers_of(msg))
+        except codec.RegistryUnavailable as exc:  # infrastructure, not this record: read it again after a backoff
+            self._read_again(partition, offset, exc)
             return
+        self._registry.recovered()
         self._tracker.add(partition, offset)
-        read = inbox.read(msg.value(), inbox.headers_of(msg))
         if isinstance(read, inbox.BadRecord):
             self._dead_letter(read, inbox.Origin(self.inbox, partition, offset))
         else:
             self._backlog.append((msg, read))
+
+    def _read_again(self, partition: int, offset: int, error: codec.RegistryUnavailable) -> None:
+        """Leave the offset uncommitted, seek back to it and pause the inbox for the registry's backoff."""
+        if not self._registry.down:
+            log.warning("the schema registry does not answer (%s); reading nothing until it does, then "
+                        "%s:%d@%d again", error, self.inbox, partition, offset)
+        self._registry.failed()
+        self._stalled.add(partition)
+        self._consumer.seek(TopicPartition(self.inbox, partition, offset))
+        self._flow()
 
     def _busy(self) -> int:
         """Handler slots in use: running handlers plus sync handlers' threads still running past their timeout."""
@@ -233,17 +256,19 @@ class Runner:
         value, headers = inbox.dead_letter(bad, origin, self.agent.agent_id)
         key = bad.message_id or f"{origin.topic}:{origin.partition}:{origin.offset}"
         acks = [self.publisher.send(self.names.dlq, key, value, headers=headers)]
-        receipt = inbox.rejected_receipt(bad, self.agent.agent_id, self.agent.instance_id)
-        if receipt is not None:
-            acks.append(self.publisher.send(self.names.receipts, receipt.message_id, codec.encode(receipt)))
+        # a letter rewritten by reference sends its receipt again: the first one's ack may have failed too
+        rejected = inbox.rejected_receipt(bad, self.agent.agent_id, self.agent.instance_id)
+        if rejected is not None:
+            acks.append(self.publisher.send(self.names.receipts, rejected.message_id, codec.encode(rejected)))
         log.warning("dead-lettered %s:%d@%d: %s", origin.topic, origin.partition, origin.offset, bad.reason)
-        when_acked(acks, lambda error: self._done.put(Done(origin.partition, origin.offset, error)))
+        when_acked(acks, lambda error: self._done.put(Done(origin.partition, origin.offset, error, letter=bad)))
 
     # -- flow control, commits, heartbeats ----------------------------------------------------------------
 
     def _flow(self) -> None:
         # the queue waits in the backlog, not in a paused inbox: a resumed fetch idled the handlers up to 1 s
-        full = self._busy() + len(self._backlog) >= self.agent.max_concurrency + self.loads.max_queue or self._closing
+        full = (self._busy() + len(self._backlog) >= self.agent.max_concurrency + self.loads.max_queue
+                or self._closing or not self._registry.available())
         if full and not self._paused and self._owned:
             self._consumer.pause(self._partitions(self._owned))
             self._paused = True
@@ -340,6 +365,13 @@ class Runner:
             self._running[item.partition] -= 1
             self.loads.completed()
             self.metrics.set_inflight(self._busy())
+        elif isinstance(item.error, RecordRefused) and item.letter is not None and item.letter.raw:
+            # The dead letter itself was refused for good (e.g. the original is over the dlq's limit): write it
+            # by reference (empty envelope + origin), as the router does; replay reads the original from origin.
+            log.warning("the dead letter of %s:%d@%d was refused (%s); writing it by reference", self.inbox,
+                        item.partition, item.offset, item.error)
+            self._dead_letter(inbox.by_reference(item.letter, item.error), inbox.Origin(self.inbox, item.partition,
+                              item.offset))
         elif isinstance(item.error, DeliveryFailed) and not isinstance(item.error, RecordRefused):
             log.error("stopping, the message stays uncommitted: %s", item.error)
             self._fatal = self._fatal or item.error

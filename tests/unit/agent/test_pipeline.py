@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,17 +30,29 @@ def agent_with(handler: Callable[..., Any], **kwargs: Any) -> Agent:
     return agent
 
 
+class Clock:
+    """Monotonic seconds that move only when a test says so (the Redis backoff's clock)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def pipeline(agent: Agent, sender: FakeSender, leases: FakeLeases, *,
-             completed: Callable[[str, int], Any] | None = None) -> Pipeline:
+             completed: Callable[[str, int], Any] | None = None, clock: Clock | None = None) -> Pipeline:
+    """A pipeline and its RetryStep sharing one Redis outage (1 s backoff on `clock`), as the runner wires them."""
+    outage = Outage(base_s=1.0, max_s=1.0, clock=clock or Clock())
     retry = RetryStep(agent_id=agent.agent_id, instance_id=agent.instance_id, publisher=sender, names=NAMES,
-                      tiers=["1s", "10s"], leases=leases)
+                      tiers=["1s", "10s"], leases=leases, redis_outage=outage)
 
     async def unknown(_m: str, _g: int) -> AlreadyCompleted | None:
         return None
 
     return Pipeline(agent, publisher=sender, leases=leases, receipts_topic=NAMES.receipts,
                     executor=ThreadPoolExecutor(2), middleware=[retry], completed=completed or unknown,
-                    redis_outage=Outage(base_s=0.001, max_s=0.001))
+                    redis_outage=outage)
 
 
 def envelope(json_value: Any = None, **update: Any) -> Envelope:
@@ -165,20 +176,40 @@ def test_with_redis_down_the_status_table_decides_and_otherwise_the_handler_runs
     async def completed(message_id: str, _generation: int) -> AlreadyCompleted | None:
         return AlreadyCompleted(b'{"x":"old"}') if message_id in done_ids else None
 
-    pipe = pipeline(agent_with(lambda p: runs.append(p["x"]) or p), sender, leases, completed=completed)
+    clock = Clock()
+    pipe = pipeline(agent_with(lambda p: runs.append(p["x"]) or p), sender, leases, completed=completed,
+                    clock=clock)
     fresh, old = envelope({"x": "fresh"}), envelope({"x": "old"})
     done_ids.add(old.message_id)
     assert run(pipe, fresh) is Outcome.COMPLETE
-    time.sleep(0.01)  # past the (1 ms) backoff, so Redis is tried (and fails) again
+    clock.now += 1.0  # past the backoff, so Redis is tried (and fails) again
     assert run(pipe, old) is Outcome.COMPLETE
     assert runs == ["fresh"], "the COMPLETED one was not run again"
     assert statuses(sender) == [Status.STARTED, Status.COMPLETED, Status.COMPLETED]
     again = sender.receipts()[-1]
     assert (again.message_id, again.result, again.timings) == (old.message_id, b'{"x":"old"}', {"status_hit": 1})
     leases.down = False
-    time.sleep(0.01)
+    clock.now += 1.0  # past the backoff (capped at 1 s)
     assert run(pipe, envelope({"x": "after"})) is Outcome.COMPLETE
     assert runs == ["fresh", "after"] and leases.results, "back on Redis: results cached again"
+
+
+def test_while_redis_is_backed_off_a_retry_is_published_without_trying_to_cache_it() -> None:
+    def flaky(_payload: Any) -> Any:
+        raise TransientError("down")
+
+    sender, leases = FakeSender(), FakeLeases()
+    leases.down = True
+    clock = Clock()
+    pipe = pipeline(agent_with(flaky), sender, leases, clock=clock)
+    assert run(pipe, envelope()) is Outcome.RETRY
+    assert leases.calls == 1, "only the claim asked Redis; the retry cache shares its backoff, no socket timeout"
+    assert len(sender.on("ns.retry.1s")) == 1 and statuses(sender)[-1] is Status.RETRY_SCHEDULED
+    leases.down = False
+    clock.now += 1.0
+    env = envelope()
+    assert run(pipe, env) is Outcome.RETRY
+    assert (env.message_id, env.generation, env.attempt) in leases.retries, "Redis back: the retry is cached"
 
 
 def test_a_redis_error_in_the_renewer_does_not_end_renewal() -> None:
@@ -190,7 +221,8 @@ def test_a_redis_error_in_the_renewer_does_not_end_renewal() -> None:
 
     sender, leases = FakeSender(), FakeLeases()
     agent = agent_with(slow)
-    pipe = pipeline(agent, sender, leases)
+    clock = Clock()
+    pipe = pipeline(agent, sender, leases, clock=clock)
 
     async def until(check: Callable[[], bool]) -> None:
         for _ in range(1000):
@@ -206,6 +238,7 @@ def test_a_redis_error_in_the_renewer_does_not_end_renewal() -> None:
         failed_at = leases.calls
         await until(lambda: leases.calls > failed_at)  # a renewal hit the outage
         leases.down = False
+        clock.now += 1.0  # past the backoff
         back_at = leases.calls
         await until(lambda: leases.calls > back_at)  # and renewal went on afterwards
         gate.set()

@@ -1,21 +1,36 @@
-"""The runner's commit and rebalance paths on a fake consumer: failed commits are sent again, and a revoke
-waits for running handlers only (backlog that never started is left uncommitted for the new owner)."""
+"""The runner's commit, rebalance and dead-letter paths on a fake consumer: failed commits are sent again, a
+revoke waits for running handlers only (backlog that never started is left uncommitted for the new owner), a
+registry outage reads the record again instead of rejecting it, and a dead letter refused for good is written
+by reference."""
 
 from __future__ import annotations
 
 import queue
+from concurrent.futures import Future
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from reach import codec, dlq
+from reach import headers as h
 from reach.agent import Agent
+from reach.agent.exceptions import DeliveryFailed, RecordRefused
+from reach.agent.outage import Outage
 from reach.agent.runner import Done, Runner
+from reach.envelopes import new_envelope
+from reach.headers import Headers
+from reach.records import DeadLetter, Status
+from tests.unit.agent.fakes import FakeSender
+from tests.unit.streams.kafka_fakes import FakeMessage
 
 
 class FakeConsumer:
     def __init__(self) -> None:
         self.commits: list[list[tuple[int, int]]] = []
         self.unassigned: list[int] = []
+        self.seeks: list[tuple[int, int]] = []
+        self.paused = False
 
     def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition] | None:
         self.commits.append([(tp.partition, tp.offset) for tp in offsets])
@@ -24,9 +39,14 @@ class FakeConsumer:
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         self.unassigned += [tp.partition for tp in partitions]
 
-    def pause(self, _partitions: list[TopicPartition]) -> None: ...
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.partition, tp.offset))
 
-    def resume(self, _partitions: list[TopicPartition]) -> None: ...
+    def pause(self, _partitions: list[TopicPartition]) -> None:
+        self.paused = True
+
+    def resume(self, _partitions: list[TopicPartition]) -> None:
+        self.paused = False
 
 
 class _Heartbeat:
@@ -35,6 +55,10 @@ class _Heartbeat:
 
 class _Pipeline:
     lingering = 0
+
+
+class _Loads:
+    max_queue = 0
 
 
 class _NoWaiting(queue.SimpleQueue[Done]):
@@ -52,6 +76,8 @@ def runner() -> tuple[Runner, FakeConsumer]:
     r._consumer = consumer  # type: ignore[assignment]
     r.heartbeat = _Heartbeat()  # type: ignore[assignment]
     r._pipeline = _Pipeline()  # type: ignore[assignment]
+    r.loads = _Loads()  # type: ignore[assignment]
+    r.publisher = FakeSender()  # type: ignore[assignment]
     return r, consumer
 
 
@@ -93,3 +119,94 @@ class _Msg:
 
     def offset(self) -> int:
         return self._o
+
+
+def inbox_record(r: Runner, offset: int, value: bytes, partition: int = 0) -> Any:
+    return FakeMessage(r.inbox, partition, offset, value, None, [(h.MESSAGE_ID, b"m-%d" % offset)])
+
+
+def settle(r: Runner) -> None:
+    """What the loop does between polls, minus handlers: apply completions, commit."""
+    r._drain_done()
+    r._commit(asynchronous=True)
+
+
+def test_a_registry_outage_reads_the_record_again_after_a_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    r, consumer = runner()
+    r._owned = {0}
+    now = [0.0]
+    r._registry = Outage(base_s=1.0, max_s=1.0, clock=lambda: now[0])
+    good = codec.encode(new_envelope("test.runner", {}))
+    down = [True]
+    decode = codec.decode
+
+    def registry(value: bytes, model: Any) -> Any:
+        if down[0]:
+            raise codec.RegistryUnavailable("the registry did not answer")
+        return decode(value, model)
+
+    monkeypatch.setattr(codec, "decode", registry)
+    for offset in (0, 1):  # one batch: the second record waits behind the first
+        r._take(inbox_record(r, offset, good))
+    settle(r)
+    assert consumer.seeks == [(0, 0)] and consumer.paused, "sought back to the record, inbox paused"
+    assert not r._backlog and r.publisher.sent == [] and consumer.commits == [], "nothing REJECTED or committed"
+
+    down[0] = False
+    now[0] = 1.0  # past the backoff
+    r._stalled.clear()  # the next batch
+    r._flow()
+    assert not consumer.paused
+    r._take(inbox_record(r, 0, good))
+    assert [msg.offset() for msg, _ in r._backlog] == [0], "read again, and this time handed to a handler"
+
+
+def refusing(topic: str, too_large: bool) -> Any:
+    def refuse(to: str, value: bytes | None) -> BaseException | None:
+        if to == topic and codec.decode(value or b"", DeadLetter).envelope and too_large:
+            return RecordRefused("Broker: Message size too large")
+        return None
+    return refuse
+
+
+def test_a_dead_letter_refused_for_good_is_written_by_reference_and_the_instance_keeps_running() -> None:
+    r, consumer = runner()
+    r._owned = {0}
+    r.publisher = FakeSender(refusing(r.names.dlq, too_large=True))  # type: ignore[assignment]
+    r._take(inbox_record(r, 4, b"not an envelope"))
+    settle(r)
+    [sent] = r.publisher.on(r.names.dlq)
+    letter = dlq.parse(0, 0, 0, sent.value or b"")
+    assert letter is not None and letter.by_reference, "an empty envelope: replay reads the original at its origin"
+    record = letter.record
+    assert (record.origin_topic, record.origin_partition, record.origin_offset) == (r.inbox, 0, 4)
+    assert record.reason == dlq.UNDECODABLE and record.message_id == "m-4"
+    assert {rc.status for rc in r.publisher.receipts(r.names.receipts)} == {Status.REJECTED}
+    assert consumer.commits == [[(0, 5)]], "the record is settled and its offset committed"
+    assert not r._stop.is_set()
+
+
+class _HeldSender:
+    """Every send stays pending until the test resolves it, in the order it chooses."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, Future[Any]] = {}
+
+    def send(self, topic: str, key: str, value: bytes | None, *, headers: Headers | None = None,
+             partition: int | None = None) -> Future[Any]:
+        self.pending[topic] = Future()
+        return self.pending[topic]
+
+
+def test_a_failed_dead_letter_ack_then_a_good_receipt_ack_leaves_the_offset_uncommitted() -> None:
+    r, consumer = runner()
+    r._owned = {0}
+    sender = _HeldSender()
+    r.publisher = sender  # type: ignore[assignment]
+    r._take(inbox_record(r, 7, b"not an envelope"))
+    assert set(sender.pending) == {r.names.dlq, r.names.receipts}
+    sender.pending[r.names.dlq].set_exception(DeliveryFailed("Local: Message timed out"))
+    sender.pending[r.names.receipts].set_result(None)  # the last ack is a good one
+    settle(r)
+    assert consumer.commits == [], "offset 7 stays uncommitted: its dead letter is not on the broker"
+    assert r._stop.is_set(), "an outage stops the instance; the record is redelivered to the next owner"
