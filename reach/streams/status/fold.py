@@ -69,8 +69,6 @@ class StatusFold:
         self._sweep_every = max(1.0, min(60.0, retention_ms / 2000))
         self._next_sweep = 0.0
         self.partitions = 0
-        self.folded = 0
-        self.tombstoned = 0
         self.error: BaseException | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -229,7 +227,6 @@ class StatusFold:
             raise DeliveryFailed("; ".join(sorted(set(errors))[:3]))
         for partition, changes in by_partition.items():
             self._stores[partition].write(changes, changelog_next=delivered.get(partition))
-        self.folded += len(rows)
         consumer.commit(offsets=[TopicPartition(self.names.receipts, p, o + 1) for p, o in last.items()],
                         asynchronous=False)
 
@@ -359,7 +356,6 @@ class StatusFold:
                 log.warning("status: retention tombstones refused (%s); trying again next sweep", errors[0])
                 return
             store.write(dict.fromkeys(old), changelog_next=delivered.get(partition))
-            self.tombstoned += len(old)
 
     # -- rebalance -----------------------------------------------------------------------------------
 
