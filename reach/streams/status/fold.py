@@ -201,7 +201,7 @@ class StatusFold:
             try:
                 self._one(msg, partition, rows, replies)
             except RegistryUnavailable:  # infrastructure, not this receipt: commit nothing, read it all again
-                self._rewind(consumer, first)
+                self._rewind(consumer, _first_offsets(messages))
                 raise
             except (BufferError, KafkaException, StreamsError):
                 raise  # infrastructure, or a receipt of a partition this worker has no store for: nothing commits
@@ -420,6 +420,15 @@ def _watermarks(reader: Consumer, tp: TopicPartition, attempts: int = 25) -> tup
                 raise
             time.sleep(0.2)
     raise AssertionError("unreachable")
+
+
+def _first_offsets(messages: list[Message]) -> dict[int, int]:
+    """Per partition, the offset of the batch's first record there (where a rewound batch reads again)."""
+    first: dict[int, int] = {}
+    for msg in messages:
+        if msg.error() is None:
+            first.setdefault(msg.partition() or 0, msg.offset() or 0)
+    return first
 
 
 def _tracker(delivered: dict[int, int], errors: list[str]) -> Callable[[Any, Message], None]:

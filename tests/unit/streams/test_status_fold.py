@@ -46,10 +46,10 @@ def status_fold(tmp_path: Path) -> StatusFold:
     return fold
 
 
-def receipt(offset: int, mid: str = "m1", status: Status = Status.COMPLETED) -> FakeMessage:
+def receipt(offset: int, mid: str = "m1", status: Status = Status.COMPLETED, partition: int = 0) -> FakeMessage:
     value = codec.encode(Receipt(message_id=mid, trace_id="t1", tenant="d", capability="demo.echo", status=status,
                                  at=1_000 + offset, deadline=10**13, delivery_timeout_ms=60_000))
-    return FakeMessage(NAMES.receipts, 0, offset, value, mid.encode(), [(H.REPLY_TO, REPLIES.encode())])
+    return FakeMessage(NAMES.receipts, partition, offset, value, mid.encode(), [(H.REPLY_TO, REPLIES.encode())])
 
 
 def replies_sent(fold: StatusFold, outcome: str) -> float:
@@ -103,8 +103,11 @@ def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch:
         return codec.wire_codec().decode(data, model)
 
     monkeypatch.setattr("reach.streams.status.fold.codec.decode", down)
+    later = receipt(5, "m3", partition=1)  # fetched in the same batch, behind the outage: read again too
+    fold._stores[1] = PartitionStore(tmp_path / "p1")
     with pytest.raises(RegistryUnavailable):
-        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [good, receipt(1, "m2")]))
-    assert consumer.commits == [] and consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0)]
+        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [good, receipt(1, "m2"), later]))
+    assert consumer.commits == []
+    assert consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0), TopicPartition(NAMES.receipts, 1, 5)]
     assert producer.sent == [] and fold.row("m1") is None, "nothing folded, replied or committed"
     assert fold._metrics.registry.get_sample_value("agentreach_undecodable_receipts_total") == 0
