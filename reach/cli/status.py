@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import typer
 from rich.table import Table
@@ -48,7 +49,7 @@ def status(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show where one message is: status, agent, attempt, result or error, and its timeline."""
-    row = get_json(_base(), f"/messages/{message_id}")
+    row = get_json(_base(), f"/messages/{quote(message_id, safe='')}")
     if as_json:
         print(json.dumps(row))
     else:
@@ -65,8 +66,8 @@ def trace(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show every message of a trace with its timeline."""
-    index = get_json(_base(), f"/traces/{trace_id}")
-    rows = [get_json(_base(), f"/messages/{mid}") for mid in index["message_ids"]]
+    index = get_json(_base(), f"/traces/{quote(trace_id, safe='')}")
+    rows = [get_json(_base(), f"/messages/{quote(mid, safe='')}") for mid in index["message_ids"]]
     if as_json:
         print(json.dumps({"trace_id": trace_id, "messages": rows}))
         return

@@ -1,10 +1,13 @@
 """The status fold: a confluent-kafka loop over `<ns>.receipts` writing rows, changelog and replies per batch.
 
 Per batch: decode each receipt, fold it (pure `reach.status.fold` and `settle_reply`) onto the row
-as it stands in this batch, then produce one changelog record per changed row to the status
-partition of the same number, and each reply to its `<ns>.replies.*` topic; flush; only when the
-broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
-receipts offsets. A refused record rewinds the batch (at least once; the fold is idempotent).
+as it stands in this batch; produce each reply to its `<ns>.replies.*` topic and flush; then one
+changelog record per changed row to the status partition of the same number, and flush; only when
+the broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
+receipts offsets. Replies go first so no changelog record says `replied` before the reply is
+acknowledged. A refused record rewinds the batch (at least once; the fold is idempotent), except a
+reply no retry cures (too large, topic gone), which is counted and logged. A registry outage is
+infrastructure: nothing commits, the batch is read again after a backoff.
 On assignment a partition's store is trusted when it has applied the changelog up to its end, else
 caught up from the offset it recorded (or rebuilt from the start when that offset is gone).
 """
@@ -20,9 +23,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, codec, topicreader
+from reach import clients, codec, delivery, topicreader
 from reach import headers as H
-from reach.codec import DecodeError
+from reach.acks import Acks, Position
+from reach.codec import DecodeError, RegistryUnavailable
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Receipt
@@ -34,6 +38,8 @@ from reach.streams.status.lookup import OWNER_PREFIX, partition_of
 from reach.streams.status.store import PartitionStore
 
 log = logging.getLogger("reach.status")
+_Reply = tuple[Position, str, str, bytes]
+"""(the receipt's position, reply topic, message id, reply bytes)."""
 _RECOVERY_BATCH = 5_000
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT})
@@ -63,8 +69,6 @@ class StatusFold:
         self._sweep_every = max(1.0, min(60.0, retention_ms / 2000))
         self._next_sweep = 0.0
         self.partitions = 0
-        self.folded = 0
-        self.tombstoned = 0
         self.error: BaseException | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -151,7 +155,7 @@ class StatusFold:
             "client.id": OWNER_PREFIX + self.url, "session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500,
             "partition.assignment.strategy": "roundrobin", "max.poll.interval.ms": 600_000,
         })
-        producer = clients.producer(self._kafka)
+        producer = clients.producer(self._kafka, **{"topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         try:
             meta = consumer.list_topics(self.names.receipts, timeout=15).topics.get(self.names.receipts)
             if meta is None or meta.error is not None or not meta.partitions:
@@ -160,10 +164,18 @@ class StatusFold:
             consumer.subscribe([self.names.receipts], on_assign=self._assigned, on_revoke=self._revoked,
                                on_lost=self._revoked)
             self.error = None
+            outage = 0.2
             while not self._stop.is_set():
                 messages = clients.take(consumer, self._batch_size, 0.2)
                 if messages:
-                    self._batch(consumer, producer, messages)
+                    try:
+                        self._batch(consumer, producer, messages)
+                        outage = 0.2
+                    except RegistryUnavailable as exc:  # the batch was rewound: read it again after a pause
+                        log.warning("status fold: schema registry unavailable, reading again in %.1fs: %s",
+                                    outage, exc)
+                        self._stop.wait(outage)
+                        outage = min(outage * 2, 5.0)
                 if time.monotonic() >= self._next_sweep:
                     self._next_sweep = time.monotonic() + self._sweep_every
                     self._sweep(producer)
@@ -174,6 +186,7 @@ class StatusFold:
 
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         rows: dict[str, tuple[int, StatusRow]] = {}
+        replies: list[_Reply] = []
         first: dict[int, int] = {}
         last: dict[int, int] = {}
         for msg in messages:
@@ -186,15 +199,22 @@ class StatusFold:
             first.setdefault(partition, offset)
             last[partition] = offset
             try:
-                self._one(msg, partition, producer, rows)
+                self._one(msg, partition, rows, replies)
+            except RegistryUnavailable:  # infrastructure, not this receipt: commit nothing, read it all again
+                self._rewind(consumer, _first_offsets(messages))
+                raise
             except (BufferError, KafkaException, StreamsError):
                 raise  # infrastructure, or a receipt of a partition this worker has no store for: nothing commits
             except Exception:  # noqa: BLE001 - one bad receipt must not stop the fold
                 self._metrics.undecodable.inc()
                 log.exception("status: could not fold the receipt at %s[%d]@%d; skipped", msg.topic(), partition,
                               offset)
+        errors = self._send_replies(producer, replies)
+        if errors:
+            self._rewind(consumer, first)
+            raise DeliveryFailed("replies not acknowledged: " + "; ".join(sorted(set(errors))[:3]))
         delivered: dict[int, int] = {}
-        errors: list[str] = []
+        errors = []
         report = _tracker(delivered, errors)
         by_partition: dict[int, dict[str, bytes | None]] = {}
         for mid, (partition, row) in rows.items():
@@ -207,11 +227,11 @@ class StatusFold:
             raise DeliveryFailed("; ".join(sorted(set(errors))[:3]))
         for partition, changes in by_partition.items():
             self._stores[partition].write(changes, changelog_next=delivered.get(partition))
-        self.folded += len(rows)
         consumer.commit(offsets=[TopicPartition(self.names.receipts, p, o + 1) for p, o in last.items()],
                         asynchronous=False)
 
-    def _one(self, msg: Message, partition: int, producer: Producer, rows: dict[str, tuple[int, StatusRow]]) -> None:
+    def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, StatusRow]],
+             replies: list[_Reply]) -> None:
         value = msg.value()
         if value is None:
             return
@@ -236,7 +256,7 @@ class StatusFold:
         if after != current:
             rows[mid] = (partition, after)
         if reply is not None and after.reply_to:
-            self._reply(producer, after.reply_to, mid, reply)
+            replies.append(((msg.topic() or "", partition, msg.offset() or 0), after.reply_to, mid, reply))
 
     def _reply_to(self, msg: Message) -> str | None:
         pairs: Any = msg.headers() or ()
@@ -250,15 +270,49 @@ class StatusFold:
                             self.names.namespace)
         return None
 
-    def _reply(self, producer: Producer, topic: str, message_id: str, value: bytes) -> None:
+    def _send_replies(self, producer: Producer, replies: list[_Reply]) -> list[str]:
+        """Produce and flush the batch's replies; the errors that a read again may cure (empty: all settled).
+
+        A refusal no retry cures (too large, the topic gone or forbidden, any synchronous produce error but
+        a full queue) is counted as `failed` and logged: the row stays replied, the fold moves on."""
+        if not replies:
+            return []
+        acks = Acks()
+        queued = [(position, topic, mid) for position, topic, mid, value in replies
+                  if self._reply(producer, acks, position, topic, mid, value)]
+        errors: list[str] = []
+        self._flush(producer, errors)
+        unacked = set(acks.unacked())
+        for position, topic, mid in queued:
+            found = acks.errors(position)
+            if position not in unacked:
+                self._metrics.replies.labels("sent").inc()
+            elif found and all(delivery.permanent(e) for e in found):
+                self._refused(topic, mid, found[0])
+            else:
+                errors.append(", ".join(map(delivery.describe, found)) or "still queued")
+        return errors
+
+    def _reply(self, producer: Producer, acks: Acks, position: Position, topic: str, message_id: str,
+               value: bytes) -> bool:
+        """Queue one reply; False when it is settled already (no such topic, or refused at produce)."""
         if not self._topic_exists(producer, topic):
             self._metrics.replies.labels("no_topic").inc()
             log.warning("status: no reply for %s: topic %s does not exist", message_id, topic)
-            return
-        producer.produce(topic, key=message_id.encode(), value=value, on_delivery=self._replied)
+            return False
+        if delivery.produce(producer, acks, position, topic, value, key=message_id.encode()):
+            return True
+        error = acks.errors(position)[-1]
+        if isinstance(error, BufferError):  # the local queue stayed full: an outage, the batch is read again
+            return True
+        self._refused(topic, message_id, error)  # about this record (too large, bad partition): never cured
+        acks.reset(position)
+        return False
 
-    def _replied(self, err: Any, _msg: Message) -> None:
-        self._metrics.replies.labels("sent" if err is None else "failed").inc()
+    def _refused(self, topic: str, message_id: str, error: Any) -> None:
+        self._metrics.replies.labels("failed").inc()
+        log.warning("status: the reply for %s to %s was refused (%s); not retried", message_id, topic,
+                    delivery.describe(error))
 
     def _topic_exists(self, producer: Producer, topic: str) -> bool:
         """Cached for a minute: a reply topic the caller never created must not stall the batch's flush."""
@@ -302,7 +356,6 @@ class StatusFold:
                 log.warning("status: retention tombstones refused (%s); trying again next sweep", errors[0])
                 return
             store.write(dict.fromkeys(old), changelog_next=delivered.get(partition))
-            self.tombstoned += len(old)
 
     # -- rebalance -----------------------------------------------------------------------------------
 
@@ -367,6 +420,15 @@ def _watermarks(reader: Consumer, tp: TopicPartition, attempts: int = 25) -> tup
                 raise
             time.sleep(0.2)
     raise AssertionError("unreachable")
+
+
+def _first_offsets(messages: list[Message]) -> dict[int, int]:
+    """Per partition, the offset of the batch's first record there (where a rewound batch reads again)."""
+    first: dict[int, int] = {}
+    for msg in messages:
+        if msg.error() is None:
+            first.setdefault(msg.partition() or 0, msg.offset() or 0)
+    return first
 
 
 def _tracker(delivered: dict[int, int], errors: list[str]) -> Callable[[Any, Message], None]:

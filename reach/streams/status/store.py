@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ class PartitionStore:
         path.parent.mkdir(parents=True, exist_ok=True)
         self._options = Options(raw_mode=True)
         self._db = Rdict(str(path), self._options)
-        self._lock = threading.Lock()  # writers against close(); RocksDB itself is thread-safe
+        # Every read, write and iteration against close(): the fold thread closes a revoked partition's store
+        # while HTTP and timekeeper threads may still be reading it (RocksDB is thread-safe, a closed handle is not)
+        self._lock = threading.Lock()
         self._closed = False
         self.rows = int(self._db.get(keys.META_ROWS) or b"0")
 
@@ -33,10 +35,11 @@ class PartitionStore:
         return int(raw) if raw is not None else None
 
     def get_raw(self, message_id: str) -> bytes | None:
-        if self._closed:  # revoked while a reader held it: the new owner answers from now on
-            return None
-        value: bytes | None = self._db.get(keys.row_key(message_id))
-        return value
+        with self._lock:
+            if self._closed:  # revoked while a reader held it: the new owner answers from now on
+                return None
+            value: bytes | None = self._db.get(keys.row_key(message_id))
+            return value
 
     def get(self, message_id: str) -> dict[str, Any] | None:
         raw = self.get_raw(message_id)
@@ -69,9 +72,6 @@ class PartitionStore:
             self._db.write(batch)
             self.rows = count
 
-    def mark_changelog(self, changelog_next: int) -> None:
-        self._db.put(keys.META_CHANGELOG, str(changelog_next).encode())
-
     def timed(self, prefix: bytes, until_ms: int, limit: int = 10_000) -> list[tuple[int, str]]:
         """(time, message_id) of the `prefix` index entries timed at or before `until_ms`, oldest first."""
         end = keys.until(prefix, until_ms)
@@ -87,19 +87,22 @@ class PartitionStore:
         return [(keys.read_time(value), key[len(prefix):].decode())
                 for key, value in self._range(prefix, prefix[:-1] + b"\x01", limit)]
 
-    def _range(self, start: bytes, end: bytes, limit: int) -> Iterator[tuple[bytes, bytes]]:
-        if self._closed:
-            return
-        it = self._db.iter()
-        it.seek(start)
-        found = 0
-        while it.valid() and found < limit:
-            key: bytes = it.key()
-            if key >= end:
-                return
-            yield key, it.value()
-            found += 1
-            it.next()
+    def _range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """At most `limit` (key, value) from `start` to before `end`, read whole under the lock."""
+        found: list[tuple[bytes, bytes]] = []
+        with self._lock:
+            if self._closed:
+                return found
+            it = self._db.iter()
+            it.seek(start)
+            while it.valid() and len(found) < limit:
+                key: bytes = it.key()
+                if key >= end:
+                    break
+                found.append((key, it.value()))
+                it.next()
+            del it  # released before close() can run
+        return found
 
     def close(self) -> None:
         with self._lock:

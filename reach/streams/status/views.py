@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -45,7 +46,7 @@ class StatusViews:
                 return 200, row
             owner = (await self._owners(fresh)).get(partition)
             if owner and owner != self.url and not forwarded:
-                return await self._get(f"{owner}/messages/{message_id}")
+                return await self._get(f"{owner}/messages/{quote(message_id, safe='')}")
             if loop.time() > give_up:
                 return 503, _unavailable(f"partition {partition} of the status table")
             fresh = True
@@ -68,7 +69,7 @@ class StatusViews:
             fresh = True
             await asyncio.sleep(0.2)
         for url in sorted(set(owners.values()) - {self.url}):
-            status, body = await self._get(f"{url}/traces/{trace_id}?local=1")
+            status, body = await self._get(f"{url}/traces/{quote(trace_id, safe='')}?local=1")
             if status != 200:
                 return 503, _unavailable(f"the status worker at {url}")
             hits += [(at, mid) for at, mid in body["hits"]]

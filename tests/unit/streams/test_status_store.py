@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from reach.records import ErrorInfo, Receipt, Status
@@ -44,3 +45,28 @@ def test_no_route_letters_are_indexed_and_the_store_reopens(tmp_path: Path) -> N
     assert again.changelog_next == 7 and again.rows == 1 and again.get("m3")["status"] == "DEAD_LETTERED"
     again.destroy()
     assert PartitionStore(tmp_path / "p1").changelog_next is None
+
+
+def test_reads_racing_a_close_see_the_rows_or_nothing(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "p2")
+    store.write({f"m{i}": row(f"m{i}", (Status.ROUTED, 100 + i)) for i in range(200)}, changelog_next=200)
+    seen: list[int] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            for _ in range(50):
+                seen.append(len(store.trace("t1")))
+                seen.append(len(store.timed(keys.DUE, 10**12)))
+                seen.append(int(store.get_raw("m7") is not None) * 200)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for reader in readers:
+        reader.start()
+    store.close()
+    for reader in readers:
+        reader.join()
+    assert errors == [] and set(seen) <= {0, 200}
+    assert store.get_raw("m7") is None and store.trace("t1") == [] and store.timed(keys.DUE, 10**12) == []

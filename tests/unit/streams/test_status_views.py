@@ -83,3 +83,16 @@ def test_a_trace_is_collected_from_every_status_worker_in_first_seen_order() -> 
     assert asyncio.run(views.trace("t", local_only=False)) == (200, {"trace_id": "t",
                                                                      "message_ids": [ids[1], ids[2], ids[0]]})
     assert asyncio.run(views.trace("nope", local_only=False))[0] == 404
+
+
+def test_an_id_is_escaped_when_forwarded_and_its_owner_answers_for_that_id() -> None:
+    odd = next(f"../agents?x#y{i}" for i in range(1000) if partition_of(f"../agents?x#y{i}", 4) == 1)
+    escaped = odd.replace("/", "%2F").replace("?", "%3F").replace("#", "%23")
+    answers = {f"http://other/messages/{escaped}": (404, {"error": "not_found"}),
+               "http://other/traces/..%2Fagents%3Fx%23y?local=1": (200, {"hits": [[1, odd]]})}
+    owners = FakeOwners({0: "http://me", 1: "http://other", 2: "http://me", 3: "http://me"})
+    views = Views(answers, fold=FakeFold({0, 2, 3}, {}), owners=owners, partitions=4, url="http://me")  # type: ignore[arg-type]
+    assert asyncio.run(views.message(odd, forwarded=False)) == (404, {"error": "not_found"})
+    assert asyncio.run(views.trace("../agents?x#y", local_only=False)) == (200, {"trace_id": "../agents?x#y",
+                                                                                 "message_ids": [odd]})
+    assert views.asked == [f"http://other/messages/{escaped}", "http://other/traces/..%2Fagents%3Fx%23y?local=1"]

@@ -1,0 +1,27 @@
+"""`reach status` and `reach trace`: ids are escaped before they go into the status URLs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import typer
+
+from reach.cli import status as cli
+
+
+def test_message_and_trace_ids_are_escaped(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    asked: list[str] = []
+
+    def get_json(_base: str, path: str) -> Any:
+        asked.append(path)
+        if path.startswith("/traces/"):
+            return {"message_ids": ["a/b#c"]}
+        return {"message_id": "a/b#c", "status": "COMPLETED", "timeline": []}
+
+    monkeypatch.setattr(cli, "get_json", get_json)
+    with pytest.raises(typer.Exit):
+        cli.status("../agents?x#y", as_json=True)
+    cli.trace("t/1?x", as_json=True)
+    assert asked == ["/messages/..%2Fagents%3Fx%23y", "/traces/t%2F1%3Fx", "/messages/a%2Fb%23c"]
+    assert '"status": "COMPLETED"' in capsys.readouterr().out

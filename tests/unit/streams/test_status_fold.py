@@ -1,0 +1,113 @@
+"""The status fold's batch on in-memory fakes: a reply is acknowledged before anything commits past it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from reach import codec
+from reach import headers as H
+from reach.codec import RegistryUnavailable
+from reach.metrics import Metrics
+from reach.names import Names
+from reach.records import Receipt, Status
+from reach.settings import KafkaSettings
+from reach.streams.exceptions import DeliveryFailed
+from reach.streams.status.fold import StatusFold
+from reach.streams.status.store import PartitionStore
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
+
+NAMES = Names("ns")
+REPLIES = NAMES.replies("c1")
+
+
+class Producer(FakeProducer):
+    """A FakeProducer whose metadata knows every topic (the fold checks a reply topic exists)."""
+
+    def list_topics(self, topic: str, timeout: float = 0) -> Any:
+        class Meta:
+            error = None
+            partitions = {0: object()}
+
+        class Topics:
+            topics = {topic: Meta()}
+
+        return Topics()
+
+
+def status_fold(tmp_path: Path) -> StatusFold:
+    fold = StatusFold(names=NAMES, kafka=KafkaSettings(), metrics=Metrics(), state_dir=tmp_path, url="http://w1",
+                      retention_ms=60_000)
+    fold.partitions = 1
+    fold._stores[0] = PartitionStore(tmp_path / "p0")
+    return fold
+
+
+def receipt(offset: int, mid: str = "m1", status: Status = Status.COMPLETED, partition: int = 0) -> FakeMessage:
+    value = codec.encode(Receipt(message_id=mid, trace_id="t1", tenant="d", capability="demo.echo", status=status,
+                                 at=1_000 + offset, deadline=10**13, delivery_timeout_ms=60_000))
+    return FakeMessage(NAMES.receipts, partition, offset, value, mid.encode(), [(H.REPLY_TO, REPLIES.encode())])
+
+
+def replies_sent(fold: StatusFold, outcome: str) -> float:
+    return cast(float, fold._metrics.registry.get_sample_value("agentreach_replies_total", {"outcome": outcome}))
+
+
+def test_a_reply_refused_after_the_flush_rewinds_the_batch_and_is_sent_again(tmp_path: Path) -> None:
+    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    timed_out = Producer(refuse=lambda topic, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if topic == REPLIES else None)
+    with pytest.raises(DeliveryFailed):
+        fold._batch(cast(Any, consumer), cast(Any, timed_out), cast(Any, [receipt(0), receipt(1, "m2")]))
+    assert consumer.commits == [] and consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0)]
+    assert timed_out.to(NAMES.status) == [], "no changelog record says replied before the reply is acknowledged"
+    assert fold.row("m1") is None
+
+    healthy = Producer()
+    fold._batch(cast(Any, consumer), cast(Any, healthy), cast(Any, [receipt(0), receipt(1, "m2")]))
+    assert len(healthy.to(REPLIES)) == 2 and consumer.committed_at() == {(NAMES.receipts, 0): 2}
+    row = fold.row("m1")
+    assert row is not None and row.replied and row.status is Status.COMPLETED
+
+
+def test_a_reply_no_retry_cures_is_counted_and_the_batch_commits(tmp_path: Path) -> None:
+    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    too_large = Producer(refuse=lambda topic, _v: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if topic == REPLIES
+                         else None)
+    fold._batch(cast(Any, consumer), cast(Any, too_large), cast(Any, [receipt(0)]))
+    assert consumer.committed_at() == {(NAMES.receipts, 0): 1} and consumer.seeks == []
+    assert replies_sent(fold, "failed") == 1
+    row = fold.row("m1")
+    assert row is not None and row.status is Status.COMPLETED
+
+
+def test_a_synchronous_reply_error_is_counted_and_the_fold_moves_on(tmp_path: Path) -> None:
+    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    raising = Producer(raise_on=lambda topic, _v: KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+                       if topic == REPLIES else None)
+    fold._batch(cast(Any, consumer), cast(Any, raising), cast(Any, [receipt(0), receipt(1, "m2")]))
+    assert consumer.committed_at() == {(NAMES.receipts, 0): 2}
+    assert replies_sent(fold, "failed") == 2 and len(raising.to(NAMES.status)) == 2
+    assert fold.row("m2") is not None
+
+
+def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(), Producer()
+    good = receipt(0)
+
+    def down(data: bytes, model: type[Receipt]) -> Receipt:
+        if data != good.value():
+            raise RegistryUnavailable("the registry did not answer")
+        return codec.wire_codec().decode(data, model)
+
+    monkeypatch.setattr("reach.streams.status.fold.codec.decode", down)
+    later = receipt(5, "m3", partition=1)  # fetched in the same batch, behind the outage: read again too
+    fold._stores[1] = PartitionStore(tmp_path / "p1")
+    with pytest.raises(RegistryUnavailable):
+        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [good, receipt(1, "m2"), later]))
+    assert consumer.commits == []
+    assert consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0), TopicPartition(NAMES.receipts, 1, 5)]
+    assert producer.sent == [] and fold.row("m1") is None, "nothing folded, replied or committed"
+    assert fold._metrics.registry.get_sample_value("agentreach_undecodable_receipts_total") == 0
