@@ -138,7 +138,9 @@ class Timekeeper:
                                                        KafkaError._UNKNOWN_PARTITION):
                     return Fetch.GONE
                 return Fetch.PENDING
-            return Fetch.GONE if offset < low or offset >= high else Fetch.PENDING
+            # at or past the high watermark is not gone: right after a leader change the new leader's high
+            # watermark can lag the offset it already acknowledged; the deadline bounds the retries
+            return Fetch.GONE if offset < low else Fetch.PENDING
         finally:
             reader.close()
 

@@ -73,6 +73,18 @@ def test_an_unread_envelope_above_the_log_start_is_retried_not_gone(monkeypatch:
     assert tk2.tick([routed_row()], now=5_000) == 0 and producer.sent == []
 
 
+def test_an_offset_at_or_past_a_lagging_high_watermark_is_retried_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    for high in (5, 3):  # the row's offset is 5: a new leader whose high watermark has not caught up yet
+        tk = keeper(monkeypatch, FakeReader([], low=0, high=high), producer)
+        assert tk.tick([routed_row()], now=5_000) == 0
+    assert producer.sent == [], "no FAILED / ENVELOPE_GONE while the offset may still appear"
+    inbox = [FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]
+    caught_up = keeper(monkeypatch, FakeReader(inbox, low=0, high=6), producer)
+    assert caught_up.tick([routed_row()], now=5_000) == 1
+    assert Status.FAILED not in statuses(producer)
+
+
 def test_an_envelope_below_the_log_start_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     producer = FakeProducer()
     tk = keeper(monkeypatch, FakeReader([], low=6, high=10), producer)
