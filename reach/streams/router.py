@@ -261,7 +261,7 @@ class Router:
         batch = _Batch()
         now = now_ms()
         live = self.state.live(now)
-        loads = self.state.loads.view(live)
+        loads = self.state.loads.view(live, now_ms=now)
         by_capability: dict[str, list[AgentRegistration]] = {}
         for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
             for name in {c.name for c in reg.capabilities}:
