@@ -41,6 +41,13 @@ QUEUE_PER_HANDLER = 4
 STALE_AFTER_MS = 600_000
 """Tracked messages older than this are forgotten (a receipt that never came must not leak memory)."""
 
+FORGET_AFTER_MS = STALE_AFTER_MS
+"""An instance with no report, heartbeat or message newer than this (or twice its TTL, if longer) is forgotten:
+one killed without a registry tombstone (SIGKILL) must not keep its entry and queued messages forever."""
+
+PRUNE_EVERY_MS = 10_000
+"""How often `view(now_ms=...)` looks for forgotten instances (a scan of the tracked instances)."""
+
 _RECENT = 10_000  # finishes kept per instance between two re-bases (bounded for instances never re-based)
 
 
@@ -113,6 +120,8 @@ class _Entry:
 @dataclass(slots=True)
 class _Instance:
     base_at: int = -1  # the newest report or heartbeat (agent clock)
+    seen_at: int = -1  # the newest report, heartbeat or message of the instance (agent or router clock)
+    ttl_ms: int = 0
     base_occupancy: int = 0
     base_finished: int = 0  # of the messages the base counted as running, how many finished since
     running_new: int = 0  # running messages STARTED after the base
@@ -130,13 +139,16 @@ class _Instance:
 class LoadTracker:
     """Occupancy and queue per instance from load reports, heartbeats, routing decisions and receipts."""
 
-    def __init__(self, *, remember_finished: int = 100_000, stale_after_ms: int = STALE_AFTER_MS) -> None:
+    def __init__(self, *, remember_finished: int = 100_000, stale_after_ms: int = STALE_AFTER_MS,
+                 forget_after_ms: int = FORGET_AFTER_MS) -> None:
         self._lock = threading.Lock()
         self._instances: dict[str, _Instance] = {}
         self._where: dict[MessageKey, str] = {}
         self._finished: OrderedDict[MessageKey, None] = OrderedDict()
         self._remember = remember_finished
         self._stale_after = stale_after_ms
+        self._forget_after = forget_after_ms
+        self._pruned_at: int | None = None
 
     # -- events ----------------------------------------------------------------------------------------
 
@@ -186,20 +198,25 @@ class LoadTracker:
         """A registration: its inflight re-bases occupancy when it is newer than the last report."""
         with self._lock:
             inst = self._instances.setdefault(registration.instance_id, _Instance())
+            inst.ttl_ms = registration.ttl_ms
             self._rebase(inst, registration.heartbeat_at, registration.inflight)
 
     def forget(self, instance_id: str) -> None:
         """The instance left (a registry tombstone)."""
         with self._lock:
-            inst = self._instances.pop(instance_id, None)
-            for key in inst.entries if inst is not None else ():
-                self._where.pop(key, None)
+            self._forget(instance_id)
 
     # -- the view --------------------------------------------------------------------------------------
 
-    def view(self, registrations: Iterable[AgentRegistration]) -> dict[str, InstanceLoad]:
-        """instance_id -> its load now, for each registration."""
+    def view(self, registrations: Iterable[AgentRegistration], *, now_ms: int | None = None) -> dict[str, InstanceLoad]:
+        """instance_id -> its load now, for each registration; with `now_ms`, every PRUNE_EVERY_MS it also
+        forgets instances silent for FORGET_AFTER_MS (or twice their TTL)."""
         with self._lock:
+            if now_ms is not None and (self._pruned_at is None or now_ms - self._pruned_at >= PRUNE_EVERY_MS):
+                self._pruned_at = now_ms
+                for instance_id in [i for i, inst in self._instances.items()
+                                    if now_ms - inst.seen_at > max(self._forget_after, 2 * inst.ttl_ms)]:
+                    self._forget(instance_id)
             out: dict[str, InstanceLoad] = {}
             for reg in registrations:
                 inst = self._instances.get(reg.instance_id)
@@ -208,13 +225,21 @@ class LoadTracker:
                     continue
                 report = inst.report
                 queue = max(inst.queued, report.queued if report is not None else 0)
-                # the SDK never runs more than max_concurrency: more means receipts read late, not work
+                # the newer of report and heartbeat says how many handlers the instance has
+                newer = report is not None and report.at >= reg.heartbeat_at
+                capacity = report.capacity if report is not None and newer else reg.max_concurrency
+                # the SDK never runs more than its capacity: more means receipts read late, not work
                 out[reg.instance_id] = InstanceLoad(
-                    min(inst.occupancy(), reg.max_concurrency), queue, reg.max_concurrency,
+                    min(inst.occupancy(), capacity), queue, capacity,
                     report.max_queue if report is not None else reg.max_queue,
                     report.drain_rate if report is not None else None,
                 )
             return out
+
+    def tracked(self) -> int:
+        """How many instances the tracker holds (bounded by the fleet seen within FORGET_AFTER_MS)."""
+        with self._lock:
+            return len(self._instances)
 
     def load(self, registration: AgentRegistration) -> InstanceLoad:
         """One instance's load now."""
@@ -222,7 +247,13 @@ class LoadTracker:
 
     # -- internals (under the lock) ----------------------------------------------------------------------
 
+    def _forget(self, instance_id: str) -> None:
+        inst = self._instances.pop(instance_id, None)
+        for key in inst.entries if inst is not None else ():
+            self._where.pop(key, None)
+
     def _rebase(self, inst: _Instance, at: int, occupancy: int) -> None:
+        inst.seen_at = max(inst.seen_at, at)
         if at < inst.base_at:
             return
         inst.base_at, inst.base_occupancy = at, occupancy
@@ -239,6 +270,7 @@ class LoadTracker:
 
     def _add(self, key: MessageKey, entry: _Entry) -> None:
         inst = self._instances.setdefault(entry.instance_id, _Instance())
+        inst.seen_at = max(inst.seen_at, entry.at)
         inst.entries[key] = entry
         self._where[key] = entry.instance_id
         if not entry.running:

@@ -12,6 +12,7 @@ dead-lettered; a Schema Registry outage is infrastructure (not committed, read a
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -36,6 +37,7 @@ from reach.records import AgentRegistration, Status, Weights
 from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutcome, decide, parse_request
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
+from reach.streams.commits import CommitLedger
 from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
 from reach.streams.stats import OTHER, RouterStats
@@ -223,6 +225,7 @@ class Router:
                 return
 
     def _loop(self) -> None:
+        ledger = CommitLedger()
         conf = self.kafka.consumer(
             router_group(self.names),
             **{
@@ -230,6 +233,7 @@ class Router:
                 "session.timeout.ms": 6_000,
                 "heartbeat.interval.ms": 1_500,
                 "partition.assignment.strategy": "roundrobin",
+                "on_commit": functools.partial(_on_commit, ledger),
             },
         )
         consumer = Consumer(conf)
@@ -249,15 +253,15 @@ class Router:
                         consumer.resume([TopicPartition(t, p) for t, p in due])
                     except KafkaException:
                         pass  # revoked meanwhile: its next owner reads it from the committed offset
-                messages = clients.take(consumer, self._batch_size, 0.2)
+                messages = clients.take(consumer, self._batch_size, 0.2)  # serves on_commit answers too
                 if not messages:
                     producer.poll(0)
+                    _commit(consumer, ledger)  # an idle partition's failed last commit is sent again
                     continue
                 acks = self._process(messages, producer).acks
                 commits = acks.commits()
-                if commits:
-                    consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()],
-                                    asynchronous=True)
+                ledger.want(commits)
+                _commit(consumer, ledger)
                 rewinds = acks.rewinds()
                 for tp in commits.keys() - rewinds.keys():
                     held.cleared(tp)
@@ -281,7 +285,7 @@ class Router:
         batch = _Batch()
         now = now_ms()
         live = self.state.live(now)
-        loads = self.state.loads.view(live)
+        loads = self.state.loads.view(live, now_ms=now)
         by_capability: dict[str, list[AgentRegistration]] = {}
         for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
             for name in {c.name for c in reg.capabilities}:
@@ -551,6 +555,34 @@ class Router:
     def _capability_of(self, topic: str) -> str:
         prefix = self.names.capability_prefix
         return topic[len(prefix):] if topic.startswith(prefix) else topic
+
+
+def _commit(consumer: Consumer, ledger: CommitLedger) -> None:
+    """Send what the ledger holds for partitions this worker still owns; the answers arrive in `_on_commit`."""
+    pending = ledger.take()
+    if not pending:
+        return
+    owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+    ledger.forget(pending.keys() - owned)
+    offsets = [TopicPartition(t, p, o) for (t, p), o in pending.items() if (t, p) in owned]
+    if not offsets:
+        return
+    try:
+        consumer.commit(offsets=offsets, asynchronous=True)
+    except KafkaException as exc:  # not even sent (no coordinator yet): sent again on the next loop turn
+        log.warning("commit of %d partition(s) failed (sent again): %s", len(offsets), exc)
+        for tp in offsets:
+            ledger.answered((tp.topic, tp.partition), tp.offset, ok=False)
+
+
+def _on_commit(ledger: CommitLedger, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+    """The broker's answer to a commit (served inside poll/consume on the hot loop's thread)."""
+    for tp in partitions:
+        ok = err is None and tp.error is None
+        if not ok:
+            log.warning("commit of %s[%d]@%d failed (sent again): %s", tp.topic, tp.partition, tp.offset,
+                        err or tp.error)
+        ledger.answered((tp.topic, tp.partition), tp.offset, ok=ok)
 
 
 _HEADROOM = 1024  # record overhead and provenance headers beyond the encoded value

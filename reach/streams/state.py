@@ -187,6 +187,8 @@ class StateLoop:
             elif topic == names.registry:
                 self._registration(key, value)
             elif topic == names.control:
+                # keys are text (key_of): one that is not UTF-8 would fold under a replaced key no tombstone hits
+                (key or b"").decode(errors="strict")
                 if not apply_control(self._state.control, key, value, where=topic):
                     self._bad()
             elif topic == names.loads:
@@ -208,6 +210,9 @@ class StateLoop:
         if registration is not None:
             try:
                 self._names.check_inbox(registration.agent_id, registration.inbox_topic)
+                if key != registration.instance_id.encode():  # its tombstone (keyed by its id) would miss it
+                    raise InvalidName(f"registry key {key!r} is not the record's instance id "
+                                      f"{registration.instance_id!r}")
             except InvalidName:
                 self._state.apply_registration(instance_id, None)  # never route to a topic it does not own
                 raise

@@ -8,20 +8,21 @@ leader move) is retried next tick.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
+from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, codec
+from reach import clients, codec, delivery, dlq
+from reach import headers as H
 from reach.acks import Acks, Position
 from reach.codec import DecodeError
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
-from reach.retry import Action, Failure, Limits, after_failure
+from reach.retry import Action, Failure, Limits, Outgoing, after_failure
 from reach.settings import KafkaSettings
 from reach.status import StatusRow
 from reach.timekeeper import Due, Task, due_tasks
@@ -30,6 +31,7 @@ from reach.topicreader import open_reader
 log = logging.getLogger("reach.timekeeper")
 Acked = Callable[[KafkaError | None, Message], None]
 _MAX_MARKS = 100_000
+REFUSED_BY_BROKER = "REFUSED_BY_BROKER"  # the router's reason for a record the broker will never take
 
 
 class Fetch(Enum):
@@ -61,12 +63,13 @@ class Timekeeper:
         producer = self._producer_()
         acks = Acks()
         acted: list[tuple[Task, Position]] = []
+        decided: dict[Position, tuple[StatusRow, Envelope, bytes]] = {}
         for i, task in enumerate(tasks):
             position = (task.row.message_id, task.row.generation, i)
             try:
                 if task.due is Due.EXPIRE:
                     self._expire(producer, task.row, acks.expect(position))
-                elif not self._reroute(producer, task, functools.partial(acks.expect, position)):
+                elif not self._reroute(producer, task, acks, position, decided):
                     acks.fail(position, "the envelope could not be read yet")
                     continue
             except Exception as exc:  # noqa: BLE001 - one row's failure must not hold back the others
@@ -75,6 +78,8 @@ class Timekeeper:
                 acks.fail(position, exc)
             acted.append((task, position))
         remaining = producer.flush(30)
+        if self._refused_for_good(producer, acks, decided):
+            remaining = producer.flush(30)
         unacked = set(acks.unacked())
         done = [task for task, position in acted if position not in unacked]
         if unacked:
@@ -91,7 +96,8 @@ class Timekeeper:
         self._receipt(producer, _receipt(row, Status.EXPIRED, error=error), acked)
         self.expired += 1
 
-    def _reroute(self, producer: Producer, task: Task, expect: Callable[[], Acked]) -> bool:
+    def _reroute(self, producer: Producer, task: Task, acks: Acks, position: Position,
+                 decided: dict[Position, tuple[StatusRow, Envelope, bytes]]) -> bool:
         """Produce what a delivery timeout causes; False when the envelope cannot be read yet (retried)."""
         row = task.row
         raw = self._fetch(row.inbox) if row.inbox else Fetch.GONE
@@ -105,21 +111,42 @@ class Timekeeper:
             why = "is below the log start (retention)" if raw is Fetch.GONE else "does not decode"
             error = ErrorInfo(kind="DELIVERY", code="ENVELOPE_GONE",
                               message=f"delivery timed out and the envelope at {row.inbox} {why}")
-            self._receipt(producer, _receipt(row, Status.FAILED, error=error), expect())
+            self._receipt(producer, _receipt(row, Status.FAILED, error=error), acks.expect(position))
             return True
         late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT",
                          message=f"{row.routed_instance} did not start it within {envelope.delivery_timeout_ms} ms")
-        decided = after_failure(Failure.DELIVERY, envelope, error=late, names=self.names, tiers=self.tiers,
-                                limits=Limits.resolve(envelope, self._policy(envelope.capability)), now_ms=now_ms(),
-                                failed_instance=row.routed_instance, raw=raw, origin=row.inbox or ("", -1, -1))
-        for record in decided.records:
-            producer.produce(record.topic, record.value, key=record.key.encode(), headers=record.headers,
-                             on_delivery=expect())
-        if decided.action is Action.REROUTE:
+        after = after_failure(Failure.DELIVERY, envelope, error=late, names=self.names, tiers=self.tiers,
+                              limits=Limits.resolve(envelope, self._policy(envelope.capability)), now_ms=now_ms(),
+                              failed_instance=row.routed_instance, raw=raw, origin=row.inbox or ("", -1, -1))
+        decided[position] = (row, envelope, raw)
+        _in_order(producer, acks, position, after.records)
+        if after.action is Action.REROUTE:
             self.rerouted += 1
-        elif decided.action is Action.EXPIRE:
+        elif after.action is Action.EXPIRE:
             self.expired += 1
         return True
+
+    def _refused_for_good(self, producer: Producer, acks: Acks,
+                          decided: dict[Position, tuple[StatusRow, Envelope, bytes]]) -> bool:
+        """A reroute, retry or letter the broker refuses for good (too large, topic gone) would be refused every
+        tick: the envelope is dead-lettered instead and the row DEAD_LETTERED (its receipt after the letter)."""
+        refused = [p for p in acks.unacked()
+                   if p in decided and acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
+        for position in refused:
+            row, envelope, raw = decided.pop(position)
+            why = delivery.describe(acks.errors(position)[0])
+            acks.reset(position)
+            error = ErrorInfo(kind="DELIVERY", code=REFUSED_BY_BROKER,
+                              message=f"delivery timed out and the broker refused its retry for good: {why}"[:1000])
+            value, hdrs = dlq.letter(raw, reason=REFUSED_BY_BROKER, error=error, origin=row.inbox or ("", -1, -1),
+                                     envelope=envelope, agent_id=row.agent_id)
+            receipt = _receipt(row, Status.DEAD_LETTERED, error=error)
+            _in_order(producer, acks, position, (
+                Outgoing(self.names.dlq, envelope.message_id, value, hdrs),
+                Outgoing(self.names.receipts, receipt.message_id, codec.encode(receipt),
+                         [(H.MESSAGE_ID, receipt.message_id.encode())]),
+            ))
+        return bool(refused)
 
     def _fetch(self, inbox: tuple[str, int, int]) -> bytes | None | Fetch:
         """The inbox record (None for a tombstone), GONE when it can never be read, PENDING when not read in time."""
@@ -138,7 +165,9 @@ class Timekeeper:
                                                        KafkaError._UNKNOWN_PARTITION):
                     return Fetch.GONE
                 return Fetch.PENDING
-            return Fetch.GONE if offset < low or offset >= high else Fetch.PENDING
+            # at or past the high watermark is not gone: right after a leader change the new leader's high
+            # watermark can lag the offset it already acknowledged; the deadline bounds the retries
+            return Fetch.GONE if offset < low else Fetch.PENDING
         finally:
             reader.close()
 
@@ -150,6 +179,15 @@ class Timekeeper:
         if self._producer is None:
             self._producer = clients.producer(self._kafka)
         return self._producer
+
+
+def _in_order(producer: Producer, acks: Acks, position: Position, records: Sequence[Outgoing]) -> None:
+    """Produce each record from the previous one's delivery report: a receipt is written only after the record
+    it announces is acknowledged, so a refused retry never leaves a RETRY_SCHEDULED/ACCEPTED row without it."""
+    first, *rest = records
+    value = cast(bytes, first.value)  # after_failure and the letters here never produce a tombstone
+    delivery.produce(producer, acks, position, first.topic, value, key=first.key.encode(), headers=first.headers,
+                     then=(lambda _msg: _in_order(producer, acks, position, rest)) if rest else None)
 
 
 def _receipt(row: StatusRow, status: Status, **fields: object) -> Receipt:

@@ -157,6 +157,41 @@ def test_messages_whose_receipts_never_came_are_forgotten() -> None:
     assert load(tracker) == InstanceLoad(0, 0, 8, 32, 40.0)
 
 
+def test_an_instance_killed_without_a_tombstone_is_forgotten() -> None:
+    tracker = LoadTracker(forget_after_ms=60_000)
+    alive, killed = A.model_copy(update={"instance_id": "alive"}), A  # ttl 10 s: 2 x TTL is below the bound
+    tracker.heartbeat(killed)
+    for n in range(5):
+        tracker.routed(key(n), "a", 1_000)  # queued for it when it was SIGKILLed
+    assert load(tracker).queue == 5
+    for beat in range(0, 70_000, 10_000):  # its neighbour keeps beating; the view runs every batch
+        tracker.heartbeat(alive.model_copy(update={"heartbeat_at": beat}))
+        tracker.view([alive], now_ms=beat)
+    assert tracker.tracked() == 2, "not yet: 61 s is the first prune past the bound"
+    tracker.view([alive], now_ms=71_000)
+    assert tracker.tracked() == 1 and tracker.load(alive) == InstanceLoad(0, 0, 8, 32)
+    assert load(tracker) == InstanceLoad.of(killed), "a registration read again starts from its heartbeat alone"
+
+
+def test_a_long_ttl_keeps_a_silent_instance_for_twice_its_ttl() -> None:
+    tracker = LoadTracker(forget_after_ms=1_000)
+    tracker.heartbeat(A.model_copy(update={"ttl_ms": 50_000}))
+    tracker.view([], now_ms=99_000)
+    assert tracker.tracked() == 1, "99 s of silence is within 2 x 50 s"
+    tracker.view([], now_ms=109_000)  # the next prune (one per PRUNE_EVERY_MS)
+    assert tracker.tracked() == 0
+
+
+def test_the_newer_of_report_and_heartbeat_gives_the_capacity() -> None:
+    tracker = LoadTracker()
+    tracker.report(LoadReport(instance_id="a", agent_id="agent://echo/main", at=500, inflight=20, capacity=12,
+                              max_queue=32))
+    assert load(tracker) == InstanceLoad(12, 0, 12, 32), "the report is newer than the heartbeat at 0"
+    beat = A.model_copy(update={"heartbeat_at": 600, "inflight": 3})
+    tracker.heartbeat(beat)
+    assert tracker.load(beat) == InstanceLoad(3, 0, 8, 32)
+
+
 def test_full_needs_busy_handlers_and_a_full_queue() -> None:
     assert InstanceLoad(7, 32, 8, 32).full
     assert not InstanceLoad(6, 40, 8, 32).full, "6 of 8 is not above 80%: its queue is most likely running"

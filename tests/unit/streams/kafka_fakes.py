@@ -47,14 +47,26 @@ class FakeMessage:
 
 @dataclass
 class FakeConsumer:
-    """Records commits, seeks and pauses."""
+    """Records commits, seeks and pauses; `answer()` delivers the broker's answer to the unanswered commits."""
 
     commits: list[TopicPartition] = field(default_factory=list)
     seeks: list[TopicPartition] = field(default_factory=list)
     paused: list[TopicPartition] = field(default_factory=list)
+    assigned: set[tuple[str, int]] = field(default_factory=set)
+    _unanswered: list[TopicPartition] = field(default_factory=list)
 
     def commit(self, *, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
         self.commits.extend(offsets)
+        self._unanswered.extend(offsets)
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in sorted(self.assigned)]
+
+    def answer(self, on_commit: Callable[[KafkaError | None, list[TopicPartition]], None],
+               err: KafkaError | None = None) -> None:
+        """What poll() does with the results of the commits sent since the last answer."""
+        answered, self._unanswered = self._unanswered, []
+        on_commit(err, answered)
 
     def seek(self, tp: TopicPartition) -> None:
         self.seeks.append(tp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reach.codec import encode, encode_dict
+from reach.control import DEFAULT_WEIGHTS, instance_record
 from reach.loads import InstanceLoad
 from reach.names import Names
 from reach.records import (
@@ -13,6 +14,7 @@ from reach.records import (
     Capability,
     Control,
     ControlKind,
+    InstanceAction,
     LoadReport,
     Receipt,
     Status,
@@ -59,6 +61,29 @@ def test_bad_registry_records_are_skipped_and_a_foreign_inbox_is_never_routed_to
     fold._dispatch(NAMES.registry, b"i1", encode(registration("i1", "ns.control")))
     assert state.live(2_000) == [], "an instance claiming another topic as its inbox is dropped"
     assert fold.bad_records == 2
+
+
+def test_a_valid_control_under_a_key_that_is_not_utf8_is_skipped_and_counted() -> None:
+    state, fold = loop()
+    disable = instance_record("i1", InstanceAction.DISABLE)
+    weights = Control(kind=ControlKind.WEIGHTS, scope="*", weights=Weights(fit=0.9), updated_at=2, updated_by="t")
+    fold._dispatch(NAMES.control, b"\xff\xfe" + disable.key.encode(), encode(disable))
+    fold._dispatch(NAMES.control, b"\xff\xfeWEIGHTS:*", encode(weights))
+    assert state.control.disabled() == frozenset() and state.control.weights("x.y") == DEFAULT_WEIGHTS
+    assert fold.bad_records == 2
+    fold._dispatch(NAMES.control, disable.key.encode(), encode(disable))
+    assert state.control.disabled() == {"i1"} and fold.bad_records == 2, "the same record under its own key applies"
+
+
+def test_a_registration_whose_key_is_not_its_instance_id_is_never_routed_to() -> None:
+    state, fold = loop()
+    inbox = NAMES.inbox("agent://a/b")
+    fold._dispatch(NAMES.registry, b"\xff\xfei1", encode(registration("i1", inbox)))
+    assert state.live(2_000) == [] and fold.bad_records == 1, "its own tombstone (key i1) could never remove it"
+    fold._dispatch(NAMES.registry, b"i2", encode(registration("i1", inbox)))
+    assert state.live(2_000) == [] and fold.bad_records == 2
+    fold._dispatch(NAMES.registry, b"i1", encode(registration("i1", inbox)))
+    assert [r.instance_id for r in state.live(2_000)] == ["i1"] and fold.bad_records == 2
 
 
 def test_an_undecodable_receipt_is_counted() -> None:

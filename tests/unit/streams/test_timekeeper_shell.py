@@ -11,7 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 from reach import codec
 from reach.envelopes import new_envelope
 from reach.names import Names
-from reach.records import Decision, Receipt, Status
+from reach.records import DeadLetter, Decision, Receipt, Status
 from reach.status import StatusRow, fold
 from reach.streams import timekeeper as module
 from reach.streams.timekeeper import Timekeeper
@@ -73,9 +73,51 @@ def test_an_unread_envelope_above_the_log_start_is_retried_not_gone(monkeypatch:
     assert tk2.tick([routed_row()], now=5_000) == 0 and producer.sent == []
 
 
+def test_an_offset_at_or_past_a_lagging_high_watermark_is_retried_not_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    for high in (5, 3):  # the row's offset is 5: a new leader whose high watermark has not caught up yet
+        tk = keeper(monkeypatch, FakeReader([], low=0, high=high), producer)
+        assert tk.tick([routed_row()], now=5_000) == 0
+    assert producer.sent == [], "no FAILED / ENVELOPE_GONE while the offset may still appear"
+    inbox = [FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]
+    caught_up = keeper(monkeypatch, FakeReader(inbox, low=0, high=6), producer)
+    assert caught_up.tick([routed_row()], now=5_000) == 1
+    assert Status.FAILED not in statuses(producer)
+
+
 def test_an_envelope_below_the_log_start_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
     producer = FakeProducer()
     tk = keeper(monkeypatch, FakeReader([], low=6, high=10), producer)
     assert tk.tick([routed_row()], now=5_000) == 1
     [receipt] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert receipt.status is Status.FAILED and receipt.error and receipt.error.code == "ENVELOPE_GONE"
+
+
+def test_a_reroute_receipt_waits_for_its_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    cap = NAMES.capability("demo.echo")
+    down = True
+    producer = FakeProducer(refuse=lambda topic, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if down and topic == cap
+                            else None)
+    inbox = [FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]
+    tk = keeper(monkeypatch, FakeReader(list(inbox)), producer)
+    assert tk.tick([routed_row()], now=5_000) == 0
+    assert producer.to(NAMES.receipts) == [], "no ACCEPTED receipt for a reroute the broker did not take"
+    down = False
+    tk = keeper(monkeypatch, FakeReader(list(inbox)), producer)
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert [t for t, _v, _k in producer.sent] == [cap, NAMES.receipts]
+    assert statuses(producer) == [Status.ACCEPTED]
+
+
+def test_a_reroute_refused_for_good_is_dead_lettered_with_its_receipt(monkeypatch: pytest.MonkeyPatch) -> None:
+    cap = NAMES.capability("demo.echo")
+    producer = FakeProducer(refuse=lambda topic, _v: KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART) if topic == cap
+                            else None)
+    tk = keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]), producer)
+    assert tk.tick([routed_row()], now=5_000) == 1, "acted on once, not refused every tick"
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.reason == "REFUSED_BY_BROKER" and letter.envelope == codec.encode(ENVELOPE)
+    assert (letter.origin_topic, letter.origin_offset) == (INBOX, 5)
+    [receipt] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
+    assert receipt.status is Status.DEAD_LETTERED and receipt.error and receipt.error.code == "REFUSED_BY_BROKER"
+    assert [t for t, _v, _k in producer.sent] == [NAMES.dlq, NAMES.receipts], "the letter before its receipt"
