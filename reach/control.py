@@ -81,6 +81,12 @@ def apply_record(view: ControlView, key: bytes | None, value: bytes | None, *, w
     RegistryUnavailable propagates: skipping a good record during a registry outage would lose it."""
     text = (key or b"").decode(errors="replace")
     try:
+        (key or b"").decode()
+    except UnicodeDecodeError:  # no well-formed key could ever replace or tombstone it
+        view.refused += 1
+        log.warning("skipping a control record whose key %r is not UTF-8 at %s", text, where)
+        return False
+    try:
         return view.apply(text, decode(value, Control) if value is not None else None)
     except RegistryUnavailable:
         raise  # infrastructure, not a bad record: the caller reads again

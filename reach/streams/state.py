@@ -187,8 +187,6 @@ class StateLoop:
             elif topic == names.registry:
                 self._registration(key, value)
             elif topic == names.control:
-                # keys are text (key_of): one that is not UTF-8 would fold under a replaced key no tombstone hits
-                (key or b"").decode(errors="strict")
                 if not apply_control(self._state.control, key, value, where=topic):
                     self._bad()
             elif topic == names.loads:
