@@ -117,7 +117,7 @@ class StateLoop:
 
     def _loop(self) -> None:
         group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
-        consumer = Consumer(self._kafka.consumer(group, **{"fetch.wait.max.ms": 20}))
+        consumer = Consumer(self._kafka.consumer(group))
         try:
             targets = self._assign(consumer)
             self.error = None
