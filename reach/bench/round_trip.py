@@ -173,7 +173,7 @@ def _ready(url: str, agent_id: str) -> int:
 def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int,
                    capability: str = noop_agent.CAPABILITY) -> dict[str, int]:
     """Publish `count` envelopes at `offered`/s on schedule, never waiting for acks; returns created_at per id."""
-    producer = ws.producer()
+    producer = ws.sender()
     topic = ws.names.capability(capability)
     created: dict[str, int] = {}
     start = time.time()
