@@ -86,6 +86,16 @@ class Names:
     def replays(self) -> str:
         return self.topic("replays")
 
+    @property
+    def health(self) -> str:
+        """InstanceHealth keyed by instance_id: health and breaker state, one writer per partition."""
+        return self.topic("health")
+
+    @property
+    def apps(self) -> str:
+        """Gateway apps (compacted), keyed by app id."""
+        return self.topic("apps")
+
     def retry(self, tier: str) -> str:
         return self.topic(f"retry.{tier}")
 
