@@ -75,6 +75,8 @@ def build_app(
         canonical_url=url,
         autodiscover=False,
         store="memory://",
+        # faust's default data dir is `<app id>-data` in the working directory; keep it under REACH_HOME
+        datadir=str(reach_settings.home / "faust" / f"{names.router_app_id}-data"),
         topic_replication_factor=spec.replication_factor,
         topic_partitions=partitions,
         # a restarted worker must not wait out a killed one for faust's 60 s default
