@@ -1,0 +1,1 @@
+"""The ingress gateway: signed HTTP for upstream systems in front of the bus (apps, quotas, contracts at the door)."""

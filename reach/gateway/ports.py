@@ -1,0 +1,91 @@
+"""The seams between the gateway's HTTP service and what it depends on (apps, nonces, quotas).
+
+The HTTP service (reach.gateway.service) sees only these protocols; the Kafka- and Redis-backed
+implementations and the in-memory fakes for unit tests both satisfy them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class CallerApp:
+    """A calling application as the door sees it: who it is, what it may call, how fast."""
+
+    app_id: str
+    name: str
+    tenant: str
+    capabilities: tuple[str, ...]  # empty: every capability
+    rate: float  # requests per second (token bucket rate)
+    burst: int  # token bucket size
+
+    def may_call(self, capability: str) -> bool:
+        return not self.capabilities or capability in self.capabilities
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    """A live key: the app it belongs to and its secret (decrypted in memory, never logged)."""
+
+    key_id: str
+    app: CallerApp
+    secret: bytes
+
+
+class AppDirectory(Protocol):
+    """Live keys by key id; a revoked key or app is absent."""
+
+    def lookup(self, key_id: str) -> KeyEntry | None: ...
+
+
+class NonceStore(Protocol):
+    """Nonces seen within the replay window, shared by every gateway replica."""
+
+    def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
+        """True the first time (key_id, nonce) is seen within ttl_s; False for a replay."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaDecision:
+    """Whether a request may enter; when not, which bucket was empty and when to come back."""
+
+    allowed: bool
+    retry_after_s: float = 0.0
+    scope: Literal["app", "capability"] | None = None
+
+
+class Quotas(Protocol):
+    """Token buckets per app and per capability, shared by every gateway replica."""
+
+    def take(self, app: CallerApp, capability: str) -> QuotaDecision: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """The signature is good: the request comes from this key's app."""
+
+    entry: KeyEntry
+    timestamp: int
+    nonce: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AuthFailure:
+    """Why a request was refused 401; `reason` is safe to show the caller (it never says which secret)."""
+
+    reason: str
+
+
+AuthOutcome = Verified | AuthFailure
+
+
+class Authenticator(Protocol):
+    """Checks `Reach-Key` + `Reach-Signature` over the raw body."""
+
+    def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes, now: int) -> AuthOutcome: ...
+
+
+SignatureValues = Sequence[str]
