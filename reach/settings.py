@@ -12,6 +12,9 @@
 | REACH_WEB_HOST            | 127.0.0.1                   | the address it binds and advertises to other workers|
 | REACH_STATUS_RETENTION    | 604800 (7 days, seconds)    | how long terminal status rows are kept              |
 | REACH_STALE_NO_ROUTE      | 86400 (24 h, seconds)       | age at which an unserved NO_ROUTE letter is stale   |
+| REACH_CANARY_MIN_CALLS    | 10                          | canary-arm calls a step needs before it is judged   |
+| REACH_CANARY_TICK_MS      | 1000                        | how often the canary controller applies the rule    |
+| REACH_CANARY_REPORT_MS    | 5000                        | how often it rewrites a running canary's progress   |
 """
 
 from __future__ import annotations
@@ -134,3 +137,13 @@ class RedisSettings(BaseSettings):
             "No Redis configured: REACH_REDIS_URL is unset and no local Redis is running.\n"
             "Start one with `reach local up`, or export REACH_REDIS_URL=redis://host:port/0."
         )
+
+
+class CanarySettings(BaseSettings):
+    """The canary controller's judgement and pace (reach.canary, reach.streams.canary)."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_CANARY_", frozen=True, extra="forbid")
+
+    min_calls: int = 10
+    tick_ms: int = 1_000
+    report_ms: int = 5_000

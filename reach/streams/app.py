@@ -5,7 +5,7 @@ the capability topics (it cannot subscribe by pattern, and its per-event path is
 confluent-kafka here, see docs/decisions/0001-router-hot-path.md), nor on receipts (the status fold
 is a confluent-kafka loop over RocksDB stores, docs/decisions/0004-status-engine.md): faust Services
 start those threads when the worker starts and stop them when it stops. The role picks what runs
-here: `route` (hot path, delay tiers), `status` (status fold, timekeeper) or `all`; any role
+here: `route` (hot path, delay tiers), `status` (status fold, timekeeper, canary controller) or `all`; any role
 answers `/messages/{id}` and `/traces/{id}`, forwarding to the fold worker that owns the key.
 """
 
@@ -26,6 +26,7 @@ from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy
 from reach.settings import KafkaSettings, ReachSettings
+from reach.streams.canary import CanaryController
 from reach.streams.delays import DelayForwarder
 from reach.streams.gauges import Gauges
 from reach.streams.router import Router
@@ -106,7 +107,8 @@ def build_app(
         timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy)
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)
-        _host_fold(app, Service, fold, timekeeper, gauges, stale_after_ms=reach_settings.stale_no_route * 1000)
+        _host_fold(app, Service, fold, timekeeper, gauges, CanaryController(names=names, kafka=kafka),
+                   stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
     app.reach_status = fold  # type: ignore[attr-defined]
     return app
@@ -141,16 +143,18 @@ def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder,
     app.service(RouterService)
 
 
-def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges, *,
-               stale_after_ms: int) -> None:
+def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges,
+               canary: CanaryController, *, stale_after_ms: int) -> None:
     class StatusService(service):  # type: ignore[misc, valid-type]
-        """Starts the status fold with the worker; stops it (flushed, committed) with it."""
+        """Starts the status fold and the canary controller with the worker; stops them (flushed) with it."""
 
         async def on_start(self) -> None:
             fold.start()
+            canary.start()
             heap.settle()
 
         async def on_stop(self) -> None:
+            await asyncio.get_running_loop().run_in_executor(None, canary.stop)
             await asyncio.get_running_loop().run_in_executor(None, fold.stop)
 
     def tick() -> None:  # RocksDB reads and row parsing: off the event loop, with the tick

@@ -25,7 +25,7 @@ from reach.control import apply_record as apply_control
 from reach.errors import InvalidName
 from reach.loads import LoadTracker
 from reach.names import Names
-from reach.records import TERMINAL, AgentRegistration, LoadReport, Status
+from reach.records import TERMINAL, AgentRegistration, InstanceHealth, LoadReport, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
 from reach.views.registry import RegistryView
@@ -36,12 +36,13 @@ _FINISHING = frozenset(s.value for s in TERMINAL) | {Status.ATTEMPT_FAILED.value
 
 
 class RouterState:
-    """The views the hot loop reads: registry, control, loads."""
+    """The views the hot loop reads: registry, control, loads, health (InstanceHealth by instance_id)."""
 
     def __init__(self) -> None:
         self.registry = RegistryView()
         self.control = ControlView()
         self.loads = LoadTracker()
+        self.health: dict[str, InstanceHealth] = {}
         self.ready = threading.Event()
         self._latest: dict[str, AgentRegistration] = {}
 
@@ -157,12 +158,11 @@ class StateLoop:
         meta = consumer.list_topics(timeout=15).topics
         assignment: list[TopicPartition] = []
         targets: dict[tuple[str, int], int] = {}
-        for topic in (names.registry, names.control, names.receipts, names.loads):
+        for topic in (names.registry, names.control, names.receipts, names.loads, names.health):
             tmeta = meta.get(topic)
             if tmeta is None or tmeta.error is not None:
-                if topic == names.loads:  # a namespace from before load reports: heartbeats and receipts still work
-                    log.warning("topic %s is missing, so loads come from heartbeats and receipts only; run "
-                                "`reach topics apply`", topic)
+                if topic in (names.loads, names.health):  # a namespace from before them: routing still works
+                    log.warning("topic %s is missing, so routing goes on without it; run `reach topics apply`", topic)
                     continue
                 raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
             for p in tmeta.partitions:
@@ -192,6 +192,12 @@ class StateLoop:
             elif topic == names.loads:
                 if value is not None:
                     self._state.loads.report(decode(value, LoadReport))
+            elif topic == names.health:
+                instance_id = (key or b"").decode(errors="replace")
+                if value is None:
+                    self._state.health.pop(instance_id, None)
+                else:
+                    self._state.health[instance_id] = decode(value, InstanceHealth)
         except RegistryUnavailable:
             raise  # infrastructure: the loop restarts and reads the compacted topics again
         except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the loop
