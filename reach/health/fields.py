@@ -24,3 +24,23 @@ def health_fields(record: InstanceHealth | None) -> dict[str, Any]:
     data = record.model_dump(include=set(SHOWN))
     data["breaker"] = record.breaker.value
     return {"health_at": record.at, **{f: data[f] for f in SHOWN}}
+
+
+_BREAKER_COLOUR = {"CLOSED": "green", "HALF_OPEN": "yellow", "OPEN": "red"}
+
+
+def breaker(info: dict[str, Any]) -> str:
+    """A row's breaker for a rich table: its state in colour, the admitted share while restoring (`CLOSED 50%`),
+    `w0` while weight 0."""
+    state = info.get("breaker")
+    if not isinstance(state, str):
+        return "-"
+    admit = info.get("admit")
+    restoring = f" {admit:.0%}" if state == "CLOSED" and isinstance(admit, (int, float)) and admit < 1 else ""
+    weight = " w0" if info.get("weight") == 0 else ""
+    return f"[{_BREAKER_COLOUR.get(state, 'white')}]{state}[/]{restoring}{weight}"
+
+
+def share(value: object) -> str:
+    """0.953 -> `95%`; `-` without calls."""
+    return f"{value:.0%}" if isinstance(value, (int, float)) else "-"
