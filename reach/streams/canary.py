@@ -10,7 +10,6 @@ next: a step in progress is judged on what follows, never on a guess.
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections.abc import Callable
 
@@ -25,6 +24,7 @@ from reach.names import Names
 from reach.records import AgentRegistration, Canary, Control, ControlKind, Receipt
 from reach.settings import CanarySettings, KafkaSettings
 from reach.streams.exceptions import NotReady
+from reach.streams.loopthread import LoopThread
 
 log = logging.getLogger("reach.canary")
 
@@ -93,44 +93,21 @@ class CanaryDriver:
         return written
 
 
-class CanaryController:
+class CanaryController(LoopThread):
     """The Kafka shell around a CanaryDriver: start()/stop() from any thread."""
 
+    thread_name = "reach-canary"
+    restart_on = (KafkaException, NotReady, RegistryUnavailable)
+    log = log
+
     def __init__(self, *, names: Names, kafka: KafkaSettings, settings: CanarySettings | None = None) -> None:
+        super().__init__()
         self._names = names
         self._kafka = kafka
         self._settings = settings or CanarySettings()
         self.worker_id = uuid.uuid4().hex[:12]
         self.driver = CanaryDriver(publish=lambda c: publish(c, names=names, kafka=kafka),
                                    settings=self._settings, by=f"canary-controller/{self.worker_id}")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="reach-canary", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _run(self) -> None:
-        backoff = 0.2
-        while not self._stop.is_set():
-            try:
-                self._loop()
-                return
-            except (KafkaException, NotReady, RegistryUnavailable) as exc:
-                log.warning("canary controller restarting in %.1fs: %s", backoff, exc)
-                self.driver.leader = False
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-            except BaseException as exc:  # noqa: BLE001 - surfaced through .error
-                self.error = exc
-                log.exception("canary controller stopped")
-                return
 
     def _loop(self) -> None:
         names = self._names

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +153,7 @@ class _Batch:
     stalled: set[tuple[str, int]] = field(default_factory=set)  # partitions read again from a failed record
     capabilities: dict[str, tuple[Weights, bool]] = field(default_factory=dict)  # weights, validate_at_router
     known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
-    health: dict[str, InstanceHealth] = field(default_factory=dict)  # the health writer's records, by instance_id
+    health: Mapping[str, InstanceHealth] = field(default_factory=dict)  # the health writer's records, by instance_id
     canaries: dict[str, Canary] = field(default_factory=dict)  # by agent_id
 
 

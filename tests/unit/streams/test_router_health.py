@@ -21,7 +21,7 @@ def sick(**kw: Any) -> InstanceHealth:
 
 def test_every_candidate_open_fails_fast_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     r = router(monkeypatch)
-    r.state.health["i1"] = sick(breaker=BreakerState.OPEN, open_until=now_ms() + 20_000)
+    r.state.apply_health("i1", sick(breaker=BreakerState.OPEN, open_until=now_ms() + 20_000))
     producer = FakeProducer()
     acks = r._process(cast(Any, [record(0)]), cast(Any, producer)).acks
     [receipt] = receipts(producer)
@@ -33,7 +33,7 @@ def test_every_candidate_open_fails_fast_unavailable(monkeypatch: pytest.MonkeyP
 def test_a_slow_sole_candidate_gets_the_envelope_with_a_longer_execution_timeout(
         monkeypatch: pytest.MonkeyPatch) -> None:
     r = router(monkeypatch)
-    r.state.health["i1"] = sick(weight=0.0, timeout_factor=2.0)
+    r.state.apply_health("i1", sick(weight=0.0, timeout_factor=2.0))
     producer = FakeProducer()
     msg = record(0, execution_timeout_ms=1_500)
     r._process(cast(Any, [msg]), cast(Any, producer))
@@ -45,7 +45,7 @@ def test_a_slow_sole_candidate_gets_the_envelope_with_a_longer_execution_timeout
 
 def test_a_healthy_forward_keeps_the_original_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     r = router(monkeypatch)
-    r.state.health["i1"] = sick()
+    r.state.apply_health("i1", sick())
     producer = FakeProducer()
     msg = record(0)
     r._process(cast(Any, [msg]), cast(Any, producer))
