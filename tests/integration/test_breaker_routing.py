@@ -1,15 +1,27 @@
 """Breaker-aware routing on the real broker: OPEN instances get nothing, all OPEN fails fast, slow sole serves longer.
 
-The router reads InstanceHealth from `<ns>.health`, written here by a producer as the health writer
-would: these tests hold the router's side of the contract on its own.
+The first test runs end to end: the stream app (router, delay tiers, and the health writer folding
+receipts into `<ns>.health`), examples/echo_agent.py and examples/sick_agent.py. The others write
+InstanceHealth to `<ns>.health` with a producer, as the health writer would, and hold the router's
+side of the contract on its own (the exact states they need, without waiting for the rules).
 """
 
 from __future__ import annotations
 
+import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
 from reach import codec
+from reach.client import Client
 from reach.envelopes import new_envelope, now_ms
 from reach.names import Names
-from reach.records import BreakerState, Envelope, InstanceHealth, Status
+from reach.records import BreakerState, Envelope, InstanceHealth, Receipt, Status
+from tests.integration.agent_support import Receipts, TopicReader, spawn
 from tests.integration.router_helpers import (
     Instance,
     Sender,
@@ -22,12 +34,80 @@ from tests.integration.router_helpers import (
     sees,
     wait_for,
 )
+from tests.integration.stream_app import StreamApp
 
 
 def publish_health(names: Names, instance: Instance, **fields: object) -> InstanceHealth:
     record = InstanceHealth(instance_id=instance.instance_id, agent_id=instance.agent_id, at=now_ms(), **fields)  # type: ignore[arg-type]
     produce(names.health, instance.instance_id, codec.encode(record))
     return record
+
+
+SICK, ECHO = "agent://demo/sick", "agent://demo/echo"
+
+
+@contextmanager
+def traffic(sent: list[str], per_second: float = 20) -> Iterator[None]:
+    """demo.echo requests at a steady rate until the block ends, appended to `sent` as they go out."""
+    stop = threading.Event()
+
+    def run() -> None:
+        with Client() as client:
+            while not stop.wait(1 / per_second):
+                sent.append(client.send("demo.echo", {"n": len(sent)}))
+
+    thread = threading.Thread(target=run, name="traffic", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def test_end_to_end_the_breaker_opens_and_the_sick_instance_gets_nothing(
+        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REACH_HEALTH_OPEN_MS", "20000")  # long enough to watch the OPEN window whole
+    app = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
+    app.start()
+    agents: list[subprocess.Popen[bytes]] = [spawn("examples.echo_agent:agent"), spawn("examples.sick_agent:agent")]
+    receipts = Receipts(Names(namespace).receipts)
+    try:
+        ready = wait_for(lambda: (lambda f: f if set(f) == {SICK, ECHO} else None)(
+            {a["agent_id"]: a["instance_id"] for a in app.get("/agents") if a["state"] == "READY"}), 60,
+            "echo and sick READY")
+        sick = ready[SICK]
+        sent: list[str] = []
+        with traffic(sent):
+            wait_for(lambda: any(a["instance_id"] == sick and a["breaker"] == "OPEN" for a in app.get("/agents")),
+                     60, "the router seeing the sick instance's breaker OPEN")
+            seen_open = now_ms()
+            after = len(sent)  # requests sent from here on meet a router that knows the breaker is OPEN
+            wait_for(lambda: len(sent) >= after + 60, 30, "60 more requests sent")
+        ids = list(sent)
+        done = wait_for(lambda: (lambda m: m if all(any(r.status.is_terminal for r in m.get(i, [])) for i in ids)
+                                 else None)(receipts.by_message()), 90, "a terminal receipt for every request")
+        terminal = {i: next(r for r in done[i] if r.status.is_terminal) for i in ids}
+        assert {r.status for r in terminal.values()} == {Status.COMPLETED}, "retries of the sick one's failures " \
+            "went to the healthy instance"
+        failed_on_sick = [r for rs in done.values() for r in rs if r.status is Status.ATTEMPT_FAILED
+                          and r.instance_id == sick]
+        assert failed_on_sick, "the sick instance took requests (and failed them) before its breaker opened"
+        health = TopicReader(Names(namespace).health)
+        opened = [codec.decode(r.value, InstanceHealth) for r in health.poll(1.0) if r.key == sick.encode() and r.value]
+        health.close()
+        open_until = min(h.open_until for h in opened if h.breaker is BreakerState.OPEN and h.open_until)
+        assert open_until > seen_open, "the OPEN window outlasts the moment the router showed it"
+        late: list[Receipt] = [r for i in ids[after:] for r in done[i]
+                               if r.status is Status.ROUTED and r.at < open_until]
+        assert late and all(r.instance_id != sick for r in late), "no new request and no retry reached it while OPEN"
+    finally:
+        for proc in agents:
+            proc.terminate()
+            proc.wait(60)
+        receipts.close()
+        app.stop()
 
 
 def test_an_open_instance_receives_nothing_and_every_request_completes(namespace: str) -> None:
