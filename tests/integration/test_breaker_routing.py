@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from reach import codec
+from reach import codec, control
 from reach.client import Client
 from reach.envelopes import new_envelope, now_ms
 from reach.names import Names
-from reach.records import BreakerState, Envelope, InstanceHealth, Receipt, Status
+from reach.records import BreakerState, Envelope, InstanceHealth, Policy, Receipt, Status
 from tests.integration.agent_support import Receipts, TopicReader, spawn
 from tests.integration.router_helpers import (
     Instance,
@@ -106,6 +106,48 @@ def test_end_to_end_the_breaker_opens_and_the_sick_instance_gets_nothing(
         for proc in agents:
             proc.terminate()
             proc.wait(60)
+        receipts.close()
+        app.stop()
+
+
+def test_end_to_end_a_slow_sole_instance_gets_weight_0_and_serves_with_a_doubled_timeout(
+        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = Names(namespace)
+    for name, value in {"REACH_HEALTH_SLOW_WINDOW_MS": "1000", "REACH_HEALTH_SLOW_WINDOWS": "2",
+                        "REACH_HEALTH_SLOW_MIN_CALLS": "3", "REACH_HEALTH_EMIT_INTERVAL_MS": "200"}.items():
+        monkeypatch.setenv(name, value)
+    control.publish(control.policy_record(Policy(slow_threshold_ms=50), scope="demo.echo"), names=names)
+    app = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
+    app.start()
+    slow = spawn("examples.sick_agent:agent", REACH_SICK_FAIL_RATE="0", REACH_SICK_DELAY_MS="150")
+    health = TopicReader(names.health)
+    receipts = Receipts(names.receipts)
+    try:
+        sick = wait_for(lambda: next((a["instance_id"] for a in app.get("/agents")
+                                      if a["agent_id"] == SICK and a["state"] == "READY"), None), 60, "sick READY")
+        inbox = Tail(names.inbox(SICK), lambda b: codec.decode(b, Envelope))
+        sent: list[str] = []
+        with traffic(sent, per_second=10):
+            wait_for(lambda: any((h := codec.decode(r.value, InstanceHealth)).weight == 0 and h.timeout_factor == 2.0
+                                 for r in health.poll(0.2) if r.key == sick.encode() and r.value), 60,
+                     "the health writer setting weight 0 and timeout factor 2 for the slow instance")
+            with Client() as client:
+                def probe_served_longer() -> Envelope | None:
+                    probe = client.envelope("demo.echo", {"probe": True}, execution_timeout_ms=4_000)
+                    client.publish(probe)
+                    got = inbox.until(lambda es: [e for e in es if e.message_id == probe.message_id] or None, 30,
+                                      "the probe in the slow instance's inbox")
+                    return got[0] if got[0].execution_timeout_ms == 8_000 else None
+
+                served = wait_for(probe_served_longer, 30, "a request forwarded with the doubled timeout", interval=0.2)
+        done = receipts.wait_status([served.message_id], Status.COMPLETED, 30)
+        assert any(r.instance_id == sick for r in done[served.message_id] if r.status is Status.COMPLETED)
+        inbox.close()
+    finally:
+        slow.terminate()
+        slow.wait(60)
+        health.close()
         receipts.close()
         app.stop()
 
