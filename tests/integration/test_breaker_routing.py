@@ -8,6 +8,7 @@ side of the contract on its own (the exact states they need, without waiting for
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -106,6 +107,67 @@ def test_end_to_end_the_breaker_opens_and_the_sick_instance_gets_nothing(
         for proc in agents:
             proc.terminate()
             proc.wait(60)
+        receipts.close()
+        app.stop()
+
+
+def test_end_to_end_a_recovered_instance_is_probed_then_restored_gradually(
+        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = Names(namespace)
+    for name, value in {"REACH_HEALTH_OPEN_MS": "3000", "REACH_HEALTH_RESTORE_STEP_MS": "8000",
+                        "REACH_HEALTH_EMIT_INTERVAL_MS": "500"}.items():
+        monkeypatch.setenv(name, value)
+    sick_file = tmp_path / "sick.json"
+    sick_file.write_text(json.dumps({"fail_rate": 1.0}))
+    app = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
+    app.start()
+    agents = [spawn("examples.echo_agent:agent"), spawn("examples.sick_agent:agent", REACH_SICK_FILE=str(sick_file))]
+    health = TopicReader(names.health)
+    receipts = Receipts(names.receipts)
+    try:
+        ready = wait_for(lambda: (lambda f: f if set(f) == {SICK, ECHO} else None)(
+            {a["agent_id"]: a["instance_id"] for a in app.get("/agents") if a["state"] == "READY"}), 60,
+            "echo and sick READY")
+        sick = ready[SICK]
+
+        def timeline() -> list[InstanceHealth]:
+            return [codec.decode(r.value, InstanceHealth) for r in health.poll(0.2)
+                    if r.key == sick.encode() and r.value]
+
+        sent: list[str] = []
+        with traffic(sent):
+            wait_for(lambda: any(h.breaker is BreakerState.OPEN for h in timeline()), 60, "the sick breaker OPEN")
+            sick_file.write_text(json.dumps({"fail_rate": 0.0}))
+            wait_for(lambda: any(h.breaker is BreakerState.CLOSED and h.admit == 1.0 and h.restore_step is None
+                                 and h.at > max(o.at for o in timeline() if o.breaker is BreakerState.OPEN)
+                                 for h in timeline()), 90, "the sick instance fully restored")
+            restored = max(h.at for h in timeline())
+            wait_for(lambda: now_ms() > restored + 5_000 and len(sent) > 0, 30, "traffic after the restore")
+        records = sorted(timeline(), key=lambda h: h.at)
+        routed = [r for rs in receipts.by_message().values() for r in rs if r.status is Status.ROUTED]
+
+        def in_effect(at: int) -> InstanceHealth | None:
+            return next((h for h in reversed(records) if h.at <= at), None)
+
+        share: dict[str, list[int]] = {}
+        for r in routed:
+            h = in_effect(r.at)
+            if h is None:
+                continue
+            phase = "open" if h.breaker is BreakerState.OPEN else "probing" if h.breaker is BreakerState.HALF_OPEN \
+                else f"admit {h.admit:g}"
+            counts = share.setdefault(phase, [0, 0])
+            counts[0] += r.instance_id == sick
+            counts[1] += 1
+        assert share["probing"][0] >= 1, f"the HALF_OPEN instance got its probes: {share}"
+        assert share["admit 0.1"][0] / share["admit 0.1"][1] < 0.2, share
+        assert share["admit 1"][0] / share["admit 1"][1] > share["admit 0.1"][0] / share["admit 0.1"][1], share
+    finally:
+        for proc in agents:
+            proc.terminate()
+            proc.wait(60)
+        health.close()
         receipts.close()
         app.stop()
 
