@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from reach.candidates import Candidate, RouteRequest
 from reach.records import BreakerState, Canary, CanaryState, InstanceHealth
@@ -63,6 +63,7 @@ class Admission:
     arm: str | None
     note: str | None
     refused: tuple[Candidate, ...] = ()  # HALF_OPEN instances that did not admit the request (never a fallback)
+    arms: Mapping[str, str] = field(default_factory=dict)  # instance_id -> arm, for CandidateScore.arm / Decision.arm
 
 
 def admit(
@@ -76,13 +77,16 @@ def admit(
     kept = tuple(candidates)
     notes: list[str] = []
     arm: str | None = None
+    arms: dict[str, str] = {}
     key = request.routing_key
     for agent_id in sorted({c.agent_id for c in kept}):
         canary = canaries.get(agent_id)
         if canary is None:
             continue
         kept, agent_arm, note = _canary_arm(request, key, kept, canary)
-        arm = agent_arm if arm is None or agent_arm == CANARY else arm
+        if agent_arm is not None:
+            arm = agent_arm if arm is None or agent_arm == CANARY else arm
+            arms.update((c.instance_id, agent_arm) for c in kept if c.agent_id == agent_id)
         if note:
             notes.append(note)
     restoring: list[Candidate] = []
@@ -104,7 +108,7 @@ def admit(
         else:
             admitted_now = restoring
             notes.append(f"{_names(restoring)} restoring: outside its share, kept (nothing else left)")
-    return Admission(tuple(admitted_now), arm, "; ".join(notes) or None, tuple(refused))
+    return Admission(tuple(admitted_now), arm, "; ".join(notes) or None, tuple(refused), arms)
 
 
 def _canary_arm(

@@ -37,6 +37,7 @@ class RouteRequest:
     delivery_timeout_ms: int | None = None
     reroutes: int = 0
     canary: bool = False
+    priority: int = 0  # RoutingHints.priority: the priority scoring factor matches it to instances' priority_class
 
     @classmethod
     def from_envelope(cls, env: Mapping[str, Any]) -> RouteRequest:
@@ -62,6 +63,7 @@ class RouteRequest:
             delivery_timeout_ms=env.get("delivery_timeout_ms"),
             reroutes=env.get("reroutes", 0),
             canary=bool(routing.get("canary")),
+            priority=routing.get("priority") or 0,
         )
 
     @property

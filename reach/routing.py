@@ -12,10 +12,11 @@ from typing import Any
 
 from reach.admission import admit
 from reach.candidates import OPEN_RETRY_AFTER_MS, RouteRequest, Selection, match, shed
+from reach.factors import FactorWeights, ScoringContext, as_factor_weights
 from reach.loads import InstanceLoad, retry_after_ms
 from reach.names import check_capability
 from reach.records import AgentRegistration, Canary, InstanceHealth, Weights
-from reach.scoring import ScoredDecision, ScoreParts, parts, score
+from reach.scoring import ScoredDecision, ScoreParts, score, score_all
 from reach.versions import BadVersion, parse_range
 
 
@@ -30,9 +31,13 @@ class Forward:
     decision: ScoredDecision
     topic: str
     partition: int
-    arm: str | None = None
-    admission: str | None = None
+    admission: str | None = None  # Decision.admission: who admission left out before scoring and why, if any
     timeout_factor: float = 1.0
+
+    @property
+    def arm(self) -> str | None:
+        """Decision.arm: the picked instance's canary arm (None when its agent runs no canary)."""
+        return self.decision.arm
 
     @property
     def instance(self) -> AgentRegistration:
@@ -45,7 +50,7 @@ class Overload:
 
     retry_after_ms: int
     scores: tuple[ScoreParts, ...]
-    weights: Weights
+    weights: FactorWeights
     message: str
 
 
@@ -111,14 +116,14 @@ def decide(
     request: RouteRequest,
     registrations: Iterable[AgentRegistration],
     *,
-    weights: Weights,
+    weights: Mapping[str, float] | Weights,
     now_ms: int,
     loads: Mapping[str, InstanceLoad] | None = None,
     disabled: Collection[str] = frozenset(),
     affinity: Mapping[str, str] | None = None,
+    health: Mapping[str, InstanceHealth] | None = None,
     rng: random.Random | None = None,
     payload: bytes | None = None,
-    health: Mapping[str, InstanceHealth] | None = None,
     canaries: Mapping[str, Canary] | None = None,
     throttled: Mapping[str, int] | None = None,
 ) -> RouteOutcome:
@@ -138,10 +143,11 @@ def decide(
         names = sorted(c.instance_id for c in admission.refused) + sorted(matched.open)
         return Unavailable(OPEN_RETRY_AFTER_MS, _unavailable_message(request, names))
     selection = shed(admission.candidates, health=health, throttled=throttled)
+    context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms)
     if selection.all_overloaded:
-        aff = (affinity or {}).get(request.session_key or "")
-        scores = tuple(parts(request, c, weights, aff) for c in selection.overloaded)
-        return Overload(_overload_retry_after(selection), scores, weights, overload_message(selection))
+        scores = score_all(request, selection.overloaded, weights, context)
+        return Overload(_overload_retry_after(selection), scores, as_factor_weights(weights),
+                        overload_message(selection))
     if not selection.candidates:
         future = request.expire_at is not None and request.expire_at > now_ms
         detail = f" {request.version_range}" if request.version_range != "*" else ""
@@ -150,7 +156,7 @@ def decide(
             future,
             f"no READY instance{target} serves {request.capability}{detail} for tenant {request.tenant!r}",
         )
-    decision = score(request, selection.candidates, weights, affinity or {}, rng or random.Random())
+    decision = score(request, selection.candidates, weights, context, rng or random.Random())
     if payload is not None:
         problem = validation_error(decision.picked.capability.input_schema, payload, request.content_type)
         if problem is not None:
@@ -161,7 +167,7 @@ def decide(
     if len(selection.candidates) == 1 and picked_health is not None and picked_health.timeout_factor > 1:
         factor = picked_health.timeout_factor  # slow, but the sole candidate: it serves with more time
     return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key),
-                   arm=admission.arm, admission=admission.note, timeout_factor=factor)
+                   admission=admission.note, timeout_factor=factor)
 
 
 def _unavailable_message(request: RouteRequest, instances: list[str]) -> str:
