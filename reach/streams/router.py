@@ -101,11 +101,19 @@ class CapabilityTopics:
                 listed = admin.list_topics(timeout=5).topics
                 self._latest = frozenset(t for t in listed if t.startswith(self.prefix))
                 self._listed.set()
-                group = admin.describe_consumer_groups([self.group], request_timeout=5)[self.group].result()
-                self.on_members(max(len(group.members), 1))  # qps_limit is shared among the group's workers
             except KafkaException as exc:  # the next listing tries again; routing goes on with what it has
                 log.warning("listing capability topics failed: %s", exc)
+            self._count_members(admin)
             self._stop.wait(self.every_s)
+
+    def _count_members(self, admin: Any) -> None:
+        """The hot path's workers (qps_limit is shared among them); the last count stays when the broker
+        does not answer (or the principal may not describe the group)."""
+        try:
+            group = admin.describe_consumer_groups([self.group], request_timeout=5)[self.group].result()
+            self.on_members(max(len(group.members), 1))
+        except Exception as exc:  # noqa: BLE001 - never stop the topic listing over the count
+            log.debug("describing %s failed (qps_limit keeps the last worker count): %s", self.group, exc)
 
     def refresh(self, consumer: Consumer, now: float) -> bool:
         """Re-subscribe when the matching topics changed; True while subscribed to at least one."""

@@ -21,13 +21,14 @@ from reach import codec, control
 from reach.client import Client
 from reach.envelopes import new_envelope, now_ms
 from reach.names import Names
-from reach.records import BreakerState, Envelope, InstanceHealth, Policy, Receipt, Status
+from reach.records import AgentState, BreakerState, Envelope, InstanceHealth, Policy, Receipt, Status
 from tests.integration.agent_support import Receipts, TopicReader, spawn
 from tests.integration.router_helpers import (
     Instance,
     Sender,
     Tail,
     Worker,
+    ensure,
     first_per_message,
     produce,
     receipts_tail,
@@ -278,3 +279,31 @@ def test_a_slow_sole_candidate_serves_with_a_doubled_execution_timeout(namespace
     assert forwarded.execution_timeout_ms == 8_000
     assert forwarded.model_copy(update={"execution_timeout_ms": 4_000}) == sent, "nothing else changed"
     inbox.close()
+
+
+def test_over_its_qps_limit_an_instance_is_skipped_and_alone_it_overloads(namespace: str) -> None:
+    names = Names(namespace)
+    limited, free = Instance(names, "limited", partitions=[0]), Instance(names, "free", partitions=[1])
+    receipts = receipts_tail(names)
+    with running_router() as router:
+        for inst in (limited, free):
+            ensure(names, inst.inbox)
+            reg = inst.registration().model_copy(update={"qps_limit": 3.0 if inst is limited else None})
+            produce(names.registry, reg.instance_id, codec.encode(reg))
+        wait_for(lambda: sees(router, limited, qps_limit=3.0) and sees(router, free), 30, "both instances")
+        shared = Sender(names).many(30, capability="text.echo")
+        routed = receipts.until(lambda rs: (lambda r: r if len(r) == len(shared) else None)(
+            first_per_message(rs, shared, {Status.ROUTED})), 30, "every request ROUTED")
+        to_limited = sum(1 for r in routed.values() if r.instance_id == "limited")
+        assert 1 <= to_limited <= 3 + 3, f"{to_limited} of 30 to an instance limited to 3/s (burst 3)"
+        free.heartbeat(state=AgentState.DRAINING)
+        wait_for(lambda: sees(router, free, state=AgentState.DRAINING), 30, "the free instance draining")
+        alone = Sender(names).many(20, capability="text.echo")
+        ended = receipts.until(lambda rs: (lambda r: r if len(r) == len(alone) else None)(
+            first_per_message(rs, alone, {Status.ROUTED, Status.FAILED})), 30, "every request ROUTED or FAILED")
+    failed = [r for r in ended.values() if r.status is Status.FAILED]
+    assert failed and all(r.error is not None and r.error.code == "OVERLOAD" and (r.retry_after_ms or 0) > 0
+                          for r in failed)
+    assert all(r.instance_id == "limited" for r in ended.values() if r.status is Status.ROUTED)
+    assert len(ended) - len(failed) <= 3 + 3, "no more than the burst and what refilled meanwhile"
+    receipts.close()
