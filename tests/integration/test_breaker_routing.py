@@ -9,8 +9,6 @@ side of the contract on its own (the exact states they need, without waiting for
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,6 +35,7 @@ from tests.integration.router_helpers import (
     wait_for,
 )
 from tests.integration.stream_app import StreamApp
+from tests.integration.test_health_writer import traffic
 
 
 def publish_health(names: Names, instance: Instance, **fields: object) -> InstanceHealth:
@@ -45,43 +44,39 @@ def publish_health(names: Names, instance: Instance, **fields: object) -> Instan
     return record
 
 
-SICK, ECHO = "agent://demo/sick", "agent://demo/echo"
+SICK = "agent://demo/sick"
 
 
 @contextmanager
-def traffic(sent: list[str], per_second: float = 20) -> Iterator[None]:
-    """demo.echo requests at a steady rate until the block ends, appended to `sent` as they go out."""
-    stop = threading.Event()
-
-    def run() -> None:
-        with Client() as client:
-            while not stop.wait(1 / per_second):
-                sent.append(client.send("demo.echo", {"n": len(sent)}))
-
-    thread = threading.Thread(target=run, name="traffic", daemon=True)
-    thread.start()
+def stack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: dict[str, str],
+          agents: dict[str, dict[str, str]]) -> Iterator[tuple[StreamApp, dict[str, str]]]:
+    """`settings` in the environment, a stream app (router, delay tiers, health writer) and agent processes
+    (target -> extra environment); yields the app and agent_id -> instance_id once every agent is READY."""
+    for name, value in settings.items():
+        monkeypatch.setenv(name, value)
+    app = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
+    app.start()
+    procs = [spawn(target, **env) for target, env in agents.items()]
     try:
-        yield
+        ready = wait_for(lambda: (lambda f: f if len(f) == len(agents) else None)(
+            {a["agent_id"]: a["instance_id"] for a in app.get("/agents") if a["state"] == "READY"}), 60,
+            "every agent READY")
+        yield app, ready
     finally:
-        stop.set()
-        thread.join(10)
+        for proc in procs:
+            proc.terminate()
+            proc.wait(60)
+        app.stop()
 
 
 def test_end_to_end_the_breaker_opens_and_the_sick_instance_gets_nothing(
         namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("REACH_HEALTH_OPEN_MS", "20000")  # long enough to watch the OPEN window whole
-    app = StreamApp(tmp_path)
-    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
-    app.start()
-    agents: list[subprocess.Popen[bytes]] = [spawn("examples.echo_agent:agent"), spawn("examples.sick_agent:agent")]
     receipts = Receipts(Names(namespace).receipts)
-    try:
-        ready = wait_for(lambda: (lambda f: f if set(f) == {SICK, ECHO} else None)(
-            {a["agent_id"]: a["instance_id"] for a in app.get("/agents") if a["state"] == "READY"}), 60,
-            "echo and sick READY")
+    with stack(tmp_path, monkeypatch, {"REACH_HEALTH_OPEN_MS": "20000"},  # long enough to watch OPEN whole
+               {"examples.echo_agent:agent": {}, "examples.sick_agent:agent": {}}) as (app, ready):
         sick = ready[SICK]
-        sent: list[str] = []
-        with traffic(sent):
+        with traffic() as sent:
             wait_for(lambda: any(a["instance_id"] == sick and a["breaker"] == "OPEN" for a in app.get("/agents")),
                      60, "the router seeing the sick instance's breaker OPEN")
             seen_open = now_ms()
@@ -104,40 +99,27 @@ def test_end_to_end_the_breaker_opens_and_the_sick_instance_gets_nothing(
         late: list[Receipt] = [r for i in ids[after:] for r in done[i]
                                if r.status is Status.ROUTED and r.at < open_until]
         assert late and all(r.instance_id != sick for r in late), "no new request and no retry reached it while OPEN"
-    finally:
-        for proc in agents:
-            proc.terminate()
-            proc.wait(60)
-        receipts.close()
-        app.stop()
+    receipts.close()
 
 
 def test_end_to_end_a_recovered_instance_is_probed_then_restored_gradually(
         namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     names = Names(namespace)
-    for name, value in {"REACH_HEALTH_OPEN_MS": "3000", "REACH_HEALTH_RESTORE_STEP_MS": "8000",
-                        "REACH_HEALTH_EMIT_INTERVAL_MS": "500"}.items():
-        monkeypatch.setenv(name, value)
     sick_file = tmp_path / "sick.json"
     sick_file.write_text(json.dumps({"fail_rate": 1.0}))
-    app = StreamApp(tmp_path)
-    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
-    app.start()
-    agents = [spawn("examples.echo_agent:agent"), spawn("examples.sick_agent:agent", REACH_SICK_FILE=str(sick_file))]
     health = TopicReader(names.health)
     receipts = Receipts(names.receipts)
-    try:
-        ready = wait_for(lambda: (lambda f: f if set(f) == {SICK, ECHO} else None)(
-            {a["agent_id"]: a["instance_id"] for a in app.get("/agents") if a["state"] == "READY"}), 60,
-            "echo and sick READY")
+    with stack(tmp_path, monkeypatch, {"REACH_HEALTH_OPEN_MS": "3000", "REACH_HEALTH_RESTORE_STEP_MS": "8000",
+                                       "REACH_HEALTH_EMIT_INTERVAL_MS": "500"},
+               {"examples.echo_agent:agent": {}, "examples.sick_agent:agent": {"REACH_SICK_FILE": str(sick_file)}}
+               ) as (_app, ready):
         sick = ready[SICK]
 
         def timeline() -> list[InstanceHealth]:
             return [codec.decode(r.value, InstanceHealth) for r in health.poll(0.2)
                     if r.key == sick.encode() and r.value]
 
-        sent: list[str] = []
-        with traffic(sent):
+        with traffic() as sent:
             wait_for(lambda: any(h.breaker is BreakerState.OPEN for h in timeline()), 60, "the sick breaker OPEN")
             sick_file.write_text(json.dumps({"fail_rate": 0.0}))
             wait_for(lambda: any(h.breaker is BreakerState.CLOSED and h.admit == 1.0 and h.restore_step is None
@@ -164,34 +146,23 @@ def test_end_to_end_a_recovered_instance_is_probed_then_restored_gradually(
         assert share["probing"][0] >= 1, f"the HALF_OPEN instance got its probes: {share}"
         assert share["admit 0.1"][0] / share["admit 0.1"][1] < 0.2, share
         assert share["admit 1"][0] / share["admit 1"][1] > share["admit 0.1"][0] / share["admit 0.1"][1], share
-    finally:
-        for proc in agents:
-            proc.terminate()
-            proc.wait(60)
-        health.close()
-        receipts.close()
-        app.stop()
+    health.close()
+    receipts.close()
 
 
 def test_end_to_end_a_slow_sole_instance_gets_weight_0_and_serves_with_a_doubled_timeout(
         namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     names = Names(namespace)
-    for name, value in {"REACH_HEALTH_SLOW_WINDOW_MS": "1000", "REACH_HEALTH_SLOW_WINDOWS": "2",
-                        "REACH_HEALTH_SLOW_MIN_CALLS": "3", "REACH_HEALTH_EMIT_INTERVAL_MS": "200"}.items():
-        monkeypatch.setenv(name, value)
     control.publish(control.policy_record(Policy(slow_threshold_ms=50), scope="demo.echo"), names=names)
-    app = StreamApp(tmp_path)
-    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
-    app.start()
-    slow = spawn("examples.sick_agent:agent", REACH_SICK_FAIL_RATE="0", REACH_SICK_DELAY_MS="150")
     health = TopicReader(names.health)
     receipts = Receipts(names.receipts)
-    try:
-        sick = wait_for(lambda: next((a["instance_id"] for a in app.get("/agents")
-                                      if a["agent_id"] == SICK and a["state"] == "READY"), None), 60, "sick READY")
+    with stack(tmp_path, monkeypatch, {"REACH_HEALTH_SLOW_WINDOW_MS": "1000", "REACH_HEALTH_SLOW_WINDOWS": "2",
+                                       "REACH_HEALTH_SLOW_MIN_CALLS": "3", "REACH_HEALTH_EMIT_INTERVAL_MS": "200"},
+               {"examples.sick_agent:agent": {"REACH_SICK_FAIL_RATE": "0", "REACH_SICK_DELAY_MS": "150"}}
+               ) as (_app, ready):
+        sick = ready[SICK]
         inbox = Tail(names.inbox(SICK), lambda b: codec.decode(b, Envelope))
-        sent: list[str] = []
-        with traffic(sent, per_second=10):
+        with traffic(per_second=10):
             wait_for(lambda: any((h := codec.decode(r.value, InstanceHealth)).weight == 0 and h.timeout_factor == 2.0
                                  for r in health.poll(0.2) if r.key == sick.encode() and r.value), 60,
                      "the health writer setting weight 0 and timeout factor 2 for the slow instance")
@@ -207,12 +178,8 @@ def test_end_to_end_a_slow_sole_instance_gets_weight_0_and_serves_with_a_doubled
         done = receipts.wait_status([served.message_id], Status.COMPLETED, 30)
         assert any(r.instance_id == sick for r in done[served.message_id] if r.status is Status.COMPLETED)
         inbox.close()
-    finally:
-        slow.terminate()
-        slow.wait(60)
-        health.close()
-        receipts.close()
-        app.stop()
+    health.close()
+    receipts.close()
 
 
 def test_an_open_instance_receives_nothing_and_every_request_completes(namespace: str) -> None:

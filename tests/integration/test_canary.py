@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from reach.client import Client
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import CanaryState, Control, ControlKind, Receipt, Status
+from reach.settings import ReachSettings
 from tests.integration.agent_support import ROOT, reach_cli, running, wait_for
 from tests.integration.router_helpers import Tail, first_per_message, receipts_tail
 from tests.integration.stream_app import StreamApp
@@ -92,58 +93,65 @@ def start_canary(version: str, *, step: str) -> None:
 
 def ready(app: StreamApp, *instances: Agent) -> None:
     wanted = {a.instance_id for a in instances}
-    wait_for(lambda: wanted <= {a["instance_id"] for a in app.get("/agents") if a["state"] == "READY"}, 60,
-             "both builds READY in the router's registry")
+
+    def settled() -> bool:
+        rows = {a["instance_id"]: a for a in app.get("/agents") if a["state"] == "READY"}
+        owned = [p for i in wanted if i in rows for p in rows[i]["assigned_partitions"]]
+        # the inbox group's rebalance is over: every instance owns partitions, none owned twice
+        return wanted <= set(rows) and all(rows[i]["assigned_partitions"] for i in wanted) \
+            and len(owned) == len(set(owned))
+
+    wait_for(settled, 60, "both builds READY, each owning inbox partitions")
 
 
-def test_a_healthy_canary_promotes_through_its_steps(namespace: str, app: StreamApp) -> None:
-    names = Names(namespace)
-    stable, canary = versioned("1.0.0", fail=False), versioned("1.3.0", fail=False)
+@contextmanager
+def two_builds(app: StreamApp, *, canary_fails: bool, step: str) -> Iterator[tuple[Agent, Agent, Tail, Tail]]:
+    """Instances of 1.0.0 and 1.3.0 READY, a 5/50/100 canary of 1.3.0 started; yields them, the control topic
+    and the receipts (both read from the beginning)."""
+    names = Names(ReachSettings().namespace)
+    stable, canary = versioned("1.0.0", fail=False), versioned("1.3.0", fail=canary_fails)
     control = Tail(names.control, lambda b: codec.decode(b, Control))
     receipts = receipts_tail(names)
-    with ExitStack() as stack:
-        stack.enter_context(running(stable))
-        stack.enter_context(running(canary))
-        ready(app, stable, canary)
-        start_canary("1.3.0", step="2s")
+    try:
+        with running(stable), running(canary):
+            ready(app, stable, canary)
+            start_canary("1.3.0", step=step)
+            yield stable, canary, control, receipts
+    finally:
+        control.close()
+        receipts.close()
+
+
+def test_a_healthy_canary_promotes_through_its_steps(app: StreamApp) -> None:
+    with two_builds(app, canary_fails=False, step="2s") as (stable, canary, control, receipts):
         with Traffic() as traffic:
             wait_for(lambda: any(c.canary and c.canary.state is CanaryState.PROMOTED for c in canary_records(control)),
                      90, "the canary PROMOTED")
         ids = list(traffic.ids)
         receipts.until(lambda rs: len(first_per_message(rs, ids, {Status.COMPLETED})) == len(ids) or None, 60,
                        "every request COMPLETED")
-    history = [c.canary for c in canary_records(control) if c.canary is not None]
-    steps = [(c.step, c.state) for c in history]
-    assert (1, CanaryState.RUNNING) in steps and (2, CanaryState.RUNNING) in steps
-    assert steps[-1][1] is CanaryState.PROMOTED
-    first_promotion = next(c.step_started_at for c in history if c.step == 1)
-    routed = [r for r in receipts.records if r.status is Status.ROUTED and r.message_id in set(ids)]
-    by_arm = {arm: {r.instance_id for r in routed if r.decision and r.decision.arm == arm}
-              for arm in ("stable", "canary")}
-    assert by_arm == {"stable": {stable.instance_id}, "canary": {canary.instance_id}}
-    early = [r for r in routed if r.at < first_promotion]
-    early_canary = sum(1 for r in early if r.decision and r.decision.arm == "canary")
-    assert early and early_canary / len(early) < 0.25, f"{early_canary}/{len(early)} on the canary arm at 5%"
-    compared = reach_cli("receipts", "sql", "--file", str(ROOT / "docs/queries/canary.sql"), "--format", "json")
-    assert compared.returncode == 0, compared.stderr
-    rows = {row["arm"]: row for row in json.loads(compared.stdout)}
-    assert set(rows) == {"stable", "canary"} and all(row["success_rate"] == 1.0 for row in rows.values())
-    status = json.loads(reach_cli("canary", "status", AGENT, "--json").stdout)
-    assert status[0]["state"] == "PROMOTED" and status[0]["share"] == 1.0
-    control.close()
-    receipts.close()
+        history = [c.canary for c in canary_records(control) if c.canary is not None]
+        steps = [(c.step, c.state) for c in history]
+        assert (1, CanaryState.RUNNING) in steps and (2, CanaryState.RUNNING) in steps
+        assert steps[-1][1] is CanaryState.PROMOTED
+        first_promotion = next(c.step_started_at for c in history if c.step == 1)
+        routed = [r for r in receipts.records if r.status is Status.ROUTED and r.message_id in set(ids)]
+        by_arm = {arm: {r.instance_id for r in routed if r.decision and r.decision.arm == arm}
+                  for arm in ("stable", "canary")}
+        assert by_arm == {"stable": {stable.instance_id}, "canary": {canary.instance_id}}
+        early = [r for r in routed if r.at < first_promotion]
+        early_canary = sum(1 for r in early if r.decision and r.decision.arm == "canary")
+        assert early and early_canary / len(early) < 0.25, f"{early_canary}/{len(early)} on the canary arm at 5%"
+        compared = reach_cli("receipts", "sql", "--file", str(ROOT / "docs/queries/canary.sql"), "--format", "json")
+        assert compared.returncode == 0, compared.stderr
+        rows = {row["arm"]: row for row in json.loads(compared.stdout)}
+        assert set(rows) == {"stable", "canary"} and all(row["success_rate"] == 1.0 for row in rows.values())
+        status = json.loads(reach_cli("canary", "status", AGENT, "--json").stdout)
+        assert status[0]["state"] == "PROMOTED" and status[0]["share"] == 1.0
 
 
-def test_a_failing_canary_rolls_back_and_then_gets_nothing(namespace: str, app: StreamApp) -> None:
-    names = Names(namespace)
-    stable, canary = versioned("1.0.0", fail=False), versioned("1.3.0", fail=True)
-    control = Tail(names.control, lambda b: codec.decode(b, Control))
-    receipts = receipts_tail(names)
-    with ExitStack() as stack:
-        stack.enter_context(running(stable))
-        stack.enter_context(running(canary))
-        ready(app, stable, canary)
-        start_canary("1.3.0", step="60s")
+def test_a_failing_canary_rolls_back_and_then_gets_nothing(app: StreamApp) -> None:
+    with two_builds(app, canary_fails=True, step="60s") as (stable, canary, control, receipts):
         with Traffic() as traffic:
             wait_for(lambda: any(c.canary and c.canary.state is CanaryState.ROLLED_BACK
                                  for c in canary_records(control)), 90, "the canary ROLLED_BACK")
@@ -170,14 +178,13 @@ def test_a_failing_canary_rolls_back_and_then_gets_nothing(namespace: str, app: 
         done = receipts.until(lambda rs: (lambda d: d if len(d) == len(ids) else None)(
             first_per_message(rs, ids, {Status.COMPLETED, Status.FAILED, Status.DEAD_LETTERED})), 90,
             "a terminal receipt for every request")
-    assert {r.status for r in done.values()} == {Status.COMPLETED}, "failed canary attempts retried on stable"
-    failed_on_canary = [r for r in receipts.records if r.instance_id == canary.instance_id
-                        and r.status is Status.ATTEMPT_FAILED and r.at < after]
-    assert len(failed_on_canary) >= 3, "the canary took its share and failed it before the rollback"
-    reached = [r for r in receipts.records if isinstance(r, Receipt) and r.instance_id == canary.instance_id
-               and r.status in (Status.ROUTED, Status.STARTED) and r.at >= after]
-    assert reached == [], "no request reaches the rolled-back version"
-    assert all(first_per_message(receipts.records, later, {Status.ROUTED})[m].decision.arm is None  # type: ignore[union-attr]
-               for m in later)
-    control.close()
-    receipts.close()
+        unfinished = [(r.error, r.attempt) for r in done.values() if r.status is not Status.COMPLETED]
+        assert not unfinished, f"failed canary attempts are retried on stable: {unfinished}"
+        failed_on_canary = [r for r in receipts.records if r.instance_id == canary.instance_id
+                            and r.status is Status.ATTEMPT_FAILED and r.at < after]
+        assert len(failed_on_canary) >= 3, "the canary took its share and failed it before the rollback"
+        reached = [r for r in receipts.records if isinstance(r, Receipt) and r.instance_id == canary.instance_id
+                   and r.status in (Status.ROUTED, Status.STARTED) and r.at >= after]
+        assert reached == [], "no request reaches the rolled-back version"
+        assert all(first_per_message(receipts.records, later, {Status.ROUTED})[m].decision.arm is None  # type: ignore[union-attr]
+                   for m in later)
