@@ -32,6 +32,7 @@ from confluent_kafka import (
 )
 
 from reach import clients, codec, topicreader
+from reach import headers as H
 from reach.codec import RegistryUnavailable
 from reach.control import apply_record
 from reach.envelopes import now_ms
@@ -48,6 +49,12 @@ from reach.views.control import ControlView
 log = logging.getLogger("reach.health")
 Publish = Callable[[str, InstanceHealth | None], None]
 """Told of every record published (None: the instance left this writer: tombstoned or owned elsewhere)."""
+
+
+def _from_router(msg: Message) -> bool:
+    """A router's ROUTED receipt (it carries the router header): not a call, skipped without decoding it."""
+    pairs: Any = msg.headers() or ()
+    return any(name == H.ROUTER for name, _ in pairs)
 
 
 def health_group(names: Names) -> str:
@@ -169,7 +176,7 @@ class HealthWriter(LoopThread):
                     log.warning("health receipts consumer: %s", err)
                 continue
             value = msg.value()
-            if value is not None:
+            if value is not None and not _from_router(msg):
                 try:
                     calls += self.table.fold(codec.decode_dict("Receipt", value)) is not None
                 except RegistryUnavailable:

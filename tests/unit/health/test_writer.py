@@ -138,3 +138,13 @@ def test_an_idle_instance_is_forgotten_with_a_tombstone() -> None:
     assert w.publish(producer) == [None]
     producer.flush()
     assert producer.sent[-1][1] is None and OWNED not in w.records()
+
+
+def test_routed_receipts_are_skipped_by_their_router_header_without_decoding() -> None:
+    from reach import headers as H
+
+    w, clock = writer()
+    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    routed = FakeMessage(NAMES.receipts, 0, 1, b"never decoded", None, [(H.ROUTER, b"router-1")])
+    assert w.fold([routed, failed(OWNED, clock.now, 2)]) == 1
+    assert w.bad_records == 0
