@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,6 +83,7 @@ def test_sick_instance_opens_probes_recovers_gradually_and_survives_a_writer_res
 
         ready = wait_for(both_ready, 60, "echo and sick READY")
         sick, echo = ready[SICK], ready[ECHO]
+        began = time.time() * 1000
         with traffic() as sent:
             _, opened = wait_for(lambda: health.first(sick, breaker=BreakerState.OPEN), 30, "the sick breaker OPEN")
             assert opened.admit == 0.0 and opened.open_until is not None and opened.open_until > opened.at
@@ -98,6 +100,7 @@ def test_sick_instance_opens_probes_recovers_gradually_and_survives_a_writer_res
                                          "CLOSED after probes, restoring at 10%")
             assert closed.admit == pytest.approx(0.1) and closed.weight == 1.0 and closed.step_started_at
 
+            restart = time.time() * 1000
             status.stop()  # the writer goes (flushing what it wrote) ...
             before = max(offset for offset, _ in health.of(sick))
             status.start()  # ... and its successor restores the instance from the topic, not afresh
@@ -105,6 +108,8 @@ def test_sick_instance_opens_probes_recovers_gradually_and_survives_a_writer_res
             assert resumed.breaker is BreakerState.CLOSED and resumed.restore_step in (0, 1), resumed
             if resumed.restore_step == 0:
                 assert resumed.step_started_at == closed.step_started_at and resumed.admit == pytest.approx(0.1)
+            print(f"health timeline: OPEN {opened.at - began:.0f} ms after traffic began; HALF_OPEN at +"
+                  f"{probing.at - opened.at} ms; writer restart -> its first record {resumed.at - restart:.0f} ms")
             _, half = wait_for(lambda: health.first(sick, after=closed_at, restore_step=1), 60, "restore at 50%")
             assert half.admit == pytest.approx(0.5)
             _, whole = wait_for(lambda: health.first(sick, after=closed_at, restore_step=None,
