@@ -60,6 +60,12 @@ class HealthTable:
         for tracker in self.trackers.values():
             tracker.windows.clear()
 
+    def republish(self, instance_id: str) -> None:
+        """Publish the instance again at the next `due` (its last record was not acknowledged)."""
+        published = self._published.get(instance_id)
+        if published is not None:
+            published.decision, published.numbers, published.at = (), {}, None
+
     def build_version(self, instance_id: str, version: str) -> None:
         self._versions[instance_id] = version
         tracker = self.trackers.get(instance_id)
