@@ -177,3 +177,19 @@ def test_a_restarted_loop_owns_nothing_until_assigned_again() -> None:
     assert not w.owned and not w.table.trackers and not w.records()
     assert published[-1] == (OWNED, None)
     assert w.publish(FakeProducer()) == []
+
+
+def test_an_idle_registered_instance_that_is_not_healthy_is_kept() -> None:
+    w, clock = writer()
+    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w.caught_up()
+    w.table.build_version(OWNED, "1.0.0")
+    w.fold([failed(OWNED, clock.now + i, i) for i in range(10)])
+    producer = FakeProducer()
+    w.publish(producer)
+    clock.now += SHORT.forget_ms
+    [probing] = w.publish(producer)  # OPEN -> HALF_OPEN, not forgotten: it would come back at full share
+    assert probing is not None and probing.breaker is BreakerState.HALF_OPEN and probing.build_version == "1.0.0"
+    w.table.forget_version(OWNED)  # deregistered: now it goes
+    clock.now += 100  # past forget_ms since its last call
+    assert w.publish(producer) == [None]
