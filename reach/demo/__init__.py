@@ -36,6 +36,9 @@ AGENTS = (("echo", "examples.echo_agent:agent", "agent://demo/echo"),
 """(name, module:attr, agent id) of the example agents; one instance of each per region."""
 SICK = ("sick", "examples.sick_agent:agent", "agent://demo/sick")
 """One sick instance of demo.echo in the first region (REACH_SICK_FAIL_RATE, default 1.0): the breaker's subject."""
+DEMO_HEALTH = {"REACH_HEALTH_ERROR_RATE": "0.75", "REACH_HEALTH_EJECT_SUCCESS": "0.3"}
+"""The flaky agent fails about half its attempts on purpose (its traffic kinds expect retries): with these
+thresholds only the sick instance trips its breaker; set the variables to override them."""
 DRAIN_S = 20.0
 STARTUP_S = 120.0
 
@@ -88,7 +91,8 @@ class _Run:
     # -- start ---------------------------------------------------------------------------------------
     def start(self, stop: StopRequests) -> None:
         say = self.console.print
-        router = self.children.spawn("router", ["router", "--interval", "10"], REACH_WEB_PORT=str(self.port))
+        router = self.children.spawn("router", ["router", "--interval", "10"], REACH_WEB_PORT=str(self.port),
+                                     **{k: os.environ.get(k, v) for k, v in DEMO_HEALTH.items()})
         for name, target, _ in AGENTS:
             for region in REGIONS:
                 self.children.spawn(f"{name}-{region}", ["agent", "run", target], REACH_AGENT_REGION=region)

@@ -189,9 +189,15 @@ class InstanceTracker:
                 self.restore_step, self.ejected_until, self.slow_until)
 
     def idle(self, now: int) -> bool:
-        """No call within forget_ms and nothing time still has to change."""
+        """No call within forget_ms."""
         last = self.last_call_at if self.last_call_at is not None else self.judged_until
-        return now - last >= self.settings.forget_ms and self.breaker.state is not BreakerState.OPEN
+        return now - last >= self.settings.forget_ms
+
+    @property
+    def healthy(self) -> bool:
+        """CLOSED, fully restored, neither ejected nor slow: forgetting it changes nothing for the router."""
+        return (self.breaker.state is BreakerState.CLOSED and self.restore_step is None and self.ejected_until is None
+                and self.slow_until is None)
 
     def record(self, now: int) -> InstanceHealth:
         s = self.settings

@@ -28,7 +28,7 @@
 | REACH_HEALTH_EMIT_INTERVAL_MS     | 1000    | at most one record per instance this often (changes: at once) |
 | REACH_HEALTH_TICK_MS              | 250     | timer for time-driven transitions                             |
 | REACH_HEALTH_REPLAY_MS            | 300000  | receipts re-read on taking ownership (rebuilds the windows)   |
-| REACH_HEALTH_FORGET_MS            | 600000  | an instance idle this long is forgotten (tombstoned)          |
+| REACH_HEALTH_FORGET_MS            | 600000  | idle this long and healthy or deregistered: tombstoned        |
 """
 
 from __future__ import annotations

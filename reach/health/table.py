@@ -2,7 +2,8 @@
 
 A record is due at once when a decision changes (breaker, admit, weight, timeout factor, restore step),
 else at most every emit_interval_ms while its numbers move (new calls, windows decaying); an instance
-idle for forget_ms is dropped with a tombstone, so the compacted topic holds only live instances.
+idle for forget_ms is dropped with a tombstone when it is healthy or no longer registered, so the
+compacted topic holds only live instances.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class HealthTable:
         for tracker in self.trackers.values():
             tracker.windows.clear()
 
+    def republish(self, instance_id: str) -> None:
+        """Publish the instance again at the next `due` (its last record was not acknowledged)."""
+        published = self._published.get(instance_id)
+        if published is not None:
+            published.decision, published.numbers, published.at = (), {}, None
+
     def build_version(self, instance_id: str, version: str) -> None:
         self._versions[instance_id] = version
         tracker = self.trackers.get(instance_id)
@@ -108,7 +115,9 @@ class HealthTable:
         for instance_id in sorted(self.trackers):
             tracker = self.trackers[instance_id]
             tracker.tick(now)
-            if tracker.idle(now):
+            # idle and healthy, or idle and gone from the registry: forgotten (a registered instance that is still
+            # OPEN, probing or restoring keeps its state, or it would come back at full share unproven)
+            if tracker.idle(now) and (tracker.healthy or instance_id not in self._versions):
                 del self.trackers[instance_id]
                 self._published.pop(instance_id, None)
                 out.append((instance_id, None))

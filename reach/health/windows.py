@@ -110,24 +110,21 @@ class Windows:
 
     def slices(self, now: int, width_ms: int, count: int, since: int | None = None) -> list[Counts]:
         """The last `count` complete windows of `width_ms` (aligned to multiples of it), oldest first; windows
-        that start before `since` are left out (so the list may be shorter)."""
+        that start before `since` are left out (so the list may be shorter). One walk over their buckets."""
         end = now - now % width_ms
-        out: list[Counts] = []
-        for i in range(count, 0, -1):
-            lo, hi = end - i * width_ms, end - (i - 1) * width_ms
-            if since is not None and lo < since:
+        lo = end - count * width_ms
+        sums = [[0, 0, 0, 0] for _ in range(count)]
+        for bucket in reversed(self._buckets):
+            if bucket.start < lo:
+                break
+            if bucket.start >= end:
                 continue
-            calls = ok = overloads = slow = 0
-            for bucket in self._buckets:
-                if bucket.start >= hi:
-                    break
-                if bucket.start >= lo:
-                    calls += bucket.calls
-                    ok += bucket.ok
-                    overloads += bucket.overloads
-                    slow += bucket.slow
-            out.append(Counts(calls, ok, overloads, slow))
-        return out
+            acc = sums[(bucket.start - lo) // width_ms]
+            acc[0] += bucket.calls
+            acc[1] += bucket.ok
+            acc[2] += bucket.overloads
+            acc[3] += bucket.slow
+        return [Counts(*acc) for i, acc in enumerate(sums) if since is None or lo + i * width_ms >= since]
 
     def percentiles(self, *qs: float) -> list[float | None]:
         """Nearest-rank percentiles (0 < q <= 1) of the kept run times; None without samples."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,6 +83,7 @@ def test_sick_instance_opens_probes_recovers_gradually_and_survives_a_writer_res
 
         ready = wait_for(both_ready, 60, "echo and sick READY")
         sick, echo = ready[SICK], ready[ECHO]
+        began = time.time() * 1000
         with traffic() as sent:
             _, opened = wait_for(lambda: health.first(sick, breaker=BreakerState.OPEN), 30, "the sick breaker OPEN")
             assert opened.admit == 0.0 and opened.open_until is not None and opened.open_until > opened.at
@@ -98,6 +100,7 @@ def test_sick_instance_opens_probes_recovers_gradually_and_survives_a_writer_res
                                          "CLOSED after probes, restoring at 10%")
             assert closed.admit == pytest.approx(0.1) and closed.weight == 1.0 and closed.step_started_at
 
+            restart = time.time() * 1000
             status.stop()  # the writer goes (flushing what it wrote) ...
             before = max(offset for offset, _ in health.of(sick))
             status.start()  # ... and its successor restores the instance from the topic, not afresh
@@ -105,6 +108,8 @@ def test_sick_instance_opens_probes_recovers_gradually_and_survives_a_writer_res
             assert resumed.breaker is BreakerState.CLOSED and resumed.restore_step in (0, 1), resumed
             if resumed.restore_step == 0:
                 assert resumed.step_started_at == closed.step_started_at and resumed.admit == pytest.approx(0.1)
+            print(f"health timeline: OPEN {opened.at - began:.0f} ms after traffic began; HALF_OPEN at +"
+                  f"{probing.at - opened.at} ms; writer restart -> its first record {resumed.at - restart:.0f} ms")
             _, half = wait_for(lambda: health.first(sick, after=closed_at, restore_step=1), 60, "restore at 50%")
             assert half.admit == pytest.approx(0.5)
             _, whole = wait_for(lambda: health.first(sick, after=closed_at, restore_step=None,
@@ -123,3 +128,73 @@ def test_sick_instance_opens_probes_recovers_gradually_and_survives_a_writer_res
         health.close()
         status.stop()
         route.stop()
+
+
+def test_two_writers_split_the_partitions_and_hand_instances_over_with_their_state(namespace: str) -> None:
+    """In process, receipts produced directly: a second writer takes over half the partitions, the first
+    gives them up, and an OPEN breaker stays OPEN across the hand-over (restored, not reset)."""
+    from confluent_kafka import Producer
+
+    from reach.envelopes import now_ms
+    from reach.health.settings import HealthSettings
+    from reach.records import ErrorInfo, Receipt, Status
+    from reach.settings import KafkaSettings
+    from reach.streams.health import HealthWriter
+    from reach.streams.status.lookup import partition_of
+
+    names = Names(namespace)
+    settings = HealthSettings(open_ms=600_000, replay_ms=60_000, emit_interval_ms=200)
+    kafka = KafkaSettings()
+    producer = Producer(kafka.producer())
+    ids = [f"inst-{n}" for n in range(8)]
+    by_partition = {p: [i for i in ids if partition_of(i, 2) == p] for p in (0, 1)}
+    assert by_partition[0] and by_partition[1]
+    sick = by_partition[0][0], by_partition[1][0]
+
+    def fail(instance: str, count: int) -> None:
+        for n in range(count):
+            receipt = Receipt(message_id=f"{instance}-{now_ms()}-{n}", trace_id="t", tenant="d", capability="demo.echo",
+                              agent_id="agent://demo/sick", instance_id=instance, status=Status.ATTEMPT_FAILED,
+                              at=now_ms(), error=ErrorInfo(kind="TRANSIENT", code="SICK", message="sick"))
+            producer.produce(names.receipts, key=receipt.message_id, value=codec.encode(receipt))
+        producer.flush(10)
+
+    health = Health(names.health)
+    first = HealthWriter(names=names, kafka=kafka, settings=settings)
+    second = HealthWriter(names=names, kafka=kafka, settings=settings)
+    first.start()
+    try:
+        wait_for(lambda: first.owned == {0, 1} and not first.replaying, 60, "the first writer owning both partitions")
+        for instance in sick:
+            fail(instance, 10)
+        try:
+            opened = {i: wait_for(lambda i=i: health.first(i, breaker=BreakerState.OPEN), 60, f"{i} OPEN")[1]
+                      for i in sick}
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; writer: owned {first.owned}, replaying {first.replaying}, error "
+                                 f"{first.error!r}, calls {first.table.calls}, published {first.published}") from None
+        second.start()
+        overlaps: list[set[int]] = []
+
+        def split() -> bool:
+            both = first.owned & second.owned
+            if both:
+                overlaps.append(both)
+            return bool(first.owned) and bool(second.owned) and first.owned | second.owned == {0, 1}
+
+        wait_for(split, 60, "the two writers splitting the partitions", interval=0.02)
+        assert not overlaps, f"both writers owned {overlaps}"
+        wait_for(lambda: not first.replaying and not second.replaying, 60, "both writers replayed")
+        owner = {p: first if p in first.owned else second for p in (0, 1)}
+        for instance in sick:
+            tracker = owner[partition_of(instance, 2)].table.trackers[instance]
+            assert tracker.breaker.state is BreakerState.OPEN
+            assert tracker.breaker.open_until == opened[instance].open_until  # restored from the topic, not reset
+        assert first.error is None and second.error is None
+        second.stop()  # it leaves the group: the first writer takes its partitions back, with their state
+        wait_for(lambda: first.owned == {0, 1} and not first.replaying, 60, "the first writer owning both again")
+        assert all(first.table.trackers[i].breaker.open_until == opened[i].open_until for i in sick)
+    finally:
+        second.stop()
+        first.stop()
+        health.close()

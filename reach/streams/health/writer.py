@@ -32,9 +32,11 @@ from confluent_kafka import (
 )
 
 from reach import clients, codec, topicreader
+from reach import headers as H
 from reach.codec import RegistryUnavailable
 from reach.control import apply_record
 from reach.envelopes import now_ms
+from reach.errors import ReachError
 from reach.health.settings import HealthSettings
 from reach.health.table import HealthTable
 from reach.names import Names
@@ -50,6 +52,12 @@ Publish = Callable[[str, InstanceHealth | None], None]
 """Told of every record published (None: the instance left this writer: tombstoned or owned elsewhere)."""
 
 
+def _from_router(msg: Message) -> bool:
+    """A router's ROUTED receipt (it carries the router header): not a call, skipped without decoding it."""
+    pairs: Any = msg.headers() or ()
+    return any(name == H.ROUTER for name, _ in pairs)
+
+
 def health_group(names: Names) -> str:
     """The writers' consumer group on `<ns>.health`."""
     return f"{names.router_app_id}.health"
@@ -62,7 +70,7 @@ class HealthWriter(LoopThread):
     instance, for views in the same process."""
 
     thread_name = "reach-health-writer"
-    restart_on = (KafkaException, StreamsError, RegistryUnavailable)
+    restart_on = (KafkaException, StreamsError, RegistryUnavailable, ReachError)
     log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, settings: HealthSettings | None = None,
@@ -89,7 +97,8 @@ class HealthWriter(LoopThread):
         return bool(self.partitions) and partition_of(instance_id, self.partitions) in self.owned
 
     def records(self) -> dict[str, InstanceHealth]:
-        return dict(self._latest)
+        """The latest record per owned instance (a copy: safe from another thread)."""
+        return self._latest.copy()
 
     @property
     def replaying(self) -> bool:
@@ -106,6 +115,7 @@ class HealthWriter(LoopThread):
         meta = topicreader.open_reader("health-meta", self._kafka)
         feed = topicreader.open_reader("health-receipts", self._kafka)
         producer = clients.producer(self._kafka)
+        self._release_all()  # a restarted loop owns nothing until its new group member is assigned
         try:
             self.partitions = len(topicreader.partitions(group, self.names.health))
             self._follow_meta(meta)
@@ -124,13 +134,31 @@ class HealthWriter(LoopThread):
                 if not self.owned:
                     self._stop.wait(self.settings.tick_ms / 1000)
                 self.fold(messages)
-                if time.monotonic() >= next_tick or messages:
+                if not messages and self._replay_to:
+                    self._replayed_by_position(feed)
+                if time.monotonic() >= next_tick:  # a change found in a batch waits at most one tick
                     next_tick = time.monotonic() + self.settings.tick_ms / 1000
                     self.publish(producer)
         finally:
             producer.flush(10)
             for consumer in (group, meta, feed):
                 consumer.close()
+            self._release_all()
+
+    def _release_all(self) -> None:
+        self.owned.clear()
+        self._replay_to.clear()
+        self._replay_pending = False
+        self.table.drop(lambda _i: False)
+        for instance_id in list(self._latest):
+            del self._latest[instance_id]
+            self._on_publish(instance_id, None)
+
+    def _replayed_by_position(self, feed: Consumer) -> None:
+        """Idle during a replay: a position at or past the end offset also ends it (the last record may be gone)."""
+        for tp in feed.position([TopicPartition(self.names.receipts, p) for p in self._replay_to]):
+            if tp.offset >= self._replay_to.get(tp.partition, 0):
+                self._replay_to.pop(tp.partition, None)
 
     def _follow_meta(self, meta: Consumer) -> None:
         tps = []
@@ -169,7 +197,7 @@ class HealthWriter(LoopThread):
                     log.warning("health receipts consumer: %s", err)
                 continue
             value = msg.value()
-            if value is not None:
+            if value is not None and not _from_router(msg):
                 try:
                     calls += self.table.fold(codec.decode_dict("Receipt", value)) is not None
                 except RegistryUnavailable:
@@ -223,8 +251,11 @@ class HealthWriter(LoopThread):
         return out
 
     def _delivered(self, err: Any, msg: Any) -> None:
-        if err is not None:  # the next change or interval publishes the instance again
-            log.warning("health record for %r not acknowledged: %s", msg.key() if msg else None, err)
+        if err is not None:
+            key = msg.key() if msg is not None else None
+            log.warning("health record for %r not acknowledged (published again next tick): %s", key, err)
+            if key:
+                self.table.republish(key.decode(errors="replace"))
 
     # -- rebalance -----------------------------------------------------------------------------------
 

@@ -138,3 +138,58 @@ def test_an_idle_instance_is_forgotten_with_a_tombstone() -> None:
     assert w.publish(producer) == [None]
     producer.flush()
     assert producer.sent[-1][1] is None and OWNED not in w.records()
+
+
+def test_routed_receipts_are_skipped_by_their_router_header_without_decoding() -> None:
+    from reach import headers as H
+
+    w, clock = writer()
+    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    routed = FakeMessage(NAMES.receipts, 0, 1, b"never decoded", None, [(H.ROUTER, b"router-1")])
+    assert w.fold([routed, failed(OWNED, clock.now, 2)]) == 1
+    assert w.bad_records == 0
+
+
+def test_a_refused_record_is_published_again_at_the_next_tick() -> None:
+    from confluent_kafka import KafkaError
+
+    w, clock = writer()
+    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w.caught_up()
+    w.fold([failed(OWNED, clock.now + i, i) for i in range(10)])
+    refusing = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT))
+    [opened] = w.publish(refusing)
+    refusing.flush()  # the delivery report says it never landed
+    clock.now += 1
+    producer = FakeProducer()
+    [again] = w.publish(producer)
+    assert again is not None and opened is not None and again.breaker is opened.breaker is BreakerState.OPEN
+
+
+def test_a_restarted_loop_owns_nothing_until_assigned_again() -> None:
+    published: list[tuple[str, InstanceHealth | None]] = []
+    w, clock = writer(published=published)
+    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w.caught_up()
+    w.fold([failed(OWNED, clock.now, 1)])
+    w.publish(FakeProducer())
+    w._release_all()
+    assert not w.owned and not w.table.trackers and not w.records()
+    assert published[-1] == (OWNED, None)
+    assert w.publish(FakeProducer()) == []
+
+
+def test_an_idle_registered_instance_that_is_not_healthy_is_kept() -> None:
+    w, clock = writer()
+    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w.caught_up()
+    w.table.build_version(OWNED, "1.0.0")
+    w.fold([failed(OWNED, clock.now + i, i) for i in range(10)])
+    producer = FakeProducer()
+    w.publish(producer)
+    clock.now += SHORT.forget_ms
+    [probing] = w.publish(producer)  # OPEN -> HALF_OPEN, not forgotten: it would come back at full share
+    assert probing is not None and probing.breaker is BreakerState.HALF_OPEN and probing.build_version == "1.0.0"
+    w.table.forget_version(OWNED)  # deregistered: now it goes
+    clock.now += 100  # past forget_ms since its last call
+    assert w.publish(producer) == [None]
