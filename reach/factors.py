@@ -178,6 +178,9 @@ def _priority(request: RouteRequest, candidates: Sequence[Candidate], context: S
 
 
 def _cost(request: RouteRequest, candidates: Sequence[Candidate], context: ScoringContext) -> list[float]:
+    declared = [c.registration.cost for c in candidates]
+    if declared.count(None) == len(declared):  # the common case, without a call per candidate
+        return [NEUTRAL_COST] * len(declared)
     return relative_costs([declared_cost(c.registration) for c in candidates])
 
 
