@@ -32,7 +32,8 @@ _LOWER_OPS = frozenset({">=", "=", ">"})
 NEUTRAL_COST = 0.5
 """The cost value of an instance that declares no cost, and of every instance when the candidates do not differ."""
 
-_EMPTY: Mapping[str, object] = MappingProxyType({})
+_NO_HEALTH: Mapping[str, InstanceHealth] = MappingProxyType({})
+_NONE: Mapping[str, str] = MappingProxyType({})
 
 
 class ScoringContext(NamedTuple):
@@ -40,9 +41,9 @@ class ScoringContext(NamedTuple):
 
     A NamedTuple like ScoreParts: the router builds one per request."""
 
-    health: Mapping[str, InstanceHealth] = _EMPTY  # type: ignore[assignment]  # by instance_id (the health table)
-    affinity: Mapping[str, str] = _EMPTY  # type: ignore[assignment]  # session_key -> instance serving it
-    arms: Mapping[str, str] = _EMPTY  # type: ignore[assignment]  # instance_id -> canary arm (admission fills it)
+    health: Mapping[str, InstanceHealth] = _NO_HEALTH  # by instance_id (the health table)
+    affinity: Mapping[str, str] = _NONE  # session_key -> instance serving it
+    arms: Mapping[str, str] = _NONE  # instance_id -> canary arm (admission fills it)
 
 
 FactorValues = Callable[[RouteRequest, Sequence[Candidate], ScoringContext], list[float]]
@@ -178,6 +179,9 @@ def _priority(request: RouteRequest, candidates: Sequence[Candidate], context: S
 
 
 def _cost(request: RouteRequest, candidates: Sequence[Candidate], context: ScoringContext) -> list[float]:
+    declared = [c.registration.cost for c in candidates]
+    if declared.count(None) == len(declared):  # the common case, without a call per candidate
+        return [NEUTRAL_COST] * len(declared)
     return relative_costs([declared_cost(c.registration) for c in candidates])
 
 

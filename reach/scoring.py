@@ -44,6 +44,7 @@ TIE_BAND = 0.05
 _INF = math.inf
 _AFFINITY = INDEX["affinity"]
 _LEGACY_AT = tuple((name, INDEX[name]) for name in LEGACY)
+_new = tuple.__new__  # ScoreParts without its generated __new__'s argument handling: 0.2 vs 0.35 µs
 
 
 class ScoreParts(NamedTuple):
@@ -113,8 +114,8 @@ def _scored(
             multiplier = effective_weight(reg, health.get(instance_id))
         else:  # effective_weight's rule for the declared weight alone, inline: the common case
             multiplier = reg.weight if 0.0 <= reg.weight < _INF else 1.0
-        scores.append(ScoreParts(instance_id, reg.agent_id, total * multiplier, row,
-                                 arms.get(instance_id) if arms else None))
+        scores.append(_new(ScoreParts, (instance_id, reg.agent_id, total * multiplier, row,
+                                        arms.get(instance_id) if arms else None)))
         multipliers.append(multiplier)
         totals.append(total)
     return tuple(scores), multipliers, totals

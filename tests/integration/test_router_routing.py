@@ -123,3 +123,25 @@ def test_a_cost_weight_set_through_the_cli_routes_to_the_cheaper_instance(namesp
         assert tuple(parts["cheap"]) == NAMES
         by = {c.instance_id: c for c in decision.candidates}
         assert by["cheap"].score - by["dear"].score == pytest.approx(2.0, abs=0.05)  # the cost term (load may differ)
+
+
+def test_the_priority_health_preset_sends_urgent_requests_to_the_urgent_class(namespace: str) -> None:
+    names = Names(namespace)
+    standard = Instance(names, "standard", partitions=[0])
+    urgent = Instance(names, "urgent", priority_class=5, partitions=[1])
+    for i in (standard, urgent):
+        i.heartbeat()
+    sender = Sender(names)
+    with running_router() as router:
+        wait_for(lambda: sees(router, standard) and sees(router, urgent, priority_class=5), what="both instances")
+        cli = weights_cli("set", "--preset", "priority-health")
+        assert cli.returncode == 0, cli.stderr
+        wait_for(lambda: router.state.control.weights("text.echo")["priority"] == 0.4, what="the preset seen")
+        hurried = routed(names, sender.many(20, priority=5))
+        calm = routed(names, sender.many(20))
+        assert {r.instance_id for r in hurried.values()} == {"urgent"}
+        assert {r.instance_id for r in calm.values()} == {"standard"}
+        decision = next(iter(hurried.values())).decision
+        assert decision is not None and decision.weights["priority"] == 0.4 and decision.weights["fit"] == 0.0
+        assert {c.instance_id: c.parts["priority"] for c in decision.candidates} == {"urgent": 1.0,
+                                                                                      "standard": 1 / 6}
