@@ -274,3 +274,10 @@ def test_over_its_qps_limit_an_instance_is_skipped_and_alone_it_overloads(namesp
     assert all(r.instance_id == "limited" for r in ended.values() if r.status is Status.ROUTED)
     assert len(ended) - len(failed) <= 3 + 3, "no more than the burst and what refilled meanwhile"
     receipts.close()
+
+
+def test_router_workers_count_each_other_for_their_share_of_qps_limit(namespace: str) -> None:
+    names = Names(namespace)
+    Sender(names).many(1, capability="text.echo")  # a capability topic, so both workers join the hot path's group
+    with running_router() as one, running_router() as two:
+        wait_for(lambda: one.qps.workers == two.qps.workers == 2, 60, "both workers counting two members")
