@@ -99,6 +99,10 @@ class Candidate(NamedTuple):
         return self.load.full
 
 
+OPEN_RETRY_AFTER_MS = 1_000
+"""retry_after_ms for an instance OPEN without an open_until, or HALF_OPEN and not admitting the request."""
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     """The filter's answer: instances with room, or (when every match is full) the full matches."""
@@ -130,10 +134,6 @@ class Matched:
             return None
         until = [t for t in self.open.values() if t is not None]
         return max(min(until) - now_ms, 1) if until else OPEN_RETRY_AFTER_MS
-
-
-OPEN_RETRY_AFTER_MS = 1_000
-"""retry_after_ms for an instance OPEN without an open_until, or HALF_OPEN and not admitting the request."""
 
 
 def is_open(health: InstanceHealth | None, now_ms: int) -> bool:
