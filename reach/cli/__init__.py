@@ -8,6 +8,7 @@ import typer
 
 from reach.cli import agent, agents, demo, local, send, topics
 from reach.cli import dlq as dlq_cli
+from reach.cli import gateway as gateway_cli
 from reach.cli import receipts as receipts_cli
 from reach.cli import router as router_cli
 from reach.cli import status as status_cli
@@ -32,6 +33,7 @@ app.add_typer(receipts_cli.app, name="receipts")
 app.command("status")(status_cli.status)
 app.command("trace")(status_cli.trace)
 app.add_typer(dlq_cli.app, name="dlq")
+app.command("gateway")(gateway_cli.gateway)
 
 
 def main() -> None:
