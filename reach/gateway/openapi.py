@@ -19,7 +19,8 @@ _WHY = {
     403: "the app may not call this capability", 404: "no live instance serves the capability and version range",
     408: "the body did not arrive in time", 409: "the same idempotency_key is still waiting for its ack",
     413: "body or payload over the size limit", 422: "the payload violates every matching version's input schema",
-    429: "quota used up (Retry-After says when to come back)", 503: "the broker did not acknowledge in time",
+    429: "quota used up (Retry-After says when to come back)", 431: "the request head is too large",
+    503: "the broker did not acknowledge in time",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}}
 
@@ -40,6 +41,7 @@ _EITHER = {"anyOf": [{"$ref": _REF.format(model="ErrorBody")}, {"$ref": _REF.for
 _WHY.update({502: "the agent failed the request", 504: "no terminal receipt in time, or the budget ran out"})
 INVOKE_ERRORS: dict[int | str, dict[str, Any]] = {code: _error(code, _EITHER) for code in _WHY}
 READ_ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "unknown id"},
+                                                431: _error(431),
                                                 503: {"model": ErrorBody, "description": "status table unavailable"}}
 BODIES: tuple[type[BaseModel], ...] = (EnvelopeRequest, InvokeRequest, BatchRequest)
 

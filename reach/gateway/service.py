@@ -51,6 +51,26 @@ class CountRequests:
             self.metrics.request(route, seen[0] if seen else 500, app_id)
 
 
+class LimitHead:
+    """ASGI middleware: 431 for a request head over `limit` bytes. h11's own cap only bounds a head still
+    arriving (a slow, endless one); a large head that arrives whole in one read passes it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+            size += sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+            if size > self.limit:
+                response = _error(431, "headers_too_large", f"the request head is {size:,} bytes; the limit is "
+                                  f"{self.limit:,}", "send fewer or smaller headers")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _error(status: int, error: str, message: str, hint: str | None = None,
            headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": error, "message": message, "hint": hint}, status_code=status, headers=headers)
@@ -93,6 +113,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
         return _error(400, "bad_request", f"{where}: {first.get('msg', 'invalid request')}")
 
     openapi.install(app)
+    app.add_middleware(LimitHead, limit=settings.max_header_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
     app.state.metrics = metrics
     return app

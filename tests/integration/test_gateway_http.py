@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -40,7 +41,7 @@ class Gateway:
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> None:
-        env = {**os.environ, "REACH_TEST_GATEWAY_APPS": json.dumps(APPS)}
+        env = {**os.environ, "REACH_TEST_GATEWAY_APPS": json.dumps(APPS), "REACH_GATEWAY_BODY_TIMEOUT": "2"}
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.gateway_launcher", "--port",
                                           str(self.port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -163,3 +164,40 @@ def test_a_repeated_idempotency_key_is_one_message(namespace: str, gateway: Gate
     assert first.status_code == again.status_code == 202, first.text
     assert first.json() == again.json()
     assert records_on(Names(namespace).capability("nobody.serves")) == 1
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP/1.1 response (head, then Content-Length bytes of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, f"connection closed after {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+def test_slow_and_oversized_clients_do_not_stall_a_signed_request(namespace: str, gateway: Gateway) -> None:
+    def connect() -> socket.socket:
+        return socket.create_connection(("127.0.0.1", gateway.port), timeout=30)
+
+    half_head = connect()  # a head that never ends
+    half_head.sendall(b"POST /v1/envelopes HTTP/1.1\r\nHost: x\r\nReach-Key: k-main\r\n")
+    half_body = connect()  # a body that never arrives
+    half_body.sendall(b"POST /v1/envelopes HTTP/1.1\r\nHost: x\r\nReach-Key: k-main\r\nReach-Signature: t=1,v1=0"
+                      b"\r\nContent-Length: 1000\r\n\r\n{")
+    huge = connect()
+    huge.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 * 1024) + b"\r\n\r\n")
+    try:
+        parked = {"capability": "nobody.serves", "payload": {}, "expire_at": 4_102_444_800_000}
+        assert gateway.post("/v1/envelopes", parked).status_code == 202
+        assert huge.recv(64).split(b" ")[1] == b"431"
+        answer = read_response(half_body)  # refused after REACH_GATEWAY_BODY_TIMEOUT, the others went on meanwhile
+        assert answer.split(b" ")[1] == b"408" and b"body_timeout" in answer
+    finally:
+        for sock in (half_head, half_body, huge):
+            sock.close()

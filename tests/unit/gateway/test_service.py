@@ -262,3 +262,8 @@ def test_openapi_documents_every_route_body_and_error(client: TestClient) -> Non
 
 def test_healthz(client: TestClient) -> None:
     assert client.get("/healthz").json() == {"ok": True, "registry": "running", "replies": "running"}
+
+
+def test_a_huge_request_head_is_431_before_any_route(client: TestClient, fakes: Fakes) -> None:
+    resp = client.get("/healthz", headers={"X-Big": "a" * (20 * 1024)})
+    assert resp.status_code == 431 and resp.json()["error"] == "headers_too_large"
