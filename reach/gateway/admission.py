@@ -9,7 +9,7 @@ from anyio import to_thread
 
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
-from reach.gateway import door
+from reach.gateway import checks
 from reach.gateway.bodies import Accepted, EnvelopeRequest
 from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.httpsettings import HttpSettings
@@ -44,8 +44,8 @@ class Admitted:
 
 
 class Admission:
-    """The door (reach.gateway.door) with its I/O: authenticator and quotas run in worker threads (their Redis
-    calls must not stall the event loop), the registry is read in memory, the broker ack is awaited."""
+    """The door's checks (reach.gateway.checks) with their I/O: authenticator and quotas run in worker threads
+    (their Redis calls must not stall the event loop), the registry is read in memory, the ack is awaited."""
 
     def __init__(self, deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics) -> None:
         self.deps = deps
@@ -56,23 +56,23 @@ class Admission:
         outcome = await to_thread.run_sync(lambda: self.deps.authenticator.authenticate(
             key_id=key_id, signature=signature, body=raw, now=self.deps.clock_ms() // 1000))
         if not isinstance(outcome, Verified):
-            raise door.refuse_auth(outcome)
+            raise checks.refuse_auth(outcome)
         return outcome.entry.app
 
     async def admit(self, app: CallerApp, request: EnvelopeRequest, *, reply_to: str | None = None,
                     default_budget_ms: int = BUDGET_MS) -> Admitted:
         """Size, permission, quota, capability, schema; then the Envelope, stamped with the app's tenant."""
-        door.check_names(request.capability, request.version)
-        payload = door.encode_payload(request.payload)
-        door.check_may_call(app, request.capability)
+        checks.check_names(request.capability, request.version)
+        payload = checks.encode_payload(request.payload)
+        checks.check_may_call(app, request.capability)
         now = self.deps.clock_ms()
         versions = self.deps.catalog.versions(request.capability, app.tenant, now)
         decision = await to_thread.run_sync(self.deps.quotas.take, app, request.capability)
         if not decision.allowed:
             self.metrics.quota_hit(app.app_id, request.capability, decision.scope, bool(versions))
-        door.check_quota(decision, app, request.capability)
+        checks.check_quota(decision, app, request.capability)
         waits = request.expire_at is not None and request.expire_at > now
-        door.check_contract(versions, capability=request.capability, version_range=request.version,
+        checks.check_contract(versions, capability=request.capability, version_range=request.version,
                             payload=payload, waits=waits)
         return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
 
@@ -87,7 +87,7 @@ class Admission:
                                  if request.idempotency_key else None),
             )
         except ReachError as exc:  # checked above; a rule added to new_envelope later still answers 400
-            raise door.Refusal(400, "bad_request", str(exc)) from None
+            raise checks.Refusal(400, "bad_request", str(exc)) from None
         routing = RoutingHints(region=hints.region, session_key=hints.session_key, tags=hints.tags,
                                priority=hints.priority, canary=hints.canary)
         return envelope.model_copy(update={"routing": routing, "callback": request.callback})
@@ -103,7 +103,7 @@ class Admission:
                 if prior.state == "accepted":
                     return Accepted(message_id=prior.message_id, trace_id=prior.trace_id,
                                     status_url=status_url(prior.message_id))
-                raise door.Refusal(409, "in_flight", f"a request with idempotency_key {key!r} is still waiting for "
+                raise checks.Refusal(409, "in_flight", f"a request with idempotency_key {key!r} is still waiting for "
                                    "the broker's acknowledgement", "retry in a second with the same key")
         try:
             await self.deps.publisher.publish(env)
@@ -111,8 +111,8 @@ class Admission:
             if key is not None:
                 await self.deps.idempotency.release(app.app_id, key)
             if isinstance(exc, BrokerRefused):
-                raise door.Refusal(400, "refused_by_broker", str(exc)) from None
-            raise door.Refusal(503, "unavailable", str(exc), "retry with the same idempotency_key",
+                raise checks.Refusal(400, "refused_by_broker", str(exc)) from None
+            raise checks.Refusal(503, "unavailable", str(exc), "retry with the same idempotency_key",
                                headers={"Retry-After": "1"}) from None
         if key is not None:
             await self.deps.idempotency.accepted(app.app_id, key, Remembered("accepted", env.message_id,

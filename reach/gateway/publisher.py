@@ -31,6 +31,7 @@ class KafkaPublisher:
         timeout_ms = max(1000, int(ack_timeout_s * 1000))
         self._sender = Sender(clients.producer(client.kafka, **{"message.timeout.ms": timeout_ms}))
         self._ensured: set[str] = set()
+        self._failing = False  # the last publish went unacknowledged: /healthz says so until one is acked
 
     async def publish(self, envelope: Envelope) -> None:
         topic = self._client.names.capability(envelope.capability)
@@ -45,12 +46,14 @@ class KafkaPublisher:
         except RecordRefused as exc:
             raise BrokerRefused(f"the broker refused {envelope.message_id}: {exc}") from None
         except (DeliveryFailed, TimeoutError) as exc:
+            self._failing = True
             raise InfraUnavailable(f"the broker did not acknowledge {envelope.message_id} on {topic} within "
                                    f"{self._ack_timeout:g}s ({exc or 'timeout'}); retry with the same "
                                    "idempotency_key") from None
+        self._failing = False
 
     def healthy(self) -> bool:
-        return True
+        return not self._failing
 
     def close(self) -> None:
         self._sender.close(10)

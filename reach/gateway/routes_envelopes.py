@@ -8,7 +8,7 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from reach.gateway import answers, door
+from reach.gateway import answers, checks
 from reach.gateway.admission import Admission
 from reach.gateway.bodies import Accepted, BatchItem, BatchRequest, BatchResult, EnvelopeRequest, InvokeRequest
 from reach.gateway.events import find_row, is_terminal
@@ -21,16 +21,16 @@ SIGNED = ("Reach-Key", "Reach-Signature")
 async def signed(request: Request, admission: Admission, limit: int) -> tuple[CallerApp, object]:
     """Auth headers (401) -> body size (413) -> signature over the raw bytes (401) -> JSON (400)."""
     key_id, signature = (request.headers.get(name) for name in SIGNED)
-    door.require_signature_headers(key_id, signature)
+    checks.require_signature_headers(key_id, signature)
     try:
-        raw = await asyncio.wait_for(door.read_body(request.headers.get("content-length"), request.stream(), limit),
+        raw = await asyncio.wait_for(checks.read_body(request.headers.get("content-length"), request.stream(), limit),
                                      admission.settings.body_timeout)
     except TimeoutError:
-        raise door.Refusal(408, "body_timeout", f"the body did not arrive within "
+        raise checks.Refusal(408, "body_timeout", f"the body did not arrive within "
                            f"{admission.settings.body_timeout:g}s", "send the whole body at once") from None
     app = await admission.authenticate(key_id, signature, raw)
     request.state.app_id = app.app_id
-    return app, door.parse_json(raw)
+    return app, checks.parse_json(raw)
 
 
 def envelope_routes(admission: Admission) -> APIRouter:
@@ -44,7 +44,7 @@ def envelope_routes(admission: Admission) -> APIRouter:
         """202 once the broker acknowledged the envelope (never before)."""
         started = time.perf_counter()
         app, document = await signed(request, admission, settings.max_body_bytes)
-        body = door.parse_model(document, EnvelopeRequest)
+        body = checks.parse_model(document, EnvelopeRequest)
         accepted = await admission.publish(await admission.admit(app, body))
         metrics.accept_seconds.labels("/v1/envelopes").observe(time.perf_counter() - started)
         return accepted
@@ -55,16 +55,16 @@ def envelope_routes(admission: Admission) -> APIRouter:
         """Each item is checked and published on its own; `items[i].status` is what it would have got alone."""
         started = time.perf_counter()
         app, document = await signed(request, admission, settings.max_batch_bytes)
-        body = door.parse_model(document, BatchRequest)
+        body = checks.parse_model(document, BatchRequest)
         if len(body.items) > settings.max_batch_items:
-            raise door.Refusal(400, "bad_request", f"{len(body.items)} items; at most {settings.max_batch_items} "
+            raise checks.Refusal(400, "bad_request", f"{len(body.items)} items; at most {settings.max_batch_items} "
                                "per batch", "split the batch")
 
         async def one(index: int, item: object) -> BatchItem:
             try:
-                admitted = await admission.admit(app, door.parse_model(item, EnvelopeRequest))
+                admitted = await admission.admit(app, checks.parse_model(item, EnvelopeRequest))
                 return BatchItem(index=index, status=202, accepted=await admission.publish(admitted))
-            except door.Refusal as refusal:
+            except checks.Refusal as refusal:
                 return BatchItem(index=index, status=refusal.status, error=refusal.body)
 
         # admitted items are published together: one linger window, acks awaited concurrently
@@ -79,7 +79,7 @@ def envelope_routes(admission: Admission) -> APIRouter:
         """200 with the agent's result when COMPLETED; the terminal status with an error body otherwise; 504
         when no terminal receipt came within timeout_ms (capped by REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS)."""
         app, document = await signed(request, admission, settings.max_body_bytes)
-        body = door.parse_model(document, InvokeRequest)
+        body = checks.parse_model(document, InvokeRequest)
         timeout_ms = min(body.timeout_ms or settings.invoke_timeout_ms, settings.invoke_timeout_max_ms)
         replies = admission.deps.replies
         admitted = await admission.admit(app, body, reply_to=replies.topic, default_budget_ms=timeout_ms)

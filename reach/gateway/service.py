@@ -15,8 +15,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from reach.gateway import openapi
 from reach.gateway.admission import Admission
+from reach.gateway.checks import Refusal
 from reach.gateway.deps import Dependencies
-from reach.gateway.door import Refusal
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
 from reach.gateway.routes_envelopes import envelope_routes

@@ -5,7 +5,9 @@ Kafka/Redis-backed ones from `door_guards`, the integration tests' launcher pass
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 
@@ -25,20 +27,24 @@ from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 @dataclass(frozen=True)
 class Guards:
-    """Who may come in and how fast: the door's two pluggable checks."""
+    """Who may come in and how fast: the door's two pluggable checks, and what stops them."""
 
     authenticator: Authenticator
     quotas: Quotas
+    closers: tuple[Callable[[], Any], ...] = ()
 
 
 def door_guards(reach: ReachSettings) -> Guards:
-    """The Kafka/Redis-backed apps directory, signature check and quotas that `reach apps` manages.
-
-    They come with the apps backend (reach.gateway.auth, reach.gateway.quotas); until it is part of the
-    build, `reach gateway` refuses to start rather than let unchecked callers in."""
-    raise ConfigError(f"`reach gateway` needs the apps, signature and quota backend to check callers in "
-                      f"namespace {reach.namespace}, and this build has none; install a release that ships "
-                      "`reach apps`.")
+    """The Kafka-backed apps directory, signature check and Redis quotas that `reach apps` manages
+    (reach.gateway.door.open_door, read from REACH_GATEWAY_* settings); returns once the directory is read."""
+    try:
+        from reach.gateway.door import open_door
+    except ImportError:  # a build without the apps backend: refuse to start rather than let callers in unchecked
+        raise ConfigError(f"`reach gateway` needs the apps, signature and quota backend (reach.gateway.door) to "
+                          f"check callers in namespace {reach.namespace}, and this build has none; install a "
+                          "release that ships `reach apps`.") from None
+    door = open_door(reach=reach)
+    return Guards(authenticator=door.authenticator, quotas=door.quotas, closers=(door.close,))
 
 
 def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None = None,
@@ -58,4 +64,5 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     idempotency = RedisIdempotency(Redis.from_url((redis or RedisSettings()).url()), reach.namespace)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency,
-                        closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose))
+                        closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,
+                                 *guards.closers))

@@ -34,19 +34,24 @@ class Refusal(ReachError):
         self.headers = dict(headers or {})
 
 
-def unauthorized(reason: str) -> Refusal:
-    return Refusal(401, "unauthorized", reason,
+UNAUTHORIZED = "unauthorized"  # the 401 `error` when the authenticator names no finer code
+
+
+def unauthorized(reason: str, code: str = UNAUTHORIZED) -> Refusal:
+    return Refusal(401, code, reason,
                    "sign the raw body: Reach-Key: <key_id>, Reach-Signature: t=<unix>,v1=<hex HMAC-SHA256>")
 
 
 def require_signature_headers(key_id: str | None, signature: str | None) -> None:
     """Refuse before reading the body when the request is not signed at all."""
     if not key_id or not signature:
-        raise unauthorized("the request carries no Reach-Key and Reach-Signature headers")
+        raise unauthorized("the request carries no Reach-Key and Reach-Signature headers", "missing")
 
 
 def refuse_auth(failure: AuthFailure) -> Refusal:
-    return unauthorized(failure.reason)
+    """401 with the failure's reason; `error` is its coarse code (missing, malformed, stale, denied, replay)
+    when the authenticator gives one."""
+    return unauthorized(failure.reason, str(getattr(failure, "code", None) or UNAUTHORIZED))
 
 
 def too_large(what: str, size: int | None, limit: int) -> Refusal:
