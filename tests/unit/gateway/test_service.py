@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reach.gateway.httpsettings import HttpSettings
-from reach.gateway.ports import KeyEntry
+from reach.gateway.ports import AuthFailure, KeyEntry
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
 from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign
@@ -60,16 +60,20 @@ def test_the_body_cannot_choose_tenant_or_source(client: TestClient, fakes: Fake
     assert fakes.publisher.sent == []
 
 
-@pytest.mark.parametrize("headers, reason", [
-    ({}, "no Reach-Key"),
-    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=00"}, "too old"),
-    ({"Reach-Key": "nobody", "Reach-Signature": "t=1,v1=00"}, "unknown key"),
+# the authenticator's coarse code when its AuthFailure carries one, else "unauthorized"
+FAILURE_CODE = str(getattr(AuthFailure("x"), "code", "unauthorized"))
+
+
+@pytest.mark.parametrize("headers, reason, code", [
+    ({}, "no Reach-Key", "missing"),
+    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=00"}, "too old", FAILURE_CODE),
+    ({"Reach-Key": "nobody", "Reach-Signature": "t=1,v1=00"}, "unknown key", FAILURE_CODE),
 ])
 def test_unsigned_or_badly_signed_is_401_and_nothing_is_sent(client: TestClient, fakes: Fakes,
-                                                              headers: dict[str, str], reason: str) -> None:
+                                                              headers: dict[str, str], reason: str, code: str) -> None:
     resp = client.post("/v1/envelopes", content=b'{"capability":"demo.echo","payload":{}}', headers=headers)
     assert resp.status_code == 401
-    assert resp.json()["error"] in ("missing", "unauthorized") and reason in resp.json()["message"]
+    assert resp.json()["error"] == code and reason in resp.json()["message"]
     assert fakes.publisher.sent == [] and fakes.quotas.taken == 0
 
 
