@@ -8,9 +8,11 @@ same app at the same instant race (the later write wins), which the CLI's use do
 from __future__ import annotations
 
 import getpass
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from reach import codec, topicreader
 from reach.envelopes import now_ms
@@ -21,6 +23,16 @@ from reach.gateway.secrets import SecretBox
 from reach.names import Names
 from reach.records import App
 from reach.settings import KafkaSettings
+
+
+@contextmanager
+def kafka_guarded(what: str) -> Iterator[None]:
+    """librdkafka's errors (no broker, metadata timeout) as InfraUnavailable (exit 4)."""
+    try:
+        yield
+    except KafkaException as exc:
+        raise InfraUnavailable(f"The Kafka broker did not answer while {what} ({exc.args[0].str()}); check "
+                               "REACH_BOOTSTRAP or run `reach local up`.") from None
 
 
 class AppLog(Protocol):
@@ -60,9 +72,10 @@ class KafkaAppLog:
         table = AppTable(self._box)
         reader = topicreader.open_reader("apps", self._kafka)
         try:
-            starts = topicreader.start_offsets(reader, self._names.apps, None, self._timeout)
-            for msg in topicreader.read_range(reader, self._names.apps, starts, idle_timeout=self._timeout):
-                table.apply_raw(msg.key(), msg.value(), where=f"{self._names.apps}@{msg.offset()}")
+            with kafka_guarded(f"reading {self._names.apps}"):
+                starts = topicreader.start_offsets(reader, self._names.apps, None, self._timeout)
+                for msg in topicreader.read_range(reader, self._names.apps, starts, idle_timeout=self._timeout):
+                    table.apply_raw(msg.key(), msg.value(), where=f"{self._names.apps}@{msg.offset()}")
         finally:
             reader.close()
         return table.apps()
@@ -76,8 +89,9 @@ class KafkaAppLog:
             if err is not None:
                 errors.append(str(err))
 
-        self._producer.produce(self._names.apps, key=app.app_id.encode(), value=codec.encode(app),
-                               on_delivery=_report)
+        with kafka_guarded(f"writing {self._names.apps}"):
+            self._producer.produce(self._names.apps, key=app.app_id.encode(), value=codec.encode(app),
+                                   on_delivery=_report)
         if self._producer.flush(self._timeout) or errors:
             raise InfraUnavailable(
                 f"The apps record of {app.app_id} was not acknowledged ({', '.join(errors) or 'timed out'}). "

@@ -15,6 +15,7 @@ from reach import clients, topicreader
 from reach.codec import RegistryUnavailable
 from reach.errors import InfraUnavailable
 from reach.gateway.apps import AppTable
+from reach.gateway.appstore import kafka_guarded
 from reach.gateway.ports import KeyEntry
 from reach.gateway.secrets import SecretBox
 from reach.names import Names
@@ -53,8 +54,9 @@ class KafkaAppDirectory:
         """Assign every partition from the beginning, start following; return once caught up."""
         consumer = topicreader.open_reader("gateway-apps", self._kafka)
         try:
-            parts = topicreader.partitions(consumer, self._topic, timeout)
-            self._ends = {p: topicreader.watermarks(consumer, self._topic, p, timeout)[1] for p in parts}
+            with kafka_guarded(f"starting to follow {self._topic}"):
+                parts = topicreader.partitions(consumer, self._topic, timeout)
+                self._ends = {p: topicreader.watermarks(consumer, self._topic, p, timeout)[1] for p in parts}
         except Exception:
             consumer.close()
             raise
