@@ -37,7 +37,7 @@ for i in range(3000):
 lat.sort(); print(f"RedisNonceStore.claim: p50 {lat[1500]*1e3:.3f} ms p99 {lat[2970]*1e3:.3f} ms (3000 calls)")
 
 home = Path(tempfile.mkdtemp()); box = secret_box(None, home, create=True)
-store = AppStore(log=KafkaAppLog(names=Names(ns), box=box), box=box)
+store = AppStore(log=KafkaAppLog(names=Names(ns)), box=box)
 d = KafkaAppDirectory(names=Names(ns), box=box); d.start()
 seen = []
 for _ in range(10):

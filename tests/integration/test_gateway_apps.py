@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import redis
 from confluent_kafka import Producer
+from cryptography.fernet import Fernet
 
 from reach import codec
 from reach.gateway import signing
@@ -124,6 +125,14 @@ def test_cli_errors_have_the_brief_s_exit_codes(namespace: str, home: Path) -> N
     made = _json("create", "a")
     again = _reach("revoke", made["app_id"], "--key", "key_nope")
     assert again.returncode == 2 and made["key_id"] in again.stderr
+    other_key = {**os.environ, "REACH_GATEWAY_SECRETS_KEY": Fernet.generate_key().decode()}
+    wrong = subprocess.run([REACH, "apps", "rotate", made["app_id"]], capture_output=True, text=True, timeout=120,
+                           env=other_key)
+    assert wrong.returncode == 2 and "REACH_GATEWAY_SECRETS_KEY" in wrong.stderr
+    assert len(json.loads(_reach("ls", "--json").stdout)[0]["keys"]) == 1  # nothing was written
+    revoked = subprocess.run([REACH, "apps", "revoke", made["app_id"]], capture_output=True, text=True,
+                             timeout=120, env=other_key)
+    assert revoked.returncode == 0, revoked.stderr  # revoking never needs the secrets key
     env = {**os.environ, "REACH_BOOTSTRAP": "127.0.0.1:1"}
     down = subprocess.run([REACH, "apps", "ls"], capture_output=True, text=True, timeout=120, env=env)
     assert down.returncode == 4 and "REACH_BOOTSTRAP" in down.stderr
