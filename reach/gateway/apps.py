@@ -121,6 +121,8 @@ def decode_app(key: bytes | None, value: bytes | None) -> tuple[str, App | None]
     app = codec.decode(value, App) if value is not None else None
     if app is not None and app.app_id != app_id:
         raise ValueError(f"record key {app_id!r} differs from its app_id {app.app_id!r}")
+    if app is not None:
+        check_quota(app.rate, app.burst)  # a hand-written record must not divide a bucket by zero
     return app_id, app
 
 

@@ -130,6 +130,8 @@ def test_bad_records_are_skipped_counted_and_keep_the_previous_state() -> None:
         (b"app_other", codec.encode(good)),  # key and app_id differ
         (good.app_id.encode(), codec.encode(resealed)),  # sealed under another secrets key
         (other.app_id.encode(), codec.encode(thief)),
+        (good.app_id.encode(), codec.encode(good.model_copy(update={"rate": 0.0}))),
+        (good.app_id.encode(), codec.encode(good.model_copy(update={"burst": 0}))),
     ]
     for key, value in bad:
         assert not table.apply_raw(key, value, where="t@1")
