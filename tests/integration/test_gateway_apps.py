@@ -19,9 +19,11 @@ from confluent_kafka import Producer
 from cryptography.fernet import Fernet
 
 from reach import codec
+from reach.errors import ConfigError
 from reach.gateway import signing
 from reach.gateway.auth import REPLAY, SignatureAuthenticator
 from reach.gateway.directory import KafkaAppDirectory
+from reach.gateway.door import open_door
 from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.ports import CallerApp, Verified
 from reach.gateway.quotas import Limit, RedisQuotas
@@ -239,3 +241,26 @@ def test_records_written_by_the_cli_decode_as_apps(namespace: str, home: Path) -
         assert codec.decode(codec.encode(app), type(app)) == app
     finally:
         directory.stop()
+
+
+def test_open_door_wires_the_directory_nonces_quotas_and_authenticator(namespace: str, home: Path) -> None:
+    made = _json("create", "a", "--rate", "0.001", "--burst", "2")
+    door = open_door(ready_timeout=30)
+    try:
+        now = int(time.time())
+        header = signing.sign(made["secret"].encode(), BODY, now, "n-" + uuid.uuid4().hex)
+        outcome = door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now)
+        assert isinstance(outcome, Verified)
+        assert door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY,
+                                               now=now) == REPLAY
+        takes = [door.quotas.take(outcome.entry.app, "search.web").allowed for _ in range(3)]
+        assert takes == [True, True, False]
+    finally:
+        door.close()
+    assert not door.directory.alive
+
+
+def test_a_gateway_without_a_secrets_key_refuses_to_open(namespace: str, home: Path) -> None:
+    with pytest.raises(ConfigError, match="REACH_GATEWAY_SECRETS_KEY is unset"):
+        open_door(ready_timeout=30)
+    assert not (home / "gateway-secrets.key").exists()
