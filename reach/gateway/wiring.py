@@ -1,7 +1,7 @@
 """Build the gateway's real dependencies (Kafka, Redis, the stream app's views) around the door's guards.
 
-The guards (Authenticator, Quotas of reach.gateway.ports) are parameters: `reach gateway` passes the
-Kafka/Redis-backed ones from `door_guards`, the integration tests' launcher passes in-memory fakes."""
+The guards (Authenticator, Quotas of reach.gateway.ports) are a parameter: `reach gateway` passes the
+Kafka/Redis-backed ones from `door_guards` (reach.gateway.door), tests may pass in-memory fakes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from redis.asyncio import Redis
 
 from reach import clients
 from reach.client import Client
-from reach.errors import ConfigError
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
@@ -36,13 +35,9 @@ class Guards:
 
 def door_guards(reach: ReachSettings) -> Guards:
     """The Kafka-backed apps directory, signature check and Redis quotas that `reach apps` manages
-    (reach.gateway.door.open_door, read from REACH_GATEWAY_* settings); returns once the directory is read."""
-    try:
-        from reach.gateway.door import open_door
-    except ImportError:  # a build without the apps backend: refuse to start rather than let callers in unchecked
-        raise ConfigError(f"`reach gateway` needs the apps, signature and quota backend (reach.gateway.door) to "
-                          f"check callers in namespace {reach.namespace}, and this build has none; install a "
-                          "release that ships `reach apps`.") from None
+    (reach.gateway.door.open_door, from REACH_GATEWAY_* settings); returns once the directory is read."""
+    from reach.gateway.door import open_door  # here, so the HTTP service's tests never need the secrets key
+
     door = open_door(reach=reach)
     return Guards(authenticator=door.authenticator, quotas=door.quotas, closers=(door.close,))
 
