@@ -20,6 +20,7 @@ from reach.gateway.idempotency import RedisIdempotency
 from reach.gateway.ports import Authenticator, Quotas
 from reach.gateway.publisher import KafkaPublisher
 from reach.gateway.replies import ReplyHub, gateway_client_id
+from reach.gateway.settings import GatewaySettings
 from reach.gateway.statusclient import StatusClient
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
@@ -56,7 +57,9 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     replies = ReplyHub(client, client_id=gateway_client_id(port))
     publisher = KafkaPublisher(client, ack_timeout_s=http.ack_timeout)
     status = StatusClient(reach, http.status_url)
-    idempotency = RedisIdempotency(Redis.from_url((redis or RedisSettings()).url()), reach.namespace)
+    timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
+    idempotency = RedisIdempotency(Redis.from_url((redis or RedisSettings()).url(reach.home), socket_timeout=timeout,
+                                                  socket_connect_timeout=timeout), reach.namespace)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency,
                         closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,

@@ -278,3 +278,18 @@ def test_a_replayed_nonce_is_401_replay(client: TestClient, fakes: Fakes) -> Non
     again = client.post("/v1/envelopes", content=raw, headers=headers)
     assert again.status_code == 401 and again.json()["error"] == "replay"
     assert len(fakes.publisher.sent) == 1
+
+
+def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> None:
+    from reach.errors import InfraUnavailable
+    from reach.gateway.ports import CallerApp, QuotaDecision
+
+    class DownQuotas:
+        def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+            raise InfraUnavailable("Redis did not answer (fake)")
+
+    fakes.quotas = DownQuotas()  # type: ignore[assignment]
+    client = TestClient(build_gateway(fakes.deps()))
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+    assert resp.json()["error"] == "unavailable" and fakes.publisher.sent == []
