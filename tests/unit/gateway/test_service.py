@@ -293,3 +293,18 @@ def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> No
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
     assert resp.json()["error"] == "unavailable" and fakes.publisher.sent == []
+
+
+def test_a_repeated_invoke_is_answered_from_the_first_requests_status_row(client: TestClient, fakes: Fakes) -> None:
+    fakes.publisher.on_publish = lambda env: fakes.replies.deliver(_receipt(env, Status.COMPLETED, b'"done"'))
+    body = {"capability": "demo.echo", "payload": {"text": "x"}, "idempotency_key": "inv-1", "timeout_ms": 2000}
+    first = post(client, "/v1/invoke", body)
+    assert first.status_code == 200 and first.json()["result"] == "done"
+    message_id = first.json()["message_id"]
+    fakes.status.rows[message_id] = [{"message_id": message_id, "trace_id": "t", "status": "ROUTED"},
+                                     {"message_id": message_id, "trace_id": "t", "status": "COMPLETED",
+                                      "result": '"done"'}]
+    again = post(client, "/v1/invoke", body)
+    assert again.status_code == 200, again.text
+    assert (again.json()["message_id"], again.json()["result"]) == (message_id, "done")
+    assert len(fakes.publisher.sent) == 1 and fakes.replies.waiting == {}
