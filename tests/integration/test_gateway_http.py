@@ -169,6 +169,9 @@ def test_signed_requests_route_complete_and_refusals_never_reach_the_bus(namespa
         assert invoked.status_code == 200, invoked.text
         assert invoked.json()["result"] == {"text": "again"} and invoked.json()["status"] == "COMPLETED"
 
+        batch = gateway.post("/v1/envelopes:batch", {"items": [echo, {"capability": "nobody.serves", "payload": {}}]})
+        assert [item["status"] for item in batch.json()["items"]] == [202, 404]
+
         topic = Names(namespace).capability("demo.echo")
         assert gateway.post("/v1/envelopes", {**echo, "payload": {"text": "x" * (300 * 1024)}}).status_code == 413
         invalid = gateway.post("/v1/envelopes", {**echo, "payload": {"text": 5}})
