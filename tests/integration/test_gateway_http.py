@@ -43,7 +43,7 @@ class Gateway:
         self.apps = apps
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log_dir / "gateway.log"
+        self.log = log_dir / f"gateway-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
@@ -122,9 +122,13 @@ def invoked_source(namespace: str, message_id: str) -> str:
 
 
 @pytest.fixture
-def gateway(stream_app: StreamApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
+def apps(namespace: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
     monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
-    apps = {"shop": create_app("shop"), "tiny": create_app("tiny", "--rate", "0.01", "--burst", "1")}
+    return {"shop": create_app("shop"), "tiny": create_app("tiny", "--rate", "0.01", "--burst", "1")}
+
+
+@pytest.fixture
+def gateway(stream_app: StreamApp, tmp_path: Path, apps: dict[str, dict[str, Any]]) -> Iterator[Gateway]:
     gw = Gateway(tmp_path, apps)
     gw.start()
     yield gw
@@ -238,3 +242,22 @@ def test_slow_and_oversized_clients_do_not_stall_a_signed_request(namespace: str
     finally:
         for sock in (half_head, half_body, huge):
             sock.close()
+
+
+def test_the_quota_is_shared_by_two_replicas(namespace: str, apps: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    replicas = [Gateway(tmp_path, apps), Gateway(tmp_path, apps)]
+    parked = {"capability": "nobody.serves", "payload": {}, "expire_at": 4_102_444_800_000}
+    try:
+        for replica in replicas:
+            replica.start()
+        assert replicas[0].post("/v1/envelopes", parked, app="tiny").status_code == 202
+        over = replicas[1].post("/v1/envelopes", parked, app="tiny")  # the same app's bucket, in Redis
+        assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
+        assert replicas[1].post("/v1/envelopes", parked).status_code == 202  # another app is not affected
+        tiny = apps["tiny"]["app_id"]
+        hits = replicas[1].http.get("/metrics").text
+        assert f'agentreach_gateway_quota_hits_total{{app="{tiny}",capability="other",scope="app"}} 1.0' in hits
+        assert records_on(Names(namespace).capability("nobody.serves")) == 2
+    finally:
+        for replica in replicas:
+            replica.stop()
