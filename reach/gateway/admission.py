@@ -91,7 +91,7 @@ class Admission:
         checks.check_quota(decision, app, request.capability)
         waits = request.expire_at is not None and request.expire_at > now
         checks.check_contract(versions, capability=request.capability, version_range=request.version,
-                            payload=payload, waits=waits)
+                              payload=payload, waits=waits)
         return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
 
     def _envelope(self, app: CallerApp, request: EnvelopeRequest, reply_to: str | None, budget: int) -> Envelope:
@@ -122,7 +122,7 @@ class Admission:
                     return Accepted(message_id=prior.message_id, trace_id=prior.trace_id,
                                     status_url=status_url(prior.message_id))
                 raise checks.Refusal(409, "in_flight", f"a request with idempotency_key {key!r} is still waiting for "
-                                   "the broker's acknowledgement", "retry in a second with the same key")
+                                     "the broker's acknowledgement", "retry in a second with the same key")
         try:
             await self.deps.publisher.publish(env)
         except (InfraUnavailable, BrokerRefused) as exc:
@@ -132,7 +132,7 @@ class Admission:
             if isinstance(exc, BrokerRefused):
                 raise checks.Refusal(400, "refused_by_broker", str(exc)) from None
             raise checks.Refusal(503, "unavailable", str(exc), "retry with the same idempotency_key",
-                               headers={"Retry-After": "1"}) from None
+                                 headers={"Retry-After": "1"}) from None
         if key is not None:
             try:
                 await self.deps.idempotency.accepted(app.app_id, key, Remembered("accepted", env.message_id,
