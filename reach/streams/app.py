@@ -67,6 +67,8 @@ def build_app(
     spec = topics.load(reach_settings.topics_file)
     partitions = spec.topics["receipts"].partitions
     url = f"http://{reach_settings.web_host}:{reach_settings.web_port}"
+    datadir = reach_settings.home / "faust" / f"{names.router_app_id}-data"
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates the data dir, not its parents
     app = faust.App(
         names.router_app_id,
         broker=f"kafka://{kafka.servers()}",
@@ -76,7 +78,7 @@ def build_app(
         autodiscover=False,
         store="memory://",
         # faust's default data dir is `<app id>-data` in the working directory; keep it under REACH_HOME
-        datadir=str(reach_settings.home / "faust" / f"{names.router_app_id}-data"),
+        datadir=str(datadir),
         topic_replication_factor=spec.replication_factor,
         topic_partitions=partitions,
         # a restarted worker must not wait out a killed one for faust's 60 s default
