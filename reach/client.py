@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from reach import clients, codec, topics, tracing
 from reach import headers as h
 from reach import invoke as invoke_
-from reach.controlfeed import ControlFeed
+from reach.controlfeed import ControlFeed, ControlSource
 from reach.envelopes import new_envelope, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.invoke import ReplyInbox
@@ -34,7 +34,8 @@ class Client:
     """Publishes envelopes (murmur2-keyed by session_key or message_id) and waits for the broker's ack."""
 
     def __init__(self, *, kafka: KafkaSettings | None = None, settings: ReachSettings | None = None,
-                 source: str = "reach-client", follow_control: bool = True) -> None:
+                 source: str = "reach-client", follow_control: bool = True,
+                 control: ControlSource | None = None) -> None:
         self.kafka = kafka or KafkaSettings()
         self.settings = settings or ReachSettings()
         self.names = Names(self.settings.namespace)
@@ -43,7 +44,7 @@ class Client:
         self._admin: AdminClient | None = None
         self._topics: set[str] = set()
         self._follow_control = follow_control
-        self._control: ControlFeed | None = None
+        self._control: ControlSource | None = control  # given: already started by the caller
         self._control_lock = threading.Lock()
         self._control_retry_at = 0.0
 
@@ -103,9 +104,9 @@ class Client:
             self._control.stop()
             self._control = None
 
-    def _control_feed(self) -> ControlFeed | None:
-        if not self._follow_control:
-            return None
+    def _control_feed(self) -> ControlSource | None:
+        if self._control is not None or not self._follow_control:
+            return self._control
         with self._control_lock:
             if self._control is None and time.monotonic() >= self._control_retry_at:
                 feed = ControlFeed(names=self.names, kafka=self.kafka)

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -22,6 +23,16 @@ from reach.views.control import ControlView
 
 log = logging.getLogger("reach.control")
 POLL_S = 0.2
+
+
+class ControlSource(Protocol):
+    """Something that keeps a ControlView current: a ControlFeed, or a test's in-memory fake."""
+
+    view: ControlView
+
+    def start(self, timeout: float = 10.0) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class ControlFeed:

@@ -7,8 +7,8 @@ poll, about 0.2 s), not from a periodic re-read.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Protocol
 
+from reach.controlfeed import ControlSource
 from reach.records import InstanceAction, Policy
 from reach.views.control import ControlView
 
@@ -29,16 +29,6 @@ def mode_of(view: ControlView, instance_id: str) -> Mode:
     if action is InstanceAction.DISABLE:
         return Mode.PAUSE
     return Mode.RUN
-
-
-class ControlSource(Protocol):
-    """Something that keeps a ControlView current (reach.controlfeed.ControlFeed, or a test's fake)."""
-
-    view: ControlView
-
-    def start(self, timeout: float = 10.0) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 class AgentControl:

@@ -442,14 +442,19 @@ class Runner:
                 self._call(call_hook(hook), timeout=self.agent.drain_grace_s)
             except Exception:  # noqa: BLE001 - a failing hook must not keep the instance registered
                 log.exception("on_stop hook failed")
-        self.heartbeat.tombstone()
-        if self._mode is Mode.DRAIN:  # the DRAIN was for this run: a later instance of the same id starts clean
-            self.publisher.send(self.names.control, key_of(ControlKind.INSTANCE, self.agent.instance_id), None)
+        self._deregister()
         self.publisher.close()
         try:
             self._call(redis.aclose(), timeout=5)
         except Exception:  # noqa: BLE001 - closing a dead connection is not an error
             pass
+
+    def _deregister(self) -> None:
+        """Tombstone the registration; after a DRAIN also its control record: the DRAIN was for this run, so a
+        later instance started with the same id is not drained at once."""
+        self.heartbeat.tombstone()
+        if self._mode is Mode.DRAIN:
+            self.publisher.send(self.names.control, key_of(ControlKind.INSTANCE, self.agent.instance_id), None)
 
     def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
