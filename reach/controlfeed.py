@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -38,12 +37,10 @@ class ControlSource(Protocol):
 class ControlFeed:
     """`view` answers from everything read so far; `start()` returns once the topic was read to its end."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, poll_s: float = POLL_S,
-                 on_change: Callable[[], None] | None = None) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, poll_s: float = POLL_S) -> None:
         self._names = names
         self._kafka = kafka or KafkaSettings()
         self._poll_s = poll_s
-        self._on_change = on_change
         self.view = ControlView()
         self._stop = threading.Event()
         self._consumer: Consumer | None = None
@@ -92,16 +89,16 @@ class ControlFeed:
             consumer.close()
 
     def _poll(self, consumer: Consumer) -> None:
-        changed = False
-        for msg in clients.take(consumer, 500, self._poll_s):
-            if msg.error():
-                continue
+        batch = [m for m in clients.take(consumer, 500, self._poll_s) if not m.error()]
+        for i, msg in enumerate(batch):
             try:
-                changed |= apply_record(self.view, msg.key(), msg.value(),
-                                        where=f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
+                apply_record(self.view, msg.key(), msg.value(),
+                             where=f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
             except RegistryUnavailable:
-                # not this record's fault: read it again after the caller's pause instead of losing it
-                consumer.seek(TopicPartition(self._names.control, msg.partition() or 0, msg.offset() or 0))
+                # not these records' fault: read them again after the caller's pause instead of losing them
+                firsts: dict[int, int] = {}
+                for rest in batch[i:]:
+                    firsts.setdefault(rest.partition() or 0, rest.offset() or 0)
+                for partition, offset in firsts.items():
+                    consumer.seek(TopicPartition(self._names.control, partition, offset))
                 raise
-        if changed and self._on_change is not None:
-            self._on_change()

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from redis.asyncio import Redis
 
-from reach import clients, codec, heap, topics
+from reach import clients, codec, heap, policyfields, topics
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
@@ -163,6 +163,9 @@ class Runner:
         except Exception as exc:  # noqa: BLE001 - built-in policy meanwhile; operators see the warning
             log.warning("cannot follow the control topic %s (%s): this instance uses the built-in policy and will "
                         "not see DRAIN / DISABLE. Run `reach topics apply`.", self.names.control, exc)
+        for name in self.agent.capabilities:  # the same check `reach policy show|set` prints
+            for warning in policyfields.check(self._policies.policy(name), self._tiers):
+                log.warning("policy of %s: %s (see `reach policy show --capability %s`)", name, warning, name)
 
     def _obey(self) -> None:
         """Follow the operator: DRAIN stops the loop (drain, deregister, exit); DISABLE pauses the inbox."""
