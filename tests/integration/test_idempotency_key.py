@@ -42,6 +42,8 @@ def test_the_same_key_twice_charges_once_and_the_second_is_reused(namespace: str
         ends = [_completed(receipts, m)[0] for m in together]
         other_tenant = client.send("demo.charge", order, idempotency_key="charge:o-42", tenant="acme")
         [elsewhere] = _completed(receipts, other_tenant)
+        by_cli = reach_cli("send", "demo.charge", "--payload", json.dumps(order), "--idempotency-key",
+                           "charge:o-42", "--wait", "--json")
     assert ran.reused_from is None and reused.reused_from == first
     assert reused.result == ran.result and json.loads(ran.result or b"{}")["charge_number"] == 1
     assert sorted(e.reused_from is None for e in ends) == [False, True]
@@ -49,6 +51,10 @@ def test_the_same_key_twice_charges_once_and_the_second_is_reused(namespace: str
     assert elsewhere.reused_from is None, "one tenant never sees another's result"
     assert _runs("o-42") == 2, "o-42 charged once for tenant default, once for acme"
     assert ran.cost == 0.125 and reused.cost is None, "a reused result costs nothing"
+    assert by_cli.returncode == 0, by_cli.stderr
+    shown = json.loads(by_cli.stdout)
+    assert shown["status"] == "COMPLETED" and shown["result"]["charge_number"] == 1
+    assert _runs("o-42") == 2, "`reach send --idempotency-key` reused the first charge too"
 
 
 def test_a_reported_cost_shows_in_cost_sql(namespace: str, stream_app: StreamApp) -> None:
