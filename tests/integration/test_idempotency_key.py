@@ -70,3 +70,37 @@ def test_a_reported_cost_shows_in_cost_sql(namespace: str, stream_app: StreamApp
     [row] = [r for r in json.loads(out.stdout) if r["capability"] == "demo.charge"]
     assert row["agent_id"] == "agent://demo/billing" and row["completed"] == 2
     assert row["total_cost"] == 0.37 and row["cost_per_completed"] == 0.185
+
+
+def test_the_lua_scripts_on_real_redis_reuse_only_completed_and_scope_by_tenant(namespace: str) -> None:
+    """The claim and finish scripts against the real Redis: a running key is held, a FAILED ending frees it, a
+    COMPLETED one is reused for the same tenant and capability only, and a message's own key is not held."""
+    import asyncio
+
+    from redis.asyncio import Redis
+
+    from reach.agent.idempotency import KeyScope, Leases
+
+    async def go() -> None:
+        redis_ = Redis.from_url(RedisSettings().url())
+        a = Leases(redis_, namespace=namespace, owner="i-a", result_ttl_s=60)
+        b = Leases(redis_, namespace=namespace, owner="i-b", result_ttl_s=60)
+        key = KeyScope(tenant="t1", capability="demo.charge", key="k-1", window_ms=60_000, hold_ms=30_000)
+        assert (await a.claim("m-1", 0, 1, 5_000, key)).ours
+        await a.release("m-1", 0)  # attempt 1 failed and its retry was scheduled: the key stays m-1's
+        assert (await b.claim("m-2", 0, 1, 5_000, key)).key_holder == "m-1"
+        assert (await a.claim("m-1", 0, 2, 5_000, key)).ours, "the same message's next attempt is not blocked"
+        assert (await b.claim("m-2", 0, 1, 5_000, key)).key_holder == "m-1"
+        await a.finish("m-1", 0, b"failed-receipt", scope=key, completed=False)
+        assert (await b.claim("m-2", 0, 1, 5_000, key)).ours, "a failed first frees the key"
+        await b.finish("m-2", 0, b"completed-receipt", scope=key, completed=True)
+        assert (await a.claim("m-3", 0, 1, 5_000, key)).reused == b"completed-receipt"
+        other = KeyScope(tenant="t2", capability="demo.charge", key="k-1")
+        assert (await a.claim("m-4", 0, 1, 5_000, other)).ours, "another tenant's key is its own"
+        elsewhere = KeyScope(tenant="t1", capability="demo.other", key="k-1")
+        assert (await a.claim("m-5", 0, 1, 5_000, elsewhere)).ours, "another capability's key is its own"
+        window = await redis_.pttl(a.key_keys(key)[1])
+        assert 0 < window <= 60_000, "the COMPLETED result is kept for the window"
+        await redis_.aclose()
+
+    asyncio.run(go())
