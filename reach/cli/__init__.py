@@ -7,6 +7,7 @@ import sys
 import typer
 
 from reach.cli import agent, demo, local, send, topics
+from reach.cli import apps as apps_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli import instances as instances_cli
 from reach.cli import policy as policy_cli
@@ -35,6 +36,7 @@ app.add_typer(receipts_cli.app, name="receipts")
 app.command("status")(status_cli.status)
 app.command("trace")(status_cli.trace)
 app.add_typer(dlq_cli.app, name="dlq")
+app.add_typer(apps_cli.app, name="apps")
 
 
 def main() -> None:
