@@ -277,6 +277,7 @@ class AgentRegistration(AvroRecord):
     inflight: int = 0
     assigned_partitions: list[int] = []
     inbox_topic: str
+    priority_class: int = 0
 
 
 class LoadReport(AvroRecord):

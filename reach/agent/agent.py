@@ -91,6 +91,7 @@ class Agent:
         weight: float = 1.0,
         qps_limit: float | None = None,
         cost: float | None = None,
+        priority_class: int = 0,
         execution_timeout_ms: int = 30_000,
         lease_margin_ms: int = 5_000,
         result_ttl_s: int = 24 * 3600,
@@ -117,6 +118,7 @@ class Agent:
         self.weight = weight
         self.qps_limit = qps_limit
         self.cost = cost
+        self.priority_class = priority_class  # the request priority this instance is kept for (priority factor)
         self.execution_timeout_ms = execution_timeout_ms
         self.lease_margin_ms = lease_margin_ms
         self.result_ttl_s = result_ttl_s
@@ -198,7 +200,7 @@ class Agent:
             max_queue=self.queue_bound(None, DELIVERY_TIMEOUT_MS),
             qps_limit=self.qps_limit, cost=self.cost, state=state, heartbeat_at=heartbeat_at,
             ttl_ms=self.ttl_ms, inflight=inflight, assigned_partitions=sorted(assigned_partitions),
-            inbox_topic=inbox_topic,
+            inbox_topic=inbox_topic, priority_class=self.priority_class,
         )
 
     def queue_bound(self, drain_rate: float | None, delivery_timeout_ms: int) -> int:

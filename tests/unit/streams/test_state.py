@@ -50,7 +50,7 @@ def test_bad_control_records_are_skipped_and_the_next_good_one_applies() -> None
     assert fold.bad_records == 3
     good = Control(kind=ControlKind.WEIGHTS, scope="*", weights=Weights(fit=0.9), updated_at=2, updated_by="t")
     fold._dispatch(NAMES.control, b"WEIGHTS:*", encode(good))
-    assert state.control.weights("x.y").fit == 0.9 and fold.bad_records == 3
+    assert state.control.weights("x.y")["fit"] == 0.9 and fold.bad_records == 3
 
 
 def test_bad_registry_records_are_skipped_and_a_foreign_inbox_is_never_routed_to() -> None:
