@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 from jsonschema.protocols import Validator
 
 from reach.agent.contract import Schema, compile_schema
-from reach.agent.exceptions import InvalidDeclaration
+from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
 from reach.loads import default_max_queue
@@ -27,17 +28,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_TTL_MS = 45_000
 
 
-@dataclass(frozen=True)
+@dataclass
 class Context:
-    """What a handler may want besides its payload: the envelope and who is running it."""
+    """What a handler may want besides its payload: the envelope and who is running it; the handler may set
+    `ctx.cost` (a finite number >= 0, e.g. the call's price), which its outcome receipt carries."""
 
     envelope: Envelope
     agent_id: str
     instance_id: str
+    _cost: float | None = field(default=None, repr=False)
 
     @property
     def attempt(self) -> int:
         return self.envelope.attempt
+
+    @property
+    def cost(self) -> float | None:
+        return self._cost
+
+    @cost.setter
+    def cost(self, value: float | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise InvalidCost(f"ctx.cost must be a finite number >= 0 (or None); got {value!r}.")
+        self._cost = None if value is None else float(value)
 
 
 @dataclass(frozen=True)

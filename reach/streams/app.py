@@ -39,6 +39,8 @@ from reach.streams.status.lookup import Owners
 from reach.streams.status.views import StatusViews, attach_status_views
 from reach.streams.timekeeper import Timekeeper
 from reach.streams.views import attach_views
+from reach.streams.webauth import GuardedPages, required_token
+from reach.webclient import auth_headers
 
 log = logging.getLogger("reach.router")
 
@@ -73,8 +75,8 @@ def build_app(
     spec = topics.load(reach_settings.topics_file)
     partitions = spec.topics["receipts"].partitions
     url = f"http://{reach_settings.web_host}:{reach_settings.web_port}"
-    faust_dir = reach_settings.home / "faust"
-    faust_dir.mkdir(parents=True, exist_ok=True)  # faust creates only the last level of its datadir
+    datadir = reach_settings.home / "faust" / f"{names.router_app_id}-data"
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates the data dir, not its parents
     app = faust.App(
         names.router_app_id,
         broker=f"kafka://{kafka.servers()}",
@@ -84,7 +86,7 @@ def build_app(
         autodiscover=False,
         store="memory://",
         # faust's default data dir is `<app id>-data` in the working directory; keep it under REACH_HOME
-        datadir=str(faust_dir / f"{names.router_app_id}-data"),
+        datadir=str(datadir),
         topic_replication_factor=spec.replication_factor,
         topic_partitions=partitions,
         # a restarted worker must not wait out a killed one for faust's 60 s default
@@ -106,9 +108,10 @@ def build_app(
         health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthSettings(),
                               on_publish=HealthGauges(metrics.registry).publish)
     views = StatusViews(fold=fold, owners=Owners(clients.admin(kafka), fold_group(names)), partitions=partitions,
-                        url=url)
-    attach_status_views(app, views)
-    attach_views(app, router, metrics, fold, health)
+                        url=url, auth=auth_headers(reach_settings))
+    pages = GuardedPages(app, required_token(reach_settings))
+    attach_status_views(pages, views)
+    attach_views(pages, router, metrics, fold, health)
     if router is not None:
         _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka,
                                                     max_bytes=spec.dead_letter_bytes()),

@@ -121,6 +121,24 @@ class ControlView:
                 merged.update(found.policy.model_dump(exclude_unset=True, exclude_none=True))
         return Policy(**merged)
 
+    def policy_sources(self, capability: str) -> dict[str, str]:
+        """Per POLICY field, the scope its value in `policy(capability)` comes from (`capability` or `*`); a field
+        missing here takes the built-in default."""
+        sources: dict[str, str] = {}
+        for scope in ("*", capability):
+            found = self._records.get(key_of(ControlKind.POLICY, scope))
+            if found is not None and found.policy is not None:
+                sources.update(dict.fromkeys(found.policy.model_dump(exclude_unset=True, exclude_none=True), scope))
+        return sources
+
+    def instance_action(self, instance_id: str) -> InstanceAction | None:
+        """The operator's DRAIN or DISABLE in force for this instance (ENABLE, none or unknown: None)."""
+        found = self._records.get(key_of(ControlKind.INSTANCE, instance_id))
+        if found is None or found.instance is None:
+            return None
+        action = found.instance.action
+        return action if action in (InstanceAction.DRAIN, InstanceAction.DISABLE) else None
+
     def disabled(self) -> frozenset[str]:
         """Instances kept out of routing by a DRAIN or DISABLE override."""
         return self._disabled

@@ -55,7 +55,8 @@ from reach.records import (
     Weights,
 )
 
-NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control", "LoadReport", "InstanceHealth"]
+NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control", "LoadReport", "InstanceHealth",
+         "App"]
 NOW = 1_714_564_800_123
 
 

@@ -35,6 +35,7 @@ TOP_LEVEL: list[type[AvroRecord]] = [
     records.Control,
     records.LoadReport,
     records.InstanceHealth,
+    records.App,
 ]
 ENUMS: dict[str, type[StrEnum]] = {
     "ReceiptStatus": Status,
