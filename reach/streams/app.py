@@ -26,6 +26,7 @@ from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy
 from reach.settings import KafkaSettings, ReachSettings
+from reach.streams.credentials import faust_broker_options
 from reach.streams.delays import DelayForwarder
 from reach.streams.gauges import Gauges
 from reach.streams.router import Router
@@ -67,16 +68,18 @@ def build_app(
     spec = topics.load(reach_settings.topics_file)
     partitions = spec.topics["receipts"].partitions
     url = f"http://{reach_settings.web_host}:{reach_settings.web_port}"
+    datadir = reach_settings.home / "faust" / f"{names.router_app_id}-data"
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level (a fresh REACH_HOME)
     app = faust.App(
         names.router_app_id,
-        broker=f"kafka://{kafka.servers()}",
+        **faust_broker_options(kafka),
         web_port=reach_settings.web_port,
         web_bind=reach_settings.web_host,
         canonical_url=url,
         autodiscover=False,
         store="memory://",
         # faust's default data dir is `<app id>-data` in the working directory; keep it under REACH_HOME
-        datadir=str(reach_settings.home / "faust" / f"{names.router_app_id}-data"),
+        datadir=str(datadir),
         topic_replication_factor=spec.replication_factor,
         topic_partitions=partitions,
         # a restarted worker must not wait out a killed one for faust's 60 s default
