@@ -381,3 +381,44 @@ class Control(AvroRecord):
     def key(self) -> str:
         """The record key on the control topic."""
         return f"{self.kind}:{self.scope}"
+
+
+class AppKey(AvroModel):
+    """One signing key of a gateway app; its secret is sealed (reach.gateway.secrets), live until revoked."""
+
+    avro_name: ClassVar[str] = "AppKey"
+
+    key_id: str
+    sealed_secret: bytes
+    created_at: EpochMillis
+    revoked_at: EpochMillis | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.revoked_at is None
+
+
+class App(AvroRecord):
+    """A calling application of the ingress gateway, keyed by app_id on the compacted apps topic."""
+
+    avro_name: ClassVar[str] = "App"
+
+    app_id: str
+    name: str
+    tenant: str
+    capabilities: list[str] = []
+    rate: float
+    burst: int
+    keys: list[AppKey] = []
+    revoked_at: EpochMillis | None = None
+    created_at: EpochMillis
+    updated_at: EpochMillis
+    updated_by: str
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def live_keys(self) -> list[AppKey]:
+        """The keys that sign requests now: none once the app is revoked."""
+        return [] if self.revoked else [k for k in self.keys if k.live]

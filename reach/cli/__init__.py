@@ -7,6 +7,7 @@ import sys
 import typer
 
 from reach.cli import agent, agents, demo, local, send, topics
+from reach.cli import apps as apps_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli import receipts as receipts_cli
 from reach.cli import router as router_cli
@@ -32,6 +33,7 @@ app.add_typer(receipts_cli.app, name="receipts")
 app.command("status")(status_cli.status)
 app.command("trace")(status_cli.trace)
 app.add_typer(dlq_cli.app, name="dlq")
+app.add_typer(apps_cli.app, name="apps")
 
 
 def main() -> None:

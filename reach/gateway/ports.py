@@ -5,7 +5,6 @@ implementations and the in-memory fakes for unit tests both satisfy them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -44,7 +43,10 @@ class NonceStore(Protocol):
     """Nonces seen within the replay window, shared by every gateway replica."""
 
     def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
-        """True the first time (key_id, nonce) is seen within ttl_s; False for a replay."""
+        """True the first time (key_id, nonce) is seen within ttl_s; False for a replay.
+
+        `key_id` is the replay scope: reach.gateway.auth passes the app id, because one request may carry
+        signatures by several of an app's keys (rotation) and must be claimed once for all of them."""
         ...
 
 
@@ -74,9 +76,16 @@ class Verified:
 
 @dataclass(frozen=True, slots=True)
 class AuthFailure:
-    """Why a request was refused 401; `reason` is safe to show the caller (it never says which secret)."""
+    """Why a request was refused 401; `reason` is safe to show the caller (it never says which secret).
+
+    `code` is one of AUTH_FAILURE_CODES, coarse enough to show too (an unknown key, a revoked key and a
+    wrong signature are all `denied`); the HTTP service may use it as the error body's `error`."""
 
     reason: str
+    code: str = "denied"
+
+
+AUTH_FAILURE_CODES = ("missing", "malformed", "stale", "denied", "replay")
 
 
 AuthOutcome = Verified | AuthFailure
@@ -87,5 +96,3 @@ class Authenticator(Protocol):
 
     def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes, now: int) -> AuthOutcome: ...
 
-
-SignatureValues = Sequence[str]

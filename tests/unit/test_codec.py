@@ -52,7 +52,7 @@ from reach.records import (
     Weights,
 )
 
-NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control", "LoadReport"]
+NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control", "LoadReport", "App"]
 NOW = 1_714_564_800_123
 
 

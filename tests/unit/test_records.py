@@ -34,6 +34,7 @@ TOP_LEVEL: list[type[AvroRecord]] = [
     records.DeadLetter,
     records.Control,
     records.LoadReport,
+    records.App,
 ]
 ENUMS: dict[str, type[StrEnum]] = {
     "ReceiptStatus": Status,

@@ -1,0 +1,109 @@
+"""`reach apps create|ls|rotate|revoke`: the gateway's calling applications, their keys and quotas."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from reach.cli.common import console, err_console
+from reach.gateway.apps import NewKey
+from reach.gateway.appstore import AppStore, KafkaAppLog
+from reach.gateway.secrets import secret_box
+from reach.gateway.settings import GatewaySettings
+from reach.names import Names
+from reach.records import App
+from reach.settings import ReachSettings
+
+app = typer.Typer(help="Gateway apps: who may call over HTTP, with which keys, how fast.", no_args_is_help=True)
+
+DEFAULT_RATE = 100.0
+
+
+def _store() -> AppStore:
+    reach = ReachSettings()
+    box = secret_box(GatewaySettings().secrets_key, reach.home, create=True)
+    return AppStore(log=KafkaAppLog(names=Names(reach.namespace), box=box), box=box)
+
+
+def _summary(record: App) -> dict[str, Any]:
+    """An app as `ls` shows it: everything but the sealed secrets."""
+    return {
+        "app_id": record.app_id, "name": record.name, "tenant": record.tenant,
+        "capabilities": record.capabilities, "rate": record.rate, "burst": record.burst,
+        "revoked_at": record.revoked_at, "created_at": record.created_at, "updated_at": record.updated_at,
+        "updated_by": record.updated_by,
+        "keys": [{"key_id": k.key_id, "created_at": k.created_at, "revoked_at": k.revoked_at} for k in record.keys],
+    }
+
+
+def _show_secret(made: NewKey, as_json: bool, extra: dict[str, Any]) -> None:
+    if as_json:
+        console.print_json(json.dumps({"app_id": made.app_id, "key_id": made.key_id, "secret": made.secret,
+                                       **extra}))
+        return
+    console.print(f"app_id  {made.app_id}\nkey_id  {made.key_id}\nsecret  {made.secret}", highlight=False)
+    err_console.print("The secret is shown only now: store it where the caller keeps secrets. Sign each "
+                      "request with it (docs/http.md, Apps and signatures).", highlight=False)
+
+
+def _capabilities(value: str | None) -> list[str]:
+    return [c.strip() for c in (value or "").split(",") if c.strip()]
+
+
+@app.command()
+def create(
+    name: str = typer.Argument(..., help="a label for the calling system"),
+    tenant: str = typer.Option("default", "--tenant", help="stamped on every envelope the app sends"),
+    capabilities: str | None = typer.Option(None, "--capabilities", help="C,...: allowed capabilities; default all"),
+    rate: float = typer.Option(DEFAULT_RATE, "--rate", help="requests per second, across every gateway replica"),
+    burst: int | None = typer.Option(None, "--burst", help="bucket size; default the rate rounded up"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Create an app with one key; prints app_id, key_id and the secret (shown only here)."""
+    size = burst if burst is not None else max(1, math.ceil(rate)) if math.isfinite(rate) else 1
+    made = _store().create(name=name, tenant=tenant, capabilities=_capabilities(capabilities), rate=rate,
+                           burst=size)
+    _show_secret(made, as_json, {"name": name, "tenant": tenant, "capabilities": _capabilities(capabilities),
+                                 "rate": rate, "burst": size})
+
+
+@app.command("ls")
+def ls(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List apps with their keys and quotas (never a secret)."""
+    records = _store().all()
+    if as_json:
+        console.print_json(json.dumps([_summary(r) for r in records]))
+        return
+    table = Table("app_id", "name", "tenant", "capabilities", "rate/s", "burst", "live keys", "state")
+    for r in records:
+        live = [k.key_id for k in r.live_keys()]
+        table.add_row(r.app_id, r.name, r.tenant, ",".join(r.capabilities) or "*", f"{r.rate:g}", str(r.burst),
+                      "\n".join(live) or "-", "revoked" if r.revoked else "active")
+    console.print(table)
+
+
+@app.command()
+def rotate(app_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
+    """Add a new key; the old keys keep working until `reach apps revoke APP_ID --key OLD`."""
+    _show_secret(_store().rotate(app_id), as_json, {})
+
+
+@app.command()
+def revoke(
+    app_id: str = typer.Argument(...),
+    key: str | None = typer.Option(None, "--key", help="revoke only this key; default the whole app"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Revoke one key, or the whole app; gateways refuse it within about a second."""
+    record = _store().revoke(app_id, key_id=key)
+    if as_json:
+        console.print_json(json.dumps(_summary(record)))
+    elif key is None:
+        console.print(f"app {app_id} revoked: none of its keys works any more", highlight=False)
+    else:
+        console.print(f"key {key} of app {app_id} revoked; live keys: "
+                      f"{', '.join(k.key_id for k in record.live_keys()) or 'none'}", highlight=False)

@@ -1,0 +1,49 @@
+"""Wiring of the door from the settings: the apps directory, nonces, quotas and the authenticator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reach.gateway.auth import SignatureAuthenticator
+from reach.gateway.directory import KafkaAppDirectory
+from reach.gateway.nonces import RedisNonceStore
+from reach.gateway.quotas import RedisQuotas
+from reach.gateway.redisconn import door_client
+from reach.gateway.secrets import secret_box
+from reach.gateway.settings import GatewaySettings
+from reach.names import Names
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Door:
+    """What the HTTP service checks every request with; `close()` stops the directory's thread."""
+
+    directory: KafkaAppDirectory
+    nonces: RedisNonceStore
+    quotas: RedisQuotas
+    authenticator: SignatureAuthenticator
+
+    def close(self) -> None:
+        self.directory.stop()
+
+
+def open_door(*, gateway: GatewaySettings | None = None, reach: ReachSettings | None = None,
+              kafka: KafkaSettings | None = None, redis: RedisSettings | None = None,
+              ready_timeout: float = 30.0) -> Door:
+    """Build the door and return once the apps directory has caught up with the apps topic.
+
+    ConfigError when no secrets key is there (the gateway never makes one), InfraUnavailable when the
+    broker does not answer in `ready_timeout`."""
+    gateway = gateway or GatewaySettings()
+    reach = reach or ReachSettings()
+    kafka = kafka or KafkaSettings()
+    box = secret_box(gateway.secrets_key, reach.home, create=False)
+    directory = KafkaAppDirectory(names=Names(reach.namespace), box=box, kafka=kafka)
+    directory.start(ready_timeout)
+    client = door_client((redis or RedisSettings()).url(reach.home), timeout_s=gateway.redis_timeout)
+    nonces = RedisNonceStore(client=client, namespace=reach.namespace)
+    quotas = RedisQuotas(client=client, namespace=reach.namespace, capability_limit=gateway.capability_limit)
+    authenticator = SignatureAuthenticator(directory=directory, nonces=nonces, max_age_s=gateway.signature_max_age,
+                                           max_ahead_s=gateway.signature_max_ahead)
+    return Door(directory=directory, nonces=nonces, quotas=quotas, authenticator=authenticator)

@@ -1,0 +1,134 @@
+"""Quotas at the door: a token bucket per app and one per capability, taken together or not at all.
+
+RedisQuotas runs both buckets in one Lua script on Redis's clock (TIME), so every gateway replica shares
+them and no two replicas' clocks need to agree; MemoryQuotas is the same rule on reach.tokenbucket for one
+process (unit tests).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import redis
+
+from reach.gateway.ports import CallerApp, QuotaDecision
+from reach.gateway.redisconn import guarded
+from reach.tokenbucket import TokenBucket
+
+ALLOWED = QuotaDecision(allowed=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """A token bucket's shape: `rate` tokens per second, at most `burst` held."""
+
+    rate: float
+    burst: int
+
+
+LimitOf = Callable[[str], Limit | None]
+"""The cap on one capability across every app, or None (GatewaySettings.capability_limit)."""
+
+
+def _no_cap(_capability: str) -> Limit | None:
+    return None
+
+
+# KEYS[1] the app's bucket, KEYS[2] the capability's; ARGV rate and burst of each (cap rate 0: no cap).
+# A bucket is a hash {tokens, stamp}; a missing one is full. Neither bucket is spent unless both have a
+# token. Returns {allowed, scope (1 app, 2 capability, 0 none), retry-after in microseconds}.
+TAKE_LUA = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local function fill(key, rate, burst)
+  local v = redis.call('HMGET', key, 'tokens', 'stamp')
+  local tokens, stamp = tonumber(v[1]), tonumber(v[2])
+  if tokens == nil or stamp == nil then return burst end
+  if now > stamp then tokens = tokens + (now - stamp) * rate end
+  return math.min(burst, tokens)
+end
+local function wait(tokens, rate) return math.ceil((1 - tokens) / rate * 1000000) end
+local function save(key, tokens, rate, burst)
+  redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'stamp', string.format('%.6f', now))
+  redis.call('PEXPIRE', key, math.ceil(burst / rate * 1000) + 1000)
+end
+local app_rate, app_burst = tonumber(ARGV[1]), tonumber(ARGV[2])
+local cap_rate, cap_burst = tonumber(ARGV[3]), tonumber(ARGV[4])
+local app = fill(KEYS[1], app_rate, app_burst)
+local cap = 1
+if cap_rate > 0 then cap = fill(KEYS[2], cap_rate, cap_burst) end
+if app < 1 then
+  local w = wait(app, app_rate)
+  if cap < 1 then w = math.max(w, wait(cap, cap_rate)) end
+  return {0, 1, w}
+end
+if cap < 1 then return {0, 2, wait(cap, cap_rate)} end
+save(KEYS[1], app - 1, app_rate, app_burst)
+if cap_rate > 0 then save(KEYS[2], cap - 1, cap_rate, cap_burst) end
+return {1, 0, 0}
+"""
+
+_SCOPES: dict[int, Literal["app", "capability"]] = {1: "app", 2: "capability"}
+
+
+class RedisQuotas:
+    """Buckets `<ns>:gateway:quota:app:<app_id>` and `<ns>:gateway:quota:cap:<capability>`, shared by replicas."""
+
+    def __init__(self, *, client: redis.Redis, namespace: str, capability_limit: LimitOf = _no_cap) -> None:
+        self._prefix = f"{namespace}:gateway:quota:"
+        self._limit_of = capability_limit
+        self._script = client.register_script(TAKE_LUA)
+
+    def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+        cap = self._limit_of(capability) or Limit(rate=0.0, burst=0)
+        keys = [f"{self._prefix}app:{app.app_id}", f"{self._prefix}cap:{capability}"]
+        with guarded("taking a quota token"):
+            reply: Any = self._script(keys=keys, args=[repr(app.rate), app.burst, repr(cap.rate), cap.burst])
+        allowed, scope, wait_us = (int(x) for x in reply)
+        if allowed:
+            return ALLOWED
+        return QuotaDecision(allowed=False, retry_after_s=wait_us / 1e6, scope=_SCOPES[scope])
+
+
+class MemoryQuotas:
+    """The same buckets in one process, on reach.tokenbucket; a changed app quota reshapes its bucket."""
+
+    def __init__(self, *, capability_limit: LimitOf = _no_cap, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit_of = capability_limit
+        self._clock = clock
+        self._apps: dict[str, TokenBucket] = {}
+        self._caps: dict[str, TokenBucket] = {}
+
+    @staticmethod
+    def _bucket(buckets: dict[str, TokenBucket], key: str, limit: Limit) -> TokenBucket:
+        bucket = buckets.get(key)
+        if bucket is None or (bucket.rate, bucket.burst) != (limit.rate, limit.burst):
+            tokens = -1.0 if bucket is None else min(bucket.tokens, float(limit.burst))
+            bucket = buckets[key] = TokenBucket(rate=limit.rate, burst=limit.burst, tokens=tokens,
+                                                stamp=-1.0 if bucket is None else bucket.stamp)
+        return bucket
+
+    def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+        now = self._clock()
+        app_bucket = self._bucket(self._apps, app.app_id, Limit(rate=app.rate, burst=app.burst))
+        limit = self._limit_of(capability)
+        cap_bucket = self._bucket(self._caps, capability, limit) if limit is not None else None
+        app_wait = app_bucket.peek(now)
+        cap_wait = cap_bucket.peek(now) if cap_bucket is not None else 0.0
+        if app_wait > 0:
+            return QuotaDecision(allowed=False, retry_after_s=max(app_wait, cap_wait), scope="app")
+        if cap_wait > 0:
+            return QuotaDecision(allowed=False, retry_after_s=cap_wait, scope="capability")
+        app_bucket.take(now)
+        if cap_bucket is not None:
+            cap_bucket.take(now)
+        return ALLOWED
+
+
+def retry_after_header(decision: QuotaDecision) -> str:
+    """The `Retry-After` value for a refused take: whole seconds, rounded up, at least 1."""
+    return str(max(1, math.ceil(decision.retry_after_s)))

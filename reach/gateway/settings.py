@@ -1,0 +1,66 @@
+"""The gateway's settings, read from REACH_GATEWAY_* environment variables.
+
+| variable                             | default     | meaning                                                  |
+|--------------------------------------|-------------|----------------------------------------------------------|
+| REACH_GATEWAY_HOST                   | 127.0.0.1   | address `reach gateway` binds                            |
+| REACH_GATEWAY_PORT                   | 8080        | port `reach gateway` binds                               |
+| REACH_GATEWAY_SECRETS_KEY            | (file)      | Fernet key(s) encrypting app secrets at rest, comma-     |
+|                                      |             | separated: the first encrypts, every one decrypts; unset:|
+|                                      |             | REACH_HOME/gateway-secrets.key (0600, made by the CLI)   |
+| REACH_GATEWAY_SIGNATURE_MAX_AGE      | 300         | seconds a signature's `t` may lie in the past            |
+| REACH_GATEWAY_SIGNATURE_MAX_AHEAD    | 60          | seconds `t` may lie in the future (caller clock skew)    |
+| REACH_GATEWAY_CAPABILITY_RATE        | (none)      | requests/s per capability, summed over every app         |
+| REACH_GATEWAY_CAPABILITY_BURST       | (the rate)  | bucket size of that cap                                  |
+| REACH_GATEWAY_CAPABILITY_LIMITS      | {}          | JSON per capability, e.g. {"search.web": [500, 1000]}    |
+|                                      |             | (rate, burst), overriding the two above                  |
+| REACH_GATEWAY_REDIS_TIMEOUT          | 0.5         | seconds a nonce or quota call to Redis may take          |
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Self
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from reach.gateway.quotas import Limit
+
+
+class GatewaySettings(BaseSettings):
+    """How the gateway listens, checks signatures and caps capabilities."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_GATEWAY_", frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    secrets_key: SecretStr | None = None
+    signature_max_age: int = Field(default=300, ge=1)
+    signature_max_ahead: int = Field(default=60, ge=0)
+    capability_rate: float | None = Field(default=None, gt=0)
+    capability_burst: int | None = Field(default=None, ge=1)
+    capability_limits: dict[str, tuple[float, int]] = {}
+    redis_timeout: float = Field(default=0.5, gt=0)
+
+    @model_validator(mode="after")
+    def _limits_make_buckets(self) -> Self:
+        for capability, (rate, burst) in self.capability_limits.items():
+            if not (math.isfinite(rate) and rate > 0 and burst >= 1):
+                raise ValueError(f"REACH_GATEWAY_CAPABILITY_LIMITS[{capability!r}] = [{rate}, {burst}]: "
+                                 "expected [rate > 0, burst >= 1], e.g. [500, 1000]")
+        return self
+
+    @property
+    def nonce_ttl(self) -> int:
+        """How long a nonce is remembered: as long as a request carrying it could still be accepted."""
+        return self.signature_max_age + self.signature_max_ahead
+
+    def capability_limit(self, capability: str) -> Limit | None:
+        """The cap on one capability across every app, or None when it is not capped."""
+        if capability in self.capability_limits:
+            rate, burst = self.capability_limits[capability]
+            return Limit(rate=rate, burst=burst)
+        if self.capability_rate is None:
+            return None
+        return Limit(rate=self.capability_rate,
+                     burst=self.capability_burst or max(1, math.ceil(self.capability_rate)))
