@@ -30,7 +30,7 @@ from reach.settings import ReachSettings, RedisSettings
 
 ACCEPTED_TARGET_RPS = 1_000.0  # issue 13: one gateway process accepts >= 1,000 signed requests/s
 P99_TARGET_MS = 50.0  # ... and answers 202 within 50 ms at p99 at 500/s
-LAG_BOUND_MS = 10.0  # a generator sending later than this at p99 was itself the bottleneck
+LAG_BOUND_MS = 20.0  # a generator sending later than this at p99 was itself the bottleneck
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,9 @@ def gateway_row(rate: float, load: dict[str, object], before: cpu.Reading, after
     statuses: dict[str, int] = load["statuses"]  # type: ignore[assignment]
     latencies: list[float] = load["latencies_ms"]  # type: ignore[assignment]
     lags = sorted(load["lag_ms"])  # type: ignore[call-overload]
-    window = float(load["window_s"])  # type: ignore[arg-type]
+    # accepted/s over the span from the first measured send to the last answer: a gateway that falls behind
+    # answers the window's requests late, and the window alone would credit it with the offered rate
+    window = max(float(load["window_s"]), float(load["span_s"]))  # type: ignore[arg-type]
     due = int(load["due"])  # type: ignore[call-overload]
     accepted = statuses.get("202", 0)
     refused = {k: v for k, v in statuses.items() if k != "202"}
