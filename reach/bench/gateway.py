@@ -37,8 +37,8 @@ LAG_BOUND_MS = 20.0  # a generator sending later than this at p99 was itself the
 class GatewayConfig:
     """Offered rates and the length of each step (keep the whole mode under two minutes here)."""
 
-    rates: tuple[float, ...] = (250.0, 500.0, 1_000.0, 1_500.0)
-    seconds: float = 8.0
+    rates: tuple[float, ...] = (250.0, 500.0, 1_000.0)
+    seconds: float = 6.0
     warmup: float = 2.0
     generators: int = 2
 
