@@ -91,6 +91,7 @@ class ControlKind(StrEnum):
     WEIGHTS = "WEIGHTS"
     INSTANCE = "INSTANCE"
     POLICY = "POLICY"
+    CANARY = "CANARY"
     UNKNOWN = "UNKNOWN"  # the enum default: a kind added after this reader's schema, skipped by the view
 
 
@@ -192,6 +193,8 @@ class CandidateScore(AvroModel):
     locality: float
     load: float
     affinity: float
+    parts: dict[str, float] = {}
+    arm: str | None = None
 
 
 class Decision(AvroModel):
@@ -205,6 +208,8 @@ class Decision(AvroModel):
     partition: int | None = None
     offset: int | None = None
     weights: dict[str, float] = {}
+    arm: str | None = None
+    admission: str | None = None
 
 
 class Receipt(AvroRecord):
@@ -233,6 +238,7 @@ class Receipt(AvroRecord):
     deadline: EpochMillis | None = None
     delivery_timeout_ms: int | None = None
     reroutes: int = 0
+    reused_from: str | None = None
 
 
 class Capability(AvroModel):
@@ -317,6 +323,7 @@ class Weights(AvroModel):
     locality: float = 0.2
     load: float = 0.3
     affinity: float = 0.1
+    factors: dict[str, float] = {}
 
 
 class InstanceOverride(AvroModel):
@@ -340,12 +347,41 @@ class Policy(AvroModel):
     execution_timeout_ms: int | None = None
     budget_ms: int | None = None
     validate_at_router: bool = False
+    idempotency_window_ms: int | None = None
+    slow_threshold_ms: int | None = None
+
+
+class CanaryState(StrEnum):
+    """Where a canary stands (Avro enum CanaryState)."""
+
+    RUNNING = "RUNNING"
+    PROMOTED = "PROMOTED"
+    ROLLED_BACK = "ROLLED_BACK"
+    UNKNOWN = "UNKNOWN"  # the enum default: a state added after this reader's schema
+
+
+class Canary(AvroModel):
+    """A canary of one agent's new build version, keyed `CANARY:<agent_id>` on the control topic."""
+
+    avro_name: ClassVar[str] = "Canary"
+
+    agent_id: str
+    version: str
+    steps: list[int] = [5, 20, 50, 100]
+    step: int = 0
+    step_ms: int = 60000
+    min_success: float = 0.95
+    state: CanaryState = CanaryState.RUNNING
+    started_at: EpochMillis
+    step_started_at: EpochMillis
+    reason: str | None = None
 
 
 _BODY_OF_KIND = {
     ControlKind.WEIGHTS: "weights",
     ControlKind.INSTANCE: "instance",
     ControlKind.POLICY: "policy",
+    ControlKind.CANARY: "canary",
 }
 
 
@@ -359,6 +395,7 @@ class Control(AvroRecord):
     weights: Weights | None = None
     instance: InstanceOverride | None = None
     policy: Policy | None = None
+    canary: Canary | None = None
     updated_at: EpochMillis
     updated_by: str
 
@@ -381,6 +418,41 @@ class Control(AvroRecord):
     def key(self) -> str:
         """The record key on the control topic."""
         return f"{self.kind}:{self.scope}"
+
+
+class BreakerState(StrEnum):
+    """A circuit breaker's state (Avro enum BreakerState); instances and channels share it."""
+
+    CLOSED = "CLOSED"
+    OPEN = "OPEN"
+    HALF_OPEN = "HALF_OPEN"
+    UNKNOWN = "UNKNOWN"  # the enum default: a state added after this reader's schema; routers treat it as CLOSED
+
+
+class InstanceHealth(AvroRecord):
+    """One instance's health and breaker state on `<ns>.health`, keyed by instance_id (one writer per partition)."""
+
+    avro_name: ClassVar[str] = "InstanceHealth"
+
+    instance_id: str
+    agent_id: str
+    build_version: str = ""
+    at: EpochMillis
+    breaker: BreakerState = BreakerState.CLOSED
+    open_until: EpochMillis | None = None
+    admit: float = 1.0
+    weight: float = 1.0
+    timeout_factor: float = 1.0
+    reason: str | None = None
+    calls_1m: int = 0
+    success_1m: float | None = None
+    calls_5m: int = 0
+    success_5m: float | None = None
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    slow_ratio: float | None = None
+    overloads_10s: int = 0
+    consecutive_failures: int = 0
 
 
 class AppKey(AvroModel):

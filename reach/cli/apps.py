@@ -23,10 +23,12 @@ app = typer.Typer(help="Gateway apps: who may call over HTTP, with which keys, h
 DEFAULT_RATE = 100.0
 
 
-def _store() -> AppStore:
+def _store(*, making_keys: bool = False) -> AppStore:
+    """The store over this namespace's apps topic; the secrets key is loaded (made on a fresh machine) only
+    for commands that make keys."""
     reach = ReachSettings()
-    box = secret_box(GatewaySettings().secrets_key, reach.home, create=True)
-    return AppStore(log=KafkaAppLog(names=Names(reach.namespace), box=box), box=box)
+    box = secret_box(GatewaySettings().secrets_key, reach.home, create=True) if making_keys else None
+    return AppStore(log=KafkaAppLog(names=Names(reach.namespace)), box=box)
 
 
 def _summary(record: App) -> dict[str, Any]:
@@ -65,10 +67,10 @@ def create(
 ) -> None:
     """Create an app with one key; prints app_id, key_id and the secret (shown only here)."""
     size = burst if burst is not None else max(1, math.ceil(rate)) if math.isfinite(rate) else 1
-    made = _store().create(name=name, tenant=tenant, capabilities=_capabilities(capabilities), rate=rate,
-                           burst=size)
-    _show_secret(made, as_json, {"name": name, "tenant": tenant, "capabilities": _capabilities(capabilities),
-                                 "rate": rate, "burst": size})
+    allowed = sorted(set(_capabilities(capabilities)))
+    made = _store(making_keys=True).create(name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size)
+    _show_secret(made, as_json, {"name": name, "tenant": tenant, "capabilities": allowed, "rate": rate,
+                                 "burst": size})
 
 
 @app.command("ls")
@@ -89,7 +91,7 @@ def ls(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def rotate(app_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """Add a new key; the old keys keep working until `reach apps revoke APP_ID --key OLD`."""
-    _show_secret(_store().rotate(app_id), as_json, {})
+    _show_secret(_store(making_keys=True).rotate(app_id), as_json, {})
 
 
 @app.command()

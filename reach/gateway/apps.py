@@ -113,6 +113,25 @@ def caller(app: App) -> CallerApp:
                      rate=app.rate, burst=app.burst)
 
 
+def decode_app(key: bytes | None, value: bytes | None) -> tuple[str, App | None]:
+    """An apps-topic record as (app_id, app or None for a tombstone); raises on a record nobody should use."""
+    app_id = (key or b"").decode()
+    if not app_id:
+        raise ValueError("no key")
+    app = codec.decode(value, App) if value is not None else None
+    if app is not None and app.app_id != app_id:
+        raise ValueError(f"record key {app_id!r} differs from its app_id {app.app_id!r}")
+    if app is not None:
+        check_quota(app.rate, app.burst)  # a hand-written record must not divide a bucket by zero
+    return app_id, app
+
+
+def check_opens(box: SecretBox, app: App) -> None:
+    """Raise SecretUnreadable unless `box` opens every live key of the app (the gateways' key is this one)."""
+    for k in app.live_keys():
+        box.open(app.app_id, k.key_id, k.sealed_secret)
+
+
 class AppTable:
     """Live keys by key id, folded from apps-topic records (an AppDirectory); a bad record is skipped and
     counted in `refused`, never fatal, and the app's previous state stays."""
@@ -135,12 +154,7 @@ class AppTable:
     def apply_raw(self, key: bytes | None, value: bytes | None, *, where: str) -> bool:
         """Fold one record as read from the topic (None value: a tombstone). True when it applied."""
         try:
-            app_id = (key or b"").decode()
-            if not app_id:
-                raise ValueError("no key")
-            app = codec.decode(value, App) if value is not None else None
-            if app is not None and app.app_id != app_id:
-                raise ValueError(f"record key {app_id!r} differs from its app_id {app.app_id!r}")
+            app_id, app = decode_app(key, value)
         except codec.RegistryUnavailable:
             raise  # infrastructure, not a bad record: the caller reads again
         except Exception as exc:  # noqa: BLE001 - DecodeError, bad UTF-8, a record the model refuses

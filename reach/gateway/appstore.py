@@ -8,19 +8,34 @@ same app at the same instant race (the later write wins), which the CLI's use do
 from __future__ import annotations
 
 import getpass
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from reach import codec, topicreader
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.gateway import apps
-from reach.gateway.apps import AppError, AppTable, NewKey
+from reach.gateway.apps import AppError, NewKey, check_opens, decode_app
 from reach.gateway.secrets import SecretBox
 from reach.names import Names
 from reach.records import App
 from reach.settings import KafkaSettings
+
+log = logging.getLogger("reach.gateway.appstore")
+
+
+@contextmanager
+def kafka_guarded(what: str) -> Iterator[None]:
+    """librdkafka's errors (no broker, metadata timeout) as InfraUnavailable (exit 4)."""
+    try:
+        yield
+    except KafkaException as exc:
+        raise InfraUnavailable(f"The Kafka broker did not answer while {what} ({exc.args[0].str()}); check "
+                               "REACH_BOOTSTRAP or run `reach local up`.") from None
 
 
 class AppLog(Protocol):
@@ -48,24 +63,34 @@ class KafkaAppLog:
     """The compacted apps topic: read to its end (no consumer group), append with an idempotent producer
     and wait for the broker's acknowledgement."""
 
-    def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings | None = None,
-                 timeout: float = 15.0) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, timeout: float = 15.0) -> None:
         self._names = names
-        self._box = box
         self._kafka = kafka or KafkaSettings()
         self._timeout = timeout
         self._producer: Producer | None = None
 
     def read(self) -> dict[str, App]:
-        table = AppTable(self._box)
+        """The newest record of every app; a bad record is logged and skipped (no secret is opened here)."""
+        found: dict[str, App] = {}
         reader = topicreader.open_reader("apps", self._kafka)
         try:
-            starts = topicreader.start_offsets(reader, self._names.apps, None, self._timeout)
-            for msg in topicreader.read_range(reader, self._names.apps, starts, idle_timeout=self._timeout):
-                table.apply_raw(msg.key(), msg.value(), where=f"{self._names.apps}@{msg.offset()}")
+            with kafka_guarded(f"reading {self._names.apps}"):
+                starts = topicreader.start_offsets(reader, self._names.apps, None, self._timeout)
+                for msg in topicreader.read_range(reader, self._names.apps, starts, idle_timeout=self._timeout):
+                    try:
+                        app_id, app = decode_app(msg.key(), msg.value())
+                    except codec.RegistryUnavailable:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - DecodeError, bad UTF-8, a mismatched key
+                        log.warning("skipping a bad apps record at %s@%d: %s", self._names.apps, msg.offset(), exc)
+                        continue
+                    if app is None:
+                        found.pop(app_id, None)
+                    else:
+                        found[app_id] = app
         finally:
             reader.close()
-        return table.apps()
+        return found
 
     def append(self, app: App) -> None:
         if self._producer is None:
@@ -76,8 +101,9 @@ class KafkaAppLog:
             if err is not None:
                 errors.append(str(err))
 
-        self._producer.produce(self._names.apps, key=app.app_id.encode(), value=codec.encode(app),
-                               on_delivery=_report)
+        with kafka_guarded(f"writing {self._names.apps}"):
+            self._producer.produce(self._names.apps, key=app.app_id.encode(), value=codec.encode(app),
+                                   on_delivery=_report)
         if self._producer.flush(self._timeout) or errors:
             raise InfraUnavailable(
                 f"The apps record of {app.app_id} was not acknowledged ({', '.join(errors) or 'timed out'}). "
@@ -92,12 +118,19 @@ def _operator() -> str:
 
 
 class AppStore:
-    """App lifecycle over an AppLog; every change is one new record of the whole app."""
+    """App lifecycle over an AppLog; every change is one new record of the whole app. `box` (the secrets key)
+    is needed only to make keys: listing and revoking work without it, so a compromised app can always be
+    revoked."""
 
-    def __init__(self, *, log: AppLog, box: SecretBox, by: str | None = None) -> None:
+    def __init__(self, *, log: AppLog, box: SecretBox | None, by: str | None = None) -> None:
         self._log = log
         self._box = box
         self._by = by or _operator()
+
+    def _sealer(self) -> SecretBox:
+        if self._box is None:
+            raise AppError("Making a key needs the secrets key: this AppStore was built without one.")
+        return self._box
 
     def all(self) -> list[App]:
         return sorted(self._log.read().values(), key=lambda a: (a.created_at, a.app_id))
@@ -109,13 +142,17 @@ class AppStore:
         return app
 
     def create(self, *, name: str, tenant: str, capabilities: list[str], rate: float, burst: int) -> NewKey:
-        app, made = apps.new_app(self._box, name=name, tenant=tenant, capabilities=capabilities, rate=rate,
+        app, made = apps.new_app(self._sealer(), name=name, tenant=tenant, capabilities=capabilities, rate=rate,
                                  burst=burst, now_ms=now_ms(), by=self._by)
         self._log.append(app)
         return made
 
     def rotate(self, app_id: str) -> NewKey:
-        app, made = apps.rotated(self._box, self.get(app_id), now_ms=now_ms(), by=self._by)
+        """A new key sealed under the same secrets key as the app's live keys (else SecretUnreadable: a key
+        sealed differently would make the gateways skip the whole record)."""
+        current = self.get(app_id)
+        check_opens(self._sealer(), current)
+        app, made = apps.rotated(self._sealer(), current, now_ms=now_ms(), by=self._by)
         self._log.append(app)
         return made
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
@@ -15,6 +16,7 @@ from reach import clients, topicreader
 from reach.codec import RegistryUnavailable
 from reach.errors import InfraUnavailable
 from reach.gateway.apps import AppTable
+from reach.gateway.appstore import kafka_guarded
 from reach.gateway.ports import KeyEntry
 from reach.gateway.secrets import SecretBox
 from reach.names import Names
@@ -22,14 +24,17 @@ from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.gateway.directory")
 POLL_S = 0.2
+REGISTRY_RETRY_S = 1.0
 
 
 class KafkaAppDirectory:
     """Live keys by key id, as the apps topic says now (satisfies reach.gateway.ports.AppDirectory)."""
 
-    def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings | None = None) -> None:
+    def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings | None = None,
+                 open_consumer: Callable[[], Consumer] | None = None) -> None:
         self._topic = names.apps
-        self._kafka = kafka or KafkaSettings()
+        kafka = kafka or KafkaSettings()
+        self._open = open_consumer or (lambda: topicreader.open_reader("gateway-apps", kafka))
         self.table = AppTable(box)
         self._ready = threading.Event()
         self._stop = threading.Event()
@@ -51,10 +56,11 @@ class KafkaAppDirectory:
 
     def start(self, timeout: float = 30.0) -> None:
         """Assign every partition from the beginning, start following; return once caught up."""
-        consumer = topicreader.open_reader("gateway-apps", self._kafka)
+        consumer = self._open()
         try:
-            parts = topicreader.partitions(consumer, self._topic, timeout)
-            self._ends = {p: topicreader.watermarks(consumer, self._topic, p, timeout)[1] for p in parts}
+            with kafka_guarded(f"starting to follow {self._topic}"):
+                parts = topicreader.partitions(consumer, self._topic, timeout)
+                self._ends = {p: topicreader.watermarks(consumer, self._topic, p, timeout)[1] for p in parts}
         except Exception:
             consumer.close()
             raise
@@ -88,7 +94,7 @@ class KafkaAppDirectory:
                 return
             except RegistryUnavailable as exc:  # the record may be fine: skipping it could miss a revocation
                 log.warning("apps record at %s: the schema registry does not answer (%s); retrying", where, exc)
-                self._stop.wait(1.0)
+                self._stop.wait(REGISTRY_RETRY_S)
 
     def _follow(self) -> None:
         consumer = self._consumer

@@ -5,7 +5,7 @@ implementations and the in-memory fakes for unit tests both satisfy them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 
@@ -30,7 +30,7 @@ class KeyEntry:
 
     key_id: str
     app: CallerApp
-    secret: bytes
+    secret: bytes = field(repr=False)  # a logged Verified or KeyEntry must not print it
 
 
 class AppDirectory(Protocol):

@@ -19,8 +19,8 @@ from reach.scoring import ScoreParts
 
 _FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "agent_id", "instance_id", "status",
            "attempt", "at", "error", "retry_after_ms", "result", "step_status", "timings", "decision", "cost",
-           "due_at", "deadline", "delivery_timeout_ms", "reroutes")
-_DECISION = ("candidates", "picked_instance", "topic", "partition", "offset", "weights")
+           "due_at", "deadline", "delivery_timeout_ms", "reroutes", "reused_from")
+_DECISION = ("candidates", "picked_instance", "topic", "partition", "offset", "weights", "arm", "admission")
 _FIVE_DOUBLES = struct.Struct("<5d")
 _DOUBLE = struct.Struct("<d")
 _NULL = b"\x00"
@@ -110,6 +110,7 @@ class RoutedReceiptWriter:
         for c in scores:
             parts.append(self._candidate(c.instance_id, c.agent_id))
             parts.append(_FIVE_DOUBLES.pack(c.score, c.fit, c.locality, c.load, c.affinity))
+            parts.append(b"\x00\x00")  # parts: empty map; arm: null
         parts += [
             _NULL, _SOME, s(picked_instance), _SOME, s(topic),  # _NULL ends the candidates array
             optional_long(partition), optional_long(offset), varint(len(weights)) if weights else b"",
@@ -117,8 +118,10 @@ class RoutedReceiptWriter:
         for name, value in weights.items():
             parts.append(s(name))
             parts.append(_DOUBLE.pack(value))
-        # end of weights; cost and due_at null; then deadline, delivery_timeout_ms, reroutes
-        parts += [_NULL, _NULL, _NULL, optional_long(deadline), optional_long(delivery_timeout_ms), varint(reroutes)]
+        # end of weights; arm and admission null; cost and due_at null; then deadline, delivery_timeout_ms,
+        # reroutes; reused_from null
+        parts += [_NULL, _NULL, _NULL, _NULL, _NULL, optional_long(deadline), optional_long(delivery_timeout_ms),
+                  varint(reroutes), _NULL]
         return b"".join(parts)
 
     def _cached(self, text: str) -> bytes:

@@ -32,6 +32,8 @@ from reach.records import (
     AgentRegistration,
     AgentState,
     AvroRecord,
+    BreakerState,
+    Canary,
     CandidateScore,
     Capability,
     CapabilityMode,
@@ -42,6 +44,7 @@ from reach.records import (
     Envelope,
     ErrorInfo,
     InstanceAction,
+    InstanceHealth,
     InstanceOverride,
     LoadReport,
     Policy,
@@ -52,7 +55,8 @@ from reach.records import (
     Weights,
 )
 
-NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control", "LoadReport", "App"]
+NAMES = ["Envelope", "Receipt", "AgentRegistration", "DeadLetter", "Control", "LoadReport", "InstanceHealth",
+         "App"]
 NOW = 1_714_564_800_123
 
 
@@ -198,6 +202,17 @@ def _samples() -> list[AvroRecord]:
         LoadReport(instance_id="i-3", agent_id="agent://legal/reader", at=NOW, inflight=0, capacity=8, max_queue=32),
         LoadReport(instance_id="i-3", agent_id="agent://legal/reader", at=NOW, inflight=8, queued=3, capacity=8,
                    max_queue=20, drain_rate=41.5),
+        Control(kind=ControlKind.WEIGHTS, weights=Weights(factors={"health": 0.3, "fit": 0.4}), updated_at=NOW,
+                updated_by="ops"),
+        Control(kind=ControlKind.CANARY, scope="agent://demo/echo",
+                canary=Canary(agent_id="agent://demo/echo", version="1.3.0", started_at=NOW, step_started_at=NOW),
+                updated_at=NOW, updated_by="ops"),
+        InstanceHealth(instance_id="i-3", agent_id="agent://legal/reader", at=NOW),
+        InstanceHealth(instance_id="i-3", agent_id="agent://legal/reader", build_version="1.3.0", at=NOW,
+                       breaker=BreakerState.OPEN, open_until=NOW + 30_000, admit=0.1, weight=0.0, timeout_factor=2.0,
+                       reason="error rate 0.9 over 12 calls", calls_1m=12, success_1m=0.1, calls_5m=40,
+                       success_5m=0.5, p50_ms=12.5, p95_ms=80.0, slow_ratio=0.2, overloads_10s=1,
+                       consecutive_failures=7),
     ]
 
 

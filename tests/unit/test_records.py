@@ -34,6 +34,7 @@ TOP_LEVEL: list[type[AvroRecord]] = [
     records.DeadLetter,
     records.Control,
     records.LoadReport,
+    records.InstanceHealth,
     records.App,
 ]
 ENUMS: dict[str, type[StrEnum]] = {
@@ -43,6 +44,8 @@ ENUMS: dict[str, type[StrEnum]] = {
     "AgentState": AgentState,
     "ControlKind": ControlKind,
     "InstanceAction": InstanceAction,
+    "CanaryState": records.CanaryState,
+    "BreakerState": records.BreakerState,
 }
 PRIMITIVES: dict[str, type] = {
     "string": str,

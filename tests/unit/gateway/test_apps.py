@@ -11,7 +11,7 @@ from reach.errors import InvalidName
 from reach.gateway.apps import AppError, AppTable, new_app
 from reach.gateway.appstore import AppStore, MemoryAppLog
 from reach.gateway.ports import AppDirectory
-from reach.gateway.secrets import SecretBox
+from reach.gateway.secrets import SecretBox, SecretUnreadable
 from reach.records import App
 
 BOX = SecretBox([SecretStr(Fernet.generate_key().decode())])
@@ -130,6 +130,8 @@ def test_bad_records_are_skipped_counted_and_keep_the_previous_state() -> None:
         (b"app_other", codec.encode(good)),  # key and app_id differ
         (good.app_id.encode(), codec.encode(resealed)),  # sealed under another secrets key
         (other.app_id.encode(), codec.encode(thief)),
+        (good.app_id.encode(), codec.encode(good.model_copy(update={"rate": 0.0}))),
+        (good.app_id.encode(), codec.encode(good.model_copy(update={"burst": 0}))),
     ]
     for key, value in bad:
         assert not table.apply_raw(key, value, where="t@1")
@@ -137,3 +139,24 @@ def test_bad_records_are_skipped_counted_and_keep_the_previous_state() -> None:
     entry = table.lookup(key_id)
     assert entry is not None and entry.app.app_id == good.app_id
     assert table.lookup(other.keys[0].key_id) is None
+
+
+def test_listing_and_revoking_need_no_secrets_key_making_keys_does() -> None:
+    store, log = _store()
+    made = store.create(name="a", tenant="t", capabilities=[], rate=1, burst=1)
+    keyless = AppStore(log=log, box=None, by="test")
+    assert [a.app_id for a in keyless.all()] == [made.app_id]
+    with pytest.raises(AppError, match="needs the secrets key"):
+        keyless.rotate(made.app_id)
+    with pytest.raises(AppError, match="needs the secrets key"):
+        keyless.create(name="b", tenant="t", capabilities=[], rate=1, burst=1)
+    assert keyless.revoke(made.app_id).revoked
+
+
+def test_rotating_with_another_secrets_key_is_refused_before_anything_is_written() -> None:
+    store, log = _store()
+    made = store.create(name="a", tenant="t", capabilities=[], rate=1, burst=1)
+    elsewhere = AppStore(log=log, box=SecretBox([SecretStr(Fernet.generate_key().decode())]), by="test")
+    with pytest.raises(SecretUnreadable, match="REACH_GATEWAY_SECRETS_KEY"):
+        elsewhere.rotate(made.app_id)
+    assert len(log.records) == 1

@@ -49,6 +49,7 @@ def test_a_good_signature_is_verified_with_its_app(door: Door) -> None:
     outcome = door.check(signing.sign(door.secret, BODY, NOW - 5))
     assert isinstance(outcome, Verified)
     assert (outcome.entry.app.app_id, outcome.entry.app.tenant, outcome.timestamp) == (door.app_id, "acme", NOW - 5)
+    assert door.secret.decode() not in repr(outcome)  # a logged outcome does not print the secret
     with_nonce = door.check(signing.sign(door.secret, BODY, NOW, "nonce-0001"))
     assert isinstance(with_nonce, Verified) and with_nonce.nonce == "nonce-0001"
 

@@ -6,7 +6,7 @@ import hashlib
 import hmac
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reach.gateway import signing
@@ -30,6 +30,14 @@ def test_the_signature_is_stripe_s_scheme() -> None:
     assert signing.sign(SECRET, body, NOW, "abcdefgh") == f"t=1764590000,n=abcdefgh,v1={with_nonce}"
 
 
+def test_the_examples_in_docs_http_md() -> None:
+    assert signing.sign(b"rs_example", b"{}", 1764590000) == (
+        "t=1764590000,v1=11bd7927e6b73fe139362d0f3bb82b6ff091db1fc928ec3212472aeab519e413")
+    assert signing.sign(b"rs_example", b"{}", 1764590000, "b1c7e2a4f0d94c55") == (
+        "t=1764590000,n=b1c7e2a4f0d94c55,v1=013543df13129ad46e26ab8f2635534243677e0ef591005a546b74b036b6a0ae")
+
+
+@settings(deadline=None)  # a shared box: a slow example is not a bug
 @given(body=bodies, t=stamps, nonce=optional_nonces, secret=st.binary(min_size=1, max_size=64))
 def test_sign_then_verify_round_trips(body: bytes, t: int, nonce: str | None, secret: bytes) -> None:
     outcome = signing.verify(secret, signing.sign(secret, body, t, nonce), body, now=NOW)
@@ -42,6 +50,7 @@ def _flip(data: bytes, bit: int) -> bytes:
     return bytes(out)
 
 
+@settings(deadline=None)  # a shared box: a slow example is not a bug
 @given(body=bodies.filter(bool), t=stamps, nonce=optional_nonces, data=st.data())
 def test_any_bit_flip_in_the_body_fails(body: bytes, t: int, nonce: str | None, data: st.DataObject) -> None:
     header = signing.sign(SECRET, body, t, nonce)
@@ -49,6 +58,7 @@ def test_any_bit_flip_in_the_body_fails(body: bytes, t: int, nonce: str | None, 
     assert signing.verify(SECRET, header, _flip(body, bit), now=NOW) == signing.DENIED
 
 
+@settings(deadline=None)  # a shared box: a slow example is not a bug
 @given(body=bodies, t=stamps, nonce=nonces, other_t=stamps, other_nonce=nonces)
 def test_a_changed_timestamp_or_nonce_fails(body: bytes, t: int, nonce: str, other_t: int, other_nonce: str) -> None:
     digest = signing.digest(SECRET, body, t, nonce)
@@ -59,6 +69,7 @@ def test_a_changed_timestamp_or_nonce_fails(body: bytes, t: int, nonce: str, oth
     assert signing.verify(SECRET, signing.header(t, [digest]), body, now=NOW) == signing.DENIED  # nonce dropped
 
 
+@settings(deadline=None)  # a shared box: a slow example is not a bug
 @given(body=bodies, t=stamps, nonce=optional_nonces, data=st.data())
 def test_any_bit_flip_in_the_digest_fails(body: bytes, t: int, nonce: str | None, data: st.DataObject) -> None:
     digest = bytes.fromhex(signing.digest(SECRET, body, t, nonce))
@@ -116,6 +127,7 @@ def test_timestamps_outside_the_window_are_stale() -> None:
                                      max_age_s=2000), Signature)
 
 
+@settings(deadline=None)  # a shared box: a slow example is not a bug
 @given(st.text(max_size=300))
 def test_parse_never_raises(header: str) -> None:
     assert isinstance(signing.parse(header), Signature | AuthFailure)
