@@ -10,6 +10,8 @@
 | REACH_SCHEMA_REGISTRY_URL | (none)                      | use Confluent Schema Registry framing when set      |
 | REACH_WEB_PORT            | 6066                        | the stream app's HTTP port                          |
 | REACH_WEB_HOST            | 127.0.0.1                   | the address it binds and advertises to other workers|
+| REACH_WEB_TOKEN           | (none)                      | shared token the views require (`Authorization:     |
+|                           |                             | Bearer`) when REACH_WEB_HOST is not loopback        |
 | REACH_STATUS_RETENTION    | 604800 (7 days, seconds)    | how long terminal status rows are kept              |
 | REACH_STALE_NO_ROUTE      | 86400 (24 h, seconds)       | age at which an unserved NO_ROUTE letter is stale   |
 | REACH_SECURITY_PROTOCOL   | PLAINTEXT                   | PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL          |
@@ -49,6 +51,7 @@ class ReachSettings(BaseSettings):
     topics_file: Path = Path("topics.yaml")
     web_port: int = 6066
     web_host: str = "127.0.0.1"
+    web_token: SecretStr | None = None
     status_retention: int = 7 * 24 * 3600
     stale_no_route: int = 24 * 3600
     schema_registry_url: str | None = None

@@ -14,6 +14,7 @@ from reach.cli import router as router_cli
 from reach.cli import status as status_cli
 from reach.cli import weights as weights_cli
 from reach.cli.common import run_guarded
+from reach.cli.gateway import gateway as gateway_command
 
 app = typer.Typer(
     name="reach", help="Agent-Reach: the reach layer for multi-agent systems on Apache Kafka.",
@@ -26,6 +27,7 @@ app.command("agents")(agents.agents)
 app.command("send")(send.send)
 app.command("demo")(demo.demo)
 app.command("router")(router_cli.router)
+app.command("gateway")(gateway_command)
 app.command("bench")(__import__("reach.cli.bench", fromlist=["bench"]).bench)
 app.add_typer(weights_cli.app, name="weights")
 app.add_typer(receipts_cli.app, name="receipts")

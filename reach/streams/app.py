@@ -36,6 +36,8 @@ from reach.streams.status.lookup import Owners
 from reach.streams.status.views import StatusViews, attach_status_views
 from reach.streams.timekeeper import Timekeeper
 from reach.streams.views import attach_views
+from reach.streams.webauth import GuardedPages, required_token
+from reach.webclient import auth_headers
 
 log = logging.getLogger("reach.router")
 
@@ -97,9 +99,10 @@ def build_app(
         fold = StatusFold(names=names, kafka=kafka, metrics=metrics, state_dir=state_dir, url=url,
                           retention_ms=reach_settings.status_retention * 1000)
     views = StatusViews(fold=fold, owners=Owners(clients.admin(kafka), fold_group(names)), partitions=partitions,
-                        url=url)
-    attach_status_views(app, views)
-    attach_views(app, router, metrics, fold)
+                        url=url, auth=auth_headers(reach_settings))
+    pages = GuardedPages(app, required_token(reach_settings))
+    attach_status_views(pages, views)
+    attach_views(pages, router, metrics, fold)
     if router is not None:
         _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka,
                                                     max_bytes=spec.dead_letter_bytes()),
