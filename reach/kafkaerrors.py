@@ -17,6 +17,9 @@ log = logging.getLogger("reach.kafka")
 
 # librdkafka's names for a refused SASL login and a failed TLS handshake / certificate check
 CREDENTIAL_ERRORS = frozenset({"_AUTHENTICATION", "_SSL"})
+# ... except when the cause is on this side: a connection closed mid-login ("SaslAuthenticateRequest failed:
+# Local: Broker transport failure", seen when a short-lived consumer closes) says nothing about credentials
+_LOCAL_CAUSE = "Local: "
 
 
 class KafkaErrorLike(Protocol):
@@ -50,7 +53,7 @@ _SEEN = _Seen()
 
 def on_error(error: KafkaErrorLike) -> None:
     """librdkafka `error_cb`: log every error (as librdkafka would without a callback), keep credential ones."""
-    if error.name() in CREDENTIAL_ERRORS:
+    if error.name() in CREDENTIAL_ERRORS and _LOCAL_CAUSE not in error.str():
         _SEEN.record(error.str())
         log.error("Kafka refused the connection: %s", error.str())
         return

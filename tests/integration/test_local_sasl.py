@@ -19,8 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cryptography.fernet import Fernet
 
+from reach.bench.gateway_stack import ENVELOPES, GatewayStack, envelope_body, post
 from reach.local.process import free_port
+from reach.settings import KafkaSettings
 from tests.integration.agent_support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -109,10 +112,28 @@ def test_router_and_agent_route_with_the_scram_credentials(sasl_env: dict[str, s
         agent_log.close()
 
 
+def test_the_gateway_accepts_signed_requests_over_scram(sasl_env: dict[str, str], tmp_path: Path) -> None:
+    env = _namespace(sasl_env)
+    env["REACH_HOME"] = str(tmp_path / "gateway-home")  # its app secrets' at-rest key; the broker's state stays put
+    # the gateway's Kafka clients (apps directory, registry, publisher, replies) all log in over SASL/SCRAM
+    with GatewayStack(env={k: v for k, v in env.items() if k.startswith("REACH_")}, kafka=_kafka(env)) as gateway:
+        body = envelope_body(payload={"text": "over scram"})
+        status, answer = post(gateway.url + ENVELOPES, body, gateway.signed_app().headers(body))
+        assert status == 202, answer
+        assert json.loads(answer)["message_id"]
+
+
+def _kafka(env: dict[str, str]) -> KafkaSettings:
+    return KafkaSettings(bootstrap=env["REACH_BOOTSTRAP"], security_protocol=env["REACH_SECURITY_PROTOCOL"],
+                         sasl_mechanism=env["REACH_SASL_MECHANISM"], sasl_username=env["REACH_SASL_USERNAME"],
+                         sasl_password=env["REACH_SASL_PASSWORD"])
+
+
 @pytest.mark.parametrize("command", [("topics", "plan"), ("send", "demo.echo", "--payload", "{}"), ("router",)])
 def test_a_wrong_password_fails_fast_with_exit_4(sasl_env: dict[str, str], command: tuple[str, ...]) -> None:
     env = {**sasl_env, "REACH_NAMESPACE": "s" + uuid.uuid4().hex[:10], "REACH_SASL_PASSWORD": "not-the-password",
-           "REACH_WEB_PORT": str(free_port())}
+           "REACH_WEB_PORT": str(free_port()), "REACH_GATEWAY_SECRETS_KEY": Fernet.generate_key().decode()}
+    command = tuple(str(free_port()) if part == "{port}" else part for part in command)
     started = time.monotonic()
     out = _reach(env, *command, timeout=_HANG_GUARD_S)
     took = time.monotonic() - started
@@ -120,6 +141,16 @@ def test_a_wrong_password_fails_fast_with_exit_4(sasl_env: dict[str, str], comma
     assert "authentication failed" in out.stderr.lower(), out.stderr
     assert "REACH_SASL_PASSWORD" in out.stderr.replace("\n", ""), "the error names what to check"
     print(f"{' '.join(command)}: exit 4 after {took:.1f}s")
+
+
+def test_the_gateway_with_a_wrong_password_exits_4_and_shows_the_refusal(sasl_env: dict[str, str]) -> None:
+    """Its apps directory reads <ns>.apps before the start-up check runs, so its last line is the directory's own
+    "does not answer"; the refusal ("invalid credentials") is in the output above it."""
+    env = {**sasl_env, "REACH_NAMESPACE": "s" + uuid.uuid4().hex[:10], "REACH_SASL_PASSWORD": "not-the-password",
+           "REACH_GATEWAY_SECRETS_KEY": Fernet.generate_key().decode()}
+    out = _reach(env, "gateway", "--port", str(free_port()), timeout=_HANG_GUARD_S)
+    assert out.returncode == 4, out.stdout + out.stderr
+    assert "invalid credentials" in out.stderr, out.stderr[-2000:]
 
 
 def test_a_client_without_credentials_is_refused_by_the_sasl_listener(sasl_env: dict[str, str]) -> None:

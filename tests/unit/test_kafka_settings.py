@@ -162,6 +162,13 @@ def test_check_reachable_keeps_saying_unreachable_for_other_errors() -> None:
         clients.check_reachable(admin, timeout=0.05)  # type: ignore[arg-type]
 
 
+def test_a_login_cut_short_on_this_side_is_not_a_refusal() -> None:
+    admin = _RefusingAdmin(_Error("_AUTHENTICATION", "GroupCoordinator: SASL authentication error: "
+                                  "SaslAuthenticateRequest failed: Local: Broker transport failure"))
+    with pytest.raises(InfraUnavailable, match="does not answer"):
+        clients.check_reachable(admin, timeout=0.05)  # type: ignore[arg-type]
+
+
 def test_an_old_refusal_does_not_fail_a_later_check() -> None:
     kafkaerrors.on_error(_Error("_AUTHENTICATION", "long ago"))
 
