@@ -21,7 +21,7 @@ from pathlib import Path
 from confluent_kafka import KafkaError, Message
 
 from reach.bench import cpu, noop_agent
-from reach.bench.gateway_load import LoadResult, schedule, summary
+from reach.bench.gateway_load import LoadResult, LoadSummary, schedule, summary
 from reach.bench.gateway_stack import GatewayStack, child_env
 from reach.bench.results import ModeResult, latency, own_cpu, percentile
 from reach.bench.subprocesses import Child
@@ -54,9 +54,11 @@ def run(ws: Workspace, config: GatewayConfig) -> list[ModeResult]:
     env = child_env(ws.namespace, ws.kafka, home=ReachSettings().home, redis_url=RedisSettings().url(),
                     topics_file=ws.topics_file)
     out: list[ModeResult] = []
+    stack = GatewayStack(env=env, kafka=ws.kafka)
     try:
-        stack = GatewayStack(env=env, kafka=ws.kafka).__enter__()
+        stack.start()
     except RuntimeError as exc:
+        stack.stop()
         return [ModeResult.skip("gateway", f"no gateway answering 202 ({str(exc).splitlines()[0]})")]
     try:
         broker = cpu.broker_pid(ws.kafka.servers())
@@ -99,30 +101,26 @@ def _gateway_step(stack: GatewayStack, rate: float, config: GatewayConfig, broke
                                                                                      config.warmup)[0])
 
 
-def gateway_row(rate: float, load: dict[str, object], before: cpu.Reading, after: cpu.Reading, *,
+def gateway_row(rate: float, load: LoadSummary, before: cpu.Reading, after: cpu.Reading, *,
                 requests: int) -> ModeResult:
     """One gateway rate as a table row (pure: the generators' pooled results and two CPU readings)."""
-    statuses: dict[str, int] = load["statuses"]  # type: ignore[assignment]
-    latencies: list[float] = load["latencies_ms"]  # type: ignore[assignment]
-    lags = sorted(load["lag_ms"])  # type: ignore[call-overload]
     # accepted/s over the span from the first measured send to the last answer: a gateway that falls behind
     # answers the window's requests late, and the window alone would credit it with the offered rate
-    window = max(float(load["window_s"]), float(load["span_s"]))  # type: ignore[arg-type]
-    due = int(load["due"])  # type: ignore[call-overload]
-    accepted = statuses.get("202", 0)
-    refused = {k: v for k, v in statuses.items() if k != "202"}
-    generator_cores = float(load["cpu_s"]) / max(float(load["wall_s"]), 1e-9)  # type: ignore[arg-type]
-    lag_p99 = percentile(lags, 99) if lags else None
+    window = max(load.window_s, load.span_s)
+    accepted = load.statuses.get("202", 0)
+    refused = {k: v for k, v in load.statuses.items() if k != "202"}
+    generator_cores = load.cpu_s / load.wall_s if load.wall_s > 0 else 0.0
+    lag_p99 = percentile(sorted(load.lag_ms), 99) if load.lag_ms else None
     by_process = cpu.per_1k(before, after, requests)
-    by_process["load generators"] = round(float(load["cpu_s"]) / requests * 1000, 4) if requests else None  # type: ignore[arg-type]
+    by_process["load generators"] = round(load.cpu_s / requests * 1000, 4) if requests else None
     behind = lag_p99 is not None and lag_p99 > LAG_BOUND_MS
     return ModeResult(
         mode=f"gateway {rate:g}/s", messages=accepted, throughput=accepted / window if window else 0.0,
-        latency=latency(latencies, "signed POST sent -> 202 received"), cpu_per_1k=by_process.get("gateway"),
-        lost=due - sum(statuses.values()), duplicated=0, offered_rate=rate, cpu_by_process=by_process,
-        figures={"due": float(due), "accepted": float(accepted), "refused": float(sum(refused.values())),
+        latency=latency(load.latencies_ms, "signed POST sent -> 202 received"), cpu_per_1k=by_process.get("gateway"),
+        lost=load.due - sum(load.statuses.values()), duplicated=0, offered_rate=rate, cpu_by_process=by_process,
+        figures={"due": float(load.due), "accepted": float(accepted), "refused": float(sum(refused.values())),
                  "generator_cores": round(generator_cores, 3), "generator_lag_p99_ms": lag_p99},
-        notes=(f"{accepted:,}/{due:,} accepted (202)"
+        notes=(f"{accepted:,}/{load.due:,} accepted (202)"
                + (f", refused {refused}" if refused else "")
                + f"; load generators used {generator_cores:.2f} cores, sent p99 {_fmt(lag_p99)} ms late"
                + (" (the generator was the bottleneck)" if behind else "")),

@@ -102,17 +102,30 @@ async def load(base_url: str, app: SignedApp, *, rate: float, seconds: float, wa
     return out
 
 
-def summary(results: list[LoadResult]) -> dict[str, object]:
+@dataclass(frozen=True)
+class LoadSummary:
     """Several generator processes' results as one: counts added, samples pooled."""
+
+    due: int
+    statuses: dict[str, int]
+    latencies_ms: list[float]
+    lag_ms: list[float]
+    window_s: float
+    span_s: float  # first measured send -> last measured answer, over every process
+    cpu_s: float
+    wall_s: float
+
+
+def summary(results: list[LoadResult]) -> LoadSummary:
     statuses: Counter[str] = Counter()
     for r in results:
         statuses.update(r.statuses)
-    return {"due": sum(r.due for r in results), "statuses": dict(statuses),
-            "latencies_ms": [x for r in results for x in r.latencies_ms],
-            "lag_ms": [x for r in results for x in r.lag_ms],
-            "window_s": max((r.window_s for r in results), default=0.0),
-            "span_s": _span([r.first_sent for r in results], [r.last_answer for r in results]),
-            "cpu_s": sum(r.cpu_s for r in results), "wall_s": max((r.wall_s for r in results), default=0.0)}
+    return LoadSummary(due=sum(r.due for r in results), statuses=dict(statuses),
+                       latencies_ms=[x for r in results for x in r.latencies_ms],
+                       lag_ms=[x for r in results for x in r.lag_ms],
+                       window_s=max((r.window_s for r in results), default=0.0),
+                       span_s=_span([r.first_sent for r in results], [r.last_answer for r in results]),
+                       cpu_s=sum(r.cpu_s for r in results), wall_s=max((r.wall_s for r in results), default=0.0))
 
 
 def _span(firsts: list[float | None], lasts: list[float | None]) -> float:
