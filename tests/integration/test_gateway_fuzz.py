@@ -1,5 +1,6 @@
 """schemathesis against the real gateway's own /openapi.json, every generated request signed (the auth hook):
-no 5xx, and no response that violates the document (status, content type, headers, body schema).
+no 5xx (but the agent's outcome that /v1/invoke relays as 502/504, see RELAYED), and no response that violates
+the document (status, content type, headers, body schema).
 
 A short bounded run by default (REACH_FUZZ_EXAMPLES examples per operation, default 15); a longer one with e.g.
 `REACH_FUZZ_EXAMPLES=500 REACH_CI=1 .venv/bin/pytest -q -s tests/integration/test_gateway_fuzz.py`.
@@ -29,8 +30,19 @@ from tests.integration.stream_app import StreamApp
 pytestmark = pytest.mark.integration
 
 EXAMPLES = int(os.environ.get("REACH_FUZZ_EXAMPLES", "15"))
-CHECKS = [checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
-          checks.response_headers_conformance, checks.response_schema_conformance]
+DOCUMENT = [checks.status_code_conformance, checks.content_type_conformance, checks.response_headers_conformance,
+            checks.response_schema_conformance]
+CHECKS = [checks.not_a_server_error, *DOCUMENT]
+# POST /v1/invoke relays the agent's outcome: 502 when the agent FAILED, 504 when no terminal receipt came within
+# timeout_ms or the budget ran out (EXPIRED), both declared in /openapi.json with an InvokeAnswer body. Those two,
+# with that body, are the answer the caller asked for, not a server fault; every other 5xx fails the test.
+RELAYED = {(502, "FAILED"), (504, "PENDING"), (504, "EXPIRED")}
+EVENTS = "/v1/messages/{message_id}/events"
+# Known defect, reported to the gateway's owners: /openapi.json declares the event stream's schema as
+# {"type": "string"}, and schemathesis validates each SSE event ({event, data, id}) against it, so a stream
+# of a real message "violates the document". Its random-id fuzzing (404s) runs here; the real-id conformance
+# is test_a_real_event_stream_matches_the_document (strict xfail: it turns red once the document is fixed).
+RANDOM_IDS_ONLY = {EVENTS}
 # waits that would turn a fuzz run into a sleep: a generated invoke or event stream ends within a second
 QUICK_WAITS = {"REACH_GATEWAY_INVOKE_TIMEOUT_MS": "500", "REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS": "1000",
                "REACH_GATEWAY_SSE_FIND": "0.2", "REACH_GATEWAY_SSE_MAX": "2"}
@@ -62,8 +74,20 @@ def signed_send(http: httpx.Client, app: SignedApp, case: Any, base_url: str) ->
     return http.request(kwargs["method"], kwargs["url"], params=kwargs.get("params"), headers=headers, content=raw)
 
 
-def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int]) -> None:
-    """EXAMPLES generated cases of one operation, each sent signed and checked against the document."""
+def relayed(op: Any, response: httpx.Response) -> bool:
+    """An invoke answer that reports the agent's outcome with a 5xx (see RELAYED)."""
+    if (op.method.upper(), op.path) != ("POST", "/v1/invoke"):
+        return False
+    try:
+        status = response.json().get("status")
+    except ValueError:
+        return False
+    return (response.status_code, status) in RELAYED
+
+
+def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], known: dict[str, list[str]]) -> None:
+    """EXAMPLES generated cases of one operation, each sent signed and checked against the document; ids that
+    earlier 202s returned (`known`) replace half the generated path ids, so the status routes answer 200 too."""
 
     @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(data=st.data())
@@ -72,9 +96,20 @@ def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int]) 
         if isinstance(case.body, dict) and "capability" in case.body and data.draw(st.booleans()):
             # half the envelopes name the live capability, so fuzzing reaches past the 404 into publishing
             case.body["capability"] = noop_agent.CAPABILITY
+        for name in case.path_parameters or {}:
+            if known.get(name) and op.path not in RANDOM_IDS_ONLY and data.draw(st.booleans()):
+                case.path_parameters[name] = data.draw(st.sampled_from(known[name]))
         response = send(case)
+        if response.status_code in (200, 202) and op.method.upper() == "POST":
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = None
+            if isinstance(answer, dict) and answer.get("message_id"):
+                known.setdefault("message_id", []).append(answer["message_id"])
+                known.setdefault("trace_id", []).append(answer["trace_id"])
         codes[response.status_code] = codes.get(response.status_code, 0) + 1
-        case.validate_response(response, checks=CHECKS)
+        case.validate_response(response, checks=DOCUMENT if relayed(op, response) else CHECKS)
 
     run()
 
@@ -86,11 +121,30 @@ def test_signed_fuzzing_finds_no_5xx_and_no_response_outside_the_document(gatewa
     assert any(op.path == "/v1/envelopes" and op.method.upper() == "POST" for op in operations), \
         [f"{op.method} {op.path}" for op in operations]
     seen: dict[str, dict[int, int]] = {}
+    known: dict[str, list[str]] = {}
     with httpx.Client(timeout=30) as http:
-        for op in operations:
+        for op in sorted(operations, key=lambda o: o.method.upper() != "POST"):  # POSTs first: they make the ids
             fuzz(op, lambda case: signed_send(http, app, case, gateway.url),
-                 seen.setdefault(f"{op.method.upper()} {op.path}", {}))
+                 seen.setdefault(f"{op.method.upper()} {op.path}", {}), known)
     print(f"\nschemathesis, {EXAMPLES} examples per operation, signed; status codes seen: {seen}")
     assert any(200 <= code < 300 for codes in seen.values() for code in codes), \
         "signed fuzzing got past the door at least once (else it only tested the 401 path)"
-    assert not any(code >= 500 for codes in seen.values() for code in codes), seen
+    five = {label: [c for c in codes if c >= 500] for label, codes in seen.items()}
+    assert all(not c or label == "POST /v1/invoke" for label, c in five.items()), seen
+
+
+@pytest.mark.xfail(strict=True, reason="the gateway's document declares text/event-stream items as a string; "
+                   "schemathesis checks each event object against it (reported to the gateway's owners)")
+def test_a_real_event_stream_matches_the_document(gateway: GatewayStack) -> None:
+    schema = schemathesis.openapi.from_url(gateway.url + "/openapi.json")
+    app = gateway.signed_app()
+    body = json.dumps({"capability": noop_agent.CAPABILITY, "payload": {"text": "events"}}).encode()
+    with httpx.Client(timeout=30) as http:
+        accepted = http.post(gateway.url + "/v1/envelopes", content=body, headers=app.headers(body))
+        assert accepted.status_code == 202, accepted.text
+        message_id = accepted.json()["message_id"]
+        operation = schema["/v1/messages/{message_id}/events"]["GET"]
+        case = operation.Case(path_parameters={"message_id": message_id})
+        response = signed_send(http, app, case, gateway.url)
+        assert response.status_code == 200 and "event: terminal" in response.text, response.text[-500:]
+        case.validate_response(response, checks=CHECKS)
