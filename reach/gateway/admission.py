@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -19,6 +22,17 @@ from reach.gateway.publisher import BrokerRefused
 from reach.records import Envelope, RoutingHints
 
 STATUS_PATH = "/v1/messages/"
+log = logging.getLogger("reach.gateway")
+
+
+@contextlib.contextmanager
+def unavailable_as_503() -> Iterator[None]:
+    """Redis (nonces, quotas, idempotency) not answering refuses the request instead of admitting it unmetered."""
+    try:
+        yield
+    except InfraUnavailable as exc:
+        raise checks.Refusal(503, "unavailable", str(exc), "retry in a few seconds",
+                             headers={"Retry-After": "1"}) from None
 
 
 def status_url(message_id: str) -> str:
@@ -51,10 +65,13 @@ class Admission:
         self.deps = deps
         self.settings = settings
         self.metrics = metrics
+        # a claim outlives the longest wait for an ack; a claim orphaned by a crash frees itself that soon
+        self._pending_ttl = int(settings.ack_timeout * 2) + 5
 
     async def authenticate(self, key_id: str | None, signature: str | None, raw: bytes) -> CallerApp:
-        outcome = await to_thread.run_sync(lambda: self.deps.authenticator.authenticate(
-            key_id=key_id, signature=signature, body=raw, now=self.deps.clock_ms() // 1000))
+        with unavailable_as_503():
+            outcome = await to_thread.run_sync(lambda: self.deps.authenticator.authenticate(
+                key_id=key_id, signature=signature, body=raw, now=self.deps.clock_ms() // 1000))
         if not isinstance(outcome, Verified):
             raise checks.refuse_auth(outcome)
         return outcome.entry.app
@@ -67,13 +84,14 @@ class Admission:
         checks.check_may_call(app, request.capability)
         now = self.deps.clock_ms()
         versions = self.deps.catalog.versions(request.capability, app.tenant, now)
-        decision = await to_thread.run_sync(self.deps.quotas.take, app, request.capability)
+        with unavailable_as_503():
+            decision = await to_thread.run_sync(self.deps.quotas.take, app, request.capability)
         if not decision.allowed:
             self.metrics.quota_hit(app.app_id, request.capability, decision.scope, bool(versions))
         checks.check_quota(decision, app, request.capability)
         waits = request.expire_at is not None and request.expire_at > now
         checks.check_contract(versions, capability=request.capability, version_range=request.version,
-                            payload=payload, waits=waits)
+                              payload=payload, waits=waits)
         return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
 
     def _envelope(self, app: CallerApp, request: EnvelopeRequest, reply_to: str | None, budget: int) -> Envelope:
@@ -95,26 +113,33 @@ class Admission:
     async def publish(self, admitted: Admitted) -> Accepted:
         """202 material once the broker acknowledged; a repeated idempotency_key gets the first request's ids."""
         env, key, app = admitted.envelope, admitted.idempotency_key, admitted.app
-        ttl = self.settings.idempotency_ttl
         ids = Remembered("pending", env.message_id, env.trace_id)
         if key is not None:
-            prior = await self.deps.idempotency.claim(app.app_id, key, ids, ttl)
+            with unavailable_as_503():
+                prior = await self.deps.idempotency.claim(app.app_id, key, ids, self._pending_ttl)
             if prior is not None:
                 if prior.state == "accepted":
                     return Accepted(message_id=prior.message_id, trace_id=prior.trace_id,
                                     status_url=status_url(prior.message_id))
                 raise checks.Refusal(409, "in_flight", f"a request with idempotency_key {key!r} is still waiting for "
-                                   "the broker's acknowledgement", "retry in a second with the same key")
+                                     "the broker's acknowledgement", "retry in a second with the same key")
         try:
             await self.deps.publisher.publish(env)
         except (InfraUnavailable, BrokerRefused) as exc:
             if key is not None:
-                await self.deps.idempotency.release(app.app_id, key)
+                with contextlib.suppress(InfraUnavailable):  # unreleased, the pending claim expires on its own
+                    await self.deps.idempotency.release(app.app_id, key)
             if isinstance(exc, BrokerRefused):
                 raise checks.Refusal(400, "refused_by_broker", str(exc)) from None
             raise checks.Refusal(503, "unavailable", str(exc), "retry with the same idempotency_key",
-                               headers={"Retry-After": "1"}) from None
+                                 headers={"Retry-After": "1"}) from None
         if key is not None:
-            await self.deps.idempotency.accepted(app.app_id, key, Remembered("accepted", env.message_id,
-                                                                              env.trace_id), ttl)
+            try:
+                await self.deps.idempotency.accepted(app.app_id, key, Remembered("accepted", env.message_id,
+                                                                                  env.trace_id),
+                                                     self.settings.idempotency_ttl)
+            except InfraUnavailable as exc:
+                # the broker has it: still a 202. A repeat after the pending claim expires is published again
+                # with the same envelope idempotency_key, which the agents deduplicate.
+                log.warning("idempotency key %r of %s not recorded: %s", key, app.app_id, exc)
         return Accepted(message_id=env.message_id, trace_id=env.trace_id, status_url=status_url(env.message_id))

@@ -35,9 +35,9 @@ class EnvelopeRequest(BaseModel):
                                   "instance serves it yet (no 404)")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200,
                                         description="a repeat from the same app returns the original 202")
-    callback: str | None = Field(default=None, max_length=2048, description="carried on the envelope for the caller's "
-                                 "own use (Envelope.callback)")
-
+    callback: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s]+$",
+                                 description="an http(s) URL carried on the envelope (Envelope.callback) for "
+                                 "the agent or caller; the gateway itself calls nothing")
 
 class InvokeRequest(EnvelopeRequest):
     """A request whose terminal receipt the gateway waits for."""

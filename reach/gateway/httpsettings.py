@@ -19,7 +19,8 @@
 | REACH_GATEWAY_MAX_HEADER_BYTES         | 16384              | largest request head (h11 incomplete event size)     |
 | REACH_GATEWAY_BODY_TIMEOUT             | 10 (seconds)       | a body that does not arrive in this time gets a 408  |
 
-`reach gateway --host/--port` read REACH_GATEWAY_HOST / REACH_GATEWAY_PORT (default 127.0.0.1:8080).
+Where it listens (REACH_GATEWAY_HOST / REACH_GATEWAY_PORT) and how it checks callers are in
+reach.gateway.settings (GatewaySettings).
 """
 
 from __future__ import annotations

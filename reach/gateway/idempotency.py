@@ -8,6 +8,7 @@ import json
 from redis.asyncio import Redis
 
 from reach.gateway.deps import Remembered
+from reach.gateway.redisconn import guarded
 
 
 def idem_key(namespace: str, app_id: str, key: str) -> str:
@@ -34,18 +35,22 @@ class RedisIdempotency:
 
     async def claim(self, app_id: str, key: str, ids: Remembered, ttl_s: int) -> Remembered | None:
         name = idem_key(self._ns, app_id, key)
-        if await self._redis.set(name, _dump(ids), nx=True, ex=ttl_s):
-            return None
-        raw = await self._redis.get(name)
-        if raw is None:  # expired between the two calls: claim it again
-            return await self.claim(app_id, key, ids, ttl_s)
-        return _load(raw)
+        with guarded("claiming an idempotency key"):
+            for _ in range(3):  # a key that expires between SET NX and GET is claimed again
+                if await self._redis.set(name, _dump(ids), nx=True, ex=ttl_s):
+                    return None
+                raw = await self._redis.get(name)
+                if raw is not None:
+                    return _load(raw)
+        return None
 
     async def accepted(self, app_id: str, key: str, ids: Remembered, ttl_s: int) -> None:
-        await self._redis.set(idem_key(self._ns, app_id, key), _dump(ids), xx=True, ex=ttl_s)
+        with guarded("recording an accepted idempotency key"):
+            await self._redis.set(idem_key(self._ns, app_id, key), _dump(ids), xx=True, ex=ttl_s)
 
     async def release(self, app_id: str, key: str) -> None:
-        await self._redis.delete(idem_key(self._ns, app_id, key))
+        with guarded("releasing an idempotency key"):
+            await self._redis.delete(idem_key(self._ns, app_id, key))
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -27,7 +27,7 @@ async def signed(request: Request, admission: Admission, limit: int) -> tuple[Ca
                                      admission.settings.body_timeout)
     except TimeoutError:
         raise checks.Refusal(408, "body_timeout", f"the body did not arrive within "
-                           f"{admission.settings.body_timeout:g}s", "send the whole body at once") from None
+                             f"{admission.settings.body_timeout:g}s", "send the whole body at once") from None
     app = await admission.authenticate(key_id, signature, raw)
     request.state.app_id = app.app_id
     return app, checks.parse_json(raw)
@@ -58,7 +58,7 @@ def envelope_routes(admission: Admission) -> APIRouter:
         body = checks.parse_model(document, BatchRequest)
         if len(body.items) > settings.max_batch_items:
             raise checks.Refusal(400, "bad_request", f"{len(body.items)} items; at most {settings.max_batch_items} "
-                               "per batch", "split the batch")
+                                 "per batch", "split the batch")
 
         async def one(index: int, item: object) -> BatchItem:
             try:

@@ -16,6 +16,12 @@ from reach.gateway.openapi import READ_ERRORS
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+class EventStream(StreamingResponse):
+    """text/event-stream, so the OpenAPI document names that media type for the 200."""
+
+    media_type = "text/event-stream"
+
+
 def _passthrough(code: int, body: dict[str, Any]) -> JSONResponse:
     if code != 200:
         body = {"error": body.get("error", "unavailable"), "message": body.get("message", ""),
@@ -38,7 +44,7 @@ def status_routes(admission: Admission) -> APIRouter:
     async def trace(trace_id: str) -> JSONResponse:
         return _passthrough(*await deps.status.trace(trace_id))
 
-    @router.get("/v1/messages/{message_id}/events", responses={
+    @router.get("/v1/messages/{message_id}/events", response_class=EventStream, responses={
         200: {"description": "text/event-stream: `event: receipt` per timeline entry, `event: terminal` last",
               "content": {"text/event-stream": {"schema": {"type": "string"}}}}, **READ_ERRORS},
         summary="Server-Sent Events of one message's receipts until terminal")
@@ -52,10 +58,10 @@ def status_routes(admission: Admission) -> APIRouter:
             sent = 0
         stream = receipt_stream(deps.status, message_id, row, sent=max(0, sent), poll_s=settings.sse_poll,
                                 max_s=settings.sse_max, clock=time.monotonic)
-        return StreamingResponse(stream, media_type="text/event-stream", headers=_SSE_HEADERS)
+        return EventStream(stream, headers=_SSE_HEADERS)
 
-    @router.get("/healthz", response_model=Health, responses={503: {"model": Health, "description": "not ready"}},
-                tags=["operations"])
+    @router.get("/healthz", response_model=Health, tags=["operations"],
+                responses={503: {"model": Health, "description": "not ready"}, 431: READ_ERRORS[431]})
     async def healthz() -> JSONResponse:
         parts = {"registry": deps.catalog.healthy(), "replies": deps.replies.healthy()}
         ok = all(parts.values()) and deps.publisher.healthy()
@@ -63,7 +69,7 @@ def status_routes(admission: Admission) -> APIRouter:
         return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
     @router.get("/metrics", tags=["operations"], response_class=Response,
-                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 431: READ_ERRORS[431]})
     async def metrics() -> Response:
         return Response(admission.metrics.exposition(), media_type="text/plain; version=0.0.4")
 

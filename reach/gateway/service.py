@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reach.errors import InfraUnavailable
 from reach.gateway import openapi
 from reach.gateway.admission import Admission
 from reach.gateway.checks import Refusal
@@ -99,6 +100,10 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
     @app.exception_handler(Refusal)
     async def refused(_request: Request, exc: Refusal) -> JSONResponse:
         return JSONResponse(exc.body.model_dump(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(InfraUnavailable)
+    async def unavailable(_request: Request, exc: InfraUnavailable) -> JSONResponse:
+        return _error(503, "unavailable", str(exc), "retry in a few seconds", headers={"Retry-After": "1"})
 
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:

@@ -1,7 +1,7 @@
 """Build the gateway's real dependencies (Kafka, Redis, the stream app's views) around the door's guards.
 
-The guards (Authenticator, Quotas of reach.gateway.ports) are parameters: `reach gateway` passes the
-Kafka/Redis-backed ones from `door_guards`, the integration tests' launcher passes in-memory fakes."""
+The guards (Authenticator, Quotas of reach.gateway.ports) are a parameter: `reach gateway` passes the
+Kafka/Redis-backed ones from `door_guards` (reach.gateway.door), tests may pass in-memory fakes."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from redis.asyncio import Redis
 
 from reach import clients
 from reach.client import Client
-from reach.errors import ConfigError
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
@@ -21,6 +20,7 @@ from reach.gateway.idempotency import RedisIdempotency
 from reach.gateway.ports import Authenticator, Quotas
 from reach.gateway.publisher import KafkaPublisher
 from reach.gateway.replies import ReplyHub, gateway_client_id
+from reach.gateway.settings import GatewaySettings
 from reach.gateway.statusclient import StatusClient
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
@@ -36,13 +36,9 @@ class Guards:
 
 def door_guards(reach: ReachSettings) -> Guards:
     """The Kafka-backed apps directory, signature check and Redis quotas that `reach apps` manages
-    (reach.gateway.door.open_door, read from REACH_GATEWAY_* settings); returns once the directory is read."""
-    try:
-        from reach.gateway.door import open_door
-    except ImportError:  # a build without the apps backend: refuse to start rather than let callers in unchecked
-        raise ConfigError(f"`reach gateway` needs the apps, signature and quota backend (reach.gateway.door) to "
-                          f"check callers in namespace {reach.namespace}, and this build has none; install a "
-                          "release that ships `reach apps`.") from None
+    (reach.gateway.door.open_door, from REACH_GATEWAY_* settings); returns once the directory is read."""
+    from reach.gateway.door import open_door  # here, so the HTTP service's tests never need the secrets key
+
     door = open_door(reach=reach)
     return Guards(authenticator=door.authenticator, quotas=door.quotas, closers=(door.close,))
 
@@ -61,7 +57,9 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     replies = ReplyHub(client, client_id=gateway_client_id(port))
     publisher = KafkaPublisher(client, ack_timeout_s=http.ack_timeout)
     status = StatusClient(reach, http.status_url)
-    idempotency = RedisIdempotency(Redis.from_url((redis or RedisSettings()).url()), reach.namespace)
+    timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
+    idempotency = RedisIdempotency(Redis.from_url((redis or RedisSettings()).url(reach.home), socket_timeout=timeout,
+                                                  socket_connect_timeout=timeout), reach.namespace)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency,
                         closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,

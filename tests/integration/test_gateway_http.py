@@ -1,4 +1,5 @@
-"""The gateway as a real process over the real broker, Redis, router and an echo agent (apps/quotas: fakes)."""
+"""`reach gateway` as a real process over the real broker, Redis, router, apps (`reach apps create`) and an
+echo agent."""
 
 from __future__ import annotations
 
@@ -13,38 +14,44 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from cryptography.fernet import Fernet
 
+from reach import codec
 from reach.agent import Agent
 from reach.local.process import free_port
 from reach.names import Names
+from reach.records import Envelope
 from reach.settings import KafkaSettings
-from tests.integration.agent_support import running, wait_for
+from tests.integration.agent_support import reach_cli, running, wait_for
 from tests.integration.stream_app import ROOT, StreamApp
 from tests.unit.gateway.fakes import sign
 
 pytestmark = pytest.mark.integration
-APPS = [
-    {"key_id": "k-main", "secret": "s-main", "app_id": "shop", "tenant": "default"},
-    {"key_id": "k-tiny", "secret": "s-tiny", "app_id": "tiny", "tenant": "default", "rate": 0.01, "burst": 1},
-]
+
+
+def create_app(name: str, *options: str) -> dict[str, Any]:
+    made = reach_cli("apps", "create", name, *options, "--json")
+    assert made.returncode == 0, made.stderr
+    return dict(json.loads(made.stdout))
 
 
 class Gateway:
-    """`python -m tests.integration.gateway_launcher` on a free port; signs what it sends."""
+    """`python -m reach gateway --port P` on a free port; signs what it sends with the apps it was given."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, apps: dict[str, dict[str, Any]]) -> None:
+        self.apps = apps
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log_dir / "gateway.log"
+        self.log = log_dir / f"gateway-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> None:
-        env = {**os.environ, "REACH_TEST_GATEWAY_APPS": json.dumps(APPS), "REACH_GATEWAY_BODY_TIMEOUT": "2"}
+        env = {**os.environ, "REACH_GATEWAY_BODY_TIMEOUT": "2"}
         with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.gateway_launcher", "--port",
-                                          str(self.port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen([sys.executable, "-m", "reach", "gateway", "--port", str(self.port)],
+                                         cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         wait_for(self._healthy, 60, "the gateway's /healthz", interval=0.2)
 
     def _healthy(self) -> bool:
@@ -56,10 +63,12 @@ class Gateway:
         except httpx.HTTPError:
             return False
 
-    def post(self, path: str, body: Any, *, key: str = "k-main", secret: str = "s-main") -> httpx.Response:
+    def post(self, path: str, body: Any, *, app: str = "shop", secret: str | None = None) -> httpx.Response:
         raw = json.dumps(body).encode()
-        return self.http.post(path, content=raw, headers={"Content-Type": "application/json", "Reach-Key": key,
-                                                          "Reach-Signature": sign(secret.encode(), raw)})
+        made = self.apps[app]
+        signature = sign((secret or made["secret"]).encode(), raw)
+        return self.http.post(path, content=raw, headers={"Content-Type": "application/json",
+                                                          "Reach-Key": made["key_id"], "Reach-Signature": signature})
 
     def stop(self) -> None:
         self.http.close()
@@ -92,9 +101,35 @@ def records_on(topic: str) -> int:
         consumer.close()
 
 
+def invoked_source(namespace: str, message_id: str) -> str:
+    """The source stamped on the envelope as the broker holds it (read back from its capability topic)."""
+    topic = Names(namespace).capability("demo.echo")
+    consumer = Consumer(KafkaSettings().consumer("gateway-test-read"))
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+
+        def found() -> str | None:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() or msg.value() is None:
+                return None
+            envelope = codec.decode(msg.value(), Envelope)
+            return envelope.source if envelope.message_id == message_id else None
+
+        return wait_for(found, 30, f"envelope {message_id} on {topic}")
+    finally:
+        consumer.close()
+
+
 @pytest.fixture
-def gateway(stream_app: StreamApp, tmp_path: Path) -> Iterator[Gateway]:
-    gw = Gateway(tmp_path)
+def apps(namespace: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
+    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+    return {"shop": create_app("shop"), "tiny": create_app("tiny", "--rate", "0.01", "--burst", "1")}
+
+
+@pytest.fixture
+def gateway(stream_app: StreamApp, tmp_path: Path, apps: dict[str, dict[str, Any]]) -> Iterator[Gateway]:
+    gw = Gateway(tmp_path, apps)
     gw.start()
     yield gw
     gw.stop()
@@ -127,6 +162,7 @@ def test_signed_requests_route_complete_and_refusals_never_reach_the_bus(namespa
 
         row = wait_for(completed, 60, "the envelope to complete")
         assert row["tenant"] == "default" and json.loads(row["result"]) == {"text": "hi"}
+        assert invoked_source(namespace, body["message_id"]) == f"gateway:{gateway.apps['shop']['app_id']}"
         assert gateway.http.get(f"/v1/traces/{body['trace_id']}").json()["message_ids"] == [body["message_id"]]
 
         events = sse_events(gateway, body["message_id"])
@@ -137,22 +173,27 @@ def test_signed_requests_route_complete_and_refusals_never_reach_the_bus(namespa
         assert invoked.status_code == 200, invoked.text
         assert invoked.json()["result"] == {"text": "again"} and invoked.json()["status"] == "COMPLETED"
 
+        batch = gateway.post("/v1/envelopes:batch", {"items": [echo, {"capability": "nobody.serves", "payload": {}}]})
+        assert [item["status"] for item in batch.json()["items"]] == [202, 404]
+
         topic = Names(namespace).capability("demo.echo")
         assert gateway.post("/v1/envelopes", {**echo, "payload": {"text": "x" * (300 * 1024)}}).status_code == 413
         invalid = gateway.post("/v1/envelopes", {**echo, "payload": {"text": 5}})
         assert invalid.status_code == 422 and "at text" in invalid.json()["message"]
         unknown = gateway.post("/v1/envelopes", {"capability": "nobody.serves", "payload": {}})
         assert unknown.status_code == 404 and unknown.json()["error"] == "unknown_capability"
-        assert gateway.post("/v1/envelopes", echo, key="k-tiny", secret="s-tiny").status_code == 202
+        assert gateway.post("/v1/envelopes", echo, app="tiny").status_code == 202
         on_bus = records_on(topic)
-        over = gateway.post("/v1/envelopes", echo, key="k-tiny", secret="s-tiny")
+        over = gateway.post("/v1/envelopes", echo, app="tiny")
         assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
-        assert gateway.post("/v1/envelopes", echo, secret="wrong").status_code == 401
+        denied = gateway.post("/v1/envelopes", echo, secret="rs_wrong")
+        assert denied.status_code == 401 and denied.json()["error"] == "denied"
         assert records_on(topic) == on_bus
 
         metrics = gateway.http.get("/metrics").text
-        assert 'agentreach_gateway_quota_hits_total{app="tiny",capability="demo.echo",scope="app"} 1.0' in metrics
-        assert 'agentreach_gateway_requests_total{app="shop",route="/v1/envelopes",status="202"}' in metrics
+        tiny, shop = gateway.apps["tiny"]["app_id"], gateway.apps["shop"]["app_id"]
+        assert f'agentreach_gateway_quota_hits_total{{app="{tiny}",capability="demo.echo",scope="app"}} 1.0' in metrics
+        assert f'agentreach_gateway_requests_total{{app="{shop}",route="/v1/envelopes",status="202"}}' in metrics
         assert "agentreach_gateway_accept_seconds_count" in metrics
 
 
@@ -201,3 +242,22 @@ def test_slow_and_oversized_clients_do_not_stall_a_signed_request(namespace: str
     finally:
         for sock in (half_head, half_body, huge):
             sock.close()
+
+
+def test_the_quota_is_shared_by_two_replicas(namespace: str, apps: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    replicas = [Gateway(tmp_path, apps), Gateway(tmp_path, apps)]
+    parked = {"capability": "nobody.serves", "payload": {}, "expire_at": 4_102_444_800_000}
+    try:
+        for replica in replicas:
+            replica.start()
+        assert replicas[0].post("/v1/envelopes", parked, app="tiny").status_code == 202
+        over = replicas[1].post("/v1/envelopes", parked, app="tiny")  # the same app's bucket, in Redis
+        assert over.status_code == 429 and int(over.headers["Retry-After"]) >= 1
+        assert replicas[1].post("/v1/envelopes", parked).status_code == 202  # another app is not affected
+        tiny = apps["tiny"]["app_id"]
+        hits = replicas[1].http.get("/metrics").text
+        assert f'agentreach_gateway_quota_hits_total{{app="{tiny}",capability="other",scope="app"}} 1.0' in hits
+        assert records_on(Names(namespace).capability("nobody.serves")) == 2
+    finally:
+        for replica in replicas:
+            replica.stop()

@@ -1,10 +1,9 @@
-"""In-memory stand-ins for every gateway dependency (apps, nonces, quotas, broker, replies, status, registry)."""
+"""In-memory stand-ins for the gateway's dependencies (apps, nonces, quotas, broker, replies, status, registry);
+the signature check itself is the real SignatureAuthenticator over the in-memory directory and nonces."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -12,52 +11,40 @@ from typing import Any
 
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
+from reach.gateway import signing
+from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.deps import Dependencies, Remembered
-from reach.gateway.ports import AuthFailure, AuthOutcome, CallerApp, KeyEntry, QuotaDecision, Verified
+from reach.gateway.ports import CallerApp, KeyEntry, QuotaDecision
 from reach.records import Capability, Envelope, Receipt
 from reach.tokenbucket import TokenBucket
 
-MAX_AGE_S = 300
-
 
 def sign(secret: bytes, body: bytes, *, t: int | None = None, nonce: str | None = None) -> str:
-    """`Reach-Signature` as a caller computes it: t=<unix>[,n=<nonce>],v1=<hex HMAC-SHA256>."""
-    t = int(time.time()) if t is None else t
-    signed = f"{t}.{nonce}.".encode() + body if nonce else f"{t}.".encode() + body
-    mac = hmac.new(secret, signed, hashlib.sha256).hexdigest()
-    return f"t={t},n={nonce},v1={mac}" if nonce else f"t={t},v1={mac}"
+    """`Reach-Signature` as a caller computes it (reach.gateway.signing), timestamped now by default."""
+    return signing.sign(secret, body, int(time.time()) if t is None else t, nonce)
 
 
-class FakeAuthenticator:
-    """Checks the same header format as the real one: timestamp age, nonce replay, any matching v1."""
+class FakeDirectory:
+    """Live keys by key id, in memory (the real one follows the apps topic)."""
 
     def __init__(self, keys: Sequence[KeyEntry]) -> None:
         self.keys = {k.key_id: k for k in keys}
-        self.nonces: set[tuple[str, str]] = set()
 
-    def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes, now: int) -> AuthOutcome:
-        entry = self.keys.get(key_id or "")
-        if entry is None or not signature:
-            return AuthFailure("unknown key or missing signature")
-        parts = [p.split("=", 1) for p in signature.split(",") if "=" in p]
-        fields = {k: v for k, v in parts if k != "v1"}
-        macs = [v for k, v in parts if k == "v1"]
-        try:
-            t = int(fields["t"])
-        except (KeyError, ValueError):
-            return AuthFailure("malformed Reach-Signature")
-        if now - t > MAX_AGE_S:
-            return AuthFailure("signature timestamp too old")
-        nonce = fields.get("n")
-        signed = f"{t}.{nonce}.".encode() + body if nonce else f"{t}.".encode() + body
-        want = hmac.new(entry.secret, signed, hashlib.sha256).hexdigest()
-        if not any(hmac.compare_digest(want, mac) for mac in macs):
-            return AuthFailure("signature does not match")
-        if nonce is not None:
-            if (entry.app.app_id, nonce) in self.nonces:
-                return AuthFailure("replayed nonce")
-            self.nonces.add((entry.app.app_id, nonce))
-        return Verified(entry, t, nonce)
+    def lookup(self, key_id: str) -> KeyEntry | None:
+        return self.keys.get(key_id)
+
+
+class FakeNonces:
+    """Nonces seen, in memory (the real store is Redis SET NX with a TTL)."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+
+    def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
+        if (key_id, nonce) in self.seen:
+            return False
+        self.seen.add((key_id, nonce))
+        return True
 
 
 class FakeQuotas:
@@ -209,7 +196,9 @@ class Fakes:
     quotas: FakeQuotas = field(default_factory=FakeQuotas)
 
     def __post_init__(self) -> None:
-        self.authenticator = FakeAuthenticator(self.keys)
+        self.directory = FakeDirectory(self.keys)
+        self.nonces = FakeNonces()
+        self.authenticator = SignatureAuthenticator(directory=self.directory, nonces=self.nonces)
 
     def deps(self) -> Dependencies:
         return Dependencies(authenticator=self.authenticator, quotas=self.quotas, publisher=self.publisher,

@@ -60,16 +60,18 @@ def test_the_body_cannot_choose_tenant_or_source(client: TestClient, fakes: Fake
     assert fakes.publisher.sent == []
 
 
-@pytest.mark.parametrize("headers, reason", [
-    ({}, "no Reach-Key"),
-    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=00"}, "too old"),
-    ({"Reach-Key": "nobody", "Reach-Signature": "t=1,v1=00"}, "unknown key"),
+@pytest.mark.parametrize("headers, code", [
+    ({}, "missing"),
+    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=00"}, "malformed"),
+    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=" + "0" * 64}, "stale"),
+    ({"Reach-Key": "nobody", "Reach-Signature": sign(b"secret-1", b'{"capability":"demo.echo","payload":{}}')},
+     "denied"),
 ])
 def test_unsigned_or_badly_signed_is_401_and_nothing_is_sent(client: TestClient, fakes: Fakes,
-                                                              headers: dict[str, str], reason: str) -> None:
+                                                              headers: dict[str, str], code: str) -> None:
     resp = client.post("/v1/envelopes", content=b'{"capability":"demo.echo","payload":{}}', headers=headers)
     assert resp.status_code == 401
-    assert resp.json()["error"] in ("missing", "unauthorized") and reason in resp.json()["message"]
+    assert resp.json()["error"] == code and resp.json()["message"]
     assert fakes.publisher.sent == [] and fakes.quotas.taken == 0
 
 
@@ -107,7 +109,7 @@ def test_not_json_is_400(client: TestClient) -> None:
 
 
 def test_forbidden_capability_is_403(fakes: Fakes) -> None:
-    fakes.authenticator.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("other.cap",)), b"s2")
+    fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("other.cap",)), b"s2")
     client = TestClient(build_gateway(fakes.deps()))
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="key2",
                 secret=b"s2")
@@ -115,7 +117,7 @@ def test_forbidden_capability_is_403(fakes: Fakes) -> None:
 
 
 def test_over_quota_is_429_with_retry_after_and_counted(fakes: Fakes) -> None:
-    fakes.authenticator.keys["slow"] = KeyEntry("slow", app("slowapp", rate=0.5, burst=2), b"s3")
+    fakes.directory.keys["slow"] = KeyEntry("slow", app("slowapp", rate=0.5, burst=2), b"s3")
     client = TestClient(build_gateway(fakes.deps()))
     codes = [post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="slow",
                   secret=b"s3") for _ in range(3)]
@@ -156,7 +158,7 @@ def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: 
 
 def test_the_door_checks_in_order(fakes: Fakes) -> None:
     """Over quota AND unknown capability: 429 first (the quota is spent before the registry is consulted)."""
-    fakes.authenticator.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s4")
+    fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s4")
     client = TestClient(build_gateway(fakes.deps()))
     first = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
     second = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
@@ -267,3 +269,42 @@ def test_healthz(client: TestClient) -> None:
 def test_a_huge_request_head_is_431_before_any_route(client: TestClient, fakes: Fakes) -> None:
     resp = client.get("/healthz", headers={"X-Big": "a" * (20 * 1024)})
     assert resp.status_code == 431 and resp.json()["error"] == "headers_too_large"
+
+
+def test_a_replayed_nonce_is_401_replay(client: TestClient, fakes: Fakes) -> None:
+    raw = json.dumps({"capability": "demo.echo", "payload": {"text": "x"}}).encode()
+    headers = {"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", raw, nonce="n-12345678")}
+    assert client.post("/v1/envelopes", content=raw, headers=headers).status_code == 202
+    again = client.post("/v1/envelopes", content=raw, headers=headers)
+    assert again.status_code == 401 and again.json()["error"] == "replay"
+    assert len(fakes.publisher.sent) == 1
+
+
+def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> None:
+    from reach.errors import InfraUnavailable
+    from reach.gateway.ports import CallerApp, QuotaDecision
+
+    class DownQuotas:
+        def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+            raise InfraUnavailable("Redis did not answer (fake)")
+
+    fakes.quotas = DownQuotas()  # type: ignore[assignment]
+    client = TestClient(build_gateway(fakes.deps()))
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+    assert resp.json()["error"] == "unavailable" and fakes.publisher.sent == []
+
+
+def test_a_repeated_invoke_is_answered_from_the_first_requests_status_row(client: TestClient, fakes: Fakes) -> None:
+    fakes.publisher.on_publish = lambda env: fakes.replies.deliver(_receipt(env, Status.COMPLETED, b'"done"'))
+    body = {"capability": "demo.echo", "payload": {"text": "x"}, "idempotency_key": "inv-1", "timeout_ms": 2000}
+    first = post(client, "/v1/invoke", body)
+    assert first.status_code == 200 and first.json()["result"] == "done"
+    message_id = first.json()["message_id"]
+    fakes.status.rows[message_id] = [{"message_id": message_id, "trace_id": "t", "status": "ROUTED"},
+                                     {"message_id": message_id, "trace_id": "t", "status": "COMPLETED",
+                                      "result": '"done"'}]
+    again = post(client, "/v1/invoke", body)
+    assert again.status_code == 200, again.text
+    assert (again.json()["message_id"], again.json()["result"]) == (message_id, "done")
+    assert len(fakes.publisher.sent) == 1 and fakes.replies.waiting == {}
