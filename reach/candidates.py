@@ -36,6 +36,7 @@ class RouteRequest:
     content_type: str = "application/json"
     delivery_timeout_ms: int | None = None
     reroutes: int = 0
+    priority: int = 0  # RoutingHints.priority: the priority scoring factor matches it to instances' priority_class
 
     @classmethod
     def from_envelope(cls, env: Mapping[str, Any]) -> RouteRequest:
@@ -60,6 +61,7 @@ class RouteRequest:
             content_type=env.get("content_type") or "application/json",
             delivery_timeout_ms=env.get("delivery_timeout_ms"),
             reroutes=env.get("reroutes", 0),
+            priority=routing.get("priority") or 0,
         )
 
     @property

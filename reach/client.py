@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Self, cast
@@ -12,12 +14,16 @@ from confluent_kafka.admin import AdminClient
 from reach import clients, codec, topics, tracing
 from reach import headers as h
 from reach import invoke as invoke_
-from reach.envelopes import new_envelope, routing_key
+from reach.controlfeed import ControlFeed, ControlSource
+from reach.envelopes import new_envelope, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.invoke import ReplyInbox
 from reach.names import Names
-from reach.records import Envelope, Receipt
+from reach.records import Envelope, Policy, Receipt
 from reach.settings import KafkaSettings, ReachSettings
+
+log = logging.getLogger("reach.client")
+CONTROL_RETRY_S = 30.0  # while the control topic cannot be read, built-in defaults apply; try again this often
 
 
 class SendFailed(ReachError):
@@ -28,7 +34,8 @@ class Client:
     """Publishes envelopes (murmur2-keyed by session_key or message_id) and waits for the broker's ack."""
 
     def __init__(self, *, kafka: KafkaSettings | None = None, settings: ReachSettings | None = None,
-                 source: str = "reach-client") -> None:
+                 source: str = "reach-client", follow_control: bool = True,
+                 control: ControlSource | None = None) -> None:
         self.kafka = kafka or KafkaSettings()
         self.settings = settings or ReachSettings()
         self.names = Names(self.settings.namespace)
@@ -36,9 +43,22 @@ class Client:
         self._producer: Producer | None = None
         self._admin: AdminClient | None = None
         self._topics: set[str] = set()
+        self._follow_control = follow_control
+        self._control: ControlSource | None = control  # given: already started by the caller
+        self._control_lock = threading.Lock()
+        self._control_retry_at = 0.0
+
+    def policy(self, capability: str) -> Policy:
+        """The capability's control POLICY, from a follower of the control topic started on first use (one read
+        of the topic, then tailed in the background; never a read per send). Built-in defaults while unreadable."""
+        feed = self._control_feed()
+        return feed.view.policy(capability) if feed is not None else Policy()
 
     def envelope(self, capability: str, payload: Any, **fields: Any) -> Envelope:
-        """A new envelope; inside an active span it joins that span's trace."""
+        """A new envelope; inside an active span it joins that span's trace. Timeouts and budget the caller does
+        not set come from the capability's POLICY, else the built-in defaults."""
+        for name, value in policy_defaults(self.policy(capability)).items():
+            fields.setdefault(name, value)
         fields.setdefault("source", self.source)
         if fields.get("trace_id") is None:
             fields["trace_id"] = tracing.current_trace_id()
@@ -77,9 +97,28 @@ class Client:
             raise SendFailed(f"The broker refused {envelope.message_id} on {target}: {outcome[0]}")
 
     def close(self) -> None:
-        """Flush what is still queued."""
+        """Flush what is still queued; stop following the control topic."""
         if self._producer is not None:
             self._producer.flush(10)
+        if self._control is not None:
+            self._control.stop()
+            self._control = None
+
+    def _control_feed(self) -> ControlSource | None:
+        if self._control is not None or not self._follow_control:
+            return self._control
+        with self._control_lock:
+            if self._control is None and time.monotonic() >= self._control_retry_at:
+                feed = ControlFeed(names=self.names, kafka=self.kafka)
+                try:
+                    feed.start(timeout=5.0)
+                    self._control = feed
+                except Exception as exc:  # noqa: BLE001 - sends go on with the built-in defaults meanwhile
+                    self._control_retry_at = time.monotonic() + CONTROL_RETRY_S
+                    log.warning("cannot read the control topic %s (%s); sending with the built-in timeouts and "
+                                "budget for %.0fs. Run `reach topics apply`.", self.names.control, exc,
+                                CONTROL_RETRY_S)
+            return self._control
 
     def __enter__(self) -> Self:
         return self

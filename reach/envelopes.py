@@ -10,7 +10,7 @@ from ulid import ULID
 
 from reach.errors import ReachError
 from reach.names import check_agent_id, check_capability
-from reach.records import Envelope, RoutingHints
+from reach.records import Envelope, Policy, RoutingHints
 from reach.versions import parse_range
 
 MAX_PAYLOAD_BYTES = 256 * 1024
@@ -47,6 +47,7 @@ def new_envelope(
     to_agent: str | None = None,
     region: str | None = None,
     tags: list[str] | None = None,
+    priority: int = 0,
     tenant: str = "default",
     source: str = "reach-client",
     trace_id: str | None = None,
@@ -87,7 +88,7 @@ def new_envelope(
         to_agent=to_agent,
         payload=body,
         content_type=content_type,
-        routing=RoutingHints(region=region, session_key=session_key, tags=tags or []),
+        routing=RoutingHints(region=region, session_key=session_key, tags=tags or [], priority=priority),
         created_at=created,
         deadline=created + budget_ms,
         delivery_timeout_ms=delivery_timeout_ms,
@@ -98,6 +99,18 @@ def new_envelope(
         reply_to=reply_to,
         headers=headers or {},
     )
+
+
+POLICY_FIELDS = ("budget_ms", "delivery_timeout_ms", "execution_timeout_ms")
+"""The POLICY fields a sender copies into an envelope it does not set them on (`new_envelope` arguments)."""
+
+
+def policy_defaults(policy: Policy | None) -> dict[str, int]:
+    """The `new_envelope` arguments a capability's POLICY sets (only the positive ones it has)."""
+    if policy is None:
+        return {}
+    values = {name: getattr(policy, name) for name in POLICY_FIELDS}
+    return {name: value for name, value in values.items() if value is not None and value > 0}
 
 
 def routing_key(envelope: Envelope) -> str:

@@ -277,6 +277,7 @@ class AgentRegistration(AvroRecord):
     inflight: int = 0
     assigned_partitions: list[int] = []
     inbox_topic: str
+    priority_class: int = 0
 
 
 class LoadReport(AvroRecord):
@@ -453,6 +454,12 @@ class InstanceHealth(AvroRecord):
     slow_ratio: float | None = None
     overloads_10s: int = 0
     consecutive_failures: int = 0
+    probe_successes: int = 0
+    restore_step: int | None = None
+    step_started_at: EpochMillis | None = None
+    ejected_until: EpochMillis | None = None
+    slow_until: EpochMillis | None = None
+    rules_since: EpochMillis | None = None
 
 
 class AppKey(AvroModel):

@@ -5,6 +5,7 @@ and the timekeeper alike."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -174,13 +175,16 @@ def after_failure(failure: Failure, envelope: Envelope, *, error: ErrorInfo, nam
         done = receipt(Status.ACCEPTED, error=error).model_copy(update={"reroutes": nxt.reroutes})
         forward = Outgoing(names.capability(envelope.capability), routing_key(nxt), codec.encode(nxt), [])
         return AfterFailure(action, (forward, _receipt_record(names, done)), done)
+    last = f"{error.code}: {error.message}"
     if action is Action.RETRY:
         plan = plan_retry(envelope, names=names, tiers=tiers, limits=limits, failed_instance=failed_instance,
                           now_ms=now_ms, retry_after_ms=retry_after_ms, rng=rng)
+        if plan.due_at >= envelope.deadline:  # it could only run after the budget ended: do not schedule it
+            return _expired(names, receipt, f"the retry would be due at {plan.due_at}, at or after the deadline "
+                            f"{envelope.deadline}; last error: {last}")
         done = receipt(Status.RETRY_SCHEDULED, error=error, due_at=plan.due_at, retry_after_ms=plan.delay_ms,
                        timings={"nominal_delay_ms": plan.nominal_ms})
         return AfterFailure(action, (plan.record, _receipt_record(names, done)), done)
-    last = f"{error.code}: {error.message}"
     if action is Action.DEAD_LETTER:
         final = ErrorInfo(kind=error.kind, code=dlq.RETRIES_EXHAUSTED,
                           message=f"{envelope.attempt} of {limits.max_attempts} attempts failed; last: {last}"[:1000])
@@ -191,9 +195,11 @@ def after_failure(failure: Failure, envelope: Envelope, *, error: ErrorInfo, nam
         return AfterFailure(action, (letter, _receipt_record(names, done)), done)
     if action is not Action.EXPIRE:
         raise ValueError(f"after_failure decides delivery and transient failures, not {failure}")
-    expired = ErrorInfo(kind="BUDGET", code="DEADLINE_EXCEEDED",
-                        message=f"the total budget ended before a retry could run; last error: {last}"[:1000])
-    done = receipt(Status.EXPIRED, error=expired)
+    return _expired(names, receipt, f"the total budget ended before a retry could run; last error: {last}")
+
+
+def _expired(names: Names, receipt: Callable[..., Receipt], why: str) -> AfterFailure:
+    done = receipt(Status.EXPIRED, error=ErrorInfo(kind="BUDGET", code="DEADLINE_EXCEEDED", message=why[:1000]))
     return AfterFailure(Action.EXPIRE, (_receipt_record(names, done),), done)
 
 

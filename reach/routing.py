@@ -11,10 +11,11 @@ from functools import lru_cache
 from typing import Any
 
 from reach.candidates import Candidate, RouteRequest, select
+from reach.factors import FactorWeights, ScoringContext, as_factor_weights
 from reach.loads import InstanceLoad, retry_after_ms
 from reach.names import check_capability
-from reach.records import AgentRegistration, Weights
-from reach.scoring import ScoredDecision, ScoreParts, parts, score
+from reach.records import AgentRegistration, InstanceHealth, Weights
+from reach.scoring import ScoredDecision, ScoreParts, score, score_all
 from reach.versions import BadVersion, parse_range
 
 
@@ -25,6 +26,7 @@ class Forward:
     decision: ScoredDecision
     topic: str
     partition: int
+    admission: str | None = None  # Decision.admission: why candidates were left out before scoring, if any
 
     @property
     def instance(self) -> AgentRegistration:
@@ -37,7 +39,7 @@ class Overload:
 
     retry_after_ms: int
     scores: tuple[ScoreParts, ...]
-    weights: Weights
+    weights: FactorWeights
     message: str
 
 
@@ -94,11 +96,12 @@ def decide(
     request: RouteRequest,
     registrations: Iterable[AgentRegistration],
     *,
-    weights: Weights,
+    weights: Mapping[str, float] | Weights,
     now_ms: int,
     loads: Mapping[str, InstanceLoad] | None = None,
     disabled: Collection[str] = frozenset(),
     affinity: Mapping[str, str] | None = None,
+    health: Mapping[str, InstanceHealth] | None = None,
     rng: random.Random | None = None,
     payload: bytes | None = None,
 ) -> RouteOutcome:
@@ -106,10 +109,10 @@ def decide(
     if request.deadline is not None and request.deadline <= now_ms:
         return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
     selection = select(request, registrations, loads=loads, disabled=disabled)
+    context = ScoringContext(health=health or {}, affinity=affinity or {})
     if selection.all_overloaded:
-        aff = (affinity or {}).get(request.session_key or "")
-        scores = tuple(parts(request, c, weights, aff) for c in selection.overloaded)
-        return Overload(retry_after_ms(c.load for c in selection.overloaded), scores, weights,
+        scores = score_all(request, selection.overloaded, weights, context)
+        return Overload(retry_after_ms(c.load for c in selection.overloaded), scores, as_factor_weights(weights),
                         overload_message(selection.overloaded))
     if not selection.candidates:
         future = request.expire_at is not None and request.expire_at > now_ms
@@ -119,7 +122,7 @@ def decide(
             future,
             f"no READY instance{target} serves {request.capability}{detail} for tenant {request.tenant!r}",
         )
-    decision = score(request, selection.candidates, weights, affinity or {}, rng or random.Random())
+    decision = score(request, selection.candidates, weights, context, rng or random.Random())
     if payload is not None:
         problem = validation_error(decision.picked.capability.input_schema, payload, request.content_type)
         if problem is not None:

@@ -1,43 +1,54 @@
-"""Scoring: a pure function of (request, candidates, weights, affinity) giving every score and the pick.
+"""Scoring: a pure function of (request, candidates, weights, context) giving every score and the pick.
 
-score = w.fit * capability_fit + w.locality * locality + w.load * (1 - load_ratio) + w.affinity * affinity
+score = (sum over the factors of weight[f] x value_f(candidate)) x effective weight
 
-- capability_fit = 0.7 * version closeness + 0.3 * share of the requested tags the capability carries;
-  closeness is 1 for the range's lower bound and falls with the distance above it
-  (1 / (1 + majors + minors/10 + patches/100)), so `^1.2` prefers 1.2.x over 1.9.0.
-- locality = 1 when the request names no region or the regions match, 0.5 when the instance
-  reports none, else 0.
-- load_ratio = (occupancy + queue) / (max_concurrency + max_queue), clipped to [0, 1] (reach.loads):
-  handlers running plus requests waiting, relative to everything the instance takes.
-- affinity = 1 for the instance that already serves the request's session_key.
+- the factors, their maths and default weights are the one list reach.factors.FACTORS (fit 0.4,
+  locality 0.2, load 0.3, affinity 0.1; health, priority, cost 0 by default);
+- the effective weight is the instance's declared AgentRegistration.weight x its health table weight
+  (InstanceHealth.weight: 0 while ejected or slow, a share while restored); an instance whose effective
+  weight is 0 stays eligible but is picked only when no candidate has a weight above 0 (then by its
+  unmultiplied score).
 
 The pick is the best score, drawn at random among candidates within TIE_BAND of it (tie jitter),
 except that a session stays on its instance while that instance is a candidate (healthy, not shed
-by backpressure) and the affinity weight is positive: session affinity keeps a session_key on the
-same instance while it is healthy. An affinity weight of 0 turns stickiness off.
+by backpressure, effective weight above 0) and the affinity weight is positive: session affinity keeps a
+session_key on the same instance while it is healthy. An affinity weight of 0 turns stickiness off.
+Every factor's value is computed and recorded, also for a weight of 0: the multiplication costs less
+than the branch, and the ROUTED receipt shows what a weight change would do.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from operator import mul
 from typing import NamedTuple
 
-from semver import Version
-
 from reach.candidates import Candidate, RouteRequest
+from reach.factors import (
+    FACTORS,
+    INDEX,
+    LEGACY,
+    NAMES,
+    FactorWeights,
+    ScoringContext,
+    as_factor_weights,
+    effective_weight,
+    sticky_instance,
+)
 from reach.records import Weights
-from reach.versions import parse_range
 
 TIE_BAND = 0.05
-_VERSION_SHARE = 0.7
-_LOWER_OPS = frozenset({">=", "=", ">"})
+_INF = math.inf
+_AFFINITY = INDEX["affinity"]
+_LEGACY_AT = tuple((name, INDEX[name]) for name in LEGACY)
+_new = tuple.__new__  # ScoreParts without its generated __new__'s argument handling: 0.2 vs 0.35 µs
 
 
 class ScoreParts(NamedTuple):
-    """One candidate's score and the parts it was made of (mirrors records.CandidateScore).
+    """One candidate's score and every factor's value (mirrors records.CandidateScore).
 
     A NamedTuple, not a frozen dataclass: one is built per candidate per request, and a frozen
     dataclass's __init__ cost 4x more (docs/performance.md)."""
@@ -45,20 +56,24 @@ class ScoreParts(NamedTuple):
     instance_id: str
     agent_id: str
     score: float
-    fit: float
-    locality: float
-    load: float
-    affinity: float
+    parts: tuple[float, ...]  # one value per factor, in reach.factors.FACTORS order
+    arm: str | None = None  # the candidate's canary arm, when admission assigned one
+
+    def part(self, name: str) -> float:
+        return self.parts[INDEX[name]]
+
+    def parts_map(self) -> dict[str, float]:
+        return dict(zip(NAMES, self.parts, strict=True))
 
     def as_dict(self) -> dict[str, object]:
+        """The CandidateScore record: the fixed fields older readers know, the parts map and the arm."""
         return {
             "instance_id": self.instance_id,
             "agent_id": self.agent_id,
             "score": self.score,
-            "fit": self.fit,
-            "locality": self.locality,
-            "load": self.load,
-            "affinity": self.affinity,
+            **{name: self.parts[i] for name, i in _LEGACY_AT},
+            "parts": self.parts_map(),
+            "arm": self.arm,
         }
 
 
@@ -68,89 +83,83 @@ class ScoredDecision:
 
     scores: tuple[ScoreParts, ...]
     picked: Candidate
-    weights: Weights
-    reason: str  # "best" | "tie" | "affinity"
+    weights: FactorWeights
+    reason: str  # "best" | "tie" | "affinity" | "zero-weight" (every candidate's effective weight is 0)
+    arm: str | None = None  # the picked instance's canary arm
 
     @property
     def picked_instance(self) -> str:
         return self.picked.instance_id
 
     def weights_dict(self) -> dict[str, float]:
-        w = self.weights
-        return {"fit": w.fit, "locality": w.locality, "load": w.load, "affinity": w.affinity}
+        """The Decision.weights map: every factor's weight."""
+        return dict(self.weights)
 
 
-@lru_cache(maxsize=16384)
-def version_closeness(version_text: str, range_text: str) -> float:
-    """1.0 at the range's lower bound (or for a range without one), less the further above it."""
-    version = Version.parse(version_text)
-    lower: Version | None = None
-    for alternative in parse_range(range_text):
-        bounds = [bound for op, bound in alternative if op in _LOWER_OPS]
-        if bounds:
-            candidate = max(bounds)
-            if candidate <= version and (lower is None or candidate > lower):
-                lower = candidate
-    if lower is None:
-        return 1.0
-    majors = version.major - lower.major
-    minors = version.minor - lower.minor if majors == 0 else version.minor
-    patches = version.patch - lower.patch if majors == 0 and minors == 0 else version.patch
-    distance = max(majors, 0) + max(minors, 0) / 10 + max(patches, 0) / 100
-    return 1.0 / (1.0 + distance)
+def _scored(
+    request: RouteRequest, candidates: Sequence[Candidate], weights: FactorWeights, context: ScoringContext
+) -> tuple[tuple[ScoreParts, ...], list[float], list[float]]:
+    """Every candidate's parts, its effective weight and its unmultiplied total."""
+    columns = [factor.values(request, candidates, context) for factor in FACTORS]
+    vector, health, arms = weights.vector, context.health, context.arms
+    scores: list[ScoreParts] = []
+    multipliers: list[float] = []
+    totals: list[float] = []
+    rows = zip(*columns, strict=False)  # equal lengths by construction; strict=True costs per row
+    for candidate, row in zip(candidates, rows, strict=False):
+        reg = candidate.registration
+        instance_id = reg.instance_id
+        total = sum(map(mul, vector, row))
+        if health:
+            multiplier = effective_weight(reg, health.get(instance_id))
+        else:  # effective_weight's rule for the declared weight alone, inline: the common case
+            multiplier = reg.weight if 0.0 <= reg.weight < _INF else 1.0
+        scores.append(_new(ScoreParts, (instance_id, reg.agent_id, total * multiplier, row,
+                                        arms.get(instance_id) if arms else None)))
+        multipliers.append(multiplier)
+        totals.append(total)
+    return tuple(scores), multipliers, totals
 
 
-def capability_fit(request: RouteRequest, candidate: Candidate) -> float:
-    closeness = version_closeness(candidate.capability.version, request.version_range)
-    if request.tags:
-        have = set(candidate.capability.tags)
-        tags = sum(1 for tag in request.tags if tag in have) / len(request.tags)
-    else:
-        tags = 1.0
-    return _VERSION_SHARE * closeness + (1 - _VERSION_SHARE) * tags
-
-
-def locality(request: RouteRequest, candidate: Candidate) -> float:
-    if not request.region:
-        return 1.0
-    region = candidate.registration.region
-    if region is None:
-        return 0.5
-    return 1.0 if region == request.region else 0.0
-
-
-def parts(
-    request: RouteRequest, candidate: Candidate, weights: Weights, affinity_instance: str | None
-) -> ScoreParts:
-    """Score one candidate."""
-    fit = capability_fit(request, candidate)
-    loc = locality(request, candidate)
-    room = 1.0 - candidate.load_ratio
-    aff = 1.0 if affinity_instance == candidate.instance_id else 0.0
-    total = weights.fit * fit + weights.locality * loc + weights.load * room + weights.affinity * aff
-    return ScoreParts(candidate.instance_id, candidate.agent_id, total, fit, loc, room, aff)
+def score_all(
+    request: RouteRequest,
+    candidates: Sequence[Candidate],
+    weights: Mapping[str, float] | Weights,
+    context: ScoringContext,
+) -> tuple[ScoreParts, ...]:
+    """Score every candidate without picking (the OVERLOAD receipt's record of who was considered)."""
+    return _scored(request, candidates, as_factor_weights(weights), context)[0]
 
 
 def score(
     request: RouteRequest,
     candidates: Sequence[Candidate],
-    weights: Weights,
-    affinity: Mapping[str, str],
+    weights: Mapping[str, float] | Weights,
+    context: ScoringContext,
     rng: random.Random,
 ) -> ScoredDecision:
     """Score every candidate and pick one; `candidates` must not be empty.
 
-    `affinity` maps session_key -> instance_id; `rng` only breaks ties within TIE_BAND.
+    `weights` maps factor name -> weight (the router passes ControlView.weights(), a FactorWeights resolved
+    once per control record; a missing factor weighs its default); `rng` only breaks ties within TIE_BAND.
     """
     if not candidates:
         raise ValueError("score() needs at least one candidate; the filter decides what no candidate means")
-    sticky = affinity.get(request.session_key) if request.session_key else None
-    scores = tuple(parts(request, c, weights, sticky) for c in candidates)
-    if sticky is not None and weights.affinity > 0:
-        for candidate in candidates:
-            if candidate.instance_id == sticky:
-                return ScoredDecision(scores, candidate, weights, "affinity")
-    best = max(s.score for s in scores)
-    band = [c for c, s in zip(candidates, scores, strict=True) if s.score >= best - TIE_BAND]
+    resolved = as_factor_weights(weights)
+    scores, multipliers, totals = _scored(request, candidates, resolved, context)
+    live = [i for i, m in enumerate(multipliers) if m > 0]
+    sticky = sticky_instance(request, context)
+    if sticky is not None and resolved.vector[_AFFINITY] > 0:
+        for i, candidate in enumerate(candidates):
+            if candidate.instance_id == sticky and (multipliers[i] > 0 or not live):
+                return ScoredDecision(scores, candidate, resolved, "affinity", scores[i].arm)
+    if live:
+        values = [s.score for s in scores]
+        pool = live
+    else:  # every candidate at weight 0: still served, by the unmultiplied score
+        values, pool = totals, list(range(len(candidates)))
+    best = max(values[i] for i in pool)
+    band = [i for i in pool if values[i] >= best - TIE_BAND]
     picked = band[0] if len(band) == 1 else rng.choice(band)
-    return ScoredDecision(scores, picked, weights, "best" if len(band) == 1 else "tie")
+    reason = "zero-weight" if not live else "best" if len(band) == 1 else "tie"
+    return ScoredDecision(scores, candidates[picked], resolved, reason, scores[picked].arm)

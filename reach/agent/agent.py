@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -12,7 +13,7 @@ from typing import Any, TypeVar
 from jsonschema.protocols import Validator
 
 from reach.agent.contract import Schema, compile_schema
-from reach.agent.exceptions import InvalidDeclaration
+from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
 from reach.loads import default_max_queue
@@ -27,17 +28,30 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_TTL_MS = 45_000
 
 
-@dataclass(frozen=True)
+@dataclass
 class Context:
-    """What a handler may want besides its payload: the envelope and who is running it."""
+    """What a handler may want besides its payload: the envelope and who is running it; the handler may set
+    `ctx.cost` (a finite number >= 0, e.g. the call's price), which its outcome receipt carries."""
 
     envelope: Envelope
     agent_id: str
     instance_id: str
+    _cost: float | None = field(default=None, repr=False)
 
     @property
     def attempt(self) -> int:
         return self.envelope.attempt
+
+    @property
+    def cost(self) -> float | None:
+        return self._cost
+
+    @cost.setter
+    def cost(self, value: float | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise InvalidCost(f"ctx.cost must be a finite number >= 0 (or None); got {value!r}.")
+        self._cost = None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,7 @@ class Agent:
         weight: float = 1.0,
         qps_limit: float | None = None,
         cost: float | None = None,
+        priority_class: int = 0,
         execution_timeout_ms: int = 30_000,
         lease_margin_ms: int = 5_000,
         result_ttl_s: int = 24 * 3600,
@@ -103,6 +118,7 @@ class Agent:
         self.weight = weight
         self.qps_limit = qps_limit
         self.cost = cost
+        self.priority_class = priority_class  # the request priority this instance is kept for (priority factor)
         self.execution_timeout_ms = execution_timeout_ms
         self.lease_margin_ms = lease_margin_ms
         self.result_ttl_s = result_ttl_s
@@ -184,7 +200,7 @@ class Agent:
             max_queue=self.queue_bound(None, DELIVERY_TIMEOUT_MS),
             qps_limit=self.qps_limit, cost=self.cost, state=state, heartbeat_at=heartbeat_at,
             ttl_ms=self.ttl_ms, inflight=inflight, assigned_partitions=sorted(assigned_partitions),
-            inbox_topic=inbox_topic,
+            inbox_topic=inbox_topic, priority_class=self.priority_class,
         )
 
     def queue_bound(self, drain_rate: float | None, delivery_timeout_ms: int) -> int:

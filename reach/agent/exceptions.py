@@ -19,3 +19,7 @@ class DeliveryFailed(AgentError):
 
 class RecordRefused(DeliveryFailed):
     """The broker refused one record for what it is (too large, invalid): that record fails, not the worker."""
+
+
+class InvalidCost(AgentError, ValueError):
+    """A handler set `ctx.cost` to something that is not a finite number >= 0."""

@@ -1,9 +1,12 @@
-"""Redis leases on (message_id, generation) and caches of what a run produced, so a redelivery never reruns."""
+"""Redis leases on (message_id, generation) and caches of what a run produced, so a redelivery never reruns;
+and business idempotency: envelopes sharing an `idempotency_key` (per tenant and capability, within a window)
+run the handler once, the others get the COMPLETED result of the one that ran."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -16,12 +19,23 @@ from reach.headers import Headers
 from reach.retry import Outgoing
 
 # One round trip per message: the terminal result, this attempt's cached retry, else the lease (SET NX PX).
+# With a business key (KEYS[4] its runner = a message_id, KEYS[5] its COMPLETED receipt): a result of the key is
+# reused, a key run by another message is waited for; taking the lease marks the key as ours until ARGV[4] ms.
 _CLAIM = """
 local done = redis.call('get', KEYS[2])
 if done then return {'result', done} end
 local again = redis.call('get', KEYS[3])
 if again then return {'retry', again} end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'ours', ''} end
+if #KEYS >= 5 then
+  local first = redis.call('get', KEYS[5])
+  if first then return {'reused', first} end
+  local runner = redis.call('get', KEYS[4])
+  if runner and runner ~= ARGV[3] then return {'keyheld', runner} end
+end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if #KEYS >= 5 then redis.call('set', KEYS[4], ARGV[3], 'PX', ARGV[4]) end
+  return {'ours', ''}
+end
 return {'held', redis.call('get', KEYS[1]) or '?'}
 """
 # Renewal re-takes a lease that vanished (Redis restarted or was flushed) as long as nobody else took it.
@@ -33,37 +47,70 @@ return 0
 """
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 # A terminal outcome: cache the receipt and drop our lease in one round trip (a claim finds the result first).
+# With a business key: a COMPLETED receipt (ARGV[5] = 1) is kept for the key's window (ARGV[6] ms); any other
+# ending frees the key (only a COMPLETED result is reused, so the next envelope with the key runs again).
 _FINISH = """
 redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3])
 if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
+if #KEYS >= 4 then
+  if ARGV[5] == '1' then redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[6]) end
+  if redis.call('get', KEYS[3]) == ARGV[4] then redis.call('del', KEYS[3]) end
+end
 return 1
 """
 _SET = "return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])"
 
 
+DEFAULT_IDEMPOTENCY_WINDOW_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class KeyScope:
+    """A business idempotency key as it is scoped: per tenant and capability, for `window_ms` after a COMPLETED
+    run; `hold_ms` is how long a run marks the key as taken (until the envelope's deadline, at least a lease)."""
+
+    tenant: str
+    capability: str
+    key: str
+    window_ms: int = DEFAULT_IDEMPOTENCY_WINDOW_MS
+    hold_ms: int = 60_000
+
+    @property
+    def digest(self) -> str:
+        """A fixed-length name for the key: tenant, capability and key are untrusted text of any length."""
+        return hashlib.sha256(json.dumps([self.tenant, self.capability, self.key]).encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Claim:
-    """What a claim found: a cached terminal receipt, this attempt's cached records, another holder, or ours."""
+    """What a claim found: a cached terminal receipt, this attempt's cached records, another holder, the COMPLETED
+    receipt of another message with the same business key (`reused`), a message running that key (`key_holder`),
+    or ours."""
 
     result: bytes | None = None
     retry: tuple[Outgoing, ...] | None = None
     holder: str | None = None
+    reused: bytes | None = None
+    key_holder: str | None = None
 
     @property
     def ours(self) -> bool:
-        return self.result is None and self.retry is None and self.holder is None
+        return (self.result is None and self.retry is None and self.holder is None and self.reused is None
+                and self.key_holder is None)
 
 
 class LeaseStore(Protocol):
     """The SDK's view of Redis; every method may raise (RedisError, OSError) when Redis is unreachable."""
 
-    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int) -> Claim: ...
+    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int,
+                    scope: KeyScope | None = None) -> Claim: ...
 
     async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool: ...
 
     async def release(self, message_id: str, generation: int) -> None: ...
 
-    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None: ...
+    async def finish(self, message_id: str, generation: int, receipt: bytes, *, scope: KeyScope | None = None,
+                     completed: bool = False) -> None: ...
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None: ...
@@ -97,17 +144,30 @@ class Leases:
     def retry_key(self, message_id: str, generation: int, attempt: int) -> str:
         return f"{self._ns}:retry:{message_id}:{generation}:{attempt}"
 
-    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int) -> Claim:
-        """Check both caches and take the lease, atomically and in one round trip."""
+    def key_keys(self, scope: KeyScope) -> list[str]:
+        """The business key's runner (a message_id) and its COMPLETED receipt."""
+        return [f"{self._ns}:idem:{scope.digest}:run", f"{self._ns}:idem:{scope.digest}:done"]
+
+    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int,
+                    scope: KeyScope | None = None) -> Claim:
+        """Check the caches (and the business key's) and take the lease, atomically and in one round trip."""
         keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation),
                 self.retry_key(message_id, generation, attempt)]
-        kind, value = await self._call(self._claim, keys, [self._owner, str(ttl_ms)])
+        args: list[str | bytes] = [self._owner, str(ttl_ms)]
+        if scope is not None:
+            keys += self.key_keys(scope)
+            args += [message_id, str(max(ttl_ms, scope.hold_ms))]
+        kind, value = await self._call(self._claim, keys, args)
         if kind == b"result":
             return Claim(result=value)
         if kind == b"retry":
             return Claim(retry=decode_records(value))
         if kind == b"held":
             return Claim(holder=value.decode(errors="replace"))
+        if kind == b"reused":
+            return Claim(reused=value)
+        if kind == b"keyheld":
+            return Claim(key_holder=value.decode(errors="replace"))
         return Claim()
 
     async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool:
@@ -118,10 +178,16 @@ class Leases:
         """Drop our lease (only ours), so a retry or another instance may claim it at once."""
         await self._call(self._release, [self.lease_key(message_id, generation)], [self._owner])
 
-    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None:
-        """Cache a terminal receipt for `result_ttl_s` and drop our lease; done before the receipt is published."""
+    async def finish(self, message_id: str, generation: int, receipt: bytes, *, scope: KeyScope | None = None,
+                     completed: bool = False) -> None:
+        """Cache a terminal receipt for `result_ttl_s` and drop our lease; done before the receipt is published.
+        With a business key: a COMPLETED receipt is kept for the key's window, any other ending frees the key."""
         keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
-        await self._call(self._finish, keys, [self._owner, receipt, str(self._result_ttl_s)])
+        args: list[str | bytes] = [self._owner, receipt, str(self._result_ttl_s)]
+        if scope is not None:
+            keys += self.key_keys(scope)
+            args += [message_id, "1" if completed else "0", str(scope.window_ms)]
+        await self._call(self._finish, keys, args)
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:

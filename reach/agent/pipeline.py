@@ -22,17 +22,18 @@ from reach import headers as h
 from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
-from reach.agent.idempotency import Claim, LeaseStore
+from reach.agent.idempotency import DEFAULT_IDEMPOTENCY_WINDOW_MS, Claim, KeyScope, LeaseStore
 from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
+from reach.agent.policy import execution_timeout_ms
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.agent.retrying import publish_in_order
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import now_ms
 from reach.receipts import receipt_for
-from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
+from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status, StepStatus
 
 log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25
@@ -40,6 +41,7 @@ LEASE_POLL_S = 0.25
 MAX_RECEIPT_BYTES = 1_000_000 - 64 * 1024
 T = TypeVar("T")
 Completed = Callable[[str, int], Awaitable[AlreadyCompleted | None]]
+KEY_BUSY_RETRY_MS = 1_000  # a key still running after this attempt's wait: try again after this long
 
 
 async def _unknown(_message_id: str, _generation: int) -> AlreadyCompleted | None:
@@ -62,8 +64,10 @@ class Pipeline:
 
     def __init__(self, agent: Agent, *, publisher: Sender, leases: LeaseStore, receipts_topic: str,
                  executor: Executor, middleware: list[Middleware], completed: Completed = _unknown,
-                 redis_outage: Outage | None = None) -> None:
+                 redis_outage: Outage | None = None,
+                 policy: Callable[[str], Policy | None] = lambda _: None) -> None:
         self._agent = agent
+        self._policy = policy
         self._middleware = middleware
         self._publisher = publisher
         self._leases = leases
@@ -101,11 +105,13 @@ class Pipeline:
     async def _claimed(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
                        origin: tuple[str, int, int] | None) -> Processed:
         mid, gen = envelope.message_id, envelope.generation
-        timeout_ms = envelope.execution_timeout_ms if envelope.execution_timeout_ms > 0 \
-            else self._agent.execution_timeout_ms
+        policy = self._policy(envelope.capability)
+        timeout_ms = execution_timeout_ms(envelope.execution_timeout_ms, policy, self._agent.execution_timeout_ms)
         lease_ms = timeout_ms + self._agent.lease_margin_ms
+        scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now_ms())
+        waited_until = now_ms() + timeout_ms  # how long this attempt waits for another message running its key
         while True:
-            claim = await self._redis(lambda: self._leases.claim(mid, gen, envelope.attempt, lease_ms))
+            claim = await self._redis(lambda: self._leases.claim(mid, gen, envelope.attempt, lease_ms, scope))
             if claim is None:  # Redis is unreachable: the status table is the durable check
                 done = await self._completed(mid, gen)
                 if done is not None:
@@ -119,15 +125,23 @@ class Pipeline:
                 break
             if claim.result is not None or claim.retry is not None:
                 return await self._republish(claim)
-            # Another run holds the lease: never run concurrently; wait until it finishes or its lease lapses.
+            if claim.reused is not None:
+                return self._reuse(envelope, claim.reused)
+            if claim.key_holder is not None and now_ms() >= waited_until:
+                return await self._finish(envelope, outcomes.Verdict(Outcome.RETRY, error=ErrorInfo(
+                    kind="TRANSIENT", code="IDEMPOTENCY_KEY_BUSY",
+                    message=f"{claim.key_holder} with the same idempotency_key is still running; trying again"),
+                    retry_after_ms=KEY_BUSY_RETRY_MS), [], raw=raw, origin=origin)
+            # Another run holds the lease (or the business key): never run concurrently; wait until it finishes.
             await asyncio.sleep(LEASE_POLL_S)
         acks = [self._send(receipt_for(envelope, Status.STARTED, agent_id=self._agent.agent_id,
                                        instance_id=self._agent.instance_id))]
         renewer = Renewal(lambda: self._renew(mid, gen, lease_ms), every_s=lease_ms / 3000)
         started = now_ms()
         thread: Future[Any] | None = None
+        context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id)
         try:
-            verdict, thread = await self._run(spec, payload, envelope, timeout_ms / 1000)
+            verdict, thread = await self._run(spec, payload, context, timeout_ms / 1000)
         finally:
             if thread is None:
                 renewer.cancel()
@@ -138,12 +152,12 @@ class Pipeline:
                 self._lingering += 1
             asyncio.get_running_loop().create_task(self._outlive(thread, renewer, mid, gen))
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
-                                  raw=raw, origin=origin)
+                                  raw=raw, origin=origin, scope=scope, cost=context.cost)
 
-    async def _run(self, spec: CapabilitySpec, payload: Any, envelope: Envelope,
+    async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
                    timeout_s: float) -> tuple[Verdict, Future[Any] | None]:
         """The handler's verdict, and its thread when a sync handler is still running past its timeout."""
-        context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id)
+        envelope = context.envelope
         args = (payload, context) if spec.wants_context else (payload,)
         thread: Future[Any] | None = None
         try:
@@ -187,20 +201,23 @@ class Pipeline:
 
     async def _finish(self, envelope: Envelope, verdict: Verdict, acks: list[Future[Message]], *,
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
-                      origin: tuple[str, int, int] | None = None) -> Processed:
-        receipt = self._receipt(envelope, verdict, run_ms)
+                      origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
+                      cost: float | None = None) -> Processed:
+        receipt = self._receipt(envelope, verdict, run_ms, cost)
         encoded = codec.encode(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
             verdict = outcomes.failed("INVALID_OUTPUT", "RESULT_TOO_LARGE", (
                 f"the handler's result takes {len(encoded)} bytes in its receipt; at most {MAX_RECEIPT_BYTES} fit. "
                 "Store large results elsewhere (object storage) and return a reference."))
-            receipt = self._receipt(envelope, verdict, run_ms)
+            receipt = self._receipt(envelope, verdict, run_ms, cost)
             encoded = codec.encode(receipt)
         terminal = receipt.status.is_terminal
         if release and terminal:
             # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
             # of rerunning; a claim in between finds the result before it could take the lease.
-            await self._redis(lambda: self._leases.finish(envelope.message_id, envelope.generation, encoded))
+            completed = receipt.status is Status.COMPLETED
+            await self._redis(lambda: self._leases.finish(envelope.message_id, envelope.generation, encoded,
+                                                          scope=scope, completed=completed))
         acks.append(self._send_raw(receipt.message_id, encoded))
         if not terminal:
             # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
@@ -214,12 +231,22 @@ class Pipeline:
         # once these acks succeeded, and a refused one isolates the record there.
         return Processed(verdict.outcome, tuple(acks) if terminal else ())
 
-    def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None) -> Receipt:
+    def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None,
+                 cost: float | None = None) -> Receipt:
         status, step = outcomes.receipt_status(verdict.outcome)
         result = verdict.value if isinstance(verdict.value, bytes) else None
         return receipt_for(envelope, status, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
-                           error=verdict.error, step_status=step, result=result,
+                           error=verdict.error, step_status=step, result=result, cost=cost,
                            retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
+
+    def _reuse(self, envelope: Envelope, first: bytes) -> Processed:
+        """COMPLETED with the result of the message that ran the handler for this business key."""
+        ran = codec.decode(first, Receipt)
+        log.info("%s reuses the result of %s (same idempotency_key)", envelope.message_id, ran.message_id)
+        again = receipt_for(envelope, Status.COMPLETED, agent_id=self._agent.agent_id,
+                            instance_id=self._agent.instance_id, step_status=ran.step_status or StepStatus.OK,
+                            result=ran.result, reused_from=ran.message_id, timings={"idempotency_hit": 1})
+        return Processed(Outcome.COMPLETE, (self._send(again),))
 
     async def _republish(self, claim: Claim) -> Processed:
         if claim.retry is not None:  # this attempt already failed and its retry was decided: publish it again
@@ -247,6 +274,17 @@ class Pipeline:
 
     def _send_raw(self, message_id: str, value: bytes) -> Future[Message]:
         return self._publisher.send(self._topic, message_id, value, headers=[(h.MESSAGE_ID, message_id.encode())])
+
+
+def key_scope(envelope: Envelope, policy: Policy | None, *, lease_ms: int, now: int) -> KeyScope | None:
+    """The business key of an envelope, or None when it has none beyond its message_id (the default, which the
+    message_id lease already deduplicates). Held while the envelope can still run: until its deadline."""
+    key = envelope.idempotency_key
+    if not key or key == envelope.message_id:
+        return None
+    window = policy.idempotency_window_ms if policy and policy.idempotency_window_ms else None
+    return KeyScope(tenant=envelope.tenant, capability=envelope.capability, key=key,
+                    window_ms=window or DEFAULT_IDEMPOTENCY_WINDOW_MS, hold_ms=max(lease_ms, envelope.deadline - now))
 
 
 class Renewal:

@@ -1,44 +1,58 @@
-"""The control POLICY as the SDK sees it: re-read from the compacted control topic in the background."""
+"""The control records an instance obeys: its capabilities' POLICY, and a DRAIN or DISABLE of its own instance.
+
+Both come from a ControlFeed, which tails the control topic continuously (a record takes effect within a
+poll, about 0.2 s), not from a periodic re-read.
+"""
 
 from __future__ import annotations
 
-import logging
-import threading
+from enum import StrEnum
 
-from reach.control import ControlView, read_control
-from reach.names import Names
-from reach.records import Policy
-from reach.settings import KafkaSettings
-
-log = logging.getLogger("reach.agent")
+from reach.controlfeed import ControlSource
+from reach.records import InstanceAction, Policy
+from reach.views.control import ControlView
 
 
-class PolicyCache:
-    """`get(capability)` answers from the last read; a daemon thread refreshes it every `every_s` seconds."""
+class Mode(StrEnum):
+    """What the operator asks of this instance."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings, every_s: float = 15.0) -> None:
-        self._names = names
-        self._kafka = kafka
-        self._every_s = every_s
-        self._view = ControlView()
-        self._stop = threading.Event()
+    RUN = "run"        # consume the inbox as usual (no override, or ENABLE)
+    PAUSE = "pause"    # DISABLE: stay registered, finish what it took, read nothing new until ENABLE
+    DRAIN = "drain"    # DRAIN: DRAINING, finish in-flight work, deregister, exit
+
+
+def mode_of(view: ControlView, instance_id: str) -> Mode:
+    """The mode the control view sets for `instance_id`."""
+    action = view.instance_action(instance_id)
+    if action is InstanceAction.DRAIN:
+        return Mode.DRAIN
+    if action is InstanceAction.DISABLE:
+        return Mode.PAUSE
+    return Mode.RUN
+
+
+class AgentControl:
+    """`policy(capability)` and `mode()` answer from the feed's current view (thread-safe reads)."""
+
+    def __init__(self, feed: ControlSource, *, instance_id: str) -> None:
+        self._feed = feed
+        self._instance_id = instance_id
 
     def start(self) -> None:
-        self._refresh()
-        threading.Thread(target=self._loop, name="reach-policy", daemon=True).start()
+        self._feed.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._feed.stop()
 
-    def get(self, capability: str) -> Policy:
-        return self._view.policy(capability)
+    def policy(self, capability: str) -> Policy:
+        return self._feed.view.policy(capability)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self._every_s):
-            self._refresh()
+    def mode(self) -> Mode:
+        return mode_of(self._feed.view, self._instance_id)
 
-    def _refresh(self) -> None:
-        try:
-            self._view = read_control(names=self._names, kafka=self._kafka, timeout=5)
-        except Exception as exc:  # noqa: BLE001 - a stale policy is better than a stopped agent
-            log.warning("could not re-read the control policy (%s); keeping the last one", exc)
+
+def execution_timeout_ms(envelope_ms: int, policy: Policy | None, default_ms: int) -> int:
+    """The run's timeout: the envelope's, capped by the capability's POLICY (the operator can shorten runs of
+    messages already sent); the agent's own default when neither sets one."""
+    limits = [v for v in (envelope_ms, policy.execution_timeout_ms if policy else None) if v is not None and v > 0]
+    return min(limits) if limits else default_ms

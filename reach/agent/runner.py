@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from redis.asyncio import Redis
 
-from reach import clients, codec, heap, topics
+from reach import clients, codec, heap, policyfields, topics
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
@@ -29,15 +29,17 @@ from reach.agent.metrics import AgentMetrics
 from reach.agent.offsets import OffsetTracker
 from reach.agent.outage import Outage
 from reach.agent.pipeline import Pipeline
-from reach.agent.policy import PolicyCache
+from reach.agent.policy import AgentControl, Mode
 from reach.agent.publisher import Publisher, when_acked
 from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
+from reach.controlfeed import ControlFeed
 from reach.errors import InfraUnavailable
 from reach.names import Names
-from reach.records import AgentState, Envelope
+from reach.records import AgentState, ControlKind, Envelope
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.views.control import key_of
 
 log = logging.getLogger("reach.agent")
 POLL_S = 0.1
@@ -82,6 +84,9 @@ class Runner:
         self._tiers: list[str] = []
         self._registry = Outage(base_s=0.5, max_s=10.0)  # the Schema Registry: while it is out, read nothing
         self._stalled: set[int] = set()  # partitions of this batch sought back to a record to read again
+        self._mode = Mode.RUN  # what the operator's control records ask of this instance (DISABLE, DRAIN)
+        self._policies = AgentControl(ControlFeed(names=self.names, kafka=self._kafka),
+                                      instance_id=agent.instance_id)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -105,12 +110,11 @@ class Runner:
                                socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
         leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
                         result_ttl_s=self.agent.result_ttl_s)
-        self._policies = PolicyCache(names=self.names, kafka=self._kafka)
-        self._policies.start()
+        self._start_control()
         redis_outage = Outage()  # one backoff for every Redis call: handlers' leases and the retry cache
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,
-                            policy=self._policies.get, redis_outage=redis_outage)
+                            policy=self._policies.policy, redis_outage=redis_outage)
         status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}")
 
         async def completed(message_id: str, generation: int) -> AlreadyCompleted | None:
@@ -120,11 +124,11 @@ class Runner:
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
                                   receipts_topic=self.names.receipts, executor=self._pool,
                                   middleware=[retries, self.metrics, *self.agent.middleware], completed=completed,
-                                  redis_outage=redis_outage)
+                                  redis_outage=redis_outage, policy=self._policies.policy)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
-                                  policy=self._policies.get)
+                                  policy=self._policies.policy)
         try:
             self._call(self._ping(redis))
             self._beat(AgentState.STARTING).result(timeout=30)
@@ -153,6 +157,26 @@ class Runner:
         for name in self.agent.capabilities:
             topics.ensure_topic(admin, self.names.capability(name), spec.family("cap"))
 
+    def _start_control(self) -> None:
+        try:
+            self._policies.start()
+        except Exception as exc:  # noqa: BLE001 - built-in policy meanwhile; operators see the warning
+            log.warning("cannot follow the control topic %s (%s): this instance uses the built-in policy and will "
+                        "not see DRAIN / DISABLE. Run `reach topics apply`.", self.names.control, exc)
+        for name in self.agent.capabilities:  # the same check `reach policy show|set` prints
+            for warning in policyfields.check(self._policies.policy(name), self._tiers):
+                log.warning("policy of %s: %s (see `reach policy show --capability %s`)", name, warning, name)
+
+    def _obey(self) -> None:
+        """Follow the operator: DRAIN stops the loop (drain, deregister, exit); DISABLE pauses the inbox."""
+        mode = self._policies.mode()
+        if mode is self._mode:
+            return
+        log.warning("control: instance %s is now in mode %s", self.agent.instance_id, mode)
+        self._mode = mode
+        if mode is Mode.DRAIN:
+            self.stop()
+
     async def _ping(self, redis: Redis) -> None:
         try:
             await redis.ping()
@@ -179,7 +203,8 @@ class Runner:
             self._settle()
 
     def _settle(self) -> None:
-        """Completions -> commits, backlog -> handlers, pause/resume, heartbeat."""
+        """Control, completions -> commits, backlog -> handlers, pause/resume, heartbeat."""
+        self._obey()
         self._drain_done()
         self._commit(asynchronous=True)
         batch = []
@@ -268,7 +293,7 @@ class Runner:
     def _flow(self) -> None:
         # the queue waits in the backlog, not in a paused inbox: a resumed fetch idled the handlers up to 1 s
         full = (self._busy() + len(self._backlog) >= self.agent.max_concurrency + self.loads.max_queue
-                or self._closing or not self._registry.available())
+                or self._closing or self._mode is not Mode.RUN or not self._registry.available())
         if full and not self._paused and self._owned:
             self._consumer.pause(self._partitions(self._owned))
             self._paused = True
@@ -420,12 +445,19 @@ class Runner:
                 self._call(call_hook(hook), timeout=self.agent.drain_grace_s)
             except Exception:  # noqa: BLE001 - a failing hook must not keep the instance registered
                 log.exception("on_stop hook failed")
-        self.heartbeat.tombstone()
+        self._deregister()
         self.publisher.close()
         try:
             self._call(redis.aclose(), timeout=5)
         except Exception:  # noqa: BLE001 - closing a dead connection is not an error
             pass
+
+    def _deregister(self) -> None:
+        """Tombstone the registration; after a DRAIN also its control record: the DRAIN was for this run, so a
+        later instance started with the same id is not drained at once."""
+        self.heartbeat.tombstone()
+        if self._mode is Mode.DRAIN:
+            self.publisher.send(self.names.control, key_of(ControlKind.INSTANCE, self.agent.instance_id), None)
 
     def _call(self, coro: Coroutine[Any, Any, Any], timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)

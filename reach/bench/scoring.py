@@ -7,8 +7,9 @@ import time
 
 from reach.bench.results import ModeResult, latency, own_cpu
 from reach.candidates import Candidate, RouteRequest
+from reach.factors import DEFAULT_WEIGHTS, ScoringContext
 from reach.loads import InstanceLoad
-from reach.records import AgentRegistration, AgentState, Capability, Weights
+from reach.records import AgentRegistration, AgentState, Capability
 from reach.scoring import score
 from reach.versions import parse_version
 
@@ -31,18 +32,19 @@ def candidates(n: int) -> list[Candidate]:
 def run(sizes: tuple[int, ...] = (10, 100, 1000), *, calls: int = 2_000) -> list[ModeResult]:
     request = RouteRequest(message_id="m", capability="bench.score", version_range="^1.2", region="eu",
                            session_key="s", tags=("a", "b"))
-    weights, rng = Weights(), random.Random(7)
+    weights, rng = DEFAULT_WEIGHTS, random.Random(7)
+    none, sticky = ScoringContext(), ScoringContext(affinity={"s": "s-3"})
     results = []
     for n in sizes:
         pool = candidates(n)
         reps = calls if n <= 100 else max(calls * 100 // n, 20)
         for _ in range(max(reps // 10, 5)):  # warm-up: caches of version closeness, the interpreter's
-            score(request, pool, weights, {}, rng)
+            score(request, pool, weights, none, rng)
         samples: list[float] = []
         cpu0, wall0 = own_cpu(), time.perf_counter()
         for i in range(reps):
             t = time.perf_counter_ns()
-            score(request, pool, weights, {"s": "s-3"} if i % 4 == 0 else {}, rng)
+            score(request, pool, weights, sticky if i % 4 == 0 else none, rng)
             samples.append((time.perf_counter_ns() - t) / 1e6)
         wall, cpu = time.perf_counter() - wall0, own_cpu() - cpu0
         results.append(ModeResult(

@@ -6,9 +6,11 @@ import sys
 
 import typer
 
-from reach.cli import agent, agents, demo, local, send, topics
+from reach.cli import agent, demo, local, send, topics
 from reach.cli import apps as apps_cli
 from reach.cli import dlq as dlq_cli
+from reach.cli import instances as instances_cli
+from reach.cli import policy as policy_cli
 from reach.cli import receipts as receipts_cli
 from reach.cli import router as router_cli
 from reach.cli import status as status_cli
@@ -23,13 +25,14 @@ app = typer.Typer(
 app.add_typer(local.app, name="local")
 app.add_typer(topics.app, name="topics")
 app.add_typer(agent.app, name="agent")
-app.command("agents")(agents.agents)
+app.add_typer(instances_cli.app, name="agents")
 app.command("send")(send.send)
 app.command("demo")(demo.demo)
 app.command("router")(router_cli.router)
 app.command("gateway")(gateway_command)
 app.command("bench")(__import__("reach.cli.bench", fromlist=["bench"]).bench)
 app.add_typer(weights_cli.app, name="weights")
+app.add_typer(policy_cli.app, name="policy")
 app.add_typer(receipts_cli.app, name="receipts")
 
 app.command("status")(status_cli.status)

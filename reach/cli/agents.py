@@ -1,4 +1,5 @@
-"""`reach agents [--json]`: the registered instances with state, capabilities, load, queue and heartbeat age."""
+"""`reach agents [--json]`: the registered instances with state, capabilities, load, queue, heartbeat age and health
+(breaker, 1-minute success, p95, slow share from `<ns>.health`; `--json` has every field of reach.health.fields)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from reach import codec, topicreader
 from reach.cli.common import console
 from reach.envelopes import now_ms
 from reach.errors import ReachError
+from reach.health.fields import breaker, health_fields, share
 from reach.names import Names
-from reach.records import LoadReport
+from reach.records import InstanceHealth, LoadReport
 from reach.registry import InstanceInfo, read_registry
 from reach.settings import KafkaSettings, ReachSettings
 
@@ -45,7 +47,31 @@ def latest_reports(kafka: KafkaSettings, names: Names, now: int) -> dict[str, Lo
     return reports
 
 
-def _row(info: InstanceInfo, report: LoadReport | None, now: int) -> dict[str, Any]:
+def latest_health(kafka: KafkaSettings, names: Names, timeout: float = 5.0) -> dict[str, InstanceHealth]:
+    """The compacted `<ns>.health` topic read to its end: the latest record per instance (none if it is missing)."""
+    found: dict[str, InstanceHealth] = {}
+    consumer = topicreader.open_reader("agents-health", kafka)
+    try:
+        starts = topicreader.start_offsets(consumer, names.health, None)
+        for msg in topicreader.read_range(consumer, names.health, starts, idle_timeout=timeout):
+            key = (msg.key() or b"").decode(errors="replace")
+            value = msg.value()
+            if value is None:
+                found.pop(key, None)
+                continue
+            try:
+                found[key] = codec.decode(value, InstanceHealth)
+            except codec.DecodeError:
+                continue  # a foreign record is not this command's business
+    except ReachError:
+        return {}  # a namespace from before health: every instance shows as healthy
+    finally:
+        consumer.close()
+    return found
+
+
+def _row(info: InstanceInfo, report: LoadReport | None, now: int,
+         health: InstanceHealth | None = None) -> dict[str, Any]:
     reg = info.registration
     return {
         "agent_id": reg.agent_id, "instance_id": reg.instance_id, "state": info.effective_state.value,
@@ -59,6 +85,7 @@ def _row(info: InstanceInfo, report: LoadReport | None, now: int) -> dict[str, A
         "load": round(info.load, 3),
         "heartbeat_age_ms": info.heartbeat_age_ms, "ttl_ms": reg.ttl_ms,
         "assigned_partitions": reg.assigned_partitions, "inbox_topic": reg.inbox_topic,
+        **health_fields(health),
     }
 
 
@@ -71,14 +98,17 @@ def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     view = read_registry(kafka, names, timeout=timeout)
     now = now_ms()
     reports = latest_reports(kafka, names, now) if len(view) else {}
-    rows = [_row(i, reports.get(i.registration.instance_id), now) for i in view.instances(now)]
+    health = latest_health(kafka, names) if len(view) else {}
+    rows = [_row(i, reports.get(i.registration.instance_id), now, health.get(i.registration.instance_id))
+            for i in view.instances(now)]
     if as_json:
         console.print_json(json.dumps(rows))
         return
     if not rows:
         console.print("No agent instances registered. Start one with `reach agent run MODULE:ATTR`.")
         return
-    table = Table("agent", "instance", "state", "capabilities", "region", "running", "queue", "drain/s", "heartbeat")
+    table = Table("agent", "instance", "state", "capabilities", "region", "running", "queue", "drain/s", "heartbeat",
+                  "breaker", "success 1m", "p95", "slow")
     colour = {"READY": "green", "STARTING": "yellow", "DRAINING": "yellow", "OFFLINE": "red"}
     for r in rows:
         queue = "-" if r["queued"] is None else f"{r['queued']}/{r['max_queue']}"
@@ -86,5 +116,6 @@ def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         table.add_row(r["agent_id"], r["instance_id"], f"[{colour[r['state']]}]{r['state']}[/]",
                       ", ".join(r["capabilities"]), r["region"] or "-",
                       f"{r['inflight']}/{r['max_concurrency']}", queue, drain,
-                      f"{r['heartbeat_age_ms'] / 1000:.1f}s ago")
+                      f"{r['heartbeat_age_ms'] / 1000:.1f}s ago", breaker(r), share(r["success_1m"]),
+                      "-" if r["p95_ms"] is None else f"{r['p95_ms']:.0f} ms", share(r["slow_ratio"]))
     console.print(table)

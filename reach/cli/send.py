@@ -31,6 +31,10 @@ def send(
     version: str = typer.Option("*", "--version", help="semver range of the capability, e.g. ^1.0"),
     session: str | None = typer.Option(None, "--session", help="session key (ordering and affinity)"),
     to: str | None = typer.Option(None, "--to", help="only this agent id may serve it"),
+    idempotency_key: str | None = typer.Option(None, "--idempotency-key", help="business key: a second send "
+                                               "with it (same tenant and capability) reuses the first's result"),
+    priority: int = typer.Option(0, "--priority", help="routing priority (higher = more urgent); the priority "
+                                 "scoring factor prefers instances whose priority_class matches it"),
     wait: bool = typer.Option(False, "--wait", help="wait for the terminal receipt and print it (exit 0 only "
                               "for COMPLETED, 1 other endings, 3 timeout)"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds --wait waits"),
@@ -40,10 +44,11 @@ def send(
     body = parse_payload(payload)
     if wait:
         send_and_wait(capability, body, timeout=timeout, as_json=as_json, version=version, session_key=session,
-                      to_agent=to)
+                      to_agent=to, idempotency_key=idempotency_key, priority=priority)
         return
     with Client(source="reach-cli") as client:
-        message_id = client.send(capability, body, version=version, session_key=session, to_agent=to)
+        message_id = client.send(capability, body, version=version, session_key=session, to_agent=to,
+                                 idempotency_key=idempotency_key, priority=priority)
     console.print(message_id, highlight=False)
 
 

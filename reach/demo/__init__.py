@@ -1,8 +1,10 @@
 """`reach demo`: the whole system on one machine, with traffic, a live view and a summary.
 
 Order of a run: broker and Redis (local unless REACH_BOOTSTRAP is set) -> topics of a fresh namespace
--> the stream app (`reach router`) and four example agents in two regions -> traffic for `duration`
-seconds (or until Ctrl-C) -> drain what is in flight -> stop everything it started -> summary.
+-> the stream app (`reach router`), four example agents in two regions and one sick instance of
+demo.echo (examples/sick_agent.py: its calls fail, so its breaker opens; the live table shows the breaker
+state of every instance) -> traffic for `duration` seconds (or until Ctrl-C) -> drain what is in flight
+-> stop everything it started -> summary.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from reach.names import Names
 AGENTS = (("echo", "examples.echo_agent:agent", "agent://demo/echo"),
           ("flaky", "examples.flaky_agent:agent", "agent://demo/flaky"))
 """(name, module:attr, agent id) of the example agents; one instance of each per region."""
+SICK = ("sick", "examples.sick_agent:agent", "agent://demo/sick")
+"""One sick instance of demo.echo in the first region (REACH_SICK_FAIL_RATE, default 1.0): the breaker's subject."""
+DEMO_HEALTH = {"REACH_HEALTH_ERROR_RATE": "0.75", "REACH_HEALTH_EJECT_SUCCESS": "0.3"}
+"""The flaky agent fails about half its attempts on purpose (its traffic kinds expect retries): with these
+thresholds only the sick instance trips its breaker; set the variables to override them."""
 DRAIN_S = 20.0
 STARTUP_S = 120.0
 
@@ -84,19 +91,22 @@ class _Run:
     # -- start ---------------------------------------------------------------------------------------
     def start(self, stop: StopRequests) -> None:
         say = self.console.print
-        router = self.children.spawn("router", ["router", "--interval", "10"], REACH_WEB_PORT=str(self.port))
+        router = self.children.spawn("router", ["router", "--interval", "10"], REACH_WEB_PORT=str(self.port),
+                                     **{k: os.environ.get(k, v) for k, v in DEMO_HEALTH.items()})
         for name, target, _ in AGENTS:
             for region in REGIONS:
                 self.children.spawn(f"{name}-{region}", ["agent", "run", target], REACH_AGENT_REGION=region)
+        self.children.spawn(SICK[0], ["agent", "run", SICK[1]], REACH_AGENT_REGION=REGIONS[0],
+                            REACH_SICK_FAIL_RATE=os.environ.get("REACH_SICK_FAIL_RATE", "1.0"))
         say(f"started the router (pid {router.pid}, http://127.0.0.1:{self.port}) and "
-            f"{len(AGENTS) * len(REGIONS)} agents: " + ", ".join(
+            f"{len(self._expected())} agents: " + ", ".join(
                 f"{c.name} (pid {c.pid})" for c in self.children.started if c is not router))
         stopping = stop.requested.is_set
         if wait_until(lambda: (get_json(self.url("/healthz")) or {}).get("ok"), timeout=STARTUP_S,
                       what="the router's /healthz", children=self.children, stopping=stopping) is None:
             return
         say("router healthy; waiting for every agent instance to be READY with inbox partitions ...")
-        if wait_until(self._agents_ready, timeout=STARTUP_S, what="4 READY agent instances",
+        if wait_until(self._agents_ready, timeout=STARTUP_S, what=f"{len(self._expected())} READY agent instances",
                       children=self.children, stopping=stopping) is None:
             return
         self.dashboard.seen_agents(get_json(self.url("/agents")))
@@ -110,7 +120,8 @@ class _Run:
         for thread in self.threads.values():
             thread.start()
         say(f"all agents READY; sending {self.rate:g} requests/s "
-            "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs)")
+            "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs); "
+            "the sick echo instance fails its calls until its breaker opens")
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -118,7 +129,12 @@ class _Run:
     def _agents_ready(self) -> bool:
         rows = get_json(self.url("/agents")) or []
         ready = {(r["agent_id"], r["region"]) for r in rows if r["state"] == "READY" and r["assigned_partitions"]}
-        return ready >= {(agent_id, region) for _, _, agent_id in AGENTS for region in REGIONS}
+        return ready >= self._expected()
+
+    @staticmethod
+    def _expected() -> set[tuple[str, str]]:
+        """(agent id, region) of every instance the demo starts."""
+        return {(agent_id, region) for _, _, agent_id in AGENTS for region in REGIONS} | {(SICK[2], REGIONS[0])}
 
     # -- watch ---------------------------------------------------------------------------------------
     def watch(self, stop: StopRequests, duration: float | None) -> None:

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from reach.demo.tally import OUTCOME_COLUMNS, Rate, Row, Snapshot, percentile
 from reach.demo.traffic import EXPECTED
+from reach.health.fields import breaker, share
 
 _HEADERS = {"dead_lettered": "dead-lettered"}
 
@@ -91,9 +92,11 @@ class Dashboard:
         return table
 
     def instance_table(self, snap: Snapshot) -> Table:
-        table = Table(title="by instance (agent SDK receipts; routed = picked by the router)", title_justify="left")
-        for column in ("agent", "instance", "region", "state", "load"):
+        table = Table(title="by instance (agent SDK receipts; routed = picked by the router; breaker and ok 1m "
+                            "from <ns>.health)", title_justify="left")
+        for column in ("agent", "instance", "region", "state", "load", "breaker"):
             table.add_column(column)
+        table.add_column("ok 1m", justify="right")
         for column in ("routed", "completed", "failed", "retried"):
             table.add_column(column, justify="right")
         table.add_column("p50", justify="right")
@@ -107,7 +110,8 @@ class Dashboard:
             load = info.get("load")
             table.add_row(str(info.get("agent_id", "?")).removeprefix("agent://"), short_instance(instance_id),
                           info.get("region") or "-", info.get("state", "-"),
-                          f"{load:.0%}" if isinstance(load, (int, float)) else "-",
+                          f"{load:.0%}" if isinstance(load, (int, float)) else "-", breaker(info),
+                          share(info.get("success_1m")),
                           *(str(row.counts[c]) for c in ("routed", "completed", "failed", "retried")),
                           ms(row.p(0.5)), ms(row.p(0.99)))
         return table

@@ -21,6 +21,7 @@ from reach.routing import validation_error
 from reach.versions import BadVersion, parse_range, satisfies
 
 M = TypeVar("M", bound=BaseModel)
+MAX_MESSAGE_CHARS = 1000  # a schema error quotes the offending value, which may be most of a 256 KiB payload
 
 
 class Refusal(ReachError):
@@ -28,6 +29,8 @@ class Refusal(ReachError):
 
     def __init__(self, status: int, error: str, message: str, hint: str | None = None,
                  headers: Mapping[str, str] | None = None) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = message[:MAX_MESSAGE_CHARS] + "…"
         super().__init__(message)
         self.status = status
         self.body = ErrorBody(error=error, message=message, hint=hint)

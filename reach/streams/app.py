@@ -22,6 +22,7 @@ from typing import Any
 from reach import clients, heap, topics
 from reach.control import ControlView, read_control
 from reach.envelopes import now_ms
+from reach.health.settings import HealthSettings
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy
@@ -29,6 +30,8 @@ from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.credentials import faust_broker_options
 from reach.streams.delays import DelayForwarder
 from reach.streams.gauges import Gauges
+from reach.streams.health import HealthWriter
+from reach.streams.health.gauges import HealthGauges
 from reach.streams.router import Router
 from reach.streams.stats import summary_line
 from reach.streams.status.fold import StatusFold, fold_group
@@ -57,10 +60,12 @@ def build_app(
     batch_size: int = 500,
     summary_interval: float = 10.0,
     role: Role = Role.ALL,
+    health_settings: HealthSettings | None = None,
 ) -> Any:
     """A faust.App whose worker runs what `role` names.
 
-    `app.reach_router` is the Router (None without the route role); `app.reach_status` the StatusFold."""
+    `app.reach_router` is the Router (None without the route role); `app.reach_status` the StatusFold and
+    `app.reach_health` the HealthWriter (both None without the status role)."""
     import faust
     from mode import Service
 
@@ -71,7 +76,7 @@ def build_app(
     partitions = spec.topics["receipts"].partitions
     url = f"http://{reach_settings.web_host}:{reach_settings.web_port}"
     datadir = reach_settings.home / "faust" / f"{names.router_app_id}-data"
-    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates only the last level (a fresh REACH_HOME)
+    datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates the data dir, not its parents
     app = faust.App(
         names.router_app_id,
         **faust_broker_options(kafka),
@@ -92,17 +97,21 @@ def build_app(
     # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
     metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
     fold = None
+    health: HealthWriter | None = None
     if role != Role.ROUTE:
         # one directory per worker (host and port identify it), so two workers on one machine never share a store
         worker = f"{reach_settings.web_host}-{reach_settings.web_port}"
         state_dir = reach_settings.home / "status" / names.namespace / worker
         fold = StatusFold(names=names, kafka=kafka, metrics=metrics, state_dir=state_dir, url=url,
                           retention_ms=reach_settings.status_retention * 1000)
+        # the single writer of <ns>.health for the partitions its group gives this worker (reach.streams.health)
+        health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthSettings(),
+                              on_publish=HealthGauges(metrics.registry).publish)
     views = StatusViews(fold=fold, owners=Owners(clients.admin(kafka), fold_group(names)), partitions=partitions,
                         url=url, auth=auth_headers(reach_settings))
     pages = GuardedPages(app, required_token(reach_settings))
     attach_status_views(pages, views)
-    attach_views(pages, router, metrics, fold)
+    attach_views(pages, router, metrics, fold, health)
     if router is not None:
         _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka,
                                                     max_bytes=spec.dead_letter_bytes()),
@@ -112,9 +121,10 @@ def build_app(
         timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy)
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)
-        _host_fold(app, Service, fold, timekeeper, gauges, stale_after_ms=reach_settings.stale_no_route * 1000)
+        _host_fold(app, Service, fold, timekeeper, gauges, health, stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
     app.reach_status = fold  # type: ignore[attr-defined]
+    app.reach_health = health  # type: ignore[attr-defined]
     return app
 
 
@@ -147,16 +157,20 @@ def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder,
     app.service(RouterService)
 
 
-def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges, *,
-               stale_after_ms: int) -> None:
+def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges,
+               health: HealthWriter | None, *, stale_after_ms: int) -> None:
     class StatusService(service):  # type: ignore[misc, valid-type]
         """Starts the status fold with the worker; stops it (flushed, committed) with it."""
 
         async def on_start(self) -> None:
             fold.start()
+            if health is not None:
+                health.start()
             heap.settle()
 
         async def on_stop(self) -> None:
+            if health is not None:
+                await asyncio.get_running_loop().run_in_executor(None, health.stop)
             await asyncio.get_running_loop().run_in_executor(None, fold.stop)
 
     def tick() -> None:  # RocksDB reads and row parsing: off the event loop, with the tick

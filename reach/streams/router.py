@@ -31,9 +31,10 @@ from reach.candidates import RouteRequest
 from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
+from reach.factors import FactorWeights
 from reach.loads import InstanceLoad
 from reach.names import Names
-from reach.records import AgentRegistration, Status, Weights
+from reach.records import AgentRegistration, Status
 from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutcome, decide, parse_request
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
@@ -134,7 +135,7 @@ class _Batch:
     acks: Acks = field(default_factory=Acks)
     records: dict[Position, Message] = field(default_factory=dict)
     stalled: set[tuple[str, int]] = field(default_factory=set)  # partitions read again from a failed record
-    capabilities: dict[str, tuple[Weights, bool]] = field(default_factory=dict)  # weights, validate_at_router
+    capabilities: dict[str, tuple[FactorWeights, bool]] = field(default_factory=dict)  # weights, validate_at_router
     known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
 
 
@@ -453,7 +454,7 @@ class Router:
                 deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms, reroutes=request.reroutes,
                 agent_id=instance.agent_id, instance_id=instance.instance_id, scores=decision.scores,
                 picked_instance=decision.picked_instance, topic=forward.topic, partition=slot.partition(),
-                offset=slot.offset(), weights=decision.weights_dict(),
+                offset=slot.offset(), weights=decision.weights, arm=decision.arm, admission=forward.admission,
             )
         key = request.message_id.encode()
         producer.produce(self.names.receipts, key=key, value=value,
@@ -475,6 +476,8 @@ class Router:
                 "partition": slot.partition(),
                 "offset": slot.offset(),
                 "weights": decision.weights_dict(),
+                "arm": decision.arm,
+                "admission": forward.admission,
             },
         )
 
@@ -621,8 +624,9 @@ def _error(kind: str, code: str, message: str) -> dict[str, str]:
     return {"kind": kind, "code": code, "message": message}
 
 
-def _weights(weights: Any) -> dict[str, float]:
-    return {"fit": weights.fit, "locality": weights.locality, "load": weights.load, "affinity": weights.affinity}
+def _weights(weights: FactorWeights) -> dict[str, float]:
+    """The Decision.weights map: every factor's weight (reach.factors)."""
+    return dict(weights)
 
 
 def _receipt(request: RouteRequest, status: Status, at: int, **fields: Any) -> dict[str, Any]:

@@ -1,10 +1,12 @@
-"""The router's state loop: registry and control (compacted, from the beginning), receipts and loads (from the end).
+"""The router's state loop: registry, control, health (compacted, from the beginning), receipts, loads (from the end).
 
 One group-less consumer reads them all. Registry and control rebuild the in-memory views on every
 start, since the topics are compacted (the state survives in Kafka). Receipts feed the load
 tracker; they are read from the end (replies to reply_to are the status fold's, which commits
 what it replied: reach.streams.status). Load reports are read from the end too: every instance sends one about
 once a second, so a fresh worker is current within a second (heartbeats are the base until then).
+Health (`<ns>.health`, InstanceHealth keyed by instance_id) is written by the health writers alone
+(reach.streams.health); routers only read it into `RouterState.health`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
@@ -25,9 +27,10 @@ from reach.control import apply_record as apply_control
 from reach.errors import InvalidName
 from reach.loads import LoadTracker
 from reach.names import Names
-from reach.records import TERMINAL, AgentRegistration, LoadReport, Status
+from reach.records import TERMINAL, AgentRegistration, InstanceHealth, LoadReport, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
+from reach.streams.loopthread import LoopThread
 from reach.views.registry import RegistryView
 
 log = logging.getLogger("reach.router.state")
@@ -36,7 +39,7 @@ _FINISHING = frozenset(s.value for s in TERMINAL) | {Status.ATTEMPT_FAILED.value
 
 
 class RouterState:
-    """The views the hot loop reads: registry, control, loads."""
+    """The views the hot loop reads: registry, control, loads, health."""
 
     def __init__(self) -> None:
         self.registry = RegistryView()
@@ -44,6 +47,15 @@ class RouterState:
         self.loads = LoadTracker()
         self.ready = threading.Event()
         self._latest: dict[str, AgentRegistration] = {}
+        self._health: dict[str, InstanceHealth] = {}
+        self.health: Mapping[str, InstanceHealth] = self._health
+        """The latest InstanceHealth per instance_id; an instance without one is healthy (CLOSED, admit 1)."""
+
+    def apply_health(self, instance_id: str, record: InstanceHealth | None) -> None:
+        if record is None:
+            self._health.pop(instance_id, None)
+        else:
+            self._health[instance_id] = record
 
     def apply_registration(self, instance_id: str, registration: AgentRegistration | None) -> None:
         self.registry.apply(instance_id, registration)
@@ -66,30 +78,23 @@ class RouterState:
         return self._latest.get(instance_id)
 
 
-class StateLoop:
+class StateLoop(LoopThread):
     """Keeps a RouterState current."""
+
+    thread_name = "reach-router-state"
+    restart_on = (KafkaException, NotReady, RegistryUnavailable)
+    log = log
 
     def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None,
                  on_bad_record: Callable[[], None] = lambda: None) -> None:
+        super().__init__()
         self._state = state
         self._on_bad_record = on_bad_record
         # ROUTED receipts this worker wrote were counted when it routed; skipping them saves a decode each
         self._own = (H.ROUTER, router_id.encode()) if router_id else None
         self._names = names
         self._kafka = kafka
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
         self.bad_records = 0
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="reach-router-state", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
 
     def wait_ready(self, timeout: float) -> None:
         if not self._state.ready.wait(timeout):
@@ -98,22 +103,6 @@ class StateLoop:
                 f"within {timeout:.0f}s{f' ({self.error})' if self.error else ''}; is the broker up and "
                 "`reach topics apply` done?"
             )
-
-    def _run(self) -> None:
-        backoff = 0.2
-        while not self._stop.is_set():
-            try:
-                self._loop()
-                return
-            except (KafkaException, NotReady, RegistryUnavailable) as exc:  # e.g. NOT_LEADER after topic creation
-                self.error = exc
-                log.warning("router state loop restarting in %.1fs: %s", backoff, exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-            except BaseException as exc:  # noqa: BLE001 - surfaced through .error and the router's health
-                self.error = exc
-                log.exception("router state loop stopped")
-                return
 
     def _loop(self) -> None:
         group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
@@ -152,17 +141,21 @@ class StateLoop:
             self._state.ready.set()
 
     def _assign(self, consumer: Consumer) -> dict[tuple[str, int], int]:
-        """Assign registry/control from the beginning and receipts at their end; return catch-up targets."""
+        """Assign registry/control/health from the beginning and receipts at their end; return catch-up targets."""
         names = self._names
         meta = consumer.list_topics(timeout=15).topics
         assignment: list[TopicPartition] = []
         targets: dict[tuple[str, int], int] = {}
-        for topic in (names.registry, names.control, names.receipts, names.loads):
+        for topic in (names.registry, names.control, names.health, names.receipts, names.loads):
             tmeta = meta.get(topic)
             if tmeta is None or tmeta.error is not None:
                 if topic == names.loads:  # a namespace from before load reports: heartbeats and receipts still work
                     log.warning("topic %s is missing, so loads come from heartbeats and receipts only; run "
                                 "`reach topics apply`", topic)
+                    continue
+                if topic == names.health:  # a namespace from before health: every instance reads as healthy
+                    log.warning("topic %s is missing, so every instance counts as healthy; run `reach topics "
+                                "apply`", topic)
                     continue
                 raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
             for p in tmeta.partitions:
@@ -192,6 +185,8 @@ class StateLoop:
             elif topic == names.loads:
                 if value is not None:
                     self._state.loads.report(decode(value, LoadReport))
+            elif topic == names.health:
+                self._health(key, value)
         except RegistryUnavailable:
             raise  # infrastructure: the loop restarts and reads the compacted topics again
         except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the loop
@@ -215,6 +210,13 @@ class StateLoop:
                 self._state.apply_registration(instance_id, None)  # never route to a topic it does not own
                 raise
         self._state.apply_registration(instance_id, registration)
+
+    def _health(self, key: bytes | None, value: bytes | None) -> None:
+        instance_id = (key or b"").decode(errors="replace")
+        record = decode(value, InstanceHealth) if value is not None else None
+        if record is not None and record.instance_id != instance_id:
+            raise InvalidName(f"health key {key!r} is not the record's instance id {record.instance_id!r}")
+        self._state.apply_health(instance_id, record)
 
     def _receipt(self, value: bytes) -> None:
         receipt: dict[str, Any] = decode_dict("Receipt", value)

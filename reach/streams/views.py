@@ -6,15 +6,18 @@ from collections import Counter
 from typing import Any
 
 from reach.envelopes import now_ms
+from reach.health.fields import health_fields
 from reach.metrics import Metrics
 from reach.records import AgentState
+from reach.streams.health import HealthWriter
 from reach.streams.router import Router
 from reach.streams.status.fold import StatusFold
 
 
 def registry_rows(router: Router) -> list[dict[str, Any]]:
-    """The registry as `reach agents --json` shows it."""
+    """The registry as `reach agents --json` shows it, with each instance's health (`reach.health.fields`)."""
     now = now_ms()
+    health = router.state.health
     rows = []
     for info in router.state.registry.instances(now):
         reg = info.registration
@@ -23,6 +26,7 @@ def registry_rows(router: Router) -> list[dict[str, Any]]:
             "capabilities": [f"{c.name}@{c.version}" for c in reg.capabilities], "region": reg.region,
             "inflight": reg.inflight, "max_concurrency": reg.max_concurrency, "load": round(info.load, 4),
             "heartbeat_age_ms": info.heartbeat_age_ms, "assigned_partitions": reg.assigned_partitions,
+            **health_fields(health.get(reg.instance_id)),
         })
     return rows
 
@@ -45,7 +49,8 @@ def update_registry_gauges(router: Router, metrics: Metrics) -> None:
         metrics.ready.labels(name).set(ready.get(name, 0))
 
 
-def attach_views(app: Any, router: Router | None, metrics: Metrics, fold: StatusFold | None = None) -> None:
+def attach_views(app: Any, router: Router | None, metrics: Metrics, fold: StatusFold | None = None,
+                 health: HealthWriter | None = None) -> None:
     """Mount the views; a part this worker does not run (router or status fold) is left out of them."""
 
     @app.page("/healthz")
@@ -55,6 +60,8 @@ def attach_views(app: Any, router: Router | None, metrics: Metrics, fold: Status
             parts["router"] = "running" if router.healthy() else "stopped"
         if fold is not None:
             parts["status"] = "running" if fold.healthy() else "stopped"
+        if health is not None:
+            parts["health"] = "running" if health.healthy() else "stopped"
         healthy = all(state == "running" for state in parts.values())
         return web.json({"ok": healthy, **parts}, status=200 if healthy else 503)
 

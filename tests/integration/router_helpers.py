@@ -54,6 +54,8 @@ class Instance:
     tags: list[str] = field(default_factory=list)
     state: AgentState = AgentState.READY
     extra_capabilities: list[Capability] = field(default_factory=list)
+    cost: float | None = None
+    priority_class: int = 0
 
     @property
     def inbox(self) -> str:
@@ -74,6 +76,8 @@ class Instance:
             inflight=self.inflight,
             assigned_partitions=self.partitions,
             inbox_topic=self.inbox,
+            cost=self.cost,
+            priority_class=self.priority_class,
         )
 
     def heartbeat(self, **changes: Any) -> AgentRegistration:

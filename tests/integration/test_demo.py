@@ -60,3 +60,5 @@ def test_demo_runs_traffic_and_stops_everything_it_started(namespace: str, tmp_p
     assert finished > 0 and as_planned >= 0.95 * finished, out
     assert f"export REACH_NAMESPACE={namespace}" in out and "reach dlq ls" in out
     assert "reach receipts sql -f docs/queries/success_rate.sql" in out
+    sick = next(line for line in out.splitlines() if "demo/sick" in line)  # the sick instance, with its breaker
+    assert re.search(r"\b(CLOSED|OPEN|HALF_OPEN)\b", sick), sick

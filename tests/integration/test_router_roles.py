@@ -32,7 +32,7 @@ def test_route_and_status_roles_in_separate_processes(namespace: str, tmp_path: 
                      f"rows from the {worker.role} worker")
         assert set(ids) < set(route.get(f"/traces/{trace}")["message_ids"])
         assert route.get("/healthz") == {"ok": True, "router": "running"}
-        assert status.get("/healthz") == {"ok": True, "status": "running"}
+        assert status.get("/healthz") == {"ok": True, "status": "running", "health": "running"}
     finally:
         echo.terminate()
         echo.wait(60)

@@ -1,13 +1,19 @@
-"""Routing on the real broker: load split, draining, version ranges, to_agent, affinity."""
+"""Routing on the real broker: load split, draining, version ranges, to_agent, affinity, factor weights."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from reach.factors import NAMES
 from reach.names import Names
-from reach.records import AgentState, Status
+from reach.records import AgentState, Receipt, Status
 from tests.integration.router_helpers import (
     Instance,
     Sender,
@@ -74,3 +80,68 @@ def test_draining_instance_gets_nothing(namespace: str) -> None:
         wait_for(lambda: sees(router, b, state=AgentState.DRAINING), what="b DRAINING seen")
         after = routed_to(names, sender.many(100))
         assert after == Counter({"a": 100})
+
+
+def weights_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "reach", "weights", *args], capture_output=True, text=True,
+                          env=dict(os.environ), cwd=Path(__file__).resolve().parents[2], timeout=60)
+
+
+def routed(names: Names, ids: list[str]) -> dict[str, Receipt]:
+    tail = receipts_tail(names)
+    try:
+        got = tail.until(lambda rs: len(first_per_message(rs, ids, {Status.ROUTED})) == len(ids) and rs,
+                         what=f"{len(ids)} ROUTED receipts")
+        return first_per_message(got, ids, {Status.ROUTED})
+    finally:
+        tail.close()
+
+
+def test_a_cost_weight_set_through_the_cli_routes_to_the_cheaper_instance(namespace: str) -> None:
+    names = Names(namespace)
+    cheap = Instance(names, "cheap", cost=1.0, partitions=[0])
+    dear = Instance(names, "dear", cost=3.0, partitions=[1])
+    for i in (cheap, dear):
+        i.heartbeat()
+    sender = Sender(names)
+    with running_router() as router:
+        wait_for(lambda: sees(router, cheap, cost=1.0) and sees(router, dear, cost=3.0), what="both instances")
+        before = Counter(r.instance_id for r in routed(names, sender.many(40)).values())
+        assert before["cheap"] > 0 and before["dear"] > 0  # cost weighs 0 by default: equal scores, tie jitter
+        cli = weights_cli("set", "--capability", "text.echo", "--cost", "2", "--json")
+        assert cli.returncode == 0, cli.stderr
+        assert json.loads(cli.stdout)["cost"] == 2.0
+        shown = json.loads(weights_cli("show", "--capability", "text.echo", "--json").stdout)["text.echo"]
+        assert shown["from"]["cost"] == "text.echo" and shown["cost"] == 2.0 and shown["from_scope"] == "text.echo"
+        wait_for(lambda: router.state.control.weights("text.echo")["cost"] == 2.0, what="the cost weight seen")
+        after = routed(names, sender.many(40))
+        assert {r.instance_id for r in after.values()} == {"cheap"}
+        decision = next(iter(after.values())).decision
+        assert decision is not None and decision.weights["cost"] == 2.0 and decision.weights["fit"] == 0.4
+        parts = {c.instance_id: c.parts for c in decision.candidates}
+        assert parts["cheap"]["cost"] == 1.0 and parts["dear"]["cost"] == 0.0
+        assert tuple(parts["cheap"]) == NAMES
+        by = {c.instance_id: c for c in decision.candidates}
+        assert by["cheap"].score - by["dear"].score == pytest.approx(2.0, abs=0.05)  # the cost term (load may differ)
+
+
+def test_the_priority_health_preset_sends_urgent_requests_to_the_urgent_class(namespace: str) -> None:
+    names = Names(namespace)
+    standard = Instance(names, "standard", partitions=[0])
+    urgent = Instance(names, "urgent", priority_class=5, partitions=[1])
+    for i in (standard, urgent):
+        i.heartbeat()
+    sender = Sender(names)
+    with running_router() as router:
+        wait_for(lambda: sees(router, standard) and sees(router, urgent, priority_class=5), what="both instances")
+        cli = weights_cli("set", "--preset", "priority-health")
+        assert cli.returncode == 0, cli.stderr
+        wait_for(lambda: router.state.control.weights("text.echo")["priority"] == 0.4, what="the preset seen")
+        hurried = routed(names, sender.many(20, priority=5))
+        calm = routed(names, sender.many(20))
+        assert {r.instance_id for r in hurried.values()} == {"urgent"}
+        assert {r.instance_id for r in calm.values()} == {"standard"}
+        decision = next(iter(hurried.values())).decision
+        assert decision is not None and decision.weights["priority"] == 0.4 and decision.weights["fit"] == 0.0
+        assert {c.instance_id: c.parts["priority"] for c in decision.candidates} == {"urgent": 1.0,
+                                                                                      "standard": 1 / 6}

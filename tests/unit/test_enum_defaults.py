@@ -14,7 +14,7 @@ import fastavro
 
 from reach import codec
 from reach.codec import MARKER, SCHEMA_ROOT, Codec
-from reach.control import ControlView, instance_record
+from reach.control import DEFAULT_WEIGHTS, ControlView, instance_record
 from reach.records import Control, ControlKind, InstanceAction, Receipt, Status, StepStatus, Weights
 from reach.status import StatusRow, fold
 
@@ -101,7 +101,7 @@ def test_a_control_kind_from_a_newer_writer_is_skipped_and_counted(tmp_path: Pat
     view = ControlView()
     view.apply("INTENT:demo.echo", read)
     assert view.skipped == 1 and view.records() == {}
-    assert view.weights("demo.echo") == Weights()
+    assert view.weights("demo.echo") == DEFAULT_WEIGHTS
 
 
 def test_an_instance_action_from_a_newer_writer_keeps_the_previous_override(tmp_path: Path) -> None:

@@ -105,3 +105,42 @@ def test_after_failure_is_one_decision_for_the_sdk_and_the_timekeeper() -> None:
                              failed_instance="i-1", raw=b"raw", origin=("ns.agent.x", 2, 7))
     forwarded = codec.decode(rerouted.records[0].value or b"", Envelope)
     assert (forwarded.reroutes, forwarded.excluded_instances, rerouted.receipt.reroutes) == (1, ["i-1"], 1)
+
+
+def test_a_retry_that_would_be_due_past_the_deadline_is_not_scheduled_it_expires() -> None:
+    from reach.names import Names
+    from reach.records import ErrorInfo, Status
+    from reach.retry import after_failure
+
+    env = new_envelope("demo.echo", {"x": 1}, budget_ms=1_000)
+    err = ErrorInfo(kind="TRANSIENT", code="BOOM", message="it broke")
+    now = env.created_at + 900  # 100 ms left; the backoff (or the agent's hint) asks for more
+    for hint in (None, 5_000):
+        d = after_failure(Failure.TRANSIENT, env, error=err, names=Names("ns"), tiers=["1s", "10s"],
+                          limits=Limits(base_ms=200), now_ms=now, failed_instance="i-1", raw=b"raw",
+                          origin=("ns.agent.x", 0, 1), retry_after_ms=hint, rng=random.Random(1))
+        assert d.action is Action.EXPIRE and [r.topic for r in d.records] == ["ns.receipts"]
+        assert d.receipt.status is Status.EXPIRED and d.receipt.error is not None
+        assert d.receipt.error.code == "DEADLINE_EXCEEDED" and "at or after the deadline" in d.receipt.error.message
+    early = after_failure(Failure.TRANSIENT, env, error=err, names=Names("ns"), tiers=["1s"], limits=Limits(),
+                          now_ms=env.created_at, failed_instance="i-1", raw=b"raw", origin=("ns.agent.x", 0, 1))
+    assert early.action is Action.RETRY, "a retry due before the deadline is still scheduled"
+
+
+def test_the_sdk_retry_step_expires_a_retry_past_the_deadline() -> None:
+    import asyncio
+
+    from reach.agent.outcomes import Outcome, Verdict
+    from reach.agent.retrying import RetryStep
+    from reach.names import Names
+    from reach.records import ErrorInfo, Status
+    from tests.unit.agent.fakes import FakeLeases, FakeSender
+
+    sender = FakeSender()
+    step = RetryStep(agent_id="agent://x/y", instance_id="i-1", publisher=sender, names=Names("ns"),
+                     tiers=["1s"], leases=FakeLeases(),
+                     policy=lambda _c: Policy(backoff_base_ms=60_000, backoff_max_ms=120_000))
+    env = new_envelope("demo.echo", {}, budget_ms=30_000)
+    verdict = Verdict(Outcome.RETRY, error=ErrorInfo(kind="TRANSIENT", code="BOOM", message="it broke"))
+    asyncio.run(step.after_failure(env, verdict, None, None))
+    assert [r.status for r in sender.receipts()] == [Status.EXPIRED] and not sender.on("ns.retry.1s")

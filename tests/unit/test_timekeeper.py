@@ -28,3 +28,20 @@ def test_routed_and_not_started_is_rerouted_after_the_delivery_timeout() -> None
 def test_a_spent_budget_expires_whatever_the_step_and_terminal_rows_are_left_alone() -> None:
     assert [t.due for t in due_tasks([row((Status.ROUTED, 0), (Status.STARTED, 1))], 10_000)] == [Due.EXPIRE]
     assert due_tasks([row((Status.STARTED, 1), (Status.COMPLETED, 2))], 99_999) == []
+
+
+def test_a_delivery_timeout_out_of_reroutes_whose_retry_would_pass_the_deadline_expires() -> None:
+    """The timekeeper's path through `after_failure`: out of reroutes it is a failed attempt, and a retry
+    that would be due after the deadline is not scheduled."""
+    from reach.envelopes import new_envelope
+    from reach.names import Names
+    from reach.records import ErrorInfo
+    from reach.retry import MAX_REROUTES, Action, Failure, Limits, after_failure
+
+    env = new_envelope("demo.echo", {}, budget_ms=1_000).model_copy(update={"reroutes": MAX_REROUTES})
+    late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT", message="i-1 did not start it within 5000 ms")
+    decided = after_failure(Failure.DELIVERY, env, error=late, names=Names("ns"), tiers=["1s"],
+                            limits=Limits(base_ms=2_000), now_ms=env.created_at + 500, failed_instance="i-1",
+                            raw=b"raw", origin=("ns.agent.x", 0, 1))
+    assert decided.action is Action.EXPIRE and decided.receipt.status is Status.EXPIRED
+    assert [r.topic for r in decided.records] == ["ns.receipts"]

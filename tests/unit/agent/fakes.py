@@ -1,4 +1,4 @@
-"""In-memory fakes of the SDK's seams (Sender, LeaseStore), for fast unit tests of failure paths."""
+"""In-memory fakes of the SDK's seams (Sender, LeaseStore, ControlSource), for fast unit tests of failure paths."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from reach import codec
+from reach.agent.idempotency import Claim, KeyScope
 from reach.headers import Headers
 from reach.records import Receipt
 from reach.retry import Outgoing
+from reach.views.control import ControlView
 
 
 class FakeSender:
@@ -40,14 +42,18 @@ class FakeSender:
 
 
 class FakeLeases:
-    """A LeaseStore in a dict; `down = True` makes every call fail as an unreachable Redis does."""
+    """A LeaseStore in a dict; `down = True` makes every call fail as an unreachable Redis does. Business keys:
+    `keys` maps a scope's digest to the message_id running it, `key_results` to its COMPLETED receipt. Pass the
+    same dicts to two fakes to model two instances sharing one Redis."""
 
-    def __init__(self, owner: str = "me") -> None:
+    def __init__(self, owner: str = "me", *, shared: FakeLeases | None = None) -> None:
         self.owner = owner
         self.down = False
-        self.leases: dict[tuple[str, int], str] = {}
-        self.results: dict[tuple[str, int], bytes] = {}
-        self.retries: dict[tuple[str, int, int], tuple[Outgoing, ...]] = {}
+        self.leases: dict[tuple[str, int], str] = shared.leases if shared else {}
+        self.results: dict[tuple[str, int], bytes] = shared.results if shared else {}
+        self.retries: dict[tuple[str, int, int], tuple[Outgoing, ...]] = shared.retries if shared else {}
+        self.keys: dict[str, str] = shared.keys if shared else {}
+        self.key_results: dict[str, bytes] = shared.key_results if shared else {}
         self.calls = 0
 
     def _call(self) -> None:
@@ -55,16 +61,25 @@ class FakeLeases:
         if self.down:
             raise RedisConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused.")
 
-    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int) -> Any:
-        from reach.agent.idempotency import Claim
-
+    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int,
+                    scope: KeyScope | None = None) -> Claim:
         self._call()
         if (message_id, generation) in self.results:
             return Claim(result=self.results[message_id, generation])
         if (message_id, generation, attempt) in self.retries:
             return Claim(retry=self.retries[message_id, generation, attempt])
+        if scope is not None:
+            if scope.digest in self.key_results:
+                return Claim(reused=self.key_results[scope.digest])
+            runner = self.keys.get(scope.digest)
+            if runner is not None and runner != message_id:
+                return Claim(key_holder=runner)
         holder = self.leases.setdefault((message_id, generation), self.owner)
-        return Claim() if holder == self.owner else Claim(holder=holder)
+        if holder != self.owner:
+            return Claim(holder=holder)
+        if scope is not None:
+            self.keys[scope.digest] = message_id
+        return Claim()
 
     async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool:
         self._call()
@@ -75,13 +90,33 @@ class FakeLeases:
         if self.leases.get((message_id, generation)) == self.owner:
             del self.leases[message_id, generation]
 
-    async def finish(self, message_id: str, generation: int, receipt: bytes) -> None:
+    async def finish(self, message_id: str, generation: int, receipt: bytes, *, scope: KeyScope | None = None,
+                     completed: bool = False) -> None:
         self._call()
         self.results[message_id, generation] = receipt
         if self.leases.get((message_id, generation)) == self.owner:
             del self.leases[message_id, generation]
+        if scope is not None:
+            if completed:
+                self.key_results[scope.digest] = receipt
+            if self.keys.get(scope.digest) == message_id:
+                del self.keys[scope.digest]
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:
         self._call()
         self.retries[message_id, generation, attempt] = records
+
+
+class FakeControl:
+    """A ControlSource whose view the test changes directly (as records arriving on the control topic would)."""
+
+    def __init__(self) -> None:
+        self.view = ControlView()
+        self.started = False
+
+    def start(self, timeout: float = 10.0) -> None:
+        self.started = True
+
+    def stop(self) -> None:
+        self.started = False

@@ -31,6 +31,15 @@ def test_a_valid_declaration_builds_its_registration() -> None:
     assert agent.capabilities["web.search"].is_async
 
 
+def test_scoring_declarations_reach_the_registration() -> None:
+    agent = Agent("agent://search/web", weight=0.5, cost=0.02, priority_class=2)
+    reg = agent.registration(state=AgentState.READY, heartbeat_at=1, inbox_topic="ns.agent.search.web",
+                             inflight=0, assigned_partitions=[0])
+    assert (reg.weight, reg.cost, reg.priority_class) == (0.5, 0.02, 2)
+    assert Agent("agent://a/b").registration(state=AgentState.READY, heartbeat_at=1, inbox_topic="t", inflight=0,
+                                             assigned_partitions=[]).priority_class == 0
+
+
 def test_instance_ids_are_unique_per_agent_object() -> None:
     assert Agent("agent://a/b").instance_id != Agent("agent://a/b").instance_id
 

@@ -308,3 +308,11 @@ def test_a_repeated_invoke_is_answered_from_the_first_requests_status_row(client
     assert again.status_code == 200, again.text
     assert (again.json()["message_id"], again.json()["result"]) == (message_id, "done")
     assert len(fakes.publisher.sent) == 1 and fakes.replies.waiting == {}
+
+
+def test_an_error_message_quoting_a_huge_value_is_cut(client: TestClient) -> None:
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": ["x" * 1000] * 200})
+    assert resp.status_code == 422 and len(resp.json()["message"]) <= 1001
+    deep = post(client, "/v1/envelopes", None, raw=b'{"capability":"demo.echo","payload":' + b"[" * 900 + b"]" * 900
+                + b"}")
+    assert deep.status_code in (400, 422) and len(deep.json()["message"]) <= 1001

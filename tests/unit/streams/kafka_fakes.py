@@ -106,7 +106,7 @@ class FakeProducer:
                 err = self.refuse(topic, value)
                 if err is None:
                     self.sent.append((topic, value, key))
-                report(err, _Delivered(topic))
+                report(err, _Delivered(topic, key))
 
     def poll(self, _timeout: float = 0) -> int:
         return 0
@@ -116,8 +116,12 @@ class FakeProducer:
 
 
 class _Delivered:
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, key: Any = None) -> None:
         self._topic = topic
+        self._key = key
+
+    def key(self) -> Any:
+        return self._key
 
     def topic(self) -> str:
         return self._topic

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from reach import codec
+from reach.factors import NAMES, FactorWeights
 from reach.scoring import ScoreParts
 from reach.streams.routed_receipt import RoutedReceiptWriter, as_receipt, varint
 
@@ -14,7 +15,8 @@ from reach.streams.routed_receipt import RoutedReceiptWriter, as_receipt, varint
 def _random_fields(rng: random.Random) -> dict[str, object]:
     n = rng.choice([0, 1, 5, 17, 70])
     scores = [ScoreParts(f"inst-{rng.randrange(10**6)}-ü", f"agent://x/{rng.randrange(9)}", rng.uniform(-2, 2),
-                         rng.random(), rng.choice([0.0, 0.5, 1.0]), rng.random(), rng.choice([0.0, 1.0]))
+                         tuple(rng.choice([0.0, 0.5, 1.0, rng.random()]) for _ in NAMES),
+                         rng.choice([None, None, "canary", "stable", "ü" * 70]))
               for _ in range(n)]
     big = rng.choice([0, 1, 63, 64, 127, 128, 2**31 - 1, 2**40, 2**62])
     return dict(
@@ -25,7 +27,9 @@ def _random_fields(rng: random.Random) -> dict[str, object]:
         reroutes=rng.choice([0, 3, 1000]), agent_id="agent://x/1", instance_id="inst-1", scores=scores,
         picked_instance="inst-1", topic=rng.choice(["ns.agent.x.1", "ü" * 100]),
         partition=rng.choice([None, 0, 7, 1023]), offset=rng.choice([None, 0, big]),
-        weights=rng.choice([{}, {"fit": 0.4, "locality": 0.2, "load": 0.3, "affinity": 0.1}]),
+        weights=rng.choice([{}, {"fit": 0.4, "locality": 0.2, "load": 0.3, "affinity": 0.1}, FactorWeights(),
+                            FactorWeights({"cost": rng.random(), "health": 0.3})]),
+        arm=rng.choice([None, "canary", "stable"]), admission=rng.choice([None, "qps: i-2", "é" * 200]),
     )
 
 
@@ -37,7 +41,11 @@ def test_matches_the_codec_on_random_receipts() -> None:
         fields = _random_fields(rng)
         encoded = writer.encode(**fields)  # type: ignore[arg-type]
         assert encoded == codec.encode_dict("Receipt", as_receipt(**fields))
-        assert codec.decode_dict("Receipt", encoded)["decision"]["picked_instance"] == "inst-1"
+        decision = codec.decode_dict("Receipt", encoded)["decision"]
+        assert decision["picked_instance"] == "inst-1" and decision["weights"] == dict(fields["weights"])  # type: ignore[call-overload]
+        for written, parts in zip(decision["candidates"], fields["scores"], strict=True):  # type: ignore[call-overload]
+            assert written["parts"] == parts.parts_map() and written["fit"] == parts.part("fit")
+            assert written["arm"] == parts.arm
 
 
 @pytest.mark.parametrize("n", [0, 1, -1, 63, -64, 64, 2**31, -(2**31), 2**62])

@@ -50,7 +50,7 @@ def test_bad_control_records_are_skipped_and_the_next_good_one_applies() -> None
     assert fold.bad_records == 3
     good = Control(kind=ControlKind.WEIGHTS, scope="*", weights=Weights(fit=0.9), updated_at=2, updated_by="t")
     fold._dispatch(NAMES.control, b"WEIGHTS:*", encode(good))
-    assert state.control.weights("x.y").fit == 0.9 and fold.bad_records == 3
+    assert state.control.weights("x.y")["fit"] == 0.9 and fold.bad_records == 3
 
 
 def test_bad_registry_records_are_skipped_and_a_foreign_inbox_is_never_routed_to() -> None:
@@ -130,3 +130,18 @@ def test_load_reports_and_receipts_feed_the_load_view_and_a_bad_report_is_counte
     assert state.loads.view([reg])["i1"] == InstanceLoad(1, 1, 4, 12, 8.0)
     fold._dispatch(NAMES.registry, b"i1", None)
     assert state.loads.view([reg])["i1"] == InstanceLoad.of(reg), "a tombstone forgets the instance"
+
+
+def test_health_records_fold_into_router_state_health_and_bad_ones_are_skipped() -> None:
+    from reach.records import BreakerState, InstanceHealth
+
+    state, fold = loop()
+    opened = InstanceHealth(instance_id="i-1", agent_id="agent://a/b", at=5, breaker=BreakerState.OPEN,
+                            open_until=100, admit=0.0)
+    fold._dispatch(NAMES.health, b"i-1", encode(opened))
+    assert state.health["i-1"] == opened
+    fold._dispatch(NAMES.health, b"i-2", encode(opened))  # the key must be the record's instance
+    fold._dispatch(NAMES.health, b"i-3", b"\xc3\x01garbage")
+    assert fold.bad_records == 2 and set(state.health) == {"i-1"}
+    fold._dispatch(NAMES.health, b"i-1", None)  # a tombstone: the instance is healthy by default again
+    assert dict(state.health) == {}

@@ -1,0 +1,322 @@
+"""The health writer: owns partitions of `<ns>.health`, folds receipts of their instances, publishes InstanceHealth.
+
+Ownership: writers join the group `<ns>.router.health` on the health topic; a partition assigned to a
+writer is its to write, and an instance belongs to the partition the producer's murmur2 partitioner
+puts its instance_id in. On assignment the writer restores its instances from the (compacted) partition,
+read to its end, then re-reads receipts from `replay_ms` ago (offsets by time, every receipts partition,
+assign mode) into emptied windows: each call is counted once, and calls up to a restored record's `at` only
+fill windows (that record already decided on them). On revocation it flushes what it produced before
+letting go (the eager protocol revokes before anyone is assigned), so the next owner restores from a
+partition holding its last word; two writers never both write one instance across a rebalance. Control
+(POLICY slow_threshold_ms) and the registry (build versions) are followed from the beginning. A bad
+record is counted and skipped. Loop style: reach.streams.status.fold (confluent-kafka, `clients.take`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from reach import clients, codec, topicreader
+from reach import headers as H
+from reach.codec import RegistryUnavailable
+from reach.control import apply_record
+from reach.envelopes import now_ms
+from reach.errors import ReachError
+from reach.health.settings import HealthSettings
+from reach.health.table import HealthTable
+from reach.names import Names
+from reach.records import AgentRegistration, InstanceHealth
+from reach.settings import KafkaSettings
+from reach.streams.exceptions import StreamsError
+from reach.streams.loopthread import LoopThread
+from reach.streams.status.lookup import partition_of
+from reach.views.control import ControlView
+
+log = logging.getLogger("reach.health")
+Publish = Callable[[str, InstanceHealth | None], None]
+"""Told of every record published (None: the instance left this writer: tombstoned or owned elsewhere)."""
+
+
+def _from_router(msg: Message) -> bool:
+    """A router's ROUTED receipt (it carries the router header): not a call, skipped without decoding it."""
+    pairs: Any = msg.headers() or ()
+    return any(name == H.ROUTER for name, _ in pairs)
+
+
+def health_group(names: Names) -> str:
+    """The writers' consumer group on `<ns>.health`."""
+    return f"{names.router_app_id}.health"
+
+
+class HealthWriter(LoopThread):
+    """The single writer of `<ns>.health` for the partitions it owns; start()/stop() run it on a thread.
+
+    `on_publish` sees every record it published (the metrics gauges); `records()` is the latest per owned
+    instance, for views in the same process."""
+
+    thread_name = "reach-health-writer"
+    restart_on = (KafkaException, StreamsError, RegistryUnavailable, ReachError)
+    log = log
+
+    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: HealthSettings | None = None,
+                 on_publish: Publish | None = None, clock: Callable[[], int] = now_ms,
+                 read_partition: Callable[[int], list[tuple[bytes | None, bytes | None]]] | None = None) -> None:
+        super().__init__()
+        self.names = names
+        self.settings = settings or HealthSettings()
+        self._kafka = kafka
+        self._on_publish = on_publish or (lambda _i, _r: None)
+        self._clock = clock
+        self._read_partition = read_partition or self._read_health_partition
+        self.control = ControlView()
+        self.owned: set[int] = set()
+        self.partitions = 0
+        self.table = HealthTable(self.settings, owns=self.owns, slow_threshold_ms=self._policy_slow)
+        self._latest: dict[str, InstanceHealth] = {}
+        self._replay_to: dict[int, int] = {}  # receipts partition -> end offset when the replay began
+        self._replay_pending = False
+        self.bad_records = 0
+        self.published = 0
+
+    def owns(self, instance_id: str) -> bool:
+        return bool(self.partitions) and partition_of(instance_id, self.partitions) in self.owned
+
+    def records(self) -> dict[str, InstanceHealth]:
+        """The latest record per owned instance (a copy: safe from another thread)."""
+        return self._latest.copy()
+
+    @property
+    def replaying(self) -> bool:
+        """True while receipts are re-read after an assignment (nothing is published meanwhile)."""
+        return self._replay_pending or bool(self._replay_to)
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        group = clients.consumer(health_group(self.names), self._kafka, **{
+            "client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
+            "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
+            "max.poll.interval.ms": 600_000})
+        meta = topicreader.open_reader("health-meta", self._kafka)
+        feed = topicreader.open_reader("health-receipts", self._kafka)
+        producer = clients.producer(self._kafka)
+        self._release_all()  # a restarted loop owns nothing until its new group member is assigned
+        try:
+            self.partitions = len(topicreader.partitions(group, self.names.health))
+            self._follow_meta(meta)
+            group.subscribe([self.names.health],
+                            on_assign=lambda c, tps: self._assigned(c, tps),
+                            on_revoke=lambda c, tps: self._revoked(producer, tps, flush=True),
+                            on_lost=lambda c, tps: self._revoked(producer, tps, flush=False))
+            self.error = None
+            next_tick = 0.0
+            while not self._stop.is_set():
+                group.consume(500, 0)  # serves the rebalance callbacks; the records are this writer's own
+                self._meta(clients.take(meta, 500, 0))
+                if self._replay_pending:
+                    self._start_replay(feed)
+                messages = clients.take(feed, 1_000, self.settings.tick_ms / 1000) if self.owned else []
+                if not self.owned:
+                    self._stop.wait(self.settings.tick_ms / 1000)
+                self.fold(messages)
+                if not messages and self._replay_to:
+                    self._replayed_by_position(feed)
+                if time.monotonic() >= next_tick:  # a change found in a batch waits at most one tick
+                    next_tick = time.monotonic() + self.settings.tick_ms / 1000
+                    self.publish(producer)
+        finally:
+            producer.flush(10)
+            for consumer in (group, meta, feed):
+                consumer.close()
+            self._release_all()
+
+    def _release_all(self) -> None:
+        self.owned.clear()
+        self._replay_to.clear()
+        self._replay_pending = False
+        self.table.drop(lambda _i: False)
+        for instance_id in list(self._latest):
+            del self._latest[instance_id]
+            self._on_publish(instance_id, None)
+
+    def _replayed_by_position(self, feed: Consumer) -> None:
+        """Idle during a replay: a position at or past the end offset also ends it (the last record may be gone)."""
+        for tp in feed.position([TopicPartition(self.names.receipts, p) for p in self._replay_to]):
+            if tp.offset >= self._replay_to.get(tp.partition, 0):
+                self._replay_to.pop(tp.partition, None)
+
+    def _follow_meta(self, meta: Consumer) -> None:
+        tps = []
+        for topic in (self.names.control, self.names.registry):
+            tps += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in topicreader.partitions(meta, topic)]
+        meta.assign(tps)
+
+    def _meta(self, messages: list[Message]) -> None:
+        for msg in messages:
+            if msg.error() is not None:
+                continue
+            try:
+                if msg.topic() == self.names.control:
+                    apply_record(self.control, msg.key(), msg.value(), where=self.names.control)
+                    continue
+                instance_id = (msg.key() or b"").decode(errors="replace")
+                value = msg.value()
+                if value is None:
+                    self.table.forget_version(instance_id)
+                else:
+                    self.table.build_version(instance_id, codec.decode(value, AgentRegistration).build_version)
+            except RegistryUnavailable:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one bad record must not stop the writer
+                self._bad(f"{msg.topic()}@{msg.offset()}", exc)
+
+    # -- receipts ------------------------------------------------------------------------------------
+
+    def fold(self, messages: list[Message]) -> int:
+        """Fold a batch of receipts; returns the calls of owned instances it held. A bad receipt is skipped."""
+        calls = 0
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("health receipts consumer: %s", err)
+                continue
+            value = msg.value()
+            if value is not None and not _from_router(msg):
+                try:
+                    calls += self.table.fold(codec.decode_dict("Receipt", value)) is not None
+                except RegistryUnavailable:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - per-record isolation
+                    self._bad(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}", exc)
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            if partition in self._replay_to and offset + 1 >= self._replay_to[partition]:
+                del self._replay_to[partition]
+                if not self._replay_to:
+                    log.info("health: receipts replayed; %d instances owned", len(self.table.trackers))
+        return calls
+
+    def caught_up(self) -> None:
+        """Treat the receipts replay as done (a writer fed by hand through `fold`, as unit tests do)."""
+        self._replay_pending = False
+        self._replay_to.clear()
+
+    def _start_replay(self, feed: Consumer) -> None:
+        """Re-read receipts from replay_ms ago into emptied windows (each call counted once)."""
+        self._replay_pending = False
+        self.table.clear_windows()
+        since = self._clock() - self.settings.replay_ms
+        starts = topicreader.start_offsets(feed, self.names.receipts, since)
+        ends = {p: topicreader.watermarks(feed, self.names.receipts, p)[1] for p in starts}
+        feed.assign([TopicPartition(self.names.receipts, p, o) for p, o in starts.items()])
+        self._replay_to = {p: ends[p] for p in starts if starts[p] < ends[p]}
+
+    # -- publishing ----------------------------------------------------------------------------------
+
+    def publish(self, producer: Producer) -> list[InstanceHealth | None]:
+        """Tick the table and produce what is due (nothing while replaying: the windows are still filling)."""
+        if self.replaying or not self.owned:
+            return []
+        out: list[InstanceHealth | None] = []
+        for instance_id, record in self.table.due(self._clock()):
+            partition = partition_of(instance_id, self.partitions)
+            if partition not in self.owned:
+                continue
+            value = codec.encode(record) if record is not None else None
+            producer.produce(self.names.health, key=instance_id.encode(), value=value, partition=partition,
+                             on_delivery=self._delivered)
+            if record is None:
+                self._latest.pop(instance_id, None)
+            else:
+                self._latest[instance_id] = record
+            self._on_publish(instance_id, record)
+            out.append(record)
+            self.published += 1
+        producer.poll(0)
+        return out
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            key = msg.key() if msg is not None else None
+            log.warning("health record for %r not acknowledged (published again next tick): %s", key, err)
+            if key:
+                self.table.republish(key.decode(errors="replace"))
+
+    # -- rebalance -----------------------------------------------------------------------------------
+
+    def _assigned(self, consumer: Consumer | None, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            restored = self.restore_records(self._read_partition(tp.partition))
+            self.owned.add(tp.partition)
+            log.info("health partition %d owned: %d instances restored", tp.partition, restored)
+        self._replay_pending = bool(partitions) or self._replay_pending
+        if consumer is not None:  # read on from the end: only this writer's own records follow
+            consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions])
+
+    def restore_records(self, records: list[tuple[bytes | None, bytes | None]]) -> int:
+        """Fold a health partition's records (key, value) in offset order; the last per key wins."""
+        latest: dict[str, bytes | None] = {}
+        for key, value in records:
+            latest[(key or b"").decode(errors="replace")] = value
+        restored = 0
+        for instance_id, value in latest.items():
+            try:
+                record = codec.decode(value, InstanceHealth) if value is not None else None
+            except RegistryUnavailable:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a bad record starts that instance afresh
+                self._bad(f"{self.names.health} key {instance_id!r}", exc)
+                continue
+            if record is not None and record.instance_id != instance_id:
+                self._bad(f"{self.names.health} key {instance_id!r}", ValueError(
+                    f"the record names instance {record.instance_id!r}"))
+                continue
+            self.table.restore(record, instance_id)
+            if record is not None:
+                self._latest[instance_id] = record
+                restored += 1
+        return restored
+
+    def _read_health_partition(self, partition: int) -> list[tuple[bytes | None, bytes | None]]:
+        """The partition's records from its beginning to its end now (the previous owner flushed before)."""
+        reader = topicreader.open_reader("health-restore", self._kafka)
+        try:
+            low, _ = topicreader.watermarks(reader, self.names.health, partition)
+            return [(m.key(), m.value()) for m in topicreader.read_range(
+                reader, self.names.health, {partition: low}, idle_timeout=15)]
+        finally:
+            reader.close()
+
+    def _revoked(self, producer: Producer, partitions: list[TopicPartition], *, flush: bool) -> None:
+        if flush:
+            left = producer.flush(15)  # the next owner restores from what this writer produced
+            if left:
+                log.warning("health: %d records unacknowledged when giving partitions up", left)
+        for tp in partitions:
+            self.owned.discard(tp.partition)
+        self.table.drop(self.owns)
+        for instance_id in [i for i in self._latest if not self.owns(i)]:
+            del self._latest[instance_id]
+            self._on_publish(instance_id, None)
+
+    def _bad(self, where: str, exc: BaseException) -> None:
+        self.bad_records += 1
+        log.warning("health: skipped a bad record at %s: %r", where, exc)
+
+    def _policy_slow(self, capability: str) -> int | None:
+        return self.control.policy(capability).slow_threshold_ms

@@ -1,0 +1,23 @@
+"""`reach agents` rows carry each instance's health; one without a record reads as healthy."""
+
+from __future__ import annotations
+
+from reach.cli.agents import _row
+from reach.records import AgentRegistration, AgentState, BreakerState, InstanceHealth
+from reach.views.registry import InstanceInfo
+
+
+def info() -> InstanceInfo:
+    reg = AgentRegistration(agent_id="agent://demo/sick", instance_id="i-1", build_version="1", state=AgentState.READY,
+                            heartbeat_at=1_000, ttl_ms=10_000, inbox_topic="ns.agent.demo.sick")
+    return InstanceInfo(registration=reg, effective_state=AgentState.READY, heartbeat_age_ms=5, load=0.0)
+
+
+def test_rows_with_and_without_health() -> None:
+    opened = InstanceHealth(instance_id="i-1", agent_id="agent://demo/sick", at=900, breaker=BreakerState.OPEN,
+                            open_until=4_000, admit=0.0, success_1m=0.0, p95_ms=3.0, slow_ratio=0.0)
+    row = _row(info(), None, 1_000, opened)
+    assert (row["breaker"], row["open_until"], row["success_1m"], row["p95_ms"], row["health_at"]) == (
+        "OPEN", 4_000, 0.0, 3.0, 900)
+    plain = _row(info(), None, 1_000)
+    assert (plain["breaker"], plain["admit"], plain["success_1m"]) == ("CLOSED", 1.0, None)
