@@ -28,6 +28,7 @@ from reach.names import Names
 from reach.records import Policy
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.canary import CanaryController
+from reach.streams.credentials import faust_broker_options
 from reach.streams.delays import DelayForwarder
 from reach.streams.gauges import Gauges
 from reach.streams.health import HealthWriter
@@ -79,7 +80,7 @@ def build_app(
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates the data dir, not its parents
     app = faust.App(
         names.router_app_id,
-        broker=f"kafka://{kafka.servers()}",
+        **faust_broker_options(kafka),
         web_port=reach_settings.web_port,
         web_bind=reach_settings.web_host,
         canonical_url=url,
