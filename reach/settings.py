@@ -33,9 +33,9 @@ from __future__ import annotations
 import json
 import ssl
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach import kafkaerrors
@@ -269,6 +269,6 @@ class CanarySettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="REACH_CANARY_", frozen=True, extra="forbid")
 
-    min_calls: int = 10
-    tick_ms: int = 1_000
-    report_ms: int = 5_000
+    min_calls: Annotated[int, Field(ge=1)] = 10
+    tick_ms: Annotated[int, Field(gt=0)] = 1_000
+    report_ms: Annotated[int, Field(gt=0)] = 5_000
