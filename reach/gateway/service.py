@@ -53,8 +53,9 @@ class CountRequests:
 
 
 class LimitHead:
-    """ASGI middleware: 431 for a request head over `limit` bytes. h11's own cap only bounds a head still
-    arriving (a slow, endless one); a large head that arrives whole in one read passes it."""
+    """ASGI middleware: 431 for a request head over `limit` bytes. The HTTP protocol's own cap
+    (reach.gateway.httpproto) only bounds a head still arriving (a slow, endless one); a large head that
+    arrives whole in one read passes it."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
