@@ -16,6 +16,7 @@ from reach.gateway.openapi import ERRORS, INVOKE_ERRORS, request_body
 from reach.gateway.ports import CallerApp
 
 SIGNED = ("Reach-Key", "Reach-Signature")
+ENVELOPES = "/v1/envelopes"  # the hot path (reach.gateway.service.HotPath)
 
 
 async def signed(request: Request, admission: Admission, limit: int) -> tuple[CallerApp, object]:
@@ -39,7 +40,7 @@ def envelope_routes(admission: Admission) -> APIRouter:
     metrics = admission.metrics
     accept_seconds = metrics.accept_seconds.labels("/v1/envelopes")  # the label child, looked up once
 
-    @router.post("/v1/envelopes", status_code=202, response_model=Accepted, responses=ERRORS,
+    @router.post(ENVELOPES, status_code=202, response_model=Accepted, responses=ERRORS,
                  openapi_extra=request_body(EnvelopeRequest), summary="Send one envelope")
     async def send(request: Request) -> Response:
         """202 once the broker acknowledged the envelope (never before)."""
