@@ -89,9 +89,10 @@ def unavailable(exc: InfraUnavailable) -> JSONResponse:
 
 class HotPath:
     """ASGI middleware: `POST /v1/envelopes` straight to its endpoint, past Starlette's router, FastAPI's request
-    machinery and exception middleware (about a third of the request's CPU, docs/decisions/0014-gateway-
-    throughput.md). The endpoint reads its own body and raises the same Refusals, answered the same way; the
-    route stays registered, so /openapi.json documents it and every other method still gets the router's 405."""
+    machinery and exception middleware (about a third of the request's CPU; see
+    docs/decisions/0014-gateway-throughput.md). The endpoint reads its own body and raises the same Refusals,
+    answered the same way; the route stays registered, so /openapi.json documents it and every other method
+    still gets the router's 405."""
 
     def __init__(self, app: ASGIApp, route: APIRoute) -> None:
         self.app = app
