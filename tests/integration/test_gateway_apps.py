@@ -4,6 +4,7 @@ directory following the apps topic, and two "replicas" sharing one bucket and on
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -28,6 +29,7 @@ from reach.gateway.door import open_door
 from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.ports import CallerApp, Verified
 from reach.gateway.quotas import Limit, RedisQuotas
+from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import door_client
 from reach.gateway.secrets import secret_box
 from reach.names import Names
@@ -270,3 +272,21 @@ def test_a_gateway_without_a_secrets_key_refuses_to_open(namespace: str, home: P
     with pytest.raises(ConfigError, match="REACH_GATEWAY_SECRETS_KEY is unset"):
         open_door(ready_timeout=30)
     assert not (home / "gateway-secrets.key").exists()
+
+
+def test_a_script_redis_has_not_seen_is_loaded_and_the_batch_runs_again() -> None:
+    """ScriptBatch's NOSCRIPT path (as after a Redis restart), on a script no one has loaded: a fresh comment."""
+    client = door_client(os.environ["REACH_REDIS_URL"])
+    script = f"-- {uuid.uuid4().hex}\nreturn ARGV[1]"
+    sha = hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
+    batch = ScriptBatch(client, script)
+
+    async def calls() -> list[Any]:
+        return list(await asyncio.gather(*(batch([], [f"v{i}"]) for i in range(5))))  # one loop turn: one pipeline
+    try:
+        assert run(client.script_exists(sha)) == [False]
+        assert run(calls()) == [f"v{i}".encode() for i in range(5)]
+        assert run(client.script_exists(sha)) == [True]
+        assert run(calls()) == [f"v{i}".encode() for i in range(5)]  # loaded now: EVALSHA alone
+    finally:
+        run(client.aclose())
