@@ -8,8 +8,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from anyio import to_thread
-
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
@@ -58,8 +56,9 @@ class Admitted:
 
 
 class Admission:
-    """The door's checks (reach.gateway.checks) with their I/O: authenticator and quotas run in worker threads
-    (their Redis calls must not stall the event loop), the registry is read in memory, the ack is awaited."""
+    """The door's checks (reach.gateway.checks) with their I/O: the authenticator's nonce and the quota are
+    asyncio Redis calls on the event loop (no thread hop per request), the registry is read in memory, the
+    ack is awaited."""
 
     def __init__(self, deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics) -> None:
         self.deps = deps
@@ -70,8 +69,8 @@ class Admission:
 
     async def authenticate(self, key_id: str | None, signature: str | None, raw: bytes) -> CallerApp:
         with unavailable_as_503():
-            outcome = await to_thread.run_sync(lambda: self.deps.authenticator.authenticate(
-                key_id=key_id, signature=signature, body=raw, now=self.deps.clock_ms() // 1000))
+            outcome = await self.deps.authenticator.authenticate(key_id=key_id, signature=signature, body=raw,
+                                                                  now=self.deps.clock_ms() // 1000)
         if not isinstance(outcome, Verified):
             raise checks.refuse_auth(outcome)
         return outcome.entry.app
@@ -85,7 +84,7 @@ class Admission:
         now = self.deps.clock_ms()
         versions = self.deps.catalog.versions(request.capability, app.tenant, now)
         with unavailable_as_503():
-            decision = await to_thread.run_sync(self.deps.quotas.take, app, request.capability)
+            decision = await self.deps.quotas.take(app, request.capability)
         if not decision.allowed:
             self.metrics.quota_hit(app.app_id, request.capability, decision.scope, bool(versions))
         checks.check_quota(decision, app, request.capability)

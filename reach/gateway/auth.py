@@ -30,7 +30,8 @@ class SignatureAuthenticator:
         self._max_ahead_s = max_ahead_s
         self._decoy = _random.token_bytes(32)
 
-    def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes, now: int) -> AuthOutcome:
+    async def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes,
+                           now: int) -> AuthOutcome:
         if not key_id:
             return MISSING_KEY
         if not signature:
@@ -46,7 +47,7 @@ class SignatureAuthenticator:
         if entry is None or not good:
             return signing.DENIED
         # per app, not per key: during rotation one request may carry a v1 for each of the app's keys
-        if sig.nonce is not None and not self._nonces.claim(entry.app.app_id, sig.nonce,
+        if sig.nonce is not None and not await self._nonces.claim(entry.app.app_id, sig.nonce,
                                                             self._max_age_s + self._max_ahead_s):
             return REPLAY
         return Verified(entry=entry, timestamp=sig.timestamp, nonce=sig.nonce)

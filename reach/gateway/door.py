@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from redis.asyncio import Redis
+
 from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.directory import KafkaAppDirectory
 from reach.gateway.nonces import RedisNonceStore
@@ -17,15 +19,20 @@ from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 @dataclass(frozen=True, slots=True)
 class Door:
-    """What the HTTP service checks every request with; `close()` stops the directory's thread."""
+    """What the HTTP service checks every request with; `close()` stops the directory's thread, `aclose()`
+    the Redis connections (on the loop that used them)."""
 
     directory: KafkaAppDirectory
     nonces: RedisNonceStore
     quotas: RedisQuotas
     authenticator: SignatureAuthenticator
+    client: Redis
 
     def close(self) -> None:
         self.directory.stop()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
 
 def open_door(*, gateway: GatewaySettings | None = None, reach: ReachSettings | None = None,
@@ -46,4 +53,4 @@ def open_door(*, gateway: GatewaySettings | None = None, reach: ReachSettings | 
     quotas = RedisQuotas(client=client, namespace=reach.namespace, capability_limit=gateway.capability_limit)
     authenticator = SignatureAuthenticator(directory=directory, nonces=nonces, max_age_s=gateway.signature_max_age,
                                            max_ahead_s=gateway.signature_max_ahead)
-    return Door(directory=directory, nonces=nonces, quotas=quotas, authenticator=authenticator)
+    return Door(directory=directory, nonces=nonces, quotas=quotas, authenticator=authenticator, client=client)

@@ -16,7 +16,7 @@
 | REACH_GATEWAY_SSE_MAX                  | 600 (seconds)      | longest an event stream stays open                   |
 | REACH_GATEWAY_SSE_FIND                 | 5 (seconds)        | how long an event stream waits for a new message row |
 | REACH_GATEWAY_KEEP_ALIVE               | 5 (seconds)        | idle keep-alive connections are closed after this    |
-| REACH_GATEWAY_MAX_HEADER_BYTES         | 16384              | largest request head (h11 incomplete event size)     |
+| REACH_GATEWAY_MAX_HEADER_BYTES         | 16384              | largest request head (431 past it)                   |
 | REACH_GATEWAY_BODY_TIMEOUT             | 10 (seconds)       | a body that does not arrive in this time gets a 408  |
 
 Where it listens (REACH_GATEWAY_HOST / REACH_GATEWAY_PORT) and how it checks callers are in

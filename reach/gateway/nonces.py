@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import redis
+from redis.asyncio import Redis
 
 from reach.gateway.redisconn import guarded
 
@@ -13,13 +13,13 @@ from reach.gateway.redisconn import guarded
 class RedisNonceStore:
     """`claim` is one `SET <ns>:gateway:nonce:<scope>:<nonce> 1 NX EX ttl`: atomic across replicas."""
 
-    def __init__(self, *, client: redis.Redis, namespace: str) -> None:
+    def __init__(self, *, client: Redis, namespace: str) -> None:
         self._client = client
         self._prefix = f"{namespace}:gateway:nonce:"
 
-    def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
+    async def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
         with guarded("claiming a request nonce"):
-            return bool(self._client.set(f"{self._prefix}{key_id}:{nonce}", b"1", nx=True, ex=max(1, ttl_s)))
+            return bool(await self._client.set(f"{self._prefix}{key_id}:{nonce}", b"1", nx=True, ex=max(1, ttl_s)))
 
 
 class MemoryNonceStore:
@@ -30,7 +30,7 @@ class MemoryNonceStore:
         self._until: dict[tuple[str, str], float] = {}
         self._prune_at = 1024
 
-    def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
+    async def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
         now = self._clock()
         if len(self._until) >= self._prune_at:  # forget expired nonces; amortised O(1) per claim
             self._until = {k: t for k, t in self._until.items() if t > now}

@@ -42,7 +42,7 @@ class AppDirectory(Protocol):
 class NonceStore(Protocol):
     """Nonces seen within the replay window, shared by every gateway replica."""
 
-    def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
+    async def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
         """True the first time (key_id, nonce) is seen within ttl_s; False for a replay.
 
         `key_id` is the replay scope: reach.gateway.auth passes the app id, because one request may carry
@@ -62,7 +62,7 @@ class QuotaDecision:
 class Quotas(Protocol):
     """Token buckets per app and per capability, shared by every gateway replica."""
 
-    def take(self, app: CallerApp, capability: str) -> QuotaDecision: ...
+    async def take(self, app: CallerApp, capability: str) -> QuotaDecision: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,5 +94,6 @@ AuthOutcome = Verified | AuthFailure
 class Authenticator(Protocol):
     """Checks `Reach-Key` + `Reach-Signature` over the raw body."""
 
-    def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes, now: int) -> AuthOutcome: ...
+    async def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes,
+                           now: int) -> AuthOutcome: ...
 

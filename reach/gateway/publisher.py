@@ -3,35 +3,69 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import threading
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Message
 
 from reach import clients, codec, tracing
 from reach import headers as h
-from reach.agent.exceptions import DeliveryFailed, RecordRefused
-from reach.agent.publisher import Publisher as Sender
+from reach.agent.exceptions import RecordRefused
+from reach.agent.publisher import refusal
 from reach.client import Client
 from reach.envelopes import routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.records import Envelope
+
+POLL_S = 0.1
+FULL_QUEUE_WAIT_S = 0.005  # librdkafka's local queue is full: the poll thread drains it meanwhile
+
+Ack = tuple["asyncio.Future[KafkaError | None]", "KafkaError | None"]
 
 
 class BrokerRefused(ReachError):
     """The broker refused one envelope (its size or bytes); nothing was written."""
 
 
+class Producing(Protocol):
+    """The part of confluent_kafka.Producer the publisher uses (a fake in unit tests)."""
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, *args: Any,
+                **kwargs: Any) -> None: ...
+
+    def poll(self, timeout: float = ..., /) -> int: ...
+
+    def flush(self, timeout: float = ..., /) -> int: ...
+
+
+def _resolve(acks: list[Ack]) -> None:
+    """On the event loop: every ack one poll served (a waiter that gave up is skipped)."""
+    for future, err in acks:
+        if not future.done():
+            future.set_result(err)
+
+
 class KafkaPublisher:
-    """One producer per gateway process; a background thread serves delivery reports and resolves futures.
+    """One producer per gateway process; a background thread polls it and hands each poll's delivery reports
+    to the event loop in one `call_soon_threadsafe` (one wake-up for many acks, not one per request).
 
     librdkafka's message.timeout.ms is the ack timeout, so an unacknowledged envelope ends in a definite
     delivery error (the caller gets 503 and may retry with the same idempotency_key) instead of an
     asyncio timeout racing a late ack."""
 
-    def __init__(self, client: Client, *, ack_timeout_s: float) -> None:
+    def __init__(self, client: Client, *, ack_timeout_s: float, producer: Producing | None = None) -> None:
         self._client = client
         self._ack_timeout = ack_timeout_s
         timeout_ms = max(1000, int(ack_timeout_s * 1000))
-        self._sender = Sender(clients.producer(client.kafka, **{"message.timeout.ms": timeout_ms}))
+        self._producer = producer or clients.producer(client.kafka, **{"message.timeout.ms": timeout_ms})
         self._ensured: set[str] = set()
         self._failing = False  # the last publish went unacknowledged: /healthz says so until one is acked
+        self._served: list[Ack] = []  # filled by delivery callbacks, only ever on the poll thread
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="reach-gateway-acks", daemon=True)
+        self._thread.start()
 
     async def publish(self, envelope: Envelope) -> None:
         topic = self._client.names.capability(envelope.capability)
@@ -39,21 +73,59 @@ class KafkaPublisher:
             await asyncio.to_thread(self._client.ensure_topic, topic)
             self._ensured.add(topic)
         headers: h.Headers = [*tracing.inject(envelope), (h.MESSAGE_ID, envelope.message_id.encode())]
-        ack = self._sender.send(topic, routing_key(envelope), codec.encode(envelope), headers=headers)
+        self._loop = loop = asyncio.get_running_loop()
+        ack: asyncio.Future[KafkaError | None] = loop.create_future()
         try:
             # the margin covers the delivery report's own latency after librdkafka's timeout fires
-            await asyncio.wait_for(asyncio.wrap_future(ack), self._ack_timeout + 5)
-        except RecordRefused as exc:
-            raise BrokerRefused(f"the broker refused {envelope.message_id}: {exc}") from None
-        except (DeliveryFailed, TimeoutError) as exc:
-            self._failing = True
-            raise InfraUnavailable(f"the broker did not acknowledge {envelope.message_id} on {topic} within "
-                                   f"{self._ack_timeout:g}s ({exc or 'timeout'}); retry with the same "
-                                   "idempotency_key") from None
-        self._failing = False
+            async with asyncio.timeout(self._ack_timeout + 5):
+                await self._produce(topic, routing_key(envelope).encode(), codec.encode(envelope), headers, ack)
+                err = await ack
+        except TimeoutError:
+            err = KafkaError(KafkaError._MSG_TIMED_OUT)
+        if err is None:
+            self._failing = False
+            return
+        failure = refusal(topic, err)
+        if isinstance(failure, RecordRefused):
+            raise BrokerRefused(f"the broker refused {envelope.message_id}: {failure}")
+        self._failing = True
+        raise InfraUnavailable(f"the broker did not acknowledge {envelope.message_id} on {topic} within "
+                               f"{self._ack_timeout:g}s ({failure}); retry with the same idempotency_key")
+
+    async def _produce(self, topic: str, key: bytes, value: bytes, headers: h.Headers,
+                       ack: asyncio.Future[KafkaError | None]) -> None:
+        delivered = functools.partial(self._delivered, ack)
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=delivered)
+                return
+            except BufferError:  # the local queue is full: give the poll thread a moment to drain it
+                await asyncio.sleep(FULL_QUEUE_WAIT_S)
+            except KafkaException as exc:  # refused before queueing (e.g. over message.max.bytes)
+                ack.set_result(exc.args[0])
+                return
+
+    def _delivered(self, ack: asyncio.Future[KafkaError | None], err: KafkaError | None, _msg: Message) -> None:
+        self._served.append((ack, err))
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(POLL_S)
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        if not self._served:
+            return
+        served, self._served = self._served, []
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(_resolve, served)
 
     def healthy(self) -> bool:
         return not self._failing
 
     def close(self) -> None:
-        self._sender.close(10)
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._producer.flush(10)
+        self._hand_over()

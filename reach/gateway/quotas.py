@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import redis
+from redis.asyncio import Redis
 
 from reach.gateway.ports import CallerApp, QuotaDecision
+from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import guarded
 from reach.tokenbucket import TokenBucket
 
@@ -78,16 +79,16 @@ _SCOPES: dict[int, Literal["app", "capability"]] = {1: "app", 2: "capability"}
 class RedisQuotas:
     """Buckets `<ns>:gateway:quota:app:<app_id>` and `<ns>:gateway:quota:cap:<capability>`, shared by replicas."""
 
-    def __init__(self, *, client: redis.Redis, namespace: str, capability_limit: LimitOf = _no_cap) -> None:
+    def __init__(self, *, client: Redis, namespace: str, capability_limit: LimitOf = _no_cap) -> None:
         self._prefix = f"{namespace}:gateway:quota:"
         self._limit_of = capability_limit
-        self._script = client.register_script(TAKE_LUA)
+        self._take = ScriptBatch(client, TAKE_LUA)  # one pipeline per turn of the event loop
 
-    def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+    async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         cap = self._limit_of(capability) or Limit(rate=0.0, burst=0)
         keys = [f"{self._prefix}app:{app.app_id}", f"{self._prefix}cap:{capability}"]
         with guarded("taking a quota token"):
-            reply: Any = self._script(keys=keys, args=[repr(app.rate), app.burst, repr(cap.rate), cap.burst])
+            reply: Any = await self._take(keys, [repr(app.rate), app.burst, repr(cap.rate), cap.burst])
         allowed, scope, wait_us = (int(x) for x in reply)
         if allowed:
             return ALLOWED
@@ -112,7 +113,7 @@ class MemoryQuotas:
                                                 stamp=-1.0 if bucket is None else bucket.stamp)
         return bucket
 
-    def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+    async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         now = self._clock()
         app_bucket = self._bucket(self._apps, app.app_id, Limit(rate=app.rate, burst=app.burst))
         limit = self._limit_of(capability)

@@ -16,8 +16,18 @@ from reach.gateway.openapi import READ_ERRORS
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+# One event of the stream, as OpenAPI 3.1 describes an event stream's `schema` (each event, not the whole body)
+SSE_EVENT: dict[str, Any] = {
+    "type": "object", "required": ["event", "data"],
+    "properties": {"event": {"type": "string", "enum": ["receipt", "terminal", "timeout"]},
+                   "data": {"type": "string", "description": "one JSON object on one line: a timeline entry "
+                            "(the status row's), or for `timeout` why the stream closed"},
+                   "id": {"type": "string", "description": "the entry's index; send it back as Last-Event-ID"}},
+}
+
+
 class EventStream(StreamingResponse):
-    """text/event-stream, so the OpenAPI document names that media type for the 200."""
+    """text/event-stream."""
 
     media_type = "text/event-stream"
 
@@ -44,9 +54,10 @@ def status_routes(admission: Admission) -> APIRouter:
     async def trace(trace_id: str) -> JSONResponse:
         return _passthrough(*await deps.status.trace(trace_id))
 
-    @router.get("/v1/messages/{message_id}/events", response_class=EventStream, responses={
+    # response_class=Response: the errors keep their application/json; only the 200 is an event stream
+    @router.get("/v1/messages/{message_id}/events", response_class=Response, responses={
         200: {"description": "text/event-stream: `event: receipt` per timeline entry, `event: terminal` last",
-              "content": {"text/event-stream": {"schema": {"type": "string"}}}}, **READ_ERRORS},
+              "content": {"text/event-stream": {"schema": SSE_EVENT}}}, **READ_ERRORS},
         summary="Server-Sent Events of one message's receipts until terminal")
     async def events(message_id: str, request: Request) -> Response:
         code, row = await find_row(deps.status, message_id, wait_s=settings.sse_find, poll_s=settings.sse_poll)

@@ -7,17 +7,19 @@ import logging
 import uvicorn
 from fastapi import FastAPI
 
+from reach.gateway.httpproto import head_limited
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.gateway.wiring import Guards, build_dependencies
 
 
 def uvicorn_config(app: FastAPI, *, host: str, port: int, http: HttpSettings) -> uvicorn.Config:
-    """h11 caps the request head (huge headers: 431/400 before any route runs); idle keep-alive connections
-    close after `keep_alive`; bodies are read by the routes in chunks against their own limit (413)."""
+    """httptools on uvloop (docs/decisions/0014-gateway-throughput.md) with a cap on the request head (huge
+    headers: 431 before any route runs); idle keep-alive connections close after `keep_alive`; bodies are
+    read by the routes in chunks against their own limit (413)."""
     return uvicorn.Config(
-        app, host=host, port=port, http="h11", loop="asyncio", lifespan="on", access_log=False,
-        timeout_keep_alive=int(max(1, http.keep_alive)), h11_max_incomplete_event_size=http.max_header_bytes,
+        app, host=host, port=port, http=head_limited(http.max_header_bytes), loop="uvloop", lifespan="on",
+        access_log=False, timeout_keep_alive=int(max(1, http.keep_alive)), proxy_headers=False,
         backlog=2048, timeout_graceful_shutdown=10, server_header=False, log_level="info",
     )
 

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,7 +21,7 @@ from reach.gateway.checks import Refusal
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
-from reach.gateway.routes_envelopes import envelope_routes
+from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
 from reach.gateway.routes_status import status_routes
 
 UNMATCHED = "(unmatched)"  # route label of requests no route matched: never the raw path (unbounded labels)
@@ -53,8 +54,9 @@ class CountRequests:
 
 
 class LimitHead:
-    """ASGI middleware: 431 for a request head over `limit` bytes. h11's own cap only bounds a head still
-    arriving (a slow, endless one); a large head that arrives whole in one read passes it."""
+    """ASGI middleware: 431 for a request head over `limit` bytes. The HTTP protocol's own cap
+    (reach.gateway.httpproto) only bounds a head still arriving (a slow, endless one); a large head that
+    arrives whole in one read passes it."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -77,6 +79,40 @@ def _error(status: int, error: str, message: str, hint: str | None = None,
     return JSONResponse({"error": error, "message": message, "hint": hint}, status_code=status, headers=headers)
 
 
+def refused(exc: Refusal) -> JSONResponse:
+    return JSONResponse(exc.body.model_dump(), status_code=exc.status, headers=exc.headers)
+
+
+def unavailable(exc: InfraUnavailable) -> JSONResponse:
+    return _error(503, "unavailable", str(exc), "retry in a few seconds", headers={"Retry-After": "1"})
+
+
+class HotPath:
+    """ASGI middleware: `POST /v1/envelopes` straight to its endpoint, past Starlette's router, FastAPI's request
+    machinery and exception middleware (about a third of the request's CPU; see
+    docs/decisions/0014-gateway-throughput.md). The endpoint reads its own body and raises the same Refusals,
+    answered the same way; the route stays registered, so /openapi.json documents it and every other method
+    still gets the router's 405."""
+
+    def __init__(self, app: ASGIApp, route: APIRoute) -> None:
+        self.app = app
+        self.route = route
+        self.endpoint = route.endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != self.route.path or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        scope["route"] = self.route  # CountRequests labels by it
+        try:
+            response = await self.endpoint(Request(scope, receive, send))
+        except Refusal as exc:
+            response = refused(exc)
+        except InfraUnavailable as exc:
+            response = unavailable(exc)
+        await response(scope, receive, send)
+
+
 def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
                   metrics: GatewayMetrics | None = None) -> FastAPI:
     """The HTTP service over its dependencies; `deps.closers` run when the app shuts down."""
@@ -94,16 +130,17 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
 
     app = FastAPI(title="Agent-Reach gateway", version="1", lifespan=lifespan,
                   description="Signed HTTP ingress to the Agent-Reach bus (docs/http.md).")
-    app.include_router(envelope_routes(admission))
+    envelopes = envelope_routes(admission)
+    app.include_router(envelopes)
     app.include_router(status_routes(admission))
 
     @app.exception_handler(Refusal)
-    async def refused(_request: Request, exc: Refusal) -> JSONResponse:
-        return JSONResponse(exc.body.model_dump(), status_code=exc.status, headers=exc.headers)
+    async def on_refusal(_request: Request, exc: Refusal) -> JSONResponse:
+        return refused(exc)
 
     @app.exception_handler(InfraUnavailable)
-    async def unavailable(_request: Request, exc: InfraUnavailable) -> JSONResponse:
-        return _error(503, "unavailable", str(exc), "retry in a few seconds", headers={"Retry-After": "1"})
+    async def on_unavailable(_request: Request, exc: InfraUnavailable) -> JSONResponse:
+        return unavailable(exc)
 
     @app.exception_handler(HTTPException)
     async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
@@ -118,6 +155,9 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
         return _error(400, "bad_request", f"{where}: {first.get('msg', 'invalid request')}")
 
     openapi.install(app)
+    hot = next(r for r in envelopes.routes
+               if isinstance(r, APIRoute) and r.path == ENVELOPES and "POST" in (r.methods or ()))
+    app.add_middleware(HotPath, route=hot)
     app.add_middleware(LimitHead, limit=settings.max_header_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
     app.state.metrics = metrics

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
-
 from reach import clients
 from reach.client import Client
 from reach.gateway.catalog import RegistryCatalog
@@ -19,6 +17,7 @@ from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.idempotency import RedisIdempotency
 from reach.gateway.ports import Authenticator, Quotas
 from reach.gateway.publisher import KafkaPublisher
+from reach.gateway.redisconn import door_client
 from reach.gateway.replies import ReplyHub, gateway_client_id
 from reach.gateway.settings import GatewaySettings
 from reach.gateway.statusclient import StatusClient
@@ -40,7 +39,7 @@ def door_guards(reach: ReachSettings) -> Guards:
     from reach.gateway.door import open_door  # here, so the HTTP service's tests never need the secrets key
 
     door = open_door(reach=reach)
-    return Guards(authenticator=door.authenticator, quotas=door.quotas, closers=(door.close,))
+    return Guards(authenticator=door.authenticator, quotas=door.quotas, closers=(door.close, door.aclose))
 
 
 def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None = None,
@@ -58,8 +57,8 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     publisher = KafkaPublisher(client, ack_timeout_s=http.ack_timeout)
     status = StatusClient(reach, http.status_url)
     timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
-    idempotency = RedisIdempotency(Redis.from_url((redis or RedisSettings()).url(reach.home), socket_timeout=timeout,
-                                                  socket_connect_timeout=timeout), reach.namespace)
+    idempotency = RedisIdempotency(door_client((redis or RedisSettings()).url(reach.home), timeout_s=timeout),
+                                   reach.namespace)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency,
                         closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,

@@ -3,6 +3,8 @@ directory following the apps topic, and two "replicas" sharing one bucket and on
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -14,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from confluent_kafka import Producer
 from cryptography.fernet import Fernet
+from redis.asyncio import Redis
 
 from reach import codec
 from reach.errors import ConfigError
@@ -27,6 +29,7 @@ from reach.gateway.door import open_door
 from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.ports import CallerApp, Verified
 from reach.gateway.quotas import Limit, RedisQuotas
+from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import door_client
 from reach.gateway.secrets import secret_box
 from reach.names import Names
@@ -35,6 +38,9 @@ from reach.settings import KafkaSettings
 pytestmark = pytest.mark.integration
 REACH = str(Path(sys.executable).with_name("reach"))
 BODY = b'{"capability":"search.web","payload":{"q":"kafka"}}'
+
+_LOOP = asyncio.new_event_loop()  # one loop for the module: the door's asyncio Redis clients live on it
+run = _LOOP.run_until_complete
 
 
 def _reach(*args: str) -> subprocess.CompletedProcess[str]:
@@ -69,19 +75,20 @@ def _directory(namespace: str, home: Path) -> KafkaAppDirectory:
 
 
 @pytest.fixture
-def client() -> Iterator[redis.Redis]:
+def client() -> Iterator[Redis]:
     made = door_client(os.environ["REACH_REDIS_URL"])
     yield made
-    made.close()
+    run(made.aclose())
 
 
 def _verified(auth: SignatureAuthenticator, key_id: str, secret: str) -> bool:
     header = signing.sign(secret.encode(), BODY, int(time.time()), "n-" + uuid.uuid4().hex)
-    return isinstance(auth.authenticate(key_id=key_id, signature=header, body=BODY, now=int(time.time())), Verified)
+    outcome = run(auth.authenticate(key_id=key_id, signature=header, body=BODY, now=int(time.time())))
+    return isinstance(outcome, Verified)
 
 
 def test_create_rotate_revoke_through_the_cli_and_the_directory_follows(namespace: str, home: Path,
-                                                                        client: redis.Redis) -> None:
+                                                                        client: Redis) -> None:
     made = _json("create", "billing", "--tenant", "acme", "--capabilities", "search.web,search.news",
                  "--rate", "5", "--burst", "10")
     assert made["app_id"].startswith("app_") and made["secret"].startswith("rs_")
@@ -177,11 +184,11 @@ def _replicas(namespace: str, limit: Callable[[str], Limit | None]) -> tuple[Red
 def test_two_replicas_share_one_app_bucket(namespace: str) -> None:
     slow = CallerApp(app_id="app_shared", name="a", tenant="t", capabilities=(), rate=0.001, burst=5)
     one, two = _replicas(namespace, lambda _c: None)
-    decisions = [(one if i % 2 else two).take(slow, "search.web") for i in range(8)]
+    decisions = [run((one if i % 2 else two).take(slow, "search.web")) for i in range(8)]
     assert [d.allowed for d in decisions] == [True] * 5 + [False] * 3
     assert {d.scope for d in decisions[5:]} == {"app"} and all(d.retry_after_s > 900 for d in decisions[5:])
     other = CallerApp(app_id="app_other", name="b", tenant="t", capabilities=(), rate=0.001, burst=1)
-    assert one.take(other, "search.web").allowed  # its own bucket
+    assert run(one.take(other, "search.web")).allowed  # its own bucket
 
 
 def test_the_capability_cap_is_shared_and_a_refusal_spends_nothing(namespace: str) -> None:
@@ -189,19 +196,19 @@ def test_the_capability_cap_is_shared_and_a_refusal_spends_nothing(namespace: st
     one, two = _replicas(namespace, caps.get)
     apps = [CallerApp(app_id=f"app_{i}", name="a", tenant="t", capabilities=(), rate=0.001, burst=2)
             for i in range(2)]
-    decisions = [(one, two)[i % 2].take(apps[i % 2], "search.web") for i in range(4)]
+    decisions = [run((one, two)[i % 2].take(apps[i % 2], "search.web")) for i in range(4)]
     assert [d.allowed for d in decisions] == [True, True, True, False] and decisions[3].scope == "capability"
-    assert two.take(apps[1], "search.news").allowed  # app_1 spent one token on search.web, not two
-    assert not two.take(apps[1], "search.news").allowed
+    assert run(two.take(apps[1], "search.news")).allowed  # app_1 spent one token on search.web, not two
+    assert not run(two.take(apps[1], "search.news")).allowed
 
 
 def test_a_bucket_refills_on_redis_s_clock(namespace: str) -> None:
     fast = CallerApp(app_id="app_fast", name="a", tenant="t", capabilities=(), rate=20.0, burst=1)
     one, two = _replicas(namespace, lambda _c: None)
-    assert one.take(fast, "c").allowed
-    refused = two.take(fast, "c")
+    assert run(one.take(fast, "c")).allowed
+    refused = run(two.take(fast, "c"))
     assert not refused.allowed and 0 < refused.retry_after_s <= 0.05
-    _until(lambda: two.take(fast, "c").allowed, "a token to come back")
+    _until(lambda: run(two.take(fast, "c")).allowed, "a token to come back")
 
 
 def test_a_nonce_is_refused_across_two_stores(namespace: str) -> None:
@@ -209,10 +216,10 @@ def test_a_nonce_is_refused_across_two_stores(namespace: str) -> None:
     one = RedisNonceStore(client=door_client(url), namespace=namespace)
     two = RedisNonceStore(client=door_client(url), namespace=namespace)
     nonce = "n-" + uuid.uuid4().hex
-    assert one.claim("app_1", nonce, 60)
-    assert not two.claim("app_1", nonce, 60) and not one.claim("app_1", nonce, 60)
-    assert two.claim("app_2", nonce, 60)
-    assert 0 < door_client(url).ttl(f"{namespace}:gateway:nonce:app_1:{nonce}") <= 60
+    assert run(one.claim("app_1", nonce, 60))
+    assert not run(two.claim("app_1", nonce, 60)) and not run(one.claim("app_1", nonce, 60))
+    assert run(two.claim("app_2", nonce, 60))
+    assert 0 < run(door_client(url).ttl(f"{namespace}:gateway:nonce:app_1:{nonce}")) <= 60
 
 
 def test_a_replayed_signed_request_is_refused_by_another_replica(namespace: str, home: Path) -> None:
@@ -225,9 +232,9 @@ def test_a_replayed_signed_request_is_refused_by_another_replica(namespace: str,
                     for _ in range(2)]
         now = int(time.time())
         header = signing.sign(made["secret"].encode(), BODY, now, "n-" + uuid.uuid4().hex)
-        first = replicas[0].authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now)
+        first = run(replicas[0].authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now))
         assert isinstance(first, Verified)
-        assert replicas[1].authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now) == REPLAY
+        assert run(replicas[1].authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now)) == REPLAY
     finally:
         directory.stop()
 
@@ -249,14 +256,15 @@ def test_open_door_wires_the_directory_nonces_quotas_and_authenticator(namespace
     try:
         now = int(time.time())
         header = signing.sign(made["secret"].encode(), BODY, now, "n-" + uuid.uuid4().hex)
-        outcome = door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now)
+        outcome = run(door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now))
         assert isinstance(outcome, Verified)
-        assert door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY,
-                                               now=now) == REPLAY
-        takes = [door.quotas.take(outcome.entry.app, "search.web").allowed for _ in range(3)]
+        assert run(door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY,
+                                                   now=now)) == REPLAY
+        takes = [run(door.quotas.take(outcome.entry.app, "search.web")).allowed for _ in range(3)]
         assert takes == [True, True, False]
     finally:
         door.close()
+        run(door.aclose())
     assert not door.directory.alive
 
 
@@ -264,3 +272,21 @@ def test_a_gateway_without_a_secrets_key_refuses_to_open(namespace: str, home: P
     with pytest.raises(ConfigError, match="REACH_GATEWAY_SECRETS_KEY is unset"):
         open_door(ready_timeout=30)
     assert not (home / "gateway-secrets.key").exists()
+
+
+def test_a_script_redis_has_not_seen_is_loaded_and_the_batch_runs_again() -> None:
+    """ScriptBatch's NOSCRIPT path (as after a Redis restart), on a script no one has loaded: a fresh comment."""
+    client = door_client(os.environ["REACH_REDIS_URL"])
+    script = f"-- {uuid.uuid4().hex}\nreturn ARGV[1]"
+    sha = hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
+    batch = ScriptBatch(client, script)
+
+    async def calls() -> list[Any]:
+        return list(await asyncio.gather(*(batch([], [f"v{i}"]) for i in range(5))))  # one loop turn: one pipeline
+    try:
+        assert run(client.script_exists(sha)) == [False]
+        assert run(calls()) == [f"v{i}".encode() for i in range(5)]
+        assert run(client.script_exists(sha)) == [True]
+        assert run(calls()) == [f"v{i}".encode() for i in range(5)]  # loaded now: EVALSHA alone
+    finally:
+        run(client.aclose())

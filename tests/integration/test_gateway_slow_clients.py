@@ -160,6 +160,6 @@ def test_a_good_request_gets_its_202_within_200_ms_while_200_slow_clients_hold_c
     assert held >= SLOW_CLIENTS * 0.6, "the slow clients were holding connections while the good ones were sent"
     assert sum(x <= CLAIM_S for x in latencies) >= WITHIN_CLAIM, f"202 within 200 ms for most: {ms} ms"
     assert max(latencies) <= NEVER_S, f"no good request waits a second: {ms} ms"
-    # the huge heads are refused by the HTTP layer (h11's head limit), not accepted and not left hanging
+    # the huge heads are refused by the HTTP layer (reach.gateway.httpproto's head cap: 431), not left hanging
     assert any(k.startswith("huge:") and 400 <= _status(k) < 500 for k in answers), answers
     assert not any(_status(k) >= 500 for k in answers), f"no 5xx for bad clients: {answers}"

@@ -40,7 +40,7 @@ class FakeNonces:
     def __init__(self) -> None:
         self.seen: set[tuple[str, str]] = set()
 
-    def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
+    async def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
         if (key_id, nonce) in self.seen:
             return False
         self.seen.add((key_id, nonce))
@@ -55,7 +55,7 @@ class FakeQuotas:
         self.buckets: dict[str, TokenBucket] = {}
         self.taken = 0
 
-    def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+    async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         bucket = self.buckets.setdefault(app.app_id, TokenBucket(rate=app.rate, burst=app.burst))
         wait = bucket.take(self.clock())
         if wait == 0.0:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
@@ -36,8 +38,8 @@ class Door:
 
     def check(self, signature: str | None, *, key_id: str | None = "", body: bytes = BODY,
               now: int = NOW) -> Verified | AuthFailure:
-        return self.auth.authenticate(key_id=self.key_id if key_id == "" else key_id, signature=signature,
-                                      body=body, now=now)
+        return asyncio.run(self.auth.authenticate(key_id=self.key_id if key_id == "" else key_id,
+                                                  signature=signature, body=body, now=now))
 
 
 @pytest.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
@@ -22,24 +23,26 @@ class Clock:
         return self.now
 
 
+_LOOP = asyncio.new_event_loop()  # one loop for the module's stores (their calls are coroutines)
+run = _LOOP.run_until_complete
 APP = CallerApp(app_id="app_1", name="a", tenant="t", capabilities=(), rate=2.0, burst=3)
 
 
 def test_a_nonce_is_claimed_once_within_its_ttl_then_forgotten() -> None:
     clock = Clock()
     store: NonceStore = MemoryNonceStore(clock)
-    assert store.claim("app_1", "n-0000001", 10)
-    assert not store.claim("app_1", "n-0000001", 10)
-    assert store.claim("app_2", "n-0000001", 10)  # another scope
+    assert run(store.claim("app_1", "n-0000001", 10))
+    assert not run(store.claim("app_1", "n-0000001", 10))
+    assert run(store.claim("app_2", "n-0000001", 10))  # another scope
     clock.now += 10
-    assert store.claim("app_1", "n-0000001", 10)
+    assert run(store.claim("app_1", "n-0000001", 10))
 
 
 def test_the_memory_nonce_store_forgets_expired_nonces() -> None:
     clock = Clock()
     store = MemoryNonceStore(clock)
     for i in range(5000):
-        assert store.claim("a", f"nonce-{i:06}", 1)
+        assert run(store.claim("a", f"nonce-{i:06}", 1))
         clock.now += 0.01
     assert len(store._until) < 2048  # noqa: SLF001 - the bound is the point of this test
 
@@ -47,12 +50,12 @@ def test_the_memory_nonce_store_forgets_expired_nonces() -> None:
 def test_the_app_bucket_refuses_with_the_time_to_the_next_token() -> None:
     clock = Clock()
     quotas: Quotas = MemoryQuotas(clock=clock)
-    assert [quotas.take(APP, "search.web").allowed for _ in range(4)] == [True, True, True, False]
-    refused = quotas.take(APP, "search.web")
+    assert [run(quotas.take(APP, "search.web")).allowed for _ in range(4)] == [True, True, True, False]
+    refused = run(quotas.take(APP, "search.web"))
     assert refused == QuotaDecision(allowed=False, retry_after_s=pytest.approx(0.5), scope="app")
     assert retry_after_header(refused) == "1"
     clock.now += 0.5
-    assert quotas.take(APP, "search.web").allowed
+    assert run(quotas.take(APP, "search.web")).allowed
 
 
 def test_the_capability_cap_is_shared_by_apps_and_a_refusal_spends_nothing() -> None:
@@ -60,23 +63,23 @@ def test_the_capability_cap_is_shared_by_apps_and_a_refusal_spends_nothing() -> 
     caps = {"search.web": Limit(rate=1.0, burst=2)}
     quotas = MemoryQuotas(capability_limit=caps.get, clock=clock)
     other = CallerApp(app_id="app_2", name="b", tenant="t", capabilities=(), rate=100.0, burst=100)
-    assert quotas.take(APP, "search.web").allowed and quotas.take(other, "search.web").allowed
-    refused = quotas.take(other, "search.web")
+    assert run(quotas.take(APP, "search.web")).allowed and run(quotas.take(other, "search.web")).allowed
+    refused = run(quotas.take(other, "search.web"))
     assert (refused.allowed, refused.scope, refused.retry_after_s) == (False, "capability", pytest.approx(1.0))
-    assert quotas.take(APP, "search.news").allowed  # uncapped capability; the app still had a token
-    assert quotas.take(APP, "search.news").allowed  # its third: the refused search.web call spent none
-    assert not quotas.take(APP, "search.news").allowed
+    assert run(quotas.take(APP, "search.news")).allowed  # uncapped capability; the app still had a token
+    assert run(quotas.take(APP, "search.news")).allowed  # its third: the refused search.web call spent none
+    assert not run(quotas.take(APP, "search.news")).allowed
 
 
 def test_a_changed_app_quota_reshapes_its_bucket() -> None:
     clock = Clock()
     quotas = MemoryQuotas(clock=clock)
     for _ in range(3):
-        assert quotas.take(APP, "c").allowed
+        assert run(quotas.take(APP, "c")).allowed
     smaller = CallerApp(app_id="app_1", name="a", tenant="t", capabilities=(), rate=10.0, burst=1)
-    assert not quotas.take(smaller, "c").allowed
+    assert not run(quotas.take(smaller, "c")).allowed
     clock.now += 0.1
-    assert quotas.take(smaller, "c").allowed and not quotas.take(smaller, "c").allowed
+    assert run(quotas.take(smaller, "c")).allowed and not run(quotas.take(smaller, "c")).allowed
 
 
 def test_capability_limits_come_from_the_settings() -> None:
@@ -107,6 +110,6 @@ def _closed_port() -> int:
 def test_redis_unreachable_is_infra_unavailable() -> None:
     client = door_client(f"redis://127.0.0.1:{_closed_port()}/0", timeout_s=0.2)
     with pytest.raises(InfraUnavailable, match="claiming a request nonce"):
-        RedisNonceStore(client=client, namespace="ns").claim("app_1", "n-0000001", 10)
+        run(RedisNonceStore(client=client, namespace="ns").claim("app_1", "n-0000001", 10))
     with pytest.raises(InfraUnavailable, match="taking a quota token.*503"):
-        RedisQuotas(client=client, namespace="ns").take(APP, "search.web")
+        run(RedisQuotas(client=client, namespace="ns").take(APP, "search.web"))

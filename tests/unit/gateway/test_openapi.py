@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
 from reach.envelopes import now_ms
+from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.ports import KeyEntry
 from reach.gateway.service import build_gateway
 from reach.records import Status
@@ -75,3 +76,21 @@ def test_answers_conform_to_the_document() -> None:
                            ("/healthz", "/healthz"), ("/metrics", "/metrics")):
         check(doc, template, "get", client.get(path))
     check(doc, "/healthz", "get", client.get("/healthz", headers={"X-Big": "a" * 20_000}))
+
+
+def test_the_event_stream_declares_json_errors_and_the_shape_of_each_event() -> None:
+    fakes = Fakes()
+    fakes.status.rows["m1"] = [{"message_id": "m1", "status": "COMPLETED", "timeline": [
+        {"status": "ROUTED", "at": 1}, {"status": "COMPLETED", "at": 2}]}]
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01)))
+    doc = client.get("/openapi.json").json()
+    path = "/v1/messages/{message_id}/events"
+    check(doc, path, "get", client.get("/v1/messages/nope/events"))  # a 404 is JSON, and declared so
+    resp = client.get("/v1/messages/m1/events")
+    media, schema = declared(doc, path, "get", 200)
+    assert media == "text/event-stream" and resp.headers["content-type"].startswith(media)
+    # OpenAPI 3.1: an event stream's schema describes each event (the fields an SSE parser yields)
+    events = [dict(line.split(": ", 1) for line in block.splitlines()) for block in resp.text.strip().split("\n\n")]
+    assert [e["event"] for e in events] == ["receipt", "terminal"]
+    validator = Draft202012Validator(schema)
+    assert all(not list(validator.iter_errors(e)) for e in events), events

@@ -316,3 +316,20 @@ def test_an_error_message_quoting_a_huge_value_is_cut(client: TestClient) -> Non
     deep = post(client, "/v1/envelopes", None, raw=b'{"capability":"demo.echo","payload":' + b"[" * 900 + b"]" * 900
                 + b"}")
     assert deep.status_code in (400, 422) and len(deep.json()["message"]) <= 1001
+
+
+def test_the_hot_path_answers_like_the_router(client: TestClient, fakes: Fakes) -> None:
+    """POST /v1/envelopes bypasses the router (reach.gateway.service.HotPath): same answers, same metrics."""
+    good = {"capability": "demo.echo", "payload": {"text": "hi"}}
+    accepted = post(client, "/v1/envelopes", good)
+    assert accepted.status_code == 202 and accepted.headers["content-type"] == "application/json"
+    assert post(client, "/v1/envelopes", good, secret=b"wrong").json()["error"] == "denied"
+    fakes.publisher.fail = True
+    down = post(client, "/v1/envelopes", good)
+    assert down.status_code == 503 and down.headers["retry-after"] == "1"
+    other = client.get("/v1/envelopes")  # another method still goes to the router
+    assert other.status_code == 405 and other.json()["error"] == "method_not_allowed"
+    metrics = client.get("/metrics").text
+    for status, app_id in (("202", "app1"), ("503", "app1"), ("401", "-")):
+        assert f'agentreach_gateway_requests_total{{app="{app_id}",route="/v1/envelopes",status="{status}"}} 1.0' \
+            in metrics, metrics
