@@ -8,6 +8,7 @@ import typer
 
 from reach.cli import agent, demo, local, send, topics
 from reach.cli import apps as apps_cli
+from reach.cli import channels as channels_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli import instances as instances_cli
 from reach.cli import policy as policy_cli
@@ -37,6 +38,7 @@ app.command("status")(status_cli.status)
 app.command("trace")(status_cli.trace)
 app.add_typer(dlq_cli.app, name="dlq")
 app.add_typer(apps_cli.app, name="apps")
+app.add_typer(channels_cli.app, name="channels")
 
 
 def main() -> None:
