@@ -1,0 +1,34 @@
+"""`reach send --callback` refuses a malformed spec before anything is sent (exit 2, the reason);
+`reach channels list --json` is the catalog."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from reach.channels.catalog import CHANNELS
+from reach.cli import app
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--callback", "webhook:ftp://nope"], "not an http(s) URL"),
+    (["--callback", "webhook:https://h.example/x", "--callback-fields", "$.[[["], "not valid JSONPath"),
+    (["--callback-fields", "$.a"], "without a callback"),
+])
+def test_send_refuses_a_bad_callback_with_exit_2(args: list[str], says: str) -> None:
+    # no broker listens at REACH_BOOTSTRAP: exit 2 (not 4, unreachable) shows the spec was refused before any send
+    done = subprocess.run([sys.executable, "-m", "reach", "send", "demo.echo", "--payload", "{}", *args],
+                          capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "REACH_BOOTSTRAP": "127.0.0.1:9"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stdout + done.stderr
+
+
+def test_channels_list_json_is_the_catalog() -> None:
+    result = CliRunner().invoke(app, ["channels", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [row["capability"] for row in json.loads(result.output)] == [c.capability for c in CHANNELS]
