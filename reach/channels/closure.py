@@ -59,11 +59,13 @@ def body(row: StatusRow, spec: CallbackSpec) -> dict[str, Any]:
 
 def envelope(row: StatusRow, spec: CallbackSpec, *, now: int) -> Envelope:
     """The callback envelope for the channel capability; its payload is what the channel agent sends."""
-    payload = {
+    payload: dict[str, Any] = {
         "endpoint": spec.endpoint, "subject": f"Reach: {row.capability} {row.status.value}",
         "body": body(row, spec),
         "callback_for": {"message_id": row.message_id, "generation": row.generation, "capability": row.capability},
     }
+    if spec.backup is not None:
+        payload["backup"] = spec.backup.to_dict()
     mid = callback_id(row.message_id, row.generation)
     return Envelope(
         message_id=mid, trace_id=row.trace_id, parent_id=row.message_id, tenant=row.tenant, source=SOURCE,

@@ -3,6 +3,8 @@
 Canonical form (what `Envelope.callback` holds): JSON `{"channel": "webhook", "endpoint": "https://...",
 "fields": ["$.answer"]}`. Short form, accepted wherever a spec is parsed: `webhook:https://...`,
 `email:ops@example.com`, `sms:+15551234567` (fields then come separately, e.g. `--callback-fields`).
+An optional `"backup": {"channel": "email", "endpoint": "ops@example.com"}` (another channel) takes the
+sends while the primary channel instance is OPEN (reach/channels/health.py).
 """
 
 from __future__ import annotations
@@ -16,21 +18,37 @@ from reach.channels.errors import BadCallback
 from reach.channels.select import check_fields
 
 MAX_SPEC_CHARS = 4_096
-_KEYS = frozenset({"channel", "endpoint", "fields"})
+_KEYS = frozenset({"channel", "endpoint", "fields", "backup"})
+_BACKUP_KEYS = frozenset({"channel", "endpoint"})
+
+
+@dataclass(frozen=True)
+class Target:
+    """A channel and an endpoint of its form."""
+
+    channel: str
+    endpoint: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"channel": self.channel, "endpoint": self.endpoint}
 
 
 @dataclass(frozen=True)
 class CallbackSpec:
-    """Deliver the terminal outcome of a message through `channel` to `endpoint`, with `fields` of its result."""
+    """Deliver the terminal outcome of a message through `channel` to `endpoint`, with `fields` of its result
+    (through `backup` while the primary channel is OPEN)."""
 
     channel: str
     endpoint: str
     fields: tuple[str, ...] = field(default=())
+    backup: Target | None = None
 
     def to_text(self) -> str:
         """The canonical JSON form stored in `Envelope.callback`."""
-        return json.dumps({"channel": self.channel, "endpoint": self.endpoint, "fields": list(self.fields)},
-                          separators=(",", ":"))
+        data: dict[str, object] = {"channel": self.channel, "endpoint": self.endpoint, "fields": list(self.fields)}
+        if self.backup is not None:
+            data["backup"] = self.backup.to_dict()
+        return json.dumps(data, separators=(",", ":"))
 
     @property
     def capability(self) -> str:
@@ -59,7 +77,20 @@ def parse(text: str, *, fields: list[str] | None = None) -> CallbackSpec:
     if not isinstance(listed, list) or not all(isinstance(f, str) for f in listed):
         raise BadCallback('callback `fields` must be a list of JSONPath strings, e.g. ["$.answer"].')
     channel(kind_name).check_endpoint(endpoint)
-    return CallbackSpec(channel=kind_name, endpoint=endpoint, fields=tuple(check_fields([*listed, *(fields or [])])))
+    backup = target(data["backup"], primary=kind_name) if data.get("backup") is not None else None
+    return CallbackSpec(channel=kind_name, endpoint=endpoint, fields=tuple(check_fields([*listed, *(fields or [])])),
+                        backup=backup)
+
+
+def target(data: object, *, primary: str) -> Target:
+    """A backup `{channel, endpoint}`: a known channel other than the primary, with an endpoint of its form."""
+    if not isinstance(data, dict) or set(data) != _BACKUP_KEYS or not all(isinstance(v, str) for v in data.values()):
+        raise BadCallback('callback `backup` must be {"channel": ..., "endpoint": ...} with strings, e.g. '
+                          '{"channel": "email", "endpoint": "ops@example.com"}.')
+    if data["channel"] == primary:
+        raise BadCallback(f"callback `backup` must be another channel than the primary ({primary}).")
+    channel(data["channel"]).check_endpoint(data["endpoint"])
+    return Target(channel=data["channel"], endpoint=data["endpoint"])
 
 
 def callback_text(callback: str | None, fields: str | list[str] | None = None) -> str:

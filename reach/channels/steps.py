@@ -1,5 +1,6 @@
-"""The delivery receipts a channel agent writes besides the SDK's (SENT, DELIVERED, and CALLBACKED on the
-message a callback closes), each with the channel and the provider's message id."""
+"""What a channel agent publishes besides the SDK's receipts: delivery steps (SENT, DELIVERED, and CALLBACKED on
+the message a callback closes, each with the channel and the provider's message id) and hand-overs to a backup
+channel; each waits for the broker's ack."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from dataclasses import dataclass
 from reach import codec
 from reach import headers as h
 from reach.agent.publisher import Sender
-from reach.envelopes import now_ms
+from reach.envelopes import now_ms, routing_key
+from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import ChannelDelivery, Envelope, Receipt, Status
 
@@ -26,9 +28,10 @@ class Closes:
 class DeliverySteps:
     """Writes delivery steps to `<ns>.receipts` and waits for the broker's ack, so they precede the outcome."""
 
-    def __init__(self, sender: Sender, *, topic: str, agent_id: str, instance_id: str) -> None:
+    def __init__(self, sender: Sender, *, names: Names, agent_id: str, instance_id: str) -> None:
         self._sender = sender
-        self._topic = topic
+        self._names = names
+        self._topic = names.receipts
         self._agent_id = agent_id
         self._instance_id = instance_id
 
@@ -45,6 +48,13 @@ class DeliverySteps:
             instance_id=None,  # not a call of this instance on that message: health must not count it
             status=Status.CALLBACKED, at=now_ms(),
             channel=channel.model_copy(update={"callback_id": envelope.message_id})))
+
+    async def hand_over(self, envelope: Envelope) -> None:
+        """Publish a backup channel's envelope to its capability topic (the catalog names it, not the input)."""
+        key = envelope.message_id
+        ack = self._sender.send(self._names.capability(envelope.capability), routing_key(envelope),
+                                codec.encode(envelope), headers=[(h.MESSAGE_ID, key.encode())])
+        await asyncio.wrap_future(ack)
 
     async def _publish(self, receipt: Receipt) -> None:
         key = receipt.message_id

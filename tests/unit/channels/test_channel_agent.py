@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from reach import codec
 from reach.agent import BusinessError, Context, Reject, TransientError
 from reach.agent.outcomes import Outcome, from_exception
 from reach.breaker import Outcome as Health
@@ -17,6 +18,7 @@ from reach.channels.steps import DeliverySteps
 from reach.codec import decode_dict, encode
 from reach.envelopes import new_envelope
 from reach.health.calls import call_of
+from reach.names import Names
 from reach.records import Envelope, Status
 from tests.unit.agent.fakes import FakeSender
 
@@ -44,7 +46,7 @@ class FakeProvider:
 
 def service(provider: FakeProvider) -> tuple[ChannelService, FakeSender]:
     sender = FakeSender()
-    steps = DeliverySteps(sender, topic="ns.receipts", agent_id="agent://channels/sms", instance_id="i1")
+    steps = DeliverySteps(sender, names=Names("ns"), agent_id="agent://channels/sms", instance_id="i1")
     return ChannelService(channel("sms"), provider, steps), sender
 
 
@@ -126,3 +128,83 @@ def test_the_agent_serves_the_channel_capability() -> None:
     spec = agent.capabilities["channel.sms"]
     assert spec.is_async and spec.wants_context
     assert list(spec.input_validator.iter_errors({"endpoint": "+1555", "body": {}, "extra": 1}))
+
+
+def test_while_open_a_request_with_a_backup_is_handed_over_and_the_backup_closes_the_callback() -> None:
+    provider = FakeProvider(Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "429"))
+    svc, sender = service(provider)
+    payload = {**json.loads(callback_envelope().payload), "backup": {"channel": "email", "endpoint": "ops@example.com"}}
+    env = callback_envelope()
+    for _ in range(2):  # two 429s: not OPEN yet, retried as usual
+        with pytest.raises(TransientError):
+            asyncio.run(svc.handle(payload, ctx(env)))
+    result = asyncio.run(svc.handle(payload, ctx(env)))  # the third 429 opens it: handed over
+    assert result == {"channel": "sms", "handed_over_to": "email", "message_id": "orig-cb0-bk"}
+    asyncio.run(svc.handle(payload, ctx(env)))  # while OPEN the provider is not called at all
+    assert len(provider.sent) == 3
+    [backup, again] = [codec.decode(r.value or b"", Envelope) for r in sender.on("ns.cap.channel.email")]
+    assert backup == again.model_copy(update={"created_at": backup.created_at, "deadline": backup.deadline})
+    assert (backup.capability, backup.trace_id, backup.parent_id) == ("channel.email", "t1", "orig-cb0")
+    forwarded = json.loads(backup.payload)
+    assert forwarded["endpoint"] == "ops@example.com" and forwarded["handed_over_from"] == "orig-cb0"
+    assert "backup" not in forwarded  # the backup has no backup of its own
+
+    mail = FakeProvider(Sent(provider_message_id="<orig-cb0-bk@reach>", delivered=True))
+    mail.channel = "email"
+    email_sender = FakeSender()
+    email_svc = ChannelService(channel("email"), mail, DeliverySteps(email_sender, names=Names("ns"),
+                                                                     agent_id="agent://channels/email",
+                                                                     instance_id="i2"))
+    asyncio.run(email_svc.handle(forwarded, Context(envelope=backup, agent_id="agent://channels/email",
+                                                    instance_id="i2")))
+    assert [(r.message_id, r.status) for r in email_sender.receipts()] == [
+        ("orig-cb0-bk", Status.SENT), ("orig-cb0-bk", Status.DELIVERED), ("orig", Status.CALLBACKED)]
+
+
+def test_while_open_without_a_backup_the_send_fails_retryably() -> None:
+    provider = FakeProvider(Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "429"))
+    svc, _ = service(provider)
+    env = callback_envelope()
+    for _ in range(3):
+        with pytest.raises(TransientError):
+            asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    with pytest.raises(TransientError) as caught:
+        asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    assert caught.value.code == "CHANNEL_OPEN" and len(provider.sent) == 3
+
+
+def test_a_bad_backup_is_rejected() -> None:
+    svc, _ = service(FakeProvider(Sent(provider_message_id="p")))
+    env = callback_envelope()
+    with pytest.raises(Reject, match="another channel"):
+        asyncio.run(svc.handle({**json.loads(env.payload), "backup": {"channel": "sms", "endpoint": "+15550000000"}},
+                               ctx(env)))
+
+
+def test_when_the_provider_recovers_real_sends_probe_it_back_to_healthy() -> None:
+    from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
+
+    clock = [0]
+    provider = FakeProvider(Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "429"))
+    rules = ChannelRules(open_ms=1_000, probe_every_ms=100, probes=3)
+    svc = ChannelService(channel("sms"), provider, DeliverySteps(FakeSender(), names=Names("ns"), agent_id="a",
+                                                                 instance_id="i1"),
+                         health=ChannelHealth(rules), clock=lambda: clock[0])
+    env = callback_envelope()
+    payload = {**json.loads(env.payload), "backup": {"channel": "email", "endpoint": "ops@example.com"}}
+    for _ in range(3):
+        try:
+            asyncio.run(svc.handle(payload, ctx(env)))
+        except TransientError:
+            pass
+    assert svc.health.state(clock[0]) is ChannelState.OPEN
+    provider.outcome = Sent(provider_message_id="p-ok", delivered=True)
+    clock[0] = 500
+    assert "handed_over_to" in asyncio.run(svc.handle(payload, ctx(env)))  # still OPEN: no probe yet
+    sent_before = len(provider.sent)
+    for at in (1_100, 1_150, 1_200, 1_300):  # probes every 100 ms: 1_150 is not one and is handed over
+        clock[0] = at
+        asyncio.run(svc.handle(payload, ctx(env)))
+    assert len(provider.sent) - sent_before == 3
+    assert svc.health.state(1_301) is ChannelState.HEALTHY
+    assert asyncio.run(svc.handle(payload, ctx(env)))["provider_message_id"] == "p-ok"

@@ -44,7 +44,12 @@ def test_split_fields_keeps_commas_inside_brackets_and_quotes() -> None:
     ('{"channel": "fax", "endpoint": "1"}', "unknown channel 'fax'"),
     ('{"channel": "webhook"}', "string `channel` and `endpoint`"),
     ('{"channel": "webhook", "endpoint": "https://h/x", "fields": "$.a"}', "list of JSONPath"),
-    ('{"channel": "webhook", "endpoint": "https://h/x", "backup": {}}', "unknown keys ['backup']"),
+    ('{"channel": "webhook", "endpoint": "https://h/x", "extra": {}}', "unknown keys ['extra']"),
+    ('{"channel": "sms", "endpoint": "+15551234567", "backup": {}}', "must be {"),
+    ('{"channel": "sms", "endpoint": "+15551234567", "backup": {"channel": "sms", "endpoint": "+15551234568"}}',
+     "another channel"),
+    ('{"channel": "sms", "endpoint": "+15551234567", "backup": {"channel": "email", "endpoint": "x"}}',
+     "not one address"),
     ("webhook:ftp://example.com/x", "not an http(s) URL"),
     ("webhook:https:///nohost", "not an http(s) URL"),
     ("email:not-an-address", "not one address"),
@@ -69,3 +74,11 @@ def test_bad_jsonpath_and_too_many_fields_are_refused() -> None:
 def test_fields_without_a_callback_are_refused() -> None:
     with pytest.raises(BadCallback, match="without a callback"):
         callback_text(None, "$.a")
+
+
+def test_a_backup_target_round_trips() -> None:
+    text = json.dumps({"channel": "sms", "endpoint": "+15551234567",
+                       "backup": {"channel": "email", "endpoint": "ops@example.com"}})
+    spec = parse(text)
+    assert spec.backup is not None and spec.backup.to_dict() == {"channel": "email", "endpoint": "ops@example.com"}
+    assert parse(spec.to_text()) == spec
