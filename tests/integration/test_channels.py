@@ -24,6 +24,7 @@ from reach.agent import Agent
 from reach.channels.agent import channel_agent
 from reach.channels.closure import callback_id
 from reach.channels.errors import BadCallback
+from reach.channels.health import ChannelRules
 from reach.channels.settings import ChannelSettings
 from reach.client import Client
 from reach.envelopes import now_ms
@@ -136,6 +137,21 @@ def test_webhook_callback_is_signed_selects_fields_and_shows_sent_and_delivered(
         assert [s.status for s in row.timeline].count(Status.ATTEMPT_FAILED) == 2
 
 
+@contextmanager
+def smtp_server() -> Iterator[tuple[Inbox, int]]:
+    """A real SMTP server (aiosmtpd) on a free loopback port."""
+    inbox = Inbox()
+    with socket.socket() as probe:  # aiosmtpd checks its own port on start, so it needs a real one
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    smtp = Controller(inbox, hostname="127.0.0.1", port=port)
+    smtp.start()
+    try:
+        yield inbox, port
+    finally:
+        smtp.stop()
+
+
 class Inbox:
     """An aiosmtpd handler keeping every message it accepted."""
 
@@ -148,13 +164,7 @@ class Inbox:
 
 
 def test_email_callback_arrives_at_a_real_smtp_server(namespace: str, tmp_path: Path) -> None:
-    inbox = Inbox()
-    with socket.socket() as probe:  # aiosmtpd checks its own port on start, so it needs a real one
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    smtp = Controller(inbox, hostname="127.0.0.1", port=port)
-    smtp.start()
-    try:
+    with smtp_server() as (inbox, port):
         agent = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port,
                                                                 smtp_from="reach@test.local", timeout_s=5))
         with running_status(tmp_path) as fold, running_router() as router, running(echo_agent()), running(agent), \
@@ -172,8 +182,6 @@ def test_email_callback_arrives_at_a_real_smtp_server(namespace: str, tmp_path: 
             wait_for(lambda: {Status.SENT, Status.DELIVERED} <= set(timeline(fold, callback_id(mid, 0))), 30,
                      "SENT and DELIVERED for the email")
             wait_for(lambda: Status.CALLBACKED in timeline(fold, mid), 30, "CALLBACKED on the original message")
-    finally:
-        smtp.stop()
 
 
 def test_sms_delivery_report_then_429s_open_the_instance_breaker(namespace: str, tmp_path: Path) -> None:
@@ -200,7 +208,10 @@ def test_sms_delivery_report_then_429s_open_the_instance_breaker(namespace: str,
                              for n in range(4)]
                 failed = receipts.wait_status(throttled, Status.ATTEMPT_FAILED, timeout=60)
                 errors = [r.error for m in throttled for r in failed[m] if r.status is Status.ATTEMPT_FAILED]
-                assert errors and all(e is not None and e.code == "RATE_LIMITED" for e in errors)
+                codes = [e.code for e in errors if e is not None]
+                assert codes.count("RATE_LIMITED") >= 3, codes
+                # once the instance's own channel health is OPEN it stops calling the provider (no backup named)
+                assert set(codes) <= {"RATE_LIMITED", "CHANNEL_OPEN"}, codes
                 instance = agent.instance_id
 
                 def opened() -> bool:
@@ -213,3 +224,42 @@ def test_sms_delivery_report_then_429s_open_the_instance_breaker(namespace: str,
         finally:
             writer.stop()
             receipts.close()
+
+
+def test_sms_429s_open_the_channel_and_callbacks_go_to_the_email_backup_until_probes_bring_it_back(
+        namespace: str, tmp_path: Path) -> None:
+    rules = ChannelRules(open_ms=2_000, probe_every_ms=200, probes=3)
+    with listening(FakeSms()) as provider, smtp_server() as (inbox, port):
+        sms = channel_agent("sms", settings=ChannelSettings(sms_url=f"{provider.url}/api", sms_poll_s=0.05,
+                                                            timeout_s=2), health=rules)
+        mail = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port, timeout_s=5))
+        fast_retries("channel.sms", 3)
+        spec = json.dumps({"channel": "sms", "endpoint": "+15551234567", "fields": ["$.n"],
+                           "backup": {"channel": "email", "endpoint": "ops@example.com"}})
+        with running_status(tmp_path) as fold, running_router() as router, delays(), running(echo_agent()), \
+                running(sms), running(mail), Client() as client:
+            wait_for(lambda: serving(router, "demo.echo", "channel.sms", "channel.email"), what="agents READY")
+            provider.mode = "429"
+            sent = [client.send("demo.echo", {"n": n}, callback=spec) for n in range(6)]
+
+            def by_mail() -> set[int]:
+                return {json.loads(email.message_from_bytes(raw).get_payload(decode=True))["fields"]["$.n"]
+                        for _, raw in list(inbox.messages)}
+
+            wait_for(lambda: by_mail() == set(range(6)), 90, "every callback delivered by the email backup")
+            wait_for(lambda: all(Status.CALLBACKED in timeline(fold, m) for m in sent), 30, "CALLBACKED on all six")
+            assert provider.messages == {}  # the SMS provider accepted none of them
+            handed = fold.row(callback_id(sent[0], 0))
+            assert handed is not None and handed.status is Status.COMPLETED
+            assert {m for _, m in fold.trace(handed.trace_id)} == {sent[0], callback_id(sent[0], 0),
+                                                                   callback_id(sent[0], 0) + "-bk"}
+
+            provider.mode = "ok"  # the provider recovers: after OPEN, real sends probe it back
+
+            def via_sms() -> bool:
+                mid = client.send("demo.echo", {"n": 99}, callback=spec)
+                return wait_for(lambda: (r := fold.row(callback_id(mid, 0))) is not None and r.terminal, 30,
+                                "the callback's outcome") and Status.SENT in timeline(fold, callback_id(mid, 0))
+
+            wait_for(via_sms, 60, "a callback sent by SMS again", interval=0.5)
+            assert provider.messages
