@@ -32,3 +32,18 @@ def test_channels_list_json_is_the_catalog() -> None:
     result = CliRunner().invoke(app, ["channels", "list", "--json"])
     assert result.exit_code == 0, result.output
     assert [row["capability"] for row in json.loads(result.output)] == [c.capability for c in CHANNELS]
+
+
+def test_the_timeline_names_the_channel_of_a_delivery_step() -> None:
+    from rich.console import Console
+
+    from reach.cli.status import _timeline
+
+    row = {"message_id": "m-cb0", "capability": "channel.webhook", "status": "COMPLETED", "timeline": [
+        {"generation": 0, "attempt": 1, "status": "SENT", "at": 1, "instance_id": "i1",
+         "channel": {"channel": "webhook", "provider_message_id": "rcv-1", "callback_id": None}},
+        {"generation": 0, "attempt": 1, "status": "COMPLETED", "at": 2, "instance_id": "i1"}]}
+    console = Console(width=200, record=True)
+    console.print(_timeline(row))
+    text = console.export_text()
+    assert "SENT via webhook rcv-1" in text and "COMPLETED" in text
