@@ -272,8 +272,13 @@ class StatusFold:
         if isinstance(callback, Envelope):
             topic = self.names.capability(callback.capability)
             if self._topic_exists(producer, topic):
+                self._metrics.callbacks.labels("sent").inc()
                 return topic, callback.message_id, codec.encode(callback)
             callback = closure.unroutable(callback, now=now_ms(), topic=topic)
+            self._metrics.callbacks.labels("no_channel").inc()
+            log.warning("status: no callback for %s: %s", callback.message_id, callback.error)
+        else:
+            self._metrics.callbacks.labels("rejected").inc()
         return self.names.receipts, callback.message_id, codec.encode(callback)
 
     def _send_callbacks(self, producer: Producer, callbacks: list[_Reply]) -> list[str]:

@@ -67,6 +67,7 @@ def test_the_callback_envelope_goes_to_the_channel_topic_before_the_commit(tmp_p
     assert consumer.committed_at() == {(NAMES.receipts, 0): 2}
     row = fold.row("m1")
     assert row is not None and row.callback_sent
+    assert fold._metrics.registry.get_sample_value("agentreach_callbacks_total", {"outcome": "sent"}) == 1
 
     fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(2, Status.COMPLETED)]))
     assert len(producer.to(WEBHOOK)) == 1, "a later terminal receipt does not call back twice"
@@ -96,6 +97,7 @@ def test_no_channel_topic_gives_an_unroutable_receipt_and_a_bad_spec_a_rejected_
     assert [(r.message_id, r.status) for r in out] == [("m1-cb0", Status.UNROUTABLE)]
     assert out[0].error is not None and "reach channels run --channel webhook" in out[0].error.message
     assert producer.to(WEBHOOK) == []
+    assert fold._metrics.registry.get_sample_value("agentreach_callbacks_total", {"outcome": "no_channel"}) == 1
 
     fold2, producer2 = status_fold(tmp_path / "b"), Producer()
     fold2._batch(cast(Any, FakeConsumer()), cast(Any, producer2),
@@ -103,3 +105,4 @@ def test_no_channel_topic_gives_an_unroutable_receipt_and_a_bad_spec_a_rejected_
     bad = [codec.decode(v, Receipt) for v in producer2.to(NAMES.receipts)]
     assert [(r.message_id, r.status) for r in bad] == [("m1-cb0", Status.REJECTED)]
     assert bad[0].error is not None and bad[0].error.code == "BAD_CALLBACK"
+    assert fold2._metrics.registry.get_sample_value("agentreach_callbacks_total", {"outcome": "rejected"}) == 1
