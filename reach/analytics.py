@@ -31,7 +31,7 @@ COLUMNS: dict[str, str] = {
     "cost": "DOUBLE", "due_at": "TIMESTAMP", "timings": "JSON", "candidates": "INTEGER",
     "picked_instance": "VARCHAR", "picked_score": "DOUBLE", "inbox_topic": "VARCHAR",
     "inbox_partition": "INTEGER", "inbox_offset": "BIGINT", "kafka_partition": "INTEGER",
-    "kafka_offset": "BIGINT", "kafka_timestamp": "TIMESTAMP",
+    "kafka_offset": "BIGINT", "kafka_timestamp": "TIMESTAMP", "arm": "VARCHAR", "admission": "VARCHAR",
 }
 
 
@@ -64,6 +64,7 @@ def flatten(receipt: Receipt) -> dict[str, Any]:
         "inbox_topic": decision.topic if decision else None,
         "inbox_partition": decision.partition if decision else None,
         "inbox_offset": decision.offset if decision else None,
+        "arm": decision.arm if decision else None, "admission": decision.admission if decision else None,
     }
 
 

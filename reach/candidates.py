@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 from semver import Version
 
 from reach.loads import InstanceLoad
-from reach.records import AgentRegistration, AgentState, Capability
+from reach.records import AgentRegistration, AgentState, BreakerState, Capability, InstanceHealth
 from reach.versions import BadVersion, parse_version, satisfies
 
 
@@ -36,6 +36,7 @@ class RouteRequest:
     content_type: str = "application/json"
     delivery_timeout_ms: int | None = None
     reroutes: int = 0
+    canary: bool = False
     priority: int = 0  # RoutingHints.priority: the priority scoring factor matches it to instances' priority_class
 
     @classmethod
@@ -61,6 +62,7 @@ class RouteRequest:
             content_type=env.get("content_type") or "application/json",
             delivery_timeout_ms=env.get("delivery_timeout_ms"),
             reroutes=env.get("reroutes", 0),
+            canary=bool(routing.get("canary")),
             priority=routing.get("priority") or 0,
         )
 
@@ -97,16 +99,48 @@ class Candidate(NamedTuple):
         return self.load.full
 
 
+OPEN_RETRY_AFTER_MS = 1_000
+"""retry_after_ms for an instance OPEN without an open_until, or HALF_OPEN and not admitting the request."""
+
+
 @dataclass(frozen=True, slots=True)
 class Selection:
     """The filter's answer: instances with room, or (when every match is full) the full matches."""
 
     candidates: tuple[Candidate, ...]
     overloaded: tuple[Candidate, ...]
+    throttled: Mapping[str, int] = field(default_factory=dict)  # instance_id -> ms until its qps bucket refills
+    unavailable_ms: int | None = None  # every match's breaker is OPEN: ms until the first one's open_until
 
     @property
     def all_overloaded(self) -> bool:
         return not self.candidates and bool(self.overloaded)
+
+    @property
+    def all_open(self) -> bool:
+        return self.unavailable_ms is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Matched:
+    """Instances that pass the hard and soft filters, and the OPEN ones left out (instance_id -> open_until)."""
+
+    candidates: tuple[Candidate, ...]
+    open: Mapping[str, int | None]
+
+    def unavailable_ms(self, now_ms: int) -> int | None:
+        """When nothing but OPEN instances matched: ms until the first may be probed (at least 1), else None."""
+        if self.candidates or not self.open:
+            return None
+        until = [t for t in self.open.values() if t is not None]
+        return max(min(until) - now_ms, 1) if until else OPEN_RETRY_AFTER_MS
+
+
+def is_open(health: InstanceHealth | None, now_ms: int) -> bool:
+    """OPEN until open_until (no open_until: until the writer moves it on); UNKNOWN reads as CLOSED."""
+    if health is None or health.breaker is not BreakerState.OPEN:
+        return False
+    return health.open_until is None or health.open_until > now_ms
 
 
 @lru_cache(maxsize=4096)
@@ -136,22 +170,25 @@ def matching_capability(registration: AgentRegistration, name: str, range_text: 
     return best
 
 
-def select(
+def match(
     request: RouteRequest,
     registrations: Iterable[AgentRegistration],
     *,
     loads: Mapping[str, InstanceLoad] | None = None,
     disabled: Collection[str] = frozenset(),
-) -> Selection:
-    """Filter instances for a request (docs/architecture.md, step 2) and split them by backpressure.
+    health: Mapping[str, InstanceHealth] | None = None,
+    now_ms: int = 0,
+) -> Matched:
+    """Filter instances for a request (docs/architecture.md, step 2), before admission and backpressure.
 
     Hard filters: capability and a version satisfying the range, READY, owning inbox partitions,
-    not drained/disabled by control, tenant, `to_agent`. Soft ones: excluded instances and
-    instances lacking a requested tag are dropped only while another candidate remains. `loads`
-    maps instance_id to its current load (default: the heartbeat's inflight, no queue); a full
-    instance (busy and its queue at its bound, reach.loads) is shed while another has room.
+    not drained/disabled by control, tenant, `to_agent`, and a breaker not OPEN (`health`, by
+    instance_id). Soft ones: excluded instances and instances lacking a requested tag are dropped
+    only while another candidate remains; an OPEN instance never comes back through them. `loads`
+    maps instance_id to its current load (default: the heartbeat's inflight, no queue).
     """
     matched: list[Candidate] = []
+    opened: dict[str, int | None] = {}
     for reg in registrations:
         if reg.state is not AgentState.READY or not reg.assigned_partitions or not reg.inbox_topic:
             continue
@@ -164,6 +201,10 @@ def select(
         cap = matching_capability(reg, request.capability, request.version_range)
         if cap is None:
             continue
+        h = health.get(reg.instance_id) if health else None
+        if h is not None and is_open(h, now_ms):
+            opened[reg.instance_id] = h.open_until
+            continue
         load = (loads or {}).get(reg.instance_id) or InstanceLoad.of(reg)
         matched.append(Candidate(reg, cap, _parsed(cap.version) or Version(0), load))
     if request.excluded_instances:
@@ -173,7 +214,46 @@ def select(
         wanted = set(request.tags)
         tagged = [c for c in matched if wanted <= set(c.capability.tags)]
         matched = tagged or matched
-    room = tuple(c for c in matched if not c.overloaded)
+    return Matched(tuple(matched), opened)
+
+
+def shed(
+    candidates: Iterable[Candidate],
+    *,
+    health: Mapping[str, InstanceHealth] | None = None,
+    throttled: Mapping[str, int] | None = None,
+) -> Selection:
+    """Split admitted candidates by backpressure, then drop health-weight-0 ones while another has room.
+
+    A full instance (busy and its queue at its bound, reach.loads) or one over its qps_limit (`throttled`:
+    instance_id -> ms until its token bucket has a token) is shed while another has room; when none has
+    room every one is `overloaded`. Health weight 0 means eligible only when nothing else is: a slow
+    instance with room serves rather than a busy healthy one failing the request with OVERLOAD."""
+    pool = list(candidates)
+    waits = throttled or {}
+    room = tuple(c for c in pool if not c.overloaded and c.instance_id not in waits)
+    if room and health:
+        weighted = tuple(c for c in room if (h := health.get(c.instance_id)) is None or h.weight > 0)
+        room = weighted or room
     if room:
         return Selection(candidates=room, overloaded=())
-    return Selection(candidates=(), overloaded=tuple(matched))
+    return Selection(candidates=(), overloaded=tuple(pool),
+                     throttled={c.instance_id: waits[c.instance_id] for c in pool if c.instance_id in waits})
+
+
+def select(
+    request: RouteRequest,
+    registrations: Iterable[AgentRegistration],
+    *,
+    loads: Mapping[str, InstanceLoad] | None = None,
+    disabled: Collection[str] = frozenset(),
+    health: Mapping[str, InstanceHealth] | None = None,
+    throttled: Mapping[str, int] | None = None,
+    now_ms: int = 0,
+) -> Selection:
+    """`match` then `shed`, without admission (reach.admission sits between them in reach.routing.decide)."""
+    matched = match(request, registrations, loads=loads, disabled=disabled, health=health, now_ms=now_ms)
+    unavailable = matched.unavailable_ms(now_ms)
+    if unavailable is not None:
+        return Selection(candidates=(), overloaded=(), unavailable_ms=unavailable)
+    return shed(matched.candidates, health=health, throttled=throttled)

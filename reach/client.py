@@ -137,6 +137,10 @@ class Client:
             self._producer = clients.producer(self.kafka)
         return self._producer
 
+    def ensure_topic(self, topic: str) -> None:
+        """Create a family topic (e.g. a capability topic) from topics.yaml when it is missing; cached."""
+        self._ensure(topic)
+
     def _ensure(self, topic: str) -> None:
         if topic in self._topics:
             return

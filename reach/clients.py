@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient
 
+from reach import kafkaerrors
 from reach.errors import InfraUnavailable
 from reach.settings import KafkaSettings
 
+_PROBE_S = 1.0  # one metadata attempt; between attempts the error callback is served
+
 
 def admin(kafka: KafkaSettings | None = None) -> AdminClient:
-    return AdminClient((kafka or KafkaSettings()).librdkafka())
+    return AdminClient((kafka or KafkaSettings()).admin())
 
 
 def producer(kafka: KafkaSettings | None = None, **overrides: Any) -> Producer:
@@ -38,10 +42,23 @@ def take(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]
 
 
 def check_reachable(client: AdminClient, timeout: float = 10.0) -> None:
-    """Raise InfraUnavailable (exit 4) when no broker answers a metadata request."""
-    try:
-        client.list_topics(timeout=timeout)
-    except Exception as exc:  # noqa: BLE001 - librdkafka reports unreachability as a generic KafkaException
-        raise InfraUnavailable(
-            f"The Kafka broker does not answer ({exc}). Check REACH_BOOTSTRAP or run `reach local up`."
-        ) from None
+    """Raise InfraUnavailable (exit 4) when no broker answers a metadata request, within a second when the
+    broker refuses the credentials (librdkafka would retry the login until `timeout`)."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while True:
+        try:
+            client.list_topics(timeout=min(_PROBE_S, max(deadline - time.monotonic(), 0.01)))
+            return
+        except Exception as exc:  # noqa: BLE001 - librdkafka reports unreachability as a generic KafkaException
+            client.poll(0)  # serves the error callback, which records a refused login
+            refused = kafkaerrors.failure_since(start)
+            if refused is not None:
+                raise InfraUnavailable(
+                    f"Kafka authentication failed: {refused}. Check REACH_SASL_USERNAME, REACH_SASL_PASSWORD and "
+                    "REACH_SASL_MECHANISM (or the REACH_SSL_* files) against the broker's listener."
+                ) from None
+            if time.monotonic() >= deadline:
+                raise InfraUnavailable(
+                    f"The Kafka broker does not answer ({exc}). Check REACH_BOOTSTRAP or run `reach local up`."
+                ) from None

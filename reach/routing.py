@@ -10,23 +10,34 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from reach.candidates import Candidate, RouteRequest, select
+from reach.admission import admit
+from reach.candidates import OPEN_RETRY_AFTER_MS, RouteRequest, Selection, match, shed
 from reach.factors import FactorWeights, ScoringContext, as_factor_weights
 from reach.loads import InstanceLoad, retry_after_ms
 from reach.names import check_capability
-from reach.records import AgentRegistration, InstanceHealth, Weights
+from reach.records import AgentRegistration, Canary, InstanceHealth, Weights
 from reach.scoring import ScoredDecision, ScoreParts, score, score_all
 from reach.versions import BadVersion, parse_range
 
 
 @dataclass(frozen=True, slots=True)
 class Forward:
-    """Send the original bytes to `partition` of `topic`, owned by the picked instance."""
+    """Send the envelope to `partition` of `topic`, owned by the picked instance.
+
+    The original bytes, except when `timeout_factor` > 1 (a slow instance serving as the sole candidate):
+    then the envelope goes re-encoded with its execution timeout multiplied by it. `arm` and `admission`
+    are Decision.arm and Decision.admission of the ROUTED receipt."""
 
     decision: ScoredDecision
     topic: str
     partition: int
-    admission: str | None = None  # Decision.admission: why candidates were left out before scoring, if any
+    admission: str | None = None  # Decision.admission: who admission left out before scoring and why, if any
+    timeout_factor: float = 1.0
+
+    @property
+    def arm(self) -> str | None:
+        """Decision.arm: the picked instance's canary arm (None when its agent runs no canary)."""
+        return self.decision.arm
 
     @property
     def instance(self) -> AgentRegistration:
@@ -40,6 +51,15 @@ class Overload:
     retry_after_ms: int
     scores: tuple[ScoreParts, ...]
     weights: FactorWeights
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """Every matching instance's breaker is OPEN (or HALF_OPEN and not probing with this request): fail fast,
+    FAILED / UNAVAILABLE, retry after the first open_until, instead of feeding a retry storm."""
+
+    retry_after_ms: int
     message: str
 
 
@@ -66,7 +86,7 @@ class Expired:
     message: str
 
 
-RouteOutcome = Forward | Overload | NoRoute | Reject | Expired
+RouteOutcome = Forward | Overload | Unavailable | NoRoute | Reject | Expired
 
 
 def parse_request(envelope: Mapping[str, Any]) -> RouteRequest | Reject:
@@ -104,16 +124,30 @@ def decide(
     health: Mapping[str, InstanceHealth] | None = None,
     rng: random.Random | None = None,
     payload: bytes | None = None,
+    canaries: Mapping[str, Canary] | None = None,
+    throttled: Mapping[str, int] | None = None,
 ) -> RouteOutcome:
-    """Decide where a request goes. Pass `payload` only when the capability's policy validates at the router."""
+    """Decide where a request goes: filter (`health`: OPEN is out), admit (canary arm by agent id in
+    `canaries`, HALF_OPEN / restore shares), shed (health weight 0, full queues, `throttled`: instance ->
+    ms until its qps bucket refills), score. Pass `payload` only when the capability's policy validates
+    at the router."""
     if request.deadline is not None and request.deadline <= now_ms:
         return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
-    selection = select(request, registrations, loads=loads, disabled=disabled)
-    context = ScoringContext(health=health or {}, affinity=affinity or {})
+    health = health or {}
+    matched = match(request, registrations, loads=loads, disabled=disabled, health=health, now_ms=now_ms)
+    unavailable = matched.unavailable_ms(now_ms)
+    if unavailable is not None:
+        return Unavailable(unavailable, _unavailable_message(request, sorted(matched.open)))
+    admission = admit(request, matched.candidates, health=health, canaries=canaries or {})
+    if not admission.candidates and admission.refused:
+        names = sorted(c.instance_id for c in admission.refused) + sorted(matched.open)
+        return Unavailable(OPEN_RETRY_AFTER_MS, _unavailable_message(request, names))
+    selection = shed(admission.candidates, health=health, throttled=throttled)
+    context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms)
     if selection.all_overloaded:
         scores = score_all(request, selection.overloaded, weights, context)
-        return Overload(retry_after_ms(c.load for c in selection.overloaded), scores, as_factor_weights(weights),
-                        overload_message(selection.overloaded))
+        return Overload(_overload_retry_after(selection), scores, as_factor_weights(weights),
+                        overload_message(selection))
     if not selection.candidates:
         future = request.expire_at is not None and request.expire_at > now_ms
         detail = f" {request.version_range}" if request.version_range != "*" else ""
@@ -128,18 +162,39 @@ def decide(
         if problem is not None:
             return Reject("INVALID_INPUT", problem)
     reg = decision.picked.registration
-    return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key))
+    picked_health = health.get(reg.instance_id)
+    factor = 1.0
+    if len(selection.candidates) == 1 and picked_health is not None and picked_health.timeout_factor > 1:
+        factor = picked_health.timeout_factor  # slow, but the sole candidate: it serves with more time
+    return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key),
+                   admission=admission.note, timeout_factor=factor)
 
 
-def overload_message(full: Iterable[Candidate]) -> str:
-    """What a user sees in an OVERLOAD receipt: each candidate's occupancy, queue and drain rate."""
+def _unavailable_message(request: RouteRequest, instances: list[str]) -> str:
+    return (f"every instance serving {request.capability} has its circuit breaker open ({', '.join(instances)}); "
+            "retry after retry_after_ms, when the first may be probed again")
+
+
+def _overload_retry_after(selection: Selection) -> int:
+    """The soonest drain of a full queue or refill of a qps bucket."""
+    full = [c.load for c in selection.overloaded if c.instance_id not in selection.throttled]
+    waits = [retry_after_ms(full)] if full else []
+    waits += [max(ms, 1) for ms in selection.throttled.values()]
+    return min(waits)
+
+
+def overload_message(selection: Selection) -> str:
+    """What a user sees in an OVERLOAD receipt: each candidate's occupancy, queue and drain rate, or its qps limit."""
     shown = []
-    for c in full:
+    for c in selection.overloaded:
+        if c.instance_id in selection.throttled:
+            shown.append(f"{c.instance_id} at its qps_limit {c.registration.qps_limit:g}/s")
+            continue
         load = c.load
         rate = "not measured yet" if load.drain_rate is None else f"{load.drain_rate:g}/s"
         shown.append(f"{c.instance_id} running {load.occupancy}/{load.capacity}, queue {load.queue}/"
                      f"{load.max_queue}, draining {rate}")
-    return ("every candidate is above 80% of its max_concurrency with its queue full ("
+    return ("every candidate is above 80% of its max_concurrency with its queue full, or at its qps_limit ("
             + "; ".join(shown) + "); retry after retry_after_ms")
 
 

@@ -10,20 +10,36 @@
 | REACH_SCHEMA_REGISTRY_URL | (none)                      | use Confluent Schema Registry framing when set      |
 | REACH_WEB_PORT            | 6066                        | the stream app's HTTP port                          |
 | REACH_WEB_HOST            | 127.0.0.1                   | the address it binds and advertises to other workers|
+| REACH_WEB_TOKEN           | (none)                      | shared token the views require (`Authorization:     |
+|                           |                             | Bearer`) when REACH_WEB_HOST is not loopback        |
 | REACH_STATUS_RETENTION    | 604800 (7 days, seconds)    | how long terminal status rows are kept              |
 | REACH_STALE_NO_ROUTE      | 86400 (24 h, seconds)       | age at which an unserved NO_ROUTE letter is stale   |
+| REACH_CANARY_MIN_CALLS    | 10                          | canary-arm calls a step needs before it is judged   |
+| REACH_CANARY_TICK_MS      | 1000                        | how often the canary controller applies the rule    |
+| REACH_CANARY_REPORT_MS    | 5000                        | how often it rewrites a running canary's progress   |
+| REACH_SECURITY_PROTOCOL   | PLAINTEXT                   | PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL          |
+| REACH_SASL_MECHANISM      | (none; required with SASL)  | PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512               |
+| REACH_SASL_USERNAME       | (none; required with SASL)  | SASL user                                           |
+| REACH_SASL_PASSWORD       | (none; required with SASL)  | SASL password (secret)                              |
+| REACH_SSL_CA_FILE         | (system trust store)        | PEM file of the CA that signed the broker's cert    |
+| REACH_SSL_CERT_FILE       | (none)                      | PEM client certificate (mutual TLS), with the key   |
+| REACH_SSL_KEY_FILE        | (none)                      | PEM private key of the client certificate           |
+| REACH_SSL_KEY_PASSWORD    | (none)                      | password of that key (secret)                       |
+| REACH_SSL_CHECK_HOSTNAME  | true                        | verify the broker's name against its certificate    |
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reach.errors import InfraUnavailable
+from reach import kafkaerrors
+from reach.errors import ConfigError, InfraUnavailable
 
 _COMMON = SettingsConfigDict(env_prefix="REACH_", frozen=True, extra="forbid")
 
@@ -38,6 +54,7 @@ class ReachSettings(BaseSettings):
     topics_file: Path = Path("topics.yaml")
     web_port: int = 6066
     web_host: str = "127.0.0.1"
+    web_token: SecretStr | None = None
     status_retention: int = 7 * 24 * 3600
     stale_no_route: int = 24 * 3600
     schema_registry_url: str | None = None
@@ -54,15 +71,87 @@ def _local_state(home: Path) -> dict[str, Any]:
     return data
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+_SASL_FIELDS = ("sasl_mechanism", "sasl_username", "sasl_password")
+_TLS_FIELDS = ("ssl_ca_file", "ssl_cert_file", "ssl_key_file", "ssl_key_password")
+
+
+def _env(field: str) -> str:
+    return f"REACH_{field.upper()}"
+
+
+def _one_of(value: str, allowed: tuple[str, ...], field: str) -> str:
+    normal = value.strip().upper()
+    if normal not in allowed:
+        raise ConfigError(f"{_env(field)}={value!r} is not supported: expected one of {', '.join(allowed)}.")
+    return normal
+
+
 class KafkaSettings(BaseSettings):
-    """How to reach the Kafka broker; `librdkafka()` is the one place that builds client config."""
+    """How to reach and authenticate to the Kafka broker; the only place that builds client config.
+
+    `librdkafka()` (and `producer()`, `consumer()`) feed every confluent-kafka client, `faust_broker()`
+    and `ssl_context()` the faust app (reach/streams/credentials.py): both read the same fields, so the
+    router's aiokafka consumers and every librdkafka client authenticate the same way."""
 
     model_config = _COMMON
 
     bootstrap: str | None = None
     security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: SecretStr | None = None
+    ssl_ca_file: Path | None = None
+    ssl_cert_file: Path | None = None
+    ssl_key_file: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+
+    @field_validator("security_protocol")
+    @classmethod
+    def _protocol(cls, value: str) -> str:
+        return _one_of(value, SECURITY_PROTOCOLS, "security_protocol")
+
+    @field_validator("sasl_mechanism")
+    @classmethod
+    def _mechanism(cls, value: str | None) -> str | None:
+        return None if value is None else _one_of(value, SASL_MECHANISMS, "sasl_mechanism")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KafkaSettings:
+        protocol = self.security_protocol
+        # ConfigError (not ValueError) passes through pydantic unchanged: the CLI prints it and exits 2
+        if self.uses_sasl:
+            missing = [_env(f) for f in _SASL_FIELDS if not getattr(self, f)]
+            if missing:
+                raise ConfigError(f"REACH_SECURITY_PROTOCOL={protocol} needs {', '.join(missing)} "
+                                  f"(mechanism one of {', '.join(SASL_MECHANISMS)}).")
+        else:
+            _unused([f for f in _SASL_FIELDS if getattr(self, f)], protocol, "SASL_PLAINTEXT or SASL_SSL")
+        if self.uses_tls:
+            if (self.ssl_cert_file is None) != (self.ssl_key_file is None):
+                raise ConfigError("A client certificate needs both REACH_SSL_CERT_FILE and REACH_SSL_KEY_FILE "
+                                  "(PEM files); set both, or neither for server-only TLS.")
+            if self.ssl_key_password and self.ssl_key_file is None:
+                raise ConfigError("REACH_SSL_KEY_PASSWORD is set without REACH_SSL_KEY_FILE: set the key file too.")
+            for field in ("ssl_ca_file", "ssl_cert_file", "ssl_key_file"):
+                path = getattr(self, field)
+                if path is not None and not Path(path).is_file():
+                    raise ConfigError(f"{_env(field)}={path}: no such file. Expected a PEM file readable here.")
+        else:
+            unused = [f for f in _TLS_FIELDS if getattr(self, f)]
+            _unused(unused + ([] if self.ssl_check_hostname else ["ssl_check_hostname"]), protocol,
+                    "SSL or SASL_SSL")
+        return self
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
 
     def servers(self, home: Path | None = None) -> str:
         """The bootstrap servers: REACH_BOOTSTRAP, else the local broker started by `reach local up`."""
@@ -78,16 +167,49 @@ class KafkaSettings(BaseSettings):
 
     def librdkafka(self, **overrides: Any) -> dict[str, Any]:
         """Base librdkafka config shared by producers, consumers and admin clients."""
-        conf: dict[str, Any] = {
-            "bootstrap.servers": self.servers(),
-            "security.protocol": self.security_protocol,
-        }
-        if self.sasl_username:
-            conf["sasl.username"] = self.sasl_username
-        if self.sasl_password:
-            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        conf: dict[str, Any] = {"bootstrap.servers": self.servers(), **self.security()}
         conf.update(overrides)
         return conf
+
+    def admin(self, **overrides: Any) -> dict[str, Any]:
+        """Admin clients (topics, metadata, SCRAM users): the base config."""
+        return self.librdkafka(**overrides)
+
+    def security(self) -> dict[str, Any]:
+        """The librdkafka security keys (nothing but `security.protocol` on the PLAINTEXT default).
+
+        With SASL or TLS, `error_cb` records refused logins so `clients.check_reachable` fails fast."""
+        conf: dict[str, Any] = {"security.protocol": self.security_protocol}
+        if self.security_protocol != "PLAINTEXT":
+            conf["error_cb"] = kafkaerrors.on_error
+        if self.uses_sasl:
+            assert self.sasl_password is not None  # checked by _consistent
+            conf.update({"sasl.mechanism": self.sasl_mechanism, "sasl.username": self.sasl_username,
+                         "sasl.password": self.sasl_password.get_secret_value()})
+        if self.uses_tls:
+            conf["ssl.endpoint.identification.algorithm"] = "https" if self.ssl_check_hostname else "none"
+            for key, path in (("ssl.ca.location", self.ssl_ca_file), ("ssl.certificate.location", self.ssl_cert_file),
+                              ("ssl.key.location", self.ssl_key_file)):
+                if path is not None:
+                    conf[key] = str(path)
+            if self.ssl_key_password:
+                conf["ssl.key.password"] = self.ssl_key_password.get_secret_value()
+        return conf
+
+    def faust_broker(self) -> list[str]:
+        """The bootstrap servers as faust broker URLs (one `kafka://host:port` per server)."""
+        return [f"kafka://{server.strip()}" for server in self.servers().split(",") if server.strip()]
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context aiokafka (faust) uses, built from the same files librdkafka gets; None without TLS."""
+        if not self.uses_tls:
+            return None
+        context = ssl.create_default_context(cafile=str(self.ssl_ca_file) if self.ssl_ca_file else None)
+        context.check_hostname = self.ssl_check_hostname
+        if self.ssl_cert_file is not None and self.ssl_key_file is not None:
+            password = self.ssl_key_password.get_secret_value() if self.ssl_key_password else None
+            context.load_cert_chain(str(self.ssl_cert_file), str(self.ssl_key_file), password=password)
+        return context
 
     def producer(self, **overrides: Any) -> dict[str, Any]:
         """Idempotent, acks=all, Java-compatible murmur2 partitioner (faust locates keys with murmur2)."""
@@ -116,6 +238,12 @@ class KafkaSettings(BaseSettings):
         return self.librdkafka(**conf)
 
 
+def _unused(fields: list[str], protocol: str, needs: str) -> None:
+    if fields:
+        raise ConfigError(f"{', '.join(_env(f) for f in fields)} set, but REACH_SECURITY_PROTOCOL={protocol} does "
+                          f"not use them: set REACH_SECURITY_PROTOCOL to {needs}, or unset them.")
+
+
 class RedisSettings(BaseSettings):
     """How to reach Redis (leases, result cache, counters: losable without losing a message)."""
 
@@ -134,3 +262,13 @@ class RedisSettings(BaseSettings):
             "No Redis configured: REACH_REDIS_URL is unset and no local Redis is running.\n"
             "Start one with `reach local up`, or export REACH_REDIS_URL=redis://host:port/0."
         )
+
+
+class CanarySettings(BaseSettings):
+    """The canary controller's judgement and pace (reach.canary, reach.streams.canary)."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_CANARY_", frozen=True, extra="forbid")
+
+    min_calls: Annotated[int, Field(ge=1)] = 10
+    tick_ms: Annotated[int, Field(gt=0)] = 1_000
+    report_ms: Annotated[int, Field(gt=0)] = 5_000

@@ -8,16 +8,31 @@ import urllib.request
 from typing import Any
 
 from reach.errors import InfraUnavailable, ReachError
+from reach.settings import ReachSettings
 
 
 class NotFound(ReachError):
     """The stream app does not know the id (exit code 2)."""
 
 
+def views_url(settings: ReachSettings) -> str:
+    """Where the stream app's views answer: REACH_WEB_HOST (loopback when it binds every address) and port."""
+    host = "127.0.0.1" if settings.web_host in ("0.0.0.0", "::", "") else settings.web_host  # noqa: S104
+    return f"http://{host}:{settings.web_port}"
+
+
+def auth_headers(settings: ReachSettings) -> dict[str, str]:
+    """The shared token the views require when they bind beyond loopback (REACH_WEB_TOKEN)."""
+    if settings.web_token is None:
+        return {}
+    return {"Authorization": f"Bearer {settings.web_token.get_secret_value()}"}
+
+
 def get_json(base_url: str, path: str, timeout: float = 10.0) -> dict[str, Any]:
     url = base_url.rstrip("/") + path
+    request = urllib.request.Request(url, headers=auth_headers(ReachSettings()))
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - our own loopback URL
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - our own loopback URL
             data: dict[str, Any] = json.loads(resp.read())
             return data
     except urllib.error.HTTPError as exc:

@@ -13,13 +13,15 @@ from reach.bench import forwarder
 from reach.bench.results import ModeResult
 from reach.bench.subprocesses import Child
 from reach.bench.workspace import Workspace
+from reach.settings import KafkaSettings
+from reach.streams.credentials import faust_broker_options
 
 
-def build_app(app_id: str, source: str, sink: str, bootstrap: str) -> Any:
+def build_app(app_id: str, source: str, sink: str, kafka: KafkaSettings) -> Any:
     """faust's defaults except a memory store; one agent, one awaited send per event."""
     import faust
 
-    app = faust.App(app_id, broker=f"kafka://{bootstrap}", store="memory://", autodiscover=False,
+    app = faust.App(app_id, **faust_broker_options(kafka), store="memory://", autodiscover=False,
                     web_enabled=False, topic_replication_factor=1)
     inbound = app.topic(source, key_type=bytes, value_type=bytes, value_serializer="raw", key_serializer="raw")
     outbound = app.topic(sink, key_type=bytes, value_type=bytes, value_serializer="raw", key_serializer="raw")
@@ -45,9 +47,7 @@ def main(argv: list[str]) -> None:
     import faust
 
     app_id, source, sink = argv
-    from reach.settings import KafkaSettings
-
-    app = build_app(app_id, source, sink, KafkaSettings().servers())
+    app = build_app(app_id, source, sink, KafkaSettings())
     faust.Worker(app, loglevel="WARNING").execute_from_commandline()
 
 

@@ -9,6 +9,7 @@ process. When the environment cannot be built the mode says why instead of measu
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -70,7 +71,8 @@ def run(ws: Workspace, *, messages: int, warmup: int, timeout: float = 180.0) ->
         return ModeResult.skip("quix", f"no Quix Streams environment ({exc})")
 
     def start(source: str, sink: str) -> Child:
-        return Child("quix", [str(APP), ws.kafka.servers(), f"{ws.namespace}.quix", source, sink], env={},
+        return Child("quix", [str(APP), ws.kafka.servers(), f"{ws.namespace}.quix", source, sink],
+                     env={"REACH_BENCH_KAFKA_SECURITY": json.dumps(ws.kafka.security())},
                      python=str(python), module=False)
 
     return forwarder.run(ws, "quix", start, messages=messages, warmup=warmup, timeout=timeout,

@@ -28,8 +28,10 @@ TARGETS = {
     "status_scale_rss_mib": "< 1,024",
     "status_scale_recovery_s": "< 60",
     "scoring_100_p99_ms": "<= 0.5",
+    "gateway_accepted_rps": ">= 1,000 (one process)",
+    "gateway_500_p99_ms": "<= 50",
 }
-"""Issue 10's targets that `reach bench` measures (the demo's latency is `reach demo`'s)."""
+"""Issue 10's targets that `reach bench` measures (the demo's latency is `reach demo`'s), and issue 13's."""
 
 
 @dataclass
@@ -82,6 +84,10 @@ class Report:
             "status_scale_rss_mib": scale.figures.get("rss_mib") if scale else None,
             "status_scale_recovery_s": scale.figures.get("recovery_s") if scale else None,
             "scoring_100_p99_ms": round(scoring.latency.p99, 3) if scoring and scoring.latency else None,
+            "gateway_accepted_rps": max((round(r.throughput) for r in self.results
+                                         if r.mode.startswith("gateway ") and not r.skipped), default=None),
+            "gateway_500_p99_ms": (round(gw500.latency.p99, 1) if (gw500 := self.find("gateway 500/s"))
+                                   and gw500.latency else None),
         }
 
     def as_dict(self) -> dict[str, Any]:

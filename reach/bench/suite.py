@@ -10,14 +10,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reach.bench import faust_forward, knee, quix, raw, round_trip, route, scoring
+from reach.bench import faust_forward, gateway, knee, quix, raw, round_trip, route, scoring
+from reach.bench.gateway import GatewayConfig
 from reach.bench.knee import KneeConfig
 from reach.bench.report import Report, conditions
 from reach.bench.results import ModeResult
 from reach.bench.workspace import Workspace
 from reach.settings import KafkaSettings
 
-MODES = ("raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring")
+MODES = ("raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway")
 STATUS_SCALE = "reach.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -42,11 +43,13 @@ class BenchConfig:
     modes: tuple[str, ...] = MODES
     topics_file: Path = field(default_factory=lambda: Path("topics.yaml"))
     knee: KneeConfig = field(default_factory=KneeConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
-                "rate_seconds": 1.0, "scoring_calls": 100, "knee": KneeConfig.quick(), "status_messages": 2_000}
+                "rate_seconds": 1.0, "scoring_calls": 100, "knee": KneeConfig.quick(), "status_messages": 2_000,
+                "gateway": GatewayConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -69,6 +72,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("knee", lambda: _knee(config, kafka, searches)),
             ("status-scale", lambda: _status_scale(config, kafka)),
             ("scoring", lambda: scoring.run(calls=config.scoring_calls)),
+            ("gateway", lambda: _gateway(config, kafka)),
         ]
         for name, step in steps:
             if name in config.modes:
@@ -84,6 +88,8 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
         echo_rates=list(config.echo_rates),
         rate_seconds=config.rate_seconds, batch_size=config.batch_size, route_workers=list(config.route_workers),
         status_messages=config.status_messages, **knee_conf,
+        gateway_rates=list(config.gateway.rates), gateway_seconds=config.gateway.seconds,
+        gateway_generators=config.gateway.generators,
         seconds=round(time.monotonic() - started)))
 
 
@@ -111,6 +117,15 @@ def _round_trip(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeRe
         finally:
             ws.delete()
     return out
+
+
+def _gateway(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:
+    """In a namespace of its own: its agent, app and gateway see none of the other modes' records."""
+    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+    try:
+        return gateway.run(ws, config.gateway)
+    finally:
+        ws.delete()
 
 
 def _knee(config: BenchConfig, kafka: KafkaSettings | None, searches: list[knee.Search]) -> list[ModeResult]:

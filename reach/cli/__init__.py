@@ -8,6 +8,7 @@ import typer
 
 from reach.cli import agent, demo, local, send, topics
 from reach.cli import apps as apps_cli
+from reach.cli import canary as canary_cli
 from reach.cli import channels as channels_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli import instances as instances_cli
@@ -17,6 +18,7 @@ from reach.cli import router as router_cli
 from reach.cli import status as status_cli
 from reach.cli import weights as weights_cli
 from reach.cli.common import run_guarded
+from reach.cli.gateway import gateway as gateway_command
 
 app = typer.Typer(
     name="reach", help="Agent-Reach: the reach layer for multi-agent systems on Apache Kafka.",
@@ -29,6 +31,7 @@ app.add_typer(instances_cli.app, name="agents")
 app.command("send")(send.send)
 app.command("demo")(demo.demo)
 app.command("router")(router_cli.router)
+app.command("gateway")(gateway_command)
 app.command("bench")(__import__("reach.cli.bench", fromlist=["bench"]).bench)
 app.add_typer(weights_cli.app, name="weights")
 app.add_typer(policy_cli.app, name="policy")
@@ -37,6 +40,7 @@ app.add_typer(receipts_cli.app, name="receipts")
 app.command("status")(status_cli.status)
 app.command("trace")(status_cli.trace)
 app.add_typer(dlq_cli.app, name="dlq")
+app.add_typer(canary_cli.app, name="canary")
 app.add_typer(apps_cli.app, name="apps")
 app.add_typer(channels_cli.app, name="channels")
 

@@ -1,4 +1,5 @@
-"""`reach bench`: raw Kafka, plain faust, Quix Streams, the router, the round trip, the knee search and scoring."""
+"""`reach bench`: raw Kafka, plain faust, Quix Streams, the router, the round trip, the knee search, scoring and
+the ingress gateway."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def bench(
                                       "in two processes (`reach router --role`)"),
     seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option("all", "--modes",
-                              help="which modes to run: raw,faust,quix,route,roundtrip,knee,status-scale,scoring"),
+                              help="which modes to run: raw,faust,quix,route,roundtrip,knee,status-scale,scoring,"
+                              "gateway"),
     batch_size: int = typer.Option(500, "--batch-size", help="the router's consume batch"),
     route_workers: str = typer.Option("1,2", "--route-workers", help="routing worker processes per route burst"),
     knee_low: float = typer.Option(50.0, "--knee-low", help="knee search: a rate known to pass, envelopes/s"),
@@ -45,9 +47,15 @@ def bench(
     knee_setups: str = typer.Option("noop,echo x2", "--knee-setups", help="knee search: which set-ups"),
     status_messages: int = typer.Option(500_000, "--status-messages",
                                         help="status-scale: messages folded (4 receipts each)"),
+    gateway_rates: str = typer.Option("250,500,1000", "--gateway-rates",
+                                      help="gateway: offered rates of signed POST /v1/envelopes, requests/s"),
+    gateway_seconds: float = typer.Option(6.0, "--gateway-seconds", help="gateway: measured seconds per rate"),
+    gateway_generators: int = typer.Option(2, "--gateway-generators", min=1,
+                                           help="gateway: load-generator processes sharing each rate"),
     quick: bool = typer.Option(False, "--quick", help="tiny counts: checks the bench works, measures nothing"),
 ) -> None:
     """Measure every mode in one run against the local broker (or REACH_BOOTSTRAP); print the tables."""
+    from reach.bench.gateway import GatewayConfig
     from reach.bench.knee import KneeConfig
     from reach.bench.report import render
     from reach.bench.round_trip import SETUPS
@@ -55,6 +63,10 @@ def bench(
     from reach.settings import ReachSettings
 
     offered = _numbers("--rates", rates)
+    gateway = GatewayConfig(rates=_numbers("--gateway-rates", gateway_rates), seconds=gateway_seconds,
+                            generators=gateway_generators)
+    if not gateway.rates or min(gateway.rates) <= 0 or gateway_seconds <= 0:
+        raise _usage("--gateway-rates needs rates > 0 and --gateway-seconds > 0")
     echo = _numbers("--echo-rates", echo_rates)
     workers = tuple(int(w) for w in _numbers("--route-workers", route_workers))
     chosen = MODES if modes.strip() == "all" else tuple(m.strip() for m in modes.split(",") if m.strip())
@@ -76,7 +88,8 @@ def bench(
         config = BenchConfig(messages=messages, warmup=max(messages // 10, 100), rates=offered, echo_rates=echo,
                              rate_seconds=seconds,
                              modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
-                             knee=knee, status_messages=status_messages, split_router=split_router)
+                             knee=knee, status_messages=status_messages, split_router=split_router,
+                             gateway=gateway)
     report = run(config, progress=lambda msg: err_console.print(f"[dim]bench: {msg}[/]"))
     render(report, console)
     if json_file is not None:

@@ -19,11 +19,12 @@ def _infra() -> LocalInfra:
 
 def _report(status: LocalStatus, as_json: bool) -> None:
     if as_json:
-        console.print_json(json.dumps(status.__dict__ | {"running": status.running}))
+        console.print_json(json.dumps(status.as_dict()))
         return
+    sasl = f"  sasl: {status.sasl.bootstrap} (user {status.sasl.username})" if status.sasl else ""
     err_console.print(
         f"kafka {status.kafka_version}: {'running' if status.kafka_running else 'stopped'}"
-        f"  redis: {'running' if status.redis_running else 'stopped'}"
+        f"  redis: {'running' if status.redis_running else 'stopped'}{sasl}"
     )
     if status.running:
         # stdout carries only the export lines, so `eval $(reach local up)` works.
@@ -31,13 +32,17 @@ def _report(status: LocalStatus, as_json: bool) -> None:
 
 
 @app.command()
-def up(as_json: bool = typer.Option(False, "--json", help="Print machine-readable status.")) -> None:
+def up(
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable status."),
+    sasl: bool = typer.Option(False, "--sasl", help="Also open a SASL_PLAINTEXT listener with a SCRAM-SHA-256/512 "
+                              "user; the exports then name it and its credentials."),
+) -> None:
     """Start the broker and Redis (idempotent: a second call reports the running ones)."""
     infra = _infra()
     before = infra.status()
-    if before.running:
+    if before.running and (before.sasl is not None or not sasl):
         err_console.print("already running")
-    _report(infra.up(), as_json)
+    _report(infra.up(sasl=sasl), as_json)
 
 
 @app.command()

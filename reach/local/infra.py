@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -14,11 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from reach.errors import InfraUnavailable
 from reach.local import process
+from reach.settings import KafkaSettings
 
 KAFKA_VERSION = "4.1.1"
 _HERE = Path(__file__).resolve().parent
+SASL_USER = "reach"
+SASL_MECHANISM = "SCRAM-SHA-512"  # what the exports name; the user has SCRAM-SHA-256 credentials as well
+SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+_SCRAM_ITERATIONS = 8192
 
 
 def kafka_libs_dir() -> Path:
@@ -75,6 +83,21 @@ def _redis_server() -> str:
 
 
 @dataclass(frozen=True)
+class SaslListener:
+    """The broker's extra SASL_PLAINTEXT listener (`reach local up --sasl`) and its SCRAM user."""
+
+    bootstrap: str
+    username: str
+    password: str
+    mechanism: str = SASL_MECHANISM
+
+    def exports(self) -> dict[str, str]:
+        return {"REACH_BOOTSTRAP": self.bootstrap, "REACH_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+                "REACH_SASL_MECHANISM": self.mechanism, "REACH_SASL_USERNAME": self.username,
+                "REACH_SASL_PASSWORD": self.password}
+
+
+@dataclass(frozen=True)
 class LocalStatus:
     """What is running under one REACH_HOME."""
 
@@ -83,13 +106,26 @@ class LocalStatus:
     kafka_running: bool
     redis_running: bool
     kafka_version: str = KAFKA_VERSION
+    sasl: SaslListener | None = None
 
     @property
     def running(self) -> bool:
         return self.kafka_running and self.redis_running
 
     def exports(self) -> str:
-        return f"REACH_BOOTSTRAP={self.bootstrap}\nREACH_REDIS_URL={self.redis_url}"
+        """`NAME=value` lines; with a SASL listener its address and credentials replace the plaintext one."""
+        env = {"REACH_BOOTSTRAP": str(self.bootstrap), "REACH_REDIS_URL": str(self.redis_url)}
+        if self.sasl is not None:
+            env.update(self.sasl.exports())
+        return "\n".join(f"{name}={value}" for name, value in env.items())
+
+    def as_dict(self) -> dict[str, Any]:
+        """For `--json`: the SASL password is left out (the export lines carry it)."""
+        sasl = None if self.sasl is None else {"bootstrap": self.sasl.bootstrap, "username": self.sasl.username,
+                                               "mechanism": self.sasl.mechanism}
+        return {"bootstrap": self.bootstrap, "redis_url": self.redis_url, "kafka_running": self.kafka_running,
+                "redis_running": self.redis_running, "kafka_version": self.kafka_version, "sasl": sasl,
+                "running": self.running}
 
 
 class LocalInfra:
@@ -110,29 +146,42 @@ class LocalInfra:
     def _save(self, state: dict[str, Any]) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
+        tmp.touch(mode=0o600)  # it may hold the local SCRAM password
         tmp.write_text(json.dumps(state, indent=2))
         tmp.replace(self.state_file)
 
     def status(self) -> LocalStatus:
         st = self._state()
+        kafka_running = process.alive(st.get("kafka_pid")) and _broker_answers(st.get("bootstrap"), 2.0)
         return LocalStatus(
             bootstrap=st.get("bootstrap"),
             redis_url=st.get("redis_url"),
-            kafka_running=process.alive(st.get("kafka_pid")) and _broker_answers(st.get("bootstrap"), 2.0),
+            kafka_running=kafka_running,
             redis_running=process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port")),
+            sasl=_sasl_listener(st) if kafka_running else None,
         )
 
     # -- up / down -------------------------------------------------------------------------------------
-    def up(self, timeout: float = 90.0) -> LocalStatus:
-        """Start what is not running; a second call only reports."""
+    def up(self, timeout: float = 90.0, *, sasl: bool = False) -> LocalStatus:
+        """Start what is not running; a second call only reports.
+
+        `sasl` adds a SASL_PLAINTEXT listener with a SCRAM user (a broker running without one is restarted
+        with it); the PLAINTEXT listener stays, so the default path is unchanged."""
         st = self._state()
         if not (process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port"))):
             st.update(self._start_redis(st.get("redis_port")))
             self._save(st)
+        if sasl and process.alive(st.get("kafka_pid")) and not st.get("sasl_bootstrap"):
+            process.stop(st.pop("kafka_pid"), timeout=60)
         if not process.alive(st.get("kafka_pid")):
-            st.update(self._start_kafka(st.get("kafka_port"), st.get("controller_port")))
+            if sasl and not st.get("sasl_password"):
+                st["sasl_password"] = secrets.token_urlsafe(18)  # kept in local.json (0600) for later `up`s
+            st.update(self._start_kafka(st, sasl=sasl))
             self._save(st)
         self._wait_broker(st, timeout)
+        listener = _sasl_listener(st)
+        if listener is not None:
+            self._add_scram_user(st, listener, timeout)
         return self.status()
 
     def down(self) -> list[str]:
@@ -144,21 +193,20 @@ class LocalInfra:
         if process.stop(st.pop("redis_pid", None)):
             stopped.append("redis")
         st.pop("bootstrap", None)
+        st.pop("sasl_bootstrap", None)
         st.pop("redis_url", None)
         self._save(st)
         return stopped
 
     # -- kafka -----------------------------------------------------------------------------------------
-    def _start_kafka(self, port: int | None, controller_port: int | None) -> dict[str, Any]:
+    def _start_kafka(self, st: dict[str, Any], *, sasl: bool) -> dict[str, Any]:
         java, libs = _java(), ensure_jars()
         kdir = self.home / "kafka"
         kdir.mkdir(parents=True, exist_ok=True)
-        port = port if port and process.port_free(port) else process.free_port()
-        controller_port = (
-            controller_port if controller_port and process.port_free(controller_port) else process.free_port()
-        )
+        port, controller_port = _port(st.get("kafka_port")), _port(st.get("controller_port"))
+        sasl_port = _port(st.get("sasl_port")) if sasl else None
         props = kdir / "server.properties"
-        props.write_text(_server_properties(kdir / "data", port, controller_port))
+        props.write_text(_server_properties(kdir / "data", port, controller_port, sasl_port))
         classpath = f"{libs}/*"
         if not (kdir / "data" / "meta.properties").exists():
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
@@ -176,8 +224,31 @@ class LocalInfra:
              "-cp", classpath, "kafka.Kafka", str(props)],
             kdir / "stdout.log",
         )
-        return {"kafka_pid": pid, "kafka_port": port, "controller_port": controller_port,
-                "bootstrap": f"127.0.0.1:{port}", "kafka_log": str(log)}
+        started: dict[str, Any] = {"kafka_pid": pid, "kafka_port": port, "controller_port": controller_port,
+                                   "bootstrap": f"127.0.0.1:{port}", "kafka_log": str(log), "sasl_bootstrap": None}
+        if sasl_port is not None:
+            started.update(sasl_port=sasl_port, sasl_bootstrap=f"127.0.0.1:{sasl_port}")
+        return started
+
+    def _add_scram_user(self, st: dict[str, Any], listener: SaslListener, timeout: float) -> None:
+        """Upsert the SCRAM user (KRaft keeps it in the metadata log), then wait until it can log in."""
+        from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+        admin = AdminClient(_probe_config(str(st["bootstrap"])))
+        try:
+            for mechanism in SCRAM_MECHANISMS:  # one request each: a user may be altered once per request
+                info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")), _SCRAM_ITERATIONS)
+                upsert = UserScramCredentialUpsertion(listener.username, info, listener.password.encode())
+                for future in admin.alter_user_scram_credentials([upsert]).values():
+                    future.result(timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - librdkafka reports admin failures as KafkaException
+            raise InfraUnavailable(f"Creating the local SCRAM user failed: {exc}") from None
+        deadline = time.monotonic() + timeout
+        while not _broker_answers(listener.bootstrap, 2.0, listener):
+            if time.monotonic() > deadline:
+                raise InfraUnavailable(f"The SASL listener {listener.bootstrap} did not accept the SCRAM user within "
+                                       f"{timeout:.0f}s. See {self.home / 'kafka' / 'server.log'}.")
+            time.sleep(0.2)
 
     def _wait_broker(self, st: dict[str, Any], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -217,17 +288,38 @@ class LocalInfra:
         raise InfraUnavailable(f"Redis did not start. Last lines of its log:\n{process.tail(rdir / 'redis.log')}")
 
 
-def _server_properties(data: Path, port: int, controller_port: int) -> str:
+def _port(saved: int | None) -> int:
+    """The port of the last start when it is still free (stable exports), else a new free one."""
+    return saved if saved and process.port_free(saved) else process.free_port()
+
+
+def _sasl_listener(st: dict[str, Any]) -> SaslListener | None:
+    if not (st.get("sasl_bootstrap") and st.get("sasl_password")):
+        return None
+    return SaslListener(bootstrap=str(st["sasl_bootstrap"]), username=SASL_USER, password=str(st["sasl_password"]))
+
+
+def _server_properties(data: Path, port: int, controller_port: int, sasl_port: int | None = None) -> str:
+    listeners = f"PLAINTEXT://127.0.0.1:{port}"
+    protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    sasl = ""
+    if sasl_port is not None:
+        # brokers and controller keep talking PLAINTEXT; clients opt in to the SASL listener
+        listeners += f",SASL_PLAINTEXT://127.0.0.1:{sasl_port}"
+        protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+        sasl = f"sasl.enabled.mechanisms={','.join(SCRAM_MECHANISMS)}\n" + "".join(
+            f"listener.name.sasl_plaintext.{m.lower()}.sasl.jaas.config="
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;\n" for m in SCRAM_MECHANISMS)
     return f"""# Written by `reach local up`; regenerated on every start.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners={listeners},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners={listeners}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
+listener.security.protocol.map={protocols}
+{sasl}log.dirs={data}
 auto.create.topics.enable=false
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -241,15 +333,23 @@ log.retention.check.interval.ms=60000
 """
 
 
-def _broker_answers(bootstrap: str | None, timeout: float) -> bool:
+def _probe_config(bootstrap: str, sasl: SaslListener | None = None) -> dict[str, Any]:
+    """A quiet client config for this REACH_HOME's own broker, whatever the caller's REACH_* security says."""
+    kafka = KafkaSettings.model_construct(bootstrap=bootstrap)  # no environment: the listener chosen here
+    if sasl is not None:
+        kafka = KafkaSettings.model_construct(bootstrap=sasl.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                              sasl_mechanism=sasl.mechanism, sasl_username=sasl.username,
+                                              sasl_password=SecretStr(sasl.password))
+    return kafka.admin(**{"socket.connection.setup.timeout.ms": 1000, "log_level": 0, "logger": _QuietLogger()})
+
+
+def _broker_answers(bootstrap: str | None, timeout: float, sasl: SaslListener | None = None) -> bool:
     if not bootstrap:
         return False
     from confluent_kafka.admin import AdminClient
 
     try:
-        conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "socket.connection.setup.timeout.ms": 1000,
-                                "log_level": 0, "logger": _QuietLogger()}
-        admin = AdminClient(conf)
+        admin = AdminClient(_probe_config(bootstrap, sasl))
         admin.list_topics(timeout=timeout)
         return True
     except Exception:  # noqa: BLE001 - any failure means "not answering yet"

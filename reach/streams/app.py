@@ -5,7 +5,7 @@ the capability topics (it cannot subscribe by pattern, and its per-event path is
 confluent-kafka here, see docs/decisions/0001-router-hot-path.md), nor on receipts (the status fold
 is a confluent-kafka loop over RocksDB stores, docs/decisions/0004-status-engine.md): faust Services
 start those threads when the worker starts and stop them when it stops. The role picks what runs
-here: `route` (hot path, delay tiers), `status` (status fold, timekeeper) or `all`; any role
+here: `route` (hot path, delay tiers), `status` (status fold, timekeeper, canary controller) or `all`; any role
 answers `/messages/{id}` and `/traces/{id}`, forwarding to the fold worker that owns the key.
 """
 
@@ -27,6 +27,8 @@ from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy
 from reach.settings import KafkaSettings, ReachSettings
+from reach.streams.canary import CanaryController
+from reach.streams.credentials import faust_broker_options
 from reach.streams.delays import DelayForwarder
 from reach.streams.gauges import Gauges
 from reach.streams.health import HealthWriter
@@ -38,6 +40,8 @@ from reach.streams.status.lookup import Owners
 from reach.streams.status.views import StatusViews, attach_status_views
 from reach.streams.timekeeper import Timekeeper
 from reach.streams.views import attach_views
+from reach.streams.webauth import GuardedPages, required_token
+from reach.webclient import auth_headers
 
 log = logging.getLogger("reach.router")
 
@@ -76,7 +80,7 @@ def build_app(
     datadir.parent.mkdir(parents=True, exist_ok=True)  # faust creates the data dir, not its parents
     app = faust.App(
         names.router_app_id,
-        broker=f"kafka://{kafka.servers()}",
+        **faust_broker_options(kafka),
         web_port=reach_settings.web_port,
         web_bind=reach_settings.web_host,
         canonical_url=url,
@@ -105,9 +109,10 @@ def build_app(
         health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthSettings(),
                               on_publish=HealthGauges(metrics.registry).publish)
     views = StatusViews(fold=fold, owners=Owners(clients.admin(kafka), fold_group(names)), partitions=partitions,
-                        url=url)
-    attach_status_views(app, views)
-    attach_views(app, router, metrics, fold, health)
+                        url=url, auth=auth_headers(reach_settings))
+    pages = GuardedPages(app, required_token(reach_settings))
+    attach_status_views(pages, views)
+    attach_views(pages, router, metrics, fold, health)
     if router is not None:
         _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka,
                                                     max_bytes=spec.dead_letter_bytes()),
@@ -117,7 +122,8 @@ def build_app(
         timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy)
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)
-        _host_fold(app, Service, fold, timekeeper, gauges, health, stale_after_ms=reach_settings.stale_no_route * 1000)
+        _host_fold(app, Service, fold, timekeeper, gauges, health, CanaryController(names=names, kafka=kafka),
+                   stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
     app.reach_status = fold  # type: ignore[attr-defined]
     app.reach_health = health  # type: ignore[attr-defined]
@@ -154,17 +160,19 @@ def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder,
 
 
 def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges,
-               health: HealthWriter | None, *, stale_after_ms: int) -> None:
+               health: HealthWriter | None, canary: CanaryController, *, stale_after_ms: int) -> None:
     class StatusService(service):  # type: ignore[misc, valid-type]
-        """Starts the status fold with the worker; stops it (flushed, committed) with it."""
+        """Starts the status fold and the canary controller with the worker; stops them (flushed) with it."""
 
         async def on_start(self) -> None:
             fold.start()
             if health is not None:
                 health.start()
+            canary.start()
             heap.settle()
 
         async def on_stop(self) -> None:
+            await asyncio.get_running_loop().run_in_executor(None, canary.stop)
             if health is not None:
                 await asyncio.get_running_loop().run_in_executor(None, health.stop)
             await asyncio.get_running_loop().run_in_executor(None, fold.stop)

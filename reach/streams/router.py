@@ -18,7 +18,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from reach import clients, delivery, dlq, topics
 from reach import headers as H
 from reach.acks import Acks, Position
+from reach.canary import canaries
 from reach.candidates import RouteRequest
 from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
@@ -34,11 +35,22 @@ from reach.errors import ConfigError, InvalidName
 from reach.factors import FactorWeights
 from reach.loads import InstanceLoad
 from reach.names import Names
-from reach.records import AgentRegistration, Status
-from reach.routing import Expired, Forward, NoRoute, Overload, Reject, RouteOutcome, decide, parse_request
+from reach.records import AgentRegistration, Canary, InstanceHealth, Status
+from reach.routing import (
+    Expired,
+    Forward,
+    NoRoute,
+    Overload,
+    Reject,
+    RouteOutcome,
+    Unavailable,
+    decide,
+    parse_request,
+)
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
 from reach.streams.commits import CommitLedger
+from reach.streams.qps import QpsLimits
 from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
 from reach.streams.stats import OTHER, RouterStats
@@ -62,8 +74,11 @@ class CapabilityTopics:
     capability waited a minute or more. Comparing the matching topics with the subscription every
     `every_s` and re-subscribing when they differ always converges, whatever the group was doing."""
 
-    def __init__(self, names: Names, every_s: float, kafka: KafkaSettings) -> None:
+    def __init__(self, names: Names, every_s: float, kafka: KafkaSettings,
+                 on_members: Callable[[int], None] = lambda _n: None) -> None:
         self.prefix = names.capability_prefix
+        self.group = router_group(names)
+        self.on_members = on_members
         self.every_s = every_s
         self.subscribed: frozenset[str] = frozenset()
         self._kafka = kafka
@@ -88,7 +103,17 @@ class CapabilityTopics:
                 self._listed.set()
             except KafkaException as exc:  # the next listing tries again; routing goes on with what it has
                 log.warning("listing capability topics failed: %s", exc)
+            self._count_members(admin)
             self._stop.wait(self.every_s)
+
+    def _count_members(self, admin: Any) -> None:
+        """The hot path's workers (qps_limit is shared among them); the last count stays when the broker
+        does not answer (or the principal may not describe the group)."""
+        try:
+            group = admin.describe_consumer_groups([self.group], request_timeout=5)[self.group].result()
+            self.on_members(max(len(group.members), 1))
+        except Exception as exc:  # noqa: BLE001 - never stop the topic listing over the count
+            log.debug("describing %s failed (qps_limit keeps the last worker count): %s", self.group, exc)
 
     def refresh(self, consumer: Consumer, now: float) -> bool:
         """Re-subscribe when the matching topics changed; True while subscribed to at least one."""
@@ -137,6 +162,8 @@ class _Batch:
     stalled: set[tuple[str, int]] = field(default_factory=set)  # partitions read again from a failed record
     capabilities: dict[str, tuple[FactorWeights, bool]] = field(default_factory=dict)  # weights, validate_at_router
     known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
+    health: Mapping[str, InstanceHealth] = field(default_factory=dict)  # the health writer's records, by instance_id
+    canaries: dict[str, Canary] = field(default_factory=dict)  # by agent_id
 
 
 class Router:
@@ -157,6 +184,7 @@ class Router:
         self.state = RouterState()
         self.stats = RouterStats()
         self.affinity = AffinityTable()
+        self.qps = QpsLimits()
         self._batch_size = batch_size
         self._metadata_refresh_ms = metadata_refresh_ms
         self._rng = rng or random.Random()
@@ -240,7 +268,8 @@ class Router:
         consumer = Consumer(conf)
         producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes,
                                                    "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
-        capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka)
+        capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
+                                        on_members=lambda n: setattr(self.qps, "workers", n))
         capabilities.start()
         held = PartitionBackoff()
         try:
@@ -292,6 +321,8 @@ class Router:
             for name in {c.name for c in reg.capabilities}:
                 by_capability.setdefault(name, []).append(reg)
         batch.known = frozenset(by_capability)
+        batch.health = self.state.health
+        batch.canaries = canaries(self.state.control.records())
         disabled = self.state.control.disabled()
         for msg in messages:
             err = msg.error()
@@ -379,9 +410,11 @@ class Router:
             batch.capabilities[request.capability] = settings
         weights, validate = settings
         sticky = self.affinity.get(request.session_key, now)
+        candidates = live.get(request.capability, ())
+        clock = time.monotonic()
         outcome: RouteOutcome = decide(
             request,
-            live.get(request.capability, ()),
+            candidates,
             weights=weights,
             now_ms=now,
             loads=loads,
@@ -389,10 +422,17 @@ class Router:
             affinity={request.session_key: sticky} if request.session_key and sticky else None,
             rng=self._rng,
             payload=envelope["payload"] if validate else None,
+            health=batch.health,
+            canaries=batch.canaries,
+            throttled=self.qps.throttled(candidates, clock),
         )
         stats_key = request.capability if request.capability in batch.known else OTHER
         if isinstance(outcome, Forward):
             instance = outcome.instance
+            if outcome.timeout_factor > 1:  # rare: a slow sole candidate; every other forward keeps the bytes
+                value = encode_dict("Envelope", {**envelope, "execution_timeout_ms": int(
+                    envelope["execution_timeout_ms"] * outcome.timeout_factor)})
+            self.qps.take(instance, clock)
             delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
                              headers=msg.headers(), partition=outcome.partition,
                              then=lambda acked: self._produce_routed(producer, batch, position, request, outcome,
@@ -409,6 +449,12 @@ class Router:
                                          "weights": _weights(outcome.weights)})
             self._produce_receipt(producer, batch, position, receipt, reply)
             self.stats.count(stats_key, "overload")
+        elif isinstance(outcome, Unavailable):
+            receipt = _receipt(request, Status.FAILED, now,
+                               error=_error("UNAVAILABLE", "UNAVAILABLE", outcome.message),
+                               retry_after_ms=outcome.retry_after_ms)
+            self._produce_receipt(producer, batch, position, receipt, reply)
+            self.stats.count(stats_key, "unavailable")
         elif isinstance(outcome, NoRoute):
             if outcome.dead_letter:
                 self._dead_letter(msg, value, envelope, "NO_ROUTE", _error("NO_ROUTE", "NO_ROUTE", outcome.message),

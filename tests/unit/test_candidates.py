@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from reach.candidates import RouteRequest, select
 from reach.loads import InstanceLoad
-from reach.records import AgentState
-from tests.unit.routing_fixtures import reg
+from reach.records import AgentState, BreakerState
+from tests.unit.routing_fixtures import health, reg
 
 
 def ids(selection_candidates: tuple) -> set[str]:  # type: ignore[type-arg]
@@ -84,3 +84,53 @@ def test_without_a_load_view_the_heartbeat_is_the_load() -> None:
     regs = [reg("a", inflight=3, max_concurrency=4, max_queue=2)]
     (only,) = select(req(), regs).candidates
     assert only.load == InstanceLoad(3, 0, 4, 2)
+
+
+# -- health: breakers, weight 0, qps ------------------------------------------------------------------
+
+NOW = 1_000_000
+
+
+def test_an_open_breaker_is_not_a_candidate_until_open_until() -> None:
+    regs = [reg("sick"), reg("well")]
+    opened = {"sick": health("sick", breaker=BreakerState.OPEN, open_until=NOW + 5_000)}
+    assert ids(select(req(), regs, health=opened, now_ms=NOW).candidates) == {"well"}
+    assert ids(select(req(), regs, health=opened, now_ms=NOW + 5_000).candidates) == {"sick", "well"}
+
+
+def test_an_open_instance_never_comes_back_through_the_soft_filters() -> None:
+    regs = [reg("sick"), reg("well")]
+    opened = {"sick": health("sick", breaker=BreakerState.OPEN, open_until=NOW + 5_000)}
+    retry = req(excluded_instances=frozenset({"well"}))
+    assert ids(select(retry, regs, health=opened, now_ms=NOW).candidates) == {"well"}
+
+
+def test_every_match_open_reports_the_first_open_until() -> None:
+    regs = [reg("a"), reg("b")]
+    opened = {"a": health("a", breaker=BreakerState.OPEN, open_until=NOW + 7_000),
+              "b": health("b", breaker=BreakerState.OPEN, open_until=NOW + 3_000)}
+    selection = select(req(), regs, health=opened, now_ms=NOW)
+    assert selection.all_open and selection.unavailable_ms == 3_000 and not selection.candidates
+
+
+def test_unknown_and_half_open_breakers_are_candidates() -> None:
+    regs = [reg("a"), reg("b")]
+    states = {"a": health("a", breaker=BreakerState.UNKNOWN), "b": health("b", breaker=BreakerState.HALF_OPEN)}
+    assert ids(select(req(), regs, health=states, now_ms=NOW).candidates) == {"a", "b"}
+
+
+def test_weight_zero_only_when_nothing_else() -> None:
+    regs = [reg("slow"), reg("fast")]
+    slow = {"slow": health("slow", weight=0.0, timeout_factor=2.0)}
+    assert ids(select(req(), regs, health=slow, now_ms=NOW).candidates) == {"fast"}
+    assert ids(select(req(), [reg("slow")], health=slow, now_ms=NOW).candidates) == {"slow"}
+    busy = {"fast": InstanceLoad(10, 0, 10, 0)}
+    assert ids(select(req(), regs, health=slow, loads=busy, now_ms=NOW).candidates) == {"slow"}, \
+        "a slow instance with room serves rather than the request failing OVERLOAD on a busy healthy one"
+
+
+def test_an_instance_over_its_qps_limit_is_skipped_like_an_overloaded_one() -> None:
+    regs = [reg("limited", qps_limit=5), reg("free")]
+    assert ids(select(req(), regs, throttled={"limited": 120}).candidates) == {"free"}
+    alone = select(req(), [reg("limited", qps_limit=5)], throttled={"limited": 120})
+    assert alone.all_overloaded and alone.throttled == {"limited": 120}

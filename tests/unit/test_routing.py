@@ -6,9 +6,19 @@ import random
 
 from reach.candidates import RouteRequest
 from reach.loads import UNMEASURED_RETRY_AFTER_MS, InstanceLoad
-from reach.records import Weights
-from reach.routing import Expired, Forward, NoRoute, Overload, Reject, decide, inbox_partition, parse_request
-from tests.unit.routing_fixtures import reg
+from reach.records import BreakerState, CanaryState, Weights
+from reach.routing import (
+    Expired,
+    Forward,
+    NoRoute,
+    Overload,
+    Reject,
+    Unavailable,
+    decide,
+    inbox_partition,
+    parse_request,
+)
+from tests.unit.routing_fixtures import canary, health, reg
 
 NOW = 1_000_000
 
@@ -83,3 +93,54 @@ def test_validate_at_router_checks_picked_input_schema() -> None:
     assert isinstance(ok, Forward)
     bad = run(req(), strict, payload=b'{"nope": 1}')
     assert isinstance(bad, Reject) and bad.code == "INVALID_INPUT" and "text" in bad.message
+
+
+# -- health, admission, canary -----------------------------------------------------------------------
+
+
+def test_every_candidate_open_is_unavailable_until_the_first_open_until() -> None:
+    states = {"a": health("a", breaker=BreakerState.OPEN, open_until=NOW + 30_000),
+              "b": health("b", breaker=BreakerState.OPEN, open_until=NOW + 12_000)}
+    out = run(req(), reg("a"), reg("b"), health=states)
+    assert isinstance(out, Unavailable) and out.retry_after_ms == 12_000
+    assert "circuit breaker" in out.message and "a, b" in out.message
+
+
+def test_an_open_instance_gets_no_retry_either() -> None:
+    states = {"sick": health("sick", breaker=BreakerState.OPEN, open_until=NOW + 30_000)}
+    out = run(req(attempt=2, excluded_instances=frozenset({"well"})), reg("sick"), reg("well"), health=states)
+    assert isinstance(out, Forward) and out.decision.picked_instance == "well"
+
+
+def test_half_open_not_probing_is_unavailable() -> None:
+    states = {"a": health("a", breaker=BreakerState.HALF_OPEN, admit=0.0)}
+    out = run(req(), reg("a"), health=states)
+    assert isinstance(out, Unavailable) and out.retry_after_ms > 0
+
+
+def test_slow_sole_candidate_serves_with_its_timeout_factor() -> None:
+    slow = {"slow": health("slow", weight=0.0, timeout_factor=2.0)}
+    alone = run(req(), reg("slow"), health=slow)
+    assert isinstance(alone, Forward) and alone.timeout_factor == 2.0
+    shared = run(req(), reg("slow"), reg("fast"), health=slow)
+    assert isinstance(shared, Forward) and shared.decision.picked_instance == "fast" and shared.timeout_factor == 1.0
+
+
+def test_forward_carries_the_arm_and_the_admission_note() -> None:
+    regs = (reg("old", build_version="1.0.0"), reg("new", build_version="2.0.0"))
+    out = run(req(canary=True), *regs, canaries={"agent://echo/main": canary("2.0.0")})
+    assert isinstance(out, Forward) and out.arm == "canary" and out.decision.picked_instance == "new"
+    assert out.admission is not None and "old" in out.admission
+    plain = run(req(), *regs)
+    assert isinstance(plain, Forward) and plain.arm is None and plain.admission is None
+
+
+def test_rolled_back_canary_alone_is_no_route() -> None:
+    back = {"agent://echo/main": canary("2.0.0", state=CanaryState.ROLLED_BACK)}
+    out = run(req(), reg("new", build_version="2.0.0"), canaries=back)
+    assert isinstance(out, NoRoute)
+
+
+def test_every_candidate_over_its_qps_limit_overloads_with_the_refill_time() -> None:
+    out = run(req(), reg("a", qps_limit=2), reg("b", qps_limit=2), throttled={"a": 400, "b": 250})
+    assert isinstance(out, Overload) and out.retry_after_ms == 250 and "qps_limit" in out.message

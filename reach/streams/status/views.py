@@ -21,8 +21,9 @@ class StatusViews:
     """The lookups behind the HTTP views; `fold` is None in a routing-only worker."""
 
     def __init__(self, *, fold: StatusFold | None, owners: Owners, partitions: int, url: str,
-                 wait_s: float = _WAIT_S) -> None:
+                 wait_s: float = _WAIT_S, auth: dict[str, str] | None = None) -> None:
         self.fold = fold
+        self.auth = auth or {}  # the shared token, when the workers' views require one (reach.streams.webauth)
         self.wait_s = wait_s
         self.owners = owners
         self.partitions = partitions
@@ -88,7 +89,7 @@ class StatusViews:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
         try:
-            async with self._session.get(url, headers={FORWARDED: "1"}) as resp:
+            async with self._session.get(url, headers={FORWARDED: "1", **self.auth}) as resp:
                 body: dict[str, Any] = await resp.json(content_type=None)
                 return resp.status, body
         except (TimeoutError, aiohttp.ClientError, ValueError) as exc:

@@ -1,0 +1,145 @@
+"""From signed bytes to an acknowledged envelope: the door's checks in order, then idempotency and publish."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from anyio import to_thread
+
+from reach.envelopes import BUDGET_MS, new_envelope
+from reach.errors import InfraUnavailable, ReachError
+from reach.gateway import checks
+from reach.gateway.bodies import Accepted, EnvelopeRequest
+from reach.gateway.deps import Dependencies, Remembered
+from reach.gateway.httpsettings import HttpSettings
+from reach.gateway.metrics import GatewayMetrics
+from reach.gateway.ports import CallerApp, Verified
+from reach.gateway.publisher import BrokerRefused
+from reach.records import Envelope, RoutingHints
+
+STATUS_PATH = "/v1/messages/"
+log = logging.getLogger("reach.gateway")
+
+
+@contextlib.contextmanager
+def unavailable_as_503() -> Iterator[None]:
+    """Redis (nonces, quotas, idempotency) not answering refuses the request instead of admitting it unmetered."""
+    try:
+        yield
+    except InfraUnavailable as exc:
+        raise checks.Refusal(503, "unavailable", str(exc), "retry in a few seconds",
+                             headers={"Retry-After": "1"}) from None
+
+
+def status_url(message_id: str) -> str:
+    return STATUS_PATH + quote(message_id, safe="")
+
+
+def source_of(app: CallerApp) -> str:
+    return f"gateway:{app.app_id}"
+
+
+def envelope_idempotency_key(app: CallerApp, key: str) -> str:
+    """What agents deduplicate on: scoped by app, so two apps' equal keys never collide."""
+    return f"{source_of(app)}:{key}"
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """An envelope that passed every check, ready to publish."""
+
+    app: CallerApp
+    envelope: Envelope
+    idempotency_key: str | None
+
+
+class Admission:
+    """The door's checks (reach.gateway.checks) with their I/O: authenticator and quotas run in worker threads
+    (their Redis calls must not stall the event loop), the registry is read in memory, the ack is awaited."""
+
+    def __init__(self, deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics) -> None:
+        self.deps = deps
+        self.settings = settings
+        self.metrics = metrics
+        # a claim outlives the longest wait for an ack; a claim orphaned by a crash frees itself that soon
+        self._pending_ttl = int(settings.ack_timeout * 2) + 5
+
+    async def authenticate(self, key_id: str | None, signature: str | None, raw: bytes) -> CallerApp:
+        with unavailable_as_503():
+            outcome = await to_thread.run_sync(lambda: self.deps.authenticator.authenticate(
+                key_id=key_id, signature=signature, body=raw, now=self.deps.clock_ms() // 1000))
+        if not isinstance(outcome, Verified):
+            raise checks.refuse_auth(outcome)
+        return outcome.entry.app
+
+    async def admit(self, app: CallerApp, request: EnvelopeRequest, *, reply_to: str | None = None,
+                    default_budget_ms: int = BUDGET_MS) -> Admitted:
+        """Size, permission, quota, capability, schema; then the Envelope, stamped with the app's tenant."""
+        checks.check_names(request.capability, request.version)
+        payload = checks.encode_payload(request.payload)
+        checks.check_may_call(app, request.capability)
+        now = self.deps.clock_ms()
+        versions = self.deps.catalog.versions(request.capability, app.tenant, now)
+        with unavailable_as_503():
+            decision = await to_thread.run_sync(self.deps.quotas.take, app, request.capability)
+        if not decision.allowed:
+            self.metrics.quota_hit(app.app_id, request.capability, decision.scope, bool(versions))
+        checks.check_quota(decision, app, request.capability)
+        waits = request.expire_at is not None and request.expire_at > now
+        checks.check_contract(versions, capability=request.capability, version_range=request.version,
+                              payload=payload, waits=waits)
+        return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
+
+    def _envelope(self, app: CallerApp, request: EnvelopeRequest, reply_to: str | None, budget: int) -> Envelope:
+        hints = request.routing
+        try:
+            envelope = new_envelope(
+                request.capability, request.payload, version=request.version, session_key=hints.session_key,
+                region=hints.region, tags=hints.tags, tenant=app.tenant, source=source_of(app),
+                budget_ms=request.budget_ms or budget, expire_at=request.expire_at, reply_to=reply_to,
+                idempotency_key=(envelope_idempotency_key(app, request.idempotency_key)
+                                 if request.idempotency_key else None),
+            )
+        except ReachError as exc:  # checked above; a rule added to new_envelope later still answers 400
+            raise checks.Refusal(400, "bad_request", str(exc)) from None
+        routing = RoutingHints(region=hints.region, session_key=hints.session_key, tags=hints.tags,
+                               priority=hints.priority, canary=hints.canary)
+        return envelope.model_copy(update={"routing": routing, "callback": request.callback})
+
+    async def publish(self, admitted: Admitted) -> Accepted:
+        """202 material once the broker acknowledged; a repeated idempotency_key gets the first request's ids."""
+        env, key, app = admitted.envelope, admitted.idempotency_key, admitted.app
+        ids = Remembered("pending", env.message_id, env.trace_id)
+        if key is not None:
+            with unavailable_as_503():
+                prior = await self.deps.idempotency.claim(app.app_id, key, ids, self._pending_ttl)
+            if prior is not None:
+                if prior.state == "accepted":
+                    return Accepted(message_id=prior.message_id, trace_id=prior.trace_id,
+                                    status_url=status_url(prior.message_id))
+                raise checks.Refusal(409, "in_flight", f"a request with idempotency_key {key!r} is still waiting for "
+                                     "the broker's acknowledgement", "retry in a second with the same key")
+        try:
+            await self.deps.publisher.publish(env)
+        except (InfraUnavailable, BrokerRefused) as exc:
+            if key is not None:
+                with contextlib.suppress(InfraUnavailable):  # unreleased, the pending claim expires on its own
+                    await self.deps.idempotency.release(app.app_id, key)
+            if isinstance(exc, BrokerRefused):
+                raise checks.Refusal(400, "refused_by_broker", str(exc)) from None
+            raise checks.Refusal(503, "unavailable", str(exc), "retry with the same idempotency_key",
+                                 headers={"Retry-After": "1"}) from None
+        if key is not None:
+            try:
+                await self.deps.idempotency.accepted(app.app_id, key, Remembered("accepted", env.message_id,
+                                                                                  env.trace_id),
+                                                     self.settings.idempotency_ttl)
+            except InfraUnavailable as exc:
+                # the broker has it: still a 202. A repeat after the pending claim expires is published again
+                # with the same envelope idempotency_key, which the agents deduplicate.
+                log.warning("idempotency key %r of %s not recorded: %s", key, app.app_id, exc)
+        return Accepted(message_id=env.message_id, trace_id=env.trace_id, status_url=status_url(env.message_id))

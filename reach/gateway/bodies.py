@@ -1,0 +1,135 @@
+"""The gateway's request and response bodies (pydantic), the source of its OpenAPI document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+_STRICT = ConfigDict(extra="forbid")
+
+
+class Routing(BaseModel):
+    """Hints that steer the router's choice (Envelope.routing)."""
+
+    model_config = _STRICT
+
+    region: str | None = Field(default=None, max_length=64)
+    session_key: str | None = Field(default=None, max_length=256, description="same key, same instance, in order")
+    tags: list[str] = Field(default_factory=list, max_length=32)
+    priority: int = Field(default=0, ge=-2**31, le=2**31 - 1)
+    canary: bool = False
+
+
+class EnvelopeRequest(BaseModel):
+    """One request for a capability; tenant and source come from the calling app, never from here."""
+
+    model_config = _STRICT
+
+    capability: str = Field(..., min_length=1, max_length=200, examples=["demo.echo"])
+    version: str = Field(default="*", min_length=1, max_length=100, description="semver range, e.g. ^1.2")
+    payload: JsonValue = Field(..., description="any JSON value; at most 256 KiB once encoded")
+    routing: Routing = Field(default_factory=Routing)
+    budget_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3600 * 1000, description="created -> deadline")
+    expire_at: int | None = Field(default=None, ge=0, description="epoch ms; park the request until then when no "
+                                  "instance serves it yet (no 404)")
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=200,
+                                        description="a repeat from the same app returns the original 202")
+    callback: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s]+$",
+                                 description="an http(s) URL carried on the envelope (Envelope.callback) for "
+                                 "the agent or caller; the gateway itself calls nothing")
+
+class InvokeRequest(EnvelopeRequest):
+    """A request whose terminal receipt the gateway waits for."""
+
+    timeout_ms: int | None = Field(default=None, ge=1, description="how long to wait (capped by the gateway)")
+
+
+class BatchRequest(BaseModel):
+    """Up to 500 envelopes in one call; each one gets its own result."""
+
+    model_config = _STRICT
+
+    items: list[dict[str, Any]] = Field(..., min_length=1, max_length=500,
+                                        description="EnvelopeRequest objects")
+
+
+class Accepted(BaseModel):
+    """The broker acknowledged the envelope."""
+
+    message_id: str
+    trace_id: str
+    status_url: str
+
+
+class ErrorBody(BaseModel):
+    """Every refusal: what happened, and what to do next."""
+
+    error: str = Field(..., examples=["payload_too_large"])
+    message: str
+    hint: str | None = None
+
+
+class BatchItem(BaseModel):
+    """One item's outcome: `status` is the HTTP status it would have had on its own."""
+
+    index: int
+    status: int
+    accepted: Accepted | None = None
+    error: ErrorBody | None = None
+
+
+class BatchResult(BaseModel):
+    """Per-item outcomes, in request order."""
+
+    accepted: int
+    refused: int
+    items: list[BatchItem]
+
+
+class ReceiptError(BaseModel):
+    """Why a request ended other than COMPLETED (the receipt's error)."""
+
+    kind: str
+    code: str
+    message: str
+
+
+class InvokeAnswer(BaseModel):
+    """The terminal receipt of an invoke (or the wait that ran out)."""
+
+    message_id: str
+    trace_id: str
+    status: str = Field(..., description="the receipt status; PENDING when the wait ran out")
+    result: JsonValue = None
+    receipt_error: ReceiptError | None = None
+    agent_id: str | None = None
+    instance_id: str | None = None
+    error: str | None = Field(default=None, description="set unless COMPLETED")
+    message: str | None = None
+    hint: str | None = None
+
+
+class MessageRow(BaseModel):
+    """A status table row (`reach status --json` shows the same)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    message_id: str
+    status: str
+    timeline: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TraceIndex(BaseModel):
+    """The message ids of one trace, oldest first."""
+
+    trace_id: str
+    message_ids: list[str]
+
+
+class Health(BaseModel):
+    """Whether this gateway can accept work."""
+
+    ok: bool
+    registry: str
+    replies: str

@@ -1,0 +1,106 @@
+"""What the HTTP service needs besides the door's guards: publish, wait for replies, read status and registry.
+
+Like reach.gateway.ports, these are protocols: the Kafka/Redis/HTTP implementations live in their own
+modules (publisher, replies, catalog, statusclient, idempotency) and unit tests use in-memory fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from reach.envelopes import now_ms
+from reach.gateway.ports import Authenticator, Quotas
+from reach.records import Capability, Envelope, Receipt
+
+
+class Publisher(Protocol):
+    """Produces an envelope to its capability topic and returns once the broker acknowledged it."""
+
+    async def publish(self, envelope: Envelope) -> None:
+        """Raise reach.errors.InfraUnavailable when the broker did not acknowledge in time."""
+        ...
+
+    def healthy(self) -> bool: ...
+
+
+class Waiter(Protocol):
+    """One pending reply: registered before the envelope is published, so the receipt cannot be missed."""
+
+    async def result(self, timeout_s: float) -> Receipt | None:
+        """The first terminal receipt, or None when none came within timeout_s."""
+        ...
+
+    def cancel(self) -> None: ...
+
+
+class Replies(Protocol):
+    """The gateway process's one reply topic (reach.invoke's reply_to machinery)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    def expect(self, message_id: str, generation: int = 0) -> Waiter: ...
+
+    def healthy(self) -> bool: ...
+
+
+class StatusSource(Protocol):
+    """The status table's answers (the stream app's /messages and /traces views): (http status, body)."""
+
+    async def message(self, message_id: str) -> tuple[int, dict[str, Any]]: ...
+
+    async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]: ...
+
+
+class Catalog(Protocol):
+    """Which capability versions live instances serve (the registry, read in the background)."""
+
+    def versions(self, capability: str, tenant: str, now_ms: int) -> Sequence[Capability]:
+        """Every live HANDLE version of the capability that serves `tenant` (one per version), any range."""
+        ...
+
+    def healthy(self) -> bool: ...
+
+
+IdemState = Literal["pending", "accepted"]
+
+
+@dataclass(frozen=True, slots=True)
+class Remembered:
+    """What an idempotency key maps to: the ids it was given and whether the broker acknowledged them."""
+
+    state: IdemState
+    message_id: str
+    trace_id: str
+
+
+class IdempotencyStore(Protocol):
+    """app + idempotency_key -> the first request's ids, for the idempotency window (shared by replicas)."""
+
+    async def claim(self, app_id: str, key: str, ids: Remembered, ttl_s: int) -> Remembered | None:
+        """Store `ids` as pending when the key is new (returns None); else return what it maps to."""
+        ...
+
+    async def accepted(self, app_id: str, key: str, ids: Remembered, ttl_s: int) -> None:
+        """The broker acknowledged: repeats now get the original 202."""
+        ...
+
+    async def release(self, app_id: str, key: str) -> None:
+        """The publish failed: the key is free again."""
+        ...
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    """Everything build_gateway needs; the integrator builds it in reach.gateway.wiring."""
+
+    authenticator: Authenticator
+    quotas: Quotas
+    publisher: Publisher
+    replies: Replies
+    status: StatusSource
+    catalog: Catalog
+    idempotency: IdempotencyStore
+    clock_ms: Callable[[], int] = field(default=now_ms)
+    closers: tuple[Callable[[], Any], ...] = ()

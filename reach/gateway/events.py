@@ -1,0 +1,81 @@
+"""`GET /v1/messages/{id}/events`: the status row's timeline as Server-Sent Events, until it is terminal.
+
+The status table (the stream app's views) is the source: the stream re-reads the row every `poll_s`
+and sends each timeline entry once, in order (`id:` is its index, so `Last-Event-ID` resumes); the
+entry that makes the row terminal is sent as `event: terminal` and the stream closes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from reach.gateway.deps import StatusSource
+from reach.records import Status
+
+KEEP_ALIVE_S = 15.0
+
+
+def frame(event: str, data: Any, event_id: int | None = None) -> bytes:
+    """One SSE frame; the JSON is on one line, so it needs no `data:` continuation."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def is_terminal(row: dict[str, Any]) -> bool:
+    try:
+        return Status(row.get("status", "")).is_terminal
+    except ValueError:
+        return False
+
+
+def new_frames(row: dict[str, Any], sent: int) -> tuple[list[bytes], int, bool]:
+    """Frames for the entries after the first `sent`; the new count; whether the stream is done."""
+    timeline = row.get("timeline") or []
+    done = is_terminal(row)
+    frames = []
+    for index in range(sent, len(timeline)):
+        last = done and index == len(timeline) - 1
+        frames.append(frame("terminal" if last else "receipt", timeline[index], index))
+    return frames, max(sent, len(timeline)), done
+
+
+async def find_row(status: StatusSource, message_id: str, *, wait_s: float,
+                   poll_s: float) -> tuple[int, dict[str, Any]]:
+    """The row, waiting up to wait_s for a message the status table has not folded yet (a fresh 202)."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + wait_s
+    while True:
+        code, body = await status.message(message_id)
+        if code == 200 or loop.time() >= give_up:
+            return code, body
+        await asyncio.sleep(poll_s)
+
+
+async def receipt_stream(status: StatusSource, message_id: str, first: dict[str, Any], *, sent: int, poll_s: float,
+                         max_s: float, clock: Callable[[], float]) -> AsyncIterator[bytes]:
+    """Frames until the row is terminal or max_s passed (then `event: timeout`); keep-alive comments between."""
+    started = quiet_since = clock()
+    row = first
+    while True:
+        frames, sent, done = new_frames(row, sent)
+        for chunk in frames:
+            yield chunk
+        now = clock()
+        if frames:
+            quiet_since = now
+        if done:
+            return
+        if now - started >= max_s:
+            yield frame("timeout", {"message_id": message_id, "status": row.get("status"),
+                                    "message": f"the stream closes after {max_s:g}s; reconnect with "
+                                    "Last-Event-ID to resume"})
+            return
+        if now - quiet_since >= KEEP_ALIVE_S:
+            yield b": keep-alive\n\n"
+            quiet_since = now
+        await asyncio.sleep(poll_s)
+        code, body = await status.message(message_id)
+        if code == 200:
+            row = body  # a 503 (status partition moving) keeps the last row and tries again

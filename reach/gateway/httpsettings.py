@@ -1,0 +1,52 @@
+"""The HTTP service's limits and timeouts, read from REACH_GATEWAY_* environment variables.
+
+| variable                               | default            | meaning                                              |
+|----------------------------------------|--------------------|------------------------------------------------------|
+| REACH_GATEWAY_MAX_BODY_BYTES           | 294912 (288 KiB)   | largest request body read for one envelope / invoke  |
+|                                        |                    | (the payload itself: 256 KiB, reach.envelopes)       |
+| REACH_GATEWAY_MAX_BATCH_BYTES          | 8388608 (8 MiB)    | largest body of `POST /v1/envelopes:batch`           |
+| REACH_GATEWAY_MAX_BATCH_ITEMS          | 500                | most envelopes in one batch                          |
+| REACH_GATEWAY_INVOKE_TIMEOUT_MS        | 30000              | `POST /v1/invoke` wait when the body names none      |
+| REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS    | 120000             | cap on the wait a body may ask for                   |
+| REACH_GATEWAY_IDEMPOTENCY_TTL          | 86400 (seconds)    | how long an app's idempotency_key maps to its 202    |
+| REACH_GATEWAY_ACK_TIMEOUT              | 10 (seconds)       | wait for the broker's acknowledgement before a 503   |
+| REACH_GATEWAY_STATUS_URL               | (stream app views) | base URL of the status views; default REACH_WEB_HOST |
+|                                        |                    | and REACH_WEB_PORT                                   |
+| REACH_GATEWAY_SSE_POLL                 | 0.25 (seconds)     | how often an event stream re-reads the status row    |
+| REACH_GATEWAY_SSE_MAX                  | 600 (seconds)      | longest an event stream stays open                   |
+| REACH_GATEWAY_SSE_FIND                 | 5 (seconds)        | how long an event stream waits for a new message row |
+| REACH_GATEWAY_KEEP_ALIVE               | 5 (seconds)        | idle keep-alive connections are closed after this    |
+| REACH_GATEWAY_MAX_HEADER_BYTES         | 16384              | largest request head (h11 incomplete event size)     |
+| REACH_GATEWAY_BODY_TIMEOUT             | 10 (seconds)       | a body that does not arrive in this time gets a 408  |
+
+Where it listens (REACH_GATEWAY_HOST / REACH_GATEWAY_PORT) and how it checks callers are in
+reach.gateway.settings (GatewaySettings).
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from reach.envelopes import MAX_PAYLOAD_BYTES
+
+
+class HttpSettings(BaseSettings):
+    """What one gateway process accepts and how long it waits."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_GATEWAY_", frozen=True, extra="ignore")
+
+    max_body_bytes: int = Field(default=MAX_PAYLOAD_BYTES + 32 * 1024, ge=1024)
+    max_batch_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    max_batch_items: int = Field(default=500, ge=1, le=500)
+    invoke_timeout_ms: int = Field(default=30_000, ge=1)
+    invoke_timeout_max_ms: int = Field(default=120_000, ge=1)
+    idempotency_ttl: int = Field(default=24 * 3600, ge=1)
+    ack_timeout: float = Field(default=10.0, gt=0)
+    status_url: str | None = None
+    sse_poll: float = Field(default=0.25, gt=0)
+    sse_max: float = Field(default=600.0, gt=0)
+    sse_find: float = Field(default=5.0, ge=0)
+    keep_alive: float = Field(default=5.0, gt=0)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    body_timeout: float = Field(default=10.0, gt=0)

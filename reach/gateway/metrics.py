@@ -1,0 +1,36 @@
+"""The gateway's Prometheus metrics: requests by route/status/app, quota hits, time to 202."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from reach.metrics import OTHER
+
+_ACCEPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+ANONYMOUS = "-"  # requests refused before an app was known (401, 413 before auth)
+
+
+class GatewayMetrics:
+    """Own registry per gateway (tests build many); app labels are app ids, capability labels only known ones."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("agentreach_gateway_requests_total", "HTTP requests by route, status and app",
+                                ["route", "status", "app"], registry=r)
+        self.quota_hits = Counter("agentreach_gateway_quota_hits_total",
+                                  "Requests refused 429 by a quota (never on the bus), by app, capability, scope",
+                                  ["app", "capability", "scope"], registry=r)
+        self.accept_seconds = Histogram("agentreach_gateway_accept_seconds",
+                                        "Request received -> 202 (the broker acknowledged), by route",
+                                        ["route"], buckets=_ACCEPT_BUCKETS, registry=r)
+
+    def request(self, route: str, status: int, app_id: str | None) -> None:
+        self.requests.labels(route, str(status), app_id or ANONYMOUS).inc()
+
+    def quota_hit(self, app_id: str, capability: str, scope: str | None, known: bool) -> None:
+        # an unregistered name would let a caller mint label values; it is counted under `other`
+        self.quota_hits.labels(app_id, capability if known else OTHER, scope or "app").inc()
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

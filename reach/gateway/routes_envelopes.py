@@ -1,0 +1,115 @@
+"""`POST /v1/envelopes`, `POST /v1/envelopes:batch`, `POST /v1/invoke`: signed requests onto the bus."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from reach.gateway import answers, checks
+from reach.gateway.admission import Admission
+from reach.gateway.bodies import Accepted, BatchItem, BatchRequest, BatchResult, EnvelopeRequest, InvokeRequest
+from reach.gateway.events import find_row, is_terminal
+from reach.gateway.openapi import ERRORS, INVOKE_ERRORS, request_body
+from reach.gateway.ports import CallerApp
+
+SIGNED = ("Reach-Key", "Reach-Signature")
+
+
+async def signed(request: Request, admission: Admission, limit: int) -> tuple[CallerApp, object]:
+    """Auth headers (401) -> body size (413) -> signature over the raw bytes (401) -> JSON (400)."""
+    key_id, signature = (request.headers.get(name) for name in SIGNED)
+    checks.require_signature_headers(key_id, signature)
+    try:
+        raw = await asyncio.wait_for(checks.read_body(request.headers.get("content-length"), request.stream(), limit),
+                                     admission.settings.body_timeout)
+    except TimeoutError:
+        raise checks.Refusal(408, "body_timeout", f"the body did not arrive within "
+                             f"{admission.settings.body_timeout:g}s", "send the whole body at once") from None
+    app = await admission.authenticate(key_id, signature, raw)
+    request.state.app_id = app.app_id
+    return app, checks.parse_json(raw)
+
+
+def envelope_routes(admission: Admission) -> APIRouter:
+    router = APIRouter(tags=["envelopes"])
+    settings = admission.settings
+    metrics = admission.metrics
+
+    @router.post("/v1/envelopes", status_code=202, response_model=Accepted, responses=ERRORS,
+                 openapi_extra=request_body(EnvelopeRequest), summary="Send one envelope")
+    async def send(request: Request) -> Accepted:
+        """202 once the broker acknowledged the envelope (never before)."""
+        started = time.perf_counter()
+        app, document = await signed(request, admission, settings.max_body_bytes)
+        body = checks.parse_model(document, EnvelopeRequest)
+        accepted = await admission.publish(await admission.admit(app, body))
+        metrics.accept_seconds.labels("/v1/envelopes").observe(time.perf_counter() - started)
+        return accepted
+
+    @router.post("/v1/envelopes:batch", response_model=BatchResult, responses=ERRORS,
+                 openapi_extra=request_body(BatchRequest), summary="Send up to 500 envelopes")
+    async def batch(request: Request) -> BatchResult:
+        """Each item is checked and published on its own; `items[i].status` is what it would have got alone."""
+        started = time.perf_counter()
+        app, document = await signed(request, admission, settings.max_batch_bytes)
+        body = checks.parse_model(document, BatchRequest)
+        if len(body.items) > settings.max_batch_items:
+            raise checks.Refusal(400, "bad_request", f"{len(body.items)} items; at most {settings.max_batch_items} "
+                                 "per batch", "split the batch")
+
+        async def one(index: int, item: object) -> BatchItem:
+            try:
+                admitted = await admission.admit(app, checks.parse_model(item, EnvelopeRequest))
+                return BatchItem(index=index, status=202, accepted=await admission.publish(admitted))
+            except checks.Refusal as refusal:
+                return BatchItem(index=index, status=refusal.status, error=refusal.body)
+
+        # admitted items are published together: one linger window, acks awaited concurrently
+        items = await asyncio.gather(*(one(i, item) for i, item in enumerate(body.items)))
+        ok = sum(1 for item in items if item.status == 202)
+        metrics.accept_seconds.labels("/v1/envelopes:batch").observe(time.perf_counter() - started)
+        return BatchResult(accepted=ok, refused=len(items) - ok, items=list(items))
+
+    @router.post("/v1/invoke", response_model=answers.InvokeAnswer, responses=INVOKE_ERRORS,
+                 openapi_extra=request_body(InvokeRequest), summary="Send one envelope and wait for its result")
+    async def invoke(request: Request) -> JSONResponse:
+        """200 with the agent's result when COMPLETED; the terminal status with an error body otherwise; 504
+        when no terminal receipt came within timeout_ms (capped by REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS)."""
+        app, document = await signed(request, admission, settings.max_body_bytes)
+        body = checks.parse_model(document, InvokeRequest)
+        timeout_ms = min(body.timeout_ms or settings.invoke_timeout_ms, settings.invoke_timeout_max_ms)
+        replies = admission.deps.replies
+        admitted = await admission.admit(app, body, reply_to=replies.topic, default_budget_ms=timeout_ms)
+        envelope = admitted.envelope
+        waiter = replies.expect(envelope.message_id, envelope.generation)
+        try:
+            accepted = await admission.publish(admitted)
+        except BaseException:
+            waiter.cancel()
+            raise
+        if accepted.message_id != envelope.message_id:  # a repeated idempotency_key: its reply went elsewhere
+            waiter.cancel()
+            code, answer = await _from_status(admission, accepted, timeout_ms)
+        else:
+            receipt = await waiter.result(timeout_ms / 1000)
+            code, answer = (answers.from_receipt(receipt) if receipt is not None
+                            else answers.timed_out(accepted.message_id, accepted.trace_id, timeout_ms))
+        return JSONResponse(answer.model_dump(mode="json"), status_code=code)
+
+    return router
+
+
+async def _from_status(admission: Admission, accepted: Accepted, timeout_ms: int) -> tuple[int, answers.InvokeAnswer]:
+    """Wait on the status table for the first request's terminal row."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout_ms / 1000
+    poll = admission.settings.sse_poll
+    while loop.time() < give_up:
+        code, row = await find_row(admission.deps.status, accepted.message_id, wait_s=0, poll_s=poll)
+        if code == 200 and is_terminal(row):
+            return answers.from_row(row)
+        await asyncio.sleep(poll)
+    return answers.timed_out(accepted.message_id, accepted.trace_id, timeout_ms)

@@ -1,0 +1,124 @@
+"""The gateway's ASGI app: `build_gateway(deps, settings)` wires routes, error bodies, metrics and OpenAPI."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from reach.errors import InfraUnavailable
+from reach.gateway import openapi
+from reach.gateway.admission import Admission
+from reach.gateway.checks import Refusal
+from reach.gateway.deps import Dependencies
+from reach.gateway.httpsettings import HttpSettings
+from reach.gateway.metrics import GatewayMetrics
+from reach.gateway.routes_envelopes import envelope_routes
+from reach.gateway.routes_status import status_routes
+
+UNMATCHED = "(unmatched)"  # route label of requests no route matched: never the raw path (unbounded labels)
+
+
+class CountRequests:
+    """ASGI middleware: one count per response by route template, status and authenticated app."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        seen: list[int] = []
+
+        async def counting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                seen.append(int(message["status"]))
+            await send(message)
+
+        try:
+            await self.app(scope, receive, counting)
+        finally:
+            route = getattr(scope.get("route"), "path", UNMATCHED)
+            app_id = scope.get("state", {}).get("app_id")
+            self.metrics.request(route, seen[0] if seen else 500, app_id)
+
+
+class LimitHead:
+    """ASGI middleware: 431 for a request head over `limit` bytes. h11's own cap only bounds a head still
+    arriving (a slow, endless one); a large head that arrives whole in one read passes it."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+            size += sum(len(k) + len(v) + 4 for k, v in scope["headers"])
+            if size > self.limit:
+                response = _error(431, "headers_too_large", f"the request head is {size:,} bytes; the limit is "
+                                  f"{self.limit:,}", "send fewer or smaller headers")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _error(status: int, error: str, message: str, hint: str | None = None,
+           headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message, "hint": hint}, status_code=status, headers=headers)
+
+
+def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
+                  metrics: GatewayMetrics | None = None) -> FastAPI:
+    """The HTTP service over its dependencies; `deps.closers` run when the app shuts down."""
+    settings = settings or HttpSettings()
+    metrics = metrics or GatewayMetrics()
+    admission = Admission(deps, settings, metrics)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        for close in deps.closers:
+            done = close()
+            if inspect.isawaitable(done):
+                await done
+
+    app = FastAPI(title="Agent-Reach gateway", version="1", lifespan=lifespan,
+                  description="Signed HTTP ingress to the Agent-Reach bus (docs/http.md).")
+    app.include_router(envelope_routes(admission))
+    app.include_router(status_routes(admission))
+
+    @app.exception_handler(Refusal)
+    async def refused(_request: Request, exc: Refusal) -> JSONResponse:
+        return JSONResponse(exc.body.model_dump(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(InfraUnavailable)
+    async def unavailable(_request: Request, exc: InfraUnavailable) -> JSONResponse:
+        return _error(503, "unavailable", str(exc), "retry in a few seconds", headers={"Retry-After": "1"})
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+        name = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return _error(exc.status_code, name, str(exc.detail), "see /openapi.json for the routes",
+                      headers=dict(exc.headers or {}))
+
+    @app.exception_handler(RequestValidationError)
+    async def bad_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first: dict[str, Any] = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        return _error(400, "bad_request", f"{where}: {first.get('msg', 'invalid request')}")
+
+    openapi.install(app)
+    app.add_middleware(LimitHead, limit=settings.max_header_bytes)
+    app.add_middleware(CountRequests, metrics=metrics)
+    app.state.metrics = metrics
+    return app

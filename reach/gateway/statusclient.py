@@ -1,0 +1,43 @@
+"""The status table's answers for the gateway: the stream app's /messages and /traces views over async httpx."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from reach.settings import ReachSettings
+from reach.webclient import auth_headers, views_url
+
+
+class StatusClient:
+    """GET the stream app's views; a worker that does not answer reads as 503 (the caller may retry)."""
+
+    def __init__(self, settings: ReachSettings, base_url: str | None = None, *, timeout_s: float = 10.0) -> None:
+        self.base_url = (base_url or views_url(settings)).rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(settings))
+
+    async def message(self, message_id: str) -> tuple[int, dict[str, Any]]:
+        return await self._get(f"/messages/{quote(message_id, safe='')}")
+
+    async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]:
+        return await self._get(f"/traces/{quote(trace_id, safe='')}")
+
+    async def _get(self, path: str) -> tuple[int, dict[str, Any]]:
+        try:
+            resp = await self._http.get(path)
+            body = resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            return 503, {"error": "unavailable", "message": f"the status views at {self.base_url} do not answer "
+                         f"({type(exc).__name__})", "hint": "retry in a few seconds; `reach router` must be running"}
+        if not isinstance(body, dict):
+            return 503, {"error": "unavailable", "message": "the status views answered something that is not an "
+                         "object", "hint": "check REACH_GATEWAY_STATUS_URL"}
+        if resp.status_code not in (200, 404, 503):
+            return 503, {"error": "unavailable", "message": f"the status views answered {resp.status_code}",
+                         "hint": "check REACH_WEB_TOKEN and REACH_GATEWAY_STATUS_URL"}
+        return resp.status_code, body
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -1,0 +1,158 @@
+"""The canary controller: the single writer of CANARY control records, run by the status role.
+
+Every controller folds the registry and control topics (from the beginning) and the receipts (from
+the end) into a `reach.canary.CanaryBook`; only the one that owns partition 0 of `<ns>.control` in the
+consumer group `<ns>.canary` writes (promotions, rollbacks, progress), so two status workers never
+race each other. A controller that takes over starts its step tallies from the receipts it sees
+next: a step in progress is judged on what follows, never on a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+
+from reach import clients
+from reach.canary import CanaryBook
+from reach.codec import RegistryUnavailable, decode
+from reach.control import publish
+from reach.envelopes import now_ms
+from reach.names import Names
+from reach.records import AgentRegistration, Canary, Control, ControlKind, Receipt
+from reach.settings import CanarySettings, KafkaSettings
+from reach.streams.exceptions import NotReady
+from reach.streams.loopthread import LoopThread
+
+log = logging.getLogger("reach.canary")
+
+Publish = Callable[[Control], None]
+
+
+def canary_group(names: Names) -> str:
+    """The election group: the member owning partition 0 of the control topic is the writer."""
+    return names.topic("canary")
+
+
+def canary_record(canary: Canary, *, by: str) -> Control:
+    return Control(kind=ControlKind.CANARY, scope=canary.agent_id, canary=canary, updated_at=now_ms(), updated_by=by)
+
+
+class CanaryDriver:
+    """The decisions of a controller between reads (no Kafka): fold records, then tick to write what is due."""
+
+    def __init__(self, *, publish: Publish, settings: CanarySettings, by: str) -> None:
+        self.book = CanaryBook()
+        self.leader = False
+        self._publish = publish
+        self._settings = settings
+        self._by = by
+        self._reported = 0
+
+    def record(self, topic: str, key: bytes | None, value: bytes | None, names: Names) -> None:
+        """Fold one record of registry, control or receipts; a bad one is skipped (logged)."""
+        try:
+            if topic == names.registry:
+                self.book.registration((key or b"").decode(errors="replace"),
+                                       decode(value, AgentRegistration) if value is not None else None)
+            elif topic == names.control:
+                text = (key or b"").decode(errors="replace")
+                if text.startswith(f"{ControlKind.CANARY}:"):
+                    control = decode(value, Control) if value is not None else None
+                    self.book.canary(text.split(":", 1)[1], control.canary if control is not None else None)
+            elif topic == names.receipts and value is not None:
+                self.book.receipt(decode(value, Receipt))
+        except RegistryUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a bad record must not stop the controller
+            log.warning("canary controller: skipping a bad record on %s (key %r): %r", topic, key, exc)
+
+    def tick(self, now: int) -> list[Canary]:
+        """As the leader: write each promotion or rollback that is due, and progress every report_ms.
+
+        A failed write is logged and decided again on the next tick (the book still holds the old record)."""
+        if not self.leader:
+            return []
+        due = self.book.due(now, min_calls=self._settings.min_calls)
+        if now - self._reported >= self._settings.report_ms:
+            changed = {c.agent_id for c in due}
+            due += [c for c in self.book.progress(now) if c.agent_id not in changed]
+            self._reported = now
+        written = []
+        for canary in due:
+            try:
+                self._publish(canary_record(canary, by=self._by))
+            except Exception as exc:  # noqa: BLE001 - InfraUnavailable and friends: try again next tick
+                log.warning("canary %s not written (next tick tries again): %s", canary.agent_id, exc)
+                continue
+            self.book.canary(canary.agent_id, canary)  # do not judge the old step again before the record is read
+            written.append(canary)
+            log.info("canary %s %s: %s", canary.agent_id, canary.state, canary.reason)
+        return written
+
+
+class CanaryController(LoopThread):
+    """The Kafka shell around a CanaryDriver: start()/stop() from any thread."""
+
+    thread_name = "reach-canary"
+    restart_on = (KafkaException, NotReady, RegistryUnavailable)
+    log = log
+
+    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: CanarySettings | None = None) -> None:
+        super().__init__()
+        self._names = names
+        self._kafka = kafka
+        self._settings = settings or CanarySettings()
+        self.worker_id = uuid.uuid4().hex[:12]
+        self.driver = CanaryDriver(publish=lambda c: publish(c, names=names, kafka=kafka),
+                                   settings=self._settings, by=f"canary-controller/{self.worker_id}")
+
+    def _loop(self) -> None:
+        names = self._names
+        election = clients.consumer(canary_group(names), self._kafka, **{"session.timeout.ms": 6_000,
+                                                                       "heartbeat.interval.ms": 1_500})
+        reader = clients.consumer(f"{canary_group(names)}.reader.{self.worker_id}", self._kafka)
+        driver = self.driver
+
+        def assigned(_c: Consumer, partitions: list[TopicPartition]) -> None:
+            driver.leader = any(tp.partition == 0 for tp in partitions)
+
+        def revoked(_c: Consumer, _partitions: list[TopicPartition]) -> None:
+            driver.leader = False
+
+        try:
+            election.subscribe([names.control], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
+            reader.assign(self._positions(reader))
+            next_tick = 0
+            while not self._stop.is_set():
+                election.poll(0)  # membership and the assignment callbacks; its records are read by `reader`
+                batch: list[Message] = clients.take(reader, 500, 0.2)
+                for msg in batch:
+                    if msg.error() is None:
+                        driver.record(msg.topic() or "", msg.key(), msg.value(), names)
+                now = now_ms()
+                if now >= next_tick:
+                    driver.tick(now)
+                    next_tick = now + self._settings.tick_ms
+        finally:
+            driver.leader = False
+            election.close()
+            reader.close()
+
+    def _positions(self, reader: Consumer) -> list[TopicPartition]:
+        names = self._names
+        meta = reader.list_topics(timeout=15).topics
+        out = []
+        for topic in (names.registry, names.control, names.receipts):
+            tmeta = meta.get(topic)
+            if tmeta is None or tmeta.error is not None:
+                raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
+            for p in tmeta.partitions:
+                if topic == names.receipts:
+                    high = reader.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
+                    out.append(TopicPartition(topic, p, high))
+                else:
+                    out.append(TopicPartition(topic, p, OFFSET_BEGINNING))
+        return out

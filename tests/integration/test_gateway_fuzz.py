@@ -1,0 +1,150 @@
+"""schemathesis against the real gateway's own /openapi.json, every generated request signed (the auth hook):
+no 5xx (but the agent's outcome that /v1/invoke relays as 502/504, see RELAYED), and no response that violates
+the document (status, content type, headers, body schema).
+
+A short bounded run by default (REACH_FUZZ_EXAMPLES examples per operation, default 15); a longer one with e.g.
+`REACH_FUZZ_EXAMPLES=500 REACH_CI=1 .venv/bin/pytest -q -s tests/integration/test_gateway_fuzz.py`.
+Unsigned fuzzing would only test the 401 path, so the hook signs the exact bytes sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import checks
+
+from reach.bench import noop_agent
+from reach.bench.gateway_stack import GatewayStack, SignedApp, child_env
+from reach.settings import KafkaSettings, RedisSettings
+from tests.integration.stream_app import StreamApp
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = int(os.environ.get("REACH_FUZZ_EXAMPLES", "15"))
+DOCUMENT = [checks.status_code_conformance, checks.content_type_conformance, checks.response_headers_conformance,
+            checks.response_schema_conformance]
+CHECKS = [checks.not_a_server_error, *DOCUMENT]
+# POST /v1/invoke relays the agent's outcome: 502 when the agent FAILED, 504 when no terminal receipt came within
+# timeout_ms or the budget ran out (EXPIRED), both declared in /openapi.json with an InvokeAnswer body. Those two,
+# with that body, are the answer the caller asked for, not a server fault; every other 5xx fails the test.
+RELAYED = {(502, "FAILED"), (504, "PENDING"), (504, "EXPIRED")}
+EVENTS = "/v1/messages/{message_id}/events"
+# Known defects of the event stream's document, reported to the gateway's owners: its 404 (JSON) is documented
+# as text/event-stream, and each SSE event ({event, data, id}) is checked against a declared {"type": "string"}.
+# The stream is fuzzed in test_the_event_stream_matches_the_document, a strict xfail: red once both are fixed,
+# then fold it back into the main run.
+# waits that would turn a fuzz run into a sleep: a generated invoke or event stream ends within a second
+QUICK_WAITS = {"REACH_GATEWAY_INVOKE_TIMEOUT_MS": "500", "REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS": "1000",
+               "REACH_GATEWAY_SSE_FIND": "0.2", "REACH_GATEWAY_SSE_MAX": "2"}
+
+
+@pytest.fixture
+def gateway(namespace: str, stream_app: StreamApp, tmp_path: Path) -> Iterator[GatewayStack]:
+    """A real gateway beside a real router (its status routes read the router's views) and the no-op agent."""
+    env = child_env(namespace, KafkaSettings(), home=tmp_path / "home", redis_url=RedisSettings().url(),
+                    topics_file=Path(os.environ["REACH_TOPICS_FILE"]))
+    env.update(REACH_WEB_PORT=str(stream_app.port), **QUICK_WAITS)
+    with GatewayStack(env=env) as stack:
+        yield stack
+
+
+def signed_send(http: httpx.Client, app: SignedApp, case: Any, base_url: str) -> httpx.Response:
+    """The auth hook: serialise the generated body once, sign those bytes, send exactly them."""
+    kwargs = case.as_transport_kwargs(base_url=base_url)
+    headers = {k: str(v) for k, v in (kwargs.get("headers") or {}).items()}
+    if "json" in kwargs:
+        raw = json.dumps(kwargs["json"]).encode()
+        headers.setdefault("Content-Type", "application/json")
+    else:
+        data = kwargs.get("data", kwargs.get("content", b""))
+        raw = data.encode() if isinstance(data, str) else bytes(data or b"")
+    signed = app.headers(raw)
+    headers.update({"Reach-Key": signed["Reach-Key"], "Reach-Signature": signed["Reach-Signature"]})
+    assert not kwargs.get("cookies"), "the document declares no cookie parameters"
+    return http.request(kwargs["method"], kwargs["url"], params=kwargs.get("params"), headers=headers, content=raw)
+
+
+def relayed(op: Any, response: httpx.Response) -> bool:
+    """An invoke answer that reports the agent's outcome with a 5xx (see RELAYED)."""
+    if (op.method.upper(), op.path) != ("POST", "/v1/invoke"):
+        return False
+    try:
+        status = response.json().get("status")
+    except ValueError:
+        return False
+    return (response.status_code, status) in RELAYED
+
+
+def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], known: dict[str, list[str]]) -> None:
+    """EXAMPLES generated cases of one operation, each sent signed and checked against the document; ids that
+    earlier 202s returned (`known`) replace half the generated path ids, so the status routes answer 200 too."""
+
+    @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def run(data: st.DataObject) -> None:
+        case = data.draw(op.as_strategy())
+        if isinstance(case.body, dict) and "capability" in case.body and data.draw(st.booleans()):
+            # half the envelopes name the live capability, so fuzzing reaches past the 404 into publishing
+            case.body["capability"] = noop_agent.CAPABILITY
+        for name in case.path_parameters or {}:
+            if known.get(name) and data.draw(st.booleans()):
+                case.path_parameters[name] = data.draw(st.sampled_from(known[name]))
+        response = send(case)
+        if response.status_code in (200, 202) and op.method.upper() == "POST":
+            try:
+                answer = response.json()
+            except ValueError:
+                answer = None
+            if isinstance(answer, dict) and answer.get("message_id"):
+                known.setdefault("message_id", []).append(answer["message_id"])
+                known.setdefault("trace_id", []).append(answer["trace_id"])
+        codes[response.status_code] = codes.get(response.status_code, 0) + 1
+        case.validate_response(response, checks=DOCUMENT if relayed(op, response) else CHECKS)
+
+    run()
+
+
+def test_signed_fuzzing_finds_no_5xx_and_no_response_outside_the_document(gateway: GatewayStack) -> None:
+    schema = schemathesis.openapi.from_url(gateway.url + "/openapi.json")
+    app = gateway.signed_app()
+    operations = [op for op in (result.ok() for result in schema.get_all_operations()) if op.path != EVENTS]
+    assert any(op.path == "/v1/envelopes" and op.method.upper() == "POST" for op in operations), \
+        [f"{op.method} {op.path}" for op in operations]
+    seen: dict[str, dict[int, int]] = {}
+    known: dict[str, list[str]] = {}
+    with httpx.Client(timeout=30) as http:
+        for op in sorted(operations, key=lambda o: o.method.upper() != "POST"):  # POSTs first: they make the ids
+            fuzz(op, lambda case: signed_send(http, app, case, gateway.url),
+                 seen.setdefault(f"{op.method.upper()} {op.path}", {}), known)
+    print(f"\nschemathesis, {EXAMPLES} examples per operation, signed; status codes seen: {seen}")
+    assert any(200 <= code < 300 for codes in seen.values() for code in codes), \
+        "signed fuzzing got past the door at least once (else it only tested the 401 path)"
+    five = {label: [c for c in codes if c >= 500] for label, codes in seen.items()}
+    assert all(not c or label == "POST /v1/invoke" for label, c in five.items()), seen
+
+
+@pytest.mark.xfail(strict=True, reason="the event stream's document: its 404 is declared text/event-stream and "
+                   "its events a string (reported to the gateway's owners)")
+def test_the_event_stream_matches_the_document(gateway: GatewayStack) -> None:
+    schema = schemathesis.openapi.from_url(gateway.url + "/openapi.json")
+    app = gateway.signed_app()
+    operation = schema[EVENTS]["GET"]
+    body = json.dumps({"capability": noop_agent.CAPABILITY, "payload": {"text": "events"}}).encode()
+    with httpx.Client(timeout=30) as http:
+        accepted = http.post(gateway.url + "/v1/envelopes", content=body, headers=app.headers(body))
+        assert accepted.status_code == 202, accepted.text
+        known = {"message_id": [accepted.json()["message_id"]]}
+        fuzz(operation, lambda case: signed_send(http, app, case, gateway.url), {}, known)
+        case = operation.Case(path_parameters={"message_id": known["message_id"][0]})
+        response = signed_send(http, app, case, gateway.url)
+        assert response.status_code == 200 and "event: terminal" in response.text, response.text[-500:]
+        case.validate_response(response, checks=CHECKS)

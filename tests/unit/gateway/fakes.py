@@ -1,0 +1,213 @@
+"""In-memory stand-ins for the gateway's dependencies (apps, nonces, quotas, broker, replies, status, registry);
+the signature check itself is the real SignatureAuthenticator over the in-memory directory and nonces."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from reach.envelopes import now_ms
+from reach.errors import InfraUnavailable
+from reach.gateway import signing
+from reach.gateway.auth import SignatureAuthenticator
+from reach.gateway.deps import Dependencies, Remembered
+from reach.gateway.ports import CallerApp, KeyEntry, QuotaDecision
+from reach.records import Capability, Envelope, Receipt
+from reach.tokenbucket import TokenBucket
+
+
+def sign(secret: bytes, body: bytes, *, t: int | None = None, nonce: str | None = None) -> str:
+    """`Reach-Signature` as a caller computes it (reach.gateway.signing), timestamped now by default."""
+    return signing.sign(secret, body, int(time.time()) if t is None else t, nonce)
+
+
+class FakeDirectory:
+    """Live keys by key id, in memory (the real one follows the apps topic)."""
+
+    def __init__(self, keys: Sequence[KeyEntry]) -> None:
+        self.keys = {k.key_id: k for k in keys}
+
+    def lookup(self, key_id: str) -> KeyEntry | None:
+        return self.keys.get(key_id)
+
+
+class FakeNonces:
+    """Nonces seen, in memory (the real store is Redis SET NX with a TTL)."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple[str, str]] = set()
+
+    def claim(self, key_id: str, nonce: str, ttl_s: int) -> bool:
+        if (key_id, nonce) in self.seen:
+            return False
+        self.seen.add((key_id, nonce))
+        return True
+
+
+class FakeQuotas:
+    """A token bucket per app (rate, burst), as the shared Redis one behaves on one replica."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.buckets: dict[str, TokenBucket] = {}
+        self.taken = 0
+
+    def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+        bucket = self.buckets.setdefault(app.app_id, TokenBucket(rate=app.rate, burst=app.burst))
+        wait = bucket.take(self.clock())
+        if wait == 0.0:
+            self.taken += 1
+            return QuotaDecision(True)
+        return QuotaDecision(False, retry_after_s=wait, scope="app")
+
+
+class FakePublisher:
+    """Records what reached "the broker"; `fail` makes the next publishes go unacknowledged."""
+
+    def __init__(self) -> None:
+        self.sent: list[Envelope] = []
+        self.fail = False
+        self.on_publish: Callable[[Envelope], None] | None = None
+
+    async def publish(self, envelope: Envelope) -> None:
+        await asyncio.sleep(0)
+        if self.fail:
+            raise InfraUnavailable("no acknowledgement (fake)")
+        self.sent.append(envelope)
+        if self.on_publish is not None:
+            self.on_publish(envelope)
+
+    def healthy(self) -> bool:
+        return True
+
+
+@dataclass
+class _FakeWaiter:
+    replies: FakeReplies
+    key: tuple[str, int]
+    future: asyncio.Future[Receipt]
+
+    async def result(self, timeout_s: float) -> Receipt | None:
+        try:
+            return await asyncio.wait_for(self.future, timeout_s)
+        except TimeoutError:
+            return None
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        self.replies.waiting.pop(self.key, None)
+
+
+class FakeReplies:
+    """A reply topic: `deliver(receipt)` resolves whoever expects it."""
+
+    topic = "test.replies.gw"
+
+    def __init__(self) -> None:
+        self.waiting: dict[tuple[str, int], asyncio.Future[Receipt]] = {}
+
+    def expect(self, message_id: str, generation: int = 0) -> _FakeWaiter:
+        future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
+        self.waiting[(message_id, generation)] = future
+        return _FakeWaiter(self, (message_id, generation), future)
+
+    def deliver(self, receipt: Receipt) -> None:
+        future = self.waiting.get((receipt.message_id, receipt.generation))
+        if future is not None and not future.done():
+            future.set_result(receipt)
+
+    def healthy(self) -> bool:
+        return True
+
+
+class FakeStatus:
+    """Status rows by id; `script[id]` is a list of rows served one per read (the last one repeats)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.traces: dict[str, list[str]] = {}
+        self.reads = 0
+
+    async def message(self, message_id: str) -> tuple[int, dict[str, Any]]:
+        self.reads += 1
+        script = self.rows.get(message_id)
+        if not script:
+            return 404, {"error": "not_found", "message": f"No message {message_id!r}"}
+        return 200, script.pop(0) if len(script) > 1 else script[0]
+
+    async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]:
+        ids = self.traces.get(trace_id)
+        if not ids:
+            return 404, {"error": "not_found", "message": f"No trace {trace_id!r}."}
+        return 200, {"trace_id": trace_id, "message_ids": ids}
+
+
+class FakeCatalog:
+    """Live capability versions, set by the test."""
+
+    def __init__(self, capabilities: Sequence[Capability] = ()) -> None:
+        self.capabilities = list(capabilities)
+
+    def versions(self, capability: str, tenant: str, now_ms: int) -> Sequence[Capability]:
+        return [c for c in self.capabilities if c.name == capability]
+
+    def healthy(self) -> bool:
+        return True
+
+
+class FakeIdempotency:
+    """The Redis mapping as a dict (no TTL: tests run well inside any window)."""
+
+    def __init__(self) -> None:
+        self.keys: dict[tuple[str, str], Remembered] = {}
+
+    async def claim(self, app_id: str, key: str, ids: Remembered, ttl_s: int) -> Remembered | None:
+        if (app_id, key) in self.keys:
+            return self.keys[(app_id, key)]
+        self.keys[(app_id, key)] = ids
+        return None
+
+    async def accepted(self, app_id: str, key: str, ids: Remembered, ttl_s: int) -> None:
+        self.keys[(app_id, key)] = ids
+
+    async def release(self, app_id: str, key: str) -> None:
+        self.keys.pop((app_id, key), None)
+
+
+def app(app_id: str = "app1", *, capabilities: tuple[str, ...] = (), rate: float = 1000.0, burst: int = 1000,
+        tenant: str = "acme") -> CallerApp:
+    return CallerApp(app_id=app_id, name=app_id, tenant=tenant, capabilities=capabilities, rate=rate, burst=burst)
+
+
+@dataclass
+class Fakes:
+    """One of each fake, and the Dependencies built over them."""
+
+    keys: list[KeyEntry] = field(default_factory=lambda: [KeyEntry("key1", app(), b"secret-1")])
+    catalog: FakeCatalog = field(default_factory=lambda: FakeCatalog([echo_capability()]))
+    publisher: FakePublisher = field(default_factory=FakePublisher)
+    replies: FakeReplies = field(default_factory=FakeReplies)
+    status: FakeStatus = field(default_factory=FakeStatus)
+    idempotency: FakeIdempotency = field(default_factory=FakeIdempotency)
+    quotas: FakeQuotas = field(default_factory=FakeQuotas)
+
+    def __post_init__(self) -> None:
+        self.directory = FakeDirectory(self.keys)
+        self.nonces = FakeNonces()
+        self.authenticator = SignatureAuthenticator(directory=self.directory, nonces=self.nonces)
+
+    def deps(self) -> Dependencies:
+        return Dependencies(authenticator=self.authenticator, quotas=self.quotas, publisher=self.publisher,
+                            replies=self.replies, status=self.status, catalog=self.catalog,
+                            idempotency=self.idempotency, clock_ms=now_ms)
+
+
+ECHO_SCHEMA = '{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}'
+
+
+def echo_capability(version: str = "1.0.0", schema: str = ECHO_SCHEMA) -> Capability:
+    return Capability(name="demo.echo", version=version, input_schema=schema)

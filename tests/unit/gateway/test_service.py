@@ -1,0 +1,318 @@
+"""The gateway's HTTP service over in-memory fakes: the door's order, 202-after-ack, idempotency, batch, invoke."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from reach.gateway.httpsettings import HttpSettings
+from reach.gateway.ports import KeyEntry
+from reach.gateway.service import build_gateway
+from reach.records import Receipt, Status
+from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign
+
+
+def post(client: TestClient, path: str, body: Any, *, secret: bytes = b"secret-1", key: str = "key1",
+         raw: bytes | None = None, **headers: str) -> httpx.Response:
+    data = raw if raw is not None else json.dumps(body).encode()
+    signed = {"Reach-Key": key, "Reach-Signature": sign(secret, data), "Content-Type": "application/json"}
+    return client.post(path, content=data, headers={**signed, **headers})
+
+
+@pytest.fixture
+def fakes() -> Fakes:
+    return Fakes()
+
+
+@pytest.fixture
+def client(fakes: Fakes) -> TestClient:
+    return TestClient(build_gateway(fakes.deps(), HttpSettings()))
+
+
+def test_accepted_after_the_ack_with_tenant_and_source_from_the_app(client: TestClient, fakes: Fakes) -> None:
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "version": "^1", "payload": {"text": "hi"},
+                                          "routing": {"region": "eu", "session_key": "s1", "tags": ["gpu"],
+                                                      "priority": 3, "canary": True},
+                                          "callback": "https://caller.example/done", "budget_ms": 9000})
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    [envelope] = fakes.publisher.sent
+    assert body == {"message_id": envelope.message_id, "trace_id": envelope.trace_id,
+                    "status_url": f"/v1/messages/{envelope.message_id}"}
+    assert (envelope.tenant, envelope.source) == ("acme", "gateway:app1")
+    assert json.loads(envelope.payload) == {"text": "hi"}
+    assert envelope.capability_version == "^1"
+    assert envelope.routing.model_dump() == {"region": "eu", "session_key": "s1", "tags": ["gpu"], "priority": 3,
+                                             "canary": True}
+    assert envelope.callback == "https://caller.example/done"
+    assert envelope.deadline - envelope.created_at == 9000
+
+
+def test_the_body_cannot_choose_tenant_or_source(client: TestClient, fakes: Fakes) -> None:
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}, "tenant": "evil",
+                                          "source": "router"})
+    assert resp.status_code == 400
+    assert resp.json()["error"] == "bad_request" and "tenant" in resp.json()["message"]
+    assert fakes.publisher.sent == []
+
+
+@pytest.mark.parametrize("headers, code", [
+    ({}, "missing"),
+    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=00"}, "malformed"),
+    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=" + "0" * 64}, "stale"),
+    ({"Reach-Key": "nobody", "Reach-Signature": sign(b"secret-1", b'{"capability":"demo.echo","payload":{}}')},
+     "denied"),
+])
+def test_unsigned_or_badly_signed_is_401_and_nothing_is_sent(client: TestClient, fakes: Fakes,
+                                                              headers: dict[str, str], code: str) -> None:
+    resp = client.post("/v1/envelopes", content=b'{"capability":"demo.echo","payload":{}}', headers=headers)
+    assert resp.status_code == 401
+    assert resp.json()["error"] == code and resp.json()["message"]
+    assert fakes.publisher.sent == [] and fakes.quotas.taken == 0
+
+
+def test_a_wrong_secret_is_401(client: TestClient, fakes: Fakes) -> None:
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, secret=b"guess")
+    assert resp.status_code == 401 and fakes.publisher.sent == []
+
+
+def test_oversized_by_content_length_and_by_payload_is_413(client: TestClient, fakes: Fakes) -> None:
+    big = {"capability": "demo.echo", "payload": {"text": "x" * (300 * 1024)}}
+    assert post(client, "/v1/envelopes", big).status_code == 413
+    near = {"capability": "demo.echo", "payload": {"text": "x" * (260 * 1024)}}  # body under 288 KiB, payload over
+    resp = post(client, "/v1/envelopes", near)
+    assert resp.status_code == 413 and "payload" in resp.json()["message"]
+    assert fakes.publisher.sent == []
+
+
+def test_a_body_longer_than_its_content_length_claims_is_cut_at_the_limit(fakes: Fakes) -> None:
+    import asyncio
+
+    from reach.gateway import checks
+
+    async def chunks() -> Any:
+        for _ in range(100):
+            yield b"x" * 1024
+
+    with pytest.raises(checks.Refusal) as refused:
+        asyncio.run(checks.read_body("10", chunks(), 4096))
+    assert refused.value.status == 413
+
+
+def test_not_json_is_400(client: TestClient) -> None:
+    resp = post(client, "/v1/envelopes", None, raw=b"{not json")
+    assert resp.status_code == 400 and resp.json()["error"] == "bad_json"
+
+
+def test_forbidden_capability_is_403(fakes: Fakes) -> None:
+    fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("other.cap",)), b"s2")
+    client = TestClient(build_gateway(fakes.deps()))
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="key2",
+                secret=b"s2")
+    assert resp.status_code == 403 and resp.json()["error"] == "forbidden"
+
+
+def test_over_quota_is_429_with_retry_after_and_counted(fakes: Fakes) -> None:
+    fakes.directory.keys["slow"] = KeyEntry("slow", app("slowapp", rate=0.5, burst=2), b"s3")
+    client = TestClient(build_gateway(fakes.deps()))
+    codes = [post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="slow",
+                  secret=b"s3") for _ in range(3)]
+    assert [r.status_code for r in codes] == [202, 202, 429]
+    assert codes[2].headers["Retry-After"] == "2" and codes[2].json()["error"] == "quota_exceeded"
+    assert len(fakes.publisher.sent) == 2
+    metrics = client.get("/metrics").text
+    assert 'agentreach_gateway_quota_hits_total{app="slowapp",capability="demo.echo",scope="app"} 1.0' in metrics
+    assert 'agentreach_gateway_requests_total{app="slowapp",route="/v1/envelopes",status="429"} 1.0' in metrics
+
+
+def test_unknown_capability_is_404_unless_expire_at_waits(client: TestClient, fakes: Fakes) -> None:
+    resp = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}})
+    assert resp.status_code == 404 and resp.json()["error"] == "unknown_capability"
+    wrong_range = post(client, "/v1/envelopes", {"capability": "demo.echo", "version": "^2", "payload": {}})
+    assert wrong_range.status_code == 404 and "1.0.0" in wrong_range.json()["message"]
+    from reach.envelopes import now_ms
+
+    parked = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {},
+                                            "expire_at": now_ms() + 60_000})
+    assert parked.status_code == 202
+    assert [e.capability for e in fakes.publisher.sent] == ["nobody.serves"]
+
+
+def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: Fakes) -> None:
+    strict = echo_capability("1.0.0")
+    loose = echo_capability("1.1.0", '{"type":"object"}')
+    fakes.catalog.capabilities = [strict]
+    client = TestClient(build_gateway(fakes.deps()))
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": 5}})
+    assert resp.status_code == 422
+    assert resp.json()["error"] == "invalid_payload" and "at text" in resp.json()["message"]
+    fakes.catalog.capabilities = [strict, loose]  # one matching version accepts it: the router picks that one
+    assert post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": 5}}).status_code == 202
+    assert post(client, "/v1/envelopes", {"capability": "demo.echo", "version": "~1.0",
+                                          "payload": {"text": 5}}).status_code == 422
+
+
+def test_the_door_checks_in_order(fakes: Fakes) -> None:
+    """Over quota AND unknown capability: 429 first (the quota is spent before the registry is consulted)."""
+    fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s4")
+    client = TestClient(build_gateway(fakes.deps()))
+    first = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
+    second = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
+    assert (first.status_code, second.status_code) == (404, 429)
+
+
+def test_a_repeated_idempotency_key_returns_the_original_202(client: TestClient, fakes: Fakes) -> None:
+    body = {"capability": "demo.echo", "payload": {"text": "x"}, "idempotency_key": "order-7"}
+    first, again = post(client, "/v1/envelopes", body), post(client, "/v1/envelopes", body)
+    assert first.status_code == again.status_code == 202
+    assert first.json() == again.json()
+    [envelope] = fakes.publisher.sent
+    assert envelope.idempotency_key == "gateway:app1:order-7"
+
+
+def test_an_unacknowledged_publish_is_503_and_frees_the_key(client: TestClient, fakes: Fakes) -> None:
+    body = {"capability": "demo.echo", "payload": {"text": "x"}, "idempotency_key": "k"}
+    fakes.publisher.fail = True
+    resp = post(client, "/v1/envelopes", body)
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+    fakes.publisher.fail = False
+    assert post(client, "/v1/envelopes", body).status_code == 202
+    assert len(fakes.publisher.sent) == 1
+
+
+def test_batch_gives_each_item_its_own_status(client: TestClient, fakes: Fakes) -> None:
+    items = [{"capability": "demo.echo", "payload": {"text": "a"}}, {"capability": "nobody.serves", "payload": {}},
+             {"capability": "demo.echo", "payload": {"text": 1}}, {"nope": 1}]
+    resp = post(client, "/v1/envelopes:batch", {"items": items})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert [i["status"] for i in body["items"]] == [202, 404, 422, 400]
+    assert (body["accepted"], body["refused"]) == (1, 3)
+    assert body["items"][0]["accepted"]["message_id"] == fakes.publisher.sent[0].message_id
+    too_many = post(client, "/v1/envelopes:batch", {"items": [items[0]] * 501})
+    assert too_many.status_code == 400
+
+
+def _receipt(envelope: Any, status: Status, result: bytes | None = None, error: Any = None) -> Receipt:
+    return Receipt(message_id=envelope.message_id, trace_id=envelope.trace_id, tenant=envelope.tenant,
+                   capability=envelope.capability, status=status, at=1, result=result, error=error,
+                   agent_id="agent://demo/echo", instance_id="i1")
+
+
+def test_invoke_returns_the_agents_result(client: TestClient, fakes: Fakes) -> None:
+    fakes.publisher.on_publish = lambda env: fakes.replies.deliver(_receipt(env, Status.COMPLETED, b'{"text":"hi"}'))
+    resp = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "hi"}})
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["result"] == {"text": "hi"} and resp.json()["status"] == "COMPLETED"
+    [envelope] = fakes.publisher.sent
+    assert envelope.reply_to == fakes.replies.topic
+
+
+def test_invoke_reports_a_failure_and_a_timeout(client: TestClient, fakes: Fakes) -> None:
+    from reach.records import ErrorInfo
+
+    failed = ErrorInfo(kind="BUSINESS", code="E1", message="boom")
+    fakes.publisher.on_publish = lambda env: fakes.replies.deliver(_receipt(env, Status.FAILED, error=failed))
+    resp = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "x"}})
+    assert resp.status_code == 502
+    assert resp.json()["error"] == "failed" and resp.json()["receipt_error"]["code"] == "E1"
+    fakes.publisher.on_publish = None
+    slow = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "x"}, "timeout_ms": 50})
+    assert slow.status_code == 504 and slow.json()["status"] == "PENDING"
+    assert fakes.replies.waiting == {}
+
+
+def test_invoke_wait_is_capped(fakes: Fakes) -> None:
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(invoke_timeout_max_ms=30)))
+    resp = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "x"}, "timeout_ms": 600_000})
+    assert resp.status_code == 504 and "30 ms" in resp.json()["message"]
+
+
+def test_status_routes_pass_the_status_table_through(client: TestClient, fakes: Fakes) -> None:
+    fakes.status.rows["m1"] = [{"message_id": "m1", "status": "ROUTED", "timeline": []}]
+    fakes.status.traces["t1"] = ["m1"]
+    assert client.get("/v1/messages/m1").json()["status"] == "ROUTED"
+    missing = client.get("/v1/messages/nope")
+    assert missing.status_code == 404 and missing.json()["error"] == "not_found"
+    assert client.get("/v1/traces/t1").json() == {"trace_id": "t1", "message_ids": ["m1"]}
+
+
+def test_unknown_routes_get_the_json_error_body(client: TestClient) -> None:
+    resp = client.get("/v2/nothing")
+    assert resp.status_code == 404 and set(resp.json()) == {"error", "message", "hint"}
+    metrics = client.get("/metrics").text
+    assert 'route="(unmatched)"' in metrics and "/v2/nothing" not in metrics
+
+
+def test_openapi_documents_every_route_body_and_error(client: TestClient) -> None:
+    doc = client.get("/openapi.json").json()
+    paths = doc["paths"]
+    assert {"/v1/envelopes", "/v1/envelopes:batch", "/v1/invoke", "/v1/messages/{message_id}",
+            "/v1/messages/{message_id}/events", "/v1/traces/{trace_id}", "/healthz", "/metrics"} <= set(paths)
+    send = paths["/v1/envelopes"]["post"]
+    assert send["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/EnvelopeRequest")
+    assert {"202", "400", "401", "403", "404", "413", "422", "429", "503"} <= set(send["responses"])
+    assert "Retry-After" in send["responses"]["429"]["headers"]
+    schemas = doc["components"]["schemas"]
+    assert {"EnvelopeRequest", "InvokeRequest", "BatchRequest", "ErrorBody", "Accepted", "Routing"} <= set(schemas)
+    assert schemas["BatchRequest"]["properties"]["items"]["items"]["$ref"].endswith("/EnvelopeRequest")
+
+
+def test_healthz(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"ok": True, "registry": "running", "replies": "running"}
+
+
+def test_a_huge_request_head_is_431_before_any_route(client: TestClient, fakes: Fakes) -> None:
+    resp = client.get("/healthz", headers={"X-Big": "a" * (20 * 1024)})
+    assert resp.status_code == 431 and resp.json()["error"] == "headers_too_large"
+
+
+def test_a_replayed_nonce_is_401_replay(client: TestClient, fakes: Fakes) -> None:
+    raw = json.dumps({"capability": "demo.echo", "payload": {"text": "x"}}).encode()
+    headers = {"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", raw, nonce="n-12345678")}
+    assert client.post("/v1/envelopes", content=raw, headers=headers).status_code == 202
+    again = client.post("/v1/envelopes", content=raw, headers=headers)
+    assert again.status_code == 401 and again.json()["error"] == "replay"
+    assert len(fakes.publisher.sent) == 1
+
+
+def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> None:
+    from reach.errors import InfraUnavailable
+    from reach.gateway.ports import CallerApp, QuotaDecision
+
+    class DownQuotas:
+        def take(self, app: CallerApp, capability: str) -> QuotaDecision:
+            raise InfraUnavailable("Redis did not answer (fake)")
+
+    fakes.quotas = DownQuotas()  # type: ignore[assignment]
+    client = TestClient(build_gateway(fakes.deps()))
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
+    assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
+    assert resp.json()["error"] == "unavailable" and fakes.publisher.sent == []
+
+
+def test_a_repeated_invoke_is_answered_from_the_first_requests_status_row(client: TestClient, fakes: Fakes) -> None:
+    fakes.publisher.on_publish = lambda env: fakes.replies.deliver(_receipt(env, Status.COMPLETED, b'"done"'))
+    body = {"capability": "demo.echo", "payload": {"text": "x"}, "idempotency_key": "inv-1", "timeout_ms": 2000}
+    first = post(client, "/v1/invoke", body)
+    assert first.status_code == 200 and first.json()["result"] == "done"
+    message_id = first.json()["message_id"]
+    fakes.status.rows[message_id] = [{"message_id": message_id, "trace_id": "t", "status": "ROUTED"},
+                                     {"message_id": message_id, "trace_id": "t", "status": "COMPLETED",
+                                      "result": '"done"'}]
+    again = post(client, "/v1/invoke", body)
+    assert again.status_code == 200, again.text
+    assert (again.json()["message_id"], again.json()["result"]) == (message_id, "done")
+    assert len(fakes.publisher.sent) == 1 and fakes.replies.waiting == {}
+
+
+def test_an_error_message_quoting_a_huge_value_is_cut(client: TestClient) -> None:
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": ["x" * 1000] * 200})
+    assert resp.status_code == 422 and len(resp.json()["message"]) <= 1001
+    deep = post(client, "/v1/envelopes", None, raw=b'{"capability":"demo.echo","payload":' + b"[" * 900 + b"]" * 900
+                + b"}")
+    assert deep.status_code in (400, 422) and len(deep.json()["message"]) <= 1001
