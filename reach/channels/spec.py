@@ -2,7 +2,8 @@
 
 Canonical form (what `Envelope.callback` holds): JSON `{"channel": "webhook", "endpoint": "https://...",
 "fields": ["$.answer"]}`. Short form, accepted wherever a spec is parsed: `webhook:https://...`,
-`email:ops@example.com`, `sms:+15551234567` (fields then come separately, e.g. `--callback-fields`).
+`email:ops@example.com`, `sms:+15551234567` (fields then come separately, e.g. `--callback-fields`),
+and a bare `https://...` URL (what the gateway's `callback` body field carries) for a webhook.
 An optional `"backup": {"channel": "email", "endpoint": "ops@example.com"}` (another channel) takes the
 sends while the primary channel instance is OPEN (reach/channels/health.py).
 """
@@ -61,6 +62,8 @@ def parse(text: str, *, fields: list[str] | None = None) -> CallbackSpec:
         raise BadCallback(f"a callback spec is 1 to {MAX_SPEC_CHARS} characters; got {len(text)}.")
     if text.lstrip()[:1] in ("{", "["):
         data = _json(text)
+    elif text.startswith(("http://", "https://")):
+        data = {"channel": "webhook", "endpoint": text, "fields": []}
     else:
         name, sep, short_endpoint = text.partition(":")
         if not sep or name not in BY_NAME:

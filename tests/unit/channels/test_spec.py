@@ -38,7 +38,7 @@ def test_split_fields_keeps_commas_inside_brackets_and_quotes() -> None:
     ("", "1 to"),
     ("x" * 5000, "1 to"),
     ("pigeon:coo", "neither JSON nor CHANNEL:ENDPOINT"),
-    ("https://example.com/hook", "neither JSON nor CHANNEL:ENDPOINT"),
+    ("ftp://example.com/hook", "neither JSON nor CHANNEL:ENDPOINT"),
     ("{not json", "not valid JSON"),
     ("[1, 2]", "must be an object"),
     ('{"channel": "fax", "endpoint": "1"}', "unknown channel 'fax'"),
@@ -82,3 +82,7 @@ def test_a_backup_target_round_trips() -> None:
     spec = parse(text)
     assert spec.backup is not None and spec.backup.to_dict() == {"channel": "email", "endpoint": "ops@example.com"}
     assert parse(spec.to_text()) == spec
+
+
+def test_a_bare_url_is_a_webhook_as_the_gateway_body_carries_it() -> None:
+    assert parse("https://example.com/hook") == CallbackSpec(channel="webhook", endpoint="https://example.com/hook")
