@@ -79,6 +79,13 @@ class CircuitBreaker:
         self._push(outcome, at)
         return self._judge(at)
 
+    def trip(self, now: int, reason: str) -> bool:
+        """Open now for a reason the caller judged (e.g. a channel's graded signals); True when it changed."""
+        if self.state is BreakerState.OPEN:
+            return False
+        self._open(now, reason)
+        return True
+
     def tick(self, now: int) -> bool:
         """Time-driven transitions (OPEN -> HALF_OPEN at open_until); True when the state changed."""
         if self.state is BreakerState.OPEN and self.open_until is not None and now >= self.open_until:

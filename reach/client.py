@@ -56,7 +56,13 @@ class Client:
 
     def envelope(self, capability: str, payload: Any, **fields: Any) -> Envelope:
         """A new envelope; inside an active span it joins that span's trace. Timeouts and budget the caller does
-        not set come from the capability's POLICY, else the built-in defaults."""
+        not set come from the capability's POLICY, else the built-in defaults. A `callback` (JSON or short form
+        `webhook:URL`, with `callback_fields`: JSONPath strings) is checked here: a bad one raises BadCallback."""
+        callback, callback_fields = fields.pop("callback", None), fields.pop("callback_fields", None)
+        if callback is not None or callback_fields:
+            from reach.channels.spec import callback_text
+
+            fields["callback"] = callback_text(callback, callback_fields)
         for name, value in policy_defaults(self.policy(capability)).items():
             fields.setdefault(name, value)
         fields.setdefault("source", self.source)

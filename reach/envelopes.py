@@ -60,6 +60,7 @@ def new_envelope(
     max_attempts: int = 0,
     idempotency_key: str | None = None,
     reply_to: str | None = None,
+    callback: str | None = None,
     headers: dict[str, str] | None = None,
     max_payload_bytes: int = MAX_PAYLOAD_BYTES,
 ) -> Envelope:
@@ -97,6 +98,7 @@ def new_envelope(
         max_attempts=max_attempts,
         idempotency_key=idempotency_key or message_id,
         reply_to=reply_to,
+        callback=callback,
         headers=headers or {},
     )
 

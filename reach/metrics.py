@@ -59,6 +59,10 @@ class Metrics:
                                    registry=r)
         self.replies = Counter("agentreach_replies_total", "Replies to reply_to topics, by outcome "
                                "(sent, failed, refused: not a <ns>.replies.* topic, no_topic)", ["outcome"], registry=r)
+        self.callbacks = Counter("agentreach_callbacks_total", "Callbacks the status fold produced, by outcome "
+                                 "(sent: the envelope to its channel, rejected: a bad spec, no_channel: no topic; "
+                                 "a batch read again counts again)",
+                                 ["outcome"], registry=r)
         self.lag = Gauge("agentreach_consumer_lag_messages", "Consumer lag from the broker",
                          ["topic", "group"], registry=r)
         self.agents = Gauge("agentreach_agents", "Agent instances by state", ["agent_id", "state"], registry=r)

@@ -17,7 +17,9 @@ def receipt_for(
     error: ErrorInfo | None = None,
     **fields: Any,
 ) -> Receipt:
-    """A receipt for `envelope` at this step (the envelope's trace, attempt and generation)."""
+    """A receipt for `envelope` at this step (the envelope's trace, attempt and generation, and its callback
+    spec, which the status fold acts on when the message ends)."""
+    fields.setdefault("callback", envelope.callback)
     return Receipt(
         message_id=envelope.message_id,
         generation=envelope.generation,

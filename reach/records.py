@@ -40,6 +40,10 @@ class Status(StrEnum):
     UNROUTABLE = "UNROUTABLE"
     EXPIRED = "EXPIRED"
     DEAD_LETTERED = "DEAD_LETTERED"
+    SENT = "SENT"  # a channel's provider accepted the send (v5)
+    DELIVERED = "DELIVERED"  # the provider confirmed delivery (v5)
+    READ = "READ"  # the provider reported the recipient read it (v5)
+    CALLBACKED = "CALLBACKED"  # on the original message: its callback reached DELIVERED (v5)
     UNKNOWN = "UNKNOWN"  # the enum default: what a reader makes of a status added after its schema
 
     @property
@@ -58,6 +62,10 @@ TERMINAL: frozenset[Status] = frozenset(
         Status.DEAD_LETTERED,
     }
 )
+
+
+DELIVERY: frozenset[Status] = frozenset({Status.SENT, Status.DELIVERED, Status.READ, Status.CALLBACKED})
+"""Delivery steps of a channel send: never terminal, and the status fold keeps them in the timeline only."""
 
 
 class StepStatus(StrEnum):
@@ -212,6 +220,16 @@ class Decision(AvroModel):
     admission: str | None = None
 
 
+class ChannelDelivery(AvroModel):
+    """Which channel carried a delivery step, with the provider's id for it (v5)."""
+
+    avro_name: ClassVar[str] = "ChannelDelivery"
+
+    channel: str
+    provider_message_id: str | None = None
+    callback_id: str | None = None
+
+
 class Receipt(AvroRecord):
     """One step in the life of a message."""
 
@@ -239,6 +257,8 @@ class Receipt(AvroRecord):
     delivery_timeout_ms: int | None = None
     reroutes: int = 0
     reused_from: str | None = None
+    channel: ChannelDelivery | None = None
+    callback: str | None = None
 
 
 class Capability(AvroModel):

@@ -11,7 +11,7 @@ import base64
 
 from pydantic import BaseModel, ConfigDict
 
-from reach.records import ErrorInfo, Receipt, Status
+from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, Receipt, Status
 
 # Within one attempt, a later step never moves the row back (ROUTED can arrive after STARTED:
 # the router writes its receipt after the forward is acked, the agent may start before that).
@@ -43,6 +43,7 @@ class Step(BaseModel):
     agent_id: str | None = None
     instance_id: str | None = None
     error: ErrorInfo | None = None
+    channel: ChannelDelivery | None = None  # on a delivery step (SENT, DELIVERED, READ, CALLBACKED)
 
 
 class StatusRow(BaseModel):
@@ -74,6 +75,8 @@ class StatusRow(BaseModel):
     reply_to: str | None = None  # the envelope's reply_to, learned from the router's receipts
     replied: bool = False  # the current generation's first terminal receipt went to reply_to
     pending_reply: str | None = None  # base64 terminal receipt that arrived before its reply_to was known
+    callback: str | None = None  # the envelope's callback spec, learned from receipts written from the envelope
+    callback_sent: bool = False  # the current generation's callback envelope (or its rejection) was produced
 
     @property
     def terminal(self) -> bool:
@@ -88,7 +91,8 @@ def _error(error: ErrorInfo | None) -> ErrorInfo | None:
 
 def _step(receipt: Receipt) -> Step:
     return Step(generation=receipt.generation, attempt=receipt.attempt, status=receipt.status, at=receipt.at,
-                agent_id=receipt.agent_id, instance_id=receipt.instance_id, error=_error(receipt.error))
+                agent_id=receipt.agent_id, instance_id=receipt.instance_id, error=_error(receipt.error),
+                channel=receipt.channel)
 
 
 def _result_text(receipt: Receipt) -> tuple[str | None, bool]:
@@ -105,6 +109,8 @@ def fold(row: StatusRow | None, receipt: Receipt, *, reply_to: str | None = None
     after = _fold(row, receipt)
     if reply_to and after.reply_to is None and receipt.generation == after.generation:
         after = after.model_copy(update={"reply_to": reply_to})
+    if receipt.callback and after.callback is None and receipt.generation == after.generation:
+        after = after.model_copy(update={"callback": receipt.callback})
     return after
 
 
@@ -128,8 +134,8 @@ def _order(step: Step) -> tuple[int, int, int, int]:
 def _advances(row: StatusRow, receipt: Receipt) -> bool:
     if receipt.status.is_terminal:
         return True
-    if receipt.status is Status.UNKNOWN:  # a step of a newer writer: timeline only, the row keeps its status
-        return False
+    if receipt.status is Status.UNKNOWN or receipt.status in DELIVERY:
+        return False  # a newer writer's step or a channel's delivery step: timeline only, the row keeps its status
     return (receipt.attempt, _RANK[receipt.status]) >= (row.attempt, _RANK.get(row.status, 0))
 
 
@@ -159,6 +165,8 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         reply_to=previous.reply_to if same and previous else None,
         replied=previous.replied if same and previous else False,
         pending_reply=previous.pending_reply if same and previous else None,
+        callback=previous.callback if same and previous else None,
+        callback_sent=previous.callback_sent if same and previous else False,
     )
 
 

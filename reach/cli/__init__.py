@@ -9,6 +9,7 @@ import typer
 from reach.cli import agent, demo, local, send, topics
 from reach.cli import apps as apps_cli
 from reach.cli import canary as canary_cli
+from reach.cli import channels as channels_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli import instances as instances_cli
 from reach.cli import policy as policy_cli
@@ -41,6 +42,7 @@ app.command("trace")(status_cli.trace)
 app.add_typer(dlq_cli.app, name="dlq")
 app.add_typer(canary_cli.app, name="canary")
 app.add_typer(apps_cli.app, name="apps")
+app.add_typer(channels_cli.app, name="channels")
 
 
 def main() -> None:

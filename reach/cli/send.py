@@ -35,6 +35,10 @@ def send(
                                                "with it (same tenant and capability) reuses the first's result"),
     priority: int = typer.Option(0, "--priority", help="routing priority (higher = more urgent); the priority "
                                  "scoring factor prefers instances whose priority_class matches it"),
+    callback: str | None = typer.Option(None, "--callback", help="deliver the outcome through a channel: "
+                                        "webhook:URL, email:ADDRESS, sms:NUMBER or the JSON spec (docs/channels.md)"),
+    callback_fields: str | None = typer.Option(None, "--callback-fields", help="JSONPath of the result the "
+                                               "callback carries, comma-separated, e.g. '$.answer,$.items[0].id'"),
     wait: bool = typer.Option(False, "--wait", help="wait for the terminal receipt and print it (exit 0 only "
                               "for COMPLETED, 1 other endings, 3 timeout)"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds --wait waits"),
@@ -42,13 +46,15 @@ def send(
 ) -> None:
     """Publish a request for CAPABILITY to its capability topic; prints the message_id."""
     body = parse_payload(payload)
+    extra = {} if callback is None and callback_fields is None else {"callback": callback,
+                                                                     "callback_fields": callback_fields}
     if wait:
         send_and_wait(capability, body, timeout=timeout, as_json=as_json, version=version, session_key=session,
-                      to_agent=to, idempotency_key=idempotency_key, priority=priority)
+                      to_agent=to, idempotency_key=idempotency_key, priority=priority, **extra)
         return
     with Client(source="reach-cli") as client:
         message_id = client.send(capability, body, version=version, session_key=session, to_agent=to,
-                                 idempotency_key=idempotency_key, priority=priority)
+                                 idempotency_key=idempotency_key, priority=priority, **extra)
     console.print(message_id, highlight=False)
 
 

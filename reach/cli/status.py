@@ -32,7 +32,10 @@ def _timeline(row: dict[str, Any]) -> Table:
     first = row["timeline"][0]["at"] if row["timeline"] else 0
     for step in row["timeline"]:
         err = step.get("error") or {}
-        table.add_row(str(step["generation"]), str(step["attempt"]), step["status"], _time(step["at"]),
+        channel = step.get("channel") or {}  # a delivery step (SENT, DELIVERED, ...): which channel, the provider's id
+        shown = f"{step['status']} via {channel['channel']} {channel.get('provider_message_id') or ''}".rstrip() \
+            if channel else step["status"]
+        table.add_row(str(step["generation"]), str(step["attempt"]), shown, _time(step["at"]),
                       str(step["at"] - first), step.get("instance_id") or "-",
                       f"{err.get('kind')}/{err.get('code')}: {err.get('message')}" if err else "")
     return table

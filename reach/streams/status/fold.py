@@ -4,8 +4,9 @@ Per batch: decode each receipt, fold it (pure `reach.status.fold` and `settle_re
 as it stands in this batch; produce each reply to its `<ns>.replies.*` topic and flush; then one
 changelog record per changed row to the status partition of the same number, and flush; only when
 the broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
-receipts offsets. Replies go first so no changelog record says `replied` before the reply is
-acknowledged. A refused record rewinds the batch (at least once; the fold is idempotent), except a
+receipts offsets. Replies and callbacks (a terminal row's callback envelope to its channel capability, see
+reach.channels.closure) go first so no changelog record says `replied` / `callback_sent` before the
+broker acknowledged them. A refused record rewinds the batch (at least once; the fold is idempotent), except a
 reply no retry cures (too large, topic gone), which is counted and logged. A registry outage is
 infrastructure: nothing commits, the batch is read again after a backoff.
 On assignment a partition's store is trusted when it has applied the changelog up to its end, else
@@ -26,10 +27,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from reach import clients, codec, delivery, topicreader
 from reach import headers as H
 from reach.acks import Acks, Position
+from reach.channels import closure
 from reach.codec import DecodeError, RegistryUnavailable
+from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.names import Names
-from reach.records import Receipt
+from reach.records import Envelope, Receipt
 from reach.settings import KafkaSettings
 from reach.status import StatusRow, fold, settle_reply
 from reach.streams.exceptions import DeliveryFailed, StreamsError
@@ -187,6 +190,7 @@ class StatusFold:
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         rows: dict[str, tuple[int, StatusRow]] = {}
         replies: list[_Reply] = []
+        callbacks: list[_Reply] = []
         first: dict[int, int] = {}
         last: dict[int, int] = {}
         for msg in messages:
@@ -199,7 +203,7 @@ class StatusFold:
             first.setdefault(partition, offset)
             last[partition] = offset
             try:
-                self._one(msg, partition, rows, replies)
+                self._one(msg, partition, rows, replies, callbacks, producer)
             except RegistryUnavailable:  # infrastructure, not this receipt: commit nothing, read it all again
                 self._rewind(consumer, _first_offsets(messages))
                 raise
@@ -209,7 +213,7 @@ class StatusFold:
                 self._metrics.undecodable.inc()
                 log.exception("status: could not fold the receipt at %s[%d]@%d; skipped", msg.topic(), partition,
                               offset)
-        errors = self._send_replies(producer, replies)
+        errors = self._send_replies(producer, replies) + self._send_callbacks(producer, callbacks)
         if errors:
             self._rewind(consumer, first)
             raise DeliveryFailed("replies not acknowledged: " + "; ".join(sorted(set(errors))[:3]))
@@ -231,7 +235,7 @@ class StatusFold:
                         asynchronous=False)
 
     def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, StatusRow]],
-             replies: list[_Reply]) -> None:
+             replies: list[_Reply], callbacks: list[_Reply], producer: Producer) -> None:
         value = msg.value()
         if value is None:
             return
@@ -252,11 +256,44 @@ class StatusFold:
             current = StatusRow.model_validate_json(raw) if raw is not None else None
         after = fold(current, receipt, reply_to=self._reply_to(msg))
         after, reply = settle_reply(current, after, receipt, value)
+        after, callback = closure.settle_callback(after, receipt, now=now_ms())
+        if callback is not None:
+            callbacks.append(((msg.topic() or "", partition, msg.offset() or 0),
+                              *self._callback_record(producer, callback)))
         self._metrics.observe(receipt, current, after)
         if after != current:
             rows[mid] = (partition, after)
         if reply is not None and after.reply_to:
             replies.append(((msg.topic() or "", partition, msg.offset() or 0), after.reply_to, mid, reply))
+
+    def _callback_record(self, producer: Producer, callback: Envelope | Receipt) -> tuple[str, str, bytes]:
+        """(topic, key, value): a callback envelope to its channel's capability topic (named by the catalog,
+        never by the spec), else a receipt (the spec's rejection, or UNROUTABLE when no topic exists)."""
+        if isinstance(callback, Envelope):
+            topic = self.names.capability(callback.capability)
+            if self._topic_exists(producer, topic):
+                self._metrics.callbacks.labels("sent").inc()
+                return topic, callback.message_id, codec.encode(callback)
+            callback = closure.unroutable(callback, now=now_ms(), topic=topic)
+            self._metrics.callbacks.labels("no_channel").inc()
+            log.warning("status: no callback for %s: %s", callback.message_id, callback.error)
+        else:
+            self._metrics.callbacks.labels("rejected").inc()
+        return self.names.receipts, callback.message_id, codec.encode(callback)
+
+    def _send_callbacks(self, producer: Producer, callbacks: list[_Reply]) -> list[str]:
+        """Produce and flush the batch's callback records; the errors (any: the batch is read again)."""
+        if not callbacks:
+            return []
+        acks = Acks()
+        for position, topic, key, value in callbacks:
+            delivery.produce(producer, acks, position, topic, value, key=key.encode(),
+                             headers=[(H.MESSAGE_ID, key.encode())])
+        errors: list[str] = []
+        self._flush(producer, errors)
+        for position in acks.unacked():
+            errors.append(", ".join(map(delivery.describe, acks.errors(position))) or "callback still queued")
+        return errors
 
     def _reply_to(self, msg: Message) -> str | None:
         pairs: Any = msg.headers() or ()

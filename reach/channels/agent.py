@@ -1,0 +1,186 @@
+"""Channel agents: an agent-SDK Agent serving `channel.<name>` through one provider configuration.
+
+The request payload is `{"endpoint", "body", "subject"?, "callback_for"?}` (a callback envelope from the
+status fold has all of them). A send the provider accepted writes SENT, and DELIVERED once it confirms;
+for a callback, CALLBACKED on the original message. A failed send becomes the SDK's outcome: 429 a
+retryable failure with code RATE_LIMITED (OVERLOAD class: three within 10 s open the instance's breaker),
+a timeout / 5xx / refused connection a retryable one, any other refusal a FAILED one with the reason.
+Each instance keeps its channel health (reach/channels/health.py) from its own sends: while it is OPEN, a
+request that names a `backup` is handed over to the backup channel (a new envelope in the same trace,
+parent = this message) instead of being sent; without one it fails retryably with code CHANNEL_OPEN.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from reach import clients
+from reach.agent import Agent, BusinessError, Context, Reject, TransientError
+from reach.agent.publisher import Publisher, Sender
+from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
+from reach.channels.errors import BadCallback
+from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
+from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent
+from reach.channels.settings import ChannelSettings
+from reach.channels.spec import Target, target
+from reach.channels.steps import Closes, DeliverySteps
+from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS, now_ms
+from reach.names import Names
+from reach.records import ChannelDelivery, Envelope, Status
+from reach.settings import KafkaSettings, ReachSettings
+
+log = logging.getLogger("reach.channels")
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["endpoint", "body"], "additionalProperties": False,
+    "properties": {
+        "endpoint": {"type": "string", "minLength": 1, "maxLength": 2048},
+        "body": {"type": "object"},
+        "subject": {"type": "string", "maxLength": 500},
+        "callback_for": {"type": "object", "required": ["message_id", "generation", "capability"],
+                         "properties": {"message_id": {"type": "string"}, "generation": {"type": "integer"},
+                                        "capability": {"type": "string"}}},
+        "backup": {"type": "object"},
+        "handed_over_from": {"type": "string"},
+    },
+}
+
+
+def signal_for(failure: Failure) -> Exception:
+    """The SDK signal a failed send raises (its receipt: ATTEMPT_FAILED retryable, or FAILED)."""
+    if failure.kind is FailureKind.PERMANENT:
+        return BusinessError(failure.code, failure.reason)
+    return TransientError(failure.reason, code=failure.code, retry_after=failure.retry_after_s)
+
+
+class ChannelService:
+    """One channel's handler: the provider, and where its delivery steps go."""
+
+    def __init__(self, kind: Channel, provider: Provider, steps: DeliverySteps | None = None, *,
+                 health: ChannelHealth | None = None, clock: Callable[[], int] = now_ms) -> None:
+        self.kind = kind
+        self.clock = clock
+        self.provider = provider
+        self.steps = steps
+        self.health = health or ChannelHealth()
+
+    async def handle(self, payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        try:
+            endpoint = self.kind.check_endpoint(payload["endpoint"])
+            backup = target(payload["backup"], primary=self.kind.name) if "backup" in payload else None
+        except BadCallback as exc:
+            raise Reject(str(exc), code="BAD_ENDPOINT") from None
+        envelope = ctx.envelope
+        probing = False
+        if self.health.state(self.clock()) is ChannelState.OPEN:
+            if not self.health.probe_due(self.clock()):
+                return await self._while_open(payload, ctx, backup)
+            probing = True  # this real send is the probe: its outcome decides whether the channel closes
+        message = OutboundMessage(endpoint=endpoint, body=payload["body"], message_id=envelope.message_id,
+                                  trace_id=envelope.trace_id, subject=payload.get("subject", ""))
+        started = time.monotonic()
+        outcome = await self.provider.send(message)
+        self._observe(outcome, (time.monotonic() - started) * 1000, probing)
+        if isinstance(outcome, Failure):
+            log.info("%s send of %s failed: %s %s", self.kind.name, envelope.message_id, outcome.code, outcome.reason)
+            if backup is not None and self.health.state(self.clock()) is ChannelState.OPEN:
+                return await self._while_open(payload, ctx, backup)
+            raise signal_for(outcome)
+        delivered = await self._record(outcome, ctx, payload)
+        return {"channel": self.kind.name, "provider_message_id": outcome.provider_message_id, "delivered": delivered}
+
+    def _observe(self, outcome: Sent | Failure, latency_ms: float, probing: bool) -> None:
+        """Feed the channel health: a probe's pass or fail, else the send's signals."""
+        ok = isinstance(outcome, Sent)
+        if probing:
+            self.health.probe(self.clock(), ok=ok)
+        elif isinstance(outcome, Sent):
+            self.health.send(self.clock(), ok=True, latency_ms=latency_ms,
+                             provider_message_id=outcome.provider_message_id, expects_report=not outcome.delivered)
+        else:
+            self.health.send(self.clock(), ok=False, latency_ms=latency_ms,
+                             rate_limited=outcome.kind is FailureKind.RATE_LIMITED)
+
+    async def _while_open(self, payload: dict[str, Any], ctx: Context, backup: Target | None) -> dict[str, Any]:
+        """This instance's channel is OPEN: hand the message to the backup channel, or fail it retryably."""
+        reason = self.health.breaker.reason or "open"
+        if backup is None:
+            raise TransientError(f"channel {self.kind.name} is OPEN on this instance ({reason}) and the request "
+                                 "names no backup channel", code="CHANNEL_OPEN")
+        envelope = hand_over(ctx.envelope, payload, backup, source=ctx.agent_id)
+        await self._steps().hand_over(envelope)
+        log.info("%s is OPEN (%s): %s handed over to %s as %s", self.kind.name, reason, ctx.envelope.message_id,
+                 backup.channel, envelope.message_id)
+        return {"channel": self.kind.name, "handed_over_to": backup.channel, "message_id": envelope.message_id}
+
+    async def _record(self, sent: Sent, ctx: Context, payload: dict[str, Any]) -> bool:
+        info = ChannelDelivery(channel=self.kind.name, provider_message_id=sent.provider_message_id)
+        steps = self._steps()
+        await steps.step(ctx.envelope, Status.SENT, info)
+        if not await self.provider.delivered(sent):
+            return False
+        self.health.report(sent.provider_message_id)
+        await steps.step(ctx.envelope, Status.DELIVERED, info)
+        closes = payload.get("callback_for")
+        parent = ctx.envelope.parent_id
+        if closes is not None and parent is not None and parent in (closes["message_id"],
+                                                                     payload.get("handed_over_from")):
+            await steps.callbacked(ctx.envelope, Closes(message_id=closes["message_id"],
+                                                        generation=int(closes["generation"]),
+                                                        capability=str(closes["capability"])), info)
+        return True
+
+    def _steps(self) -> DeliverySteps:
+        if self.steps is None:
+            raise RuntimeError("the channel agent has not started (no receipts producer yet)")
+        return self.steps
+
+
+def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, source: str) -> Envelope:
+    """The backup channel's envelope for `envelope` (id `<message_id>-bk`: the same on a retry, so deduped)."""
+    body = {k: v for k, v in payload.items() if k in ("body", "subject", "callback_for")}
+    body.update(endpoint=backup.endpoint, handed_over_from=envelope.message_id)
+    created = now_ms()
+    mid = f"{envelope.message_id}-bk"
+    return Envelope(
+        message_id=mid, trace_id=envelope.trace_id, parent_id=envelope.message_id, tenant=envelope.tenant,
+        source=source, capability=channel(backup.channel).capability, capability_version=f"^{CAPABILITY_VERSION}",
+        payload=json.dumps(body, separators=(",", ":")).encode(), created_at=created, deadline=created + BUDGET_MS,
+        delivery_timeout_ms=DELIVERY_TIMEOUT_MS, execution_timeout_ms=EXECUTION_TIMEOUT_MS, idempotency_key=mid,
+    )
+
+
+def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: KafkaSettings | None = None,
+                  sender: Sender | None = None, provider: Provider | None = None,
+                  health: ChannelRules | None = None, **agent_args: Any) -> Agent:
+    """An Agent serving `channel.<name>`; its provider is built from `settings` now (a misconfiguration fails
+    here), its receipts producer on start (or `sender`, for tests)."""
+    kind = channel(name)
+    service = ChannelService(kind, provider or kind.provider(settings or ChannelSettings()),
+                             health=ChannelHealth(health or ChannelRules()))
+    agent = Agent(kind.agent_id, **agent_args)
+    names = Names(ReachSettings().namespace)
+    own: list[Publisher] = []
+
+    def start() -> None:
+        chosen = sender
+        if chosen is None:
+            publisher = Publisher(clients.producer(kafka or KafkaSettings()))
+            own.append(publisher)
+            chosen = publisher
+        service.steps = DeliverySteps(chosen, names=names, agent_id=agent.agent_id, instance_id=agent.instance_id)
+
+    async def stop() -> None:
+        await service.provider.aclose()
+        for publisher in own:
+            publisher.close()
+
+    agent.on_start(start)
+    agent.on_stop(stop)
+    agent.capability(kind.capability, version=CAPABILITY_VERSION, input_schema=INPUT_SCHEMA,
+                     tags=["channel", kind.name])(service.handle)
+    return agent

@@ -1,0 +1,48 @@
+"""The one list of channels: name, endpoint check, provider factory. A new adapter is a module plus a row here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from reach.channels import sms, smtp, webhook
+from reach.channels.errors import BadCallback
+from reach.channels.provider import Provider
+from reach.channels.settings import ChannelSettings
+
+CAPABILITY_PREFIX = "channel."
+CAPABILITY_VERSION = "1.0.0"
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One channel kind: its capability `channel.<name>`, how its endpoints look, how to build its provider."""
+
+    name: str
+    check_endpoint: Callable[[str], str]
+    provider: Callable[[ChannelSettings], Provider]
+    summary: str
+
+    @property
+    def capability(self) -> str:
+        return CAPABILITY_PREFIX + self.name
+
+    @property
+    def agent_id(self) -> str:
+        return f"agent://channels/{self.name}"
+
+
+CHANNELS: tuple[Channel, ...] = (
+    Channel("webhook", webhook.check_endpoint, webhook.WebhookProvider, "signed HTTP POST (httpx)"),
+    Channel("email", smtp.check_endpoint, smtp.SmtpProvider, "SMTP (STARTTLS / AUTH from settings)"),
+    Channel("sms", sms.check_endpoint, sms.SmsProvider, "generic JSON SMS provider API"),
+)
+BY_NAME = {c.name: c for c in CHANNELS}
+
+
+def channel(name: str) -> Channel:
+    """The channel called `name`, or BadCallback naming the ones there are."""
+    found = BY_NAME.get(name)
+    if found is None:
+        raise BadCallback(f"unknown channel {name[:40]!r}; expected one of {', '.join(BY_NAME)}.")
+    return found

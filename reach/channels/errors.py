@@ -1,0 +1,17 @@
+"""Errors of the channels package, all ReachErrors."""
+
+from __future__ import annotations
+
+from reach.errors import ReachError
+
+
+class ChannelError(ReachError):
+    """Root of the channel errors."""
+
+
+class BadCallback(ChannelError, ValueError):
+    """A callback spec that cannot be acted on (syntax, unknown channel, bad endpoint, bad JSONPath)."""
+
+
+class ChannelMisconfigured(ChannelError):
+    """A channel agent cannot start: its provider settings are missing or wrong."""

@@ -1,0 +1,163 @@
+"""Channel health (pure): HEALTHY / DEGRADED / OPEN per channel instance (one provider configuration), built
+on reach.breaker.
+
+Three signals over a rolling window (1 minute): send success rate, p95 send latency, and the arrival
+rate of delivery reports for sends that expect one (counted once a send is `report_grace_ms` old). Each
+is graded against its thresholds (success >= 98% / >= 80% / < 80%, p95 <= 800 ms / <= 2,000 ms /
+> 2,000 ms, arrival >= 90% / >= 70% / < 70%) and the state is the worst grade. A grade of OPEN trips the
+breaker, and so do `rate_limits` 429s within 10 s (the breaker's overload rule); while the breaker is
+not CLOSED the state is OPEN: OPEN for `open_ms`, then probes (one every `probe_every_ms`) until
+`probes` pass. A signal with fewer than `min_sends` samples is not graded (no verdict on noise), and
+only sends after the breaker's last transition count, so a closed breaker starts afresh.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from enum import StrEnum
+
+from reach.breaker import BreakerRules, CircuitBreaker, Outcome
+from reach.records import BreakerState
+
+
+class ChannelState(StrEnum):
+    """How a channel instance is doing; OPEN instances get no sends (and no retries)."""
+
+    HEALTHY = "HEALTHY"
+    DEGRADED = "DEGRADED"
+    OPEN = "OPEN"
+
+
+_ORDER = {ChannelState.HEALTHY: 0, ChannelState.DEGRADED: 1, ChannelState.OPEN: 2}
+
+
+@dataclass(frozen=True)
+class ChannelRules:
+    """The thresholds of issue 15; tests pass shorter durations."""
+
+    window_ms: int = 60_000
+    min_sends: int = 10
+    success_healthy: float = 0.98
+    success_degraded: float = 0.80
+    p95_healthy_ms: float = 800.0
+    p95_degraded_ms: float = 2_000.0
+    arrival_healthy: float = 0.90
+    arrival_degraded: float = 0.70
+    report_grace_ms: int = 10_000
+    rate_limits: int = 3
+    rate_limit_window_ms: int = 10_000
+    open_ms: int = 30_000
+    probe_every_ms: int = 30_000
+    probes: int = 3
+
+    def breaker(self) -> BreakerRules:
+        """The breaker's rules: only the 429 rule opens it by itself (the graded signals trip it)."""
+        return BreakerRules(error_rate=1.0, min_calls=1 << 30, window_ms=self.rate_limit_window_ms,
+                            overloads=self.rate_limits, open_ms=self.open_ms, probe_admit=0.0, probes=self.probes)
+
+
+def _grade_high(value: float | None, healthy: float, degraded: float) -> ChannelState:
+    if value is None or value >= healthy:
+        return ChannelState.HEALTHY
+    return ChannelState.DEGRADED if value >= degraded else ChannelState.OPEN
+
+
+def grade(*, success: float | None, p95_ms: float | None, arrival: float | None,
+          rules: ChannelRules = ChannelRules()) -> ChannelState:
+    """The worst of the three signals' grades (None: not enough samples, not graded)."""
+    latency = ChannelState.HEALTHY
+    if p95_ms is not None and p95_ms > rules.p95_healthy_ms:
+        latency = ChannelState.DEGRADED if p95_ms <= rules.p95_degraded_ms else ChannelState.OPEN
+    grades = (_grade_high(success, rules.success_healthy, rules.success_degraded), latency,
+              _grade_high(arrival, rules.arrival_healthy, rules.arrival_degraded))
+    return max(grades, key=_ORDER.__getitem__)
+
+
+@dataclass(slots=True)
+class _Send:
+    at: int
+    ok: bool
+    latency_ms: float
+    expects_report: bool
+    provider_message_id: str | None = None
+    reported: bool = False
+
+
+class ChannelHealth:
+    """One channel instance's signals and breaker; every method takes the time explicitly (no clock inside)."""
+
+    def __init__(self, rules: ChannelRules = ChannelRules()) -> None:
+        self.rules = rules
+        self.breaker = CircuitBreaker(rules.breaker())
+        self._sends: deque[_Send] = deque()
+        self._by_id: dict[str, _Send] = {}
+        self._last_probe: int | None = None
+
+    def send(self, at: int, *, ok: bool, latency_ms: float, rate_limited: bool = False,
+             provider_message_id: str | None = None, expects_report: bool = False) -> None:
+        """One send's outcome (a 429 is a failure and feeds the 429 rule)."""
+        outcome = Outcome.OVERLOAD if rate_limited else (Outcome.SUCCESS if ok else Outcome.FAILURE)
+        if self.breaker.state is BreakerState.CLOSED:
+            self.breaker.record(outcome, at)
+        send = _Send(at, ok, latency_ms, expects_report and ok, provider_message_id)
+        self._sends.append(send)
+        if provider_message_id is not None and send.expects_report:
+            self._by_id[provider_message_id] = send
+
+    def report(self, provider_message_id: str) -> None:
+        """A delivery report arrived for a send (unknown or forgotten ids are ignored)."""
+        send = self._by_id.pop(provider_message_id, None)
+        if send is not None:
+            send.reported = True
+
+    def probe(self, at: int, *, ok: bool) -> None:
+        """A probe's result while the breaker is HALF_OPEN: `probes` passes close it, one failure reopens it."""
+        self._last_probe = at
+        self.breaker.record(Outcome.SUCCESS if ok else Outcome.FAILURE, at)
+
+    def probe_due(self, now: int) -> bool:
+        """Whether it is time for a probe (HALF_OPEN, and none within `probe_every_ms`)."""
+        self.breaker.tick(now)
+        return self.breaker.state is BreakerState.HALF_OPEN and (
+            self._last_probe is None or now - self._last_probe >= self.rules.probe_every_ms)
+
+    def signals(self, now: int) -> tuple[float | None, float | None, float | None]:
+        """(success rate, p95 latency ms, report arrival rate) over the window since the last transition."""
+        self._expire(now)
+        sends = [s for s in self._sends if s.at >= self.breaker.since]
+        if len(sends) < self.rules.min_sends:
+            return None, None, None
+        success = sum(s.ok for s in sends) / len(sends)
+        latencies = sorted(s.latency_ms for s in sends)
+        p95 = latencies[max(0, math.ceil(0.95 * len(latencies)) - 1)]
+        due = [s for s in sends if s.expects_report and now - s.at >= self.rules.report_grace_ms]
+        arrival = sum(s.reported for s in due) / len(due) if len(due) >= self.rules.min_sends else None
+        return success, p95, arrival
+
+    def state(self, now: int) -> ChannelState:
+        """The channel's state now; a graded OPEN trips the breaker (OPEN for `open_ms`, then probes)."""
+        self.breaker.tick(now)
+        if self.breaker.state is not BreakerState.CLOSED:
+            return ChannelState.OPEN
+        success, p95, arrival = self.signals(now)
+        graded = grade(success=success, p95_ms=p95, arrival=arrival, rules=self.rules)
+        if graded is ChannelState.OPEN:
+            self.breaker.trip(now, f"signals: success {_pct(success)}, p95 {_ms(p95)}, arrival {_pct(arrival)}")
+        return graded
+
+    def _expire(self, now: int) -> None:
+        horizon = now - self.rules.window_ms
+        while self._sends and self._sends[0].at < horizon:
+            old = self._sends.popleft()
+            if old.provider_message_id is not None and self._by_id.get(old.provider_message_id) is old:
+                del self._by_id[old.provider_message_id]  # a report arriving after the window counts for nothing
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"

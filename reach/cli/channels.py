@@ -1,0 +1,45 @@
+"""`reach channels list|run`: the channel catalog, and one channel agent instance per provider configuration."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+
+import typer
+from rich.table import Table
+
+from reach.channels.catalog import BY_NAME, CHANNELS
+from reach.cli.common import console
+from reach.errors import ConfigError
+
+app = typer.Typer(help="Channels: webhook, email and SMS delivery as capabilities.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_(as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """The channels this build can serve, with their capability and agent id."""
+    rows = [{"channel": c.name, "capability": c.capability, "agent_id": c.agent_id, "provider": c.summary}
+            for c in CHANNELS]
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table("channel", "capability", "agent", "provider")
+    for row in rows:
+        table.add_row(row["channel"], row["capability"], row["agent_id"], row["provider"])
+    console.print(table)
+
+
+@app.command()
+def run(channel: str = typer.Option(..., "--channel", help=f"one of {', '.join(BY_NAME)}"),
+        log_level: str = typer.Option("INFO", "--log-level", help="Python logging level")) -> None:
+    """Run one channel agent instance (its provider from REACH_CHANNEL_*) until SIGTERM/SIGINT."""
+    from reach.channels.agent import channel_agent
+
+    if channel not in BY_NAME:
+        raise ConfigError(f"Unknown channel {channel!r}; expected one of {', '.join(BY_NAME)}.")
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    agent = channel_agent(channel)
+    logging.getLogger("reach.channels").info("starting %s as instance %s", agent.agent_id, agent.instance_id)
+    agent.run()

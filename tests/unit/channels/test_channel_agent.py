@@ -1,0 +1,210 @@
+"""The channel handler with a fake provider and sender: delivery steps, CALLBACKED, and failures as signals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from reach import codec
+from reach.agent import BusinessError, Context, Reject, TransientError
+from reach.agent.outcomes import Outcome, from_exception
+from reach.breaker import Outcome as Health
+from reach.channels.agent import ChannelService, channel_agent, signal_for
+from reach.channels.catalog import channel
+from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent
+from reach.channels.steps import DeliverySteps
+from reach.codec import decode_dict, encode
+from reach.envelopes import new_envelope
+from reach.health.calls import call_of
+from reach.names import Names
+from reach.records import Envelope, Status
+from tests.unit.agent.fakes import FakeSender
+
+
+class FakeProvider:
+    """Answers every send with `outcome`; `confirms` says whether delivery is confirmed."""
+
+    channel = "sms"
+
+    def __init__(self, outcome: SendOutcome, *, confirms: bool = True) -> None:
+        self.outcome = outcome
+        self.confirms = confirms
+        self.sent: list[OutboundMessage] = []
+
+    async def send(self, message: OutboundMessage) -> SendOutcome:
+        self.sent.append(message)
+        return self.outcome
+
+    async def delivered(self, sent: Sent) -> bool:
+        return self.confirms
+
+    async def aclose(self) -> None:
+        return None
+
+
+def service(provider: FakeProvider) -> tuple[ChannelService, FakeSender]:
+    sender = FakeSender()
+    steps = DeliverySteps(sender, names=Names("ns"), agent_id="agent://channels/sms", instance_id="i1")
+    return ChannelService(channel("sms"), provider, steps), sender
+
+
+def ctx(envelope: Envelope) -> Context:
+    return Context(envelope=envelope, agent_id="agent://channels/sms", instance_id="i1")
+
+
+def callback_envelope() -> Envelope:
+    payload = {"endpoint": "+15551234567", "body": {"text": "hi"},
+               "callback_for": {"message_id": "orig", "generation": 0, "capability": "demo.echo"}}
+    env = new_envelope("channel.sms", payload, parent_id="orig", trace_id="t1")
+    return env.model_copy(update={"message_id": "orig-cb0"})
+
+
+def test_a_confirmed_callback_writes_sent_delivered_and_callbacked() -> None:
+    svc, sender = service(FakeProvider(Sent(provider_message_id="p-9")))
+    env = callback_envelope()
+    result = asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    assert result == {"channel": "sms", "provider_message_id": "p-9", "delivered": True}
+    got = [(r.message_id, r.status, r.channel.provider_message_id if r.channel else None) for r in sender.receipts()]
+    assert got == [("orig-cb0", Status.SENT, "p-9"), ("orig-cb0", Status.DELIVERED, "p-9"),
+                   ("orig", Status.CALLBACKED, "p-9")]
+    callbacked = sender.receipts()[-1]
+    assert callbacked.trace_id == "t1" and callbacked.channel is not None
+    assert callbacked.channel.callback_id == "orig-cb0"
+    assert callbacked.instance_id is None  # not a call of this instance: health does not count it
+    assert call_of(decode_dict("Receipt", encode(callbacked))) is None
+
+
+def test_an_unconfirmed_send_is_only_sent() -> None:
+    svc, sender = service(FakeProvider(Sent(provider_message_id="p-1"), confirms=False))
+    env = callback_envelope()
+    assert asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))["delivered"] is False
+    assert [r.status for r in sender.receipts()] == [Status.SENT]
+
+
+def test_callback_for_another_message_than_the_parent_writes_no_callbacked() -> None:
+    svc, sender = service(FakeProvider(Sent(provider_message_id="p-1")))
+    env = callback_envelope().model_copy(update={"parent_id": "someone-else"})
+    asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    assert Status.CALLBACKED not in [r.status for r in sender.receipts()]
+
+
+def test_a_bad_endpoint_is_rejected_before_any_send() -> None:
+    provider = FakeProvider(Sent(provider_message_id="p"))
+    svc, sender = service(provider)
+    env = callback_envelope()
+    with pytest.raises(Reject, match="not a phone number"):
+        asyncio.run(svc.handle({"endpoint": "nope", "body": {}}, ctx(env)))
+    assert provider.sent == [] and sender.sent == []
+
+
+def test_a_rate_limited_send_is_an_overload_class_retryable_failure() -> None:
+    svc, sender = service(FakeProvider(Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "429", retry_after_s=1)))
+    env = callback_envelope()
+    with pytest.raises(TransientError) as caught:
+        asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    verdict = from_exception(caught.value)
+    assert verdict.outcome is Outcome.RETRY and verdict.retry_after_ms == 1000
+    assert verdict.error is not None and verdict.error.code == "RATE_LIMITED"
+    receipt = {"status": "ATTEMPT_FAILED", "instance_id": "i1", "at": 1, "error": verdict.error.model_dump()}
+    call = call_of(receipt)
+    assert call is not None and call.outcome is Health.OVERLOAD
+    assert sender.sent == []  # nothing was sent: no delivery step
+
+
+def test_failure_kinds_map_to_signals() -> None:
+    permanent = signal_for(Failure(FailureKind.PERMANENT, "HTTP_404", "gone"))
+    assert isinstance(permanent, BusinessError) and from_exception(permanent).outcome is Outcome.FAIL
+    retryable = signal_for(Failure(FailureKind.RETRYABLE, "TIMEOUT", "slow"))
+    assert isinstance(retryable, TransientError) and from_exception(retryable).outcome is Outcome.RETRY
+    assert call_of({"status": "ATTEMPT_FAILED", "instance_id": "i", "at": 1,
+                    "error": from_exception(retryable).error.model_dump()}).outcome is Health.FAILURE  # type: ignore
+
+
+def test_the_agent_serves_the_channel_capability() -> None:
+    agent = channel_agent("sms", provider=FakeProvider(Sent(provider_message_id="p")), sender=FakeSender())
+    assert agent.agent_id == "agent://channels/sms" and list(agent.capabilities) == ["channel.sms"]
+    spec = agent.capabilities["channel.sms"]
+    assert spec.is_async and spec.wants_context
+    assert list(spec.input_validator.iter_errors({"endpoint": "+1555", "body": {}, "extra": 1}))
+
+
+def test_while_open_a_request_with_a_backup_is_handed_over_and_the_backup_closes_the_callback() -> None:
+    provider = FakeProvider(Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "429"))
+    svc, sender = service(provider)
+    payload = {**json.loads(callback_envelope().payload), "backup": {"channel": "email", "endpoint": "ops@example.com"}}
+    env = callback_envelope()
+    for _ in range(2):  # two 429s: not OPEN yet, retried as usual
+        with pytest.raises(TransientError):
+            asyncio.run(svc.handle(payload, ctx(env)))
+    result = asyncio.run(svc.handle(payload, ctx(env)))  # the third 429 opens it: handed over
+    assert result == {"channel": "sms", "handed_over_to": "email", "message_id": "orig-cb0-bk"}
+    asyncio.run(svc.handle(payload, ctx(env)))  # while OPEN the provider is not called at all
+    assert len(provider.sent) == 3
+    [backup, again] = [codec.decode(r.value or b"", Envelope) for r in sender.on("ns.cap.channel.email")]
+    assert backup == again.model_copy(update={"created_at": backup.created_at, "deadline": backup.deadline})
+    assert (backup.capability, backup.trace_id, backup.parent_id) == ("channel.email", "t1", "orig-cb0")
+    forwarded = json.loads(backup.payload)
+    assert forwarded["endpoint"] == "ops@example.com" and forwarded["handed_over_from"] == "orig-cb0"
+    assert "backup" not in forwarded  # the backup has no backup of its own
+
+    mail = FakeProvider(Sent(provider_message_id="<orig-cb0-bk@reach>", delivered=True))
+    mail.channel = "email"
+    email_sender = FakeSender()
+    email_svc = ChannelService(channel("email"), mail, DeliverySteps(email_sender, names=Names("ns"),
+                                                                     agent_id="agent://channels/email",
+                                                                     instance_id="i2"))
+    asyncio.run(email_svc.handle(forwarded, Context(envelope=backup, agent_id="agent://channels/email",
+                                                    instance_id="i2")))
+    assert [(r.message_id, r.status) for r in email_sender.receipts()] == [
+        ("orig-cb0-bk", Status.SENT), ("orig-cb0-bk", Status.DELIVERED), ("orig", Status.CALLBACKED)]
+
+
+def test_while_open_without_a_backup_the_send_fails_retryably() -> None:
+    provider = FakeProvider(Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "429"))
+    svc, _ = service(provider)
+    env = callback_envelope()
+    for _ in range(3):
+        with pytest.raises(TransientError):
+            asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    with pytest.raises(TransientError) as caught:
+        asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    assert caught.value.code == "CHANNEL_OPEN" and len(provider.sent) == 3
+
+
+def test_a_bad_backup_is_rejected() -> None:
+    svc, _ = service(FakeProvider(Sent(provider_message_id="p")))
+    env = callback_envelope()
+    with pytest.raises(Reject, match="another channel"):
+        asyncio.run(svc.handle({**json.loads(env.payload), "backup": {"channel": "sms", "endpoint": "+15550000000"}},
+                               ctx(env)))
+
+
+def test_when_the_provider_recovers_real_sends_probe_it_back_to_healthy() -> None:
+    from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
+
+    clock = [0]
+    provider = FakeProvider(Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "429"))
+    rules = ChannelRules(open_ms=1_000, probe_every_ms=100, probes=3)
+    svc = ChannelService(channel("sms"), provider, DeliverySteps(FakeSender(), names=Names("ns"), agent_id="a",
+                                                                 instance_id="i1"),
+                         health=ChannelHealth(rules), clock=lambda: clock[0])
+    env = callback_envelope()
+    payload = {**json.loads(env.payload), "backup": {"channel": "email", "endpoint": "ops@example.com"}}
+    for _ in range(3):
+        try:
+            asyncio.run(svc.handle(payload, ctx(env)))
+        except TransientError:
+            pass
+    assert svc.health.state(clock[0]) is ChannelState.OPEN
+    provider.outcome = Sent(provider_message_id="p-ok", delivered=True)
+    clock[0] = 500
+    assert "handed_over_to" in asyncio.run(svc.handle(payload, ctx(env)))  # still OPEN: no probe yet
+    sent_before = len(provider.sent)
+    for at in (1_100, 1_150, 1_200, 1_300):  # probes every 100 ms: 1_150 is not one and is handed over
+        clock[0] = at
+        asyncio.run(svc.handle(payload, ctx(env)))
+    assert len(provider.sent) - sent_before == 3
+    assert svc.health.state(1_301) is ChannelState.HEALTHY
+    assert asyncio.run(svc.handle(payload, ctx(env)))["provider_message_id"] == "p-ok"

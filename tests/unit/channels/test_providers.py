@@ -1,0 +1,164 @@
+"""Provider adapters against in-memory HTTP transports and SMTP errors: what each answer is classified as."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import smtplib
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from reach.channels.errors import ChannelMisconfigured
+from reach.channels.provider import Failure, FailureKind, OutboundMessage, Sent, classify_status
+from reach.channels.settings import ChannelSettings
+from reach.channels.sms import SmsProvider, text_of
+from reach.channels.smtp import classify_smtp, compose
+from reach.channels.webhook import SIGNATURE_HEADER, WebhookProvider, body_bytes
+from reach.gateway import signing
+
+MESSAGE = OutboundMessage(endpoint="https://receiver.test/hook", body={"status": "COMPLETED", "fields": {"$.a": 1}},
+                          message_id="01JCALLBACKMESSAGE0000000-cb0", trace_id="t1", subject="done")
+SETTINGS = ChannelSettings(webhook_secret=SecretStr("s3cret"), sms_url="https://sms.test/api",
+                           sms_token=SecretStr("tok"), sms_delivery_wait_s=0.5, sms_poll_s=0.01)
+
+
+@pytest.mark.parametrize(("status", "kind", "code"), [
+    (429, FailureKind.RATE_LIMITED, "RATE_LIMITED"),
+    (500, FailureKind.RETRYABLE, "HTTP_500"),
+    (503, FailureKind.RETRYABLE, "HTTP_503"),
+    (408, FailureKind.RETRYABLE, "HTTP_408"),
+    (400, FailureKind.PERMANENT, "HTTP_400"),
+    (404, FailureKind.PERMANENT, "HTTP_404"),
+    (401, FailureKind.PERMANENT, "HTTP_401"),
+])
+def test_http_status_classification(status: int, kind: FailureKind, code: str) -> None:
+    failure = classify_status(status, retry_after="2", detail="slow down")
+    assert failure is not None and (failure.kind, failure.code) == (kind, code)
+    assert "slow down" in failure.reason
+    assert classify_status(204) is None
+
+
+def test_retry_after_is_read_in_seconds_and_nonsense_ignored() -> None:
+    assert classify_status(429, retry_after="3").retry_after_s == 3.0  # type: ignore[union-attr]
+    assert classify_status(429, retry_after="Wed, 21 Oct 2015").retry_after_s is None  # type: ignore[union-attr]
+    assert classify_status(429, retry_after="99999").retry_after_s is None  # type: ignore[union-attr]
+
+
+def _run(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+def test_webhook_posts_the_signed_body_and_a_2xx_is_delivery() -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(202, json={"id": "rcv-7"})
+
+    provider = WebhookProvider(SETTINGS, transport=httpx.MockTransport(answer))
+    outcome = _run(provider.send(MESSAGE))
+    assert outcome == Sent(provider_message_id="rcv-7", delivered=True)
+    request = seen[0]
+    assert request.content == body_bytes(MESSAGE) and json.loads(request.content) == MESSAGE.body
+    sig = signing.verify(b"s3cret", request.headers[SIGNATURE_HEADER], request.content,
+                         now=int(__import__("time").time()))
+    assert isinstance(sig, signing.Signature) and sig.nonce == MESSAGE.message_id
+    assert not isinstance(signing.verify(b"wrong", request.headers[SIGNATURE_HEADER], request.content,
+                                         now=sig.timestamp), signing.Signature)
+
+
+def test_webhook_without_an_answer_id_uses_the_message_id() -> None:
+    provider = WebhookProvider(SETTINGS, transport=httpx.MockTransport(lambda _r: httpx.Response(200, text="ok")))
+    assert _run(provider.send(MESSAGE)) == Sent(provider_message_id=MESSAGE.message_id, delivered=True)
+
+
+def test_webhook_refusals_and_transport_failures_are_values() -> None:
+    def refused(_r: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused")
+
+    def slow(_r: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out")
+
+    outcomes = [_run(WebhookProvider(SETTINGS, transport=httpx.MockTransport(t)).send(MESSAGE)) for t in (
+        refused, slow, lambda _r: httpx.Response(429), lambda _r: httpx.Response(410, text="gone"))]
+    assert [(o.kind, o.code) for o in outcomes if isinstance(o, Failure)] == [
+        (FailureKind.RETRYABLE, "CONNECT_FAILED"), (FailureKind.RETRYABLE, "TIMEOUT"),
+        (FailureKind.RATE_LIMITED, "RATE_LIMITED"), (FailureKind.PERMANENT, "HTTP_410")]
+
+
+def test_webhook_refuses_to_start_without_a_secret() -> None:
+    with pytest.raises(ChannelMisconfigured, match="REACH_CHANNEL_WEBHOOK_SECRET"):
+        WebhookProvider(ChannelSettings())
+
+
+class FakeSmsApi:
+    """The generic SMS API in memory: answers `queue` for sends, then `delivered` after `polls` polls."""
+
+    def __init__(self, *, send_status: int = 200, polls: int = 2) -> None:
+        self.send_status = send_status
+        self.polls = polls
+        self.sent: list[dict[str, str]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        assert request.headers["Authorization"] == "Bearer tok"
+        if request.method == "POST":
+            if self.send_status != 200:
+                return httpx.Response(self.send_status)
+            self.sent.append(json.loads(request.content))
+            return httpx.Response(200, json={"id": f"sms-{len(self.sent)}", "status": "queued"})
+        self.polls -= 1
+        return httpx.Response(200, json={"status": "delivered" if self.polls <= 0 else "queued"})
+
+
+def test_sms_is_sent_then_delivered_by_polling_the_report() -> None:
+    api = FakeSmsApi(polls=2)
+    provider = SmsProvider(SETTINGS, transport=httpx.MockTransport(api))
+    message = OutboundMessage(endpoint="+15551234567", body={"text": "your order shipped"}, message_id="m",
+                              trace_id="t")
+    sent = _run(provider.send(message))
+    assert sent == Sent(provider_message_id="sms-1", delivered=False)
+    assert api.sent == [{"to": "+15551234567", "from": "Reach", "text": "your order shipped", "reference": "m"}]
+    assert _run(provider.delivered(sent)) is True
+
+
+def test_sms_without_a_report_in_time_is_only_sent() -> None:
+    provider = SmsProvider(SETTINGS, transport=httpx.MockTransport(FakeSmsApi(polls=10_000)))
+    assert _run(provider.delivered(Sent(provider_message_id="x"))) is False
+
+
+def test_sms_429_is_rate_limited() -> None:
+    provider = SmsProvider(SETTINGS, transport=httpx.MockTransport(FakeSmsApi(send_status=429)))
+    outcome = _run(provider.send(MESSAGE))
+    assert isinstance(outcome, Failure) and outcome.kind is FailureKind.RATE_LIMITED
+
+
+def test_sms_text_is_the_text_field_or_the_json_body_cut_to_size() -> None:
+    assert text_of({"text": "hi"}) == "hi"
+    assert text_of({"b": 1, "a": 2}) == '{"a":2,"b":1}'
+    assert len(text_of({"text": "x" * 5000})) == 1600
+
+
+def test_sms_refuses_to_start_without_a_url() -> None:
+    with pytest.raises(ChannelMisconfigured, match="REACH_CHANNEL_SMS_URL"):
+        SmsProvider(ChannelSettings())
+
+
+@pytest.mark.parametrize(("error", "kind", "code"), [
+    (smtplib.SMTPRecipientsRefused({"a@b.c": (550, b"no such user")}), FailureKind.PERMANENT, "SMTP_550"),
+    (smtplib.SMTPRecipientsRefused({"a@b.c": (451, b"try later")}), FailureKind.RETRYABLE, "SMTP_451"),
+    (smtplib.SMTPAuthenticationError(535, b"bad credentials"), FailureKind.PERMANENT, "SMTP_AUTH_FAILED"),
+    (smtplib.SMTPDataError(554, b"rejected"), FailureKind.PERMANENT, "SMTP_554"),
+    (smtplib.SMTPServerDisconnected("gone"), FailureKind.RETRYABLE, "SMTP_UNAVAILABLE"),
+    (ConnectionRefusedError(111, "refused"), FailureKind.RETRYABLE, "SMTP_UNAVAILABLE"),
+])
+def test_smtp_classification(error: Exception, kind: FailureKind, code: str) -> None:
+    failure = classify_smtp(error)
+    assert (failure.kind, failure.code) == (kind, code)
+
+
+def test_the_email_carries_the_body_and_a_stable_message_id() -> None:
+    mail = compose(MESSAGE, "reach@localhost")
+    assert mail["Message-ID"] == f"<{MESSAGE.message_id}@reach>" and mail["Subject"] == "done"
+    assert json.loads(mail.get_content()) == MESSAGE.body
