@@ -38,6 +38,7 @@ class RouteRequest:
     reroutes: int = 0
     canary: bool = False
     priority: int = 0  # RoutingHints.priority: the priority scoring factor matches it to instances' priority_class
+    callback: str | None = None  # copied onto the router's terminal receipts, so the fold can deliver the callback
 
     @classmethod
     def from_envelope(cls, env: Mapping[str, Any]) -> RouteRequest:
@@ -64,6 +65,7 @@ class RouteRequest:
             reroutes=env.get("reroutes", 0),
             canary=bool(routing.get("canary")),
             priority=routing.get("priority") or 0,
+            callback=env.get("callback"),
         )
 
     @property

@@ -688,5 +688,6 @@ def _receipt(request: RouteRequest, status: Status, at: int, **fields: Any) -> d
         "deadline": request.deadline,
         "delivery_timeout_ms": request.delivery_timeout_ms,
         "reroutes": request.reroutes,
+        "callback": request.callback,
         **fields,
     }
