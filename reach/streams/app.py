@@ -83,6 +83,11 @@ def build_app(
         **faust_broker_options(kafka),
         web_port=reach_settings.web_port,
         web_bind=reach_settings.web_host,
+        # faust's own pages (/router, /table, stats) are not behind the views' token: serve only ours
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_stats_enabled=False,
+        web_graph_enabled=False,
         canonical_url=url,
         autodiscover=False,
         store="memory://",
