@@ -59,6 +59,12 @@ class ReachSettings(BaseSettings):
     stale_no_route: int = 24 * 3600
     schema_registry_url: str | None = None
 
+    @field_validator("web_token")
+    @classmethod
+    def _blank_token_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
+        """`REACH_WEB_TOKEN=""` (or spaces) is no secret: unset, so a wide bind without a real one refuses."""
+        return value if value is not None and value.get_secret_value().strip() else None
+
 
 def _local_state(home: Path) -> dict[str, Any]:
     state_file = home / "local.json"

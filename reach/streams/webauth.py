@@ -34,6 +34,9 @@ def required_token(settings: ReachSettings) -> str | None:
 
 
 def authorized(header: str | None, token: str) -> bool:
+    """The header carries the token; a blank token authorizes nobody (fail closed, never `Bearer ` alone)."""
+    if not token.strip():
+        return False
     return hmac.compare_digest((header or "").encode(), f"Bearer {token}".encode())
 
 

@@ -9,7 +9,7 @@ side of the contract on its own (the exact states they need, without waiting for
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -45,6 +45,7 @@ def publish_health(names: Names, instance: Instance, **fields: object) -> Instan
 
 
 SICK = "agent://demo/sick"
+MIN_SAMPLE = 30  # requests in a phase before its share is compared (~160 at 20/s over an 8 s step)
 
 
 @contextmanager
@@ -143,9 +144,13 @@ def test_end_to_end_a_recovered_instance_is_probed_then_restored_gradually(
             counts = share.setdefault(phase, [0, 0])
             counts[0] += r.instance_id == sick
             counts[1] += 1
-        assert share["probing"][0] >= 1, f"the HALF_OPEN instance got its probes: {share}"
-        assert share["admit 0.1"][0] / share["admit 0.1"][1] < 0.2, share
-        assert share["admit 1"][0] / share["admit 1"][1] > share["admit 0.1"][0] / share["admit 0.1"][1], share
+        probing, tenth, full = share.get("probing"), share.get("admit 0.1"), share.get("admit 1")
+        assert probing is not None and probing[0] >= 1, f"the HALF_OPEN instance got its probes: {share}"
+        assert tenth is not None and full is not None, f"no request routed while admit was 0.1 or 1: {share}"
+        if tenth[1] >= MIN_SAMPLE:  # a ratio over a handful of requests is noise (a loaded machine sends fewer)
+            assert tenth[0] / tenth[1] < 0.2, share
+        if min(tenth[1], full[1]) >= MIN_SAMPLE:
+            assert full[0] / full[1] > tenth[0] / tenth[1], share
     health.close()
     receipts.close()
 
@@ -248,6 +253,13 @@ def test_a_slow_sole_candidate_serves_with_a_doubled_execution_timeout(namespace
     inbox.close()
 
 
+def refill_bound(routed: Iterable[Receipt], *, rate: float = 3.0, burst: int = 3) -> float:
+    """The most a limit of `rate`/s (burst `burst`) admits over the span of these ROUTED receipts: tokens refill
+    by the router's clock, so a slow router admits more (+1 for a token part-refilled at either end)."""
+    ats = [r.at for r in routed]
+    return burst + rate * (max(ats) - min(ats)) / 1000 + 1 if ats else burst
+
+
 def test_over_its_qps_limit_an_instance_is_skipped_and_alone_it_overloads(namespace: str) -> None:
     names = Names(namespace)
     limited, free = Instance(names, "limited", partitions=[0]), Instance(names, "free", partitions=[1])
@@ -262,7 +274,8 @@ def test_over_its_qps_limit_an_instance_is_skipped_and_alone_it_overloads(namesp
         routed = receipts.until(lambda rs: (lambda r: r if len(r) == len(shared) else None)(
             first_per_message(rs, shared, {Status.ROUTED})), 30, "every request ROUTED")
         to_limited = sum(1 for r in routed.values() if r.instance_id == "limited")
-        assert 1 <= to_limited <= 3 + 3, f"{to_limited} of 30 to an instance limited to 3/s (burst 3)"
+        assert 1 <= to_limited <= refill_bound(routed.values()), (
+            f"{to_limited} of 30 to an instance limited to 3/s (burst 3)")
         free.heartbeat(state=AgentState.DRAINING)
         wait_for(lambda: sees(router, free, state=AgentState.DRAINING), 30, "the free instance draining")
         alone = Sender(names).many(20, capability="text.echo")
@@ -272,7 +285,8 @@ def test_over_its_qps_limit_an_instance_is_skipped_and_alone_it_overloads(namesp
     assert failed and all(r.error is not None and r.error.code == "OVERLOAD" and (r.retry_after_ms or 0) > 0
                           for r in failed)
     assert all(r.instance_id == "limited" for r in ended.values() if r.status is Status.ROUTED)
-    assert len(ended) - len(failed) <= 3 + 3, "no more than the burst and what refilled meanwhile"
+    to_alone = [r for r in ended.values() if r.status is Status.ROUTED]
+    assert len(to_alone) <= refill_bound(to_alone), "no more than the burst and what refilled meanwhile"
     receipts.close()
 
 

@@ -70,7 +70,10 @@ class HealthWriter(LoopThread):
     instance, for views in the same process."""
 
     thread_name = "reach-health-writer"
-    restart_on = (KafkaException, StreamsError, RegistryUnavailable, ReachError)
+    # BufferError: librdkafka's queue is full (a broker outage); a fresh loop restores the owned partitions and
+    # replays receipts, so nothing that was due is lost (a produce-site retry could not resend tombstones:
+    # `due` forgets the tracker first)
+    restart_on = (KafkaException, StreamsError, RegistryUnavailable, ReachError, BufferError)
     log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, settings: HealthSettings | None = None,

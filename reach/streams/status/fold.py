@@ -68,7 +68,7 @@ class StatusFold:
         self._stores: dict[int, PartitionStore] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._reply_topics: dict[str, tuple[bool, float]] = {}
+        self._reply_topics: dict[str, float] = {}  # topics seen to exist, and when (a miss is never cached)
         self._sweep_every = max(1.0, min(60.0, retention_ms / 2000))
         self._next_sweep = 0.0
         self.partitions = 0
@@ -352,16 +352,26 @@ class StatusFold:
                     delivery.describe(error))
 
     def _topic_exists(self, producer: Producer, topic: str) -> bool:
-        """Cached for a minute: a reply topic the caller never created must not stall the batch's flush."""
+        """False only when the broker answers UNKNOWN_TOPIC_OR_PART (never cached: a channel agent or caller
+        may create the topic any moment); a hit is cached for a minute so a batch's replies cost no metadata
+        round trip each. Any other metadata answer is infrastructure: StreamsError, nothing commits and the
+        batch is read again (a broker hiccup must not turn a callback into a terminal UNROUTABLE)."""
         now = time.monotonic()
-        known = self._reply_topics.get(topic)
-        if known is None or now - known[1] > 60:
-            meta = producer.list_topics(topic, timeout=5).topics.get(topic)
-            exists = meta is not None and meta.error is None and bool(meta.partitions)
-            if len(self._reply_topics) > 10_000:
-                self._reply_topics.clear()
-            known = self._reply_topics[topic] = (exists, now)
-        return known[0]
+        seen = self._reply_topics.get(topic)
+        if seen is not None and now - seen < 60:
+            return True
+        meta = producer.list_topics(topic, timeout=5).topics.get(topic)
+        error = meta.error if meta is not None else None
+        if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            self._reply_topics.pop(topic, None)
+            return False
+        if meta is None or error is not None or not meta.partitions:
+            raise StreamsError(f"the metadata of topic {topic} is unavailable ({error or 'no partitions'}); "
+                               "the batch is read again")
+        if len(self._reply_topics) > 10_000:
+            self._reply_topics.clear()
+        self._reply_topics[topic] = now
+        return True
 
     @staticmethod
     def _flush(producer: Producer, errors: list[str]) -> None:

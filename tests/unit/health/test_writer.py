@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from confluent_kafka import TopicPartition
@@ -193,3 +194,25 @@ def test_an_idle_registered_instance_that_is_not_healthy_is_kept() -> None:
     w.table.forget_version(OWNED)  # deregistered: now it goes
     clock.now += 100  # past forget_ms since its last call
     assert w.publish(producer) == [None]
+
+
+def test_a_full_producer_queue_restarts_the_loop_rather_than_stopping_the_writer() -> None:
+    w, clock = writer()
+    loops: list[int] = []
+
+    def loop() -> None:  # the first loop's produce finds librdkafka's queue full (a broker outage)
+        loops.append(1)
+        if len(loops) > 1:
+            return
+        w._assigned(None, [TopicPartition(NAMES.health, 1)])
+        w.caught_up()
+        w.fold([failed(OWNED, clock.now, 1)])
+        w.publish(FakeProducer(raise_on=lambda _t, _v: BufferError("Local: Queue full")))
+
+    w._loop = loop  # type: ignore[method-assign]
+    w.start()
+    deadline = time.monotonic() + 10
+    while len(loops) < 2 and w._thread is not None and w._thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    w.stop()
+    assert len(loops) == 2, f"the writer stopped for good on {w.error!r}"

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
 from reach import codec
@@ -14,7 +15,7 @@ from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Envelope, Receipt, Status
 from reach.settings import KafkaSettings
-from reach.streams.exceptions import DeliveryFailed
+from reach.streams.exceptions import DeliveryFailed, StreamsError
 from reach.streams.status.fold import StatusFold
 from reach.streams.status.store import PartitionStore
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
@@ -26,15 +27,20 @@ SPEC = callback_text("webhook:https://example.com/hook", "$.a")
 
 @dataclass
 class Producer(FakeProducer):
-    """A FakeProducer whose metadata knows the topics in `known` (all when None)."""
+    """A FakeProducer whose metadata knows the topics in `known` (all when None); `metadata_error` is the
+    topic-level error code of any other answer (a broker without a leader for it, say)."""
 
     known: set[str] | None = None
+    metadata_error: int | None = None
+    lookups: int = 0
 
     def list_topics(self, topic: str, timeout: float = 0) -> Any:
+        self.lookups += 1
         exists = self.known is None or topic in self.known
+        code = self.metadata_error if self.metadata_error is not None else KafkaError.UNKNOWN_TOPIC_OR_PART
 
         class Meta:
-            error = None
+            error = None if exists else KafkaError(code)
             partitions = {0: object()} if exists else {}
 
         class Topics:
@@ -51,11 +57,11 @@ def status_fold(tmp_path: Path) -> StatusFold:
     return fold
 
 
-def receipt(offset: int, status: Status, callback: str | None = SPEC) -> FakeMessage:
-    value = codec.encode(Receipt(message_id="m1", trace_id="t1", tenant="d", capability="demo.echo", status=status,
+def receipt(offset: int, status: Status, callback: str | None = SPEC, mid: str = "m1") -> FakeMessage:
+    value = codec.encode(Receipt(message_id=mid, trace_id="t1", tenant="d", capability="demo.echo", status=status,
                                  at=1_000 + offset, result=b'{"a": 1}' if status.is_terminal else None,
                                  callback=callback))
-    return FakeMessage(NAMES.receipts, 0, offset, value, b"m1", [])
+    return FakeMessage(NAMES.receipts, 0, offset, value, mid.encode(), [])
 
 
 def test_the_callback_envelope_goes_to_the_channel_topic_before_the_commit(tmp_path: Path) -> None:
@@ -106,3 +112,26 @@ def test_no_channel_topic_gives_an_unroutable_receipt_and_a_bad_spec_a_rejected_
     assert [(r.message_id, r.status) for r in bad] == [("m1-cb0", Status.REJECTED)]
     assert bad[0].error is not None and bad[0].error.code == "BAD_CALLBACK"
     assert fold2._metrics.registry.get_sample_value("agentreach_callbacks_total", {"outcome": "rejected"}) == 1
+
+
+def test_a_missing_channel_topic_is_not_remembered(tmp_path: Path) -> None:
+    fold, producer = status_fold(tmp_path), Producer(known=set())
+    fold._batch(cast(Any, FakeConsumer()), cast(Any, producer), cast(Any, [receipt(0, Status.COMPLETED)]))
+    assert producer.to(WEBHOOK) == []
+    producer.known = {WEBHOOK}  # the channel agent started: the next callback goes to it at once
+    fold._batch(cast(Any, FakeConsumer()), cast(Any, producer), cast(Any, [receipt(1, Status.FAILED, mid="m2")]))
+    assert [codec.decode(v, Envelope).message_id for v in producer.to(WEBHOOK)] == ["m2-cb0"]
+
+
+def test_any_other_metadata_error_is_infrastructure_and_commits_nothing(tmp_path: Path) -> None:
+    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    sick = Producer(known=set(), metadata_error=KafkaError.LEADER_NOT_AVAILABLE)
+    with pytest.raises(StreamsError, match="read again"):
+        fold._batch(cast(Any, consumer), cast(Any, sick), cast(Any, [receipt(0, Status.COMPLETED)]))
+    assert consumer.commits == [] and sick.to(NAMES.receipts) == [] and fold.row("m1") is None
+
+    healthy = Producer()
+    fold._batch(cast(Any, consumer), cast(Any, healthy), cast(Any, [receipt(0, Status.COMPLETED)]))
+    assert len(healthy.to(WEBHOOK)) == 1 and consumer.committed_at() == {(NAMES.receipts, 0): 1}
+    fold._batch(cast(Any, consumer), cast(Any, healthy), cast(Any, [receipt(1, Status.STARTED)]))
+    assert healthy.lookups == 1, "a topic seen to exist is cached"

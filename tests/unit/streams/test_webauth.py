@@ -10,7 +10,7 @@ from pydantic import SecretStr
 
 from reach.errors import ConfigError
 from reach.settings import ReachSettings
-from reach.streams.webauth import GuardedPages, is_loopback, required_token
+from reach.streams.webauth import GuardedPages, authorized, is_loopback, required_token
 from reach.webclient import auth_headers, views_url
 
 
@@ -42,6 +42,24 @@ def test_loopback_needs_no_token_and_a_wider_bind_does() -> None:
     with pytest.raises(ConfigError, match="REACH_WEB_TOKEN"):
         required_token(ReachSettings(web_host="0.0.0.0"))
     assert required_token(ReachSettings(web_host="0.0.0.0", web_token=SecretStr("s3"))) == "s3"
+
+
+def test_a_blank_token_is_unset_and_never_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    for blank in ("", "  "):
+        monkeypatch.setenv("REACH_WEB_TOKEN", blank)
+        assert ReachSettings(web_host="127.0.0.1").web_token is None
+        with pytest.raises(ConfigError, match="REACH_WEB_TOKEN"):
+            required_token(ReachSettings(web_host="0.0.0.0"))
+        assert auth_headers(ReachSettings()) == {}
+    assert not authorized("Bearer ", "") and not authorized("Bearer   ", "  ") and not authorized(None, "")
+    app = FakeApp()
+
+    @GuardedPages(app, "").page("/messages/{message_id}")
+    async def message(web: Any, request: Any, message_id: str) -> Any:
+        return web.json({"message_id": message_id})
+
+    assert asyncio.run(app.pages["/messages/{message_id}"](FakeWeb(), FakeRequest({"Authorization": "Bearer "}),
+                                                           message_id="m"))[0] == 401
 
 
 def test_guarded_pages_check_the_bearer_token_except_healthz() -> None:
