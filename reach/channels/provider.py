@@ -62,18 +62,20 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
-def classify_status(status: int, *, retry_after: str | None = None, detail: str = "") -> Failure | None:
-    """The failure an HTTP status means (None for 2xx): 429 rate-limited, 408/5xx retryable, other 4xx permanent."""
+def classify_status(status: int, *, retry_after: str | None = None) -> Failure | None:
+    """The failure an HTTP status means (None for 2xx): 429 rate-limited, 408/5xx retryable, other 4xx permanent.
+
+    The target's answer body is never quoted: a receipt's error would hand it to the caller who chose the
+    endpoint, turning the channel into a way to read internal services."""
     if 200 <= status < 300:
         return None
-    said = f": {detail[:200]}" if detail else ""
     if status == 429:
-        return Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", f"the provider answered 429 Too Many Requests{said}",
+        return Failure(FailureKind.RATE_LIMITED, "RATE_LIMITED", "the provider answered 429 Too Many Requests",
                        retry_after_s=_seconds(retry_after))
     if status == 408 or status >= 500:
-        return Failure(FailureKind.RETRYABLE, f"HTTP_{status}", f"the provider answered {status}{said}; retrying",
+        return Failure(FailureKind.RETRYABLE, f"HTTP_{status}", f"the provider answered {status}; retrying",
                        retry_after_s=_seconds(retry_after))
-    return Failure(FailureKind.PERMANENT, f"HTTP_{status}", f"the provider refused the send with {status}{said}; "
+    return Failure(FailureKind.PERMANENT, f"HTTP_{status}", f"the provider refused the send with {status}; "
                    "check the endpoint and the channel's credentials (not retried)")
 
 

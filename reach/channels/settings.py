@@ -4,6 +4,7 @@
 |------------------------------------|------------------|---------------------------------------------------------|
 | REACH_CHANNEL_TIMEOUT_S            | 10               | connect / read timeout of one provider call            |
 | REACH_CHANNEL_WEBHOOK_SECRET       | (none: required) | HMAC secret of the `Reach-Signature` header on webhooks |
+| REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE| false            | allow webhooks to loopback/private/link-local targets   |
 | REACH_CHANNEL_SMTP_HOST            | 127.0.0.1        | SMTP server                                             |
 | REACH_CHANNEL_SMTP_PORT            | 25               | its port                                                |
 | REACH_CHANNEL_SMTP_STARTTLS        | false            | upgrade the connection with STARTTLS before sending     |
@@ -32,6 +33,7 @@ class ChannelSettings(BaseSettings):
 
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
     webhook_secret: SecretStr | None = None
+    webhook_allow_private: bool = False  # true only where receivers live on a private network (tests, on-prem)
     smtp_host: str = "127.0.0.1"
     smtp_port: Annotated[int, Field(gt=0, lt=65536)] = 25
     smtp_starttls: bool = False

@@ -62,8 +62,7 @@ class SmsProvider:
             response = await self._client.post(f"{self._base}/messages", json=payload)
         except httpx.HTTPError as exc:
             return transport_failure(exc, self._base)
-        failure = classify_status(response.status_code, retry_after=response.headers.get("Retry-After"),
-                                  detail=response.text)
+        failure = classify_status(response.status_code, retry_after=response.headers.get("Retry-After"))
         if failure is not None:
             return failure
         answer = _json(response)

@@ -2,26 +2,56 @@
 
 The signature is reach.gateway.signing's (`t=<unix>,n=<message_id>,v1=<hmac>` over `t.n.body`), with the
 channel's secret; the nonce is the message id, the same on every retry, so a receiver can also dedupe on it.
-A 2xx answer is delivery (SENT and DELIVERED at once).
+A 2xx answer is delivery (SENT and DELIVERED at once). The host is resolved at send time and a target that
+is not a public address (loopback, private, link-local, multicast, reserved, cloud metadata) is refused for
+good, unless REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE: the endpoint comes from the caller, and the channel must
+not be a way into the platform's own network.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ipaddress
 import json
+import socket
 import time
+from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
 import httpx
 
 from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.http import transport_failure
-from reach.channels.provider import OutboundMessage, SendOutcome, Sent, classify_status
+from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent, classify_status
 from reach.channels.settings import ChannelSettings
 from reach.gateway.signing import sign
 
 SIGNATURE_HEADER = "Reach-Signature"
 MESSAGE_ID_HEADER = "Reach-Message-Id"
 TRACE_ID_HEADER = "Reach-Trace-Id"
+# the instance-metadata services of AWS (v4, v6 and ECS), GCP/Azure (169.254.169.254) and Alibaba
+METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254",
+                                                       "100.100.100.200"))
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+async def resolve(host: str, port: int) -> list[str]:
+    """Every address the host resolves to (the system resolver, off the event loop)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [str(info[4][0]) for info in infos]
+
+
+def refused_address(address: str) -> str | None:
+    """Why a webhook may not be posted to this address, or None for a public one."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is not part of the address
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for why, hit in (("a cloud metadata address", ip in METADATA), ("a loopback address", ip.is_loopback),
+                     ("a link-local address", ip.is_link_local), ("a multicast address", ip.is_multicast),
+                     ("a private address", ip.is_private), ("not a public address", not ip.is_global)):
+        if hit:
+            return why
+    return None
 
 
 def check_endpoint(endpoint: str) -> str:
@@ -43,14 +73,39 @@ class WebhookProvider:
 
     channel = "webhook"
 
-    def __init__(self, settings: ChannelSettings, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, settings: ChannelSettings, *, transport: httpx.AsyncBaseTransport | None = None,
+                 resolver: Resolver = resolve) -> None:
         if settings.webhook_secret is None or not settings.webhook_secret.get_secret_value():
             raise ChannelMisconfigured("channel.webhook needs REACH_CHANNEL_WEBHOOK_SECRET (the HMAC secret receivers "
                                        "verify Reach-Signature with); set it and start again.")
         self._secret = settings.webhook_secret.get_secret_value().encode()
         self._client = httpx.AsyncClient(timeout=settings.timeout_s, transport=transport, follow_redirects=False)
+        self._allow_private = settings.webhook_allow_private
+        self._resolve = resolver
+
+    async def _refused_target(self, endpoint: str) -> Failure | None:
+        """A permanent failure when the endpoint's host is (or resolves to) a non-public address."""
+        if self._allow_private:
+            return None
+        parts = urlsplit(endpoint)
+        host = parts.hostname or ""
+        try:
+            addresses = await self._resolve(host, parts.port or (443 if parts.scheme == "https" else 80))
+        except OSError as exc:
+            return Failure(FailureKind.RETRYABLE, "CONNECT_FAILED", f"cannot resolve {host}: {exc}"[:500])
+        for address in addresses:
+            why = refused_address(address)
+            if why is not None:
+                return Failure(FailureKind.PERMANENT, "FORBIDDEN_TARGET",
+                               f"webhook host {host[:200]} resolves to {address}, {why}: webhooks go to public "
+                               "addresses only (an operator may set REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE=true); "
+                               "not retried")
+        return None
 
     async def send(self, message: OutboundMessage) -> SendOutcome:
+        refused = await self._refused_target(message.endpoint)
+        if refused is not None:
+            return refused
         body = body_bytes(message)
         headers = {"Content-Type": "application/json", MESSAGE_ID_HEADER: message.message_id,
                    TRACE_ID_HEADER: message.trace_id,
@@ -59,8 +114,7 @@ class WebhookProvider:
             response = await self._client.post(message.endpoint, content=body, headers=headers)
         except httpx.HTTPError as exc:
             return transport_failure(exc, message.endpoint)
-        failure = classify_status(response.status_code, retry_after=response.headers.get("Retry-After"),
-                                  detail=response.text)
+        failure = classify_status(response.status_code, retry_after=response.headers.get("Retry-After"))
         if failure is not None:
             return failure
         return Sent(provider_message_id=_answer_id(response) or message.message_id, delivered=True)

@@ -147,6 +147,10 @@ class AppTable:
     def lookup(self, key_id: str) -> KeyEntry | None:
         return self._keys.get(key_id)
 
+    @property
+    def alive(self) -> bool:
+        return True  # in memory: whoever feeds it keeps it current
+
     def apps(self) -> dict[str, App]:
         with self._lock:
             return dict(self._apps)
@@ -164,7 +168,8 @@ class AppTable:
         return self.apply(app_id, app, where=where)
 
     def apply(self, app_id: str, app: App | None, *, where: str = "") -> bool:
-        """Replace an app's keys by the record's live keys; SecretUnreadable skips the whole record."""
+        """Replace an app's keys by the record's live keys. SecretUnreadable skips the record but still drops
+        the app's keys the record no longer lists as live (a revocation must not wait for a readable secret)."""
         entries: dict[str, KeyEntry] = {}
         if app is not None:
             view = caller(app)
@@ -174,6 +179,8 @@ class AppTable:
             except SecretUnreadable as exc:
                 self.refused += 1
                 log.warning("skipping apps record of %s at %s: %s", app_id, where, exc)
+                with self._lock:
+                    self._drop_keys(app_id, keep={k.key_id for k in app.live_keys()})
                 return False
         with self._lock:
             taken = [k for k in entries if self._owner.get(k, app_id) != app_id]
@@ -182,9 +189,7 @@ class AppTable:
                 log.warning("skipping apps record of %s at %s: key %s belongs to app %s", app_id, where,
                             taken[0], self._owner[taken[0]])
                 return False
-            for key_id in [k for k, owner in self._owner.items() if owner == app_id and k not in entries]:
-                del self._owner[key_id]
-                self._keys.pop(key_id, None)
+            self._drop_keys(app_id, keep=set(entries))
             for key_id, entry in entries.items():
                 self._owner[key_id] = app_id
                 self._keys[key_id] = entry
@@ -193,3 +198,9 @@ class AppTable:
             else:
                 self._apps[app_id] = app
         return True
+
+    def _drop_keys(self, app_id: str, *, keep: set[str]) -> None:
+        """Forget the app's keys outside `keep` (the caller holds the lock)."""
+        for key_id in [k for k, owner in self._owner.items() if owner == app_id and k not in keep]:
+            del self._owner[key_id]
+            self._keys.pop(key_id, None)

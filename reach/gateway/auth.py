@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets as _random
 
+from reach.errors import InfraUnavailable
 from reach.gateway import signing
 from reach.gateway.ports import AppDirectory, AuthFailure, AuthOutcome, NonceStore, Verified
 
@@ -30,8 +31,14 @@ class SignatureAuthenticator:
         self._max_ahead_s = max_ahead_s
         self._decoy = _random.token_bytes(32)
 
+    def healthy(self) -> bool:
+        return self._directory.alive
+
     async def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes,
                            now: int) -> AuthOutcome:
+        if not self._directory.alive:
+            raise InfraUnavailable("the gateway's apps directory stopped following the apps topic, so a revoked "
+                                   "key could still pass; restart this gateway replica (see its log)")
         if not key_id:
             return MISSING_KEY
         if not signature:

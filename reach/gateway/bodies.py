@@ -37,7 +37,8 @@ class EnvelopeRequest(BaseModel):
                                         description="a repeat from the same app returns the original 202")
     callback: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s]+$",
                                  description="an http(s) URL carried on the envelope (Envelope.callback) for "
-                                 "the agent or caller; the gateway itself calls nothing")
+                                 "the caller: when the message ends, a channel agent POSTs its terminal outcome "
+                                 "there as a signed webhook (public addresses only; see docs/channels.md)")
 
 class InvokeRequest(EnvelopeRequest):
     """A request whose terminal receipt the gateway waits for."""
@@ -133,3 +134,5 @@ class Health(BaseModel):
     ok: bool
     registry: str
     replies: str
+    directory: str = Field(description="the apps directory: `stopped` means keys may be stale and every "
+                           "signed request is answered 503")

@@ -40,9 +40,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {code: _error(code) for code in _WHY}
 _EITHER = {"anyOf": [{"$ref": _REF.format(model="ErrorBody")}, {"$ref": _REF.format(model="InvokeAnswer")}]}
 _WHY.update({502: "the agent failed the request", 504: "no terminal receipt in time, or the budget ran out"})
 INVOKE_ERRORS: dict[int | str, dict[str, Any]] = {code: _error(code, _EITHER) for code in _WHY}
-READ_ERRORS: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "unknown id"},
+READ_ERRORS: dict[int | str, dict[str, Any]] = {401: _error(401),
+                                                404: {"model": ErrorBody, "description": "unknown id, or another "
+                                                      "tenant's (never told apart)"},
                                                 431: _error(431),
-                                                503: {"model": ErrorBody, "description": "status table unavailable"}}
+                                                503: {"model": ErrorBody, "description": "status table or apps "
+                                                      "directory unavailable"}}
 BODIES: tuple[type[BaseModel], ...] = (EnvelopeRequest, InvokeRequest, BatchRequest)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+CHANNEL_PREFIX = "channel."
+
 
 @dataclass(frozen=True, slots=True)
 class CallerApp:
@@ -16,11 +18,14 @@ class CallerApp:
     app_id: str
     name: str
     tenant: str
-    capabilities: tuple[str, ...]  # empty: every capability
+    capabilities: tuple[str, ...]  # empty: every capability except channel.* (those only when listed)
     rate: float  # requests per second (token bucket rate)
     burst: int  # token bucket size
 
     def may_call(self, capability: str) -> bool:
+        # a channel posts to an endpoint the payload names: by default an app could aim the platform anywhere
+        if capability.startswith(CHANNEL_PREFIX):
+            return capability in self.capabilities
         return not self.capabilities or capability in self.capabilities
 
 
@@ -37,6 +42,11 @@ class AppDirectory(Protocol):
     """Live keys by key id; a revoked key or app is absent."""
 
     def lookup(self, key_id: str) -> KeyEntry | None: ...
+
+    @property
+    def alive(self) -> bool:
+        """False once the table stopped following its source: its answers may miss a revocation."""
+        ...
 
 
 class NonceStore(Protocol):
@@ -95,5 +105,11 @@ class Authenticator(Protocol):
     """Checks `Reach-Key` + `Reach-Signature` over the raw body."""
 
     async def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes,
-                           now: int) -> AuthOutcome: ...
+                           now: int) -> AuthOutcome:
+        """Raises InfraUnavailable while the keys it checks against may be stale (never admits then)."""
+        ...
+
+    def healthy(self) -> bool:
+        """Whether the keys are current (the apps directory is still following its topic)."""
+        ...
 

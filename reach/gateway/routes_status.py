@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from reach.gateway import checks
 from reach.gateway.admission import Admission
 from reach.gateway.bodies import Health, MessageRow, TraceIndex
 from reach.gateway.events import find_row, receipt_stream
 from reach.gateway.openapi import READ_ERRORS
+from reach.gateway.ports import CallerApp
+from reach.gateway.routes_envelopes import SIGNED
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -39,20 +43,62 @@ def _passthrough(code: int, body: dict[str, Any]) -> JSONResponse:
     return JSONResponse(body, status_code=code)
 
 
+async def signed_get(request: Request, admission: Admission) -> CallerApp:
+    """A GET is signed like a POST, over an empty body (401 otherwise)."""
+    key_id, signature = (request.headers.get(name) for name in SIGNED)
+    checks.require_signature_headers(key_id, signature)
+    app = await admission.authenticate(key_id, signature, b"")
+    request.state.app_id = app.app_id
+    return app
+
+
+def unknown_message(message_id: str) -> tuple[int, dict[str, Any]]:
+    """The status views' own answer for an id they do not have (reach.streams.status.views), word for word."""
+    return 404, {"error": "not_found", "message": f"No message {message_id!r} in the status table. Check the id, "
+                 "or it may be older than the retention period."}
+
+
+def unknown_trace(trace_id: str) -> tuple[int, dict[str, Any]]:
+    return 404, {"error": "not_found", "message": f"No trace {trace_id!r}."}
+
+
+def owned(app: CallerApp, message_id: str, code: int, row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Another tenant's row reads as absent: a 403 would tell the caller the id exists."""
+    if code == 200 and row.get("tenant") != app.tenant:
+        return unknown_message(message_id)
+    return code, row
+
+
+async def own_trace(admission: Admission, app: CallerApp, trace_id: str) -> tuple[int, dict[str, Any]]:
+    """The trace's members of the app's tenant; 404 when it has none."""
+    code, body = await admission.deps.status.trace(trace_id)
+    if code != 200:
+        return code, body
+    ids = [str(mid) for mid in body.get("message_ids", [])]
+    rows = await asyncio.gather(*(admission.deps.status.message(mid) for mid in ids))
+    if any(c not in (200, 404) for c, _ in rows):  # a worker not answering: not a reason to hide members
+        return next((c, r) for c, r in rows if c not in (200, 404))
+    mine = [mid for mid, (c, row) in zip(ids, rows, strict=True) if owned(app, mid, c, row)[0] == 200]
+    return (200, {"trace_id": trace_id, "message_ids": mine}) if mine else unknown_trace(trace_id)
+
+
 def status_routes(admission: Admission) -> APIRouter:
     router = APIRouter(tags=["status"])
     deps, settings = admission.deps, admission.settings
 
     @router.get("/v1/messages/{message_id}", response_model=MessageRow, responses=READ_ERRORS,
                 summary="Where one message is")
-    async def message(message_id: str) -> JSONResponse:
-        """The status table's row: status, agent, attempt, result or error, and its timeline."""
-        return _passthrough(*await deps.status.message(message_id))
+    async def message(message_id: str, request: Request) -> JSONResponse:
+        """The status table's row: status, agent, attempt, result or error, and its timeline (signed GET)."""
+        app = await signed_get(request, admission)
+        return _passthrough(*owned(app, message_id, *await deps.status.message(message_id)))
 
     @router.get("/v1/traces/{trace_id}", response_model=TraceIndex, responses=READ_ERRORS,
                 summary="The messages of one trace")
-    async def trace(trace_id: str) -> JSONResponse:
-        return _passthrough(*await deps.status.trace(trace_id))
+    async def trace(trace_id: str, request: Request) -> JSONResponse:
+        """The trace's messages of the calling app's tenant (signed GET)."""
+        app = await signed_get(request, admission)
+        return _passthrough(*await own_trace(admission, app, trace_id))
 
     # response_class=Response: the errors keep their application/json; only the 200 is an event stream
     @router.get("/v1/messages/{message_id}/events", response_class=Response, responses={
@@ -60,7 +106,9 @@ def status_routes(admission: Admission) -> APIRouter:
               "content": {"text/event-stream": {"schema": SSE_EVENT}}}, **READ_ERRORS},
         summary="Server-Sent Events of one message's receipts until terminal")
     async def events(message_id: str, request: Request) -> Response:
+        app = await signed_get(request, admission)
         code, row = await find_row(deps.status, message_id, wait_s=settings.sse_find, poll_s=settings.sse_poll)
+        code, row = owned(app, message_id, code, row)  # a row's tenant never changes: checked once
         if code != 200:
             return _passthrough(code, row)
         try:
@@ -74,7 +122,8 @@ def status_routes(admission: Admission) -> APIRouter:
     @router.get("/healthz", response_model=Health, tags=["operations"],
                 responses={503: {"model": Health, "description": "not ready"}, 431: READ_ERRORS[431]})
     async def healthz() -> JSONResponse:
-        parts = {"registry": deps.catalog.healthy(), "replies": deps.replies.healthy()}
+        parts = {"registry": deps.catalog.healthy(), "replies": deps.replies.healthy(),
+                 "directory": deps.authenticator.healthy()}
         ok = all(parts.values()) and deps.publisher.healthy()
         body = Health(ok=ok, **{k: "running" if v else "stopped" for k, v in parts.items()})
         return JSONResponse(body.model_dump(), status_code=200 if ok else 503)

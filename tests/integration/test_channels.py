@@ -5,6 +5,7 @@ with the health writer running."""
 
 from __future__ import annotations
 
+import asyncio
 import email
 import json
 import socket
@@ -25,7 +26,9 @@ from reach.channels.agent import channel_agent
 from reach.channels.closure import callback_id
 from reach.channels.errors import BadCallback
 from reach.channels.health import ChannelRules
+from reach.channels.provider import Failure, OutboundMessage
 from reach.channels.settings import ChannelSettings
+from reach.channels.webhook import WebhookProvider
 from reach.client import Client
 from reach.envelopes import now_ms
 from reach.gateway import signing
@@ -85,7 +88,9 @@ def fast_retries(capability: str, attempts: int) -> None:
 
 def test_webhook_callback_is_signed_selects_fields_and_shows_sent_and_delivered(namespace: str,
                                                                                tmp_path: Path) -> None:
-    webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2))
+    # the receiver listens on loopback: this agent is configured for private targets (off by default)
+    webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2,
+                                                                webhook_allow_private=True))
     fast_retries("channel.webhook", 2)
     with listening(Receiver()) as receiver, running_status(tmp_path) as fold, running_router() as router, delays(), \
             running(echo_agent()), running(webhook), Client() as client:
@@ -122,7 +127,14 @@ def test_webhook_callback_is_signed_selects_fields_and_shows_sent_and_delivered(
                  "FAILED for a 404 webhook")
         failed = fold.row(callback_id(gone, 0))
         assert failed is not None and failed.last_error is not None and failed.last_error.code == "HTTP_404"
+        assert "no such hook" not in failed.last_error.message  # the target's answer body is never echoed
         assert len(receiver.posts("/gone")) == 1
+        # by default the provider refuses a loopback target before connecting
+        default = WebhookProvider(ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2))
+        refused = asyncio.run(default.send(OutboundMessage(endpoint=f"{receiver.url}/hook", body={}, message_id="m",
+                                                           trace_id="t")))
+        assert isinstance(refused, Failure) and refused.code == "FORBIDDEN_TARGET", refused
+        assert len(receiver.posts()) == 1
         closed = Receiver()  # bound, never served, then closed: nothing listens on its port
         closed.httpd.server_close()
         lost = client.send("demo.echo", {}, callback=f"webhook:{closed.url}/hook")

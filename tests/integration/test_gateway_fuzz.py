@@ -56,7 +56,7 @@ def gateway(namespace: str, stream_app: StreamApp, tmp_path: Path) -> Iterator[G
 
 
 def signed_send(http: httpx.Client, app: SignedApp, case: Any, base_url: str) -> httpx.Response:
-    """The auth hook: serialise the generated body once, sign those bytes, send exactly them."""
+    """The auth hook: serialise the generated body once, sign those bytes (a GET: the empty body), send them."""
     kwargs = case.as_transport_kwargs(base_url=base_url)
     headers = {k: str(v) for k, v in (kwargs.get("headers") or {}).items()}
     if "json" in kwargs:

@@ -63,12 +63,18 @@ class Gateway:
         except httpx.HTTPError:
             return False
 
+    def signed(self, raw: bytes, app: str = "shop", secret: str | None = None) -> dict[str, str]:
+        made = self.apps[app]
+        return {"Reach-Key": made["key_id"], "Reach-Signature": sign((secret or made["secret"]).encode(), raw)}
+
     def post(self, path: str, body: Any, *, app: str = "shop", secret: str | None = None) -> httpx.Response:
         raw = json.dumps(body).encode()
-        made = self.apps[app]
-        signature = sign((secret or made["secret"]).encode(), raw)
         return self.http.post(path, content=raw, headers={"Content-Type": "application/json",
-                                                          "Reach-Key": made["key_id"], "Reach-Signature": signature})
+                                                          **self.signed(raw, app, secret)})
+
+    def get(self, path: str, *, app: str = "shop") -> httpx.Response:
+        """A status read, signed over the empty body."""
+        return self.http.get(path, headers=self.signed(b"", app))
 
     def stop(self) -> None:
         self.http.close()
@@ -124,7 +130,8 @@ def invoked_source(namespace: str, message_id: str) -> str:
 @pytest.fixture
 def apps(namespace: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, dict[str, Any]]:
     monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
-    return {"shop": create_app("shop"), "tiny": create_app("tiny", "--rate", "0.01", "--burst", "1")}
+    return {"shop": create_app("shop"), "tiny": create_app("tiny", "--rate", "0.01", "--burst", "1"),
+            "rival": create_app("rival", "--tenant", "globex")}
 
 
 @pytest.fixture
@@ -137,7 +144,7 @@ def gateway(stream_app: StreamApp, tmp_path: Path, apps: dict[str, dict[str, Any
 
 def sse_events(gw: Gateway, message_id: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
-    with gw.http.stream("GET", f"/v1/messages/{message_id}/events", timeout=60) as resp:
+    with gw.http.stream("GET", f"/v1/messages/{message_id}/events", timeout=60, headers=gw.signed(b"")) as resp:
         assert resp.status_code == 200
         event = None
         for line in resp.iter_lines():
@@ -157,13 +164,23 @@ def test_signed_requests_route_complete_and_refusals_never_reach_the_bus(namespa
         assert body["status_url"] == f"/v1/messages/{body['message_id']}"
 
         def completed() -> dict[str, Any] | None:
-            resp = gateway.http.get(body["status_url"])
+            resp = gateway.get(body["status_url"])
             return resp.json() if resp.status_code == 200 and resp.json()["status"] == "COMPLETED" else None
 
         row = wait_for(completed, 60, "the envelope to complete")
         assert row["tenant"] == "default" and json.loads(row["result"]) == {"text": "hi"}
         assert invoked_source(namespace, body["message_id"]) == f"gateway:{gateway.apps['shop']['app_id']}"
-        assert gateway.http.get(f"/v1/traces/{body['trace_id']}").json()["message_ids"] == [body["message_id"]]
+        trace = f"/v1/traces/{body['trace_id']}"
+        assert gateway.get(trace).json()["message_ids"] == [body["message_id"]]
+        # unsigned reads are refused; another tenant's app sees neither the message nor the trace
+        for path in (body["status_url"], trace, body["status_url"] + "/events"):
+            assert gateway.http.get(path).status_code == 401, path
+            hidden = gateway.get(path, app="rival")
+            assert hidden.status_code == 404 and hidden.json()["error"] == "not_found", path
+        # a channel capability needs listing, even for an app allowed everything else
+        hook = {"capability": "channel.webhook", "payload": {"endpoint": "http://169.254.169.254/", "body": {}}}
+        assert gateway.post("/v1/envelopes", hook).status_code == 403
+        assert gateway.http.get("/healthz").json()["directory"] == "running"
 
         events = sse_events(gateway, body["message_id"])
         assert events[-1][0] == "terminal" and events[-1][1]["status"] == "COMPLETED"

@@ -15,7 +15,7 @@ from reach.channels.provider import Failure, FailureKind, OutboundMessage, Sent,
 from reach.channels.settings import ChannelSettings
 from reach.channels.sms import SmsProvider, text_of
 from reach.channels.smtp import classify_smtp, compose
-from reach.channels.webhook import SIGNATURE_HEADER, WebhookProvider, body_bytes
+from reach.channels.webhook import SIGNATURE_HEADER, Resolver, WebhookProvider, body_bytes, refused_address
 from reach.gateway import signing
 
 MESSAGE = OutboundMessage(endpoint="https://receiver.test/hook", body={"status": "COMPLETED", "fields": {"$.a": 1}},
@@ -34,9 +34,9 @@ SETTINGS = ChannelSettings(webhook_secret=SecretStr("s3cret"), sms_url="https://
     (401, FailureKind.PERMANENT, "HTTP_401"),
 ])
 def test_http_status_classification(status: int, kind: FailureKind, code: str) -> None:
-    failure = classify_status(status, retry_after="2", detail="slow down")
+    failure = classify_status(status, retry_after="2")
     assert failure is not None and (failure.kind, failure.code) == (kind, code)
-    assert "slow down" in failure.reason
+    assert str(status) in failure.reason
     assert classify_status(204) is None
 
 
@@ -57,7 +57,7 @@ def test_webhook_posts_the_signed_body_and_a_2xx_is_delivery() -> None:
         seen.append(request)
         return httpx.Response(202, json={"id": "rcv-7"})
 
-    provider = WebhookProvider(SETTINGS, transport=httpx.MockTransport(answer))
+    provider = webhook(transport=httpx.MockTransport(answer))
     outcome = _run(provider.send(MESSAGE))
     assert outcome == Sent(provider_message_id="rcv-7", delivered=True)
     request = seen[0]
@@ -70,7 +70,7 @@ def test_webhook_posts_the_signed_body_and_a_2xx_is_delivery() -> None:
 
 
 def test_webhook_without_an_answer_id_uses_the_message_id() -> None:
-    provider = WebhookProvider(SETTINGS, transport=httpx.MockTransport(lambda _r: httpx.Response(200, text="ok")))
+    provider = webhook(transport=httpx.MockTransport(lambda _r: httpx.Response(200, text="ok")))
     assert _run(provider.send(MESSAGE)) == Sent(provider_message_id=MESSAGE.message_id, delivered=True)
 
 
@@ -81,7 +81,7 @@ def test_webhook_refusals_and_transport_failures_are_values() -> None:
     def slow(_r: httpx.Request) -> httpx.Response:
         raise httpx.ReadTimeout("timed out")
 
-    outcomes = [_run(WebhookProvider(SETTINGS, transport=httpx.MockTransport(t)).send(MESSAGE)) for t in (
+    outcomes = [_run(webhook(transport=httpx.MockTransport(t)).send(MESSAGE)) for t in (
         refused, slow, lambda _r: httpx.Response(429), lambda _r: httpx.Response(410, text="gone"))]
     assert [(o.kind, o.code) for o in outcomes if isinstance(o, Failure)] == [
         (FailureKind.RETRYABLE, "CONNECT_FAILED"), (FailureKind.RETRYABLE, "TIMEOUT"),
@@ -162,3 +162,52 @@ def test_the_email_carries_the_body_and_a_stable_message_id() -> None:
     mail = compose(MESSAGE, "reach@localhost")
     assert mail["Message-ID"] == f"<{MESSAGE.message_id}@reach>" and mail["Subject"] == "done"
     assert json.loads(mail.get_content()) == MESSAGE.body
+
+
+async def public(host: str, port: int) -> list[str]:
+    return ["93.184.215.14"]  # what the test's receiver.test resolves to: a public address
+
+
+def webhook(*, transport: httpx.AsyncBaseTransport, resolver: Resolver = public,
+            settings: ChannelSettings = SETTINGS) -> WebhookProvider:
+    return WebhookProvider(settings, transport=transport, resolver=resolver)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1", "10.1.2.3", "192.168.0.9", "172.16.5.5", "169.254.169.254",
+                                     "100.100.100.200", "fd00:ec2::254", "::1", "::ffff:127.0.0.1", "fe80::1%eth0",
+                                     "224.0.0.1", "0.0.0.0", "100.64.0.1", "240.0.0.1"])
+def test_webhook_to_a_non_public_address_is_a_permanent_failure_and_nothing_is_posted(address: str) -> None:
+    posted: list[httpx.Request] = []
+
+    async def resolves(host: str, port: int) -> list[str]:
+        return ["93.184.215.14", address]  # one bad address among good ones is enough to refuse
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        posted.append(request)
+        return httpx.Response(200)
+
+    outcome = _run(webhook(transport=httpx.MockTransport(answer), resolver=resolves).send(MESSAGE))
+    assert isinstance(outcome, Failure) and (outcome.kind, outcome.code) == (FailureKind.PERMANENT, "FORBIDDEN_TARGET")
+    assert address in outcome.reason and "REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE" in outcome.reason
+    assert posted == [] and refused_address(address) is not None
+    assert refused_address("93.184.215.14") is None and refused_address("2606:4700::1111") is None
+
+
+def test_allow_private_posts_to_loopback_and_an_unresolvable_host_is_retried() -> None:
+    async def loopback(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    async def nxdomain(host: str, port: int) -> list[str]:
+        raise OSError("Name or service not known")
+
+    ok = httpx.MockTransport(lambda _r: httpx.Response(200))
+    allowed = SETTINGS.model_copy(update={"webhook_allow_private": True})
+    assert isinstance(_run(webhook(transport=ok, resolver=loopback, settings=allowed).send(MESSAGE)), Sent)
+    failed = _run(webhook(transport=ok, resolver=nxdomain).send(MESSAGE))
+    assert isinstance(failed, Failure) and (failed.kind, failed.code) == (FailureKind.RETRYABLE, "CONNECT_FAILED")
+
+
+def test_a_refusing_target_s_answer_body_is_never_echoed_into_the_failure() -> None:
+    secret = "internal-admin-token-42"
+    outcome = _run(webhook(transport=httpx.MockTransport(lambda _r: httpx.Response(403, text=secret))).send(MESSAGE))
+    assert isinstance(outcome, Failure) and outcome.code == "HTTP_403" and secret not in outcome.reason

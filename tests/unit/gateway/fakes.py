@@ -9,12 +9,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+from fastapi.testclient import TestClient
+
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.gateway import signing
 from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.ports import CallerApp, KeyEntry, QuotaDecision
+from reach.gateway.routes_status import unknown_message, unknown_trace
 from reach.records import Capability, Envelope, Receipt
 from reach.tokenbucket import TokenBucket
 
@@ -24,11 +28,18 @@ def sign(secret: bytes, body: bytes, *, t: int | None = None, nonce: str | None 
     return signing.sign(secret, body, int(time.time()) if t is None else t, nonce)
 
 
+def signed_get(client: TestClient, path: str, *, key: str = "key1", secret: bytes = b"secret-1",
+               headers: dict[str, str] | None = None) -> httpx.Response:
+    """A GET signed as the gateway wants it: Reach-Signature over the empty body."""
+    return client.get(path, headers={"Reach-Key": key, "Reach-Signature": sign(secret, b""), **(headers or {})})
+
+
 class FakeDirectory:
     """Live keys by key id, in memory (the real one follows the apps topic)."""
 
     def __init__(self, keys: Sequence[KeyEntry]) -> None:
         self.keys = {k.key_id: k for k in keys}
+        self.alive = True
 
     def lookup(self, key_id: str) -> KeyEntry | None:
         return self.keys.get(key_id)
@@ -136,13 +147,13 @@ class FakeStatus:
         self.reads += 1
         script = self.rows.get(message_id)
         if not script:
-            return 404, {"error": "not_found", "message": f"No message {message_id!r}"}
+            return unknown_message(message_id)
         return 200, script.pop(0) if len(script) > 1 else script[0]
 
     async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]:
         ids = self.traces.get(trace_id)
         if not ids:
-            return 404, {"error": "not_found", "message": f"No trace {trace_id!r}."}
+            return unknown_trace(trace_id)
         return 200, {"trace_id": trace_id, "message_ids": ids}
 
 

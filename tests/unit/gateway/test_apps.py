@@ -141,6 +141,25 @@ def test_bad_records_are_skipped_counted_and_keep_the_previous_state() -> None:
     assert table.lookup(other.keys[0].key_id) is None
 
 
+def test_an_unreadable_new_key_does_not_hold_back_the_revocation_in_the_same_record() -> None:
+    store, log = _store()
+    first = store.create(name="a", tenant="t", capabilities=[], rate=1, burst=1)
+    second = store.rotate(first.app_id)
+    table = _table(log)
+    # another gateway (another secrets key) rotated and revoked the first key in one record
+    foreign = SecretBox([SecretStr(Fernet.generate_key().decode())])
+    record = store.revoke(first.app_id, key_id=first.key_id)
+    unreadable = record.keys[0].model_copy(update={"key_id": "key_new", "revoked_at": None,
+                                                   "sealed_secret": foreign.seal(first.app_id, "key_new", b"x")})
+    record = record.model_copy(update={"keys": [*record.keys, unreadable]})
+    assert not table.apply_raw(first.app_id.encode(), codec.encode(record), where="t@9")
+    assert table.refused == 1
+    assert table.lookup(first.key_id) is None  # revoked: gone although the record was skipped
+    assert table.lookup(second.key_id) is not None and table.lookup("key_new") is None
+    assert table.apply(first.app_id, record.model_copy(update={"revoked_at": 1}))  # revoked: no secret to open
+    assert table.lookup(second.key_id) is None
+
+
 def test_listing_and_revoking_need_no_secrets_key_making_keys_does() -> None:
     store, log = _store()
     made = store.create(name="a", tenant="t", capabilities=[], rate=1, burst=1)

@@ -8,11 +8,11 @@ from fastapi.testclient import TestClient
 
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
-from tests.unit.gateway.fakes import Fakes
+from tests.unit.gateway.fakes import Fakes, signed_get
 
 
 def row(status: str, *steps: str) -> dict[str, Any]:
-    return {"message_id": "m1", "status": status,
+    return {"message_id": "m1", "status": status, "tenant": "acme",
             "timeline": [{"status": s, "at": i, "generation": 0, "attempt": 1} for i, s in enumerate(steps)]}
 
 
@@ -33,7 +33,7 @@ def test_the_stream_follows_the_row_and_ends_with_the_terminal_receipt() -> None
     fakes = Fakes()
     fakes.status.rows["m1"] = [row("ACCEPTED", "ACCEPTED"), row("ROUTED", "ACCEPTED", "ROUTED"),
                                row("COMPLETED", "ACCEPTED", "ROUTED", "STARTED", "COMPLETED")]
-    resp = client(fakes).get("/v1/messages/m1/events")
+    resp = signed_get(client(fakes), "/v1/messages/m1/events")
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
     got = events(resp.text)
     assert [(i, e) for i, e, _ in got] == [("0", "receipt"), ("1", "receipt"), ("2", "receipt"), ("3", "terminal")]
@@ -43,13 +43,13 @@ def test_the_stream_follows_the_row_and_ends_with_the_terminal_receipt() -> None
 def test_last_event_id_resumes_after_that_entry() -> None:
     fakes = Fakes()
     fakes.status.rows["m1"] = [row("COMPLETED", "ACCEPTED", "ROUTED", "COMPLETED")]
-    got = events(client(fakes).get("/v1/messages/m1/events", headers={"Last-Event-ID": "1"}).text)
+    got = events(signed_get(client(fakes), "/v1/messages/m1/events", headers={"Last-Event-ID": "1"}).text)
     assert [(i, e) for i, e, _ in got] == [("2", "terminal")]
 
 
 def test_an_unknown_message_is_404_after_the_find_window() -> None:
     fakes = Fakes()
-    resp = client(fakes).get("/v1/messages/nope/events")
+    resp = signed_get(client(fakes), "/v1/messages/nope/events")
     assert resp.status_code == 404 and resp.json()["error"] == "not_found"
     assert fakes.status.reads >= 2  # it looked again before giving up
 
@@ -57,5 +57,5 @@ def test_an_unknown_message_is_404_after_the_find_window() -> None:
 def test_a_stream_that_never_ends_closes_with_a_timeout_event() -> None:
     fakes = Fakes()
     fakes.status.rows["m1"] = [row("ROUTED", "ACCEPTED", "ROUTED")]
-    got = events(client(fakes, sse_max=0.05).get("/v1/messages/m1/events").text)
+    got = events(signed_get(client(fakes, sse_max=0.05), "/v1/messages/m1/events").text)
     assert [e for _, e, _ in got] == ["receipt", "receipt", "timeout"]

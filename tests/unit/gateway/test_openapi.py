@@ -14,7 +14,7 @@ from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.ports import KeyEntry
 from reach.gateway.service import build_gateway
 from reach.records import Status
-from tests.unit.gateway.fakes import Fakes, app, sign
+from tests.unit.gateway.fakes import Fakes, app, sign, signed_get
 from tests.unit.gateway.test_service import _receipt
 
 
@@ -38,7 +38,7 @@ def check(doc: dict[str, Any], path: str, method: str, resp: httpx.Response) -> 
 def test_answers_conform_to_the_document() -> None:
     fakes = Fakes()
     fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s2")
-    fakes.status.rows["m1"] = [{"message_id": "m1", "status": "COMPLETED", "timeline": [
+    fakes.status.rows["m1"] = [{"message_id": "m1", "status": "COMPLETED", "tenant": "acme", "timeline": [
         {"status": "COMPLETED", "at": 1, "generation": 0, "attempt": 1}], "trace_id": "t1", "result": "1"}]
     fakes.status.traces["t1"] = ["m1"]
     client = TestClient(build_gateway(fakes.deps()))
@@ -74,19 +74,20 @@ def test_answers_conform_to_the_document() -> None:
                            ("/v1/traces/t1", "/v1/traces/{trace_id}"), ("/v1/traces/nope", "/v1/traces/{trace_id}"),
                            ("/v1/messages/m1/events", "/v1/messages/{message_id}/events"),
                            ("/healthz", "/healthz"), ("/metrics", "/metrics")):
-        check(doc, template, "get", client.get(path))
+        check(doc, template, "get", signed_get(client, path))
+        check(doc, template, "get", client.get(path))  # unsigned: 401, declared too
     check(doc, "/healthz", "get", client.get("/healthz", headers={"X-Big": "a" * 20_000}))
 
 
 def test_the_event_stream_declares_json_errors_and_the_shape_of_each_event() -> None:
     fakes = Fakes()
-    fakes.status.rows["m1"] = [{"message_id": "m1", "status": "COMPLETED", "timeline": [
+    fakes.status.rows["m1"] = [{"message_id": "m1", "status": "COMPLETED", "tenant": "acme", "timeline": [
         {"status": "ROUTED", "at": 1}, {"status": "COMPLETED", "at": 2}]}]
     client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01)))
     doc = client.get("/openapi.json").json()
     path = "/v1/messages/{message_id}/events"
-    check(doc, path, "get", client.get("/v1/messages/nope/events"))  # a 404 is JSON, and declared so
-    resp = client.get("/v1/messages/m1/events")
+    check(doc, path, "get", signed_get(client, "/v1/messages/nope/events"))  # a 404 is JSON, and declared so
+    resp = signed_get(client, "/v1/messages/m1/events")
     media, schema = declared(doc, path, "get", 200)
     assert media == "text/event-stream" and resp.headers["content-type"].startswith(media)
     # OpenAPI 3.1: an event stream's schema describes each event (the fields an SSE parser yields)

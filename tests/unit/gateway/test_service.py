@@ -13,7 +13,7 @@ from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.ports import KeyEntry
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
-from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign
+from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign, signed_get
 
 
 def post(client: TestClient, path: str, body: Any, *, secret: bytes = b"secret-1", key: str = "key1",
@@ -233,12 +233,64 @@ def test_invoke_wait_is_capped(fakes: Fakes) -> None:
 
 
 def test_status_routes_pass_the_status_table_through(client: TestClient, fakes: Fakes) -> None:
-    fakes.status.rows["m1"] = [{"message_id": "m1", "status": "ROUTED", "timeline": []}]
+    fakes.status.rows["m1"] = [{"message_id": "m1", "tenant": "acme", "status": "ROUTED", "timeline": []}]
     fakes.status.traces["t1"] = ["m1"]
-    assert client.get("/v1/messages/m1").json()["status"] == "ROUTED"
-    missing = client.get("/v1/messages/nope")
+    assert signed_get(client, "/v1/messages/m1").json()["status"] == "ROUTED"
+    missing = signed_get(client, "/v1/messages/nope")
     assert missing.status_code == 404 and missing.json()["error"] == "not_found"
-    assert client.get("/v1/traces/t1").json() == {"trace_id": "t1", "message_ids": ["m1"]}
+    assert signed_get(client, "/v1/traces/t1").json() == {"trace_id": "t1", "message_ids": ["m1"]}
+
+
+@pytest.mark.parametrize("path", ["/v1/messages/m1", "/v1/traces/t1", "/v1/messages/m1/events"])
+def test_status_reads_need_a_signature_over_the_empty_body(client: TestClient, fakes: Fakes, path: str) -> None:
+    fakes.status.rows["m1"] = [{"message_id": "m1", "tenant": "acme", "status": "COMPLETED", "timeline": []}]
+    fakes.status.traces["t1"] = ["m1"]
+    assert client.get(path).status_code == 401
+    assert signed_get(client, path, secret=b"wrong").status_code == 401
+    over_a_body = {"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", b"{}")}
+    assert client.get(path, headers=over_a_body).status_code == 401
+    assert signed_get(client, path).status_code == 200
+
+
+def test_another_tenants_rows_read_as_absent_and_a_trace_shows_only_the_callers(fakes: Fakes) -> None:
+    fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", tenant="globex"), b"s2")
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01)))
+    fakes.status.rows["mine"] = [{"message_id": "mine", "tenant": "acme", "status": "COMPLETED", "timeline": []}]
+    fakes.status.rows["theirs"] = [{"message_id": "theirs", "tenant": "globex", "status": "COMPLETED",
+                                    "timeline": []}]
+    fakes.status.traces["t1"] = ["mine", "theirs"]
+    fakes.status.traces["t2"] = ["theirs"]
+    absent = signed_get(client, "/v1/messages/nope")
+    for path in ("/v1/messages/theirs", "/v1/messages/theirs/events"):
+        resp = signed_get(client, path)
+        assert resp.status_code == 404 and resp.json()["error"] == "not_found" and "globex" not in resp.text
+        assert resp.json()["message"] == absent.json()["message"].replace("nope", "theirs")
+    assert signed_get(client, "/v1/traces/t1").json() == {"trace_id": "t1", "message_ids": ["mine"]}
+    assert signed_get(client, "/v1/traces/t2").status_code == 404
+    theirs = signed_get(client, "/v1/traces/t1", key="key2", secret=b"s2")
+    assert theirs.json() == {"trace_id": "t1", "message_ids": ["theirs"]}
+
+
+def test_channel_capabilities_are_refused_unless_the_app_lists_them(fakes: Fakes) -> None:
+    fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("channel.webhook",)), b"s2")
+    client = TestClient(build_gateway(fakes.deps()))
+    hook = {"capability": "channel.webhook", "payload": {"endpoint": "http://169.254.169.254/", "body": {}}}
+    for capability in ("channel.webhook", "channel.email"):
+        resp = post(client, "/v1/envelopes", {**hook, "capability": capability})  # app1: every capability...
+        assert resp.status_code == 403 and resp.json()["error"] == "forbidden"
+    assert post(client, "/v1/envelopes", hook, key="key2", secret=b"s2").status_code != 403  # listed: allowed
+    assert app().may_call("demo.echo") and not app().may_call("channel.sms")
+    assert fakes.publisher.sent == []
+
+
+def test_a_stopped_apps_directory_refuses_with_503_and_healthz_says_so(client: TestClient, fakes: Fakes) -> None:
+    fakes.status.rows["m1"] = [{"message_id": "m1", "tenant": "acme", "status": "COMPLETED", "timeline": []}]
+    fakes.directory.alive = False  # the follower thread died: the key table may miss a revocation
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
+    assert resp.status_code == 503 and "apps directory" in resp.json()["message"] and fakes.publisher.sent == []
+    assert signed_get(client, "/v1/messages/m1").status_code == 503
+    health = client.get("/healthz")
+    assert health.status_code == 503 and health.json()["directory"] == "stopped" and not health.json()["ok"]
 
 
 def test_unknown_routes_get_the_json_error_body(client: TestClient) -> None:
@@ -263,7 +315,8 @@ def test_openapi_documents_every_route_body_and_error(client: TestClient) -> Non
 
 
 def test_healthz(client: TestClient) -> None:
-    assert client.get("/healthz").json() == {"ok": True, "registry": "running", "replies": "running"}
+    assert client.get("/healthz").json() == {"ok": True, "registry": "running", "replies": "running",
+                                             "directory": "running"}
 
 
 def test_a_huge_request_head_is_431_before_any_route(client: TestClient, fakes: Fakes) -> None:
