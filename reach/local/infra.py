@@ -209,7 +209,9 @@ class LocalInfra:
         props.write_text(_server_properties(kdir / "data", port, controller_port, sasl_port))
         classpath = f"{libs}/*"
         if not (kdir / "data" / "meta.properties").exists():
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            cluster_id = "-"
+            while cluster_id.startswith("-"):  # kafka-storage would read a leading "-" as an option (1 in 64)
+                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
                 [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
                  "-t", cluster_id, "-c", str(props)],

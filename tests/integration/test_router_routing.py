@@ -30,8 +30,10 @@ pytestmark = pytest.mark.integration
 def routed_to(names: Names, ids: list[str]) -> Counter[str]:
     tail = receipts_tail(names)
     try:
+        # 60 s: a capability topic created after the router started is routed once the router's topic listing
+        # sees it and the group rebalances; one clean-clone CI run needed more than 30 s for that
         got = tail.until(lambda rs: len(first_per_message(rs, ids, {Status.ROUTED})) == len(ids) and rs,
-                         what=f"{len(ids)} ROUTED receipts")
+                         60.0, what=f"{len(ids)} ROUTED receipts")
         routed = first_per_message(got, ids, {Status.ROUTED})
         return Counter(r.instance_id for r in routed.values())
     finally:
@@ -90,8 +92,10 @@ def weights_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def routed(names: Names, ids: list[str]) -> dict[str, Receipt]:
     tail = receipts_tail(names)
     try:
+        # 60 s: a capability topic created after the router started is routed once the router's topic listing
+        # sees it and the group rebalances; one clean-clone CI run needed more than 30 s for that
         got = tail.until(lambda rs: len(first_per_message(rs, ids, {Status.ROUTED})) == len(ids) and rs,
-                         what=f"{len(ids)} ROUTED receipts")
+                         60.0, what=f"{len(ids)} ROUTED receipts")
         return first_per_message(got, ids, {Status.ROUTED})
     finally:
         tail.close()
