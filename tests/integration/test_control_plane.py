@@ -65,8 +65,14 @@ def _echo(instance_id: str) -> Agent:
     return agent
 
 
-def _served_by(receipts: Receipts, ids: list[str]) -> set[str | None]:
-    seen = receipts.wait_status(ids, Status.COMPLETED, timeout=60)
+def _served_by(receipts: Receipts, ids: list[str], timeout: float = 60) -> set[str | None]:
+    """Who completed the messages; empty when not all completed within `timeout` (a message routed to the
+    disabled instance just before the router saw DISABLE waits in its paused inbox for the delivery-timeout
+    reroute, which can take longer than a poll here)."""
+    try:
+        seen = receipts.wait_status(ids, Status.COMPLETED, timeout=timeout)
+    except AssertionError:
+        return set()
     return {r.instance_id for m in ids for r in seen[m] if r.status is Status.COMPLETED}
 
 
@@ -80,7 +86,7 @@ def test_disable_and_enable_take_effect_without_restart(namespace: str, stream_a
 
         def only_b() -> bool:
             ids = [client.send("test.ctl", {"i": i}) for i in range(6)]
-            return _served_by(receipts, ids) == {"ctl-b"}
+            return _served_by(receipts, ids, timeout=20) == {"ctl-b"}
 
         # the router follows control within a poll or two; after that nothing reaches the disabled instance
         wait_for(only_b, 90, "the router skipping the disabled instance", interval=0.5)
@@ -90,7 +96,7 @@ def test_disable_and_enable_take_effect_without_restart(namespace: str, stream_a
 
         def a_again() -> bool:
             ids = [client.send("test.ctl", {"i": i}) for i in range(10)]
-            return "ctl-a" in _served_by(receipts, ids)
+            return "ctl-a" in _served_by(receipts, ids, timeout=20)
 
         wait_for(a_again, 120, "the enabled instance serving again", interval=0.5)
         assert set(_live(names, a.agent_id)) == {"ctl-a", "ctl-b"}, "neither instance restarted or left"
