@@ -25,9 +25,10 @@ from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
 from reach.channels.errors import BadCallback
 from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent
-from reach.channels.settings import ChannelSettings
+from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.spec import Target, target
 from reach.channels.steps import Closes, DeliverySteps
+from reach.channels.tokens import ReplyClaims, mint, reply_url
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS, now_ms
 from reach.names import Names
 from reach.records import ChannelDelivery, Envelope, Status
@@ -46,6 +47,7 @@ INPUT_SCHEMA: dict[str, Any] = {
                                         "capability": {"type": "string"}}},
         "backup": {"type": "object"},
         "handed_over_from": {"type": "string"},
+        "reply_capability": {"type": "string", "maxLength": 200},
     },
 }
 
@@ -61,8 +63,10 @@ class ChannelService:
     """One channel's handler: the provider, and where its delivery steps go."""
 
     def __init__(self, kind: Channel, provider: Provider, steps: DeliverySteps | None = None, *,
-                 health: ChannelHealth | None = None, clock: Callable[[], int] = now_ms) -> None:
+                 health: ChannelHealth | None = None, clock: Callable[[], int] = now_ms,
+                 closure: ClosureSettings | None = None) -> None:
         self.kind = kind
+        self.closure = closure or ClosureSettings()
         self.clock = clock
         self.provider = provider
         self.steps = steps
@@ -80,8 +84,10 @@ class ChannelService:
             if not self.health.probe_due(self.clock()):
                 return await self._while_open(payload, ctx, backup)
             probing = True  # this real send is the probe: its outcome decides whether the channel closes
-        message = OutboundMessage(endpoint=endpoint, body=payload["body"], message_id=envelope.message_id,
-                                  trace_id=envelope.trace_id, subject=payload.get("subject", ""))
+        reply = self.reply_url(envelope, payload)
+        body = {**payload["body"], "reply_to": reply} if reply else payload["body"]
+        message = OutboundMessage(endpoint=endpoint, body=body, message_id=envelope.message_id,
+                                  trace_id=envelope.trace_id, subject=payload.get("subject", ""), reply_url=reply)
         started = time.monotonic()
         outcome = await self.provider.send(message)
         self._observe(outcome, (time.monotonic() - started) * 1000, probing)
@@ -92,6 +98,18 @@ class ChannelService:
             raise signal_for(outcome)
         delivered = await self._record(outcome, ctx, payload)
         return {"channel": self.kind.name, "provider_message_id": outcome.provider_message_id, "delivered": delivered}
+
+    def reply_url(self, envelope: Envelope, payload: dict[str, Any]) -> str:
+        """Where a reply to this message is posted (its token minted now), or "" when replies are off."""
+        key, base = self.closure.key(), self.closure.base_url
+        if key is None or not base:
+            return ""
+        closes = payload.get("callback_for")
+        capability = payload.get("reply_capability") or (closes.get("capability") if closes else None)
+        claims = ReplyClaims(message_id=envelope.message_id, trace_id=envelope.trace_id, tenant=envelope.tenant,
+                             expires_at=self.clock() + self.closure.ttl_s * 1000,
+                             capability=str(capability) if capability else None)
+        return reply_url(base, mint(key, claims))
 
     def _observe(self, outcome: Sent | Failure, latency_ms: float, probing: bool) -> None:
         """Feed the channel health: a probe's pass or fail, else the send's signals."""
@@ -156,12 +174,13 @@ def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, so
 
 def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: KafkaSettings | None = None,
                   sender: Sender | None = None, provider: Provider | None = None,
-                  health: ChannelRules | None = None, **agent_args: Any) -> Agent:
+                  health: ChannelRules | None = None, closure: ClosureSettings | None = None,
+                  **agent_args: Any) -> Agent:
     """An Agent serving `channel.<name>`; its provider is built from `settings` now (a misconfiguration fails
     here), its receipts producer on start (or `sender`, for tests)."""
     kind = channel(name)
     service = ChannelService(kind, provider or kind.provider(settings or ChannelSettings()),
-                             health=ChannelHealth(health or ChannelRules()))
+                             health=ChannelHealth(health or ChannelRules()), closure=closure)
     agent = Agent(kind.agent_id, **agent_args)
     names = Names(ReachSettings().namespace)
     own: list[Publisher] = []

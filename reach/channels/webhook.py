@@ -29,6 +29,7 @@ from reach.gateway.signing import sign
 SIGNATURE_HEADER = "Reach-Signature"
 MESSAGE_ID_HEADER = "Reach-Message-Id"
 TRACE_ID_HEADER = "Reach-Trace-Id"
+REPLY_TO_HEADER = "Reach-Reply-To"
 # the instance-metadata services of AWS (v4, v6 and ECS), GCP/Azure (169.254.169.254) and Alibaba
 METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254",
                                                        "100.100.100.200"))
@@ -110,6 +111,8 @@ class WebhookProvider:
         headers = {"Content-Type": "application/json", MESSAGE_ID_HEADER: message.message_id,
                    TRACE_ID_HEADER: message.trace_id,
                    SIGNATURE_HEADER: sign(self._secret, body, int(time.time()), nonce=message.message_id)}
+        if message.reply_url:
+            headers[REPLY_TO_HEADER] = message.reply_url
         try:
             response = await self._client.post(message.endpoint, content=body, headers=headers)
         except httpx.HTTPError as exc:

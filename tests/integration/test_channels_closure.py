@@ -1,0 +1,135 @@
+"""Closure end to end: a webhook callback carries a reply URL; the reply posted to the real `reach gateway` process
+becomes a new envelope in the same trace (parent = the outbound callback message), routed to the capability it asks
+for, and `reach trace` shows the round trip; a reused, unknown or expired token is refused and nothing is sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from cryptography.fernet import Fernet
+from pydantic import SecretStr
+
+from reach import codec
+from reach.agent import Agent
+from reach.channels.agent import channel_agent
+from reach.channels.closure import callback_id
+from reach.channels.settings import ChannelSettings
+from reach.channels.tokens import ReplyClaims, mint
+from reach.client import Client
+from reach.envelopes import now_ms
+from reach.names import Names
+from reach.records import Envelope
+from reach.settings import KafkaSettings
+from tests.integration.agent_support import reach_cli, running, wait_for
+from tests.integration.channel_servers import Receiver, listening
+from tests.integration.stream_app import StreamApp
+from tests.integration.test_gateway_http import Gateway
+
+pytestmark = pytest.mark.integration
+REPLY_SECRET = "reply-secret-for-tests"
+
+
+def agents() -> Agent:
+    agent = Agent("agent://demo/closure", max_concurrency=4)
+
+    @agent.capability("demo.echo", version="1.0.0", input_schema={"type": "object"})
+    async def echo(payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+    @agent.capability("support.answer", version="1.0.0", input_schema={
+        "type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}})
+    async def answer(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"heard": payload["text"]}
+
+    return agent
+
+
+def trace_of(trace_id: str) -> dict[str, dict[str, Any]]:
+    shown = reach_cli("trace", trace_id, "--json")
+    if shown.returncode != 0:
+        return {}
+    return {row["message_id"]: row for row in json.loads(shown.stdout)["messages"]}
+
+
+def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
+        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream_app: StreamApp) -> None:
+    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("REACH_CALLBACK_SECRET", REPLY_SECRET)
+    gateway = Gateway(tmp_path, {})
+    monkeypatch.setenv("REACH_CALLBACK_BASE_URL", gateway.url)
+    webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr("wh"), timeout_s=2,
+                                                                webhook_allow_private=True))
+    gateway.start()
+    try:
+        with listening(Receiver()) as receiver, running(agents()), running(webhook), Client() as client:
+            wait_for(lambda: ready("agent://demo/closure", "agent://channels/webhook"), 60, "both agents READY")
+            mid = client.send("demo.echo", {"text": "hi"}, callback=f"webhook:{receiver.url}/hook")
+            hit = wait_for(lambda: receiver.posts()[:1], 60, "the webhook at the receiver")[0]
+            body = json.loads(hit.body)
+            reply_to = body["reply_to"]
+            assert hit.headers["Reach-Reply-To"] == reply_to and reply_to.startswith(gateway.url + "/v1/callbacks/")
+            outbound = callback_id(mid, 0)
+
+            answered = httpx.post(reply_to, json={"capability": "support.answer", "text": "yes, book it"}, timeout=30)
+            assert answered.status_code == 202, answered.text
+            back = answered.json()
+            assert back["message_id"] == outbound + "-re" and back["trace_id"] == body["trace_id"]
+            again = httpx.post(reply_to, json={"capability": "support.answer", "text": "twice"}, timeout=30)
+            assert (again.status_code, again.json()["error"]) == (409, "token_used")
+            bad = httpx.post(gateway.url + "/v1/callbacks/forged.token", json={"text": "x"}, timeout=30)
+            assert (bad.status_code, bad.json()["error"]) == (404, "unknown_token")
+            expired = mint(REPLY_SECRET.encode(), ReplyClaims(message_id="old", trace_id="t", tenant="default",
+                                                              expires_at=now_ms() - 1))
+            gone = httpx.post(f"{gateway.url}/v1/callbacks/{expired}", json={"text": "x"}, timeout=30)
+            assert (gone.status_code, gone.json()["error"]) == (410, "expired_token")
+            sent = envelope_on(namespace, "support.answer", back["message_id"])
+            assert (sent.trace_id, sent.parent_id, sent.source) == (body["trace_id"], outbound, "gateway:callback")
+            assert json.loads(sent.payload) == {"text": "yes, book it"}
+
+            def round_trip() -> dict[str, dict[str, Any]] | None:
+                rows = trace_of(body["trace_id"])
+                reply = rows.get(back["message_id"])
+                return rows if reply is not None and reply["status"] == "COMPLETED" else None
+
+            rows = wait_for(round_trip, 60, "the reply COMPLETED in `reach trace`", interval=0.5)
+            assert set(rows) == {mid, outbound, back["message_id"]}  # out and back: one trace
+            assert "SENT" in [s["status"] for s in rows[outbound]["timeline"]]
+            assert rows[back["message_id"]]["capability"] == "support.answer"
+            assert json.loads(rows[back["message_id"]]["result"]) == {"heard": "yes, book it"}
+    finally:
+        gateway.stop()
+
+
+
+def ready(*agent_ids: str) -> bool:
+    """Every agent id READY in `reach agents --json` (the router's registry view)."""
+    shown = reach_cli("agents", "--json")
+    if shown.returncode != 0:
+        return False
+    text = shown.stdout
+    return "READY" in text and all(agent_id in text for agent_id in agent_ids)
+
+
+def envelope_on(namespace: str, capability: str, message_id: str) -> Envelope:
+    """The envelope as the broker holds it on its capability topic."""
+    topic = Names(namespace).capability(capability)
+    consumer = Consumer(KafkaSettings().consumer("closure-test-read"))
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics[topic]
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
+
+        def found() -> Envelope | None:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() or msg.value() is None:
+                return None
+            envelope = codec.decode(msg.value(), Envelope)
+            return envelope if envelope.message_id == message_id else None
+
+        return wait_for(found, 30, f"envelope {message_id} on {topic}")
+    finally:
+        consumer.close()
