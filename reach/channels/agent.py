@@ -12,15 +12,21 @@ parent = this message) instead of being sent; without one it fails retryably wit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
 from reach import clients
 from reach.agent import Agent, BusinessError, Context, Reject, TransientError
 from reach.agent.publisher import Publisher, Sender
+from reach.channels import board
 from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
 from reach.channels.errors import BadCallback
 from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
@@ -32,7 +38,7 @@ from reach.channels.tokens import ReplyClaims, mint, reply_url
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS, now_ms
 from reach.names import Names
 from reach.records import ChannelDelivery, Envelope, Status
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 log = logging.getLogger("reach.channels")
 
@@ -172,10 +178,49 @@ def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, so
     )
 
 
+class BoardWriter:
+    """Writes this instance's channel health snapshot to Redis every `interval_s` (reach/channels/board.py)."""
+
+    def __init__(self, service: ChannelService, *, agent: Agent, namespace: str, interval_s: float = 5.0) -> None:
+        self._service, self._agent, self._namespace, self._interval = service, agent, namespace, interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._redis: Redis | None = None
+
+    def current(self) -> board.Snapshot:
+        return board.snapshot(self._service.health, channel=self._service.kind.name,
+                              instance_id=self._agent.instance_id, agent_id=self._agent.agent_id,
+                              now=self._service.clock())
+
+    async def start(self) -> None:
+        self._redis = Redis.from_url(RedisSettings().url(), socket_timeout=2, socket_connect_timeout=2)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        assert self._redis is not None
+        ttl = max(1, int(self._interval * 4))
+        while True:
+            try:
+                await self._redis.set(board.key(self._namespace, self._agent.instance_id),
+                                      board.encode(self.current()), ex=ttl)
+            except RedisError as exc:  # the board is a cache: a missed write only leaves it stale until the next
+                log.warning("channel health not written to Redis: %s", exc)
+            await asyncio.sleep(self._interval)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._redis is not None:
+            with contextlib.suppress(RedisError):
+                await self._redis.delete(board.key(self._namespace, self._agent.instance_id))
+            await self._redis.aclose()
+
+
 def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: KafkaSettings | None = None,
                   sender: Sender | None = None, provider: Provider | None = None,
                   health: ChannelRules | None = None, closure: ClosureSettings | None = None,
-                  **agent_args: Any) -> Agent:
+                  board_interval_s: float = 5.0, **agent_args: Any) -> Agent:
     """An Agent serving `channel.<name>`; its provider is built from `settings` now (a misconfiguration fails
     here), its receipts producer on start (or `sender`, for tests)."""
     kind = channel(name)
@@ -184,16 +229,22 @@ def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: 
     agent = Agent(kind.agent_id, **agent_args)
     names = Names(ReachSettings().namespace)
     own: list[Publisher] = []
+    writer = BoardWriter(service, agent=agent, namespace=names.namespace, interval_s=board_interval_s)
 
-    def start() -> None:
+    async def start() -> None:
         chosen = sender
         if chosen is None:
             publisher = Publisher(clients.producer(kafka or KafkaSettings()))
             own.append(publisher)
             chosen = publisher
         service.steps = DeliverySteps(chosen, names=names, agent_id=agent.agent_id, instance_id=agent.instance_id)
+        runner = getattr(agent, "_runner", None)  # the SDK's own metrics registry, served on its metrics port
+        if runner is not None:
+            runner.metrics.registry.register(board.HealthCollector(writer.current))
+        await writer.start()
 
     async def stop() -> None:
+        await writer.stop()
         await service.provider.aclose()
         for publisher in own:
             publisher.close()

@@ -27,7 +27,7 @@ from reach.records import Envelope
 from reach.settings import KafkaSettings
 from tests.integration.agent_support import reach_cli, running, wait_for
 from tests.integration.channel_servers import Receiver, listening
-from tests.integration.stream_app import StreamApp
+from tests.integration.stream_app import ROOT, StreamApp
 from tests.integration.test_gateway_http import Gateway
 
 pytestmark = pytest.mark.integration
@@ -101,6 +101,19 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
             assert "SENT" in [s["status"] for s in rows[outbound]["timeline"]]
             assert rows[back["message_id"]]["capability"] == "support.answer"
             assert json.loads(rows[back["message_id"]]["result"]) == {"heard": "yes, book it"}
+
+            # the ready queries count this run: one message with a callback, called back; one outbound, answered
+            def query(name: str) -> list[dict[str, Any]]:
+                out = reach_cli("receipts", "sql", "--file", str(ROOT / "docs/queries" / name), "--format", "json")
+                assert out.returncode == 0, out.stderr
+                return list(json.loads(out.stdout))
+
+            effective = wait_for(lambda: [r for r in query("callback_effective.sql") if r["callbacked"] == 1], 30,
+                                 "the callback-effective query to count the CALLBACKED")
+            assert effective == [{"capability": "demo.echo", "with_callback": 1, "callbacked": 1,
+                                  "callback_effective_rate": 1.0}]
+            assert query("closure.sql") == [{"capability": "channel.webhook", "outbound": 1, "answered": 1,
+                                             "closure_rate": 1.0}]
     finally:
         gateway.stop()
 
