@@ -37,6 +37,7 @@ class Snapshot:
     p95_ms: float | None
     arrival: float | None
     reason: str | None
+    since: int  # epoch ms of the breaker's last transition (when an OPEN channel opened)
     at: int
 
 
@@ -46,7 +47,8 @@ def snapshot(health: ChannelHealth, *, channel: str, instance_id: str, agent_id:
     success, p95, arrival = health.signals(now)
     return Snapshot(channel=channel, instance_id=instance_id, agent_id=agent_id, state=state.value,
                     breaker=health.breaker.state.value, success=success, p95_ms=p95, arrival=arrival,
-                    reason=health.breaker.reason if state is ChannelState.OPEN else None, at=now)
+                    reason=health.breaker.reason if state is ChannelState.OPEN else None,
+                    since=health.breaker.since, at=now)
 
 
 def key(namespace: str, instance_id: str) -> str:

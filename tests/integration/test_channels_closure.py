@@ -13,6 +13,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
+from typer.testing import CliRunner
 
 from reach import codec
 from reach.agent import Agent
@@ -20,12 +21,13 @@ from reach.channels.agent import channel_agent
 from reach.channels.closure import callback_id
 from reach.channels.settings import ChannelSettings
 from reach.channels.tokens import ReplyClaims, mint
+from reach.cli import app as reach_app
 from reach.client import Client
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope
 from reach.settings import KafkaSettings
-from tests.integration.agent_support import reach_cli, running, wait_for
+from tests.integration.agent_support import running, wait_for
 from tests.integration.channel_servers import Receiver, listening
 from tests.integration.stream_app import ROOT, StreamApp
 from tests.integration.test_gateway_http import Gateway
@@ -49,13 +51,6 @@ def agents() -> Agent:
     return agent
 
 
-def trace_of(trace_id: str) -> dict[str, dict[str, Any]]:
-    shown = reach_cli("trace", trace_id, "--json")
-    if shown.returncode != 0:
-        return {}
-    return {row["message_id"]: row for row in json.loads(shown.stdout)["messages"]}
-
-
 def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
         namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream_app: StreamApp) -> None:
     monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
@@ -67,7 +62,8 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
     gateway.start()
     try:
         with listening(Receiver()) as receiver, running(agents()), running(webhook), Client() as client:
-            wait_for(lambda: ready("agent://demo/closure", "agent://channels/webhook"), 60, "both agents READY")
+            wait_for(lambda: ready(stream_app, "agent://demo/closure", "agent://channels/webhook"), 60,
+                     "both agents READY", interval=0.2)
             mid = client.send("demo.echo", {"text": "hi"}, callback=f"webhook:{receiver.url}/hook")
             hit = wait_for(lambda: receiver.posts()[:1], 60, "the webhook at the receiver")[0]
             body = json.loads(hit.body)
@@ -91,12 +87,9 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
             assert (sent.trace_id, sent.parent_id, sent.source) == (body["trace_id"], outbound, "gateway:callback")
             assert json.loads(sent.payload) == {"text": "yes, book it"}
 
-            def round_trip() -> dict[str, dict[str, Any]] | None:
-                rows = trace_of(body["trace_id"])
-                reply = rows.get(back["message_id"])
-                return rows if reply is not None and reply["status"] == "COMPLETED" else None
-
-            rows = wait_for(round_trip, 60, "the reply COMPLETED in `reach trace`", interval=0.5)
+            wait_for(lambda: completed(stream_app, back["message_id"]), 60, "the reply COMPLETED", interval=0.2)
+            shown = cli("trace", body["trace_id"], "--json")
+            rows = {row["message_id"]: row for row in shown["messages"]}
             assert set(rows) == {mid, outbound, back["message_id"]}  # out and back: one trace
             assert "SENT" in [s["status"] for s in rows[outbound]["timeline"]]
             assert rows[back["message_id"]]["capability"] == "support.answer"
@@ -104,13 +97,10 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
 
             # the ready queries count this run: one message with a callback, called back; one outbound, answered
             def query(name: str) -> list[dict[str, Any]]:
-                out = reach_cli("receipts", "sql", "--file", str(ROOT / "docs/queries" / name), "--format", "json")
-                assert out.returncode == 0, out.stderr
-                return list(json.loads(out.stdout))
+                return list(cli("receipts", "sql", "--file", str(ROOT / "docs/queries" / name), "--format", "json"))
 
-            effective = wait_for(lambda: [r for r in query("callback_effective.sql") if r["callbacked"] == 1], 30,
-                                 "the callback-effective query to count the CALLBACKED")
-            assert effective == [{"capability": "demo.echo", "with_callback": 1, "callbacked": 1,
+            # CALLBACKED precedes the callback's COMPLETED, itself long before the reply's
+            assert query("callback_effective.sql") == [{"capability": "demo.echo", "with_callback": 1, "callbacked": 1,
                                   "callback_effective_rate": 1.0}]
             assert query("closure.sql") == [{"capability": "channel.webhook", "outbound": 1, "answered": 1,
                                              "closure_rate": 1.0}]
@@ -119,13 +109,29 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
 
 
 
-def ready(*agent_ids: str) -> bool:
-    """Every agent id READY in `reach agents --json` (the router's registry view)."""
-    shown = reach_cli("agents", "--json")
-    if shown.returncode != 0:
+def cli(*args: str) -> Any:
+    """`reach ARGS` in this process (the same command, without a second interpreter's start-up), as JSON."""
+    result = CliRunner().invoke(reach_app, list(args))
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def ready(app: StreamApp, *agent_ids: str) -> bool:
+    """Every agent id READY in the stream app's /agents view (what `reach agents` prints)."""
+    try:
+        rows = httpx.get(app.url + "/agents", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
         return False
-    text = shown.stdout
-    return "READY" in text and all(agent_id in text for agent_id in agent_ids)
+    return set(agent_ids) <= {r["agent_id"] for r in rows if r["state"] == "READY"}
+
+
+def completed(app: StreamApp, message_id: str) -> bool:
+    """The status table's row of the message says COMPLETED (the view `reach status` reads)."""
+    try:
+        answer = httpx.get(f"{app.url}/messages/{message_id}", timeout=5)
+    except httpx.HTTPError:
+        return False
+    return answer.status_code == 200 and answer.json().get("status") == "COMPLETED"
 
 
 def envelope_on(namespace: str, capability: str, message_id: str) -> Envelope:

@@ -20,7 +20,7 @@ def opened() -> ChannelHealth:
 
 def test_three_429s_show_as_open_with_the_reason() -> None:
     snap = board.snapshot(opened(), channel="sms", instance_id="i1", agent_id="agent://channels/sms", now=3_500)
-    assert (snap.state, snap.breaker) == ("OPEN", "OPEN") and snap.reason
+    assert (snap.state, snap.breaker, snap.since) == ("OPEN", "OPEN", 3_000) and snap.reason
     assert board.decode(board.encode(snap)) == snap
     fresh = board.snapshot(ChannelHealth(), channel="sms", instance_id="i2", agent_id="a", now=0)
     assert (fresh.state, fresh.success, fresh.reason) == ("HEALTHY", None, None)
