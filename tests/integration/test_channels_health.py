@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from reach.channels.agent import channel_agent
@@ -16,6 +17,7 @@ from reach.channels.boardread import read_board
 from reach.channels.health import ChannelRules
 from reach.channels.settings import ChannelSettings
 from reach.client import Client
+from reach.local.process import free_port
 from reach.names import Names
 from reach.records import Receipt, Status
 from reach.settings import ReachSettings
@@ -43,7 +45,7 @@ def test_sms_429s_open_the_channel_sends_go_to_the_backup_and_probes_bring_it_ba
     with listening(FakeSms()) as provider, smtp_server() as (inbox, port):
         sms = channel_agent("sms", settings=ChannelSettings(sms_url=f"{provider.url}/api", sms_poll_s=0.05,
                                                             timeout_s=2), health=rules,
-                            board_interval_s=1.0)
+                            board_interval_s=1.0, metrics_port=(metrics_port := free_port()))
         mail = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port, timeout_s=5))
         fast_retries("channel.sms", 5)
         receipts = Receipts(names.receipts)
@@ -68,6 +70,8 @@ def test_sms_429s_open_the_channel_sends_go_to_the_backup_and_probes_bring_it_ba
                 assert 0 < opened_s <= 10, opened_s  # the issue's bound: OPEN within 10 s of the first 429
                 shown = json.loads(reach_cli("channels", "--json").stdout)
                 assert any(r["channel"] == "sms" and r["state"] == "OPEN" for r in shown), shown
+                gauges = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+                assert f'agentreach_channel_state{{channel="sms",instance_id="{sms.instance_id}"}} 2.0' in gauges
 
                 def all_delivered() -> dict[str, int] | None:
                     seen = receipts.by_message()

@@ -174,6 +174,12 @@ def test_while_open_without_a_backup_the_send_fails_retryably() -> None:
     with pytest.raises(TransientError) as caught:
         asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
     assert caught.value.code == "CHANNEL_OPEN" and len(provider.sent) == 3
+    # an OVERLOAD-class failure for the health writer: three open the instance breaker, so routing skips it
+    verdict = from_exception(caught.value)
+    assert verdict.error is not None
+    receipt = {"status": "ATTEMPT_FAILED", "instance_id": "i1", "at": 1, "error": verdict.error.model_dump()}
+    call = call_of(receipt)
+    assert call is not None and call.outcome is Health.OVERLOAD
 
 
 def test_a_bad_backup_is_rejected() -> None:
