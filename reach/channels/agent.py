@@ -77,6 +77,7 @@ class ChannelService:
         self.provider = provider
         self.steps = steps
         self.health = health or ChannelHealth()
+        self.counts = board.Counts()
 
     async def handle(self, payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
         try:
@@ -103,6 +104,7 @@ class ChannelService:
                 return await self._while_open(payload, ctx, backup)
             raise signal_for(outcome)
         delivered = await self._record(outcome, ctx, payload)
+        self.counts.reply_urls += bool(reply)  # sent with a reply URL: one that may be answered
         return {"channel": self.kind.name, "provider_message_id": outcome.provider_message_id, "delivered": delivered}
 
     def reply_url(self, envelope: Envelope, payload: dict[str, Any]) -> str:
@@ -149,6 +151,7 @@ class ChannelService:
             return False
         self.health.report(sent.provider_message_id)
         await steps.step(ctx.envelope, Status.DELIVERED, info)
+        self.counts.delivered += 1
         closes = payload.get("callback_for")
         parent = ctx.envelope.parent_id
         if closes is not None and parent is not None and parent in (closes["message_id"],
@@ -156,6 +159,7 @@ class ChannelService:
             await steps.callbacked(ctx.envelope, Closes(message_id=closes["message_id"],
                                                         generation=int(closes["generation"]),
                                                         capability=str(closes["capability"])), info)
+            self.counts.callbacked += 1
         return True
 
     def _steps(self) -> DeliverySteps:
@@ -240,7 +244,7 @@ def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: 
         service.steps = DeliverySteps(chosen, names=names, agent_id=agent.agent_id, instance_id=agent.instance_id)
         runner = getattr(agent, "_runner", None)  # the SDK's own metrics registry, served on its metrics port
         if runner is not None:
-            runner.metrics.registry.register(board.HealthCollector(writer.current))
+            runner.metrics.registry.register(board.HealthCollector(writer.current, service.counts))
         await writer.start()
 
     async def stop() -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from reach.channels.health import ChannelHealth, ChannelState
@@ -39,6 +39,23 @@ class Snapshot:
     reason: str | None
     since: int  # epoch ms of the breaker's last transition (when an OPEN channel opened)
     at: int
+
+
+@dataclass(slots=True)
+class Counts:
+    """What one instance sent since it started: the numerators and denominators of the closure rates (with the
+    status fold's `agentreach_callbacks_total` and the gateway's `agentreach_gateway_callbacks_total`)."""
+
+    delivered: int = 0
+    reply_urls: int = 0  # outbound messages that carried a reply URL (closure's denominator)
+    callbacked: int = 0  # callbacks that reached DELIVERED (callback-effective's numerator)
+
+
+COUNTERS = (("agentreach_channel_delivered", "Sends the provider confirmed delivered", "delivered"),
+            ("agentreach_channel_reply_urls", "Outbound messages that carried a reply URL (/v1/callbacks)",
+             "reply_urls"),
+            ("agentreach_channel_callbacked", "Callbacks delivered (CALLBACKED on the original message)",
+             "callbacked"))
 
 
 def snapshot(health: ChannelHealth, *, channel: str, instance_id: str, agent_id: str, now: int) -> Snapshot:
@@ -80,10 +97,11 @@ def rows(snapshots: Iterable[Snapshot]) -> list[dict[str, Any]]:
 class HealthCollector(Collector):
     """Prometheus gauges of one instance's channel health, computed at scrape time."""
 
-    def __init__(self, current: Callable[[], Snapshot]) -> None:
+    def __init__(self, current: Callable[[], Snapshot], counts: Counts) -> None:
         self._current = current
+        self._counts = counts
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         snap = self._current()
         labels = ["channel", "instance_id"]
         values = [snap.channel, snap.instance_id]
@@ -101,3 +119,7 @@ class HealthCollector(Collector):
             if value is not None:
                 family.add_metric(values, value)
             yield family
+        for name, doc, field in COUNTERS:
+            counter = CounterMetricFamily(name, doc, labels=labels)
+            counter.add_metric(values, getattr(self._counts, field))
+            yield counter

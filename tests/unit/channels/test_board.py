@@ -59,7 +59,10 @@ def test_the_board_reads_the_namespace_and_skips_what_is_not_a_snapshot() -> Non
 def test_the_gauges() -> None:
     registry = CollectorRegistry()
     snap = board.snapshot(opened(), channel="sms", instance_id="i1", agent_id="a", now=3_500)
-    registry.register(board.HealthCollector(lambda: snap))
+    registry.register(board.HealthCollector(lambda: snap, board.Counts(delivered=5, reply_urls=4, callbacked=3)))
     text = generate_latest(registry).decode()
     assert 'agentreach_channel_state{channel="sms",instance_id="i1"} 2.0' in text
+    assert 'agentreach_channel_delivered_total{channel="sms",instance_id="i1"} 5.0' in text
+    assert 'agentreach_channel_reply_urls_total{channel="sms",instance_id="i1"} 4.0' in text
+    assert 'agentreach_channel_callbacked_total{channel="sms",instance_id="i1"} 3.0' in text
     assert "agentreach_channel_success_ratio{" not in text  # too few sends to grade: no sample, not a zero

@@ -232,6 +232,7 @@ def test_with_replies_on_each_send_carries_a_reply_url_whose_token_names_the_mes
     claims = read(b"k", sent.reply_url.rsplit("/", 1)[1], now=1_001)
     assert (claims.message_id, claims.trace_id, claims.capability) == ("orig-cb0", "t1", "demo.echo")
     assert claims.expires_at == 1_000 + closure.ttl_s * 1000
+    assert (svc.counts.delivered, svc.counts.reply_urls, svc.counts.callbacked) == (1, 1, 1)
 
 
 def test_without_a_secret_no_reply_url() -> None:
