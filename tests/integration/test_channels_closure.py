@@ -1,6 +1,7 @@
 """Closure end to end: a webhook callback carries a reply URL; the reply posted to the real `reach gateway` process
-becomes a new envelope in the same trace (parent = the outbound callback message), routed to the capability it asks
-for, and `reach trace` shows the round trip; a reused, unknown or expired token is refused and nothing is sent."""
+(restarted after the send) becomes a new envelope in the same trace (parent = the outbound callback message),
+routed to the capability it asks for, and `reach trace` shows the round trip; a reused, unknown or expired token
+is refused and nothing is sent; the ready queries count the run."""
 
 from __future__ import annotations
 
@@ -70,6 +71,10 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
             reply_to = body["reply_to"]
             assert hit.headers["Reach-Reply-To"] == reply_to and reply_to.startswith(gateway.url + "/v1/callbacks/")
             outbound = callback_id(mid, 0)
+            # the gateway restarts between the send and the reply: the token was never stored, it still works
+            gateway.stop()
+            gateway.http = httpx.Client(base_url=gateway.url, timeout=30)
+            gateway.start()
 
             answered = httpx.post(reply_to, json={"capability": "support.answer", "text": "yes, book it"}, timeout=30)
             assert answered.status_code == 202, answered.text
