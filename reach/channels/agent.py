@@ -28,7 +28,7 @@ from reach.agent import Agent, BusinessError, Context, Reject, TransientError
 from reach.agent.publisher import Publisher, Sender
 from reach.channels import board
 from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
-from reach.channels.errors import BadCallback
+from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent
 from reach.channels.settings import ChannelSettings, ClosureSettings
@@ -228,6 +228,10 @@ def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: 
     """An Agent serving `channel.<name>`; its provider is built from `settings` now (a misconfiguration fails
     here), its receipts producer on start (or `sender`, for tests)."""
     kind = channel(name)
+    closure = closure or ClosureSettings()
+    if (closure.key() is None) != (closure.base_url is None):
+        raise ChannelMisconfigured("replies need both REACH_CALLBACK_SECRET and REACH_CALLBACK_BASE_URL on a channel "
+                                   "agent (one of them is set); set both, or neither to send no reply URLs.")
     service = ChannelService(kind, provider or kind.provider(settings or ChannelSettings()),
                              health=ChannelHealth(health or ChannelRules()), closure=closure)
     agent = Agent(kind.agent_id, **agent_args)

@@ -74,6 +74,14 @@ class ClosureSettings(BaseSettings):
     def _capability(cls, value: str | None) -> str | None:
         return check_capability(value) if value else None
 
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"REACH_CALLBACK_BASE_URL {value[:200]!r} is not an http(s) URL; expected the "
+                             "gateway's public URL, e.g. https://reach.example.com")
+        return value or None
+
     def key(self) -> bytes | None:
         """The HMAC key, or None when replies are off (no secret)."""
         value = self.secret.get_secret_value() if self.secret is not None else ""

@@ -14,6 +14,7 @@ from reach.agent.outcomes import Outcome, from_exception
 from reach.breaker import Outcome as Health
 from reach.channels.agent import ChannelService, channel_agent, signal_for
 from reach.channels.catalog import channel
+from reach.channels.errors import ChannelMisconfigured
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent
 from reach.channels.settings import ClosureSettings
 from reach.channels.steps import DeliverySteps
@@ -241,3 +242,11 @@ def test_without_a_secret_no_reply_url() -> None:
     env = callback_envelope()
     asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
     assert provider.sent[0].reply_url == "" and "reply_to" not in provider.sent[0].body
+
+
+def test_replies_half_configured_refuse_to_start() -> None:
+    with pytest.raises(ChannelMisconfigured, match="REACH_CALLBACK_BASE_URL"):
+        channel_agent("sms", provider=FakeProvider(Sent(provider_message_id="p")),
+                      closure=ClosureSettings(secret=SecretStr("k")))
+    with pytest.raises(ValueError, match="not an http"):
+        ClosureSettings(secret=SecretStr("k"), base_url="gw.example")

@@ -243,3 +243,18 @@ def test_the_webhook_connects_to_the_checked_address_with_the_host_header_and_sn
 ])
 def test_pinned_urls(endpoint: str, address: str | None, url: str, sni: dict[str, str]) -> None:
     assert pinned(endpoint, address) == (url, sni)
+
+
+def test_a_reply_url_travels_with_each_channel() -> None:
+    reply = "https://gw.example/v1/callbacks/tok.en"
+    message = OutboundMessage(endpoint="+15551234567", body={"text": "ok?", "reply_to": reply}, message_id="m",
+                              trace_id="t", reply_url=reply)
+    api = FakeSmsApi()
+    _run(SmsProvider(SETTINGS, transport=httpx.MockTransport(api)).send(message))
+    assert api.sent[0]["reply_url"] == reply and api.sent[0]["text"] == "ok?"
+    posted: list[httpx.Request] = []
+    hook = webhook(transport=httpx.MockTransport(lambda r: posted.append(r) or httpx.Response(200)))
+    _run(hook.send(OutboundMessage(endpoint="https://receiver.test/hook", body={"reply_to": reply}, message_id="m",
+                                   trace_id="t", reply_url=reply)))
+    assert posted[0].headers["Reach-Reply-To"] == reply and json.loads(posted[0].content)["reply_to"] == reply
+    assert compose(message, "reach@localhost")["Reach-Reply-To"] == reply
