@@ -21,6 +21,7 @@ from reach.gateway.checks import Refusal
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
+from reach.gateway.routes_callbacks import callback_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
 from reach.gateway.routes_status import status_routes
 
@@ -133,6 +134,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
     envelopes = envelope_routes(admission)
     app.include_router(envelopes)
     app.include_router(status_routes(admission))
+    app.include_router(callback_routes(admission))
 
     @app.exception_handler(Refusal)
     async def on_refusal(_request: Request, exc: Refusal) -> JSONResponse:
