@@ -23,7 +23,7 @@ from reach.agent import Agent
 from reach.client import Client
 from reach.local.process import free_port
 from reach.records import Status
-from tests.integration.agent_support import Receipts, reach_cli, running, spawn, wait_for
+from tests.integration.agent_support import Receipts, running, spawn, wait_for
 from tests.integration.conftest import Infra
 from tests.integration.stream_app import ROOT, StreamApp
 
@@ -54,12 +54,19 @@ class Stack:
     stable: Agent
     cheap: Agent
     receipts: Receipts
+    client: Client
 
 
-def _operator(role: str) -> str:
-    made = reach_cli("operators", "create", f"{role}-1", "--role", role, "--json")
-    assert made.returncode == 0, made.stderr
-    return str(json.loads(made.stdout)["token"])
+def cli(*args: str) -> Any:
+    """`reach ARGS` in this process (typer's runner: the real commands without a Python start-up each, which
+    costs seconds on a loaded machine); its JSON output."""
+    from typer.testing import CliRunner
+
+    from reach.cli import app
+
+    done = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    return json.loads(done.stdout)
 
 
 def _fresh_namespace(infra: Infra, mp: pytest.MonkeyPatch) -> str:
@@ -69,7 +76,9 @@ def _fresh_namespace(infra: Infra, mp: pytest.MonkeyPatch) -> str:
     ns = "t" + uuid.uuid4().hex[:10]
     for name, value in {"REACH_NAMESPACE": ns, "REACH_BOOTSTRAP": infra.bootstrap, "REACH_REDIS_URL": infra.redis_url,
                         "REACH_TOPICS_FILE": str(ROOT / "topics.yaml"),
-                        "REACH_GATEWAY_SECRETS_KEY": Fernet.generate_key().decode()}.items():
+                        "REACH_GATEWAY_SECRETS_KEY": Fernet.generate_key().decode(),
+                        # the flaky agent fails 9 attempts on purpose: no breaker or ejection may hide it
+                        "REACH_HEALTH_MIN_CALLS": "1000", "REACH_HEALTH_EJECT_MIN_CALLS": "1000"}.items():
         mp.setenv(name, value)
     admin = clients.admin()
     topics.apply(admin, topics.plan(admin, topics.load(ROOT / "topics.yaml").resolved(Names(ns))))
@@ -95,14 +104,15 @@ def stack(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
         ns = _fresh_namespace(infra, mp)
         stream = StreamApp(logs)
         mp.setenv("REACH_WEB_PORT", str(stream.port))
-        tokens = {"admin": _operator("admin"), "viewer": _operator("viewer")}
+        tokens = {role: str(cli("operators", "create", f"{role}-1", "--role", role, "--json")["token"])
+                  for role in ("admin", "viewer")}  # before the gateway starts: its directory reads them too
         flaky = spawn("examples.flaky_agent:agent")
-        stream.start()
         port = free_port()
         log = open(logs / "gateway.log", "wb")
         gateway = subprocess.Popen([sys.executable, "-m", "reach", "gateway", "--port", str(port)], cwd=ROOT,
                                    env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
+        stream.start()  # the three processes start side by side
 
         def gateway_up() -> bool:
             if gateway.poll() is not None:
@@ -114,13 +124,15 @@ def stack(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
 
         stable, cheap = echo_agent("1.0.0", cost=1.0), echo_agent("1.9.0", cost=0.1)
         receipts = Receipts(f"{ns}.receipts")
+        client = Client()
         try:
             with running(stable), running(cheap):
                 wait_for(gateway_up, 60, "the gateway's /healthz", interval=0.2)
                 wait_for(lambda: len([a for a in stream.get("/agents") if a["state"] == "READY"]) == 3, 60,
                          "both echo instances and the flaky agent READY in the router's registry", interval=0.2)
-                yield Stack(ns, stream, url, tokens, stable, cheap, receipts)
+                yield Stack(ns, stream, url, tokens, stable, cheap, receipts, client)
         finally:
+            client.close()
             receipts.close()
             gateway.terminate()
             flaky.terminate()
@@ -146,6 +158,12 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
+@pytest.fixture(scope="module")
+def admin(browser: Any, stack: Stack) -> Any:
+    """One logged-in admin page for the module (each test navigates it)."""
+    return _logged_in(browser, stack, "admin")
+
+
 def _logged_in(browser: Any, stack: Stack, role: str) -> Any:
     page = browser.new_context(base_url=stack.url).new_page()
     page.on("dialog", lambda dialog: dialog.accept())  # the confirmations
@@ -161,17 +179,15 @@ def _shot(page: Any, name: str) -> None:
 
 
 def _sql(since: int, until: int, statement: str) -> list[dict[str, Any]]:
-    done = reach_cli("receipts", "sql", "--since", str(since), "--until", str(until), "--format", "json", statement)
-    assert done.returncode == 0, done.stderr
-    return list(json.loads(done.stdout))
+    return list(cli("receipts", "sql", "--since", str(since), "--until", str(until), "--format", "json", statement))
 
 
-def _send(count: int, capability: str = ECHO, payload: dict[str, Any] | None = None, **options: Any) -> list[str]:
+def _send(stack: Stack, count: int, capability: str = ECHO, payload: dict[str, Any] | None = None,
+          **options: Any) -> list[str]:
     """`count` messages; echo asks for ^1, so version closeness (fit) prefers the 1.0.0 instance."""
     if capability == ECHO:
         options.setdefault("version", "^1")
-    with Client() as client:
-        return [client.send(capability, {"n": n, **(payload or {})}, **options) for n in range(count)]
+    return [stack.client.send(capability, {"n": n, **(payload or {})}, **options) for n in range(count)]
 
 
 def test_nothing_is_reachable_without_a_token_and_a_viewer_cannot_act(stack: Stack, browser: Any) -> None:
@@ -203,22 +219,22 @@ def test_nothing_is_reachable_without_a_token_and_a_viewer_cannot_act(stack: Sta
 
 
 def test_overview_counts_of_a_closed_window_match_receipts_sql_and_the_trace_matches(
-        stack: Stack, browser: Any) -> None:
+        stack: Stack, admin: Any) -> None:
     since = int(time.time() * 1000)
-    ids = _send(12)
+    ids = _send(stack, 8)
     stack.receipts.wait_status(ids, Status.COMPLETED, timeout=60)
     until = int(time.time() * 1000) + 1
     wait_for(lambda: time.time() * 1000 > until, 5, "the window to close")
 
-    page = _logged_in(browser, stack, "admin")
+    page = admin
     page.goto(f"/console?since={since}&until={until}")
     row = page.locator(f"tr[data-capability='{ECHO}']")
     shown = (int(row.locator(".terminal").inner_text()), int(row.locator(".completed").inner_text()))
     _shot(page, "overview")
-    [cli] = _sql(since, until, "SELECT count(*) FILTER (WHERE status = 'COMPLETED') AS completed, count(*) AS terminal "
-                 "FROM receipts WHERE capability = 'demo.echo' AND status IN ('COMPLETED', 'FAILED', 'REJECTED', "
-                 "'UNROUTABLE', 'EXPIRED', 'DEAD_LETTERED')")
-    assert shown == (cli["terminal"], cli["completed"]) == (12, 12)
+    [counted] = _sql(since, until, "SELECT count(*) FILTER (WHERE status = 'COMPLETED') AS completed, "
+                     "count(*) AS terminal FROM receipts WHERE capability = 'demo.echo' AND status IN "
+                     "('COMPLETED', 'FAILED', 'REJECTED', 'UNROUTABLE', 'EXPIRED', 'DEAD_LETTERED')")
+    assert shown == (counted["terminal"], counted["completed"]) == (8, 8)
 
     message_id = ids[3]
     page.goto("/console/messages")
@@ -230,24 +246,20 @@ def test_overview_counts_of_a_closed_window_match_receipts_sql_and_the_trace_mat
     assert decision.count() >= 1 and section.locator("table.decision tr").count() == 3  # header + 2 candidates
     _shot(page, "message")
     trace_id = stack.stream.get(f"/messages/{message_id}")["trace_id"]
-    traced = reach_cli("trace", trace_id, "--json")
-    assert traced.returncode == 0, traced.stderr
-    [row_cli] = json.loads(traced.stdout)["messages"]
+    [row_cli] = cli("trace", trace_id, "--json")["messages"]
     assert steps == [s["status"] for s in row_cli["timeline"]] and steps[-1] == "COMPLETED"
 
 
-def test_a_redrive_dry_run_lists_what_the_cli_lists_and_the_redrive_completes_them(stack: Stack, browser: Any) -> None:
+def test_a_redrive_dry_run_lists_what_the_cli_lists_and_the_redrive_completes_them(stack: Stack, admin: Any) -> None:
     # fails its 3 attempts (the "bug"); redriven, the 4th run succeeds (the "fix")
-    ids = _send(3, "demo.flaky", payload={"fail_times": 3}, max_attempts=3)
+    ids = _send(stack, 3, "demo.flaky", payload={"fail_times": 3}, max_attempts=3)
     stack.receipts.wait_status(ids, Status.DEAD_LETTERED, timeout=60)
     wait_for(lambda: all(stack.stream.get(f"/messages/{m}").get("status") == "DEAD_LETTERED" for m in ids), 30,
              "DEAD_LETTERED rows")
-    dry = reach_cli("dlq", "replay", "--capability", "demo.flaky", "--dry-run", "--json")
-    assert dry.returncode == 0, dry.stderr
-    cli_ids = sorted(json.loads(dry.stdout)["replayed_ids"])
+    cli_ids = sorted(cli("dlq", "replay", "--capability", "demo.flaky", "--dry-run", "--json")["replayed_ids"])
     assert cli_ids == sorted(ids)
 
-    page = _logged_in(browser, stack, "admin")
+    page = admin
     page.goto("/console/dead-letters")
     page.fill("#capability", "demo.flaky")
     page.click("#filter")
@@ -259,10 +271,13 @@ def test_a_redrive_dry_run_lists_what_the_cli_lists_and_the_redrive_completes_th
     page.fill("#rate", "50")
     page.click("#redrive")
     assert "redrove 3" in page.locator("#redriven").inner_text()
-    wait_for(lambda: all(stack.stream.get(f"/messages/{m}").get("status") == "COMPLETED" for m in ids), 60,
-             "COMPLETED rows after the redrive")
+    try:
+        wait_for(lambda: all(stack.stream.get(f"/messages/{m}").get("status") == "COMPLETED" for m in ids), 60,
+                 "COMPLETED rows after the redrive")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {[stack.stream.get(f'/messages/{m}') for m in ids]}") from None
     _shot(page, "dead-letters-redriven")
-    again = json.loads(reach_cli("dlq", "replay", "--capability", "demo.flaky", "--dry-run", "--json").stdout)
+    again = cli("dlq", "replay", "--capability", "demo.flaky", "--dry-run", "--json")
     assert again["replayed"] == 0 and again["skipped_completed"] == 3
 
 
@@ -272,11 +287,11 @@ def _picks(message_ids: list[str], stack: Stack) -> list[str]:
             for m in message_ids]
 
 
-def test_a_previewed_and_applied_weight_change_changes_picks(stack: Stack, browser: Any) -> None:
-    before = _picks(_send(6), stack)
+def test_a_previewed_and_applied_weight_change_changes_picks(stack: Stack, admin: Any) -> None:
+    before = _picks(_send(stack, 6), stack)
     assert before.count(stack.stable.instance_id) >= 4, before  # fit prefers 1.0.0 for ^1 ... by default
 
-    page = _logged_in(browser, stack, "admin")
+    page = admin
     page.goto("/console/routing")
     page.fill("#scope", ECHO)
     page.fill("#w-fit", "0")
@@ -293,24 +308,24 @@ def test_a_previewed_and_applied_weight_change_changes_picks(stack: Stack, brows
     _shot(page, "routing")
 
     def cheap_picked() -> bool:
-        return _picks(_send(1), stack) == [stack.cheap.instance_id]
+        return _picks(_send(stack, 1), stack) == [stack.cheap.instance_id]
 
     wait_for(cheap_picked, 30, "the router to apply the new weights", interval=0.2)
-    assert set(_picks(_send(5), stack)) == {stack.cheap.instance_id}
+    assert set(_picks(_send(stack, 5), stack)) == {stack.cheap.instance_id}
 
 
-def test_drain_from_the_agents_page_drains_the_instance(stack: Stack, browser: Any) -> None:
-    page = _logged_in(browser, stack, "admin")
+def test_drain_from_the_agents_page_drains_the_instance(stack: Stack, admin: Any) -> None:
+    page = admin
     page.goto("/console/agents")
     _shot(page, "agents")
     page.locator(f"tr[data-instance='{stack.cheap.instance_id}'] button.drain").click()
     assert f"DRAIN {stack.cheap.instance_id}" in page.locator("#done").inner_text()
 
     def drained() -> bool:
-        listed = json.loads(reach_cli("agents", "--json").stdout)
+        listed = stack.stream.get("/agents")
         return all(a["instance_id"] != stack.cheap.instance_id or a["state"] != "READY" for a in listed)
 
-    wait_for(drained, 30, "the instance to leave READY", interval=0.5)
+    wait_for(drained, 30, "the instance to leave READY in the router's registry", interval=0.2)
     page.goto("/console/agents")
     row = page.locator(f"tr[data-instance='{stack.cheap.instance_id}']")
     assert row.count() == 0 or row.locator(".state").inner_text() != "READY"
