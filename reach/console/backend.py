@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from reach import analytics, codec, control, dlq, topicreader
+from reach import analytics, clients, codec, control, dlq, topicreader
 from reach.canary import canaries
 from reach.cli import agents as agents_cli
 from reach.cli import dlq as dlq_cli
@@ -22,6 +22,7 @@ from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.streams.canary import canary_record
+from reach.streams.lag import consumer_lag
 
 PREVIEW_WINDOW_MS = 15 * 60_000
 PREVIEW_SAMPLE = 500
@@ -83,7 +84,19 @@ class ConsoleBackend:
             stats = overview.per_capability(con, until_ms - since_ms)
             series = overview.series(con, bucket_ms)
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": len(rows),
-                "capabilities": [s.as_dict() for s in stats], "series": series}
+                "capabilities": [s.as_dict() for s in stats], "series": series, "backlog": self.backlog()}
+
+    def backlog(self) -> list[dict[str, Any]]:
+        """Consumer lag now of the router's group and every registered agent's inbox group, by topic."""
+        agents = {i.registration.agent_id for i in read_registry(self._kafka, self._names, timeout=5.0)
+                  .instances(now_ms())}
+        groups = [self._names.router_app_id, *sorted(self._names.agent_group(a) for a in agents)]
+        reader = topicreader.open_reader("console-lag", self._kafka)
+        try:
+            lag = consumer_lag(clients.admin(self._kafka), reader, groups, timeout=5.0)
+        finally:
+            reader.close()
+        return [{"group": g, "topic": t, "lag": n} for (t, g), n in sorted(lag.items(), key=lambda kv: kv[0][::-1])]
 
     def agents(self) -> list[dict[str, Any]]:
         view = read_registry(self._kafka, self._names, timeout=5.0)

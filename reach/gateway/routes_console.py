@@ -25,10 +25,10 @@ from reach.cli.timeparse import parse_time
 from reach.console import overview as overview_sql
 from reach.console.operators import Operator
 from reach.console.wiring import Console
-from reach.errors import ReachError
+from reach.errors import InfraUnavailable, ReachError
 from reach.factors import NAMES
 from reach.gateway.deps import StatusSource
-from reach.records import CanaryState, InstanceAction
+from reach.records import TERMINAL, CanaryState, InstanceAction
 
 COOKIE = "reach_console"
 HERE = Path(__file__).resolve().parents[1] / "console"
@@ -39,6 +39,7 @@ PAGES = (("overview", "/console", "Overview"), ("agents", "/console/agents", "Ag
 DEFAULT_WINDOW_MS = 5 * 60_000
 MAX_REDRIVE = 500  # letters per redrive: a bigger selection is narrowed with filters first
 ACTIONS = {a.value.lower(): a for a in (InstanceAction.DRAIN, InstanceAction.DISABLE, InstanceAction.ENABLE)}
+TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 CANARY_ACTIONS = {"promote": CanaryState.PROMOTED, "rollback": CanaryState.ROLLED_BACK}
 
 
@@ -63,11 +64,19 @@ def _same_origin(request: Request) -> bool:
     return origin is None or urlsplit(origin).netloc == request.headers.get("host")
 
 
+def _status(exc: Exception) -> int:
+    """503 when the broker or the status views did not answer (retry), else 400 (the request cannot apply)."""
+    return 503 if isinstance(exc, InfraUnavailable) else 400
+
+
 def _error(status: int, message: str) -> JSONResponse:
     hint = "log in at /console/login or send Authorization: Bearer <token> (`reach operators create`)" \
         if status == 401 else "ask for an admin operator (`reach operators create NAME --role admin`)"
-    return JSONResponse({"error": {401: "unauthenticated", 403: "forbidden"}.get(status, "bad_request"),
-                         "message": message, "hint": hint if status in (401, 403) else None}, status_code=status)
+    if status == 503:
+        hint = "the broker or the stream app did not answer; retry in a few seconds"
+    name = {401: "unauthenticated", 403: "forbidden", 503: "unavailable"}.get(status, "bad_request")
+    return JSONResponse({"error": name, "message": message, "hint": hint if status in (401, 403, 503) else None},
+                        status_code=status)
 
 
 def _filters(q: Mapping[str, str]) -> tuple[dlq.Filters, str | None]:
@@ -131,7 +140,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
                 try:
                     return await fn(request, operator)
                 except (ReachError, ValueError) as exc:
-                    return render(request, "error", operator, {"error": str(exc)}, status_code=400)
+                    return render(request, "error", operator, {"error": str(exc)}, status_code=_status(exc))
             endpoint.__name__ = fn.__name__
             return endpoint
         return wrap
@@ -145,7 +154,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
                 except Denied as exc:
                     return _error(exc.status, exc.message)
                 except (ReachError, ValueError) as exc:
-                    return _error(400, str(exc))
+                    return _error(_status(exc), str(exc))
             endpoint.__name__ = fn.__name__
             return endpoint
         return wrap
@@ -181,9 +190,9 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             if tcode == 200:
                 trace_id, ids = query, [str(m) for m in index.get("message_ids", [])]
             elif tcode != 404:
-                raise ReachError(str(index.get("message", "the status views do not answer")))
+                raise InfraUnavailable(str(index.get("message", "the status views do not answer")))
         elif code != 200:
-            raise ReachError(str(row.get("message", "the status views do not answer")))
+            raise InfraUnavailable(str(row.get("message", "the status views do not answer")))
         messages = []
         for mid in ids:
             mcode, mrow = (code, row) if mid == query else await status.message(mid)
@@ -316,8 +325,24 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @page(admin=True)
     async def letters_redrive(request: Request, operator: Operator) -> Response:
         form = await _form(request)
+        at = int(time.time() * 1000)
         return render(request, "dead-letters", operator, {
-            "q": form, "letters": None, "dry": None, "done": await redrive(form, operator, dry_run=False)})
+            "q": form, "letters": None, "dry": None, "done": await redrive(form, operator, dry_run=False), "at": at})
+
+    @router.get("/console/dead-letters/outcome")
+    @page()
+    async def letters_outcome(request: Request, operator: Operator) -> Response:
+        """The redriven messages' statuses now; the page refreshes itself until every one is terminal."""
+        ids = [i for i in request.query_params.get("ids", "").split(",") if i.strip()][:MAX_REDRIVE]
+        since = int(request.query_params.get("at") or 0)  # the redrive's time: an older terminal step is the letter's
+        rows = []
+        for mid in ids:
+            code, row = await status.message(mid)
+            done = code == 200 and row.get("status") in TERMINAL_NAMES and int(row.get("terminal_at") or 0) >= since
+            rows.append({"message_id": mid, "status": row.get("status") if code == 200 else "unknown",
+                         "generation": row.get("generation"), "attempt": row.get("attempt"), "done": done})
+        settled = all(r["done"] for r in rows)
+        return render(request, "outcome", operator, {"rows": rows, "settled": settled})
 
     @router.get("/console/routing")
     @page()

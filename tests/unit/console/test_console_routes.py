@@ -13,6 +13,7 @@ from pydantic import SecretStr
 from reach import dlq
 from reach.console.operators import OperatorTable, new_operator
 from reach.console.wiring import Console
+from reach.errors import InfraUnavailable
 from reach.gateway.secrets import SecretBox
 from reach.gateway.service import build_gateway
 from reach.records import CanaryState, InstanceAction
@@ -29,7 +30,7 @@ class FakeBackend:
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
-                "capabilities": [], "series": {}}
+                "capabilities": [], "series": {}, "backlog": []}
 
     def agents(self) -> list[dict[str, Any]]:
         return []
@@ -153,3 +154,19 @@ def test_login_sets_a_strict_http_only_cookie_and_other_origins_cannot_act(
                        headers={"Origin": "http://testserver"})
     assert same.status_code == 303 and backend.actions == [("i", InstanceAction.DRAIN, "console:admin")]
     assert client.post("/console/logout").status_code == 303
+
+
+def test_a_broker_that_does_not_answer_is_a_503_and_a_page_says_so(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    client, backend, tokens = setup
+
+    def down() -> list[dict[str, Any]]:
+        raise InfraUnavailable("The Kafka broker did not answer")
+
+    monkeypatch.setattr(backend, "agents", down)
+    api = client.get("/console/api/agents", headers=_bearer(tokens["viewer"]))
+    assert api.status_code == 503 and api.json()["error"] == "unavailable" and "retry" in api.json()["hint"]
+    page = client.get("/console/agents", headers=_bearer(tokens["viewer"]))
+    assert page.status_code == 503 and "did not answer" in page.text
+    unknown = client.get("/console/api/messages?q=nope", headers=_bearer(tokens["viewer"]))
+    assert unknown.status_code == 200 and unknown.json()["messages"] == []
