@@ -133,9 +133,9 @@ def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, s
         err_console.print(f"[yellow]{undecodable} dead-letter record(s) do not decode[/]")
 
 
-def _row(message_id: str) -> StatusRow | None:
+def _row(message_id: str, base: str | None = None) -> StatusRow | None:
     try:
-        return StatusRow.model_validate(get_json(f"http://127.0.0.1:{ReachSettings().web_port}",
+        return StatusRow.model_validate(get_json(base or f"http://127.0.0.1:{ReachSettings().web_port}",
                                                  f"/messages/{quote(message_id, safe='')}"))
     except NotFound:
         return None

@@ -65,9 +65,10 @@ def _scope(scope: str) -> str:
 class ConsoleBackend:
     """Backend over the namespace's topics, with the CLI's own functions wherever the CLI does the same thing."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, status_url: str | None = None) -> None:
         self._names = names
         self._kafka = kafka or KafkaSettings()
+        self._status_url = status_url  # the stream app's views (REACH_GATEWAY_STATUS_URL); None: the CLI's default
 
     def _receipts(self, since_ms: int | None, until_ms: int | None) -> list[dict[str, Any]]:
         reader = topicreader.open_reader("console-receipts", self._kafka)
@@ -153,7 +154,8 @@ class ConsoleBackend:
         items, _ = dlq_cli._letters(filters)
         if not items:
             return {**dlq.Summary().as_dict(), "dry_run": dry_run}
-        summary = dlq_cli.replay_letters(items, dry_run=dry_run, rate=rate)
+        summary = dlq_cli.replay_letters(items, dry_run=dry_run, rate=rate,
+                                         lookup=lambda mid: dlq_cli._row(mid, self._status_url))
         return {**summary.as_dict(), "dry_run": dry_run, "skipped_completed_ids": summary.skipped_completed,
                 "skipped_in_progress_ids": summary.skipped_in_progress}
 

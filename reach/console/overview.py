@@ -3,7 +3,8 @@
 The SQL runs over reach.analytics' `receipts` view, the one `reach receipts sql` queries, so an operator
 can check any number on the page with the CLI for the same --since/--until (docs/console.md lists the
 queries). A message counts in the window when its terminal receipt does; created -> terminal is
-measured from its ACCEPTED receipt when that is in the window too.
+measured from the first receipt of its generation in the window (ACCEPTED when the gateway or a redrive
+took it, else the router's first ROUTED or UNROUTABLE; a client publishing straight to Kafka writes none).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ PER_CAPABILITY = f"""
 WITH terminal AS (
   SELECT message_id, generation, capability, status, attempt, error_kind, ts FROM receipts
   WHERE status IN ({_TERMINAL_SQL})
-), accepted AS (
-  SELECT message_id, generation, min(ts) AS ts FROM receipts WHERE status = 'ACCEPTED' GROUP BY ALL
+), first AS (
+  SELECT message_id, generation, min(ts) AS ts FROM receipts GROUP BY ALL
 )
 SELECT t.capability,
   count(*) AS terminal,
@@ -32,7 +33,7 @@ SELECT t.capability,
   count(*) FILTER (WHERE t.error_kind = 'OVERLOAD') AS overload,
   quantile_cont(epoch_ms(t.ts) - epoch_ms(a.ts), 0.5) AS p50_ms,
   quantile_cont(epoch_ms(t.ts) - epoch_ms(a.ts), 0.99) AS p99_ms
-FROM terminal t LEFT JOIN accepted a USING (message_id, generation)
+FROM terminal t LEFT JOIN first a USING (message_id, generation)
 GROUP BY t.capability ORDER BY t.capability
 """
 

@@ -47,7 +47,7 @@ class Console:
 
 
 def open_console(*, reach: ReachSettings | None = None, kafka: KafkaSettings | None = None,
-                 ready_timeout: float = 30.0) -> Console:
+                 status_url: str | None = None, ready_timeout: float = 30.0) -> Console:
     """Follow the apps topic for operator tokens (returns once caught up) over the gateway's secrets key."""
     reach = reach or ReachSettings()
     kafka = kafka or KafkaSettings()
@@ -57,4 +57,5 @@ def open_console(*, reach: ReachSettings | None = None, kafka: KafkaSettings | N
     directory = KafkaAppDirectory(names=names, box=box, kafka=kafka, table=table)
     directory.start(ready_timeout)
     operators = OperatorDirectory(directory, table)
-    return Console(operators=operators, backend=ConsoleBackend(names=names, kafka=kafka), close=operators.stop)
+    backend = ConsoleBackend(names=names, kafka=kafka, status_url=status_url)
+    return Console(operators=operators, backend=backend, close=operators.stop)

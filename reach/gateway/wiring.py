@@ -59,7 +59,7 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
     from reach.console.wiring import open_console  # here: the console follows the apps topic for operators
 
-    console = open_console(reach=reach, kafka=kafka)
+    console = open_console(reach=reach, kafka=kafka, status_url=status.base_url)
     idempotency = RedisIdempotency(door_client((redis or RedisSettings()).url(reach.home), timeout_s=timeout),
                                    reach.namespace)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,

@@ -170,3 +170,16 @@ def test_a_broker_that_does_not_answer_is_a_503_and_a_page_says_so(
     assert page.status_code == 503 and "did not answer" in page.text
     unknown = client.get("/console/api/messages?q=nope", headers=_bearer(tokens["viewer"]))
     assert unknown.status_code == 200 and unknown.json()["messages"] == []
+
+
+def test_an_instance_id_cannot_break_out_of_the_confirmation_script(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    client, backend, tokens = setup
+    hostile = "x');alert(1);('\"><script>alert(2)</script>"
+    monkeypatch.setattr(backend, "agents", lambda: [{
+        "agent_id": "agent://a", "instance_id": hostile, "state": "READY", "region": None, "build_version": "1",
+        "inflight": 0, "max_concurrency": 1, "queued": None, "max_queue": 0, "success_1m": None, "p95_ms": None,
+        "breaker": "CLOSED", "arm": None, "heartbeat_age_ms": 10}])
+    page = client.get("/console/agents", headers=_bearer(tokens["viewer"])).text
+    assert "<script>" not in page and "');alert(1)" not in page
+    assert "\\u0027);alert(1);(\\u0027" in page  # inside the confirm() string, as JSON escapes
