@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reach import analytics, clients, codec, control, dlq, topicreader
-from reach.canary import canaries
+from reach.canary import canaries, ended
 from reach.cli import agents as agents_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli.weights import merged
@@ -213,8 +213,5 @@ class ConsoleBackend:
         canary = canaries(control.read_control(names=self._names, kafka=self._kafka).records()).get(agent_id)
         if canary is None or canary.state is not CanaryState.RUNNING:
             raise ConsoleError(f"{agent_id} has no RUNNING canary; start one with `reach canary start`.")
-        now = now_ms()
-        update: dict[str, Any] = {"state": state, "step_started_at": now, "reason": f"{state} by {by}"}
-        if state is CanaryState.PROMOTED:
-            update["step"] = len(canary.steps) - 1
-        control.publish(canary_record(canary.model_copy(update=update), by=by), names=self._names, kafka=self._kafka)
+        control.publish(canary_record(ended(canary, state, by=by, now_ms=now_ms()), by=by), names=self._names,
+                        kafka=self._kafka)
