@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,22 +98,36 @@ def _drop_namespace(ns: str) -> None:
             pass
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @pytest.fixture(scope="module")
 def stack(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     logs = tmp_path_factory.mktemp("console")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, ExitStack() as cleanup:
         ns = _fresh_namespace(infra, mp)
+        cleanup.callback(_drop_namespace, ns)
         stream = StreamApp(logs)
         mp.setenv("REACH_WEB_PORT", str(stream.port))
         tokens = {role: str(cli("operators", "create", f"{role}-1", "--role", role, "--json")["token"])
                   for role in ("admin", "viewer")}  # before the gateway starts: its directory reads them too
-        flaky = spawn("examples.flaky_agent:agent")
+        cleanup.callback(_stop, spawn("examples.flaky_agent:agent"))
         port = free_port()
-        log = open(logs / "gateway.log", "wb")
+        url = f"http://127.0.0.1:{port}"
+        log = cleanup.enter_context(open(logs / "gateway.log", "wb"))
         gateway = subprocess.Popen([sys.executable, "-m", "reach", "gateway", "--port", str(port)], cwd=ROOT,
                                    env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        stream.start()  # the three processes start side by side
+        cleanup.callback(_stop, gateway)
+        stable, cheap = echo_agent("1.0.0", cost=1.0), echo_agent("1.9.0", cost=0.1)
+        cleanup.enter_context(running(stable))
+        cleanup.enter_context(running(cheap))
+        cleanup.callback(stream.stop)
+        stream.start()  # the router, the gateway and the three agents start side by side
 
         def gateway_up() -> bool:
             if gateway.poll() is not None:
@@ -122,24 +137,13 @@ def stack(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
             except httpx.HTTPError:
                 return False
 
-        stable, cheap = echo_agent("1.0.0", cost=1.0), echo_agent("1.9.0", cost=0.1)
         receipts = Receipts(f"{ns}.receipts")
-        client = Client()
-        try:
-            with running(stable), running(cheap):
-                wait_for(gateway_up, 60, "the gateway's /healthz", interval=0.2)
-                wait_for(lambda: len([a for a in stream.get("/agents") if a["state"] == "READY"]) == 3, 60,
-                         "both echo instances and the flaky agent READY in the router's registry", interval=0.2)
-                yield Stack(ns, stream, url, tokens, stable, cheap, receipts, client)
-        finally:
-            client.close()
-            receipts.close()
-            gateway.terminate()
-            flaky.terminate()
-            gateway.wait(30)
-            flaky.wait(30)
-            stream.stop()
-            _drop_namespace(ns)
+        cleanup.callback(receipts.close)
+        client = cleanup.enter_context(Client())
+        wait_for(gateway_up, 60, "the gateway's /healthz", interval=0.2)
+        wait_for(lambda: len([a for a in stream.get("/agents") if a["state"] == "READY"]) == 3, 60,
+                 "both echo instances and the flaky agent READY in the router's registry", interval=0.2)
+        yield Stack(ns, stream, url, tokens, stable, cheap, receipts, client)
 
 
 @pytest.fixture(scope="module")
