@@ -114,8 +114,10 @@ def stack(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[St
         cleanup.callback(_drop_namespace, ns)
         stream = StreamApp(logs)
         mp.setenv("REACH_WEB_PORT", str(stream.port))
-        tokens = {role: str(cli("operators", "create", f"{role}-1", "--role", role, "--json")["token"])
-                  for role in ("admin", "viewer")}  # before the gateway starts: its directory reads them too
+        made = {role: cli("operators", "create", f"{role}-1", "--role", role, "--json")
+                for role in ("admin", "viewer")}  # before the gateway starts: its directory reads them too
+        tokens = {role: str(m["token"]) for role, m in made.items()}
+        tokens["viewer_id"] = str(made["viewer"]["operator_id"])
         cleanup.callback(_stop, spawn("examples.flaky_agent:agent"))
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -220,6 +222,11 @@ def test_nothing_is_reachable_without_a_token_and_a_viewer_cannot_act(stack: Sta
                        ("/console/api/canaries", {"agent_id": "agent://demo/echo", "action": "rollback"})):
         assert anonymous.post(path, json=body, headers=bearer).status_code == 403, path
     assert stack.stream.get("/agents") and all(a["state"] == "READY" for a in stack.stream.get("/agents"))
+
+    assert [o["role"] for o in cli("operators", "ls", "--json")] == ["admin", "viewer"]
+    cli("operators", "revoke", stack.tokens["viewer_id"], "--json")
+    wait_for(lambda: anonymous.get("/console/api/whoami", headers=bearer).status_code == 401, 10,
+             "the revoked viewer's token refused", interval=0.2)
 
 
 def test_overview_counts_of_a_closed_window_match_receipts_sql_and_the_trace_matches(
