@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from reach.envelopes import now_ms
-from reach.gateway.ports import Authenticator, Quotas
+from reach.gateway.ports import AppDirectory, Authenticator, Quotas
 from reach.records import Capability, Envelope, Receipt
 
 
@@ -60,6 +60,10 @@ class Catalog(Protocol):
         """Every live HANDLE version of the capability that serves `tenant` (one per version), any range."""
         ...
 
+    def live_capabilities(self, tenant: str | None, now_ms: int) -> Sequence[Capability]:
+        """Every live HANDLE capability version serving `tenant` (None: instances open to every tenant)."""
+        ...
+
     def healthy(self) -> bool: ...
 
 
@@ -103,4 +107,5 @@ class Dependencies:
     catalog: Catalog
     idempotency: IdempotencyStore
     clock_ms: Callable[[], int] = field(default=now_ms)
+    directory: AppDirectory | None = None  # the apps' live keys: A2A's bearer tokens (reach.a2a.bearer)
     closers: tuple[Callable[[], Any], ...] = ()

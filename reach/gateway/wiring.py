@@ -15,7 +15,7 @@ from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.idempotency import RedisIdempotency
-from reach.gateway.ports import Authenticator, Quotas
+from reach.gateway.ports import AppDirectory, Authenticator, Quotas
 from reach.gateway.publisher import KafkaPublisher
 from reach.gateway.redisconn import door_client
 from reach.gateway.replies import ReplyHub, gateway_client_id
@@ -30,6 +30,7 @@ class Guards:
 
     authenticator: Authenticator
     quotas: Quotas
+    directory: AppDirectory | None = None
     closers: tuple[Callable[[], Any], ...] = ()
 
 
@@ -39,7 +40,8 @@ def door_guards(reach: ReachSettings) -> Guards:
     from reach.gateway.door import open_door  # here, so the HTTP service's tests never need the secrets key
 
     door = open_door(reach=reach)
-    return Guards(authenticator=door.authenticator, quotas=door.quotas, closers=(door.close, door.aclose))
+    return Guards(authenticator=door.authenticator, quotas=door.quotas, directory=door.directory,
+                  closers=(door.close, door.aclose))
 
 
 def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None = None,
@@ -61,5 +63,6 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
                                    reach.namespace)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency,
+                        directory=guards.directory,
                         closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,
                                  *guards.closers))

@@ -1,0 +1,88 @@
+"""A2A at the gateway: `/.well-known/agent-card.json` and `/a2a/` (the mesh), `/a2a/cap/<capability>/` and its
+card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.handler (docs/a2a.md)."""
+
+from __future__ import annotations
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.types.a2a_pb2 import AgentCard
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from reach.a2a import cards
+from reach.a2a.bearer import BearerAuthenticator
+from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
+from reach.errors import InfraUnavailable, InvalidName
+from reach.gateway.admission import Admission
+from reach.gateway.ports import AppDirectory, AuthFailure
+from reach.names import check_capability
+
+CARD = "/.well-known/agent-card.json"
+_CARD_HEADERS = {"Cache-Control": "no-cache"}  # cards follow registrations: revalidate every time
+
+
+class ReachContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's context plus what the route learned: the calling app and the endpoint's capability."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[APP] = request.scope.get(APP)
+        context.state[CAPABILITY] = request.path_params.get("capability")
+        return context
+
+
+def _unauthenticated(failure: AuthFailure) -> JSONResponse:
+    """401 + WWW-Authenticate: Bearer, what A2A clients expect before any JSON-RPC (the SDK raises A2AClientError
+    `HTTP Error 401`)."""
+    return JSONResponse({"error": failure.code, "message": failure.reason,
+                         "hint": "send Authorization: Bearer <key_id>.<secret> of a gateway app key"},
+                        status_code=401, headers={"WWW-Authenticate": 'Bearer realm="agent-reach"'})
+
+
+def a2a_routes(admission: Admission, directory: AppDirectory | None, cancel: Cancel | None = None) -> list[BaseRoute]:
+    """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
+    bearer = BearerAuthenticator(directory) if directory is not None else None
+    dispatcher = JsonRpcDispatcher(ReachRequestHandler(admission, cancel=cancel), context_builder=ReachContextBuilder())
+    catalog = admission.deps.catalog
+
+    async def rpc(request: Request) -> Response:
+        if bearer is None:
+            return JSONResponse({"error": "unavailable", "message": "this gateway has no apps directory"},
+                                status_code=503)
+        capability = request.path_params.get("capability")
+        if capability is not None:
+            try:
+                check_capability(capability)
+            except InvalidName as exc:
+                return JSONResponse({"error": "bad_request", "message": str(exc)}, status_code=400)
+        try:
+            outcome = bearer.authenticate(request.headers.get("authorization"))
+        except InfraUnavailable as exc:
+            return JSONResponse({"error": "unavailable", "message": str(exc)}, status_code=503,
+                                headers={"Retry-After": "1"})
+        if isinstance(outcome, AuthFailure):
+            return _unauthenticated(outcome)
+        request.scope[APP] = outcome
+        request.state.app_id = outcome.app_id
+        return await dispatcher.handle_requests(request)
+
+    def _served(card: AgentCard | None) -> Response:
+        if card is None:
+            return JSONResponse({"error": "not_found", "message": "no live instance serves that capability",
+                                 "hint": "see the mesh card at /.well-known/agent-card.json"}, status_code=404)
+        return JSONResponse(agent_card_to_dict(card), headers=_CARD_HEADERS)
+
+    async def mesh_card(request: Request) -> Response:
+        live = catalog.live_capabilities(None, admission.deps.clock_ms())
+        return _served(cards.mesh_card(str(request.base_url), live))
+
+    async def capability_card(request: Request) -> Response:
+        live = catalog.live_capabilities(None, admission.deps.clock_ms())
+        return _served(cards.capability_card(str(request.base_url), request.path_params["capability"], live))
+
+    return [Route(CARD, mesh_card, methods=["GET"]), Route(cards.MESH_PATH, rpc, methods=["POST"]),
+            Route(cards.CAPABILITY_PATH, rpc, methods=["POST"]),
+            Route(cards.CAPABILITY_PATH + CARD.lstrip("/"), capability_card, methods=["GET"])]

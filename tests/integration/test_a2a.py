@@ -1,0 +1,183 @@
+"""A2A over Kafka end to end: the official a2a-sdk client, unmodified, against a real `reach gateway` process,
+router, broker, Redis and in-process agents. One module-scoped set-up serves every test (CI time budget)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import A2AClientError, AuthInterceptor, ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.auth.credentials import CredentialService
+from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest, StreamResponse, Task, TaskState
+from cryptography.fernet import Fernet
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Struct, Value
+
+from reach.a2a.bearer import SCHEME
+from reach.agent import Agent, TransientError
+from reach.agent.agent import Context
+from tests.integration.agent_support import running, wait_for
+from tests.integration.conftest import Infra, fresh_namespace
+from tests.integration.stream_app import StreamApp
+from tests.integration.test_gateway_http import Gateway, create_app
+
+pytestmark = pytest.mark.integration
+
+
+def mesh_agent() -> Agent:
+    agent = Agent("agent://demo/a2a", region="local", max_concurrency=4)
+
+    @agent.capability("demo.echo", version="1.0.0", tags=["demo"], examples=[{"text": "hi"}], input_schema={
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
+    async def echo(payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+    @agent.capability("demo.flaky", version="1.0.0")
+    async def flaky(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        if ctx.attempt < 3:
+            raise TransientError(f"attempt {ctx.attempt} fails on purpose")
+        return {"attempt": ctx.attempt}
+
+    return agent
+
+
+@dataclass
+class Mesh:
+    namespace: str
+    gateway: Gateway
+    token: str
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url
+
+
+@pytest.fixture(scope="module")
+def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    with pytest.MonkeyPatch.context() as patch, contextlib.ExitStack() as stack:
+        namespace = stack.enter_context(contextlib.contextmanager(fresh_namespace)(infra, patch))
+        patch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+        logs = tmp_path_factory.mktemp("a2a")
+        shop = create_app("shop")
+        router = StreamApp(logs)
+        patch.setenv("REACH_WEB_PORT", str(router.port))
+        router.start()
+        stack.callback(router.stop)
+        gateway = Gateway(logs, {"shop": shop})
+        gateway.start()
+        stack.callback(gateway.stop)
+        stack.enter_context(running(mesh_agent()))
+        mesh = Mesh(namespace, gateway, f"{shop['key_id']}.{shop['secret']}")
+        wait_for(lambda: {"demo.echo", "demo.flaky"} <= set(skills(mesh)), 60, "both skills on the mesh card")
+        yield mesh
+
+
+def skills(mesh: Mesh) -> list[str]:
+    card = httpx.get(mesh.url + "/.well-known/agent-card.json", timeout=10).json()
+    return [s["id"] for s in card.get("skills", [])]
+
+
+class Token(CredentialService):
+    """The app key as the card's bearer scheme asks for it."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def get_credentials(self, security_scheme_name: str, context: ClientCallContext | None) -> str | None:
+        return self.token if security_scheme_name == SCHEME else None
+
+
+async def connect(url: str, token: str | None, *, streaming: bool = False) -> Any:
+    config = ClientConfig(streaming=streaming, httpx_client=httpx.AsyncClient(timeout=60))
+    interceptors = [AuthInterceptor(Token(token))] if token is not None else []
+    return await ClientFactory(config).create_from_url(url, interceptors=interceptors)
+
+
+def message(payload: dict[str, Any], skill: str | None = None, context_id: str = "") -> SendMessageRequest:
+    meta = Struct()
+    if skill:
+        meta.update({"skill": skill})
+    return SendMessageRequest(message=Message(message_id="", role=Role.ROLE_USER, context_id=context_id,
+                                              parts=[Part(data=ParseDict(payload, Value()))], metadata=meta))
+
+
+async def send(client: Any, request: SendMessageRequest) -> list[StreamResponse]:
+    return [event async for event in client.send_message(request)]
+
+
+def final_task(events: list[StreamResponse]) -> Task:
+    assert events and events[-1].HasField("task"), events
+    return events[-1].task
+
+
+def result_of(task: Task) -> Any:
+    return MessageToDict(task.artifacts[0].parts[0].data)
+
+
+def state(task: Task) -> str:
+    return TaskState.Name(task.status.state)
+
+
+def test_the_mesh_card_send_get_and_stream(mesh: Mesh) -> None:
+    card = httpx.get(mesh.url + "/.well-known/agent-card.json").json()
+    assert card["capabilities"]["pushNotifications"] is False and card["capabilities"]["streaming"] is True
+    assert card["securitySchemes"][SCHEME]["httpAuthSecurityScheme"]["scheme"] == "bearer"
+
+    async def scenario() -> None:
+        client = await connect(mesh.url, mesh.token)
+        task = final_task(await send(client, message({"text": "hi"}, skill="demo.echo", context_id="chat-1")))
+        assert state(task) == "TASK_STATE_COMPLETED" and result_of(task) == {"text": "hi"}
+        assert task.context_id == "chat-1"
+        again = await client.get_task(GetTaskRequest(id=task.id))
+        assert again.id == task.id and state(again) == "TASK_STATE_COMPLETED" and result_of(again) == {"text": "hi"}
+        assert [m.metadata["status"] for m in again.history][-1] == "COMPLETED"
+
+        streaming = await connect(mesh.url, mesh.token, streaming=True)
+        events = await send(streaming, message({"text": "streamed"}, skill="demo.echo"))
+        states = [TaskState.Name(e.task.status.state if e.HasField("task") else e.status_update.status.state)
+                  for e in events if e.HasField("task") or e.HasField("status_update")]
+        assert states == ["TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "TASK_STATE_COMPLETED"], states
+        artifacts = [e.artifact_update.artifact for e in events if e.HasField("artifact_update")]
+        assert [MessageToDict(a.parts[0].data) for a in artifacts] == [{"text": "streamed"}]
+
+        # the capability's own endpoint and card: no metadata.skill needed
+        direct = await connect(mesh.url + "/a2a/cap/demo.echo/", mesh.token)
+        task = final_task(await send(direct, message({"text": "direct"})))
+        assert result_of(task) == {"text": "direct"}
+
+    asyncio.run(scenario())
+
+
+def test_nobody_serves_is_rejected_and_a_flaky_skill_completes_after_retries(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        client = await connect(mesh.url, mesh.token)
+        rejected = final_task(await send(client, message({}, skill="nobody.serves")))
+        assert state(rejected) == "TASK_STATE_REJECTED"
+        assert "unknown_capability" in rejected.status.message.parts[0].text
+
+        task = final_task(await send(client, message({}, skill="demo.flaky")))
+        assert state(task) == "TASK_STATE_COMPLETED" and result_of(task) == {"attempt": 3}
+        steps = [(m.metadata["status"], int(m.metadata["attempt"])) for m in task.history]
+        assert ("ATTEMPT_FAILED", 1) in steps and ("ATTEMPT_FAILED", 2) in steps and ("STARTED", 3) in steps
+
+    asyncio.run(scenario())
+
+
+def test_a_wrong_or_missing_app_key_is_unauthenticated(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        key_id = mesh.token.partition(".")[0]
+        for token in (None, f"{key_id}.rs_wrong", "not-a-token"):
+            client = await connect(mesh.url, token)
+            with pytest.raises(A2AClientError, match="HTTP Error 401"):
+                await send(client, message({"text": "hi"}, skill="demo.echo"))
+
+    asyncio.run(scenario())
+    raw = httpx.post(mesh.url + "/a2a/", json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}})
+    assert raw.status_code == 401 and raw.headers["WWW-Authenticate"].startswith("Bearer")
+
+
