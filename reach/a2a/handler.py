@@ -47,6 +47,7 @@ from reach.envelopes import new_id
 from reach.gateway import checks
 from reach.gateway.admission import Admission
 from reach.gateway.bodies import EnvelopeRequest, Routing
+from reach.gateway.events import find_row
 from reach.gateway.ports import CallerApp
 from reach.gateway.routes_status import owned
 
@@ -136,7 +137,9 @@ class ReachRequestHandler(RequestHandler):
         return owned(_caller(context), task_id, *await self._status.message(task_id))
 
     async def _found(self, task_id: str, context: ServerCallContext) -> dict[str, Any]:
-        code, row = await self._row(task_id, context)
+        """The row; a task sent a moment ago may not be folded yet: wait up to sse_find for it."""
+        code, row = owned(_caller(context), task_id, *await find_row(
+            self._status, task_id, wait_s=self._settings.sse_find, poll_s=self._settings.sse_poll))
         if code == 404:
             raise TaskNotFoundError(message=f"no task {task_id!r}: {row.get('message', '')}")
         if code != 200:

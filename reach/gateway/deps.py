@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from reach.cancels import CancelRecord
 from reach.envelopes import now_ms
 from reach.gateway.ports import AppDirectory, Authenticator, Quotas
 from reach.records import Capability, Envelope, Receipt
@@ -67,6 +68,12 @@ class Catalog(Protocol):
     def healthy(self) -> bool: ...
 
 
+class CancelSink(Protocol):
+    """Produces a cancel record (reach.cancels) and returns once the broker acknowledged it."""
+
+    async def cancel(self, record: CancelRecord) -> None: ...
+
+
 IdemState = Literal["pending", "accepted"]
 
 
@@ -108,4 +115,5 @@ class Dependencies:
     idempotency: IdempotencyStore
     clock_ms: Callable[[], int] = field(default=now_ms)
     directory: AppDirectory | None = None  # the apps' live keys: A2A's bearer tokens (reach.a2a.bearer)
+    cancels: CancelSink | None = None  # `<ns>.cancels` (POST /v1/messages/{id}:cancel, A2A CancelTask)
     closers: tuple[Callable[[], Any], ...] = ()

@@ -1,5 +1,6 @@
 """A2A at the gateway: `/.well-known/agent-card.json` and `/a2a/` (the mesh), `/a2a/cap/<capability>/` and its
-card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.handler (docs/a2a.md)."""
+card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.handler (docs/a2a.md); and
+`POST /v1/messages/{id}:cancel`, the signed /v1 way to the same cancel record."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import AgentCard
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -15,12 +17,19 @@ from starlette.routing import BaseRoute, Route
 from reach.a2a import cards
 from reach.a2a.bearer import BearerAuthenticator
 from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
+from reach.cancels import CancelRecord
 from reach.errors import InfraUnavailable, InvalidName
-from reach.gateway.admission import Admission
-from reach.gateway.ports import AppDirectory, AuthFailure
+from reach.gateway import checks
+from reach.gateway.admission import Admission, source_of, status_url, unavailable_as_503
+from reach.gateway.events import is_terminal
+from reach.gateway.openapi import READ_ERRORS
+from reach.gateway.ports import AppDirectory, AuthFailure, CallerApp
+from reach.gateway.routes_envelopes import SIGNED
+from reach.gateway.routes_status import owned
 from reach.names import check_capability
 
 CARD = "/.well-known/agent-card.json"
+MAX_CANCEL_BODY = 4096  # the body is only signed, never read: a reason at most
 _CARD_HEADERS = {"Cache-Control": "no-cache"}  # cards follow registrations: revalidate every time
 
 
@@ -42,10 +51,56 @@ def _unauthenticated(failure: AuthFailure) -> JSONResponse:
                         status_code=401, headers={"WWW-Authenticate": 'Bearer realm="agent-reach"'})
 
 
-def a2a_routes(admission: Admission, directory: AppDirectory | None, cancel: Cancel | None = None) -> list[BaseRoute]:
+def _sender(admission: Admission) -> Cancel | None:
+    """Produce the app's cancel record (tenant-scoped: agents honour it only for that tenant's message)."""
+    sink = admission.deps.cancels
+    if sink is None:
+        return None
+
+    async def send(app: CallerApp, message_id: str) -> None:
+        record = CancelRecord(message_id=message_id, tenant=app.tenant, by=source_of(app),
+                              at=admission.deps.clock_ms())
+        with unavailable_as_503():
+            await sink.cancel(record)
+
+    return send
+
+
+def cancel_routes(admission: Admission) -> APIRouter:
+    router = APIRouter(tags=["status"])
+    send = _sender(admission)
+
+    @router.post("/v1/messages/{message_id}:cancel", status_code=202, responses=READ_ERRORS,
+                 summary="Cancel one message")
+    async def cancel(message_id: str, request: Request) -> JSONResponse:
+        """202 once the cancel record is on the bus: an agent that has not started the message skips it
+        (CANCELED), a running handler sees ctx.cancelled; 409 when the message already ended (signed, any body)."""
+        key_id, signature = (request.headers.get(name) for name in SIGNED)
+        checks.require_signature_headers(key_id, signature)
+        raw = await checks.read_body(request.headers.get("content-length"), request.stream(), MAX_CANCEL_BODY)
+        app = await admission.authenticate(key_id, signature, raw)
+        request.state.app_id = app.app_id
+        code, row = owned(app, message_id, *await admission.deps.status.message(message_id))
+        if code != 200:
+            return JSONResponse({"error": row.get("error", "unavailable"), "message": row.get("message", ""),
+                                 "hint": row.get("hint")}, status_code=code)
+        if is_terminal(row):
+            return JSONResponse({"error": "terminal", "message": f"{message_id} already ended {row['status']}",
+                                 "hint": "nothing to cancel"}, status_code=409)
+        if send is None:
+            raise checks.Refusal(503, "unavailable", "this gateway has no cancels topic")
+        await send(app, message_id)
+        return JSONResponse({"message_id": message_id, "cancel": "sent", "status_url": status_url(message_id)},
+                            status_code=202)
+
+    return router
+
+
+def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[BaseRoute]:
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
-    dispatcher = JsonRpcDispatcher(ReachRequestHandler(admission, cancel=cancel), context_builder=ReachContextBuilder())
+    dispatcher = JsonRpcDispatcher(ReachRequestHandler(admission, cancel=_sender(admission)),
+                                   context_builder=ReachContextBuilder())
     catalog = admission.deps.catalog
 
     async def rpc(request: Request) -> Response:

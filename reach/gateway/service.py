@@ -21,7 +21,7 @@ from reach.gateway.checks import Refusal
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
-from reach.gateway.routes_a2a import a2a_routes
+from reach.gateway.routes_a2a import a2a_routes, cancel_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
 from reach.gateway.routes_status import status_routes
 
@@ -134,6 +134,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
     envelopes = envelope_routes(admission)
     app.include_router(envelopes)
     app.include_router(status_routes(admission))
+    app.include_router(cancel_routes(admission))
     app.router.routes.extend(a2a_routes(admission, deps.directory))
 
     @app.exception_handler(Refusal)

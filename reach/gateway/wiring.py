@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reach import clients
+from reach.a2a.cancelsink import KafkaCancels
 from reach.client import Client
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
@@ -61,8 +62,9 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
     idempotency = RedisIdempotency(door_client((redis or RedisSettings()).url(reach.home), timeout_s=timeout),
                                    reach.namespace)
+    cancels = KafkaCancels(topic=client.names.cancels, kafka=kafka)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency,
-                        directory=guards.directory,
-                        closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,
-                                 *guards.closers))
+                        directory=guards.directory, cancels=cancels,
+                        closers=(publisher.close, cancels.close, replies.close, catalog.close, status.aclose,
+                                 idempotency.aclose, *guards.closers))

@@ -13,15 +13,26 @@ import httpx
 import pytest
 from a2a.client import A2AClientError, AuthInterceptor, ClientCallContext, ClientConfig, ClientFactory
 from a2a.client.auth.credentials import CredentialService
-from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest, StreamResponse, Task, TaskState
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    Task,
+    TaskState,
+)
 from cryptography.fernet import Fernet
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
 from reach.a2a.bearer import SCHEME
-from reach.agent import Agent, TransientError
+from reach.agent import Agent, Canceled, TransientError
 from reach.agent.agent import Context
-from tests.integration.agent_support import running, wait_for
+from tests.integration.agent_support import reach_cli, running, wait_for
 from tests.integration.conftest import Infra, fresh_namespace
 from tests.integration.stream_app import StreamApp
 from tests.integration.test_gateway_http import Gateway, create_app
@@ -30,7 +41,9 @@ pytestmark = pytest.mark.integration
 
 
 def mesh_agent() -> Agent:
-    agent = Agent("agent://demo/a2a", region="local", max_concurrency=4)
+    """One instance, one message at a time (the tests run one after another): a second demo.hold waits
+    unstarted behind the first."""
+    agent = Agent("agent://demo/a2a", region="local", max_concurrency=1, max_queue=4)
 
     @agent.capability("demo.echo", version="1.0.0", tags=["demo"], examples=[{"text": "hi"}], input_schema={
         "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]})
@@ -43,7 +56,19 @@ def mesh_agent() -> Agent:
             raise TransientError(f"attempt {ctx.attempt} fails on purpose")
         return {"attempt": ctx.attempt}
 
+    @agent.capability("demo.hold", version="1.0.0")
+    async def hold(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        HELD.append(payload["n"])
+        for _ in range(400):
+            if ctx.cancelled:
+                raise Canceled("stopped on request")
+            await asyncio.sleep(0.05)
+        return {"n": payload["n"]}
+
     return agent
+
+
+HELD: list[int] = []  # the n of every demo.hold run that started
 
 
 @dataclass
@@ -73,7 +98,7 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
         stack.callback(gateway.stop)
         stack.enter_context(running(mesh_agent()))
         mesh = Mesh(namespace, gateway, f"{shop['key_id']}.{shop['secret']}")
-        wait_for(lambda: {"demo.echo", "demo.flaky"} <= set(skills(mesh)), 60, "both skills on the mesh card")
+        wait_for(lambda: {"demo.echo", "demo.flaky", "demo.hold"} <= set(skills(mesh)), 60, "the skills on the card")
         yield mesh
 
 
@@ -181,3 +206,36 @@ def test_a_wrong_or_missing_app_key_is_unauthenticated(mesh: Mesh) -> None:
     assert raw.status_code == 401 and raw.headers["WWW-Authenticate"].startswith("Bearer")
 
 
+
+
+def test_cancel_before_start_skips_the_handler_and_a_running_handler_sees_it(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        client = await connect(mesh.url + "/a2a/cap/demo.hold/", mesh.token)
+
+        async def submit(n: int) -> Task:
+            request = message({"n": n})
+            request.configuration.CopyFrom(SendMessageConfiguration(return_immediately=True))
+            return final_task(await send(client, request))
+
+        async def until(task_id: str, wanted: str) -> Task:
+            for _ in range(300):
+                got = await client.get_task(GetTaskRequest(id=task_id))
+                if state(got) == wanted:
+                    return got
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"{task_id} never reached {wanted}: {got}")
+
+        first = await submit(1)
+        await until(first.id, "TASK_STATE_WORKING")
+        second = await submit(2)  # waits behind the first: max_concurrency 1
+        cancelled = reach_cli("cancel", second.id, "--json")  # an operator's cancel, acked before it returns
+        assert cancelled.returncode == 0, cancelled.stderr
+        after = await client.cancel_task(CancelTaskRequest(id=first.id))  # the first is running: ctx.cancelled
+        assert state(after) == "TASK_STATE_CANCELED", after
+        skipped = await until(second.id, "TASK_STATE_CANCELED")
+        assert "STARTED" not in [m.metadata["status"] for m in skipped.history]
+        assert HELD == [1]  # the second message's handler never ran
+        done = mesh.gateway.post(f"/v1/messages/{first.id}:cancel", {})
+        assert done.status_code == 409 and done.json()["error"] == "terminal"
+
+    asyncio.run(scenario())

@@ -22,13 +22,15 @@ from a2a.types.a2a_pb2 import (
     TaskState,
 )
 from a2a.utils.errors import A2AError
+from fastapi.testclient import TestClient
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 
+from reach.cancels import CancelRecord
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.ports import KeyEntry
 from reach.gateway.service import build_gateway
-from tests.unit.gateway.fakes import Fakes, FakeStatus, app
+from tests.unit.gateway.fakes import Fakes, FakeStatus, app, sign
 
 TOKEN = "key1.secret-1"
 
@@ -69,8 +71,19 @@ class Bearer(ClientCallInterceptor):
         return None
 
 
-def run(fakes: Fakes, scenario: Callable[[Callable[..., Awaitable[Any]]], Awaitable[None]]) -> None:
-    deps = dataclasses.replace(fakes.deps(), status=fakes.status, directory=fakes.directory)
+class Sink:
+    """Cancel records produced, in memory."""
+
+    def __init__(self) -> None:
+        self.sent: list[CancelRecord] = []
+
+    async def cancel(self, record: CancelRecord) -> None:
+        self.sent.append(record)
+
+
+def run(fakes: Fakes, scenario: Callable[[Callable[..., Awaitable[Any]]], Awaitable[None]],
+        sink: Sink | None = None) -> None:
+    deps = dataclasses.replace(fakes.deps(), status=fakes.status, directory=fakes.directory, cancels=sink)
     gateway = build_gateway(deps, HttpSettings(sse_poll=0.01, sse_find=0.05, invoke_timeout_ms=2_000))
 
     async def main() -> None:
@@ -162,3 +175,32 @@ def test_cards_are_public_and_follow_the_registry(fakes: Fakes) -> None:
         assert (await http.get("/a2a/cap/demo.echo/.well-known/agent-card.json")).status_code == 404
 
     run(fakes, scenario)
+
+
+def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messages() -> None:
+    fakes, sink = Fakes(), Sink()
+    running = {"message_id": "m1", "trace_id": "t", "tenant": "acme", "status": "STARTED", "timeline": []}
+    fakes.status.rows["m1"] = [running, running, {**running, "status": "CANCELED"}]
+    fakes.status.rows["m2"] = [{**running, "message_id": "m2", "status": "COMPLETED"}]
+    fakes.status.rows["m3"] = [{**running, "message_id": "m3", "tenant": "globex"}]
+
+    async def scenario(connect: Callable[..., Awaitable[Any]]) -> None:
+        client = await connect()
+        task = await client.cancel_task(CancelTaskRequest(id="m1"))
+        assert task.status.state == TaskState.TASK_STATE_CANCELED
+        assert [(r.message_id, r.tenant, r.by) for r in sink.sent] == [("m1", "acme", "gateway:app1")]
+        with pytest.raises(A2AError, match="no task"):
+            await client.cancel_task(CancelTaskRequest(id="m3"))
+
+    run(fakes, scenario, sink)
+    http = TestClient(build_gateway(dataclasses.replace(fakes.deps(), cancels=sink)))
+    for mid, code in (("m2", 409), ("m3", 404), ("nope", 404)):
+        resp = http.post(f"/v1/messages/{mid}:cancel", content=b"", headers={"Reach-Key": "key1",
+                                                                             "Reach-Signature": sign(b"secret-1", b"")})
+        assert resp.status_code == code, resp.text
+    assert http.post("/v1/messages/m2:cancel").status_code == 401
+    fakes.status.rows["m4"] = [{**running, "message_id": "m4"}]
+    resp = http.post("/v1/messages/m4:cancel", content=b"", headers={"Reach-Key": "key1",
+                                                                     "Reach-Signature": sign(b"secret-1", b"")})
+    assert resp.status_code == 202 and resp.json()["status_url"] == "/v1/messages/m4"
+    assert sink.sent[-1].message_id == "m4"
