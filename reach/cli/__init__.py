@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from reach.cli import a2a as a2a_cli
 from reach.cli import agent, demo, local, send, topics
 from reach.cli import apps as apps_cli
 from reach.cli import canary as canary_cli
@@ -45,6 +46,7 @@ app.add_typer(dlq_cli.app, name="dlq")
 app.add_typer(canary_cli.app, name="canary")
 app.add_typer(apps_cli.app, name="apps")
 app.add_typer(channels_cli.app, name="channels")
+app.add_typer(a2a_cli.app, name="a2a")
 
 
 def main() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +34,10 @@ from google.protobuf.struct_pb2 import Struct, Value
 from reach.a2a.bearer import SCHEME
 from reach.agent import Agent, Canceled, TransientError
 from reach.agent.agent import Context
+from tests.integration.a2a_server import UpperServer
 from tests.integration.agent_support import reach_cli, running, wait_for
 from tests.integration.conftest import Infra, fresh_namespace
-from tests.integration.stream_app import StreamApp
+from tests.integration.stream_app import ROOT, StreamApp
 from tests.integration.test_gateway_http import Gateway, create_app
 
 pytestmark = pytest.mark.integration
@@ -89,8 +92,14 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
         patch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
         logs = tmp_path_factory.mktemp("a2a")
         shop = create_app("shop")
+        upper = UpperServer().start()
+        stack.callback(upper.stop)
         router = StreamApp(logs)
         patch.setenv("REACH_WEB_PORT", str(router.port))
+        bridge = subprocess.Popen([sys.executable, "-m", "reach", "a2a", "bridge", "--url", upper.url,
+                                   "--capability", "ext.upper"], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                  stderr=stack.enter_context(open(logs / "bridge.log", "wb")))  # beside the router
+        stack.callback(stop_process, bridge)
         router.start()
         stack.callback(router.stop)
         gateway = Gateway(logs, {"shop": shop})
@@ -98,8 +107,17 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
         stack.callback(gateway.stop)
         stack.enter_context(running(mesh_agent()))
         mesh = Mesh(namespace, gateway, f"{shop['key_id']}.{shop['secret']}")
-        wait_for(lambda: {"demo.echo", "demo.flaky", "demo.hold"} <= set(skills(mesh)), 60, "the skills on the card")
+        wanted = {"demo.echo", "demo.flaky", "demo.hold", "ext.upper"}
+        wait_for(lambda: wanted <= set(skills(mesh)), 60, "the skills on the card")
         yield mesh
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def skills(mesh: Mesh) -> list[str]:
@@ -239,3 +257,20 @@ def test_cancel_before_start_skips_the_handler_and_a_running_handler_sees_it(mes
         assert done.status_code == 409 and done.json()["error"] == "terminal"
 
     asyncio.run(scenario())
+
+
+def test_an_sdk_built_a2a_server_is_bridged_onto_the_bus(mesh: Mesh) -> None:
+    async def scenario() -> Task:
+        client = await connect(mesh.url + "/a2a/cap/ext.upper/", mesh.token)
+        request = SendMessageRequest(message=Message(message_id="", role=Role.ROLE_USER, parts=[Part(text="hello")]))
+        task = final_task(await send(client, request))
+        assert state(task) == "TASK_STATE_COMPLETED" and result_of(task) == {"upper": "HELLO"}
+        failed = final_task(await send(client, SendMessageRequest(message=Message(
+            message_id="", role=Role.ROLE_USER, parts=[Part(text="fail")]))))
+        assert state(failed) == "TASK_STATE_FAILED" and "asked to fail" in failed.status.message.parts[0].text
+        return task
+
+    task = asyncio.run(scenario())
+    row = mesh.gateway.get(f"/v1/messages/{task.id}").json()  # the receipts, as the status table folded them
+    assert row["agent_id"] == "agent://a2a/ext-upper" and row["status"] == "COMPLETED"
+    assert [s["status"] for s in row["timeline"]][-2:] == ["STARTED", "COMPLETED"]
