@@ -73,6 +73,9 @@ class ReachRequestHandler(RequestHandler):
         """Admit and publish the message; a Task the caller can follow (or a rejected one: never on the bus)."""
         app = _caller(context)
         message = params.message
+        if params.configuration.HasField("task_push_notification_config"):
+            raise PushNotificationNotSupportedError(message="push notifications are not offered: stream the task "
+                                                            "(SendStreamingMessage / SubscribeToTask) or poll GetTask")
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)

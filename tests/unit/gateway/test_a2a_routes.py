@@ -132,6 +132,11 @@ def test_send_get_and_stream_over_the_status_table(fakes: Fakes) -> None:
             await client.get_task(GetTaskRequest(id="nope"))
         with pytest.raises(A2AError):
             await client.create_task_push_notification_config(TaskPushNotificationConfig(task_id=done.task.id))
+        pushed = send_request("hi")
+        pushed.configuration.task_push_notification_config.url = "https://caller.example/hook"
+        with pytest.raises(A2AError, match="push notifications are not offered"):
+            await events(client, pushed)
+        assert len(fakes.publisher.sent) == 1
 
         streaming = await connect("/a2a/cap/demo.echo/", streaming=True)
         stream = await events(streaming, send_request("again", skill=None))
