@@ -4,15 +4,19 @@ card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.
 
 from __future__ import annotations
 
+from typing import Any
+
 from a2a.server.context import ServerCallContext
 from a2a.server.request_handlers.response_helpers import agent_card_to_dict
 from a2a.server.routes import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
 from a2a.types.a2a_pb2 import AgentCard
 from fastapi import APIRouter
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
 
 from reach.a2a import cards
 from reach.a2a.bearer import BearerAuthenticator
@@ -21,6 +25,7 @@ from reach.cancels import CancelRecord
 from reach.errors import InfraUnavailable, InvalidName
 from reach.gateway import checks
 from reach.gateway.admission import Admission, source_of, status_url, unavailable_as_503
+from reach.gateway.bodies import ErrorBody
 from reach.gateway.events import is_terminal
 from reach.gateway.openapi import READ_ERRORS
 from reach.gateway.ports import AppDirectory, AuthFailure, CallerApp
@@ -31,6 +36,30 @@ from reach.names import check_capability
 CARD = "/.well-known/agent-card.json"
 MAX_CANCEL_BODY = 4096  # the body is only signed, never read: a reason at most
 _CARD_HEADERS = {"Cache-Control": "no-cache"}  # cards follow registrations: revalidate every time
+
+
+class CancelSent(BaseModel):
+    """The cancel record is on the bus; `status_url` shows how the message ends."""
+
+    message_id: str
+    cancel: str = "sent"
+    status_url: str
+
+
+CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **READ_ERRORS, 400: {"model": ErrorBody, "description": "Content-Length is not a number"},
+    409: {"model": ErrorBody, "description": "the message already ended: nothing to cancel"},
+    413: {"model": ErrorBody, "description": "a body over 4 KiB"}}
+
+
+class LabelledRoute(Route):
+    """A Starlette route that names itself in the scope, as FastAPI's do: the request metrics label by it."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child = {**child, "route": self}
+        return match, child
 
 
 class ReachContextBuilder(DefaultServerCallContextBuilder):
@@ -70,8 +99,8 @@ def cancel_routes(admission: Admission) -> APIRouter:
     router = APIRouter(tags=["status"])
     send = _sender(admission)
 
-    @router.post("/v1/messages/{message_id}:cancel", status_code=202, responses=READ_ERRORS,
-                 summary="Cancel one message")
+    @router.post("/v1/messages/{message_id}:cancel", status_code=202, response_model=CancelSent,
+                 responses=CANCEL_RESPONSES, summary="Cancel one message")
     async def cancel(message_id: str, request: Request) -> JSONResponse:
         """202 once the cancel record is on the bus: an agent that has not started the message skips it
         (CANCELED), a running handler sees ctx.cancelled; 409 when the message already ended (signed, any body)."""
@@ -90,7 +119,7 @@ def cancel_routes(admission: Admission) -> APIRouter:
         if send is None:
             raise checks.Refusal(503, "unavailable", "this gateway has no cancels topic")
         await send(app, message_id)
-        return JSONResponse({"message_id": message_id, "cancel": "sent", "status_url": status_url(message_id)},
+        return JSONResponse(CancelSent(message_id=message_id, status_url=status_url(message_id)).model_dump(),
                             status_code=202)
 
     return router
@@ -138,6 +167,6 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
         return _served(cards.capability_card(str(request.base_url), request.path_params["capability"], live))
 
-    return [Route(CARD, mesh_card, methods=["GET"]), Route(cards.MESH_PATH, rpc, methods=["POST"]),
-            Route(cards.CAPABILITY_PATH, rpc, methods=["POST"]),
-            Route(cards.CAPABILITY_PATH + CARD.lstrip("/"), capability_card, methods=["GET"])]
+    return [LabelledRoute(CARD, mesh_card, methods=["GET"]), LabelledRoute(cards.MESH_PATH, rpc, methods=["POST"]),
+            LabelledRoute(cards.CAPABILITY_PATH, rpc, methods=["POST"]),
+            LabelledRoute(cards.CAPABILITY_PATH + CARD.lstrip("/"), capability_card, methods=["GET"])]

@@ -178,6 +178,8 @@ def test_cards_are_public_and_follow_the_registry(fakes: Fakes) -> None:
         fakes.catalog.capabilities.clear()  # the last instance left
         assert "skills" not in (await http.get("/.well-known/agent-card.json")).json()
         assert (await http.get("/a2a/cap/demo.echo/.well-known/agent-card.json")).status_code == 404
+        metrics = (await http.get("/metrics")).text  # A2A routes are counted by their template, like the rest
+        assert 'route="/a2a/cap/{capability}/.well-known/agent-card.json",status="404"' in metrics
 
     run(fakes, scenario)
 
