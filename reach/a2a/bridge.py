@@ -26,7 +26,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from reach.a2a import outcome
 from reach.agent import Agent, Canceled, Reject, TransientError
 from reach.agent.agent import Context
-from reach.errors import ReachError
+from reach.errors import InfraUnavailable
 
 _CLIENT_ERRORS = ("HTTP Error 400", "HTTP Error 401", "HTTP Error 403", "HTTP Error 404")
 
@@ -41,8 +41,8 @@ class BridgeSettings(BaseSettings):
     poll: float = Field(default=0.5, gt=0)
 
 
-class RemoteUnreachable(ReachError):
-    """The remote A2A agent's card could not be read."""
+class RemoteUnreachable(InfraUnavailable):
+    """The remote A2A agent's card could not be read (`reach a2a bridge` exits 4)."""
 
 
 def _http(settings: BridgeSettings) -> httpx.AsyncClient:
