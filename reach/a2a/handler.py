@@ -76,6 +76,9 @@ class ReachRequestHandler(RequestHandler):
         if params.configuration.HasField("task_push_notification_config"):
             raise PushNotificationNotSupportedError(message="push notifications are not offered: stream the task "
                                                             "(SendStreamingMessage / SubscribeToTask) or poll GetTask")
+        if message.task_id:  # a capability answers once: nothing on the bus asks for more input
+            raise UnsupportedOperationError(message=f"task_id {message.task_id[:100]!r}: a message cannot continue a "
+                                                    "task here (every task ends in one step); send it without task_id")
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)

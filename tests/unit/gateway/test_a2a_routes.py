@@ -132,6 +132,10 @@ def test_send_get_and_stream_over_the_status_table(fakes: Fakes) -> None:
             await client.get_task(GetTaskRequest(id="nope"))
         with pytest.raises(A2AError):
             await client.create_task_push_notification_config(TaskPushNotificationConfig(task_id=done.task.id))
+        follow_up = send_request("more")
+        follow_up.message.task_id = done.task.id
+        with pytest.raises(A2AError, match="cannot continue a task"):
+            await events(client, follow_up)
         pushed = send_request("hi")
         pushed.configuration.task_push_notification_config.url = "https://caller.example/hook"
         with pytest.raises(A2AError, match="push notifications are not offered"):
