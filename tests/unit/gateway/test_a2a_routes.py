@@ -98,11 +98,13 @@ def run(fakes: Fakes, scenario: Callable[[Callable[..., Awaitable[Any]]], Awaita
     asyncio.run(main())
 
 
-def send_request(payload: str, skill: str | None = "demo.echo") -> SendMessageRequest:
+def send_request(payload: str, skill: str | None = "demo.echo", message_id: str | None = None) -> SendMessageRequest:
+    """A text message; its message_id (the idempotency key) is `c-<payload>` unless given."""
     meta = Struct()
     if skill:
         meta.update({"skill": skill})
-    return SendMessageRequest(message=Message(message_id="c1", parts=[Part(text=payload)], metadata=meta))
+    return SendMessageRequest(message=Message(message_id=message_id or f"c-{payload}", parts=[Part(text=payload)],
+                                              metadata=meta))
 
 
 async def events(client: Any, request: SendMessageRequest) -> list[StreamResponse]:
@@ -123,7 +125,12 @@ def test_send_get_and_stream_over_the_status_table(fakes: Fakes) -> None:
         assert done.task.status.state == TaskState.TASK_STATE_COMPLETED
         assert MessageToDict(done.task.artifacts[0].parts[0].data) == {"text": "hi"}
         [envelope] = fakes.publisher.sent
-        assert envelope.idempotency_key == "gateway:app1:a2a:c1" and envelope.tenant == "acme"
+        assert envelope.idempotency_key == "gateway:app1:a2a:c-hi" and envelope.tenant == "acme"
+        [again] = await events(client, send_request("hi"))  # the same A2A message again: the same task
+        assert again.task.id == done.task.id and len(fakes.publisher.sent) == 1
+        [reused] = await events(client, send_request("other", message_id="c-hi"))  # its id, another content
+        assert reused.task.status.state == TaskState.TASK_STATE_REJECTED
+        assert "idempotency_key_reused" in reused.task.status.message.parts[0].text
         got = await client.get_task(GetTaskRequest(id=done.task.id))
         assert got.status.state == TaskState.TASK_STATE_COMPLETED
         with pytest.raises(A2AError, match="already COMPLETED"):
