@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,13 +103,11 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
                                   stderr=stack.enter_context(open(logs / "bridge.log", "wb")))  # beside the router
         stack.callback(stop_process, bridge)
         stack.enter_context(running(mesh_agent()))  # registers while the router starts: it reads the registry
+        router.start()
+        stack.callback(router.stop)
         gateway = Gateway(logs, {"shop": shop})
         stack.callback(gateway.stop)
-        with ThreadPoolExecutor(1) as pool:  # the gateway starts beside the router (it needs only the broker)
-            started = pool.submit(gateway.start)
-            router.start()
-            stack.callback(router.stop)
-            started.result()
+        gateway.start()
         mesh = Mesh(namespace, gateway, f"{shop['key_id']}.{shop['secret']}")
         wanted = {"demo.echo", "demo.flaky", "demo.hold", "ext.upper"}
         wait_for(lambda: wanted <= set(skills(mesh)), 60, "the skills on the card")
