@@ -96,6 +96,11 @@ class Names:
         """Gateway apps (compacted), keyed by app id."""
         return self.topic("apps")
 
+    @property
+    def cancels(self) -> str:
+        """Cancel records keyed by message_id (time-retained): reach.cancels."""
+        return self.topic("cancels")
+
     def retry(self, tier: str) -> str:
         return self.topic(f"retry.{tier}")
 

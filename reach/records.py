@@ -45,6 +45,7 @@ class Status(StrEnum):
     READ = "READ"  # the provider reported the recipient read it (v5)
     CALLBACKED = "CALLBACKED"  # on the original message: its callback reached DELIVERED (v5)
     UNKNOWN = "UNKNOWN"  # the enum default: what a reader makes of a status added after its schema
+    CANCELED = "CANCELED"  # the caller cancelled it before an agent started it (v6, terminal)
 
     @property
     def is_terminal(self) -> bool:
@@ -60,6 +61,7 @@ TERMINAL: frozenset[Status] = frozenset(
         Status.UNROUTABLE,
         Status.EXPIRED,
         Status.DEAD_LETTERED,
+        Status.CANCELED,
     }
 )
 

@@ -3,9 +3,9 @@
 from reach.agent.agent import Agent, Context
 from reach.agent.exceptions import AgentError, InvalidDeclaration
 from reach.agent.outcomes import Outcome
-from reach.agent.signals import BusinessError, NoData, Reject, Retry, TransientError
+from reach.agent.signals import BusinessError, Canceled, NoData, Reject, Retry, TransientError
 
 __all__ = [
-    "Agent", "AgentError", "BusinessError", "Context", "InvalidDeclaration", "NoData", "Outcome", "Reject",
+    "Agent", "AgentError", "BusinessError", "Canceled", "Context", "InvalidDeclaration", "NoData", "Outcome", "Reject",
     "Retry", "TransientError",
 ]

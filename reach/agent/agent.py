@@ -37,10 +37,17 @@ class Context:
     agent_id: str
     instance_id: str
     _cost: float | None = field(default=None, repr=False)
+    _cancelled: Callable[[], bool] = field(default=lambda: False, repr=False)
 
     @property
     def attempt(self) -> int:
         return self.envelope.attempt
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the caller cancelled this message (reach.cancels): stop, and raise `Canceled` to end it
+        CANCELED, or return what is done so far."""
+        return self._cancelled()
 
     @property
     def cost(self) -> float | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reach.agent.signals import BusinessError, NoData, Reject, Retry, TransientError
+from reach.agent.signals import BusinessError, Canceled, NoData, Reject, Retry, TransientError
 from reach.records import ErrorInfo, Status, StepStatus
 
 
@@ -17,6 +17,7 @@ class Outcome(StrEnum):
     RETRY = "retry"
     FAIL = "fail"
     REJECT = "reject"
+    CANCEL = "cancel"  # the caller cancelled it (reach.cancels): CANCELED, terminal
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ _RECEIPT = {
     Outcome.RETRY: (Status.ATTEMPT_FAILED, StepStatus.ERROR),
     Outcome.FAIL: (Status.FAILED, StepStatus.ERROR),
     Outcome.REJECT: (Status.REJECTED, StepStatus.ERROR),
+    Outcome.CANCEL: (Status.CANCELED, StepStatus.ERROR),
 }
 
 
@@ -56,6 +58,8 @@ def from_exception(exc: BaseException) -> Verdict:
     """Classify what a handler raised; anything unexpected is uncertain, hence retryable."""
     if isinstance(exc, BusinessError):
         return Verdict(Outcome.FAIL, error=ErrorInfo(kind="BUSINESS", code=exc.code, message=exc.message))
+    if isinstance(exc, Canceled):
+        return canceled(exc.reason)
     if isinstance(exc, Reject):
         return Verdict(Outcome.REJECT, error=ErrorInfo(kind="INVALID_INPUT", code=exc.code, message=exc.reason))
     if isinstance(exc, Retry):
@@ -79,3 +83,8 @@ def rejected(code: str, message: str) -> Verdict:
 def failed(kind: str, code: str, message: str) -> Verdict:
     """A definite failure found by the worker itself (e.g. output violating its schema)."""
     return Verdict(Outcome.FAIL, error=ErrorInfo(kind=kind, code=code, message=message))
+
+
+def canceled(message: str) -> Verdict:
+    """The caller cancelled the message: before it started (the handler is not called) or while it ran."""
+    return Verdict(Outcome.CANCEL, error=ErrorInfo(kind="CANCELED", code="CANCELED", message=message))

@@ -65,8 +65,10 @@ class Pipeline:
     def __init__(self, agent: Agent, *, publisher: Sender, leases: LeaseStore, receipts_topic: str,
                  executor: Executor, middleware: list[Middleware], completed: Completed = _unknown,
                  redis_outage: Outage | None = None,
-                 policy: Callable[[str], Policy | None] = lambda _: None) -> None:
+                 policy: Callable[[str], Policy | None] = lambda _: None,
+                 cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False) -> None:
         self._agent = agent
+        self._cancelled = cancelled
         self._policy = policy
         self._middleware = middleware
         self._publisher = publisher
@@ -134,12 +136,16 @@ class Pipeline:
                     retry_after_ms=KEY_BUSY_RETRY_MS), [], raw=raw, origin=origin)
             # Another run holds the lease (or the business key): never run concurrently; wait until it finishes.
             await asyncio.sleep(LEASE_POLL_S)
+        if self._cancelled(mid, envelope.tenant):  # not started: skipped, its handler never runs
+            return await self._finish(envelope, outcomes.canceled("the caller cancelled it before it started"), [],
+                                      release=True, raw=raw, origin=origin, scope=scope)
         acks = [self._send(receipt_for(envelope, Status.STARTED, agent_id=self._agent.agent_id,
                                        instance_id=self._agent.instance_id))]
         renewer = Renewal(lambda: self._renew(mid, gen, lease_ms), every_s=lease_ms / 3000)
         started = now_ms()
         thread: Future[Any] | None = None
-        context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id)
+        context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
+                          _cancelled=lambda: self._cancelled(mid, envelope.tenant))
         try:
             verdict, thread = await self._run(spec, payload, context, timeout_ms / 1000)
         finally:

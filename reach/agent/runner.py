@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from reach import clients, codec, heap, policyfields, topics
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
+from reach.agent.cancelfeed import CancelFeed
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
@@ -111,6 +112,8 @@ class Runner:
         leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
                         result_ttl_s=self.agent.result_ttl_s)
         self._start_control()
+        self._cancels = CancelFeed(topic=self.names.cancels, kafka=self._kafka)
+        self._cancels.start()
         redis_outage = Outage()  # one backoff for every Redis call: handlers' leases and the retry cache
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,
@@ -124,7 +127,8 @@ class Runner:
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
                                   receipts_topic=self.names.receipts, executor=self._pool,
                                   middleware=[retries, self.metrics, *self.agent.middleware], completed=completed,
-                                  redis_outage=redis_outage, policy=self._policies.policy)
+                                  redis_outage=redis_outage, policy=self._policies.policy,
+                                  cancelled=self._cancels.book.cancelled)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
@@ -437,6 +441,9 @@ class Runner:
         policies = getattr(self, "_policies", None)
         if policies is not None:
             policies.stop()
+        cancels = getattr(self, "_cancels", None)
+        if cancels is not None:
+            cancels.stop()
         consumer = getattr(self, "_consumer", None)
         if consumer is not None:
             consumer.close()

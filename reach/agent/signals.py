@@ -40,6 +40,14 @@ class BusinessError(Exception):
         self.message = message or code
 
 
+class Canceled(Exception):
+    """Raise after seeing `ctx.cancelled`: the message ends CANCELED (terminal, never retried)."""
+
+    def __init__(self, reason: str = "the caller cancelled it while it ran") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class TransientError(Exception):
     """A failure that may pass on another attempt (ATTEMPT_FAILED, kind TRANSIENT)."""
 

@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from reach.cli import a2a as a2a_cli
 from reach.cli import agent, demo, local, send, topics
 from reach.cli import apps as apps_cli
 from reach.cli import canary as canary_cli
@@ -18,6 +19,7 @@ from reach.cli import receipts as receipts_cli
 from reach.cli import router as router_cli
 from reach.cli import status as status_cli
 from reach.cli import weights as weights_cli
+from reach.cli.cancel import cancel as cancel_command
 from reach.cli.common import run_guarded
 from reach.cli.gateway import gateway as gateway_command
 
@@ -30,6 +32,7 @@ app.add_typer(topics.app, name="topics")
 app.add_typer(agent.app, name="agent")
 app.add_typer(instances_cli.app, name="agents")
 app.command("send")(send.send)
+app.command("cancel")(cancel_command)
 app.command("demo")(demo.demo)
 app.command("router")(router_cli.router)
 app.command("gateway")(gateway_command)
@@ -45,6 +48,7 @@ app.add_typer(canary_cli.app, name="canary")
 app.add_typer(apps_cli.app, name="apps")
 app.add_typer(channels_cli.app, name="channels")
 app.add_typer(operators_cli.app, name="operators")
+app.add_typer(a2a_cli.app, name="a2a")
 
 
 def main() -> None:

@@ -9,13 +9,15 @@ from reach.gateway.bodies import InvokeAnswer, ReceiptError
 from reach.invoke import result_value
 from reach.records import Receipt, Status
 
-_HTTP = {Status.COMPLETED: 200, Status.REJECTED: 422, Status.UNROUTABLE: 404, Status.EXPIRED: 504}
+_HTTP = {Status.COMPLETED: 200, Status.REJECTED: 422, Status.UNROUTABLE: 404, Status.EXPIRED: 504,
+         Status.CANCELED: 409}
 _TEXT = {
     Status.REJECTED: ("rejected", "fix the request; retrying it as is fails the same way"),
     Status.UNROUTABLE: ("unroutable", "no instance serves it; set expire_at to park it until one does"),
     Status.EXPIRED: ("expired", "the budget ran out; raise budget_ms or timeout_ms"),
     Status.FAILED: ("failed", "the agent failed it; see receipt_error"),
     Status.DEAD_LETTERED: ("dead_lettered", "it is in the dead-letter topic (`reach dlq ls`)"),
+    Status.CANCELED: ("canceled", "it was cancelled before an agent started it; send it again to run it"),
 }
 
 

@@ -31,6 +31,18 @@ def live_versions(view: RegistryView, capability: str, tenant: str, now_ms: int)
     return list(found.values())
 
 
+def live_capabilities(view: RegistryView, tenant: str | None, now_ms: int) -> list[Capability]:
+    """Every live HANDLE capability version serving `tenant` (None: instances open to every tenant)."""
+    found: dict[tuple[str, str], Capability] = {}
+    for reg in view.live(now_ms):
+        if reg.tenants and (tenant is None or tenant not in reg.tenants):
+            continue
+        for cap in reg.capabilities:
+            if cap.mode is CapabilityMode.HANDLE:
+                found.setdefault((cap.name, cap.version), cap)
+    return list(found.values())
+
+
 class RegistryCatalog:
     """A RegistryView kept current by one thread (assign, no consumer group), like the router's state loop."""
 
@@ -53,6 +65,10 @@ class RegistryCatalog:
     def versions(self, capability: str, tenant: str, now_ms: int) -> Sequence[Capability]:
         with self._lock:
             return live_versions(self._view, capability, tenant, now_ms)
+
+    def live_capabilities(self, tenant: str | None, now_ms: int) -> Sequence[Capability]:
+        with self._lock:
+            return live_capabilities(self._view, tenant, now_ms)
 
     def healthy(self) -> bool:
         return self.ready.is_set() and self._thread.is_alive()

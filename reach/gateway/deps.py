@@ -9,8 +9,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from reach.cancels import CancelRecord
 from reach.envelopes import now_ms
-from reach.gateway.ports import Authenticator, Quotas
+from reach.gateway.ports import AppDirectory, Authenticator, Quotas
 from reach.records import Capability, Envelope, Receipt
 
 if TYPE_CHECKING:
@@ -63,7 +64,17 @@ class Catalog(Protocol):
         """Every live HANDLE version of the capability that serves `tenant` (one per version), any range."""
         ...
 
+    def live_capabilities(self, tenant: str | None, now_ms: int) -> Sequence[Capability]:
+        """Every live HANDLE capability version serving `tenant` (None: instances open to every tenant)."""
+        ...
+
     def healthy(self) -> bool: ...
+
+
+class CancelSink(Protocol):
+    """Produces a cancel record (reach.cancels) and returns once the broker acknowledged it."""
+
+    async def cancel(self, record: CancelRecord) -> None: ...
 
 
 IdemState = Literal["pending", "accepted"]
@@ -107,5 +118,7 @@ class Dependencies:
     catalog: Catalog
     idempotency: IdempotencyStore
     clock_ms: Callable[[], int] = field(default=now_ms)
+    directory: AppDirectory | None = None  # the apps' live keys: A2A's bearer tokens (reach.a2a.bearer)
+    cancels: CancelSink | None = None  # `<ns>.cancels` (POST /v1/messages/{id}:cancel, A2A CancelTask)
     closers: tuple[Callable[[], Any], ...] = ()
     console: Console | None = None  # the operator console at /console (reach.gateway.routes_console)

@@ -21,6 +21,7 @@ from reach.gateway.checks import Refusal
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
+from reach.gateway.routes_a2a import a2a_routes, cancel_routes
 from reach.gateway.routes_callbacks import callback_routes
 from reach.gateway.routes_console import console_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
@@ -138,6 +139,8 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
     app.include_router(callback_routes(admission))
     if deps.console is not None:
         app.include_router(console_routes(deps.console, deps.status))
+    app.include_router(cancel_routes(admission))
+    app.router.routes.extend(a2a_routes(admission, deps.directory))
 
     @app.exception_handler(Refusal)
     async def on_refusal(_request: Request, exc: Refusal) -> JSONResponse:

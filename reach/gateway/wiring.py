@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from reach import clients
+from reach.a2a.cancelsink import KafkaCancels
 from reach.client import Client
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.idempotency import RedisIdempotency
-from reach.gateway.ports import Authenticator, Quotas
+from reach.gateway.ports import AppDirectory, Authenticator, Quotas
 from reach.gateway.publisher import KafkaPublisher
 from reach.gateway.redisconn import door_client
 from reach.gateway.replies import ReplyHub, gateway_client_id
@@ -30,6 +31,7 @@ class Guards:
 
     authenticator: Authenticator
     quotas: Quotas
+    directory: AppDirectory | None = None
     closers: tuple[Callable[[], Any], ...] = ()
 
 
@@ -39,7 +41,8 @@ def door_guards(reach: ReachSettings) -> Guards:
     from reach.gateway.door import open_door  # here, so the HTTP service's tests never need the secrets key
 
     door = open_door(reach=reach)
-    return Guards(authenticator=door.authenticator, quotas=door.quotas, closers=(door.close, door.aclose))
+    return Guards(authenticator=door.authenticator, quotas=door.quotas, directory=door.directory,
+                  closers=(door.close, door.aclose))
 
 
 def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None = None,
@@ -62,7 +65,9 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     console = open_console(reach=reach, kafka=kafka, status_url=status.base_url)
     idempotency = RedisIdempotency(door_client((redis or RedisSettings()).url(reach.home), timeout_s=timeout),
                                    reach.namespace)
+    cancels = KafkaCancels(topic=client.names.cancels, kafka=kafka)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
-                        closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,
-                                 console.close, *guards.closers))
+                        directory=guards.directory, cancels=cancels,
+                        closers=(publisher.close, cancels.close, replies.close, catalog.close, status.aclose,
+                                 idempotency.aclose, console.close, *guards.closers))

@@ -75,6 +75,11 @@ def infra() -> Iterator[Infra]:
 @pytest.fixture
 def namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
     """A fresh REACH_NAMESPACE with topics.yaml applied: no two tests share topics, groups or state."""
+    yield from fresh_namespace(infra, monkeypatch)
+
+
+def fresh_namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The `namespace` fixture's body, for a module-scoped set-up (with a module-scoped MonkeyPatch)."""
     from reach import clients, topics
     from reach.names import Names
 

@@ -544,7 +544,7 @@ def test_a_symbol_added_after_the_defaults_release_stays_full_transitive() -> No
     # What the next release does (docs/records.md): one new symbol, nothing else.
     future = _avsc("Receipt")
     status = next(f for f in future["fields"] if f["name"] == "status")
-    status["type"]["symbols"].append("CANCELED")
+    status["type"]["symbols"].append("PAUSED")
     _assert_full_transitive([*_history(SCHEMA_ROOT, "Receipt"), _avsc("Receipt"), future])
 
 

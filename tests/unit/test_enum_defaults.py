@@ -50,11 +50,11 @@ def _receipt(status: str, at: int, **fields: Any) -> dict[str, Any]:
 
 def test_a_status_from_a_newer_writer_reads_as_a_non_terminal_unknown(tmp_path: Path) -> None:
     def grow(schema: dict[str, Any]) -> None:
-        _enum(schema, "status")["symbols"].insert(5, "CANCELED")  # position is irrelevant: enums resolve by name
+        _enum(schema, "status")["symbols"].insert(5, "PAUSED")  # position is irrelevant: enums resolve by name
         _enum(schema, "step_status")["symbols"].append("partial")
 
     newer, reader = _future("Receipt", grow, tmp_path)
-    read = reader.decode(_written_with(newer, _receipt("CANCELED", NOW, step_status="partial")), Receipt)
+    read = reader.decode(_written_with(newer, _receipt("PAUSED", NOW, step_status="partial")), Receipt)
     assert read.status is Status.UNKNOWN and not read.status.is_terminal
     assert read.step_status is StepStatus.UNKNOWN
     # A symbol both sides know still resolves by name, whatever its position in the newer enum.

@@ -158,7 +158,7 @@ def test_every_model_has_a_schema() -> None:
 
 def test_terminal_statuses_follow_the_design() -> None:
     assert {s for s in Status if s.is_terminal} == TERMINAL
-    assert TERMINAL == {"COMPLETED", "FAILED", "REJECTED", "UNROUTABLE", "EXPIRED", "DEAD_LETTERED"}
+    assert TERMINAL == {"COMPLETED", "FAILED", "REJECTED", "UNROUTABLE", "EXPIRED", "DEAD_LETTERED", "CANCELED"}
     assert not Status.RETRY_SCHEDULED.is_terminal
 
 

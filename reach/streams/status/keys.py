@@ -21,7 +21,8 @@ META_CHANGELOG = b"m:changelog"  # next offset of the changelog partition this s
 META_ROWS = b"m:rows"
 
 _TIME = struct.Struct(">Q")
-_TERMINAL_STATUSES = frozenset({"COMPLETED", "FAILED", "REJECTED", "UNROUTABLE", "EXPIRED", "DEAD_LETTERED"})
+_TERMINAL_STATUSES = frozenset({"COMPLETED", "FAILED", "REJECTED", "UNROUTABLE", "EXPIRED", "DEAD_LETTERED",
+                                "CANCELED"})
 
 
 def row_key(message_id: str) -> bytes:

@@ -166,6 +166,9 @@ class FakeCatalog:
     def versions(self, capability: str, tenant: str, now_ms: int) -> Sequence[Capability]:
         return [c for c in self.capabilities if c.name == capability]
 
+    def live_capabilities(self, tenant: str | None, now_ms: int) -> Sequence[Capability]:
+        return list(self.capabilities)
+
     def healthy(self) -> bool:
         return True
 

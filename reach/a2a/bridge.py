@@ -1,0 +1,124 @@
+"""`reach a2a bridge`: an Agent-Reach agent whose one capability is an external A2A server.
+
+The instance consumes its inbox like any agent (routing, retries, breakers, receipts); each message is
+sent to the remote agent with the official SDK client, the task is followed until it ends, and its
+outcome (reach.a2a.outcome) becomes the receipt. A cancel of the message cancels the remote task.
+
+| variable | default | meaning |
+|---|---|---|
+| REACH_A2A_BEARER | (none) | `Authorization: Bearer` token for the remote agent |
+| REACH_A2A_TIMEOUT | 30 (seconds) | one HTTP call to the remote agent |
+| REACH_A2A_POLL | 0.5 (seconds) | how often a task not final yet is read again (GetTask) |
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+from a2a.client import A2ACardResolver, A2AClientError, A2AClientTimeoutError, Client, ClientConfig, ClientFactory
+from a2a.types.a2a_pb2 import AgentCard, CancelTaskRequest, GetTaskRequest, Message, Role, SendMessageRequest, Task
+from a2a.utils.errors import A2AError, InvalidParamsError
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from reach.a2a import outcome
+from reach.agent import Agent, Canceled, Reject, TransientError
+from reach.agent.agent import Context
+from reach.errors import InfraUnavailable
+
+_CLIENT_ERRORS = ("HTTP Error 400", "HTTP Error 401", "HTTP Error 403", "HTTP Error 404")
+
+
+class BridgeSettings(BaseSettings):
+    """How the bridge talks to the remote agent."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_A2A_", frozen=True, extra="ignore")
+
+    bearer: SecretStr | None = None
+    timeout: float = Field(default=30.0, gt=0)
+    poll: float = Field(default=0.5, gt=0)
+
+
+class RemoteUnreachable(InfraUnavailable):
+    """The remote A2A agent's card could not be read (`reach a2a bridge` exits 4)."""
+
+
+def _http(settings: BridgeSettings) -> httpx.AsyncClient:
+    headers = {"Authorization": f"Bearer {settings.bearer.get_secret_value()}"} if settings.bearer else {}
+    return httpx.AsyncClient(timeout=settings.timeout, headers=headers)
+
+
+async def read_card(url: str, settings: BridgeSettings) -> AgentCard:
+    async with _http(settings) as http:
+        try:
+            return await A2ACardResolver(http, url).get_agent_card()
+        except A2AError as exc:
+            raise RemoteUnreachable(f"cannot read the agent card of {url} ({exc}): expected an A2A server with "
+                                    f"{url.rstrip('/')}/.well-known/agent-card.json; check --url") from None
+
+
+async def call(client: Client, payload: Any, ctx: Context, poll_s: float) -> Any:
+    """Send, follow the task until it ends (cancelling it when the message is cancelled), return its result."""
+    env = ctx.envelope
+    request = SendMessageRequest(message=Message(
+        message_id=f"{env.message_id}-{env.generation}-{env.attempt}", role=Role.ROLE_USER,
+        context_id=env.routing.session_key or env.trace_id, parts=outcome.parts_of(payload)))
+    try:
+        answer: Task | Message | None = None
+        async for event in client.send_message(request):
+            if event.HasField("message"):
+                answer = event.message
+            elif event.HasField("task"):
+                answer = event.task
+        while isinstance(answer, Task) and answer.status.state not in outcome.DONE:
+            if ctx.cancelled:
+                await client.cancel_task(CancelTaskRequest(id=answer.id))
+                raise Canceled("cancelled; the remote task was cancelled too")
+            await asyncio.sleep(poll_s)
+            answer = await client.get_task(GetTaskRequest(id=answer.id))
+    except A2AClientTimeoutError as exc:
+        raise TransientError(f"the remote agent did not answer in time: {exc}", code="A2A_TIMEOUT") from None
+    except InvalidParamsError as exc:
+        raise Reject(f"the remote agent refused the message: {exc}", code="A2A_INVALID_PARAMS") from None
+    except A2AClientError as exc:
+        if any(code in str(exc) for code in _CLIENT_ERRORS):
+            raise Reject(f"the remote agent refused the call: {exc}", code="A2A_REFUSED") from None
+        raise TransientError(f"the remote agent is unreachable: {exc}", code="A2A_UNREACHABLE") from None
+    except A2AError as exc:  # a JSON-RPC error other than invalid params: the remote's own failure, maybe passing
+        raise TransientError(f"the remote agent answered an error: {type(exc).__name__}: {exc}",
+                             code="A2A_ERROR") from None
+    if answer is None:
+        raise TransientError("the remote agent answered nothing", code="A2A_EMPTY")
+    return outcome.result_of(answer)
+
+
+def bridge_agent(*, url: str, capability: str, version: str = "1.0.0", agent_id: str | None = None,
+                 region: str | None = None, max_concurrency: int = 8,
+                 settings: BridgeSettings | None = None) -> Agent:
+    """The bridge's Agent; reads the remote card first (RemoteUnreachable when it cannot)."""
+    settings = settings or BridgeSettings()
+    card = asyncio.run(read_card(url, settings))
+    skill = card.skills[0] if card.skills else None
+    agent = Agent(agent_id or f"agent://a2a/{capability.replace('.', '-')}", region=region,
+                  max_concurrency=max_concurrency)
+    clients: list[tuple[httpx.AsyncClient, Client]] = []
+
+    @agent.on_start
+    async def connect() -> None:  # on the handlers' loop, which the client's connections belong to
+        http = _http(settings)
+        clients.append((http, ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)))
+
+    @agent.on_stop
+    async def close() -> None:
+        for http, client in clients:
+            await client.close()
+            await http.aclose()
+
+    @agent.capability(capability, version=version, tags=list(skill.tags) if skill else ["a2a"],
+                      examples=list(skill.examples) if skill else None)
+    async def remote(payload: Any, ctx: Context) -> Any:
+        return await call(clients[0][1], payload, ctx, settings.poll)
+
+    return agent

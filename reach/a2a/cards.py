@@ -1,0 +1,106 @@
+"""Agent cards from the registry (pure): the mesh's card (one skill per live capability) and one per capability.
+
+Cards are built per request from the gateway's registry view, so they follow registrations: a new
+version changes the skill, the last instance leaving removes it. Channel capabilities (`channel.*`)
+are left out: an app may call them only when an operator listed them for it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentProvider,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
+
+from reach.a2a.bearer import SCHEME
+from reach.gateway.ports import CHANNEL_PREFIX
+from reach.records import Capability
+from reach.versions import parse_version
+
+MESH_PATH = "/a2a/"
+CAPABILITY_PATH = "/a2a/cap/{capability}/"
+JSON = "application/json"
+TEXT = "text/plain"
+CARD_VERSION = "1"
+
+
+def _newest(capabilities: Iterable[Capability]) -> dict[str, list[Capability]]:
+    """Live versions by capability name, newest first; channels left out."""
+    by_name: dict[str, list[Capability]] = {}
+    for cap in capabilities:
+        if not cap.name.startswith(CHANNEL_PREFIX):
+            by_name.setdefault(cap.name, []).append(cap)
+    return {name: sorted(caps, key=lambda c: parse_version(c.version), reverse=True)
+            for name, caps in sorted(by_name.items())}
+
+
+def _takes_text(schema_text: str) -> bool:
+    """Text parts arrive as {"text": ...}: say text/plain only where the input schema accepts that."""
+    try:
+        schema = json.loads(schema_text)
+    except ValueError:
+        return False
+    if not isinstance(schema, dict) or not schema:
+        return True  # no contract: anything goes
+    text = (schema.get("properties") or {}).get("text")
+    required = set(schema.get("required") or [])
+    return isinstance(text, dict) and text.get("type") == "string" and required <= {"text"}
+
+
+def _description(versions: list[Capability]) -> str:
+    newest = versions[0]
+    try:
+        described = json.loads(newest.input_schema).get("description")
+    except (ValueError, AttributeError):
+        described = None
+    live = ", ".join(c.version for c in versions)
+    return f"{described or newest.name} (Agent-Reach capability; live versions: {live})"
+
+
+def skill(versions: list[Capability]) -> AgentSkill:
+    newest = versions[0]
+    return AgentSkill(id=newest.name, name=newest.name, description=_description(versions), tags=list(newest.tags),
+                      examples=list(newest.examples),
+                      input_modes=[JSON, TEXT] if _takes_text(newest.input_schema) else [JSON], output_modes=[JSON])
+
+
+def _card(*, name: str, description: str, url: str, skills: list[AgentSkill]) -> AgentCard:
+    scheme = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
+        scheme="bearer", bearer_format="<key_id>.<secret>",
+        description="a gateway app key (`reach apps create`): `Authorization: Bearer <key_id>.<secret>`"))
+    return AgentCard(
+        name=name, description=description, version=CARD_VERSION,
+        supported_interfaces=[AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC.value,
+                                             protocol_version=PROTOCOL_VERSION_1_0)],
+        provider=AgentProvider(organization="Agent-Reach", url=url),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        security_schemes={SCHEME: scheme},
+        security_requirements=[SecurityRequirement(schemes={SCHEME: StringList()})],
+        default_input_modes=[JSON, TEXT], default_output_modes=[JSON], skills=skills)
+
+
+def mesh_card(base_url: str, capabilities: Iterable[Capability]) -> AgentCard:
+    """The whole mesh as one agent: a message picks its skill with `metadata.skill`."""
+    skills = [skill(versions) for versions in _newest(capabilities).values()]
+    return _card(name="Agent-Reach mesh", url=base_url.rstrip("/") + MESH_PATH, skills=skills,
+                 description="Every live Agent-Reach capability as a skill; set the message's metadata.skill to "
+                             "the capability. Routing, retries, breakers and receipts happen on the bus.")
+
+
+def capability_card(base_url: str, capability: str, capabilities: Iterable[Capability]) -> AgentCard | None:
+    """One capability as an agent with one skill; None when no live instance serves it."""
+    versions = _newest(c for c in capabilities if c.name == capability).get(capability)
+    if not versions:
+        return None
+    return _card(name=capability, description=_description(versions), skills=[skill(versions)],
+                 url=base_url.rstrip("/") + CAPABILITY_PATH.format(capability=capability))

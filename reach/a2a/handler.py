@@ -1,0 +1,237 @@
+"""The A2A methods over the bus: the SDK's RequestHandler backed by the gateway's admission and status table.
+
+The SDK's JSON-RPC dispatcher (a2a.server.routes) parses and answers the protocol; this handler maps
+each method: send -> an admitted, published Envelope; get -> the status row; stream / subscribe ->
+status updates from the receipts until terminal; cancel -> a cancel record (reach.a2a.cancels)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.events.event_queue import Event
+from a2a.server.request_handlers.request_handler import RequestHandler
+from a2a.types.a2a_pb2 import (
+    AgentCard,
+    CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetExtendedAgentCardRequest,
+    GetTaskPushNotificationConfigRequest,
+    GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
+    ListTaskPushNotificationConfigsResponse,
+    ListTasksRequest,
+    ListTasksResponse,
+    Message,
+    SendMessageRequest,
+    SubscribeToTaskRequest,
+    Task,
+    TaskPushNotificationConfig,
+    TaskState,
+)
+from a2a.utils.errors import (
+    ExtendedAgentCardNotConfiguredError,
+    InvalidParamsError,
+    PushNotificationNotSupportedError,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
+from starlette.exceptions import HTTPException
+
+from reach.a2a import tasks
+from reach.a2a.states import FINAL, state_name, task_state
+from reach.envelopes import new_id
+from reach.gateway import checks
+from reach.gateway.admission import Admission
+from reach.gateway.bodies import EnvelopeRequest, Routing
+from reach.gateway.events import find_row
+from reach.gateway.ports import CallerApp
+from reach.gateway.routes_status import owned
+
+APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token named
+CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
+REJECTING = (403, 404, 422)  # refusals that are the message's fault: a rejected task, as the agent would answer
+Cancel = Callable[[CallerApp, str], Awaitable[None]]
+CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it returns the task as it is
+
+
+class ReachRequestHandler(RequestHandler):
+    """One per gateway process; the caller and capability come in the call context (reach.gateway.routes_a2a)."""
+
+    def __init__(self, admission: Admission, *, cancel: Cancel | None = None) -> None:
+        self._admission = admission
+        self._status = admission.deps.status
+        self._settings = admission.settings
+        self._cancel = cancel
+
+    # --- send ---------------------------------------------------------------------------------------------
+
+    async def _send(self, params: SendMessageRequest, context: ServerCallContext) -> Task:
+        """Admit and publish the message; a Task the caller can follow (or a rejected one: never on the bus)."""
+        app = _caller(context)
+        message = params.message
+        if params.configuration.HasField("task_push_notification_config"):
+            raise PushNotificationNotSupportedError(message="push notifications are not offered: stream the task "
+                                                            "(SendStreamingMessage / SubscribeToTask) or poll GetTask")
+        if message.task_id:  # a capability answers once: nothing on the bus asks for more input
+            raise UnsupportedOperationError(message=f"task_id {message.task_id[:100]!r}: a message cannot continue a "
+                                                    "task here (every task ends in one step); send it without task_id")
+        try:
+            payload = tasks.payload_of(message)
+            context_id = tasks.context_id_of(message)
+        except tasks.BadMessage as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        capability = context.state.get(CAPABILITY) or tasks.skill_of(message, params.metadata)
+        if not capability:
+            raise InvalidParamsError(message="no skill: on the mesh endpoint set the message's metadata.skill to a "
+                                             "capability of the agent card (or use /a2a/cap/<capability>/)")
+        key = f"a2a:{message.message_id}"[:200] if message.message_id else None
+        try:
+            request = EnvelopeRequest(capability=capability, payload=payload, idempotency_key=key,
+                                      routing=Routing(session_key=context_id))
+            admitted = await self._admission.admit(app, request)
+            if context_id is not None:  # the A2A context is the trace: get-task and /v1/traces/<context> find it
+                admitted = type(admitted)(admitted.app, admitted.envelope.model_copy(update={"trace_id": context_id}),
+                                          admitted.idempotency_key)
+            accepted = await self._admission.publish(admitted)
+        except checks.Refusal as refusal:
+            if refusal.status in REJECTING:
+                return tasks.refused_task(new_id(), context_id or new_id(), TaskState.TASK_STATE_REJECTED,
+                                          f"{refusal.body.error}: {refusal.body.message}")
+            if refusal.status in (400, 413):
+                raise InvalidParamsError(message=f"{refusal.body.error}: {refusal.body.message}") from None
+            # quota (429) and unavailable (503): HTTP statuses the caller's retry logic knows, with Retry-After
+            raise HTTPException(refusal.status, f"{refusal.body.error}: {refusal.body.message}",
+                                headers=refusal.headers) from None
+        # acknowledged by the broker: submitted, whatever the status table has folded by now (a stream then
+        # replays the whole timeline, so its updates always read submitted -> working -> final)
+        return tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id,
+                              "status": "ACCEPTED"})
+
+    async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
+        task = await self._send(params, context)
+        if params.configuration.return_immediately or task.status.state in FINAL:
+            return task
+        return await self._until_final(task, context)
+
+    async def _until_final(self, task: Task, context: ServerCallContext) -> Task:
+        """Poll the status row until it is terminal or the invoke timeout passed (then: the task as it is)."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._settings.invoke_timeout_ms / 1000
+        row: dict[str, Any] | None = None
+        while loop.time() < give_up:
+            code, body = await self._row(task.id, context)
+            if code == 200:
+                row = body
+                if task_state(str(body.get("status", ""))) in FINAL:
+                    break
+            await asyncio.sleep(self._settings.sse_poll)
+        return tasks.task_of(row) if row is not None else task
+
+    async def on_message_send_stream(self, params: SendMessageRequest,
+                                     context: ServerCallContext) -> AsyncGenerator[Event]:
+        task = await self._send(params, context)
+        async for event in self._follow(task, context, sent=0):
+            yield event
+
+    # --- read -----------------------------------------------------------------------------------------------
+
+    async def _row(self, task_id: str, context: ServerCallContext) -> tuple[int, dict[str, Any]]:
+        return owned(_caller(context), task_id, *await self._status.message(task_id))
+
+    async def _found(self, task_id: str, context: ServerCallContext) -> dict[str, Any]:
+        """The row; a task sent a moment ago may not be folded yet: wait up to sse_find for it."""
+        code, row = owned(_caller(context), task_id, *await find_row(
+            self._status, task_id, wait_s=self._settings.sse_find, poll_s=self._settings.sse_poll))
+        if code == 404:
+            raise TaskNotFoundError(message=f"no task {task_id!r}: {row.get('message', '')}")
+        if code != 200:
+            raise HTTPException(503, row.get("message", "the status views do not answer"), headers={"Retry-After": "1"})
+        return row
+
+    async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task | None:
+        row = await self._found(params.id, context)
+        return tasks.task_of(row, params.history_length if params.HasField("history_length") else None)
+
+    async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
+                                   context: ServerCallContext) -> AsyncGenerator[Event]:
+        row = await self._found(params.id, context)
+        task = tasks.task_of(row)
+        if task.status.state in FINAL:
+            raise UnsupportedOperationError(message=f"task {params.id} is already {state_name(task.status.state)};"
+                                                    " get it with GetTask")
+        async for event in self._follow(task, context, sent=len(task.history)):
+            yield event
+
+    async def _follow(self, task: Task, context: ServerCallContext, *, sent: int) -> AsyncGenerator[Event]:
+        """The task, then its status updates from the receipts until a final one (or sse_max: the stream ends
+        and the caller resubscribes)."""
+        yield task
+        if task.status.state in FINAL:
+            return
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self._settings.sse_max
+        last: TaskState | None = task.status.state
+        while loop.time() < give_up:
+            code, row = await self._row(task.id, context)
+            if code == 200:
+                events, sent, last = tasks.updates(row, sent, last)
+                for event in events:
+                    yield event
+                if task_state(str(row.get("status", ""))) in FINAL:
+                    return
+            await asyncio.sleep(self._settings.sse_poll)
+
+    # --- cancel -------------------------------------------------------------------------------------------
+
+    async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
+        row = await self._found(params.id, context)
+        if task_state(str(row.get("status", ""))) in FINAL:
+            raise TaskNotCancelableError(message=f"task {params.id} is already {row.get('status')}")
+        if self._cancel is None:
+            raise UnsupportedOperationError(message="this gateway cannot cancel (no cancels topic configured)")
+        await self._cancel(_caller(context), params.id)
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + CANCEL_WAIT_S
+        while loop.time() < give_up and task_state(str(row.get("status", ""))) not in FINAL:
+            await asyncio.sleep(self._settings.sse_poll)
+            code, body = await self._row(params.id, context)
+            row = body if code == 200 else row
+        return tasks.task_of(row)
+
+    # --- not offered ----------------------------------------------------------------------------------------
+
+    async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
+        raise UnsupportedOperationError(message="ListTasks is not offered: list a context's tasks with "
+                                                "GET /v1/traces/<context_id>")
+
+    async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
+                                                      context: ServerCallContext) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_task_push_notification_config(self, params: GetTaskPushNotificationConfigRequest,
+                                                   context: ServerCallContext) -> TaskPushNotificationConfig:
+        raise PushNotificationNotSupportedError
+
+    async def on_list_task_push_notification_configs(
+            self, params: ListTaskPushNotificationConfigsRequest,
+            context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
+        raise PushNotificationNotSupportedError
+
+    async def on_delete_task_push_notification_config(self, params: DeleteTaskPushNotificationConfigRequest,
+                                                      context: ServerCallContext) -> None:
+        raise PushNotificationNotSupportedError
+
+    async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
+                                         context: ServerCallContext) -> AgentCard:
+        raise ExtendedAgentCardNotConfiguredError
+
+
+def _caller(context: ServerCallContext) -> CallerApp:
+    app = context.state.get(APP)
+    if not isinstance(app, CallerApp):  # the route authenticates before dispatching: never reached unauthenticated
+        raise HTTPException(401, "unauthenticated", headers={"WWW-Authenticate": "Bearer"})
+    return app

@@ -1,0 +1,174 @@
+"""A2A messages and tasks <-> the bus (pure): message parts -> payload, a status row -> a Task.
+
+A Task is a status row read through reach.a2a.states: id = message_id, context_id = trace_id (the
+send sets the envelope's trace_id and session_key from the A2A context id), the receipt timeline as
+history (one agent message per step), the COMPLETED result as the one artifact."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from a2a.types.a2a_pb2 import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Struct, Value
+
+from reach.a2a.states import FINAL, task_state
+from reach.errors import ReachError
+
+MAX_CONTEXT_ID = 200  # it becomes the envelope's trace_id and session_key (Routing.session_key: 256)
+RESULT = "result"
+
+
+class BadMessage(ReachError):
+    """An A2A message the bus cannot carry (no usable part, an unsupported part, an oversized id)."""
+
+
+def payload_of(message: Message) -> Any:
+    """The envelope payload: the one data part's value, else the text parts joined as {"text": ...}."""
+    data = [p for p in message.parts if p.HasField("data")]
+    texts = [p.text for p in message.parts if p.HasField("text")]
+    other = len(message.parts) - len(data) - len(texts)
+    if other:
+        raise BadMessage(f"the message has {other} file/url/raw part(s); the bus carries JSON: send a data part "
+                         "or text parts (a file as a URL inside a data part)")
+    if len(data) == 1 and not texts:
+        return MessageToDict(data[0].data)
+    if data:
+        raise BadMessage(f"the message has {len(data)} data part(s) and {len(texts)} text part(s); send one data "
+                         "part (the payload) or only text parts")
+    if not texts:
+        raise BadMessage("the message has no parts: send one data part (the payload) or text parts")
+    return {"text": "".join(texts)}
+
+
+def context_id_of(message: Message) -> str | None:
+    """The message's context id, checked: it becomes a trace id and a session key."""
+    context = message.context_id
+    if not context:
+        return None
+    if len(context) > MAX_CONTEXT_ID or not context.isprintable():
+        raise BadMessage(f"context_id is {len(context)} characters or not printable; expected at most "
+                         f"{MAX_CONTEXT_ID} printable characters")
+    return context
+
+
+def skill_of(message: Message, metadata: Struct | None = None) -> str | None:
+    """`metadata.skill` of the message (or of the request): the capability on the mesh endpoint."""
+    for source in (message.metadata, metadata):
+        if source is not None and "skill" in source.fields:
+            value = source.fields["skill"]
+            if value.HasField("string_value") and value.string_value:
+                return value.string_value
+    return None
+
+
+def _struct(values: Mapping[str, Any]) -> Struct:
+    out = Struct()
+    out.update({k: v for k, v in values.items() if v is not None})
+    return out
+
+
+def _result_part(result: str) -> Part:
+    try:
+        value = json.loads(result)
+    except ValueError:
+        return Part(text=result)
+    return Part(data=ParseDict(value, Value()))
+
+
+def step_message(task_id: str, context_id: str, index: int, step: Mapping[str, Any]) -> Message:
+    """One timeline step as an agent message: `STARTED (attempt 2, agent://x)` plus the step as metadata."""
+    who = f", {step['agent_id']}" if step.get("agent_id") else ""
+    text = f"{step.get('status')} (attempt {step.get('attempt')}{who})"
+    error = step.get("error") or {}
+    if error:
+        text += f": {error.get('code')}: {error.get('message')}"
+    return Message(message_id=f"{task_id}:{index}", context_id=context_id, task_id=task_id, role=Role.ROLE_AGENT,
+                   parts=[Part(text=text)], metadata=_struct({k: step.get(k) for k in
+                                                              ("status", "attempt", "generation", "at", "agent_id")}))
+
+
+def status_of(row: Mapping[str, Any]) -> TaskStatus:
+    """The row's A2A status; a failure or refusal carries its error as the status message."""
+    state = task_state(str(row.get("status", "")))
+    status = TaskStatus(state=state)
+    error = row.get("last_error") or {}
+    if state in FINAL and state != TaskState.TASK_STATE_COMPLETED and error:
+        status.message.CopyFrom(Message(
+            message_id=f"{row['message_id']}:status", role=Role.ROLE_AGENT, task_id=str(row["message_id"]),
+            context_id=str(row.get("trace_id", "")),
+            parts=[Part(text=f"{row.get('status')}: {error.get('code')}: {error.get('message')}")]))
+    if row.get("updated_at"):
+        status.timestamp.FromMilliseconds(int(row["updated_at"]))
+    return status
+
+
+def result_artifact(row: Mapping[str, Any]) -> Artifact | None:
+    if row.get("status") != "COMPLETED" or row.get("result") is None:
+        return None
+    return Artifact(artifact_id=f"{row['message_id']}:{RESULT}", name=RESULT, parts=[_result_part(str(row["result"]))])
+
+
+def task_of(row: Mapping[str, Any], history_length: int | None = None) -> Task:
+    """The status row as a Task; `history_length` keeps only the newest steps (None: all, 0: none)."""
+    task_id, context_id = str(row["message_id"]), str(row.get("trace_id", ""))
+    timeline = list(row.get("timeline") or [])
+    first = 0 if history_length is None else max(0, len(timeline) - history_length)
+    task = Task(id=task_id, context_id=context_id, status=status_of(row),
+                history=[step_message(task_id, context_id, i, s) for i, s in enumerate(timeline) if i >= first],
+                metadata=_struct({"capability": row.get("capability"), "attempt": row.get("attempt"),
+                                  "reach_status": row.get("status")}))
+    artifact = result_artifact(row)
+    if artifact is not None:
+        task.artifacts.append(artifact)
+    return task
+
+
+def refused_task(task_id: str, context_id: str, state: TaskState, reason: str) -> Task:
+    """A Task for a message the door refused before the bus (nothing to look up later)."""
+    status = TaskStatus(state=state, message=Message(message_id=f"{task_id}:status", role=Role.ROLE_AGENT,
+                                                     task_id=task_id, context_id=context_id,
+                                                     parts=[Part(text=reason)]))
+    return Task(id=task_id, context_id=context_id, status=status)
+
+
+def updates(row: Mapping[str, Any], sent: int, last: TaskState | None
+            ) -> tuple[list[TaskStatusUpdateEvent | TaskArtifactUpdateEvent], int, TaskState | None]:
+    """Stream events for the timeline entries after the first `sent`: one status update per change of A2A
+    state (a retry's ATTEMPT_FAILED -> RETRY_SCHEDULED -> STARTED reads working -> submitted -> working),
+    the result artifact before the final update. Returns the events, the new count, the last state sent."""
+    task_id, context_id = str(row["message_id"]), str(row.get("trace_id", ""))
+    timeline = list(row.get("timeline") or [])
+    final = task_state(str(row.get("status", ""))) in FINAL
+    events: list[TaskStatusUpdateEvent | TaskArtifactUpdateEvent] = []
+    for index in range(sent, len(timeline)):
+        step = timeline[index]
+        done = final and index == len(timeline) - 1
+        state = task_state(str(row.get("status"))) if done else task_state(str(step.get("status", "")))
+        if state == TaskState.TASK_STATE_UNSPECIFIED or (state == last and not done) or state in FINAL and not done:
+            continue
+        if done:
+            artifact = result_artifact(row)
+            if artifact is not None:
+                events.append(TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact,
+                                                      last_chunk=True))
+            status = status_of(row)
+        else:
+            status = TaskStatus(state=state, message=step_message(task_id, context_id, index, step))
+        events.append(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status,
+                                            metadata=_struct({"reach_status": step.get("status"),
+                                                              "attempt": step.get("attempt")})))
+        last = state
+    return events, max(sent, len(timeline)), last

@@ -1,0 +1,172 @@
+"""A2A at the gateway: `/.well-known/agent-card.json` and `/a2a/` (the mesh), `/a2a/cap/<capability>/` and its
+card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.handler (docs/a2a.md); and
+`POST /v1/messages/{id}:cancel`, the signed /v1 way to the same cancel record."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from a2a.server.context import ServerCallContext
+from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+from a2a.server.routes import DefaultServerCallContextBuilder
+from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
+from a2a.types.a2a_pb2 import AgentCard
+from fastapi import APIRouter
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Scope
+
+from reach.a2a import cards
+from reach.a2a.bearer import BearerAuthenticator
+from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
+from reach.cancels import CancelRecord
+from reach.errors import InfraUnavailable, InvalidName
+from reach.gateway import checks
+from reach.gateway.admission import Admission, source_of, status_url, unavailable_as_503
+from reach.gateway.bodies import ErrorBody
+from reach.gateway.events import is_terminal
+from reach.gateway.openapi import READ_ERRORS
+from reach.gateway.ports import AppDirectory, AuthFailure, CallerApp
+from reach.gateway.routes_envelopes import SIGNED
+from reach.gateway.routes_status import owned
+from reach.names import check_capability
+
+CARD = "/.well-known/agent-card.json"
+MAX_CANCEL_BODY = 4096  # the body is only signed, never read: a reason at most
+_CARD_HEADERS = {"Cache-Control": "no-cache"}  # cards follow registrations: revalidate every time
+
+
+class CancelSent(BaseModel):
+    """The cancel record is on the bus; `status_url` shows how the message ends."""
+
+    message_id: str
+    cancel: str = "sent"
+    status_url: str
+
+
+CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **READ_ERRORS, 400: {"model": ErrorBody, "description": "Content-Length is not a number"},
+    409: {"model": ErrorBody, "description": "the message already ended: nothing to cancel"},
+    413: {"model": ErrorBody, "description": "a body over 4 KiB"}}
+
+
+class LabelledRoute(Route):
+    """A Starlette route that names itself in the scope, as FastAPI's do: the request metrics label by it."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child = {**child, "route": self}
+        return match, child
+
+
+class ReachContextBuilder(DefaultServerCallContextBuilder):
+    """The SDK's context plus what the route learned: the calling app and the endpoint's capability."""
+
+    def build(self, request: Request) -> ServerCallContext:
+        context = super().build(request)
+        context.state[APP] = request.scope.get(APP)
+        context.state[CAPABILITY] = request.path_params.get("capability")
+        return context
+
+
+def _unauthenticated(failure: AuthFailure) -> JSONResponse:
+    """401 + WWW-Authenticate: Bearer, what A2A clients expect before any JSON-RPC (the SDK raises A2AClientError
+    `HTTP Error 401`)."""
+    return JSONResponse({"error": failure.code, "message": failure.reason,
+                         "hint": "send Authorization: Bearer <key_id>.<secret> of a gateway app key"},
+                        status_code=401, headers={"WWW-Authenticate": 'Bearer realm="agent-reach"'})
+
+
+def _sender(admission: Admission) -> Cancel | None:
+    """Produce the app's cancel record (tenant-scoped: agents honour it only for that tenant's message)."""
+    sink = admission.deps.cancels
+    if sink is None:
+        return None
+
+    async def send(app: CallerApp, message_id: str) -> None:
+        record = CancelRecord(message_id=message_id, tenant=app.tenant, by=source_of(app),
+                              at=admission.deps.clock_ms())
+        with unavailable_as_503():
+            await sink.cancel(record)
+
+    return send
+
+
+def cancel_routes(admission: Admission) -> APIRouter:
+    router = APIRouter(tags=["status"])
+    send = _sender(admission)
+
+    @router.post("/v1/messages/{message_id}:cancel", status_code=202, response_model=CancelSent,
+                 responses=CANCEL_RESPONSES, summary="Cancel one message")
+    async def cancel(message_id: str, request: Request) -> JSONResponse:
+        """202 once the cancel record is on the bus: an agent that has not started the message skips it
+        (CANCELED), a running handler sees ctx.cancelled; 409 when the message already ended (signed, any body)."""
+        key_id, signature = (request.headers.get(name) for name in SIGNED)
+        checks.require_signature_headers(key_id, signature)
+        raw = await checks.read_body(request.headers.get("content-length"), request.stream(), MAX_CANCEL_BODY)
+        app = await admission.authenticate(key_id, signature, raw)
+        request.state.app_id = app.app_id
+        code, row = owned(app, message_id, *await admission.deps.status.message(message_id))
+        if code != 200:
+            return JSONResponse({"error": row.get("error", "unavailable"), "message": row.get("message", ""),
+                                 "hint": row.get("hint")}, status_code=code)
+        if is_terminal(row):
+            return JSONResponse({"error": "terminal", "message": f"{message_id} already ended {row['status']}",
+                                 "hint": "nothing to cancel"}, status_code=409)
+        if send is None:
+            raise checks.Refusal(503, "unavailable", "this gateway has no cancels topic")
+        await send(app, message_id)
+        return JSONResponse(CancelSent(message_id=message_id, status_url=status_url(message_id)).model_dump(),
+                            status_code=202)
+
+    return router
+
+
+def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[BaseRoute]:
+    """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
+    bearer = BearerAuthenticator(directory) if directory is not None else None
+    dispatcher = JsonRpcDispatcher(ReachRequestHandler(admission, cancel=_sender(admission)),
+                                   context_builder=ReachContextBuilder())
+    catalog = admission.deps.catalog
+
+    async def rpc(request: Request) -> Response:
+        if bearer is None:
+            return JSONResponse({"error": "unavailable", "message": "this gateway has no apps directory"},
+                                status_code=503)
+        capability = request.path_params.get("capability")
+        if capability is not None:
+            try:
+                check_capability(capability)
+            except InvalidName as exc:
+                return JSONResponse({"error": "bad_request", "message": str(exc)}, status_code=400)
+        try:
+            outcome = bearer.authenticate(request.headers.get("authorization"))
+        except InfraUnavailable as exc:
+            return JSONResponse({"error": "unavailable", "message": str(exc)}, status_code=503,
+                                headers={"Retry-After": "1"})
+        if isinstance(outcome, AuthFailure):
+            return _unauthenticated(outcome)
+        request.scope[APP] = outcome
+        request.state.app_id = outcome.app_id
+        return await dispatcher.handle_requests(request)
+
+    def _served(card: AgentCard | None) -> Response:
+        if card is None:
+            return JSONResponse({"error": "not_found", "message": "no live instance serves that capability",
+                                 "hint": "see the mesh card at /.well-known/agent-card.json"}, status_code=404)
+        return JSONResponse(agent_card_to_dict(card), headers=_CARD_HEADERS)
+
+    async def mesh_card(request: Request) -> Response:
+        live = catalog.live_capabilities(None, admission.deps.clock_ms())
+        return _served(cards.mesh_card(str(request.base_url), live))
+
+    async def capability_card(request: Request) -> Response:
+        live = catalog.live_capabilities(None, admission.deps.clock_ms())
+        return _served(cards.capability_card(str(request.base_url), request.path_params["capability"], live))
+
+    return [LabelledRoute(CARD, mesh_card, methods=["GET"]), LabelledRoute(cards.MESH_PATH, rpc, methods=["POST"]),
+            LabelledRoute(cards.CAPABILITY_PATH, rpc, methods=["POST"]),
+            LabelledRoute(cards.CAPABILITY_PATH + CARD.lstrip("/"), capability_card, methods=["GET"])]

@@ -1,0 +1,112 @@
+"""The pure A2A mappings: every receipt status has a task state, message parts -> payload, rows -> tasks and
+stream updates, and the bearer token check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from a2a.types.a2a_pb2 import Message, Part, TaskState
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Value
+
+from reach.a2a import tasks
+from reach.a2a.bearer import BearerAuthenticator
+from reach.a2a.cards import capability_card, mesh_card
+from reach.a2a.states import TASK_STATES, task_state
+from reach.errors import InfraUnavailable
+from reach.gateway.ports import AuthFailure, KeyEntry
+from reach.records import Capability, Status
+from tests.unit.gateway.fakes import FakeDirectory, app
+
+S = TaskState
+
+
+def test_every_status_has_a_task_state_as_the_issue_table_says() -> None:
+    assert set(TASK_STATES) == set(Status)
+    expected = {S.TASK_STATE_SUBMITTED: {"ACCEPTED", "ROUTED", "RETRY_SCHEDULED"},
+                S.TASK_STATE_WORKING: {"STARTED", "ATTEMPT_FAILED"}, S.TASK_STATE_COMPLETED: {"COMPLETED"},
+                S.TASK_STATE_FAILED: {"FAILED", "EXPIRED", "DEAD_LETTERED"},
+                S.TASK_STATE_REJECTED: {"REJECTED", "UNROUTABLE"}, S.TASK_STATE_CANCELED: {"CANCELED"}}
+    for state, statuses in expected.items():
+        assert {s.value for s, t in TASK_STATES.items() if t == state} == statuses
+    assert task_state("FROM_THE_FUTURE") == S.TASK_STATE_UNSPECIFIED
+
+
+def test_parts_become_the_payload() -> None:
+    data = Message(parts=[Part(data=ParseDict({"a": [1, 2]}, Value()))])
+    assert tasks.payload_of(data) == {"a": [1, 2]}
+    assert tasks.payload_of(Message(parts=[Part(text="hel"), Part(text="lo")])) == {"text": "hello"}
+    for bad, why in ((Message(), "no parts"), (Message(parts=[Part(url="http://x/y")]), "file/url/raw"),
+                     (Message(parts=[Part(text="a"), Part(data=ParseDict({}, Value()))]), "one data part")):
+        with pytest.raises(tasks.BadMessage, match=why):
+            tasks.payload_of(bad)
+    with pytest.raises(tasks.BadMessage, match="context_id"):
+        tasks.context_id_of(Message(context_id="x" * 201))
+
+
+def _row(status: str, timeline: list[tuple[str, int]], **extra: Any) -> dict[str, Any]:
+    return {"message_id": "m1", "trace_id": "ctx", "status": status, "updated_at": 1_000,
+            "timeline": [{"status": s, "attempt": a, "generation": 0, "at": i} for i, (s, a) in enumerate(timeline)],
+            **extra}
+
+
+RETRIED = [("ACCEPTED", 1), ("ROUTED", 1), ("STARTED", 1), ("ATTEMPT_FAILED", 1), ("RETRY_SCHEDULED", 1),
+           ("ROUTED", 2), ("STARTED", 2), ("COMPLETED", 2)]
+
+
+def test_a_row_is_a_task_with_its_timeline_as_history_and_the_result_as_artifact() -> None:
+    task = tasks.task_of(_row("COMPLETED", RETRIED, result='{"ok":true}'))
+    assert (task.id, task.context_id, task.status.state) == ("m1", "ctx", S.TASK_STATE_COMPLETED)
+    assert [m.metadata["status"] for m in task.history] == [s for s, _ in RETRIED]
+    assert MessageToDict(task.artifacts[0].parts[0].data) == {"ok": True}
+    assert len(tasks.task_of(_row("COMPLETED", RETRIED), history_length=2).history) == 2
+    failed = tasks.task_of(_row("FAILED", [("FAILED", 1)], last_error={"kind": "BUSINESS", "code": "NO",
+                                                                       "message": "nope"}))
+    assert failed.status.state == S.TASK_STATE_FAILED and "NO: nope" in failed.status.message.parts[0].text
+    assert not failed.artifacts
+
+
+def test_stream_updates_follow_state_changes_in_order_and_end_with_the_artifact() -> None:
+    row = _row("COMPLETED", RETRIED, result='"done"')
+    events, sent, last = tasks.updates(row, 0, S.TASK_STATE_SUBMITTED)
+    kinds = [("artifact" if hasattr(e, "artifact") and e.HasField("artifact") else S.Name(e.status.state))
+             for e in events]
+    assert kinds == ["TASK_STATE_WORKING", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING", "artifact",
+                     "TASK_STATE_COMPLETED"]
+    assert sent == len(RETRIED) and last == S.TASK_STATE_COMPLETED
+    partial = _row("STARTED", RETRIED[:3])
+    first, sent, last = tasks.updates(partial, 0, S.TASK_STATE_SUBMITTED)
+    assert [S.Name(e.status.state) for e in first] == ["TASK_STATE_WORKING"]
+    assert tasks.updates(partial, sent, last)[0] == []  # nothing new: nothing sent twice
+
+
+def test_the_bearer_token_is_key_id_dot_secret_of_a_live_key() -> None:
+    directory = FakeDirectory([KeyEntry("key_1", app(), b"rs_good")])
+    bearer = BearerAuthenticator(directory)
+    assert bearer.authenticate("Bearer key_1.rs_good") == app()
+    outcomes = [bearer.authenticate(h) for h in (None, "Basic abc", "Bearer key_1", "Bearer key_1.rs_bad",
+                                                  "Bearer key_2.rs_good", "Bearer " + "x" * 600)]
+    assert [o.code for o in outcomes if isinstance(o, AuthFailure)] == ["missing", "malformed", "malformed",
+                                                                       "denied", "denied", "malformed"]
+    directory.alive = False
+    with pytest.raises(InfraUnavailable, match="apps directory"):
+        bearer.authenticate("Bearer key_1.rs_good")
+
+
+def test_cards_have_one_skill_per_live_capability_and_follow_versions() -> None:
+    caps = [Capability(name="demo.echo", version="1.0.0", tags=["demo"],
+                       input_schema='{"type":"object","properties":{"text":{"type":"string"}}}'),
+            Capability(name="demo.echo", version="1.2.0"), Capability(name="demo.calc", version="2.0.0",
+                                                                     input_schema='{"type":"object","required":["n"]}'),
+            Capability(name="channel.webhook", version="1.0.0")]
+    card = mesh_card("http://gw:8080/", caps)
+    assert [s.id for s in card.skills] == ["demo.calc", "demo.echo"]  # channels only for apps that list them
+    assert card.supported_interfaces[0].url == "http://gw:8080/a2a/"
+    echo = card.skills[1]
+    assert "1.2.0, 1.0.0" in echo.description and list(echo.input_modes) == ["application/json", "text/plain"]
+    assert list(card.skills[0].input_modes) == ["application/json"]  # {"text": ...} would break its contract
+    one = capability_card("http://gw:8080", "demo.calc", caps)
+    assert one is not None and one.supported_interfaces[0].url == "http://gw:8080/a2a/cap/demo.calc/"
+    assert capability_card("http://gw:8080", "demo.gone", caps) is None
+    assert not card.capabilities.push_notifications and card.capabilities.streaming
