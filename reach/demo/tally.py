@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from reach.records import Receipt, Status
 
 OUTCOME_COLUMNS = ("routed", "completed", "failed", "retried", "dead_lettered", "overload", "rejected",
-                   "unroutable", "expired")
+                   "unroutable", "expired", "canceled")
 """The counters shown per capability and in the totals, in display order."""
 
 _TERMINAL_COLUMN = {
@@ -26,6 +26,7 @@ _TERMINAL_COLUMN = {
     Status.UNROUTABLE: "unroutable",
     Status.EXPIRED: "expired",
     Status.DEAD_LETTERED: "dead_lettered",
+    Status.CANCELED: "canceled",
 }
 
 

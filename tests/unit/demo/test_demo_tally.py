@@ -80,3 +80,11 @@ def test_endings_are_checked_against_the_plan_and_overload_is_its_own_ending() -
     snap = tally.snapshot()
     assert snap.by_kind == {"echo": {"COMPLETED": 1, "OVERLOAD": 1}}
     assert (snap.as_planned, snap.unplanned) == (1, 1) and snap.examples["unplanned"] == "shed"
+
+
+def test_every_terminal_status_has_a_column() -> None:
+    from reach.demo.tally import OUTCOME_COLUMNS, outcome_of
+    from reach.records import TERMINAL
+
+    for status in TERMINAL:
+        assert outcome_of(receipt(status)) in OUTCOME_COLUMNS, status
