@@ -96,6 +96,20 @@ class Names:
         """Gateway apps (compacted), keyed by app id."""
         return self.topic("apps")
 
+    @property
+    def intents(self) -> str:
+        """Envelopes naming an intent (capability intent.resolve), read by the resolver in front of the router."""
+        return self.topic("intents")
+
+    @property
+    def handoff(self) -> str:
+        """Requests for a human (compacted), keyed by message_id: the context bundle and its handoff state."""
+        return self.topic("handoff")
+
+    @property
+    def resolver_group(self) -> str:
+        return self.topic("resolver")
+
     def retry(self, tier: str) -> str:
         return self.topic(f"retry.{tier}")
 

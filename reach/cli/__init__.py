@@ -11,7 +11,9 @@ from reach.cli import apps as apps_cli
 from reach.cli import canary as canary_cli
 from reach.cli import channels as channels_cli
 from reach.cli import dlq as dlq_cli
+from reach.cli import handoff as handoff_cli
 from reach.cli import instances as instances_cli
+from reach.cli import intents as intents_cli
 from reach.cli import policy as policy_cli
 from reach.cli import receipts as receipts_cli
 from reach.cli import router as router_cli
@@ -43,6 +45,8 @@ app.add_typer(dlq_cli.app, name="dlq")
 app.add_typer(canary_cli.app, name="canary")
 app.add_typer(apps_cli.app, name="apps")
 app.add_typer(channels_cli.app, name="channels")
+app.add_typer(intents_cli.app, name="intents")
+app.add_typer(handoff_cli.app, name="handoff")
 
 
 def main() -> None:
