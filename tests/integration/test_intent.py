@@ -153,6 +153,8 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
     # answer arrives second and is recorded as discarded
     with stack(tmp_path, agent={"slow": frozenset({"text.translate"})}) as (_w, client, receipts):
         message_id = client.send(RESERVED, {"q": 1}, intent="how do you say rain in Italian")
+        no_intent = client.envelope("demo.echo", {}).model_copy(update={"capability": RESERVED})
+        client.publish(no_intent)  # to <ns>.intents: an intent envelope without its intent
         seen = wait_for(lambda: (lambda s: s if any(r.resolution and r.resolution.stage == "discarded"
                                                     for r in s.get(message_id, [])) else None)(receipts.by_message()),
                         timeout=30, what="both branches ended")
@@ -167,3 +169,5 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         assert discarded.resolution is not None and discarded.resolution.child_id not in (None, winner)
         children = {m: rs for m, rs in seen.items() if m in (winner, discarded.resolution.child_id)}
         assert all(any(r.status is Status.COMPLETED for r in rs) for rs in children.values())
+        refused = receipts.wait_status([no_intent.message_id], Status.REJECTED)[no_intent.message_id]
+        assert refused[-1].error is not None and refused[-1].error.code == "BAD_INTENT"
