@@ -43,6 +43,11 @@ class Context:
         return self.envelope.attempt
 
     @property
+    def session_snapshot(self) -> str | None:
+        """The request's read-only session snapshot reference (a compacted-topic key or object URI), if any."""
+        return self.envelope.session_snapshot
+
+    @property
     def cost(self) -> float | None:
         return self._cost
 
