@@ -31,6 +31,7 @@ from reach.intent import handoff as handoffs
 from reach.intent.cache import RouteCache
 from reach.intent.dual import DualTracker, Outcome
 from reach.intent.errors import IntentModelMissing
+from reach.intent.feedback import Feedback
 from reach.intent.model import Embedder, shared_model
 from reach.intent.semantic import SemanticIndex
 from reach.intent.stages import Resolution, Thresholds, resolve
@@ -43,6 +44,7 @@ from reach.streams.state import RouterState, StateLoop
 
 log = logging.getLogger("reach.resolver")
 LATENCY_SAMPLES = 10_000
+REFRESH_S = 0.5  # how often the catalog is compared with the registry and control views
 
 
 class Resolver(LoopThread):
@@ -75,6 +77,8 @@ class Resolver(LoopThread):
         self._live: frozenset[str] = frozenset()
         self.cache = RouteCache()
         self.dual = DualTracker()
+        self.feedback = Feedback()
+        self._refreshed = 0.0
         self.latencies_ms: deque[float] = deque(maxlen=LATENCY_SAMPLES)  # per resolution, cache misses only
         self.counts: dict[str, int] = {}
 
@@ -157,24 +161,29 @@ class Resolver(LoopThread):
         consumer = Consumer(self.kafka.consumer(self.names.resolver_group,
                                                 **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
         replies = topicreader.open_reader("resolver-replies", self.kafka)
+        outcomes = topicreader.open_reader("resolver-outcomes", self.kafka)  # feedback: from now on, no group
         producer = Producer(self.kafka.producer())
         try:
-            parts = topicreader.partitions(replies, self.reply_topic)
-            replies.assign([TopicPartition(self.reply_topic, p, OFFSET_END) for p in parts])
+            for reader, topic in ((replies, self.reply_topic), (outcomes, self.names.receipts)):
+                reader.assign([TopicPartition(topic, p, OFFSET_END) for p in topicreader.partitions(reader, topic)])
             consumer.subscribe([self.names.intents])
             self.error = None  # a restart after an infrastructure error has recovered
             while not self._stop.is_set():
-                self.refresh(now_ms())
+                if time.monotonic() - self._refreshed >= REFRESH_S:
+                    self.refresh(now_ms())
+                    self._refreshed = time.monotonic()
                 messages = [m for m in clients.take(consumer, 200, 0.1) if not m.error()]
                 if messages:
                     self._batch(consumer, producer, messages)
                 answers = [m for m in clients.take(replies, 200, 0.0 if messages else 0.05) if not m.error()]
                 if answers:
                     self._answers(producer, answers)
+                self._outcomes(producer, [m for m in clients.take(outcomes, 500, 0.0) if not m.error()])
         finally:
             producer.flush(10)
             consumer.close()
             replies.close()
+            outcomes.close()
 
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         acks = Acks()
@@ -226,6 +235,9 @@ class Resolver(LoopThread):
             return []
         resolution = self.resolve(envelope["intent"])
         self.counts[resolution.stage] = self.counts.get(resolution.stage, 0) + 1
+        if resolution.stage == "exact" and resolution.capability is not None:
+            self.feedback.sent(envelope["message_id"], normalize(resolution.intent), resolution.capability,
+                               resolution.candidates[0].score)
         duals: list[tuple[dict[str, Any], dict[str, str]]] = []
         children: dict[str, str] = {}
         for out in dispatch.plan(envelope, value, resolution, at=now, reply_topic=self.reply_topic):
@@ -265,6 +277,25 @@ class Resolver(LoopThread):
             if outcome is not None:
                 self._record_outcome(producer, outcome)
         producer.flush(30)
+
+    def _outcomes(self, producer: Producer, records: list[Message]) -> None:
+        """Terminal receipts of exact-stage forwards: repeated failures lower the mapping's confidence."""
+        for msg in records:
+            message_id = H.text(H.pairs(msg.headers()), H.MESSAGE_ID)
+            value = msg.value()
+            if message_id is None or value is None or not self.feedback.watching(message_id):
+                continue  # most receipts are not ours: no decode
+            try:
+                receipt = decode(value, Receipt)
+            except DecodeError:
+                continue
+            lowered = self.feedback.ended(receipt.message_id, receipt.status)
+            if lowered is not None:
+                record = mappings.record(lowered.phrase, lowered.capability, confidence=lowered.confidence,
+                                         source="feedback", by=f"resolver-{self.worker_id}")
+                producer.produce(self.names.control, encode(record), key=record.key.encode())
+                log.warning("intent %r -> %s failed repeatedly: confidence lowered to %.2f", lowered.phrase,
+                            lowered.capability, lowered.confidence)
 
     def _record_outcome(self, producer: Producer, outcome: Outcome) -> None:
         parent, child = outcome.parent, outcome.receipt

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from reach.agent import Agent, Context
+from reach import control
+from reach.agent import Agent, BusinessError, Context
 from reach.client import Client
 from reach.intent.catalog import RESERVED, SIDE_EFFECT_FREE_TAG
 from reach.intent.desk import HandoffDesk
@@ -43,6 +44,8 @@ def catalog_agent(slow: frozenset[str] = frozenset()) -> Agent:
             async def handle(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
                 if name in slow:
                     await asyncio.sleep(2.0)
+                if payload.get("fail"):
+                    raise BusinessError("ASKED_TO_FAIL")
                 return {"served_by": name, "snapshot": ctx.session_snapshot, **payload}
             return handle
 
@@ -173,3 +176,12 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         assert all(any(r.status is Status.COMPLETED for r in rs) for rs in children.values())
         refused = receipts.wait_status([no_intent.message_id], Status.REJECTED)[no_intent.message_id]
         assert refused[-1].error is not None and refused[-1].error.code == "BAD_INTENT"
+
+        # feedback: an exact mapping whose requests keep failing loses confidence on the control topic
+        failing = [client.send(RESERVED, {"fail": True}, intent="find a recipe for lasagna") for _ in range(3)]
+        receipts.wait_status(failing, Status.FAILED)
+        key = "INTENT:find a recipe for lasagna"
+        lowered = wait_for(lambda: control.read_control(names=Names(namespace), timeout=3).records().get(key),
+                           what="the lowered mapping")
+        assert lowered.intent is not None and lowered.intent.source == "feedback"
+        assert lowered.intent.confidence == 0.75 and lowered.intent.capability == "recipe.search"

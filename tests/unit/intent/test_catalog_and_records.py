@@ -111,3 +111,19 @@ def test_plans_forward_children_or_a_handoff_bundle_and_moves_are_checked() -> N
     with pytest.raises(IntentError):
         done.moved("REROUTED", by="ann", at=9)
     assert dispatch.answer_result("plain words") == b'"plain words"' and dispatch.answer_result("[1]") == b"[1]"
+
+
+def test_repeated_failures_lower_an_exact_mappings_confidence() -> None:
+    from reach.intent.feedback import Feedback
+
+    fb = Feedback(failures=2, step=0.25)
+    for i in range(3):
+        fb.sent(f"m{i}", "rain", "weather.forecast", 1.0)
+    assert fb.ended("m0", Status.ROUTED) is None and fb.watching("m0")
+    assert fb.ended("m0", Status.FAILED) is None
+    assert fb.ended("m1", Status.COMPLETED) is None  # a success resets the run
+    assert fb.ended("m2", Status.FAILED) is None and not fb.watching("m2")
+    fb.sent("m3", "rain", "weather.forecast", 1.0)
+    lowered = fb.ended("m3", Status.REJECTED)
+    assert lowered is not None and (lowered.phrase, lowered.confidence) == ("rain", 0.75)
+    assert fb.ended("unknown", Status.FAILED) is None
