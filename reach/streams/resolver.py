@@ -20,7 +20,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, delivery, topicreader
+from reach import clients, delivery, dlq, topicreader
 from reach import headers as H
 from reach.acks import Acks, Position
 from reach.codec import DecodeError, RegistryUnavailable, decode, decode_dict, encode, encode_dict
@@ -217,9 +217,13 @@ class Resolver(LoopThread):
         now = now_ms()
         try:
             envelope = decode_dict("Envelope", value)
-        except DecodeError as exc:
-            log.warning("skipping an undecodable record on %s[%d]@%d: %s", *position, exc)
+        except DecodeError as exc:  # dead-lettered with its reason; the partition moves on
+            log.warning("dead-lettering an undecodable record on %s[%d]@%d: %s", *position, exc)
             self.counts["undecodable"] = self.counts.get("undecodable", 0) + 1
+            letter, headers = dlq.letter(value, reason="UNDECODABLE", origin=position,
+                                         error=ErrorInfo(kind="INVALID_INPUT", code="UNDECODABLE", message=str(exc)),
+                                         message_id=H.text(H.pairs(msg.headers()), H.MESSAGE_ID))
+            delivery.produce(producer, acks, position, self.names.dlq, letter, key=msg.key(), headers=headers)
             return []
         why = dispatch.problem(envelope)
         if why is None and envelope.get("reply_to"):

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from reach import control
 from reach.agent import Agent, BusinessError, Context
@@ -21,8 +22,9 @@ from reach.intent.model import shared_model
 from reach.intent.sample import CATALOG, UNRELATED
 from reach.names import Names
 from reach.records import Receipt, Status
+from reach.settings import KafkaSettings
 from reach.streams.resolver import Resolver
-from tests.integration.agent_support import Receipts, reach_cli, running
+from tests.integration.agent_support import Receipts, TopicReader, reach_cli, running
 from tests.integration.router_helpers import running_router, running_status, wait_for
 
 pytestmark = pytest.mark.integration
@@ -160,6 +162,10 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         message_id = client.send(RESERVED, {"q": 1}, intent="how do you say rain in Italian")
         no_intent = client.envelope("demo.echo", {}).model_copy(update={"capability": RESERVED})
         client.publish(no_intent)  # to <ns>.intents: an intent envelope without its intent
+        names = Names(namespace)
+        garbage = Producer(KafkaSettings().producer())
+        garbage.produce(names.intents, b"not an envelope", key=b"junk")
+        assert garbage.flush(10) == 0
         seen = wait_for(lambda: (lambda s: s if any(r.resolution and r.resolution.stage == "discarded"
                                                     for r in s.get(message_id, [])) else None)(receipts.by_message()),
                         timeout=30, what="both branches ended")
@@ -176,6 +182,12 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         assert all(any(r.status is Status.COMPLETED for r in rs) for rs in children.values())
         refused = receipts.wait_status([no_intent.message_id], Status.REJECTED)[no_intent.message_id]
         assert refused[-1].error is not None and refused[-1].error.code == "BAD_INTENT"
+        letters = TopicReader(names.dlq)
+        try:
+            wait_for(lambda: any(r.headers.get("x-reach-reason") == b"UNDECODABLE" for r in letters.poll()),
+                     what="the undecodable record dead-lettered")
+        finally:
+            letters.close()
 
         # feedback: an exact mapping whose requests keep failing loses confidence on the control topic
         failing = [client.send(RESERVED, {"fail": True}, intent="find a recipe for lasagna") for _ in range(3)]
