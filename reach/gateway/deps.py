@@ -73,6 +73,7 @@ class Remembered:
     state: IdemState
     message_id: str
     trace_id: str
+    fingerprint: str = ""  # what the first request asked for (admission.fingerprint); "" when recorded before it
 
 
 class IdempotencyStore(Protocol):
