@@ -81,8 +81,10 @@ def terminal(receipts: list[Receipt]) -> Receipt | None:
 
 def test_exact_semantic_handoff_and_stats(namespace: str, tmp_path: Path) -> None:
     with stack(tmp_path) as (_worker, client, receipts):
-        exact = client.send(RESERVED, {"city": "Berlin"}, intent="Weather forecast for Berlin",
-                            session_snapshot=f"{namespace}.sessions:s-exact")
+        sent = reach_cli("send", "--intent", "Weather forecast for Berlin", "--payload", '{"city": "Berlin"}',
+                         "--session-snapshot", f"{namespace}.sessions:s-exact", "--wait", "--json")
+        assert sent.returncode == 0, sent.stdout + sent.stderr  # COMPLETED through the resolver and the router
+        exact = json.loads(sent.stdout)["message_id"]
         expected = {client.send(RESERVED, {"n": i}, intent=p): c.name
                     for c in CATALOG for i, p in enumerate(c.paraphrases)}
         unrelated = [client.send(RESERVED, {}, intent=text, session_snapshot=f"{namespace}.sessions:s-{i}")
