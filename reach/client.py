@@ -79,7 +79,11 @@ class Client:
     def publish(self, envelope: Envelope, *, topic: str | None = None, partition: int | None = None,
                 timeout: float = 30.0) -> None:
         """Publish one envelope (default: to its capability topic, created from topics.yaml if missing)."""
-        target = topic or self.names.capability(envelope.capability)
+        from reach.intent.catalog import RESERVED
+
+        # an intent goes to the resolver in front of the router, never to a capability topic of its own
+        target = topic or (self.names.intents if envelope.capability == RESERVED else
+                           self.names.capability(envelope.capability))
         self._ensure(target)
         outcome: list[KafkaError | None] = []
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ulid import ULID
 
-from reach.errors import ReachError
+from reach.errors import InvalidName, ReachError
 from reach.names import check_agent_id, check_capability
 from reach.records import Envelope, Policy, RoutingHints
 from reach.versions import parse_range
@@ -63,9 +63,15 @@ def new_envelope(
     callback: str | None = None,
     headers: dict[str, str] | None = None,
     max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    session_snapshot: str | None = None,
 ) -> Envelope:
     """A valid Envelope, or a ReachError saying which argument is wrong."""
     check_capability(capability)
+    from reach.intent.catalog import RESERVED
+
+    if capability == RESERVED and not (intent or "").strip():
+        raise InvalidName(f"An envelope for {RESERVED} must carry an intent (the request in words or an intent "
+                          "id): pass intent=..., or name a capability instead.")
     parse_range(version)
     if to_agent:
         check_agent_id(to_agent)
@@ -100,6 +106,7 @@ def new_envelope(
         reply_to=reply_to,
         callback=callback,
         headers=headers or {},
+        session_snapshot=session_snapshot,
     )
 
 

@@ -101,6 +101,20 @@ class Names:
         """Cancel records keyed by message_id (time-retained): reach.cancels."""
         return self.topic("cancels")
 
+    @property
+    def intents(self) -> str:
+        """Envelopes naming an intent (capability intent.resolve), read by the resolver in front of the router."""
+        return self.topic("intents")
+
+    @property
+    def handoff(self) -> str:
+        """Requests for a human (compacted), keyed by message_id: the context bundle and its handoff state."""
+        return self.topic("handoff")
+
+    @property
+    def resolver_group(self) -> str:
+        return self.topic("resolver")
+
     def retry(self, tier: str) -> str:
         return self.topic(f"retry.{tier}")
 

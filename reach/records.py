@@ -46,6 +46,7 @@ class Status(StrEnum):
     CALLBACKED = "CALLBACKED"  # on the original message: its callback reached DELIVERED (v5)
     UNKNOWN = "UNKNOWN"  # the enum default: what a reader makes of a status added after its schema
     CANCELED = "CANCELED"  # the caller cancelled it before an agent started it (v6, terminal)
+    INTENT_RESOLVED = "INTENT_RESOLVED"  # the resolver turned an intent into a capability or a handoff (v6)
 
     @property
     def is_terminal(self) -> bool:
@@ -102,6 +103,7 @@ class ControlKind(StrEnum):
     INSTANCE = "INSTANCE"
     POLICY = "POLICY"
     CANARY = "CANARY"
+    INTENT = "INTENT"  # an exact intent -> capability mapping (v4)
     UNKNOWN = "UNKNOWN"  # the enum default: a kind added after this reader's schema, skipped by the view
 
 
@@ -179,6 +181,7 @@ class Envelope(AvroRecord):
     reply_to: str | None = None
     callback: str | None = None
     headers: dict[str, str] = {}
+    session_snapshot: str | None = None
 
 
 class ErrorInfo(AvroModel):
@@ -232,6 +235,30 @@ class ChannelDelivery(AvroModel):
     callback_id: str | None = None
 
 
+class IntentCandidate(AvroModel):
+    """One capability the resolver considered for an intent, with its score and why it was not taken."""
+
+    avro_name: ClassVar[str] = "IntentCandidate"
+
+    capability: str
+    score: float
+    source: str
+    reason: str | None = None
+
+
+class IntentResolution(AvroModel):
+    """How an intent was resolved (v6): the stage, the capability and the candidates considered."""
+
+    avro_name: ClassVar[str] = "IntentResolution"
+
+    stage: str
+    intent: str
+    capability: str | None = None
+    candidates: list[IntentCandidate] = []
+    by: str | None = None
+    child_id: str | None = None
+
+
 class Receipt(AvroRecord):
     """One step in the life of a message."""
 
@@ -261,6 +288,7 @@ class Receipt(AvroRecord):
     reused_from: str | None = None
     channel: ChannelDelivery | None = None
     callback: str | None = None
+    resolution: IntentResolution | None = None
 
 
 class Capability(AvroModel):
@@ -400,11 +428,23 @@ class Canary(AvroModel):
     reason: str | None = None
 
 
+class IntentMapping(AvroModel):
+    """An exact intent -> capability mapping on the control topic, keyed INTENT:<phrase> (v4)."""
+
+    avro_name: ClassVar[str] = "IntentMapping"
+
+    phrase: str
+    capability: str
+    confidence: float = 1.0
+    source: str = "operator"
+
+
 _BODY_OF_KIND = {
     ControlKind.WEIGHTS: "weights",
     ControlKind.INSTANCE: "instance",
     ControlKind.POLICY: "policy",
     ControlKind.CANARY: "canary",
+    ControlKind.INTENT: "intent",
 }
 
 
@@ -419,6 +459,7 @@ class Control(AvroRecord):
     instance: InstanceOverride | None = None
     policy: Policy | None = None
     canary: Canary | None = None
+    intent: IntentMapping | None = None
     updated_at: EpochMillis
     updated_by: str
 

@@ -17,6 +17,7 @@ from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, Receipt, Status
 # the router writes its receipt after the forward is acked, the agent may start before that).
 _RANK = {
     Status.ACCEPTED: 0,
+    Status.INTENT_RESOLVED: 0,  # the resolver's step before the router's (docs/intent.md)
     Status.ROUTED: 1,
     Status.STARTED: 2,
     Status.ATTEMPT_FAILED: 3,
@@ -25,7 +26,7 @@ _RANK = {
 # Timeline order: generation, attempt, then phase, then time. The router stamps a ROUTED receipt when the
 # forward's delivery report runs, which can be after the agent already finished it; by phase the
 # timeline still reads routed -> started -> outcome (a reroute's ACCEPTED and ROUTED stay in time order).
-_PHASE = {Status.ACCEPTED: 0, Status.ROUTED: 0, Status.STARTED: 1}
+_PHASE = {Status.ACCEPTED: 0, Status.INTENT_RESOLVED: 0, Status.ROUTED: 0, Status.STARTED: 1}
 MAX_STEPS = 64
 MAX_RESULT_CHARS = 64 * 1024
 MAX_ERROR_CHARS = 2_048

@@ -20,6 +20,7 @@ TASK_STATES: dict[Status, TaskState] = {
     Status.REJECTED: TaskState.TASK_STATE_REJECTED,
     Status.UNROUTABLE: TaskState.TASK_STATE_REJECTED,
     Status.CANCELED: TaskState.TASK_STATE_CANCELED,
+    Status.INTENT_RESOLVED: TaskState.TASK_STATE_SUBMITTED,  # resolved to a capability, not yet routed
     # delivery steps of a channel send follow a terminal status: they never change the task's state
     Status.SENT: TaskState.TASK_STATE_UNSPECIFIED,
     Status.DELIVERED: TaskState.TASK_STATE_UNSPECIFIED,

@@ -50,6 +50,11 @@ class Context:
         return self._cancelled()
 
     @property
+    def session_snapshot(self) -> str | None:
+        """The request's read-only session snapshot reference (a compacted-topic key or object URI), if any."""
+        return self.envelope.session_snapshot
+
+    @property
     def cost(self) -> float | None:
         return self._cost
 

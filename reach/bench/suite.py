@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reach.bench import faust_forward, gateway, knee, quix, raw, round_trip, route, scoring
+from reach.bench import faust_forward, gateway, intent, knee, quix, raw, round_trip, route, scoring
 from reach.bench.gateway import GatewayConfig
 from reach.bench.knee import KneeConfig
 from reach.bench.report import Report, conditions
@@ -18,7 +18,7 @@ from reach.bench.results import ModeResult
 from reach.bench.workspace import Workspace
 from reach.settings import KafkaSettings
 
-MODES = ("raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway")
+MODES = ("raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway", "intent")
 STATUS_SCALE = "reach.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -73,6 +73,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("status-scale", lambda: _status_scale(config, kafka)),
             ("scoring", lambda: scoring.run(calls=config.scoring_calls)),
             ("gateway", lambda: _gateway(config, kafka)),
+            ("intent", lambda: intent.run()),
         ]
         for name, step in steps:
             if name in config.modes:

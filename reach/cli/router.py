@@ -24,11 +24,17 @@ def router(
                                    "--no-faust runs the confluent loop alone"),
     role: str = typer.Option("all", "--role",
                              help="what this process runs: route (hot path, delay tiers), status (status fold, "
-                             "timekeeper) or all; run route and status as two processes so they share no GIL"),
+                             "timekeeper), all, or resolve (the intent resolver in front of the router, "
+                             "docs/intent.md); run route and status as two processes so they share no GIL"),
 ) -> None:
     """Route every capability topic of the namespace to the best agent instance (several workers share them)."""
     from reach.streams.app import Role
 
+    if role == "resolve":
+        from reach.cli.intents import run_resolver
+
+        run_resolver(interval)
+        return
     if role not in {r.value for r in Role}:
         raise typer.BadParameter(f"--role must be route, status or all; got {role!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

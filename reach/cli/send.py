@@ -1,4 +1,4 @@
-"""`reach send CAPABILITY --payload JSON`: publish one envelope and print its message_id."""
+"""`reach send CAPABILITY --payload JSON` (or `--intent TEXT`): publish one envelope and print its message_id."""
 
 from __future__ import annotations
 
@@ -26,7 +26,11 @@ def parse_payload(text: str) -> Any:
 
 
 def send(
-    capability: str = typer.Argument(..., help="capability name, e.g. demo.echo"),
+    capability: str | None = typer.Argument(None, help="capability name, e.g. demo.echo (omit with --intent)"),
+    intent: str | None = typer.Option(None, "--intent", help="what is wanted, in words or an intent id, instead "
+                                      "of a capability: the resolver picks one (docs/intent.md)"),
+    session_snapshot: str | None = typer.Option(None, "--session-snapshot", help="a read-only session snapshot "
+                                                "reference (compacted-topic key topic:key or an object URI)"),
     payload: str = typer.Option(..., "--payload", help="the request as JSON"),
     version: str = typer.Option("*", "--version", help="semver range of the capability, e.g. ^1.0"),
     session: str | None = typer.Option(None, "--session", help="session key (ordering and affinity)"),
@@ -46,8 +50,19 @@ def send(
 ) -> None:
     """Publish a request for CAPABILITY to its capability topic; prints the message_id."""
     body = parse_payload(payload)
-    extra = {} if callback is None and callback_fields is None else {"callback": callback,
-                                                                     "callback_fields": callback_fields}
+    extra: dict[str, Any] = {} if callback is None and callback_fields is None else {
+        "callback": callback, "callback_fields": callback_fields}
+    if intent is not None:
+        from reach.intent.catalog import RESERVED
+
+        if capability not in (None, RESERVED):
+            raise BadPayload(f"Give a capability or --intent, not both (got {capability!r} and --intent); "
+                             f"with --intent the capability is {RESERVED}.")
+        capability, extra["intent"] = RESERVED, intent
+    if capability is None:
+        raise BadPayload("Name a CAPABILITY (e.g. `reach send demo.echo --payload ...`) or give --intent TEXT.")
+    if session_snapshot is not None:
+        extra["session_snapshot"] = session_snapshot
     if wait:
         send_and_wait(capability, body, timeout=timeout, as_json=as_json, version=version, session_key=session,
                       to_agent=to, idempotency_key=idempotency_key, priority=priority, **extra)

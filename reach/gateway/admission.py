@@ -19,6 +19,7 @@ from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
 from reach.gateway.ports import CallerApp, Verified
 from reach.gateway.publisher import BrokerRefused
+from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
 from reach.records import Envelope, RoutingHints
 
 STATUS_PATH = "/v1/messages/"
@@ -104,8 +105,9 @@ class Admission:
             self.metrics.quota_hit(app.app_id, request.capability, decision.scope, bool(versions))
         checks.check_quota(decision, app, request.capability)
         waits = request.expire_at is not None and request.expire_at > now
-        checks.check_contract(versions, capability=request.capability, version_range=request.version,
-                              payload=payload, waits=waits)
+        if request.capability != INTENT_CAPABILITY:  # an intent's capability is known only once it is resolved
+            checks.check_contract(versions, capability=request.capability, version_range=request.version,
+                                  payload=payload, waits=waits)
         return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
 
     def _envelope(self, app: CallerApp, request: EnvelopeRequest, reply_to: str | None, budget: int) -> Envelope:
@@ -115,6 +117,7 @@ class Admission:
                 request.capability, request.payload, version=request.version, session_key=hints.session_key,
                 region=hints.region, tags=hints.tags, tenant=app.tenant, source=source_of(app),
                 budget_ms=request.budget_ms or budget, expire_at=request.expire_at, reply_to=reply_to,
+                intent=request.intent,
                 idempotency_key=(envelope_idempotency_key(app, request.idempotency_key)
                                  if request.idempotency_key else None),
             )

@@ -35,6 +35,9 @@ class EnvelopeRequest(BaseModel):
                                   "instance serves it yet (no 404)")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200,
                                         description="a repeat from the same app returns the original 202")
+    intent: str | None = Field(default=None, min_length=1, max_length=2000,
+                               description="what is wanted in words (or an intent id), with capability "
+                               "intent.resolve: the resolver picks the capability (docs/intent.md)")
     callback: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s]+$",
                                  description="an http(s) URL carried on the envelope (Envelope.callback) for "
                                  "the caller: when the message ends, a channel agent POSTs its terminal outcome "

@@ -16,6 +16,7 @@ from reach.agent.publisher import refusal
 from reach.client import Client
 from reach.envelopes import routing_key
 from reach.errors import InfraUnavailable, ReachError
+from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
 from reach.records import Envelope
 
 POLL_S = 0.1
@@ -68,7 +69,8 @@ class KafkaPublisher:
         self._thread.start()
 
     async def publish(self, envelope: Envelope) -> None:
-        topic = self._client.names.capability(envelope.capability)
+        names = self._client.names
+        topic = names.intents if envelope.capability == INTENT_CAPABILITY else names.capability(envelope.capability)
         if topic not in self._ensured:  # metadata round trips: off the event loop, once per topic
             await asyncio.to_thread(self._client.ensure_topic, topic)
             self._ensured.add(topic)

@@ -23,7 +23,8 @@ from reach.scoring import ScoreParts
 
 _FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "agent_id", "instance_id", "status",
            "attempt", "at", "error", "retry_after_ms", "result", "step_status", "timings", "decision", "cost",
-           "due_at", "deadline", "delivery_timeout_ms", "reroutes", "reused_from", "channel", "callback")
+           "due_at", "deadline", "delivery_timeout_ms", "reroutes", "reused_from", "channel", "callback",
+           "resolution")
 _DECISION = ("candidates", "picked_instance", "topic", "partition", "offset", "weights", "arm", "admission")
 _CANDIDATE_TAIL = ("parts", "arm")  # after instance_id, agent_id and the fixed doubles (score, then legacy parts)
 _DOUBLE = struct.Struct("<d")
@@ -139,9 +140,10 @@ class RoutedReceiptWriter:
             _NULL, _SOME, s(picked_instance), _SOME, s(topic),  # _NULL ends the candidates array
             optional_long(partition), optional_long(offset), self._weights_map(weights),
             optional_string(arm), optional_string(admission),
-            # cost and due_at null; then deadline, delivery_timeout_ms, reroutes; reused_from, channel, callback null
+            # cost and due_at null; then deadline, delivery_timeout_ms, reroutes; reused_from, channel, callback,
+            # resolution (v6) null
             _NULL, _NULL, optional_long(deadline), optional_long(delivery_timeout_ms), varint(reroutes), _NULL,
-            _NULL, _NULL,
+            _NULL, _NULL, _NULL,
         ]
         return b"".join(parts)
 

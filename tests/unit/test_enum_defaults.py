@@ -93,13 +93,13 @@ def _control(**fields: Any) -> dict[str, Any]:
 
 
 def test_a_control_kind_from_a_newer_writer_is_skipped_and_counted(tmp_path: Path) -> None:
-    newer, reader = _future("Control", lambda s: _enum(s, "kind")["symbols"].append("INTENT"), tmp_path)
-    read = reader.decode(_written_with(newer, _control(kind="INTENT", scope="demo.echo", weights=None)), Control)
+    newer, reader = _future("Control", lambda s: _enum(s, "kind")["symbols"].append("ROUTE_HINT"), tmp_path)
+    read = reader.decode(_written_with(newer, _control(kind="ROUTE_HINT", scope="demo.echo", weights=None)), Control)
     assert read.kind is ControlKind.UNKNOWN and not read.understood
     assert read.key == "UNKNOWN:demo.echo"
 
     view = ControlView()
-    view.apply("INTENT:demo.echo", read)
+    view.apply("ROUTE_HINT:demo.echo", read)
     assert view.skipped == 1 and view.records() == {}
     assert view.weights("demo.echo") == DEFAULT_WEIGHTS
 

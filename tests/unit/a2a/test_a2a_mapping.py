@@ -24,7 +24,7 @@ S = TaskState
 
 def test_every_status_has_a_task_state_as_the_issue_table_says() -> None:
     assert set(TASK_STATES) == set(Status)
-    expected = {S.TASK_STATE_SUBMITTED: {"ACCEPTED", "ROUTED", "RETRY_SCHEDULED"},
+    expected = {S.TASK_STATE_SUBMITTED: {"ACCEPTED", "ROUTED", "RETRY_SCHEDULED", "INTENT_RESOLVED"},
                 S.TASK_STATE_WORKING: {"STARTED", "ATTEMPT_FAILED"}, S.TASK_STATE_COMPLETED: {"COMPLETED"},
                 S.TASK_STATE_FAILED: {"FAILED", "EXPIRED", "DEAD_LETTERED"},
                 S.TASK_STATE_REJECTED: {"REJECTED", "UNROUTABLE"}, S.TASK_STATE_CANCELED: {"CANCELED"}}

@@ -1,0 +1,149 @@
+"""`reach intents ls|set|rm|stats`: the exact intent map on the control topic, and how intents were resolved."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+import typer
+from rich.table import Table
+
+from reach import codec, control, registry, topicreader
+from reach.cli.common import console
+from reach.envelopes import now_ms
+from reach.intent import catalog, mappings
+from reach.intent import stats as intent_stats
+from reach.names import Names
+from reach.records import Receipt
+from reach.settings import KafkaSettings, ReachSettings
+
+app = typer.Typer(help="The exact intent -> capability map, and how intents were resolved.", no_args_is_help=True)
+log = logging.getLogger("reach.resolver")
+
+
+def _names() -> Names:
+    return Names(ReachSettings().namespace)
+
+
+@app.command("ls")
+def ls(
+    seeds: bool = typer.Option(True, "--seeds/--no-seeds", help="also list the phrases seeded from registrations"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Every exact mapping: the control topic's (operator, handoff) and the seeds from live registrations."""
+    names = _names()
+    view = control.read_control(names=names)
+    rows = [{"phrase": p, "capability": m.capability, "confidence": m.confidence, "source": m.source}
+            for p, m in mappings.operator_map(view.records()).items()]
+    if seeds:
+        taken = {r["phrase"] for r in rows}
+        live = registry.read_registry(KafkaSettings(), names).live(now_ms())
+        rows += [{"phrase": p, "capability": c, "confidence": mappings.SEED_CONFIDENCE, "source": "seed"}
+                 for p, c in catalog.seeds(catalog.build(live)).items() if p not in taken]
+    rows.sort(key=lambda r: (str(r["capability"]), str(r["phrase"])))
+    if as_json:
+        console.print_json(json.dumps(rows))
+        return
+    table = Table("phrase", "capability", "confidence", "source")
+    for r in rows:
+        table.add_row(str(r["phrase"]), str(r["capability"]), f"{r['confidence']:.2f}", str(r["source"]))
+    console.print(table)
+
+
+@app.command("set")
+def set_(
+    phrase: str = typer.Argument(..., help="the intent phrase or intent id (normalised: case and spacing ignored)"),
+    capability: str = typer.Argument(..., help="the capability that serves it"),
+    confidence: float = typer.Option(1.0, "--confidence", help="0..1; below REACH_INTENT_EXACT_FLOOR it is unused"),
+) -> None:
+    """Map a phrase to a capability, live: resolvers apply it within one poll of the control topic."""
+    record = mappings.record(phrase, capability, confidence=confidence)
+    control.publish(record, names=_names())
+    console.print(f"{record.key} -> {capability}", highlight=False)
+
+
+@app.command("rm")
+def rm(phrase: str = typer.Argument(..., help="the phrase to unmap")) -> None:
+    """Remove a mapping (a tombstone on the control topic); a seed for the same phrase applies again."""
+    from confluent_kafka import Producer
+
+    from reach.errors import InfraUnavailable
+
+    key = mappings.tombstone_key(phrase)
+    producer = Producer(KafkaSettings().producer())
+    producer.produce(_names().control, key=key.encode(), value=None)
+    if producer.flush(15):
+        raise InfraUnavailable(f"The tombstone for {key} was not acknowledged; check REACH_BOOTSTRAP.")
+    console.print(f"removed {key}", highlight=False)
+
+
+@app.command("stats")
+def stats(
+    since: str | None = typer.Option(None, "--since", help="only receipts since, e.g. 1h, 30m or an ISO time"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The share of exact / semantic / dual / handoff resolutions and the success of each stage."""
+    from reach.cli.timeparse import parse_time
+
+    names = _names()
+    reader = topicreader.open_reader("intent-stats", KafkaSettings())
+    try:
+        starts = topicreader.start_offsets(reader, names.receipts, parse_time(since))
+        folded = intent_stats.fold(_receipts(m.value() for m in topicreader.read_range(
+            reader, names.receipts, starts, idle_timeout=5.0)))
+    finally:
+        reader.close()
+    if as_json:
+        console.print_json(json.dumps(folded.as_dict()))
+        return
+    table = Table("stage", "resolved", "share", "ended", "completed", "success", "by a human")
+    for name, s in folded.stages.items():
+        ok = s.success()
+        table.add_row(name, str(s.resolved), f"{folded.share(name):.1%}", str(s.ended), str(s.completed),
+                      "-" if ok is None else f"{ok:.1%}", str(s.human))
+    console.print(table)
+    console.print(f"{folded.total} intents resolved", highlight=False)
+
+
+def _receipts(values: Iterator[bytes | None]) -> Iterator[Receipt]:
+    """Decodable receipts; a bad record is skipped (counted by nothing here: `reach receipts sql` shows it)."""
+    for value in values:
+        if value is None:
+            continue
+        try:
+            yield codec.decode(value, Receipt)
+        except codec.DecodeError:
+            continue
+
+
+def run_resolver(interval: float) -> None:
+    """`reach router --role resolve`: one resolver worker until SIGTERM / SIGINT, a summary line per interval."""
+    from reach import clients
+    from reach.streams.resolver import Resolver
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    kafka = KafkaSettings()
+    clients.check_reachable(clients.admin(kafka))
+    worker = Resolver(kafka=kafka, reach=ReachSettings())
+    stop = threading.Event()
+
+    def _stop(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    worker.start(ready_timeout=60)
+    log.info("resolver ready: semantic stage %s", "unavailable: " + worker.unavailable if worker.unavailable
+             else "loaded")
+    try:
+        while not stop.wait(interval):
+            if not worker.healthy():
+                raise typer.Exit(4)
+            log.info("resolved %s; cache %d hits / %d misses", json.dumps(worker.counts, sort_keys=True),
+                     worker.cache.hits, worker.cache.misses)
+    finally:
+        worker.stop()

@@ -1,0 +1,1 @@
+"""Intent routing: requests that name what they want in words reach a capability (docs/intent.md)."""

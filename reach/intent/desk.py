@@ -1,0 +1,112 @@
+"""The operator's side of handoffs: read the queue, take one, answer it or re-route it (Kafka I/O).
+
+An answer completes the original message with a COMPLETED receipt whose resolution is stage `human`;
+a re-route sends the original envelope on to the capability the operator names and maps the intent to it
+on the control topic (the exact map learns it). The handoff record's new state is written last, so a
+failed step leaves the handoff where it was and the command can be run again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from confluent_kafka import Producer
+
+from reach import codec, control, topicreader
+from reach import headers as H
+from reach.envelopes import now_ms
+from reach.errors import InfraUnavailable
+from reach.intent import dispatch, mappings
+from reach.intent.errors import IntentError
+from reach.intent.handoff import Handoff, decode, encode
+from reach.names import Names, check_capability
+from reach.records import IntentResolution, Status
+from reach.settings import KafkaSettings
+
+
+class HandoffDesk:
+    """Reads and moves handoffs of one namespace."""
+
+    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None) -> None:
+        self.names = names
+        self.kafka = kafka or KafkaSettings()
+
+    def all(self) -> dict[str, Handoff]:
+        """The latest record per message_id (the compacted topic read to its end)."""
+        reader = topicreader.open_reader("handoff", self.kafka)
+        found: dict[str, Handoff] = {}
+        try:
+            starts = topicreader.start_offsets(reader, self.names.handoff, None)
+            for msg in topicreader.read_range(reader, self.names.handoff, starts, idle_timeout=5.0):
+                key = (msg.key() or b"").decode(errors="replace")
+                value = msg.value()
+                if value is None:
+                    found.pop(key, None)
+                    continue
+                try:
+                    found[key] = decode(value)
+                except ValueError:
+                    continue  # not a handoff record: never fatal for the queue
+        finally:
+            reader.close()
+        return found
+
+    def get(self, message_id: str) -> Handoff:
+        found = self.all().get(message_id)
+        if found is None:
+            raise IntentError(f"No handoff for message {message_id}; `reach handoff ls` lists them.")
+        return found
+
+    def take(self, message_id: str, *, by: str) -> Handoff:
+        moved = self.get(message_id).moved("TAKEN", by=by, at=now_ms())
+        self._send([(self.names.handoff, moved.message_id, encode(moved), [])])
+        return moved
+
+    def answer(self, message_id: str, answer: str, *, by: str) -> Handoff:
+        """Complete the original message with the operator's answer."""
+        current = self.get(message_id)
+        moved = current.moved("ANSWERED", by=by, at=now_ms(), resolution=answer)
+        envelope = codec.decode_dict("Envelope", current.envelope_bytes())
+        receipt = dispatch.receipt(envelope, Status.COMPLETED, now_ms(), result=dispatch.answer_result(answer),
+                                   resolution=IntentResolution(stage="human", intent=current.intent, by=by))
+        self._send([(self.names.receipts, message_id, codec.encode(receipt), _reply(envelope))])
+        self._send([(self.names.handoff, message_id, encode(moved), [])])
+        return moved
+
+    def reroute(self, message_id: str, capability: str, *, by: str) -> Handoff:
+        """Send the original envelope on to `capability` and map its intent there."""
+        check_capability(capability)
+        current = self.get(message_id)
+        moved = current.moved("REROUTED", by=by, at=now_ms(), resolution=capability)
+        envelope = codec.decode_dict("Envelope", current.envelope_bytes())
+        forward: dict[str, Any] = {**envelope, "capability": capability}
+        from reach.client import Client
+
+        with Client(kafka=self.kafka, follow_control=False) as client:
+            client.ensure_topic(self.names.capability(capability))
+        self._send([(self.names.capability(capability), message_id, codec.encode_dict("Envelope", forward),
+                     [(H.MESSAGE_ID, message_id.encode())])])
+        control.publish(mappings.record(current.intent, capability, source="handoff", by=by), names=self.names,
+                        kafka=self.kafka)
+        self._send([(self.names.handoff, message_id, encode(moved), [])])
+        return moved
+
+    def _send(self, records: list[tuple[str, str, bytes, H.Headers]]) -> None:
+        producer = Producer(self.kafka.producer())
+        errors: list[str] = []
+
+        def report(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for topic, key, value, headers in records:
+            producer.produce(topic, value, key=key.encode(), headers=headers, on_delivery=report)
+        if producer.flush(15) or errors:
+            why = ", ".join(errors) or "timed out"
+            raise InfraUnavailable(f"The broker did not acknowledge the handoff step ({why}); nothing further was "
+                                   "written, run the command again.")
+
+
+def _reply(envelope: dict[str, Any]) -> H.Headers:
+    reply = envelope.get("reply_to")
+    return [(H.REPLY_TO, reply.encode())] if reply else []

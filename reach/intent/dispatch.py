@@ -1,0 +1,111 @@
+"""What the resolver produces for one intent envelope, pure: receipts, forwards, child messages, handoffs.
+
+The worker (reach.streams.resolver) encodes and produces these and commits the input offset once every
+one is acknowledged, so a crash re-resolves, never skips (a repeated INTENT_RESOLVED is a duplicate step).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from reach.envelopes import new_id
+from reach.intent import handoff as handoffs
+from reach.intent.catalog import RESERVED
+from reach.intent.stages import Candidate, Resolution
+from reach.intent.text import MAX_INTENT_CHARS
+from reach.records import IntentCandidate, IntentResolution, Receipt, Status
+
+Kind = Literal["receipt", "forward", "child", "handoff"]
+
+
+@dataclass(frozen=True)
+class Output:
+    """One record to produce: to the receipts topic, a capability topic, or the handoff topic."""
+
+    kind: Kind
+    key: str
+    value: Any  # a Receipt, an envelope dict, or a Handoff
+    capability: str | None = None  # forward / child: the target capability
+
+
+def problem(envelope: dict[str, Any]) -> str | None:
+    """Why an envelope on the intents topic cannot be resolved (REJECTED), or None."""
+    if envelope.get("capability") != RESERVED:
+        return f"capability is {envelope.get('capability')!r}; envelopes on the intents topic name {RESERVED}"
+    intent = envelope.get("intent")
+    if not isinstance(intent, str) or not intent.strip():
+        return f"an {RESERVED} envelope needs a non-empty `intent` (the request in words or an intent id)"
+    if len(intent) > MAX_INTENT_CHARS:
+        return f"intent is {len(intent):,} characters; the limit is {MAX_INTENT_CHARS:,}"
+    return None
+
+
+def receipt(envelope: dict[str, Any], status: Status, at: int, **fields: Any) -> Receipt:
+    return Receipt(
+        message_id=envelope["message_id"], generation=envelope.get("generation", 0), trace_id=envelope["trace_id"],
+        tenant=envelope["tenant"], capability=envelope.get("capability") or RESERVED, status=status,
+        attempt=envelope.get("attempt", 1), at=at, deadline=envelope.get("deadline"),
+        delivery_timeout_ms=envelope.get("delivery_timeout_ms"), callback=envelope.get("callback"), **fields,
+    )
+
+
+def resolution_record(resolution: Resolution, **fields: Any) -> IntentResolution:
+    return IntentResolution(
+        stage=fields.pop("stage", resolution.stage), intent=resolution.intent,
+        capability=fields.pop("capability", resolution.capability),
+        candidates=[_candidate(c) for c in resolution.candidates], **fields,
+    )
+
+
+def plan(envelope: dict[str, Any], raw: bytes, resolution: Resolution, *, at: int, reply_topic: str) -> list[Output]:
+    """The outputs of one resolved envelope. A dual dispatch's children reply to `reply_topic` (the resolver's
+    own), so the resolver sees the first valid answer and completes the request with it."""
+    message_id = envelope["message_id"]
+    done = receipt(envelope, Status.INTENT_RESOLVED, at, resolution=resolution_record(resolution))
+    outputs = [Output("receipt", message_id, done)]
+    if resolution.stage in ("exact", "semantic"):
+        assert resolution.capability is not None
+        forward = {**envelope, "capability": resolution.capability}
+        outputs.append(Output("forward", message_id, forward, resolution.capability))
+    elif resolution.stage == "dual":
+        assert resolution.dual is not None
+        for capability in resolution.dual:
+            child = {**envelope, "message_id": new_id(), "parent_id": message_id, "capability": capability,
+                     "reply_to": reply_topic, "callback": None, "idempotency_key": None, "generation": 0}
+            outputs.append(Output("child", child["message_id"], child, capability))
+    else:
+        outputs.append(Output("handoff", message_id, handoff_record(envelope, raw, resolution, at=at)))
+    return outputs
+
+
+def handoff_record(envelope: dict[str, Any], raw: bytes, resolution: Resolution, *, at: int) -> handoffs.Handoff:
+    """The context bundle: the request, the trace so far, the candidates and why each was rejected."""
+    payload = envelope.get("payload") or b""
+    preview = payload[:500].decode(errors="replace") if isinstance(payload, bytes) else str(payload)[:500]
+    return handoffs.Handoff(
+        message_id=envelope["message_id"], generation=envelope.get("generation", 0),
+        trace_id=envelope["trace_id"], tenant=envelope["tenant"], intent=resolution.intent,
+        reason=resolution.note or "no capability matched", envelope=handoffs.envelope_text(raw),
+        candidates=[handoffs.HandoffCandidate(capability=c.capability, score=c.score, source=c.source,
+                                              reason=c.reason) for c in resolution.candidates],
+        trace=[handoffs.TraceStep(status="CREATED", at=envelope.get("created_at", at),
+                                  detail=f"from {envelope.get('source', '?')}"),
+               handoffs.TraceStep(status=str(Status.INTENT_RESOLVED), at=at,
+                                  detail=f"stage handoff: {resolution.note}")],
+        session_snapshot=envelope.get("session_snapshot"), payload_preview=preview, at=at, updated_at=at,
+    )
+
+
+def answer_result(answer: str) -> bytes:
+    """An operator's --answer as the result bytes: JSON as given, else the text as a JSON string."""
+    try:
+        json.loads(answer)
+        return answer.encode()
+    except ValueError:
+        return json.dumps(answer).encode()
+
+
+def _candidate(c: Candidate) -> IntentCandidate:
+    return IntentCandidate(capability=c.capability, score=c.score, source=c.source, reason=c.reason)

