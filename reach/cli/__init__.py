@@ -43,6 +43,7 @@ app.add_typer(dlq_cli.app, name="dlq")
 app.add_typer(canary_cli.app, name="canary")
 app.add_typer(apps_cli.app, name="apps")
 app.add_typer(channels_cli.app, name="channels")
+app.add_typer(__import__("reach.cli.faults", fromlist=["app"]).app, name="faults")
 
 
 def main() -> None:
