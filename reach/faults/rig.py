@@ -127,7 +127,7 @@ class Rig:
         return base
 
     def admin(self) -> AdminClient:
-        return AdminClient(self.kafka.admin())
+        return AdminClient(self.kafka.admin(log_level=2))
 
     def create_topics(self) -> None:
         spec = topics.load(ROOT / "topics.yaml")

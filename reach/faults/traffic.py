@@ -25,7 +25,8 @@ class Traffic:
     def __init__(self, *, kafka: KafkaSettings, topic: str, capability: str, rate: float,
                  extra: Callable[[int], tuple[str, bytes] | None] | None = None) -> None:
         self.topic, self.capability, self.rate = topic, capability, rate
-        self._producer = Producer(kafka.producer(**{"message.timeout.ms": 120_000}))
+        # log_level 2: a killed broker's connection-refused lines are the fault itself, not news
+        self._producer = Producer(kafka.producer(**{"message.timeout.ms": 120_000, "log_level": 2}))
         self._extra = extra  # e.g. poison: (key, raw bytes) to send beside envelope n
         self._sent: dict[str, int] = {}
         self._acked: set[str] = set()
@@ -84,7 +85,7 @@ class ReceiptTail:
     """Reads the whole receipts topic from the beginning in a thread, keeping what the checker needs."""
 
     def __init__(self, *, kafka: KafkaSettings, topic: str) -> None:
-        self._consumer = Consumer(kafka.consumer(f"reach-faults-tail-{now_ms()}"))
+        self._consumer = Consumer(kafka.consumer(f"reach-faults-tail-{now_ms()}", log_level=2))
         meta = self._consumer.list_topics(topic, timeout=15).topics[topic]
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in meta.partitions])
         self._seen: list[Seen] = []
