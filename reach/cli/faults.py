@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from pathlib import Path
 
 import typer
 from rich.table import Table
 
 from reach.cli.common import Exit, console, err_console
-from reach.faults.runner import FIGURE_COLUMNS, Result, run
+from reach.faults.report import TABLE_COLUMNS, cell, markdown, verdict_text
+from reach.faults.runner import Result, run
 from reach.faults.scenarios import SCENARIOS, select
 from reach.faults.settings import FaultSettings
 from reach.local import LocalInfra
@@ -22,8 +24,8 @@ app = typer.Typer(help="Fault suite: kill, pause and bounce the parts under open
 
 def _row(result: Result) -> list[str]:
     data = result.as_dict()
-    cells = ["-" if data[c] is None else str(data[c]) for c in FIGURE_COLUMNS]
-    return [result.scenario.name, *cells, "[green]ok[/]" if result.ok else f"[red]{'; '.join(result.misses)}[/]"]
+    style = "green" if result.ok else "red"
+    return [result.scenario.name, *(cell(data[c]) for c in TABLE_COLUMNS), f"[{style}]{verdict_text(data)}[/]"]
 
 
 @app.command("list")
@@ -33,6 +35,18 @@ def list_() -> None:
     for s in SCENARIOS:
         table.add_row(s.name, str(s.kind), s.summary, f"{s.recovery_target_s:.0f} s")
     console.print(table)
+
+
+@app.command("table")
+def table_(results: Path = typer.Argument(..., help="the output of `reach faults run --json`")) -> None:
+    """Print saved results as the Markdown table docs/reliability.md carries."""
+    try:
+        rows = [json.loads(line) for line in results.read_text().splitlines() if line.startswith("{")]
+    except (OSError, ValueError) as exc:
+        err_console.print(f"[bold red]error:[/] cannot read {results}: {exc}. Expected `reach faults run --json` "
+                          "output, one JSON object a line.")
+        raise typer.Exit(Exit.USAGE) from None
+    print(markdown(rows), end="")
 
 
 @app.command("run")
@@ -56,7 +70,7 @@ def run_(
     if started:
         err_console.print(f"starting a {settings.brokers}-broker cluster under {home} ...")
         infra.up(brokers=settings.brokers)
-    table = Table("scenario", *FIGURE_COLUMNS, "verdict")
+    table = Table("scenario", *TABLE_COLUMNS, "verdict")
 
     def show(result: Result) -> None:
         if as_json:

@@ -197,15 +197,15 @@ class Rig:
     def _supervise(self) -> None:
         while not self._watch.wait(0.5):
             with self._lock:
-                for group, start in ((self.routers, self.start_router), (self.agents, self.start_agent)):
-                    for worker in [w for w in group if w.crashed() is not None]:
-                        self.crashes.append(f"{worker.log.name} exited {worker.crashed()}: "
-                                            f"{process.tail(worker.log, 1)[:200]}")
-                        group.remove(worker)
-                        if start is self.start_router:
-                            self.start_router(wait=False)
-                        else:
-                            self.start_agent()
+                for worker in [w for w in self.routers + self.agents if w.crashed() is not None]:
+                    self.crashes.append(f"{worker.log.name} exited {worker.crashed()}: "
+                                        f"{process.tail(worker.log, 1)[:200]}")
+                    if worker in self.routers:
+                        self.routers.remove(worker)
+                        self.start_router(wait=False)
+                    else:
+                        self.agents.remove(worker)
+                        self.start_agent()
 
     def paused_supervisor(self) -> threading.Lock:
         """Held while a fault replaces processes itself, so the supervisor does not race it."""

@@ -20,9 +20,6 @@ from reach.faults.traffic import ReceiptTail, Traffic
 from reach.local.infra import LocalInfra
 
 log = logging.getLogger("reach.faults")
-FIGURE_COLUMNS = ("sent", "acked", "terminal", "lost", "double_side_effects", "double_terminal", "late_terminal",
-                  "fault_s", "recovery_s", "drained_s", "p99_ms", "p99_during_ms", "p99_after_ms", "restarts")
-"""The figures `reach faults run` tabulates and docs/reliability.md reports, in this order."""
 
 
 @dataclass(frozen=True)
