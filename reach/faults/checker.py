@@ -54,6 +54,7 @@ class Figures:
     double_side_effects: int
     double_terminal: int
     late_terminal: int
+    in_flight: int
     recovery_s: float | None
     drained_s: float | None
     p99_ms: float | None
@@ -74,13 +75,18 @@ def check(sent: Iterable[Sent], receipts: Iterable[Seen], ledger: Iterable[tuple
     - double_side_effects: (message, generation) pairs the ledger holds more than once;
     - double_terminal: pairs with two *different* terminal outcomes; late_terminal: pairs whose terminal
       receipt was repeated identically (a redelivered cached result), counted apart;
+    - in_flight: messages STARTED before the fault began whose first terminal came after it (the handlers a
+      fault inside an agent can repeat);
     - recovery_s: fault end -> first COMPLETED of a message sent after it; drained_s: fault end -> the last
       message sent before the fault ended has its terminal receipt;
     - p99 of send -> first terminal, over all messages, those sent during the fault, those sent after it."""
     sends = {s.message_id: s for s in sent}
     first_terminal: dict[str, Seen] = {}
     outcomes: dict[tuple[str, int], Counter[tuple[str, str]]] = defaultdict(Counter)
+    started_before: set[str] = set()
     for seen in sorted(receipts, key=lambda r: r.at_ms):
+        if seen.status == "STARTED" and seen.at_ms <= window.start_ms:
+            started_before.add(seen.message_id)
         if seen.status not in TERMINAL:
             continue
         outcomes[(seen.message_id, seen.generation)][(seen.status, seen.outcome)] += 1
@@ -101,6 +107,8 @@ def check(sent: Iterable[Sent], receipts: Iterable[Seen], ledger: Iterable[tuple
         double_side_effects=len(doubled),
         double_terminal=len(double_terminal),
         late_terminal=len(late),
+        in_flight=sum(1 for m in started_before if m in sends
+                      and (m not in first_terminal or first_terminal[m].at_ms > window.start_ms)),
         recovery_s=_recovery(sends, receipts_after=ends, window=window),
         drained_s=_drained(sends, first_terminal, window),
         p99_ms=_p99(latency.values()),

@@ -6,7 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 
 TABLE_COLUMNS = ("sent", "acked", "terminal", "lost", "double_side_effects", "double_terminal", "late_terminal",
-                 "fault_s", "recovery_s", "drained_s", "p99_ms", "p99_during_ms", "p99_after_ms", "restarts")
+                 "in_flight", "fault_s", "recovery_s", "drained_s", "p99_ms", "p99_during_ms", "p99_after_ms",
+                 "restarts")
 """The figures `reach faults run` tabulates and docs/reliability.md reports, in this order."""
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from reach.faults import ledger_agent
-from reach.faults.checker import TERMINAL, Figures, Seen, Sent, check, parse_ledger
+from reach.faults.checker import TERMINAL, Figures, Seen, Sent, Window, check, parse_ledger
 from reach.faults.redis import RedisServer
 from reach.faults.rig import Rig, wait_until
 from reach.faults.scenarios import Kind, Poison, Scenario
@@ -53,6 +53,8 @@ def verdict(scenario: Scenario, figures: Figures) -> tuple[str, ...]:
         misses.append(f"{figures.double_terminal} double terminal")
     if figures.double_side_effects and not scenario.repeats_allowed:
         misses.append(f"{figures.double_side_effects} double side effects")
+    elif scenario.kind is Kind.AGENT and figures.double_side_effects > figures.in_flight:
+        misses.append(f"{figures.double_side_effects} double side effects > {figures.in_flight} in flight")
     if figures.recovery_s is None:
         misses.append("no COMPLETED after the fault")
     elif figures.recovery_s > scenario.recovery_target_s:
@@ -98,7 +100,7 @@ class Session:
         if scenario.kind is Kind.BROKER:
             wait_until(rig.fully_replicated, 120, "every partition fully in sync again", interval=0.5)
         sent, seen = traffic.sent(), self.tail.seen()
-        _dump(rig.dir / scenario.name, sent=sent, seen=seen)
+        _dump(rig.dir / scenario.name, sent=sent, seen=seen, window=window)
         figures = check(sent, seen, parse_ledger(rig.ledger.read_text().splitlines()), window)
         return Result(scenario=scenario, figures=figures, fault_s=round((window.end_ms - window.start_ms) / 1000, 2),
                       rate=settings.rate, misses=verdict(scenario, figures), workdir=str(rig.dir),
@@ -110,9 +112,10 @@ class Session:
         self.rig.delete_topics()
 
 
-def _dump(where: Path, *, sent: list[Sent], seen: list[Seen]) -> None:
+def _dump(where: Path, *, sent: list[Sent], seen: list[Seen], window: Window) -> None:
     """The run's evidence beside its ledger: what was sent and every receipt, one JSON object a line."""
     where.mkdir(parents=True, exist_ok=True)
+    (where / "window.json").write_text(json.dumps(asdict(window)))
     for name, rows in (("sent.jsonl", sent), ("receipts.jsonl", seen)):
         with open(where / name, "w") as out:
             out.writelines(json.dumps(asdict(row)) + "\n" for row in rows)

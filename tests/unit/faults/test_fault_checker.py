@@ -71,3 +71,11 @@ def test_recovery_counts_from_the_fault_end_to_the_first_completion_of_new_traff
 
 def test_the_ledger_parser_skips_a_torn_line() -> None:
     assert parse_ledger(["m0 0 a\n", "m1 3 b\n", "m2", "m3 x"]) == [("m0", 0), ("m1", 3)]
+
+
+def test_handlers_started_before_the_fault_and_ended_after_it_were_in_flight() -> None:
+    sent = _sent(3, at=9_000, step=100)
+    receipts = [Seen("m0", 0, "STARTED", 9_500), Seen("m0", 0, "COMPLETED", 9_600, "r"),   # done before
+                Seen("m1", 0, "STARTED", 9_700), Seen("m1", 0, "COMPLETED", 14_000, "r"),  # in flight
+                Seen("m2", 0, "STARTED", 9_800)]                                           # in flight, lost
+    assert check(sent, receipts, [], WINDOW).in_flight == 2

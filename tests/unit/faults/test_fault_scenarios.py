@@ -24,10 +24,11 @@ def _figures(double_effects: int, completed_at: int) -> Figures:
     return check(sent, receipts, ledger, Window(10_000, 12_000))
 
 
-def test_a_repeated_side_effect_misses_the_target_only_outside_the_agent() -> None:
+def test_a_repeated_side_effect_outside_the_agent_or_beyond_the_handlers_in_flight_misses() -> None:
     figures = _figures(double_effects=1, completed_at=20_100)
     assert verdict(BY_NAME["router-sigkill"], figures) == ("1 double side effects",)
-    assert verdict(BY_NAME["agent-sigkill"], figures) == ()
+    assert verdict(BY_NAME["agent-sigkill"], figures) == ("1 double side effects > 0 in flight",)
+    assert verdict(BY_NAME["redis-flush"], figures) == (), "measured and explained, not a target"
 
 
 def test_slow_recovery_misses_the_kind_s_target() -> None:
