@@ -32,6 +32,7 @@ COLUMNS: dict[str, str] = {
     "picked_instance": "VARCHAR", "picked_score": "DOUBLE", "inbox_topic": "VARCHAR",
     "inbox_partition": "INTEGER", "inbox_offset": "BIGINT", "kafka_partition": "INTEGER",
     "kafka_offset": "BIGINT", "kafka_timestamp": "TIMESTAMP", "arm": "VARCHAR", "admission": "VARCHAR",
+    "callback": "VARCHAR", "channel": "VARCHAR", "provider_message_id": "VARCHAR", "callback_id": "VARCHAR",
 }
 
 
@@ -65,6 +66,9 @@ def flatten(receipt: Receipt) -> dict[str, Any]:
         "inbox_partition": decision.partition if decision else None,
         "inbox_offset": decision.offset if decision else None,
         "arm": decision.arm if decision else None, "admission": decision.admission if decision else None,
+        "callback": receipt.callback, "channel": receipt.channel.channel if receipt.channel else None,
+        "provider_message_id": receipt.channel.provider_message_id if receipt.channel else None,
+        "callback_id": receipt.channel.callback_id if receipt.channel else None,
     }
 
 

@@ -70,6 +70,14 @@ def advance(canary: Canary, verdict: Verdict, tally: ArmTally, now_ms: int) -> C
                                      "reason": f"step {canary.step + 1} passed: {summary}"})
 
 
+def ended(canary: Canary, state: CanaryState, *, by: str, now_ms: int) -> Canary:
+    """A running canary ended by an operator now (PROMOTED: its last step; ROLLED_BACK: as it is)."""
+    update: dict[str, object] = {"state": state, "step_started_at": now_ms, "reason": f"{state} by {by}"}
+    if state is CanaryState.PROMOTED:
+        update["step"] = len(canary.steps) - 1
+    return canary.model_copy(update=update)
+
+
 def describe(canary: Canary, tally: ArmTally, now_ms: int) -> str:
     """One line on the current step: its share, the canary arm's success so far, what it needs."""
     rate = "no calls yet" if tally.success is None else f"{tally.successes}/{tally.calls} ok ({tally.success:.1%})"

@@ -513,6 +513,7 @@ class App(AvroRecord):
     created_at: EpochMillis
     updated_at: EpochMillis
     updated_by: str
+    role: str | None = None  # v2: None a calling app; "viewer" / "admin" a console operator (reach.console)
 
     @property
     def revoked(self) -> bool:

@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # `make test`: unit + integration tests against a real Kafka broker and Redis started here and stopped
-# at the end, even when tests fail. pytest's "no tests collected" (exit 5) is a failure.
+# at the end, even when tests fail. Most tests wait on the broker rather than use the CPU, so they run
+# in REACH_TEST_WORKERS processes (pytest-xdist, a test file per process: its module fixtures stay
+# together); the tests marked `serial` (load and latency figures) run afterwards, alone on the machine.
+# A run in which neither part collects a test (pytest exit 5) is a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export REACH_HOME="${REACH_TEST_HOME:-$PWD/.reach/test}"
 export REACH_CI=1   # the broker fixture fails instead of skipping when no broker answers
-scripts/with-local.sh .venv/bin/pytest -q -ra --durations=25 "$@"
-rc=$?
-[ $rc -eq 5 ] && { echo "pytest collected no tests: failing" >&2; exit 1; }
-exit $rc
+run() {
+  scripts/with-local.sh bash -c '
+    .venv/bin/pytest -q -ra -n "${REACH_TEST_WORKERS:-3}" --dist loadfile -m "not serial" --durations=25 "$@"
+    parallel=$?
+    .venv/bin/pytest -q -ra -m serial --durations=10 "$@"
+    serial=$?
+    echo "parallel part: exit $parallel; serial part: exit $serial" >&2
+    [ $parallel -eq 5 ] && [ $serial -eq 5 ] && { echo "pytest collected no tests: failing" >&2; exit 1; }
+    for rc in $parallel $serial; do [ $rc -ne 0 ] && [ $rc -ne 5 ] && exit $rc; done
+    exit 0
+  ' tests "$@"
+}
+run "$@"

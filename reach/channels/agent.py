@@ -12,26 +12,33 @@ parent = this message) instead of being sent; without one it fails retryably wit
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
 from reach import clients
 from reach.agent import Agent, BusinessError, Context, Reject, TransientError
 from reach.agent.publisher import Publisher, Sender
+from reach.channels import board
 from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
-from reach.channels.errors import BadCallback
+from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent
-from reach.channels.settings import ChannelSettings
+from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.spec import Target, target
 from reach.channels.steps import Closes, DeliverySteps
+from reach.channels.tokens import ReplyClaims, mint, reply_url
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS, now_ms
 from reach.names import Names
 from reach.records import ChannelDelivery, Envelope, Status
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 log = logging.getLogger("reach.channels")
 
@@ -46,6 +53,7 @@ INPUT_SCHEMA: dict[str, Any] = {
                                         "capability": {"type": "string"}}},
         "backup": {"type": "object"},
         "handed_over_from": {"type": "string"},
+        "reply_capability": {"type": "string", "maxLength": 200},
     },
 }
 
@@ -61,12 +69,15 @@ class ChannelService:
     """One channel's handler: the provider, and where its delivery steps go."""
 
     def __init__(self, kind: Channel, provider: Provider, steps: DeliverySteps | None = None, *,
-                 health: ChannelHealth | None = None, clock: Callable[[], int] = now_ms) -> None:
+                 health: ChannelHealth | None = None, clock: Callable[[], int] = now_ms,
+                 closure: ClosureSettings | None = None) -> None:
         self.kind = kind
+        self.closure = closure or ClosureSettings()
         self.clock = clock
         self.provider = provider
         self.steps = steps
         self.health = health or ChannelHealth()
+        self.counts = board.Counts()
 
     async def handle(self, payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
         try:
@@ -80,8 +91,10 @@ class ChannelService:
             if not self.health.probe_due(self.clock()):
                 return await self._while_open(payload, ctx, backup)
             probing = True  # this real send is the probe: its outcome decides whether the channel closes
-        message = OutboundMessage(endpoint=endpoint, body=payload["body"], message_id=envelope.message_id,
-                                  trace_id=envelope.trace_id, subject=payload.get("subject", ""))
+        reply = self.reply_url(envelope, payload)
+        body = {**payload["body"], "reply_to": reply} if reply else payload["body"]
+        message = OutboundMessage(endpoint=endpoint, body=body, message_id=envelope.message_id,
+                                  trace_id=envelope.trace_id, subject=payload.get("subject", ""), reply_url=reply)
         started = time.monotonic()
         outcome = await self.provider.send(message)
         self._observe(outcome, (time.monotonic() - started) * 1000, probing)
@@ -91,7 +104,20 @@ class ChannelService:
                 return await self._while_open(payload, ctx, backup)
             raise signal_for(outcome)
         delivered = await self._record(outcome, ctx, payload)
+        self.counts.reply_urls += bool(reply)  # sent with a reply URL: one that may be answered
         return {"channel": self.kind.name, "provider_message_id": outcome.provider_message_id, "delivered": delivered}
+
+    def reply_url(self, envelope: Envelope, payload: dict[str, Any]) -> str:
+        """Where a reply to this message is posted (its token minted now), or "" when replies are off."""
+        key, base = self.closure.key(), self.closure.base_url
+        if key is None or not base:
+            return ""
+        closes = payload.get("callback_for")
+        capability = payload.get("reply_capability") or (closes.get("capability") if closes else None)
+        claims = ReplyClaims(message_id=envelope.message_id, trace_id=envelope.trace_id, tenant=envelope.tenant,
+                             expires_at=self.clock() + self.closure.ttl_s * 1000,
+                             capability=str(capability) if capability else None)
+        return reply_url(base, mint(key, claims))
 
     def _observe(self, outcome: Sent | Failure, latency_ms: float, probing: bool) -> None:
         """Feed the channel health: a probe's pass or fail, else the send's signals."""
@@ -125,6 +151,7 @@ class ChannelService:
             return False
         self.health.report(sent.provider_message_id)
         await steps.step(ctx.envelope, Status.DELIVERED, info)
+        self.counts.delivered += 1
         closes = payload.get("callback_for")
         parent = ctx.envelope.parent_id
         if closes is not None and parent is not None and parent in (closes["message_id"],
@@ -132,6 +159,7 @@ class ChannelService:
             await steps.callbacked(ctx.envelope, Closes(message_id=closes["message_id"],
                                                         generation=int(closes["generation"]),
                                                         capability=str(closes["capability"])), info)
+            self.counts.callbacked += 1
         return True
 
     def _steps(self) -> DeliverySteps:
@@ -154,27 +182,77 @@ def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, so
     )
 
 
+class BoardWriter:
+    """Writes this instance's channel health snapshot to Redis every `interval_s` (reach/channels/board.py)."""
+
+    def __init__(self, service: ChannelService, *, agent: Agent, namespace: str, interval_s: float = 5.0) -> None:
+        self._service, self._agent, self._namespace, self._interval = service, agent, namespace, interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._redis: Redis | None = None
+
+    def current(self) -> board.Snapshot:
+        return board.snapshot(self._service.health, channel=self._service.kind.name,
+                              instance_id=self._agent.instance_id, agent_id=self._agent.agent_id,
+                              now=self._service.clock())
+
+    async def start(self) -> None:
+        self._redis = Redis.from_url(RedisSettings().url(), socket_timeout=2, socket_connect_timeout=2)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        assert self._redis is not None
+        ttl = max(1, int(self._interval * 4))
+        while True:
+            try:
+                await self._redis.set(board.key(self._namespace, self._agent.instance_id),
+                                      board.encode(self.current()), ex=ttl)
+            except RedisError as exc:  # the board is a cache: a missed write only leaves it stale until the next
+                log.warning("channel health not written to Redis: %s", exc)
+            await asyncio.sleep(self._interval)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._redis is not None:
+            with contextlib.suppress(RedisError):
+                await self._redis.delete(board.key(self._namespace, self._agent.instance_id))
+            await self._redis.aclose()
+
+
 def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: KafkaSettings | None = None,
                   sender: Sender | None = None, provider: Provider | None = None,
-                  health: ChannelRules | None = None, **agent_args: Any) -> Agent:
+                  health: ChannelRules | None = None, closure: ClosureSettings | None = None,
+                  board_interval_s: float = 5.0, **agent_args: Any) -> Agent:
     """An Agent serving `channel.<name>`; its provider is built from `settings` now (a misconfiguration fails
     here), its receipts producer on start (or `sender`, for tests)."""
     kind = channel(name)
+    closure = closure or ClosureSettings()
+    if (closure.key() is None) != (closure.base_url is None):
+        raise ChannelMisconfigured("replies need both REACH_CALLBACK_SECRET and REACH_CALLBACK_BASE_URL on a channel "
+                                   "agent (one of them is set); set both, or neither to send no reply URLs.")
     service = ChannelService(kind, provider or kind.provider(settings or ChannelSettings()),
-                             health=ChannelHealth(health or ChannelRules()))
+                             health=ChannelHealth(health or ChannelRules()), closure=closure)
     agent = Agent(kind.agent_id, **agent_args)
     names = Names(ReachSettings().namespace)
     own: list[Publisher] = []
+    writer = BoardWriter(service, agent=agent, namespace=names.namespace, interval_s=board_interval_s)
 
-    def start() -> None:
+    async def start() -> None:
         chosen = sender
         if chosen is None:
             publisher = Publisher(clients.producer(kafka or KafkaSettings()))
             own.append(publisher)
             chosen = publisher
         service.steps = DeliverySteps(chosen, names=names, agent_id=agent.agent_id, instance_id=agent.instance_id)
+        runner = getattr(agent, "_runner", None)  # the SDK's own metrics registry, served on its metrics port
+        if runner is not None:
+            runner.metrics.registry.register(board.HealthCollector(writer.current, service.counts))
+        await writer.start()
 
     async def stop() -> None:
+        await writer.stop()
         await service.provider.aclose()
         for publisher in own:
             publisher.close()

@@ -16,6 +16,7 @@ class OutboundMessage:
     message_id: str
     trace_id: str
     subject: str = ""
+    reply_url: str = ""  # where a reply joins the trace (POST, reach/channels/tokens.py); "" when replies are off
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,14 +16,26 @@
 | REACH_CHANNEL_SMS_SENDER           | Reach            | the sender name / number sent with each message         |
 | REACH_CHANNEL_SMS_DELIVERY_WAIT_S  | 5                | how long a send polls for the provider's delivery report|
 | REACH_CHANNEL_SMS_POLL_S           | 0.2              | the poll interval                                       |
+
+ClosureSettings (env REACH_CALLBACK_*), read by the channel agents (which mint reply tokens) and the gateway
+(which reads them at `POST /v1/callbacks/{token}`); both need the same secret:
+
+| variable                          | default       | meaning                                                |
+|-----------------------------------|---------------|--------------------------------------------------------|
+| REACH_CALLBACK_SECRET             | (none)        | HMAC secret of reply tokens; none: no replies (secret) |
+| REACH_CALLBACK_BASE_URL           | (none)        | the gateway's public URL; none: no replies             |
+| REACH_CALLBACK_TTL_S              | 604800 (7 d)  | how long a reply token is accepted                     |
+| REACH_CALLBACK_DEFAULT_CAPABILITY | (none)        | where a reply naming no capability goes (and no token) |
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from reach.names import check_capability
 
 
 class ChannelSettings(BaseSettings):
@@ -45,3 +57,32 @@ class ChannelSettings(BaseSettings):
     sms_sender: str = "Reach"
     sms_delivery_wait_s: Annotated[float, Field(ge=0)] = 5.0
     sms_poll_s: Annotated[float, Field(gt=0)] = 0.2
+
+
+class ClosureSettings(BaseSettings):
+    """Reply tokens: without a secret and a base URL, outbound messages carry no reply address."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_CALLBACK_", frozen=True, extra="forbid")
+
+    secret: SecretStr | None = None
+    base_url: str | None = None
+    ttl_s: Annotated[int, Field(gt=0)] = 7 * 24 * 3600
+    default_capability: str | None = None
+
+    @field_validator("default_capability")
+    @classmethod
+    def _capability(cls, value: str | None) -> str | None:
+        return check_capability(value) if value else None
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError(f"REACH_CALLBACK_BASE_URL {value[:200]!r} is not an http(s) URL; expected the "
+                             "gateway's public URL, e.g. https://reach.example.com")
+        return value or None
+
+    def key(self) -> bytes | None:
+        """The HMAC key, or None when replies are off (no secret)."""
+        value = self.secret.get_secret_value() if self.secret is not None else ""
+        return value.encode() if value else None

@@ -58,6 +58,8 @@ class SmsProvider:
     async def send(self, message: OutboundMessage) -> SendOutcome:
         payload = {"to": message.endpoint, "from": self._settings.sms_sender, "text": text_of(message.body),
                    "reference": message.message_id}
+        if message.reply_url:
+            payload["reply_url"] = message.reply_url  # the provider posts the recipient's answer there
         try:
             response = await self._client.post(f"{self._base}/messages", json=payload)
         except httpx.HTTPError as exc:

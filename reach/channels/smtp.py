@@ -32,6 +32,8 @@ def compose(message: OutboundMessage, sender: str) -> EmailMessage:
     mail["Subject"] = message.subject or f"Reach message {message.message_id}"
     mail["Message-ID"] = provider_id(message)
     mail["Reach-Trace-Id"] = message.trace_id
+    if message.reply_url:
+        mail["Reach-Reply-To"] = message.reply_url
     mail.set_content(json.dumps(message.body, indent=2, sort_keys=True) + "\n")
     return mail
 

@@ -16,7 +16,8 @@ import json
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -29,6 +30,7 @@ from reach.gateway.signing import sign
 SIGNATURE_HEADER = "Reach-Signature"
 MESSAGE_ID_HEADER = "Reach-Message-Id"
 TRACE_ID_HEADER = "Reach-Trace-Id"
+REPLY_TO_HEADER = "Reach-Reply-To"
 # the instance-metadata services of AWS (v4, v6 and ECS), GCP/Azure (169.254.169.254) and Alibaba
 METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254",
                                                        "100.100.100.200"))
@@ -63,6 +65,19 @@ def check_endpoint(endpoint: str) -> str:
     return endpoint
 
 
+def pinned(endpoint: str, address: str | None) -> tuple[str, dict[str, Any]]:
+    """The URL to connect to the checked address (no second lookup the DNS could answer differently: no
+    rebinding between the check and the connection), and the request extensions keeping the name for TLS (SNI
+    and certificate check); the caller sends the original Host header."""
+    if address is None:
+        return endpoint, {}
+    parts = urlsplit(endpoint)
+    literal = f"[{address}]" if ":" in address else address
+    netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+    extensions: dict[str, Any] = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
+    return urlunsplit(parts._replace(netloc=netloc)), extensions
+
+
 def body_bytes(message: OutboundMessage) -> bytes:
     """The exact bytes posted and signed."""
     return json.dumps(message.body, separators=(",", ":"), sort_keys=True).encode()
@@ -83,8 +98,9 @@ class WebhookProvider:
         self._allow_private = settings.webhook_allow_private
         self._resolve = resolver
 
-    async def _refused_target(self, endpoint: str) -> Failure | None:
-        """A permanent failure when the endpoint's host is (or resolves to) a non-public address."""
+    async def _checked_target(self, endpoint: str) -> Failure | str | None:
+        """A permanent failure when the endpoint's host is (or resolves to) a non-public address, else the checked
+        address to connect to (None when private targets are allowed: no check, the URL as given)."""
         if self._allow_private:
             return None
         parts = urlsplit(endpoint)
@@ -100,18 +116,25 @@ class WebhookProvider:
                                f"webhook host {host[:200]} resolves to {address}, {why}: webhooks go to public "
                                "addresses only (an operator may set REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE=true); "
                                "not retried")
-        return None
+        if not addresses:
+            return Failure(FailureKind.RETRYABLE, "CONNECT_FAILED", f"{host[:200]} resolves to no address")
+        return addresses[0]
 
     async def send(self, message: OutboundMessage) -> SendOutcome:
-        refused = await self._refused_target(message.endpoint)
-        if refused is not None:
-            return refused
+        checked = await self._checked_target(message.endpoint)
+        if isinstance(checked, Failure):
+            return checked
+        url, extensions = pinned(message.endpoint, checked)
         body = body_bytes(message)
         headers = {"Content-Type": "application/json", MESSAGE_ID_HEADER: message.message_id,
                    TRACE_ID_HEADER: message.trace_id,
                    SIGNATURE_HEADER: sign(self._secret, body, int(time.time()), nonce=message.message_id)}
+        if message.reply_url:
+            headers[REPLY_TO_HEADER] = message.reply_url
+        if checked is not None:
+            headers["Host"] = urlsplit(message.endpoint).netloc.rpartition("@")[2]
         try:
-            response = await self._client.post(message.endpoint, content=body, headers=headers)
+            response = await self._client.post(url, content=body, headers=headers, extensions=extensions)
         except httpx.HTTPError as exc:
             return transport_failure(exc, message.endpoint)
         failure = classify_status(response.status_code, retry_after=response.headers.get("Retry-After"))

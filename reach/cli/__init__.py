@@ -12,6 +12,7 @@ from reach.cli import canary as canary_cli
 from reach.cli import channels as channels_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli import instances as instances_cli
+from reach.cli import operators as operators_cli
 from reach.cli import policy as policy_cli
 from reach.cli import receipts as receipts_cli
 from reach.cli import router as router_cli
@@ -43,6 +44,7 @@ app.add_typer(dlq_cli.app, name="dlq")
 app.add_typer(canary_cli.app, name="canary")
 app.add_typer(apps_cli.app, name="apps")
 app.add_typer(channels_cli.app, name="channels")
+app.add_typer(operators_cli.app, name="operators")
 app.add_typer(__import__("reach.cli.faults", fromlist=["app"]).app, name="faults")
 
 

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from reach import control
 from reach.admission import canary_share
-from reach.canary import DEFAULT_STEPS, canaries
+from reach.canary import DEFAULT_STEPS, canaries, ended
 from reach.cli.common import console
 from reach.envelopes import now_ms
 from reach.errors import ReachError
@@ -116,11 +116,7 @@ def _finish(agent_id: str, state: CanaryState, as_json: bool) -> None:
     if canary is None or canary.state is not CanaryState.RUNNING:
         shown = "no canary" if canary is None else f"a {canary.state} canary of {canary.version}"
         raise BadCanary(f"{agent_id} has {shown}, not a RUNNING one; start one with `reach canary start`")
-    now = now_ms()
-    update = {"state": state, "step_started_at": now, "reason": f"{state} by reach-cli"}
-    if state is CanaryState.PROMOTED:
-        update["step"] = len(canary.steps) - 1
-    done = canary.model_copy(update=update)
+    done = ended(canary, state, by="reach-cli", now_ms=now_ms())
     control.publish(canary_record(done, by="reach-cli"), names=names)
     _show({agent_id: done}, as_json)
 

@@ -13,7 +13,35 @@ from reach.channels.catalog import BY_NAME, CHANNELS
 from reach.cli.common import console
 from reach.errors import ConfigError
 
-app = typer.Typer(help="Channels: webhook, email and SMS delivery as capabilities.", no_args_is_help=True)
+app = typer.Typer(help="Channels: webhook, email and SMS delivery as capabilities; with no command, their health.")
+
+
+@app.callback(invoke_without_command=True)
+def health(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Each running channel instance's health (HEALTHY / DEGRADED / OPEN) and its signals over the last minute."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from reach.channels.board import rows
+    from reach.channels.boardread import read_board
+
+    found = rows(read_board())
+    if as_json:
+        print(json.dumps(found))
+        return
+    if not found:
+        console.print("No channel instance has reported its health in the last 20 s "
+                      "(start one with `reach channels run --channel <name>`).")
+        return
+    table = Table("channel", "instance", "state", "success", "p95", "reports", "reason")
+    for row in found:
+        table.add_row(row["channel"], row["instance_id"], row["state"], _pct(row["success"]),
+                      "-" if row["p95_ms"] is None else f"{row['p95_ms']:.0f} ms", _pct(row["arrival"]),
+                      row["reason"] or "")
+    console.print(table)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
 
 
 @app.command("list")

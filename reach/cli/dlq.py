@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
@@ -132,9 +133,9 @@ def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, s
         err_console.print(f"[yellow]{undecodable} dead-letter record(s) do not decode[/]")
 
 
-def _row(message_id: str) -> StatusRow | None:
+def _row(message_id: str, base: str | None = None) -> StatusRow | None:
     try:
-        return StatusRow.model_validate(get_json(f"http://127.0.0.1:{ReachSettings().web_port}",
+        return StatusRow.model_validate(get_json(base or f"http://127.0.0.1:{ReachSettings().web_port}",
                                                  f"/messages/{quote(message_id, safe='')}"))
     except NotFound:
         return None
@@ -179,6 +180,21 @@ def replay(capability: str = Capability, reason: str = Reason, agent: str = Agen
     if not letters:
         print(json.dumps(dlq.Summary().as_dict()) if as_json else "No dead letters match; nothing to replay.")
         return
+    summary = replay_letters(letters, dry_run=dry_run, rate=rate, to_capability=to_capability)
+    if as_json:
+        print(json.dumps({**summary.as_dict(), "dry_run": dry_run}))
+        return
+    verb = "would replay" if dry_run else "replayed"
+    console.print(f"{verb} {len(summary.replayed)}, skipped as completed {len(summary.skipped_completed)}, "
+                  f"skipped as already replayed {len(summary.skipped_in_progress)}, failed {len(summary.failed)}")
+    for mid, why in summary.failed:
+        err_console.print(f"  {mid}: {why}")
+
+
+def replay_letters(letters: list[dlq.Letter], *, dry_run: bool, rate: float | None,
+                   to_capability: str | None = None,
+                   lookup: Callable[[str], StatusRow | None] | None = None) -> dlq.Summary:
+    """reach.dlq.replay over the real bus: publish + ACCEPTED receipt, then the ledger (also the console's redrive)."""
     names = _names()
     producer = clients.producer()
     client = Client()
@@ -193,18 +209,11 @@ def replay(capability: str = Capability, reason: str = Reason, agent: str = Agen
         producer.produce(names.replays, value, key=key.encode())
 
     try:
-        summary = dlq.replay(letters, lookup=_row, publish=publish, dry_run=dry_run, rate=rate,
+        summary = dlq.replay(letters, lookup=lookup or _row, publish=publish, dry_run=dry_run, rate=rate,
                              to_capability=to_capability, ledger=_ledger(), record=record)
     finally:
         if producer.flush(30):
             err_console.print("[red]some replayed records were not acknowledged by the broker; run the replay "
                               "again (replayed letters are skipped)[/]")
         client.close()
-    if as_json:
-        print(json.dumps({**summary.as_dict(), "dry_run": dry_run}))
-        return
-    verb = "would replay" if dry_run else "replayed"
-    console.print(f"{verb} {len(summary.replayed)}, skipped as completed {len(summary.skipped_completed)}, "
-                  f"skipped as already replayed {len(summary.skipped_in_progress)}, failed {len(summary.failed)}")
-    for mid, why in summary.failed:
-        err_console.print(f"  {mid}: {why}")
+    return summary

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,6 +55,19 @@ class Admitted:
     app: CallerApp
     envelope: Envelope
     idempotency_key: str | None
+
+
+def fingerprint(envelope: Envelope) -> str:
+    """What a request asked for, as a digest: a repeated idempotency_key must come with the same request.
+    The payload is compared as JSON (key order and spacing do not count); ids and timestamps are not part of it."""
+    try:
+        payload: object = json.loads(envelope.payload)
+    except ValueError:
+        payload = envelope.payload.hex()
+    asked = {"capability": envelope.capability, "version": envelope.capability_version, "payload": payload,
+             "routing": envelope.routing.model_dump(mode="json"), "callback": envelope.callback,
+             "expire_at": envelope.expire_at}
+    return hashlib.sha256(json.dumps(asked, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
 class Admission:
@@ -112,11 +127,15 @@ class Admission:
     async def publish(self, admitted: Admitted) -> Accepted:
         """202 material once the broker acknowledged; a repeated idempotency_key gets the first request's ids."""
         env, key, app = admitted.envelope, admitted.idempotency_key, admitted.app
-        ids = Remembered("pending", env.message_id, env.trace_id)
+        ids = Remembered("pending", env.message_id, env.trace_id, fingerprint(env))
         if key is not None:
             with unavailable_as_503():
                 prior = await self.deps.idempotency.claim(app.app_id, key, ids, self._pending_ttl)
             if prior is not None:
+                if prior.fingerprint and prior.fingerprint != ids.fingerprint:
+                    raise checks.Refusal(422, "idempotency_key_reused", f"idempotency_key {key!r} was first used "
+                                         "for a different request (capability, version, payload, routing or "
+                                         "callback differ)", "send a new idempotency_key for a new request")
                 if prior.state == "accepted":
                     return Accepted(message_id=prior.message_id, trace_id=prior.trace_id,
                                     status_url=status_url(prior.message_id))
@@ -135,7 +154,7 @@ class Admission:
         if key is not None:
             try:
                 await self.deps.idempotency.accepted(app.app_id, key, Remembered("accepted", env.message_id,
-                                                                                  env.trace_id),
+                                                                                  env.trace_id, ids.fingerprint),
                                                      self.settings.idempotency_ttl)
             except InfraUnavailable as exc:
                 # the broker has it: still a 202. A repeat after the pending claim expires is published again

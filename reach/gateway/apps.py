@@ -136,6 +136,8 @@ class AppTable:
     """Live keys by key id, folded from apps-topic records (an AppDirectory); a bad record is skipped and
     counted in `refused`, never fatal, and the app's previous state stays."""
 
+    operators = False  # True in reach.console.operators.OperatorTable: it folds only operator records
+
     def __init__(self, box: SecretBox) -> None:
         self._box = box
         self._lock = threading.Lock()
@@ -171,6 +173,8 @@ class AppTable:
         """Replace an app's keys by the record's live keys. SecretUnreadable skips the record but still drops
         the app's keys the record no longer lists as live (a revocation must not wait for a readable secret)."""
         entries: dict[str, KeyEntry] = {}
+        if app is not None and (app.role is not None) != self.operators:
+            app = None  # the other kind's record (an operator's, for the door): no key of it opens here
         if app is not None:
             view = caller(app)
             try:

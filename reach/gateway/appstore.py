@@ -133,11 +133,11 @@ class AppStore:
         return self._box
 
     def all(self) -> list[App]:
-        return sorted(self._log.read().values(), key=lambda a: (a.created_at, a.app_id))
+        return sorted((a for a in self._log.read().values() if a.role is None), key=lambda a: (a.created_at, a.app_id))
 
     def get(self, app_id: str) -> App:
         app = self._log.read().get(app_id)
-        if app is None:
+        if app is None or app.role is not None:  # console operators are `reach operators`' business
             raise AppError(f"No app {app_id!r} on the apps topic: expected an id from `reach apps ls`.")
         return app
 

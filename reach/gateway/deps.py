@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from reach.envelopes import now_ms
 from reach.gateway.ports import Authenticator, Quotas
 from reach.records import Capability, Envelope, Receipt
+
+if TYPE_CHECKING:
+    from reach.console.wiring import Console
 
 
 class Publisher(Protocol):
@@ -73,6 +76,7 @@ class Remembered:
     state: IdemState
     message_id: str
     trace_id: str
+    fingerprint: str = ""  # what the first request asked for (admission.fingerprint); "" when recorded before it
 
 
 class IdempotencyStore(Protocol):
@@ -104,3 +108,4 @@ class Dependencies:
     idempotency: IdempotencyStore
     clock_ms: Callable[[], int] = field(default=now_ms)
     closers: tuple[Callable[[], Any], ...] = ()
+    console: Console | None = None  # the operator console at /console (reach.gateway.routes_console)

@@ -31,11 +31,11 @@ class KafkaAppDirectory:
     """Live keys by key id, as the apps topic says now (satisfies reach.gateway.ports.AppDirectory)."""
 
     def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings | None = None,
-                 open_consumer: Callable[[], Consumer] | None = None) -> None:
+                 open_consumer: Callable[[], Consumer] | None = None, table: AppTable | None = None) -> None:
         self._topic = names.apps
         kafka = kafka or KafkaSettings()
         self._open = open_consumer or (lambda: topicreader.open_reader("gateway-apps", kafka))
-        self.table = AppTable(box)
+        self.table = table or AppTable(box)  # the console passes an OperatorTable
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -18,12 +18,14 @@ def idem_key(namespace: str, app_id: str, key: str) -> str:
 
 
 def _dump(ids: Remembered) -> str:
-    return json.dumps({"state": ids.state, "message_id": ids.message_id, "trace_id": ids.trace_id})
+    return json.dumps({"state": ids.state, "message_id": ids.message_id, "trace_id": ids.trace_id,
+                       "fingerprint": ids.fingerprint})
 
 
 def _load(raw: bytes | str) -> Remembered:
     data = json.loads(raw)
-    return Remembered(state=data["state"], message_id=data["message_id"], trace_id=data["trace_id"])
+    return Remembered(state=data["state"], message_id=data["message_id"], trace_id=data["trace_id"],
+                      fingerprint=data.get("fingerprint", ""))
 
 
 class RedisIdempotency:

@@ -21,6 +21,8 @@ from reach.gateway.checks import Refusal
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
+from reach.gateway.routes_callbacks import callback_routes
+from reach.gateway.routes_console import console_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
 from reach.gateway.routes_status import status_routes
 
@@ -133,6 +135,9 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
     envelopes = envelope_routes(admission)
     app.include_router(envelopes)
     app.include_router(status_routes(admission))
+    app.include_router(callback_routes(admission))
+    if deps.console is not None:
+        app.include_router(console_routes(deps.console, deps.status))
 
     @app.exception_handler(Refusal)
     async def on_refusal(_request: Request, exc: Refusal) -> JSONResponse:

@@ -57,9 +57,12 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     publisher = KafkaPublisher(client, ack_timeout_s=http.ack_timeout)
     status = StatusClient(reach, http.status_url)
     timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
+    from reach.console.wiring import open_console  # here: the console follows the apps topic for operators
+
+    console = open_console(reach=reach, kafka=kafka, status_url=status.base_url)
     idempotency = RedisIdempotency(door_client((redis or RedisSettings()).url(reach.home), timeout_s=timeout),
                                    reach.namespace)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
-                        replies=replies, status=status, catalog=catalog, idempotency=idempotency,
+                        replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
                         closers=(publisher.close, replies.close, catalog.close, status.aclose, idempotency.aclose,
-                                 *guards.closers))
+                                 console.close, *guards.closers))

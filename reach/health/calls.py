@@ -23,8 +23,10 @@ NOT_THE_INSTANCE = frozenset({"BUSINESS", "INVALID_INPUT", "BUDGET"})
 """Error kinds that say nothing about the instance: the caller's request or budget was at fault."""
 OVERLOAD_KINDS = frozenset({"OVERLOAD"})
 OVERLOAD_CODES = frozenset({"OVERLOAD", "OVERLOADED", "RATE_LIMITED", "RATE_LIMIT", "TOO_MANY_REQUESTS", "THROTTLED",
-                            "429"})
-"""Codes an agent raises (`TransientError(code=...)`) for a rate limit or overload: the 429 class."""
+                            "429", "CHANNEL_OPEN"})
+"""Codes an agent raises (`TransientError(code=...)`) for a rate limit or overload: the 429 class. CHANNEL_OPEN is a
+channel agent refusing while its channel health is OPEN (reach/channels/board.py): its instance breaker opens, so
+the router leaves it out."""
 TIMEOUT_KINDS = frozenset({"TIMEOUT"})
 """A call that ran out of its execution timeout was slow as well as failed."""
 _CALLS = frozenset({Status.COMPLETED.value, Status.ATTEMPT_FAILED.value, Status.FAILED.value})

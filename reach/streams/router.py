@@ -49,6 +49,7 @@ from reach.routing import (
 )
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.affinity import AffinityTable
+from reach.streams.captopics import CapabilityTopics
 from reach.streams.commits import CommitLedger
 from reach.streams.qps import QpsLimits
 from reach.streams.routed_receipt import RoutedReceiptWriter
@@ -64,67 +65,6 @@ MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 def router_group(names: Names) -> str:
     """The hot path's consumer group; the faust app itself is group `<ns>.router` (its app id)."""
     return f"{names.router_app_id}.capabilities"
-
-
-class CapabilityTopics:
-    """The explicit subscription to every capability topic, refreshed from metadata.
-
-    librdkafka's regex subscription misses a topic created while the group rebalances (a new
-    worker joining) until some later topic appears (librdkafka#3008): with two workers a new
-    capability waited a minute or more. Comparing the matching topics with the subscription every
-    `every_s` and re-subscribing when they differ always converges, whatever the group was doing."""
-
-    def __init__(self, names: Names, every_s: float, kafka: KafkaSettings,
-                 on_members: Callable[[int], None] = lambda _n: None) -> None:
-        self.prefix = names.capability_prefix
-        self.group = router_group(names)
-        self.on_members = on_members
-        self.every_s = every_s
-        self.subscribed: frozenset[str] = frozenset()
-        self._kafka = kafka
-        self._latest: frozenset[str] = frozenset()
-        self._listed = threading.Event()
-        self._stop = threading.Event()
-
-    def start(self) -> None:
-        """List the cluster's topics on a thread of its own: a full metadata request took 36-158 ms with
-        1,200 topics on the local broker, and made on the routing thread it stalled every request behind it."""
-        threading.Thread(target=self._watch, name="reach-router-topics", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def _watch(self) -> None:
-        admin = clients.admin(self._kafka)
-        while not self._stop.is_set():
-            try:
-                listed = admin.list_topics(timeout=5).topics
-                self._latest = frozenset(t for t in listed if t.startswith(self.prefix))
-                self._listed.set()
-            except KafkaException as exc:  # the next listing tries again; routing goes on with what it has
-                log.warning("listing capability topics failed: %s", exc)
-            self._count_members(admin)
-            self._stop.wait(self.every_s)
-
-    def _count_members(self, admin: Any) -> None:
-        """The hot path's workers (qps_limit is shared among them); the last count stays when the broker
-        does not answer (or the principal may not describe the group)."""
-        try:
-            group = admin.describe_consumer_groups([self.group], request_timeout=5)[self.group].result()
-            self.on_members(max(len(group.members), 1))
-        except Exception as exc:  # noqa: BLE001 - never stop the topic listing over the count
-            log.debug("describing %s failed (qps_limit keeps the last worker count): %s", self.group, exc)
-
-    def refresh(self, consumer: Consumer, now: float) -> bool:
-        """Re-subscribe when the matching topics changed; True while subscribed to at least one."""
-        if not self.subscribed:
-            self._listed.wait(0.2)
-        topics = self._latest
-        if topics and topics != self.subscribed:
-            consumer.subscribe(sorted(topics))
-            log.info("subscribed to %d capability topic(s): %s", len(topics), ", ".join(sorted(topics)))
-            self.subscribed = topics
-        return bool(self.subscribed)
 
 
 class PartitionBackoff:
@@ -269,12 +209,13 @@ class Router:
         producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes,
                                                    "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
+                                        group=router_group(self.names),
                                         on_members=lambda n: setattr(self.qps, "workers", n))
         capabilities.start()
         held = PartitionBackoff()
         try:
             while not self._stop.is_set():
-                if not capabilities.refresh(consumer, time.monotonic()):
+                if not capabilities.refresh(consumer):
                     self._stop.wait(0.2)
                     continue
                 due = held.due(time.monotonic())

@@ -21,6 +21,7 @@ MEASURED = {"raw", "faust", "route", "route 2 workers", "round trip 50/s", "roun
 KNEES = {"knee noop", "knee echo x2"}
 
 
+@pytest.mark.serial  # eight stacks start and stop: alone on the machine, and no other test disturbed by it
 @pytest.mark.timeout(600)  # 80 s at load average 7, 170 s at load average 10 (eight stacks start and stop)
 def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"

@@ -20,7 +20,7 @@ from reach.bench.gateway_stack import ENVELOPES, GatewayStack, child_env, envelo
 from reach.settings import KafkaSettings, RedisSettings
 from tests.integration.agent_support import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # load and latency figures: alone on the machine
 
 SLOW_CLIENTS = 200  # a third each: slowloris, garbage, huge heads
 GOOD_REQUESTS = 20

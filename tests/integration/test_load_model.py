@@ -26,7 +26,7 @@ from reach.streams.router import Router
 from tests.integration.agent_support import TopicReader, reach_cli, spawn
 from tests.integration.router_helpers import Sender, first_per_message, receipts_tail, running_router, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # load and latency figures: alone on the machine
 
 ECHO = "agent://demo/echo"
 SLOW = "agent://test/slow"

@@ -19,7 +19,7 @@ from tests.integration.router_helpers import (
     wait_for,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # load and latency figures: alone on the machine
 
 
 def test_lighter_instance_receives_clearly_more(namespace: str) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import pytest
+from pydantic import SecretStr
 
 from reach import codec
 from reach.agent import BusinessError, Context, Reject, TransientError
@@ -13,8 +14,11 @@ from reach.agent.outcomes import Outcome, from_exception
 from reach.breaker import Outcome as Health
 from reach.channels.agent import ChannelService, channel_agent, signal_for
 from reach.channels.catalog import channel
+from reach.channels.errors import ChannelMisconfigured
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent
+from reach.channels.settings import ClosureSettings
 from reach.channels.steps import DeliverySteps
+from reach.channels.tokens import CALLBACKS_PATH, read
 from reach.codec import decode_dict, encode
 from reach.envelopes import new_envelope
 from reach.health.calls import call_of
@@ -171,6 +175,12 @@ def test_while_open_without_a_backup_the_send_fails_retryably() -> None:
     with pytest.raises(TransientError) as caught:
         asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
     assert caught.value.code == "CHANNEL_OPEN" and len(provider.sent) == 3
+    # an OVERLOAD-class failure for the health writer: three open the instance breaker, so routing skips it
+    verdict = from_exception(caught.value)
+    assert verdict.error is not None
+    receipt = {"status": "ATTEMPT_FAILED", "instance_id": "i1", "at": 1, "error": verdict.error.model_dump()}
+    call = call_of(receipt)
+    assert call is not None and call.outcome is Health.OVERLOAD
 
 
 def test_a_bad_backup_is_rejected() -> None:
@@ -208,3 +218,35 @@ def test_when_the_provider_recovers_real_sends_probe_it_back_to_healthy() -> Non
     assert len(provider.sent) - sent_before == 3
     assert svc.health.state(1_301) is ChannelState.HEALTHY
     assert asyncio.run(svc.handle(payload, ctx(env)))["provider_message_id"] == "p-ok"
+
+
+def test_with_replies_on_each_send_carries_a_reply_url_whose_token_names_the_message() -> None:
+    provider = FakeProvider(Sent(provider_message_id="p-2"))
+    steps = DeliverySteps(FakeSender(), names=Names("ns"), agent_id="agent://channels/sms", instance_id="i1")
+    closure = ClosureSettings(secret=SecretStr("k"), base_url="https://gw.example")
+    svc = ChannelService(channel("sms"), provider, steps, closure=closure, clock=lambda: 1_000)
+    env = callback_envelope()
+    asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    (sent,) = provider.sent
+    assert sent.reply_url.startswith("https://gw.example" + CALLBACKS_PATH)
+    assert sent.body["reply_to"] == sent.reply_url and sent.body["text"] == "hi"
+    claims = read(b"k", sent.reply_url.rsplit("/", 1)[1], now=1_001)
+    assert (claims.message_id, claims.trace_id, claims.capability) == ("orig-cb0", "t1", "demo.echo")
+    assert claims.expires_at == 1_000 + closure.ttl_s * 1000
+    assert (svc.counts.delivered, svc.counts.reply_urls, svc.counts.callbacked) == (1, 1, 1)
+
+
+def test_without_a_secret_no_reply_url() -> None:
+    provider = FakeProvider(Sent(provider_message_id="p-3"))
+    svc, _ = service(provider)
+    env = callback_envelope()
+    asyncio.run(svc.handle(json.loads(env.payload), ctx(env)))
+    assert provider.sent[0].reply_url == "" and "reply_to" not in provider.sent[0].body
+
+
+def test_replies_half_configured_refuse_to_start() -> None:
+    with pytest.raises(ChannelMisconfigured, match="REACH_CALLBACK_BASE_URL"):
+        channel_agent("sms", provider=FakeProvider(Sent(provider_message_id="p")),
+                      closure=ClosureSettings(secret=SecretStr("k")))
+    with pytest.raises(ValueError, match="not an http"):
+        ClosureSettings(secret=SecretStr("k"), base_url="gw.example")

@@ -15,7 +15,7 @@ from reach.channels.provider import Failure, FailureKind, OutboundMessage, Sent,
 from reach.channels.settings import ChannelSettings
 from reach.channels.sms import SmsProvider, text_of
 from reach.channels.smtp import classify_smtp, compose
-from reach.channels.webhook import SIGNATURE_HEADER, Resolver, WebhookProvider, body_bytes, refused_address
+from reach.channels.webhook import SIGNATURE_HEADER, Resolver, WebhookProvider, body_bytes, pinned, refused_address
 from reach.gateway import signing
 
 MESSAGE = OutboundMessage(endpoint="https://receiver.test/hook", body={"status": "COMPLETED", "fields": {"$.a": 1}},
@@ -211,3 +211,50 @@ def test_a_refusing_target_s_answer_body_is_never_echoed_into_the_failure() -> N
     secret = "internal-admin-token-42"
     outcome = _run(webhook(transport=httpx.MockTransport(lambda _r: httpx.Response(403, text=secret))).send(MESSAGE))
     assert isinstance(outcome, Failure) and outcome.code == "HTTP_403" and secret not in outcome.reason
+
+
+def test_the_webhook_connects_to_the_checked_address_with_the_host_header_and_sni_kept() -> None:
+    """DNS rebinding: the host is resolved once; the connection goes to that checked address, never to a second
+    lookup's answer, while Host and TLS SNI still name the endpoint's host."""
+    posted: list[httpx.Request] = []
+    lookups: list[str] = []
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        lookups.append(host)  # a second lookup would answer 127.0.0.1
+        return ["93.184.215.14"] if len(lookups) == 1 else ["127.0.0.1"]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        posted.append(request)
+        return httpx.Response(200)
+
+    outcome = _run(webhook(transport=httpx.MockTransport(answer), resolver=rebinding).send(MESSAGE))
+    assert isinstance(outcome, Sent) and lookups == ["receiver.test"]
+    (request,) = posted
+    assert (request.url.host, request.url.path) == ("93.184.215.14", "/hook")
+    assert request.headers["Host"] == "receiver.test"
+    assert request.extensions["sni_hostname"] == "receiver.test"
+
+
+@pytest.mark.parametrize(("endpoint", "address", "url", "sni"), [
+    ("https://h.test:8443/a?b=1", "2606:4700::1111", "https://[2606:4700::1111]:8443/a?b=1",
+     {"sni_hostname": "h.test"}),
+    ("http://h.test/x", "93.184.215.14", "http://93.184.215.14/x", {}),
+    ("http://h.test/x", None, "http://h.test/x", {}),
+])
+def test_pinned_urls(endpoint: str, address: str | None, url: str, sni: dict[str, str]) -> None:
+    assert pinned(endpoint, address) == (url, sni)
+
+
+def test_a_reply_url_travels_with_each_channel() -> None:
+    reply = "https://gw.example/v1/callbacks/tok.en"
+    message = OutboundMessage(endpoint="+15551234567", body={"text": "ok?", "reply_to": reply}, message_id="m",
+                              trace_id="t", reply_url=reply)
+    api = FakeSmsApi()
+    _run(SmsProvider(SETTINGS, transport=httpx.MockTransport(api)).send(message))
+    assert api.sent[0]["reply_url"] == reply and api.sent[0]["text"] == "ok?"
+    posted: list[httpx.Request] = []
+    hook = webhook(transport=httpx.MockTransport(lambda r: posted.append(r) or httpx.Response(200)))
+    _run(hook.send(OutboundMessage(endpoint="https://receiver.test/hook", body={"reply_to": reply}, message_id="m",
+                                   trace_id="t", reply_url=reply)))
+    assert posted[0].headers["Reach-Reply-To"] == reply and json.loads(posted[0].content)["reply_to"] == reply
+    assert compose(message, "reach@localhost")["Reach-Reply-To"] == reply

@@ -1,5 +1,5 @@
 """`reach send --callback` refuses a malformed spec before anything is sent (exit 2, the reason);
-`reach channels list --json` is the catalog."""
+`reach channels list --json` is the catalog; `reach channels [--json]` is the health board (exit 4 without Redis)."""
 
 from __future__ import annotations
 
@@ -47,3 +47,23 @@ def test_the_timeline_names_the_channel_of_a_delivery_step() -> None:
     console.print(_timeline(row))
     text = console.export_text()
     assert "SENT via webhook rcv-1" in text and "COMPLETED" in text
+
+
+def test_channels_health_without_redis_is_exit_4() -> None:
+    done = subprocess.run([sys.executable, "-m", "reach", "channels", "--json"], capture_output=True, text=True,
+                          timeout=60, env={"PATH": "/usr/bin:/bin", "REACH_REDIS_URL": "redis://127.0.0.1:9/0"})
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "Redis did not answer" in done.stdout + done.stderr
+
+
+def test_channels_health_prints_the_board(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.channels import board, boardread
+    from reach.channels.health import ChannelHealth
+
+    snap = board.snapshot(ChannelHealth(), channel="sms", instance_id="i1", agent_id="a", now=5)
+    monkeypatch.setattr(boardread, "read_board", lambda: [snap])
+    result = CliRunner().invoke(app, ["channels", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == board.rows([snap])
+    table = CliRunner().invoke(app, ["channels"])
+    assert "sms" in table.output and "HEALTHY" in table.output

@@ -175,6 +175,20 @@ def test_a_repeated_idempotency_key_returns_the_original_202(client: TestClient,
     assert envelope.idempotency_key == "gateway:app1:order-7"
 
 
+def test_a_repeated_idempotency_key_with_a_different_request_is_422_and_nothing_is_sent(
+        client: TestClient, fakes: Fakes) -> None:
+    first = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x", "n": 1},
+                                           "idempotency_key": "order-8"})
+    reordered = post(client, "/v1/envelopes", {"payload": {"n": 1, "text": "x"}, "capability": "demo.echo",
+                                               "idempotency_key": "order-8"})
+    changed = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "y", "n": 1},
+                                             "idempotency_key": "order-8"})
+    assert (first.status_code, reordered.status_code) == (202, 202)  # the same request, keys in another order
+    assert reordered.json() == first.json()
+    assert changed.status_code == 422 and changed.json()["error"] == "idempotency_key_reused", changed.text
+    assert len(fakes.publisher.sent) == 1
+
+
 def test_an_unacknowledged_publish_is_503_and_frees_the_key(client: TestClient, fakes: Fakes) -> None:
     body = {"capability": "demo.echo", "payload": {"text": "x"}, "idempotency_key": "k"}
     fakes.publisher.fail = True

@@ -1,0 +1,1 @@
+"""The operator console served by the gateway at /console (docs/console.md)."""

@@ -1,0 +1,217 @@
+"""The console's shell over the bus: the same reads and writes the CLI makes (registry, control, dead letters,
+receipts), each a blocking call the routes run on a worker thread. Pure parts live in overview and preview."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from reach import analytics, clients, codec, control, dlq, topicreader
+from reach.canary import canaries, ended
+from reach.cli import agents as agents_cli
+from reach.cli import dlq as dlq_cli
+from reach.cli.weights import merged
+from reach.codec import DecodeError
+from reach.console import overview
+from reach.console.preview import Preview, preview
+from reach.envelopes import now_ms
+from reach.errors import ReachError
+from reach.names import Names, check_capability
+from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
+from reach.registry import read_registry
+from reach.settings import KafkaSettings
+from reach.streams.canary import canary_record
+from reach.streams.lag import consumer_lag
+
+PREVIEW_WINDOW_MS = 15 * 60_000
+PREVIEW_SAMPLE = 500
+
+
+class ConsoleError(ReachError):
+    """An operator action that cannot apply (unknown canary, bad weights, nothing to redrive)."""
+
+
+class Backend(Protocol):
+    """What the console's routes read and write; ConsoleBackend over Kafka, a fake in unit tests."""
+
+    def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]: ...
+
+    def agents(self) -> list[dict[str, Any]]: ...
+
+    def instance_action(self, instance_id: str, action: InstanceAction, by: str) -> None: ...
+
+    def receipts_of(self, message_id: str, since_ms: int, until_ms: int) -> list[dict[str, Any]]: ...
+
+    def letters(self, filters: dlq.Filters, error_code: str | None) -> list[dict[str, Any]]: ...
+
+    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None) -> dict[str, Any]: ...
+
+    def weights(self) -> dict[str, dict[str, Any]]: ...
+
+    def preview(self, scope: str, changes: Mapping[str, float | None]) -> dict[str, Any]: ...
+
+    def set_weights(self, scope: str, changes: Mapping[str, float | None], by: str) -> dict[str, float]: ...
+
+    def canaries(self) -> list[dict[str, Any]]: ...
+
+    def finish_canary(self, agent_id: str, state: CanaryState, by: str) -> None: ...
+
+
+def _scope(scope: str) -> str:
+    return "*" if scope in ("", "*") else check_capability(scope)
+
+
+class ConsoleBackend:
+    """Backend over the namespace's topics, with the CLI's own functions wherever the CLI does the same thing."""
+
+    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, status_url: str | None = None) -> None:
+        self._names = names
+        self._kafka = kafka or KafkaSettings()
+        self._status_url = status_url  # the stream app's views (REACH_GATEWAY_STATUS_URL); None: the CLI's default
+
+    def _receipts(self, since_ms: int | None, until_ms: int | None) -> list[dict[str, Any]]:
+        reader = topicreader.open_reader("console-receipts", self._kafka)
+        try:
+            return list(analytics.read_receipts(reader, self._names.receipts, since_ms, until_ms,
+                                                analytics.LoadStats(), timeout=5.0))
+        finally:
+            reader.close()
+
+    def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
+        rows = self._receipts(since_ms, until_ms)
+        with analytics.temp_workdir() as tmp:
+            con = analytics.load(iter(rows), Path(tmp))
+            stats = overview.per_capability(con, until_ms - since_ms)
+            series = overview.series(con, bucket_ms)
+        return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": len(rows),
+                "capabilities": [s.as_dict() for s in stats], "series": series, "backlog": self.backlog()}
+
+    def backlog(self) -> list[dict[str, Any]]:
+        """Consumer lag now of the router's group and every registered agent's inbox group, by topic."""
+        agents = {i.registration.agent_id for i in read_registry(self._kafka, self._names, timeout=5.0)
+                  .instances(now_ms())}
+        groups = [self._names.router_app_id, *sorted(self._names.agent_group(a) for a in agents)]
+        reader = topicreader.open_reader("console-lag", self._kafka)
+        try:
+            lag = consumer_lag(clients.admin(self._kafka), reader, groups, timeout=5.0)
+        finally:
+            reader.close()
+        return [{"group": g, "topic": t, "lag": n} for (t, g), n in sorted(lag.items(), key=lambda kv: kv[0][::-1])]
+
+    def agents(self) -> list[dict[str, Any]]:
+        view = read_registry(self._kafka, self._names, timeout=5.0)
+        now = now_ms()
+        reports = agents_cli.latest_reports(self._kafka, self._names, now) if len(view) else {}
+        health = agents_cli.latest_health(self._kafka, self._names) if len(view) else {}
+        running = {a: c for a, c in canaries(control.read_control(names=self._names, kafka=self._kafka).records()
+                                            ).items() if c.state is CanaryState.RUNNING}
+        rows = []
+        for info in view.instances(now):
+            reg = info.registration
+            row = agents_cli._row(info, reports.get(reg.instance_id), now, health.get(reg.instance_id))
+            canary = running.get(reg.agent_id)
+            row["build_version"] = reg.build_version
+            row["arm"] = None if canary is None else "canary" if reg.build_version == canary.version else "stable"
+            rows.append(row)
+        return rows
+
+    def instance_action(self, instance_id: str, action: InstanceAction, by: str) -> None:
+        control.publish(control.instance_record(instance_id, action, by=by), names=self._names, kafka=self._kafka)
+
+    def receipts_of(self, message_id: str, since_ms: int, until_ms: int) -> list[dict[str, Any]]:
+        """Every receipt of the message in the window, with its routing decision (the status row has none)."""
+        reader = topicreader.open_reader("console-trace", self._kafka)
+        found: list[dict[str, Any]] = []
+        try:
+            starts = topicreader.start_offsets(reader, self._names.receipts, since_ms, 5.0)
+            for msg in topicreader.read_range(reader, self._names.receipts, starts, until_ms=until_ms,
+                                              idle_timeout=5.0):
+                if (msg.key() or b"") != message_id.encode():
+                    continue
+                try:
+                    receipt = codec.decode(msg.value() or b"", Receipt)
+                except DecodeError:
+                    continue
+                found.append(receipt.model_dump(mode="json", exclude={"payload", "result"}))
+        finally:
+            reader.close()
+        return sorted(found, key=lambda r: (r["generation"], r["at"]))
+
+    def letters(self, filters: dlq.Filters, error_code: str | None) -> list[dict[str, Any]]:
+        items, _ = dlq_cli._letters(filters)
+        out = []
+        for item in items:
+            if error_code and (item.record.error is None or item.record.error.code != error_code):
+                continue
+            envelope = item.envelope
+            out.append({**dlq_cli._summary(item),
+                        "envelope": envelope.model_dump(mode="json", exclude={"payload"}) if envelope else None,
+                        "payload": envelope.payload.decode("utf-8", "replace") if envelope else None})
+        return out
+
+    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None) -> dict[str, Any]:
+        items, _ = dlq_cli._letters(filters)
+        if not items:
+            return {**dlq.Summary().as_dict(), "dry_run": dry_run}
+        summary = dlq_cli.replay_letters(items, dry_run=dry_run, rate=rate,
+                                         lookup=lambda mid: dlq_cli._row(mid, self._status_url))
+        return {**summary.as_dict(), "dry_run": dry_run, "skipped_completed_ids": summary.skipped_completed,
+                "skipped_in_progress_ids": summary.skipped_in_progress}
+
+    def weights(self) -> dict[str, dict[str, Any]]:
+        view = control.read_control(names=self._names, kafka=self._kafka)
+        scopes = {r.scope: r for r in view.records().values() if r.kind is ControlKind.WEIGHTS and r.weights}
+        rows = {scope: {"weights": dict(view.weights(scope)), "updated_by": r.updated_by, "updated_at": r.updated_at}
+                for scope, r in scopes.items()}
+        rows.setdefault("*", {"weights": dict(view.weights("*")), "updated_by": "default", "updated_at": None})
+        return rows
+
+    def _merged(self, scope: str, changes: Mapping[str, float | None]) -> Any:
+        current = control.read_control(names=self._names, kafka=self._kafka).weights(scope)
+        return merged(current, changes)
+
+    def preview(self, scope: str, changes: Mapping[str, float | None]) -> dict[str, Any]:
+        scope = _scope(scope)
+        new = self._merged(scope, changes)
+        now = now_ms()
+        receipts = self._routed(now - PREVIEW_WINDOW_MS, now)
+        result: Preview = preview(receipts, new, capability=None if scope == "*" else scope, limit=PREVIEW_SAMPLE)
+        return {"scope": scope, "weights": dict(new), **result.as_dict()}
+
+    def _routed(self, since_ms: int, until_ms: int) -> list[Receipt]:
+        reader = topicreader.open_reader("console-preview", self._kafka)
+        out: list[Receipt] = []
+        try:
+            starts = topicreader.start_offsets(reader, self._names.receipts, since_ms, 5.0)
+            for msg in topicreader.read_range(reader, self._names.receipts, starts, until_ms=until_ms,
+                                              idle_timeout=5.0):
+                try:
+                    receipt = codec.decode(msg.value() or b"", Receipt)
+                except DecodeError:
+                    continue
+                if receipt.decision is not None and receipt.decision.candidates:
+                    out.append(receipt)
+        finally:
+            reader.close()
+        return out
+
+    def set_weights(self, scope: str, changes: Mapping[str, float | None], by: str) -> dict[str, float]:
+        scope = _scope(scope)
+        new = self._merged(scope, changes)
+        control.publish(control.weights_record(new.to_record(), scope=scope, by=by), names=self._names,
+                        kafka=self._kafka)
+        return dict(new)
+
+    def canaries(self) -> list[dict[str, Any]]:
+        found = canaries(control.read_control(names=self._names, kafka=self._kafka).records())
+        return [{"agent_id": c.agent_id, "version": c.version, "state": str(c.state), "step": c.step + 1,
+                 "steps": c.steps, "min_success": c.min_success, "reason": c.reason}
+                for c in sorted(found.values(), key=lambda c: c.agent_id)]
+
+    def finish_canary(self, agent_id: str, state: CanaryState, by: str) -> None:
+        canary = canaries(control.read_control(names=self._names, kafka=self._kafka).records()).get(agent_id)
+        if canary is None or canary.state is not CanaryState.RUNNING:
+            raise ConsoleError(f"{agent_id} has no RUNNING canary; start one with `reach canary start`.")
+        control.publish(canary_record(ended(canary, state, by=by, now_ms=now_ms()), by=by), names=self._names,
+                        kafka=self._kafka)

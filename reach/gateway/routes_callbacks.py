@@ -1,0 +1,142 @@
+"""`POST /v1/callbacks/{token}`: a reply to an outbound channel message becomes a new envelope in its trace.
+
+The token (reach/channels/tokens.py) is the only credential: minted by the channel agent for one outbound
+message, signed with REACH_CALLBACK_SECRET, single-use. The reply's JSON object is the new envelope's
+payload (less its `capability` member); it goes to the capability the reply names, else the token's default
+(the capability whose outcome was called back), else REACH_CALLBACK_DEFAULT_CAPABILITY. The name is checked
+as a capability name and against the registry (a live instance serving the token's tenant, the payload
+valid for its input schema); `channel.*` is refused, so a reply cannot make Reach send messages. The
+envelope keeps the trace (same trace_id, parent_id = the outbound message) and its id is derived from the
+outbound message, so a reused token is refused (409) and, should that claim be lost, the same message again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import Counter
+
+from reach.channels.catalog import CAPABILITY_PREFIX
+from reach.channels.settings import ClosureSettings
+from reach.channels.tokens import CALLBACKS_PATH, BadToken, ExpiredToken, ReplyClaims, read
+from reach.envelopes import new_envelope
+from reach.errors import InfraUnavailable, ReachError
+from reach.gateway import checks
+from reach.gateway.admission import Admission, status_url, unavailable_as_503
+from reach.gateway.bodies import Accepted
+from reach.gateway.deps import Remembered
+from reach.gateway.openapi import ERRORS
+from reach.gateway.publisher import BrokerRefused
+from reach.records import Envelope
+
+CLAIMS_APP = "reach-callbacks"  # the idempotency store's app scope of used tokens
+SOURCE = "gateway:callback"
+OUTCOMES = ("accepted", "unknown", "expired", "reused", "refused")
+
+
+def callback_routes(admission: Admission, settings: ClosureSettings | None = None) -> APIRouter:
+    router = APIRouter(tags=["callbacks"])
+    closure = settings or ClosureSettings()
+    deps, http = admission.deps, admission.settings
+    counted = Counter("agentreach_gateway_callbacks_total", "Inbound replies at /v1/callbacks by outcome",
+                      ["outcome"], registry=admission.metrics.registry)
+    for outcome in OUTCOMES:
+        counted.labels(outcome)
+
+    def claims_of(token: str) -> ReplyClaims:
+        key = closure.key()
+        if key is None:
+            raise checks.Refusal(404, "callbacks_off", "this gateway takes no replies: REACH_CALLBACK_SECRET is not "
+                                 "set", "set the same REACH_CALLBACK_SECRET on the gateway and the channel agents")
+        try:
+            return read(key, token, now=deps.clock_ms())
+        except BadToken:
+            counted.labels("unknown").inc()
+            raise checks.Refusal(404, "unknown_token", "no outbound message has this reply token",
+                                 "post the reply to the exact URL of the message's reply_to") from None
+        except ExpiredToken as exc:
+            counted.labels("expired").inc()
+            raise checks.Refusal(410, "expired_token", f"the reply token of message {exc} has expired (tokens "
+                                 f"last {closure.ttl_s:,} s)", "the conversation must be started again") from None
+
+    @router.post(CALLBACKS_PATH + "{token}", status_code=202, response_model=Accepted,
+                 responses={**ERRORS, 409: {"description": "the token was already used"},
+                            410: {"description": "the token has expired"}},
+                 summary="Answer an outbound channel message (unsigned: the token is the credential)")
+    async def reply(token: str, request: Request) -> Response:
+        """202 once the reply's envelope is on the bus, joined to the outbound message's trace."""
+        claims = claims_of(token)
+        try:
+            async with asyncio.timeout(http.body_timeout):
+                raw = await checks.read_body(request.headers.get("content-length"), request.stream(),
+                                             http.max_body_bytes)
+        except TimeoutError:
+            raise checks.Refusal(408, "body_timeout", "the body did not arrive in time") from None
+        try:
+            envelope = reply_envelope(admission, claims, checks.parse_json(raw), closure)
+        except checks.Refusal:
+            counted.labels("refused").inc()
+            raise
+        accepted = await _publish_once(admission, envelope, claims, counted)
+        counted.labels("accepted").inc()
+        return Response(accepted.model_dump_json().encode(), status_code=202, media_type="application/json")
+
+    return router
+
+
+def reply_envelope(admission: Admission, claims: ReplyClaims, document: object,
+                   closure: ClosureSettings) -> Envelope:
+    """The reply as an envelope of the outbound message's trace, to a checked, live capability."""
+    if not isinstance(document, dict):
+        raise checks.Refusal(400, "bad_request", "a reply is a JSON object",
+                             'send e.g. {"capability": "support.answer", "text": "yes"}')
+    payload: dict[str, Any] = dict(document)
+    asked = payload.pop("capability", None)
+    if asked is not None and not isinstance(asked, str):
+        raise checks.Refusal(400, "bad_request", "the reply's `capability` must be a capability name (a string)")
+    capability = asked or claims.capability or closure.default_capability
+    if not capability:
+        raise checks.Refusal(422, "no_capability", "the reply names no capability and neither does its message",
+                             'name one: {"capability": "<name>", ...}')
+    checks.check_names(capability, "*")
+    if capability.startswith(CAPABILITY_PREFIX):
+        raise checks.Refusal(403, "forbidden", f"a reply may not be sent to {capability}: channels are not reply "
+                             "targets", "name the capability that handles the answer")
+    body = checks.encode_payload(payload)
+    deps = admission.deps
+    versions = deps.catalog.versions(capability, claims.tenant, deps.clock_ms())
+    checks.check_contract(versions, capability=capability, version_range="*", payload=body, waits=False)
+    try:
+        envelope = new_envelope(capability, payload, tenant=claims.tenant, source=SOURCE, trace_id=claims.trace_id,
+                                parent_id=claims.message_id, idempotency_key=claims.reply_id)
+    except ReachError as exc:
+        raise checks.Refusal(400, "bad_request", str(exc)) from None
+    return envelope.model_copy(update={"message_id": claims.reply_id})
+
+
+async def _publish_once(admission: Admission, envelope: Envelope, claims: ReplyClaims, counted: Counter) -> Accepted:
+    """Claim the token (409 when it was used), publish, then keep the claim until the token expires."""
+    store, key = admission.deps.idempotency, claims.message_id
+    ids = Remembered("pending", envelope.message_id, envelope.trace_id)
+    life_s = max(1, (claims.expires_at - admission.deps.clock_ms()) // 1000 + 1)
+    with unavailable_as_503():
+        prior = await store.claim(CLAIMS_APP, key, ids, life_s)
+    if prior is not None:
+        counted.labels("reused").inc()
+        raise checks.Refusal(409, "token_used", f"message {claims.message_id} was already answered "
+                             f"({prior.message_id}); a reply token is used once", "start a new conversation")
+    try:
+        await admission.deps.publisher.publish(envelope)
+    except (InfraUnavailable, BrokerRefused) as exc:
+        with contextlib.suppress(InfraUnavailable):
+            await store.release(CLAIMS_APP, key)
+        raise checks.Refusal(503, "unavailable", str(exc), "post the reply again",
+                             headers={"Retry-After": "1"}) from None
+    with contextlib.suppress(InfraUnavailable):  # on the bus already; a repeat is the same message id
+        await store.accepted(CLAIMS_APP, key, Remembered("accepted", envelope.message_id, envelope.trace_id), life_s)
+    return Accepted(message_id=envelope.message_id, trace_id=envelope.trace_id,
+                    status_url=status_url(envelope.message_id))

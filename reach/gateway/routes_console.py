@@ -1,0 +1,446 @@
+"""`/console`: the operator console's HTML pages and the JSON endpoints under `/console/api` (docs/console.md).
+
+Every route needs an operator token (reach.console.operators): `Authorization: Bearer <token>`, or the
+HttpOnly cookie `/console/login` sets. Without one, pages redirect to the login page and the API answers
+401; a viewer's mutation answers 403. The cookie is SameSite=Strict and a mutation whose Origin names
+another host is refused (403), so another site cannot make an operator's browser act.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
+from fastapi.templating import Jinja2Templates
+from starlette.concurrency import run_in_threadpool
+
+from reach import dlq
+from reach.cli.timeparse import parse_time
+from reach.console import overview as overview_sql
+from reach.console.operators import Operator
+from reach.console.wiring import Console
+from reach.errors import InfraUnavailable, ReachError
+from reach.factors import NAMES
+from reach.gateway.deps import StatusSource
+from reach.records import TERMINAL, CanaryState, InstanceAction
+
+COOKIE = "reach_console"
+HERE = Path(__file__).resolve().parents[1] / "console"
+TEMPLATES = Jinja2Templates(directory=str(HERE / "templates"))
+PAGES = (("overview", "/console", "Overview"), ("agents", "/console/agents", "Agents"),
+         ("messages", "/console/messages", "Message & trace"),
+         ("dead-letters", "/console/dead-letters", "Dead letters"), ("routing", "/console/routing", "Routing"))
+DEFAULT_WINDOW_MS = 5 * 60_000
+MAX_REDRIVE = 500  # letters per redrive: a bigger selection is narrowed with filters first
+ACTIONS = {a.value.lower(): a for a in (InstanceAction.DRAIN, InstanceAction.DISABLE, InstanceAction.ENABLE)}
+TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
+CANARY_ACTIONS = {"promote": CanaryState.PROMOTED, "rollback": CanaryState.ROLLED_BACK}
+
+
+class Denied(Exception):
+    """No operator (401) or not an admin (403); pages turn a 401 into the login redirect."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _token(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.cookies.get(COOKIE)
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    return origin is None or urlsplit(origin).netloc == request.headers.get("host")
+
+
+def _status(exc: Exception) -> int:
+    """503 when the broker or the status views did not answer (retry), else 400 (the request cannot apply)."""
+    return 503 if isinstance(exc, InfraUnavailable) else 400
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    hint = "log in at /console/login or send Authorization: Bearer <token> (`reach operators create`)" \
+        if status == 401 else "ask for an admin operator (`reach operators create NAME --role admin`)"
+    if status == 503:
+        hint = "the broker or the stream app did not answer; retry in a few seconds"
+    name = {401: "unauthenticated", 403: "forbidden", 503: "unavailable"}.get(status, "bad_request")
+    return JSONResponse({"error": name, "message": message, "hint": hint if status in (401, 403, 503) else None},
+                        status_code=status)
+
+
+def _filters(q: Mapping[str, str]) -> tuple[dlq.Filters, str | None]:
+    since, until = parse_time(q.get("since") or None), parse_time(q.get("until") or None)
+    ids = frozenset(i for i in q.get("ids", "").split(",") if i.strip())
+    return (dlq.Filters(capability=q.get("capability") or None, reason=q.get("reason") or None,
+                        agent=q.get("agent") or None, since_ms=since, until_ms=until, ids=ids),
+            q.get("error_code") or None)
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An urlencoded form body (the pages' forms), last value per field; JSON bodies are read as such."""
+    raw = await request.body()
+    if request.headers.get("content-type", "").startswith("application/json"):
+        body = json.loads(raw or b"{}")
+        if not isinstance(body, dict):
+            raise ValueError("expected a JSON object")
+        return {k: ",".join(map(str, v)) if isinstance(v, list) else "" if v is None else str(v)
+                for k, v in body.items()}
+    return {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
+
+
+def _weights(form: Mapping[str, str]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for name in NAMES:
+        text = form.get(name, "").strip()
+        try:
+            out[name] = float(text) if text else None
+        except ValueError:
+            raise ValueError(f"weight {name}={text!r} is not a number") from None
+    return out
+
+
+def console_routes(console: Console, status: StatusSource) -> APIRouter:
+    """The console's routes over its backend, operator directory and the status views."""
+    router = APIRouter(include_in_schema=False)
+    backend = console.backend
+
+    def who(request: Request, *, admin: bool = False) -> Operator:
+        operator = console.operators.verify(_token(request))
+        if operator is None:
+            raise Denied(401, "this console needs an operator token")
+        if request.method != "GET" and not _same_origin(request):
+            raise Denied(403, "a console mutation from another origin is refused")
+        if admin and not operator.admin:
+            raise Denied(403, f"operator {operator.name} is a viewer: redrive, drain, enable, disable, weights and "
+                              "canary changes need an admin")
+        return operator
+
+    def page(*, admin: bool = False) -> Callable[[Callable[..., Awaitable[Response]]],
+                                                  Callable[..., Awaitable[Response]]]:
+        """An HTML route: the operator, or the login redirect; a refusal or a failed action as the error page."""
+        def wrap(fn: Callable[..., Awaitable[Response]]) -> Callable[..., Awaitable[Response]]:
+            async def endpoint(request: Request) -> Response:
+                try:
+                    operator = who(request, admin=admin)
+                except Denied as exc:
+                    if exc.status == 401:
+                        return RedirectResponse("/console/login", status_code=303)
+                    return render(request, "error", None, {"error": exc.message}, status_code=exc.status)
+                try:
+                    return await fn(request, operator)
+                except (ReachError, ValueError) as exc:
+                    return render(request, "error", operator, {"error": str(exc)}, status_code=_status(exc))
+            endpoint.__name__ = fn.__name__
+            return endpoint
+        return wrap
+
+    def api(*, admin: bool = False) -> Callable[[Callable[..., Awaitable[Any]]], Callable[..., Awaitable[Response]]]:
+        def wrap(fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Response]]:
+            async def endpoint(request: Request) -> Response:
+                try:
+                    operator = who(request, admin=admin)
+                    return JSONResponse(await fn(request, operator))
+                except Denied as exc:
+                    return _error(exc.status, exc.message)
+                except (ReachError, ValueError) as exc:
+                    return _error(_status(exc), str(exc))
+            endpoint.__name__ = fn.__name__
+            return endpoint
+        return wrap
+
+    def render(request: Request, name: str, operator: Operator | None, context: dict[str, Any],
+               status_code: int = 200) -> HTMLResponse:
+        return TEMPLATES.TemplateResponse(request, f"{name}.html", {
+            "pages": PAGES, "current": name if name != "error" else None, "operator": operator, "factors": NAMES,
+            **context},
+            status_code=status_code)
+
+    # -- shared reads: one function per page, used by its HTML and its JSON -------------------------------
+
+    def window(q: Mapping[str, str]) -> tuple[int, int, int]:
+        now = int(time.time() * 1000)
+        until = parse_time(q.get("until") or None) or now
+        since = parse_time(q.get("since") or None) or until - DEFAULT_WINDOW_MS
+        if until <= since:
+            raise ValueError("until must be later than since")
+        bucket = max(1000, int(q.get("bucket_ms") or (until - since) // 30))
+        return since, until, bucket
+
+    async def overview_of(q: Mapping[str, str]) -> dict[str, Any]:
+        return await run_in_threadpool(backend.overview, *window(q))
+
+    async def message_of(query: str, operator: Operator) -> dict[str, Any]:
+        """A message id, or a trace id: its messages, each with its timeline and receipts (decisions included)."""
+        code, row = await status.message(query)
+        ids = [query] if code == 200 else []
+        trace_id = row.get("trace_id") if code == 200 else None
+        if code == 404:
+            tcode, index = await status.trace(query)
+            if tcode == 200:
+                trace_id, ids = query, [str(m) for m in index.get("message_ids", [])]
+            elif tcode != 404:
+                raise InfraUnavailable(str(index.get("message", "the status views do not answer")))
+        elif code != 200:
+            raise InfraUnavailable(str(row.get("message", "the status views do not answer")))
+        messages = []
+        for mid in ids:
+            mcode, mrow = (code, row) if mid == query else await status.message(mid)
+            if mcode != 200:
+                continue
+            steps = mrow.get("timeline") or []
+            first = steps[0]["at"] if steps else int(time.time() * 1000)
+            last = steps[-1]["at"] if steps else first
+            receipts = await run_in_threadpool(backend.receipts_of, mid, first - 5_000, last + 5_000)
+            if not operator.admin:
+                mrow = {**mrow, "result": None}
+            messages.append({"row": mrow, "receipts": receipts})
+        return {"query": query, "trace_id": trace_id, "messages": messages, "shows_result": operator.admin}
+
+    async def redrive(form: Mapping[str, str], operator: Operator, *, dry_run: bool) -> dict[str, Any]:
+        filters, error_code = _filters(form)
+        if not dry_run and not filters.ids:
+            raise ValueError("a redrive names the letters its dry run listed (ids); run the dry run first")
+        if error_code:  # the dead-letter filter has no error code: narrow to the matching letters' ids
+            ids = {str(x["id"]) for x in await run_in_threadpool(backend.letters, filters, error_code)}
+            ids = ids & filters.ids if filters.ids else ids
+            if not ids:
+                return {**dlq.Summary().as_dict(), "dry_run": dry_run}
+            filters = dlq.Filters(ids=frozenset(ids))
+        if len(filters.ids) > MAX_REDRIVE:
+            raise ValueError(f"{len(filters.ids)} letters named; redrive at most {MAX_REDRIVE} at a time")
+        asked = float(form.get("rate") or operator.redrive_rate)
+        if not asked > 0:
+            raise ValueError("rate must be > 0 messages per second")
+        rate = min(asked, operator.redrive_rate)
+        chosen = filters
+        result = await run_in_threadpool(lambda: backend.redrive(chosen, dry_run=dry_run, rate=rate))
+        return {**result, "rate": rate, "filters": {k: form.get(k, "") for k in
+                                                      ("capability", "reason", "agent", "error_code", "since",
+                                                       "until")}}
+
+    async def instance_action(form: Mapping[str, str], operator: Operator) -> dict[str, str]:
+        action, instance_id = ACTIONS.get(form.get("action", "")), form.get("instance_id", "").strip()
+        if action is None or not instance_id:
+            raise ValueError("expected an instance_id and an action: drain, disable or enable")
+        await run_in_threadpool(backend.instance_action, instance_id, action, f"console:{operator.name}")
+        return {"instance_id": instance_id, "action": action.value}
+
+    async def finish_canary(form: Mapping[str, str], operator: Operator) -> dict[str, str]:
+        state = CANARY_ACTIONS.get(form.get("action", ""))
+        if state is None:
+            raise ValueError("expected an agent_id and an action: promote or rollback")
+        await run_in_threadpool(backend.finish_canary, form.get("agent_id", ""), state, f"console:{operator.name}")
+        return {"agent_id": form.get("agent_id", ""), "state": str(state)}
+
+    async def set_weights(form: Mapping[str, str], operator: Operator) -> dict[str, float]:
+        return await run_in_threadpool(backend.set_weights, form.get("scope", "*"), _weights(form),
+                                       f"console:{operator.name}")
+
+    # -- login ---------------------------------------------------------------------------------------------
+
+    @router.get("/console/login")
+    async def login_page(request: Request) -> Response:
+        return render(request, "login", None, {})
+
+    @router.post("/console/login")
+    async def login(request: Request) -> Response:
+        token = (await _form(request)).get("token", "").strip()
+        operator = console.operators.verify(token)
+        if operator is None:
+            return render(request, "login", None, {"error": "That token is not a live operator token."},
+                          status_code=401)
+        response = RedirectResponse("/console", status_code=303)
+        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/console")
+        return response
+
+    @router.post("/console/logout")
+    async def logout(_request: Request) -> Response:
+        response = RedirectResponse("/console/login", status_code=303)
+        response.delete_cookie(COOKIE, path="/console")
+        return response
+
+    @router.get("/console/static/console.css")
+    async def css() -> Response:
+        return Response((HERE / "static" / "console.css").read_bytes(), media_type="text/css")
+
+    # -- pages -----------------------------------------------------------------------------------------
+
+    @router.get("/console")
+    @page()
+    async def overview_page(request: Request, operator: Operator) -> Response:
+        q = dict(request.query_params)
+        data = await overview_of(q)
+        charts = {c: overview_sql.sparkline(points, since_ms=data["since_ms"], until_ms=data["until_ms"],
+                                            bucket_ms=data["bucket_ms"]) for c, points in data["series"].items()}
+        live = not q.get("until")
+        return render(request, "overview", operator, {"data": data, "charts": charts, "live": live, "q": q})
+
+    @router.get("/console/agents")
+    @page()
+    async def agents_page(request: Request, operator: Operator) -> Response:
+        return render(request, "agents", operator, {"rows": await run_in_threadpool(backend.agents),
+                                                    "done": request.query_params.get("done")})
+
+    @router.post("/console/agents/action")
+    @page(admin=True)
+    async def agent_action(request: Request, operator: Operator) -> Response:
+        done = await instance_action(await _form(request), operator)
+        return RedirectResponse("/console/agents?" + urlencode({"done": f"{done['action']} {done['instance_id']}"}),
+                                status_code=303)
+
+    @router.get("/console/messages")
+    @page()
+    async def messages_page(request: Request, operator: Operator) -> Response:
+        query = request.query_params.get("q", "").strip()
+        found = await message_of(query, operator) if query else None
+        return render(request, "messages", operator, {"q": query, "found": found})
+
+    @router.get("/console/dead-letters")
+    @page()
+    async def letters_page(request: Request, operator: Operator) -> Response:
+        q = dict(request.query_params)
+        filters, code = _filters(q)
+        return render(request, "dead-letters", operator, {
+            "q": q, "letters": await run_in_threadpool(backend.letters, filters, code), "dry": None})
+
+    @router.post("/console/dead-letters/dry-run")
+    @page()
+    async def letters_dry_run(request: Request, operator: Operator) -> Response:
+        form = await _form(request)
+        return render(request, "dead-letters", operator, {
+            "q": form, "letters": None, "dry": await redrive(form, operator, dry_run=True)})
+
+    @router.post("/console/dead-letters/redrive")
+    @page(admin=True)
+    async def letters_redrive(request: Request, operator: Operator) -> Response:
+        form = await _form(request)
+        at = int(time.time() * 1000)
+        return render(request, "dead-letters", operator, {
+            "q": form, "letters": None, "dry": None, "done": await redrive(form, operator, dry_run=False), "at": at})
+
+    @router.get("/console/dead-letters/outcome")
+    @page()
+    async def letters_outcome(request: Request, operator: Operator) -> Response:
+        """The redriven messages' statuses now; the page refreshes itself until every one is terminal."""
+        ids = [i for i in request.query_params.get("ids", "").split(",") if i.strip()][:MAX_REDRIVE]
+        since = int(request.query_params.get("at") or 0)  # the redrive's time: an older terminal step is the letter's
+        rows = []
+        for mid in ids:
+            code, row = await status.message(mid)
+            done = code == 200 and row.get("status") in TERMINAL_NAMES and int(row.get("terminal_at") or 0) >= since
+            rows.append({"message_id": mid, "status": row.get("status") if code == 200 else "unknown",
+                         "generation": row.get("generation"), "attempt": row.get("attempt"), "done": done})
+        settled = all(r["done"] for r in rows)
+        return render(request, "outcome", operator, {"rows": rows, "settled": settled})
+
+    @router.get("/console/routing")
+    @page()
+    async def routing_page(request: Request, operator: Operator) -> Response:
+        return render(request, "routing", operator, {
+            "weights": await run_in_threadpool(backend.weights), "canaries": await run_in_threadpool(backend.canaries),
+            "preview": None, "done": request.query_params.get("done")})
+
+    @router.post("/console/routing/preview")
+    @page()
+    async def routing_preview(request: Request, operator: Operator) -> Response:
+        form = await _form(request)
+        result = await run_in_threadpool(backend.preview, form.get("scope", "*"), _weights(form))
+        return render(request, "routing", operator, {
+            "weights": await run_in_threadpool(backend.weights), "canaries": await run_in_threadpool(backend.canaries),
+            "preview": result, "done": None})
+
+    @router.post("/console/routing/apply")
+    @page(admin=True)
+    async def routing_apply(request: Request, operator: Operator) -> Response:
+        form = await _form(request)
+        await set_weights(form, operator)
+        return RedirectResponse("/console/routing?" + urlencode({"done": f"weights of {form.get('scope') or '*'} "
+                                                                          "applied"}), status_code=303)
+
+    @router.post("/console/routing/canary")
+    @page(admin=True)
+    async def routing_canary(request: Request, operator: Operator) -> Response:
+        done = await finish_canary(await _form(request), operator)
+        return RedirectResponse("/console/routing?" + urlencode({"done": f"canary {done['state']}"}), status_code=303)
+
+    # -- JSON ------------------------------------------------------------------------------------------
+
+    @router.get("/console/api/whoami")
+    @api()
+    async def whoami(_request: Request, operator: Operator) -> Any:
+        return {"operator_id": operator.operator_id, "name": operator.name, "role": operator.role.value}
+
+    @router.get("/console/api/overview")
+    @api()
+    async def overview_api(request: Request, _operator: Operator) -> Any:
+        return await overview_of(dict(request.query_params))
+
+    @router.get("/console/api/agents")
+    @api()
+    async def agents_api(_request: Request, _operator: Operator) -> Any:
+        return await run_in_threadpool(backend.agents)
+
+    @router.post("/console/api/agents/action")
+    @api(admin=True)
+    async def agents_action_api(request: Request, operator: Operator) -> Any:
+        return await instance_action(await _form(request), operator)
+
+    @router.get("/console/api/messages")
+    @api()
+    async def messages_api(request: Request, operator: Operator) -> Any:
+        return await message_of(request.query_params.get("q", "").strip(), operator)
+
+    @router.get("/console/api/dead-letters")
+    @api()
+    async def letters_api(request: Request, _operator: Operator) -> Any:
+        filters, code = _filters(dict(request.query_params))
+        return await run_in_threadpool(backend.letters, filters, code)
+
+    @router.post("/console/api/dead-letters/dry-run")
+    @api()
+    async def dry_run_api(request: Request, operator: Operator) -> Any:
+        return await redrive(await _form(request), operator, dry_run=True)
+
+    @router.post("/console/api/dead-letters/redrive")
+    @api(admin=True)
+    async def redrive_api(request: Request, operator: Operator) -> Any:
+        return await redrive(await _form(request), operator, dry_run=False)
+
+    @router.get("/console/api/weights")
+    @api()
+    async def weights_api(_request: Request, _operator: Operator) -> Any:
+        return await run_in_threadpool(backend.weights)
+
+    @router.post("/console/api/weights/preview")
+    @api()
+    async def preview_api(request: Request, _operator: Operator) -> Any:
+        form = await _form(request)
+        return await run_in_threadpool(backend.preview, form.get("scope", "*"), _weights(form))
+
+    @router.post("/console/api/weights")
+    @api(admin=True)
+    async def weights_set_api(request: Request, operator: Operator) -> Any:
+        return await set_weights(await _form(request), operator)
+
+    @router.get("/console/api/canaries")
+    @api()
+    async def canaries_api(_request: Request, _operator: Operator) -> Any:
+        return await run_in_threadpool(backend.canaries)
+
+    @router.post("/console/api/canaries")
+    @api(admin=True)
+    async def canary_api(request: Request, operator: Operator) -> Any:
+        return await finish_canary(await _form(request), operator)
+
+    return router

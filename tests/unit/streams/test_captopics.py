@@ -1,0 +1,102 @@
+"""The router's topic watcher: a group description that never completes cannot freeze the topic listing."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+from types import SimpleNamespace
+from typing import Any
+
+from reach.names import Names
+from reach.settings import KafkaSettings
+from reach.streams.captopics import CapabilityTopics
+
+NAMES = Names("ns")
+
+
+class FakeAdmin:
+    """Lists whatever `topics` holds; describe returns a future that completes only if `members` is set."""
+
+    def __init__(self, topics: set[str], members: int | None) -> None:
+        self.topics, self.members = topics, members
+        self.described = 0
+
+    def list_topics(self, timeout: float) -> Any:
+        return SimpleNamespace(topics={t: None for t in self.topics})
+
+    def describe_consumer_groups(self, groups: list[str], request_timeout: float) -> dict[str, Any]:
+        self.described += 1
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self.members is not None:
+            future.set_result(SimpleNamespace(members=[object()] * self.members))
+        return {groups[0]: future}
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.subscriptions: list[list[str]] = []
+
+    def subscribe(self, topics: list[str]) -> None:
+        self.subscriptions.append(topics)
+
+
+def _watcher(admin: FakeAdmin, counts: list[int]) -> CapabilityTopics:
+    return CapabilityTopics(NAMES, 0.01, KafkaSettings(), group="ns.router.capabilities",
+                            on_members=counts.append, admin=lambda: admin)
+
+
+def _until(check: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_capability_created_later_is_subscribed_while_descriptions_never_complete(monkeypatch: Any) -> None:
+    monkeypatch.setattr("reach.streams.captopics.DESCRIBE_TIMEOUT_S", 0.05)
+    admin, counts, consumer = FakeAdmin({"ns.registry"}, members=None), [], FakeConsumer()
+    watcher = _watcher(admin, counts)
+    watcher.start()
+    try:
+        assert not watcher.refresh(consumer)  # nothing to route yet
+        _until(lambda: admin.described >= 2)  # the description thread timed out and tried again
+        admin.topics |= {"ns.cap.text.echo", "other.cap.text.echo"}
+        _until(lambda: watcher.refresh(consumer))
+        assert consumer.subscriptions == [["ns.cap.text.echo"]]  # only this namespace's capabilities
+        assert counts == []  # no count learned: qps_limit keeps its last one
+    finally:
+        watcher.stop()
+
+
+def test_members_are_counted_and_the_subscription_follows_new_and_removed_topics() -> None:
+    admin, counts, consumer = FakeAdmin({"ns.cap.a"}, members=2), [], FakeConsumer()
+    watcher = _watcher(admin, counts)
+    watcher.start()
+    try:
+        _until(lambda: watcher.refresh(consumer) and 2 in counts)
+        admin.topics = {"ns.cap.b"}
+        _until(lambda: watcher.refresh(consumer) and watcher.subscribed == frozenset({"ns.cap.b"}))
+        assert consumer.subscriptions == [["ns.cap.a"], ["ns.cap.b"]]
+    finally:
+        watcher.stop()
+
+
+def test_the_listing_thread_is_not_the_counting_thread() -> None:
+    blocked = threading.Event()
+
+    class StuckAdmin(FakeAdmin):
+        def describe_consumer_groups(self, groups: list[str], request_timeout: float) -> dict[str, Any]:
+            blocked.wait(30)  # a call that blocks outright, not only a pending future
+            return super().describe_consumer_groups(groups, request_timeout)
+
+    admin, consumer = StuckAdmin({"ns.cap.a"}, members=1), FakeConsumer()
+    watcher = _watcher(admin, [])
+    watcher.start()
+    try:
+        _until(lambda: watcher.refresh(consumer))
+        admin.topics = {"ns.cap.a", "ns.cap.b"}
+        _until(lambda: watcher.refresh(consumer) and len(watcher.subscribed) == 2)
+    finally:
+        blocked.set()
+        watcher.stop()
