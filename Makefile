@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test unit lint fuzz bench clean
+.PHONY: setup demo test unit lint fuzz bench faults clean
 
 setup: $(VENV)/.installed
 	@scripts/setup.sh
@@ -35,6 +35,10 @@ fuzz: setup
 
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench
+
+# The fault suite (docs/reliability.md): a 3-broker cluster under .reach/faults, every scenario, the table.
+faults: setup
+	@$(BIN)/reach faults run
 
 clean:
 	-@$(BIN)/reach local down 2>/dev/null

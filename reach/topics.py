@@ -24,12 +24,33 @@ from reach.names import Names
 
 REQUIRED = ("registry", "control", "receipts", "status", "dlq")
 MAX_MESSAGE_BYTES = "max.message.bytes"
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
 BROKER_DEFAULT_BYTES = 1_048_588  # Kafka's message.max.bytes when a topic sets no max.message.bytes
 PROVENANCE_BYTES = 64 * 1024
 """Room a dead letter needs beyond the original record it keeps untouched: reason, error, origin, headers."""
 DEAD_LETTER_BYTES = 1_048_576 + PROVENANCE_BYTES
 """The dlq limit topics.yaml ships (capability records up to 1 MiB); producers writing dead letters use it."""
 Family = Literal["cap", "agent", "replies"]
+
+
+class Environment(BaseModel):
+    """Replication on a cluster of at least `brokers` brokers (topics.yaml `environments:`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    brokers: int = Field(gt=0)
+    replication_factor: int = Field(gt=0)
+    min_insync_replicas: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _fits(self) -> Environment:
+        if self.replication_factor > self.brokers:
+            raise ValueError(f"replication_factor {self.replication_factor} needs at least that many brokers, "
+                             f"not {self.brokers}")
+        if self.min_insync_replicas is not None and self.min_insync_replicas > self.replication_factor:
+            raise ValueError(f"min_insync_replicas {self.min_insync_replicas} is more than replication_factor "
+                             f"{self.replication_factor}: no write would ever be acknowledged")
+        return self
 
 
 class TopicSpec(BaseModel):
@@ -40,6 +61,20 @@ class TopicSpec(BaseModel):
     partitions: int = Field(gt=0, le=10_000)
     replication_factor: int | None = Field(default=None, gt=0)
     configs: dict[str, str] = Field(default_factory=dict)
+    # filled in from the file's `environments:` for a topic without its own replication_factor
+    environments: tuple[Environment, ...] = Field(default=(), exclude=True)
+
+    def on_cluster(self, brokers: int) -> TopicSpec:
+        """The concrete spec on a cluster of `brokers` brokers: the largest environment it reaches applies."""
+        fitting = [e for e in self.environments if e.brokers <= brokers]
+        if not fitting:
+            return self.model_copy(update={"environments": ()})
+        env = max(fitting, key=lambda e: e.brokers)
+        configs = dict(self.configs)
+        if env.min_insync_replicas is not None:
+            configs.setdefault(MIN_INSYNC_REPLICAS, str(env.min_insync_replicas))
+        return self.model_copy(update={"replication_factor": env.replication_factor, "configs": configs,
+                                       "environments": ()})
 
     @field_validator("configs", mode="before")
     @classmethod
@@ -58,6 +93,7 @@ class TopicsFile(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     replication_factor: int = Field(default=1, gt=0)
+    environments: dict[str, Environment] = Field(default_factory=dict)
     topics: dict[str, TopicSpec]
     families: dict[Family, TopicSpec]
 
@@ -93,16 +129,24 @@ class TopicsFile(BaseModel):
         return [name.split(".", 1)[1] for name in self.topics if name.startswith("retry.")]
 
     def resolved(self, names: Names) -> dict[str, TopicSpec]:
-        """Fixed topics by full name, with the file's replication factor filled in."""
+        """Fixed topics by full name, with the file's replication (factor and environments) filled in."""
         return {names.topic(name): self._with_rf(spec) for name, spec in self.topics.items()}
 
     def family(self, family: Family) -> TopicSpec:
         return self._with_rf(self.families[family])
 
+    def replication(self, brokers: int) -> tuple[int, int | None]:
+        """(replication factor, min.insync.replicas) on a cluster of `brokers` brokers: for topics the file does
+        not list, e.g. the stream app's internal ones."""
+        spec = self._with_rf(TopicSpec(partitions=1)).on_cluster(brokers)
+        isr = spec.configs.get(MIN_INSYNC_REPLICAS)
+        return spec.replication_factor or 1, int(isr) if isr else None
+
     def _with_rf(self, spec: TopicSpec) -> TopicSpec:
         if spec.replication_factor is not None:
             return spec
-        return spec.model_copy(update={"replication_factor": self.replication_factor})
+        return spec.model_copy(update={"replication_factor": self.replication_factor,
+                                       "environments": tuple(self.environments.values())})
 
 
 def record_bytes(spec: TopicSpec) -> int:
@@ -192,15 +236,22 @@ class Change:
 
 def plan(admin: AdminClient, wanted: dict[str, TopicSpec], timeout: float = 15.0) -> list[Change]:
     """The changes that would bring the cluster to `wanted` (drift is reported, never fixed)."""
-    existing = admin.list_topics(timeout=timeout).topics
+    meta = admin.list_topics(timeout=timeout)
+    existing = meta.topics
+    brokers = len(meta.brokers)
+    wanted = {name: spec.on_cluster(brokers) for name, spec in wanted.items()}
     changes: list[Change] = []
     present = [name for name in wanted if name in existing]
     current_configs = _describe(admin, present, timeout)
     for name, spec in sorted(wanted.items()):
         if name not in existing:
-            changes.append(Change("create", name, f"partitions={spec.partitions} rf={spec.replication_factor}",
-                                  spec=spec))
+            changes.append(Change("create", name, _create_detail(spec), spec=spec))
             continue
+        replicas = {len(p.replicas) for p in existing[name].partitions.values()}
+        if spec.replication_factor is not None and replicas and replicas != {spec.replication_factor}:
+            changes.append(Change("drift", name, f"replication factor {'/'.join(map(str, sorted(replicas)))}, "
+                                  f"file says {spec.replication_factor} on {brokers} broker(s); move replicas with "
+                                  "kafka-reassign-partitions (or recreate the topic)"))
         have = len(existing[name].partitions)
         if have < spec.partitions:
             changes.append(Change("add_partitions", name, f"partitions {have} -> {spec.partitions}", spec=spec))
@@ -212,6 +263,12 @@ def plan(admin: AdminClient, wanted: dict[str, TopicSpec], timeout: float = 15.0
             detail = ", ".join(f"{k}: {current_configs[name].get(k)} -> {v}" for k, v in differ.items())
             changes.append(Change("alter", name, detail, configs=differ))
     return changes
+
+
+def _create_detail(spec: TopicSpec) -> str:
+    isr = spec.configs.get(MIN_INSYNC_REPLICAS)
+    detail = f"partitions={spec.partitions} rf={spec.replication_factor}"
+    return detail + (f" {MIN_INSYNC_REPLICAS}={isr}" if isr else "")
 
 
 def apply(admin: AdminClient, changes: list[Change], timeout: float = 30.0) -> list[Change]:
@@ -242,9 +299,11 @@ def apply(admin: AdminClient, changes: list[Change], timeout: float = 30.0) -> l
 
 
 def ensure_topic(admin: AdminClient, topic: str, spec: TopicSpec, timeout: float = 15.0) -> bool:
-    """Create one topic if missing (family topics are created on demand). True when it was created."""
+    """Create one topic if missing (family topics are created on demand), replicated as the cluster's size asks
+    (topics.yaml `environments:`). True when it was created."""
     if _exists(admin, topic, timeout):
         return False
+    spec = spec.on_cluster(len(admin.list_topics(timeout=timeout).brokers))
     futures = admin.create_topics(
         [NewTopic(topic, spec.partitions, spec.replication_factor or 1, config=dict(spec.configs))],
         operation_timeout=timeout,

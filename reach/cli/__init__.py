@@ -53,6 +53,7 @@ app.add_typer(operators_cli.app, name="operators")
 app.add_typer(a2a_cli.app, name="a2a")
 app.add_typer(intents_cli.app, name="intents")
 app.add_typer(handoff_cli.app, name="handoff")
+app.add_typer(__import__("reach.cli.faults", fromlist=["app"]).app, name="faults")
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ from reach.cli.common import Exit, console, err_console
 from reach.local import LocalInfra, LocalStatus
 from reach.settings import ReachSettings
 
-app = typer.Typer(help="Run a real single-node Kafka broker (KRaft) and Redis on loopback.", no_args_is_help=True)
+app = typer.Typer(help="Run a real KRaft Kafka broker (or a --brokers 3 cluster) and Redis on loopback.",
+                  no_args_is_help=True)
 
 
 def _infra() -> LocalInfra:
@@ -22,8 +23,9 @@ def _report(status: LocalStatus, as_json: bool) -> None:
         console.print_json(json.dumps(status.as_dict()))
         return
     sasl = f"  sasl: {status.sasl.bootstrap} (user {status.sasl.username})" if status.sasl else ""
+    nodes = f" ({status.brokers} brokers)" if status.brokers > 1 else ""
     err_console.print(
-        f"kafka {status.kafka_version}: {'running' if status.kafka_running else 'stopped'}"
+        f"kafka {status.kafka_version}{nodes}: {'running' if status.kafka_running else 'stopped'}"
         f"  redis: {'running' if status.redis_running else 'stopped'}{sasl}"
     )
     if status.running:
@@ -36,13 +38,16 @@ def up(
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable status."),
     sasl: bool = typer.Option(False, "--sasl", help="Also open a SASL_PLAINTEXT listener with a SCRAM-SHA-256/512 "
                               "user; the exports then name it and its credentials."),
+    brokers: int = typer.Option(1, "--brokers", help="Start a KRaft cluster of this many combined broker+"
+                                "controller nodes (3: replication factor 3, min.insync.replicas 2). Use its own "
+                                "REACH_HOME."),
 ) -> None:
-    """Start the broker and Redis (idempotent: a second call reports the running ones)."""
+    """Start the broker(s) and Redis (idempotent: a second call reports the running ones)."""
     infra = _infra()
     before = infra.status()
-    if before.running and (before.sasl is not None or not sasl):
+    if before.running and (before.sasl is not None or not sasl) and before.brokers == brokers:
         err_console.print("already running")
-    _report(infra.up(sasl=sasl), as_json)
+    _report(infra.up(sasl=sasl, brokers=brokers), as_json)
 
 
 @app.command()

@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from reach.errors import InfraUnavailable
+from reach.errors import ConfigError, InfraUnavailable
 from reach.local import process
 from reach.settings import KafkaSettings
 
@@ -27,6 +28,8 @@ SASL_USER = "reach"
 SASL_MECHANISM = "SCRAM-SHA-512"  # what the exports name; the user has SCRAM-SHA-256 credentials as well
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _SCRAM_ITERATIONS = 8192
+MAX_BROKERS = 5
+CLUSTER_HEAP = "384m"  # per node of a `--brokers N` cluster: N JVMs share a small machine
 
 
 def kafka_libs_dir() -> Path:
@@ -98,6 +101,20 @@ class SaslListener:
 
 
 @dataclass(frozen=True)
+class ClusterNode:
+    """One combined broker+controller of a `reach local up --brokers N` cluster."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    pid: int | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass(frozen=True)
 class LocalStatus:
     """What is running under one REACH_HOME."""
 
@@ -107,6 +124,7 @@ class LocalStatus:
     redis_running: bool
     kafka_version: str = KAFKA_VERSION
     sasl: SaslListener | None = None
+    brokers: int = 1
 
     @property
     def running(self) -> bool:
@@ -125,7 +143,7 @@ class LocalStatus:
                                                "mechanism": self.sasl.mechanism}
         return {"bootstrap": self.bootstrap, "redis_url": self.redis_url, "kafka_running": self.kafka_running,
                 "redis_running": self.redis_running, "kafka_version": self.kafka_version, "sasl": sasl,
-                "running": self.running}
+                "brokers": self.brokers, "running": self.running}
 
 
 class LocalInfra:
@@ -152,25 +170,42 @@ class LocalInfra:
 
     def status(self) -> LocalStatus:
         st = self._state()
-        kafka_running = process.alive(st.get("kafka_pid")) and _broker_answers(st.get("bootstrap"), 2.0)
+        pids = [n.get("pid") for n in st.get("nodes", [])] or [st.get("kafka_pid")]
+        kafka_running = all(process.alive(pid) for pid in pids) and _broker_answers(st.get("bootstrap"), 2.0)
         return LocalStatus(
             bootstrap=st.get("bootstrap"),
             redis_url=st.get("redis_url"),
             kafka_running=kafka_running,
             redis_running=process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port")),
             sasl=_sasl_listener(st) if kafka_running else None,
+            brokers=len(st.get("nodes", [])) or 1,
         )
 
+    def nodes(self) -> list[ClusterNode]:
+        """The nodes of a `--brokers N` cluster (empty for the single broker)."""
+        return [ClusterNode(**n) for n in self._state().get("nodes", [])]
+
     # -- up / down -------------------------------------------------------------------------------------
-    def up(self, timeout: float = 90.0, *, sasl: bool = False) -> LocalStatus:
+    def up(self, timeout: float = 90.0, *, sasl: bool = False, brokers: int = 1) -> LocalStatus:
         """Start what is not running; a second call only reports.
 
         `sasl` adds a SASL_PLAINTEXT listener with a SCRAM user (a broker running without one is restarted
-        with it); the PLAINTEXT listener stays, so the default path is unchanged."""
+        with it); the PLAINTEXT listener stays, so the default path is unchanged. `brokers` > 1 starts a
+        KRaft cluster of that many combined broker+controller nodes instead of the single broker."""
+        if brokers < 1 or brokers > MAX_BROKERS:
+            raise ConfigError(f"--brokers {brokers}: expected 1 to {MAX_BROKERS} (3 is the replicated cluster).")
+        if sasl and brokers > 1:
+            raise ConfigError("--sasl runs on the single broker only: drop --brokers, or drop --sasl.")
         st = self._state()
+        had = len(st.get("nodes", [])) or (1 if st.get("kafka_pid") or st.get("kafka_port") else 0)
+        if had and had != brokers:
+            raise ConfigError(f"This REACH_HOME ({self.home}) holds a {had}-broker setup, not {brokers}: run "
+                              "`reach local down` and use another REACH_HOME (its data is kept per home).")
         if not (process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port"))):
             st.update(self._start_redis(st.get("redis_port")))
             self._save(st)
+        if brokers > 1:
+            return self._up_cluster(st, brokers, timeout)
         if sasl and process.alive(st.get("kafka_pid")) and not st.get("sasl_bootstrap"):
             process.stop(st.pop("kafka_pid"), timeout=60)
         if not process.alive(st.get("kafka_pid")):
@@ -188,6 +223,12 @@ class LocalInfra:
         """Stop only the processes this REACH_HOME started, cleanly (SIGTERM, then SIGKILL)."""
         st = self._state()
         stopped = []
+        nodes = st.get("nodes", [])
+        for node in nodes:  # all SIGTERMed first, so their controlled shutdowns overlap
+            if process.alive(node.get("pid")):
+                os.kill(node["pid"], signal.SIGTERM)
+        if [process.stop(node.pop("pid", None), timeout=60) for node in nodes].count(True):
+            stopped.append("kafka")
         if process.stop(st.pop("kafka_pid", None), timeout=60):
             stopped.append("kafka")
         if process.stop(st.pop("redis_pid", None)):
@@ -209,12 +250,9 @@ class LocalInfra:
         props.write_text(_server_properties(kdir / "data", port, controller_port, sasl_port))
         classpath = f"{libs}/*"
         if not (kdir / "data" / "meta.properties").exists():
-            cluster_id = "-"
-            while cluster_id.startswith("-"):  # kafka-storage would read a leading "-" as an option (1 in 64)
-                cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             fmt = subprocess.run(
                 [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
-                 "-t", cluster_id, "-c", str(props)],
+                 "-t", _cluster_id(), "-c", str(props)],
                 capture_output=True, text=True,
             )
             if fmt.returncode != 0:
@@ -268,6 +306,56 @@ class LocalInfra:
             f"{process.tail(kdir / 'stdout.log', 15)}\n{process.tail(kdir / 'server.log', 25)}"
         )
 
+    # -- a cluster of combined nodes (`--brokers N`) -------------------------------------------------------
+    def _up_cluster(self, st: dict[str, Any], brokers: int, timeout: float) -> LocalStatus:
+        if not st.get("nodes"):
+            st["nodes"] = [{"node_id": i + 1, "port": process.free_port(), "controller_port": process.free_port()}
+                           for i in range(brokers)]
+        st["bootstrap"] = ",".join(f"127.0.0.1:{n['port']}" for n in st["nodes"])
+        self._save(st)
+        for node in self.nodes():
+            if not process.alive(node.pid):
+                self.start_node(node.node_id)
+        deadline = time.monotonic() + timeout
+        while not _cluster_ready(str(st["bootstrap"]), brokers):
+            dead = [n.node_id for n in self.nodes() if not process.alive(n.pid)]
+            if dead or time.monotonic() > deadline:
+                why = f"node(s) {dead} exited" if dead else f"did not form within {timeout:.0f}s"
+                ndir = self.home / "kafka" / f"node-{(dead or [1])[0]}"
+                logs = f"{process.tail(ndir / 'stdout.log', 15)}\n{process.tail(ndir / 'server.log', 25)}"
+                raise InfraUnavailable(f"The {brokers}-node Kafka cluster {why}. Last lines of its log:\n{logs}")
+            time.sleep(0.5)
+        return self.status()
+
+    def start_node(self, node_id: int) -> int:
+        """(Re)start one cluster node on its recorded ports (its peers know it by them); returns its pid."""
+        java, libs = _java(), ensure_jars()
+        st = self._state()
+        nodes: list[dict[str, Any]] = st["nodes"]
+        node = next(n for n in nodes if n["node_id"] == node_id)
+        ndir = self.home / "kafka" / f"node-{node_id}"
+        ndir.mkdir(parents=True, exist_ok=True)
+        voters = ",".join(f"{n['node_id']}@127.0.0.1:{n['controller_port']}" for n in nodes)
+        props = ndir / "server.properties"
+        props.write_text(_cluster_properties(ndir / "data", node_id=node_id, port=node["port"],
+                                             controller_port=node["controller_port"], voters=voters,
+                                             brokers=len(nodes)))
+        classpath = f"{libs}/*"
+        if not (ndir / "data" / "meta.properties").exists():
+            st.setdefault("cluster_id", _cluster_id())
+            fmt = subprocess.run([java, "-cp", classpath, "kafka.tools.StorageTool", "format",
+                                  "-t", st["cluster_id"], "-c", str(props)], capture_output=True, text=True)
+            if fmt.returncode != 0:
+                raise InfraUnavailable(f"Formatting node {node_id}'s log dir failed:\n{fmt.stdout}{fmt.stderr}")
+        node["pid"] = process.spawn(
+            [java, "-Xms128m", f"-Xmx{CLUSTER_HEAP}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             f"-Dkafka.logs.dir={ndir}", f"-Dlog4j2.configurationFile={_HERE / 'log4j2.properties'}",
+             "-cp", classpath, "kafka.Kafka", str(props)],
+            ndir / "stdout.log",
+        )
+        self._save(st)
+        return int(node["pid"])
+
     # -- redis -----------------------------------------------------------------------------------------
     def _start_redis(self, port: int | None) -> dict[str, Any]:
         server = _redis_server()
@@ -288,6 +376,23 @@ class LocalInfra:
             time.sleep(0.1)
         process.stop(pid)
         raise InfraUnavailable(f"Redis did not start. Last lines of its log:\n{process.tail(rdir / 'redis.log')}")
+
+
+def _cluster_id() -> str:
+    cluster_id = "-"
+    while cluster_id.startswith("-"):  # kafka-storage would read a leading "-" as an option (1 in 64)
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
+
+
+def _cluster_ready(bootstrap: str, brokers: int) -> bool:
+    """Every node registered as a broker: a cluster short of one would place no replication-factor-N topic."""
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        return len(AdminClient(_probe_config(bootstrap)).list_topics(timeout=2.0).brokers) >= brokers
+    except Exception:  # noqa: BLE001 - any failure means "not formed yet"
+        return False
 
 
 def _port(saved: int | None) -> int:
@@ -332,6 +437,39 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 log.retention.check.interval.ms=60000
+"""
+
+
+def _cluster_properties(data: Path, *, node_id: int, port: int, controller_port: int, voters: str,
+                        brokers: int) -> str:
+    isr = min(2, brokers)
+    return f"""# Written by `reach local up --brokers {brokers}`; regenerated on every start.
+process.roles=broker,controller
+node.id={node_id}
+controller.quorum.voters={voters}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+auto.create.topics.enable=false
+num.partitions=1
+default.replication.factor={brokers}
+offsets.topic.replication.factor={brokers}
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor={brokers}
+transaction.state.log.min.isr={isr}
+share.coordinator.state.topic.replication.factor={brokers}
+share.coordinator.state.topic.min.isr={isr}
+group.initial.rebalance.delay.ms=0
+log.retention.check.interval.ms=60000
+# a paused follower leaves the ISR after 10 s (Kafka's default: 30 s), so the broker-pause fault stays short
+replica.lag.time.max.ms=10000
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+log.cleaner.threads=1
 """
 
 

@@ -70,3 +70,33 @@ def test_the_dlq_fits_the_dead_letter_of_the_largest_capability_record(tmp_path:
     small = GOOD.replace('max.message.bytes: "1114112"', 'max.message.bytes: "1048576"')
     with pytest.raises(ConfigError, match="dlq max.message.bytes .* must be at least the cap family's"):
         load_text(tmp_path, small)
+
+
+def test_replication_follows_the_cluster_size() -> None:
+    spec = topics.load(ROOT / "topics.yaml")
+    receipts = spec.resolved(Names("reach"))["reach.receipts"]
+    one, three = receipts.on_cluster(1), receipts.on_cluster(3)
+    assert (one.replication_factor, one.configs.get("min.insync.replicas")) == (1, None)
+    assert (three.replication_factor, three.configs["min.insync.replicas"]) == (3, "2")
+    assert receipts.on_cluster(5).replication_factor == 3, "the largest environment the cluster reaches"
+    assert spec.family("agent").on_cluster(3).replication_factor == 3, "family topics created on demand too"
+    assert spec.replication(3) == (3, 2) and spec.replication(1) == (1, None)
+
+
+def test_an_environment_that_cannot_acknowledge_is_refused(tmp_path: Path) -> None:
+    text = GOOD.replace("{brokers: 3, replication_factor: 3, min_insync_replicas: 2}",
+                        "{brokers: 3, replication_factor: 3, min_insync_replicas: 4}")
+    assert text != GOOD
+    with pytest.raises(ConfigError, match=r"line \d+: environments.replicated: .*min_insync_replicas 4 is more"):
+        load_text(tmp_path, text)
+    with pytest.raises(ConfigError, match="replication_factor 3 needs at least that many brokers"):
+        load_text(tmp_path, GOOD.replace("{brokers: 3, replication_factor: 3", "{brokers: 2, replication_factor: 3"))
+
+
+def test_a_topic_with_its_own_replication_factor_keeps_it() -> None:
+    spec = topics.TopicsFile.model_validate({
+        **topics.load(ROOT / "topics.yaml").model_dump(exclude={"topics"}),
+        "topics": {**topics.load(ROOT / "topics.yaml").model_dump()["topics"],
+                   "loads": {"partitions": 1, "replication_factor": 2}},
+    })
+    assert spec.resolved(Names("x"))["x.loads"].on_cluster(3).replication_factor == 2

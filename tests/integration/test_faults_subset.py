@@ -1,0 +1,52 @@
+"""The fault suite's CI subset on a real three-broker cluster: router SIGKILL, agent SIGKILL, SIGKILL of the
+busiest partition leader, and a Redis restart, each under open-loop traffic, each held to its targets.
+
+The cluster is this module's own (`LocalInfra(...).up(brokers=3)` under a temp REACH_HOME, free ports), stopped
+at teardown; the shared dev broker is never touched. Short phases and 50 req/s (not the suite's 200) keep the
+whole module under two minutes on a shared two-core machine (104 s measured); `reach faults run` runs the
+full-length suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reach.faults.runner import Result, run
+from reach.faults.scenarios import select
+from reach.faults.settings import FaultSettings
+from reach.local import LocalInfra
+
+# recovery within its target is a latency figure: run alone after the parallel part (scripts/test.sh), and the
+# three JVMs it starts would slow every test beside it
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
+SUBSET = "router-sigkill,agent-sigkill,leader-sigkill,redis-restart"
+SHORT = FaultSettings(rate=50, warmup_s=2, after_s=4, down_s=2, drain_s=60)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalInfra]:
+    infra = LocalInfra(tmp_path_factory.mktemp("faults-home"))
+    try:
+        status = infra.up(brokers=3, timeout=120)
+        assert status.brokers == 3 and status.kafka_running
+        yield infra
+    finally:
+        infra.down()
+
+
+@pytest.mark.timeout(420)
+def test_the_ci_subset_meets_its_targets(cluster: LocalInfra, tmp_path: Path) -> None:
+    results: list[Result] = run(select(SUBSET), infra=cluster, settings=SHORT, workdir=tmp_path, shared=True)
+    report = "\n".join(f"{r.scenario.name}: {r.as_dict()}" for r in results)
+    assert [r.scenario.name for r in results] == SUBSET.split(","), report
+    for r in results:
+        f = r.figures
+        assert f.acked > 0 and f.acked == f.sent, report  # min.insync.replicas 2 of 3: a dead broker refuses nothing
+        assert f.lost == 0, report
+        assert f.double_terminal == 0, report
+        if not r.scenario.repeats_allowed:
+            assert f.double_side_effects == 0, report
+        assert f.recovery_s is not None and f.recovery_s <= r.scenario.recovery_target_s, report
+    assert cluster.status().brokers == 3 and all(n.pid for n in cluster.nodes()), "the killed leader is back"
