@@ -43,6 +43,12 @@ class EnvelopeRequest(BaseModel):
                                  "the caller: when the message ends, a channel agent POSTs its terminal outcome "
                                  "there as a signed webhook (public addresses only; see docs/channels.md)")
 
+class CancelRequest(BaseModel):
+    """POST /v1/messages/{id}:cancel: the signed body names the message it cancels (the path must match)."""
+
+    message_id: str = Field(description="the message to cancel; the same id as in the path")
+
+
 class InvokeRequest(EnvelopeRequest):
     """A request whose terminal receipt the gateway waits for."""
 

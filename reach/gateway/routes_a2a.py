@@ -25,16 +25,16 @@ from reach.cancels import CancelRecord
 from reach.errors import InfraUnavailable, InvalidName
 from reach.gateway import checks
 from reach.gateway.admission import Admission, source_of, status_url, unavailable_as_503
-from reach.gateway.bodies import ErrorBody
+from reach.gateway.bodies import CancelRequest, ErrorBody
 from reach.gateway.events import is_terminal
-from reach.gateway.openapi import READ_ERRORS
+from reach.gateway.openapi import READ_ERRORS, request_body
 from reach.gateway.ports import AppDirectory, AuthFailure, CallerApp
-from reach.gateway.routes_envelopes import SIGNED
+from reach.gateway.routes_envelopes import signed
 from reach.gateway.routes_status import owned
 from reach.names import check_capability
 
 CARD = "/.well-known/agent-card.json"
-MAX_CANCEL_BODY = 4096  # the body is only signed, never read: a reason at most
+MAX_CANCEL_BODY = 4096  # {"message_id": ...}, and room for a reason
 _CARD_HEADERS = {"Cache-Control": "no-cache"}  # cards follow registrations: revalidate every time
 
 
@@ -47,7 +47,9 @@ class CancelSent(BaseModel):
 
 
 CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **READ_ERRORS, 400: {"model": ErrorBody, "description": "Content-Length is not a number"},
+    **READ_ERRORS, 400: {"model": ErrorBody, "description": "the body is not JSON naming this message, or "
+                                                        "Content-Length is not a number"},
+    408: {"model": ErrorBody, "description": "the body did not arrive in time"},
     409: {"model": ErrorBody, "description": "the message already ended: nothing to cancel"},
     413: {"model": ErrorBody, "description": "a body over 4 KiB"}}
 
@@ -100,15 +102,17 @@ def cancel_routes(admission: Admission) -> APIRouter:
     send = _sender(admission)
 
     @router.post("/v1/messages/{message_id}:cancel", status_code=202, response_model=CancelSent,
-                 responses=CANCEL_RESPONSES, summary="Cancel one message")
+                 responses=CANCEL_RESPONSES, openapi_extra=request_body(CancelRequest),
+                 summary="Cancel one message")
     async def cancel(message_id: str, request: Request) -> JSONResponse:
         """202 once the cancel record is on the bus: an agent that has not started the message skips it
-        (CANCELED), a running handler sees ctx.cancelled; 409 when the message already ended (signed, any body)."""
-        key_id, signature = (request.headers.get(name) for name in SIGNED)
-        checks.require_signature_headers(key_id, signature)
-        raw = await checks.read_body(request.headers.get("content-length"), request.stream(), MAX_CANCEL_BODY)
-        app = await admission.authenticate(key_id, signature, raw)
-        request.state.app_id = app.app_id
+        (CANCELED), a running handler sees ctx.cancelled; 409 when the message already ended. The signed body
+        names the message (`{"message_id": ...}`): a signature covers the body, not the path, so an empty body
+        would let any replayed signature (a status read's) cancel any message of the tenant."""
+        app, document = await signed(request, admission, MAX_CANCEL_BODY)
+        if not isinstance(document, dict) or document.get("message_id") != message_id:
+            raise checks.Refusal(400, "bad_request", "the signed body must name the message it cancels: "
+                                 f'{{"message_id": "{message_id}"}}', "sign that body and send it")
         code, row = owned(app, message_id, *await admission.deps.status.message(message_id))
         if code != 200:
             return JSONResponse({"error": row.get("error", "unavailable"), "message": row.get("message", ""),

@@ -256,7 +256,7 @@ def test_cancel_before_start_skips_the_handler_and_a_running_handler_sees_it(mes
         skipped = await until(second.id, "TASK_STATE_CANCELED")
         assert "STARTED" not in [m.metadata["status"] for m in skipped.history]
         assert 2 not in HELD  # the second message's handler never ran
-        done = mesh.gateway.post(f"/v1/messages/{first.id}:cancel", {})
+        done = mesh.gateway.post(f"/v1/messages/{first.id}:cancel", {"message_id": first.id})
         assert done.status_code == 409 and done.json()["error"] == "terminal"
 
     asyncio.run(scenario())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -212,13 +213,20 @@ def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messag
 
     run(fakes, scenario, sink)
     http = TestClient(build_gateway(dataclasses.replace(fakes.deps(), cancels=sink)))
+    def cancel(mid: str, body: bytes) -> Any:
+        return http.post(f"/v1/messages/{mid}:cancel", content=body,
+                         headers={"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", body)})
+
     for mid, code in (("m2", 409), ("m3", 404), ("nope", 404)):
-        resp = http.post(f"/v1/messages/{mid}:cancel", content=b"", headers={"Reach-Key": "key1",
-                                                                             "Reach-Signature": sign(b"secret-1", b"")})
+        resp = cancel(mid, json.dumps({"message_id": mid}).encode())
         assert resp.status_code == code, resp.text
     assert http.post("/v1/messages/m2:cancel").status_code == 401
     fakes.status.rows["m4"] = [{**running, "message_id": "m4"}]
-    resp = http.post("/v1/messages/m4:cancel", content=b"", headers={"Reach-Key": "key1",
-                                                                     "Reach-Signature": sign(b"secret-1", b"")})
+    sent = len(sink.sent)
+    # a replayed status read's signature (an empty body) or a body naming another message cancels nothing
+    for body in (b"", b"{}", json.dumps({"message_id": "m1"}).encode()):
+        assert cancel("m4", body).status_code == 400
+    assert len(sink.sent) == sent
+    resp = cancel("m4", json.dumps({"message_id": "m4"}).encode())
     assert resp.status_code == 202 and resp.json()["status_url"] == "/v1/messages/m4"
     assert sink.sent[-1].message_id == "m4"
