@@ -68,11 +68,26 @@ class ClosureSettings(BaseSettings):
     base_url: str | None = None
     ttl_s: Annotated[int, Field(gt=0)] = 7 * 24 * 3600
     default_capability: str | None = None
+    reply_capabilities: str = ""
+    """Comma-separated capabilities a reply may name besides its message's own and the default: a reply token
+    is a bearer credential held by whoever received the message, so it may not reach any capability it likes."""
 
     @field_validator("default_capability")
     @classmethod
     def _capability(cls, value: str | None) -> str | None:
         return check_capability(value) if value else None
+
+    @field_validator("reply_capabilities")
+    @classmethod
+    def _capabilities(cls, value: str) -> str:
+        for name in filter(None, (part.strip() for part in value.split(","))):
+            check_capability(name)
+        return value
+
+    def reply_targets(self) -> frozenset[str]:
+        """What a reply may name (REACH_CALLBACK_REPLY_CAPABILITIES and the default capability)."""
+        named = {part.strip() for part in self.reply_capabilities.split(",") if part.strip()}
+        return frozenset(named | ({self.default_capability} if self.default_capability else set()))
 
     @field_validator("base_url")
     @classmethod

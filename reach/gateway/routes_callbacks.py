@@ -3,7 +3,9 @@
 The token (reach/channels/tokens.py) is the only credential: minted by the channel agent for one outbound
 message, signed with REACH_CALLBACK_SECRET, single-use. The reply's JSON object is the new envelope's
 payload (less its `capability` member); it goes to the capability the reply names, else the token's default
-(the capability whose outcome was called back), else REACH_CALLBACK_DEFAULT_CAPABILITY. The name is checked
+(the capability whose outcome was called back), else REACH_CALLBACK_DEFAULT_CAPABILITY. A named capability
+must be the token's own, the default, or one of REACH_CALLBACK_REPLY_CAPABILITIES (the token is a bearer
+credential of whoever received the message: it never reaches any capability of the tenant). The name is checked
 as a capability name and against the registry (a live instance serving the token's tenant, the payload
 valid for its input schema); `channel.*` is refused, so a reply cannot make Reach send messages. The
 envelope keeps the trace (same trace_id, parent_id = the outbound message) and its id is derived from the
@@ -106,6 +108,10 @@ def reply_envelope(admission: Admission, claims: ReplyClaims, document: object,
     if capability.startswith(CAPABILITY_PREFIX):
         raise checks.Refusal(403, "forbidden", f"a reply may not be sent to {capability}: channels are not reply "
                              "targets", "name the capability that handles the answer")
+    if capability != claims.capability and capability not in closure.reply_targets():
+        raise checks.Refusal(403, "forbidden", f"a reply may not be sent to {capability}: a reply goes to its "
+                             "message's capability, REACH_CALLBACK_DEFAULT_CAPABILITY or one of "
+                             "REACH_CALLBACK_REPLY_CAPABILITIES", "name one of those, or ask an operator to add it")
     body = checks.encode_payload(payload)
     deps = admission.deps
     versions = deps.catalog.versions(capability, claims.tenant, deps.clock_ms())

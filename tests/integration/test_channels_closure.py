@@ -56,6 +56,7 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
         namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream_app: StreamApp) -> None:
     monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
     monkeypatch.setenv("REACH_CALLBACK_SECRET", REPLY_SECRET)
+    monkeypatch.setenv("REACH_CALLBACK_REPLY_CAPABILITIES", "support.answer")  # what a reply may name
     gateway = Gateway(tmp_path, {})
     monkeypatch.setenv("REACH_CALLBACK_BASE_URL", gateway.url)
     webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr("wh"), timeout_s=2,

@@ -25,6 +25,7 @@ def fakes() -> Fakes:
 @pytest.fixture
 def client(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> TestClient:
     monkeypatch.setenv("REACH_CALLBACK_SECRET", SECRET.decode())
+    monkeypatch.setenv("REACH_CALLBACK_REPLY_CAPABILITIES", "support.answer, nobody.here")
     return TestClient(build_gateway(fakes.deps(), HttpSettings()))
 
 
@@ -47,6 +48,14 @@ def test_a_reply_becomes_an_envelope_of_the_same_trace(client: TestClient, fakes
     assert sent.payload == b'{"text":"yes please"}'
     assert answer.json()["message_id"] == "m1-cb0-re" and answer.json()["trace_id"] == "trace-1"
     assert 'agentreach_gateway_callbacks_total{outcome="accepted"} 1.0' in client.get("/metrics").text
+
+
+def test_the_reply_may_name_only_an_allowed_capability(client: TestClient, fakes: Fakes) -> None:
+    fakes.catalog.capabilities.append(Capability(name="payments.refund", version="1.0.0", input_schema="{}"))
+    answer = reply(client, token(), {"capability": "payments.refund", "amount": 1000})
+    assert (answer.status_code, answer.json()["error"]) == (403, "forbidden")
+    assert "REACH_CALLBACK_REPLY_CAPABILITIES" in answer.json()["message"]
+    assert fakes.publisher.sent == []
 
 
 def test_the_reply_may_name_its_capability_which_must_be_live(client: TestClient, fakes: Fakes) -> None:
