@@ -8,6 +8,7 @@ another host is refused (403), so another site cannot make an operator's browser
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -27,6 +28,7 @@ from reach.console.operators import Operator
 from reach.console.wiring import Console
 from reach.errors import InfraUnavailable, ReachError
 from reach.factors import NAMES
+from reach.gateway import checks
 from reach.gateway.deps import StatusSource
 from reach.records import TERMINAL, CanaryState, InstanceAction
 
@@ -87,9 +89,21 @@ def _filters(q: Mapping[str, str]) -> tuple[dlq.Filters, str | None]:
             q.get("error_code") or None)
 
 
+MAX_FORM_BYTES = 256 * 1024  # a redrive selection of a few thousand ids; a login form is far smaller
+FORM_TIMEOUT_S = 10.0
+MAX_WINDOW_MS = 24 * 3_600_000  # the overview reads the receipts of its window into memory
+MAX_BUCKETS = 500
+
+
 async def _form(request: Request) -> dict[str, str]:
-    """An urlencoded form body (the pages' forms), last value per field; JSON bodies are read as such."""
-    raw = await request.body()
+    """An urlencoded form body (the pages' forms), last value per field; JSON bodies are read as such. Read with
+    a size cap and a deadline: the login form is read before anyone is authenticated."""
+    try:
+        async with asyncio.timeout(FORM_TIMEOUT_S):
+            raw = await checks.read_body(request.headers.get("content-length"), request.stream(), MAX_FORM_BYTES)
+    except TimeoutError:
+        raise checks.Refusal(408, "body_timeout", f"the form did not arrive within {FORM_TIMEOUT_S:g}s",
+                             "send the whole form at once") from None
     if request.headers.get("content-type", "").startswith("application/json"):
         body = json.loads(raw or b"{}")
         if not isinstance(body, dict):
@@ -174,7 +188,10 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         since = parse_time(q.get("since") or None) or until - DEFAULT_WINDOW_MS
         if until <= since:
             raise ValueError("until must be later than since")
-        bucket = max(1000, int(q.get("bucket_ms") or (until - since) // 30))
+        if until - since > MAX_WINDOW_MS:
+            raise ValueError(f"a window is at most {MAX_WINDOW_MS // 3_600_000} h; narrow since/until")
+        # at most MAX_BUCKETS points whatever bucket_ms asks for: one point per bucket is built in memory
+        bucket = max(1000, int(q.get("bucket_ms") or (until - since) // 30), (until - since) // MAX_BUCKETS)
         return since, until, bucket
 
     async def overview_of(q: Mapping[str, str]) -> dict[str, Any]:

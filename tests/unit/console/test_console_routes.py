@@ -183,3 +183,16 @@ def test_an_instance_id_cannot_break_out_of_the_confirmation_script(
     page = client.get("/console/agents", headers=_bearer(tokens["viewer"])).text
     assert "<script>" not in page and "');alert(1)" not in page
     assert "\\u0027);alert(1);(\\u0027" in page  # inside the confirm() string, as JSON escapes
+
+
+def test_bodies_and_windows_are_bounded_before_anything_is_read_into_memory(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, _, tokens = setup
+    huge = client.post("/console/login", content=b"token=" + b"x" * (300 * 1024),
+                       headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert huge.status_code == 413  # unauthenticated: refused before the body is held
+    viewer = _bearer(tokens["viewer"])
+    far = client.get("/console/api/overview?since=1&until=172800001", headers=viewer)
+    assert far.status_code == 400 and "at most 24 h" in far.json()["message"]
+    day = client.get("/console/api/overview?since=1&until=86400001&bucket_ms=1000", headers=viewer).json()
+    assert day["bucket_ms"] >= 86_400_000 // 500  # no more than 500 points, whatever bucket_ms asks
