@@ -208,6 +208,8 @@ class BoardWriter:
                                       board.encode(self.current()), ex=ttl)
             except RedisError as exc:  # the board is a cache: a missed write only leaves it stale until the next
                 log.warning("channel health not written to Redis: %s", exc)
+            except Exception:  # noqa: BLE001 - a bug here must not end the board for good: the next write tries again
+                log.exception("channel health snapshot failed")
             await asyncio.sleep(self._interval)
 
     async def stop(self) -> None:

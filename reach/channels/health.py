@@ -14,6 +14,7 @@ only sends after the breaker's last transition count, so a closed breaker starts
 from __future__ import annotations
 
 import math
+import threading
 from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
@@ -86,7 +87,8 @@ class _Send:
 
 
 class ChannelHealth:
-    """One channel instance's signals and breaker; every method takes the time explicitly (no clock inside)."""
+    """One channel instance's signals and breaker; every method takes the time explicitly (no clock inside) and
+    holds the instance's lock (a scrape on another thread must not see the deques mid-change)."""
 
     def __init__(self, rules: ChannelRules = ChannelRules()) -> None:
         self.rules = rules
@@ -94,58 +96,66 @@ class ChannelHealth:
         self._sends: deque[_Send] = deque()
         self._by_id: dict[str, _Send] = {}
         self._last_probe: int | None = None
+        # the send path (the event loop) and the metrics scrape (prometheus_client's thread) both use it
+        self._lock = threading.RLock()
 
     def send(self, at: int, *, ok: bool, latency_ms: float, rate_limited: bool = False,
              provider_message_id: str | None = None, expects_report: bool = False) -> None:
         """One send's outcome (a 429 is a failure and feeds the 429 rule)."""
-        outcome = Outcome.OVERLOAD if rate_limited else (Outcome.SUCCESS if ok else Outcome.FAILURE)
-        if self.breaker.state is BreakerState.CLOSED:
-            self.breaker.record(outcome, at)
-        send = _Send(at, ok, latency_ms, expects_report and ok, provider_message_id)
-        self._sends.append(send)
-        if provider_message_id is not None and send.expects_report:
-            self._by_id[provider_message_id] = send
+        with self._lock:
+            outcome = Outcome.OVERLOAD if rate_limited else (Outcome.SUCCESS if ok else Outcome.FAILURE)
+            if self.breaker.state is BreakerState.CLOSED:
+                self.breaker.record(outcome, at)
+            send = _Send(at, ok, latency_ms, expects_report and ok, provider_message_id)
+            self._sends.append(send)
+            if provider_message_id is not None and send.expects_report:
+                self._by_id[provider_message_id] = send
 
     def report(self, provider_message_id: str) -> None:
         """A delivery report arrived for a send (unknown or forgotten ids are ignored)."""
-        send = self._by_id.pop(provider_message_id, None)
-        if send is not None:
-            send.reported = True
+        with self._lock:
+            send = self._by_id.pop(provider_message_id, None)
+            if send is not None:
+                send.reported = True
 
     def probe(self, at: int, *, ok: bool) -> None:
         """A probe's result while the breaker is HALF_OPEN: `probes` passes close it, one failure reopens it."""
-        self._last_probe = at
-        self.breaker.record(Outcome.SUCCESS if ok else Outcome.FAILURE, at)
+        with self._lock:
+            self._last_probe = at
+            self.breaker.record(Outcome.SUCCESS if ok else Outcome.FAILURE, at)
 
     def probe_due(self, now: int) -> bool:
         """Whether it is time for a probe (HALF_OPEN, and none within `probe_every_ms`)."""
-        self.breaker.tick(now)
-        return self.breaker.state is BreakerState.HALF_OPEN and (
-            self._last_probe is None or now - self._last_probe >= self.rules.probe_every_ms)
+        with self._lock:
+            self.breaker.tick(now)
+            return self.breaker.state is BreakerState.HALF_OPEN and (
+                self._last_probe is None or now - self._last_probe >= self.rules.probe_every_ms)
 
     def signals(self, now: int) -> tuple[float | None, float | None, float | None]:
         """(success rate, p95 latency ms, report arrival rate) over the window since the last transition."""
-        self._expire(now)
-        sends = [s for s in self._sends if s.at >= self.breaker.since]
-        if len(sends) < self.rules.min_sends:
-            return None, None, None
-        success = sum(s.ok for s in sends) / len(sends)
-        latencies = sorted(s.latency_ms for s in sends)
-        p95 = latencies[max(0, math.ceil(0.95 * len(latencies)) - 1)]
-        due = [s for s in sends if s.expects_report and now - s.at >= self.rules.report_grace_ms]
-        arrival = sum(s.reported for s in due) / len(due) if len(due) >= self.rules.min_sends else None
-        return success, p95, arrival
+        with self._lock:
+            self._expire(now)
+            sends = [s for s in self._sends if s.at >= self.breaker.since]
+            if len(sends) < self.rules.min_sends:
+                return None, None, None
+            success = sum(s.ok for s in sends) / len(sends)
+            latencies = sorted(s.latency_ms for s in sends)
+            p95 = latencies[max(0, math.ceil(0.95 * len(latencies)) - 1)]
+            due = [s for s in sends if s.expects_report and now - s.at >= self.rules.report_grace_ms]
+            arrival = sum(s.reported for s in due) / len(due) if len(due) >= self.rules.min_sends else None
+            return success, p95, arrival
 
     def state(self, now: int) -> ChannelState:
         """The channel's state now; a graded OPEN trips the breaker (OPEN for `open_ms`, then probes)."""
-        self.breaker.tick(now)
-        if self.breaker.state is not BreakerState.CLOSED:
-            return ChannelState.OPEN
-        success, p95, arrival = self.signals(now)
-        graded = grade(success=success, p95_ms=p95, arrival=arrival, rules=self.rules)
-        if graded is ChannelState.OPEN:
-            self.breaker.trip(now, f"signals: success {_pct(success)}, p95 {_ms(p95)}, arrival {_pct(arrival)}")
-        return graded
+        with self._lock:
+            self.breaker.tick(now)
+            if self.breaker.state is not BreakerState.CLOSED:
+                return ChannelState.OPEN
+            success, p95, arrival = self.signals(now)
+            graded = grade(success=success, p95_ms=p95, arrival=arrival, rules=self.rules)
+            if graded is ChannelState.OPEN:
+                self.breaker.trip(now, f"signals: success {_pct(success)}, p95 {_ms(p95)}, arrival {_pct(arrival)}")
+            return graded
 
     def _expire(self, now: int) -> None:
         horizon = now - self.rules.window_ms

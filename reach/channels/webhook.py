@@ -74,6 +74,9 @@ def pinned(endpoint: str, address: str | None) -> tuple[str, dict[str, Any]]:
     parts = urlsplit(endpoint)
     literal = f"[{address}]" if ":" in address else address
     netloc = literal if parts.port is None else f"{literal}:{parts.port}"
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at:  # credentials in the endpoint (https://user:pw@host/...) stay: httpx sends them as Basic auth
+        netloc = f"{userinfo}@{netloc}"
     extensions: dict[str, Any] = {"sni_hostname": parts.hostname} if parts.scheme == "https" else {}
     return urlunsplit(parts._replace(netloc=netloc)), extensions
 

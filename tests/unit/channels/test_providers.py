@@ -240,6 +240,8 @@ def test_the_webhook_connects_to_the_checked_address_with_the_host_header_and_sn
      {"sni_hostname": "h.test"}),
     ("http://h.test/x", "93.184.215.14", "http://93.184.215.14/x", {}),
     ("http://h.test/x", None, "http://h.test/x", {}),
+    ("https://user:p%40ss@h.test:8443/x", "93.184.215.14", "https://user:p%40ss@93.184.215.14:8443/x",
+     {"sni_hostname": "h.test"}),  # the endpoint's credentials stay (Basic auth)
 ])
 def test_pinned_urls(endpoint: str, address: str | None, url: str, sni: dict[str, str]) -> None:
     assert pinned(endpoint, address) == (url, sni)
