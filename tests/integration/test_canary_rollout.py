@@ -27,6 +27,8 @@ from tests.integration.agent_support import ROOT, reach_cli, running, wait_for
 from tests.integration.router_helpers import Tail, first_per_message, receipts_tail
 from tests.integration.stream_app import StreamApp
 
+pytestmark = pytest.mark.serial  # a burst of 60 against one stable instance: its queue must not fill for want of CPU
+
 AGENT = "agent://demo/canary"
 CAPABILITY = "demo.canary"
 
