@@ -69,6 +69,27 @@ class ReachRequestHandler(RequestHandler):
 
     # --- send ---------------------------------------------------------------------------------------------
 
+    async def _check_context(self, app: CallerApp, context_id: str) -> None:
+        """A context is its trace: one another tenant started is not joined (its messages would sit in that
+        tenant's trace). The first member decides; a context nobody used yet is free."""
+        status = self._admission.deps.status
+        code, body = await status.trace(context_id)
+        if code == 404:
+            return
+        if code != 200:
+            raise HTTPException(503, "the status views do not answer: the context's owner cannot be checked",
+                                headers={"Retry-After": "1"})
+        first = next(iter(body.get("message_ids", [])), None)
+        if first is None:
+            return
+        row_code, row = await status.message(str(first))
+        if row_code == 200 and row.get("tenant") != app.tenant:
+            raise InvalidParamsError(message=f"context_id {context_id[:100]!r} is in use; start a new context "
+                                             "(omit context_id, or send one of your own)")
+        if row_code not in (200, 404):
+            raise HTTPException(503, "the status views do not answer: the context's owner cannot be checked",
+                                headers={"Retry-After": "1"})
+
     async def _send(self, params: SendMessageRequest, context: ServerCallContext) -> Task:
         """Admit and publish the message; a Task the caller can follow (or a rejected one: never on the bus)."""
         app = _caller(context)
@@ -88,6 +109,8 @@ class ReachRequestHandler(RequestHandler):
         if not capability:
             raise InvalidParamsError(message="no skill: on the mesh endpoint set the message's metadata.skill to a "
                                              "capability of the agent card (or use /a2a/cap/<capability>/)")
+        if context_id is not None:
+            await self._check_context(app, context_id)
         key = f"a2a:{message.message_id}"[:200] if message.message_id else None
         try:
             request = EnvelopeRequest(capability=capability, payload=payload, idempotency_key=key,

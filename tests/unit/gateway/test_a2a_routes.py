@@ -176,6 +176,17 @@ def test_refusals_another_tenant_and_missing_keys(fakes: Fakes) -> None:
             with pytest.raises(A2AClientError, match="HTTP Error 401"):
                 await events(await connect(token=token), send_request("x"))
         assert len(fakes.publisher.sent) == 1
+        context = done.task.context_id  # the context is the trace: another tenant may not join it
+        fakes.status.traces[context] = [done.task.id]
+        joining = send_request("join")
+        joining.message.context_id = context
+        with pytest.raises(A2AError, match="is in use"):
+            await events(rival, joining)
+        assert len(fakes.publisher.sent) == 1
+        again = send_request("mine-again")
+        again.message.context_id = context
+        [joined] = await events(client, again)  # its own tenant continues its context
+        assert joined.task.context_id == context and fakes.publisher.sent[-1].trace_id == context
 
     run(fakes, scenario)
 
