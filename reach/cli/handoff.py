@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import json
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -14,6 +15,8 @@ from reach.intent.errors import IntentError
 from reach.intent.handoff import Handoff
 from reach.names import Names
 from reach.settings import ReachSettings
+
+OPEN = ("OPEN", "TAKEN")  # waiting for a human
 
 app = typer.Typer(help="Requests handed to a human: list, show, take, resolve.", no_args_is_help=True)
 
@@ -26,15 +29,25 @@ def _operator(by: str | None) -> str:
     return by or getpass.getuser()
 
 
+def queue(desk: HandoffDesk, *, all_: bool = False) -> list[Handoff]:
+    """Open and taken handoffs (with all_, the answered and re-routed too), oldest first: `reach handoff ls`."""
+    return sorted((h for h in desk.all().values() if all_ or h.state in OPEN), key=lambda h: h.at)
+
+
+def summary(h: Handoff) -> dict[str, Any]:
+    """A handoff's context bundle without the original envelope's bytes (`--json` of ls and the console)."""
+    return h.model_dump(exclude={"envelope"})
+
+
 @app.command("ls")
 def ls(
     all_: bool = typer.Option(False, "--all", help="also the answered and re-routed ones"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Open (and taken) handoffs, oldest first."""
-    rows = sorted((h for h in _desk().all().values() if all_ or h.state in ("OPEN", "TAKEN")), key=lambda h: h.at)
+    rows = queue(_desk(), all_=all_)
     if as_json:
-        console.print_json(json.dumps([h.model_dump(exclude={"envelope"}) for h in rows]))
+        console.print_json(json.dumps([summary(h) for h in rows]))
         return
     table = Table("message_id", "state", "taken by", "intent", "reason")
     for h in rows:

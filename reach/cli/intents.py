@@ -8,6 +8,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -35,16 +36,7 @@ def ls(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Every exact mapping: the control topic's (operator, handoff) and the seeds from live registrations."""
-    names = _names()
-    view = control.read_control(names=names)
-    rows = [{"phrase": p, "capability": m.capability, "confidence": m.confidence, "source": m.source}
-            for p, m in mappings.operator_map(view.records()).items()]
-    if seeds:
-        taken = {r["phrase"] for r in rows}
-        live = registry.read_registry(KafkaSettings(), names).live(now_ms())
-        rows += [{"phrase": p, "capability": c, "confidence": mappings.SEED_CONFIDENCE, "source": "seed"}
-                 for p, c in catalog.seeds(catalog.build(live)).items() if p not in taken]
-    rows.sort(key=lambda r: (str(r["capability"]), str(r["phrase"])))
+    rows = map_rows(_names(), KafkaSettings(), seeds=seeds)
     if as_json:
         console.print_json(json.dumps(rows))
         return
@@ -89,14 +81,7 @@ def stats(
     """The share of exact / semantic / dual / handoff resolutions and the success of each stage."""
     from reach.cli.timeparse import parse_time
 
-    names = _names()
-    reader = topicreader.open_reader("intent-stats", KafkaSettings())
-    try:
-        starts = topicreader.start_offsets(reader, names.receipts, parse_time(since))
-        folded = intent_stats.fold(_receipts(m.value() for m in topicreader.read_range(
-            reader, names.receipts, starts, idle_timeout=5.0)))
-    finally:
-        reader.close()
+    folded = read_stats(_names(), KafkaSettings(), parse_time(since))
     if as_json:
         console.print_json(json.dumps(folded.as_dict()))
         return
@@ -107,6 +92,32 @@ def stats(
                       "-" if ok is None else f"{ok:.1%}", str(s.human))
     console.print(table)
     console.print(f"{folded.total} intents resolved", highlight=False)
+
+
+def map_rows(names: Names, kafka: KafkaSettings, *, seeds: bool = True) -> list[dict[str, Any]]:
+    """The exact map as `reach intents ls` lists it (the console's Intents page too), by capability then phrase."""
+    view = control.read_control(names=names, kafka=kafka)
+    rows: list[dict[str, Any]] = [
+        {"phrase": p, "capability": m.capability, "confidence": m.confidence, "source": m.source}
+        for p, m in mappings.operator_map(view.records()).items()]
+    if seeds:
+        taken = {r["phrase"] for r in rows}
+        live = registry.read_registry(kafka, names).live(now_ms())
+        rows += [{"phrase": p, "capability": c, "confidence": mappings.SEED_CONFIDENCE, "source": "seed"}
+                 for p, c in catalog.seeds(catalog.build(live)).items() if p not in taken]
+    rows.sort(key=lambda r: (str(r["capability"]), str(r["phrase"])))
+    return rows
+
+
+def read_stats(names: Names, kafka: KafkaSettings, since_ms: int | None) -> intent_stats.IntentStats:
+    """The receipts since `since_ms` (None: all) folded into stage shares, as `reach intents stats` shows them."""
+    reader = topicreader.open_reader("intent-stats", kafka)
+    try:
+        starts = topicreader.start_offsets(reader, names.receipts, since_ms)
+        return intent_stats.fold(_receipts(m.value() for m in topicreader.read_range(
+            reader, names.receipts, starts, idle_timeout=5.0)))
+    finally:
+        reader.close()
 
 
 def _receipts(values: Iterator[bytes | None]) -> Iterator[Receipt]:

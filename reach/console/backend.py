@@ -11,12 +11,15 @@ from reach import analytics, clients, codec, control, dlq, topicreader
 from reach.canary import canaries, ended
 from reach.cli import agents as agents_cli
 from reach.cli import dlq as dlq_cli
+from reach.cli import handoff as handoff_cli
+from reach.cli import intents as intents_cli
 from reach.cli.weights import merged
 from reach.codec import DecodeError
 from reach.console import overview
 from reach.console.preview import Preview, preview
 from reach.envelopes import now_ms
 from reach.errors import ReachError
+from reach.intent.desk import HandoffDesk
 from reach.names import Names, check_capability
 from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
@@ -56,6 +59,11 @@ class Backend(Protocol):
     def canaries(self) -> list[dict[str, Any]]: ...
 
     def finish_canary(self, agent_id: str, state: CanaryState, by: str) -> None: ...
+
+    def intents(self, since_ms: int | None) -> dict[str, Any]: ...
+
+    def handoff(self, message_id: str, *, by: str, answer: str | None = None,
+                capability: str | None = None) -> dict[str, Any]: ...
 
 
 def _scope(scope: str) -> str:
@@ -215,3 +223,22 @@ class ConsoleBackend:
             raise ConsoleError(f"{agent_id} has no RUNNING canary; start one with `reach canary start`.")
         control.publish(canary_record(ended(canary, state, by=by, now_ms=now_ms()), by=by), names=self._names,
                         kafka=self._kafka)
+
+    def intents(self, since_ms: int | None) -> dict[str, Any]:
+        """The exact map, the stage shares since `since_ms` and the handoff queue: `reach intents ls`,
+        `reach intents stats --since` and `reach handoff ls --json`, with the CLI's functions."""
+        return {"map": intents_cli.map_rows(self._names, self._kafka),
+                "stats": intents_cli.read_stats(self._names, self._kafka, since_ms).as_dict(),
+                "handoffs": [handoff_cli.summary(h) for h in handoff_cli.queue(self._desk())]}
+
+    def handoff(self, message_id: str, *, by: str, answer: str | None = None,
+                capability: str | None = None) -> dict[str, Any]:
+        """Take a handoff (neither answer nor capability), or resolve it as `reach handoff take|resolve` does."""
+        desk = self._desk()
+        moved = (desk.take(message_id, by=by) if answer is None and capability is None
+                 else desk.answer(message_id, answer, by=by) if answer is not None
+                 else desk.reroute(message_id, str(capability), by=by))
+        return handoff_cli.summary(moved)
+
+    def _desk(self) -> HandoffDesk:
+        return HandoffDesk(names=self._names, kafka=self._kafka)

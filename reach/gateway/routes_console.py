@@ -37,11 +37,14 @@ HERE = Path(__file__).resolve().parents[1] / "console"
 TEMPLATES = Jinja2Templates(directory=str(HERE / "templates"))
 PAGES = (("overview", "/console", "Overview"), ("agents", "/console/agents", "Agents"),
          ("messages", "/console/messages", "Message & trace"),
-         ("dead-letters", "/console/dead-letters", "Dead letters"), ("routing", "/console/routing", "Routing"))
+         ("dead-letters", "/console/dead-letters", "Dead letters"), ("routing", "/console/routing", "Routing"),
+         ("intents", "/console/intents", "Intents & handoffs"))
 DEFAULT_WINDOW_MS = 5 * 60_000
 MAX_REDRIVE = 500  # letters per redrive: a bigger selection is narrowed with filters first
 ACTIONS = {a.value.lower(): a for a in (InstanceAction.DRAIN, InstanceAction.DISABLE, InstanceAction.ENABLE)}
 TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
+INTENT_SINCE = "1h"  # the stage shares' default window: the receipts topic since then is read per request
+HANDOFF_ACTIONS = ("take", "answer", "reroute")
 CANARY_ACTIONS = {"promote": CanaryState.PROMOTED, "rollback": CanaryState.ROLLED_BACK}
 
 
@@ -113,6 +116,11 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(raw.decode("utf-8", "replace"), keep_blank_values=True).items()}
 
 
+def _done(path: str, done: str) -> RedirectResponse:
+    """After an admin action: back to its page, which shows what was done (post/redirect/get)."""
+    return RedirectResponse(f"{path}?{urlencode({'done': done})}", status_code=303)
+
+
 def _weights(form: Mapping[str, str]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name in NAMES:
@@ -136,8 +144,8 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         if request.method != "GET" and not _same_origin(request):
             raise Denied(403, "a console mutation from another origin is refused")
         if admin and not operator.admin:
-            raise Denied(403, f"operator {operator.name} is a viewer: redrive, drain, enable, disable, weights and "
-                              "canary changes need an admin")
+            raise Denied(403, f"operator {operator.name} is a viewer: redrive, drain, enable, disable, weights, "
+                              "canary changes and handoff moves need an admin")
         return operator
 
     def page(*, admin: bool = False) -> Callable[[Callable[..., Awaitable[Response]]],
@@ -264,6 +272,24 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         return await run_in_threadpool(backend.set_weights, form.get("scope", "*"), _weights(form),
                                        f"console:{operator.name}")
 
+    async def intents_of(q: Mapping[str, str]) -> dict[str, Any]:
+        since = q.get("since") or INTENT_SINCE
+        found = await run_in_threadpool(backend.intents, None if since == "all" else parse_time(since))
+        return {**found, "since": since}
+
+    async def move_handoff(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
+        action, message_id = form.get("action", ""), form.get("message_id", "").strip()
+        if action not in HANDOFF_ACTIONS or not message_id:
+            raise ValueError("expected a message_id and an action: take, answer (with an answer) or reroute "
+                             "(with a capability)")
+        field = "answer" if action == "answer" else "capability"
+        value = form.get(field, "").strip()
+        if action != "take" and not value:
+            raise ValueError(f"{action} needs a non-empty {field}")
+        return await run_in_threadpool(lambda: backend.handoff(
+            message_id, by=f"console:{operator.name}", answer=value if action == "answer" else None,
+            capability=value if action == "reroute" else None))
+
     # -- login ---------------------------------------------------------------------------------------------
 
     @router.get("/console/login")
@@ -313,8 +339,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @page(admin=True)
     async def agent_action(request: Request, operator: Operator) -> Response:
         done = await instance_action(await _form(request), operator)
-        return RedirectResponse("/console/agents?" + urlencode({"done": f"{done['action']} {done['instance_id']}"}),
-                                status_code=303)
+        return _done("/console/agents", f"{done['action']} {done['instance_id']}")
 
     @router.get("/console/messages")
     @page()
@@ -382,14 +407,25 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     async def routing_apply(request: Request, operator: Operator) -> Response:
         form = await _form(request)
         await set_weights(form, operator)
-        return RedirectResponse("/console/routing?" + urlencode({"done": f"weights of {form.get('scope') or '*'} "
-                                                                          "applied"}), status_code=303)
+        return _done("/console/routing", f"weights of {form.get('scope') or '*'} applied")
 
     @router.post("/console/routing/canary")
     @page(admin=True)
     async def routing_canary(request: Request, operator: Operator) -> Response:
         done = await finish_canary(await _form(request), operator)
-        return RedirectResponse("/console/routing?" + urlencode({"done": f"canary {done['state']}"}), status_code=303)
+        return _done("/console/routing", f"canary {done['state']}")
+
+    @router.get("/console/intents")
+    @page()
+    async def intents_page(request: Request, operator: Operator) -> Response:
+        q = dict(request.query_params)
+        return render(request, "intents", operator, {"data": await intents_of(q), "done": q.get("done")})
+
+    @router.post("/console/intents/handoff")
+    @page(admin=True)
+    async def handoff_action(request: Request, operator: Operator) -> Response:
+        moved = await move_handoff(await _form(request), operator)
+        return _done("/console/intents", f"{moved['message_id']} {moved['state']}")
 
     # -- JSON ------------------------------------------------------------------------------------------
 
@@ -459,5 +495,15 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api(admin=True)
     async def canary_api(request: Request, operator: Operator) -> Any:
         return await finish_canary(await _form(request), operator)
+
+    @router.get("/console/api/intents")
+    @api()
+    async def intents_api(request: Request, _operator: Operator) -> Any:
+        return await intents_of(dict(request.query_params))
+
+    @router.post("/console/api/handoffs")
+    @api(admin=True)
+    async def handoff_api(request: Request, operator: Operator) -> Any:
+        return await move_handoff(await _form(request), operator)
 
     return router

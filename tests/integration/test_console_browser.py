@@ -344,3 +344,7 @@ def test_drain_from_the_agents_page_drains_the_instance(stack: Stack, admin: Any
     row = page.locator(f"tr[data-instance='{stack.cheap.instance_id}']")
     assert row.count() == 0 or row.locator(".state").inner_text() != "READY"
     _shot(page, "agents-drained")
+    page.goto("/console/intents")  # no traffic of its own: the capability's name seeds the exact map
+    assert any(ECHO in text for text in page.locator("tr.mapping").all_inner_texts())
+    assert page.locator("tr[data-stage]").count() == 4
+    _shot(page, "intents")

@@ -11,12 +11,15 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from reach import dlq
+from reach.cli.handoff import summary
 from reach.console.operators import OperatorTable, new_operator
 from reach.console.wiring import Console
 from reach.errors import InfraUnavailable
 from reach.gateway.secrets import SecretBox
 from reach.gateway.service import build_gateway
-from reach.records import CanaryState, InstanceAction
+from reach.intent import stats as intent_stats
+from reach.intent.handoff import Handoff, HandoffCandidate
+from reach.records import CanaryState, InstanceAction, IntentResolution, Receipt, Status
 from tests.unit.gateway.fakes import Fakes
 
 
@@ -27,6 +30,8 @@ class FakeBackend:
         self.actions: list[tuple[str, InstanceAction, str]] = []
         self.redrives: list[tuple[dlq.Filters, bool, float | None]] = []
         self.weights_set: list[tuple[str, Mapping[str, float | None]]] = []
+        self.intents_since: list[int | None] = []
+        self.handoffs: list[tuple[str, str, str | None, str | None]] = []
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
@@ -64,6 +69,34 @@ class FakeBackend:
     def finish_canary(self, agent_id: str, state: CanaryState, by: str) -> None:
         raise AssertionError("not called in these tests")
 
+    def intents(self, since_ms: int | None) -> dict[str, Any]:
+        self.intents_since.append(since_ms)
+        return {"map": MAP, "stats": intent_stats.fold(STAGE_RECEIPTS).as_dict(), "handoffs": [summary(HANDOFF)]}
+
+    def handoff(self, message_id: str, *, by: str, answer: str | None = None,
+                capability: str | None = None) -> dict[str, Any]:
+        self.handoffs.append((message_id, by, answer, capability))
+        return summary(HANDOFF.moved("TAKEN", by=by, at=3))
+
+
+MAP = [{"phrase": "weather please", "capability": "weather.forecast", "confidence": 0.75, "source": "feedback"}]
+HANDOFF = Handoff(message_id="m-h", trace_id="t-h", tenant="acme", intent="sing me a song", reason="no capability "
+                  "scored above 0.25", envelope="AAAA", payload_preview='{"x": 1}', at=1, updated_at=1,
+                  candidates=[HandoffCandidate(capability="music.search", score=0.12, source="semantic",
+                                               reason="below the lower bound")])
+
+
+def _receipt(mid: str, status: Status, stage: str | None = None) -> Receipt:
+    return Receipt(message_id=mid, trace_id="t", tenant="acme", capability="weather.forecast", status=status, at=2,
+                   resolution=None if stage is None else IntentResolution(stage=stage, intent="weather please"))
+
+
+# two exact resolutions (one completed, one failed), one semantic still running, one handoff answered by a human
+STAGE_RECEIPTS = [_receipt("a", Status.INTENT_RESOLVED, "exact"), _receipt("a", Status.COMPLETED),
+                  _receipt("b", Status.FAILED), _receipt("b", Status.INTENT_RESOLVED, "exact"),
+                  _receipt("c", Status.INTENT_RESOLVED, "semantic"), _receipt("d", Status.INTENT_RESOLVED, "handoff"),
+                  _receipt("d", Status.COMPLETED, "human")]
+
 
 @pytest.fixture
 def setup() -> tuple[TestClient, FakeBackend, dict[str, str]]:
@@ -84,9 +117,10 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-PAGES = ["/console", "/console/agents", "/console/messages", "/console/dead-letters", "/console/routing"]
+PAGES = ["/console", "/console/agents", "/console/messages", "/console/dead-letters", "/console/routing",
+         "/console/intents"]
 APIS = ["/console/api/whoami", "/console/api/overview", "/console/api/agents", "/console/api/dead-letters",
-        "/console/api/weights", "/console/api/canaries"]
+        "/console/api/weights", "/console/api/canaries", "/console/api/intents"]
 
 
 def test_nothing_is_reachable_without_a_live_token(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
@@ -111,14 +145,16 @@ def test_a_viewer_reads_every_page_and_gets_403_on_every_mutation(
     mutations = [("/console/api/agents/action", {"instance_id": "i", "action": "drain"}),
                  ("/console/api/dead-letters/redrive", {"ids": ["0:1"]}),
                  ("/console/api/weights", {"scope": "*", "load": 1}),
-                 ("/console/api/canaries", {"agent_id": "agent://a", "action": "promote"})]
+                 ("/console/api/canaries", {"agent_id": "agent://a", "action": "promote"}),
+                 ("/console/api/handoffs", {"message_id": "m-h", "action": "take"})]
     for path, body in mutations:
         assert client.post(path, json=body, headers=viewer).status_code == 403, path
     for path in ("/console/agents/action", "/console/dead-letters/redrive", "/console/routing/apply",
-                 "/console/routing/canary"):
+                 "/console/routing/canary", "/console/intents/handoff"):
         assert client.post(path, data={"instance_id": "i", "action": "drain"}, headers=viewer).status_code == 403
     assert client.post("/console/api/dead-letters/dry-run", json={"capability": "x"}, headers=viewer).status_code == 200
     assert backend.actions == [] and backend.weights_set == [] and [r[1] for r in backend.redrives] == [True]
+    assert backend.handoffs == []
 
 
 def test_an_admin_acts_and_a_redrive_is_capped_at_the_operators_rate(
@@ -196,3 +232,62 @@ def test_bodies_and_windows_are_bounded_before_anything_is_read_into_memory(
     assert far.status_code == 400 and "at most 24 h" in far.json()["message"]
     day = client.get("/console/api/overview?since=1&until=86400001&bucket_ms=1000", headers=viewer).json()
     assert day["bucket_ms"] >= 86_400_000 // 500  # no more than 500 points, whatever bucket_ms asks
+
+
+def test_the_intents_page_shows_the_map_the_stage_shares_and_the_handoff_queue(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    viewer = _bearer(tokens["viewer"])
+    data = client.get("/console/api/intents?since=30m", headers=viewer).json()
+    assert data["map"] == MAP and data["since"] == "30m"
+    stages = data["stats"]["stages"]
+    assert data["stats"]["total"] == 4
+    assert stages["exact"] == {"resolved": 2, "share": 0.5, "ended": 2, "completed": 1, "human": 0, "success": 0.5}
+    assert stages["semantic"]["resolved"] == 1 and stages["semantic"]["success"] is None  # not ended yet
+    assert stages["handoff"] == {"resolved": 1, "share": 0.25, "ended": 1, "completed": 1, "human": 1,
+                                 "success": 1.0}
+    [queued] = data["handoffs"]
+    assert queued["message_id"] == "m-h" and queued["state"] == "OPEN" and "envelope" not in queued
+    assert queued["candidates"][0]["reason"] == "below the lower bound"
+    assert client.get("/console/api/intents?since=all", headers=viewer).status_code == 200
+    assert backend.intents_since[1] is None and backend.intents_since[0] is not None  # 'all' reads every receipt
+    page = client.get("/console/intents", headers=viewer).text
+    for shown in ("weather please", "feedback", "50.0%", "sing me a song", "below the lower bound", "music.search"):
+        assert shown in page, shown
+    assert 'action="/console/intents/handoff"' not in page  # a viewer gets no take / answer / re-route buttons
+    assert "Intents &amp; handoffs" in page and 'href="/console/intents"' in page
+
+
+def test_an_admin_takes_answers_and_reroutes_a_handoff(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    admin = _bearer(tokens["admin"])
+    assert 'action="/console/intents/handoff"' in client.get("/console/intents", headers=admin).text
+    taken = client.post("/console/api/handoffs", json={"message_id": "m-h", "action": "take"}, headers=admin)
+    assert taken.status_code == 200 and taken.json()["taken_by"] == "console:admin"
+    page = client.post("/console/intents/handoff", data={"message_id": "m-h", "action": "answer", "answer": "42"},
+                       headers=admin)
+    assert page.status_code == 303 and page.headers["location"].startswith("/console/intents?done=")
+    client.post("/console/api/handoffs", json={"message_id": "m-h", "action": "reroute", "capability": "music.search"},
+                headers=admin)
+    assert backend.handoffs == [("m-h", "console:admin", None, None), ("m-h", "console:admin", "42", None),
+                                ("m-h", "console:admin", None, "music.search")]
+    empty = client.post("/console/api/handoffs", json={"message_id": "m-h", "action": "answer"}, headers=admin)
+    assert empty.status_code == 400 and "answer" in empty.json()["message"]
+    odd = client.post("/console/api/handoffs", json={"message_id": "m-h", "action": "delete"}, headers=admin)
+    assert odd.status_code == 400 and len(backend.handoffs) == 3
+
+
+def test_a_handoff_move_the_desk_refuses_is_a_400_with_its_reason(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    client, backend, tokens = setup
+
+    def twice(message_id: str, **_: Any) -> dict[str, Any]:
+        return summary(HANDOFF.moved("ANSWERED", by="x", at=2).moved("ANSWERED", by="y", at=3))
+
+    monkeypatch.setattr(backend, "handoff", twice)
+    resp = client.post("/console/api/handoffs", json={"message_id": "m-h", "action": "answer", "answer": "1"},
+                       headers=_bearer(tokens["admin"]))
+    assert resp.status_code == 400 and "cannot become ANSWERED" in resp.json()["message"]
+    page = client.post("/console/intents/handoff", data={"message_id": "m-h", "action": "answer", "answer": "1"},
+                       headers=_bearer(tokens["admin"]))
+    assert page.status_code == 400 and "cannot become ANSWERED" in page.text
