@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MEASURED = {"raw", "faust", "route", "route 2 workers", "round trip 50/s", "round trip 200/s",
             "scoring 10", "scoring 100", "scoring 1000"}
 KNEES = {"knee noop", "knee echo x2"}
+INTENT = {"intent exact", "intent semantic"}  # the resolver's stages (the `intent` extra, installed by make setup)
 
 
 @pytest.mark.serial  # eight stacks start and stop: alone on the machine, and no other test disturbed by it
@@ -36,7 +37,7 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     modes = {m["mode"]: m for m in report["modes"]}
     # the gateway mode: both rows, or one row saying why no gateway answered (a build without `reach gateway`)
     gateway = {"gateway 50/s", "kafka send 50/s"} if "gateway 50/s" in modes else {"gateway"}
-    assert set(modes) == MEASURED | KNEES | {"quix", "status-scale", "round trip split 50/s"} | gateway
+    assert set(modes) == MEASURED | KNEES | INTENT | {"quix", "status-scale", "round trip split 50/s"} | gateway
     if "gateway" in modes:
         assert modes["gateway"]["notes"].startswith("skipped: no gateway answering 202"), modes["gateway"]
     assert all(m["lost"] == 0 for m in modes.values())
