@@ -54,6 +54,18 @@ class Role(StrEnum):
     ALL = "all"
 
 
+def _internal_replication(spec: topics.TopicsFile, kafka: KafkaSettings) -> int:
+    """The replication factor of the topics faust creates itself (its changelogs, its leader topic): the
+    file's, for the cluster's size (3 on three brokers), as `reach topics apply` gives the listed topics."""
+    try:
+        brokers = len(clients.admin(kafka).list_topics(timeout=10).brokers)
+    except Exception as exc:  # noqa: BLE001 - the worker's own start reports an unreachable broker clearly
+        log.warning("cluster size unknown (%s): faust's own topics get replication factor %d", exc,
+                    spec.replication_factor)
+        return spec.replication_factor
+    return spec.replication(max(brokers, 1))[0]
+
+
 def build_app(
     settings: ReachSettings | None = None,
     *,
@@ -93,7 +105,7 @@ def build_app(
         store="memory://",
         # faust's default data dir is `<app id>-data` in the working directory; keep it under REACH_HOME
         datadir=str(datadir),
-        topic_replication_factor=spec.replication_factor,
+        topic_replication_factor=_internal_replication(spec, kafka),
         topic_partitions=partitions,
         # a restarted worker must not wait out a killed one for faust's 60 s default
         broker_session_timeout=10.0,
