@@ -40,6 +40,7 @@ from reach.names import Names
 from reach.records import ErrorInfo, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.loopthread import LoopThread
+from reach.streams.router import MAX_ENVELOPE_BYTES, dead_letter_bytes
 from reach.streams.state import RouterState, StateLoop
 
 log = logging.getLogger("reach.resolver")
@@ -162,7 +163,7 @@ class Resolver(LoopThread):
                                                 **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
         replies = topicreader.open_reader("resolver-replies", self.kafka)
         outcomes = topicreader.open_reader("resolver-outcomes", self.kafka)  # feedback: from now on, no group
-        producer = Producer(self.kafka.producer())
+        producer = Producer(self.kafka.producer(**{"message.max.bytes": dead_letter_bytes(self.settings)}))
         try:
             for reader, topic in ((replies, self.reply_topic), (outcomes, self.names.receipts)):
                 reader.assign([TopicPartition(topic, p, OFFSET_END) for p in topicreader.partitions(reader, topic)])
@@ -198,10 +199,21 @@ class Resolver(LoopThread):
                 duals.extend(self._one(producer, acks, position, msg, value))
             except RegistryUnavailable as exc:
                 acks.fail(position, exc)
-            except Exception as exc:  # noqa: BLE001 - one bad record never stops the worker
-                log.exception("resolving %s[%d]@%d failed", *position)
-                acks.fail(position, exc)
+            except Exception as exc:  # noqa: BLE001 - one bad record stops neither the worker nor its partition
+                log.exception("resolving %s[%d]@%d failed: dead-lettered", *position)
+                acks.reset(position)
+                self._letter(producer, acks, position, msg, value, "RESOLVER_ERROR", repr(exc)[:1000])
         producer.flush(30)
+        refused = [p for p in acks.unacked() if acks.errors(p) and all(map(delivery.permanent, acks.errors(p)))]
+        for position in refused:  # an output the broker refuses for good (too large) would be refused every time
+            why = delivery.describe(acks.errors(position)[0])
+            acks.reset(position)
+            msg = next(m for m in messages if (m.topic(), m.partition(), m.offset()) == position)
+            self._letter(producer, acks, position, msg, b"", "REFUSED_BY_BROKER",
+                         f"the broker refused a record this envelope caused: {why} (the letter holds no bytes; "
+                         f"the original is at {position[0]}[{position[1]}]@{position[2]})")
+        if refused:
+            producer.flush(30)
         for parent, children in duals:
             self.dual.dispatched(parent, children)
         commits, rewinds = acks.commits(), acks.rewinds()
@@ -212,18 +224,28 @@ class Resolver(LoopThread):
         if rewinds:
             self._stop.wait(0.5)
 
+    def _letter(self, producer: Producer, acks: Acks, position: Position, msg: Message, value: bytes, code: str,
+                why: str) -> None:
+        """Dead-letter one record of the intents topic with its reason; the partition moves on once it is acked."""
+        self.counts["dead_lettered"] = self.counts.get("dead_lettered", 0) + 1
+        letter, headers = dlq.letter(value, reason=code, origin=position,
+                                     error=ErrorInfo(kind="INVALID_INPUT", code=code, message=why),
+                                     message_id=H.text(H.pairs(msg.headers()), H.MESSAGE_ID))
+        delivery.produce(producer, acks, position, self.names.dlq, letter, key=msg.key(), headers=headers)
+
     def _one(self, producer: Producer, acks: Acks, position: Position, msg: Message,
              value: bytes) -> list[tuple[dict[str, Any], dict[str, str]]]:
         now = now_ms()
+        if len(value) > MAX_ENVELOPE_BYTES:  # its handoff record (the envelope inside) would be refused
+            self._letter(producer, acks, position, msg, b"", "OVERSIZE",
+                         f"the record is {len(value):,} bytes; an intent envelope is at most {MAX_ENVELOPE_BYTES:,}")
+            return []
         try:
             envelope = decode_dict("Envelope", value)
         except DecodeError as exc:  # dead-lettered with its reason; the partition moves on
             log.warning("dead-lettering an undecodable record on %s[%d]@%d: %s", *position, exc)
             self.counts["undecodable"] = self.counts.get("undecodable", 0) + 1
-            letter, headers = dlq.letter(value, reason="UNDECODABLE", origin=position,
-                                         error=ErrorInfo(kind="INVALID_INPUT", code="UNDECODABLE", message=str(exc)),
-                                         message_id=H.text(H.pairs(msg.headers()), H.MESSAGE_ID))
-            delivery.produce(producer, acks, position, self.names.dlq, letter, key=msg.key(), headers=headers)
+            self._letter(producer, acks, position, msg, value, "UNDECODABLE", str(exc))
             return []
         why = dispatch.problem(envelope)
         if why is None and envelope.get("reply_to"):

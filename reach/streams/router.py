@@ -132,7 +132,7 @@ class Router:
         self.worker_id = uuid.uuid4().hex[:12]
         self._routed_writer = RoutedReceiptWriter.create()
         self._routed_headers = [(H.ROUTER, self.worker_id.encode())]
-        self._max_bytes = _dead_letter_bytes(self.settings)
+        self._max_bytes = dead_letter_bytes(self.settings)
         self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id,
                                      on_bad_record=lambda: self.stats.count(OTHER, "bad_records"))
         self._thread: threading.Thread | None = None
@@ -578,7 +578,7 @@ def _on_commit(ledger: CommitLedger, err: KafkaError | None, partitions: list[To
 _HEADROOM = 1024  # record overhead and provenance headers beyond the encoded value
 
 
-def _dead_letter_bytes(settings: ReachSettings) -> int:
+def dead_letter_bytes(settings: ReachSettings) -> int:
     """message.max.bytes for the router's producer: the dlq's limit from topics.yaml (the largest letter)."""
     try:
         return topics.load(settings.topics_file).dead_letter_bytes()

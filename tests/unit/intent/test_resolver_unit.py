@@ -58,3 +58,50 @@ def test_without_the_model_everything_but_the_exact_map_is_handed_off() -> None:
     assert worker.resolve("weather forecast").stage == "exact"
     res = worker.resolve("is it raining")
     assert res.stage == "handoff" and "IntentModelMissing" in res.note
+
+
+def _worker_with_fakes() -> Any:
+    worker = Resolver(embedder=LetterEmbedder)
+    worker._embedder = LetterEmbedder()
+    worker.state.apply_registration("i-1", _registration("weather.forecast"))
+    worker.refresh(now_ms())
+    return worker
+
+
+def test_a_record_that_breaks_the_resolver_is_dead_lettered_and_its_partition_moves_on(monkeypatch: Any) -> None:
+    from confluent_kafka import KafkaError
+
+    from reach import codec
+    from reach.envelopes import new_envelope
+    from reach.records import DeadLetter
+    from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
+
+    worker = _worker_with_fakes()
+    topic = worker.names.intents
+    envelope = new_envelope("intent.resolve", {"city": "Lyon"}, intent="weather forecast")
+    raw = codec.encode(envelope)
+    calls = {"n": 0}
+    real = worker._one
+
+    def flaky(*args: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("a resolver bug")
+        return real(*args)
+
+    monkeypatch.setattr(worker, "_one", flaky)
+    huge = b"x" * 400_000  # over the envelope limit: never resolved, never handed off whole
+    consumer, producer = FakeConsumer(), FakeProducer()
+    messages = [FakeMessage(topic, 0, 5, raw), FakeMessage(topic, 0, 6, raw), FakeMessage(topic, 0, 7, huge)]
+    worker._batch(consumer, producer, messages)  # type: ignore[arg-type]
+    assert consumer.seeks == [] and consumer.committed_at() == {(topic, 0): 8}  # the partition moved past all three
+    letters = [codec.decode(v, DeadLetter) for v in producer.to(worker.names.dlq)]
+    assert [(d.reason, d.origin_offset) for d in letters] == [("RESOLVER_ERROR", 5), ("OVERSIZE", 7)]
+    assert producer.to(worker.names.capability("weather.forecast"))  # the second copy was resolved and forwarded
+
+    refusing = FakeProducer(refuse=lambda t, _v: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+                            if t == worker.names.capability("weather.forecast") else None)
+    consumer = FakeConsumer()
+    worker._batch(consumer, refusing, [FakeMessage(topic, 0, 9, raw)])  # type: ignore[arg-type]
+    assert consumer.committed_at() == {(topic, 0): 10}
+    assert [codec.decode(v, DeadLetter).reason for v in refusing.to(worker.names.dlq)] == ["REFUSED_BY_BROKER"]
