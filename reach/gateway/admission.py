@@ -97,6 +97,12 @@ class Admission:
         checks.check_names(request.capability, request.version)
         payload = checks.encode_payload(request.payload)
         checks.check_may_call(app, request.capability)
+        if request.capability == INTENT_CAPABILITY and app.capabilities:
+            # the resolver picks the capability and knows nothing of the app: an app held to a list of
+            # capabilities would reach any other through an intent
+            raise checks.Refusal(403, "forbidden", f"app {app.app_id} may call only {', '.join(app.capabilities)}; "
+                                 "an intent may resolve to any capability", "name the capability instead, or ask an "
+                                 "operator for an app without a capability list (`reach apps`)")
         now = self.deps.clock_ms()
         versions = self.deps.catalog.versions(request.capability, app.tenant, now)
         with unavailable_as_503():

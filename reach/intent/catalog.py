@@ -17,6 +17,7 @@ from reach.intent.text import normalize, phrase_of_name
 from reach.records import AgentRegistration, Capability
 
 SIDE_EFFECT_FREE_TAG = "side-effect-free"
+CHANNEL_PREFIX = "channel."
 RESERVED = "intent.resolve"  # the capability an envelope names when it carries an intent instead
 
 
@@ -66,11 +67,13 @@ def example_phrases(capability: Capability) -> list[str]:
 
 
 def build(registrations: Iterable[AgentRegistration]) -> dict[str, CatalogEntry]:
-    """One entry per capability any live instance serves (intent.resolve itself is never a target)."""
+    """One entry per capability any live instance serves. Never a target: intent.resolve itself, and the
+    channels (`channel.*` posts wherever its payload says: only an app allowed it by name may call one, and an
+    intent would let any caller reach it)."""
     entries: dict[str, CatalogEntry] = {}
     for reg in registrations:
         for cap in reg.capabilities:
-            if cap.name == RESERVED:
+            if cap.name == RESERVED or cap.name.startswith(CHANNEL_PREFIX):
                 continue
             entry = entries.setdefault(cap.name, CatalogEntry(cap.name))
             desc = describe(cap)

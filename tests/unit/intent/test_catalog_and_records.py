@@ -25,8 +25,9 @@ WEATHER = Capability(name="weather.forecast", version="1.0.0", tags=["weather", 
 
 
 def test_catalog_reads_description_examples_tags_and_side_effect_freedom() -> None:
-    entries = catalog.build([registration(WEATHER, Capability(name="intent.resolve", version="1.0.0"))])
-    assert list(entries) == ["weather.forecast"]  # intent.resolve is never a target
+    entries = catalog.build([registration(WEATHER, Capability(name="intent.resolve", version="1.0.0"),
+                                          Capability(name="channel.webhook", version="1.0.0"))])
+    assert list(entries) == ["weather.forecast"]  # intent.resolve and the channels are never targets
     entry = entries["weather.forecast"]
     assert entry.texts == ["Forecast for a city", "weather forecast for Berlin", "Paris", "weather forecast",
                            "weather"]
