@@ -21,7 +21,17 @@ from reach.intent.errors import IntentError
 from reach.intent.handoff import Handoff, decode, encode
 from reach.names import Names, check_capability
 from reach.records import IntentResolution, Status
+from reach.registry import read_registry
 from reach.settings import KafkaSettings
+
+
+def _still_open(envelope: dict[str, Any]) -> None:
+    """A message past its deadline has ended EXPIRED (the timekeeper's): an answer now would be a second,
+    different terminal outcome, and a re-route would run work nobody waits for."""
+    deadline = envelope.get("deadline")
+    if deadline is not None and now_ms() >= deadline:
+        raise IntentError(f"Message {envelope.get('message_id')} passed its deadline and ended EXPIRED; its caller "
+                          "has that answer. Send a new request (with a budget that covers a human's time) instead.")
 
 
 class HandoffDesk:
@@ -67,6 +77,7 @@ class HandoffDesk:
         current = self.get(message_id)
         moved = current.moved("ANSWERED", by=by, at=now_ms(), resolution=answer)
         envelope = codec.decode_dict("Envelope", current.envelope_bytes())
+        _still_open(envelope)
         receipt = dispatch.receipt(envelope, Status.COMPLETED, now_ms(), result=dispatch.answer_result(answer),
                                    resolution=IntentResolution(stage="human", intent=current.intent, by=by))
         self._send([(self.names.receipts, message_id, codec.encode(receipt), _reply(envelope))])
@@ -78,16 +89,19 @@ class HandoffDesk:
         check_capability(capability)
         current = self.get(message_id)
         moved = current.moved("REROUTED", by=by, at=now_ms(), resolution=capability)
+        mapping = mappings.record(current.intent, capability, source="handoff", by=by)  # checks it before any write
         envelope = codec.decode_dict("Envelope", current.envelope_bytes())
+        _still_open(envelope)
+        tenant = envelope.get("tenant")
+        served = {c.name for reg in read_registry(self.kafka, self.names).live(now_ms())
+                  if not reg.tenants or tenant in reg.tenants for c in reg.capabilities}
+        if capability not in served:  # a typo would end the message UNROUTABLE and teach the map a dead name
+            raise IntentError(f"No live instance serves {capability} for tenant {tenant!r}; "
+                              "`reach agents` lists what runs. The handoff stays where it is.")
         forward: dict[str, Any] = {**envelope, "capability": capability}
-        from reach.client import Client
-
-        with Client(kafka=self.kafka, follow_control=False) as client:
-            client.ensure_topic(self.names.capability(capability))
         self._send([(self.names.capability(capability), message_id, codec.encode_dict("Envelope", forward),
                      [(H.MESSAGE_ID, message_id.encode())])])
-        control.publish(mappings.record(current.intent, capability, source="handoff", by=by), names=self.names,
-                        kafka=self.kafka)
+        control.publish(mapping, names=self.names, kafka=self.kafka)
         self._send([(self.names.handoff, message_id, encode(moved), [])])
         return moved
 
