@@ -274,7 +274,11 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
 
     async def intents_of(q: Mapping[str, str]) -> dict[str, Any]:
         since = q.get("since") or INTENT_SINCE
-        found = await run_in_threadpool(backend.intents, None if since == "all" else parse_time(since))
+        start = parse_time(since)
+        if start is None or int(time.time() * 1000) - start > MAX_WINDOW_MS:  # the stats fold holds what it reads
+            raise ValueError(f"since {since!r}: the intent stats read at most the last "
+                             f"{MAX_WINDOW_MS // 3_600_000} h (`reach intents stats` reads more)")
+        found = await run_in_threadpool(backend.intents, start)
         return {**found, "since": since}
 
     async def move_handoff(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
