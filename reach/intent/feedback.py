@@ -1,7 +1,7 @@
 """Feedback from outcomes, pure: repeated failures of an exactly-mapped intent lower its mapping's confidence.
 
 The resolver remembers which messages it sent on by an exact mapping (bounded, newest kept); their
-terminal receipts count per (phrase, capability). `FAILURES` failed or rejected endings in a row lower the
+terminal receipts count per (phrase, capability). `FAILURES` failed, expired or dead-lettered endings in a row lower the
 mapping's confidence by `STEP` (a COMPLETED resets the run); once below the exact floor the mapping is
 no longer used and the intent goes on to the semantic stage, so a wrong mapping stops costing requests.
 """
@@ -16,7 +16,10 @@ from reach.records import Status
 FAILURES = 3
 STEP = 0.25
 TRACKED = 10_000
-_BAD = frozenset({Status.FAILED, Status.REJECTED, Status.EXPIRED, Status.UNROUTABLE, Status.DEAD_LETTERED})
+# what the capability did: REJECTED (a bad payload) and UNROUTABLE (no instance for this tenant) are the
+# caller's, and counting them would let any caller lower a mapping everyone uses
+_BAD = frozenset({Status.FAILED, Status.EXPIRED, Status.DEAD_LETTERED})
+_CALLERS = frozenset({Status.REJECTED, Status.UNROUTABLE, Status.CANCELED})
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class Feedback:
             return None
         phrase, capability, confidence = found
         key = (phrase, capability)
+        if status in _CALLERS:
+            return None  # says nothing of the mapping either way: neither counts nor resets the run
         if status not in _BAD:
             self._runs.pop(key, None)
             return None
