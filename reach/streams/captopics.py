@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,10 +25,23 @@ DESCRIBE_TIMEOUT_S = 5.0
 for good (a FindCoordinator timed out under load, confluentinc/librdkafka#4605): the next try starts over."""
 
 
+STUCK_S = 15.0
+"""A subscription this old with no partition assigned to this worker, while the topics have at least as many
+partitions as the group has members, is stuck: the worker joins the group again."""
+
+EMPTY_S = 10.0
+"""How long the assignment must have stayed empty: a rebalance (eager: everything revoked, then assigned) empties
+it for a few seconds, a member that died without leaving for up to its session timeout."""
+
+
 class Subscriber(Protocol):
     """What the topic watcher needs of a consumer (confluent_kafka.Consumer, or an in-memory fake)."""
 
     def subscribe(self, topics: list[str]) -> None: ...
+
+    def unsubscribe(self) -> None: ...
+
+    def assignment(self) -> list[Any]: ...
 
 
 class CapabilityTopics:
@@ -52,6 +66,11 @@ class CapabilityTopics:
         self.subscribed: frozenset[str] = frozenset()
         self._admin = admin or (lambda: clients.admin(kafka))
         self._latest: frozenset[str] = frozenset()
+        self._partitions = 0  # of the matching topics, at the last listing
+        self._members = 1  # of the hot path's group, at the last description
+        self._since = 0.0  # when the current subscription was made (or last renewed)
+        self._checked = 0.0
+        self._empty_since: float | None = None  # since when this worker has had no partition at all
         self._listed = threading.Event()
         self._stop = threading.Event()
 
@@ -74,6 +93,7 @@ class CapabilityTopics:
         try:
             listed = admin.list_topics(timeout=5).topics
             self._latest = frozenset(t for t in listed if t.startswith(self.prefix))
+            self._partitions = sum(len(getattr(listed[t], "partitions", None) or {}) for t in self._latest)
             self._listed.set()
         except KafkaException as exc:  # the next listing tries again; routing goes on with what it has
             log.warning("listing capability topics failed: %s", exc)
@@ -90,19 +110,51 @@ class CapabilityTopics:
         try:
             future = admin.describe_consumer_groups([self.group], request_timeout=DESCRIBE_TIMEOUT_S)[self.group]
             group = future.result(timeout=DESCRIBE_TIMEOUT_S + 1)
-            self.on_members(max(len(group.members), 1))
+            self._members = max(len(group.members), 1)
+            self.on_members(self._members)
         except concurrent.futures.TimeoutError:
             log.debug("describing %s timed out (qps_limit keeps the last worker count)", self.group)
         except Exception as exc:  # noqa: BLE001 - never stop counting over one failed description
             log.debug("describing %s failed (qps_limit keeps the last worker count): %s", self.group, exc)
 
-    def refresh(self, consumer: Subscriber) -> bool:
-        """Re-subscribe when the matching topics changed; True while subscribed to at least one."""
+    def refresh(self, consumer: Subscriber, now: float | None = None) -> bool:
+        """Re-subscribe when the matching topics changed, or join again when the subscription is stuck; True
+        while subscribed to at least one."""
+        now = time.monotonic() if now is None else now
         if not self.subscribed:
             self._listed.wait(0.2)
         topics = self._latest
         if topics and topics != self.subscribed:
             consumer.subscribe(sorted(topics))
             log.info("subscribed to %d capability topic(s): %s", len(topics), ", ".join(sorted(topics)))
-            self.subscribed = topics
+            self.subscribed, self._since = topics, now
+        elif self.subscribed and now - self._checked >= 1.0:
+            self._checked = now
+            self._unstick(consumer, now)
         return bool(self.subscribed)
+
+    def _unstick(self, consumer: Subscriber, now: float) -> None:
+        """librdkafka sometimes leaves a member that subscribed to a topic created moments before with no
+        assignment at all (the same family as librdkafka#3008): nothing is routed from it until something else
+        makes the group rebalance. With enough partitions for every member, an empty assignment after
+        STUCK_S is that case: leave and join again."""
+        if now - self._since < STUCK_S or self._partitions < self._members:
+            self._empty_since = None
+            return
+        try:
+            assigned = bool(consumer.assignment())
+        except KafkaException:
+            return
+        if assigned:
+            self._empty_since = None
+            return
+        if self._empty_since is None:  # a rebalance empties every assignment for a moment: only a lasting one
+            self._empty_since = now
+        if now - self._empty_since < EMPTY_S:
+            return
+        log.warning("subscribed to %d capability topic(s) for %.0f s with no partition assigned (%d partitions, "
+                    "%d member(s)): joining the group again", len(self.subscribed), now - self._since,
+                    self._partitions, self._members)
+        consumer.unsubscribe()
+        consumer.subscribe(sorted(self.subscribed))
+        self._since, self._empty_since = now, None

@@ -23,7 +23,8 @@ class FakeAdmin:
         self.described = 0
 
     def list_topics(self, timeout: float) -> Any:
-        return SimpleNamespace(topics={t: None for t in self.topics})
+        return SimpleNamespace(topics={t: SimpleNamespace(partitions={p: None for p in range(4)})
+                                       for t in self.topics})
 
     def describe_consumer_groups(self, groups: list[str], request_timeout: float) -> dict[str, Any]:
         self.described += 1
@@ -34,11 +35,19 @@ class FakeAdmin:
 
 
 class FakeConsumer:
-    def __init__(self) -> None:
+    def __init__(self, assigned: bool = True) -> None:
         self.subscriptions: list[list[str]] = []
+        self.unsubscribed = 0
+        self.assigned = assigned
 
     def subscribe(self, topics: list[str]) -> None:
         self.subscriptions.append(topics)
+
+    def unsubscribe(self) -> None:
+        self.unsubscribed += 1
+
+    def assignment(self) -> list[Any]:
+        return [object()] if self.assigned else []
 
 
 def _watcher(admin: FakeAdmin, counts: list[int]) -> CapabilityTopics:
@@ -100,3 +109,34 @@ def test_the_listing_thread_is_not_the_counting_thread() -> None:
     finally:
         blocked.set()
         watcher.stop()
+
+
+def test_a_subscription_left_without_any_assignment_joins_the_group_again() -> None:
+    from reach.streams.captopics import EMPTY_S, STUCK_S
+
+    admin, consumer = FakeAdmin({"ns.cap.a"}, members=1), FakeConsumer(assigned=False)
+    watcher = _watcher(admin, [])
+    watcher.list_once(admin)
+    watcher.count_once(admin)
+    assert watcher.refresh(consumer, now=100.0) and consumer.subscriptions == [["ns.cap.a"]]
+    watcher.refresh(consumer, now=100.0 + STUCK_S / 2)
+    assert consumer.unsubscribed == 0  # not yet: a join takes a few seconds
+    watcher.refresh(consumer, now=101.0 + STUCK_S)
+    assert consumer.unsubscribed == 0  # empty once: a rebalance does that for a moment
+    watcher.refresh(consumer, now=102.0 + STUCK_S + EMPTY_S)
+    assert consumer.unsubscribed == 1 and consumer.subscriptions == [["ns.cap.a"], ["ns.cap.a"]]
+    consumer.assigned = True
+    watcher.refresh(consumer, now=200.0 + 2 * STUCK_S)
+    assert consumer.unsubscribed == 1  # assigned now: left alone
+
+
+def test_more_members_than_partitions_is_not_stuck() -> None:
+    from reach.streams.captopics import STUCK_S
+
+    admin, consumer = FakeAdmin({"ns.cap.a"}, members=5), FakeConsumer(assigned=False)  # 4 partitions, 5 workers
+    watcher = _watcher(admin, [])
+    watcher.list_once(admin)
+    watcher.count_once(admin)
+    watcher.refresh(consumer, now=100.0)
+    watcher.refresh(consumer, now=101.0 + STUCK_S)
+    assert consumer.unsubscribed == 0  # one worker without partitions is expected
