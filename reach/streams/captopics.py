@@ -25,11 +25,11 @@ DESCRIBE_TIMEOUT_S = 5.0
 for good (a FindCoordinator timed out under load, confluentinc/librdkafka#4605): the next try starts over."""
 
 
-STUCK_S = 15.0
+STUCK_S = 10.0
 """A subscription this old with no partition assigned to this worker, while the topics have at least as many
 partitions as the group has members, is stuck: the worker joins the group again."""
 
-EMPTY_S = 10.0
+EMPTY_S = 6.0
 """How long the assignment must have stayed empty: a rebalance (eager: everything revoked, then assigned) empties
 it for a few seconds, a member that died without leaving for up to its session timeout."""
 
