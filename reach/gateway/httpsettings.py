@@ -18,6 +18,9 @@
 | REACH_GATEWAY_KEEP_ALIVE               | 5 (seconds)        | idle keep-alive connections are closed after this    |
 | REACH_GATEWAY_MAX_HEADER_BYTES         | 16384              | largest request head (431 past it)                   |
 | REACH_GATEWAY_BODY_TIMEOUT             | 10 (seconds)       | a body that does not arrive in this time gets a 408  |
+| REACH_GATEWAY_PUBLIC_URL               | (the socket)       | the URL callers reach this gateway at, as A2A cards  |
+|                                        |                    | advertise it; default: the address of the socket the |
+|                                        |                    | request came in on (never the caller's Host header)  |
 
 Where it listens (REACH_GATEWAY_HOST / REACH_GATEWAY_PORT) and how it checks callers are in
 reach.gateway.settings (GatewaySettings).
@@ -25,7 +28,9 @@ reach.gateway.settings (GatewaySettings).
 
 from __future__ import annotations
 
-from pydantic import Field
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach.envelopes import MAX_PAYLOAD_BYTES
@@ -50,3 +55,15 @@ class HttpSettings(BaseSettings):
     keep_alive: float = Field(default=5.0, gt=0)
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)
     body_timeout: float = Field(default=10.0, gt=0)
+    public_url: str | None = None
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment:
+            raise ValueError(f"REACH_GATEWAY_PUBLIC_URL {value[:200]!r} is not an http(s) base URL; expected e.g. "
+                             "https://gateway.example.com or http://10.0.0.5:8080")
+        return value.rstrip("/") + "/"

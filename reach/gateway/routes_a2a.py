@@ -129,6 +129,14 @@ def cancel_routes(admission: Admission) -> APIRouter:
     return router
 
 
+def socket_url(scope: Scope) -> str:
+    """The gateway's own address as the server saw the connection arrive (scope["server"], from the socket):
+    a card never advertises what a caller's Host header claims, which would let any caller point it elsewhere."""
+    host, port = scope.get("server") or ("127.0.0.1", None)
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}/" if port else f"http://{host}/"
+
+
 def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[BaseRoute]:
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
@@ -163,13 +171,16 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
                                  "hint": "see the mesh card at /.well-known/agent-card.json"}, status_code=404)
         return JSONResponse(agent_card_to_dict(card), headers=_CARD_HEADERS)
 
+    def base_url(request: Request) -> str:
+        return admission.settings.public_url or socket_url(request.scope)
+
     async def mesh_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.mesh_card(str(request.base_url), live))
+        return _served(cards.mesh_card(base_url(request), live))
 
     async def capability_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.capability_card(str(request.base_url), request.path_params["capability"], live))
+        return _served(cards.capability_card(base_url(request), request.path_params["capability"], live))
 
     return [LabelledRoute(CARD, mesh_card, methods=["GET"]), LabelledRoute(cards.MESH_PATH, rpc, methods=["POST"]),
             LabelledRoute(cards.CAPABILITY_PATH, rpc, methods=["POST"]),

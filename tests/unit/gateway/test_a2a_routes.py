@@ -207,6 +207,22 @@ def test_cards_are_public_and_follow_the_registry(fakes: Fakes) -> None:
     run(fakes, scenario)
 
 
+def test_cards_advertise_the_configured_url_or_the_socket_never_the_host_header(fakes: Fakes) -> None:
+    def card_urls(settings: HttpSettings) -> list[str]:
+        gateway = build_gateway(dataclasses.replace(fakes.deps(), directory=fakes.directory), settings)
+        with TestClient(gateway, base_url="http://gw:8080") as http:
+            answers = [http.get(path, headers={"Host": "evil.example"}).json()
+                       for path in ("/.well-known/agent-card.json", "/a2a/cap/demo.echo/.well-known/agent-card.json")]
+        return [i["url"] for card in answers for i in card["supportedInterfaces"]]
+
+    assert card_urls(HttpSettings()) == ["http://gw:8080/a2a/", "http://gw:8080/a2a/cap/demo.echo/"]
+    public = HttpSettings(public_url="https://reach.example.com/base")
+    assert card_urls(public) == ["https://reach.example.com/base/a2a/",
+                                 "https://reach.example.com/base/a2a/cap/demo.echo/"]
+    with pytest.raises(ValueError, match="REACH_GATEWAY_PUBLIC_URL"):
+        HttpSettings(public_url="gateway.example.com")
+
+
 def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messages() -> None:
     fakes, sink = Fakes(), Sink()
     running = {"message_id": "m1", "trace_id": "t", "tenant": "acme", "status": "STARTED", "timeline": []}
