@@ -4,6 +4,8 @@
 |---------------------------|-----------------------------|-----------------------------------------------------|
 | REACH_BOOTSTRAP           | (local broker of REACH_HOME)| Kafka bootstrap servers                             |
 | REACH_REDIS_URL           | (local Redis of REACH_HOME) | Redis URL for leases, caches and counters           |
+| REACH_TERMINAL_TTL        | 86400 (24 h, seconds)       | how long Redis keeps a message's first terminal     |
+|                           |                             | receipt for the router and timekeeper (the fence)   |
 | REACH_HOME                | .reach                      | state of the embedded broker and Redis              |
 | REACH_NAMESPACE           | reach                       | prefix of every topic, group and faust app id       |
 | REACH_TOPICS_FILE         | topics.yaml                 | declared topics                                     |
@@ -256,6 +258,8 @@ class RedisSettings(BaseSettings):
     model_config = _COMMON
 
     redis_url: str | None = None
+    terminal_ttl: int = Field(default=24 * 3600, ge=1)
+    """Seconds the router and the timekeeper keep a message's first terminal receipt (reach.terminals)."""
 
     def url(self, home: Path | None = None) -> str:
         """The Redis URL: REACH_REDIS_URL, else the local Redis started by `reach local up`."""

@@ -17,13 +17,15 @@ from redis.exceptions import NoScriptError
 
 from reach.headers import Headers
 from reach.retry import Outgoing
+from reach.terminals import result_key
 
-# One round trip per message: the terminal result, this attempt's cached retry, else the lease (SET NX PX).
+# One round trip per message: the terminal result (with this attempt's cached records: a dead letter ends with it),
+# this attempt's cached retry, else the lease (SET NX PX).
 # With a business key (KEYS[4] its runner = a message_id, KEYS[5] its COMPLETED receipt): a result of the key is
 # reused, a key run by another message is waited for; taking the lease marks the key as ours until ARGV[4] ms.
 _CLAIM = """
 local done = redis.call('get', KEYS[2])
-if done then return {'result', done} end
+if done then return {'result', done, redis.call('get', KEYS[3]) or ''} end
 local again = redis.call('get', KEYS[3])
 if again then return {'retry', again} end
 if #KEYS >= 5 then
@@ -46,17 +48,20 @@ if not holder then return redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) and
 return 0
 """
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-# A terminal outcome: cache the receipt and drop our lease in one round trip (a claim finds the result first).
-# With a business key: a COMPLETED receipt (ARGV[5] = 1) is kept for the key's window (ARGV[6] ms); any other
-# ending frees the key (only a COMPLETED result is reused, so the next envelope with the key runs again).
+# A terminal outcome, first one wins (reach.terminals): cache the receipt unless the message was already ended
+# (by the router, the timekeeper or another run: that winner is returned and published instead), and drop our
+# lease in one round trip (a claim finds the result first). With a business key: a COMPLETED receipt that won
+# (ARGV[5] = 1) is kept for the key's window (ARGV[6] ms); any other ending frees the key (only a COMPLETED result
+# is reused, so the next envelope with the key runs again).
 _FINISH = """
-redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3])
+local done = redis.call('get', KEYS[2])
+if not done then redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
 if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
 if #KEYS >= 4 then
-  if ARGV[5] == '1' then redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[6]) end
+  if ARGV[5] == '1' and not done then redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[6]) end
   if redis.call('get', KEYS[3]) == ARGV[4] then redis.call('del', KEYS[3]) end
 end
-return 1
+return done
 """
 _SET = "return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])"
 
@@ -83,9 +88,9 @@ class KeyScope:
 
 @dataclass(frozen=True)
 class Claim:
-    """What a claim found: a cached terminal receipt, this attempt's cached records, another holder, the COMPLETED
-    receipt of another message with the same business key (`reused`), a message running that key (`key_holder`),
-    or ours."""
+    """What a claim found: a cached terminal receipt (with `retry`, the records this attempt ended it with), this
+    attempt's cached records, another holder, the COMPLETED receipt of another message with the same business key
+    (`reused`), a message running that key (`key_holder`), or ours."""
 
     result: bytes | None = None
     retry: tuple[Outgoing, ...] | None = None
@@ -110,7 +115,7 @@ class LeaseStore(Protocol):
     async def release(self, message_id: str, generation: int) -> None: ...
 
     async def finish(self, message_id: str, generation: int, receipt: bytes, *, scope: KeyScope | None = None,
-                     completed: bool = False) -> None: ...
+                     completed: bool = False) -> bytes | None: ...
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None: ...
@@ -139,7 +144,7 @@ class Leases:
         return f"{self._ns}:lease:{message_id}:{generation}"
 
     def result_key(self, message_id: str, generation: int) -> str:
-        return f"{self._ns}:result:{message_id}:{generation}"
+        return result_key(self._ns, message_id, generation)  # the terminal register every writer claims
 
     def retry_key(self, message_id: str, generation: int, attempt: int) -> str:
         return f"{self._ns}:retry:{message_id}:{generation}:{attempt}"
@@ -157,9 +162,9 @@ class Leases:
         if scope is not None:
             keys += self.key_keys(scope)
             args += [message_id, str(max(ttl_ms, scope.hold_ms))]
-        kind, value = await self._call(self._claim, keys, args)
+        kind, value, *extra = await self._call(self._claim, keys, args)
         if kind == b"result":
-            return Claim(result=value)
+            return Claim(result=value, retry=_ending_with(extra[0] if extra else b"", value))
         if kind == b"retry":
             return Claim(retry=decode_records(value))
         if kind == b"held":
@@ -179,15 +184,17 @@ class Leases:
         await self._call(self._release, [self.lease_key(message_id, generation)], [self._owner])
 
     async def finish(self, message_id: str, generation: int, receipt: bytes, *, scope: KeyScope | None = None,
-                     completed: bool = False) -> None:
-        """Cache a terminal receipt for `result_ttl_s` and drop our lease; done before the receipt is published.
+                     completed: bool = False) -> bytes | None:
+        """Cache a terminal receipt for `result_ttl_s` unless the message already ended, and drop our lease; done
+        before the receipt is published. Returns None when ours is the terminal, else the winner's receipt bytes.
         With a business key: a COMPLETED receipt is kept for the key's window, any other ending frees the key."""
         keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
         args: list[str | bytes] = [self._owner, receipt, str(self._result_ttl_s)]
         if scope is not None:
             keys += self.key_keys(scope)
             args += [message_id, "1" if completed else "0", str(scope.window_ms)]
-        await self._call(self._finish, keys, args)
+        winner = await self._call(self._finish, keys, args)
+        return None if winner is None else bytes(winner)
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:
@@ -236,6 +243,15 @@ class Leases:
             for script, keys, args, _ in batch:
                 pipe.evalsha(script.sha, len(keys), *keys, *args)
             return list(await pipe.execute(raise_on_error=False))
+
+
+def _ending_with(cached: bytes, result: bytes) -> tuple[Outgoing, ...] | None:
+    """This attempt's cached records when they end with the terminal result (a dead letter, then its receipt: a
+    crash after the claim republishes the letter too), else None (the result alone is republished)."""
+    if not cached:
+        return None
+    records = decode_records(cached)
+    return records if records and records[-1].value == result else None
 
 
 def encode_records(records: tuple[Outgoing, ...]) -> bytes:

@@ -218,12 +218,18 @@ class Pipeline:
             receipt = self._receipt(envelope, verdict, run_ms, cost)
             encoded = codec.encode(receipt)
         terminal = receipt.status.is_terminal
-        if release and terminal:
+        if terminal:
             # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
-            # of rerunning; a claim in between finds the result before it could take the lease.
+            # of rerunning; a claim in between finds the result before it could take the lease. First terminal
+            # wins (reach.terminals): when the router, the timekeeper or another run ended the message first, that
+            # ending is published, not this one (the handler ran; its side effect is what it is).
             completed = receipt.status is Status.COMPLETED
-            await self._redis(lambda: self._leases.finish(envelope.message_id, envelope.generation, encoded,
-                                                          scope=scope, completed=completed))
+            winner = await self._redis(lambda: self._leases.finish(envelope.message_id, envelope.generation, encoded,
+                                                                   scope=scope, completed=completed))
+            if winner is not None:
+                log.info("%s already ended before this run's %s; publishing that first ending instead",
+                         envelope.message_id, receipt.status.value)
+                encoded = winner
         acks.append(self._send_raw(receipt.message_id, encoded))
         if not terminal:
             # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
@@ -257,7 +263,7 @@ class Pipeline:
     async def _republish(self, claim: Claim) -> Processed:
         if claim.retry is not None:  # this attempt already failed and its retry was decided: publish it again
             await publish_in_order(self._publisher, claim.retry)
-            return Processed(Outcome.RETRY)
+            return Processed(Outcome.RETRY if claim.result is None else Outcome.FAIL)
         receipt = codec.decode(claim.result or b"", Receipt)
         again = receipt.model_copy(update={"at": now_ms(), "timings": {**receipt.timings, "cache_hit": 1}})
         outcome = {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(receipt.status,

@@ -60,6 +60,16 @@ class RetryStep(Middleware):
                     envelope.message_id, envelope.generation, envelope.attempt, decided.records))
             except Exception as exc:  # noqa: BLE001 - not Redis (that is the outage's): still only a cache
                 log.warning("could not cache the retry of %s (%s)", envelope.message_id, exc)
+            if decided.receipt.status.is_terminal:  # dead letter or expiry: first terminal wins (reach.terminals)
+                ending = decided.records[-1].value or b""
+                winner = await redis_call(self._outage, lambda: leases.finish(
+                    envelope.message_id, envelope.generation, ending))
+                if winner is not None and winner != ending:
+                    log.info("%s ended already; publishing that first ending, not %s (and no dead letter)",
+                             envelope.message_id, decided.receipt.status.value)
+                    await publish_in_order(self._publisher, (Outgoing(
+                        decided.records[-1].topic, envelope.message_id, winner, decided.records[-1].headers),))
+                    return
         await publish_in_order(self._publisher, decided.records)
 
 

@@ -47,7 +47,7 @@ from reach.routing import (
     decide,
     parse_request,
 )
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.affinity import AffinityTable
 from reach.streams.captopics import CapabilityTopics
 from reach.streams.commits import CommitLedger
@@ -55,6 +55,7 @@ from reach.streams.qps import QpsLimits
 from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
 from reach.streams.stats import OTHER, RouterStats
+from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
 
@@ -104,6 +105,20 @@ class _Batch:
     known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
     health: Mapping[str, InstanceHealth] = field(default_factory=dict)  # the health writer's records, by instance_id
     canaries: dict[str, Canary] = field(default_factory=dict)  # by agent_id
+    terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
+    won: set[Position] = field(default_factory=set)  # records whose terminal slot this batch claimed
+
+
+@dataclass(frozen=True)
+class _Ending:
+    """A terminal receipt the router decided, held until the batch claims its slot (reach.terminals); `side` is
+    what only the winner produces (the dead letter)."""
+
+    position: Position
+    terminal: Terminal
+    headers: H.Headers
+    capability: str
+    side: Callable[[], None] | None = None
 
 
 class Router:
@@ -117,10 +132,13 @@ class Router:
         batch_size: int = 500,
         metadata_refresh_ms: int = 2_000,
         rng: random.Random | None = None,
+        redis: RedisSettings | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.kafka = kafka or KafkaSettings()
         self.settings = reach or ReachSettings()
         self.names = Names(self.settings.namespace)
+        self.fence = fence or fence_from_settings("router", namespace=self.settings.namespace, redis_settings=redis)
         self.state = RouterState()
         self.stats = RouterStats()
         self.affinity = AffinityTable()
@@ -289,6 +307,7 @@ class Router:
             except Exception as exc:  # noqa: BLE001 - a router bug must not block the partition
                 log.exception("routing %s[%d]@%d failed", *position)
                 self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, position, now)
+        self._settle_terminals(producer, batch)
         producer.flush(30)  # forwards, and the ROUTED receipts their delivery reports produce
         self._refused_for_good(producer, batch, now)
         return batch
@@ -307,6 +326,7 @@ class Router:
             self._reject(msg, msg.value() or b"", _decoded(msg.value()), reject, producer, batch, position, now,
                          by_reference=True)
         if refused:
+            self._settle_terminals(producer, batch)
             producer.flush(30)
 
     def _route_one(
@@ -388,27 +408,29 @@ class Router:
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})
-            self._produce_receipt(producer, batch, position, receipt, reply)
+            self._produce_terminal(batch, position, receipt, reply)
             self.stats.count(stats_key, "overload")
         elif isinstance(outcome, Unavailable):
             receipt = _receipt(request, Status.FAILED, now,
                                error=_error("UNAVAILABLE", "UNAVAILABLE", outcome.message),
                                retry_after_ms=outcome.retry_after_ms)
-            self._produce_receipt(producer, batch, position, receipt, reply)
+            self._produce_terminal(batch, position, receipt, reply)
             self.stats.count(stats_key, "unavailable")
         elif isinstance(outcome, NoRoute):
+            letter = None
             if outcome.dead_letter:
-                self._dead_letter(msg, value, envelope, "NO_ROUTE", _error("NO_ROUTE", "NO_ROUTE", outcome.message),
-                                  producer, batch, position, now)
+                letter = functools.partial(self._dead_letter, msg, value, envelope, "NO_ROUTE",
+                                           _error("NO_ROUTE", "NO_ROUTE", outcome.message), producer, batch, position,
+                                           now)
                 status, counter = Status.DEAD_LETTERED, "dead_lettered"
             else:
                 status, counter = Status.UNROUTABLE, "unroutable"
             receipt = _receipt(request, status, now, error=_error("NO_ROUTE", "NO_ROUTE", outcome.message))
-            self._produce_receipt(producer, batch, position, receipt, reply)
+            self._produce_terminal(batch, position, receipt, reply, side=letter)
             self.stats.count(stats_key, counter)
         elif isinstance(outcome, Expired):
             receipt = _receipt(request, Status.EXPIRED, now, error=_error("TIMEOUT", "BUDGET_SPENT", outcome.message))
-            self._produce_receipt(producer, batch, position, receipt, reply)
+            self._produce_terminal(batch, position, receipt, reply)
             self.stats.count(stats_key, "expired")
         else:
             self._reject(msg, value, envelope, outcome, producer, batch, position, now)
@@ -426,6 +448,38 @@ class Router:
         key = receipt["message_id"].encode()
         delivery.produce(producer, batch.acks, position, self.names.receipts, encode_dict("Receipt", receipt),
                          key=key, headers=[(H.MESSAGE_ID, key), *(reply or ())])
+
+    def _produce_terminal(self, batch: _Batch, position: Position, receipt: dict[str, Any],
+                          reply: H.Headers | None = None, *, side: Callable[[], None] | None = None) -> None:
+        """Hold a terminal receipt (and its side output) for the batch's one claim of the terminal slots."""
+        terminal = Terminal(receipt["message_id"], receipt.get("generation") or 0, encode_dict("Receipt", receipt))
+        capability = receipt["capability"] if receipt["capability"] in batch.known else OTHER
+        batch.terminals.append(_Ending(position, terminal, list(reply or ()), capability, side))
+
+    def _settle_terminals(self, producer: Producer, batch: _Batch) -> None:
+        """First terminal wins (reach.terminals): one round trip claims every held terminal of the batch. A winner
+        produces its side output and its receipt; a loser republishes the winner's receipt and nothing else (no
+        dead letter for a message an agent already COMPLETED). Redis out: each produces its own (availability)."""
+        endings, batch.terminals = batch.terminals, []
+        if not endings:
+            return
+        unfenced = self.fence.unfenced
+        # A record whose first ending this batch already claimed (its letter then refused for good) keeps the slot
+        ask = [e for e in endings if e.position not in batch.won]
+        claims = dict(zip((id(e) for e in ask), self.fence.claim([e.terminal for e in ask]), strict=True))
+        for ending in endings:
+            claim = claims.get(id(ending)) or Claimed(ending.terminal.receipt, won=True)
+            if claim.won:
+                batch.won.add(ending.position)
+                if ending.side is not None:
+                    ending.side()
+            else:
+                self.stats.count(ending.capability, "superseded")
+            key = ending.terminal.message_id.encode()
+            delivery.produce(producer, batch.acks, ending.position, self.names.receipts, claim.receipt, key=key,
+                             headers=[(H.MESSAGE_ID, key), *ending.headers])
+        if self.fence.unfenced > unfenced:
+            self.stats.count(OTHER, "unfenced", self.fence.unfenced - unfenced)
 
     def _produce_routed(self, producer: Producer, batch: _Batch, position: Position, request: RouteRequest,
                         forward: Forward, slot: Message, reply: H.Headers) -> None:
@@ -482,22 +536,25 @@ class Router:
         by_reference: bool = False,
     ) -> None:
         error = _error("INVALID_INPUT", reject.code, reject.message)
-        self._dead_letter(msg, value, envelope, reject.code, error, producer, batch, position, now,
-                          by_reference=by_reference)
+        letter = functools.partial(self._dead_letter, msg, value, envelope, reject.code, error, producer, batch,
+                                   position, now, by_reference=by_reference)
+        reply = self._reply_header(envelope) if reject.code != "BAD_REPLY_TO" else None
         if envelope is not None:
             request = RouteRequest.from_envelope(envelope)
             receipt = _receipt(request, Status.REJECTED, now, error=error)
-        else:
-            receipt = {
-                "message_id": _fallback_id(msg),
-                "trace_id": "",
-                "tenant": "",
-                "capability": self._capability_of(msg.topic() or ""),
-                "status": Status.REJECTED.value,
-                "at": now,
-                "error": error,
-            }
-        reply = self._reply_header(envelope) if reject.code != "BAD_REPLY_TO" else None
+            self._produce_terminal(batch, position, receipt, reply, side=letter)
+            self.stats.count(receipt["capability"] if receipt["capability"] in batch.known else OTHER, "rejected")
+            return
+        letter()  # undecodable: no (message_id, generation) to fence; nothing else can end it either
+        receipt = {
+            "message_id": _fallback_id(msg),
+            "trace_id": "",
+            "tenant": "",
+            "capability": self._capability_of(msg.topic() or ""),
+            "status": Status.REJECTED.value,
+            "at": now,
+            "error": error,
+        }
         self._produce_receipt(producer, batch, position, receipt, reply)
         self.stats.count(receipt["capability"] if receipt["capability"] in batch.known else OTHER, "rejected")
 

@@ -7,7 +7,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-OUTCOMES = ("routed", "overload", "unavailable", "unroutable", "dead_lettered", "rejected", "expired", "bad_records")
+OUTCOMES = ("routed", "overload", "unavailable", "unroutable", "dead_lettered", "rejected", "expired", "bad_records",
+            "superseded", "unfenced")
+"""`superseded`: a terminal the router decided for a message that had already ended (it republished that first
+ending, reach.terminals); `unfenced`: terminals it published without the fence because Redis was out."""
 OTHER = "other"
 """Where counts go once `max_capabilities` distinct capabilities are counted (and for unserved ones)."""
 

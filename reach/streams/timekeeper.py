@@ -3,17 +3,20 @@
 A row is marked done only when every record its action produced is acknowledged; what the flush
 leaves unacknowledged is acted on again next tick (receivers are idempotent). An envelope counts as
 gone only when its inbox offset is below the partition's log start; a read that merely times out (a
-leader move) is retried next tick.
+leader move) is retried next tick. Its rows may be behind: every terminal it decides claims the message's
+terminal slot first (reach.terminals; one round trip per tick), and a reroute of a message whose slot is
+taken (it ended meanwhile) is skipped.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from reach import clients, codec, delivery, dlq
 from reach import headers as H
@@ -25,11 +28,11 @@ from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Action, Failure, Limits, Outgoing, after_failure
 from reach.settings import KafkaSettings
 from reach.status import StatusRow
+from reach.terminals import Fence, Terminal, fence_from_settings
 from reach.timekeeper import Due, Task, due_tasks
 from reach.topicreader import open_reader
 
 log = logging.getLogger("reach.timekeeper")
-Acked = Callable[[KafkaError | None, Message], None]
 _MAX_MARKS = 100_000
 REFUSED_BY_BROKER = "REFUSED_BY_BROKER"  # the router's reason for a record the broker will never take
 
@@ -45,8 +48,9 @@ class Timekeeper:
     """Acts on due rows once each (marks are remembered; a restart may act once more: receivers are idempotent)."""
 
     def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings | None = None,
-                 policy: Callable[[str], Policy | None] = lambda _: None) -> None:
+                 policy: Callable[[str], Policy | None] = lambda _: None, fence: Fence | None = None) -> None:
         self._policy = policy
+        self.fence = fence or fence_from_settings("timekeeper", namespace=names.namespace)
         self.names = names
         self.tiers = tiers
         self._kafka = kafka or KafkaSettings()
@@ -54,31 +58,40 @@ class Timekeeper:
         self._marks: set[tuple[str, int, int, str]] = set()
         self.expired = 0
         self.rerouted = 0
+        self.superseded = 0  # terminals it decided for a message that had already ended (it republished that)
+        self.skipped = 0     # reroutes of messages whose slot was taken: they ended meanwhile
 
     def tick(self, rows: Iterable[StatusRow], now: int | None = None) -> int:
         """Handle every due row; blocking (run it in an executor). Returns how many were acted on."""
         tasks = [t for t in due_tasks(rows, now if now is not None else now_ms()) if t.mark not in self._marks]
         if not tasks:
             return 0
+        tasks = self._not_ended(tasks)
         producer = self._producer_()
         acks = Acks()
         acted: list[tuple[Task, Position]] = []
         decided: dict[Position, tuple[StatusRow, Envelope, bytes]] = {}
+        planned: list[_Plan] = []
         for i, task in enumerate(tasks):
             position = (task.row.message_id, task.row.generation, i)
             try:
-                if task.due is Due.EXPIRE:
-                    self._expire(producer, task.row, acks.expect(position))
-                elif not self._reroute(producer, task, acks, position, decided):
-                    acks.fail(position, "the envelope could not be read yet")
-                    continue
+                plan = self._expire(task.row, position) if task.due is Due.EXPIRE else \
+                    self._reroute(task, position, decided)
             except Exception as exc:  # noqa: BLE001 - one row's failure must not hold back the others
                 log.warning("timekeeper: %s of %s failed: %r; trying again next tick", task.due,
                             task.row.message_id, exc)
                 acks.fail(position, exc)
+                acted.append((task, position))
+                continue
+            if plan is None:
+                acks.fail(position, "the envelope could not be read yet")
+                continue
+            planned.append(plan)
             acted.append((task, position))
+        won: set[Position] = set()
+        self._produce(producer, acks, planned, decided, won)
         remaining = producer.flush(30)
-        if self._refused_for_good(producer, acks, decided):
+        if self._refused_for_good(producer, acks, decided, won):
             remaining = producer.flush(30)
         unacked = set(acks.unacked())
         done = [task for task, position in acted if position not in unacked]
@@ -90,19 +103,31 @@ class Timekeeper:
         self._marks.update(t.mark for t in done)
         return len(done)
 
-    def _expire(self, producer: Producer, row: StatusRow, acked: Acked) -> None:
+    def _not_ended(self, tasks: list[Task]) -> list[Task]:
+        """Drop the reroutes of messages whose terminal slot is taken: the row is behind, the message ended."""
+        reroutes = [t for t in tasks if t.due is Due.REROUTE]
+        ended = {t.mark for t, winner in zip(reroutes, self.fence.peek(
+            [(t.row.message_id, t.row.generation) for t in reroutes]), strict=True) if winner is not None}
+        if not ended:
+            return tasks
+        self.skipped += len(ended)
+        self._marks.update(ended)
+        log.info("timekeeper: %d reroute(s) skipped, their messages ended already (the status rows are behind)",
+                 len(ended))
+        return [t for t in tasks if t.mark not in ended]
+
+    def _expire(self, row: StatusRow, position: Position) -> _Plan:
         error = ErrorInfo(kind="BUDGET", code="DEADLINE_EXCEEDED",
                           message=f"the total budget ended at {row.deadline} while the message was {row.status}")
-        self._receipt(producer, _receipt(row, Status.EXPIRED, error=error), acked)
-        self.expired += 1
+        return _Plan.ending(self.names, position, _receipt(row, Status.EXPIRED, error=error))
 
-    def _reroute(self, producer: Producer, task: Task, acks: Acks, position: Position,
-                 decided: dict[Position, tuple[StatusRow, Envelope, bytes]]) -> bool:
-        """Produce what a delivery timeout causes; False when the envelope cannot be read yet (retried)."""
+    def _reroute(self, task: Task, position: Position,
+                 decided: dict[Position, tuple[StatusRow, Envelope, bytes]]) -> _Plan | None:
+        """What a delivery timeout causes; None when the envelope cannot be read yet (retried)."""
         row = task.row
         raw = self._fetch(row.inbox) if row.inbox else Fetch.GONE
         if raw is Fetch.PENDING:
-            return False
+            return None
         try:
             envelope = codec.decode(raw, Envelope) if isinstance(raw, bytes) else None
         except DecodeError:
@@ -111,27 +136,52 @@ class Timekeeper:
             why = "is below the log start (retention)" if raw is Fetch.GONE else "does not decode"
             error = ErrorInfo(kind="DELIVERY", code="ENVELOPE_GONE",
                               message=f"delivery timed out and the envelope at {row.inbox} {why}")
-            self._receipt(producer, _receipt(row, Status.FAILED, error=error), acks.expect(position))
-            return True
+            return _Plan.ending(self.names, position, _receipt(row, Status.FAILED, error=error))
         late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT",
                          message=f"{row.routed_instance} did not start it within {envelope.delivery_timeout_ms} ms")
         after = after_failure(Failure.DELIVERY, envelope, error=late, names=self.names, tiers=self.tiers,
                               limits=Limits.resolve(envelope, self._policy(envelope.capability)), now_ms=now_ms(),
                               failed_instance=row.routed_instance, raw=raw, origin=row.inbox or ("", -1, -1))
         decided[position] = (row, envelope, raw)
-        _in_order(producer, acks, position, after.records)
-        if after.action is Action.REROUTE:
-            self.rerouted += 1
-        elif after.action is Action.EXPIRE:
-            self.expired += 1
-        return True
+        terminal = None
+        if after.receipt.status.is_terminal:  # EXPIRE or DEAD_LETTER: the receipt is the last record
+            terminal = Terminal(envelope.message_id, envelope.generation, cast(bytes, after.records[-1].value))
+        return _Plan(position, after.records, terminal, after.action)
+
+    def _produce(self, producer: Producer, acks: Acks, plans: Sequence[_Plan],
+                 decided: dict[Position, tuple[StatusRow, Envelope, bytes]], won: set[Position]) -> None:
+        """Claim every terminal of the plans in one round trip, then produce: a winner its records, a loser only
+        the winner's receipt (no dead letter, no retry for a message that ended). `won` collects the winners; a
+        position already in it (its terminal won this tick, then its letter was refused) keeps the slot."""
+        ask = [p for p in plans if p.terminal is not None and p.position not in won]
+        claims = dict(zip((id(p) for p in ask), self.fence.claim([cast(Terminal, p.terminal) for p in ask]),
+                          strict=True))
+        for plan in plans:
+            claim = claims.get(id(plan))
+            records = plan.records
+            if claim is not None and claim.won:
+                won.add(plan.position)
+            if claim is not None and not claim.won:
+                self.superseded += 1
+                decided.pop(plan.position, None)
+                records = (_receipt_record(self.names, plan.position[0], claim.receipt),)
+            elif plan.action is Action.REROUTE:
+                self.rerouted += 1
+            elif plan.action is Action.EXPIRE:
+                self.expired += 1
+            try:
+                _in_order(producer, acks, plan.position, records)
+            except Exception as exc:  # noqa: BLE001 - one row's failure must not hold back the others
+                log.warning("timekeeper: producing for %s failed: %r; trying again next tick", plan.position[0], exc)
+                acks.fail(plan.position, exc)
 
     def _refused_for_good(self, producer: Producer, acks: Acks,
-                          decided: dict[Position, tuple[StatusRow, Envelope, bytes]]) -> bool:
+                          decided: dict[Position, tuple[StatusRow, Envelope, bytes]], won: set[Position]) -> bool:
         """A reroute, retry or letter the broker refuses for good (too large, topic gone) would be refused every
         tick: the envelope is dead-lettered instead and the row DEAD_LETTERED (its receipt after the letter)."""
         refused = [p for p in acks.unacked()
                    if p in decided and acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
+        plans = []
         for position in refused:
             row, envelope, raw = decided.pop(position)
             why = delivery.describe(acks.errors(position)[0])
@@ -141,11 +191,10 @@ class Timekeeper:
             value, hdrs = dlq.letter(raw, reason=REFUSED_BY_BROKER, error=error, origin=row.inbox or ("", -1, -1),
                                      envelope=envelope, agent_id=row.agent_id)
             receipt = _receipt(row, Status.DEAD_LETTERED, error=error)
-            _in_order(producer, acks, position, (
-                Outgoing(self.names.dlq, envelope.message_id, value, hdrs),
-                Outgoing(self.names.receipts, receipt.message_id, codec.encode(receipt),
-                         [(H.MESSAGE_ID, receipt.message_id.encode())]),
-            ))
+            letter = Outgoing(self.names.dlq, envelope.message_id, value, hdrs)
+            ending = _Plan.ending(self.names, position, receipt)
+            plans.append(_Plan(position, (letter, *ending.records), ending.terminal, Action.DEAD_LETTER))
+        self._produce(producer, acks, plans, decided, won)
         return bool(refused)
 
     def _fetch(self, inbox: tuple[str, int, int]) -> bytes | None | Fetch:
@@ -171,14 +220,31 @@ class Timekeeper:
         finally:
             reader.close()
 
-    def _receipt(self, producer: Producer, receipt: Receipt, acked: Acked) -> None:
-        producer.produce(self.names.receipts, codec.encode(receipt), key=receipt.message_id.encode(),
-                         on_delivery=acked)
-
     def _producer_(self) -> Producer:
         if self._producer is None:
             self._producer = clients.producer(self._kafka)
         return self._producer
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one due row causes, in order; `terminal` is the receipt it ends the message with (claimed first)."""
+
+    position: Position
+    records: tuple[Outgoing, ...]
+    terminal: Terminal | None = None
+    action: Action | None = None
+
+    @classmethod
+    def ending(cls, names: Names, position: Position, receipt: Receipt) -> _Plan:
+        value = codec.encode(receipt)
+        action = Action.EXPIRE if receipt.status is Status.EXPIRED else None
+        return cls(position, (_receipt_record(names, receipt.message_id, value),),
+                   Terminal(receipt.message_id, receipt.generation, value), action)
+
+
+def _receipt_record(names: Names, message_id: str, value: bytes) -> Outgoing:
+    return Outgoing(names.receipts, message_id, value, [(H.MESSAGE_ID, message_id.encode())])
 
 
 def _in_order(producer: Producer, acks: Acks, position: Position, records: Sequence[Outgoing]) -> None:

@@ -8,7 +8,7 @@ import pytest
 from reach.client import Client
 from reach.invoke import InvokeTimeout
 from reach.names import Names
-from reach.records import Status
+from reach.records import Receipt, Status
 from tests.integration.agent_support import Receipts, spawn, wait_for
 from tests.integration.router_helpers import Instance
 from tests.integration.stream_app import StreamApp
@@ -61,6 +61,14 @@ def test_a_budget_shorter_than_the_work_ends_expired_and_invoke_times_out(namesp
     assert receipt is not None and receipt.status is Status.EXPIRED
     row = stream_app.get(f"/messages/{receipt.message_id}")
     assert row["status"] == "EXPIRED"
-    wait_for(lambda: any(s["status"] == "COMPLETED" for s in stream_app.get(f"/messages/{receipt.message_id}")
-                         ["timeline"]), 30, "the late COMPLETED in the timeline")
+    # The handler finishes after the timekeeper ended the message: first terminal wins (reach.terminals), so the
+    # agent publishes that EXPIRED again, never a COMPLETED beside it.
+    receipts = Receipts(f"{namespace}.receipts")
+
+    def both_ends() -> list[Receipt] | None:
+        ends = [r for r in receipts.by_message().get(receipt.message_id, []) if r.status.is_terminal]
+        return ends if len(ends) >= 2 else None
+
+    ends = wait_for(both_ends, 30, "the agent's terminal after the handler finished")
+    assert {r.status for r in ends} == {Status.EXPIRED}, "one terminal outcome: the first"
     assert stream_app.get(f"/messages/{receipt.message_id}")["status"] == "EXPIRED", "first terminal wins"

@@ -65,7 +65,9 @@ class FakeLeases:
                     scope: KeyScope | None = None) -> Claim:
         self._call()
         if (message_id, generation) in self.results:
-            return Claim(result=self.results[message_id, generation])
+            done = self.results[message_id, generation]
+            cached = self.retries.get((message_id, generation, attempt))
+            return Claim(result=done, retry=cached if cached and cached[-1].value == done else None)
         if (message_id, generation, attempt) in self.retries:
             return Claim(retry=self.retries[message_id, generation, attempt])
         if scope is not None:
@@ -91,16 +93,18 @@ class FakeLeases:
             del self.leases[message_id, generation]
 
     async def finish(self, message_id: str, generation: int, receipt: bytes, *, scope: KeyScope | None = None,
-                     completed: bool = False) -> None:
+                     completed: bool = False) -> bytes | None:
         self._call()
-        self.results[message_id, generation] = receipt
+        winner = self.results.get((message_id, generation))  # first terminal wins, as _FINISH does
+        self.results.setdefault((message_id, generation), receipt)
         if self.leases.get((message_id, generation)) == self.owner:
             del self.leases[message_id, generation]
         if scope is not None:
-            if completed:
+            if completed and winner is None:
                 self.key_results[scope.digest] = receipt
             if self.keys.get(scope.digest) == message_id:
                 del self.keys[scope.digest]
+        return winner
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:

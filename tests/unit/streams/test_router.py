@@ -16,6 +16,7 @@ from reach.records import AgentRegistration, AgentState, Capability, DeadLetter,
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.router import Router
 from reach.streams.stats import OTHER
+from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
 NS = "ns"
@@ -26,7 +27,7 @@ INBOX = NAMES.inbox("agent://demo/echo")
 
 def router(monkeypatch: pytest.MonkeyPatch) -> Router:
     monkeypatch.setenv("REACH_NAMESPACE", NS)
-    r = Router(kafka=KafkaSettings(), reach=ReachSettings())
+    r = Router(kafka=KafkaSettings(), reach=ReachSettings(), fence=Fence(MemorySlots(), writer="router"))
     r.state.apply_registration("i1", AgentRegistration(
         agent_id="agent://demo/echo", instance_id="i1", build_version="1",
         capabilities=[Capability(name="demo.echo", version="1.0.0")], state=AgentState.READY,

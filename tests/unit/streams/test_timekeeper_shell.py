@@ -15,6 +15,7 @@ from reach.records import DeadLetter, Decision, Receipt, Status
 from reach.status import StatusRow, fold
 from reach.streams import timekeeper as module
 from reach.streams.timekeeper import Timekeeper
+from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, FakeReader
 
 NAMES = Names("ns")
@@ -33,7 +34,7 @@ def routed_row(deadline: int = 10**13) -> StatusRow:
 
 def keeper(monkeypatch: pytest.MonkeyPatch, reader: FakeReader, producer: FakeProducer) -> Timekeeper:
     monkeypatch.setattr(module, "open_reader", lambda *_a: reader)
-    tk = Timekeeper(names=NAMES, tiers=["1s"])
+    tk = Timekeeper(names=NAMES, tiers=["1s"], fence=Fence(MemorySlots(), writer="timekeeper"))
     tk._producer = cast(Any, producer)
     return tk
 
@@ -122,3 +123,68 @@ def test_a_reroute_refused_for_good_is_dead_lettered_with_its_receipt(monkeypatc
     [receipt] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert receipt.status is Status.DEAD_LETTERED and receipt.error and receipt.error.code == "REFUSED_BY_BROKER"
     assert [t for t, _v, _k in producer.sent] == [NAMES.dlq, NAMES.receipts], "the letter before its receipt"
+
+
+def fenced_keeper(monkeypatch: pytest.MonkeyPatch, reader: FakeReader,
+                  producer: FakeProducer) -> tuple[Timekeeper, MemorySlots]:
+    tk = keeper(monkeypatch, reader, producer)
+    slots = MemorySlots()
+    tk.fence = Fence(slots, writer="timekeeper")
+    return tk, slots
+
+
+def completed_bytes() -> bytes:
+    return codec.encode(Receipt(message_id=ENVELOPE.message_id, trace_id="t", tenant="d", capability="demo.echo",
+                                status=Status.COMPLETED, at=200, instance_id="i1"))
+
+
+def test_an_expiry_of_a_row_that_is_behind_republishes_the_first_ending(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([]), producer)
+    slots.values[ENVELOPE.message_id, 0] = completed_bytes()  # the agent COMPLETED it; the row still says ROUTED
+    assert tk.tick([routed_row(deadline=1_000)], now=5_000) == 1
+    assert producer.to(NAMES.receipts) == [completed_bytes()], "the winner's bytes, never a second terminal"
+    assert tk.expired == 0 and tk.superseded == 1
+
+
+def test_a_won_expiry_is_stored_before_it_is_published(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([]), producer)
+    assert tk.tick([routed_row(deadline=1_000)], now=5_000) == 1
+    assert statuses(producer) == [Status.EXPIRED]
+    assert slots.values[ENVELOPE.message_id, 0] == producer.to(NAMES.receipts)[0]
+
+
+def test_a_reroute_of_a_message_that_ended_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]), producer)
+    slots.values[ENVELOPE.message_id, 0] = completed_bytes()
+    assert tk.tick([routed_row()], now=5_000) == 0
+    assert producer.sent == [], "no ACCEPTED(DELIVERY_TIMEOUT), no second forward"
+    assert tk.skipped == 1
+    assert tk.tick([routed_row()], now=5_000) == 0 and slots.calls == 1, "marked: not asked again"
+
+
+def test_a_reroute_that_ends_the_message_claims_and_a_lost_claim_writes_no_letter(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    exhausted = ENVELOPE.model_copy(update={"reroutes": 3, "attempt": 4})  # nothing left: a delivery timeout ends it
+    producer = FakeProducer()
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(exhausted))]),
+                              producer)
+    tk.fence.peek = lambda slots_: [None] * len(slots_)  # type: ignore[method-assign]  # ended after the peek
+    slots.values[ENVELOPE.message_id, 0] = completed_bytes()
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert producer.to(NAMES.dlq) == [] and producer.to(NAMES.receipts) == [completed_bytes()]
+    winner = FakeProducer()
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(exhausted))]), winner)
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert len(winner.to(NAMES.dlq)) == 1 and statuses(winner) == [Status.DEAD_LETTERED], "a won claim letters it"
+    assert slots.values[ENVELOPE.message_id, 0] == winner.to(NAMES.receipts)[0]
+
+
+def test_with_redis_out_the_timekeeper_still_acts(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([]), producer)
+    slots.down = True
+    assert tk.tick([routed_row(deadline=1_000)], now=5_000) == 1
+    assert statuses(producer) == [Status.EXPIRED] and tk.fence.unfenced == 1

@@ -1,0 +1,228 @@
+"""First terminal wins: one Redis register per (namespace, message_id, generation) holds the receipt that ended it.
+
+Every writer of a terminal receipt (the agent SDK, the router, the timekeeper) claims the register before it
+publishes: the first claim stores its receipt bytes, a later one gets those bytes back and republishes them
+instead of its own (a repeated terminal, never a second, different one). The register is the agent's result
+cache (`<ns>:result:<id>:<gen>`), so a redelivery of a message the router or the timekeeper ended republishes
+that ending instead of running the handler. Redis is still a cache: a flush or restart forgets the winners, and
+while it is unreachable every writer publishes its own terminal (availability first; counted as `unfenced`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis
+from redis.exceptions import NoScriptError, RedisError
+
+from reach.agent.outage import Outage
+from reach.errors import InfraUnavailable
+from reach.settings import RedisSettings
+
+log = logging.getLogger("reach.terminals")
+
+DEFAULT_TTL_S = 24 * 3600
+"""How long a winner is remembered; the agent's result cache keeps its receipts as long (Agent.result_ttl_s)."""
+
+REDIS_TIMEOUT_S = 0.5
+"""A hung Redis costs a batch at most this long, then the fence is skipped for a backoff (never blocks routing)."""
+
+# SET-if-absent that returns the value already there: nil when this claim won, else the winner's receipt.
+CLAIM_SCRIPT = """
+local done = redis.call('get', KEYS[1])
+if done then return done end
+redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return false
+"""
+_ERRORS = (RedisError, OSError, TimeoutError)
+
+
+def result_key(namespace: str, message_id: str, generation: int) -> str:
+    """The terminal register of one (message, generation): the agent's result cache key."""
+    return f"{namespace}:result:{message_id}:{generation}"
+
+
+@dataclass(frozen=True, slots=True)
+class Terminal:
+    """A terminal receipt a writer is about to publish (`receipt` is its framed Avro bytes)."""
+
+    message_id: str
+    generation: int
+    receipt: bytes
+
+
+class SlotStore(Protocol):
+    """Where the registers live; both calls raise (RedisError, OSError) when the store is unreachable."""
+
+    def claim(self, terminals: Sequence[Terminal]) -> list[bytes | None]:
+        """Per terminal: None when its claim won (its receipt is stored now), else the winner's receipt bytes."""
+        ...
+
+    def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        """Per (message_id, generation): the winner's receipt bytes, None while nobody ended it."""
+        ...
+
+
+class RedisSlots:
+    """The registers in Redis: one pipeline (one round trip) per call, whatever the number of terminals."""
+
+    def __init__(self, client: redis.Redis, *, namespace: str, ttl_s: int = DEFAULT_TTL_S) -> None:
+        self._redis = client
+        self._ns = namespace
+        self._ttl = str(ttl_s)
+        self._script = client.register_script(CLAIM_SCRIPT)
+
+    @classmethod
+    def from_url(cls, url: str, *, namespace: str, ttl_s: int = DEFAULT_TTL_S) -> RedisSlots:
+        client = redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+        return cls(client, namespace=namespace, ttl_s=ttl_s)
+
+    def claim(self, terminals: Sequence[Terminal]) -> list[bytes | None]:
+        if not terminals:
+            return []
+        results = self._evalsha(terminals)
+        if any(isinstance(r, NoScriptError) for r in results):  # Redis restarted or was flushed: load, run again
+            self._redis.script_load(CLAIM_SCRIPT)
+            results = self._evalsha(terminals)
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return [None if r is None else bytes(r) for r in results]
+
+    def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        if not slots:
+            return []
+        values: list[Any] = self._redis.mget([result_key(self._ns, m, g) for m, g in slots])
+        return [None if v is None else bytes(v) for v in values]
+
+    def close(self) -> None:
+        self._redis.close()
+
+    def _evalsha(self, terminals: Sequence[Terminal]) -> list[Any]:
+        with self._redis.pipeline(transaction=False) as pipe:
+            for t in terminals:
+                pipe.evalsha(self._script.sha, 1, result_key(self._ns, t.message_id, t.generation), t.receipt,
+                             self._ttl)
+            return list(pipe.execute(raise_on_error=False))
+
+
+class MemorySlots:
+    """The in-memory fake of the registers (unit tests); `down = True` makes every call fail like Redis would."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, int], bytes] = {}
+        self.down = False
+        self.calls = 0
+
+    def claim(self, terminals: Sequence[Terminal]) -> list[bytes | None]:
+        self._call()
+        out: list[bytes | None] = []
+        for t in terminals:
+            out.append(self.values.get((t.message_id, t.generation)))
+            self.values.setdefault((t.message_id, t.generation), t.receipt)
+        return out
+
+    def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        self._call()
+        return [self.values.get(slot) for slot in slots]
+
+    def _call(self) -> None:
+        self.calls += 1
+        if self.down:
+            raise ConnectionError("the fake Redis is down")
+
+
+class Fence:
+    """A writer's view of the registers; never raises and never blocks on a Redis that is out.
+
+    `claim` returns, per terminal, the bytes to publish: its own receipt when it won (or the store is out), the
+    winner's when it lost. `won` is False only for a lost claim: the writer then produces no side output of its
+    own (no dead letter for a message that already COMPLETED)."""
+
+    def __init__(self, slots: SlotStore | None, *, writer: str, log_every_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._slots = slots
+        self._writer = writer
+        self._outage = Outage(clock=clock)
+        self._log_every_s = log_every_s
+        self._clock = clock
+        self._logged_at: float | None = None
+        self._since_log = 0
+        self.lost = 0
+        self.unfenced = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self._slots is not None
+
+    def claim(self, terminals: Sequence[Terminal]) -> list[Claimed]:
+        """One round trip for the whole batch (none when it is empty or the store is out)."""
+        if not terminals:
+            return []
+        found = self._call(lambda slots: slots.claim(terminals), len(terminals))
+        if found is None:
+            return [Claimed(t.receipt, won=True) for t in terminals]
+        self.lost += sum(1 for f in found if f is not None)
+        return [Claimed(t.receipt, won=True) if f is None else Claimed(f, won=False)
+                for t, f in zip(terminals, found, strict=True)]
+
+    def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
+        """The winners of these slots; None for a slot nobody ended, and for every slot while the store is out."""
+        if not slots:
+            return []
+        found = self._call(lambda store: store.peek(slots), 0)
+        return [None] * len(slots) if found is None else found
+
+    def _call(self, call: Callable[[SlotStore], list[bytes | None]], terminals: int) -> list[bytes | None] | None:
+        slots = self._slots
+        if slots is None or not self._outage.available():
+            self._unfenced(terminals, None)
+            return None
+        try:
+            found = call(slots)
+        except _ERRORS as exc:
+            self._outage.failed()
+            self._unfenced(terminals, exc)
+            return None
+        if self._outage.down:
+            log.warning("%s: Redis answers again; terminal receipts are fenced again", self._writer)
+        self._outage.recovered()
+        return found
+
+    def _unfenced(self, terminals: int, exc: BaseException | None) -> None:
+        """Availability first: the writer publishes its own terminal; counted, and logged once per interval."""
+        self.unfenced += terminals
+        self._since_log += terminals
+        now = self._clock()
+        if self._logged_at is not None and (self._slots is None or now - self._logged_at < self._log_every_s):
+            return  # without Redis configured it is said once; an outage once per interval
+        self._logged_at = now
+        why = ("no Redis is configured (REACH_REDIS_URL)" if self._slots is None
+               else f"Redis is unreachable ({exc or 'backing off'})")
+        log.warning("%s: %s; %d terminal receipt(s) published without the first-terminal-wins fence (a second, "
+                    "different terminal for a message is possible until it answers)", self._writer, why,
+                    self._since_log)
+        self._since_log = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The receipt bytes a writer publishes, and whether they are its own (won) or the winner's."""
+
+    receipt: bytes
+    won: bool
+
+
+def fence_from_settings(writer: str, *, namespace: str, redis_settings: RedisSettings | None = None) -> Fence:
+    """The fence on the agents' Redis (REACH_REDIS_URL, REACH_TERMINAL_TTL); without a Redis configured, an open
+    fence (said once in the log): the writer still ends messages, unfenced."""
+    settings = redis_settings or RedisSettings()
+    try:
+        url = settings.url()
+    except InfraUnavailable:
+        return Fence(None, writer=writer)
+    return Fence(RedisSlots.from_url(url, namespace=namespace, ttl_s=settings.terminal_ttl), writer=writer)

@@ -1,0 +1,81 @@
+"""The first-terminal-wins fence (reach.terminals) on its in-memory store: who wins, what a loser gets back, and
+an unreachable store (availability first, counted, logged once per interval, backed off)."""
+
+from __future__ import annotations
+
+import pytest
+
+from reach.terminals import Fence, MemorySlots, Terminal, result_key
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_first_claim_wins_and_a_later_one_gets_the_winners_bytes() -> None:
+    fence = Fence(MemorySlots(), writer="test")
+    [first] = fence.claim([Terminal("m", 0, b"completed")])
+    assert first.won and first.receipt == b"completed"
+    [late] = fence.claim([Terminal("m", 0, b"expired")])
+    assert not late.won and late.receipt == b"completed"
+    [other_generation] = fence.claim([Terminal("m", 1, b"expired")])
+    assert other_generation.won, "a new generation is a new message"
+    assert fence.lost == 1 and fence.unfenced == 0
+
+
+def test_two_terminals_of_one_message_in_one_batch_keep_the_first() -> None:
+    slots = MemorySlots()
+    claims = Fence(slots, writer="test").claim([Terminal("m", 0, b"a"), Terminal("m", 0, b"b")])
+    assert [(c.won, c.receipt) for c in claims] == [(True, b"a"), (False, b"a")]
+    assert slots.calls == 1
+
+
+def test_peek_sees_winners_and_never_claims() -> None:
+    slots = MemorySlots()
+    fence = Fence(slots, writer="test")
+    assert fence.peek([("m", 0)]) == [None]
+    fence.claim([Terminal("m", 0, b"done")])
+    assert fence.peek([("m", 0), ("n", 0)]) == [b"done", None]
+    assert fence.peek([]) == [] and fence.claim([]) == []
+
+
+def test_an_unreachable_store_lets_every_writer_publish_its_own(caplog: pytest.LogCaptureFixture) -> None:
+    clock, slots = Clock(), MemorySlots()
+    fence = Fence(slots, writer="test", log_every_s=60, clock=clock)
+    slots.down = True
+    assert [c.won for c in fence.claim([Terminal("a", 0, b"x"), Terminal("b", 0, b"y")])] == [True, True]
+    assert fence.unfenced == 2
+    fence.claim([Terminal("c", 0, b"z")])  # backing off: the store is not asked
+    assert slots.calls == 1 and fence.unfenced == 3
+    assert fence.peek([("a", 0)]) == [None]
+    clock.now = 30.0
+    fence.claim([Terminal("d", 0, b"z")])
+    assert sum("without the first-terminal-wins fence" in m for m in caplog.messages) == 1, "once per interval"
+    slots.down = False
+    clock.now = 61.0
+    assert fence.claim([Terminal("a", 0, b"again")])[0].won, "the outage forgot nothing it did not store"
+    assert any("answers again" in m for m in caplog.messages)
+
+
+def test_without_a_store_the_fence_is_open_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    fence = Fence(None, writer="test")
+    assert not fence.enabled
+    for n in range(3):
+        assert fence.claim([Terminal(str(n), 0, b"x")])[0].won
+    assert fence.unfenced == 3
+    assert sum("no Redis is configured" in m for m in caplog.messages) == 1
+
+
+def test_the_register_is_the_agents_result_cache() -> None:
+    from reach.agent.idempotency import Leases
+
+    class NoRedis:
+        def register_script(self, _s: str) -> None:
+            return None
+
+    leases = Leases(NoRedis(), namespace="ns", owner="i", result_ttl_s=1)  # type: ignore[arg-type]
+    assert leases.result_key("m", 3) == result_key("ns", "m", 3) == "ns:result:m:3"
