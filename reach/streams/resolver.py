@@ -46,6 +46,7 @@ from reach.streams.state import RouterState, StateLoop
 log = logging.getLogger("reach.resolver")
 LATENCY_SAMPLES = 10_000
 REFRESH_S = 0.5  # how often the catalog is compared with the registry and control views
+SERVED_TENANTS = 10_000  # per-tenant served sets kept per catalog version
 
 
 class Resolver(LoopThread):
@@ -76,6 +77,9 @@ class Resolver(LoopThread):
         self._exact: dict[str, Any] = {}
         self._sef: frozenset[str] = frozenset()
         self._live: frozenset[str] = frozenset()
+        self._tenancy: dict[str, frozenset[str] | None] = {}
+        self._served: dict[str, frozenset[str]] = {}
+        self._generics: dict[str, str] = {}
         self.cache = RouteCache()
         self.dual = DualTracker()
         self.feedback = Feedback()
@@ -130,30 +134,46 @@ class Resolver(LoopThread):
         for phrase, mapping in operator.items():  # an operator's phrase also teaches the semantic stage
             if mapping.capability in entries and mapping.confidence >= self.thresholds.exact_floor:
                 entries[mapping.capability].add(phrase)
-        version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free) for e in entries.values())),
-                   tuple(sorted((p, m.capability, m.confidence) for p, m in operator.items())))
+        tenancy = catalog.tenancy(live)
+        version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free, e.generic)
+                                for e in entries.values())),
+                   tuple(sorted((p, m.capability, m.confidence) for p, m in operator.items())),
+                   tuple(sorted((c, None if t is None else tuple(sorted(t))) for c, t in tenancy.items())))
         if version == self._version:
             return
         self._version = version
         self._exact = mappings.exact_map(catalog.seeds(entries), records)
         self._live = frozenset(entries)
+        self._tenancy = tenancy
+        self._served = {}
+        self._generics = catalog.generics(entries)
         self._sef = frozenset(e.capability for e in entries.values() if e.side_effect_free)
         if self._embedder is not None:
             self._index = SemanticIndex(self._embedder, entries, self._vectors)
         log.info("intent catalog: %d capabilities, %d exact phrases", len(entries), len(self._exact))
 
-    def resolve(self, intent: str) -> Resolution:
-        phrase = normalize(intent)
-        cached = self.cache.get(phrase, self._version)
+    def served(self, tenant: str) -> frozenset[str]:
+        """The catalog's capabilities a live instance serves for `tenant` (the router's tenant filter)."""
+        found = self._served.get(tenant)
+        if found is None:
+            found = catalog.served(self._live, self._tenancy, tenant)
+            if len(self._served) < SERVED_TENANTS:  # tenants come from requests: bounded
+                self._served[tenant] = found
+        return found
+
+    def resolve(self, intent: str, tenant: str = "default") -> Resolution:
+        live = self.served(tenant)
+        key = (normalize(intent), live)  # tenants served by the same capabilities share resolutions
+        cached = self.cache.get(key, self._version)
         if cached is not None:
             return Resolution(cached.stage, intent, cached.capability, cached.candidates, cached.dual, cached.note)
         started = time.perf_counter()
-        resolution = resolve(intent, exact=self._exact, live=self._live, side_effect_free=self._sef,
+        resolution = resolve(intent, exact=self._exact, live=live, side_effect_free=self._sef,
                              rank=self._index.rank if self._index is not None else None,
-                             thresholds=self.thresholds,
+                             thresholds=self.thresholds, generics=self._generics,
                              unavailable=self.unavailable or "the model is not loaded")
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
-        self.cache.put(phrase, resolution)
+        self.cache.put(key, resolution)
         return resolution
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -259,7 +279,7 @@ class Resolver(LoopThread):
                 envelope)
             self.counts["rejected"] = self.counts.get("rejected", 0) + 1
             return []
-        resolution = self.resolve(envelope["intent"])
+        resolution = self.resolve(envelope["intent"], envelope.get("tenant") or "default")
         self.counts[resolution.stage] = self.counts.get(resolution.stage, 0) + 1
         if resolution.stage == "exact" and resolution.capability is not None:
             self.feedback.sent(envelope["message_id"], normalize(resolution.intent), resolution.capability,
