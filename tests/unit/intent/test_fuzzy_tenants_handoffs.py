@@ -196,3 +196,24 @@ def test_of_two_operators_moving_one_handoff_at_once_exactly_one_writes() -> Non
     assert done.state == "ANSWERED" and done.version == 2 and fast.sent == ["ns.handoff", "ns.receipts", "ns.handoff"]
     assert decode(store["m"]).resolved_by == "ann"
     assert encode(done) == store["m"]
+
+
+def test_a_restored_pair_completes_from_its_stored_state_and_never_twice() -> None:
+    from reach.intent.dual import DualTracker, PairRecord
+
+    def child(mid: str, status: Status) -> Receipt:
+        return Receipt(message_id=mid, trace_id="t", tenant="x", capability="c", status=status, at=1)
+    parent = {"message_id": "p", "deadline": 99}
+    stored = DualTracker.new_record(parent, {"a": "x.a", "b": "x.b"}, raw=b"env", owner="r1")
+    first = DualTracker()
+    first.restore(stored, parent)
+    waiting = first.answered(child("a", Status.FAILED))
+    assert waiting is not None and waiting.action == "wait" and waiting.state is not None
+    # the worker restarts: only the stored record remains
+    again = DualTracker()
+    again.restore(PairRecord.model_validate_json(waiting.state.model_dump_json()), parent)
+    assert again.answered(child("a", Status.FAILED)) is None  # already ended before the restart
+    won = again.answered(child("b", Status.COMPLETED))
+    assert won is not None and won.action == "complete" and won.state is None  # both ended: tombstone
+    assert again.answered(child("b", Status.COMPLETED)) is None and len(again) == 0
+    assert stored.envelope_bytes() == b"env" and stored.owner == "r1" and stored.deadline == 99
