@@ -1,4 +1,4 @@
-"""Conditional handoff moves: a claim per (message_id, version) in Redis, so that of two operators moving the
+"""Conditional handoff moves: a claim per (message_id, opened at, version) in Redis, so that of two operators moving the
 same handoff at once exactly one writes and the other is told (HandoffConflict: CLI exit 2, console 409).
 
 The handoff record on the compacted topic stays the truth; the claim only decides who may write the next
@@ -65,5 +65,7 @@ class RedisClaims:
             pass  # the claim expires by itself after CLAIM_TTL_S
 
 
-def claim_key(namespace: str, message_id: str, version: int) -> str:
-    return f"{namespace}:handoff-move:{message_id}:{version}"
+def claim_key(namespace: str, message_id: str, opened_at: int, version: int) -> str:
+    """One key per move of one handoff: `opened_at` tells apart a handoff written again for the same message
+    (a re-route that ended in a handoff once more starts at version 0 again)."""
+    return f"{namespace}:handoff-move:{message_id}:{opened_at}:{version}"

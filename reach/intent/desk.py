@@ -55,7 +55,7 @@ class HandoffDesk:
         """Hold the right to write the version after `current`'s; released again if the move fails."""
         if self._claims is None:
             self._claims = self._claims_factory()
-        key = claim_key(self.names.namespace, current.message_id, current.version)
+        key = claim_key(self.names.namespace, current.message_id, current.at, current.version)
         owner = f"{by}:{uuid.uuid4().hex}"
         if not self._claims.claim(key, owner, CLAIM_TTL_S):
             raise HandoffConflict(

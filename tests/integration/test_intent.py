@@ -21,7 +21,7 @@ from reach.intent.catalog import GENERIC_TAG, RESERVED, SIDE_EFFECT_FREE_TAG
 from reach.intent.claims import RedisClaims, claim_key
 from reach.intent.desk import HandoffDesk
 from reach.intent.model import shared_model
-from reach.intent.sample import CATALOG, UNRELATED
+from reach.intent.sample import CATALOG, SUPPORT_FAMILY, UNRELATED
 from reach.names import Names
 from reach.records import Policy, Receipt, Status
 from reach.settings import KafkaSettings
@@ -39,21 +39,11 @@ def offline_model() -> None:
     shared_model()
 
 
-# a capability family with a generic member, for the fuzzy merge (decision 0022): (name, description, tags, examples)
-SUPPORT = (("support.billing", "Questions about invoices, charges and refunds", ("support", "billing", "invoices"),
-            ("why was I charged twice", "I need a refund for my order")),
-           ("support.account", "Help with signing in and account access", ("support", "account", "login"),
-            ("I can't sign in to my account", "unlock my account")),
-           ("support.general", "General customer support for anything else", ("support", "help", GENERIC_TAG),
-            ("I have a problem and need help",)))
-
-
 def catalog_agent(slow: frozenset[str] = frozenset(), support: bool = False) -> Agent:
     agent = Agent("agent://demo/intents", max_concurrency=16)
-    caps = [(c.name, c.description, [*c.tags, *([SIDE_EFFECT_FREE_TAG] if c.side_effect_free else [])], c.examples)
-            for c in CATALOG]
-    caps += [(name, desc, list(tags), examples) for name, desc, tags, examples in SUPPORT] if support else []
-    for name, description, tags, examples in caps:
+    for cap in (*CATALOG, *(SUPPORT_FAMILY if support else ())):
+        tags = [*cap.tags, *([SIDE_EFFECT_FREE_TAG] if cap.side_effect_free else []),
+                *([GENERIC_TAG] if cap.generic else [])]
 
         def handler(name: str) -> Any:
             async def handle(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -64,8 +54,8 @@ def catalog_agent(slow: frozenset[str] = frozenset(), support: bool = False) -> 
                 return {"served_by": name, "snapshot": ctx.session_snapshot, **payload}
             return handle
 
-        agent.capability(name, version="1.0.0", tags=tags, examples=list(examples),
-                         input_schema={"type": "object", "description": description})(handler(name))
+        agent.capability(cap.name, version="1.0.0", tags=tags, examples=list(cap.examples),
+                         input_schema={"type": "object", "description": cap.description})(handler(cap.name))
     return agent
 
 
@@ -239,10 +229,10 @@ def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
         answer = terminal(human)
         assert answer is not None and answer.resolution is not None and answer.resolution.stage == "human"
         claims = RedisClaims()  # the conditional move the desk made: version 0 -> 1 is taken, by ops
-        assert not claims.claim(claim_key(namespace, unserved, 0), "late", 5)
+        assert not claims.claim(claim_key(namespace, unserved, bundle.at, 0), "late", 5)
 
         # 2. fuzzy merge: support.billing / support.account both match, neither with confidence -> support.general
-        merged = client.send(RESERVED, {"n": 1}, intent="I want to cancel my gym membership")
+        merged = client.send(RESERVED, {"n": 1}, intent=SUPPORT_FAMILY[-1].paraphrases[0])
         done = receipts.wait_status([merged], Status.COMPLETED)[merged]
         res = resolved(done)
         assert res is not None and res.resolution is not None and res.resolution.stage == "fuzzy"
