@@ -112,6 +112,11 @@ class Names:
         return self.topic("handoff")
 
     @property
+    def dual_pairs(self) -> str:
+        """The resolver's pending dual dispatches (compacted), keyed by the request's message_id."""
+        return self.topic("dual-pairs")
+
+    @property
     def resolver_group(self) -> str:
         return self.topic("resolver")
 

@@ -43,6 +43,8 @@ FIELDS: tuple[PolicyField, ...] = (
                 "SDK keeps a COMPLETED result of an idempotency_key this long"),
     PolicyField("slow_threshold_ms", "--slow-threshold", "duration", None,
                 "health: slower calls count as slow (default 3 x the capability's p50)"),
+    PolicyField("handoff", "--handoff", "flag", False,
+                "router: a request no instance can serve goes to a human (<ns>.handoff) instead of UNROUTABLE"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
 

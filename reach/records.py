@@ -400,6 +400,7 @@ class Policy(AvroModel):
     validate_at_router: bool = False
     idempotency_window_ms: int | None = None
     slow_threshold_ms: int | None = None
+    handoff: bool = False  # v5: no route -> a human on <ns>.handoff instead of UNROUTABLE / DEAD_LETTERED
 
 
 class CanaryState(StrEnum):

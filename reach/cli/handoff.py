@@ -49,9 +49,10 @@ def ls(
     if as_json:
         console.print_json(json.dumps([summary(h) for h in rows]))
         return
-    table = Table("message_id", "state", "taken by", "intent", "reason")
+    table = Table("message_id", "state", "taken by", "from", "intent / capability", "reason")
     for h in rows:
-        table.add_row(h.message_id, h.state, h.taken_by or "-", h.intent[:60], h.reason[:60])
+        table.add_row(h.message_id, h.state, h.taken_by or "-", h.origin, (h.intent or h.capability or "")[:60],
+                      h.reason[:60])
     console.print(table)
 
 
@@ -91,8 +92,12 @@ def resolve(
 
 
 def _print(h: Handoff) -> None:
-    console.print(f"[bold]{h.message_id}[/] {h.state}  tenant {h.tenant}  trace {h.trace_id}", highlight=False)
-    console.print(f"  intent    {h.intent}", highlight=False)
+    console.print(f"[bold]{h.message_id}[/] {h.state} (version {h.version})  tenant {h.tenant}  trace {h.trace_id}",
+                  highlight=False)
+    if h.origin == "router":
+        console.print(f"  capability {h.capability} (no instance served it; its policy asks for a human)",
+                      highlight=False)
+    console.print(f"  intent    {h.intent or '-'}", highlight=False)
     console.print(f"  reason    {h.reason}", highlight=False)
     console.print(f"  payload   {h.payload_preview}", highlight=False)
     if h.session_snapshot:

@@ -78,7 +78,7 @@ def stats(
     since: str | None = typer.Option(None, "--since", help="only receipts since, e.g. 1h, 30m or an ISO time"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """The share of exact / semantic / dual / handoff resolutions and the success of each stage."""
+    """The share of exact / semantic / fuzzy / dual / handoff resolutions and the success of each stage."""
     from reach.cli.timeparse import parse_time
 
     folded = read_stats(_names(), KafkaSettings(), parse_time(since))
@@ -91,7 +91,8 @@ def stats(
         table.add_row(name, str(s.resolved), f"{folded.share(name):.1%}", str(s.ended), str(s.completed),
                       "-" if ok is None else f"{ok:.1%}", str(s.human))
     console.print(table)
-    console.print(f"{folded.total} intents resolved", highlight=False)
+    console.print(f"{folded.total} intents resolved; {folded.policy_handoffs} request(s) no instance served handed "
+                  "to a human by their policy (`reach policy set --handoff`)", highlight=False)
 
 
 def map_rows(names: Names, kafka: KafkaSettings, *, seeds: bool = True) -> list[dict[str, Any]]:

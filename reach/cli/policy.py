@@ -76,6 +76,8 @@ def set_(
     validate_at_router: bool | None = typer.Option(None, "--validate-at-router/--no-validate-at-router"),
     idempotency_window: str | None = typer.Option(None, "--idempotency-window", help="e.g. 24h"),
     slow_threshold: str | None = typer.Option(None, "--slow-threshold", help="e.g. 2s"),
+    handoff: bool | None = typer.Option(None, "--handoff/--no-handoff",
+                                        help="no instance serves it: hand the request to a human, not UNROUTABLE"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Publish the scope's policy; omitted fields keep the scope's current value. SDKs, clients and routers
@@ -93,6 +95,8 @@ def set_(
         changes["max_attempts"] = max_attempts
     if validate_at_router is not None:
         changes["validate_at_router"] = validate_at_router
+    if handoff is not None:
+        changes["handoff"] = handoff
     if not changes:
         raise typer.BadParameter("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
     view = control.read_control(names=names)

@@ -30,6 +30,7 @@ from reach.errors import InfraUnavailable, ReachError
 from reach.factors import NAMES
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
+from reach.intent.errors import HandoffConflict
 from reach.records import TERMINAL, CanaryState, InstanceAction
 
 COOKIE = "reach_console"
@@ -70,7 +71,10 @@ def _same_origin(request: Request) -> bool:
 
 
 def _status(exc: Exception) -> int:
-    """503 when the broker or the status views did not answer (retry), else 400 (the request cannot apply)."""
+    """503 when the broker or the status views did not answer (retry), 409 when another operator moved the same
+    handoff first, else 400 (the request cannot apply)."""
+    if isinstance(exc, HandoffConflict):
+        return 409
     return 503 if isinstance(exc, InfraUnavailable) else 400
 
 
@@ -79,7 +83,7 @@ def _error(status: int, message: str) -> JSONResponse:
         if status == 401 else "ask for an admin operator (`reach operators create NAME --role admin`)"
     if status == 503:
         hint = "the broker or the stream app did not answer; retry in a few seconds"
-    name = {401: "unauthenticated", 403: "forbidden", 503: "unavailable"}.get(status, "bad_request")
+    name = {401: "unauthenticated", 403: "forbidden", 409: "conflict", 503: "unavailable"}.get(status, "bad_request")
     return JSONResponse({"error": name, "message": message, "hint": hint if status in (401, 403, 503) else None},
                         status_code=status)
 

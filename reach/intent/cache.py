@@ -1,8 +1,9 @@
-"""The route cache: recent resolutions by normalised intent, dropped whenever the catalog or the map changes."""
+"""The route cache: recent resolutions by normalised intent and served set, dropped when the catalog changes."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Hashable
 
 from reach.intent.stages import Resolution
 
@@ -14,12 +15,12 @@ class RouteCache:
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self._size = size
-        self._items: OrderedDict[str, Resolution] = OrderedDict()
+        self._items: OrderedDict[Hashable, Resolution] = OrderedDict()
         self._version: object = None
         self.hits = 0
         self.misses = 0
 
-    def get(self, phrase: str, version: object) -> Resolution | None:
+    def get(self, phrase: Hashable, version: object) -> Resolution | None:
         if version != self._version:
             self._items.clear()
             self._version = version
@@ -31,7 +32,7 @@ class RouteCache:
         self.hits += 1
         return found
 
-    def put(self, phrase: str, resolution: Resolution) -> None:
+    def put(self, phrase: Hashable, resolution: Resolution) -> None:
         self._items[phrase] = resolution
         self._items.move_to_end(phrase)
         while len(self._items) > self._size:

@@ -13,10 +13,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reach.intent.text import normalize, phrase_of_name
+from reach.intent.text import family, normalize, phrase_of_name
 from reach.records import AgentRegistration, Capability
 
 SIDE_EFFECT_FREE_TAG = "side-effect-free"
+GENERIC_TAG = "generic"  # the family's generic capability: the fuzzy stage merges unplaced requests into it
+MARKER_TAGS = frozenset({SIDE_EFFECT_FREE_TAG, GENERIC_TAG})  # about the capability, not what it does
 CHANNEL_PREFIX = "channel."
 RESERVED = "intent.resolve"  # the capability an envelope names when it carries an intent instead
 
@@ -28,6 +30,7 @@ class CatalogEntry:
     capability: str
     texts: list[str] = field(default_factory=list)
     side_effect_free: bool = False
+    generic: bool = False
 
     def add(self, text: str) -> None:
         if text and text not in self.texts:
@@ -82,12 +85,43 @@ def build(registrations: Iterable[AgentRegistration]) -> dict[str, CatalogEntry]
             for phrase in example_phrases(cap):
                 entry.add(phrase)
             entry.add(phrase_of_name(cap.name))
-            tags = [t for t in cap.tags if t != SIDE_EFFECT_FREE_TAG]
+            tags = [t for t in cap.tags if t not in MARKER_TAGS]
             if tags:
                 entry.add(" ".join(tags))
             if SIDE_EFFECT_FREE_TAG in cap.tags:
                 entry.side_effect_free = True
+            if GENERIC_TAG in cap.tags:
+                entry.generic = True
     return entries
+
+
+def generics(entries: dict[str, CatalogEntry]) -> dict[str, str]:
+    """Family (the name's first segment) -> its generic capability; a family with two generics has none (which
+    one is meant is not known, so the fuzzy stage hands such requests off)."""
+    found: dict[str, list[str]] = {}
+    for entry in entries.values():
+        if entry.generic:
+            found.setdefault(family(entry.capability), []).append(entry.capability)
+    return {fam: caps[0] for fam, caps in found.items() if len(caps) == 1}
+
+
+def tenancy(registrations: Iterable[AgentRegistration]) -> dict[str, frozenset[str] | None]:
+    """Per capability the tenants its live instances serve; None when one serves every tenant (no `tenants`)."""
+    every: set[str] = set()
+    some: dict[str, set[str]] = {}
+    for reg in registrations:
+        for cap in reg.capabilities:
+            if reg.tenants:
+                some.setdefault(cap.name, set()).update(reg.tenants)
+            else:
+                every.add(cap.name)
+    return {**{name: frozenset(tenants) for name, tenants in some.items()}, **dict.fromkeys(every)}
+
+
+def served(catalog: Iterable[str], tenancy_: dict[str, frozenset[str] | None], tenant: str) -> frozenset[str]:
+    """The catalog's capabilities a live instance serves for `tenant`, as the router filters (an instance with
+    no `tenants` serves all): an intent must never resolve to a capability that would end UNROUTABLE."""
+    return frozenset(c for c in catalog if (t := tenancy_.get(c, frozenset())) is None or tenant in t)
 
 
 def seeds(entries: dict[str, CatalogEntry]) -> dict[str, str]:

@@ -2,12 +2,17 @@
 
 An answer completes the original message with a COMPLETED receipt whose resolution is stage `human`;
 a re-route sends the original envelope on to the capability the operator names and maps the intent to it
-on the control topic (the exact map learns it). The handoff record's new state is written last, so a
-failed step leaves the handoff where it was and the command can be run again.
+on the control topic (the exact map learns it; a router handoff of a request that named no intent teaches
+nothing). Every move is first claimed from the version it read (reach.intent.claims): of two operators
+moving the same handoff at once, one writes and the other gets HandoffConflict. The handoff record's new
+state is written last, so a failed step leaves the handoff where it was and the command can be run again.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import Producer
@@ -17,7 +22,8 @@ from reach import headers as H
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.intent import dispatch, mappings
-from reach.intent.errors import IntentError
+from reach.intent.claims import CLAIM_TTL_S, Claims, RedisClaims, claim_key
+from reach.intent.errors import HandoffConflict, IntentError
 from reach.intent.handoff import Handoff, decode, encode
 from reach.names import Names, check_capability
 from reach.records import IntentResolution, Status
@@ -37,9 +43,30 @@ def _still_open(envelope: dict[str, Any]) -> None:
 class HandoffDesk:
     """Reads and moves handoffs of one namespace."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None,
+                 claims: Callable[[], Claims] = RedisClaims) -> None:
         self.names = names
         self.kafka = kafka or KafkaSettings()
+        self._claims_factory = claims
+        self._claims: Claims | None = None
+
+    @contextmanager
+    def _claimed(self, current: Handoff, by: str) -> Iterator[None]:
+        """Hold the right to write the version after `current`'s; released again if the move fails."""
+        if self._claims is None:
+            self._claims = self._claims_factory()
+        key = claim_key(self.names.namespace, current.message_id, current.at, current.version)
+        owner = f"{by}:{uuid.uuid4().hex}"
+        if not self._claims.claim(key, owner, CLAIM_TTL_S):
+            raise HandoffConflict(
+                f"Handoff {current.message_id} is being moved by another operator (it was {current.state} at "
+                f"version {current.version} when you read it); nothing was written. Run `reach handoff show "
+                f"{current.message_id}` to see where it stands.")
+        try:
+            yield
+        except BaseException:
+            self._claims.release(key, owner)
+            raise
 
     def all(self) -> dict[str, Handoff]:
         """The latest record per message_id (the compacted topic read to its end)."""
@@ -68,8 +95,10 @@ class HandoffDesk:
         return found
 
     def take(self, message_id: str, *, by: str) -> Handoff:
-        moved = self.get(message_id).moved("TAKEN", by=by, at=now_ms())
-        self._send([(self.names.handoff, moved.message_id, encode(moved), [])])
+        current = self.get(message_id)
+        moved = current.moved("TAKEN", by=by, at=now_ms())
+        with self._claimed(current, by):
+            self._send([(self.names.handoff, moved.message_id, encode(moved), [])])
         return moved
 
     def answer(self, message_id: str, answer: str, *, by: str) -> Handoff:
@@ -80,8 +109,9 @@ class HandoffDesk:
         _still_open(envelope)
         receipt = dispatch.receipt(envelope, Status.COMPLETED, now_ms(), result=dispatch.answer_result(answer),
                                    resolution=IntentResolution(stage="human", intent=current.intent, by=by))
-        self._send([(self.names.receipts, message_id, codec.encode(receipt), _reply(envelope))])
-        self._send([(self.names.handoff, message_id, encode(moved), [])])
+        with self._claimed(current, by):
+            self._send([(self.names.receipts, message_id, codec.encode(receipt), _reply(envelope))])
+            self._send([(self.names.handoff, message_id, encode(moved), [])])
         return moved
 
     def reroute(self, message_id: str, capability: str, *, by: str) -> Handoff:
@@ -89,7 +119,8 @@ class HandoffDesk:
         check_capability(capability)
         current = self.get(message_id)
         moved = current.moved("REROUTED", by=by, at=now_ms(), resolution=capability)
-        mapping = mappings.record(current.intent, capability, source="handoff", by=by)  # checks it before any write
+        # checked before any write; a router handoff of a request that named a capability has no words to map
+        mapping = mappings.record(current.intent, capability, source="handoff", by=by) if current.intent else None
         envelope = codec.decode_dict("Envelope", current.envelope_bytes())
         _still_open(envelope)
         tenant = envelope.get("tenant")
@@ -99,10 +130,12 @@ class HandoffDesk:
             raise IntentError(f"No live instance serves {capability} for tenant {tenant!r}; "
                               "`reach agents` lists what runs. The handoff stays where it is.")
         forward: dict[str, Any] = {**envelope, "capability": capability}
-        self._send([(self.names.capability(capability), message_id, codec.encode_dict("Envelope", forward),
-                     [(H.MESSAGE_ID, message_id.encode())])])
-        control.publish(mapping, names=self.names, kafka=self.kafka)
-        self._send([(self.names.handoff, message_id, encode(moved), [])])
+        with self._claimed(current, by):
+            self._send([(self.names.capability(capability), message_id, codec.encode_dict("Envelope", forward),
+                         [(H.MESSAGE_ID, message_id.encode())])])
+            if mapping is not None:
+                control.publish(mapping, names=self.names, kafka=self.kafka)
+            self._send([(self.names.handoff, message_id, encode(moved), [])])
         return moved
 
     def _send(self, records: list[tuple[str, str, bytes, H.Headers]]) -> None:

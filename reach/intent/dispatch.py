@@ -13,11 +13,13 @@ from typing import Any, Literal
 from reach.envelopes import new_id
 from reach.intent import handoff as handoffs
 from reach.intent.catalog import RESERVED
+from reach.intent.receipts import receipt as receipt
 from reach.intent.stages import Candidate, Resolution
 from reach.intent.text import MAX_INTENT_CHARS
-from reach.records import IntentCandidate, IntentResolution, Receipt, Status
+from reach.records import IntentCandidate, IntentResolution, Status
 
 Kind = Literal["receipt", "forward", "child", "handoff"]
+FORWARDED = frozenset({"exact", "semantic", "fuzzy"})  # stages that send the envelope on to one capability
 
 
 @dataclass(frozen=True)
@@ -42,15 +44,6 @@ def problem(envelope: dict[str, Any]) -> str | None:
     return None
 
 
-def receipt(envelope: dict[str, Any], status: Status, at: int, **fields: Any) -> Receipt:
-    return Receipt(
-        message_id=envelope["message_id"], generation=envelope.get("generation", 0), trace_id=envelope["trace_id"],
-        tenant=envelope["tenant"], capability=envelope.get("capability") or RESERVED, status=status,
-        attempt=envelope.get("attempt", 1), at=at, deadline=envelope.get("deadline"),
-        delivery_timeout_ms=envelope.get("delivery_timeout_ms"), callback=envelope.get("callback"), **fields,
-    )
-
-
 def resolution_record(resolution: Resolution, **fields: Any) -> IntentResolution:
     return IntentResolution(
         stage=fields.pop("stage", resolution.stage), intent=resolution.intent,
@@ -65,7 +58,7 @@ def plan(envelope: dict[str, Any], raw: bytes, resolution: Resolution, *, at: in
     message_id = envelope["message_id"]
     done = receipt(envelope, Status.INTENT_RESOLVED, at, resolution=resolution_record(resolution))
     outputs = [Output("receipt", message_id, done)]
-    if resolution.stage in ("exact", "semantic"):
+    if resolution.stage in FORWARDED:
         assert resolution.capability is not None
         forward = {**envelope, "capability": resolution.capability}
         outputs.append(Output("forward", message_id, forward, resolution.capability))
@@ -82,20 +75,11 @@ def plan(envelope: dict[str, Any], raw: bytes, resolution: Resolution, *, at: in
 
 def handoff_record(envelope: dict[str, Any], raw: bytes, resolution: Resolution, *, at: int) -> handoffs.Handoff:
     """The context bundle: the request, the trace so far, the candidates and why each was rejected."""
-    payload = envelope.get("payload") or b""
-    preview = payload[:500].decode(errors="replace") if isinstance(payload, bytes) else str(payload)[:500]
-    return handoffs.Handoff(
-        message_id=envelope["message_id"], generation=envelope.get("generation", 0),
-        trace_id=envelope["trace_id"], tenant=envelope["tenant"], intent=resolution.intent,
-        reason=resolution.note or "no capability matched", envelope=handoffs.envelope_text(raw),
+    return handoffs.bundle(
+        envelope, raw, intent=resolution.intent, reason=resolution.note or "no capability matched",
         candidates=[handoffs.HandoffCandidate(capability=c.capability, score=c.score, source=c.source,
                                               reason=c.reason) for c in resolution.candidates],
-        trace=[handoffs.TraceStep(status="CREATED", at=envelope.get("created_at", at),
-                                  detail=f"from {envelope.get('source', '?')}"),
-               handoffs.TraceStep(status=str(Status.INTENT_RESOLVED), at=at,
-                                  detail=f"stage handoff: {resolution.note}")],
-        session_snapshot=envelope.get("session_snapshot"), payload_preview=preview, at=at, updated_at=at,
-    )
+        detail=f"stage handoff: {resolution.note}", at=at)
 
 
 def answer_result(answer: str) -> bytes:

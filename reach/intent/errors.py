@@ -13,3 +13,7 @@ class IntentModelMissing(ReachError):
 
 class IntentError(ReachError):
     """An intent mapping or handoff command is invalid."""
+
+
+class HandoffConflict(IntentError):
+    """Another operator moved the same handoff first (the CLI exits 2, the console answers 409)."""

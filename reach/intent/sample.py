@@ -2,7 +2,9 @@
 
 Each capability has a description (its input schema's `description`), tags and example phrases; the
 paraphrases share no content word with those (tests/unit/intent/test_sample.py checks it), and the
-unrelated sentences ask for nothing the catalog serves.
+unrelated sentences ask for nothing the catalog serves. SUPPORT_FAMILY is a capability family with a
+generic member, for the fuzzy merge (docs/decisions/0022-fuzzy-merge-and-policy-handoff.md): its
+`paraphrases` are requests its specific members both match, neither with confidence.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class SampleCapability:
     examples: tuple[str, ...]
     side_effect_free: bool
     paraphrases: tuple[str, ...]
+    generic: bool = False  # tagged `generic`: its family's generic capability
 
 
 CATALOG: tuple[SampleCapability, ...] = (
@@ -113,6 +116,19 @@ CATALOG: tuple[SampleCapability, ...] = (
             "a quick dessert with chocolate and eggs",
         ),
     ),
+)
+
+SUPPORT_FAMILY: tuple[SampleCapability, ...] = (
+    SampleCapability(name="support.billing", description="Questions about invoices, charges and refunds",
+                     tags=("support", "billing", "invoices"), side_effect_free=False, paraphrases=(),
+                     examples=("why was I charged twice", "I need a refund for my order")),
+    SampleCapability(name="support.account", description="Help with signing in and account access",
+                     tags=("support", "account", "login"), side_effect_free=False, paraphrases=(),
+                     examples=("I can't sign in to my account", "unlock my account")),
+    SampleCapability(name="support.general", description="General customer support for anything else",
+                     tags=("support", "help"), side_effect_free=False, generic=True,
+                     examples=("I have a problem and need help",),
+                     paraphrases=("I want to cancel my gym membership",)),
 )
 
 UNRELATED: tuple[str, ...] = (

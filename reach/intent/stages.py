@@ -1,9 +1,13 @@
-"""The resolver's decision, pure: exact map, then semantic top-k with thresholds, dual dispatch or handoff.
+"""The resolver's decision, pure: exact map, semantic top-k with thresholds, fuzzy merge, dual dispatch, handoff.
 
 - exact: the normalised intent is a mapping whose confidence is at least `exact_floor` and whose
   capability has a live instance;
 - semantic: the best match scores at least `upper`, or at least `lower` and ahead of the second by
   `margin`;
+- fuzzy: no confident match, but the best `fuzzy_top` all score at least `fuzzy_floor` and belong to one
+  family (the capability name's first segment: `support.billing` is in `support`) whose generic capability
+  (tagged `generic`, e.g. `support.general`) a live instance serves: the request merges into the generic
+  one, which serves the family's requests nobody placed more precisely (docs/decisions/0022);
 - dual: the best two both score at least `lower`, neither clears the rule above, and both declare
   themselves free of side effects: both run as child messages, the first valid answer wins;
 - handoff: anything else (a human takes it from `<ns>.handoff`).
@@ -15,18 +19,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach.intent.semantic import Match
-from reach.intent.text import normalize
+from reach.intent.text import family, normalize
 
-Stage = Literal["exact", "semantic", "dual", "handoff"]
-STAGES: tuple[Stage, ...] = ("exact", "semantic", "dual", "handoff")
+Stage = Literal["exact", "semantic", "fuzzy", "dual", "handoff"]
+STAGES: tuple[Stage, ...] = ("exact", "semantic", "fuzzy", "dual", "handoff")
 
 
 class Thresholds(BaseSettings):
-    """The semantic stage's thresholds (env REACH_INTENT_UPPER, _LOWER, _MARGIN, _EXACT_FLOOR), measured on
-    the sample catalog in docs/decisions/0019-intent-model.md."""
+    """The stages' thresholds (env REACH_INTENT_UPPER, _LOWER, _MARGIN, _EXACT_FLOOR, measured on the sample
+    catalog in docs/decisions/0019-intent-model.md; _FUZZY, _FUZZY_FLOOR, _FUZZY_TOP in 0022)."""
 
     model_config = SettingsConfigDict(env_prefix="REACH_INTENT_", frozen=True)
 
@@ -34,6 +39,9 @@ class Thresholds(BaseSettings):
     lower: float = 0.25
     margin: float = 0.06
     exact_floor: float = 0.5
+    fuzzy: bool = True  # the fuzzy merge into a family's generic capability
+    fuzzy_floor: float = 0.20
+    fuzzy_top: int = Field(default=2, ge=1, le=5)  # of the top 5 ranked
 
 
 @dataclass(frozen=True)
@@ -76,8 +84,10 @@ def resolve(
     rank: Callable[[str], list[Match]] | None,
     thresholds: Thresholds,
     unavailable: str = "",
+    generics: Mapping[str, str] | None = None,
 ) -> Resolution:
-    """Decide one intent. `rank` is None when the semantic stage cannot run (`unavailable` says why)."""
+    """Decide one intent. `rank` is None when the semantic stage cannot run (`unavailable` says why);
+    `generics` maps a family to its generic capability (reach.intent.catalog.generics)."""
     phrase = normalize(intent)
     considered: list[Candidate] = []
     mapping = exact.get(phrase)
@@ -100,6 +110,9 @@ def resolve(
     if best.score >= thresholds.upper or (best.score >= thresholds.lower and gap >= thresholds.margin):
         return Resolution("semantic", intent, best.capability,
                           (*considered, *_candidates(matches, taken={best.capability}, why="a better match won")))
+    merged = _fuzzy(intent, matches, considered, thresholds, generics or {}, live)
+    if merged is not None:
+        return merged
     if best.score < thresholds.lower:
         return Resolution("handoff", intent, None,
                           (*considered, *_candidates(matches, taken=set(),
@@ -116,6 +129,24 @@ def resolve(
     return Resolution("handoff", intent, None, (*considered, *_candidates(matches, taken=set(), why=why)),
                       note=f"the best match scores {best.score:.3f} (between {thresholds.lower:.2f} and "
                            f"{thresholds.upper:.2f}) only {gap:.3f} ahead of the next: {why}")
+
+
+def _fuzzy(intent: str, matches: list[Match], considered: list[Candidate], thresholds: Thresholds,
+           generics: Mapping[str, str], live: frozenset[str]) -> Resolution | None:
+    """The fuzzy merge: the best `fuzzy_top` all clear `fuzzy_floor` and share a family with a served generic."""
+    top = matches[:thresholds.fuzzy_top]
+    if not thresholds.fuzzy or len(top) < thresholds.fuzzy_top or top[-1].score < thresholds.fuzzy_floor:
+        return None
+    families = {family(m.capability) for m in top}
+    generic = generics.get(next(iter(families))) if len(families) == 1 else None
+    if generic is None or generic not in live:
+        return None
+    names = ", ".join(f"{m.capability} {m.score:.3f}" for m in top)
+    return Resolution("fuzzy", intent, generic,
+                      (*considered, *_candidates(matches, taken={generic},
+                                                 why=f"not confident: merged into the family's generic {generic}")),
+                      note=f"the best {len(top)} ({names}) are all of family {family(generic)} and score at least "
+                           f"{thresholds.fuzzy_floor:.2f}: merged into its generic capability {generic}")
 
 
 def _candidates(matches: list[Match], *, taken: set[str], why: str) -> list[Candidate]:

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from reach.intent.stages import STAGES
+from reach.intent.unroutable import ROUTER
 from reach.records import Receipt, Status
 
 
@@ -27,6 +28,7 @@ class IntentStats:
     """The fold of receipts into per-stage shares and success."""
 
     stages: dict[str, StageStats] = field(default_factory=lambda: {s: StageStats() for s in STAGES})
+    policy_handoffs: int = 0  # requests naming a capability nobody served, handed off by its policy (not intents)
     _stage_of: dict[tuple[str, int], str] = field(default_factory=dict)
     _ended: set[tuple[str, int]] = field(default_factory=set)
     _early: dict[tuple[str, int], Receipt] = field(default_factory=dict)  # a terminal read before its resolution
@@ -35,6 +37,10 @@ class IntentStats:
         key = (receipt.message_id, receipt.generation)
         res = receipt.resolution
         if receipt.status is Status.INTENT_RESOLVED and res is not None and res.stage in self.stages:
+            if res.stage == "handoff" and res.by == ROUTER:  # a request that named a capability nobody served
+                self.policy_handoffs += key not in self._ended
+                self._ended.add(key)
+                return
             if key not in self._stage_of:
                 self._stage_of[key] = res.stage
                 self.stages[res.stage].resolved += 1
@@ -65,7 +71,7 @@ class IntentStats:
         return self.stages[stage].resolved / self.total if self.total else 0.0
 
     def as_dict(self) -> dict[str, object]:
-        return {"total": self.total, "stages": {
+        return {"total": self.total, "policy_handoffs": self.policy_handoffs, "stages": {
             name: {"resolved": s.resolved, "share": round(self.share(name), 4), "ended": s.ended,
                    "completed": s.completed, "human": s.human, "success": s.success()}
             for name, s in self.stages.items()}}

@@ -17,3 +17,8 @@ def normalize(text: str) -> str:
 def phrase_of_name(capability: str) -> str:
     """A capability name read as words: `travel.flight-booking` -> `travel flight booking`."""
     return capability.replace(".", " ").replace("-", " ")
+
+
+def family(capability: str) -> str:
+    """A capability's family, the fuzzy stage's unit: its name's first segment (`support.billing` -> `support`)."""
+    return capability.split(".", 1)[0]

@@ -5,20 +5,26 @@ router's StateLoop), resolves each intent with the pure reach.intent.stages (exa
 semantic stage's embeddings, then dual dispatch or handoff), and produces what reach.intent.dispatch
 plans: an INTENT_RESOLVED receipt, then the envelope forwarded to its capability topic, two child
 messages, or a handoff record. An input offset is committed once everything it caused is acknowledged.
-Dual-dispatch children reply to this worker's own reply topic; the first valid answer completes the
-request.
+Dual-dispatch children reply to this worker's own reply topic (`<ns>.replies.resolver-<id>`, read by the
+group `<ns>.resolver-replies.<id>`); the first valid answer completes the request. Pending pairs are
+stored on `<ns>.dual-pairs` and a reply offset is committed once what it caused is acknowledged, so a
+worker restarted with the same id (REACH_RESOLVER_ID, default the host name) restores its pairs and
+completes them from the replies it had not committed.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import socket
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach import clients, delivery, dlq, topicreader
 from reach import headers as H
@@ -29,7 +35,7 @@ from reach.errors import InvalidName
 from reach.intent import catalog, dispatch, mappings
 from reach.intent import handoff as handoffs
 from reach.intent.cache import RouteCache
-from reach.intent.dual import DualTracker, Outcome
+from reach.intent.dual import DualTracker, Outcome, PairRecord
 from reach.intent.errors import IntentModelMissing
 from reach.intent.feedback import Feedback
 from reach.intent.model import Embedder, shared_model
@@ -46,6 +52,27 @@ from reach.streams.state import RouterState, StateLoop
 log = logging.getLogger("reach.resolver")
 LATENCY_SAMPLES = 10_000
 REFRESH_S = 0.5  # how often the catalog is compared with the registry and control views
+SERVED_TENANTS = 10_000  # per-tenant served sets kept per catalog version
+
+
+def _host_id() -> str:
+    return socket.gethostname()
+
+
+class ResolverSettings(BaseSettings):
+    """The worker's id (env REACH_RESOLVER_ID, default the host name): its reply topic and reply group. Keep it
+    across restarts so pending dual dispatches survive one; give each worker on one host its own."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_RESOLVER_", frozen=True)
+
+    id: str = Field(default_factory=_host_id)
+
+    @field_validator("id")
+    @classmethod
+    def _as_client_id(cls, value: str) -> str:
+        """A reply-topic client id: lower-case letters, digits and '-' (other characters become '-')."""
+        cleaned = re.sub(r"[^a-z0-9-]+", "-", value.lower()).strip("-")[:40]
+        return cleaned or "resolver"
 
 
 class Resolver(LoopThread):
@@ -57,13 +84,13 @@ class Resolver(LoopThread):
 
     def __init__(self, *, kafka: KafkaSettings | None = None, reach: ReachSettings | None = None,
                  thresholds: Thresholds | None = None,
-                 embedder: Callable[[], Embedder] = shared_model) -> None:
+                 embedder: Callable[[], Embedder] = shared_model, worker_id: str | None = None) -> None:
         super().__init__()
         self.kafka = kafka or KafkaSettings()
         self.settings = reach or ReachSettings()
         self.names = Names(self.settings.namespace)
         self.thresholds = thresholds or Thresholds()
-        self.worker_id = uuid.uuid4().hex[:12]
+        self.worker_id = ResolverSettings(**({"id": worker_id} if worker_id else {})).id
         self.reply_topic = self.names.replies(f"resolver-{self.worker_id}")
         self.state = RouterState()
         self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka)
@@ -76,6 +103,9 @@ class Resolver(LoopThread):
         self._exact: dict[str, Any] = {}
         self._sef: frozenset[str] = frozenset()
         self._live: frozenset[str] = frozenset()
+        self._tenancy: dict[str, frozenset[str] | None] = {}
+        self._served: dict[str, frozenset[str]] = {}
+        self._generics: dict[str, str] = {}
         self.cache = RouteCache()
         self.dual = DualTracker()
         self.feedback = Feedback()
@@ -130,30 +160,46 @@ class Resolver(LoopThread):
         for phrase, mapping in operator.items():  # an operator's phrase also teaches the semantic stage
             if mapping.capability in entries and mapping.confidence >= self.thresholds.exact_floor:
                 entries[mapping.capability].add(phrase)
-        version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free) for e in entries.values())),
-                   tuple(sorted((p, m.capability, m.confidence) for p, m in operator.items())))
+        tenancy = catalog.tenancy(live)
+        version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free, e.generic)
+                                for e in entries.values())),
+                   tuple(sorted((p, m.capability, m.confidence) for p, m in operator.items())),
+                   tuple(sorted((c, None if t is None else tuple(sorted(t))) for c, t in tenancy.items())))
         if version == self._version:
             return
         self._version = version
         self._exact = mappings.exact_map(catalog.seeds(entries), records)
         self._live = frozenset(entries)
+        self._tenancy = tenancy
+        self._served = {}
+        self._generics = catalog.generics(entries)
         self._sef = frozenset(e.capability for e in entries.values() if e.side_effect_free)
         if self._embedder is not None:
             self._index = SemanticIndex(self._embedder, entries, self._vectors)
         log.info("intent catalog: %d capabilities, %d exact phrases", len(entries), len(self._exact))
 
-    def resolve(self, intent: str) -> Resolution:
-        phrase = normalize(intent)
-        cached = self.cache.get(phrase, self._version)
+    def served(self, tenant: str) -> frozenset[str]:
+        """The catalog's capabilities a live instance serves for `tenant` (the router's tenant filter)."""
+        found = self._served.get(tenant)
+        if found is None:
+            found = catalog.served(self._live, self._tenancy, tenant)
+            if len(self._served) < SERVED_TENANTS:  # tenants come from requests: bounded
+                self._served[tenant] = found
+        return found
+
+    def resolve(self, intent: str, tenant: str = "default") -> Resolution:
+        live = self.served(tenant)
+        key = (normalize(intent), live)  # tenants served by the same capabilities share resolutions
+        cached = self.cache.get(key, self._version)
         if cached is not None:
             return Resolution(cached.stage, intent, cached.capability, cached.candidates, cached.dual, cached.note)
         started = time.perf_counter()
-        resolution = resolve(intent, exact=self._exact, live=self._live, side_effect_free=self._sef,
+        resolution = resolve(intent, exact=self._exact, live=live, side_effect_free=self._sef,
                              rank=self._index.rank if self._index is not None else None,
-                             thresholds=self.thresholds,
+                             thresholds=self.thresholds, generics=self._generics,
                              unavailable=self.unavailable or "the model is not loaded")
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
-        self.cache.put(phrase, resolution)
+        self.cache.put(key, resolution)
         return resolution
 
     # -- the loop --------------------------------------------------------------------------------------
@@ -161,12 +207,15 @@ class Resolver(LoopThread):
     def _loop(self) -> None:
         consumer = Consumer(self.kafka.consumer(self.names.resolver_group,
                                                 **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
-        replies = topicreader.open_reader("resolver-replies", self.kafka)
+        replies = Consumer(self.kafka.consumer(f"{self.names.resolver_group}-replies.{self.worker_id}",
+                                               **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
         outcomes = topicreader.open_reader("resolver-outcomes", self.kafka)  # feedback: from now on, no group
         producer = Producer(self.kafka.producer(**{"message.max.bytes": dead_letter_bytes(self.settings)}))
         try:
-            for reader, topic in ((replies, self.reply_topic), (outcomes, self.names.receipts)):
-                reader.assign([TopicPartition(topic, p, OFFSET_END) for p in topicreader.partitions(reader, topic)])
+            self.dual = self._restore_pairs(producer)  # what this id left pending, as the pairs topic has it
+            outcomes.assign([TopicPartition(self.names.receipts, p, OFFSET_END)
+                             for p in topicreader.partitions(outcomes, self.names.receipts)])
+            replies.subscribe([self.reply_topic])
             consumer.subscribe([self.names.intents])
             self.error = None  # a restart after an infrastructure error has recovered
             while not self._stop.is_set():
@@ -179,6 +228,7 @@ class Resolver(LoopThread):
                 answers = [m for m in clients.take(replies, 200, 0.0 if messages else 0.05) if not m.error()]
                 if answers:
                     self._answers(producer, answers)
+                    replies.commit(asynchronous=False)  # only once what the answers caused is acknowledged
                 self._outcomes(producer, [m for m in clients.take(outcomes, 500, 0.0) if not m.error()])
         finally:
             producer.flush(10)
@@ -186,9 +236,44 @@ class Resolver(LoopThread):
             replies.close()
             outcomes.close()
 
+    def _restore_pairs(self, producer: Producer) -> DualTracker:
+        """Pending pairs this worker id stored; a pair whose request passed its deadline has ended EXPIRED (the
+        timekeeper's), so it is dropped (tombstoned) rather than completed a second time."""
+        tracker = DualTracker()
+        reader = topicreader.open_reader("resolver-pairs", self.kafka)
+        latest: dict[str, bytes | None] = {}
+        try:
+            starts = topicreader.start_offsets(reader, self.names.dual_pairs, None)
+            for msg in topicreader.read_range(reader, self.names.dual_pairs, starts, idle_timeout=5.0):
+                latest[(msg.key() or b"").decode(errors="replace")] = msg.value()
+        finally:
+            reader.close()
+        now, stale = now_ms(), []
+        for key, value in latest.items():
+            if value is None:
+                continue
+            try:
+                record = PairRecord.model_validate_json(value)
+                if record.owner != self.worker_id:
+                    continue
+                parent = decode_dict("Envelope", record.envelope_bytes())
+            except (ValueError, DecodeError) as exc:
+                log.warning("skipping a bad dual-pair record %r: %s", key, exc)
+                continue
+            if record.deadline is not None and now >= record.deadline:
+                stale.append(key)
+                continue
+            tracker.restore(record, parent)
+        for key in stale:
+            producer.produce(self.names.dual_pairs, None, key=key.encode())
+        if latest:
+            log.info("dual dispatch: %d pending pair(s) restored, %d past their deadline dropped", len(tracker),
+                     len(stale))
+        return tracker
+
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         acks = Acks()
-        duals: list[tuple[dict[str, Any], dict[str, str]]] = []
+        duals: list[tuple[PairRecord, dict[str, Any]]] = []
         for msg in messages:
             position = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
             acks.seen(position)
@@ -214,8 +299,8 @@ class Resolver(LoopThread):
                          f"the original is at {position[0]}[{position[1]}]@{position[2]})")
         if refused:
             producer.flush(30)
-        for parent, children in duals:
-            self.dual.dispatched(parent, children)
+        for record, parent in duals:
+            self.dual.restore(record, parent)
         commits, rewinds = acks.commits(), acks.rewinds()
         if commits:
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)
@@ -234,7 +319,7 @@ class Resolver(LoopThread):
         delivery.produce(producer, acks, position, self.names.dlq, letter, key=msg.key(), headers=headers)
 
     def _one(self, producer: Producer, acks: Acks, position: Position, msg: Message,
-             value: bytes) -> list[tuple[dict[str, Any], dict[str, str]]]:
+             value: bytes) -> list[tuple[PairRecord, dict[str, Any]]]:
         now = now_ms()
         if len(value) > MAX_ENVELOPE_BYTES:  # its handoff record (the envelope inside) would be refused
             self._letter(producer, acks, position, msg, b"", "OVERSIZE",
@@ -259,12 +344,12 @@ class Resolver(LoopThread):
                 envelope)
             self.counts["rejected"] = self.counts.get("rejected", 0) + 1
             return []
-        resolution = self.resolve(envelope["intent"])
+        resolution = self.resolve(envelope["intent"], envelope.get("tenant") or "default")
         self.counts[resolution.stage] = self.counts.get(resolution.stage, 0) + 1
         if resolution.stage == "exact" and resolution.capability is not None:
             self.feedback.sent(envelope["message_id"], normalize(resolution.intent), resolution.capability,
                                resolution.candidates[0].score)
-        duals: list[tuple[dict[str, Any], dict[str, str]]] = []
+        duals: list[tuple[PairRecord, dict[str, Any]]] = []
         children: dict[str, str] = {}
         for out in dispatch.plan(envelope, value, resolution, at=now, reply_topic=self.reply_topic):
             if out.kind == "receipt":
@@ -280,8 +365,11 @@ class Resolver(LoopThread):
             else:
                 delivery.produce(producer, acks, position, self.names.handoff, handoffs.encode(out.value),
                                  key=out.key.encode())
-        if children:
-            duals.append((envelope, children))
+        if children:  # stored with the children: a restarted worker completes the pair
+            record = DualTracker.new_record(envelope, children, raw=value, owner=self.worker_id)
+            delivery.produce(producer, acks, position, self.names.dual_pairs, record.model_dump_json().encode(),
+                             key=envelope["message_id"].encode())
+            duals.append((record, envelope))
         return duals
 
     def _receipt(self, producer: Producer, acks: Acks, position: Position, receipt: Receipt,
@@ -302,7 +390,10 @@ class Resolver(LoopThread):
                 continue
             if outcome is not None:
                 self._record_outcome(producer, outcome)
-        producer.flush(30)
+                state = outcome.state.model_dump_json().encode() if outcome.state is not None else None
+                producer.produce(self.names.dual_pairs, state, key=outcome.parent["message_id"].encode())
+        if producer.flush(30):  # not acknowledged: start again from the pairs topic and the committed replies
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "dual-dispatch outcomes not acknowledged"))
 
     def _outcomes(self, producer: Producer, records: list[Message]) -> None:
         """Terminal receipts of exact-stage forwards: repeated failures lower the mapping's confidence."""
@@ -324,6 +415,8 @@ class Resolver(LoopThread):
                             lowered.capability, lowered.confidence)
 
     def _record_outcome(self, producer: Producer, outcome: Outcome) -> None:
+        if outcome.action == "wait":
+            return  # a failed branch while the other may still answer: only the pair's state changes
         parent, child = outcome.parent, outcome.receipt
         intent = parent.get("intent") or ""
         resolution = dispatch.IntentResolution(stage="dual" if outcome.action != "discard" else "discarded",

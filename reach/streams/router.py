@@ -33,6 +33,7 @@ from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
 from reach.factors import FactorWeights
+from reach.intent import unroutable
 from reach.loads import InstanceLoad
 from reach.names import Names
 from reach.records import AgentRegistration, Canary, InstanceHealth, Status
@@ -416,6 +417,11 @@ class Router:
                                retry_after_ms=outcome.retry_after_ms)
             self._produce_terminal(batch, position, receipt, reply)
             self.stats.count(stats_key, "unavailable")
+        elif isinstance(outcome, NoRoute) and self.state.control.policy(request.capability).handoff:
+            for topic, key, out, headers in unroutable.outputs(envelope, value, candidates, why=outcome.message,
+                                                               disabled=disabled, names=self.names, at=now):
+                delivery.produce(producer, batch.acks, position, topic, out, key=key, headers=headers)
+            self.stats.count(stats_key, "handed_off")  # a human answers it (docs/intent.md), not UNROUTABLE
         elif isinstance(outcome, NoRoute):
             letter = None
             if outcome.dead_letter:

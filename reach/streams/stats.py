@@ -7,10 +7,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-OUTCOMES = ("routed", "overload", "unavailable", "unroutable", "dead_lettered", "rejected", "expired", "bad_records",
-            "superseded", "unfenced")
-"""`superseded`: a terminal the router decided for a message that had already ended (it republished that first
-ending, reach.terminals); `unfenced`: terminals it published without the fence because Redis was out."""
+OUTCOMES = ("routed", "overload", "unavailable", "unroutable", "handed_off", "dead_lettered", "rejected", "expired",
+            "bad_records", "superseded", "unfenced")
+"""`handed_off`: no route, and the capability's policy asks for a human (reach.intent); `superseded`: a terminal the
+router decided for a message that had already ended (it republished that first ending, reach.terminals);
+`unfenced`: terminals it published without the fence because Redis was out."""
 OTHER = "other"
 """Where counts go once `max_capabilities` distinct capabilities are counted (and for unserved ones)."""
 

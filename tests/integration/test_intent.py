@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,12 +17,13 @@ from confluent_kafka import Producer
 from reach import control
 from reach.agent import Agent, BusinessError, Context
 from reach.client import Client
-from reach.intent.catalog import RESERVED, SIDE_EFFECT_FREE_TAG
+from reach.intent.catalog import GENERIC_TAG, RESERVED, SIDE_EFFECT_FREE_TAG
+from reach.intent.claims import RedisClaims, claim_key
 from reach.intent.desk import HandoffDesk
 from reach.intent.model import shared_model
-from reach.intent.sample import CATALOG, UNRELATED
+from reach.intent.sample import CATALOG, SUPPORT_FAMILY, UNRELATED
 from reach.names import Names
-from reach.records import Receipt, Status
+from reach.records import Policy, Receipt, Status
 from reach.settings import KafkaSettings
 from reach.streams.resolver import Resolver
 from tests.integration.agent_support import Receipts, TopicReader, reach_cli, running
@@ -37,10 +39,11 @@ def offline_model() -> None:
     shared_model()
 
 
-def catalog_agent(slow: frozenset[str] = frozenset()) -> Agent:
+def catalog_agent(slow: frozenset[str] = frozenset(), support: bool = False) -> Agent:
     agent = Agent("agent://demo/intents", max_concurrency=16)
-    for cap in CATALOG:
-        tags = [*cap.tags, *([SIDE_EFFECT_FREE_TAG] if cap.side_effect_free else [])]
+    for cap in (*CATALOG, *(SUPPORT_FAMILY if support else ())):
+        tags = [*cap.tags, *([SIDE_EFFECT_FREE_TAG] if cap.side_effect_free else []),
+                *([GENERIC_TAG] if cap.generic else [])]
 
         def handler(name: str) -> Any:
             async def handle(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -61,7 +64,7 @@ def stack(tmp_path: Path, **resolver: Any) -> Iterator[tuple[Resolver, Client, R
     agent = catalog_agent(**resolver.pop("agent", {}))
     with running_status(tmp_path), running_router(), running(agent), \
             Resolver(**resolver) as worker, Client() as client:
-        wanted = {c.name for c in CATALOG}
+        wanted = set(agent.capabilities)
         wait_for(lambda: (worker.refresh(0) or True) and wanted <= worker.capabilities, what="catalog READY")
         receipts = Receipts(Names(os.environ["REACH_NAMESPACE"]).receipts)
         try:
@@ -199,3 +202,61 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
                            what="the lowered mapping")
         assert lowered.intent is not None and lowered.intent.source == "feedback"
         assert lowered.intent.confidence == 0.75 and lowered.intent.capability == "recipe.search"
+
+
+def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
+        namespace: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    names = Names(namespace)
+    nobody = "demo.nobody"  # no instance serves it; its policy asks for a human (published before the router starts)
+    with Client() as setup:
+        setup.ensure_topic(names.capability(nobody))
+    control.publish(control.policy_record(Policy(handoff=True), scope=nobody), names=names)
+    slow = frozenset({"text.translate", "weather.forecast"})  # both dual branches answer after 2 s
+    with stack(tmp_path, agent={"slow": slow, "support": True}, worker_id="r-restart") as (worker, client, receipts):
+        # 1. UNROUTABLE with handoff in its policy: a handoff with the bundle, not a terminal; a human answers
+        unserved = client.send(nobody, {"q": "who serves this"}, session_snapshot=f"{namespace}.sessions:s-9")
+        first = resolved(receipts.wait_status([unserved], Status.INTENT_RESOLVED)[unserved])
+        assert first is not None and first.resolution is not None and first.resolution.stage == "handoff"
+        assert first.resolution.by == "router" and first.resolution.candidates == []  # nobody registers it
+        desk = HandoffDesk(names=names)
+        bundle = wait_for(lambda: desk.all().get(unserved), what="the router's handoff record")
+        assert bundle.origin == "router" and bundle.capability == nobody and bundle.state == "OPEN"
+        assert bundle.session_snapshot == f"{namespace}.sessions:s-9" and "asks for a human" in bundle.trace[-1].detail
+        desk.take(unserved, by="ops")
+        desk.answer(unserved, '{"answer": "by hand"}', by="ops")
+        human = receipts.wait_status([unserved], Status.COMPLETED)[unserved]
+        assert not any(r.status is Status.UNROUTABLE for r in human)
+        answer = terminal(human)
+        assert answer is not None and answer.resolution is not None and answer.resolution.stage == "human"
+        claims = RedisClaims()  # the conditional move the desk made: version 0 -> 1 is taken, by ops
+        assert not claims.claim(claim_key(namespace, unserved, bundle.at, 0), "late", 5)
+
+        # 2. fuzzy merge: support.billing / support.account both match, neither with confidence -> support.general
+        merged = client.send(RESERVED, {"n": 1}, intent=SUPPORT_FAMILY[-1].paraphrases[0])
+        done = receipts.wait_status([merged], Status.COMPLETED)[merged]
+        res = resolved(done)
+        assert res is not None and res.resolution is not None and res.resolution.stage == "fuzzy"
+        assert res.resolution.capability == "support.general"
+        assert json.loads(terminal(done).result or b"")["served_by"] == "support.general"  # type: ignore[union-attr]
+
+        # 3. a dual dispatch whose resolver stops before either branch answers: its restart completes it
+        dual = client.send(RESERVED, {"q": 1}, intent="how do you say rain in Italian")
+        split = receipts.wait_status([dual], Status.INTENT_RESOLVED)[dual]
+        assert resolved(split).resolution.stage == "dual"  # type: ignore[union-attr]
+        worker.stop()
+        caplog.set_level(logging.INFO, logger="reach.resolver")
+        with Resolver(worker_id="r-restart") as again:
+            assert again.reply_topic == worker.reply_topic
+            ends = wait_for(lambda: (lambda s: s if any(r.resolution and r.resolution.stage == "discarded"
+                                                        for r in s.get(dual, [])) else None)(receipts.by_message()),
+                            timeout=30, what="both branches ended after the restart")[dual]
+            finals = [r for r in ends if r.status.is_terminal]
+            assert len(finals) == 1 and finals[0].status is Status.COMPLETED  # not EXPIRED, and only one
+            assert finals[0].resolution is not None and finals[0].resolution.stage == "dual"
+            assert "1 pending pair(s) restored" in caplog.text  # from <ns>.dual-pairs, not from memory
+
+        shown = reach_cli("intents", "stats", "--json")
+        assert shown.returncode == 0, shown.stderr
+        stats = json.loads(shown.stdout)
+        assert stats["stages"]["fuzzy"]["resolved"] == 1 and stats["stages"]["fuzzy"]["completed"] == 1
+        assert stats["policy_handoffs"] == 1 and stats["stages"]["dual"]["completed"] == 1

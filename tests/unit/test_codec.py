@@ -195,7 +195,7 @@ def _samples() -> list[AvroRecord]:
         ),
         Control(
             kind=ControlKind.POLICY,
-            policy=Policy(max_attempts=6, backoff_base_ms=100, budget_ms=90_000, validate_at_router=True),
+            policy=Policy(max_attempts=6, backoff_base_ms=100, budget_ms=90_000, validate_at_router=True, handoff=True),
             updated_at=NOW,
             updated_by="ops",
         ),

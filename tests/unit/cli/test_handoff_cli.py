@@ -14,3 +14,8 @@ def test_resolve_needs_exactly_one_way_out() -> None:
         result = CliRunner().invoke(app, ["handoff", "resolve", "m-1", *extra])
         assert isinstance(result.exception, IntentError) and exit_code_for(result.exception) == 2
         assert "exactly one of --answer" in str(result.exception)
+
+
+def test_the_loser_of_a_handoff_race_exits_2() -> None:
+    from reach.intent.errors import HandoffConflict
+    assert exit_code_for(HandoffConflict("moved by another operator")) == 2

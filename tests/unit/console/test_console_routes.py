@@ -292,3 +292,18 @@ def test_a_handoff_move_the_desk_refuses_is_a_400_with_its_reason(
     page = client.post("/console/intents/handoff", data={"message_id": "m-h", "action": "answer", "answer": "1"},
                        headers=_bearer(tokens["admin"]))
     assert page.status_code == 400 and "cannot become ANSWERED" in page.text
+
+
+def test_the_loser_of_a_handoff_race_gets_a_409(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.intent.errors import HandoffConflict
+    client, backend, tokens = setup
+
+    def lost(message_id: str, **_: Any) -> dict[str, Any]:
+        raise HandoffConflict(f"Handoff {message_id} is being moved by another operator")
+
+    monkeypatch.setattr(backend, "handoff", lost)
+    resp = client.post("/console/api/handoffs", json={"message_id": "m-h", "action": "take"},
+                       headers=_bearer(tokens["admin"]))
+    assert resp.status_code == 409 and resp.json()["error"] == "conflict"
+    assert "another operator" in resp.json()["message"]

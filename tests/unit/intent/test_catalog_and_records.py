@@ -60,11 +60,12 @@ def _receipt(message_id: str, status: Status, stage: str | None = None, result: 
 def test_dual_first_valid_answer_wins_and_the_other_is_discarded() -> None:
     tracker = DualTracker()
     tracker.dispatched({"message_id": "p"}, {"a": "x.a", "b": "x.b"})
-    assert tracker.answered(_receipt("a", Status.FAILED)) is None  # b may still answer
+    waiting = tracker.answered(_receipt("a", Status.FAILED))  # b may still answer: only the pair's state is stored
+    assert waiting is not None and waiting.action == "wait" and waiting.state is not None
     won = tracker.answered(_receipt("b", Status.COMPLETED))
     assert won is not None and won.action == "complete" and won.child_id == "b"
     tracker.dispatched({"message_id": "r"}, {"e": "x.a", "f": "x.b"})
-    assert tracker.answered(_receipt("e", Status.FAILED)) is None
+    assert tracker.answered(_receipt("e", Status.FAILED)).action == "wait"  # type: ignore[union-attr]
     lost = tracker.answered(_receipt("f", Status.REJECTED))
     assert lost is not None and lost.action == "fail"
     tracker.dispatched({"message_id": "q"}, {"c": "x.a", "d": "x.b"})

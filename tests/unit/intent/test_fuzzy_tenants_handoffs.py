@@ -1,0 +1,219 @@
+"""The fuzzy merge, tenant-aware catalogs, the router's policy handoff and conditional handoff moves (no broker)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from reach import codec
+from reach.envelopes import now_ms
+from reach.intent import catalog
+from reach.intent.claims import MemoryClaims
+from reach.intent.desk import HandoffDesk
+from reach.intent.errors import HandoffConflict
+from reach.intent.handoff import Handoff, decode, encode
+from reach.intent.semantic import Match
+from reach.intent.stages import Thresholds, resolve
+from reach.intent.stats import fold
+from reach.intent.unroutable import outputs
+from reach.names import Names
+from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
+from reach.views.control import ControlView
+
+TH = Thresholds(upper=0.4, lower=0.25, margin=0.06, exact_floor=0.5, fuzzy_floor=0.2, fuzzy_top=2)
+SUPPORT = frozenset({"support.billing", "support.account", "support.general", "weather.forecast"})
+GENERICS = {"support": "support.general"}
+
+
+def ranked(*pairs: tuple[str, float]) -> object:
+    return lambda _text: [Match(c, s, f"text of {c}") for c, s in pairs]
+
+
+def run(rank: object, *, live: frozenset[str] = SUPPORT, th: Thresholds = TH) -> object:
+    return resolve("cancel my membership", exact={}, live=live, side_effect_free=frozenset(), rank=rank,  # type: ignore
+                   thresholds=th, generics=GENERICS)
+
+
+def reg(instance: str, *caps: Capability, tenants: list[str] | None = None, **fields: object) -> AgentRegistration:
+    base = {"agent_id": "agent://a/b", "instance_id": instance, "build_version": "1", "capabilities": list(caps),
+            "state": AgentState.READY, "heartbeat_at": 0, "ttl_ms": 1000, "inbox_topic": "t.agent.a.b",
+            "assigned_partitions": [0], "tenants": tenants or []}
+    return AgentRegistration(**{**base, **fields})
+
+
+def test_an_unplaced_request_whose_best_matches_share_a_family_merges_into_its_generic() -> None:
+    res = run(ranked(("support.billing", 0.38), ("support.account", 0.34), ("weather.forecast", 0.1)))
+    assert res.stage == "fuzzy" and res.capability == "support.general"  # type: ignore[attr-defined]
+    assert all("merged into" in (c.reason or "") for c in res.candidates)  # type: ignore[attr-defined]
+    assert "family support" in res.note  # type: ignore[attr-defined]
+    mixed = run(ranked(("support.billing", 0.38), ("weather.forecast", 0.34)))
+    assert mixed.stage == "handoff"  # type: ignore[attr-defined]  # two families: nothing to merge into
+    weak = run(ranked(("support.billing", 0.24), ("support.account", 0.15)))
+    assert weak.stage == "handoff"  # type: ignore[attr-defined]  # the second is below the fuzzy floor
+    unserved = run(ranked(("support.billing", 0.38), ("support.account", 0.34)), live=SUPPORT - {"support.general"})
+    assert unserved.stage == "handoff"  # type: ignore[attr-defined]
+    off = run(ranked(("support.billing", 0.38), ("support.account", 0.34)), th=TH.model_copy(update={"fuzzy": False}))
+    assert off.stage == "handoff"  # type: ignore[attr-defined]
+    confident = run(ranked(("support.billing", 0.6), ("support.account", 0.34)))
+    assert confident.stage == "semantic"  # type: ignore[attr-defined]  # a confident match is never merged
+
+
+def test_generics_come_from_the_tag_and_an_ambiguous_family_has_none() -> None:
+    general = Capability(name="support.general", version="1.0.0", tags=["support", catalog.GENERIC_TAG])
+    other = Capability(name="support.other", version="1.0.0", tags=[catalog.GENERIC_TAG])
+    entries = catalog.build([reg("i", general, Capability(name="support.billing", version="1.0.0"))])
+    assert catalog.generics(entries) == {"support": "support.general"}
+    assert "generic" not in entries["support.general"].texts  # a marker, not words of the capability
+    assert catalog.generics(catalog.build([reg("i", general, other)])) == {}
+
+
+def test_stats_count_the_fuzzy_stage_and_router_handoffs_apart() -> None:
+    def resolved(mid: str, stage: str, by: str | None = None) -> Receipt:
+        from reach.records import IntentResolution
+        return Receipt(message_id=mid, trace_id="t", tenant="x", capability="intent.resolve", at=1,
+                       status=Status.INTENT_RESOLVED, resolution=IntentResolution(stage=stage, intent="i", by=by))
+    done = Receipt(message_id="a", trace_id="t", tenant="x", capability="support.general", status=Status.COMPLETED,
+                   at=2)
+    stats = fold([resolved("a", "fuzzy"), done, resolved("b", "semantic"), resolved("c", "handoff", "router")])
+    out = stats.as_dict()
+    assert out["total"] == 2 and out["stages"]["fuzzy"]["completed"] == 1  # type: ignore[index]
+    assert out["policy_handoffs"] == 1
+
+
+def test_a_capability_resolves_only_where_a_live_instance_serves_the_tenant() -> None:
+    weather = Capability(name="weather.forecast", version="1.0.0")
+    recipe = Capability(name="recipe.search", version="1.0.0")
+    regs = [reg("i-1", weather, tenants=["acme"]), reg("i-2", recipe), reg("i-3", weather, tenants=["umbrella"])]
+    tenancy = catalog.tenancy(regs)
+    assert tenancy == {"weather.forecast": frozenset({"acme", "umbrella"}), "recipe.search": None}
+    every = frozenset(catalog.build(regs))
+    assert catalog.served(every, tenancy, "acme") == every
+    assert catalog.served(every, tenancy, "globex") == {"recipe.search"}
+    res = resolve("weather forecast", exact={}, live=catalog.served(every, tenancy, "globex"),
+                  side_effect_free=frozenset(), rank=ranked(("weather.forecast", 0.9), ("recipe.search", 0.1)),
+                  thresholds=TH)
+    assert res.stage == "handoff"  # weather would score, but nobody serves it for globex
+
+
+def test_the_resolver_caches_per_served_set_so_tenants_never_share_a_wrong_answer() -> None:
+    from reach.streams.resolver import Resolver
+    worker = Resolver(embedder=lambda: (_ for _ in ()).throw(AssertionError("no model in this test")))
+    worker.state.apply_registration("i-1", reg("i-1", Capability(name="weather.forecast", version="1.0.0"),
+                                               tenants=["acme"], heartbeat_at=now_ms(), ttl_ms=60_000))
+    worker.refresh(now_ms())
+    assert worker.resolve("weather forecast", "acme").stage == "exact"
+    other = worker.resolve("weather forecast", "globex")
+    assert other.stage == "handoff" and other.candidates[0].reason == "no live instance serves it"
+
+
+ENVELOPE = {"message_id": "m", "trace_id": "t", "tenant": "globex", "capability": "demo.nobody", "payload": b"{}",
+            "created_at": 1, "deadline": 99, "capability_version": "^2", "routing": {}, "reply_to": "ns.replies.c1",
+            "session_snapshot": "ns.sessions:s1", "source": "agent://caller/x"}
+
+
+def test_the_router_handoff_bundle_says_why_each_instance_was_left_out() -> None:
+    cap = Capability(name="demo.nobody", version="1.0.0")
+    regs = [reg("i-tenant", cap, tenants=["acme"]), reg("i-version", cap), reg("i-draining", cap),
+            reg("i-starting", cap, state=AgentState.STARTING), reg("i-unassigned", cap, assigned_partitions=[])]
+    records = outputs(ENVELOPE, b"raw-bytes", regs, why="no READY instance serves demo.nobody", names=Names("ns"),
+                      disabled={"i-draining"}, at=50)
+    (h_topic, h_key, h_value, _), (r_topic, r_key, r_value, r_headers) = records
+    assert (h_topic, r_topic, h_key, r_key) == ("ns.handoff", "ns.receipts", b"m", b"m")
+    bundle = decode(h_value)
+    assert bundle.origin == "router" and bundle.capability == "demo.nobody" and bundle.intent == ""
+    assert bundle.envelope_bytes() == b"raw-bytes" and bundle.session_snapshot == "ns.sessions:s1"
+    assert bundle.trace[0].status == "CREATED" and "asks for a human" in bundle.trace[-1].detail
+    why = {c.source: c.reason or "" for c in bundle.candidates}
+    assert "not 'globex'" in why["i-tenant"] and "does not satisfy ^2" in why["i-version"]
+    assert "drained" in why["i-draining"] and "STARTING" in why["i-starting"]
+    assert "no inbox partition" in why["i-unassigned"]
+    receipt = codec.decode(r_value, Receipt)
+    assert receipt.status is Status.INTENT_RESOLVED and not receipt.status.is_terminal
+    assert receipt.resolution is not None and receipt.resolution.stage == "handoff"
+    assert receipt.deadline == 99 and (b"x-reach-reply-to", b"ns.replies.c1") in [
+        (k.encode() if isinstance(k, str) else k, v) for k, v in r_headers]
+
+
+def test_the_policy_flag_defaults_off_and_scopes_like_every_field() -> None:
+    from reach import control
+    from reach.records import Policy
+    view = ControlView()
+    assert view.policy("demo.nobody").handoff is False
+    on = control.policy_record(Policy(handoff=True), scope="demo.nobody")
+    view.apply(on.key, codec.decode(codec.encode(on), type(on)))
+    assert view.policy("demo.nobody").handoff and not view.policy("demo.other").handoff
+
+
+def test_the_router_module_loads_no_model_or_numpy() -> None:
+    probe = ("import sys, reach.streams.router; "
+             "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith(('reach.intent.model', "
+             "'reach.intent.semantic', 'tokenizers', 'safetensors'))))")
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == "[]"
+
+
+class MemoryDesk(HandoffDesk):
+    """The desk with the compacted topic as a dict: `stale` keeps answering with what it first read."""
+
+    def __init__(self, store: dict[str, bytes], claims: MemoryClaims, *, stale: bool = False) -> None:
+        super().__init__(names=Names("ns"), claims=lambda: claims)
+        self.store, self.stale, self.sent = store, stale, []
+        self._first: dict[str, Handoff] | None = None
+
+    def all(self) -> dict[str, Handoff]:
+        now = {k: decode(v) for k, v in self.store.items()}
+        if self.stale:
+            self._first = self._first or now
+            return self._first
+        return now
+
+    def _send(self, records: list[tuple[str, str, bytes, list[tuple[str, bytes]]]]) -> None:
+        for topic, key, value, _ in records:
+            self.sent.append(topic)
+            if topic == "ns.handoff":
+                self.store[key] = value
+
+
+def test_of_two_operators_moving_one_handoff_at_once_exactly_one_writes() -> None:
+    raw = codec.encode_dict("Envelope", {"message_id": "m", "trace_id": "t", "tenant": "globex", "payload": b"{}",
+                                         "capability": "demo.nobody", "created_at": 1, "source": "agent://caller/x",
+                                         "deadline": now_ms() + 60_000, "delivery_timeout_ms": 1,
+                                         "execution_timeout_ms": 1})
+    record = outputs(ENVELOPE | {"deadline": None}, raw, [], why="nobody", names=Names("ns"), disabled=(), at=1)[0]
+    store = {"m": record[2]}
+    claims = MemoryClaims()
+    slow = MemoryDesk(store, claims, stale=True)
+    slow.get("m")  # reads version 0 before the other operator moves it
+    fast = MemoryDesk(store, claims)
+    assert fast.take("m", by="ann").version == 1
+    with pytest.raises(HandoffConflict) as lost:
+        slow.answer("m", json.dumps({"a": 1}), by="bob")
+    assert "another operator" in str(lost.value) and slow.sent == []  # the loser wrote nothing
+    done = fast.answer("m", json.dumps({"a": 1}), by="ann")
+    assert done.state == "ANSWERED" and done.version == 2 and fast.sent == ["ns.handoff", "ns.receipts", "ns.handoff"]
+    assert decode(store["m"]).resolved_by == "ann"
+    assert encode(done) == store["m"]
+
+
+def test_a_restored_pair_completes_from_its_stored_state_and_never_twice() -> None:
+    from reach.intent.dual import DualTracker, PairRecord
+
+    def child(mid: str, status: Status) -> Receipt:
+        return Receipt(message_id=mid, trace_id="t", tenant="x", capability="c", status=status, at=1)
+    parent = {"message_id": "p", "deadline": 99}
+    stored = DualTracker.new_record(parent, {"a": "x.a", "b": "x.b"}, raw=b"env", owner="r1")
+    first = DualTracker()
+    first.restore(stored, parent)
+    waiting = first.answered(child("a", Status.FAILED))
+    assert waiting is not None and waiting.action == "wait" and waiting.state is not None
+    # the worker restarts: only the stored record remains
+    again = DualTracker()
+    again.restore(PairRecord.model_validate_json(waiting.state.model_dump_json()), parent)
+    assert again.answered(child("a", Status.FAILED)) is None  # already ended before the restart
+    won = again.answered(child("b", Status.COMPLETED))
+    assert won is not None and won.action == "complete" and won.state is None  # both ended: tombstone
+    assert again.answered(child("b", Status.COMPLETED)) is None and len(again) == 0
+    assert stored.envelope_bytes() == b"env" and stored.owner == "r1" and stored.deadline == 99
