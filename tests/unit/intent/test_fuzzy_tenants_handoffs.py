@@ -203,17 +203,19 @@ def test_a_restored_pair_completes_from_its_stored_state_and_never_twice() -> No
 
     def child(mid: str, status: Status) -> Receipt:
         return Receipt(message_id=mid, trace_id="t", tenant="x", capability="c", status=status, at=1)
-    parent = {"message_id": "p", "deadline": 99}
-    stored = DualTracker.new_record(parent, {"a": "x.a", "b": "x.b"}, raw=b"env", owner="r1")
+    parent = {"message_id": "p", "deadline": 99, "trace_id": "t", "payload": b"x" * 900_000, "reply_to": "ns.r"}
+    stored = DualTracker.new_record(parent, {"a": "x.a", "b": "x.b"}, owner="r1")
+    assert len(stored.model_dump_json()) < 1_000  # the fields the receipts need, never the payload
     first = DualTracker()
-    first.restore(stored, parent)
+    first.restore(stored)
     waiting = first.answered(child("a", Status.FAILED))
     assert waiting is not None and waiting.action == "wait" and waiting.state is not None
     # the worker restarts: only the stored record remains
     again = DualTracker()
-    again.restore(PairRecord.model_validate_json(waiting.state.model_dump_json()), parent)
+    again.restore(PairRecord.model_validate_json(waiting.state.model_dump_json()))
     assert again.answered(child("a", Status.FAILED)) is None  # already ended before the restart
     won = again.answered(child("b", Status.COMPLETED))
     assert won is not None and won.action == "complete" and won.state is None  # both ended: tombstone
+    assert won.parent["reply_to"] == "ns.r" and won.parent["trace_id"] == "t"
     assert again.answered(child("b", Status.COMPLETED)) is None and len(again) == 0
-    assert stored.envelope_bytes() == b"env" and stored.owner == "r1" and stored.deadline == 99
+    assert stored.owner == "r1" and stored.deadline == 99
