@@ -82,7 +82,7 @@ class DualTracker:
     @staticmethod
     def new_record(envelope: dict[str, Any], children: dict[str, str], *, owner: str) -> PairRecord:
         """The record of a pair about to be dispatched (stored with its children, tracked once acknowledged)."""
-        parent = {name: envelope.get(name) for name in PARENT_FIELDS}
+        parent = {name: envelope[name] for name in PARENT_FIELDS if name in envelope}
         record = _Pair(parent, owner, dict(children)).record()
         assert record is not None  # nothing has ended yet
         return record
@@ -92,7 +92,10 @@ class DualTracker:
         self.restore(self.new_record(envelope, children, owner=""))
 
     def restore(self, record: PairRecord) -> None:
-        """Track a pair: one just dispatched, or one read back from the pairs topic after a restart."""
+        """Track a pair: one just dispatched, or one read back from the pairs topic after a restart. A pair
+        already tracked keeps the state it has (the same request resolved again yields the same children)."""
+        if any(child in self._by_child for child in record.children):
+            return
         pair = _Pair(dict(record.parent), record.owner, dict(record.children),
                      {k: Status(v) for k, v in record.ended.items()}, record.won)
         for child in record.children:

@@ -272,7 +272,7 @@ class Resolver(LoopThread):
 
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         acks = Acks()
-        duals: list[PairRecord] = []
+        duals: list[tuple[Position, PairRecord]] = []
         for msg in messages:
             position = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
             acks.seen(position)
@@ -280,7 +280,7 @@ class Resolver(LoopThread):
             if value is None:
                 continue
             try:
-                duals.extend(self._one(producer, acks, position, msg, value))
+                duals.extend((position, record) for record in self._one(producer, acks, position, msg, value))
             except RegistryUnavailable as exc:
                 acks.fail(position, exc)
             except Exception as exc:  # noqa: BLE001 - one bad record stops neither the worker nor its partition
@@ -298,8 +298,10 @@ class Resolver(LoopThread):
                          f"the original is at {position[0]}[{position[1]}]@{position[2]})")
         if refused:
             producer.flush(30)
-        for record in duals:
-            self.dual.restore(record)
+        unacked = set(acks.unacked())
+        for position, record in duals:  # a record read again will dispatch its own pair; track only what landed
+            if position not in unacked:
+                self.dual.restore(record)
         commits, rewinds = acks.commits(), acks.rewinds()
         if commits:
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)

@@ -219,3 +219,27 @@ def test_a_restored_pair_completes_from_its_stored_state_and_never_twice() -> No
     assert won.parent["reply_to"] == "ns.r" and won.parent["trace_id"] == "t"
     assert again.answered(child("b", Status.COMPLETED)) is None and len(again) == 0
     assert stored.owner == "r1" and stored.deadline == 99
+
+
+def test_resolving_a_request_again_yields_the_same_pair_and_keeps_its_state() -> None:
+    from reach.intent import dispatch
+    from reach.intent.dual import DualTracker
+    from reach.intent.stages import Resolution
+    envelope = {"message_id": "p", "generation": 1, "trace_id": "t", "tenant": "x", "capability": "intent.resolve",
+                "intent": "rain?", "payload": b"{}", "routing": {}, "deadline": 9}
+    dual = Resolution("dual", "rain?", "a.b", dual=("a.b", "c.d"))
+
+    def children() -> dict[str, str]:
+        return {o.key: o.capability or "" for o in dispatch.plan(envelope, b"raw", dual, at=1, reply_topic="ns.r")
+                if o.kind == "child"}
+    first = children()
+    assert first == children() == {"p.g1.dual0": "a.b", "p.g1.dual1": "c.d"}
+    tracker = DualTracker()
+    tracker.restore(DualTracker.new_record(envelope, first, owner="r"))
+    ended = tracker.answered(Receipt(message_id="p.g1.dual0", trace_id="t", tenant="x", capability="a.b",
+                                     status=Status.FAILED, at=2))
+    assert ended is not None and ended.action == "wait"
+    tracker.restore(DualTracker.new_record(envelope, children(), owner="r"))  # read again: the pair keeps its state
+    last = tracker.answered(Receipt(message_id="p.g1.dual1", trace_id="t", tenant="x", capability="c.d",
+                                    status=Status.FAILED, at=3))
+    assert last is not None and last.action == "fail"
