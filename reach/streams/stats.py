@@ -7,8 +7,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-OUTCOMES = ("routed", "overload", "unavailable", "unroutable", "handed_off", "dead_lettered", "rejected", "expired",
-            "bad_records")
+OUTCOMES = ("routed", "overload", "unavailable", "unroutable", "dead_lettered", "rejected", "expired", "bad_records")
 OTHER = "other"
 """Where counts go once `max_capabilities` distinct capabilities are counted (and for unserved ones)."""
 
