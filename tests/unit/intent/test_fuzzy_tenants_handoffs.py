@@ -243,3 +243,16 @@ def test_resolving_a_request_again_yields_the_same_pair_and_keeps_its_state() ->
     last = tracker.answered(Receipt(message_id="p.g1.dual1", trace_id="t", tenant="x", capability="c.d",
                                     status=Status.FAILED, at=3))
     assert last is not None and last.action == "fail"
+
+
+def test_a_router_handoff_waits_for_a_human_within_its_budget_then_the_timekeeper_expires_it() -> None:
+    from reach import status
+    from reach.timekeeper import Due, due_tasks
+    accepted = Receipt(message_id="m", trace_id="t", tenant="globex", capability="demo.nobody", at=10, deadline=99,
+                       status=Status.ACCEPTED)
+    handed = codec.decode(outputs(ENVELOPE, b"raw", [], why="nobody", names=Names("ns"), disabled=(), at=50)[1][2],
+                          Receipt)
+    row = status.fold(status.fold(None, accepted), handed)
+    assert row.status is Status.INTENT_RESOLVED and not row.terminal and row.deadline == 99  # waiting for a human
+    assert due_tasks([row], now_ms=98) == []
+    assert [t.due for t in due_tasks([row], now_ms=99)] == [Due.EXPIRE]
