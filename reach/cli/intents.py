@@ -149,8 +149,8 @@ def run_resolver(interval: float) -> None:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     worker.start(ready_timeout=60)
-    log.info("resolver ready: semantic stage %s", "unavailable: " + worker.unavailable if worker.unavailable
-             else "loaded")
+    log.info("resolver %s ready (REACH_RESOLVER_ID; replies on %s): semantic stage %s", worker.worker_id,
+             worker.reply_topic, "unavailable: " + worker.unavailable if worker.unavailable else "loaded")
     try:
         while not stop.wait(interval):
             if not worker.healthy():

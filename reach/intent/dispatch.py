@@ -10,7 +10,6 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from reach.envelopes import new_id
 from reach.intent import handoff as handoffs
 from reach.intent.catalog import RESERVED
 from reach.intent.receipts import receipt as receipt
@@ -64,13 +63,19 @@ def plan(envelope: dict[str, Any], raw: bytes, resolution: Resolution, *, at: in
         outputs.append(Output("forward", message_id, forward, resolution.capability))
     elif resolution.stage == "dual":
         assert resolution.dual is not None
-        for capability in resolution.dual:
-            child = {**envelope, "message_id": new_id(), "parent_id": message_id, "capability": capability,
+        for i, capability in enumerate(resolution.dual):
+            child = {**envelope, "message_id": child_id(envelope, i), "parent_id": message_id, "capability": capability,
                      "reply_to": reply_topic, "callback": None, "idempotency_key": None, "generation": 0}
             outputs.append(Output("child", child["message_id"], child, capability))
     else:
         outputs.append(Output("handoff", message_id, handoff_record(envelope, raw, resolution, at=at)))
     return outputs
+
+
+def child_id(envelope: dict[str, Any], branch: int) -> str:
+    """A dual branch's message_id, derived from the request's: resolving the same request again (its input
+    read again after a failed write) yields the same children, never a second pair that could complete it."""
+    return f"{envelope['message_id']}.g{envelope.get('generation', 0)}.dual{branch}"
 
 
 def handoff_record(envelope: dict[str, Any], raw: bytes, resolution: Resolution, *, at: int) -> handoffs.Handoff:

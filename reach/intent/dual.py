@@ -4,14 +4,14 @@ Each branch is a child message (its own message_id, parent_id = the request) who
 comes back on the resolver's reply topic. The request keeps exactly one terminal status: the first child
 COMPLETED completes it; a child that ends after that is recorded as discarded; when both fail the request
 fails with the last child's error. A pair's state is a record on the compacted `<ns>.dual-pairs` topic
-(keyed by the request's message_id, a tombstone once both branches ended), written with the children and
+(keyed by the request's message_id: the fields its receipts need, the children, how each ended, the winner;
+a tombstone once both branches ended), written with the children and
 after every answer, so a restarted resolver (same REACH_RESOLVER_ID: same reply topic and reply group)
 restores its pending pairs and completes them from the replies it has not committed yet.
 """
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +20,10 @@ from pydantic import BaseModel, ConfigDict
 from reach.records import Receipt, Status
 
 Action = Literal["complete", "discard", "fail", "wait"]
+# what the request's receipts are built from (reach.intent.receipts, the reply_to header): stored instead of
+# the whole envelope, so a pair record stays small whatever the payload
+PARENT_FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "attempt", "deadline",
+                 "delivery_timeout_ms", "callback", "reroutes", "intent", "reply_to")
 
 
 class PairRecord(BaseModel):
@@ -29,20 +33,16 @@ class PairRecord(BaseModel):
 
     parent_id: str
     owner: str  # the resolver id whose reply topic the children answer on
-    envelope: str  # the request envelope's bytes, base64: the parent's receipts are built from it
+    parent: dict[str, str | int | None]  # the request's PARENT_FIELDS
     children: dict[str, str]  # child message_id -> capability
     ended: dict[str, str] = {}  # child message_id -> its first terminal status
     won: str | None = None
     deadline: int | None = None
 
-    def envelope_bytes(self) -> bytes:
-        return base64.b64decode(self.envelope)
-
 
 @dataclass
 class _Pair:
     parent: dict[str, Any]
-    raw: bytes
     owner: str
     children: dict[str, str]  # child message_id -> capability
     ended: dict[str, Status] = field(default_factory=dict)
@@ -52,8 +52,8 @@ class _Pair:
         """What to store now; None once both branches ended (the key is tombstoned)."""
         if len(self.ended) == len(self.children):
             return None
-        return PairRecord(parent_id=self.parent["message_id"], owner=self.owner,
-                          envelope=base64.b64encode(self.raw).decode(), children=self.children,
+        return PairRecord(parent_id=self.parent["message_id"], owner=self.owner, parent=self.parent,
+                          children=self.children,
                           ended={k: str(v) for k, v in self.ended.items()}, won=self.won,
                           deadline=self.parent.get("deadline"))
 
@@ -80,19 +80,23 @@ class DualTracker:
         return len({id(p) for p in self._by_child.values()})
 
     @staticmethod
-    def new_record(parent: dict[str, Any], children: dict[str, str], *, raw: bytes, owner: str) -> PairRecord:
+    def new_record(envelope: dict[str, Any], children: dict[str, str], *, owner: str) -> PairRecord:
         """The record of a pair about to be dispatched (stored with its children, tracked once acknowledged)."""
-        record = _Pair(parent, raw, owner, dict(children)).record()
+        parent = {name: envelope[name] for name in PARENT_FIELDS if name in envelope}
+        record = _Pair(parent, owner, dict(children)).record()
         assert record is not None  # nothing has ended yet
         return record
 
-    def dispatched(self, parent: dict[str, Any], children: dict[str, str]) -> None:
-        """Track a new pair (without a stored record: tests, and a resolver that keeps none)."""
-        self.restore(self.new_record(parent, children, raw=b"", owner=""), parent)
+    def dispatched(self, envelope: dict[str, Any], children: dict[str, str]) -> None:
+        """Track a new pair without storing it (tests)."""
+        self.restore(self.new_record(envelope, children, owner=""))
 
-    def restore(self, record: PairRecord, parent: dict[str, Any]) -> None:
-        """Track a pair read back from the pairs topic (`parent`: its envelope decoded)."""
-        pair = _Pair(parent, record.envelope_bytes(), record.owner, dict(record.children),
+    def restore(self, record: PairRecord) -> None:
+        """Track a pair: one just dispatched, or one read back from the pairs topic after a restart. A pair
+        already tracked keeps the state it has (the same request resolved again yields the same children)."""
+        if any(child in self._by_child for child in record.children):
+            return
+        pair = _Pair(dict(record.parent), record.owner, dict(record.children),
                      {k: Status(v) for k, v in record.ended.items()}, record.won)
         for child in record.children:
             if child not in pair.ended:

@@ -57,8 +57,9 @@ def outputs(envelope: dict[str, Any], raw: bytes, registrations: Iterable[AgentR
     candidates = rejections(request, registrations, disabled)
     intent = envelope.get("intent") or ""
     record = bundle(envelope, raw, intent=intent, reason=why, candidates=candidates, at=at, origin="router",
-                    capability=request.capability, detail=f"router: {why}; the policy of {request.capability} "
-                                                          "asks for a human")
+                    capability=request.capability,
+                    detail=f"router, attempt {request.attempt}, {request.reroutes} reroute(s): {why}; the policy of "
+                           f"{request.capability} asks for a human")
     resolution = IntentResolution(stage="handoff", intent=intent or request.capability, by=ROUTER, candidates=[
         IntentCandidate(capability=c.capability, score=c.score, source=c.source, reason=c.reason)
         for c in candidates])

@@ -254,16 +254,15 @@ class Resolver(LoopThread):
                 continue
             try:
                 record = PairRecord.model_validate_json(value)
-                if record.owner != self.worker_id:
-                    continue
-                parent = decode_dict("Envelope", record.envelope_bytes())
-            except (ValueError, DecodeError) as exc:
+            except ValueError as exc:
                 log.warning("skipping a bad dual-pair record %r: %s", key, exc)
+                continue
+            if record.owner != self.worker_id:
                 continue
             if record.deadline is not None and now >= record.deadline:
                 stale.append(key)
                 continue
-            tracker.restore(record, parent)
+            tracker.restore(record)
         for key in stale:
             producer.produce(self.names.dual_pairs, None, key=key.encode())
         if latest:
@@ -273,7 +272,7 @@ class Resolver(LoopThread):
 
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         acks = Acks()
-        duals: list[tuple[PairRecord, dict[str, Any]]] = []
+        duals: list[tuple[Position, PairRecord]] = []
         for msg in messages:
             position = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
             acks.seen(position)
@@ -281,7 +280,7 @@ class Resolver(LoopThread):
             if value is None:
                 continue
             try:
-                duals.extend(self._one(producer, acks, position, msg, value))
+                duals.extend((position, record) for record in self._one(producer, acks, position, msg, value))
             except RegistryUnavailable as exc:
                 acks.fail(position, exc)
             except Exception as exc:  # noqa: BLE001 - one bad record stops neither the worker nor its partition
@@ -299,8 +298,10 @@ class Resolver(LoopThread):
                          f"the original is at {position[0]}[{position[1]}]@{position[2]})")
         if refused:
             producer.flush(30)
-        for record, parent in duals:
-            self.dual.restore(record, parent)
+        unacked = set(acks.unacked())
+        for position, record in duals:  # a record read again will dispatch its own pair; track only what landed
+            if position not in unacked:
+                self.dual.restore(record)
         commits, rewinds = acks.commits(), acks.rewinds()
         if commits:
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)
@@ -319,7 +320,7 @@ class Resolver(LoopThread):
         delivery.produce(producer, acks, position, self.names.dlq, letter, key=msg.key(), headers=headers)
 
     def _one(self, producer: Producer, acks: Acks, position: Position, msg: Message,
-             value: bytes) -> list[tuple[PairRecord, dict[str, Any]]]:
+             value: bytes) -> list[PairRecord]:
         now = now_ms()
         if len(value) > MAX_ENVELOPE_BYTES:  # its handoff record (the envelope inside) would be refused
             self._letter(producer, acks, position, msg, b"", "OVERSIZE",
@@ -349,7 +350,7 @@ class Resolver(LoopThread):
         if resolution.stage == "exact" and resolution.capability is not None:
             self.feedback.sent(envelope["message_id"], normalize(resolution.intent), resolution.capability,
                                resolution.candidates[0].score)
-        duals: list[tuple[PairRecord, dict[str, Any]]] = []
+        duals: list[PairRecord] = []
         children: dict[str, str] = {}
         for out in dispatch.plan(envelope, value, resolution, at=now, reply_topic=self.reply_topic):
             if out.kind == "receipt":
@@ -366,10 +367,10 @@ class Resolver(LoopThread):
                 delivery.produce(producer, acks, position, self.names.handoff, handoffs.encode(out.value),
                                  key=out.key.encode())
         if children:  # stored with the children: a restarted worker completes the pair
-            record = DualTracker.new_record(envelope, children, raw=value, owner=self.worker_id)
+            record = DualTracker.new_record(envelope, children, owner=self.worker_id)
             delivery.produce(producer, acks, position, self.names.dual_pairs, record.model_dump_json().encode(),
                              key=envelope["message_id"].encode())
-            duals.append((record, envelope))
+            duals.append(record)
         return duals
 
     def _receipt(self, producer: Producer, acks: Acks, position: Position, receipt: Receipt,

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +40,15 @@ def offline_model() -> None:
     shared_model()
 
 
-def catalog_agent(slow: frozenset[str] = frozenset(), support: bool = False) -> Agent:
+def catalog_agent(slow: frozenset[str] = frozenset(), support: bool = False,
+                  gate: threading.Event | None = None) -> Agent:
+    """The sample catalog (and the support family); `slow` capabilities answer after 2 s, or once `gate` is set."""
+    async def hold() -> None:
+        if gate is None:
+            await asyncio.sleep(2.0)
+        while gate is not None and not gate.is_set():
+            await asyncio.sleep(0.05)
+
     agent = Agent("agent://demo/intents", max_concurrency=16)
     for cap in (*CATALOG, *(SUPPORT_FAMILY if support else ())):
         tags = [*cap.tags, *([SIDE_EFFECT_FREE_TAG] if cap.side_effect_free else []),
@@ -48,7 +57,7 @@ def catalog_agent(slow: frozenset[str] = frozenset(), support: bool = False) -> 
         def handler(name: str) -> Any:
             async def handle(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
                 if name in slow:
-                    await asyncio.sleep(2.0)
+                    await hold()
                 if payload.get("fail"):
                     raise BusinessError("ASKED_TO_FAIL")
                 return {"served_by": name, "snapshot": ctx.session_snapshot, **payload}
@@ -211,8 +220,9 @@ def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
     with Client() as setup:
         setup.ensure_topic(names.capability(nobody))
     control.publish(control.policy_record(Policy(handoff=True), scope=nobody), names=names)
-    slow = frozenset({"text.translate", "weather.forecast"})  # both dual branches answer after 2 s
-    with stack(tmp_path, agent={"slow": slow, "support": True}, worker_id="r-restart") as (worker, client, receipts):
+    gate = threading.Event()  # both dual branches answer only once the first resolver has stopped
+    agent = {"slow": frozenset({"text.translate", "weather.forecast"}), "support": True, "gate": gate}
+    with stack(tmp_path, agent=agent, worker_id="r-restart") as (worker, client, receipts):
         # 1. UNROUTABLE with handoff in its policy: a handoff with the bundle, not a terminal; a human answers
         unserved = client.send(nobody, {"q": "who serves this"}, session_snapshot=f"{namespace}.sessions:s-9")
         first = resolved(receipts.wait_status([unserved], Status.INTENT_RESOLVED)[unserved])
@@ -244,6 +254,7 @@ def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
         split = receipts.wait_status([dual], Status.INTENT_RESOLVED)[dual]
         assert resolved(split).resolution.stage == "dual"  # type: ignore[union-attr]
         worker.stop()
+        gate.set()  # the answers reach the reply topic while no resolver runs (or just as the next one starts)
         caplog.set_level(logging.INFO, logger="reach.resolver")
         with Resolver(worker_id="r-restart") as again:
             assert again.reply_topic == worker.reply_topic

@@ -55,4 +55,6 @@ def test_the_merge_takes_only_what_no_stage_placed_and_keeps_every_paraphrase(mo
     merged_unrelated = [r for r in UNRELATED if on[r][0] == "fuzzy"]
     print(f"\nwith the support family: unrelated handed off {Counter(off[r][0] for r in UNRELATED)['handoff']}"
           f"/{len(UNRELATED)} without the fuzzy stage, {Counter(on[r][0] for r in UNRELATED)['handoff']} with it; "
-          f"merged into support.general: {merged_unrelated}; paraphrases changed: 0/{len(paraphrases)}")
+          f"merged into support.general: {merged_unrelated}; paraphrases changed: 0/{len(paraphrases)}; "
+          + "; ".join(f"{r!r}: " + ", ".join(f"{m.capability} {m.score:.2f}" for m in ranks[r][:3])
+                      for r in merged_unrelated))

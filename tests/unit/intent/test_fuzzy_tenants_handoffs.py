@@ -203,17 +203,56 @@ def test_a_restored_pair_completes_from_its_stored_state_and_never_twice() -> No
 
     def child(mid: str, status: Status) -> Receipt:
         return Receipt(message_id=mid, trace_id="t", tenant="x", capability="c", status=status, at=1)
-    parent = {"message_id": "p", "deadline": 99}
-    stored = DualTracker.new_record(parent, {"a": "x.a", "b": "x.b"}, raw=b"env", owner="r1")
+    parent = {"message_id": "p", "deadline": 99, "trace_id": "t", "payload": b"x" * 900_000, "reply_to": "ns.r"}
+    stored = DualTracker.new_record(parent, {"a": "x.a", "b": "x.b"}, owner="r1")
+    assert len(stored.model_dump_json()) < 1_000  # the fields the receipts need, never the payload
     first = DualTracker()
-    first.restore(stored, parent)
+    first.restore(stored)
     waiting = first.answered(child("a", Status.FAILED))
     assert waiting is not None and waiting.action == "wait" and waiting.state is not None
     # the worker restarts: only the stored record remains
     again = DualTracker()
-    again.restore(PairRecord.model_validate_json(waiting.state.model_dump_json()), parent)
+    again.restore(PairRecord.model_validate_json(waiting.state.model_dump_json()))
     assert again.answered(child("a", Status.FAILED)) is None  # already ended before the restart
     won = again.answered(child("b", Status.COMPLETED))
     assert won is not None and won.action == "complete" and won.state is None  # both ended: tombstone
+    assert won.parent["reply_to"] == "ns.r" and won.parent["trace_id"] == "t"
     assert again.answered(child("b", Status.COMPLETED)) is None and len(again) == 0
-    assert stored.envelope_bytes() == b"env" and stored.owner == "r1" and stored.deadline == 99
+    assert stored.owner == "r1" and stored.deadline == 99
+
+
+def test_resolving_a_request_again_yields_the_same_pair_and_keeps_its_state() -> None:
+    from reach.intent import dispatch
+    from reach.intent.dual import DualTracker
+    from reach.intent.stages import Resolution
+    envelope = {"message_id": "p", "generation": 1, "trace_id": "t", "tenant": "x", "capability": "intent.resolve",
+                "intent": "rain?", "payload": b"{}", "routing": {}, "deadline": 9}
+    dual = Resolution("dual", "rain?", "a.b", dual=("a.b", "c.d"))
+
+    def children() -> dict[str, str]:
+        return {o.key: o.capability or "" for o in dispatch.plan(envelope, b"raw", dual, at=1, reply_topic="ns.r")
+                if o.kind == "child"}
+    first = children()
+    assert first == children() == {"p.g1.dual0": "a.b", "p.g1.dual1": "c.d"}
+    tracker = DualTracker()
+    tracker.restore(DualTracker.new_record(envelope, first, owner="r"))
+    ended = tracker.answered(Receipt(message_id="p.g1.dual0", trace_id="t", tenant="x", capability="a.b",
+                                     status=Status.FAILED, at=2))
+    assert ended is not None and ended.action == "wait"
+    tracker.restore(DualTracker.new_record(envelope, children(), owner="r"))  # read again: the pair keeps its state
+    last = tracker.answered(Receipt(message_id="p.g1.dual1", trace_id="t", tenant="x", capability="c.d",
+                                    status=Status.FAILED, at=3))
+    assert last is not None and last.action == "fail"
+
+
+def test_a_router_handoff_waits_for_a_human_within_its_budget_then_the_timekeeper_expires_it() -> None:
+    from reach import status
+    from reach.timekeeper import Due, due_tasks
+    accepted = Receipt(message_id="m", trace_id="t", tenant="globex", capability="demo.nobody", at=10, deadline=99,
+                       status=Status.ACCEPTED)
+    handed = codec.decode(outputs(ENVELOPE, b"raw", [], why="nobody", names=Names("ns"), disabled=(), at=50)[1][2],
+                          Receipt)
+    row = status.fold(status.fold(None, accepted), handed)
+    assert row.status is Status.INTENT_RESOLVED and not row.terminal and row.deadline == 99  # waiting for a human
+    assert due_tasks([row], now_ms=98) == []
+    assert [t.due for t in due_tasks([row], now_ms=99)] == [Due.EXPIRE]

@@ -105,3 +105,24 @@ def test_a_record_that_breaks_the_resolver_is_dead_lettered_and_its_partition_mo
     worker._batch(consumer, refusing, [FakeMessage(topic, 0, 9, raw)])  # type: ignore[arg-type]
     assert consumer.committed_at() == {(topic, 0): 10}
     assert [codec.decode(v, DeadLetter).reason for v in refusing.to(worker.names.dlq)] == ["REFUSED_BY_BROKER"]
+
+
+def test_the_resolver_merges_into_the_generic_capability_its_registrations_tag() -> None:
+    from reach.intent.catalog import GENERIC_TAG
+    from reach.intent.stages import Thresholds
+    # thresholds no letter-count match can clear: everything the exact map misses is unplaced, and the best
+    # two are always of the support family here, so it merges into the member tagged generic
+    worker = Resolver(embedder=LetterEmbedder, thresholds=Thresholds(upper=0.9999, lower=0.9999, fuzzy_floor=0.0))
+    worker._embedder = LetterEmbedder()
+    reg = _registration("support.billing", "support.account")
+    reg = reg.model_copy(update={"capabilities": [*reg.capabilities, Capability(
+        name="support.general", version="1.0.0", tags=["help", GENERIC_TAG])]})
+    worker.state.apply_registration("i-1", reg)
+    worker.refresh(now_ms())
+    res = worker.resolve("my bill looks wrong and I cannot log in")
+    assert res.stage == "fuzzy" and res.capability == "support.general"
+    off = Resolver(embedder=LetterEmbedder, thresholds=Thresholds(upper=0.9999, lower=0.9999, fuzzy=False))
+    off._embedder = LetterEmbedder()
+    off.state.apply_registration("i-1", reg)
+    off.refresh(now_ms())
+    assert off.resolve("my bill looks wrong and I cannot log in").stage == "handoff"
