@@ -157,14 +157,13 @@ class Fence:
 
     def claim(self, terminals: Sequence[Terminal]) -> list[Claimed]:
         """One round trip for the whole batch (none when it is empty or the store is out)."""
-        if not terminals:
-            return []
-        found = self._call(lambda slots: slots.claim(terminals), len(terminals))
-        if found is None:
-            return [Claimed(t.receipt, won=True) for t in terminals]
-        self.lost += sum(1 for f in found if f is not None)
-        return [Claimed(t.receipt, won=True) if f is None else Claimed(f, won=False)
-                for t, f in zip(terminals, found, strict=True)]
+        # an empty message_id (a decodable envelope that is faulty) names no message: never one shared slot
+        asked = [i for i, t in enumerate(terminals) if t.message_id]
+        found = self._call(lambda slots: slots.claim([terminals[i] for i in asked]), len(asked)) if asked else None
+        winners = {i: f for i, f in zip(asked, found or (), strict=False) if f is not None}
+        self.lost += len(winners)
+        return [Claimed(winners[i], won=False) if i in winners else Claimed(t.receipt, won=True)
+                for i, t in enumerate(terminals)]
 
     def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
         """The winners of these slots; None for a slot nobody ended, and for every slot while the store is out."""
