@@ -27,6 +27,7 @@ from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import DeliveryFailed
+from reach.terminals import Fence, Terminal, fence_from_settings
 from reach.topics import DEAD_LETTER_BYTES
 
 log = logging.getLogger("reach.delays")
@@ -93,8 +94,9 @@ class DelayForwarder:
 
     def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings | None = None,
                  clock: Callable[[], int] = now_ms, poll_s: float = 0.1,
-                 max_bytes: int = DEAD_LETTER_BYTES) -> None:
+                 max_bytes: int = DEAD_LETTER_BYTES, fence: Fence | None = None) -> None:
         self.names = names
+        self.fence = fence or fence_from_settings("delay tiers", namespace=names.namespace)
         self._max_bytes = max_bytes  # the producer must fit a dead letter of the largest capability record
         self.topics = [names.retry(t) for t in tiers]
         self._kafka = kafka or KafkaSettings()
@@ -210,10 +212,16 @@ class DelayForwarder:
         error = ErrorInfo(kind="INVALID_INPUT", code=bad.code, message=bad.message)
         letter, hdrs = dlq.letter(value, reason=bad.reason, error=error, origin=origin, envelope=envelope)
         key = envelope.message_id if envelope else f"{origin[0]}:{origin[1]}:{origin[2]}"
-        delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
-        if envelope is not None:  # its row shows where it ended, not a retry that never comes
-            receipt = receipt_for(envelope, Status.DEAD_LETTERED, error=error)
-            delivery.produce(producer, acks, origin, self.names.receipts, codec.encode(receipt), key=key)
+        if envelope is None:
+            delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
+        else:  # its row shows where it ended, not a retry that never comes; first terminal wins (reach.terminals)
+            encoded = codec.encode(receipt_for(envelope, Status.DEAD_LETTERED, error=error))
+            [claim] = self.fence.claim([Terminal(envelope.message_id, envelope.generation, encoded)])
+            if not claim.won:  # it ended meanwhile: that ending again, and no letter
+                delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key)
+                return
+            delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
+            delivery.produce(producer, acks, origin, self.names.receipts, encoded, key=key)
         self.dead_lettered += 1
         log.warning("delay tier: dead-lettered the record at %s: %s", origin, bad.message)
 

@@ -13,7 +13,8 @@ from reach.agent import Agent
 from reach.envelopes import new_envelope, now_ms, routing_key
 from reach.names import Names
 from reach.records import Envelope, Receipt
-from reach.terminals import Fence
+from reach.settings import RedisSettings
+from reach.terminals import Fence, RedisSlots, Terminal, fence_from_settings
 from tests.integration.agent_support import running
 from tests.integration.router_helpers import Sender, Tail, dlq_tail, receipts_tail, running_router, wait_for
 
@@ -84,3 +85,13 @@ def test_a_stale_reread_of_a_completed_message_ends_it_once(namespace: str) -> N
         assert not [d for d in letters.poll() if d.message_id == parked.message_id], "no dead letter"
         letters.close()
     tail.close()
+
+
+def test_the_redis_register_keeps_the_first_claim_and_shares_it_with_the_agents(namespace: str) -> None:
+    slots = RedisSlots.from_url(RedisSettings().url(), namespace=namespace, ttl_s=60)
+    assert slots.claim([Terminal("m1", 0, b"first"), Terminal("m1", 0, b"second"), Terminal("m2", 0, b"other")]) \
+        == [None, b"first", None], "one script call: the first of the batch wins, a later one gets its bytes"
+    assert slots.claim([Terminal("m1", 0, b"late")]) == [b"first"]
+    assert slots.peek([("m1", 0), ("m1", 1)]) == [b"first", None]
+    fence = fence_from_settings("test", namespace=namespace)
+    assert fence.enabled and not fence.claim([Terminal("m2", 0, b"x")])[0].won

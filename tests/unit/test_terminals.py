@@ -79,3 +79,11 @@ def test_the_register_is_the_agents_result_cache() -> None:
 
     leases = Leases(NoRedis(), namespace="ns", owner="i", result_ttl_s=1)  # type: ignore[arg-type]
     assert leases.result_key("m", 3) == result_key("ns", "m", 3) == "ns:result:m:3"
+
+
+def test_an_empty_message_id_is_never_fenced() -> None:
+    slots = MemorySlots()
+    fence = Fence(slots, writer="test")
+    claims = fence.claim([Terminal("", 0, b"a"), Terminal("", 0, b"b")])
+    assert [(c.won, c.receipt) for c in claims] == [(True, b"a"), (True, b"b")], "two faulty envelopes, two endings"
+    assert slots.calls == 0 and not slots.values

@@ -13,6 +13,7 @@ from reach.names import Names
 from reach.records import DeadLetter, Receipt, Status
 from reach.streams.delays import Bad, DelayForwarder, Hold, Send, next_step
 from reach.streams.exceptions import DeliveryFailed
+from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
 NAMES = Names("ns")
@@ -28,8 +29,10 @@ def record(offset: int, *, due: bytes | None = b"0", target: bytes | None = None
     return FakeMessage(TIER, partition, offset, body, b"k", hdrs)  # type: ignore[arg-type]
 
 
-def run(batch: list[FakeMessage], producer: FakeProducer) -> tuple[DelayForwarder, FakeConsumer]:
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+def run(batch: list[FakeMessage], producer: FakeProducer,
+        slots: MemorySlots | None = None) -> tuple[DelayForwarder, FakeConsumer]:
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW,
+                         fence=Fence(slots or MemorySlots(), writer="delay tiers"))
     consumer = FakeConsumer()
     fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
     return fwd, consumer
@@ -134,3 +137,15 @@ def test_a_target_that_does_not_exist_is_dead_lettered() -> None:
     [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert letter.error is not None and letter.error.code == "FORWARD_REFUSED"
     assert consumer.committed_at() == {(TIER, 0): 1}
+
+
+def test_a_bad_record_of_a_message_that_ended_is_not_dead_lettered() -> None:
+    envelope = new_envelope("demo.echo", {"n": 0})
+    slots = MemorySlots()
+    slots.values[envelope.message_id, envelope.generation] = b"the first ending"
+    producer = FakeProducer()
+    run([record(0, due=b"not-a-number", value=codec.encode(envelope))], producer, slots)
+    assert producer.to(NAMES.dlq) == [] and producer.to(NAMES.receipts) == [b"the first ending"]
+    won = FakeProducer()
+    run([record(0, due=b"not-a-number")], won, MemorySlots())
+    assert len(won.to(NAMES.dlq)) == 1 and len(won.to(NAMES.receipts)) == 1
