@@ -26,9 +26,10 @@ from reach.intent.claims import CLAIM_TTL_S, Claims, RedisClaims, claim_key
 from reach.intent.errors import HandoffConflict, IntentError
 from reach.intent.handoff import Handoff, decode, encode
 from reach.names import Names, check_capability
-from reach.records import IntentResolution, Status
+from reach.records import IntentResolution, Receipt, Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
+from reach.terminals import Fence, Terminal, fence_from_settings
 
 
 def _still_open(envelope: dict[str, Any]) -> None:
@@ -44,11 +45,12 @@ class HandoffDesk:
     """Reads and moves handoffs of one namespace."""
 
     def __init__(self, *, names: Names, kafka: KafkaSettings | None = None,
-                 claims: Callable[[], Claims] = RedisClaims) -> None:
+                 claims: Callable[[], Claims] = RedisClaims, fence: Fence | None = None) -> None:
         self.names = names
         self.kafka = kafka or KafkaSettings()
         self._claims_factory = claims
         self._claims: Claims | None = None
+        self._fence = fence
 
     @contextmanager
     def _claimed(self, current: Handoff, by: str) -> Iterator[None]:
@@ -110,9 +112,25 @@ class HandoffDesk:
         receipt = dispatch.receipt(envelope, Status.COMPLETED, now_ms(), result=dispatch.answer_result(answer),
                                    resolution=IntentResolution(stage="human", intent=current.intent, by=by))
         with self._claimed(current, by):
-            self._send([(self.names.receipts, message_id, codec.encode(receipt), _reply(envelope))])
+            value = self._first_terminal(codec.encode(receipt), receipt.message_id, receipt.generation)
+            self._send([(self.names.receipts, message_id, value, _reply(envelope))])
             self._send([(self.names.handoff, message_id, encode(moved), [])])
         return moved
+
+    def _first_terminal(self, value: bytes, message_id: str, generation: int) -> bytes:
+        """First terminal wins (reach.terminals): a message that ended meanwhile (its budget, a late branch) keeps
+        that ending, and the answer is refused before anything is written. A human answer that won before (a run of
+        this command whose publish failed) is published again, not refused."""
+        if self._fence is None:
+            self._fence = fence_from_settings("handoff desk", namespace=self.names.namespace)
+        [claimed] = self._fence.claim([Terminal(message_id, generation, value)])
+        if not claimed.won:
+            ended = codec.decode(claimed.receipt, Receipt)
+            if ended.status is Status.COMPLETED and ended.resolution is not None and ended.resolution.stage == "human":
+                return claimed.receipt
+            raise IntentError(f"Message {message_id} already ended {ended.status.value}; its caller has that answer, "
+                              "so this one was not sent. Send a new request instead.")
+        return claimed.receipt
 
     def reroute(self, message_id: str, capability: str, *, by: str) -> Handoff:
         """Send the original envelope on to `capability` and map its intent there."""

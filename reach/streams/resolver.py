@@ -48,6 +48,7 @@ from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.loopthread import LoopThread
 from reach.streams.router import MAX_ENVELOPE_BYTES, dead_letter_bytes
 from reach.streams.state import RouterState, StateLoop
+from reach.terminals import Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.resolver")
 LATENCY_SAMPLES = 10_000
@@ -84,11 +85,14 @@ class Resolver(LoopThread):
 
     def __init__(self, *, kafka: KafkaSettings | None = None, reach: ReachSettings | None = None,
                  thresholds: Thresholds | None = None,
-                 embedder: Callable[[], Embedder] = shared_model, worker_id: str | None = None) -> None:
+                 embedder: Callable[[], Embedder] = shared_model, worker_id: str | None = None,
+                 fence: Fence | None = None) -> None:
         super().__init__()
         self.kafka = kafka or KafkaSettings()
         self.settings = reach or ReachSettings()
         self.names = Names(self.settings.namespace)
+        # a dual pair's parent may have ended meanwhile (the timekeeper's EXPIRED): its first ending stands
+        self.fence = fence or fence_from_settings("resolver", namespace=self.names.namespace)
         self.thresholds = thresholds or Thresholds()
         self.worker_id = ResolverSettings(**({"id": worker_id} if worker_id else {})).id
         self.reply_topic = self.names.replies(f"resolver-{self.worker_id}")
@@ -432,8 +436,11 @@ class Resolver(LoopThread):
                 resolution=resolution)
         else:
             receipt = dispatch.receipt(parent, Status.INTENT_RESOLVED, now_ms(), resolution=resolution)
-        producer.produce(self.names.receipts, encode(receipt), key=receipt.message_id.encode(),
-                         headers=_headers(receipt, parent))
+        value = encode(receipt)
+        if receipt.status.is_terminal:  # first terminal wins: a parent that already ended gets that ending again
+            [claimed] = self.fence.claim([Terminal(receipt.message_id, receipt.generation, value)])
+            value = claimed.receipt
+        producer.produce(self.names.receipts, value, key=receipt.message_id.encode(), headers=_headers(receipt, parent))
 
 
 def _headers(receipt: Receipt, envelope: dict[str, Any]) -> H.Headers:

@@ -13,7 +13,7 @@ from reach.envelopes import now_ms
 from reach.intent import catalog
 from reach.intent.claims import MemoryClaims
 from reach.intent.desk import HandoffDesk
-from reach.intent.errors import HandoffConflict
+from reach.intent.errors import HandoffConflict, IntentError
 from reach.intent.handoff import Handoff, decode, encode
 from reach.intent.semantic import Match
 from reach.intent.stages import Thresholds, resolve
@@ -21,6 +21,7 @@ from reach.intent.stats import fold
 from reach.intent.unroutable import outputs
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
+from reach.terminals import Fence, MemorySlots, Terminal
 from reach.views.control import ControlView
 
 TH = Thresholds(upper=0.4, lower=0.25, margin=0.06, exact_floor=0.5, fuzzy_floor=0.2, fuzzy_top=2)
@@ -158,9 +159,11 @@ def test_the_router_module_loads_no_model_or_numpy() -> None:
 class MemoryDesk(HandoffDesk):
     """The desk with the compacted topic as a dict: `stale` keeps answering with what it first read."""
 
-    def __init__(self, store: dict[str, bytes], claims: MemoryClaims, *, stale: bool = False) -> None:
-        super().__init__(names=Names("ns"), claims=lambda: claims)
+    def __init__(self, store: dict[str, bytes], claims: MemoryClaims, *, stale: bool = False,
+                 slots: MemorySlots | None = None) -> None:
+        super().__init__(names=Names("ns"), claims=lambda: claims, fence=Fence(slots or MemorySlots(), writer="desk"))
         self.store, self.stale, self.sent = store, stale, []
+        self.values: list[bytes] = []
         self._first: dict[str, Handoff] | None = None
 
     def all(self) -> dict[str, Handoff]:
@@ -173,6 +176,7 @@ class MemoryDesk(HandoffDesk):
     def _send(self, records: list[tuple[str, str, bytes, list[tuple[str, bytes]]]]) -> None:
         for topic, key, value, _ in records:
             self.sent.append(topic)
+            self.values.append(value)
             if topic == "ns.handoff":
                 self.store[key] = value
 
@@ -196,6 +200,36 @@ def test_of_two_operators_moving_one_handoff_at_once_exactly_one_writes() -> Non
     assert done.state == "ANSWERED" and done.version == 2 and fast.sent == ["ns.handoff", "ns.receipts", "ns.handoff"]
     assert decode(store["m"]).resolved_by == "ann"
     assert encode(done) == store["m"]
+
+
+def handoff_store() -> dict[str, bytes]:
+    raw = codec.encode_dict("Envelope", {"message_id": "m", "trace_id": "t", "tenant": "globex", "payload": b"{}",
+                                         "capability": "demo.nobody", "created_at": 1, "source": "agent://caller/x",
+                                         "deadline": now_ms() + 60_000, "delivery_timeout_ms": 1,
+                                         "execution_timeout_ms": 1})
+    return {"m": outputs(ENVELOPE | {"deadline": None}, raw, [], why="nobody", names=Names("ns"), disabled=(),
+                         at=1)[0][2]}
+
+
+def test_an_answer_to_a_message_that_already_ended_is_refused_and_a_won_answer_is_sent_again() -> None:
+    slots = MemorySlots()
+    expired = codec.encode(Receipt(message_id="m", trace_id="t", tenant="globex", capability="demo.nobody",
+                                   status=Status.EXPIRED, at=2))
+    slots.values[("m", 0)] = expired  # the timekeeper ended it first
+    late = MemoryDesk(handoff_store(), MemoryClaims(), slots=slots)
+    with pytest.raises(IntentError, match="already ended EXPIRED"):
+        late.answer("m", "too late", by="ann")
+    assert late.sent == [] and slots.values[("m", 0)] == expired
+
+    slots = MemorySlots()
+    first = MemoryDesk(handoff_store(), MemoryClaims(), slots=slots)
+    first._send = lambda _records: (_ for _ in ()).throw(OSError("broker gone"))  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        first.answer("m", "42", by="ann")  # the claim won, the publish failed
+    again = MemoryDesk(handoff_store(), MemoryClaims(), slots=slots)
+    again.answer("m", "42", by="ann")  # run again: the answer that won is published, not refused
+    assert again.sent == ["ns.receipts", "ns.handoff"] and again.values[0] == slots.values[("m", 0)]
+    assert Fence(slots, writer="x").claim([Terminal("m", 0, b"other")])[0].won is False
 
 
 def test_a_restored_pair_completes_from_its_stored_state_and_never_twice() -> None:

@@ -126,3 +126,40 @@ def test_the_resolver_merges_into_the_generic_capability_its_registrations_tag()
     off.state.apply_registration("i-1", reg)
     off.refresh(now_ms())
     assert off.resolve("my bill looks wrong and I cannot log in").stage == "handoff"
+
+
+class Produced:
+    """A producer that keeps what it was given."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def produce(self, _topic: str, value: bytes, **_kw: Any) -> None:
+        self.values.append(value)
+
+
+def test_a_dual_answer_for_a_parent_that_already_ended_republishes_that_ending() -> None:
+    from reach import codec
+    from reach.intent.dual import Outcome
+    from reach.records import Receipt, Status
+    from reach.terminals import Fence, MemorySlots
+
+    slots = MemorySlots()
+    worker = Resolver(embedder=LetterEmbedder, fence=Fence(slots, writer="resolver"))
+    parent = {"message_id": "p", "trace_id": "t", "tenant": "acme", "capability": "intent.resolve", "generation": 0,
+              "intent": "hello", "deadline": 1}
+    child = Receipt(message_id="p.a", trace_id="t", tenant="acme", capability="text.echo", status=Status.COMPLETED,
+                    at=3, result=b'{"ok": true}')
+    answer = Outcome(action="complete", parent=parent, child_id="p.a", capability="text.echo", receipt=child,
+                     state=None)
+    expired = codec.encode(Receipt(message_id="p", trace_id="t", tenant="acme", capability="intent.resolve",
+                                   status=Status.EXPIRED, at=2))
+    slots.values[("p", 0)] = expired  # the timekeeper ended the parent at its deadline first
+    out = Produced()
+    worker._record_outcome(out, answer)  # type: ignore[arg-type]
+    assert out.values == [expired]
+
+    slots.values.clear()
+    worker._record_outcome(out, answer)  # type: ignore[arg-type]
+    won = codec.decode(out.values[-1], Receipt)
+    assert won.status is Status.COMPLETED and slots.values[("p", 0)] == out.values[-1]
