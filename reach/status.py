@@ -137,7 +137,16 @@ def _advances(row: StatusRow, receipt: Receipt) -> bool:
         return True
     if receipt.status is Status.UNKNOWN or receipt.status in DELIVERY:
         return False  # a newer writer's step or a channel's delivery step: timeline only, the row keeps its status
-    return (receipt.attempt, _RANK[receipt.status]) >= (row.attempt, _RANK.get(row.status, 0))
+    return (receipt.attempt, _rank(receipt)) >= (row.attempt, _RANK.get(row.status, 0))
+
+
+def _rank(receipt: Receipt) -> int:
+    """A handoff (the router found no instance, a human now holds it) moves a ROUTED row on: a delivery timeout
+    no longer applies, so the timekeeper does not reroute it again (and reopen its handoff)."""
+    resolution = receipt.resolution
+    if receipt.status is Status.INTENT_RESOLVED and resolution is not None and resolution.stage == "handoff":
+        return _RANK[Status.ROUTED]
+    return _RANK[receipt.status]
 
 
 def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None) -> StatusRow:

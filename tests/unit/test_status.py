@@ -31,6 +31,23 @@ def test_routed_after_started_does_not_move_the_row_back() -> None:
     assert [s.status for s in row.timeline] == [Status.ROUTED, Status.STARTED]
 
 
+def test_a_handoff_after_routed_moves_the_row_so_no_delivery_timeout_reroutes_it_again() -> None:
+    from reach.records import Decision, IntentResolution
+    from reach.timekeeper import due_tasks
+
+    routed = r(Status.ROUTED, 1, delivery_timeout_ms=5, deadline=10_000,
+               decision=Decision(candidates=[], picked_instance="i1", topic="t.agent.a", partition=0, offset=7))
+    assert [t.due.value for t in due_tasks([run(routed)], now_ms=100)] == ["reroute"]
+    handed = r(Status.INTENT_RESOLVED, 3, resolution=IntentResolution(stage="handoff", intent="demo.echo"))
+    row = run(routed, r(Status.ACCEPTED, 2, reroutes=1), handed)
+    assert row.status is Status.INTENT_RESOLVED and row.delivery_due_at is None and row.inbox is None
+    assert due_tasks([row], now_ms=100) == []  # its budget still ends it: EXPIRE at the deadline
+    assert [t.due.value for t in due_tasks([row], now_ms=10_000)] == ["expire"]
+    # a resolver's non-handoff step keeps its place before the router's
+    semantic = r(Status.INTENT_RESOLVED, 3, resolution=IntentResolution(stage="semantic", intent="x"))
+    assert run(routed, semantic).status is Status.ROUTED
+
+
 def test_first_terminal_wins_and_late_receipts_only_extend_the_timeline() -> None:
     late = r(Status.FAILED, 9, error=ErrorInfo(kind="BUSINESS", code="X", message="late"))
     row = run(r(Status.STARTED, 1), r(Status.COMPLETED, 2), r(Status.COMPLETED, 2), late)
