@@ -346,5 +346,5 @@ def test_drain_from_the_agents_page_drains_the_instance(stack: Stack, admin: Any
     _shot(page, "agents-drained")
     page.goto("/console/intents")  # no traffic of its own: the capability's name seeds the exact map
     assert any(ECHO in text for text in page.locator("tr.mapping").all_inner_texts())
-    assert page.locator("tr[data-stage]").count() == 4
+    assert page.locator("tr[data-stage]").count() == 5  # exact, semantic, fuzzy, dual, handoff
     _shot(page, "intents")
