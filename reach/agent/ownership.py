@@ -14,10 +14,12 @@ for handlers) is no freeze: librdkafka heartbeats from threads of its own.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 
+log = logging.getLogger("reach.agent")
 WAIT_S = 0.05
 TICK_S = 0.25
 
@@ -59,6 +61,9 @@ class Ownership:
         if now - self._ticked > self._stale_s:
             self.freezes += 1
             self._open_at = now + self._settle_s
+            log.warning("this instance was frozen for %.1fs (its session timeout may have passed): no new handler "
+                        "starts for %.1fs, until the group has said which partitions are still ours",
+                        now - self._ticked, self._settle_s)
         self._ticked = now
 
     # -- any thread -----------------------------------------------------------------------------------

@@ -220,6 +220,12 @@ class Rig:
         leaders = [p.leader for t in wanted for p in meta.topics[t].partitions.values()]
         return max(set(leaders), key=leaders.count)
 
+    def isr_share(self, node_id: int) -> tuple[int, int]:
+        """(partitions whose ISR holds the node, partitions it leads), across the cluster, as the others see it."""
+        meta = self.admin().list_topics(timeout=15)
+        parts = [p for t in meta.topics.values() for p in t.partitions.values()]
+        return sum(node_id in p.isrs for p in parts), sum(p.leader == node_id for p in parts)
+
     def node_pid(self, node_id: int) -> int:
         pid = next(n.pid for n in self.infra.nodes() if n.node_id == node_id)
         if pid is None:
