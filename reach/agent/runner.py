@@ -378,12 +378,21 @@ class Runner:
         self._commit(asynchronous=False)
         self._forget(revoked)
         consumer.incremental_unassign(partitions)
-        self._beat()
+        self._beat_unless_empty()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._forget({tp.partition for tp in partitions})
         consumer.incremental_unassign(partitions)
-        self._beat()
+        self._beat_unless_empty()
+
+    def _beat_unless_empty(self) -> None:
+        """After a revoke or loss: a registration with no partition makes the router end this agent's messages
+        UNROUTABLE (NO_ROUTE) until the group assigns them again. When every instance lost its partitions at once
+        (their sessions timed out together during a broker failover) that ended 2,824 messages of 4,110 in 4 s.
+        So the last registration, with the partitions it named, stands until the next assignment (or the periodic
+        heartbeat): records routed to those partitions meanwhile wait in the inbox for their next owner."""
+        if self._owned or self._closing:
+            self._beat()
 
     def _forget(self, partitions: set[int]) -> None:
         self._ownership.revoked(partitions)
