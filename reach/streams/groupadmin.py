@@ -302,3 +302,7 @@ def child_main(stdin: IO[str], stdout: IO[str], make_admin: Callable[[KafkaSetti
 if __name__ == "__main__":
     faulthandler.enable(all_threads=True)
     child_main(sys.stdin, sys.stdout)
+    sys.stdout.flush()
+    # no cleanup to do, and librdkafka's destroy can wait for good on a coordinator request (librdkafka#3470):
+    # a child left running after its parent would be an orphan
+    os._exit(0)

@@ -125,3 +125,15 @@ def test_secrets_reach_the_child_on_stdin_only() -> None:
     payload = settings_payload(kafka)
     assert payload["sasl_password"] == "s3cret"
     assert KafkaSettings.model_validate(payload).sasl_password == kafka.sasl_password
+
+
+def test_the_real_child_answers_with_the_broker_s_error_and_exits_when_its_parent_closes_it() -> None:
+    real = GroupAdmin(KafkaSettings(bootstrap="127.0.0.1:1"))  # nothing listens there
+    try:
+        with pytest.raises(GroupAdminError):
+            real.describe_consumer_groups(["g"], request_timeout=0.5)["g"].result(30)
+        child = real._child
+        assert child is not None
+    finally:
+        real.close()
+    assert child.proc.returncode == 0, "it ended on its own when its stdin closed, not by a kill"
