@@ -6,6 +6,7 @@ by reference."""
 from __future__ import annotations
 
 import queue
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -222,7 +223,7 @@ class _Beats:
         self.sent.append(partitions)
 
 
-def test_losing_every_partition_publishes_no_empty_registration_until_the_next_assignment() -> None:
+def test_losing_every_partition_keeps_naming_the_last_ones_until_the_next_assignment() -> None:
     r, consumer = runner()
     beats = _Beats()
     r.heartbeat = beats  # type: ignore[assignment]
@@ -230,7 +231,18 @@ def test_losing_every_partition_publishes_no_empty_registration_until_the_next_a
     r._on_lost(consumer, [TopicPartition(r.inbox, 1)])  # type: ignore[arg-type]
     assert beats.sent == [[0]], "a partial loss is published"
     r._on_lost(consumer, [TopicPartition(r.inbox, 0)])  # type: ignore[arg-type]
-    r._on_revoke(consumer, [])  # type: ignore[arg-type]
-    assert beats.sent == [[0]], "no registration without partitions: the router would end messages NO_ROUTE"
+    r._on_assign(consumer, [])  # type: ignore[arg-type]  # the rejoin's empty first assignment
+    assert beats.sent[1:] == [[0], [0]], "never no partition: the router would end messages NO_ROUTE"
     r._on_assign(consumer, [TopicPartition(r.inbox, 0), TopicPartition(r.inbox, 1)])  # type: ignore[arg-type]
     assert beats.sent[-1] == [0, 1]
+
+
+def test_an_instance_left_without_partitions_says_so_after_two_session_timeouts() -> None:
+    r, consumer = runner()
+    beats = _Beats()
+    r.heartbeat = beats  # type: ignore[assignment]
+    r._on_assign(consumer, [TopicPartition(r.inbox, 0)])  # type: ignore[arg-type]
+    r._on_lost(consumer, [TopicPartition(r.inbox, 0)])  # type: ignore[arg-type]
+    r._empty_since = time.monotonic() - r._keep_named_s
+    r._beat()
+    assert beats.sent == [[0], [0], []]
