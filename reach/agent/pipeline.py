@@ -48,11 +48,18 @@ async def _unknown(_message_id: str, _generation: int) -> AlreadyCompleted | Non
     return None
 
 
+async def _always(_partition: int) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class Processed:
-    """How a message ended, and the acks of its last records: its offset may be committed once all succeeded."""
+    """How a message ended, and the acks of its last records: its offset may be committed once all succeeded.
 
-    outcome: Outcome
+    outcome None: not run here, because this instance no longer owns the record's partition (its next owner runs
+    it; nothing was published)."""
+
+    outcome: Outcome | None
     acks: tuple[Future[Message], ...] = ()
 
 
@@ -66,8 +73,10 @@ class Pipeline:
                  executor: Executor, middleware: list[Middleware], completed: Completed = _unknown,
                  redis_outage: Outage | None = None,
                  policy: Callable[[str], Policy | None] = lambda _: None,
-                 cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False) -> None:
+                 cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False,
+                 admitted: Callable[[int], Awaitable[bool]] = _always) -> None:
         self._agent = agent
+        self._admitted = admitted  # reach.agent.ownership: may a handler still start for this partition?
         self._cancelled = cancelled
         self._policy = policy
         self._middleware = middleware
@@ -113,6 +122,8 @@ class Pipeline:
         scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now_ms())
         waited_until = now_ms() + timeout_ms  # how long this attempt waits for another message running its key
         while True:
+            if origin is not None and not await self._admitted(origin[1]):
+                return Processed(None)
             claim = await self._redis(lambda: self._leases.claim(mid, gen, envelope.attempt, lease_ms, scope))
             if claim is None:  # Redis is unreachable: the status table is the durable check
                 done = await self._completed(mid, gen)
@@ -136,6 +147,10 @@ class Pipeline:
                     retry_after_ms=KEY_BUSY_RETRY_MS), [], raw=raw, origin=origin)
             # Another run holds the lease (or the business key): never run concurrently; wait until it finishes.
             await asyncio.sleep(LEASE_POLL_S)
+        if origin is not None and not await self._admitted(origin[1]):
+            # the claim's answer may have waited out a freeze that cost the partition: its next owner runs it
+            await self._redis(lambda: self._leases.release(mid, gen))
+            return Processed(None)
         if self._cancelled(mid, envelope.tenant):  # not started: skipped, its handler never runs
             return await self._finish(envelope, outcomes.canceled("the caller cancelled it before it started"), [],
                                       release=True, raw=raw, origin=origin, scope=scope)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import logging
 import os
@@ -41,6 +42,7 @@ def load_agent(target: str) -> Agent:
 def run(target: str = typer.Argument(..., help="MODULE:ATTR of an Agent, e.g. examples.echo_agent:agent"),
         log_level: str = typer.Option("INFO", "--log-level", help="Python logging level")) -> None:
     """Run one instance until SIGTERM/SIGINT: register, consume its inbox, drain, deregister."""
+    faulthandler.enable(all_threads=True)  # a native crash (librdkafka) prints every thread's stack to stderr
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     agent = load_agent(target)

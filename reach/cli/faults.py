@@ -33,7 +33,9 @@ def list_() -> None:
     """The scenarios, in the order `run` runs them."""
     table = Table("scenario", "kind", "what it does", "recovery target")
     for s in SCENARIOS:
-        table.add_row(s.name, str(s.kind), s.summary, f"{s.recovery_target_s:.0f} s")
+        reason = s.unavailable()
+        table.add_row(s.name, str(s.kind), s.summary + (f" [yellow](not here: {reason})[/]" if reason else ""),
+                      f"{s.recovery_target_s:.0f} s")
     console.print(table)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import signal
 import threading
@@ -30,6 +31,8 @@ def router(
     """Route every capability topic of the namespace to the best agent instance (several workers share them)."""
     from reach.streams.app import Role
 
+    # a crash in native code (librdkafka, RocksDB) prints every thread's Python stack to stderr, not nothing
+    faulthandler.enable(all_threads=True)
     if role == "resolve":
         from reach.cli.intents import run_resolver
 

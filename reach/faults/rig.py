@@ -120,7 +120,9 @@ class Rig:
     # -- environment and topics --------------------------------------------------------------------------
     def env(self, **extra: str) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
-        base.update(REACH_BOOTSTRAP=self.bootstrap, REACH_REDIS_URL=self.redis.url, REACH_NAMESPACE=self.namespace,
+        # PYTHONFAULTHANDLER: a crash in native code prints every thread's Python stack into the process's log
+        base.update(PYTHONFAULTHANDLER="1", REACH_BOOTSTRAP=self.bootstrap, REACH_REDIS_URL=self.redis.url,
+                    REACH_NAMESPACE=self.namespace,
                     REACH_TOPICS_FILE=str(ROOT / "topics.yaml"), REACH_HOME=str(self.dir / "home"),
                     **{ledger_agent.LEDGER_ENV: str(self.ledger), ledger_agent.SICK_ENV: str(self.sick_file)})
         base.update(extra)
@@ -198,8 +200,7 @@ class Rig:
         while not self._watch.wait(0.5):
             with self._lock:
                 for worker in [w for w in self.routers + self.agents if w.crashed() is not None]:
-                    self.crashes.append(f"{worker.log.name} exited {worker.crashed()}: "
-                                        f"{process.tail(worker.log, 1)[:200]}")
+                    self.crashes.append(f"{worker.log.name} exited {worker.crashed()}: {crash_line(worker.log)}")
                     if worker in self.routers:
                         self.routers.remove(worker)
                         self.start_router(wait=False)
@@ -219,6 +220,12 @@ class Rig:
         leaders = [p.leader for t in wanted for p in meta.topics[t].partitions.values()]
         return max(set(leaders), key=leaders.count)
 
+    def isr_share(self, node_id: int) -> tuple[int, int]:
+        """(partitions whose ISR holds the node, partitions it leads), across the cluster, as the others see it."""
+        meta = self.admin().list_topics(timeout=15)
+        parts = [p for t in meta.topics.values() for p in t.partitions.values()]
+        return sum(node_id in p.isrs for p in parts), sum(p.leader == node_id for p in parts)
+
     def node_pid(self, node_id: int) -> int:
         pid = next(n.pid for n in self.infra.nodes() if n.node_id == node_id)
         if pid is None:
@@ -237,6 +244,17 @@ class Rig:
 
     def summary(self) -> dict[str, object]:
         return {"namespace": self.namespace, "dir": str(self.dir), "bootstrap": self.bootstrap}
+
+
+def crash_line(log: Path) -> str:
+    """Why a crashed process ended: the last native assertion, else faulthandler's first line, else its last line
+    (faulthandler's thread stacks follow in the log)."""
+    lines = process.tail(log, 400).splitlines()
+    for marker in (": Assertion", "Fatal Python error"):
+        found = [line for line in lines if marker in line]
+        if found:
+            return found[-1][:200]
+    return (lines[-1] if lines else "")[:200]
 
 
 def _healthy(port: int) -> bool:

@@ -144,6 +144,10 @@ def run(scenarios: list[Scenario], *, infra: LocalInfra, settings: FaultSettings
         session: Session | None = None
         try:
             for scenario in scenarios:
+                reason = scenario.unavailable()
+                if reason is not None:  # e.g. partition without root or iptables: the others still run
+                    log.warning("%s skipped: %s", scenario.name, reason)
+                    continue
                 if session is None:
                     label = "shared" if shared else scenario.name
                     session = Session(infra=infra, redis=redis, workdir=workdir, label=label)

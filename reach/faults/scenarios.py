@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -12,11 +13,13 @@ from enum import StrEnum
 
 from reach import codec
 from reach.envelopes import new_envelope, now_ms
-from reach.faults import ledger_agent
+from reach.faults import ledger_agent, netsplit
 from reach.faults.checker import Window
 from reach.faults.rig import Rig, wait_until
 from reach.faults.settings import FaultSettings
 from reach.local import process
+
+log = logging.getLogger("reach.faults")
 
 
 class Kind(StrEnum):
@@ -65,6 +68,7 @@ class Scenario:
     kind: Kind
     summary: str
     inject: Inject
+    unavailable: Callable[[], str | None] = lambda: None  # why this machine cannot inject it (None: it can)
 
     @property
     def recovery_target_s(self) -> float:
@@ -157,6 +161,23 @@ def broker_pause(rig: Rig, s: FaultSettings, _p: Poison) -> Window:
     return Window(start, now_ms())
 
 
+def partition(rig: Rig, s: FaultSettings, _p: Poison) -> Window:
+    """Cut the busiest leader off from its peers and every client for REACH_FAULTS_PAUSE_S (past the brokers'
+    session timeout, 9 s, and replica.lag.time.max.ms, 10 s: the controller fences it, leadership moves), then
+    heal; the rules go even when the run fails."""
+    node = rig.busiest_leader()
+    with netsplit.Partition(rig.node_pid(node), name=f"reach-faults-{rig.namespace}") as cut:
+        start = now_ms()
+        _hold(s.pause_s)
+        try:  # evidence that the cut held, as the rest of the cluster sees it
+            in_isr, leads = rig.isr_share(node)
+            log.info("partition: node %d cut off (%d ports); after %.0fs it is in %d ISR(s), leads %d partition(s)",
+                     node, len(cut.ports), s.pause_s, in_isr, leads)
+        except Exception as exc:  # noqa: BLE001 - evidence only, never a reason to keep the cut
+            log.warning("partition: the cluster's view of node %d is unknown: %s", node, exc)
+    return Window(start, now_ms())
+
+
 def redis_restart(rig: Rig, s: FaultSettings, _p: Poison) -> Window:
     start = now_ms()
     rig.redis.stop()
@@ -198,6 +219,8 @@ SCENARIOS: tuple[Scenario, ...] = (
              rolling_bounce),
     Scenario("broker-pause", Kind.BROKER, "SIGSTOP the busiest leader past replica.lag.time.max.ms, then SIGCONT",
              broker_pause),
+    Scenario("partition", Kind.BROKER, "cut the busiest leader off from its peers and all clients (iptables, "
+             "its own cgroup) for REACH_FAULTS_PAUSE_S, then heal", partition, unavailable=netsplit.unavailable),
     Scenario("agent-sigstop", Kind.AGENT, "SIGSTOP one agent instance past its session timeout, then SIGCONT",
              agent_sigstop),
     Scenario("worker-rebalance", Kind.PROCESS, "a second router worker joins under load, then leaves",

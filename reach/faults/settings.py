@@ -18,8 +18,8 @@ class FaultSettings(BaseSettings):
     warmup_s: float = Field(default=5.0, ge=0, description="traffic before the fault")
     after_s: float = Field(default=10.0, gt=0, description="traffic after the fault ended")
     down_s: float = Field(default=5.0, ge=0, description="how long a killed broker or Redis stays down")
-    pause_s: float = Field(default=15.0, gt=0, description="SIGSTOP length: past the agent session timeout "
-                           "(6 s) and the brokers' replica.lag.time.max.ms (10 s)")
+    pause_s: float = Field(default=15.0, gt=0, description="SIGSTOP and partition length: past the agent session "
+                           "timeout (6 s), the brokers' session timeout (9 s) and replica.lag.time.max.ms (10 s)")
     sick_s: float = Field(default=10.0, gt=0, description="how long the downstream fails every call")
     drain_s: float = Field(default=120.0, gt=0, description="longest wait, after the traffic, for terminals")
     brokers: int = Field(default=3, ge=1, le=5, description="cluster size `reach faults run` starts")

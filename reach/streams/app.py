@@ -27,6 +27,7 @@ from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy
 from reach.settings import KafkaSettings, ReachSettings
+from reach.streams import groupadmin
 from reach.streams.canary import CanaryController
 from reach.streams.credentials import faust_broker_options
 from reach.streams.delays import DelayForwarder
@@ -125,7 +126,7 @@ def build_app(
         # the single writer of <ns>.health for the partitions its group gives this worker (reach.streams.health)
         health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthSettings(),
                               on_publish=HealthGauges(metrics.registry).publish)
-    views = StatusViews(fold=fold, owners=Owners(clients.admin(kafka), fold_group(names)), partitions=partitions,
+    views = StatusViews(fold=fold, owners=Owners(groupadmin.shared(kafka), fold_group(names)), partitions=partitions,
                         url=url, auth=auth_headers(reach_settings))
     pages = GuardedPages(app, required_token(reach_settings))
     attach_status_views(pages, views)

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaException
 from reach import clients
 from reach.names import Names
 from reach.settings import KafkaSettings
+from reach.streams import groupadmin
 
 log = logging.getLogger("reach.router")
 
@@ -58,13 +59,16 @@ class CapabilityTopics:
 
     def __init__(self, names: Names, every_s: float, kafka: KafkaSettings, *, group: str,
                  on_members: Callable[[int], None] = lambda _n: None,
-                 admin: Callable[[], Any] | None = None) -> None:
+                 admin: Callable[[], Any] | None = None, groups: Callable[[], Any] | None = None) -> None:
         self.prefix = names.capability_prefix
         self.group = group
         self.on_members = on_members
         self.every_s = every_s
         self.subscribed: frozenset[str] = frozenset()
         self._admin = admin or (lambda: clients.admin(kafka))
+        # group descriptions are coordinator requests, which librdkafka can abort the process in when a broker
+        # dies mid-request: a child process makes them (reach.streams.groupadmin)
+        self._groups = groups or admin or (lambda: groupadmin.shared(kafka))
         self._latest: frozenset[str] = frozenset()
         self._partitions = 0  # of the matching topics, at the last listing
         self._members = 1  # of the hot path's group, at the last description
@@ -99,7 +103,7 @@ class CapabilityTopics:
             log.warning("listing capability topics failed: %s", exc)
 
     def _count_forever(self) -> None:
-        admin = self._admin()
+        admin = self._groups()
         while not self._stop.is_set():
             self.count_once(admin)
             self._stop.wait(self.every_s)

@@ -6,7 +6,6 @@ import logging
 import uuid
 
 from confluent_kafka import Consumer
-from confluent_kafka.admin import AdminClient
 
 from reach import clients
 from reach.envelopes import now_ms
@@ -14,6 +13,7 @@ from reach.metrics import Metrics
 from reach.names import Names
 from reach.settings import KafkaSettings
 from reach.status import StatusRow, stale_no_route
+from reach.streams import groupadmin
 from reach.streams.lag import consumer_lag
 from reach.streams.router import Router, router_group
 from reach.streams.status.fold import fold_group
@@ -32,7 +32,7 @@ class Gauges:
         self._router = router
         self._metrics = metrics
         self._stale_after_ms = stale_after_ms
-        self._admin: AdminClient | None = None
+        self._admin: groupadmin.GroupAdmin | None = None
         self._reader: Consumer | None = None
 
     def update(self, rows: list[StatusRow], table_size: int) -> None:
@@ -54,7 +54,7 @@ class Gauges:
 
     def _lag(self) -> None:
         if self._admin is None or self._reader is None:
-            self._admin = clients.admin(self._kafka)
+            self._admin = groupadmin.shared(self._kafka)  # coordinator requests: in a child (groupadmin)
             self._reader = clients.consumer(f"reach-reader.lag.{uuid.uuid4().hex[:8]}", self._kafka)
         agents = {reg.agent_id for reg in self._router.state.live(now_ms())} if self._router is not None else set()
         groups = [router_group(self._names), self._names.topic("delays"), fold_group(self._names),

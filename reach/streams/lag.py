@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-from confluent_kafka.admin import AdminClient
+
+from reach.streams.groupadmin import GroupRequests
 
 
-def consumer_lag(admin: AdminClient, reader: Consumer, groups: list[str],
+def consumer_lag(admin: GroupRequests, reader: Consumer, groups: list[str],
                  timeout: float = 10.0) -> dict[tuple[str, str], int]:
     """(topic, group) -> messages behind, summed over partitions; groups without commits are skipped."""
     lag: dict[tuple[str, str], int] = {}
     for group in groups:
         futures = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], request_timeout=timeout)
         try:
-            committed = futures[group].result().topic_partitions or []
+            committed = futures[group].result(timeout=timeout + 5).topic_partitions or []
         except Exception:  # noqa: BLE001 - an unknown or empty group has no lag to report
             continue
         for tp in committed:

@@ -49,4 +49,5 @@ def test_the_ci_subset_meets_its_targets(cluster: LocalInfra, tmp_path: Path) ->
         if not r.scenario.repeats_allowed:
             assert f.double_side_effects == 0, report
         assert f.recovery_s is not None and f.recovery_s <= r.scenario.recovery_target_s, report
+        assert r.crashes == (), report  # no router or agent died on its own (the supervisor would hide it)
     assert cluster.status().brokers == 3 and all(n.pid for n in cluster.nodes()), "the killed leader is back"

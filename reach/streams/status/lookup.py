@@ -11,7 +11,8 @@ import threading
 import time
 
 from aiokafka.partitioner import murmur2
-from confluent_kafka.admin import AdminClient
+
+from reach.streams.groupadmin import GroupRequests
 
 OWNER_PREFIX = "reach-status "
 
@@ -24,7 +25,7 @@ def partition_of(message_id: str, partitions: int) -> int:
 class Owners:
     """partition -> owner URL, from the fold group's member list (cached; refreshed on demand)."""
 
-    def __init__(self, admin: AdminClient, group: str, max_age_s: float = 2.0) -> None:
+    def __init__(self, admin: GroupRequests, group: str, max_age_s: float = 2.0) -> None:
         self._admin = admin
         self._group = group
         self._max_age = max_age_s

@@ -6,6 +6,7 @@ by reference."""
 from __future__ import annotations
 
 import queue
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -38,6 +39,8 @@ class FakeConsumer:
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
         self.unassigned += [tp.partition for tp in partitions]
+
+    def incremental_assign(self, _partitions: list[TopicPartition]) -> None: ...
 
     def seek(self, tp: TopicPartition) -> None:
         self.seeks.append((tp.partition, tp.offset))
@@ -210,3 +213,36 @@ def test_a_failed_dead_letter_ack_then_a_good_receipt_ack_leaves_the_offset_unco
     settle(r)
     assert consumer.commits == [], "offset 7 stays uncommitted: its dead letter is not on the broker"
     assert r._stop.is_set(), "an outage stops the instance; the record is redelivered to the next owner"
+
+
+class _Beats:
+    def __init__(self) -> None:
+        self.sent: list[list[int]] = []
+
+    def beat(self, *, partitions: list[int], **_kwargs: Any) -> None:
+        self.sent.append(partitions)
+
+
+def test_losing_every_partition_keeps_naming_the_last_ones_until_the_next_assignment() -> None:
+    r, consumer = runner()
+    beats = _Beats()
+    r.heartbeat = beats  # type: ignore[assignment]
+    r._owned = {0, 1}
+    r._on_lost(consumer, [TopicPartition(r.inbox, 1)])  # type: ignore[arg-type]
+    assert beats.sent == [[0]], "a partial loss is published"
+    r._on_lost(consumer, [TopicPartition(r.inbox, 0)])  # type: ignore[arg-type]
+    r._on_assign(consumer, [])  # type: ignore[arg-type]  # the rejoin's empty first assignment
+    assert beats.sent[1:] == [[0], [0]], "never no partition: the router would end messages NO_ROUTE"
+    r._on_assign(consumer, [TopicPartition(r.inbox, 0), TopicPartition(r.inbox, 1)])  # type: ignore[arg-type]
+    assert beats.sent[-1] == [0, 1]
+
+
+def test_an_instance_left_without_partitions_says_so_after_two_session_timeouts() -> None:
+    r, consumer = runner()
+    beats = _Beats()
+    r.heartbeat = beats  # type: ignore[assignment]
+    r._on_assign(consumer, [TopicPartition(r.inbox, 0)])  # type: ignore[arg-type]
+    r._on_lost(consumer, [TopicPartition(r.inbox, 0)])  # type: ignore[arg-type]
+    r._empty_since = time.monotonic() - r._keep_named_s
+    r._beat()
+    assert beats.sent == [[0], [0], []]
