@@ -38,6 +38,8 @@ bench: setup
 
 # The fault suite (docs/reliability.md): a 3-broker cluster under .reach/faults, every scenario, the table.
 faults: setup
+	@command -v iptables >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; }  # the partition scenario's
 	@$(BIN)/reach faults run
 
 clean:
