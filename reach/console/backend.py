@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from reach import analytics, clients, codec, control, dlq, topicreader
+from reach import analytics, codec, control, dlq, topicreader
 from reach.canary import canaries, ended
 from reach.cli import agents as agents_cli
 from reach.cli import dlq as dlq_cli
@@ -24,6 +24,7 @@ from reach.names import Names, check_capability
 from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
+from reach.streams import groupadmin
 from reach.streams.canary import canary_record
 from reach.streams.lag import consumer_lag
 
@@ -102,7 +103,8 @@ class ConsoleBackend:
         groups = [self._names.router_app_id, *sorted(self._names.agent_group(a) for a in agents)]
         reader = topicreader.open_reader("console-lag", self._kafka)
         try:
-            lag = consumer_lag(clients.admin(self._kafka), reader, groups, timeout=5.0)
+            # coordinator requests in the group-admin child: a librdkafka abort there must not take the gateway down
+            lag = consumer_lag(groupadmin.shared(self._kafka), reader, groups, timeout=5.0)
         finally:
             reader.close()
         return [{"group": g, "topic": t, "lag": n} for (t, g), n in sorted(lag.items(), key=lambda kv: kv[0][::-1])]
