@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import faulthandler
+import hashlib
 import itertools
 import json
 import logging
@@ -42,6 +43,10 @@ log = logging.getLogger("reach.router")
 GRACE_S = 5.0
 """How much longer than its request_timeout the parent waits for an answer before failing the request itself
 (librdkafka can leave a coordinator request's future pending for good, confluentinc/librdkafka#4605)."""
+
+HUNG_AFTER = 3
+"""Consecutive requests a live child leaves unanswered before it is killed and replaced: a child stuck in a
+coordinator request that never returns would otherwise expire every later request for good."""
 
 RESTART_AFTER_S = 1.0
 """The shortest gap between two child starts: a child that dies at once (say, a bad config) is not respawned in
@@ -118,6 +123,7 @@ _DECODERS = {"describe": description_of, "offsets": offsets_of}
 class _Child:
     proc: subprocess.Popen[bytes]
     pending: dict[int, tuple[str, concurrent.futures.Future[Any]]] = field(default_factory=dict)
+    unanswered: int = 0  # requests expired in a row since its last answer
 
 
 class GroupAdmin:
@@ -153,6 +159,7 @@ class GroupAdmin:
                 child.proc.wait(10)
             except subprocess.TimeoutExpired:
                 child.proc.kill()
+                child.proc.wait(5)
 
     # -- requests ------------------------------------------------------------------------------------------
     def _request(self, op: str, group: str, timeout: float) -> concurrent.futures.Future[Any]:
@@ -207,14 +214,18 @@ class GroupAdmin:
             except ValueError:
                 continue
             with self._lock:
+                child.unanswered = 0
                 entry = child.pending.pop(answer.get("id"), None)
             if entry is None:
                 continue  # expired meanwhile
             op, future = entry
             if "error" in answer:
                 future.set_exception(GroupAdminError(answer["error"]))
-            else:
+                continue
+            try:
                 future.set_result(_DECODERS[op](answer["ok"]))
+            except (KeyError, TypeError, ValueError) as exc:  # never let one odd answer end this reader
+                future.set_exception(GroupAdminError(f"the group admin process answered {op} oddly: {exc!r}"))
         code = child.proc.wait()
         with self._lock:
             left, child.pending = list(child.pending.values()), {}
@@ -224,8 +235,14 @@ class GroupAdmin:
     def _expire(self, child: _Child, request_id: int, timeout: float) -> None:
         with self._lock:
             entry = child.pending.pop(request_id, None)
+            if entry is not None:
+                child.unanswered += 1
+            hung = child.unanswered >= HUNG_AFTER and child.proc.poll() is None
         if entry is not None:
             entry[1].set_exception(GroupAdminError(f"no answer within {timeout + GRACE_S:.0f}s"))
+        if hung:  # its reader then fails what is left, and the next request starts another child
+            log.warning("the group admin process left %d requests in a row unanswered; replacing it", HUNG_AFTER)
+            child.proc.kill()
 
 
 def _child_env() -> dict[str, str]:
@@ -242,7 +259,8 @@ _SHARED_LOCK = threading.Lock()
 
 def shared(kafka: KafkaSettings) -> GroupAdmin:
     """One GroupAdmin (one child) per process and cluster, for every caller in it."""
-    key = kafka.model_dump_json()
+    # the secrets too (model_dump_json masks them): settings that differ only in a password get their own child
+    key = hashlib.sha256(json.dumps(settings_payload(kafka), sort_keys=True).encode()).hexdigest()
     with _SHARED_LOCK:
         if key not in _SHARED:
             _SHARED[key] = GroupAdmin(kafka)

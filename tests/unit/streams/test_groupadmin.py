@@ -28,6 +28,9 @@ for line in sys.stdin:
         os.abort()
     if req["group"] == "mute":
         continue
+    if req["group"] == "odd":
+        print(json.dumps({"id": req["id"], "ok": {"state": "?"}}), flush=True)
+        continue
     if req["op"] == "describe":
         ok = {"group_id": req["group"], "state": "STABLE", "members": [
             {"client_id": "reach-status http://a", "partitions": [["t", 0], ["t", 1]]},
@@ -76,6 +79,38 @@ def test_a_request_never_answered_fails_after_its_timeout(admin: GroupAdmin,
     with pytest.raises(GroupAdminError, match="no answer"):
         admin.describe_consumer_groups(["mute"], request_timeout=0.1)["mute"].result(10)
     assert admin.describe_consumer_groups(["g"])["g"].result(10).members  # the same child goes on
+
+
+def test_a_child_that_stops_answering_is_replaced(admin: GroupAdmin, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(groupadmin, "GRACE_S", 0.1)
+    assert admin.describe_consumer_groups(["g"])["g"].result(10).members
+    for _ in range(groupadmin.HUNG_AFTER):  # alive, but every request left unanswered: as if stuck in librdkafka
+        with pytest.raises(GroupAdminError, match="no answer"):
+            admin.describe_consumer_groups(["mute"], request_timeout=0.05)["mute"].result(10)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            assert admin.describe_consumer_groups(["g"])["g"].result(10).members
+            break
+        except GroupAdminError:
+            assert time.monotonic() < deadline, "no new child answered"
+            time.sleep(0.1)
+    assert admin.restarts == 1
+
+
+def test_an_odd_answer_fails_its_request_and_the_child_goes_on(admin: GroupAdmin) -> None:
+    with pytest.raises(GroupAdminError, match="oddly"):
+        admin.describe_consumer_groups(["odd"])["odd"].result(10)
+    assert admin.describe_consumer_groups(["g"])["g"].result(10).members and admin.restarts == 0
+
+
+def test_settings_that_differ_only_in_a_secret_get_their_own_child() -> None:
+    def sasl(password: str) -> KafkaSettings:
+        return KafkaSettings(bootstrap="b:9092", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                             sasl_username="reach", sasl_password=password)
+
+    one, two = groupadmin.shared(sasl("one")), groupadmin.shared(sasl("two"))
+    assert one is not two and one is groupadmin.shared(sasl("one"))
 
 
 class FakeAdmin:
