@@ -50,15 +50,20 @@ return 0
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 # A terminal outcome, first one wins (reach.terminals): cache the receipt unless the message was already ended
 # (by the router, the timekeeper or another run: that winner is returned and published instead), and drop our
-# lease in one round trip (a claim finds the result first). With a business key: a COMPLETED receipt that won
-# (ARGV[5] = 1) is kept for the key's window (ARGV[6] ms); any other ending frees the key (only a COMPLETED result
-# is reused, so the next envelope with the key runs again).
+# lease in one round trip (a claim finds the result first). With a business key: a COMPLETED run (ARGV[5] = 1)
+# keeps its receipt for the key's window (ARGV[6] ms) even when another ending won the message's register: the
+# key tracks the side effect, which happened (a retry of an EXPIRED message reuses it rather than repeating it);
+# unless the key holds a result already (another run of this message that won). Any other ending frees the key
+# (only a COMPLETED result is reused, so the next envelope with the key runs again).
 _FINISH = """
 local done = redis.call('get', KEYS[2])
 if not done then redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
 if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
 if #KEYS >= 4 then
-  if ARGV[5] == '1' and not done then redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[6]) end
+  if ARGV[5] == '1' then
+    if not done then redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[6])
+    else redis.call('set', KEYS[4], ARGV[2], 'NX', 'PX', ARGV[6]) end
+  end
   if redis.call('get', KEYS[3]) == ARGV[4] then redis.call('del', KEYS[3]) end
 end
 return done
@@ -187,7 +192,8 @@ class Leases:
                      completed: bool = False) -> bytes | None:
         """Cache a terminal receipt for `result_ttl_s` unless the message already ended, and drop our lease; done
         before the receipt is published. Returns None when ours is the terminal, else the winner's receipt bytes.
-        With a business key: a COMPLETED receipt is kept for the key's window, any other ending frees the key."""
+        With a business key: a COMPLETED receipt is kept for the key's window (won or not: the side effect
+        happened), any other ending frees the key."""
         keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
         args: list[str | bytes] = [self._owner, receipt, str(self._result_ttl_s)]
         if scope is not None:

@@ -22,6 +22,7 @@ from reach import headers as h
 from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
+from reach.agent.ending import claim_ending, publish_ending, publish_in_order
 from reach.agent.idempotency import DEFAULT_IDEMPOTENCY_WINDOW_MS, Claim, KeyScope, LeaseStore
 from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
@@ -29,7 +30,6 @@ from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.policy import execution_timeout_ms
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
-from reach.agent.retrying import publish_in_order
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import now_ms
 from reach.receipts import receipt_for
@@ -137,9 +137,9 @@ class Pipeline:
             if claim.ours:
                 break
             if claim.result is not None or claim.retry is not None:
-                return await self._republish(claim)
+                return await self._republish(envelope, claim)
             if claim.reused is not None:
-                return self._reuse(envelope, claim.reused)
+                return await self._reuse(envelope, claim.reused)
             if claim.key_holder is not None and now_ms() >= waited_until:
                 return await self._finish(envelope, outcomes.Verdict(Outcome.RETRY, error=ErrorInfo(
                     kind="TRANSIENT", code="IDEMPOTENCY_KEY_BUSY",
@@ -238,13 +238,8 @@ class Pipeline:
             # of rerunning; a claim in between finds the result before it could take the lease. First terminal
             # wins (reach.terminals): when the router, the timekeeper or another run ended the message first, that
             # ending is published, not this one (the handler ran; its side effect is what it is).
-            completed = receipt.status is Status.COMPLETED
-            winner = await self._redis(lambda: self._leases.finish(envelope.message_id, envelope.generation, encoded,
-                                                                   scope=scope, completed=completed))
-            if winner is not None:
-                log.info("%s already ended before this run's %s; publishing that first ending instead",
-                         envelope.message_id, receipt.status.value)
-                encoded = winner
+            encoded = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation,
+                                         encoded, scope=scope, completed=receipt.status is Status.COMPLETED)
         acks.append(self._send_raw(receipt.message_id, encoded))
         if not terminal:
             # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
@@ -266,24 +261,36 @@ class Pipeline:
                            error=verdict.error, step_status=step, result=result, cost=cost,
                            retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
 
-    def _reuse(self, envelope: Envelope, first: bytes) -> Processed:
-        """COMPLETED with the result of the message that ran the handler for this business key."""
+    async def _reuse(self, envelope: Envelope, first: bytes) -> Processed:
+        """COMPLETED with the result of the message that ran the handler for this business key; claimed like any
+        terminal (reach.terminals): when the timekeeper ended this message first, that ending is published."""
         ran = codec.decode(first, Receipt)
         log.info("%s reuses the result of %s (same idempotency_key)", envelope.message_id, ran.message_id)
-        again = receipt_for(envelope, Status.COMPLETED, agent_id=self._agent.agent_id,
-                            instance_id=self._agent.instance_id, step_status=ran.step_status or StepStatus.OK,
-                            result=ran.result, reused_from=ran.message_id, timings={"idempotency_hit": 1})
-        return Processed(Outcome.COMPLETE, (self._send(again),))
+        again = codec.encode(receipt_for(
+            envelope, Status.COMPLETED, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
+            step_status=ran.step_status or StepStatus.OK, result=ran.result, reused_from=ran.message_id,
+            timings={"idempotency_hit": 1}))
+        # no scope: the key already holds the result of the message that ran it, and this one never held the key
+        ended = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation, again)
+        outcome = Outcome.COMPLETE if ended == again else _outcome(codec.decode(ended, Receipt).status)
+        return Processed(outcome, (self._send_raw(envelope.message_id, ended),))
 
-    async def _republish(self, claim: Claim) -> Processed:
+    async def _republish(self, envelope: Envelope, claim: Claim) -> Processed:
         if claim.retry is not None:  # this attempt already failed and its retry was decided: publish it again
-            await publish_in_order(self._publisher, claim.retry)
-            return Processed(Outcome.RETRY if claim.result is None else Outcome.FAIL)
+            if claim.result is not None:  # a terminal it won (a dead letter): the letter and its receipt again
+                await publish_in_order(self._publisher, claim.retry)
+                return Processed(_outcome(codec.decode(claim.result, Receipt).status))
+            last = codec.decode(claim.retry[-1].value or b"", Receipt)
+            if not last.status.is_terminal:
+                await publish_in_order(self._publisher, claim.retry)
+                return Processed(Outcome.RETRY)
+            # a crash between caching a dead letter (or an expiry) and claiming it: claim now, publish the winner
+            ended = await publish_ending(self._publisher, claim.retry, outage=self._outage, leases=self._leases,
+                                         message_id=envelope.message_id, generation=envelope.generation)
+            return Processed(_outcome(codec.decode(ended, Receipt).status))
         receipt = codec.decode(claim.result or b"", Receipt)
         again = receipt.model_copy(update={"at": now_ms(), "timings": {**receipt.timings, "cache_hit": 1}})
-        outcome = {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(receipt.status,
-                                                                                             Outcome.FAIL)
-        return Processed(outcome, (self._send(again),))
+        return Processed(_outcome(receipt.status), (self._send(again),))
 
     async def _renew(self, message_id: str, generation: int, lease_ms: int) -> bool:
         """One renewal; False ends them (someone else holds the lease). Redis errors only skip a turn."""
@@ -301,6 +308,11 @@ class Pipeline:
 
     def _send_raw(self, message_id: str, value: bytes) -> Future[Message]:
         return self._publisher.send(self._topic, message_id, value, headers=[(h.MESSAGE_ID, message_id.encode())])
+
+
+def _outcome(status: Status) -> Outcome:
+    """The outcome a terminal receipt stands for (what `process` reports for an ending it republishes)."""
+    return {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(status, Outcome.FAIL)
 
 
 def key_scope(envelope: Envelope, policy: Policy | None, *, lease_ms: int, now: int) -> KeyScope | None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 from reach import codec
+from reach.agent.ending import publish_ending, publish_in_order
 from reach.agent.idempotency import LeaseStore
 from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
@@ -16,7 +16,7 @@ from reach.agent.redisguard import redis_call
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy
-from reach.retry import Failure, Limits, Outgoing, after_failure
+from reach.retry import Failure, Limits, after_failure
 
 log = logging.getLogger("reach.agent")
 Origin = tuple[str, int, int]
@@ -60,20 +60,8 @@ class RetryStep(Middleware):
                     envelope.message_id, envelope.generation, envelope.attempt, decided.records))
             except Exception as exc:  # noqa: BLE001 - not Redis (that is the outage's): still only a cache
                 log.warning("could not cache the retry of %s (%s)", envelope.message_id, exc)
-            if decided.receipt.status.is_terminal:  # dead letter or expiry: first terminal wins (reach.terminals)
-                ending = decided.records[-1].value or b""
-                winner = await redis_call(self._outage, lambda: leases.finish(
-                    envelope.message_id, envelope.generation, ending))
-                if winner is not None and winner != ending:
-                    log.info("%s ended already; publishing that first ending, not %s (and no dead letter)",
-                             envelope.message_id, decided.receipt.status.value)
-                    await publish_in_order(self._publisher, (Outgoing(
-                        decided.records[-1].topic, envelope.message_id, winner, decided.records[-1].headers),))
-                    return
-        await publish_in_order(self._publisher, decided.records)
-
-
-async def publish_in_order(publisher: Sender, records: tuple[Outgoing, ...]) -> None:
-    """Produce each record after the previous one is acknowledged (a receipt never precedes its record)."""
-    for record in records:
-        await asyncio.wrap_future(publisher.send(record.topic, record.key, record.value, headers=record.headers))
+        if decided.receipt.status.is_terminal:  # dead letter or expiry: first terminal wins (reach.terminals)
+            await publish_ending(self._publisher, decided.records, outage=self._outage, leases=leases,
+                                 message_id=envelope.message_id, generation=envelope.generation)
+        else:
+            await publish_in_order(self._publisher, decided.records)

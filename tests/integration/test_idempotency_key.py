@@ -74,7 +74,8 @@ def test_a_reported_cost_shows_in_cost_sql(namespace: str, stream_app: StreamApp
 
 def test_the_lua_scripts_on_real_redis_reuse_only_completed_and_scope_by_tenant(namespace: str) -> None:
     """The claim and finish scripts against the real Redis: a running key is held, a FAILED ending frees it, a
-    COMPLETED one is reused for the same tenant and capability only, and a message's own key is not held."""
+    COMPLETED one is reused for the same tenant and capability only (also when another ending won the message's
+    register), and a message's own key is not held."""
     import asyncio
 
     from redis.asyncio import Redis
@@ -101,6 +102,14 @@ def test_the_lua_scripts_on_real_redis_reuse_only_completed_and_scope_by_tenant(
         assert (await a.claim("m-5", 0, 1, 5_000, elsewhere)).ours, "another capability's key is its own"
         window = await redis_.pttl(a.key_keys(key)[1])
         assert 0 < window <= 60_000, "the COMPLETED result is kept for the window"
+        lost = KeyScope(tenant="t1", capability="demo.charge", key="k-2", window_ms=60_000, hold_ms=30_000)
+        assert (await a.claim("m-6", 0, 1, 5_000, lost)).ours
+        await redis_.set(a.result_key("m-6", 0), b"expired-by-timekeeper")  # its EXPIRED won the register
+        assert await a.finish("m-6", 0, b"completed-6", scope=lost, completed=True) == b"expired-by-timekeeper"
+        assert (await b.claim("m-7", 0, 1, 5_000, lost)).reused == b"completed-6", \
+            "a COMPLETED run that lost the register still answers its key: the side effect happened"
+        await a.finish("m-6", 0, b"completed-6-again", scope=lost, completed=True)
+        assert (await b.claim("m-8", 0, 1, 5_000, lost)).reused == b"completed-6", "a result there is kept"
         await redis_.aclose()
 
     asyncio.run(go())

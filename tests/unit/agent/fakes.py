@@ -102,6 +102,8 @@ class FakeLeases:
         if scope is not None:
             if completed and winner is None:
                 self.key_results[scope.digest] = receipt
+            elif completed:  # lost the register: the side effect still happened (kept unless a result is there)
+                self.key_results.setdefault(scope.digest, receipt)
             if self.keys.get(scope.digest) == message_id:
                 del self.keys[scope.digest]
         return winner

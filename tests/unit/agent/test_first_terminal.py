@@ -7,9 +7,11 @@ from typing import Any
 
 from reach import codec
 from reach.agent import TransientError
+from reach.agent.idempotency import Claim, KeyScope
 from reach.agent.outcomes import Outcome
 from reach.receipts import receipt_for
-from reach.records import Envelope, ErrorInfo, Status
+from reach.records import Envelope, ErrorInfo, Receipt, Status
+from reach.retry import Outgoing
 from tests.unit.agent.fakes import FakeLeases, FakeSender
 from tests.unit.agent.test_pipeline import NAMES, agent_with, envelope, pipeline, run, statuses
 
@@ -86,3 +88,95 @@ def test_a_won_dead_letter_is_cached_with_its_letter_and_republished_whole() -> 
     pipe = pipeline(agent_with(failing_last_attempt(leases, env, ended_meanwhile=False)), again, leases)
     run(pipe, env)
     assert again.on(NAMES.dlq) == [letter] and statuses(again) == [Status.DEAD_LETTERED]
+
+
+def keyed(**update: Any) -> Envelope:
+    return envelope(idempotency_key="order-42", **update)
+
+
+class EndedAfterClaim(FakeLeases):
+    """The timekeeper ends the message right after the agent's claim answered (and before it published)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.end: Envelope | None = None
+
+    async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int,
+                    scope: KeyScope | None = None) -> Claim:
+        found = await super().claim(message_id, generation, attempt, ttl_ms, scope)
+        if self.end is not None and self.end.message_id == message_id:
+            self.results[message_id, generation] = expired_by_timekeeper(self.end)
+        return found
+
+
+def test_a_completed_run_that_lost_to_an_expiry_still_answers_its_idempotency_key() -> None:
+    sender, leases = FakeSender(), FakeLeases()
+    first, second = keyed(), keyed()
+    runs: list[int] = []
+
+    def charge(payload: Any) -> Any:  # the side effect happens, then the timekeeper's EXPIRED wins the register
+        runs.append(1)
+        leases.results[first.message_id, first.generation] = expired_by_timekeeper(first)
+        return {"charged": len(runs)}
+
+    pipe = pipeline(agent_with(charge), sender, leases)
+    run(pipe, first)
+    assert statuses(sender) == [Status.STARTED, Status.EXPIRED], "the message's outcome is the first terminal"
+    assert run(pipe, second) is Outcome.COMPLETE
+    assert runs == [1], "the key tracks the side effect: it happened once, the retry reuses it"
+    reused = sender.receipts()[-1]
+    assert (reused.status, reused.message_id, reused.reused_from) == (Status.COMPLETED, second.message_id,
+                                                                      first.message_id)
+    assert reused.result == b'{"charged":1}'
+
+
+def test_a_reused_result_claims_the_register_of_the_message_reusing_it() -> None:
+    sender, leases = FakeSender(), FakeLeases()
+    first, second = keyed(), keyed()
+    pipe = pipeline(agent_with(lambda p: p), sender, leases)
+    run(pipe, first)
+    run(pipe, second)
+    reused = sender.on(NAMES.receipts)[-1].value
+    assert leases.results[second.message_id, second.generation] == reused, "the router or timekeeper lose to it"
+    run(pipe, second)  # a redelivery republishes the same ending
+    assert codec.decode(sender.on(NAMES.receipts)[-1].value or b"", Receipt).reused_from == first.message_id
+
+
+def test_a_reuse_racing_the_timekeepers_expiry_publishes_only_the_expiry() -> None:
+    sender, leases = FakeSender(), EndedAfterClaim()
+    first, second = keyed(), keyed()
+    pipe = pipeline(agent_with(lambda p: p), sender, leases)
+    run(pipe, first)
+    leases.end = second
+    assert run(pipe, second) is Outcome.FAIL
+    assert [r.status for r in sender.receipts() if r.message_id == second.message_id] == [Status.EXPIRED]
+
+
+def crashed_before_the_claim(leases: FakeLeases, env: Envelope) -> Outgoing:
+    """The last attempt failed, its dead letter and receipt were cached, then the agent died before `finish`."""
+    sender = FakeSender()
+    run(pipeline(agent_with(failing_last_attempt(leases, env, ended_meanwhile=False)), sender, leases), env)
+    del leases.results[env.message_id, env.generation]
+    [letter] = sender.on(NAMES.dlq)
+    return letter
+
+
+def test_a_redelivery_after_a_crash_before_the_claim_claims_the_cached_dead_letter() -> None:
+    leases, env = FakeLeases(), envelope(attempt=4, max_attempts=4)
+    letter = crashed_before_the_claim(leases, env)
+    sender = FakeSender()
+    assert run(pipeline(agent_with(lambda p: p), sender, leases), env) is Outcome.FAIL
+    assert sender.on(NAMES.dlq) == [letter] and statuses(sender) == [Status.DEAD_LETTERED]
+    assert leases.results[env.message_id, env.generation] == sender.on(NAMES.receipts)[-1].value, \
+        "claimed: a later router or timekeeper terminal loses to it"
+
+
+def test_a_redelivery_of_a_cached_dead_letter_publishes_the_ending_that_won_meanwhile() -> None:
+    leases, env = EndedAfterClaim(), envelope(attempt=4, max_attempts=4)
+    crashed_before_the_claim(leases, env)
+    leases.end = env
+    sender = FakeSender()
+    assert run(pipeline(agent_with(lambda p: p), sender, leases), env) is Outcome.FAIL
+    assert sender.on(NAMES.dlq) == [], "no dead letter for a message that had ended"
+    assert statuses(sender) == [Status.EXPIRED]
+    assert sender.on(NAMES.receipts)[-1].value == leases.results[env.message_id, env.generation]
