@@ -19,8 +19,10 @@ from typing import Any, Protocol
 import redis
 from redis.exceptions import RedisError
 
+from reach import codec
 from reach.agent.outage import Outage
 from reach.errors import InfraUnavailable
+from reach.records import Receipt
 from reach.settings import RedisSettings
 
 log = logging.getLogger("reach.terminals")
@@ -137,7 +139,10 @@ class Fence:
 
     `claim` returns, per terminal, the bytes to publish: its own receipt when it won (or the store is out), the
     winner's when it lost. `won` is False only for a lost claim: the writer then produces no side output of its
-    own (no dead letter for a message that already COMPLETED)."""
+    own (no dead letter for a message that already COMPLETED). With `again` (a writer that may decide the same
+    record twice: router, delay tiers, timekeeper), a winner that is the same ending (status and error code) is its
+    own earlier decision for the record (its outputs failed, the record is read again): that claim counts as won,
+    with the stored bytes, so its side output is written again (at least once; replay is idempotent)."""
 
     def __init__(self, slots: SlotStore | None, *, writer: str, log_every_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -155,14 +160,16 @@ class Fence:
     def enabled(self) -> bool:
         return self._slots is not None
 
-    def claim(self, terminals: Sequence[Terminal]) -> list[Claimed]:
+    def claim(self, terminals: Sequence[Terminal], *, again: bool = False) -> list[Claimed]:
         """One round trip for the whole batch (none when it is empty or the store is out)."""
         # an empty message_id (a decodable envelope that is faulty) names no message: never one shared slot
         asked = [i for i, t in enumerate(terminals) if t.message_id]
         found = self._call(lambda slots: slots.claim([terminals[i] for i in asked]), len(asked)) if asked else None
-        winners = {i: f for i, f in zip(asked, found or (), strict=False) if f is not None}
+        winners = {i: f for i, f in zip(asked, found or (), strict=False)
+                   if f is not None and not (again and same_ending(terminals[i].receipt, f))}  # decoded only if lost
+        own = {i: f for i, f in zip(asked, found or (), strict=False) if f is not None and i not in winners}
         self.lost += len(winners)
-        return [Claimed(winners[i], won=False) if i in winners else Claimed(t.receipt, won=True)
+        return [Claimed(winners[i], won=False) if i in winners else Claimed(own.get(i, t.receipt), won=True)
                 for i, t in enumerate(terminals)]
 
     def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
@@ -202,6 +209,18 @@ class Fence:
                     "different terminal for a message is possible until it answers)", self._writer, why,
                     self._since_log)
         self._since_log = 0
+
+
+def same_ending(ours: bytes, winner: bytes) -> bool:
+    """Whether the stored winner ends the message as `ours` would (same status, same error code): identical but
+    for `at`, it is the writer's own earlier decision for this record, not another writer's ending."""
+    if ours == winner:
+        return True
+    try:
+        mine, first = codec.decode(ours, Receipt), codec.decode(winner, Receipt)
+    except Exception:  # noqa: BLE001 - an unreadable winner is someone else's ending: republished as it is
+        return False
+    return mine.status is first.status and (mine.error and mine.error.code) == (first.error and first.error.code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,12 +216,13 @@ class DelayForwarder:
             delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
         else:  # its row shows where it ended, not a retry that never comes; first terminal wins (reach.terminals)
             encoded = codec.encode(receipt_for(envelope, Status.DEAD_LETTERED, error=error))
-            [claim] = self.fence.claim([Terminal(envelope.message_id, envelope.generation, encoded)])
+            [claim] = self.fence.claim([Terminal(envelope.message_id, envelope.generation, encoded)], again=True)
             if not claim.won:  # it ended meanwhile: that ending again, and no letter
                 delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key)
                 return
+            # won, or its own first DEAD_LETTERED of this record (read again): the letter, then the stored receipt
             delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
-            delivery.produce(producer, acks, origin, self.names.receipts, encoded, key=key)
+            delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key)
         self.dead_lettered += 1
         log.warning("delay tier: dead-lettered the record at %s: %s", origin, bad.message)
 

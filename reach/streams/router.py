@@ -107,7 +107,7 @@ class _Batch:
     health: Mapping[str, InstanceHealth] = field(default_factory=dict)  # the health writer's records, by instance_id
     canaries: dict[str, Canary] = field(default_factory=dict)  # by agent_id
     terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
-    won: set[Position] = field(default_factory=set)  # records whose terminal slot this batch claimed
+    won: dict[Position, bytes] = field(default_factory=dict)  # the receipt each record claimed its slot with
 
 
 @dataclass(frozen=True)
@@ -465,18 +465,21 @@ class Router:
     def _settle_terminals(self, producer: Producer, batch: _Batch) -> None:
         """First terminal wins (reach.terminals): one round trip claims every held terminal of the batch. A winner
         produces its side output and its receipt; a loser republishes the winner's receipt and nothing else (no
-        dead letter for a message an agent already COMPLETED). Redis out: each produces its own (availability)."""
+        dead letter for a message an agent already COMPLETED). A winner that is the router's own earlier ending of
+        the record (a re-read after its outputs failed) counts as won: its letter again, the stored receipt.
+        Redis out: each produces its own (availability)."""
         endings, batch.terminals = batch.terminals, []
         if not endings:
             return
         unfenced = self.fence.unfenced
-        # A record whose first ending this batch already claimed (its letter then refused for good) keeps the slot
+        # A record whose first ending this batch already claimed (its letter then refused for good) keeps the slot:
+        # that receipt again (it may have landed already), and the new ending's side output (the letter by reference)
         ask = [e for e in endings if e.position not in batch.won]
-        claims = dict(zip((id(e) for e in ask), self.fence.claim([e.terminal for e in ask]), strict=True))
+        claims = dict(zip((id(e) for e in ask), self.fence.claim([e.terminal for e in ask], again=True), strict=True))
         for ending in endings:
-            claim = claims.get(id(ending)) or Claimed(ending.terminal.receipt, won=True)
+            claim = claims.get(id(ending)) or Claimed(batch.won[ending.position], won=True)
             if claim.won:
-                batch.won.add(ending.position)
+                batch.won[ending.position] = claim.receipt
                 if ending.side is not None:
                     ending.side()
             else:

@@ -5,14 +5,14 @@ leaves unacknowledged is acted on again next tick (receivers are idempotent). An
 gone only when its inbox offset is below the partition's log start; a read that merely times out (a
 leader move) is retried next tick. Its rows may be behind: every terminal it decides claims the message's
 terminal slot first (reach.terminals; one round trip per tick), and a reroute of a message whose slot is
-taken (it ended meanwhile) is skipped.
+taken (it ended meanwhile) is skipped and republishes that ending (its own dead letter: the letter too).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import cast
 
@@ -28,7 +28,7 @@ from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Action, Failure, Limits, Outgoing, after_failure
 from reach.settings import KafkaSettings
 from reach.status import StatusRow
-from reach.terminals import Fence, Terminal, fence_from_settings
+from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 from reach.timekeeper import Due, Task, due_tasks
 from reach.topicreader import open_reader
 
@@ -66,7 +66,7 @@ class Timekeeper:
         tasks = [t for t in due_tasks(rows, now if now is not None else now_ms()) if t.mark not in self._marks]
         if not tasks:
             return 0
-        tasks = self._not_ended(tasks)
+        ended = self._ended(tasks)
         producer = self._producer_()
         acks = Acks()
         acted: list[tuple[Task, Position]] = []
@@ -75,8 +75,7 @@ class Timekeeper:
         for i, task in enumerate(tasks):
             position = (task.row.message_id, task.row.generation, i)
             try:
-                plan = self._expire(task.row, position) if task.due is Due.EXPIRE else \
-                    self._reroute(task, position, decided)
+                plan = self._plan(task, position, decided, ended.get(task.mark))
             except Exception as exc:  # noqa: BLE001 - one row's failure must not hold back the others
                 log.warning("timekeeper: %s of %s failed: %r; trying again next tick", task.due,
                             task.row.message_id, exc)
@@ -88,7 +87,7 @@ class Timekeeper:
                 continue
             planned.append(plan)
             acted.append((task, position))
-        won: set[Position] = set()
+        won: dict[Position, bytes] = {}
         self._produce(producer, acks, planned, decided, won)
         remaining = producer.flush(30)
         if self._refused_for_good(producer, acks, decided, won):
@@ -103,18 +102,31 @@ class Timekeeper:
         self._marks.update(t.mark for t in done)
         return len(done)
 
-    def _not_ended(self, tasks: list[Task]) -> list[Task]:
-        """Drop the reroutes of messages whose terminal slot is taken: the row is behind, the message ended."""
+    def _plan(self, task: Task, position: Position, decided: dict[Position, tuple[StatusRow, Envelope, bytes]],
+              winner: bytes | None) -> _Plan | None:
+        """What a due row causes; a reroute of a message that ended (`winner`) republishes that ending instead,
+        unless it was the timekeeper's own dead letter: decided again, its claim then writes the letter too."""
+        if winner is not None and not _own_letter(winner):
+            return _Plan(position, (_receipt_record(self.names, task.row.message_id, winner),))
+        plan = self._expire(task.row, position) if task.due is Due.EXPIRE else self._reroute(task, position, decided)
+        if winner is not None and plan is not None and plan.terminal is None:
+            decided.pop(position, None)  # decided again as a reroute or a retry: never for a message that ended
+            return _Plan(position, (_receipt_record(self.names, task.row.message_id, winner),))
+        return plan
+
+    def _ended(self, tasks: list[Task]) -> dict[tuple[str, int, int, str], bytes]:
+        """The winners of the reroutes whose terminal slot is taken (the row is behind, the message ended), by mark.
+        Such a reroute is skipped but republishes the winner (a late terminal, identical), so a receipt reaches the
+        log even when it was the timekeeper's own ending whose records failed; when that ending was its own dead
+        letter, the reroute is decided again so the claim writes the letter too (reach.terminals, same_ending)."""
         reroutes = [t for t in tasks if t.due is Due.REROUTE]
-        ended = {t.mark for t, winner in zip(reroutes, self.fence.peek(
+        ended = {t.mark: winner for t, winner in zip(reroutes, self.fence.peek(
             [(t.row.message_id, t.row.generation) for t in reroutes]), strict=True) if winner is not None}
-        if not ended:
-            return tasks
-        self.skipped += len(ended)
-        self._marks.update(ended)
-        log.info("timekeeper: %d reroute(s) skipped, their messages ended already (the status rows are behind)",
-                 len(ended))
-        return [t for t in tasks if t.mark not in ended]
+        if ended:
+            self.skipped += len(ended)
+            log.info("timekeeper: %d reroute(s) skipped, their messages ended already (the status rows are behind)",
+                     len(ended))
+        return ended
 
     def _expire(self, row: StatusRow, position: Position) -> _Plan:
         error = ErrorInfo(kind="BUDGET", code="DEADLINE_EXCEEDED",
@@ -149,18 +161,22 @@ class Timekeeper:
         return _Plan(position, after.records, terminal, after.action)
 
     def _produce(self, producer: Producer, acks: Acks, plans: Sequence[_Plan],
-                 decided: dict[Position, tuple[StatusRow, Envelope, bytes]], won: set[Position]) -> None:
+                 decided: dict[Position, tuple[StatusRow, Envelope, bytes]], won: dict[Position, bytes]) -> None:
         """Claim every terminal of the plans in one round trip, then produce: a winner its records, a loser only
-        the winner's receipt (no dead letter, no retry for a message that ended). `won` collects the winners; a
-        position already in it (its terminal won this tick, then its letter was refused) keeps the slot."""
+        the winner's receipt (no dead letter, no retry for a message that ended). `won` keeps the winners' receipt
+        bytes; a position already in it (its terminal won this tick, then its letter was refused) keeps the slot:
+        its records, ending with that stored receipt (it may have landed already), never a second, different one."""
         ask = [p for p in plans if p.terminal is not None and p.position not in won]
-        claims = dict(zip((id(p) for p in ask), self.fence.claim([cast(Terminal, p.terminal) for p in ask]),
+        claims = dict(zip((id(p) for p in ask), self.fence.claim([cast(Terminal, p.terminal) for p in ask], again=True),
                           strict=True))
         for plan in plans:
             claim = claims.get(id(plan))
+            if claim is None and plan.position in won:
+                claim = Claimed(won[plan.position], won=True)
             records = plan.records
             if claim is not None and claim.won:
-                won.add(plan.position)
+                won[plan.position] = claim.receipt  # its own, or its own earlier ending of this row (same_ending)
+                records = (*records[:-1], replace(records[-1], value=claim.receipt))  # the receipt is the last
             if claim is not None and not claim.won:
                 self.superseded += 1
                 decided.pop(plan.position, None)
@@ -176,7 +192,8 @@ class Timekeeper:
                 acks.fail(plan.position, exc)
 
     def _refused_for_good(self, producer: Producer, acks: Acks,
-                          decided: dict[Position, tuple[StatusRow, Envelope, bytes]], won: set[Position]) -> bool:
+                          decided: dict[Position, tuple[StatusRow, Envelope, bytes]],
+                          won: dict[Position, bytes]) -> bool:
         """A reroute, retry or letter the broker refuses for good (too large, topic gone) would be refused every
         tick: the envelope is dead-lettered instead and the row DEAD_LETTERED (its receipt after the letter)."""
         refused = [p for p in acks.unacked()
@@ -241,6 +258,16 @@ class _Plan:
         action = Action.EXPIRE if receipt.status is Status.EXPIRED else None
         return cls(position, (_receipt_record(names, receipt.message_id, value),),
                    Terminal(receipt.message_id, receipt.generation, value), action)
+
+
+def _own_letter(winner: bytes) -> bool:
+    """Whether a stored winner is one of the timekeeper's own dead letters (decoded only for a taken slot)."""
+    try:
+        ending = codec.decode(winner, Receipt)
+    except Exception:  # noqa: BLE001 - an unreadable winner is not its own: republished as it is
+        return False
+    return ending.status is Status.DEAD_LETTERED and ending.error is not None and \
+        ending.error.code in (dlq.RETRIES_EXHAUSTED, REFUSED_BY_BROKER)
 
 
 def _receipt_record(names: Names, message_id: str, value: bytes) -> Outgoing:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from reach import codec
+from reach.records import ErrorInfo, Receipt, Status
 from reach.terminals import Fence, MemorySlots, Terminal, result_key
 
 
@@ -87,3 +89,24 @@ def test_an_empty_message_id_is_never_fenced() -> None:
     claims = fence.claim([Terminal("", 0, b"a"), Terminal("", 0, b"b")])
     assert [(c.won, c.receipt) for c in claims] == [(True, b"a"), (True, b"b")], "two faulty envelopes, two endings"
     assert slots.calls == 0 and not slots.values
+
+
+def _ending(status: Status, code: str | None, at: int) -> bytes:
+    error = ErrorInfo(kind="INVALID_INPUT", code=code, message="why") if code else None
+    return codec.encode(Receipt(message_id="m1", trace_id="t", tenant="d", capability="demo.echo", status=status,
+                                at=at, error=error))
+
+
+def test_a_writers_own_earlier_ending_counts_as_won_with_the_stored_bytes() -> None:
+    fence = Fence(MemorySlots(), writer="router")
+    first = _ending(Status.DEAD_LETTERED, "NO_ROUTE", at=1)
+    fence.claim([Terminal("m1", 0, first)])
+    [again] = fence.claim([Terminal("m1", 0, _ending(Status.DEAD_LETTERED, "NO_ROUTE", at=2))], again=True)
+    assert again.won and again.receipt == first, "its own first decision: won, the stored bytes"
+    [other] = fence.claim([Terminal("m1", 0, _ending(Status.DEAD_LETTERED, "BAD_TARGET", at=3))], again=True)
+    assert not other.won and other.receipt == first, "another ending (another code) loses"
+    [status] = fence.claim([Terminal("m1", 0, _ending(Status.REJECTED, "NO_ROUTE", at=4))], again=True)
+    assert not status.won
+    [once] = fence.claim([Terminal("m1", 0, _ending(Status.DEAD_LETTERED, "NO_ROUTE", at=5))])
+    assert not once.won, "without `again` (a writer that never decides a record twice) it loses"
+    assert fence.lost == 3

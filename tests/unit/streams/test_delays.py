@@ -149,3 +149,18 @@ def test_a_bad_record_of_a_message_that_ended_is_not_dead_lettered() -> None:
     won = FakeProducer()
     run([record(0, due=b"not-a-number")], won, MemorySlots())
     assert len(won.to(NAMES.dlq)) == 1 and len(won.to(NAMES.receipts)) == 1
+
+
+def test_a_reread_after_a_failed_flush_writes_the_letter_its_own_first_claim_decided() -> None:
+    bad = record(0, due=b"not-a-number")
+    slots = MemorySlots()
+    down = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT))  # the broker is out
+    with pytest.raises(DeliveryFailed):
+        run([bad], down, slots)
+    [stored] = slots.values.values()
+    producer = FakeProducer()  # read again: the claim finds the tier's own first DEAD_LETTERED
+    fwd, consumer = run([bad], producer, slots)
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.error is not None and letter.error.code == "BAD_DUE_AT", "its own ending's letter, written"
+    assert producer.to(NAMES.receipts) == [stored], "the stored receipt, byte for byte"
+    assert consumer.committed_at() == {(TIER, 0): 1} and fwd.dead_lettered == 1

@@ -6,6 +6,7 @@ import time
 from typing import Any, cast
 
 import pytest
+from confluent_kafka import KafkaError
 
 from reach import codec
 from reach.envelopes import new_envelope, now_ms
@@ -136,3 +137,43 @@ def test_without_redis_configured_the_router_still_ends_messages(monkeypatch: py
     producer = FakeProducer()
     r._process(cast(Any, [spent(0)[0]]), cast(Any, producer))
     assert [x.status for x in receipts(producer)] == [Status.EXPIRED]
+
+
+def nobody(offset: int = 0) -> tuple[FakeMessage, Envelope]:
+    """An envelope nobody serves, with time left: NO_ROUTE, dead-lettered (DEAD_LETTERED receipt)."""
+    return spent(offset, capability="demo.nobody", expire_at=now_ms() + 60_000)
+
+
+def test_a_reread_after_a_failed_flush_writes_the_letter_its_own_first_claim_decided(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    r, slots = fenced(monkeypatch)
+    msg, envelope = nobody()
+    down = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT))  # the broker is out
+    acks = r._process(cast(Any, [msg]), cast(Any, down)).acks
+    assert acks.commits() == {} and down.sent == []
+    stored = slots.values[envelope.message_id, envelope.generation]
+    producer = FakeProducer()  # read again; its claim finds the router's own first DEAD_LETTERED (another `at`)
+    acks = r._process(cast(Any, [msg]), cast(Any, producer)).acks
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.reason == "NO_ROUTE" and letter.message_id == envelope.message_id, "its own ending's letter"
+    assert producer.to(NAMES.receipts) == [stored], "the stored receipt, byte for byte"
+    assert acks.commits() == {(CAP, 0): 1}
+    assert r.stats.snapshot().totals.get("superseded", 0) == 0
+
+
+def test_a_letter_refused_for_good_after_its_receipt_landed_keeps_that_receipt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    r, slots = fenced(monkeypatch)
+    msg, envelope = nobody()
+
+    def refuse(topic: str, value: bytes) -> KafkaError | None:  # the copy is too large; the reference fits
+        copy = topic == NAMES.dlq and codec.decode(value, DeadLetter).envelope != b""
+        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if copy else None
+
+    producer = FakeProducer(refuse=refuse)
+    acks = r._process(cast(Any, [msg]), cast(Any, producer)).acks
+    stored = slots.values[envelope.message_id, envelope.generation]
+    assert producer.to(NAMES.receipts) == [stored, stored], "DEAD_LETTERED twice, never a REJECTED beside it"
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.envelope == b"" and letter.origin_offset == 0, "the letter by reference is still written"
+    assert acks.commits() == {(CAP, 0): 1}

@@ -159,15 +159,63 @@ def test_a_reroute_of_a_message_that_ended_is_skipped(monkeypatch: pytest.Monkey
     producer = FakeProducer()
     tk, slots = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]), producer)
     slots.values[ENVELOPE.message_id, 0] = completed_bytes()
-    assert tk.tick([routed_row()], now=5_000) == 0
-    assert producer.sent == [], "no ACCEPTED(DELIVERY_TIMEOUT), no second forward"
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert producer.to(NAMES.receipts) == [completed_bytes()], "the ending again (a late terminal, identical)"
+    assert [t for t, _v, _k in producer.sent] == [NAMES.receipts], "no ACCEPTED(DELIVERY_TIMEOUT), no second forward"
     assert tk.skipped == 1
     assert tk.tick([routed_row()], now=5_000) == 0 and slots.calls == 1, "marked: not asked again"
 
 
+def test_a_skipped_reroute_is_marked_only_when_the_ending_it_republishes_is_acknowledged(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    down = True
+    producer = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if down else None)
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([]), producer)
+    slots.values[ENVELOPE.message_id, 0] = completed_bytes()
+    assert tk.tick([routed_row()], now=5_000) == 0
+    down = False
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert producer.to(NAMES.receipts) == [completed_bytes()]
+
+
+EXHAUSTED = ENVELOPE.model_copy(update={"reroutes": 3, "attempt": 4})  # nothing left: a delivery timeout ends it
+
+
+def test_a_dead_letter_whose_records_failed_is_written_on_the_next_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    down = True
+    producer = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if down else None)
+    inbox = FakeMessage(INBOX, 0, 5, codec.encode(EXHAUSTED))
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([inbox]), producer)
+    assert tk.tick([routed_row()], now=5_000) == 0, "nothing acknowledged"
+    stored = slots.values[ENVELOPE.message_id, 0]
+    assert codec.decode(stored, Receipt).status is Status.DEAD_LETTERED
+    down = False
+    monkeypatch.setattr(module, "open_reader", lambda *_a: FakeReader([inbox]))
+    assert tk.tick([routed_row()], now=5_000) == 1, "its own ending found in the slot: acted on, not skipped"
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.reason == "RETRIES_EXHAUSTED" and letter.envelope == codec.encode(EXHAUSTED)
+    assert producer.to(NAMES.receipts) == [stored], "the stored receipt, byte for byte"
+
+
+def test_a_letter_refused_for_good_after_a_won_dead_letter_keeps_the_stored_receipt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(topic: str, value: bytes) -> KafkaError | None:  # the first letter is refused for good
+        first = topic == NAMES.dlq and codec.decode(value, DeadLetter).reason == "RETRIES_EXHAUSTED"
+        return KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if first else None
+
+    producer = FakeProducer(refuse=refuse)
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(EXHAUSTED))]),
+                              producer)
+    assert tk.tick([routed_row()], now=5_000) == 1
+    stored = slots.values[ENVELOPE.message_id, 0]
+    assert producer.to(NAMES.receipts) == [stored], "one ending: the claimed one, not a second DEAD_LETTERED"
+    [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
+    assert letter.reason == "REFUSED_BY_BROKER", "the refused-for-good letter is still written"
+
+
 def test_a_reroute_that_ends_the_message_claims_and_a_lost_claim_writes_no_letter(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    exhausted = ENVELOPE.model_copy(update={"reroutes": 3, "attempt": 4})  # nothing left: a delivery timeout ends it
+    exhausted = EXHAUSTED
     producer = FakeProducer()
     tk, slots = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(exhausted))]),
                               producer)
