@@ -238,11 +238,12 @@ class GroupAdmin:
             if entry is not None:
                 child.unanswered += 1
             hung = child.unanswered >= HUNG_AFTER and child.proc.poll() is None
-        if entry is not None:
-            entry[1].set_exception(GroupAdminError(f"no answer within {timeout + GRACE_S:.0f}s"))
         if hung:  # its reader then fails what is left, and the next request starts another child
             log.warning("the group admin process left %d requests in a row unanswered; replacing it", HUNG_AFTER)
             child.proc.kill()
+            child.proc.wait(5)  # gone before the caller hears of it: its next request finds no live child
+        if entry is not None:
+            entry[1].set_exception(GroupAdminError(f"no answer within {timeout + GRACE_S:.0f}s"))
 
 
 def _child_env() -> dict[str, str]:
