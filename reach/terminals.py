@@ -14,12 +14,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import redis
 from redis.exceptions import RedisError
 
 from reach import codec
+from reach.acks import Position
 from reach.agent.outage import Outage
 from reach.errors import InfraUnavailable
 from reach.records import Receipt
@@ -171,6 +172,24 @@ class Fence:
         self.lost += len(winners)
         return [Claimed(winners[i], won=False) if i in winners else Claimed(own.get(i, t.receipt), won=True)
                 for i, t in enumerate(terminals)]
+
+    def claim_once(self, endings: Sequence[tuple[Position, Terminal | None]],
+                   won: dict[Position, bytes]) -> list[Claimed | None]:
+        """The claims of a writer that may end one record twice in a round (router batch, timekeeper tick): one
+        round trip for every ending (`again`, see `claim`) except those of a position already in `won` (it won
+        this round, then its side output was refused for good): that position keeps its stored receipt, never a
+        second, different one. Records each won claim in `won`; None for an ending without a terminal."""
+        ask = [i for i, (position, terminal) in enumerate(endings) if terminal is not None and position not in won]
+        claims = dict(zip(ask, self.claim([cast(Terminal, endings[i][1]) for i in ask], again=True), strict=True))
+        out: list[Claimed | None] = []
+        for i, (position, _) in enumerate(endings):
+            claim = claims.get(i)
+            if claim is None and position in won:
+                claim = Claimed(won[position], won=True)
+            if claim is not None and claim.won:
+                won[position] = claim.receipt
+            out.append(claim)
+        return out
 
     def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
         """The winners of these slots; None for a slot nobody ended, and for every slot while the store is out."""

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -474,12 +474,10 @@ class Router:
         unfenced = self.fence.unfenced
         # A record whose first ending this batch already claimed (its letter then refused for good) keeps the slot:
         # that receipt again (it may have landed already), and the new ending's side output (the letter by reference)
-        ask = [e for e in endings if e.position not in batch.won]
-        claims = dict(zip((id(e) for e in ask), self.fence.claim([e.terminal for e in ask], again=True), strict=True))
-        for ending in endings:
-            claim = claims.get(id(ending)) or Claimed(batch.won[ending.position], won=True)
+        claims = self.fence.claim_once([(e.position, e.terminal) for e in endings], batch.won)
+        for ending, maybe in zip(endings, claims, strict=True):
+            claim = cast(Claimed, maybe)  # every router ending has a terminal
             if claim.won:
-                batch.won[ending.position] = claim.receipt
                 if ending.side is not None:
                     ending.side()
             else:

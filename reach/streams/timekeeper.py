@@ -28,7 +28,7 @@ from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Action, Failure, Limits, Outgoing, after_failure
 from reach.settings import KafkaSettings
 from reach.status import StatusRow
-from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
+from reach.terminals import Fence, Terminal, fence_from_settings
 from reach.timekeeper import Due, Task, due_tasks
 from reach.topicreader import open_reader
 
@@ -166,16 +166,10 @@ class Timekeeper:
         the winner's receipt (no dead letter, no retry for a message that ended). `won` keeps the winners' receipt
         bytes; a position already in it (its terminal won this tick, then its letter was refused) keeps the slot:
         its records, ending with that stored receipt (it may have landed already), never a second, different one."""
-        ask = [p for p in plans if p.terminal is not None and p.position not in won]
-        claims = dict(zip((id(p) for p in ask), self.fence.claim([cast(Terminal, p.terminal) for p in ask], again=True),
-                          strict=True))
-        for plan in plans:
-            claim = claims.get(id(plan))
-            if claim is None and plan.position in won:
-                claim = Claimed(won[plan.position], won=True)
+        claims = self.fence.claim_once([(p.position, p.terminal) for p in plans], won)
+        for plan, claim in zip(plans, claims, strict=True):
             records = plan.records
-            if claim is not None and claim.won:
-                won[plan.position] = claim.receipt  # its own, or its own earlier ending of this row (same_ending)
+            if claim is not None and claim.won:  # its own, or its own earlier ending of this row (same_ending)
                 records = (*records[:-1], replace(records[-1], value=claim.receipt))  # the receipt is the last
             if claim is not None and not claim.won:
                 self.superseded += 1

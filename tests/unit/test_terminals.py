@@ -7,7 +7,7 @@ import pytest
 
 from reach import codec
 from reach.records import ErrorInfo, Receipt, Status
-from reach.terminals import Fence, MemorySlots, Terminal, result_key
+from reach.terminals import Claimed, Fence, MemorySlots, Terminal, result_key
 
 
 class Clock:
@@ -110,3 +110,15 @@ def test_a_writers_own_earlier_ending_counts_as_won_with_the_stored_bytes() -> N
     [once] = fence.claim([Terminal("m1", 0, _ending(Status.DEAD_LETTERED, "NO_ROUTE", at=5))])
     assert not once.won, "without `again` (a writer that never decides a record twice) it loses"
     assert fence.lost == 3
+
+
+def test_claim_once_keeps_a_position_that_won_this_round_and_records_every_win() -> None:
+    slots = MemorySlots()
+    fence = Fence(slots, writer="t")
+    won: dict[tuple[str, int, int], bytes] = {}
+    first = fence.claim_once([(("t", 0, 1), Terminal("m", 0, b"dead-lettered")), (("t", 0, 2), None)], won)
+    assert first == [Claimed(b"dead-lettered", won=True), None] and won == {("t", 0, 1): b"dead-lettered"}
+    calls = slots.calls
+    # its letter refused for good: the re-reject of the same record keeps the slot's receipt, with no round trip
+    [again] = fence.claim_once([(("t", 0, 1), Terminal("m", 0, b"rejected"))], won)
+    assert again == Claimed(b"dead-lettered", won=True) and slots.calls == calls
