@@ -12,6 +12,7 @@ restores its pending pairs and completes them from the replies it has not commit
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +21,11 @@ from pydantic import BaseModel, ConfigDict
 from reach.records import Receipt, Status
 
 Action = Literal["complete", "discard", "fail", "wait"]
+EARLY_ANSWERS = 4_096
+"""Answers kept for children no tracked pair knows yet: a pair is tracked once the write of its children is
+acknowledged, and a child whose request's write was refused (read again, dispatched again with the same ids)
+can answer before its pair is tracked; its status-fold reply is sent once, so dropping it would leave the
+request to its deadline."""
 # what the request's receipts are built from (reach.intent.receipts, the reply_to header): stored instead of
 # the whole envelope, so a pair record stays small whatever the payload
 PARENT_FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "attempt", "deadline",
@@ -75,6 +81,7 @@ class DualTracker:
 
     def __init__(self) -> None:
         self._by_child: dict[str, _Pair] = {}
+        self._early: OrderedDict[str, Receipt] = OrderedDict()  # child message_id -> its answer
 
     def __len__(self) -> int:
         return len({id(p) for p in self._by_child.values()})
@@ -87,25 +94,37 @@ class DualTracker:
         assert record is not None  # nothing has ended yet
         return record
 
-    def dispatched(self, envelope: dict[str, Any], children: dict[str, str]) -> None:
+    def dispatched(self, envelope: dict[str, Any], children: dict[str, str]) -> list[Outcome]:
         """Track a new pair without storing it (tests)."""
-        self.restore(self.new_record(envelope, children, owner=""))
+        return self.restore(self.new_record(envelope, children, owner=""))
 
-    def restore(self, record: PairRecord) -> None:
+    def restore(self, record: PairRecord) -> list[Outcome]:
         """Track a pair: one just dispatched, or one read back from the pairs topic after a restart. A pair
-        already tracked keeps the state it has (the same request resolved again yields the same children)."""
+        already tracked keeps the state it has (the same request resolved again yields the same children).
+        Returns what answers that arrived before it was tracked settle."""
         if any(child in self._by_child for child in record.children):
-            return
+            return []
         pair = _Pair(dict(record.parent), record.owner, dict(record.children),
                      {k: Status(v) for k, v in record.ended.items()}, record.won)
         for child in record.children:
             if child not in pair.ended:
                 self._by_child[child] = pair
+        early = [self._early.pop(child) for child in record.children if child in self._early]
+        return [outcome for receipt in early if (outcome := self.answered(receipt)) is not None]
 
     def answered(self, receipt: Receipt) -> Outcome | None:
-        """One child's first terminal receipt; None for a receipt no pending pair knows or a repeat."""
+        """One child's first terminal receipt; None for a receipt no pending pair knows (kept a while, in case
+        its pair is tracked next) or a repeat."""
+        if not receipt.status.is_terminal:
+            return None
         pair = self._by_child.get(receipt.message_id)
-        if pair is None or receipt.message_id in pair.ended or not receipt.status.is_terminal:
+        if pair is None:
+            if receipt.message_id not in self._early:
+                self._early[receipt.message_id] = receipt
+                while len(self._early) > EARLY_ANSWERS:
+                    self._early.popitem(last=False)
+            return None
+        if receipt.message_id in pair.ended:
             return None
         pair.ended[receipt.message_id] = receipt.status
         self._by_child.pop(receipt.message_id, None)

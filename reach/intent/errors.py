@@ -17,3 +17,8 @@ class IntentError(ReachError):
 
 class HandoffConflict(IntentError):
     """Another operator moved the same handoff first (the CLI exits 2, the console answers 409)."""
+
+
+class ResolverIdInUse(IntentError):
+    """A running resolver already holds this REACH_RESOLVER_ID's reply group: the two would split each other's
+    dual-dispatch answers, and a pair whose answer the other one read would wait for its deadline."""

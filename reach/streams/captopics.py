@@ -38,7 +38,8 @@ it for a few seconds, a member that died without leaving for up to its session t
 class Subscriber(Protocol):
     """What the topic watcher needs of a consumer (confluent_kafka.Consumer, or an in-memory fake)."""
 
-    def subscribe(self, topics: list[str]) -> None: ...
+    def subscribe(self, topics: list[str], on_assign: Callable[[Any, list[Any]], None] | None = ...,
+                  on_revoke: Callable[[Any, list[Any]], None] | None = ...) -> None: ...
 
     def unsubscribe(self) -> None: ...
 
@@ -77,6 +78,8 @@ class CapabilityTopics:
         self._empty_since: float | None = None  # since when this worker has had no partition at all
         self._listed = threading.Event()
         self._stop = threading.Event()
+        self.assigned = 0  # partitions this worker holds, as the last rebalance left them
+        self.rebalances = 0
 
     def start(self) -> None:
         """List the cluster's topics on a thread of its own: a full metadata request took 36-158 ms with
@@ -129,7 +132,7 @@ class CapabilityTopics:
             self._listed.wait(0.2)
         topics = self._latest
         if topics and topics != self.subscribed:
-            consumer.subscribe(sorted(topics))
+            self._subscribe(consumer, topics)
             log.info("subscribed to %d capability topic(s): %s", len(topics), ", ".join(sorted(topics)))
             self.subscribed, self._since = topics, now
         elif self.subscribed and now - self._checked >= 1.0:
@@ -160,5 +163,24 @@ class CapabilityTopics:
                     "%d member(s)): joining the group again", len(self.subscribed), now - self._since,
                     self._partitions, self._members)
         consumer.unsubscribe()
-        consumer.subscribe(sorted(self.subscribed))
+        self._subscribe(consumer, self.subscribed)
         self._since, self._empty_since = now, None
+
+    def _subscribe(self, consumer: Subscriber, topics: frozenset[str]) -> None:
+        consumer.subscribe(sorted(topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+
+    def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
+        """Logged, so a log says when routing of a new capability could start (and when it could not)."""
+        self.assigned, self.rebalances = len(partitions), self.rebalances + 1
+        log.info("assigned %d partition(s) of %d capability topic(s), %.1f s after subscribing (rebalance %d)",
+                 len(partitions), len(self.subscribed), time.monotonic() - self._since, self.rebalances)
+
+    def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
+        self.assigned = 0
+        log.info("revoked %d partition(s)", len(partitions))
+
+    def describe(self) -> str:
+        """What a test that waited in vain reports: the subscription and the assignment."""
+        return (f"subscribed to {len(self.subscribed)} capability topic(s) ({', '.join(sorted(self.subscribed))}), "
+                f"{self.assigned} partition(s) assigned after {self.rebalances} rebalance(s); the listing has "
+                f"{len(self._latest)} topic(s), {self._partitions} partition(s); {self._members} worker(s)")

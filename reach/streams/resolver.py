@@ -15,6 +15,7 @@ completes them from the replies it had not committed.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import socket
 import time
@@ -36,7 +37,7 @@ from reach.intent import catalog, dispatch, mappings
 from reach.intent import handoff as handoffs
 from reach.intent.cache import RouteCache
 from reach.intent.dual import DualTracker, Outcome, PairRecord
-from reach.intent.errors import IntentModelMissing
+from reach.intent.errors import IntentModelMissing, ResolverIdInUse
 from reach.intent.feedback import Feedback
 from reach.intent.model import Embedder, shared_model
 from reach.intent.semantic import SemanticIndex
@@ -45,6 +46,8 @@ from reach.intent.text import normalize
 from reach.names import Names
 from reach.records import ErrorInfo, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings
+from reach.streams import groupadmin
+from reach.streams.groupadmin import GroupRequests
 from reach.streams.loopthread import LoopThread
 from reach.streams.router import MAX_ENVELOPE_BYTES, dead_letter_bytes
 from reach.streams.state import RouterState, StateLoop
@@ -53,11 +56,20 @@ from reach.terminals import Fence, Terminal, fence_from_settings
 log = logging.getLogger("reach.resolver")
 LATENCY_SAMPLES = 10_000
 REFRESH_S = 0.5  # how often the catalog is compared with the registry and control views
+REPLY_SESSION_MS = 6_000  # the reply consumer's session timeout
+ID_CHECK_S = 5.0  # the longest wait for one description of the reply group at start
+ID_WAIT_S = REPLY_SESSION_MS / 1000 + 4.0  # a crashed holder's session expires within this; a live one stays
 SERVED_TENANTS = 10_000  # per-tenant served sets kept per catalog version
 
 
 def _host_id() -> str:
     return socket.gethostname()
+
+
+def _client_id(worker_id: str) -> str:
+    """Who holds a reply group, as `check_id_free` names it: the id, the host and the process."""
+    host = re.sub(r"[^A-Za-z0-9.-]+", "-", socket.gethostname())[:60]
+    return f"resolver-{worker_id}.{host}.{os.getpid()}"
 
 
 class ResolverSettings(BaseSettings):
@@ -86,7 +98,7 @@ class Resolver(LoopThread):
     def __init__(self, *, kafka: KafkaSettings | None = None, reach: ReachSettings | None = None,
                  thresholds: Thresholds | None = None,
                  embedder: Callable[[], Embedder] = shared_model, worker_id: str | None = None,
-                 fence: Fence | None = None) -> None:
+                 fence: Fence | None = None, groups: Callable[[], GroupRequests] | None = None) -> None:
         super().__init__()
         self.kafka = kafka or KafkaSettings()
         self.settings = reach or ReachSettings()
@@ -96,6 +108,9 @@ class Resolver(LoopThread):
         self.thresholds = thresholds or Thresholds()
         self.worker_id = ResolverSettings(**({"id": worker_id} if worker_id else {})).id
         self.reply_topic = self.names.replies(f"resolver-{self.worker_id}")
+        self.reply_group = f"{self.names.resolver_group}-replies.{self.worker_id}"
+        kafka_settings = self.kafka
+        self._groups = groups or (lambda: groupadmin.shared(kafka_settings))
         self.state = RouterState()
         self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka)
         self._embedder_factory = embedder
@@ -120,7 +135,9 @@ class Resolver(LoopThread):
     # -- lifecycle -------------------------------------------------------------------------------------
 
     def start(self, *, ready_timeout: float = 30.0) -> None:
-        """Load the model (or note why not), read registry and control, ensure the reply topic, start the loop."""
+        """Refuse an id a running resolver holds; load the model (or note why not), read registry and control,
+        ensure the reply topic, start the loop."""
+        self.check_id_free()
         try:
             self._embedder = self._embedder_factory()
         except IntentModelMissing as exc:
@@ -133,6 +150,31 @@ class Resolver(LoopThread):
         self._state_loop.start()
         self._state_loop.wait_ready(ready_timeout)
         super().start()
+
+    def check_id_free(self, *, wait_s: float | None = None, every_s: float = 1.0) -> None:
+        """Raise ResolverIdInUse when the reply group keeps a member for longer than a session timeout: a
+        resolver with this id is running (on this host, when the id is the default host name). A member that
+        crashed leaves the group within its session timeout, so a restart after a crash waits that long, and a
+        group that cannot be described proves nothing: the worker starts and says so."""
+        deadline = time.monotonic() + (ID_WAIT_S if wait_s is None else wait_s)
+        while True:
+            try:
+                future = self._groups().describe_consumer_groups([self.reply_group], request_timeout=ID_CHECK_S)
+                members = future[self.reply_group].result(timeout=ID_CHECK_S + 1).members
+            except Exception as exc:  # noqa: BLE001 - a timeout, a principal that may not describe, a dead child
+                log.warning("could not check that no running resolver holds the id %r (%s): starting",
+                            self.worker_id, exc)
+                return
+            if not members:
+                return
+            if time.monotonic() >= deadline:
+                raise ResolverIdInUse(
+                    f"a running resolver already uses the id {self.worker_id!r} (its reply group {self.reply_group} "
+                    f"has {len(members)} member(s): {', '.join(sorted(m.client_id for m in members))}); give each "
+                    "resolver its own REACH_RESOLVER_ID, and keep it across restarts")
+            log.info("the reply group %s still has %d member(s): waiting for a crashed one's session to expire",
+                     self.reply_group, len(members))
+            time.sleep(every_s)
 
     def stop(self, timeout: float = 15.0) -> None:
         super().stop(timeout)
@@ -211,8 +253,10 @@ class Resolver(LoopThread):
     def _loop(self) -> None:
         consumer = Consumer(self.kafka.consumer(self.names.resolver_group,
                                                 **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
-        replies = Consumer(self.kafka.consumer(f"{self.names.resolver_group}-replies.{self.worker_id}",
-                                               **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
+        replies = Consumer(self.kafka.consumer(self.reply_group,
+                                               **{"session.timeout.ms": REPLY_SESSION_MS,
+                                                  "heartbeat.interval.ms": 1_500,
+                                                  "client.id": _client_id(self.worker_id)}))
         outcomes = topicreader.open_reader("resolver-outcomes", self.kafka)  # feedback: from now on, no group
         producer = Producer(self.kafka.producer(**{"message.max.bytes": dead_letter_bytes(self.settings)}))
         try:
@@ -303,9 +347,12 @@ class Resolver(LoopThread):
         if refused:
             producer.flush(30)
         unacked = set(acks.unacked())
+        early: list[Outcome] = []
         for position, record in duals:  # a record read again will dispatch its own pair; track only what landed
             if position not in unacked:
-                self.dual.restore(record)
+                early.extend(self.dual.restore(record))
+        if early:  # answers that arrived before their pair was tracked
+            self._settle(producer, early)
         commits, rewinds = acks.commits(), acks.rewinds()
         if commits:
             consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)
@@ -384,6 +431,7 @@ class Resolver(LoopThread):
 
     def _answers(self, producer: Producer, answers: list[Message]) -> None:
         """Children's first terminal receipts: complete, fail or record a discarded branch on the parent."""
+        outcomes: list[Outcome] = []
         for msg in answers:
             value = msg.value()
             if value is None:
@@ -394,9 +442,15 @@ class Resolver(LoopThread):
                 log.warning("skipping an undecodable reply on %s: %s", self.reply_topic, exc)
                 continue
             if outcome is not None:
-                self._record_outcome(producer, outcome)
-                state = outcome.state.model_dump_json().encode() if outcome.state is not None else None
-                producer.produce(self.names.dual_pairs, state, key=outcome.parent["message_id"].encode())
+                outcomes.append(outcome)
+        self._settle(producer, outcomes)
+
+    def _settle(self, producer: Producer, outcomes: list[Outcome]) -> None:
+        """Each outcome's receipt on the parent, then the pair's new state; all acknowledged, or raise."""
+        for outcome in outcomes:
+            self._record_outcome(producer, outcome)
+            state = outcome.state.model_dump_json().encode() if outcome.state is not None else None
+            producer.produce(self.names.dual_pairs, state, key=outcome.parent["message_id"].encode())
         if producer.flush(30):  # not acknowledged: start again from the pairs topic and the committed replies
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "dual-dispatch outcomes not acknowledged"))
 

@@ -146,6 +146,7 @@ class Router:
         self.qps = QpsLimits()
         self._batch_size = batch_size
         self._metadata_refresh_ms = metadata_refresh_ms
+        self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
         self._rng = rng or random.Random()
         self._stop = threading.Event()
         self.worker_id = uuid.uuid4().hex[:12]
@@ -230,6 +231,7 @@ class Router:
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
                                         group=router_group(self.names),
                                         on_members=lambda n: setattr(self.qps, "workers", n))
+        self.topics = capabilities  # read by diagnostics: what the hot path subscribes to and holds now
         capabilities.start()
         held = PartitionBackoff()
         try:

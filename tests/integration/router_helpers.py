@@ -107,6 +107,14 @@ class Sender:
         self.raw(self.names.capability(envelope.capability), routing_key(envelope), codec.encode(envelope))
         return envelope.message_id
 
+    def ensure(self, capability: str = "text.echo") -> Sender:
+        """Create the capability topic now (before a router starts, so its first subscription holds it)."""
+        topic = self.names.capability(capability)
+        if topic not in self._known:
+            ensure(self.names, topic)
+            self._known.add(topic)
+        return self
+
     def raw(self, topic: str, key: str | None, value: bytes) -> None:
         if topic not in self._known:
             ensure(self.names, topic)
@@ -170,6 +178,29 @@ def first_per_message(receipts: list[Receipt], ids: list[str], statuses: set[Sta
         if r.message_id in wanted and r.status in statuses and r.message_id not in out:
             out[r.message_id] = r
     return out
+
+
+def routed_receipts(names: Names, ids: list[str], router: Router | None = None,
+                    timeout: float = 60.0) -> dict[str, Receipt]:
+    """The first ROUTED receipt of each of `ids`; a timeout says what did arrive and what the router holds."""
+    tail = receipts_tail(names)
+    try:
+        # 60 s: a capability topic created after the router started is routed once the router's topic listing
+        # sees it and the group rebalances; one clean-clone CI run needed more than 30 s for that
+        got = tail.until(lambda rs: len(first_per_message(rs, ids, {Status.ROUTED})) == len(ids) and rs,
+                         timeout, what=f"{len(ids)} ROUTED receipts")
+        return first_per_message(got, ids, {Status.ROUTED})
+    except AssertionError as exc:
+        wanted = set(ids)
+        seen: dict[str, int] = {}
+        for r in tail.records:
+            if r.message_id in wanted:
+                seen[str(r.status)] = seen.get(str(r.status), 0) + 1
+        held = router.topics.describe() if router is not None and router.topics is not None else "no router"
+        raise AssertionError(f"{exc}; receipts of those messages by status: {seen or 'none'}; router: {held}; "
+                             f"router error: {router.error if router is not None else None!r}") from None
+    finally:
+        tail.close()
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from reach.client import Client
 from reach.intent.catalog import GENERIC_TAG, RESERVED, SIDE_EFFECT_FREE_TAG
 from reach.intent.claims import RedisClaims, claim_key
 from reach.intent.desk import HandoffDesk
+from reach.intent.errors import ResolverIdInUse
 from reach.intent.model import shared_model
 from reach.intent.sample import CATALOG, SUPPORT_FAMILY, UNRELATED
 from reach.names import Names
@@ -172,8 +173,11 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
     # translate and weather both match this about as well (0.33 / 0.30 with the shipped thresholds: below
     # `upper`, closer than `margin`) and both are free of side effects, so both run; translate is slow, its
     # answer arrives second and is recorded as discarded
-    with stack(tmp_path, agent={"slow": frozenset({"text.translate"})}) as (_w, client, receipts):
+    with stack(tmp_path, agent={"slow": frozenset({"text.translate"})}) as (worker, client, receipts):
         message_id = client.send(RESERVED, {"q": 1}, intent="how do you say rain in Italian")
+        # a second resolver under the same id would split the replies with this one: it is refused, naming who
+        with pytest.raises(ResolverIdInUse, match=worker.worker_id):
+            Resolver(worker_id=worker.worker_id).start()
         no_intent = client.envelope("demo.echo", {}).model_copy(update={"capability": RESERVED})
         client.publish(no_intent)  # to <ns>.intents: an intent envelope without its intent
         names = Names(namespace)

@@ -13,12 +13,12 @@ import pytest
 
 from reach.factors import NAMES
 from reach.names import Names
-from reach.records import AgentState, Receipt, Status
+from reach.records import AgentState, Receipt
+from reach.streams.router import Router
 from tests.integration.router_helpers import (
     Instance,
     Sender,
-    first_per_message,
-    receipts_tail,
+    routed_receipts,
     running_router,
     sees,
     wait_for,
@@ -27,17 +27,20 @@ from tests.integration.router_helpers import (
 pytestmark = pytest.mark.integration
 
 
-def routed_to(names: Names, ids: list[str]) -> Counter[str]:
-    tail = receipts_tail(names)
-    try:
-        # 60 s: a capability topic created after the router started is routed once the router's topic listing
-        # sees it and the group rebalances; one clean-clone CI run needed more than 30 s for that
-        got = tail.until(lambda rs: len(first_per_message(rs, ids, {Status.ROUTED})) == len(ids) and rs,
-                         60.0, what=f"{len(ids)} ROUTED receipts")
-        routed = first_per_message(got, ids, {Status.ROUTED})
-        return Counter(r.instance_id for r in routed.values())
-    finally:
-        tail.close()
+def routed_to(names: Names, ids: list[str], router: Router | None = None) -> Counter[str]:
+    return Counter(r.instance_id for r in routed_receipts(names, ids, router).values())
+
+
+def test_a_capability_topic_created_after_the_router_started_is_routed(namespace: str) -> None:
+    names = Names(namespace)
+    late = Instance(names, "late-1", capability="text.late")
+    late.heartbeat()
+    with running_router() as router:
+        wait_for(lambda: sees(router, late), what="the instance registered")
+        ids = Sender(names).many(10, capability="text.late")  # creates the topic now
+        assert set(routed_to(names, ids, router)) == {"late-1"}
+        assert router.topics is not None and names.capability("text.late") in router.topics.subscribed
+        assert router.topics.assigned > 0 and router.topics.rebalances >= 1
 
 
 def test_version_range_and_to_agent(namespace: str) -> None:
@@ -46,24 +49,24 @@ def test_version_range_and_to_agent(namespace: str) -> None:
     new = Instance(names, "new-1", version="2.0.0", agent_id="agent://echo/next")
     for i in (old, new):
         i.heartbeat()
-    sender = Sender(names)
+    sender = Sender(names).ensure()  # subscribed from the start: these tests are about the routing decision
     with running_router() as router:
         wait_for(lambda: sees(router, old) and sees(router, new), what="both instances registered")
         caret = sender.many(40, version="^1.2")
         pinned = sender.many(20, to_agent="agent://echo/next")
-        assert set(routed_to(names, caret)) == {"old-1"}
-        assert set(routed_to(names, pinned)) == {"new-1"}
+        assert set(routed_to(names, caret, router)) == {"old-1"}
+        assert set(routed_to(names, pinned, router)) == {"new-1"}
 
 
 def test_session_affinity_holds_for_100_requests(namespace: str) -> None:
     names = Names(namespace)
     for n in range(3):
         Instance(names, f"i{n}", max_concurrency=1000, partitions=[n]).heartbeat()
-    sender = Sender(names)
+    sender = Sender(names).ensure()  # subscribed from the start: these tests are about the routing decision
     with running_router() as router:
         wait_for(lambda: all(router.state.registration(f"i{n}") for n in range(3)), what="3 instances")
         ids = sender.many(100, session_key="session-42")
-        counts = routed_to(names, ids)
+        counts = routed_to(names, ids, router)
         assert len(counts) == 1 and sum(counts.values()) == 100
 
 
@@ -73,14 +76,14 @@ def test_draining_instance_gets_nothing(namespace: str) -> None:
     b = Instance(names, "b", max_concurrency=1000, partitions=[1])
     a.heartbeat()
     b.heartbeat()
-    sender = Sender(names)
+    sender = Sender(names).ensure()  # subscribed from the start: these tests are about the routing decision
     with running_router() as router:
         wait_for(lambda: sees(router, a) and sees(router, b), what="both instances registered")
-        before = routed_to(names, sender.many(60))
+        before = routed_to(names, sender.many(60), router)
         assert before["a"] > 0 and before["b"] > 0  # equal scores: tie jitter spreads them
         b.heartbeat(state=AgentState.DRAINING)
         wait_for(lambda: sees(router, b, state=AgentState.DRAINING), what="b DRAINING seen")
-        after = routed_to(names, sender.many(100))
+        after = routed_to(names, sender.many(100), router)
         assert after == Counter({"a": 100})
 
 
@@ -89,16 +92,8 @@ def weights_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           env=dict(os.environ), cwd=Path(__file__).resolve().parents[2], timeout=60)
 
 
-def routed(names: Names, ids: list[str]) -> dict[str, Receipt]:
-    tail = receipts_tail(names)
-    try:
-        # 60 s: a capability topic created after the router started is routed once the router's topic listing
-        # sees it and the group rebalances; one clean-clone CI run needed more than 30 s for that
-        got = tail.until(lambda rs: len(first_per_message(rs, ids, {Status.ROUTED})) == len(ids) and rs,
-                         60.0, what=f"{len(ids)} ROUTED receipts")
-        return first_per_message(got, ids, {Status.ROUTED})
-    finally:
-        tail.close()
+def routed(names: Names, ids: list[str], router: Router | None = None) -> dict[str, Receipt]:
+    return routed_receipts(names, ids, router)
 
 
 def test_a_cost_weight_set_through_the_cli_routes_to_the_cheaper_instance(namespace: str) -> None:
@@ -107,10 +102,10 @@ def test_a_cost_weight_set_through_the_cli_routes_to_the_cheaper_instance(namesp
     dear = Instance(names, "dear", cost=3.0, partitions=[1])
     for i in (cheap, dear):
         i.heartbeat()
-    sender = Sender(names)
+    sender = Sender(names).ensure()  # subscribed from the start: these tests are about the routing decision
     with running_router() as router:
         wait_for(lambda: sees(router, cheap, cost=1.0) and sees(router, dear, cost=3.0), what="both instances")
-        before = Counter(r.instance_id for r in routed(names, sender.many(40)).values())
+        before = Counter(r.instance_id for r in routed(names, sender.many(40), router).values())
         assert before["cheap"] > 0 and before["dear"] > 0  # cost weighs 0 by default: equal scores, tie jitter
         cli = weights_cli("set", "--capability", "text.echo", "--cost", "2", "--json")
         assert cli.returncode == 0, cli.stderr
@@ -118,7 +113,7 @@ def test_a_cost_weight_set_through_the_cli_routes_to_the_cheaper_instance(namesp
         shown = json.loads(weights_cli("show", "--capability", "text.echo", "--json").stdout)["text.echo"]
         assert shown["from"]["cost"] == "text.echo" and shown["cost"] == 2.0 and shown["from_scope"] == "text.echo"
         wait_for(lambda: router.state.control.weights("text.echo")["cost"] == 2.0, what="the cost weight seen")
-        after = routed(names, sender.many(40))
+        after = routed(names, sender.many(40), router)
         assert {r.instance_id for r in after.values()} == {"cheap"}
         decision = next(iter(after.values())).decision
         assert decision is not None and decision.weights["cost"] == 2.0 and decision.weights["fit"] == 0.4
@@ -135,14 +130,14 @@ def test_the_priority_health_preset_sends_urgent_requests_to_the_urgent_class(na
     urgent = Instance(names, "urgent", priority_class=5, partitions=[1])
     for i in (standard, urgent):
         i.heartbeat()
-    sender = Sender(names)
+    sender = Sender(names).ensure()  # subscribed from the start: these tests are about the routing decision
     with running_router() as router:
         wait_for(lambda: sees(router, standard) and sees(router, urgent, priority_class=5), what="both instances")
         cli = weights_cli("set", "--preset", "priority-health")
         assert cli.returncode == 0, cli.stderr
         wait_for(lambda: router.state.control.weights("text.echo")["priority"] == 0.4, what="the preset seen")
-        hurried = routed(names, sender.many(20, priority=5))
-        calm = routed(names, sender.many(20))
+        hurried = routed(names, sender.many(20, priority=5), router)
+        calm = routed(names, sender.many(20), router)
         assert {r.instance_id for r in hurried.values()} == {"urgent"}
         assert {r.instance_id for r in calm.values()} == {"standard"}
         decision = next(iter(hurried.values())).decision

@@ -132,3 +132,20 @@ def test_repeated_failures_lower_an_exact_mappings_confidence() -> None:
     lowered = fb.ended("m3", Status.EXPIRED)
     assert lowered is not None and (lowered.phrase, lowered.confidence) == ("rain", 0.75)
     assert fb.ended("unknown", Status.FAILED) is None
+
+
+def test_an_answer_that_arrives_before_its_pair_is_tracked_settles_the_pair_once_it_is() -> None:
+    from reach.intent import dual
+
+    tracker = DualTracker()
+    early = _receipt("x1", Status.COMPLETED)
+    assert tracker.answered(early) is None  # its request's write was refused: the pair is not tracked yet
+    assert tracker.answered(_receipt("x1", Status.ROUTED)) is None  # not an answer: nothing kept
+    [settled] = tracker.dispatched({"message_id": "p2"}, {"x0": "a.b", "x1": "c.d"})
+    assert settled.action == "complete" and settled.child_id == "x1" and settled.parent["message_id"] == "p2"
+    late = tracker.answered(_receipt("x0", Status.COMPLETED))
+    assert late is not None and late.action == "discard" and late.state is None and len(tracker) == 0
+    assert tracker.dispatched({"message_id": "p3"}, {"y0": "a.b", "y1": "c.d"}) == []  # nothing early for it
+    for n in range(dual.EARLY_ANSWERS + 10):  # bounded: the oldest unknown answers go first
+        tracker.answered(_receipt(f"z{n}", Status.FAILED))
+    assert len(tracker._early) == dual.EARLY_ANSWERS and "z0" not in tracker._early

@@ -163,3 +163,49 @@ def test_a_dual_answer_for_a_parent_that_already_ended_republishes_that_ending()
     worker._record_outcome(out, answer)  # type: ignore[arg-type]
     won = codec.decode(out.values[-1], Receipt)
     assert won.status is Status.COMPLETED and slots.values[("p", 0)] == out.values[-1]
+
+
+class _Groups:
+    """An in-memory seam for the reply group's description: a list of member lists, one per describe call."""
+
+    def __init__(self, *answers: list[str] | Exception) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    def describe_consumer_groups(self, group_ids: list[str], **_kw: Any) -> dict[str, Any]:
+        from concurrent.futures import Future
+
+        from reach.streams.groupadmin import Assignment, GroupDescription, Member
+
+        answer = self.answers[min(self.calls, len(self.answers) - 1)]
+        self.calls += 1
+        future: Future[Any] = Future()
+        if isinstance(answer, Exception):
+            future.set_exception(answer)
+        else:
+            future.set_result(GroupDescription(group_ids[0], "Stable" if answer else "Empty",
+                                               [Member(c, Assignment([])) for c in answer]))
+        return {group_ids[0]: future}
+
+
+def test_an_id_a_live_resolver_holds_is_refused_with_who_holds_it() -> None:
+    import pytest
+
+    from reach.intent.errors import ResolverIdInUse
+
+    groups = _Groups(["resolver-host-a.host-a.41"])
+    worker = Resolver(embedder=LetterEmbedder, worker_id="host-a", groups=lambda: groups)
+    with pytest.raises(ResolverIdInUse) as refused:
+        worker.check_id_free(wait_s=0.05, every_s=0.01)
+    assert "host-a" in str(refused.value) and "resolver-host-a.host-a.41" in str(refused.value)
+    assert "REACH_RESOLVER_ID" in str(refused.value) and groups.calls >= 2  # asked again before refusing
+
+
+def test_a_crashed_holder_whose_session_expires_is_waited_for_and_an_unanswered_check_starts() -> None:
+    crashed = _Groups(["resolver-r.h.7"], ["resolver-r.h.7"], [])  # its session expires on the third look
+    worker = Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: crashed)
+    worker.check_id_free(wait_s=5.0, every_s=0.01)
+    assert crashed.calls == 3
+    silent = _Groups(TimeoutError("no coordinator"))
+    Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: silent).check_id_free(wait_s=5.0)
+    assert silent.calls == 1

@@ -40,7 +40,7 @@ class FakeConsumer:
         self.unsubscribed = 0
         self.assigned = assigned
 
-    def subscribe(self, topics: list[str]) -> None:
+    def subscribe(self, topics: list[str], on_assign: Any = None, on_revoke: Any = None) -> None:
         self.subscriptions.append(topics)
 
     def unsubscribe(self) -> None:
