@@ -18,6 +18,7 @@ from reach.records import AgentRegistration, Capability
 
 SIDE_EFFECT_FREE_TAG = "side-effect-free"
 GENERIC_TAG = "generic"  # the family's generic capability: the fuzzy stage merges unplaced requests into it
+FAMILY_TAG = "family:"  # `family:<name>` puts a capability in a family other than its name's first segment
 MARKER_TAGS = frozenset({SIDE_EFFECT_FREE_TAG, GENERIC_TAG})  # about the capability, not what it does
 CHANNEL_PREFIX = "channel."
 RESERVED = "intent.resolve"  # the capability an envelope names when it carries an intent instead
@@ -31,6 +32,10 @@ class CatalogEntry:
     texts: list[str] = field(default_factory=list)
     side_effect_free: bool = False
     generic: bool = False
+    family: str = ""  # the fuzzy stage's unit (reach.intent.text.family unless a `family:` tag names one)
+
+    def __post_init__(self) -> None:
+        self.family = self.family or family(self.capability)
 
     def add(self, text: str) -> None:
         if text and text not in self.texts:
@@ -74,6 +79,7 @@ def build(registrations: Iterable[AgentRegistration]) -> dict[str, CatalogEntry]
     channels (`channel.*` posts wherever its payload says: only an app allowed it by name may call one, and an
     intent would let any caller reach it)."""
     entries: dict[str, CatalogEntry] = {}
+    named: dict[str, set[str]] = {}  # capability -> the families its `family:` tags name
     for reg in registrations:
         for cap in reg.capabilities:
             if cap.name == RESERVED or cap.name.startswith(CHANNEL_PREFIX):
@@ -85,24 +91,34 @@ def build(registrations: Iterable[AgentRegistration]) -> dict[str, CatalogEntry]
             for phrase in example_phrases(cap):
                 entry.add(phrase)
             entry.add(phrase_of_name(cap.name))
-            tags = [t for t in cap.tags if t not in MARKER_TAGS]
+            tags = [t for t in cap.tags if t not in MARKER_TAGS and not t.startswith(FAMILY_TAG)]
+            tagged = (t[len(FAMILY_TAG):].strip() for t in cap.tags if t.startswith(FAMILY_TAG))
+            named.setdefault(cap.name, set()).update(f for f in tagged if f)
             if tags:
                 entry.add(" ".join(tags))
             if SIDE_EFFECT_FREE_TAG in cap.tags:
                 entry.side_effect_free = True
             if GENERIC_TAG in cap.tags:
                 entry.generic = True
+    for name, families_named in named.items():
+        if families_named:  # instances that disagree: the first name, so every resolver places it alike
+            entries[name].family = min(families_named)
     return entries
 
 
 def generics(entries: dict[str, CatalogEntry]) -> dict[str, str]:
-    """Family (the name's first segment) -> its generic capability; a family with two generics has none (which
-    one is meant is not known, so the fuzzy stage hands such requests off)."""
+    """Family (the name's first segment, or its `family:` tag) -> its generic capability; a family with two
+    generics has none (which one is meant is not known, so the fuzzy stage hands such requests off)."""
     found: dict[str, list[str]] = {}
     for entry in entries.values():
         if entry.generic:
-            found.setdefault(family(entry.capability), []).append(entry.capability)
+            found.setdefault(entry.family, []).append(entry.capability)
     return {fam: caps[0] for fam, caps in found.items() if len(caps) == 1}
+
+
+def families(entries: dict[str, CatalogEntry]) -> dict[str, str]:
+    """Capability -> its family, for the fuzzy stage."""
+    return {name: entry.family for name, entry in entries.items()}
 
 
 def tenancy(registrations: Iterable[AgentRegistration]) -> dict[str, frozenset[str] | None]:

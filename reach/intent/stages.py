@@ -85,9 +85,11 @@ def resolve(
     thresholds: Thresholds,
     unavailable: str = "",
     generics: Mapping[str, str] | None = None,
+    families: Mapping[str, str] | None = None,
 ) -> Resolution:
     """Decide one intent. `rank` is None when the semantic stage cannot run (`unavailable` says why);
-    `generics` maps a family to its generic capability (reach.intent.catalog.generics)."""
+    `generics` maps a family to its generic capability (reach.intent.catalog.generics), `families` a capability
+    to its family (reach.intent.catalog.families; by default its name's first segment)."""
     phrase = normalize(intent)
     considered: list[Candidate] = []
     mapping = exact.get(phrase)
@@ -110,7 +112,7 @@ def resolve(
     if best.score >= thresholds.upper or (best.score >= thresholds.lower and gap >= thresholds.margin):
         return Resolution("semantic", intent, best.capability,
                           (*considered, *_candidates(matches, taken={best.capability}, why="a better match won")))
-    merged = _fuzzy(intent, matches, considered, thresholds, generics or {}, live)
+    merged = _fuzzy(intent, matches, considered, thresholds, generics or {}, families or {}, live)
     if merged is not None:
         return merged
     if best.score < thresholds.lower:
@@ -132,20 +134,24 @@ def resolve(
 
 
 def _fuzzy(intent: str, matches: list[Match], considered: list[Candidate], thresholds: Thresholds,
-           generics: Mapping[str, str], live: frozenset[str]) -> Resolution | None:
+           generics: Mapping[str, str], families: Mapping[str, str], live: frozenset[str]) -> Resolution | None:
     """The fuzzy merge: the best `fuzzy_top` all clear `fuzzy_floor` and share a family with a served generic."""
     top = matches[:thresholds.fuzzy_top]
     if not thresholds.fuzzy or len(top) < thresholds.fuzzy_top or top[-1].score < thresholds.fuzzy_floor:
         return None
-    families = {family(m.capability) for m in top}
-    generic = generics.get(next(iter(families))) if len(families) == 1 else None
+
+    def family_of(capability: str) -> str:
+        return families.get(capability) or family(capability)
+
+    shared = {family_of(m.capability) for m in top}
+    generic = generics.get(next(iter(shared))) if len(shared) == 1 else None
     if generic is None or generic not in live:
         return None
     names = ", ".join(f"{m.capability} {m.score:.3f}" for m in top)
     return Resolution("fuzzy", intent, generic,
                       (*considered, *_candidates(matches, taken={generic},
                                                  why=f"not confident: merged into the family's generic {generic}")),
-                      note=f"the best {len(top)} ({names}) are all of family {family(generic)} and score at least "
+                      note=f"the best {len(top)} ({names}) are all of family {next(iter(shared))} and score at least "
                            f"{thresholds.fuzzy_floor:.2f}: merged into its generic capability {generic}")
 
 

@@ -125,6 +125,7 @@ class Resolver(LoopThread):
         self._tenancy: dict[str, frozenset[str] | None] = {}
         self._served: dict[str, frozenset[str]] = {}
         self._generics: dict[str, str] = {}
+        self._families: dict[str, str] = {}
         self.cache = RouteCache()
         self.dual = DualTracker()
         self.feedback = Feedback()
@@ -207,7 +208,7 @@ class Resolver(LoopThread):
             if mapping.capability in entries and mapping.confidence >= self.thresholds.exact_floor:
                 entries[mapping.capability].add(phrase)
         tenancy = catalog.tenancy(live)
-        version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free, e.generic)
+        version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free, e.generic, e.family)
                                 for e in entries.values())),
                    tuple(sorted((p, m.capability, m.confidence) for p, m in operator.items())),
                    tuple(sorted((c, None if t is None else tuple(sorted(t))) for c, t in tenancy.items())))
@@ -219,6 +220,7 @@ class Resolver(LoopThread):
         self._tenancy = tenancy
         self._served = {}
         self._generics = catalog.generics(entries)
+        self._families = catalog.families(entries)
         self._sef = frozenset(e.capability for e in entries.values() if e.side_effect_free)
         if self._embedder is not None:
             self._index = SemanticIndex(self._embedder, entries, self._vectors)
@@ -242,7 +244,7 @@ class Resolver(LoopThread):
         started = time.perf_counter()
         resolution = resolve(intent, exact=self._exact, live=live, side_effect_free=self._sef,
                              rank=self._index.rank if self._index is not None else None,
-                             thresholds=self.thresholds, generics=self._generics,
+                             thresholds=self.thresholds, generics=self._generics, families=self._families,
                              unavailable=self.unavailable or "the model is not loaded")
         self.latencies_ms.append((time.perf_counter() - started) * 1000)
         self.cache.put(key, resolution)

@@ -290,3 +290,26 @@ def test_a_router_handoff_waits_for_a_human_within_its_budget_then_the_timekeepe
     assert row.status is Status.INTENT_RESOLVED and not row.terminal and row.deadline == 99  # waiting for a human
     assert due_tasks([row], now_ms=98) == []
     assert [t.due for t in due_tasks([row], now_ms=99)] == [Due.EXPIRE]
+
+
+def test_a_family_tag_groups_capabilities_across_prefixes_for_the_fuzzy_merge() -> None:
+    def cap(name: str, *tags: str) -> Capability:
+        return Capability(name=name, version="1.0.0", tags=list(tags))
+    entries = catalog.build([
+        reg("i", cap("billing.refund", "family:customer"), cap("accounts.close", "family:customer"),
+            cap("helpdesk.general", "family:customer", catalog.GENERIC_TAG), cap("weather.forecast")),
+        reg("j", cap("accounts.close", "family:zeta"))])  # an instance that disagrees: the first name wins
+    assert catalog.generics(entries) == {"customer": "helpdesk.general"}
+    families = catalog.families(entries)
+    assert families["billing.refund"] == families["accounts.close"] == "customer"
+    assert families["weather.forecast"] == "weather"  # untagged: its name's first segment
+    assert not any("family:" in t for e in entries.values() for t in e.texts)  # a marker, not words
+    live = frozenset(entries)
+    res = resolve("give my money back and close it", exact={}, live=live, side_effect_free=frozenset(),
+                  rank=ranked(("billing.refund", 0.38), ("accounts.close", 0.34)),  # type: ignore[arg-type]
+                  thresholds=TH, generics=catalog.generics(entries), families=families)
+    assert res.stage == "fuzzy" and res.capability == "helpdesk.general" and "family customer" in res.note
+    by_prefix = resolve("give my money back and close it", exact={}, live=live, side_effect_free=frozenset(),
+                        rank=ranked(("billing.refund", 0.38), ("accounts.close", 0.34)),  # type: ignore[arg-type]
+                        thresholds=TH, generics=catalog.generics(entries))
+    assert by_prefix.stage == "handoff"  # without the tags the two are of different families
