@@ -39,13 +39,9 @@ def test_a_stale_reread_of_a_completed_message_ends_it_once(namespace: str) -> N
     def echo(payload: dict[str, Any]) -> dict[str, Any]:
         return payload
 
-    sender = Sender(names)
+    sender = Sender(names).ensure(CAPABILITY)  # subscribed from the router's start
     topic = names.capability(CAPABILITY)
-    # Two with a short budget (spent when read again: EXPIRED), one parked (read again once nobody serves it:
-    # NO_ROUTE with a dead letter, expire_at being ahead).
-    unfenced, fenced = (new_envelope(CAPABILITY, {"n": n}, budget_ms=3_000) for n in (1, 2))
-    parked = new_envelope(CAPABILITY, {"n": 3}, expire_at=now_ms() + 120_000)
-    raw = {e.message_id: codec.encode(e) for e in (unfenced, fenced, parked)}
+    raw: dict[str, bytes] = {}
 
     def read_again(envelope: Envelope) -> None:  # the very bytes the router routed, as a re-read sees them
         sender.raw(topic, routing_key(envelope), raw[envelope.message_id])
@@ -57,10 +53,17 @@ def test_a_stale_reread_of_a_completed_message_ends_it_once(namespace: str) -> N
         with running(agent):
             wait_for(lambda: any(r.agent_id == agent.agent_id for r in router.state.live(now_ms())), 30,
                      "the agent registered")
+            # Two with a short budget (spent when read again: EXPIRED), one parked (read again once nobody serves
+            # it: NO_ROUTE with a dead letter, expire_at being ahead). Made now: a budget that started before the
+            # router and the agent were up could be spent at the first read.
+            unfenced, fenced = (new_envelope(CAPABILITY, {"n": n}, budget_ms=3_000) for n in (1, 2))
+            parked = new_envelope(CAPABILITY, {"n": 3}, expire_at=now_ms() + 120_000)
+            raw.update({e.message_id: codec.encode(e) for e in (unfenced, fenced, parked)})
             for envelope in (unfenced, fenced, parked):
                 read_again(envelope)
             for envelope in (unfenced, fenced, parked):
-                tail.until(lambda _r, m=envelope.message_id: terminals(tail, m), 30, f"{envelope.message_id} COMPLETED")
+                tail.until(lambda _r, m=envelope.message_id: terminals(tail, m), 30, f"{envelope.message_id} ended")
+                assert outcomes(terminals(tail, envelope.message_id)) == {("COMPLETED", None)}
             wait_for(lambda: now_ms() > max(unfenced.deadline, fenced.deadline), 10, "the short budgets spent")
 
             real, router.fence = router.fence, Fence(None, writer="router")  # as before the fence
