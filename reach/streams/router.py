@@ -119,6 +119,7 @@ class _Ending:
     terminal: Terminal
     headers: H.Headers
     capability: str
+    counter: str  # the router's count of this outcome, counted only if it wins (else `superseded`)
     side: Callable[[], None] | None = None
 
 
@@ -411,14 +412,12 @@ class Router:
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})
-            self._produce_terminal(batch, position, receipt, reply)
-            self.stats.count(stats_key, "overload")
+            self._produce_terminal(batch, position, receipt, reply, counter="overload")
         elif isinstance(outcome, Unavailable):
             receipt = _receipt(request, Status.FAILED, now,
                                error=_error("UNAVAILABLE", "UNAVAILABLE", outcome.message),
                                retry_after_ms=outcome.retry_after_ms)
-            self._produce_terminal(batch, position, receipt, reply)
-            self.stats.count(stats_key, "unavailable")
+            self._produce_terminal(batch, position, receipt, reply, counter="unavailable")
         elif isinstance(outcome, NoRoute) and self.state.control.policy(request.capability).handoff:
             for topic, key, out, headers in unroutable.outputs(envelope, value, candidates, why=outcome.message,
                                                                disabled=disabled, names=self.names, at=now):
@@ -434,12 +433,10 @@ class Router:
             else:
                 status, counter = Status.UNROUTABLE, "unroutable"
             receipt = _receipt(request, status, now, error=_error("NO_ROUTE", "NO_ROUTE", outcome.message))
-            self._produce_terminal(batch, position, receipt, reply, side=letter)
-            self.stats.count(stats_key, counter)
+            self._produce_terminal(batch, position, receipt, reply, counter=counter, side=letter)
         elif isinstance(outcome, Expired):
             receipt = _receipt(request, Status.EXPIRED, now, error=_error("TIMEOUT", "BUDGET_SPENT", outcome.message))
-            self._produce_terminal(batch, position, receipt, reply)
-            self.stats.count(stats_key, "expired")
+            self._produce_terminal(batch, position, receipt, reply, counter="expired")
         else:
             self._reject(msg, value, envelope, outcome, producer, batch, position, now)
 
@@ -458,11 +455,12 @@ class Router:
                          key=key, headers=[(H.MESSAGE_ID, key), *(reply or ())])
 
     def _produce_terminal(self, batch: _Batch, position: Position, receipt: dict[str, Any],
-                          reply: H.Headers | None = None, *, side: Callable[[], None] | None = None) -> None:
+                          reply: H.Headers | None = None, *, counter: str,
+                          side: Callable[[], None] | None = None) -> None:
         """Hold a terminal receipt (and its side output) for the batch's one claim of the terminal slots."""
         terminal = Terminal(receipt["message_id"], receipt.get("generation") or 0, encode_dict("Receipt", receipt))
         capability = receipt["capability"] if receipt["capability"] in batch.known else OTHER
-        batch.terminals.append(_Ending(position, terminal, list(reply or ()), capability, side))
+        batch.terminals.append(_Ending(position, terminal, list(reply or ()), capability, counter, side))
 
     def _settle_terminals(self, producer: Producer, batch: _Batch) -> None:
         """First terminal wins (reach.terminals): one round trip claims every held terminal of the batch. A winner
@@ -480,6 +478,7 @@ class Router:
         for ending, maybe in zip(endings, claims, strict=True):
             claim = cast(Claimed, maybe)  # every router ending has a terminal
             if claim.won:
+                self.stats.count(ending.capability, ending.counter)
                 if ending.side is not None:
                     ending.side()
             else:
@@ -551,8 +550,7 @@ class Router:
         if envelope is not None:
             request = RouteRequest.from_envelope(envelope)
             receipt = _receipt(request, Status.REJECTED, now, error=error)
-            self._produce_terminal(batch, position, receipt, reply, side=letter)
-            self.stats.count(receipt["capability"] if receipt["capability"] in batch.known else OTHER, "rejected")
+            self._produce_terminal(batch, position, receipt, reply, counter="rejected", side=letter)
             return
         letter()  # undecodable: no (message_id, generation) to fence; nothing else can end it either
         receipt = {

@@ -54,6 +54,7 @@ def test_the_first_terminal_wins_and_the_router_republishes_it(monkeypatch: pyte
     assert producer.to(NAMES.receipts) == [first], "the winner's bytes, not a second EXPIRED"
     assert acks.commits() == {(CAP, 0): 1}
     assert r.stats.snapshot().totals["superseded"] == 1
+    assert r.stats.snapshot().totals.get("expired", 0) == 0, "a lost ending is not counted as the router's"
 
 
 def test_a_won_claim_publishes_and_stores_the_routers_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -62,7 +63,7 @@ def test_a_won_claim_publishes_and_stores_the_routers_terminal(monkeypatch: pyte
     producer = FakeProducer()
     r._process(cast(Any, [msg]), cast(Any, producer))
     [expired] = receipts(producer)
-    assert expired.status is Status.EXPIRED
+    assert expired.status is Status.EXPIRED and r.stats.snapshot().totals["expired"] == 1
     assert slots.values[envelope.message_id, envelope.generation] == producer.to(NAMES.receipts)[0]
     again = FakeProducer()  # the same record read again (not committed before a crash): the same ending
     r._process(cast(Any, [msg]), cast(Any, again))
@@ -97,6 +98,8 @@ def test_a_lost_rejection_writes_no_dead_letter(monkeypatch: pytest.MonkeyPatch)
     r._process(cast(Any, [FakeMessage(CAP, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
     assert producer.to(NAMES.dlq) == []
     assert [x.status for x in receipts(producer)] == [Status.COMPLETED]
+    totals = r.stats.snapshot().totals
+    assert totals.get("rejected", 0) == 0 and totals["superseded"] == 1
 
 
 def test_one_claim_per_batch_and_none_for_forwards(monkeypatch: pytest.MonkeyPatch) -> None:
