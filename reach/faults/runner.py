@@ -93,7 +93,7 @@ class Session:
             time.sleep(settings.warmup_s)  # phase lengths define the experiment
             window = scenario.inject(rig, settings, poison)
             log.info("%s: fault over after %.1fs", scenario.name, (window.end_ms - window.start_ms) / 1000)
-            time.sleep(settings.after_s)
+            time.sleep(scenario.after_s(settings))
         finally:
             traffic.stop()
         _drain(traffic, self.tail, settings.drain_s)

@@ -69,6 +69,11 @@ class Scenario:
     summary: str
     inject: Inject
     unavailable: Callable[[], str | None] = lambda: None  # why this machine cannot inject it (None: it can)
+    # the shortest traffic after the fault that can show its recovery (REACH_FAULTS_AFTER_S when longer)
+    min_after_s: Callable[[], float] = lambda: 0.0
+
+    def after_s(self, settings: FaultSettings) -> float:
+        return max(settings.after_s, self.min_after_s())
 
     @property
     def recovery_target_s(self) -> float:
@@ -200,6 +205,15 @@ def sick_downstream(rig: Rig, s: FaultSettings, _p: Poison) -> Window:
     return Window(start, now_ms())
 
 
+def _breaker_probe_s() -> float:
+    """An open breaker waits REACH_HEALTH_OPEN_MS (30 s) before it probes, so the sick downstream's recovery can
+    only show after that: its traffic after the fault lasts that long plus 30 s for the probes to pass (60 s in
+    all by default, its recovery target)."""
+    from reach.health.settings import HealthSettings
+
+    return HealthSettings().open_ms / 1000 + 30.0
+
+
 def poison(rig: Rig, s: FaultSettings, p: Poison) -> Window:
     start = now_ms()
     p.on.set()
@@ -227,7 +241,7 @@ SCENARIOS: tuple[Scenario, ...] = (
              worker_rebalance),
     Scenario("redis-flush", Kind.REDIS, "FLUSHALL on the agents' Redis mid-run", redis_flush),
     Scenario("sick-downstream", Kind.DOWNSTREAM, "every handler call fails (retryable) for REACH_FAULTS_SICK_S",
-             sick_downstream),
+             sick_downstream, min_after_s=_breaker_probe_s),
     Scenario("poison", Kind.INPUT, "undecodable records and a control-topic reply_to mixed into the traffic",
              poison),
 )

@@ -45,3 +45,15 @@ def test_poison_is_mixed_in_only_while_the_fault_is_on() -> None:
     assert poison(21) is None
     assert junk is not None and junk[0].startswith("poison-junk-")
     assert sneaky is not None and sneaky[1] != junk[1]
+
+
+def test_the_sick_downstream_runs_long_enough_after_its_fault_for_a_breaker_to_probe(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.faults.settings import FaultSettings
+
+    short = FaultSettings(after_s=10)
+    assert BY_NAME["sick-downstream"].after_s(short) == 60.0  # 30 s open breaker + 30 s for the probes
+    assert BY_NAME["router-sigkill"].after_s(short) == 10.0
+    assert BY_NAME["sick-downstream"].after_s(FaultSettings(after_s=90)) == 90.0  # a longer setting stands
+    monkeypatch.setenv("REACH_HEALTH_OPEN_MS", "5000")
+    assert BY_NAME["sick-downstream"].after_s(short) == 35.0
