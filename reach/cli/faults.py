@@ -88,6 +88,8 @@ def run_(
     if not as_json:
         console.print(table)
         console.print(f"rate {settings.rate:.0f} req/s; {infra.status().brokers} brokers; "
-                      f"warm-up {settings.warmup_s:.0f} s, after {settings.after_s:.0f} s")
+                      f"warm-up {settings.warmup_s:.0f} s, after {settings.after_s:.0f} s"
+                      + "".join(f" ({r.scenario.name} {r.scenario.after_s(settings):.0f} s)" for r in results
+                                if r.scenario.after_s(settings) != settings.after_s))
     if not all(r.ok for r in results):
         raise typer.Exit(Exit.NOT_COMPLETED)

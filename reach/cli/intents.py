@@ -135,6 +135,7 @@ def _receipts(values: Iterator[bytes | None]) -> Iterator[Receipt]:
 def run_resolver(interval: float) -> None:
     """`reach router --role resolve`: one resolver worker until SIGTERM / SIGINT, a summary line per interval."""
     from reach import clients
+    from reach.intent.errors import ResolverIdInUse
     from reach.streams.resolver import Resolver
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -153,6 +154,8 @@ def run_resolver(interval: float) -> None:
              worker.reply_topic, "unavailable: " + worker.unavailable if worker.unavailable else "loaded")
     try:
         while not stop.wait(interval):
+            if isinstance(worker.error, ResolverIdInUse):
+                raise worker.error  # exit 2, saying who holds the id
             if not worker.healthy():
                 raise typer.Exit(4)
             log.info("resolved %s; cache %d hits / %d misses", json.dumps(worker.counts, sort_keys=True),

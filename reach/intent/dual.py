@@ -22,10 +22,12 @@ from reach.records import Receipt, Status
 
 Action = Literal["complete", "discard", "fail", "wait"]
 EARLY_ANSWERS = 4_096
-"""Answers kept for children no tracked pair knows yet: a pair is tracked once the write of its children is
-acknowledged, and a child whose request's write was refused (read again, dispatched again with the same ids)
-can answer before its pair is tracked; its status-fold reply is sent once, so dropping it would leave the
-request to its deadline."""
+EARLY_BYTES = 32 * 1024 * 1024
+"""Answers kept for children no tracked pair knows yet (at most this many, and about this many bytes of results
+and errors): a pair is tracked once the write of its children is acknowledged, and a child whose request's
+write was refused (read again, dispatched again with the same ids) can answer before its pair is tracked; its
+status-fold reply is sent once, so dropping it would leave the request to its deadline."""
+ENDED_REMEMBERED = 16_384  # children whose pair settled them: a repeat of their answer is not kept as early
 # what the request's receipts are built from (reach.intent.receipts, the reply_to header): stored instead of
 # the whole envelope, so a pair record stays small whatever the payload
 PARENT_FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "attempt", "deadline",
@@ -82,6 +84,8 @@ class DualTracker:
     def __init__(self) -> None:
         self._by_child: dict[str, _Pair] = {}
         self._early: OrderedDict[str, Receipt] = OrderedDict()  # child message_id -> its answer
+        self._early_bytes = 0
+        self._ended: OrderedDict[str, None] = OrderedDict()  # children settled here, most recent last
 
     def __len__(self) -> int:
         return len({id(p) for p in self._by_child.values()})
@@ -109,8 +113,40 @@ class DualTracker:
         for child in record.children:
             if child not in pair.ended:
                 self._by_child[child] = pair
-        early = [self._early.pop(child) for child in record.children if child in self._early]
-        return [outcome for receipt in early if (outcome := self.answered(receipt)) is not None]
+        # in the order they arrived: the first valid answer wins, as it would have had the pair been tracked
+        early = [child for child in self._early if child in record.children]
+        answers = [self._drop_early(child) for child in early]
+        for child in pair.ended:  # settled before (the stored state says so): their answers are repeats
+            self._remember_ended(child)
+        return [outcome for receipt in answers
+                if receipt.message_id not in pair.ended and (outcome := self.answered(receipt)) is not None]
+
+    @property
+    def early(self) -> list[Receipt]:
+        """The answers kept for pairs not tracked yet, oldest first (carried over when the worker restarts)."""
+        return list(self._early.values())
+
+    def answered_all(self, receipts: list[Receipt]) -> list[Outcome]:
+        """`answered` for each, in order: what they settle (the others are kept as early answers)."""
+        return [outcome for receipt in receipts if (outcome := self.answered(receipt)) is not None]
+
+    def _drop_early(self, child: str) -> Receipt:
+        receipt = self._early.pop(child)
+        self._early_bytes -= _size(receipt)
+        return receipt
+
+    def _remember_ended(self, child: str) -> None:
+        self._ended[child] = None
+        while len(self._ended) > ENDED_REMEMBERED:
+            self._ended.popitem(last=False)
+
+    def _keep(self, receipt: Receipt) -> None:
+        if receipt.message_id in self._early or receipt.message_id in self._ended:
+            return  # a repeat, or the answer of a child whose pair already settled it
+        self._early[receipt.message_id] = receipt
+        self._early_bytes += _size(receipt)
+        while self._early and (len(self._early) > EARLY_ANSWERS or self._early_bytes > EARLY_BYTES):
+            self._drop_early(next(iter(self._early)))
 
     def answered(self, receipt: Receipt) -> Outcome | None:
         """One child's first terminal receipt; None for a receipt no pending pair knows (kept a while, in case
@@ -119,15 +155,13 @@ class DualTracker:
             return None
         pair = self._by_child.get(receipt.message_id)
         if pair is None:
-            if receipt.message_id not in self._early:
-                self._early[receipt.message_id] = receipt
-                while len(self._early) > EARLY_ANSWERS:
-                    self._early.popitem(last=False)
+            self._keep(receipt)
             return None
         if receipt.message_id in pair.ended:
             return None
         pair.ended[receipt.message_id] = receipt.status
         self._by_child.pop(receipt.message_id, None)
+        self._remember_ended(receipt.message_id)
         capability = pair.children[receipt.message_id]
         if pair.won is not None:
             action: Action = "discard"
@@ -139,3 +173,9 @@ class DualTracker:
         else:
             action = "wait"  # a failed branch while the other may still answer
         return Outcome(action, pair.parent, receipt.message_id, capability, receipt, pair.record())
+
+
+def _size(receipt: Receipt) -> int:
+    """About what an early answer holds in memory: its result and error, plus a fixed part for the rest."""
+    error = receipt.error
+    return 512 + len(receipt.result or b"") + (len(error.message or "") if error is not None else 0)

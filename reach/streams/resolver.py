@@ -57,6 +57,7 @@ log = logging.getLogger("reach.resolver")
 LATENCY_SAMPLES = 10_000
 REFRESH_S = 0.5  # how often the catalog is compared with the registry and control views
 REPLY_SESSION_MS = 6_000  # the reply consumer's session timeout
+ID_RECHECK_S = 10.0  # how often a running worker looks for another worker holding its id
 ID_CHECK_S = 5.0  # the longest wait for one description of the reply group at start
 ID_WAIT_S = REPLY_SESSION_MS / 1000 + 4.0  # a crashed holder's session expires within this; a live one stays
 SERVED_TENANTS = 10_000  # per-tenant served sets kept per catalog version
@@ -66,10 +67,28 @@ def _host_id() -> str:
     return socket.gethostname()
 
 
-def _client_id(worker_id: str) -> str:
-    """Who holds a reply group, as `check_id_free` names it: the id, the host and the process."""
-    host = re.sub(r"[^A-Za-z0-9.-]+", "-", socket.gethostname())[:60]
-    return f"resolver-{worker_id}.{host}.{os.getpid()}"
+def _client_id(worker_id: str, started_ms: int) -> str:
+    """Who holds a reply group, as the id checks name it: the id, the host, the process and when it started."""
+    host = re.sub(r"[^A-Za-z0-9-]+", "-", socket.gethostname())[:60]
+    return f"resolver-{worker_id}.{host}.{os.getpid()}.{started_ms}"
+
+
+def yields_to(mine: str, members: list[str]) -> str | None:
+    """The member of this worker's reply group that this worker gives the id up to, if any: one that started
+    earlier (by the start time that ends its client id; ties by client id), or one whose start is not known
+    (an older resolver). Two workers that see each other decide alike, so exactly one of them stops."""
+    def started(client_id: str) -> int | None:
+        tail = client_id.rsplit(".", 1)[-1]
+        return int(tail) if tail.isdigit() and client_id != tail else None
+
+    me = started(mine)
+    for other in sorted(members):
+        if other == mine:
+            continue
+        at = started(other)
+        if at is None or me is None or (at, other) < (me, mine):
+            return other
+    return None
 
 
 class ResolverSettings(BaseSettings):
@@ -109,6 +128,7 @@ class Resolver(LoopThread):
         self.worker_id = ResolverSettings(**({"id": worker_id} if worker_id else {})).id
         self.reply_topic = self.names.replies(f"resolver-{self.worker_id}")
         self.reply_group = f"{self.names.resolver_group}-replies.{self.worker_id}"
+        self.client_id = _client_id(self.worker_id, now_ms())
         kafka_settings = self.kafka
         self._groups = groups or (lambda: groupadmin.shared(kafka_settings))
         self.state = RouterState()
@@ -258,20 +278,24 @@ class Resolver(LoopThread):
         replies = Consumer(self.kafka.consumer(self.reply_group,
                                                **{"session.timeout.ms": REPLY_SESSION_MS,
                                                   "heartbeat.interval.ms": 1_500,
-                                                  "client.id": _client_id(self.worker_id)}))
+                                                  "client.id": self.client_id}))
         outcomes = topicreader.open_reader("resolver-outcomes", self.kafka)  # feedback: from now on, no group
         producer = Producer(self.kafka.producer(**{"message.max.bytes": dead_letter_bytes(self.settings)}))
         try:
+            early = self.dual.early  # answers kept for pairs not tracked yet, their offsets already committed
             self.dual = self._restore_pairs(producer)  # what this id left pending, as the pairs topic has it
+            self._settle(producer, self.dual.answered_all(early))
             outcomes.assign([TopicPartition(self.names.receipts, p, OFFSET_END)
                              for p in topicreader.partitions(outcomes, self.names.receipts)])
             replies.subscribe([self.reply_topic])
             consumer.subscribe([self.names.intents])
             self.error = None  # a restart after an infrastructure error has recovered
+            holders = _IdWatch(self, time.monotonic())
             while not self._stop.is_set():
                 if time.monotonic() - self._refreshed >= REFRESH_S:
                     self.refresh(now_ms())
                     self._refreshed = time.monotonic()
+                holders.check(time.monotonic())
                 messages = [m for m in clients.take(consumer, 200, 0.1) if not m.error()]
                 if messages:
                     self._batch(consumer, producer, messages)
@@ -497,6 +521,42 @@ class Resolver(LoopThread):
             [claimed] = self.fence.claim([Terminal(receipt.message_id, receipt.generation, value)])
             value = claimed.receipt
         producer.produce(self.names.receipts, value, key=receipt.message_id.encode(), headers=_headers(receipt, parent))
+
+
+class _IdWatch:
+    """While the worker runs, every ID_RECHECK_S: the reply group's members, asked without blocking the loop. The
+    start-time check misses a holder that had not joined yet (both started together, or it was between two
+    loop runs); here two workers with one id see each other and the later one stops with ResolverIdInUse."""
+
+    def __init__(self, worker: Resolver, now: float) -> None:
+        self.worker = worker
+        self.next_at = now + ID_RECHECK_S
+        self.pending: Any = None
+
+    def check(self, now: float) -> None:
+        if self.pending is None:
+            if now < self.next_at:
+                return
+            try:
+                self.pending = self.worker._groups().describe_consumer_groups(
+                    [self.worker.reply_group], request_timeout=ID_CHECK_S)[self.worker.reply_group]
+            except Exception as exc:  # noqa: BLE001 - the next look tries again
+                log.debug("describing %s failed: %s", self.worker.reply_group, exc)
+                self.next_at = now + ID_RECHECK_S
+            return
+        if not self.pending.done():
+            return
+        future, self.pending, self.next_at = self.pending, None, now + ID_RECHECK_S
+        try:
+            members = [m.client_id for m in future.result().members]
+        except Exception as exc:  # noqa: BLE001 - the next look tries again
+            log.debug("describing %s failed: %s", self.worker.reply_group, exc)
+            return
+        holder = yields_to(self.worker.client_id, members)
+        if holder is not None:
+            raise ResolverIdInUse(
+                f"another resolver ({holder}) uses the id {self.worker.worker_id!r} and started first: this one "
+                f"({self.worker.client_id}) stops; give each resolver its own REACH_RESOLVER_ID")
 
 
 def _headers(receipt: Receipt, envelope: dict[str, Any]) -> H.Headers:

@@ -474,11 +474,13 @@ class Router:
         unfenced = self.fence.unfenced
         # A record whose first ending this batch already claimed (its letter then refused for good) keeps the slot:
         # that receipt again (it may have landed already), and the new ending's side output (the letter by reference)
+        settled = {e.position for e in endings if e.position in batch.won}  # counted when they first won
         claims = self.fence.claim_once([(e.position, e.terminal) for e in endings], batch.won)
         for ending, maybe in zip(endings, claims, strict=True):
             claim = cast(Claimed, maybe)  # every router ending has a terminal
             if claim.won:
-                self.stats.count(ending.capability, ending.counter)
+                if ending.position not in settled:
+                    self.stats.count(ending.capability, ending.counter)
                 if ending.side is not None:
                     ending.side()
             else:

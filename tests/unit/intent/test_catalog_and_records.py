@@ -149,3 +149,26 @@ def test_an_answer_that_arrives_before_its_pair_is_tracked_settles_the_pair_once
     for n in range(dual.EARLY_ANSWERS + 10):  # bounded: the oldest unknown answers go first
         tracker.answered(_receipt(f"z{n}", Status.FAILED))
     assert len(tracker._early) == dual.EARLY_ANSWERS and "z0" not in tracker._early
+
+
+def test_early_answers_settle_in_arrival_order_and_repeats_of_settled_children_are_not_kept() -> None:
+    from reach.intent import dual
+
+    tracker = DualTracker()
+    tracker.answered(_receipt("k1", Status.COMPLETED, result=b'"second branch, first to answer"'))
+    tracker.answered(_receipt("k0", Status.COMPLETED, result=b'"first branch, later"'))
+    first, second = tracker.dispatched({"message_id": "p4"}, {"k0": "a.b", "k1": "c.d"})
+    assert (first.action, first.child_id) == ("complete", "k1")
+    assert (second.action, second.child_id) == ("discard", "k0")
+    tracker.answered(_receipt("k1", Status.COMPLETED))  # a repeat after the pair settled: nothing kept
+    assert tracker.early == []
+    restarted = DualTracker()  # a stored pair whose k0 ended before the restart; its answer comes again
+    assert restarted.answered_all([_receipt("m0", Status.FAILED), _receipt("m1", Status.COMPLETED)]) == []
+    record = dual.PairRecord(parent_id="p5", owner="r", parent={"message_id": "p5"},
+                             children={"m0": "a.b", "m1": "c.d"}, ended={"m0": "FAILED"})
+    [settled] = restarted.restore(record)
+    assert (settled.action, settled.child_id) == ("complete", "m1") and restarted.early == []
+    big = DualTracker()  # bounded by bytes too
+    for n in range(40):
+        big.answered(_receipt(f"b{n}", Status.COMPLETED, result=b"x" * (1024 * 1024)))
+    assert sum(len(r.result or b"") for r in big.early) <= dual.EARLY_BYTES and big.early[-1].message_id == "b39"

@@ -209,3 +209,33 @@ def test_a_crashed_holder_whose_session_expires_is_waited_for_and_an_unanswered_
     silent = _Groups(TimeoutError("no coordinator"))
     Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: silent).check_id_free(wait_s=5.0)
     assert silent.calls == 1
+
+
+def test_of_two_running_workers_with_one_id_the_later_one_stops() -> None:
+    import pytest
+
+    from reach.intent.errors import ResolverIdInUse
+    from reach.streams.resolver import _IdWatch, yields_to
+
+    older, newer = "resolver-r.host-a.10.1000", "resolver-r.host-b.20.2000"
+    assert yields_to(newer, [older, newer]) == older and yields_to(older, [older, newer]) is None
+    assert yields_to(older, [older]) is None  # alone
+    tie_a, tie_b = "resolver-r.a.1.5", "resolver-r.b.1.5"
+    assert (yields_to(tie_a, [tie_a, tie_b]), yields_to(tie_b, [tie_a, tie_b])) == (None, tie_a)
+    assert yields_to(older, [older, "rdkafka"]) == "rdkafka"  # a holder whose start is unknown: it was first
+
+    groups = _Groups([older, newer])
+    late = Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: groups)
+    late.client_id = newer
+    watch = _IdWatch(late, now=0.0)
+    watch.check(1.0)
+    assert groups.calls == 0  # not before ID_RECHECK_S
+    watch.check(11.0)  # asks (the future is already answered in this fake) ...
+    with pytest.raises(ResolverIdInUse, match="host-a"):
+        watch.check(11.1)  # ... and reads the answer on a later turn, without blocking the loop
+    first = Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: groups)
+    first.client_id = older
+    kept = _IdWatch(first, now=0.0)
+    kept.check(11.0)
+    kept.check(11.1)  # the earlier worker keeps the id
+    assert kept.pending is None and kept.next_at > 11.1

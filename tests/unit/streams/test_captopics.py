@@ -42,6 +42,7 @@ class FakeConsumer:
 
     def subscribe(self, topics: list[str], on_assign: Any = None, on_revoke: Any = None) -> None:
         self.subscriptions.append(topics)
+        self.callbacks = (on_assign, on_revoke)
 
     def unsubscribe(self) -> None:
         self.unsubscribed += 1
@@ -140,3 +141,16 @@ def test_more_members_than_partitions_is_not_stuck() -> None:
     watcher.refresh(consumer, now=100.0)
     watcher.refresh(consumer, now=101.0 + STUCK_S)
     assert consumer.unsubscribed == 0  # one worker without partitions is expected
+
+
+def test_the_rebalance_callbacks_keep_what_a_diagnosis_reports() -> None:
+    watcher = _watcher(FakeAdmin({"ns.cap.text.echo"}, members=1), [])
+    watcher.list_once(watcher._admin())
+    consumer = FakeConsumer()
+    assert watcher.refresh(consumer)
+    on_assign, on_revoke = consumer.callbacks
+    on_assign(consumer, [object(), object()])
+    assert (watcher.assigned, watcher.rebalances) == (2, 1)
+    assert "2 partition(s) assigned after 1 rebalance(s)" in watcher.describe()
+    on_revoke(consumer, [object(), object()])
+    assert watcher.assigned == 0 and "ns.cap.text.echo" in watcher.describe()

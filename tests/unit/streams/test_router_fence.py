@@ -180,3 +180,5 @@ def test_a_letter_refused_for_good_after_its_receipt_landed_keeps_that_receipt(
     [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert letter.envelope == b"" and letter.origin_offset == 0, "the letter by reference is still written"
     assert acks.commits() == {(CAP, 0): 1}
+    totals = r.stats.snapshot().totals
+    assert totals["dead_lettered"] == 1 and totals.get("rejected", 0) == 0, "one message, counted once"
