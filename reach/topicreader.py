@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, TopicPartition
 
 from reach import clients
 from reach.errors import InfraUnavailable, ReachError
 from reach.settings import KafkaSettings
+
+T = TypeVar("T")
 
 
 def open_reader(purpose: str, kafka: KafkaSettings | None = None) -> Consumer:
@@ -90,3 +93,26 @@ def read_range(consumer: Consumer, topic: str, starts: dict[int, int], *, until_
                 todo.discard(part)
                 continue
             yield msg
+
+
+
+def latest_records(purpose: str, topic: str, decode: Callable[[bytes], T], kafka: KafkaSettings | None = None, *,
+                   skip: tuple[type[Exception], ...] = (ValueError,), idle_timeout: float = 5.0) -> dict[str, T]:
+    """A compacted topic read to its end: the latest record per key, decoded (a tombstone removes its key; a
+    record `decode` refuses with one of `skip` is passed over, so its key keeps the record before it)."""
+    reader = open_reader(purpose, kafka)
+    found: dict[str, T] = {}
+    try:
+        starts = start_offsets(reader, topic, None)
+        for msg in read_range(reader, topic, starts, idle_timeout=idle_timeout):
+            key, value = (msg.key() or b"").decode(errors="replace"), msg.value()
+            if value is None:
+                found.pop(key, None)
+                continue
+            try:
+                found[key] = decode(value)
+            except skip:
+                continue
+    finally:
+        reader.close()
+    return found

@@ -49,25 +49,11 @@ def latest_reports(kafka: KafkaSettings, names: Names, now: int) -> dict[str, Lo
 
 def latest_health(kafka: KafkaSettings, names: Names, timeout: float = 5.0) -> dict[str, InstanceHealth]:
     """The compacted `<ns>.health` topic read to its end: the latest record per instance (none if it is missing)."""
-    found: dict[str, InstanceHealth] = {}
-    consumer = topicreader.open_reader("agents-health", kafka)
-    try:
-        starts = topicreader.start_offsets(consumer, names.health, None)
-        for msg in topicreader.read_range(consumer, names.health, starts, idle_timeout=timeout):
-            key = (msg.key() or b"").decode(errors="replace")
-            value = msg.value()
-            if value is None:
-                found.pop(key, None)
-                continue
-            try:
-                found[key] = codec.decode(value, InstanceHealth)
-            except codec.DecodeError:
-                continue  # a foreign record is not this command's business
+    try:  # a foreign record is passed over: not this command's business
+        return topicreader.latest_records("agents-health", names.health, lambda v: codec.decode(v, InstanceHealth),
+                                          kafka, skip=(codec.DecodeError,), idle_timeout=timeout)
     except ReachError:
         return {}  # a namespace from before health: every instance shows as healthy
-    finally:
-        consumer.close()
-    return found
 
 
 def _row(info: InstanceInfo, report: LoadReport | None, now: int,

@@ -72,23 +72,8 @@ class HandoffDesk:
 
     def all(self) -> dict[str, Handoff]:
         """The latest record per message_id (the compacted topic read to its end)."""
-        reader = topicreader.open_reader("handoff", self.kafka)
-        found: dict[str, Handoff] = {}
-        try:
-            starts = topicreader.start_offsets(reader, self.names.handoff, None)
-            for msg in topicreader.read_range(reader, self.names.handoff, starts, idle_timeout=5.0):
-                key = (msg.key() or b"").decode(errors="replace")
-                value = msg.value()
-                if value is None:
-                    found.pop(key, None)
-                    continue
-                try:
-                    found[key] = decode(value)
-                except ValueError:
-                    continue  # not a handoff record: never fatal for the queue
-        finally:
-            reader.close()
-        return found
+        # a record that is not a handoff is passed over: never fatal for the queue
+        return topicreader.latest_records("handoff", self.names.handoff, decode, self.kafka)
 
     def get(self, message_id: str) -> Handoff:
         found = self.all().get(message_id)
