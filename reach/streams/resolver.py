@@ -180,8 +180,7 @@ class Resolver(LoopThread):
         deadline = time.monotonic() + (ID_WAIT_S if wait_s is None else wait_s)
         while True:
             try:
-                future = self._groups().describe_consumer_groups([self.reply_group], request_timeout=ID_CHECK_S)
-                members = future[self.reply_group].result(timeout=ID_CHECK_S + 1).members
+                members = self.describe_reply_group().result(timeout=ID_CHECK_S + 1).members
             except Exception as exc:  # noqa: BLE001 - a timeout, a principal that may not describe, a dead child
                 log.warning("could not check that no running resolver holds the id %r (%s): starting",
                             self.worker_id, exc)
@@ -196,6 +195,11 @@ class Resolver(LoopThread):
             log.info("the reply group %s still has %d member(s): waiting for a crashed one's session to expire",
                      self.reply_group, len(members))
             time.sleep(every_s)
+
+    def describe_reply_group(self) -> Any:
+        """The future of the reply group's description (its `.members` carry their client ids)."""
+        return self._groups().describe_consumer_groups([self.reply_group],
+                                                       request_timeout=ID_CHECK_S)[self.reply_group]
 
     def stop(self, timeout: float = 15.0) -> None:
         super().stop(timeout)
@@ -314,18 +318,9 @@ class Resolver(LoopThread):
         """Pending pairs this worker id stored; a pair whose request passed its deadline has ended EXPIRED (the
         timekeeper's), so it is dropped (tombstoned) rather than completed a second time."""
         tracker = DualTracker()
-        reader = topicreader.open_reader("resolver-pairs", self.kafka)
-        latest: dict[str, bytes | None] = {}
-        try:
-            starts = topicreader.start_offsets(reader, self.names.dual_pairs, None)
-            for msg in topicreader.read_range(reader, self.names.dual_pairs, starts, idle_timeout=5.0):
-                latest[(msg.key() or b"").decode(errors="replace")] = msg.value()
-        finally:
-            reader.close()
+        latest = topicreader.latest_records("resolver-pairs", self.names.dual_pairs, bytes, self.kafka)
         now, stale = now_ms(), []
         for key, value in latest.items():
-            if value is None:
-                continue
             try:
                 record = PairRecord.model_validate_json(value)
             except ValueError as exc:
@@ -538,8 +533,7 @@ class _IdWatch:
             if now < self.next_at:
                 return
             try:
-                self.pending = self.worker._groups().describe_consumer_groups(
-                    [self.worker.reply_group], request_timeout=ID_CHECK_S)[self.worker.reply_group]
+                self.pending = self.worker.describe_reply_group()
             except Exception as exc:  # noqa: BLE001 - the next look tries again
                 log.debug("describing %s failed: %s", self.worker.reply_group, exc)
                 self.next_at = now + ID_RECHECK_S

@@ -27,7 +27,6 @@ from reach.intent.sample import CATALOG, SUPPORT_FAMILY, UNRELATED
 from reach.names import Names
 from reach.records import Policy, Receipt, Status
 from reach.settings import KafkaSettings
-from reach.streams import groupadmin
 from reach.streams.resolver import Resolver
 from tests.integration.agent_support import Receipts, TopicReader, reach_cli, running
 from tests.integration.router_helpers import running_router, running_status, wait_for
@@ -178,9 +177,7 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         message_id = client.send(RESERVED, {"q": 1}, intent="how do you say rain in Italian")
         # a second resolver under the same id would split the replies with this one: once this one has joined its
         # reply group, a second is refused at start, naming who holds the id
-        groups = groupadmin.shared(KafkaSettings())
-        wait_for(lambda: groups.describe_consumer_groups([worker.reply_group])[worker.reply_group].result(10).members,
-                 what="the resolver in its reply group")
+        wait_for(lambda: worker.describe_reply_group().result(10).members, what="the resolver in its reply group")
         second = Resolver(worker_id=worker.worker_id)
         try:
             with pytest.raises(ResolverIdInUse, match=worker.client_id):
