@@ -109,6 +109,10 @@ class _Batch:
     terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
     won: dict[Position, bytes] = field(default_factory=dict)  # the receipt each record claimed its slot with
 
+    def stats_key(self, capability: str) -> str:
+        """Where the router's counts of a capability go: its own only while a live instance serves it."""
+        return capability if capability in self.known else OTHER
+
 
 @dataclass(frozen=True)
 class _Ending:
@@ -391,7 +395,7 @@ class Router:
             canaries=batch.canaries,
             throttled=self.qps.throttled(candidates, clock),
         )
-        stats_key = request.capability if request.capability in batch.known else OTHER
+        stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):
             instance = outcome.instance
             if outcome.timeout_factor > 1:  # rare: a slow sole candidate; every other forward keeps the bytes
@@ -459,8 +463,8 @@ class Router:
                           side: Callable[[], None] | None = None) -> None:
         """Hold a terminal receipt (and its side output) for the batch's one claim of the terminal slots."""
         terminal = Terminal(receipt["message_id"], receipt.get("generation") or 0, encode_dict("Receipt", receipt))
-        capability = receipt["capability"] if receipt["capability"] in batch.known else OTHER
-        batch.terminals.append(_Ending(position, terminal, list(reply or ()), capability, counter, side))
+        batch.terminals.append(_Ending(position, terminal, list(reply or ()), batch.stats_key(receipt["capability"]),
+                                       counter, side))
 
     def _settle_terminals(self, producer: Producer, batch: _Batch) -> None:
         """First terminal wins (reach.terminals): one round trip claims every held terminal of the batch. A winner
@@ -565,7 +569,7 @@ class Router:
             "error": error,
         }
         self._produce_receipt(producer, batch, position, receipt, reply)
-        self.stats.count(receipt["capability"] if receipt["capability"] in batch.known else OTHER, "rejected")
+        self.stats.count(batch.stats_key(receipt["capability"]), "rejected")
 
     def _dead_letter(
         self,
