@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 
+from reach import clients
 from reach.bench.workspace import Workspace
 
 _OPEN_ROWS = (b'"terminal_at":null', b'"terminal_at": null')  # faust's json, compact or not
@@ -69,7 +70,7 @@ class Collector:
         receipts, status = self._ws.names.receipts, self._ws.names.status
         try:
             while not self._stop.is_set():
-                batch = self._consumer.consume(2_000, timeout=0.1)
+                batch = clients.take(self._consumer, 2_000, 0.1)
                 with self._lock:
                     seen = self.seen
                     for msg in batch:

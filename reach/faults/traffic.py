@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
-from reach import codec
+from reach import clients, codec
 from reach import headers as h
 from reach.envelopes import new_envelope, now_ms, routing_key
 from reach.faults.checker import Seen, Sent
@@ -106,7 +106,7 @@ class ReceiptTail:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for msg in self._consumer.consume(500, 0.2):
+            for msg in clients.take(self._consumer, 500, 0.2):
                 value = msg.value()
                 if msg.error() or value is None:
                     continue
