@@ -10,9 +10,9 @@ export REACH_HOME="${REACH_TEST_HOME:-$PWD/.reach/test}"
 export REACH_CI=1   # the broker fixture fails instead of skipping when no broker answers
 run() {
   scripts/with-local.sh bash -c '
-    .venv/bin/pytest -q -ra -n "${REACH_TEST_WORKERS:-3}" --dist loadfile -m "not serial" --durations=25 "$@"
+    .venv/bin/pytest -q -raR -n "${REACH_TEST_WORKERS:-3}" --dist loadfile -m "not serial" --durations=25 "$@"
     parallel=$?
-    .venv/bin/pytest -q -ra -m serial --durations=10 "$@"
+    .venv/bin/pytest -q -raR -m serial --durations=10 "$@"
     serial=$?
     echo "parallel part: exit $parallel; serial part: exit $serial" >&2
     [ $parallel -eq 5 ] && [ $serial -eq 5 ] && { echo "pytest collected no tests: failing" >&2; exit 1; }

@@ -49,10 +49,10 @@ _INFRA: Infra | None = None
 
 RERUNS = 1
 """An integration test that fails runs once more (pytest-rerunfailures; the summary line counts every `rerun`,
-and `-ra` lists them). On this 2-core machine, with three test processes sharing one broker, clean-clone runs
-have failed one test of ~120 in some runs, each time a different one waiting 60 s for a consumer to see records
-that had been produced (test_router_routing's cost weight, test_health_writer's two writers). A test that fails
-twice fails the run."""
+and scripts/test.sh's `-raR` lists each by name under "rerun test summary info"). On this 2-core machine, with
+three test processes sharing one broker, clean-clone runs have failed one test of ~120 in some runs, each time a
+different one waiting 60 s for a consumer to see records that had been produced (test_router_routing's cost
+weight, test_health_writer's two writers). A test that fails twice fails the run."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
