@@ -55,9 +55,18 @@ different one waiting 60 s for a consumer to see records that had been produced 
 weight, test_health_writer's two writers). A test that fails twice fails the run."""
 
 
+HERE = Path(__file__).parent
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test in this directory is an integration test (marked here, whatever its module declares) and
+    runs once more when it fails. The hook sees the whole session's items, so it filters by path."""
     for item in items:
-        if item.get_closest_marker("integration") is not None and item.get_closest_marker("flaky") is None:
+        if not item.path.is_relative_to(HERE):
+            continue
+        if item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
+        if item.get_closest_marker("flaky") is None:
             item.add_marker(pytest.mark.flaky(reruns=RERUNS, reruns_delay=2))
 
 
