@@ -27,19 +27,23 @@ def open_reader(purpose: str, kafka: KafkaSettings | None = None) -> Consumer:
     return clients.consumer(f"reach-reader.{purpose}.{uuid.uuid4().hex[:8]}", kafka)
 
 
-def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
-    """(low, high) of one partition, retrying while the partition has no known leader yet."""
+def _until_led(query: Callable[[float], T], what: str, timeout: float) -> T:
+    """query(seconds left), retried while a partition has no known leader yet (NOT_LEADER on a fresh topic)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
-                                                       timeout=max(0.5, deadline - time.monotonic()))
-            return low, high
+            return query(max(0.5, deadline - time.monotonic()))
         except KafkaException as exc:
             if time.monotonic() >= deadline:
-                raise InfraUnavailable(f"Cannot read the end of {topic}[{partition}]: {exc.args[0].str()}; "
-                                       "is the broker up?") from None
+                raise InfraUnavailable(f"Cannot read {what}: {exc.args[0].str()}; is the broker up?") from None
             time.sleep(0.1)
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 10.0) -> tuple[int, int]:
+    """(low, high) of one partition, retrying while the partition has no known leader yet."""
+    low, high = _until_led(lambda left: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=left),
+                           f"the end of {topic}[{partition}]", timeout)
+    return low, high
 
 
 def partitions(consumer: Consumer, topic: str, timeout: float = 10.0) -> list[int]:
@@ -51,12 +55,23 @@ def partitions(consumer: Consumer, topic: str, timeout: float = 10.0) -> list[in
 
 
 def start_offsets(consumer: Consumer, topic: str, since_ms: int | None, timeout: float = 10.0) -> dict[int, int]:
-    """Per partition, the first offset whose timestamp is >= since_ms (the beginning when None)."""
+    """Per partition, the first offset whose timestamp is >= since_ms (the beginning when None).
+
+    A partition with no such record yet starts at its end as read *before* the lookup by time: a record that
+    lands between the two queries is then read, not skipped."""
     parts = partitions(consumer, topic, timeout)
     if since_ms is None:
         return {p: watermarks(consumer, topic, p, timeout)[0] for p in parts}
-    found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=timeout)
     ends = {p: watermarks(consumer, topic, p, timeout)[1] for p in parts}
+
+    def by_time(left: float) -> list[TopicPartition]:
+        found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts], timeout=left)
+        for tp in found:
+            if tp.error is not None:  # one partition's error comes back on its entry, not raised
+                raise KafkaException(tp.error)
+        return found
+
+    found = _until_led(by_time, f"the offsets of {topic} by time", timeout)
     return {tp.partition: ends[tp.partition] if tp.offset in (-1, OFFSET_END) else tp.offset for tp in found}
 
 

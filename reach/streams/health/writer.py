@@ -220,14 +220,16 @@ class HealthWriter(LoopThread):
         self._replay_to.clear()
 
     def _start_replay(self, feed: Consumer) -> None:
-        """Re-read receipts from replay_ms ago into emptied windows (each call counted once)."""
-        self._replay_pending = False
+        """Re-read receipts from replay_ms ago into emptied windows (each call counted once).
+
+        `replaying` stays true until the feed is assigned: a receipt produced once it reads false is read."""
         self.table.clear_windows()
         since = self._clock() - self.settings.replay_ms
         starts = topicreader.start_offsets(feed, self.names.receipts, since)
         ends = {p: topicreader.watermarks(feed, self.names.receipts, p)[1] for p in starts}
         feed.assign([TopicPartition(self.names.receipts, p, o) for p, o in starts.items()])
         self._replay_to = {p: ends[p] for p in starts if starts[p] < ends[p]}
+        self._replay_pending = False
 
     # -- publishing ----------------------------------------------------------------------------------
 
@@ -263,11 +265,12 @@ class HealthWriter(LoopThread):
     # -- rebalance -----------------------------------------------------------------------------------
 
     def _assigned(self, consumer: Consumer | None, partitions: list[TopicPartition]) -> None:
+        # pending before `owned` grows: another thread never sees the partitions owned and no replay due
+        self._replay_pending = bool(partitions) or self._replay_pending
         for tp in partitions:
             restored = self.restore_records(self._read_partition(tp.partition))
             self.owned.add(tp.partition)
             log.info("health partition %d owned: %d instances restored", tp.partition, restored)
-        self._replay_pending = bool(partitions) or self._replay_pending
         if consumer is not None:  # read on from the end: only this writer's own records follow
             consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions])
 

@@ -216,3 +216,38 @@ def test_a_full_producer_queue_restarts_the_loop_rather_than_stopping_the_writer
         time.sleep(0.01)
     w.stop()
     assert len(loops) == 2, f"the writer stopped for good on {w.error!r}"
+
+
+class _Feed:
+    """The receipts feed: records its assignment, and what `replaying` read while the offsets were looked up."""
+
+    def __init__(self, w: HealthWriter) -> None:
+        self.w = w
+        self.seen_replaying: list[bool] = []
+        self.assigned: list[tuple[int, int]] = []
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        from types import SimpleNamespace
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None, 1: None})})
+
+    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
+        self.seen_replaying.append(self.w.replaying)
+        return 0, 0  # nothing to replay
+
+    def offsets_for_times(self, tps: list[Any], timeout: float) -> list[Any]:
+        self.seen_replaying.append(self.w.replaying)
+        return [TopicPartition(tp.topic, tp.partition, -1) for tp in tps]
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned = [(tp.partition, tp.offset) for tp in tps]
+
+
+def test_replaying_reads_true_until_the_feed_is_assigned_even_with_nothing_to_replay() -> None:
+    """A caller that waits for `not replaying` and then produces must find its receipts read."""
+    w, _ = writer()
+    w._assigned(None, [TopicPartition(NAMES.health, 0), TopicPartition(NAMES.health, 1)])
+    feed = _Feed(w)
+    w._start_replay(feed)  # type: ignore[arg-type]
+    assert feed.seen_replaying and all(feed.seen_replaying)
+    assert feed.assigned == [(0, 0), (1, 0)]
+    assert not w.replaying
