@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import secrets
@@ -45,7 +46,8 @@ def ensure_jars() -> Path:
     """Fetch the broker classpath with Maven once; later calls are a file check."""
     libs = kafka_libs_dir()
     marker = libs / ".complete"
-    if marker.exists():
+    wanted = f"{KAFKA_VERSION} {hashlib.sha256((_HERE / 'pom.xml').read_bytes()).hexdigest()[:12]}"
+    if marker.exists() and marker.read_text() == wanted:
         return libs
     if shutil.which("mvn") is None:
         raise InfraUnavailable(
@@ -53,6 +55,8 @@ def ensure_jars() -> Path:
             "or run Kafka with Docker from docker/ and export REACH_BOOTSTRAP."
         )
     libs.mkdir(parents=True, exist_ok=True)
+    for stale in libs.glob("*.jar"):  # a changed pom.xml: no jar of the old classpath may stay on it
+        stale.unlink()
     cmd = [
         "mvn", "-q", "-B", "-f", str(_HERE / "pom.xml"),
         "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
@@ -61,7 +65,7 @@ def ensure_jars() -> Path:
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise InfraUnavailable(f"Maven could not fetch the Kafka jars:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    marker.write_text(KAFKA_VERSION)
+    marker.write_text(wanted)
     return libs
 
 
