@@ -46,6 +46,7 @@ class CanaryDriver:
     def __init__(self, *, publish: Publish, settings: CanarySettings, by: str) -> None:
         self.book = CanaryBook()
         self.leader = False
+        self.caught_up = False  # registry and control read to their ends: a leader writes nothing before
         self._publish = publish
         self._settings = settings
         self._by = by
@@ -72,8 +73,10 @@ class CanaryDriver:
     def tick(self, now: int) -> list[Canary]:
         """As the leader: write each promotion or rollback that is due, and progress every report_ms.
 
-        A failed write is logged and decided again on the next tick (the book still holds the old record)."""
-        if not self.leader:
+        A failed write is logged and decided again on the next tick (the book still holds the old record).
+        Nothing is written before `caught_up`: a book still reading the control topic holds old CANARY versions,
+        and progress written from one would land after the newest and win."""
+        if not self.leader or not self.caught_up:
             return []
         due = self.book.due(now, min_calls=self._settings.min_calls)
         if now - self._reported >= self._settings.report_ms:
@@ -115,6 +118,7 @@ class CanaryController(LoopThread):
                                                                        "heartbeat.interval.ms": 1_500})
         reader = clients.consumer(f"{canary_group(names)}.reader.{self.worker_id}", self._kafka)
         driver = self.driver
+        driver.book, driver.caught_up = CanaryBook(), False  # a restarted loop reads everything again
 
         def assigned(_c: Consumer, partitions: list[TopicPartition]) -> None:
             driver.leader = any(tp.partition == 0 for tp in partitions)
@@ -124,7 +128,8 @@ class CanaryController(LoopThread):
 
         try:
             election.subscribe([names.control], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
-            reader.assign(self._positions(reader))
+            positions, ends = self._positions(reader)
+            reader.assign(positions)
             next_tick = 0
             while not self._stop.is_set():
                 election.poll(0)  # membership and the assignment callbacks; its records are read by `reader`
@@ -132,6 +137,9 @@ class CanaryController(LoopThread):
                 for msg in batch:
                     if msg.error() is None:
                         driver.record(msg.topic() or "", msg.key(), msg.value(), names)
+                if not driver.caught_up and not batch:
+                    driver.caught_up = all(tp.offset >= ends[(tp.topic, tp.partition)]
+                                           for tp in reader.position([TopicPartition(t, p) for t, p in ends]))
                 now = now_ms()
                 if now >= next_tick:
                     driver.tick(now)
@@ -141,18 +149,22 @@ class CanaryController(LoopThread):
             election.close()
             reader.close()
 
-    def _positions(self, reader: Consumer) -> list[TopicPartition]:
+    def _positions(self, reader: Consumer) -> tuple[list[TopicPartition], dict[tuple[str, int], int]]:
+        """Registry and control from the beginning, receipts from their end; and the ends of registry and
+        control as read before the assignment (where catching up ends), for the partitions that hold records."""
         names = self._names
         meta = reader.list_topics(timeout=15).topics
-        out = []
+        out, ends = [], {}
         for topic in (names.registry, names.control, names.receipts):
             tmeta = meta.get(topic)
             if tmeta is None or tmeta.error is not None:
                 raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
             for p in tmeta.partitions:
+                low, high = reader.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
                 if topic == names.receipts:
-                    high = reader.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
                     out.append(TopicPartition(topic, p, high))
                 else:
                     out.append(TopicPartition(topic, p, OFFSET_BEGINNING))
-        return out
+                    if low < high:
+                        ends[(topic, p)] = high
+        return out, ends

@@ -106,9 +106,9 @@ class FakePublisher:
 NAMES = Names("unit")
 
 
-def fed_driver(publisher: FakePublisher, *, leader: bool = True) -> CanaryDriver:
+def fed_driver(publisher: FakePublisher, *, leader: bool = True, caught_up: bool = True) -> CanaryDriver:
     driver = CanaryDriver(publish=publisher, settings=CanarySettings(min_calls=3, report_ms=10**9), by="test")
-    driver.leader = leader
+    driver.leader, driver.caught_up = leader, caught_up
     for r in (reg("old", build_version="1.0.0"), reg("new", build_version="2.0.0")):
         driver.record(NAMES.registry, r.instance_id.encode(), encode(r), NAMES)
     record = canary_record(canary("2.0.0", step_ms=STEP), by="cli")
@@ -128,6 +128,15 @@ def test_the_leader_rolls_a_failing_canary_back() -> None:
 def test_a_follower_writes_nothing() -> None:
     publisher = FakePublisher()
     assert fed_driver(publisher, leader=False).tick(STEP) == [] and publisher.written == []
+
+
+def test_a_leader_still_reading_the_control_topic_writes_nothing_until_caught_up() -> None:
+    """Its book may hold an old CANARY version: progress written from it would land last and win."""
+    publisher = FakePublisher()
+    driver = fed_driver(publisher, caught_up=False)
+    assert driver.tick(STEP // 2) == [] and publisher.written == []
+    driver.caught_up = True
+    assert [c.state for c in driver.tick(STEP // 2)] == [CanaryState.ROLLED_BACK]
 
 
 def test_a_failed_write_is_decided_again_next_tick() -> None:
