@@ -163,11 +163,28 @@ class HealthWriter(LoopThread):
             if tp.offset >= self._replay_to.get(tp.partition, 0):
                 self._replay_to.pop(tp.partition, None)
 
-    def _follow_meta(self, meta: Consumer) -> None:
-        tps = []
+    def _follow_meta(self, meta: Consumer, timeout: float = 15.0) -> None:
+        """Control and registry from the beginning, read up to their ends of now before the writer joins its
+        group: replayed calls are judged with the policies' slow thresholds and the instances' build versions."""
+        tps, ends = [], {}
         for topic in (self.names.control, self.names.registry):
-            tps += [TopicPartition(topic, p, OFFSET_BEGINNING) for p in topicreader.partitions(meta, topic)]
+            for p in topicreader.partitions(meta, topic):
+                low, high = topicreader.watermarks(meta, topic, p)
+                tps.append(TopicPartition(topic, p, OFFSET_BEGINNING))
+                if low < high:
+                    ends[(topic, p)] = high
         meta.assign(tps)
+        deadline = time.monotonic() + timeout
+        while ends and not self._stop.is_set():
+            batch = clients.take(meta, 500, 0.2)
+            self._meta(batch)
+            if not batch:
+                for tp in meta.position([TopicPartition(t, p) for t, p in ends]):
+                    if tp.offset >= ends[(tp.topic, tp.partition)]:
+                        del ends[(tp.topic, tp.partition)]
+                if ends and time.monotonic() >= deadline:
+                    log.warning("health: control and registry not read to their ends within %.0fs; going on", timeout)
+                    break
 
     def _meta(self, messages: list[Message]) -> None:
         for msg in messages:

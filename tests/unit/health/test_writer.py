@@ -251,3 +251,40 @@ def test_replaying_reads_true_until_the_feed_is_assigned_even_with_nothing_to_re
     assert feed.seen_replaying and all(feed.seen_replaying)
     assert feed.assigned == [(0, 0), (1, 0)]
     assert not w.replaying
+
+
+class _Meta:
+    """Control (empty) and registry (one partition of `records`) for `_follow_meta`."""
+
+    def __init__(self, records: list[FakeMessage]) -> None:
+        self.records, self.next = records, 0
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        from types import SimpleNamespace
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None})})
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        return (0, len(self.records)) if tp.topic == NAMES.registry else (0, 0)
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+    def poll(self, timeout: float) -> FakeMessage | None:
+        self.next += 1
+        return self.records[self.next - 1] if self.next <= len(self.records) else None
+
+    def consume(self, n: int, timeout: float) -> list[FakeMessage]:
+        return []
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, min(self.next, len(self.records))) for tp in tps]
+
+
+def test_the_registry_is_read_to_its_end_before_the_writer_joins_its_group() -> None:
+    """Replayed calls then carry the instances' build versions, not '' for the ones not read yet."""
+    from tests.unit.routing_fixtures import reg
+    w, _ = writer()
+    registrations = [reg(f"i-{n}", build_version=f"1.{n}.0") for n in range(3)]
+    w._follow_meta(_Meta([FakeMessage(NAMES.registry, 0, n, codec.encode(r), r.instance_id.encode())  # type: ignore[arg-type]
+                          for n, r in enumerate(registrations)]), timeout=5)
+    assert w.table._versions == {"i-0": "1.0.0", "i-1": "1.1.0", "i-2": "1.2.0"}
