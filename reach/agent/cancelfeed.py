@@ -101,7 +101,8 @@ class CancelFeed:
                     self.book.add(decode(msg.value()), now_ms())
                 except BadCancel as exc:
                     log.warning("skipping %s[%d]@%d: %s", self.topic, msg.partition(), msg.offset(), exc)
-            if not self.caught_up.is_set() and not batch and self._at(consumer, ends):
+            # positions are local: checked after every batch, so steady traffic cannot keep it from catching up
+            if not self.caught_up.is_set() and self._at(consumer, ends):
                 self.caught_up.set()
 
     def _at(self, consumer: Consumer, ends: dict[int, int]) -> bool:

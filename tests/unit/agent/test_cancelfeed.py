@@ -112,3 +112,29 @@ def test_a_missing_topic_does_not_hold_the_agent_up_and_is_followed_once_it_exis
         assert cancels.book.cancelled("m1", "acme")
     finally:
         cancels.stop()
+
+
+class Busy(Cancels):
+    """A new cancel lands at every poll: the feed never sees an empty batch."""
+
+    def reader(self) -> Reader:
+        topic = self
+        self.opened += 1
+
+        class Steady(Reader):
+            def poll(self, timeout: float) -> FakeMessage | None:
+                topic.log.append(FakeMessage(TOPIC, 0, len(topic.log), cancel(f"new{len(topic.log)}")))
+                return super().poll(timeout)
+
+        return Steady(self)
+
+
+def test_steady_cancel_traffic_does_not_keep_the_feed_from_catching_up() -> None:
+    cancels = feed(Busy([cancel("old")]))
+    started = time.monotonic()
+    cancels.start(timeout=5)
+    try:
+        assert cancels.caught_up.is_set() and time.monotonic() - started < 2
+        assert cancels.book.cancelled("old", "acme")
+    finally:
+        cancels.stop()
