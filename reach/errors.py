@@ -15,5 +15,9 @@ class InfraUnavailable(ReachError):
     """The broker or Redis cannot be reached (CLI exit code 4)."""
 
 
+class TopicMissing(ReachError):
+    """A topic Agent-Reach needs does not exist (`reach topics apply` creates it)."""
+
+
 class InvalidName(ReachError):
     """An agent id, capability name or namespace breaks the naming rules."""

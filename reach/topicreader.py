@@ -13,10 +13,10 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from reach import clients
-from reach.errors import InfraUnavailable, ReachError
+from reach.errors import InfraUnavailable, TopicMissing
 from reach.settings import KafkaSettings
 
 T = TypeVar("T")
@@ -27,6 +27,13 @@ def open_reader(purpose: str, kafka: KafkaSettings | None = None) -> Consumer:
     return clients.consumer(f"reach-reader.{purpose}.{uuid.uuid4().hex[:8]}", kafka)
 
 
+_NOT_LED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                      KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.OFFSET_NOT_AVAILABLE, KafkaError._TIMED_OUT,
+                      KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._UNKNOWN_PARTITION})
+"""A partition whose leader is not known yet or not reachable: waited out, like any error librdkafka calls
+retriable. Any other (authorization, a bad request) is final at once."""
+
+
 def _until_led(query: Callable[[float], T], what: str, timeout: float) -> T:
     """query(seconds left), retried while a partition has no known leader yet (NOT_LEADER on a fresh topic)."""
     deadline = time.monotonic() + timeout
@@ -34,6 +41,9 @@ def _until_led(query: Callable[[float], T], what: str, timeout: float) -> T:
         try:
             return query(max(0.5, deadline - time.monotonic()))
         except KafkaException as exc:
+            err = exc.args[0]
+            if not (err.retriable() or err.code() in _NOT_LED):
+                raise InfraUnavailable(f"Cannot read {what}: {err.str()}") from None
             if time.monotonic() >= deadline:
                 raise InfraUnavailable(f"Cannot read {what}: {exc.args[0].str()}; is the broker up?") from None
             time.sleep(0.1)
@@ -47,10 +57,10 @@ def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 
 
 
 def partitions(consumer: Consumer, topic: str, timeout: float = 10.0) -> list[int]:
-    """The topic's partitions; ReachError naming the fix when the topic does not exist."""
+    """The topic's partitions; TopicMissing (a ReachError) naming the fix when the topic does not exist."""
     meta = consumer.list_topics(topic, timeout=timeout).topics.get(topic)
     if meta is None or meta.error is not None or not meta.partitions:
-        raise ReachError(f"Topic {topic} does not exist. Run `reach topics apply` or check REACH_NAMESPACE.")
+        raise TopicMissing(f"Topic {topic} does not exist. Run `reach topics apply` or check REACH_NAMESPACE.")
     return sorted(meta.partitions)
 
 

@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from reach import clients, topicreader
 from reach.cancels import WINDOW_MS, BadCancel, CancelBook, decode
 from reach.envelopes import now_ms
-from reach.errors import ReachError
+from reach.errors import ReachError, TopicMissing
 from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.agent.cancels")
@@ -59,8 +59,8 @@ class CancelFeed:
             try:
                 consumer, ends = self._open()
             except (KafkaException, ReachError) as exc:
-                if isinstance(exc, ReachError):
-                    self.caught_up.set()  # no topic: no cancel to wait for
+                if isinstance(exc, TopicMissing):
+                    self.caught_up.set()  # no topic: no cancel to wait for (a broker in trouble is waited for)
                 if not warned:
                     log.warning("cannot follow %s (%s): this instance does not see cancels until it can; trying "
                                 "again every %.0fs. Run `reach topics apply` if the topic is missing.",

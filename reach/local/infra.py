@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
@@ -11,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,40 +35,64 @@ MAX_BROKERS = 5
 CLUSTER_HEAP = "384m"  # per node of a `--brokers N` cluster: N JVMs share a small machine
 
 
+def _pom_hash() -> str:
+    return hashlib.sha256((_HERE / "pom.xml").read_bytes()).hexdigest()[:12]
+
+
 def kafka_libs_dir() -> Path:
-    """Where the broker's jars are cached (shared by every REACH_HOME on the machine)."""
+    """Where the broker's jars are cached (shared by every REACH_HOME on the machine): one directory per
+    Kafka version and pom.xml, so a changed classpath never touches the jars a running broker uses."""
     override = os.environ.get("REACH_KAFKA_LIBS")
     if override:
         return Path(override)
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "agent-reach" / f"kafka-{KAFKA_VERSION}"
+    return cache / "agent-reach" / f"kafka-{KAFKA_VERSION}-{_pom_hash()}"
 
 
 def ensure_jars() -> Path:
-    """Fetch the broker classpath with Maven once; later calls are a file check."""
+    """Fetch the broker classpath with Maven once; later calls are a file check.
+
+    Maven copies into a fresh directory next to the cache, renamed into place when complete, under a lock:
+    two fetches at once do not mix, and a failed one leaves nothing half-filled. REACH_KAFKA_LIBS names a
+    directory Maven fills in place (nothing in it is removed)."""
     libs = kafka_libs_dir()
-    marker = libs / ".complete"
-    wanted = f"{KAFKA_VERSION} {hashlib.sha256((_HERE / 'pom.xml').read_bytes()).hexdigest()[:12]}"
-    if marker.exists() and marker.read_text() == wanted:
+    if (libs / ".complete").exists():
         return libs
     if shutil.which("mvn") is None:
         raise InfraUnavailable(
             "Maven is missing: it fetches the Apache Kafka jars. Install it (Debian: apt-get install maven), "
             "or run Kafka with Docker from docker/ and export REACH_BOOTSTRAP."
         )
-    libs.mkdir(parents=True, exist_ok=True)
-    for stale in libs.glob("*.jar"):  # a changed pom.xml: no jar of the old classpath may stay on it
-        stale.unlink()
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    with open(libs.parent / f".{libs.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (libs / ".complete").exists():  # another process fetched it while this one waited
+            return libs
+        if os.environ.get("REACH_KAFKA_LIBS"):
+            _fetch_jars(libs)
+            return libs
+        fresh = Path(tempfile.mkdtemp(prefix=f".{libs.name}.", dir=libs.parent))
+        try:
+            _fetch_jars(fresh)
+            if libs.exists():  # an earlier fetch that failed before its marker: nothing ever ran from it
+                shutil.rmtree(libs)
+            os.replace(fresh, libs)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
+    return libs
+
+
+def _fetch_jars(into: Path) -> None:
+    into.mkdir(parents=True, exist_ok=True)
     cmd = [
         "mvn", "-q", "-B", "-f", str(_HERE / "pom.xml"),
         "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
-        "-DincludeScope=runtime", f"-DoutputDirectory={libs}", f"-Dkafka.version={KAFKA_VERSION}",
+        "-DincludeScope=runtime", f"-DoutputDirectory={into}", f"-Dkafka.version={KAFKA_VERSION}",
     ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise InfraUnavailable(f"Maven could not fetch the Kafka jars:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    marker.write_text(wanted)
-    return libs
+    (into / ".complete").write_text(f"{KAFKA_VERSION} {_pom_hash()}")
 
 
 def _java() -> str:

@@ -10,6 +10,7 @@ next: a step in progress is judged on what follows, never on a guess.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 
@@ -29,6 +30,7 @@ from reach.streams.loopthread import LoopThread
 log = logging.getLogger("reach.canary")
 
 Publish = Callable[[Control], None]
+CATCH_UP_WARN_S = 15.0
 
 
 def canary_group(names: Names) -> str:
@@ -130,7 +132,7 @@ class CanaryController(LoopThread):
             election.subscribe([names.control], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
             positions, ends = self._positions(reader)
             reader.assign(positions)
-            next_tick = 0
+            next_tick, warn_at = 0, time.monotonic() + CATCH_UP_WARN_S
             while not self._stop.is_set():
                 election.poll(0)  # membership and the assignment callbacks; its records are read by `reader`
                 batch: list[Message] = clients.take(reader, 500, 0.2)
@@ -138,8 +140,14 @@ class CanaryController(LoopThread):
                     if msg.error() is None:
                         driver.record(msg.topic() or "", msg.key(), msg.value(), names)
                 if not driver.caught_up:  # after every batch (positions are local): receipts never pause
-                    driver.caught_up = all(tp.offset >= ends[(tp.topic, tp.partition)]
-                                           for tp in reader.position([TopicPartition(t, p) for t, p in ends]))
+                    behind = [f"{tp.topic}[{tp.partition}]@{tp.offset}<{ends[(tp.topic, tp.partition)]}"
+                              for tp in reader.position([TopicPartition(t, p) for t, p in ends])
+                              if tp.offset < ends[(tp.topic, tp.partition)]]
+                    driver.caught_up = not behind
+                    if behind and time.monotonic() >= warn_at:
+                        log.warning("canary controller: registry and control not read to their ends after %.0fs "
+                                    "(%s); it writes nothing until they are", CATCH_UP_WARN_S, ", ".join(behind))
+                        warn_at = float("inf")
                 now = now_ms()
                 if now >= next_tick:
                     driver.tick(now)

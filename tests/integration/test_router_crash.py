@@ -65,6 +65,7 @@ def test_sigkill_under_load_loses_nothing(namespace: str) -> None:
         router.send_signal(signal.SIGKILL)
         router.wait(10)
         producer.join(60)
+        assert not producer.is_alive() and len(sent) == TOTAL, f"only {len(sent)} of {TOTAL} sent"
         before_restart = {r.message_id for r in tail.poll() if r.status is Status.ROUTED}
         assert len(before_restart) < TOTAL, "the kill came too late to prove anything"
         restarted = start_router()

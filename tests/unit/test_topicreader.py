@@ -80,3 +80,17 @@ class _Landing(_FreshTopic):
 def test_a_partition_with_nothing_since_starts_at_its_end_from_before_the_lookup() -> None:
     """Offset 5..8 landed after the lookup: a start at the later end (9) would skip them."""
     assert topicreader.start_offsets(cast(Any, _Landing()), "t", since_ms=1, timeout=5) == {0: 7, 1: 5}
+
+
+class _Refused(_FreshTopic):
+    def offsets_for_times(self, tps: list[Any], timeout: float) -> list[Any]:
+        from confluent_kafka import KafkaError, KafkaException
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+
+def test_an_error_no_wait_can_mend_fails_at_once() -> None:
+    import time
+    started = time.monotonic()
+    with pytest.raises(InfraUnavailable, match="offsets of t by time"):
+        topicreader.start_offsets(cast(Any, _Refused(not_led=0, per_partition=False)), "t", since_ms=1, timeout=5)
+    assert time.monotonic() - started < 1  # not the whole 5 s of retries a missing leader gets

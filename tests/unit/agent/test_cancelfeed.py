@@ -138,3 +138,27 @@ def test_steady_cancel_traffic_does_not_keep_the_feed_from_catching_up() -> None
         assert cancels.book.cancelled("old", "acme")
     finally:
         cancels.stop()
+
+
+class Refused(Cancels):
+    """The broker answers, but refuses the offset lookups: InfraUnavailable, which is a ReachError too."""
+
+    def reader(self) -> Reader:
+        self.opened += 1
+
+        class Refusing(Reader):
+            def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+                raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+        return Refusing(self)
+
+
+def test_a_broker_in_trouble_is_waited_for_not_taken_for_a_missing_topic() -> None:
+    """start() waits and warns; `caught_up` stays unset (it would claim cancels were read that were not)."""
+    topic = Refused([cancel("m1")])
+    cancels = feed(topic)
+    cancels.start(timeout=0.5)
+    try:
+        assert not cancels.caught_up.is_set() and not cancels.book.cancelled("m1", "acme")
+    finally:
+        cancels.stop()
