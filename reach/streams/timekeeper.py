@@ -3,8 +3,9 @@
 A row is marked done only when every record its action produced is acknowledged; what the flush
 leaves unacknowledged is acted on again next tick (receivers are idempotent). An envelope counts as
 gone only when its inbox offset is below the partition's log start; a read that merely times out (a
-leader move) is retried next tick. Its rows may be behind: every terminal it decides claims the message's
-terminal slot first (reach.terminals; one round trip per tick), and a reroute of a message whose slot is
+leader move) is retried next tick. It gets a row only once the status fold has read that row's partition past
+the row's due time (StatusFold.due_rows). The fence stays the backstop: every terminal it decides claims the
+message's terminal slot first (reach.terminals; one round trip per tick), and a reroute of a message whose slot is
 taken (it ended meanwhile) is skipped and republishes that ending (its own dead letter: the letter too).
 """
 

@@ -40,6 +40,9 @@ from reach.streams.status import keys
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
 from reach.streams.status.store import PartitionStore
 
+FRONTIER_SLACK_MS = 1_000
+"""A fetch response's high watermark is at most fetch.wait.max.ms (100) plus a round trip old: a level partition
+has folded what was appended up to a second before."""
 log = logging.getLogger("reach.status")
 _Reply = tuple[Position, str, str, bytes]
 """(the receipt's position, reply topic, message id, reply bytes)."""
@@ -73,6 +76,10 @@ class StatusFold:
         self._next_sweep = 0.0
         self.partitions = 0
         self.error: BaseException | None = None
+        # receipts partition -> wall ms before which every receipt appended there is folded (the timekeeper acts on
+        # rows due before it only: a fold that lags delays a reroute or an expiry instead of deciding on a stale row)
+        self.frontier: dict[int, int] = {}
+        self._start_offsets: dict[int, int] = {}  # where an assigned partition's reading began (nothing read yet)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -110,8 +117,16 @@ class StatusFold:
         return [hit for store in list(self._stores.values()) for hit in store.trace(trace_id)]
 
     def due_rows(self, now_ms: int) -> list[StatusRow]:
-        """Open rows whose deadline or delivery timeout has come (read from the due index, no scan)."""
-        return self._rows(keys.DUE, now_ms)
+        """Open rows whose deadline or delivery timeout has come and that the fold has read past (read from the due
+        index, no scan): a row due at t is returned once every receipt appended to its partition before t is folded
+        (`frontier`), so a STARTED or COMPLETED still unread cannot leave it looking open."""
+        found = []
+        for partition, store in list(self._stores.items()):
+            for _, mid in store.timed(keys.DUE, min(now_ms, self.frontier.get(partition, 0))):
+                raw = store.get_raw(mid)
+                if raw is not None:
+                    found.append(StatusRow.model_validate_json(raw))
+        return found
 
     def no_route_rows(self, until_ms: int) -> list[StatusRow]:
         """NO_ROUTE dead letters that turned terminal at or before `until_ms` (for the stale gauge)."""
@@ -125,15 +140,6 @@ class StatusFold:
 
     def table_size(self) -> int:
         return sum(store.rows for store in list(self._stores.values()))
-
-    def _rows(self, prefix: bytes, until_ms: int) -> list[StatusRow]:
-        found = []
-        for store in list(self._stores.values()):
-            for _, mid in store.timed(prefix, until_ms):
-                raw = store.get_raw(mid)
-                if raw is not None:
-                    found.append(StatusRow.model_validate_json(raw))
-        return found
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -170,6 +176,7 @@ class StatusFold:
             outage = 0.2
             while not self._stop.is_set():
                 messages = clients.take(consumer, self._batch_size, 0.2)
+                read_at, level = now_ms(), self._level(consumer)  # right after the drain: what this batch reaches
                 if messages:
                     try:
                         self._batch(consumer, producer, messages)
@@ -177,8 +184,11 @@ class StatusFold:
                     except RegistryUnavailable as exc:  # the batch was rewound: read it again after a pause
                         log.warning("status fold: schema registry unavailable, reading again in %.1fs: %s",
                                     outage, exc)
+                        level = []  # nothing of it was folded
                         self._stop.wait(outage)
                         outage = min(outage * 2, 5.0)
+                for partition in level:
+                    self.frontier[partition] = max(self.frontier.get(partition, 0), read_at - FRONTIER_SLACK_MS)
                 if time.monotonic() >= self._next_sweep:
                     self._next_sweep = time.monotonic() + self._sweep_every
                     self._sweep(producer)
@@ -406,7 +416,20 @@ class StatusFold:
 
     # -- rebalance -----------------------------------------------------------------------------------
 
+    def _level(self, consumer: Consumer) -> list[int]:
+        """Owned partitions read up to the high watermark of their last fetch response (local calls, no round trip):
+        every receipt appended there up to that fetch has been handed to this fold."""
+        level = []
+        tps = [TopicPartition(self.names.receipts, p) for p in self._stores]
+        for tp in consumer.position(tps) if tps else []:
+            _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            position = tp.offset if tp.offset >= 0 else self._start_offsets.get(tp.partition, -1)
+            if 0 <= high <= position:
+                level.append(tp.partition)
+        return level
+
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._note_starts(consumer, partitions)
         for tp in partitions:
             if tp.partition in self._stores:
                 continue  # still open: this worker wrote everything since (an eager rebalance gave it back)
@@ -416,11 +439,28 @@ class StatusFold:
             log.info("status partition %d ready: %d rows, %d changelog records applied in %.2fs", tp.partition,
                      store.rows, applied, time.monotonic() - started)
 
+    def _note_starts(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Where reading begins (the committed offset, else the log start): a partition with nothing new to read
+        has no position, yet it is level once that start is its high watermark."""
+        for tp in partitions:
+            self.frontier.pop(tp.partition, None)
+        try:
+            committed = consumer.committed([TopicPartition(self.names.receipts, tp.partition) for tp in partitions],
+                                           timeout=10)
+            for tp in committed:
+                low = tp.offset if tp.offset >= 0 else _watermarks(consumer, TopicPartition(tp.topic, tp.partition))[0]
+                self._start_offsets[tp.partition] = low
+        except KafkaException as exc:  # unknown starts: those partitions are level once something is read
+            log.warning("status fold: committed offsets not read (%s); the timekeeper waits for the next receipt "
+                        "of those partitions", exc)
+
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._close_stores([tp.partition for tp in partitions])
 
     def _close_stores(self, partitions: list[int]) -> None:
         for partition in partitions:
+            self.frontier.pop(partition, None)
+            self._start_offsets.pop(partition, None)
             store = self._stores.pop(partition, None)
             if store is not None:
                 store.close()

@@ -111,3 +111,43 @@ def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch:
     assert consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0), TopicPartition(NAMES.receipts, 1, 5)]
     assert producer.sent == [] and fold.row("m1") is None, "nothing folded, replied or committed"
     assert fold._metrics.registry.get_sample_value("agentreach_undecodable_receipts_total") == 0
+
+
+def test_a_due_row_waits_until_the_fold_has_read_its_partition_past_the_due_time(tmp_path: Path) -> None:
+    """A lagging fold may not have folded the STARTED that closes a ROUTED row: the timekeeper gets the row only
+    once the partition's frontier (everything appended before it is folded) passes the row's due time."""
+    fold = status_fold(tmp_path)
+    fold._batch(cast(Any, FakeConsumer()), cast(Any, Producer()), cast(Any, [receipt(0, "m1", Status.ROUTED)]))
+    due_at = 1_000 + 60_000  # ROUTED at 1,000 with a 60 s delivery timeout
+    assert fold.due_rows(10**12) == []  # nothing known to be folded yet
+    fold.frontier[0] = due_at - 1
+    assert fold.due_rows(10**12) == []
+    fold.frontier[0] = due_at
+    assert [r.message_id for r in fold.due_rows(10**12)] == ["m1"]
+    assert fold.due_rows(due_at - 1) == []  # and never before it is due
+
+
+class Level(FakeConsumer):
+    """Positions and the high watermarks of the last fetch response (what `cached=True` answers)."""
+
+    def __init__(self, positions: dict[int, int], highs: dict[int, int]) -> None:
+        super().__init__()
+        self.positions, self.highs = positions, highs
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.positions.get(tp.partition, -1001)) for tp in tps]
+
+    def get_watermark_offsets(self, tp: TopicPartition, cached: bool = False) -> tuple[int, int]:
+        assert cached, "a local call: the fold checks after every batch"
+        return 0, self.highs.get(tp.partition, -1001)
+
+
+def test_a_partition_is_level_when_read_to_its_last_fetched_high_watermark_or_has_nothing_new(tmp_path: Path) -> None:
+    fold = status_fold(tmp_path)
+    for p in (1, 2, 3):
+        fold._stores[p] = PartitionStore(tmp_path / f"p{p}")
+    fold._start_offsets = {2: 7, 3: 5}
+    consumer = Level(positions={0: 10, 1: 9}, highs={0: 10, 1: 10, 2: 7, 3: 8})
+    # 0 read to its high; 1 behind; 2 nothing read since it began at its high; 3 began below its high
+    assert sorted(fold._level(cast(Any, consumer))) == [0, 2]
+    assert fold._level(cast(Any, Level(positions={0: 10}, highs={}))) == []  # no fetch answered yet
