@@ -85,6 +85,16 @@ def start_offsets(consumer: Consumer, topic: str, since_ms: int | None, timeout:
     return {tp.partition: ends[tp.partition] if tp.offset in (-1, OFFSET_END) else tp.offset for tp in found}
 
 
+def unread(consumer: Consumer, ends: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """Of `ends` ((topic, partition) -> an end offset), those the consumer's position has not reached (a local
+    call: checked after every batch, so steady traffic cannot keep a reader from seeing it caught up)."""
+    if not ends:
+        return {}
+    return {(tp.topic, tp.partition): ends[(tp.topic, tp.partition)]
+            for tp in consumer.position([TopicPartition(t, p) for t, p in ends])
+            if tp.offset < ends[(tp.topic, tp.partition)]}
+
+
 def read_range(consumer: Consumer, topic: str, starts: dict[int, int], *, until_ms: int | None = None,
                idle_timeout: float = 10.0) -> Iterator[Message]:
     """Records from `starts` to the end offsets seen now (and before until_ms, by broker timestamp).

@@ -79,19 +79,18 @@ class CancelFeed:
             finally:
                 consumer.close()
 
-    def _open(self) -> tuple[Consumer, dict[int, int]]:
+    def _open(self) -> tuple[Consumer, dict[tuple[str, int], int]]:
         consumer = self._open_reader()
         try:
             starts = topicreader.start_offsets(consumer, self.topic, now_ms() - self._window_ms)
             ends = {p: topicreader.watermarks(consumer, self.topic, p)[1] for p in starts}
             consumer.assign([TopicPartition(self.topic, p, offset) for p, offset in starts.items()])
-            ends = {p: end for p, end in ends.items() if starts[p] < end}  # what there is to read up to
         except BaseException:
             consumer.close()
             raise
-        return consumer, ends
+        return consumer, {(self.topic, p): end for p, end in ends.items() if starts[p] < end}  # what there is to read
 
-    def _follow(self, consumer: Consumer, ends: dict[int, int]) -> None:
+    def _follow(self, consumer: Consumer, ends: dict[tuple[str, int], int]) -> None:
         while not self._stop.is_set():
             batch = clients.take(consumer, 500, POLL_S)
             for msg in batch:
@@ -101,14 +100,6 @@ class CancelFeed:
                     self.book.add(decode(msg.value()), now_ms())
                 except BadCancel as exc:
                     log.warning("skipping %s[%d]@%d: %s", self.topic, msg.partition(), msg.offset(), exc)
-            # positions are local: checked after every batch, so steady traffic cannot keep it from catching up
-            if not self.caught_up.is_set() and self._at(consumer, ends):
+            if not self.caught_up.is_set() and not topicreader.unread(consumer, ends):
                 self.caught_up.set()
-
-    def _at(self, consumer: Consumer, ends: dict[int, int]) -> bool:
-        """Every partition that had something to read is read up to its end (a position moves only by reading)."""
-        if not ends:
-            return True
-        return all(tp.offset >= ends[tp.partition]
-                   for tp in consumer.position([TopicPartition(self.topic, p) for p in ends]))
 

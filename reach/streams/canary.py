@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from reach import clients
+from reach import clients, topicreader
 from reach.canary import CanaryBook
 from reach.codec import RegistryUnavailable, decode
 from reach.control import publish
@@ -139,14 +139,13 @@ class CanaryController(LoopThread):
                 for msg in batch:
                     if msg.error() is None:
                         driver.record(msg.topic() or "", msg.key(), msg.value(), names)
-                if not driver.caught_up:  # after every batch (positions are local): receipts never pause
-                    behind = [f"{tp.topic}[{tp.partition}]@{tp.offset}<{ends[(tp.topic, tp.partition)]}"
-                              for tp in reader.position([TopicPartition(t, p) for t, p in ends])
-                              if tp.offset < ends[(tp.topic, tp.partition)]]
-                    driver.caught_up = not behind
-                    if behind and time.monotonic() >= warn_at:
+                if not driver.caught_up:
+                    ends = topicreader.unread(reader, ends)
+                    driver.caught_up = not ends
+                    if ends and time.monotonic() >= warn_at:
                         log.warning("canary controller: registry and control not read to their ends after %.0fs "
-                                    "(%s); it writes nothing until they are", CATCH_UP_WARN_S, ", ".join(behind))
+                                    "(%s); it writes nothing until they are", CATCH_UP_WARN_S,
+                                    ", ".join(f"{t}[{p}] up to {end}" for (t, p), end in ends.items()))
                         warn_at = float("inf")
                 now = now_ms()
                 if now >= next_tick:

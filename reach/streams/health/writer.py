@@ -177,9 +177,7 @@ class HealthWriter(LoopThread):
         deadline = time.monotonic() + timeout
         while ends and not self._stop.is_set():
             self._meta(clients.take(meta, 500, 0.2))
-            for tp in meta.position([TopicPartition(t, p) for t, p in ends]):  # local; heartbeats never pause
-                if tp.offset >= ends[(tp.topic, tp.partition)]:
-                    del ends[(tp.topic, tp.partition)]
+            ends = topicreader.unread(meta, ends)
             if ends and time.monotonic() >= deadline:
                 log.warning("health: control and registry not read to their ends within %.0fs; going on", timeout)
                 break
