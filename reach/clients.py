@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from reach import kafkaerrors
+from reach.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
 from reach.settings import KafkaSettings
+
+log = logging.getLogger(__name__)
 
 _PROBE_S = 1.0  # one metadata attempt; between attempts the error callback is served
 
@@ -39,6 +44,63 @@ def take(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]
     if max_messages <= 1:
         return [first]
     return [first, *consumer.consume(max_messages - 1, 0)]
+
+
+def send_commits(consumer: Consumer, ledger: CommitLedger) -> None:
+    """Send the ledger's commit, if none is in flight, for partitions this consumer still owns.
+
+    Asynchronous; the answer arrives in `on_commit` (served inside poll/consume on the loop's thread). At most
+    one commit is in flight per consumer (reach.commits), so commits never queue in front of heartbeats."""
+    pending = ledger.take(time.monotonic())
+    if not pending:
+        return
+    offsets = _owned(consumer, ledger, pending)
+    if not offsets:
+        return
+    try:
+        consumer.commit(offsets=offsets, asynchronous=True)
+    except KafkaException as exc:  # not even sent (no coordinator yet): sent again on the next call
+        log.warning("commit of %d partition(s) failed (sent again): %s", len(offsets), exc)
+        for tp in offsets:
+            ledger.answered((tp.topic, tp.partition), tp.offset, ok=False)
+
+
+def commit_now(consumer: Consumer, ledger: CommitLedger, partitions: Iterable[TopicPart] | None = None) -> None:
+    """The final, synchronous commit before partitions are handed over or the consumer closes: every
+    unconfirmed point (of `partitions`, else of all) that this consumer still owns, in flight or not."""
+    wanted = ledger.unconfirmed()
+    if partitions is not None:
+        keep = set(partitions)
+        wanted = {tp: o for tp, o in wanted.items() if tp in keep}
+    offsets = _owned(consumer, ledger, wanted) if wanted else []
+    if not offsets:
+        return
+    try:
+        answers = consumer.commit(offsets=offsets, asynchronous=False) or []
+    except KafkaException as exc:  # its new owner reads from the last confirmed commit: a redelivery, no loss
+        log.warning("final commit of %d partition(s) failed: %s", len(offsets), exc)
+        return
+    on_commit(ledger, None, answers)
+
+
+def on_commit(ledger: CommitLedger, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+    """The broker's answer to a commit: `on_commit` in the consumer's configuration, bound to its ledger."""
+    for tp in partitions:
+        ok = err is None and tp.error is None
+        if not ok:
+            log.warning("commit of %s[%d]@%d failed (sent again): %s", tp.topic, tp.partition, tp.offset,
+                        err or tp.error)
+        ledger.answered((tp.topic, tp.partition), tp.offset, ok=ok)
+
+
+def _owned(consumer: Consumer, ledger: CommitLedger, wanted: dict[TopicPart, int]) -> list[TopicPartition]:
+    """`wanted` as TopicPartitions, without (and forgetting) the partitions this consumer no longer owns."""
+    try:
+        owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+    except KafkaException:  # the consumer is closing: nothing it could commit
+        return []
+    ledger.forget(wanted.keys() - owned)
+    return [TopicPartition(t, p, o) for (t, p), o in wanted.items() if (t, p) in owned]
 
 
 def check_reachable(client: AdminClient, timeout: float = 10.0) -> None:

@@ -1,4 +1,6 @@
-"""Per-partition offset tracking: commit only the prefix of offsets whose work is fully acknowledged."""
+"""Per-partition offset tracking: the commit point is the prefix of offsets whose work is fully acknowledged.
+
+What is sent, in flight and confirmed is the consumer's commit ledger's (reach.commits)."""
 
 from __future__ import annotations
 
@@ -7,15 +9,13 @@ from collections.abc import Iterable
 
 
 class _Partition:
-    __slots__ = ("pending", "taken", "done", "commit", "sent", "committed")
+    __slots__ = ("pending", "taken", "done", "commit")
 
     def __init__(self) -> None:
         self.pending: deque[int] = deque()
         self.taken: set[int] = set()
         self.done: set[int] = set()
         self.commit: int | None = None      # next offset to read, once everything before it is acknowledged
-        self.sent: int | None = None        # a commit handed out by take_commits() and not yet answered
-        self.committed: int | None = None   # the last commit the broker confirmed
 
 
 class OffsetTracker:
@@ -23,6 +23,7 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self._parts: dict[int, _Partition] = {}
+        self._moved: set[int] = set()  # partitions whose commit point moved since advanced() was last asked
 
     def add(self, partition: int, offset: int) -> None:
         """Record that `offset` was taken from `partition` and is being worked on."""
@@ -43,37 +44,19 @@ class OffsetTracker:
             part.done.discard(first)
             part.taken.discard(first)
             part.commit = first + 1
+            self._moved.add(partition)
 
-    def take_commits(self) -> dict[int, int]:
-        """Commit points to send now: {partition: next offset to read}.
-
-        A point is handed out again until the broker confirms it (`committed`), so a failed commit on a
-        partition that then goes idle is retried instead of forgotten."""
-        out: dict[int, int] = {}
-        for partition, part in self._parts.items():
-            if part.commit is not None and part.commit not in (part.committed, part.sent):
-                out[partition] = part.commit
-                part.sent = part.commit
+    def advanced(self) -> dict[int, int]:
+        """Commit points that moved since the last call: {partition: next offset to read}."""
+        out = {p: c for p in self._moved if (part := self._parts.get(p)) is not None and (c := part.commit) is not None}
+        self._moved.clear()
         return out
-
-    def committed(self, partition: int, offset: int) -> None:
-        """The broker confirmed a commit of `offset` (the next offset to read) on `partition`."""
-        part = self._parts.get(partition)
-        if part is not None and (part.committed is None or offset > part.committed):
-            part.committed = offset
-            if part.sent is not None and part.sent <= offset:
-                part.sent = None
-
-    def commit_failed(self, partition: int, offset: int) -> None:
-        """A commit of `offset` failed: hand it out again on the next `take_commits`."""
-        part = self._parts.get(partition)
-        if part is not None and part.sent == offset:
-            part.sent = None
 
     def forget(self, partitions: Iterable[int]) -> None:
         """Drop revoked or lost partitions (their uncommitted offsets are redelivered elsewhere)."""
         for partition in partitions:
             self._parts.pop(partition, None)
+            self._moved.discard(partition)
 
     def pending(self, partition: int | None = None) -> int:
         """Offsets taken and not yet done (on one partition, or on all)."""

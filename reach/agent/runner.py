@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 from redis.asyncio import Redis
 
 from reach import clients, codec, heap, policyfields, topics
@@ -36,6 +36,7 @@ from reach.agent.publisher import Publisher, when_acked
 from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
+from reach.commits import CommitLedger
 from reach.controlfeed import ControlFeed
 from reach.errors import InfraUnavailable
 from reach.names import Names
@@ -82,6 +83,7 @@ class Runner:
         self._stop = threading.Event()
         self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
         self._tracker = OffsetTracker()
+        self._ledger = CommitLedger()  # one commit in flight at a time (reach.commits)
         self._backlog: deque[tuple[Message, Envelope]] = deque()
         self._owned: set[int] = set()
         session_s, heartbeat_s = _session_times(agent.consumer_config)
@@ -207,7 +209,8 @@ class Runner:
 
     def _subscribe(self) -> Consumer:
         conf = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": SESSION_TIMEOUT_MS,
-                "client.id": self.agent.instance_id, "on_commit": self._on_commit, **self.agent.consumer_config}
+                "client.id": self.agent.instance_id,
+                "on_commit": functools.partial(clients.on_commit, self._ledger), **self.agent.consumer_config}
         consumer = clients.consumer(self.names.agent_group(self.agent.agent_id), self._kafka, **conf)
         consumer.subscribe([self.inbox], on_assign=self._on_assign, on_revoke=self._on_revoke,
                            on_lost=self._on_lost)
@@ -323,30 +326,15 @@ class Runner:
             self._paused = False
 
     def _commit(self, *, asynchronous: bool) -> None:
-        commits = self._tracker.take_commits()
-        if commits:
-            offsets = [TopicPartition(self.inbox, p, o) for p, o in commits.items()]
-            try:
-                if asynchronous:  # its result arrives in _on_commit
-                    self._consumer.commit(offsets=offsets, asynchronous=True)
-                else:
-                    self._on_commit(None, self._consumer.commit(offsets=offsets, asynchronous=False) or [])
-            except Exception as exc:  # noqa: BLE001 - a failed commit is retried; at worst a redelivery later
-                log.warning("commit failed (it is retried; meanwhile a redelivery is deduplicated): %s", exc)
-                for p, o in commits.items():
-                    self._tracker.commit_failed(p, o)
-
-    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-        """The broker's answer to a commit (served inside poll on the main thread)."""
-        for tp in partitions:
-            if tp.topic != self.inbox:
-                continue
-            if err is None and tp.error is None:
-                self._tracker.committed(tp.partition, tp.offset)
-            else:
-                log.warning("commit of %s:%d@%d failed (%s); retrying", tp.topic, tp.partition, tp.offset,
-                            err or tp.error)
-                self._tracker.commit_failed(tp.partition, tp.offset)
+        """Asynchronous: the ledger's commit if none is in flight (its answer arrives in clients.on_commit);
+        synchronous (revoke, shutdown): every unconfirmed point now."""
+        advanced = self._tracker.advanced()
+        if advanced:
+            self._ledger.want({(self.inbox, p): o for p, o in advanced.items()})
+        if asynchronous:
+            clients.send_commits(self._consumer, self._ledger)
+        else:
+            clients.commit_now(self._consumer, self._ledger)
 
     def _beat(self, state: AgentState | None = None) -> Future[Message]:
         return self.heartbeat.beat(inflight=self._busy(), partitions=self._advertised(), state=state)
@@ -408,6 +396,7 @@ class Runner:
     def _forget(self, partitions: set[int]) -> None:
         self._ownership.revoked(partitions)
         self._tracker.forget(partitions)
+        self._ledger.forget((self.inbox, p) for p in partitions)
         self._owned -= partitions
         self._backlog = deque(item for item in self._backlog if item[0].partition() not in partitions)
 

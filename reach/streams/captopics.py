@@ -60,10 +60,12 @@ class CapabilityTopics:
 
     def __init__(self, names: Names, every_s: float, kafka: KafkaSettings, *, group: str,
                  on_members: Callable[[int], None] = lambda _n: None,
+                 on_revoked: Callable[[Any, list[Any]], None] = lambda _c, _p: None,
                  admin: Callable[[], Any] | None = None, groups: Callable[[], Any] | None = None) -> None:
         self.prefix = names.capability_prefix
         self.group = group
         self.on_members = on_members
+        self.on_revoked = on_revoked  # the router's final commit of what it hands over
         self.every_s = every_s
         self.subscribed: frozenset[str] = frozenset()
         self._admin = admin or (lambda: clients.admin(kafka))
@@ -175,8 +177,9 @@ class CapabilityTopics:
         log.info("assigned %d partition(s) of %d capability topic(s), %.1f s after subscribing (rebalance %d)",
                  len(partitions), len(self.subscribed), time.monotonic() - self._since, self.rebalances)
 
-    def _on_revoke(self, _consumer: Any, partitions: list[Any]) -> None:
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
         self.assigned = 0
+        self.on_revoked(consumer, partitions)
         log.info("revoked %d partition(s)", len(partitions))
 
     def describe(self) -> str:

@@ -30,6 +30,7 @@ from reach.acks import Acks, Position
 from reach.canary import canaries
 from reach.candidates import RouteRequest
 from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
+from reach.commits import CommitLedger
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
 from reach.factors import FactorWeights
@@ -51,7 +52,6 @@ from reach.routing import (
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.affinity import AffinityTable
 from reach.streams.captopics import CapabilityTopics
-from reach.streams.commits import CommitLedger
 from reach.streams.qps import QpsLimits
 from reach.streams.routed_receipt import RoutedReceiptWriter
 from reach.streams.state import RouterState, StateLoop
@@ -227,7 +227,7 @@ class Router:
                 "session.timeout.ms": 6_000,
                 "heartbeat.interval.ms": 1_500,
                 "partition.assignment.strategy": "roundrobin",
-                "on_commit": functools.partial(_on_commit, ledger),
+                "on_commit": functools.partial(clients.on_commit, ledger),
             },
         )
         consumer = Consumer(conf)
@@ -235,7 +235,8 @@ class Router:
                                                    "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
                                         group=router_group(self.names),
-                                        on_members=lambda n: setattr(self.qps, "workers", n))
+                                        on_members=lambda n: setattr(self.qps, "workers", n),
+                                        on_revoked=functools.partial(_commit_revoked, ledger))
         self.topics = capabilities  # read by diagnostics: what the hot path subscribes to and holds now
         capabilities.start()
         held = PartitionBackoff()
@@ -253,12 +254,12 @@ class Router:
                 messages = clients.take(consumer, self._batch_size, 0.2)  # serves on_commit answers too
                 if not messages:
                     producer.poll(0)
-                    _commit(consumer, ledger)  # an idle partition's failed last commit is sent again
+                    clients.send_commits(consumer, ledger)  # an idle partition's failed last commit is sent again
                     continue
                 acks = self._process(messages, producer).acks
                 commits = acks.commits()
                 ledger.want(commits)
-                _commit(consumer, ledger)
+                clients.send_commits(consumer, ledger)
                 rewinds = acks.rewinds()
                 for tp in commits.keys() - rewinds.keys():
                     held.cleared(tp)
@@ -276,6 +277,7 @@ class Router:
         finally:
             capabilities.stop()
             producer.flush(10)
+            clients.commit_now(consumer, ledger)  # what the flush acknowledged, before the group hands it over
             consumer.close()
 
     def _process(self, messages: list[Message], producer: Producer) -> _Batch:
@@ -617,32 +619,9 @@ class Router:
         return topic[len(prefix):] if topic.startswith(prefix) else topic
 
 
-def _commit(consumer: Consumer, ledger: CommitLedger) -> None:
-    """Send what the ledger holds for partitions this worker still owns; the answers arrive in `_on_commit`."""
-    pending = ledger.take()
-    if not pending:
-        return
-    owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
-    ledger.forget(pending.keys() - owned)
-    offsets = [TopicPartition(t, p, o) for (t, p), o in pending.items() if (t, p) in owned]
-    if not offsets:
-        return
-    try:
-        consumer.commit(offsets=offsets, asynchronous=True)
-    except KafkaException as exc:  # not even sent (no coordinator yet): sent again on the next loop turn
-        log.warning("commit of %d partition(s) failed (sent again): %s", len(offsets), exc)
-        for tp in offsets:
-            ledger.answered((tp.topic, tp.partition), tp.offset, ok=False)
-
-
-def _on_commit(ledger: CommitLedger, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
-    """The broker's answer to a commit (served inside poll/consume on the hot loop's thread)."""
-    for tp in partitions:
-        ok = err is None and tp.error is None
-        if not ok:
-            log.warning("commit of %s[%d]@%d failed (sent again): %s", tp.topic, tp.partition, tp.offset,
-                        err or tp.error)
-        ledger.answered((tp.topic, tp.partition), tp.offset, ok=ok)
+def _commit_revoked(ledger: CommitLedger, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    """The final commit of what a rebalance takes away (inside poll, before the partitions go)."""
+    clients.commit_now(consumer, ledger, [(tp.topic, tp.partition) for tp in partitions])
 
 
 _HEADROOM = 1024  # record overhead and provenance headers beyond the encoded value

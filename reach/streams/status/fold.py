@@ -15,6 +15,7 @@ caught up from the offset it recorded (or rebuilt from the start when that offse
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from reach import headers as H
 from reach.acks import Acks, Position
 from reach.channels import closure
 from reach.codec import DecodeError, RegistryUnavailable
+from reach.commits import CommitLedger
 from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.names import Names
@@ -69,6 +71,7 @@ class StatusFold:
         self._retention_ms = retention_ms
         self._batch_size = batch_size
         self._stores: dict[int, PartitionStore] = {}
+        self._ledger = CommitLedger()  # one async commit in flight; a restarted loop starts a fresh one
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reply_topics: dict[str, float] = {}  # topics seen to exist, and when (a miss is never cached)
@@ -160,9 +163,11 @@ class StatusFold:
                 return
 
     def _loop(self) -> None:
+        self._ledger = CommitLedger()
         consumer = clients.consumer(fold_group(self.names), self._kafka, **{
             "client.id": OWNER_PREFIX + self.url, "session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500,
             "partition.assignment.strategy": "roundrobin", "max.poll.interval.ms": 600_000,
+            "on_commit": functools.partial(clients.on_commit, self._ledger),
         })
         producer = clients.producer(self._kafka, **{"topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         try:
@@ -171,7 +176,7 @@ class StatusFold:
                 raise StreamsError(f"topic {self.names.receipts} is missing; run `reach topics apply`")
             self.partitions = len(meta.partitions)
             consumer.subscribe([self.names.receipts], on_assign=self._assigned, on_revoke=self._revoked,
-                               on_lost=self._revoked)
+                               on_lost=self._lost)
             self.error = None
             outage = 0.2
             while not self._stop.is_set():
@@ -187,6 +192,8 @@ class StatusFold:
                         level = []  # nothing of it was folded
                         self._stop.wait(outage)
                         outage = min(outage * 2, 5.0)
+                if not messages:
+                    clients.send_commits(consumer, self._ledger)  # a failed last commit is sent again
                 for partition in level:
                     self.frontier[partition] = max(self.frontier.get(partition, 0), read_at - FRONTIER_SLACK_MS)
                 if time.monotonic() >= self._next_sweep:
@@ -194,6 +201,7 @@ class StatusFold:
                     self._sweep(producer)
         finally:
             producer.flush(10)
+            clients.commit_now(consumer, self._ledger)
             consumer.close()
             self._close_stores(list(self._stores))
 
@@ -241,8 +249,8 @@ class StatusFold:
             raise DeliveryFailed("; ".join(sorted(set(errors))[:3]))
         for partition, changes in by_partition.items():
             self._stores[partition].write(changes, changelog_next=delivered.get(partition))
-        consumer.commit(offsets=[TopicPartition(self.names.receipts, p, o + 1) for p, o in last.items()],
-                        asynchronous=False)
+        self._ledger.want({(self.names.receipts, p): o + 1 for p, o in last.items()})
+        clients.send_commits(consumer, self._ledger)
 
     def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, StatusRow]],
              replies: list[_Reply], callbacks: list[_Reply], producer: Producer) -> None:
@@ -455,6 +463,11 @@ class StatusFold:
                         "of those partitions", exc)
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        clients.commit_now(consumer, self._ledger, [(tp.topic, tp.partition) for tp in partitions])
+        self._lost(consumer, partitions)
+
+    def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._ledger.forget((tp.topic, tp.partition) for tp in partitions)
         self._close_stores([tp.partition for tp in partitions])
 
     def _close_stores(self, partitions: list[int]) -> None:

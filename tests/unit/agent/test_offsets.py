@@ -13,11 +13,11 @@ def test_commit_waits_for_the_earliest_offset() -> None:
         t.add(0, off)
     t.done(0, 12)
     t.done(0, 11)
-    assert t.take_commits() == {}
+    assert t.advanced() == {}
     assert t.pending(0) == 1
     t.done(0, 10)
-    assert t.take_commits() == {0: 13}
-    assert t.take_commits() == {}
+    assert t.advanced() == {0: 13}
+    assert t.advanced() == {}
     assert t.pending() == 0
 
 
@@ -27,10 +27,10 @@ def test_partitions_are_independent() -> None:
     t.add(1, 7)
     t.add(1, 8)
     t.done(1, 7)
-    assert t.take_commits() == {1: 8}
+    assert t.advanced() == {1: 8}
     t.done(0, 5)
     t.done(1, 8)
-    assert t.take_commits() == {0: 6, 1: 9}
+    assert t.advanced() == {0: 6, 1: 9}
 
 
 def test_gaps_from_compaction_or_filtering_are_fine() -> None:
@@ -39,7 +39,7 @@ def test_gaps_from_compaction_or_filtering_are_fine() -> None:
     t.add(0, 9)
     t.done(0, 9)
     t.done(0, 3)
-    assert t.take_commits() == {0: 10}
+    assert t.advanced() == {0: 10}
 
 
 def test_forgotten_partitions_ignore_late_completions() -> None:
@@ -47,10 +47,10 @@ def test_forgotten_partitions_ignore_late_completions() -> None:
     t.add(2, 1)
     t.forget([2])
     t.done(2, 1)
-    assert t.take_commits() == {}
+    assert t.advanced() == {}
     t.add(2, 1)  # reassigned later: starts afresh
     t.done(2, 1)
-    assert t.take_commits() == {2: 2}
+    assert t.advanced() == {2: 2}
 
 
 def test_offsets_must_increase() -> None:
@@ -66,30 +66,5 @@ def test_a_stale_completion_of_a_finished_offset_is_ignored() -> None:
     t.done(0, 1)
     t.done(0, 1)  # e.g. an older run of the same message finishing after a revoke/reassign
     t.add(0, 2)
-    assert t.take_commits() == {0: 2}
+    assert t.advanced() == {0: 2}
     assert t.pending(0) == 1
-
-
-def test_a_commit_is_handed_out_again_until_the_broker_confirms_it() -> None:
-    t = OffsetTracker()
-    t.add(0, 1)
-    t.done(0, 1)
-    assert t.take_commits() == {0: 2}
-    assert t.take_commits() == {}, "in flight: not sent twice"
-    t.commit_failed(0, 2)  # the async commit failed and the partition then went idle
-    assert t.take_commits() == {0: 2}
-    t.committed(0, 2)
-    assert t.take_commits() == {}
-
-
-def test_a_late_failure_of_an_older_commit_does_not_resend_a_confirmed_one() -> None:
-    t = OffsetTracker()
-    t.add(0, 1)
-    t.add(0, 2)
-    t.done(0, 1)
-    assert t.take_commits() == {0: 2}
-    t.done(0, 2)
-    assert t.take_commits() == {0: 3}
-    t.committed(0, 3)
-    t.commit_failed(0, 2)
-    assert t.take_commits() == {}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
-from reach import codec, dlq
+from reach import clients, codec, dlq
 from reach import headers as h
 from reach.agent import Agent
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
@@ -32,6 +32,12 @@ class FakeConsumer:
         self.unassigned: list[int] = []
         self.seeks: list[tuple[int, int]] = []
         self.paused = False
+        self.owner: Runner | None = None
+
+    def assignment(self) -> list[TopicPartition]:
+        """What the group assigned: the partitions the runner owns (it keeps both in step)."""
+        owner = self.owner
+        return [] if owner is None else [TopicPartition(owner.inbox, p) for p in sorted(owner._owned)]
 
     def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition] | None:
         self.commits.append([(tp.partition, tp.offset) for tp in offsets])
@@ -77,6 +83,7 @@ def runner() -> tuple[Runner, FakeConsumer]:
     r = Runner(agent)
     consumer = FakeConsumer()
     r._consumer = consumer  # type: ignore[assignment]
+    consumer.owner = r
     r.heartbeat = _Heartbeat()  # type: ignore[assignment]
     r._pipeline = _Pipeline()  # type: ignore[assignment]
     r.loads = _Loads()  # type: ignore[assignment]
@@ -92,10 +99,10 @@ def test_a_failed_async_commit_is_sent_again_until_the_broker_confirms_it() -> N
     r._commit(asynchronous=True)
     r._commit(asynchronous=True)
     assert consumer.commits == [[(0, 6)]], "sent once while in flight"
-    r._on_commit(KafkaError(KafkaError.REQUEST_TIMED_OUT), [TopicPartition(r.inbox, 0, 6)])
+    clients.on_commit(r._ledger, KafkaError(KafkaError.REQUEST_TIMED_OUT), [TopicPartition(r.inbox, 0, 6)])
     r._commit(asynchronous=True)  # the partition is idle now: only the retry sends it
     assert consumer.commits == [[(0, 6)], [(0, 6)]]
-    r._on_commit(None, [TopicPartition(r.inbox, 0, 6)])
+    clients.on_commit(r._ledger, None, [TopicPartition(r.inbox, 0, 6)])
     r._commit(asynchronous=True)
     assert consumer.commits == [[(0, 6)], [(0, 6)]]
 

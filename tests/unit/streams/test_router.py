@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any, cast
 
 import pytest
@@ -17,7 +16,7 @@ from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.router import Router
 from reach.streams.stats import OTHER
 from reach.terminals import Fence, MemorySlots
-from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
+from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
 
 NS = "ns"
 NAMES = Names(NS)
@@ -147,42 +146,3 @@ def test_a_failing_partition_backs_off_alone_and_recovers() -> None:
     held.cleared(a)
     assert held.hold(a, 1.0) == 0.1, "after a success the backoff starts over"
     assert sorted(held.due(1.2)) == [a, b]
-
-
-def test_a_failed_last_commit_of_an_idle_partition_is_sent_again() -> None:
-    from reach.streams.commits import CommitLedger
-    from reach.streams.router import _commit, _on_commit
-
-    ledger = CommitLedger()
-    consumer = FakeConsumer(assigned={(CAP, 0), (CAP, 1)})
-    answer = functools.partial(_on_commit, ledger)
-    ledger.want({(CAP, 0): 5, (CAP, 1): 3})
-    _commit(cast(Any, consumer), ledger)
-    _commit(cast(Any, consumer), ledger)  # in flight: not sent twice
-    assert consumer.committed_at() == {(CAP, 0): 5, (CAP, 1): 3} and len(consumer.commits) == 2
-    consumer.answer(answer, KafkaError(KafkaError.REBALANCE_IN_PROGRESS))
-    consumer.commits.clear()
-    _commit(cast(Any, consumer), ledger)  # an idle turn: no batch, the failed commits go out again
-    assert consumer.committed_at() == {(CAP, 0): 5, (CAP, 1): 3}
-    consumer.answer(answer)
-    consumer.commits.clear()
-    _commit(cast(Any, consumer), ledger)
-    assert consumer.commits == [], "a confirmed commit is not sent again"
-
-
-def test_a_newer_commit_supersedes_a_failed_one_and_a_revoked_partition_is_not_resent() -> None:
-    from reach.streams.commits import CommitLedger
-    from reach.streams.router import _commit, _on_commit
-
-    ledger = CommitLedger()
-    consumer = FakeConsumer(assigned={(CAP, 0), (CAP, 1)})
-    ledger.want({(CAP, 0): 5, (CAP, 1): 3})
-    _commit(cast(Any, consumer), ledger)
-    ledger.want({(CAP, 0): 9})
-    _commit(cast(Any, consumer), ledger)
-    consumer.answer(functools.partial(_on_commit, ledger), KafkaError(KafkaError.COORDINATOR_NOT_AVAILABLE))
-    consumer.assigned = {(CAP, 0)}  # partition 1 moved to another worker meanwhile
-    consumer.commits.clear()
-    _commit(cast(Any, consumer), ledger)
-    assert consumer.committed_at() == {(CAP, 0): 9}, "only the newest offset, only where this worker still owns"
-    assert ledger.unconfirmed() == {(CAP, 0): 9}

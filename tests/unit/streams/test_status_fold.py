@@ -21,6 +21,7 @@ from reach.streams.status.store import PartitionStore
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
 NAMES = Names("ns")
+OWNED = {(NAMES.receipts, p) for p in range(4)}  # what the group assigned this fold
 REPLIES = NAMES.replies("c1")
 
 
@@ -57,7 +58,7 @@ def replies_sent(fold: StatusFold, outcome: str) -> float:
 
 
 def test_a_reply_refused_after_the_flush_rewinds_the_batch_and_is_sent_again(tmp_path: Path) -> None:
-    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     timed_out = Producer(refuse=lambda topic, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if topic == REPLIES else None)
     with pytest.raises(DeliveryFailed):
         fold._batch(cast(Any, consumer), cast(Any, timed_out), cast(Any, [receipt(0), receipt(1, "m2")]))
@@ -73,7 +74,7 @@ def test_a_reply_refused_after_the_flush_rewinds_the_batch_and_is_sent_again(tmp
 
 
 def test_a_reply_no_retry_cures_is_counted_and_the_batch_commits(tmp_path: Path) -> None:
-    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     too_large = Producer(refuse=lambda topic, _v: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if topic == REPLIES
                          else None)
     fold._batch(cast(Any, consumer), cast(Any, too_large), cast(Any, [receipt(0)]))
@@ -84,7 +85,7 @@ def test_a_reply_no_retry_cures_is_counted_and_the_batch_commits(tmp_path: Path)
 
 
 def test_a_synchronous_reply_error_is_counted_and_the_fold_moves_on(tmp_path: Path) -> None:
-    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     raising = Producer(raise_on=lambda topic, _v: KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
                        if topic == REPLIES else None)
     fold._batch(cast(Any, consumer), cast(Any, raising), cast(Any, [receipt(0), receipt(1, "m2")]))
@@ -94,7 +95,7 @@ def test_a_synchronous_reply_error_is_counted_and_the_fold_moves_on(tmp_path: Pa
 
 
 def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(), Producer()
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
     good = receipt(0)
 
     def down(data: bytes, model: type[Receipt]) -> Receipt:
@@ -117,7 +118,8 @@ def test_a_due_row_waits_until_the_fold_has_read_its_partition_past_the_due_time
     """A lagging fold may not have folded the STARTED that closes a ROUTED row: the timekeeper gets the row only
     once the partition's frontier (everything appended before it is folded) passes the row's due time."""
     fold = status_fold(tmp_path)
-    fold._batch(cast(Any, FakeConsumer()), cast(Any, Producer()), cast(Any, [receipt(0, "m1", Status.ROUTED)]))
+    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, Producer()),
+                cast(Any, [receipt(0, "m1", Status.ROUTED)]))
     due_at = 1_000 + 60_000  # ROUTED at 1,000 with a 60 s delivery timeout
     assert fold.due_rows(10**12) == []  # nothing known to be folded yet
     fold.frontier[0] = due_at - 1

@@ -21,6 +21,7 @@ from reach.streams.status.store import PartitionStore
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
 NAMES = Names("ns")
+OWNED = {(NAMES.receipts, p) for p in range(4)}  # what the group assigned this fold
 WEBHOOK = NAMES.capability("channel.webhook")
 SPEC = callback_text("webhook:https://example.com/hook", "$.a")
 
@@ -65,7 +66,7 @@ def receipt(offset: int, status: Status, callback: str | None = SPEC, mid: str =
 
 
 def test_the_callback_envelope_goes_to_the_channel_topic_before_the_commit(tmp_path: Path) -> None:
-    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(), Producer()
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
     fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, Status.STARTED),
                                                                      receipt(1, Status.COMPLETED)]))
     sent = [codec.decode(v, Envelope) for v in producer.to(WEBHOOK)]
@@ -80,7 +81,7 @@ def test_the_callback_envelope_goes_to_the_channel_topic_before_the_commit(tmp_p
 
 
 def test_a_callback_refused_after_the_flush_rewinds_the_batch(tmp_path: Path) -> None:
-    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     refusing = Producer(refuse=lambda topic, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if topic == WEBHOOK else None)
     try:
         fold._batch(cast(Any, consumer), cast(Any, refusing), cast(Any, [receipt(0, Status.COMPLETED)]))
@@ -97,7 +98,7 @@ def test_a_callback_refused_after_the_flush_rewinds_the_batch(tmp_path: Path) ->
 
 
 def test_no_channel_topic_gives_an_unroutable_receipt_and_a_bad_spec_a_rejected_one(tmp_path: Path) -> None:
-    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(), Producer(known=set())
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer(known=set())
     fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, Status.COMPLETED)]))
     out = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert [(r.message_id, r.status) for r in out] == [("m1-cb0", Status.UNROUTABLE)]
@@ -106,7 +107,7 @@ def test_no_channel_topic_gives_an_unroutable_receipt_and_a_bad_spec_a_rejected_
     assert fold._metrics.registry.get_sample_value("agentreach_callbacks_total", {"outcome": "no_channel"}) == 1
 
     fold2, producer2 = status_fold(tmp_path / "b"), Producer()
-    fold2._batch(cast(Any, FakeConsumer()), cast(Any, producer2),
+    fold2._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer2),
                  cast(Any, [receipt(0, Status.COMPLETED, callback="webhook:not a url")]))
     bad = [codec.decode(v, Receipt) for v in producer2.to(NAMES.receipts)]
     assert [(r.message_id, r.status) for r in bad] == [("m1-cb0", Status.REJECTED)]
@@ -116,15 +117,16 @@ def test_no_channel_topic_gives_an_unroutable_receipt_and_a_bad_spec_a_rejected_
 
 def test_a_missing_channel_topic_is_not_remembered(tmp_path: Path) -> None:
     fold, producer = status_fold(tmp_path), Producer(known=set())
-    fold._batch(cast(Any, FakeConsumer()), cast(Any, producer), cast(Any, [receipt(0, Status.COMPLETED)]))
+    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer), cast(Any, [receipt(0, Status.COMPLETED)]))
     assert producer.to(WEBHOOK) == []
     producer.known = {WEBHOOK}  # the channel agent started: the next callback goes to it at once
-    fold._batch(cast(Any, FakeConsumer()), cast(Any, producer), cast(Any, [receipt(1, Status.FAILED, mid="m2")]))
+    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
+                cast(Any, [receipt(1, Status.FAILED, mid="m2")]))
     assert [codec.decode(v, Envelope).message_id for v in producer.to(WEBHOOK)] == ["m2-cb0"]
 
 
 def test_any_other_metadata_error_is_infrastructure_and_commits_nothing(tmp_path: Path) -> None:
-    fold, consumer = status_fold(tmp_path), FakeConsumer()
+    fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     sick = Producer(known=set(), metadata_error=KafkaError.LEADER_NOT_AVAILABLE)
     with pytest.raises(StreamsError, match="read again"):
         fold._batch(cast(Any, consumer), cast(Any, sick), cast(Any, [receipt(0, Status.COMPLETED)]))
