@@ -1,6 +1,6 @@
 """Operator control records on the compacted control topic: build, publish and read them.
 
-The view they fold into, and the scoping rules, are reach.views.control (pure).
+The view they fold into, and the scoping rules, are reach.core.views.control (pure).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from confluent_kafka import Producer
 
 from reach import topicreader
 from reach.codec import RegistryUnavailable, decode, encode
+from reach.core.views.control import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
+from reach.core.views.control import ControlView
+from reach.core.views.control import key_of as key_of
+from reach.core.views.control import weights_problem as weights_problem
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Control, ControlKind, InstanceAction, InstanceOverride, Policy, Weights
 from reach.settings import KafkaSettings
-from reach.views.control import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
-from reach.views.control import ControlView
-from reach.views.control import key_of as key_of
-from reach.views.control import weights_problem as weights_problem
 
 log = logging.getLogger("reach.control")
 

@@ -16,9 +16,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from reach import clients, topicreader
 from reach.codec import RegistryUnavailable
 from reach.control import apply_record
+from reach.core.views.control import ControlView
 from reach.names import Names
 from reach.settings import KafkaSettings
-from reach.views.control import ControlView
 
 log = logging.getLogger("reach.control")
 POLL_S = 0.2

@@ -17,10 +17,10 @@ from typing import Any
 
 from reach import codec, headers
 from reach.codec import DecodeError
+from reach.core.status import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.records import DeadLetter, Envelope, ErrorInfo, Status
-from reach.status import StatusRow
 
 RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
 NO_ROUTE = "NO_ROUTE"

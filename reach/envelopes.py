@@ -8,10 +8,10 @@ from typing import Any
 
 from ulid import ULID
 
+from reach.core.versions import parse_range
 from reach.errors import InvalidName, ReachError
 from reach.names import check_agent_id, check_capability
 from reach.records import Envelope, Policy, RoutingHints
-from reach.versions import parse_range
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 DELIVERY_TIMEOUT_MS = 5_000      # ROUTED -> STARTED: a healthy instance picks up work within a poll or two

@@ -1,16 +1,16 @@
-"""Reading the compacted registry topic into a RegistryView (the view itself is reach.views.registry)."""
+"""Reading the compacted registry topic into a RegistryView (the view itself is reach.core.views.registry)."""
 
 from __future__ import annotations
 
 import logging
 
 from reach import codec, topicreader
+from reach.core.views.registry import InstanceInfo as InstanceInfo
+from reach.core.views.registry import RegistryView
 from reach.errors import InfraUnavailable, ReachError
 from reach.names import Names
 from reach.records import AgentRegistration
 from reach.settings import KafkaSettings
-from reach.views.registry import InstanceInfo as InstanceInfo
-from reach.views.registry import RegistryView
 
 log = logging.getLogger("reach.registry")
 

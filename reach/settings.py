@@ -275,7 +275,7 @@ class RedisSettings(BaseSettings):
 
 
 class CanarySettings(BaseSettings):
-    """The canary controller's judgement and pace (reach.canary, reach.streams.canary)."""
+    """The canary controller's judgement and pace (reach.core.canary, reach.streams.canary)."""
 
     model_config = SettingsConfigDict(env_prefix="REACH_CANARY_", frozen=True, extra="forbid")
 

@@ -1,4 +1,4 @@
-"""The cost of health and canary admission in reach.routing.decide: µs per decision, with and without it.
+"""The cost of health and canary admission in reach.core.routing.decide: µs per decision, with and without it.
 
 Run from the repo root:  .venv/bin/python scripts/admission_cost.py [instances] [decisions]
 Instances of one agent, half on a canary build; `health` marks one OPEN and one HALF_OPEN (admit 0.5).
@@ -10,7 +10,8 @@ import random
 import sys
 import time
 
-from reach.candidates import RouteRequest
+from reach.core.candidates import RouteRequest
+from reach.core.routing import decide
 from reach.envelopes import now_ms
 from reach.records import (
     AgentRegistration,
@@ -21,7 +22,6 @@ from reach.records import (
     InstanceHealth,
     Weights,
 )
-from reach.routing import decide
 
 
 def registrations(n: int) -> list[AgentRegistration]:

@@ -16,8 +16,8 @@ import random
 import time
 
 from reach import codec
-from reach.health.settings import HealthSettings
-from reach.health.table import HealthTable
+from reach.core.health.settings import HealthSettings
+from reach.core.health.table import HealthTable
 from reach.records import Decision, ErrorInfo, Receipt, Status
 
 

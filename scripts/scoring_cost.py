@@ -10,9 +10,9 @@ import time
 import timeit
 
 from reach.bench.scoring import candidates
-from reach.candidates import RouteRequest
-from reach.factors import DEFAULT_WEIGHTS, NAMES, ScoringContext
-from reach.scoring import score
+from reach.core.candidates import RouteRequest
+from reach.core.factors import DEFAULT_WEIGHTS, NAMES, ScoringContext
+from reach.core.scoring import score
 from reach.streams.routed_receipt import RoutedReceiptWriter
 
 N = 20_000

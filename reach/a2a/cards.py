@@ -23,9 +23,9 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
 
 from reach.a2a.bearer import SCHEME
+from reach.core.versions import parse_version
 from reach.gateway.ports import CHANNEL_PREFIX
 from reach.records import Capability
-from reach.versions import parse_version
 
 MESH_PATH = "/a2a/"
 CAPABILITY_PATH = "/a2a/cap/{capability}/"

@@ -15,11 +15,11 @@ from jsonschema.protocols import Validator
 from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
+from reach.core.loads import default_max_queue
+from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
-from reach.loads import default_max_queue
 from reach.names import check_agent_id, check_capability
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope
-from reach.versions import parse_version, satisfies
 
 Handler = Callable[..., Any]
 Hook = Callable[[], Any]
@@ -122,7 +122,7 @@ class Agent:
             raise InvalidDeclaration(f"ttl_ms must be >= 300 (heartbeats go every ttl/3), got {ttl_ms}.")
         self.region = region
         self.max_concurrency = max_concurrency
-        # None: min(4 x max_concurrency, delivery timeout x measured drain rate), see reach.loads
+        # None: min(4 x max_concurrency, delivery timeout x measured drain rate), see reach.core.loads
         self.max_queue = max_queue
         self.ttl_ms = ttl_ms
         self.build_version = build_version

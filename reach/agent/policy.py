@@ -9,8 +9,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 from reach.controlfeed import ControlSource
+from reach.core.views.control import ControlView
 from reach.records import InstanceAction, Policy
-from reach.views.control import ControlView
 
 
 class Mode(StrEnum):

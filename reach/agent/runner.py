@@ -38,11 +38,11 @@ from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
 from reach.commits import CommitLedger
 from reach.controlfeed import ControlFeed
+from reach.core.views.control import key_of
 from reach.errors import InfraUnavailable
 from reach.names import Names
 from reach.records import AgentState, ControlKind, Envelope
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
-from reach.views.control import key_of
 
 log = logging.getLogger("reach.agent")
 POLL_S = 0.1

@@ -1,4 +1,4 @@
-"""Mode `scoring`: the pure scoring function (reach.scoring.score) alone with 10, 100 and 1,000 candidates."""
+"""Mode `scoring`: the pure scoring function (reach.core.scoring.score) alone with 10, 100 and 1,000 candidates."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import random
 import time
 
 from reach.bench.results import ModeResult, latency, own_cpu
-from reach.candidates import Candidate, RouteRequest
-from reach.factors import DEFAULT_WEIGHTS, ScoringContext
-from reach.loads import InstanceLoad
+from reach.core.candidates import Candidate, RouteRequest
+from reach.core.factors import DEFAULT_WEIGHTS, ScoringContext
+from reach.core.loads import InstanceLoad
+from reach.core.scoring import score
+from reach.core.versions import parse_version
 from reach.records import AgentRegistration, AgentState, Capability
-from reach.scoring import score
-from reach.versions import parse_version
 
 
 def candidates(n: int) -> list[Candidate]:

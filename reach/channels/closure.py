@@ -17,9 +17,9 @@ from reach.channels.catalog import BY_NAME, CAPABILITY_PREFIX, CAPABILITY_VERSIO
 from reach.channels.errors import BadCallback
 from reach.channels.select import select
 from reach.channels.spec import CallbackSpec, parse
+from reach.core.status import StatusRow
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS
 from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
-from reach.status import StatusRow
 
 SOURCE = "reach-status-fold"
 UNKNOWN_CHANNEL = CAPABILITY_PREFIX + "unknown"

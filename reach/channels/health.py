@@ -1,5 +1,5 @@
 """Channel health (pure): HEALTHY / DEGRADED / OPEN per channel instance (one provider configuration), built
-on reach.breaker.
+on reach.core.breaker.
 
 Three signals over a rolling window (1 minute): send success rate, p95 send latency, and the arrival
 rate of delivery reports for sends that expect one (counted once a send is `report_grace_ms` old). Each
@@ -19,7 +19,7 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reach.breaker import BreakerRules, CircuitBreaker, Outcome
+from reach.core.breaker import BreakerRules, CircuitBreaker, Outcome
 from reach.records import BreakerState
 
 

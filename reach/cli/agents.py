@@ -1,5 +1,6 @@
 """`reach agents [--json]`: the registered instances with state, capabilities, load, queue, heartbeat age and health
-(breaker, 1-minute success, p95, slow share from `<ns>.health`; `--json` has every field of reach.health.fields)."""
+(breaker, 1-minute success, p95, slow share from `<ns>.health`; `--json` has every field of
+reach.core.health.fields)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from rich.table import Table
 
 from reach import codec, topicreader
 from reach.cli.common import console
+from reach.core.health.fields import breaker, health_fields, share
 from reach.envelopes import now_ms
 from reach.errors import ReachError
-from reach.health.fields import breaker, health_fields, share
 from reach.names import Names
 from reach.records import InstanceHealth, LoadReport
 from reach.registry import InstanceInfo, read_registry

@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 
 from reach import control
-from reach.admission import canary_share
-from reach.canary import DEFAULT_STEPS, canaries, ended
 from reach.cli.common import console
+from reach.core.admission import canary_share
+from reach.core.canary import DEFAULT_STEPS, canaries, ended
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.names import Names, check_agent_id

@@ -16,13 +16,13 @@ from reach import clients, codec, dlq, topicreader
 from reach.cli.common import console, err_console
 from reach.cli.timeparse import parse_time
 from reach.client import Client
+from reach.core.status import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ConfigError, ReachError
 from reach.names import Names, check_capability
 from reach.receipts import receipt_for
 from reach.records import Envelope, Status
 from reach.settings import ReachSettings
-from reach.status import StatusRow
 from reach.webclient import NotFound, get_json
 
 app = typer.Typer(help="Dead letters: list, show, replay.", no_args_is_help=True)

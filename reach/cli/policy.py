@@ -10,10 +10,10 @@ from rich.table import Table
 
 from reach import control, policyfields, topics
 from reach.cli.common import console, err_console
+from reach.core.views.control import ControlView
 from reach.names import Names, check_capability
 from reach.records import ControlKind, Policy
 from reach.settings import ReachSettings
-from reach.views.control import ControlView
 
 app = typer.Typer(help="Show and change the retry / timeout / budget policy per capability (live, via control).",
                   no_args_is_help=True)

@@ -1,6 +1,6 @@
 """`reach weights show|set`: the routing weight of every scoring factor per capability, changed live through control.
 
-The options of `set` and the rows of `show` come from reach.factors.FACTORS: a new factor needs no edit here.
+The options of `set` and the rows of `show` come from reach.core.factors.FACTORS: a new factor needs no edit here.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from rich.table import Table
 
 from reach import control
 from reach.cli.common import console
+from reach.core.factors import FACTORS, NAMES, PRESETS, FactorWeights, preset
 from reach.errors import ReachError
-from reach.factors import FACTORS, NAMES, PRESETS, FactorWeights, preset
 from reach.names import Names, check_capability
 from reach.records import ControlKind
 from reach.settings import ReachSettings
@@ -109,7 +109,7 @@ def _set(
 
 
 def _with_factor_options(fn: Callable[..., None]) -> Callable[..., None]:
-    """`fn`'s signature with one `--<factor>` option per factor of reach.factors.FACTORS (typer reads it)."""
+    """`fn`'s signature with one `--<factor>` option per factor of reach.core.factors.FACTORS (typer reads it)."""
     fixed = [
         inspect.Parameter("capability", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
                           default=typer.Option(None, "--capability", help="scope; default all capabilities (*)")),

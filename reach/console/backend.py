@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reach import analytics, codec, control, dlq, topicreader
-from reach.canary import canaries, ended
 from reach.cli import agents as agents_cli
 from reach.cli import dlq as dlq_cli
 from reach.cli import handoff as handoff_cli
@@ -17,6 +16,7 @@ from reach.cli.weights import merged
 from reach.codec import DecodeError
 from reach.console import overview
 from reach.console.preview import Preview, preview
+from reach.core.canary import canaries, ended
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.intent.desk import HandoffDesk

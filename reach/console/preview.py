@@ -2,7 +2,7 @@
 
 A ROUTED receipt carries every candidate's factor values (CandidateScore.parts), its score and the weights
 it was scored with (Decision.weights). The candidate's effective-weight multiplier (declared weight x
-health weight, reach.scoring) is recovered as score / sum(weight x part) under the recorded weights, so
+health weight, reach.core.scoring) is recovered as score / sum(weight x part) under the recorded weights, so
 the new score is sum(new weight x part) x that multiplier. A pick changes when the recorded pick is no
 longer within the tie band of the best new score (a pick inside the band could have been drawn either
 way). Session-affinity picks are re-scored like the others: the preview says what the scores do.
@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from reach.factors import NAMES, as_factor_weights
+from reach.core.factors import NAMES, as_factor_weights
+from reach.core.scoring import TIE_BAND
 from reach.records import Decision, Receipt, Status
-from reach.scoring import TIE_BAND
 
 
 @dataclass

@@ -47,7 +47,7 @@ def new_key_id() -> str:
 
 
 def check_quota(rate: float, burst: int) -> None:
-    """Raise AppError unless (rate, burst) makes a token bucket (reach.tokenbucket's rule)."""
+    """Raise AppError unless (rate, burst) makes a token bucket (reach.core.tokenbucket's rule)."""
     if not (math.isfinite(rate) and rate > 0 and burst >= 1):
         raise AppError(f"Quota rate={rate} burst={burst} is invalid: expected a rate > 0 requests/s and a "
                        "burst >= 1, e.g. --rate 100 --burst 200.")

@@ -11,14 +11,14 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from reach.core.routing import validation_error
+from reach.core.versions import BadVersion, parse_range, satisfies
 from reach.envelopes import MAX_PAYLOAD_BYTES
 from reach.errors import ReachError
 from reach.gateway.bodies import ErrorBody
 from reach.gateway.ports import AuthFailure, CallerApp, QuotaDecision
 from reach.names import check_capability
 from reach.records import Capability
-from reach.routing import validation_error
-from reach.versions import BadVersion, parse_range, satisfies
 
 M = TypeVar("M", bound=BaseModel)
 MAX_MESSAGE_CHARS = 1000  # a schema error quotes the offending value, which may be most of a 256 KiB payload

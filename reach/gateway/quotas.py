@@ -1,7 +1,7 @@
 """Quotas at the door: a token bucket per app and one per capability, taken together or not at all.
 
 RedisQuotas runs both buckets in one Lua script on Redis's clock (TIME), so every gateway replica shares
-them and no two replicas' clocks need to agree; MemoryQuotas is the same rule on reach.tokenbucket for one
+them and no two replicas' clocks need to agree; MemoryQuotas is the same rule on reach.core.tokenbucket for one
 process (unit tests).
 """
 
@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
+from reach.core.tokenbucket import TokenBucket
 from reach.gateway.ports import CallerApp, QuotaDecision
 from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import guarded
-from reach.tokenbucket import TokenBucket
 
 ALLOWED = QuotaDecision(allowed=True)
 
@@ -96,7 +96,7 @@ class RedisQuotas:
 
 
 class MemoryQuotas:
-    """The same buckets in one process, on reach.tokenbucket; a changed app quota reshapes its bucket."""
+    """The same buckets in one process, on reach.core.tokenbucket; a changed app quota reshapes its bucket."""
 
     def __init__(self, *, capability_limit: LimitOf = _no_cap, clock: Callable[[], float] = time.monotonic) -> None:
         self._limit_of = capability_limit

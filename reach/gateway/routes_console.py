@@ -26,8 +26,8 @@ from reach.cli.timeparse import parse_time
 from reach.console import overview as overview_sql
 from reach.console.operators import Operator
 from reach.console.wiring import Console
+from reach.core.factors import NAMES
 from reach.errors import InfraUnavailable, ReachError
-from reach.factors import NAMES
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
 from reach.intent.errors import HandoffConflict

@@ -5,7 +5,7 @@ the context bundle goes to `<ns>.handoff` (origin `router`), and an INTENT_RESOL
 `handoff` says so, as the resolver writes for an intent nobody matched. The message then ends as a
 resolver handoff does: a human's answer or re-route (`reach handoff resolve`), or its budget (EXPIRED).
 Each instance that registers the capability is a candidate with the reason routing left it out (the
-hard filters of reach.candidates.match, in the same order). Imports stay light: the router loads this.
+hard filters of reach.core.candidates.match, in the same order). Imports stay light: the router loads this.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from reach import codec
 from reach import headers as H
-from reach.candidates import RouteRequest, matching_capability
+from reach.core.candidates import RouteRequest, matching_capability
 from reach.intent.handoff import HandoffCandidate, bundle, encode
 from reach.intent.receipts import receipt
 from reach.names import Names

@@ -21,8 +21,8 @@ from typing import Any
 
 from reach import clients, heap, topics
 from reach.control import ControlView, read_control
+from reach.core.health.settings import HealthSettings
 from reach.envelopes import now_ms
-from reach.health.settings import HealthSettings
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy

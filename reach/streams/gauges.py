@@ -8,11 +8,11 @@ import uuid
 from confluent_kafka import Consumer
 
 from reach import clients
+from reach.core.status import StatusRow, stale_no_route
 from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.settings import KafkaSettings
-from reach.status import StatusRow, stale_no_route
 from reach.streams import groupadmin
 from reach.streams.lag import consumer_lag
 from reach.streams.router import Router, router_group

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from reach.core.tokenbucket import TokenBucket
 from reach.records import AgentRegistration
-from reach.tokenbucket import TokenBucket
 
 
 class QpsLimits:

@@ -17,9 +17,9 @@ from operator import itemgetter
 from typing import Any
 
 from reach.codec import default_codec
-from reach.factors import FACTORS, INDEX, NAMES, FactorWeights
+from reach.core.factors import FACTORS, INDEX, NAMES, FactorWeights
+from reach.core.scoring import ScoreParts
 from reach.records import Status
-from reach.scoring import ScoreParts
 
 _FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "agent_id", "instance_id", "status",
            "attempt", "at", "error", "retry_after_ms", "result", "step_status", "timings", "decision", "cost",
@@ -118,7 +118,7 @@ class RoutedReceiptWriter:
         admission: str | None = None,
     ) -> bytes:
         """The ROUTED receipt (as `as_receipt(...)` builds it) in single-object Avro; every ScoreParts carries
-        one value per factor (reach.factors.FACTORS order)."""
+        one value per factor (reach.core.factors.FACTORS order)."""
         s = self._cached
         parts = [
             self._header, string(message_id), varint(generation), string(trace_id), s(tenant), s(capability),

@@ -1,7 +1,7 @@
 """The router's hot path: a confluent-kafka consumer on every capability topic of the namespace.
 
 Per batch: consume up to `batch_size` envelopes, decode only the routing fields, decide (pure
-`reach.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
+`reach.core.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
 that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so it is
 produced from its forward's delivery report, which runs inside that flush; the flush returns when
 the receipts are acknowledged too. Failures are per record (reach.acks): each input partition is
@@ -27,18 +27,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from reach import clients, delivery, dlq, topics
 from reach import headers as H
 from reach.acks import Acks, Position
-from reach.canary import canaries
-from reach.candidates import RouteRequest
 from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
 from reach.commits import CommitLedger
-from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
-from reach.errors import ConfigError, InvalidName
-from reach.factors import FactorWeights
-from reach.intent import unroutable
-from reach.loads import InstanceLoad
-from reach.names import Names
-from reach.records import AgentRegistration, Canary, InstanceHealth, Status
-from reach.routing import (
+from reach.core.canary import canaries
+from reach.core.candidates import RouteRequest
+from reach.core.factors import FactorWeights
+from reach.core.loads import InstanceLoad
+from reach.core.routing import (
     Expired,
     Forward,
     NoRoute,
@@ -49,6 +44,11 @@ from reach.routing import (
     decide,
     parse_request,
 )
+from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
+from reach.errors import ConfigError, InvalidName
+from reach.intent import unroutable
+from reach.names import Names
+from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.affinity import AffinityTable
 from reach.streams.captopics import CapabilityTopics
@@ -661,7 +661,7 @@ def _error(kind: str, code: str, message: str) -> dict[str, str]:
 
 
 def _weights(weights: FactorWeights) -> dict[str, float]:
-    """The Decision.weights map: every factor's weight (reach.factors)."""
+    """The Decision.weights map: every factor's weight (reach.core.factors)."""
     return dict(weights)
 
 

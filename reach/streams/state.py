@@ -24,14 +24,14 @@ from reach import headers as H
 from reach.codec import RegistryUnavailable, decode, decode_dict
 from reach.control import ControlView
 from reach.control import apply_record as apply_control
+from reach.core.loads import LoadTracker
+from reach.core.views.registry import RegistryView
 from reach.errors import InvalidName
-from reach.loads import LoadTracker
 from reach.names import Names
 from reach.records import TERMINAL, AgentRegistration, InstanceHealth, LoadReport, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
 from reach.streams.loopthread import LoopThread
-from reach.views.registry import RegistryView
 
 log = logging.getLogger("reach.router.state")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from reach.core.health.fields import health_fields
 from reach.envelopes import now_ms
-from reach.health.fields import health_fields
 from reach.metrics import Metrics
 from reach.records import AgentState
 from reach.streams.health import HealthWriter
@@ -15,7 +15,7 @@ from reach.streams.status.fold import StatusFold
 
 
 def registry_rows(router: Router) -> list[dict[str, Any]]:
-    """The registry as `reach agents --json` shows it, with each instance's health (`reach.health.fields`)."""
+    """The registry as `reach agents --json` shows it, with each instance's health (`reach.core.health.fields`)."""
     now = now_ms()
     health = router.state.health
     rows = []

@@ -30,9 +30,9 @@ from reach.channels.provider import Failure, OutboundMessage
 from reach.channels.settings import ChannelSettings
 from reach.channels.webhook import WebhookProvider
 from reach.client import Client
+from reach.core.health.settings import HealthSettings
 from reach.envelopes import now_ms
 from reach.gateway import signing
-from reach.health.settings import HealthSettings
 from reach.names import Names
 from reach.records import BreakerState, Policy, Status
 from reach.settings import KafkaSettings, ReachSettings

@@ -135,8 +135,8 @@ def test_two_writers_split_the_partitions_and_hand_instances_over_with_their_sta
     gives them up, and an OPEN breaker stays OPEN across the hand-over (restored, not reset)."""
     from confluent_kafka import Producer
 
+    from reach.core.health.settings import HealthSettings
     from reach.envelopes import now_ms
-    from reach.health.settings import HealthSettings
     from reach.records import ErrorInfo, Receipt, Status
     from reach.settings import KafkaSettings
     from reach.streams.health import HealthWriter

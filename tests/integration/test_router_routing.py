@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reach.factors import NAMES
+from reach.core.factors import NAMES
 from reach.names import Names
 from reach.records import AgentState, Receipt
 from reach.streams.router import Router

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from reach import codec, dlq
+from reach.core.status import StatusRow, fold
 from reach.envelopes import new_envelope
 from reach.records import Envelope, Receipt, Status
-from reach.status import StatusRow, fold
 
 
 def make_letter(env: Envelope, offset: int, *, reason: str = dlq.RETRIES_EXHAUSTED, ts: int = 1_000) -> dlq.Letter:

@@ -15,8 +15,8 @@ import fastavro
 from reach import codec
 from reach.codec import MARKER, SCHEMA_ROOT, Codec
 from reach.control import DEFAULT_WEIGHTS, ControlView, instance_record
+from reach.core.status import StatusRow, fold
 from reach.records import Control, ControlKind, InstanceAction, Receipt, Status, StepStatus, Weights
-from reach.status import StatusRow, fold
 
 NOW = 1_714_564_800_123
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from reach.core.status import StatusRow, fold
 from reach.metrics import Metrics
 from reach.records import ErrorInfo, Receipt, Status
-from reach.status import StatusRow, fold
 
 
 def r(mid: str, status: Status, at: int, attempt: int = 1, **kw: object) -> Receipt:

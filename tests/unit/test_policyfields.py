@@ -7,9 +7,9 @@ import pytest
 
 from reach import policyfields
 from reach.control import policy_record
+from reach.core.views.control import ControlView
 from reach.errors import ConfigError
 from reach.records import Policy
-from reach.views.control import ControlView
 
 TIERS = ["1s", "10s", "60s"]
 

@@ -35,17 +35,17 @@ from reach import clients, codec, topicreader
 from reach import headers as H
 from reach.codec import RegistryUnavailable
 from reach.control import apply_record
+from reach.core.health.settings import HealthSettings
+from reach.core.health.table import HealthTable
+from reach.core.views.control import ControlView
 from reach.envelopes import now_ms
 from reach.errors import ReachError
-from reach.health.settings import HealthSettings
-from reach.health.table import HealthTable
 from reach.names import Names
 from reach.records import AgentRegistration, InstanceHealth
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
 from reach.streams.loopthread import LoopThread
 from reach.streams.status.lookup import partition_of
-from reach.views.control import ControlView
 
 log = logging.getLogger("reach.health")
 Publish = Callable[[str, InstanceHealth | None], None]

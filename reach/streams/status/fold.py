@@ -1,6 +1,6 @@
 """The status fold: a confluent-kafka loop over `<ns>.receipts` writing rows, changelog and replies per batch.
 
-Per batch: decode each receipt, fold it (pure `reach.status.fold` and `settle_reply`) onto the row
+Per batch: decode each receipt, fold it (pure `reach.core.status.fold` and `settle_reply`) onto the row
 as it stands in this batch; produce each reply to its `<ns>.replies.*` topic and flush; then one
 changelog record per changed row to the status partition of the same number, and flush; only when
 the broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
@@ -31,12 +31,12 @@ from reach.acks import Acks, Position
 from reach.channels import closure
 from reach.codec import DecodeError, RegistryUnavailable
 from reach.commits import CommitLedger
+from reach.core.status import StatusRow, fold, settle_reply
 from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Envelope, Receipt
 from reach.settings import KafkaSettings
-from reach.status import StatusRow, fold, settle_reply
 from reach.streams.exceptions import DeliveryFailed, StreamsError
 from reach.streams.status import keys
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of

@@ -10,10 +10,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from reach import codec
 from reach.agent.idempotency import Claim, KeyScope
+from reach.core.views.control import ControlView
 from reach.headers import Headers
 from reach.records import Receipt
 from reach.retry import Outgoing
-from reach.views.control import ControlView
 
 
 class FakeSender:

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from reach.agent import Agent, InvalidDeclaration
+from reach.core.versions import BadVersion
 from reach.errors import InvalidName
 from reach.records import AgentState, CapabilityMode
-from reach.versions import BadVersion
 
 
 def test_a_valid_declaration_builds_its_registration() -> None:

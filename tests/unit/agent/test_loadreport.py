@@ -10,8 +10,8 @@ from reach import codec
 from reach.agent import Agent
 from reach.agent.exceptions import InvalidDeclaration
 from reach.agent.loadreport import DrainMeter, LoadReporter
+from reach.core.loads import default_max_queue
 from reach.envelopes import DELIVERY_TIMEOUT_MS
-from reach.loads import default_max_queue
 from reach.records import LoadReport, Policy
 
 

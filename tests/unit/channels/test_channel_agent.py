@@ -11,7 +11,6 @@ from pydantic import SecretStr
 from reach import codec
 from reach.agent import BusinessError, Context, Reject, TransientError
 from reach.agent.outcomes import Outcome, from_exception
-from reach.breaker import Outcome as Health
 from reach.channels.agent import ChannelService, channel_agent, signal_for
 from reach.channels.catalog import channel
 from reach.channels.errors import ChannelMisconfigured
@@ -20,8 +19,9 @@ from reach.channels.settings import ClosureSettings
 from reach.channels.steps import DeliverySteps
 from reach.channels.tokens import CALLBACKS_PATH, read
 from reach.codec import decode_dict, encode
+from reach.core.breaker import Outcome as Health
+from reach.core.health.calls import call_of
 from reach.envelopes import new_envelope
-from reach.health.calls import call_of
 from reach.names import Names
 from reach.records import Envelope, Status
 from tests.unit.agent.fakes import FakeSender

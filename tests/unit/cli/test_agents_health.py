@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from reach.cli.agents import _row
+from reach.core.views.registry import InstanceInfo
 from reach.records import AgentRegistration, AgentState, BreakerState, InstanceHealth
-from reach.views.registry import InstanceInfo
 
 
 def info() -> InstanceInfo:

@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from reach.cli import weights as cli
 from reach.control import weights_record
-from reach.factors import FACTORS, NAMES
+from reach.core.factors import FACTORS, NAMES
+from reach.core.views.control import ControlView
 from reach.records import Control, Weights
-from reach.views.control import ControlView
 
 runner = CliRunner()
 

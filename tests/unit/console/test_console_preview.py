@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reach.console.preview import new_pick, preview, rescored
-from reach.factors import DEFAULT_WEIGHTS
+from reach.core.factors import DEFAULT_WEIGHTS
 from reach.records import CandidateScore, Decision, Receipt, Status
 
 

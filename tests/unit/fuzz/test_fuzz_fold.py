@@ -7,8 +7,8 @@ from functools import reduce
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reach.core.status import StatusRow, fold
 from reach.records import Receipt, Status
-from reach.status import StatusRow, fold
 
 receipts = st.builds(
     lambda status, generation, attempt, at: Receipt(

@@ -13,8 +13,8 @@ from reach.agent import Agent
 from reach.agent.agent import CapabilitySpec
 from reach.agent.outcomes import Outcome
 from reach.agent.pipeline import _payload
+from reach.core.routing import validation_error
 from reach.envelopes import new_envelope
-from reach.routing import validation_error
 
 SCHEMAS = [
     {},

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from reach.core.tokenbucket import TokenBucket
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.gateway import signing
@@ -20,7 +21,6 @@ from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.ports import CallerApp, KeyEntry, QuotaDecision
 from reach.gateway.routes_status import unknown_message, unknown_trace
 from reach.records import Capability, Envelope, Receipt
-from reach.tokenbucket import TokenBucket
 
 
 def sign(secret: bytes, body: bytes, *, t: int | None = None, nonce: str | None = None) -> str:

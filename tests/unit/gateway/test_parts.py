@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from reach.core.views.registry import RegistryView
 from reach.gateway.answers import from_row, http_status
 from reach.gateway.catalog import live_versions
 from reach.gateway.idempotency import idem_key
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Status
-from reach.views.registry import RegistryView
 
 
 def registration(instance: str, *caps: Capability, tenants: list[str] | None = None,

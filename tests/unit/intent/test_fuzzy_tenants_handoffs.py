@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from reach import codec
+from reach.core.views.control import ControlView
 from reach.envelopes import now_ms
 from reach.intent import catalog
 from reach.intent.claims import MemoryClaims
@@ -22,7 +23,6 @@ from reach.intent.unroutable import outputs
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
 from reach.terminals import Fence, MemorySlots, Terminal
-from reach.views.control import ControlView
 
 TH = Thresholds(upper=0.4, lower=0.25, margin=0.06, exact_floor=0.5, fuzzy_floor=0.2, fuzzy_top=2)
 SUPPORT = frozenset({"support.billing", "support.account", "support.general", "weather.forecast"})
@@ -280,8 +280,8 @@ def test_resolving_a_request_again_yields_the_same_pair_and_keeps_its_state() ->
 
 
 def test_a_router_handoff_waits_for_a_human_within_its_budget_then_the_timekeeper_expires_it() -> None:
-    from reach import status
-    from reach.timekeeper import Due, due_tasks
+    from reach.core import status
+    from reach.core.timekeeper import Due, due_tasks
     accepted = Receipt(message_id="m", trace_id="t", tenant="globex", capability="demo.nobody", at=10, deadline=99,
                        status=Status.ACCEPTED)
     handed = codec.decode(outputs(ENVELOPE, b"raw", [], why="nobody", names=Names("ns"), disabled=(), at=50)[1][2],

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from reach import codec
-from reach.factors import NAMES, FactorWeights
-from reach.scoring import ScoreParts
+from reach.core.factors import NAMES, FactorWeights
+from reach.core.scoring import ScoreParts
 from reach.streams.routed_receipt import RoutedReceiptWriter, as_receipt, varint
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from reach.codec import encode, encode_dict
 from reach.control import DEFAULT_WEIGHTS, instance_record
-from reach.loads import InstanceLoad
+from reach.core.loads import InstanceLoad
 from reach.names import Names
 from reach.records import (
     AgentRegistration,

@@ -9,10 +9,10 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from reach import codec
+from reach.core.status import StatusRow, fold
 from reach.envelopes import new_envelope
 from reach.names import Names
 from reach.records import DeadLetter, Decision, Receipt, Status
-from reach.status import StatusRow, fold
 from reach.streams import timekeeper as module
 from reach.streams.timekeeper import Timekeeper
 from reach.terminals import Fence, MemorySlots

@@ -1,0 +1,39 @@
+"""The pure registry view: latest heartbeat wins, tombstones remove, silence beyond 2 x ttl is OFFLINE."""
+
+from __future__ import annotations
+
+from reach.core.views.registry import RegistryView
+from reach.records import AgentRegistration, AgentState
+
+
+def reg(instance: str, *, state: AgentState = AgentState.READY, at: int = 1000, ttl: int = 100,
+        inflight: int = 0) -> AgentRegistration:
+    return AgentRegistration(agent_id="agent://a/b", instance_id=instance, build_version="1", state=state,
+                             heartbeat_at=at, ttl_ms=ttl, inflight=inflight, max_concurrency=4,
+                             inbox_topic="ns.agent.a.b")
+
+
+def test_latest_wins_and_tombstone_removes() -> None:
+    view = RegistryView()
+    view.apply("i1", reg("i1", state=AgentState.STARTING))
+    view.apply("i1", reg("i1", inflight=3))
+    view.apply("i2", reg("i2"))
+    view.apply("i2", None)
+    [info] = view.instances(now_ms=1050)
+    assert info.effective_state is AgentState.READY and info.load == 0.75 and info.heartbeat_age_ms == 50
+    assert [r.instance_id for r in view.live(1050)] == ["i1"]
+
+
+def test_silence_beyond_two_ttls_is_offline() -> None:
+    view = RegistryView()
+    view.apply("i1", reg("i1", at=1000, ttl=100))
+    assert view.instances(1200)[0].effective_state is AgentState.READY
+    assert view.instances(1201)[0].effective_state is AgentState.OFFLINE
+    assert view.live(1201) == []
+
+
+def test_only_ready_instances_are_live() -> None:
+    view = RegistryView()
+    for i, state in enumerate(AgentState):
+        view.apply(f"i{i}", reg(f"i{i}", state=state))
+    assert [r.state for r in view.live(1000)] == [AgentState.READY]
