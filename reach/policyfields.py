@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from reach import envelopes, retry
+from reach import envelopes
+from reach.core import retry
 from reach.errors import ConfigError
 from reach.records import Policy
 

@@ -13,10 +13,11 @@ from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
+from reach.core.retry import Failure, Limits
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy
-from reach.retry import Failure, Limits, after_failure
+from reach.retry import after_failure
 
 log = logging.getLogger("reach.agent")
 Origin = tuple[str, int, int]

@@ -23,12 +23,13 @@ from reach import clients, codec, delivery, dlq
 from reach import headers as H
 from reach.acks import Acks, Position
 from reach.codec import DecodeError
+from reach.core.retry import Action, Failure, Limits
 from reach.core.status import StatusRow
 from reach.core.timekeeper import Due, Task, due_tasks
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
-from reach.retry import Action, Failure, Limits, Outgoing, after_failure
+from reach.retry import Outgoing, after_failure
 from reach.settings import KafkaSettings
 from reach.terminals import Fence, Terminal, fence_from_settings
 from reach.topicreader import open_reader

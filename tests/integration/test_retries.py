@@ -12,8 +12,8 @@ import redis
 
 from reach import dlq
 from reach.client import Client
+from reach.core.retry import JITTER
 from reach.records import Receipt, Status
-from reach.retry import JITTER
 from tests.integration.agent_support import Receipts, TopicReader, reach_cli, spawn, wait_for
 from tests.integration.stream_app import StreamApp
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from reach.core.retry import Action, Failure, Limits, backoff_ms, classify, tier_for, tier_ms
 from reach.envelopes import new_envelope
 from reach.records import Policy
-from reach.retry import Action, Failure, Limits, backoff_ms, classify, tier_for, tier_ms
 
 LIM = Limits()
 
