@@ -1,0 +1,75 @@
+"""reach.core is pure: its modules import no Kafka, Redis, HTTP or store client and no reach module outside
+reach.core, reach.records, reach.errors and reach.names (the rule in reach/core/__init__.py)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+CORE = ROOT / "reach" / "core"
+
+FORBIDDEN = {"confluent_kafka", "aiokafka", "faust", "mode", "redis", "httpx", "starlette", "fastapi", "uvicorn",
+             "rocksdict", "fastavro"}
+ALLOWED_REACH = ("reach.core", "reach.records", "reach.errors", "reach.names")
+
+
+def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The absolute module names an import statement names, relative ones resolved against `path`'s package
+    (`from reach import codec` names reach.codec: the name after `import` may be a module of its own)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = list(path.relative_to(ROOT).with_suffix("").parts)[:-1]  # __init__: the package itself
+        base = ".".join([*package[: len(package) - (node.level - 1)], *([node.module] if node.module else [])])
+    if base == "reach" or base.startswith("reach."):
+        return [f"{base}.{alias.name}" for alias in node.names]
+    return [base]
+
+
+def _bad(module: str) -> bool:
+    if module.split(".")[0] in FORBIDDEN:
+        return True
+    if module == "reach" or module.startswith("reach."):
+        return not any(module == ok or module.startswith(ok + ".") for ok in ALLOWED_REACH)
+    return False
+
+
+def _problems() -> list[str]:
+    found = []
+    for path in sorted(CORE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for module in _imported(path, node):
+                    if _bad(module):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)} ({module})")
+    return found
+
+
+def test_reach_core_imports_only_the_standard_library_pure_libraries_and_core_records_errors_names() -> None:
+    problems = _problems()
+    assert not problems, "reach.core must stay pure (reach/core/__init__.py), these imports break it:\n" + "\n".join(
+        problems)
+
+
+def test_the_check_sees_the_core_modules() -> None:
+    assert (CORE / "routing.py").is_file() and len(list(CORE.rglob("*.py"))) > 10
+
+
+def test_the_check_resolves_relative_imports_and_names_imported_from_reach() -> None:
+    def bad(source: str, where: Path) -> list[str]:
+        node = ast.parse(source).body[0]
+        assert isinstance(node, ast.Import | ast.ImportFrom)
+        return [module for module in _imported(where, node) if _bad(module)]
+
+    module = CORE / "health" / "calls.py"
+    assert bad("from ... import codec", module) == ["reach.codec"]
+    assert bad("from ..retry import Failure", module) == []
+    assert bad("from . import windows", module) == []
+    assert bad("from reach import records, dlq", module) == ["reach.dlq"]
+    assert bad("import redis.asyncio", module) == ["redis.asyncio"]
+    assert bad("from faust import App", module) == ["faust"]
+    assert bad("from reach.streams.health.writer import HealthWriter", module) == [
+        "reach.streams.health.writer.HealthWriter"]
+    assert bad("from semver import Version", module) == []
