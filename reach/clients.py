@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 
 from reach import kafkaerrors
-from reach.commits import CommitLedger, TopicPart
+from reach.core.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
 from reach.settings import KafkaSettings
 
@@ -50,7 +50,7 @@ def send_commits(consumer: Consumer, ledger: CommitLedger) -> None:
     """Send the ledger's commit, if none is in flight, for partitions this consumer still owns.
 
     Asynchronous; the answer arrives in `on_commit` (served inside poll/consume on the loop's thread). At most
-    one commit is in flight per consumer (reach.commits), so commits never queue in front of heartbeats."""
+    one commit is in flight per consumer (reach.core.commits), so commits never queue in front of heartbeats."""
     pending = ledger.take(time.monotonic())
     if not pending:
         return

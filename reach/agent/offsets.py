@@ -1,6 +1,6 @@
 """Per-partition offset tracking: the commit point is the prefix of offsets whose work is fully acknowledged.
 
-What is sent, in flight and confirmed is the consumer's commit ledger's (reach.commits)."""
+What is sent, in flight and confirmed is the consumer's commit ledger's (reach.core.commits)."""
 
 from __future__ import annotations
 

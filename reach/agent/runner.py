@@ -36,8 +36,8 @@ from reach.agent.publisher import Publisher, when_acked
 from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
-from reach.commits import CommitLedger
 from reach.controlfeed import ControlFeed
+from reach.core.commits import CommitLedger
 from reach.core.views.control import key_of
 from reach.errors import InfraUnavailable
 from reach.names import Names
@@ -83,7 +83,7 @@ class Runner:
         self._stop = threading.Event()
         self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
         self._tracker = OffsetTracker()
-        self._ledger = CommitLedger()  # one commit in flight at a time (reach.commits)
+        self._ledger = CommitLedger()  # one commit in flight at a time (reach.core.commits)
         self._backlog: deque[tuple[Message, Envelope]] = deque()
         self._owned: set[int] = set()
         session_s, heartbeat_s = _session_times(agent.consumer_config)

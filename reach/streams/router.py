@@ -28,9 +28,9 @@ from reach import clients, delivery, dlq, topics
 from reach import headers as H
 from reach.acks import Acks, Position
 from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
-from reach.commits import CommitLedger
 from reach.core.canary import canaries
 from reach.core.candidates import RouteRequest
+from reach.core.commits import CommitLedger
 from reach.core.factors import FactorWeights
 from reach.core.loads import InstanceLoad
 from reach.core.routing import (

@@ -3,7 +3,7 @@
 Unbounded asynchronous commits queue on the group coordinator's connection faster than the broker answers
 them (each waits out `group.coordinator.append.linger.ms`); the heartbeats wait behind them, the session
 expires and the consumer loses its partitions (decision 0024). With the commit ledger (one commit in flight
-per consumer, reach.commits) the same consumer keeps its partitions, and its last commit lands.
+per consumer, reach.core.commits) the same consumer keeps its partitions, and its last commit lands.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from reach import clients
-from reach.commits import CommitLedger
+from reach.core.commits import CommitLedger
 from reach.settings import KafkaSettings
 from tests.integration.conftest import Infra
 

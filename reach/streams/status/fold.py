@@ -30,7 +30,7 @@ from reach import headers as H
 from reach.acks import Acks, Position
 from reach.channels import closure
 from reach.codec import DecodeError, RegistryUnavailable
-from reach.commits import CommitLedger
+from reach.core.commits import CommitLedger
 from reach.core.status import StatusRow, fold, settle_reply
 from reach.envelopes import now_ms
 from reach.metrics import Metrics

@@ -8,7 +8,7 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, KafkaException
 
 from reach import clients
-from reach.commits import CommitLedger
+from reach.core.commits import CommitLedger
 from tests.unit.streams.kafka_fakes import FakeConsumer
 
 CAP = "t.cap.echo"
