@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient
 from reach import kafkaerrors
 from reach.core.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
-from reach.settings import KafkaSettings
+from reach.settings import ConsumerProfile, KafkaSettings
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +28,9 @@ def producer(kafka: KafkaSettings | None = None, **overrides: Any) -> Producer:
     return Producer((kafka or KafkaSettings()).producer(**overrides))
 
 
-def consumer(group_id: str, kafka: KafkaSettings | None = None, **overrides: Any) -> Consumer:
-    return Consumer((kafka or KafkaSettings()).consumer(group_id, **overrides))
+def consumer(group_id: str, kafka: KafkaSettings | None = None, *, profile: ConsumerProfile = "hot",
+             **overrides: Any) -> Consumer:
+    return Consumer((kafka or KafkaSettings()).consumer(group_id, profile=profile, **overrides))
 
 
 def take(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:

@@ -48,7 +48,7 @@ class ControlFeed:
 
     def start(self, timeout: float = 10.0) -> None:
         """Assign every partition from the beginning, read up to the end offsets of now, then follow."""
-        consumer = topicreader.open_reader("control-feed", self._kafka)
+        consumer = topicreader.open_reader("control-feed", self._kafka, profile="idle")
         try:
             topic = self._names.control
             parts = topicreader.partitions(consumer, topic, timeout)

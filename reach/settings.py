@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import ssl
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -231,16 +231,15 @@ class KafkaSettings(BaseSettings):
         conf.update(overrides)
         return self.librdkafka(**conf)
 
-    def consumer(self, group_id: str, **overrides: Any) -> dict[str, Any]:
-        """Manual commits only: an offset is committed after everything it caused is acknowledged."""
+    def consumer(self, group_id: str, *, profile: ConsumerProfile = "hot", **overrides: Any) -> dict[str, Any]:
+        """Manual commits only: an offset is committed after everything it caused is acknowledged.
+        `profile` (CONSUMER_PROFILES) says how the consumer fetches; `overrides` win over it."""
         conf = {
             "group.id": group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            # the broker answers a fetch as soon as one byte is there (fetch.min.bytes 1); this only bounds
-            # an empty fetch: at 10 ms an idle router + agent kept the broker at 0.32 cores, at 100 ms 0.09
-            "fetch.wait.max.ms": 100,
             "allow.auto.create.topics": False,
+            **CONSUMER_PROFILES[profile],
         }
         conf.update(overrides)
         return self.librdkafka(**conf)
@@ -250,6 +249,25 @@ def _unused(fields: list[str], protocol: str, needs: str) -> None:
     if fields:
         raise ConfigError(f"{', '.join(_env(f) for f in fields)} set, but REACH_SECURITY_PROTOCOL={protocol} does "
                           f"not use them: set REACH_SECURITY_PROTOCOL to {needs}, or unset them.")
+
+
+ConsumerProfile = Literal["hot", "feed", "idle"]
+
+# How each kind of consumer fetches (decision 0025); every consumer names its profile.
+# - hot: capability topics, inboxes, replies, one-off reads. The broker answers a fetch as soon as one byte is
+#   there (fetch.min.bytes 1); fetch.wait.max.ms only bounds an empty fetch: at 10 ms an idle router + agent
+#   kept the broker at 0.32 cores, at 100 ms 0.09.
+# - feed: tails of a busy topic whose reader does not need each record within milliseconds (the status fold,
+#   the router's state loop, the health and canary receipt readers). Every receipt append used to complete
+#   the parked fetch of each of them, a fetch per reader per receipt; waiting for 64 KiB or 50 ms makes a
+#   burst one fetch, at most 50 ms late.
+# - idle: tails of topics that are mostly quiet (control, cancels, registry, delay tiers, group membership):
+#   a record is still answered at once; an empty fetch waits 500 ms.
+CONSUMER_PROFILES: dict[ConsumerProfile, dict[str, Any]] = {
+    "hot": {"fetch.wait.max.ms": 100},
+    "feed": {"fetch.min.bytes": 65_536, "fetch.wait.max.ms": 50},
+    "idle": {"fetch.wait.max.ms": 500},
+}
 
 
 class RedisSettings(BaseSettings):

@@ -17,14 +17,14 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Me
 
 from reach import clients
 from reach.errors import InfraUnavailable, TopicMissing
-from reach.settings import KafkaSettings
+from reach.settings import ConsumerProfile, KafkaSettings
 
 T = TypeVar("T")
 
 
-def open_reader(purpose: str, kafka: KafkaSettings | None = None) -> Consumer:
+def open_reader(purpose: str, kafka: KafkaSettings | None = None, *, profile: ConsumerProfile = "hot") -> Consumer:
     """A consumer used only through assign(); the group id is never joined or committed."""
-    return clients.consumer(f"reach-reader.{purpose}.{uuid.uuid4().hex[:8]}", kafka)
+    return clients.consumer(f"reach-reader.{purpose}.{uuid.uuid4().hex[:8]}", kafka, profile=profile)
 
 
 _NOT_LED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,

@@ -34,7 +34,7 @@ class CancelFeed:
         self.book = CancelBook(window_ms)
         self.caught_up = threading.Event()
         kafka = kafka or KafkaSettings()
-        self._open_reader = open_reader or (lambda: topicreader.open_reader("cancels", kafka))
+        self._open_reader = open_reader or (lambda: topicreader.open_reader("cancels", kafka, profile="idle"))
         self._window_ms = window_ms
         self._retry_s = retry_s
         self._stop = threading.Event()

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from reach import clients, codec, topics
 from reach.envelopes import new_envelope, now_ms
 from reach.names import Names
-from reach.settings import KafkaSettings
+from reach.settings import ConsumerProfile, KafkaSettings
 
 BUDGET_MS = 120_000
 """Every bench envelope's total budget: by created_at + BUDGET_MS it has a terminal status (EXPIRED at worst)."""
@@ -96,8 +96,9 @@ class Workspace:
             raise RuntimeError("the burst was not acknowledged within 60 s")
         return n
 
-    def consumer(self, **overrides: Any) -> Consumer:
-        return Consumer(self.kafka.consumer(f"{self.namespace}.reader.{uuid.uuid4().hex[:6]}", **overrides))
+    def consumer(self, *, profile: ConsumerProfile = "hot", **overrides: Any) -> Consumer:
+        return Consumer(self.kafka.consumer(f"{self.namespace}.reader.{uuid.uuid4().hex[:6]}", profile=profile,
+                                            **overrides))
 
     def end_offsets(self, topic_names: Iterable[str], consumer: Consumer) -> dict[tuple[str, int], int]:
         """High watermarks of every partition of the topics."""

@@ -72,7 +72,7 @@ class KafkaAppLog:
     def read(self) -> dict[str, App]:
         """The newest record of every app; a bad record is logged and skipped (no secret is opened here)."""
         found: dict[str, App] = {}
-        reader = topicreader.open_reader("apps", self._kafka)
+        reader = topicreader.open_reader("apps", self._kafka, profile="idle")
         try:
             with kafka_guarded(f"reading {self._names.apps}"):
                 starts = topicreader.start_offsets(reader, self._names.apps, None, self._timeout)

@@ -90,7 +90,7 @@ class RegistryCatalog:
                 backoff = min(backoff * 2, 5.0)
 
     def _follow(self) -> None:
-        consumer = topicreader.open_reader("gateway-registry", self._kafka)
+        consumer = topicreader.open_reader("gateway-registry", self._kafka, profile="idle")
         topic = self._names.registry
         try:
             parts = topicreader.partitions(consumer, topic)

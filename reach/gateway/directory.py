@@ -34,7 +34,7 @@ class KafkaAppDirectory:
                  open_consumer: Callable[[], Consumer] | None = None, table: AppTable | None = None) -> None:
         self._topic = names.apps
         kafka = kafka or KafkaSettings()
-        self._open = open_consumer or (lambda: topicreader.open_reader("gateway-apps", kafka))
+        self._open = open_consumer or (lambda: topicreader.open_reader("gateway-apps", kafka, profile="idle"))
         self.table = table or AppTable(box)  # the console passes an OperatorTable
         self._ready = threading.Event()
         self._stop = threading.Event()

@@ -116,9 +116,9 @@ class CanaryController(LoopThread):
 
     def _loop(self) -> None:
         names = self._names
-        election = clients.consumer(canary_group(names), self._kafka, **{"session.timeout.ms": 6_000,
+        election = clients.consumer(canary_group(names), self._kafka, profile="idle", **{"session.timeout.ms": 6_000,
                                                                        "heartbeat.interval.ms": 1_500})
-        reader = clients.consumer(f"{canary_group(names)}.reader.{self.worker_id}", self._kafka)
+        reader = clients.consumer(f"{canary_group(names)}.reader.{self.worker_id}", self._kafka, profile="feed")
         driver = self.driver
         driver.book, driver.caught_up = CanaryBook(), False  # a restarted loop reads everything again
 

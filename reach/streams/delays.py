@@ -121,7 +121,7 @@ class DelayForwarder:
                 backoff = min(backoff * 2, 5.0)
 
     def _run(self, stop: threading.Event) -> None:
-        consumer = clients.consumer(self.names.topic("delays"), self._kafka,
+        consumer = clients.consumer(self.names.topic("delays"), self._kafka, profile="hot",  # resumed: read at once
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
         producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes,
                                                     "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})

@@ -277,13 +277,14 @@ class Resolver(LoopThread):
     # -- the loop --------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        consumer = Consumer(self.kafka.consumer(self.names.resolver_group,
+        consumer = Consumer(self.kafka.consumer(self.names.resolver_group, profile="hot",
                                                 **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
-        replies = Consumer(self.kafka.consumer(self.reply_group,
+        replies = Consumer(self.kafka.consumer(self.reply_group, profile="hot",
                                                **{"session.timeout.ms": REPLY_SESSION_MS,
                                                   "heartbeat.interval.ms": 1_500,
                                                   "client.id": self.client_id}))
-        outcomes = topicreader.open_reader("resolver-outcomes", self.kafka)  # feedback: from now on, no group
+        # feedback: from now on, no group
+        outcomes = topicreader.open_reader("resolver-outcomes", self.kafka, profile="feed")
         producer = Producer(self.kafka.producer(**{"message.max.bytes": dead_letter_bytes(self.settings)}))
         try:
             early = self.dual.early  # answers kept for pairs not tracked yet, their offsets already committed

@@ -222,6 +222,7 @@ class Router:
         ledger = CommitLedger()
         conf = self.kafka.consumer(
             router_group(self.names),
+            profile="hot",
             **{
                 "topic.metadata.refresh.interval.ms": self._metadata_refresh_ms,
                 "session.timeout.ms": 6_000,

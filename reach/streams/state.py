@@ -106,7 +106,7 @@ class StateLoop(LoopThread):
 
     def _loop(self) -> None:
         group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
-        consumer = Consumer(self._kafka.consumer(group))
+        consumer = Consumer(self._kafka.consumer(group, profile="feed"))
         try:
             targets = self._assign(consumer)
             self.error = None

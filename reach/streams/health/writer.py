@@ -111,12 +111,12 @@ class HealthWriter(LoopThread):
     # -- the loop ------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        group = clients.consumer(health_group(self.names), self._kafka, **{
+        group = clients.consumer(health_group(self.names), self._kafka, profile="idle", **{
             "client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
             "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
             "max.poll.interval.ms": 600_000})
-        meta = topicreader.open_reader("health-meta", self._kafka)
-        feed = topicreader.open_reader("health-receipts", self._kafka)
+        meta = topicreader.open_reader("health-meta", self._kafka, profile="idle")
+        feed = topicreader.open_reader("health-receipts", self._kafka, profile="feed")
         producer = clients.producer(self._kafka)
         self._release_all()  # a restarted loop owns nothing until its new group member is assigned
         try:

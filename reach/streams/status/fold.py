@@ -164,7 +164,7 @@ class StatusFold:
 
     def _loop(self) -> None:
         self._ledger = CommitLedger()
-        consumer = clients.consumer(fold_group(self.names), self._kafka, **{
+        consumer = clients.consumer(fold_group(self.names), self._kafka, profile="feed", **{
             "client.id": OWNER_PREFIX + self.url, "session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500,
             "partition.assignment.strategy": "roundrobin", "max.poll.interval.ms": 600_000,
             "on_commit": functools.partial(clients.on_commit, self._ledger),
