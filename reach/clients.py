@@ -47,15 +47,17 @@ def take(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]
     return [first, *consumer.consume(max_messages - 1, 0)]
 
 
-def send_commits(consumer: Consumer, ledger: CommitLedger) -> None:
+def send_commits(consumer: Consumer, ledger: CommitLedger, owned: Iterable[TopicPart] | None = None) -> None:
     """Send the ledger's commit, if none is in flight, for partitions this consumer still owns.
 
     Asynchronous; the answer arrives in `on_commit` (served inside poll/consume on the loop's thread). At most
-    one commit is in flight per consumer (reach.core.commits), so commits never queue in front of heartbeats."""
+    one commit is in flight per consumer (reach.core.commits), so commits never queue in front of heartbeats.
+    `owned`, when the caller tracks its assignment, spares asking librdkafka (a round trip to its own thread,
+    ~5% of the agent's and the router's Python time at 120 req/s)."""
     pending = ledger.take(time.monotonic())
     if not pending:
         return
-    offsets = _owned(consumer, ledger, pending)
+    offsets = _owned(consumer, ledger, pending, owned)
     if not offsets:
         return
     try:
@@ -94,12 +96,16 @@ def on_commit(ledger: CommitLedger, err: KafkaError | None, partitions: list[Top
         ledger.answered((tp.topic, tp.partition), tp.offset, ok=ok)
 
 
-def _owned(consumer: Consumer, ledger: CommitLedger, wanted: dict[TopicPart, int]) -> list[TopicPartition]:
+def _owned(consumer: Consumer, ledger: CommitLedger, wanted: dict[TopicPart, int],
+           known: Iterable[TopicPart] | None = None) -> list[TopicPartition]:
     """`wanted` as TopicPartitions, without (and forgetting) the partitions this consumer no longer owns."""
-    try:
-        owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
-    except KafkaException:  # the consumer is closing: nothing it could commit
-        return []
+    if known is not None:
+        owned = set(known)
+    else:
+        try:
+            owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+        except KafkaException:  # the consumer is closing: nothing it could commit
+            return []
     ledger.forget(wanted.keys() - owned)
     return [TopicPartition(t, p, o) for (t, p), o in wanted.items() if (t, p) in owned]
 

@@ -332,7 +332,7 @@ class Runner:
         if advanced:
             self._ledger.want({(self.inbox, p): o for p, o in advanced.items()})
         if asynchronous:
-            clients.send_commits(self._consumer, self._ledger)
+            clients.send_commits(self._consumer, self._ledger, [(self.inbox, p) for p in self._owned])
         else:
             clients.commit_now(self._consumer, self._ledger)
 

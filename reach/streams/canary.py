@@ -65,8 +65,8 @@ class CanaryDriver:
                 if text.startswith(f"{ControlKind.CANARY}:"):
                     control = decode(value, Control) if value is not None else None
                     self.book.canary(text.split(":", 1)[1], control.canary if control is not None else None)
-            elif topic == names.receipts and value is not None:
-                self.book.receipt(decode(value, Receipt))
+            elif topic == names.receipts and value is not None and self.book.running:
+                self.book.receipt(decode(value, Receipt))  # none decoded while no canary runs: none would count
         except RegistryUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad record must not stop the controller

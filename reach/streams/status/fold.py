@@ -193,7 +193,7 @@ class StatusFold:
                         self._stop.wait(outage)
                         outage = min(outage * 2, 5.0)
                 if not messages:
-                    clients.send_commits(consumer, self._ledger)  # a failed last commit is sent again
+                    clients.send_commits(consumer, self._ledger, self._owned())  # a failed last commit is sent again
                 for partition in level:
                     self.frontier[partition] = max(self.frontier.get(partition, 0), read_at - FRONTIER_SLACK_MS)
                 if time.monotonic() >= self._next_sweep:
@@ -250,7 +250,7 @@ class StatusFold:
         for partition, changes in by_partition.items():
             self._stores[partition].write(changes, changelog_next=delivered.get(partition))
         self._ledger.want({(self.names.receipts, p): o + 1 for p, o in last.items()})
-        clients.send_commits(consumer, self._ledger)
+        clients.send_commits(consumer, self._ledger, self._owned())
 
     def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, StatusRow]],
              replies: list[_Reply], callbacks: list[_Reply], producer: Producer) -> None:
@@ -461,6 +461,10 @@ class StatusFold:
         except KafkaException as exc:  # unknown starts: those partitions are level once something is read
             log.warning("status fold: committed offsets not read (%s); the timekeeper waits for the next receipt "
                         "of those partitions", exc)
+
+    def _owned(self) -> list[tuple[str, int]]:
+        """The receipts partitions this worker holds: those it has a store open for."""
+        return [(self.names.receipts, p) for p in self._stores]
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         clients.commit_now(consumer, self._ledger, [(tp.topic, tp.partition) for tp in partitions])

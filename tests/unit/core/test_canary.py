@@ -161,3 +161,13 @@ def test_cli_parsers() -> None:
             parse_steps(bad)
     with pytest.raises(BadCanary):
         parse_duration_ms("soon")
+
+
+def test_receipts_are_not_decoded_while_no_canary_runs(caplog: pytest.LogCaptureFixture) -> None:
+    """Every receipt of the namespace passes the controller; with no canary running none could count."""
+    driver = CanaryDriver(publish=FakePublisher(), settings=CanarySettings(), by="test")
+    driver.record(NAMES.receipts, b"m", b"\x00not avro", NAMES)
+    assert "skipping a bad record" not in caplog.text
+    fed = fed_driver(FakePublisher())
+    fed.record(NAMES.receipts, b"m", b"\x00not avro", NAMES)
+    assert "skipping a bad record" in caplog.text, "with a canary running every receipt is read"
