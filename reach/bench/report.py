@@ -15,6 +15,7 @@ from reach.bench.knee import Search
 from reach.bench.results import ModeResult
 
 TARGETS = {
+    "idle_cpu_pct_of_a_core": "<= 5 (router + one agent + broker, no traffic)",
     "round_trip_echo_x2_100_completed_fraction": "1.0 (0 OVERLOAD)",
     "round_trip_echo_x2_300_completed_fraction": "1.0 (0 OVERLOAD)",
     "round_trip_200_completed_p50_ms": "<= 15",
@@ -70,7 +71,9 @@ class Report:
             r = self.find(mode)
             return r.figures.get("completed_fraction") if r else None
 
+        idle = self.find("idle")
         return {
+            "idle_cpu_pct_of_a_core": idle.figures.get("cpu_pct_of_a_core") if idle else None,
             "round_trip_echo_x2_100_completed_fraction": done("round trip echo x2 100/s"),
             "round_trip_echo_x2_300_completed_fraction": done("round trip echo x2 300/s"),
             "round_trip_200_completed_p50_ms": step(rt200, "completed receipt", "p50"),

@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reach.bench import faust_forward, gateway, intent, knee, quix, raw, round_trip, route, scoring
+from reach.bench import faust_forward, gateway, idle, intent, knee, quix, raw, round_trip, route, scoring
 from reach.bench.gateway import GatewayConfig
 from reach.bench.knee import KneeConfig
 from reach.bench.report import Report, conditions
@@ -18,7 +18,7 @@ from reach.bench.results import ModeResult
 from reach.bench.workspace import Workspace
 from reach.settings import KafkaSettings
 
-MODES = ("raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway", "intent")
+MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway", "intent")
 STATUS_SCALE = "reach.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -36,6 +36,7 @@ class BenchConfig:
     split_router: bool = True  # the no-op rates again with `reach router --role route` and `--role status` apart
     rates_split: tuple[float, ...] | None = None  # the split run's rates (None: the same as `rates`)
     rate_seconds: float = 10.0
+    idle_seconds: float = 30.0  # the idle row: the stack measured without traffic
     scoring_calls: int = 2_000
     batch_size: int = 500
     route_workers: tuple[int, ...] = (1, 2)
@@ -48,8 +49,8 @@ class BenchConfig:
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
-                "rate_seconds": 1.0, "scoring_calls": 100, "knee": KneeConfig.quick(), "status_messages": 2_000,
-                "gateway": GatewayConfig.quick()}
+                "rate_seconds": 1.0, "idle_seconds": 2.0, "scoring_calls": 100, "knee": KneeConfig.quick(),
+                "status_messages": 2_000, "gateway": GatewayConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -63,6 +64,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
     searches: list[knee.Search] = []
     try:
         steps: list[tuple[str, Callable[[], list[ModeResult]]]] = [
+            ("idle", lambda: [_idle(config, kafka)]),
             ("raw", lambda: [raw.run(ws, messages=config.messages, warmup=config.warmup)]),
             ("faust", lambda: [faust_forward.run(ws, messages=config.messages, warmup=config.warmup)]),
             ("quix", lambda: [quix.run(ws, messages=config.messages, warmup=config.warmup)]),
@@ -87,7 +89,8 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
     return Report(results, knees=searches, conditions=conditions(
         namespace=ws.namespace, messages=config.messages, warmup=config.warmup, rates=list(config.rates),
         echo_rates=list(config.echo_rates),
-        rate_seconds=config.rate_seconds, batch_size=config.batch_size, route_workers=list(config.route_workers),
+        rate_seconds=config.rate_seconds, idle_seconds=config.idle_seconds, batch_size=config.batch_size,
+        route_workers=list(config.route_workers),
         status_messages=config.status_messages, **knee_conf,
         gateway_rates=list(config.gateway.rates), gateway_seconds=config.gateway.seconds,
         gateway_generators=config.gateway.generators,
@@ -118,6 +121,15 @@ def _round_trip(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeRe
         finally:
             ws.delete()
     return out
+
+
+def _idle(config: BenchConfig, kafka: KafkaSettings | None) -> ModeResult:
+    """First, on a quiet machine, in a namespace of its own."""
+    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+    try:
+        return idle.run(ws, seconds=config.idle_seconds, settle=min(10.0, config.idle_seconds * 5))
+    finally:
+        ws.delete()
 
 
 def _gateway(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:

@@ -37,7 +37,7 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     modes = {m["mode"]: m for m in report["modes"]}
     # the gateway mode: both rows, or one row saying why no gateway answered (a build without `reach gateway`)
     gateway = {"gateway 50/s", "kafka send 50/s"} if "gateway 50/s" in modes else {"gateway"}
-    assert set(modes) == MEASURED | KNEES | INTENT | {"quix", "status-scale", "round trip split 50/s"} | gateway
+    assert set(modes) == MEASURED | KNEES | INTENT | {"idle", "quix", "status-scale", "round trip split 50/s"} | gateway
     if "gateway" in modes:
         assert modes["gateway"]["notes"].startswith("skipped: no gateway answering 202"), modes["gateway"]
     assert all(m["lost"] == 0 for m in modes.values())
@@ -61,6 +61,10 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     assert all(v is None or v > 0 for v in report["ratios"].values())
     assert report["ratios"]["route_over_faust"] and report["ratios"]["route_2_workers_over_1"]
     assert set(report["measured"]) == set(report["targets"])
+    idle = modes["idle"]["figures"]  # the stack without traffic, as a share of one core per process
+    assert {"cpu_pct router", "cpu_pct agent", "cpu_pct broker JVM"} <= set(idle)
+    assert idle["cpu_pct_of_a_core"] is not None and idle["cpu_pct_of_a_core"] >= 0
+    assert report["measured"]["idle_cpu_pct_of_a_core"] == idle["cpu_pct_of_a_core"]
 
     # the knee search ran its (tiny) bisection for both set-ups; whether 20/s passes on a busy machine is not asserted
     assert set(report["knee_rps"]) == {"noop", "echo x2"}
