@@ -4,32 +4,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import quote
 
 import typer
 from rich.table import Table
 
-from reach import clients, codec, dlq, topicreader
+from reach import dlq
 from reach.cli.common import console, err_console
-from reach.cli.timeparse import parse_time
-from reach.client import Client
-from reach.core.status import StatusRow
-from reach.envelopes import now_ms
-from reach.errors import ConfigError, ReachError
-from reach.names import Names, check_capability
-from reach.receipts import receipt_for
-from reach.records import Envelope, Status
-from reach.settings import ReachSettings
-from reach.webclient import NotFound, get_json
+from reach.errors import ConfigError
+from reach.names import check_capability
+from reach.ops import dlq as ops_dlq
+from reach.timeparse import parse_time
 
 app = typer.Typer(help="Dead letters: list, show, replay.", no_args_is_help=True)
-
-
-def _names() -> Names:
-    return Names(ReachSettings().namespace)
 
 
 def _filters(capability: str | None, reason: str | None, agent: str | None, since: str | None,
@@ -43,65 +30,12 @@ def _filters(capability: str | None, reason: str | None, agent: str | None, sinc
     return filters
 
 
-def _letters(filters: dlq.Filters) -> tuple[list[dlq.Letter], int]:
-    names = _names()
-    reader = topicreader.open_reader("dlq")
-    letters, undecodable = [], 0
-    try:
-        starts = topicreader.start_offsets(reader, names.dlq, filters.since_ms)
-        for msg in topicreader.read_range(reader, names.dlq, starts, until_ms=filters.until_ms):
-            item = dlq.parse(msg.partition() or 0, msg.offset() or 0, msg.timestamp()[1], msg.value() or b"")
-            if item is None:
-                undecodable += 1
-            elif filters.match(item):
-                letters.append(item)
-    finally:
-        reader.close()
-    return [_original(item) if item.by_reference else item for item in letters], undecodable
-
-
-def _original(item: dlq.Letter) -> dlq.Letter:
-    """A letter written by reference, with its bytes read back from the origin (unchanged when they are gone)."""
-    rec = item.record
-    reader = topicreader.open_reader("dlq-origin")
-    try:
-        found = topicreader.read_range(reader, rec.origin_topic, {rec.origin_partition: rec.origin_offset},
-                                       idle_timeout=10)
-        for msg in found:
-            if msg.offset() == rec.origin_offset and msg.value():
-                return item.with_original(msg.value() or b"")
-            break
-    except ReachError as exc:
-        err_console.print(f"[yellow]letter {item.id}: its original at {rec.origin_topic}[{rec.origin_partition}]@"
-                          f"{rec.origin_offset} cannot be read ({exc})[/]")
-    finally:
-        reader.close()
-    return item
-
-
-def _ledger() -> set[str]:
-    """Keys of the letters already replayed (the compacted replay ledger)."""
-    names = _names()
-    reader = topicreader.open_reader("replays")
-    try:
-        starts = topicreader.start_offsets(reader, names.replays, None)
-        return {(msg.key() or b"").decode(errors="replace")
-                for msg in topicreader.read_range(reader, names.replays, starts) if msg.value() is not None}
-    finally:
-        reader.close()
+def _warn(text: str) -> None:
+    err_console.print(f"[yellow]{text}[/]")
 
 
 def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _summary(item: dlq.Letter) -> dict[str, Any]:
-    rec = item.record
-    return {"id": item.id, "message_id": item.message_id, "capability": item.capability, "reason": rec.reason,
-            "error": rec.error.model_dump() if rec.error else None, "attempts": rec.attempts,
-            "generation": rec.generation, "agent_id": rec.agent_id, "first_failure_at": rec.first_failure_at,
-            "last_failure_at": rec.last_failure_at,
-            "origin": {"topic": rec.origin_topic, "partition": rec.origin_partition, "offset": rec.origin_offset}}
 
 
 Capability = typer.Option(None, "--capability", help="Only letters of this capability.")
@@ -115,10 +49,10 @@ Until = typer.Option(None, "--until", help="Same forms as --since; exclusive.")
 def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, since: str = Since,
        until: str = Until, as_json: bool = typer.Option(False, "--json")) -> None:
     """List dead letters with counts by reason."""
-    letters, undecodable = _letters(_filters(capability, reason, agent, since, until))
+    letters, undecodable = ops_dlq.letters(_filters(capability, reason, agent, since, until), warn=_warn)
     counts = Counter(item.record.reason for item in letters)
     if as_json:
-        print(json.dumps({"letters": [_summary(i) for i in letters], "counts": dict(counts),
+        print(json.dumps({"letters": [ops_dlq.summary(i) for i in letters], "counts": dict(counts),
                           "undecodable_records": undecodable}))
         return
     table = Table("id", "message_id", "capability", "reason", "attempts", "gen", "last failure (UTC)")
@@ -133,31 +67,13 @@ def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, s
         err_console.print(f"[yellow]{undecodable} dead-letter record(s) do not decode[/]")
 
 
-def _row(message_id: str, base: str | None = None) -> StatusRow | None:
-    try:
-        return StatusRow.model_validate(get_json(base or f"http://127.0.0.1:{ReachSettings().web_port}",
-                                                 f"/messages/{quote(message_id, safe='')}"))
-    except NotFound:
-        return None
-
-
 @app.command()
 def show(letter_id: str = typer.Argument(..., help="A letter id (partition:offset) or a message_id."),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """One letter: the decoded envelope, the error, and the message's history."""
-    letters, _ = _letters(dlq.Filters(ids=frozenset([letter_id])))
-    if not letters:
+    doc = ops_dlq.show(letter_id, warn=_warn)
+    if doc is None:
         raise ConfigError(f"No dead letter {letter_id!r}. `reach dlq ls` lists ids (partition:offset).")
-    item = letters[-1]
-    envelope = item.envelope.model_dump(mode="json", exclude={"payload"}) if item.envelope else None
-    payload = item.envelope.payload.decode("utf-8", "replace") if item.envelope else None
-    history = None
-    try:
-        row = _row(item.message_id) if item.message_id else None
-        history = row.model_dump(mode="json") if row else None
-    except ReachError:  # the history is a bonus; the letter itself is what was asked for
-        pass
-    doc = {**_summary(item), "envelope": envelope, "payload": payload, "history": history}
     if as_json:
         print(json.dumps(doc))
         return
@@ -176,11 +92,12 @@ def replay(capability: str = Capability, reason: str = Reason, agent: str = Agen
         raise ConfigError("--rate must be > 0 messages per second.")
     if to_capability:
         check_capability(to_capability)
-    letters, _ = _letters(_filters(capability, reason, agent, since, until, ids))
+    letters, _ = ops_dlq.letters(_filters(capability, reason, agent, since, until, ids), warn=_warn)
     if not letters:
         print(json.dumps(dlq.Summary().as_dict()) if as_json else "No dead letters match; nothing to replay.")
         return
-    summary = replay_letters(letters, dry_run=dry_run, rate=rate, to_capability=to_capability)
+    summary = ops_dlq.replay_letters(letters, dry_run=dry_run, rate=rate, to_capability=to_capability,
+                                     warn=lambda text: err_console.print(f"[red]{text}[/]"))
     if as_json:
         print(json.dumps({**summary.as_dict(), "dry_run": dry_run}))
         return
@@ -189,31 +106,3 @@ def replay(capability: str = Capability, reason: str = Reason, agent: str = Agen
                   f"skipped as already replayed {len(summary.skipped_in_progress)}, failed {len(summary.failed)}")
     for mid, why in summary.failed:
         err_console.print(f"  {mid}: {why}")
-
-
-def replay_letters(letters: list[dlq.Letter], *, dry_run: bool, rate: float | None,
-                   to_capability: str | None = None,
-                   lookup: Callable[[str], StatusRow | None] | None = None) -> dlq.Summary:
-    """reach.dlq.replay over the real bus: publish + ACCEPTED receipt, then the ledger (also the console's redrive)."""
-    names = _names()
-    producer = clients.producer()
-    client = Client()
-
-    def publish(envelope: Envelope) -> None:
-        client.publish(envelope)
-        accepted = receipt_for(envelope, Status.ACCEPTED)
-        producer.produce(names.receipts, codec.encode(accepted), key=envelope.message_id.encode())
-
-    def record(item: dlq.Letter) -> None:
-        key, value = dlq.ledger_entry(item, now=now_ms())
-        producer.produce(names.replays, value, key=key.encode())
-
-    try:
-        summary = dlq.replay(letters, lookup=lookup or _row, publish=publish, dry_run=dry_run, rate=rate,
-                             to_capability=to_capability, ledger=_ledger(), record=record)
-    finally:
-        if producer.flush(30):
-            err_console.print("[red]some replayed records were not acknowledged by the broker; run the replay "
-                              "again (replayed letters are skipped)[/]")
-        client.close()
-    return summary

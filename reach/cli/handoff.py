@@ -4,39 +4,20 @@ from __future__ import annotations
 
 import getpass
 import json
-from typing import Any
 
 import typer
 from rich.table import Table
 
 from reach.cli.common import console
-from reach.intent.desk import HandoffDesk
 from reach.intent.errors import IntentError
 from reach.intent.handoff import Handoff
-from reach.names import Names
-from reach.settings import ReachSettings
-
-OPEN = ("OPEN", "TAKEN")  # waiting for a human
+from reach.ops import handoff as ops_handoff
 
 app = typer.Typer(help="Requests handed to a human: list, show, take, resolve.", no_args_is_help=True)
 
 
-def _desk() -> HandoffDesk:
-    return HandoffDesk(names=Names(ReachSettings().namespace))
-
-
 def _operator(by: str | None) -> str:
     return by or getpass.getuser()
-
-
-def queue(desk: HandoffDesk, *, all_: bool = False) -> list[Handoff]:
-    """Open and taken handoffs (with all_, the answered and re-routed too), oldest first: `reach handoff ls`."""
-    return sorted((h for h in desk.all().values() if all_ or h.state in OPEN), key=lambda h: h.at)
-
-
-def summary(h: Handoff) -> dict[str, Any]:
-    """A handoff's context bundle without the original envelope's bytes (`--json` of ls and the console)."""
-    return h.model_dump(exclude={"envelope"})
 
 
 @app.command("ls")
@@ -45,9 +26,9 @@ def ls(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Open (and taken) handoffs, oldest first."""
-    rows = queue(_desk(), all_=all_)
+    rows = ops_handoff.queue(ops_handoff.desk(), all_=all_)
     if as_json:
-        console.print_json(json.dumps([summary(h) for h in rows]))
+        console.print_json(json.dumps([ops_handoff.summary(h) for h in rows]))
         return
     table = Table("message_id", "state", "taken by", "from", "intent / capability", "reason")
     for h in rows:
@@ -59,7 +40,7 @@ def ls(
 @app.command("show")
 def show(message_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """The context bundle: the request, the trace so far, the candidates and why each was rejected."""
-    found = _desk().get(message_id)
+    found = ops_handoff.desk().get(message_id)
     if as_json:
         console.print_json(found.model_dump_json(exclude={"envelope"}))
         return
@@ -69,7 +50,7 @@ def show(message_id: str = typer.Argument(...), as_json: bool = typer.Option(Fal
 @app.command("take")
 def take(message_id: str = typer.Argument(...), by: str | None = typer.Option(None, "--by")) -> None:
     """Claim a handoff (others see who has it)."""
-    moved = _desk().take(message_id, by=_operator(by))
+    moved = ops_handoff.take(ops_handoff.desk(), message_id, by=_operator(by))
     console.print(f"{moved.message_id} taken by {moved.taken_by}", highlight=False)
 
 
@@ -85,9 +66,8 @@ def resolve(
     if (answer is None) == (capability is None):
         raise IntentError("Give exactly one of --answer TEXT (completes the message) or --capability NAME "
                           "(re-routes it and maps the intent).")
-    desk = _desk()
-    moved = (desk.answer(message_id, answer, by=_operator(by)) if answer is not None
-             else desk.reroute(message_id, str(capability), by=_operator(by)))
+    moved = ops_handoff.resolve(ops_handoff.desk(), message_id, by=_operator(by), answer=answer,
+                                capability=capability)
     console.print(f"{moved.message_id} {moved.state} by {moved.resolved_by}: {moved.resolution}", highlight=False)
 
 

@@ -6,21 +6,16 @@ import json
 import logging
 import signal
 import threading
-from collections.abc import Iterator
 from types import FrameType
-from typing import Any
 
 import typer
 from rich.table import Table
 
-from reach import codec, control, registry, topicreader
 from reach.cli.common import console
-from reach.envelopes import now_ms
-from reach.intent import catalog, mappings
-from reach.intent import stats as intent_stats
 from reach.names import Names
-from reach.records import Receipt
+from reach.ops import intents as ops_intents
 from reach.settings import KafkaSettings, ReachSettings
+from reach.timeparse import parse_time
 
 app = typer.Typer(help="The exact intent -> capability map, and how intents were resolved.", no_args_is_help=True)
 log = logging.getLogger("reach.resolver")
@@ -36,7 +31,7 @@ def ls(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Every exact mapping: the control topic's (operator, handoff) and the seeds from live registrations."""
-    rows = map_rows(_names(), KafkaSettings(), seeds=seeds)
+    rows = ops_intents.map_rows(_names(), KafkaSettings(), seeds=seeds)
     if as_json:
         console.print_json(json.dumps(rows))
         return
@@ -53,23 +48,14 @@ def set_(
     confidence: float = typer.Option(1.0, "--confidence", help="0..1; below REACH_INTENT_EXACT_FLOOR it is unused"),
 ) -> None:
     """Map a phrase to a capability, live: resolvers apply it within one poll of the control topic."""
-    record = mappings.record(phrase, capability, confidence=confidence)
-    control.publish(record, names=_names())
+    record = ops_intents.set_mapping(phrase, capability, confidence=confidence, names=_names())
     console.print(f"{record.key} -> {capability}", highlight=False)
 
 
 @app.command("rm")
 def rm(phrase: str = typer.Argument(..., help="the phrase to unmap")) -> None:
     """Remove a mapping (a tombstone on the control topic); a seed for the same phrase applies again."""
-    from confluent_kafka import Producer
-
-    from reach.errors import InfraUnavailable
-
-    key = mappings.tombstone_key(phrase)
-    producer = Producer(KafkaSettings().producer())
-    producer.produce(_names().control, key=key.encode(), value=None)
-    if producer.flush(15):
-        raise InfraUnavailable(f"The tombstone for {key} was not acknowledged; check REACH_BOOTSTRAP.")
+    key = ops_intents.remove_mapping(phrase, names=_names(), kafka=KafkaSettings())
     console.print(f"removed {key}", highlight=False)
 
 
@@ -79,9 +65,7 @@ def stats(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """The share of exact / semantic / fuzzy / dual / handoff resolutions and the success of each stage."""
-    from reach.cli.timeparse import parse_time
-
-    folded = read_stats(_names(), KafkaSettings(), parse_time(since))
+    folded = ops_intents.read_stats(_names(), KafkaSettings(), parse_time(since))
     if as_json:
         console.print_json(json.dumps(folded.as_dict()))
         return
@@ -93,43 +77,6 @@ def stats(
     console.print(table)
     console.print(f"{folded.total} intents resolved; {folded.policy_handoffs} request(s) no instance served handed "
                   "to a human by their policy (`reach policy set --handoff`)", highlight=False)
-
-
-def map_rows(names: Names, kafka: KafkaSettings, *, seeds: bool = True) -> list[dict[str, Any]]:
-    """The exact map as `reach intents ls` lists it (the console's Intents page too), by capability then phrase."""
-    view = control.read_control(names=names, kafka=kafka)
-    rows: list[dict[str, Any]] = [
-        {"phrase": p, "capability": m.capability, "confidence": m.confidence, "source": m.source}
-        for p, m in mappings.operator_map(view.records()).items()]
-    if seeds:
-        taken = {r["phrase"] for r in rows}
-        live = registry.read_registry(kafka, names).live(now_ms())
-        rows += [{"phrase": p, "capability": c, "confidence": mappings.SEED_CONFIDENCE, "source": "seed"}
-                 for p, c in catalog.seeds(catalog.build(live)).items() if p not in taken]
-    rows.sort(key=lambda r: (str(r["capability"]), str(r["phrase"])))
-    return rows
-
-
-def read_stats(names: Names, kafka: KafkaSettings, since_ms: int | None) -> intent_stats.IntentStats:
-    """The receipts since `since_ms` (None: all) folded into stage shares, as `reach intents stats` shows them."""
-    reader = topicreader.open_reader("intent-stats", kafka)
-    try:
-        starts = topicreader.start_offsets(reader, names.receipts, since_ms)
-        return intent_stats.fold(_receipts(m.value() for m in topicreader.read_range(
-            reader, names.receipts, starts, idle_timeout=5.0)))
-    finally:
-        reader.close()
-
-
-def _receipts(values: Iterator[bytes | None]) -> Iterator[Receipt]:
-    """Decodable receipts; a bad record is skipped (counted by nothing here: `reach receipts sql` shows it)."""
-    for value in values:
-        if value is None:
-            continue
-        try:
-            yield codec.decode(value, Receipt)
-        except codec.DecodeError:
-            continue
 
 
 def run_resolver(interval: float) -> None:

@@ -10,10 +10,10 @@ from rich.table import Table
 
 from reach import analytics, topicreader
 from reach.cli.common import console, err_console
-from reach.cli.timeparse import parse_time
 from reach.errors import ConfigError
 from reach.names import Names
 from reach.settings import ReachSettings
+from reach.timeparse import parse_time
 
 app = typer.Typer(help="Query receipts with SQL.", no_args_is_help=True)
 

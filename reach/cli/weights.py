@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -15,33 +15,13 @@ from rich.table import Table
 
 from reach import control
 from reach.cli.common import console
-from reach.core.factors import FACTORS, NAMES, PRESETS, FactorWeights, preset
-from reach.errors import ReachError
+from reach.core.factors import FACTORS, NAMES, PRESETS, FactorWeights
 from reach.names import Names, check_capability
+from reach.ops import weights as ops_weights
 from reach.records import ControlKind
 from reach.settings import ReachSettings
 
 app = typer.Typer(help=f"Show and change the router's scoring weights ({', '.join(NAMES)}).", no_args_is_help=True)
-
-
-class BadWeights(ReachError):
-    """Weights must be finite, non-negative and not all zero."""
-
-
-def merged(current: FactorWeights, changes: Mapping[str, float | None], *, preset_name: str | None = None
-           ) -> FactorWeights:
-    """`current` with a preset applied (every factor) and then the given weights replaced; BadWeights when the
-    result cannot score (NaN, inf, < 0, all 0) or the preset does not exist."""
-    base = current
-    if preset_name is not None:
-        if preset_name not in PRESETS:
-            raise BadWeights(f"There is no weights preset {preset_name!r}. Use one of: {', '.join(PRESETS)}.")
-        base = current.replaced(preset(preset_name))
-    new = base.replaced({k: v for k, v in changes.items() if v is not None})
-    problem = control.weights_problem(new)
-    if problem is not None:
-        raise BadWeights(f"{problem[0].upper()}{problem[1:]}. Pass numbers like --load 0.3.")
-    return new
 
 
 def _names() -> Names:
@@ -97,10 +77,8 @@ def _set(
     the value in effect. Routers apply them live."""
     names = _names()
     scope = check_capability(capability) if capability else "*"
-    current = control.read_control(names=names).weights(scope)
-    new = merged(current, factors, preset_name=preset_name)
-    record = control.weights_record(new.to_record(), scope=scope, by="reach-cli")
-    control.publish(record, names=names)
+    new = ops_weights.changed(scope, factors, names=names, preset_name=preset_name)
+    record = ops_weights.publish(scope, new, by="reach-cli", names=names)
     if as_json:
         console.print_json(json.dumps({"scope": scope, **new}))
     else:

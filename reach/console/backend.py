@@ -8,28 +8,24 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reach import analytics, codec, control, dlq, topicreader
-from reach.cli import agents as agents_cli
-from reach.cli import dlq as dlq_cli
-from reach.cli import handoff as handoff_cli
-from reach.cli import intents as intents_cli
-from reach.cli.weights import merged
 from reach.codec import DecodeError
 from reach.console import overview
-from reach.console.preview import Preview, preview
 from reach.core.canary import canaries, ended
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.intent.desk import HandoffDesk
 from reach.names import Names, check_capability
+from reach.ops import agents as ops_agents
+from reach.ops import dlq as ops_dlq
+from reach.ops import handoff as ops_handoff
+from reach.ops import intents as ops_intents
+from reach.ops import weights as ops_weights
 from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.streams import groupadmin
 from reach.streams.canary import canary_record
 from reach.streams.lag import consumer_lag
-
-PREVIEW_WINDOW_MS = 15 * 60_000
-PREVIEW_SAMPLE = 500
 
 
 class ConsoleError(ReachError):
@@ -72,7 +68,7 @@ def _scope(scope: str) -> str:
 
 
 class ConsoleBackend:
-    """Backend over the namespace's topics, with the CLI's own functions wherever the CLI does the same thing."""
+    """Backend over the namespace's topics, with the use cases of reach.ops wherever the CLI does the same thing."""
 
     def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, status_url: str | None = None) -> None:
         self._names = names
@@ -110,16 +106,12 @@ class ConsoleBackend:
         return [{"group": g, "topic": t, "lag": n} for (t, g), n in sorted(lag.items(), key=lambda kv: kv[0][::-1])]
 
     def agents(self) -> list[dict[str, Any]]:
-        view = read_registry(self._kafka, self._names, timeout=5.0)
-        now = now_ms()
-        reports = agents_cli.latest_reports(self._kafka, self._names, now) if len(view) else {}
-        health = agents_cli.latest_health(self._kafka, self._names) if len(view) else {}
+        listed = ops_agents.instances(self._kafka, self._names, timeout=5.0)
         running = {a: c for a, c in canaries(control.read_control(names=self._names, kafka=self._kafka).records()
                                             ).items() if c.state is CanaryState.RUNNING}
         rows = []
-        for info in view.instances(now):
+        for info, row in listed:
             reg = info.registration
-            row = agents_cli._row(info, reports.get(reg.instance_id), now, health.get(reg.instance_id))
             canary = running.get(reg.agent_id)
             row["build_version"] = reg.build_version
             row["arm"] = None if canary is None else "canary" if reg.build_version == canary.version else "stable"
@@ -149,23 +141,16 @@ class ConsoleBackend:
         return sorted(found, key=lambda r: (r["generation"], r["at"]))
 
     def letters(self, filters: dlq.Filters, error_code: str | None) -> list[dict[str, Any]]:
-        items, _ = dlq_cli._letters(filters)
-        out = []
-        for item in items:
-            if error_code and (item.record.error is None or item.record.error.code != error_code):
-                continue
-            envelope = item.envelope
-            out.append({**dlq_cli._summary(item),
-                        "envelope": envelope.model_dump(mode="json", exclude={"payload"}) if envelope else None,
-                        "payload": envelope.payload.decode("utf-8", "replace") if envelope else None})
-        return out
+        items, _ = ops_dlq.letters(filters)
+        return [{**ops_dlq.summary(item), **ops_dlq.contents(item)} for item in items
+                if not error_code or (item.record.error is not None and item.record.error.code == error_code)]
 
     def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None) -> dict[str, Any]:
-        items, _ = dlq_cli._letters(filters)
+        items, _ = ops_dlq.letters(filters)
         if not items:
             return {**dlq.Summary().as_dict(), "dry_run": dry_run}
-        summary = dlq_cli.replay_letters(items, dry_run=dry_run, rate=rate,
-                                         lookup=lambda mid: dlq_cli._row(mid, self._status_url))
+        summary = ops_dlq.replay_letters(items, dry_run=dry_run, rate=rate,
+                                         lookup=lambda mid: ops_dlq.status_row(mid, self._status_url))
         return {**summary.as_dict(), "dry_run": dry_run, "skipped_completed_ids": summary.skipped_completed,
                 "skipped_in_progress_ids": summary.skipped_in_progress}
 
@@ -177,40 +162,16 @@ class ConsoleBackend:
         rows.setdefault("*", {"weights": dict(view.weights("*")), "updated_by": "default", "updated_at": None})
         return rows
 
-    def _merged(self, scope: str, changes: Mapping[str, float | None]) -> Any:
-        current = control.read_control(names=self._names, kafka=self._kafka).weights(scope)
-        return merged(current, changes)
-
     def preview(self, scope: str, changes: Mapping[str, float | None]) -> dict[str, Any]:
         scope = _scope(scope)
-        new = self._merged(scope, changes)
-        now = now_ms()
-        receipts = self._routed(now - PREVIEW_WINDOW_MS, now)
-        result: Preview = preview(receipts, new, capability=None if scope == "*" else scope, limit=PREVIEW_SAMPLE)
+        new = ops_weights.changed(scope, changes, names=self._names, kafka=self._kafka)
+        result = ops_weights.preview_change(scope, new, names=self._names, kafka=self._kafka)
         return {"scope": scope, "weights": dict(new), **result.as_dict()}
-
-    def _routed(self, since_ms: int, until_ms: int) -> list[Receipt]:
-        reader = topicreader.open_reader("console-preview", self._kafka)
-        out: list[Receipt] = []
-        try:
-            starts = topicreader.start_offsets(reader, self._names.receipts, since_ms, 5.0)
-            for msg in topicreader.read_range(reader, self._names.receipts, starts, until_ms=until_ms,
-                                              idle_timeout=5.0):
-                try:
-                    receipt = codec.decode(msg.value() or b"", Receipt)
-                except DecodeError:
-                    continue
-                if receipt.decision is not None and receipt.decision.candidates:
-                    out.append(receipt)
-        finally:
-            reader.close()
-        return out
 
     def set_weights(self, scope: str, changes: Mapping[str, float | None], by: str) -> dict[str, float]:
         scope = _scope(scope)
-        new = self._merged(scope, changes)
-        control.publish(control.weights_record(new.to_record(), scope=scope, by=by), names=self._names,
-                        kafka=self._kafka)
+        new = ops_weights.changed(scope, changes, names=self._names, kafka=self._kafka)
+        ops_weights.publish(scope, new, by=by, names=self._names, kafka=self._kafka)
         return dict(new)
 
     def canaries(self) -> list[dict[str, Any]]:
@@ -228,19 +189,18 @@ class ConsoleBackend:
 
     def intents(self, since_ms: int | None) -> dict[str, Any]:
         """The exact map, the stage shares since `since_ms` and the handoff queue: `reach intents ls`,
-        `reach intents stats --since` and `reach handoff ls --json`, with the CLI's functions."""
-        return {"map": intents_cli.map_rows(self._names, self._kafka),
-                "stats": intents_cli.read_stats(self._names, self._kafka, since_ms).as_dict(),
-                "handoffs": [handoff_cli.summary(h) for h in handoff_cli.queue(self._desk())]}
+        `reach intents stats --since` and `reach handoff ls --json`, with the same use cases (reach.ops)."""
+        return {"map": ops_intents.map_rows(self._names, self._kafka),
+                "stats": ops_intents.read_stats(self._names, self._kafka, since_ms).as_dict(),
+                "handoffs": [ops_handoff.summary(h) for h in ops_handoff.queue(self._desk())]}
 
     def handoff(self, message_id: str, *, by: str, answer: str | None = None,
                 capability: str | None = None) -> dict[str, Any]:
         """Take a handoff (neither answer nor capability), or resolve it as `reach handoff take|resolve` does."""
         desk = self._desk()
-        moved = (desk.take(message_id, by=by) if answer is None and capability is None
-                 else desk.answer(message_id, answer, by=by) if answer is not None
-                 else desk.reroute(message_id, str(capability), by=by))
-        return handoff_cli.summary(moved)
+        moved = (ops_handoff.take(desk, message_id, by=by) if answer is None and capability is None
+                 else ops_handoff.resolve(desk, message_id, by=by, answer=answer, capability=capability))
+        return ops_handoff.summary(moved)
 
     def _desk(self) -> HandoffDesk:
-        return HandoffDesk(names=self._names, kafka=self._kafka)
+        return ops_handoff.desk(self._names, self._kafka)

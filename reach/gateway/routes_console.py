@@ -22,7 +22,6 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from reach import dlq
-from reach.cli.timeparse import parse_time
 from reach.console import overview as overview_sql
 from reach.console.operators import Operator
 from reach.console.wiring import Console
@@ -32,6 +31,7 @@ from reach.gateway import checks
 from reach.gateway.deps import StatusSource
 from reach.intent.errors import HandoffConflict
 from reach.records import TERMINAL, CanaryState, InstanceAction
+from reach.timeparse import parse_time
 
 COOKIE = "reach_console"
 HERE = Path(__file__).resolve().parents[1] / "console"

@@ -12,6 +12,7 @@ from reach.cli import weights as cli
 from reach.control import weights_record
 from reach.core.factors import FACTORS, NAMES
 from reach.core.views.control import ControlView
+from reach.ops.weights import BadWeights
 from reach.records import Control, Weights
 
 runner = CliRunner()
@@ -82,4 +83,4 @@ def test_bad_weights_are_refused_with_exit_2(topic: list[Control], args: list[st
     from reach.cli.common import exit_code_for
 
     done = runner.invoke(cli.app, ["set", *args])
-    assert isinstance(done.exception, cli.BadWeights) and exit_code_for(done.exception) == 2 and topic == []
+    assert isinstance(done.exception, BadWeights) and exit_code_for(done.exception) == 2 and topic == []

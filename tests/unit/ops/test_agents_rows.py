@@ -1,9 +1,9 @@
-"""`reach agents` rows carry each instance's health; one without a record reads as healthy."""
+"""Agent listing rows (`reach agents`, the console) carry each instance's health; one without a record is healthy."""
 
 from __future__ import annotations
 
-from reach.cli.agents import _row
 from reach.core.views.registry import InstanceInfo
+from reach.ops.agents import row as _row
 from reach.records import AgentRegistration, AgentState, BreakerState, InstanceHealth
 
 

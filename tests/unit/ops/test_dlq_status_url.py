@@ -1,4 +1,4 @@
-"""`reach dlq`: a message id from a letter is escaped before it goes into the status URL."""
+"""Dead letters (`reach dlq`, the console): a message id from a letter is escaped before it goes into the status URL."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from reach.cli import dlq as cli
+from reach.ops import dlq as ops
 from reach.webclient import NotFound
 
 
@@ -17,6 +17,6 @@ def test_the_message_id_is_escaped_in_the_status_url(monkeypatch: pytest.MonkeyP
         asked.append(path)
         raise NotFound(path)
 
-    monkeypatch.setattr(cli, "get_json", get_json)
-    assert cli._row("../admin?x=1#y") is None
+    monkeypatch.setattr(ops, "get_json", get_json)
+    assert ops.status_row("../admin?x=1#y") is None
     assert asked == ["/messages/..%2Fadmin%3Fx%3D1%23y"]

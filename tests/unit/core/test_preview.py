@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reach.console.preview import new_pick, preview, rescored
 from reach.core.factors import DEFAULT_WEIGHTS
+from reach.core.preview import new_pick, preview, rescored
 from reach.records import CandidateScore, Decision, Receipt, Status
 
 

@@ -1,0 +1,2 @@
+"""Use cases shared by the CLI, the console, the HTTP API and MCP; they return plain values; interfaces only render
+them."""

@@ -1,0 +1,152 @@
+"""Dead letters over the bus: list (with the originals of letters written by reference), show, summarise and
+replay them (also as a dry run), with the replay ledger and an ACCEPTED receipt per replayed message; the rules
+themselves (filters, what a replay skips) are reach.dlq's."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from reach import clients, codec, dlq, topicreader
+from reach.client import Client
+from reach.core.status import StatusRow
+from reach.envelopes import now_ms
+from reach.errors import ReachError
+from reach.names import Names
+from reach.receipts import receipt_for
+from reach.records import Envelope, Status
+from reach.settings import ReachSettings
+from reach.webclient import NotFound, get_json
+
+Warn = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _names() -> Names:
+    return Names(ReachSettings().namespace)
+
+
+def letters(filters: dlq.Filters, *, warn: Warn = _stderr) -> tuple[list[dlq.Letter], int]:
+    """The letters `filters` match, oldest first, and how many records did not decode; a letter written by
+    reference carries its original bytes when the origin still has them (`warn` says when it does not)."""
+    names = _names()
+    reader = topicreader.open_reader("dlq")
+    found, undecodable = [], 0
+    try:
+        starts = topicreader.start_offsets(reader, names.dlq, filters.since_ms)
+        for msg in topicreader.read_range(reader, names.dlq, starts, until_ms=filters.until_ms):
+            item = dlq.parse(msg.partition() or 0, msg.offset() or 0, msg.timestamp()[1], msg.value() or b"")
+            if item is None:
+                undecodable += 1
+            elif filters.match(item):
+                found.append(item)
+    finally:
+        reader.close()
+    return [_original(item, warn) if item.by_reference else item for item in found], undecodable
+
+
+def _original(item: dlq.Letter, warn: Warn) -> dlq.Letter:
+    """A letter written by reference, with its bytes read back from the origin (unchanged when they are gone)."""
+    rec = item.record
+    reader = topicreader.open_reader("dlq-origin")
+    try:
+        found = topicreader.read_range(reader, rec.origin_topic, {rec.origin_partition: rec.origin_offset},
+                                       idle_timeout=10)
+        for msg in found:
+            if msg.offset() == rec.origin_offset and msg.value():
+                return item.with_original(msg.value() or b"")
+            break
+    except ReachError as exc:
+        warn(f"letter {item.id}: its original at {rec.origin_topic}[{rec.origin_partition}]@"
+             f"{rec.origin_offset} cannot be read ({exc})")
+    finally:
+        reader.close()
+    return item
+
+
+def _ledger() -> set[str]:
+    """Keys of the letters already replayed (the compacted replay ledger)."""
+    names = _names()
+    reader = topicreader.open_reader("replays")
+    try:
+        starts = topicreader.start_offsets(reader, names.replays, None)
+        return {(msg.key() or b"").decode(errors="replace")
+                for msg in topicreader.read_range(reader, names.replays, starts) if msg.value() is not None}
+    finally:
+        reader.close()
+
+
+def summary(item: dlq.Letter) -> dict[str, Any]:
+    """A letter's provenance and error, without its envelope."""
+    rec = item.record
+    return {"id": item.id, "message_id": item.message_id, "capability": item.capability, "reason": rec.reason,
+            "error": rec.error.model_dump() if rec.error else None, "attempts": rec.attempts,
+            "generation": rec.generation, "agent_id": rec.agent_id, "first_failure_at": rec.first_failure_at,
+            "last_failure_at": rec.last_failure_at,
+            "origin": {"topic": rec.origin_topic, "partition": rec.origin_partition, "offset": rec.origin_offset}}
+
+
+def contents(item: dlq.Letter) -> dict[str, Any]:
+    """The letter's decoded envelope (without the payload bytes) and its payload as text; None when undecodable."""
+    envelope = item.envelope
+    return {"envelope": envelope.model_dump(mode="json", exclude={"payload"}) if envelope else None,
+            "payload": envelope.payload.decode("utf-8", "replace") if envelope else None}
+
+
+def status_row(message_id: str, base: str | None = None) -> StatusRow | None:
+    """The message's status row from the stream app's views at `base` (default: this host's), None if unknown."""
+    try:
+        return StatusRow.model_validate(get_json(base or f"http://127.0.0.1:{ReachSettings().web_port}",
+                                                 f"/messages/{quote(message_id, safe='')}"))
+    except NotFound:
+        return None
+
+
+def show(letter_id: str, *, warn: Warn = _stderr) -> dict[str, Any] | None:
+    """One letter (by letter id or message_id; the newest if several): its summary, envelope, payload and the
+    message's history (None when the status views do not answer); None when there is no such letter."""
+    found, _ = letters(dlq.Filters(ids=frozenset([letter_id])), warn=warn)
+    if not found:
+        return None
+    item = found[-1]
+    history = None
+    try:
+        row = status_row(item.message_id) if item.message_id else None
+        history = row.model_dump(mode="json") if row else None
+    except ReachError:  # the history is a bonus; the letter itself is what was asked for
+        pass
+    return {**summary(item), **contents(item), "history": history}
+
+
+def replay_letters(items: list[dlq.Letter], *, dry_run: bool, rate: float | None,
+                   to_capability: str | None = None,
+                   lookup: Callable[[str], StatusRow | None] | None = None, warn: Warn = _stderr) -> dlq.Summary:
+    """reach.dlq.replay over the real bus: publish + ACCEPTED receipt, then the ledger (`reach dlq replay` and
+    the console's redrive)."""
+    names = _names()
+    producer = clients.producer()
+    client = Client()
+
+    def publish(envelope: Envelope) -> None:
+        client.publish(envelope)
+        accepted = receipt_for(envelope, Status.ACCEPTED)
+        producer.produce(names.receipts, codec.encode(accepted), key=envelope.message_id.encode())
+
+    def record(item: dlq.Letter) -> None:
+        key, value = dlq.ledger_entry(item, now=now_ms())
+        producer.produce(names.replays, value, key=key.encode())
+
+    try:
+        done = dlq.replay(items, lookup=lookup or status_row, publish=publish, dry_run=dry_run, rate=rate,
+                          to_capability=to_capability, ledger=_ledger(), record=record)
+    finally:
+        if producer.flush(30):
+            warn("some replayed records were not acknowledged by the broker; run the replay again (replayed "
+                 "letters are skipped)")
+        client.close()
+    return done

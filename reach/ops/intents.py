@@ -1,0 +1,74 @@
+"""The exact intent -> capability map on the control topic (list, set, remove) and how intents were resolved
+(stage shares folded from the receipts)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from confluent_kafka import Producer
+
+from reach import codec, control, registry, topicreader
+from reach.envelopes import now_ms
+from reach.errors import InfraUnavailable
+from reach.intent import catalog, mappings
+from reach.intent import stats as intent_stats
+from reach.names import Names
+from reach.records import Control, Receipt
+from reach.settings import KafkaSettings
+
+
+def map_rows(names: Names, kafka: KafkaSettings, *, seeds: bool = True) -> list[dict[str, Any]]:
+    """The exact map: the control topic's mappings (operator, handoff) and, with `seeds`, the phrases seeded from
+    live registrations that no mapping overrides; by capability then phrase."""
+    view = control.read_control(names=names, kafka=kafka)
+    rows: list[dict[str, Any]] = [
+        {"phrase": p, "capability": m.capability, "confidence": m.confidence, "source": m.source}
+        for p, m in mappings.operator_map(view.records()).items()]
+    if seeds:
+        taken = {r["phrase"] for r in rows}
+        live = registry.read_registry(kafka, names).live(now_ms())
+        rows += [{"phrase": p, "capability": c, "confidence": mappings.SEED_CONFIDENCE, "source": "seed"}
+                 for p, c in catalog.seeds(catalog.build(live)).items() if p not in taken]
+    rows.sort(key=lambda r: (str(r["capability"]), str(r["phrase"])))
+    return rows
+
+
+def set_mapping(phrase: str, capability: str, *, confidence: float, names: Names) -> Control:
+    """Map a phrase to a capability, live (resolvers apply it within one poll of the control topic): the record
+    published."""
+    record = mappings.record(phrase, capability, confidence=confidence)
+    control.publish(record, names=names)
+    return record
+
+
+def remove_mapping(phrase: str, *, names: Names, kafka: KafkaSettings) -> str:
+    """Tombstone a phrase's mapping on the control topic (a seed for the phrase applies again): the key removed."""
+    key = mappings.tombstone_key(phrase)
+    producer = Producer(kafka.producer())
+    producer.produce(names.control, key=key.encode(), value=None)
+    if producer.flush(15):
+        raise InfraUnavailable(f"The tombstone for {key} was not acknowledged; check REACH_BOOTSTRAP.")
+    return key
+
+
+def read_stats(names: Names, kafka: KafkaSettings, since_ms: int | None) -> intent_stats.IntentStats:
+    """The receipts since `since_ms` (None: all) folded into stage shares."""
+    reader = topicreader.open_reader("intent-stats", kafka)
+    try:
+        starts = topicreader.start_offsets(reader, names.receipts, since_ms)
+        return intent_stats.fold(_receipts(m.value() for m in topicreader.read_range(
+            reader, names.receipts, starts, idle_timeout=5.0)))
+    finally:
+        reader.close()
+
+
+def _receipts(values: Iterator[bytes | None]) -> Iterator[Receipt]:
+    """Decodable receipts; a bad record is skipped (counted by nothing here: `reach receipts sql` shows it)."""
+    for value in values:
+        if value is None:
+            continue
+        try:
+            yield codec.decode(value, Receipt)
+        except codec.DecodeError:
+            continue
