@@ -527,7 +527,7 @@ class InstanceHealth(AvroRecord):
 
 
 class AppKey(AvroModel):
-    """One signing key of a gateway app; its secret is sealed (reach.gateway.secrets), live until revoked."""
+    """One signing key of a gateway app; its secret is sealed (reach.secretbox), live until revoked."""
 
     avro_name: ClassVar[str] = "AppKey"
 

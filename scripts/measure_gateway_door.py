@@ -17,14 +17,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from reach import clients, topics
-from reach.gateway import signing
-from reach.gateway.appstore import AppStore, KafkaAppLog
+from reach import signing
+from reach.appstore import AppStore, KafkaAppLog
 from reach.gateway.directory import KafkaAppDirectory
 from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.ports import CallerApp
 from reach.gateway.quotas import RedisQuotas
 from reach.gateway.redisconn import door_client
-from reach.gateway.secrets import secret_box
+from reach.secretbox import secret_box
 from reach.names import Names
 
 CALLS = 3000

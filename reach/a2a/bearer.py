@@ -9,8 +9,8 @@ from __future__ import annotations
 import hmac
 import secrets as _random
 
+from reach.callers import AppDirectory, AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
-from reach.gateway.ports import AppDirectory, AuthFailure, CallerApp
 
 SCHEME = "reach-app-key"  # the security scheme's name in the agent cards
 PREFIX = "bearer "

@@ -23,8 +23,8 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
 
 from reach.a2a.bearer import SCHEME
+from reach.callers import CHANNEL_PREFIX
 from reach.core.versions import parse_version
-from reach.gateway.ports import CHANNEL_PREFIX
 from reach.records import Capability
 
 MESH_PATH = "/a2a/"

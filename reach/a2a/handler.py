@@ -43,12 +43,12 @@ from starlette.exceptions import HTTPException
 
 from reach.a2a import tasks
 from reach.a2a.states import FINAL, state_name, task_state
+from reach.callers import CallerApp
 from reach.envelopes import new_id
 from reach.gateway import checks
 from reach.gateway.admission import Admission
 from reach.gateway.bodies import EnvelopeRequest, Routing
 from reach.gateway.events import find_row
-from reach.gateway.ports import CallerApp
 from reach.gateway.routes_status import owned
 
 APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token named

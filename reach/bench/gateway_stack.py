@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from reach import signing
 from reach.bench import noop_agent
 from reach.bench.subprocesses import Child
 from reach.envelopes import now_ms
-from reach.gateway import signing
 from reach.local.process import free_port
 from reach.names import Names
 from reach.registry import read_registry

@@ -1,6 +1,6 @@
 """channel.webhook: an HTTP POST of the JSON body, signed under `Reach-Signature` so receivers can verify it.
 
-The signature is reach.gateway.signing's (`t=<unix>,n=<message_id>,v1=<hmac>` over `t.n.body`), with the
+The signature is reach.signing's (`t=<unix>,n=<message_id>,v1=<hmac>` over `t.n.body`), with the
 channel's secret; the nonce is the message id, the same on every retry, so a receiver can also dedupe on it.
 A 2xx answer is delivery (SENT and DELIVERED at once). The host is resolved at send time and a target that
 is not a public address (loopback, private, link-local, multicast, reserved, cloud metadata) is refused for
@@ -25,7 +25,7 @@ from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.http import transport_failure
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent, classify_status
 from reach.channels.settings import ChannelSettings
-from reach.gateway.signing import sign
+from reach.signing import sign
 
 SIGNATURE_HEADER = "Reach-Signature"
 MESSAGE_ID_HEADER = "Reach-Message-Id"

@@ -9,13 +9,13 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from reach.apps import NewKey
+from reach.appstore import AppStore, KafkaAppLog
 from reach.cli.common import console, err_console
-from reach.gateway.apps import NewKey
-from reach.gateway.appstore import AppStore, KafkaAppLog
-from reach.gateway.secrets import secret_box
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
 from reach.records import App
+from reach.secretbox import secret_box
 from reach.settings import ReachSettings
 
 app = typer.Typer(help="Gateway apps: who may call over HTTP, with which keys, how fast.", no_args_is_help=True)

@@ -8,14 +8,14 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from reach.appstore import KafkaAppLog, _operator
 from reach.cli.common import console, err_console
 from reach.console.operators import DEFAULT_REDRIVE_RATE, ROLES, OperatorStore
 from reach.envelopes import now_ms
-from reach.gateway.appstore import KafkaAppLog, _operator
-from reach.gateway.secrets import secret_box
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
 from reach.records import App
+from reach.secretbox import secret_box
 from reach.settings import ReachSettings
 
 app = typer.Typer(help="Console operators: viewer (reads) or admin (also redrives, drains, tunes routing).",

@@ -1,7 +1,7 @@
 """Console operators (pure): App records with a role on the apps topic, their tokens, the table that checks them.
 
 An operator is an App v2 record whose `role` is viewer or admin (decision 0018). The signed door never
-accepts its key (reach.gateway.apps.AppTable folds only role-less records); OperatorTable folds only
+accepts its key (reach.apps.AppTable folds only role-less records); OperatorTable folds only
 operator records. A token is `<key_id>.<secret>`: the key id names the record, the secret is sealed
 under the gateway secrets key exactly like an app's HMAC secret. `rate` is the operator's ceiling on a
 redrive's messages per second; `burst` is 1 (unused by the console).
@@ -16,10 +16,10 @@ from enum import StrEnum
 
 from ulid import ULID
 
-from reach.gateway.apps import MAX_NAME, AppError, AppTable, check_quota
-from reach.gateway.appstore import AppLog
-from reach.gateway.secrets import SecretBox, new_secret
+from reach.apps import MAX_NAME, AppError, AppTable, check_quota
+from reach.appstore import AppLog
 from reach.records import App, AppKey
+from reach.secretbox import SecretBox, new_secret
 
 OPERATOR_TENANT = "*"  # operators see every tenant; never stamped on an envelope (operators send none)
 DEFAULT_REDRIVE_RATE = 20.0

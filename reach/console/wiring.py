@@ -1,4 +1,6 @@
-"""The console's parts for one gateway process: the operator directory (following the apps topic) and the backend."""
+"""The console's port for the gateway that hosts it: what its routes need (Console: the operators and the backend).
+The gateway builds it (reach.gateway.wiring.open_console: the apps topic's operators, the Kafka backend); the console
+never imports the gateway."""
 
 from __future__ import annotations
 
@@ -6,13 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from reach.console.backend import Backend, ConsoleBackend
+from reach.console.backend import Backend
 from reach.console.operators import Operator, OperatorTable
-from reach.gateway.directory import KafkaAppDirectory
-from reach.gateway.secrets import secret_box
-from reach.gateway.settings import GatewaySettings
-from reach.names import Names
-from reach.settings import KafkaSettings, ReachSettings
 
 
 class Operators(Protocol):
@@ -21,10 +18,19 @@ class Operators(Protocol):
     def verify(self, token: str | None) -> Operator | None: ...
 
 
+class Following(Protocol):
+    """A table's feed from the apps topic (the gateway's KafkaAppDirectory): whether it still follows, how to stop."""
+
+    @property
+    def alive(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+
 class OperatorDirectory:
     """Operator tokens as the apps topic says now (a KafkaAppDirectory folding only operator records)."""
 
-    def __init__(self, directory: KafkaAppDirectory, table: OperatorTable) -> None:
+    def __init__(self, directory: Following, table: OperatorTable) -> None:
         self._directory = directory
         self._table = table
 
@@ -44,18 +50,3 @@ class Console:
     operators: Operators
     backend: Backend
     close: Callable[[], None] = lambda: None
-
-
-def open_console(*, reach: ReachSettings | None = None, kafka: KafkaSettings | None = None,
-                 status_url: str | None = None, ready_timeout: float = 30.0) -> Console:
-    """Follow the apps topic for operator tokens (returns once caught up) over the gateway's secrets key."""
-    reach = reach or ReachSettings()
-    kafka = kafka or KafkaSettings()
-    box = secret_box(GatewaySettings().secrets_key, reach.home, create=False)
-    names = Names(reach.namespace)
-    table = OperatorTable(box)
-    directory = KafkaAppDirectory(names=names, box=box, kafka=kafka, table=table)
-    directory.start(ready_timeout)
-    operators = OperatorDirectory(directory, table)
-    backend = ConsoleBackend(names=names, kafka=kafka, status_url=status_url)
-    return Console(operators=operators, backend=backend, close=operators.stop)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from reach.callers import CallerApp
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
@@ -17,7 +18,7 @@ from reach.gateway.bodies import Accepted, EnvelopeRequest
 from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
-from reach.gateway.ports import CallerApp, Verified
+from reach.gateway.ports import Verified
 from reach.gateway.publisher import BrokerRefused
 from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
 from reach.records import Envelope, RoutingHints

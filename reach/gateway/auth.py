@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import secrets as _random
 
+from reach import signing
+from reach.callers import AppDirectory, AuthFailure
 from reach.errors import InfraUnavailable
-from reach.gateway import signing
-from reach.gateway.ports import AppDirectory, AuthFailure, AuthOutcome, NonceStore, Verified
+from reach.gateway.ports import AuthOutcome, NonceStore, Verified
 
 MISSING_KEY = AuthFailure(reason="missing Reach-Key header: send the key id `reach apps create` printed",
                           code="missing")

@@ -11,12 +11,13 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from reach.callers import AuthFailure, CallerApp
 from reach.core.routing import validation_error
 from reach.core.versions import BadVersion, parse_range, satisfies
 from reach.envelopes import MAX_PAYLOAD_BYTES
 from reach.errors import ReachError
 from reach.gateway.bodies import ErrorBody
-from reach.gateway.ports import AuthFailure, CallerApp, QuotaDecision
+from reach.gateway.ports import QuotaDecision
 from reach.names import check_capability
 from reach.records import Capability
 

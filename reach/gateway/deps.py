@@ -9,9 +9,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from reach.callers import AppDirectory
 from reach.cancels import CancelRecord
 from reach.envelopes import now_ms
-from reach.gateway.ports import AppDirectory, Authenticator, Quotas
+from reach.gateway.ports import Authenticator, Quotas
 from reach.records import Capability, Envelope, Receipt
 
 if TYPE_CHECKING:

@@ -13,13 +13,13 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from reach import clients, topicreader
+from reach.apps import AppTable
+from reach.appstore import kafka_guarded
+from reach.callers import KeyEntry
 from reach.codec import RegistryUnavailable
 from reach.errors import InfraUnavailable
-from reach.gateway.apps import AppTable
-from reach.gateway.appstore import kafka_guarded
-from reach.gateway.ports import KeyEntry
-from reach.gateway.secrets import SecretBox
 from reach.names import Names
+from reach.secretbox import SecretBox
 from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.gateway.directory")
@@ -28,7 +28,7 @@ REGISTRY_RETRY_S = 1.0
 
 
 class KafkaAppDirectory:
-    """Live keys by key id, as the apps topic says now (satisfies reach.gateway.ports.AppDirectory)."""
+    """Live keys by key id, as the apps topic says now (satisfies reach.callers.AppDirectory)."""
 
     def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings | None = None,
                  open_consumer: Callable[[], Consumer] | None = None, table: AppTable | None = None) -> None:

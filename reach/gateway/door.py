@@ -11,9 +11,9 @@ from reach.gateway.directory import KafkaAppDirectory
 from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.quotas import RedisQuotas
 from reach.gateway.redisconn import door_client
-from reach.gateway.secrets import secret_box
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
+from reach.secretbox import secret_box
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 

@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from redis.asyncio import Redis
 
+from reach.callers import CallerApp
 from reach.core.tokenbucket import TokenBucket
-from reach.gateway.ports import CallerApp, QuotaDecision
+from reach.gateway.ports import QuotaDecision
 from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import guarded
 

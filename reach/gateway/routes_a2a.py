@@ -21,6 +21,7 @@ from starlette.types import Scope
 from reach.a2a import cards
 from reach.a2a.bearer import BearerAuthenticator
 from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
+from reach.callers import AppDirectory, AuthFailure, CallerApp
 from reach.cancels import CancelRecord
 from reach.errors import InfraUnavailable, InvalidName
 from reach.gateway import checks
@@ -28,7 +29,6 @@ from reach.gateway.admission import Admission, source_of, status_url, unavailabl
 from reach.gateway.bodies import CancelRequest, ErrorBody
 from reach.gateway.events import is_terminal
 from reach.gateway.openapi import READ_ERRORS, request_body
-from reach.gateway.ports import AppDirectory, AuthFailure, CallerApp
 from reach.gateway.routes_envelopes import signed
 from reach.gateway.routes_status import owned
 from reach.names import check_capability

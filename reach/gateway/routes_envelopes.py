@@ -8,12 +8,12 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from reach.callers import CallerApp
 from reach.gateway import answers, checks
 from reach.gateway.admission import Admission
 from reach.gateway.bodies import Accepted, BatchItem, BatchRequest, BatchResult, EnvelopeRequest, InvokeRequest
 from reach.gateway.events import find_row, is_terminal
 from reach.gateway.openapi import ERRORS, INVOKE_ERRORS, request_body
-from reach.gateway.ports import CallerApp
 
 SIGNED = ("Reach-Key", "Reach-Signature")
 ENVELOPES = "/v1/envelopes"  # the hot path (reach.gateway.service.HotPath)

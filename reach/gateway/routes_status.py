@@ -9,12 +9,12 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from reach.callers import CallerApp
 from reach.gateway import checks
 from reach.gateway.admission import Admission
 from reach.gateway.bodies import Health, MessageRow, TraceIndex
 from reach.gateway.events import find_row, receipt_stream
 from reach.gateway.openapi import READ_ERRORS
-from reach.gateway.ports import CallerApp
 from reach.gateway.routes_envelopes import SIGNED
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}

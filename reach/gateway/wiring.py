@@ -7,22 +7,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reach import clients
 from reach.a2a.cancelsink import KafkaCancels
+from reach.callers import AppDirectory
 from reach.client import Client
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.idempotency import RedisIdempotency
-from reach.gateway.ports import AppDirectory, Authenticator, Quotas
+from reach.gateway.ports import Authenticator, Quotas
 from reach.gateway.publisher import KafkaPublisher
 from reach.gateway.redisconn import door_client
 from reach.gateway.replies import ReplyHub, gateway_client_id
 from reach.gateway.settings import GatewaySettings
 from reach.gateway.statusclient import StatusClient
+from reach.names import Names
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+
+if TYPE_CHECKING:
+    from reach.console.wiring import Console
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,6 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     publisher = KafkaPublisher(client, ack_timeout_s=http.ack_timeout)
     status = StatusClient(reach, http.status_url)
     timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
-    from reach.console.wiring import open_console  # here: the console follows the apps topic for operators
-
     console = open_console(reach=reach, kafka=kafka, status_url=status.base_url)
     idempotency = RedisIdempotency(door_client((redis or RedisSettings()).url(reach.home), timeout_s=timeout),
                                    reach.namespace)
@@ -71,3 +74,26 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
                         directory=guards.directory, cancels=cancels,
                         closers=(publisher.close, cancels.close, replies.close, catalog.close, status.aclose,
                                  idempotency.aclose, console.close, *guards.closers))
+
+
+def open_console(*, reach: ReachSettings | None = None, kafka: KafkaSettings | None = None,
+                 status_url: str | None = None, ready_timeout: float = 30.0) -> Console:
+    """The console this gateway hosts (reach.console.wiring.Console, its port): operator tokens from the apps
+    topic over the gateway's secrets key (returns once caught up), the backend over the namespace's topics."""
+    # here, as before the move: only building a console loads its modules and follows the apps topic for operators
+    from reach.console.backend import ConsoleBackend
+    from reach.console.operators import OperatorTable
+    from reach.console.wiring import Console, OperatorDirectory
+    from reach.gateway.directory import KafkaAppDirectory
+    from reach.secretbox import secret_box
+
+    reach = reach or ReachSettings()
+    kafka = kafka or KafkaSettings()
+    box = secret_box(GatewaySettings().secrets_key, reach.home, create=False)
+    names = Names(reach.namespace)
+    table = OperatorTable(box)
+    directory = KafkaAppDirectory(names=names, box=box, kafka=kafka, table=table)
+    directory.start(ready_timeout)
+    operators = OperatorDirectory(directory, table)
+    backend = ConsoleBackend(names=names, kafka=kafka, status_url=status_url)
+    return Console(operators=operators, backend=backend, close=operators.stop)

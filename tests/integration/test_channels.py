@@ -20,7 +20,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from pydantic import SecretStr
 
-from reach import control
+from reach import control, signing
 from reach.agent import Agent
 from reach.channels.agent import channel_agent
 from reach.channels.closure import callback_id
@@ -32,7 +32,6 @@ from reach.channels.webhook import WebhookProvider
 from reach.client import Client
 from reach.core.health.settings import HealthSettings
 from reach.envelopes import now_ms
-from reach.gateway import signing
 from reach.names import Names
 from reach.records import BreakerState, Policy, Status
 from reach.settings import KafkaSettings, ReachSettings

@@ -20,19 +20,19 @@ from confluent_kafka import Producer
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis
 
-from reach import codec
+from reach import codec, signing
+from reach.callers import CallerApp
 from reach.errors import ConfigError
-from reach.gateway import signing
 from reach.gateway.auth import REPLAY, SignatureAuthenticator
 from reach.gateway.directory import KafkaAppDirectory
 from reach.gateway.door import open_door
 from reach.gateway.nonces import RedisNonceStore
-from reach.gateway.ports import CallerApp, Verified
+from reach.gateway.ports import Verified
 from reach.gateway.quotas import Limit, RedisQuotas
 from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import door_client
-from reach.gateway.secrets import secret_box
 from reach.names import Names
+from reach.secretbox import secret_box
 from reach.settings import KafkaSettings
 
 pytestmark = pytest.mark.integration

@@ -14,8 +14,8 @@ from reach.a2a import tasks
 from reach.a2a.bearer import BearerAuthenticator
 from reach.a2a.cards import capability_card, mesh_card
 from reach.a2a.states import TASK_STATES, task_state
+from reach.callers import AuthFailure, KeyEntry
 from reach.errors import InfraUnavailable
-from reach.gateway.ports import AuthFailure, KeyEntry
 from reach.records import Capability, Status
 from tests.unit.gateway.fakes import FakeDirectory, app
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from reach import signing
 from reach.bench.gateway import LAG_BOUND_MS, gateway_row
 from reach.bench.gateway_load import LoadResult, schedule, summary
 from reach.bench.gateway_stack import PAYLOAD, SignedApp, envelope_body
-from reach.gateway import signing
 
 
 def test_the_generators_signature_is_one_the_gateway_accepts() -> None:

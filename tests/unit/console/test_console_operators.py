@@ -6,10 +6,10 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
+from reach.apps import AppError, AppTable, new_app
+from reach.appstore import AppStore, MemoryAppLog
 from reach.console.operators import OperatorStore, OperatorTable, Role, new_operator, split_token
-from reach.gateway.apps import AppError, AppTable, new_app
-from reach.gateway.appstore import AppStore, MemoryAppLog
-from reach.gateway.secrets import SecretBox
+from reach.secretbox import SecretBox
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from reach import dlq
 from reach.console.operators import OperatorTable, new_operator
 from reach.console.wiring import Console
 from reach.errors import InfraUnavailable
-from reach.gateway.secrets import SecretBox
 from reach.gateway.service import build_gateway
 from reach.intent import stats as intent_stats
 from reach.intent.handoff import Handoff, HandoffCandidate
 from reach.ops.handoff import summary
 from reach.records import CanaryState, InstanceAction, IntentResolution, Receipt, Status
+from reach.secretbox import SecretBox
 from tests.unit.gateway.fakes import Fakes
 
 

@@ -12,19 +12,20 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
+from reach import signing
+from reach.callers import CallerApp, KeyEntry
 from reach.core.tokenbucket import TokenBucket
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
-from reach.gateway import signing
 from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.deps import Dependencies, Remembered
-from reach.gateway.ports import CallerApp, KeyEntry, QuotaDecision
+from reach.gateway.ports import QuotaDecision
 from reach.gateway.routes_status import unknown_message, unknown_trace
 from reach.records import Capability, Envelope, Receipt
 
 
 def sign(secret: bytes, body: bytes, *, t: int | None = None, nonce: str | None = None) -> str:
-    """`Reach-Signature` as a caller computes it (reach.gateway.signing), timestamped now by default."""
+    """`Reach-Signature` as a caller computes it (reach.signing), timestamped now by default."""
     return signing.sign(secret, body, int(time.time()) if t is None else t, nonce)
 
 

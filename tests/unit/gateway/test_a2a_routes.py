@@ -27,9 +27,9 @@ from fastapi.testclient import TestClient
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 
+from reach.callers import KeyEntry
 from reach.cancels import CancelRecord
 from reach.gateway.httpsettings import HttpSettings
-from reach.gateway.ports import KeyEntry
 from reach.gateway.service import build_gateway
 from tests.unit.gateway.fakes import Fakes, FakeStatus, app, sign
 

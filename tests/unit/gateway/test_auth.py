@@ -8,13 +8,14 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
-from reach.gateway import signing
-from reach.gateway.apps import AppTable
-from reach.gateway.appstore import AppStore, MemoryAppLog
+from reach import signing
+from reach.apps import AppTable
+from reach.appstore import AppStore, MemoryAppLog
+from reach.callers import AUTH_FAILURE_CODES, AuthFailure
 from reach.gateway.auth import MISSING_KEY, MISSING_SIGNATURE, REPLAY, SignatureAuthenticator
 from reach.gateway.nonces import MemoryNonceStore
-from reach.gateway.ports import AUTH_FAILURE_CODES, Authenticator, AuthFailure, Verified
-from reach.gateway.secrets import SecretBox
+from reach.gateway.ports import Authenticator, Verified
+from reach.secretbox import SecretBox
 
 NOW = 1_764_590_000
 BODY = b'{"capability":"search.web","payload":{}}'

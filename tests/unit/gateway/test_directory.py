@@ -15,14 +15,13 @@ from confluent_kafka import TopicPartition
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
-from reach import codec
+from reach import apps, codec
+from reach.apps import new_app
 from reach.errors import InfraUnavailable, ReachError
-from reach.gateway import apps
-from reach.gateway.apps import new_app
 from reach.gateway.directory import KafkaAppDirectory
-from reach.gateway.secrets import SecretBox
 from reach.names import Names
 from reach.records import App
+from reach.secretbox import SecretBox
 
 BOX = SecretBox([SecretStr(Fernet.generate_key().decode())])
 NAMES = Names("t")

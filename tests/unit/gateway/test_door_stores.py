@@ -7,9 +7,10 @@ import socket
 
 import pytest
 
+from reach.callers import CallerApp
 from reach.errors import InfraUnavailable
 from reach.gateway.nonces import MemoryNonceStore, RedisNonceStore
-from reach.gateway.ports import CallerApp, NonceStore, QuotaDecision, Quotas
+from reach.gateway.ports import NonceStore, QuotaDecision, Quotas
 from reach.gateway.quotas import Limit, MemoryQuotas, RedisQuotas, retry_after_header
 from reach.gateway.redisconn import door_client
 from reach.gateway.settings import GatewaySettings

@@ -23,7 +23,7 @@ def test_an_intent_is_accepted_and_an_intent_envelope_without_one_is_400() -> No
 
 
 def test_an_app_held_to_a_capability_list_may_not_send_intents() -> None:
-    from reach.gateway.ports import KeyEntry
+    from reach.callers import KeyEntry
     from tests.unit.gateway.fakes import app
 
     fakes = Fakes()

@@ -9,9 +9,9 @@ import httpx
 from fastapi.testclient import TestClient
 from jsonschema import Draft202012Validator
 
+from reach.callers import KeyEntry
 from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
-from reach.gateway.ports import KeyEntry
 from reach.gateway.service import build_gateway
 from reach.records import Status
 from tests.unit.gateway.fakes import Fakes, app, sign, signed_get

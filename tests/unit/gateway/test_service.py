@@ -9,8 +9,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from reach.callers import KeyEntry
 from reach.gateway.httpsettings import HttpSettings
-from reach.gateway.ports import KeyEntry
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
 from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign, signed_get
@@ -349,8 +349,9 @@ def test_a_replayed_nonce_is_401_replay(client: TestClient, fakes: Fakes) -> Non
 
 
 def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> None:
+    from reach.callers import CallerApp
     from reach.errors import InfraUnavailable
-    from reach.gateway.ports import CallerApp, QuotaDecision
+    from reach.gateway.ports import QuotaDecision
 
     class DownQuotas:
         def take(self, app: CallerApp, capability: str) -> QuotaDecision:

@@ -7,12 +7,12 @@ from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
 from reach import codec
+from reach.apps import AppError, AppTable, new_app
+from reach.appstore import AppStore, MemoryAppLog
+from reach.callers import AppDirectory
 from reach.errors import InvalidName
-from reach.gateway.apps import AppError, AppTable, new_app
-from reach.gateway.appstore import AppStore, MemoryAppLog
-from reach.gateway.ports import AppDirectory
-from reach.gateway.secrets import SecretBox, SecretUnreadable
 from reach.records import App
+from reach.secretbox import SecretBox, SecretUnreadable
 
 BOX = SecretBox([SecretStr(Fernet.generate_key().decode())])
 

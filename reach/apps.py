@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from ulid import ULID
 
 from reach import codec
+from reach.callers import CallerApp, KeyEntry
 from reach.errors import ReachError
-from reach.gateway.ports import CallerApp, KeyEntry
-from reach.gateway.secrets import SecretBox, SecretUnreadable, new_secret
 from reach.names import check_capability
 from reach.records import App, AppKey
+from reach.secretbox import SecretBox, SecretUnreadable, new_secret
 
-log = logging.getLogger("reach.gateway.apps")
+log = logging.getLogger("reach.apps")
 
 _TENANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_NAME = 100

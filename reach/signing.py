@@ -12,7 +12,7 @@ import hmac
 import re
 from dataclasses import dataclass
 
-from reach.gateway.ports import AuthFailure
+from reach.callers import AuthFailure
 
 SCHEME = "v1"
 MAX_HEADER_CHARS = 2048

@@ -11,7 +11,7 @@ from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
 from reach.errors import ConfigError
-from reach.gateway.secrets import KEY_FILE, SecretBox, SecretUnreadable, new_secret, secret_box
+from reach.secretbox import KEY_FILE, SecretBox, SecretUnreadable, new_secret, secret_box
 
 
 def _key() -> SecretStr:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reach.gateway import signing
-from reach.gateway.ports import AuthFailure
-from reach.gateway.signing import Signature
+from reach import signing
+from reach.callers import AuthFailure
+from reach.signing import Signature
 
 SECRET = b"rs_test-secret"
 NOW = 1_764_590_000

@@ -15,17 +15,16 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, Producer
 
-from reach import codec, topicreader
+from reach import apps, codec, topicreader
+from reach.apps import AppError, NewKey, check_opens, decode_app
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
-from reach.gateway import apps
-from reach.gateway.apps import AppError, NewKey, check_opens, decode_app
-from reach.gateway.secrets import SecretBox
 from reach.names import Names
 from reach.records import App
+from reach.secretbox import SecretBox
 from reach.settings import KafkaSettings
 
-log = logging.getLogger("reach.gateway.appstore")
+log = logging.getLogger("reach.appstore")
 
 
 @contextmanager
