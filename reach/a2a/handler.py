@@ -1,4 +1,5 @@
-"""The A2A methods over the bus: the SDK's RequestHandler backed by the gateway's admission and status table.
+"""The A2A methods over the bus: the SDK's RequestHandler backed by the gateway's admission and status table
+(through the port reach.a2a.ports.Host, which the gateway implements).
 
 The SDK's JSON-RPC dispatcher (a2a.server.routes) parses and answers the protocol; this handler maps
 each method: send -> an admitted, published Envelope; get -> the status row; stream / subscribe ->
@@ -42,14 +43,10 @@ from a2a.utils.errors import (
 from starlette.exceptions import HTTPException
 
 from reach.a2a import tasks
+from reach.a2a.ports import Host, Refused
 from reach.a2a.states import FINAL, state_name, task_state
 from reach.callers import CallerApp
 from reach.envelopes import new_id
-from reach.gateway import checks
-from reach.gateway.admission import Admission
-from reach.gateway.bodies import EnvelopeRequest, Routing
-from reach.gateway.events import find_row
-from reach.gateway.routes_status import owned
 
 APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token named
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
@@ -61,10 +58,8 @@ CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it 
 class ReachRequestHandler(RequestHandler):
     """One per gateway process; the caller and capability come in the call context (reach.gateway.routes_a2a)."""
 
-    def __init__(self, admission: Admission, *, cancel: Cancel | None = None) -> None:
-        self._admission = admission
-        self._status = admission.deps.status
-        self._settings = admission.settings
+    def __init__(self, host: Host, *, cancel: Cancel | None = None) -> None:
+        self._host = host
         self._cancel = cancel
 
     # --- send ---------------------------------------------------------------------------------------------
@@ -72,8 +67,7 @@ class ReachRequestHandler(RequestHandler):
     async def _check_context(self, app: CallerApp, context_id: str) -> None:
         """A context is its trace: one another tenant started is not joined (its messages would sit in that
         tenant's trace). The first member decides; a context nobody used yet is free."""
-        status = self._admission.deps.status
-        code, body = await status.trace(context_id)
+        code, body = await self._host.trace(context_id)
         if code == 404:
             return
         if code != 200:
@@ -82,7 +76,7 @@ class ReachRequestHandler(RequestHandler):
         first = next(iter(body.get("message_ids", [])), None)
         if first is None:
             return
-        row_code, row = await status.message(str(first))
+        row_code, row = await self._host.message(str(first))
         if row_code == 200 and row.get("tenant") != app.tenant:
             raise InvalidParamsError(message=f"context_id {context_id[:100]!r} is in use; start a new context "
                                              "(omit context_id, or send one of your own)")
@@ -113,21 +107,16 @@ class ReachRequestHandler(RequestHandler):
             await self._check_context(app, context_id)
         key = f"a2a:{message.message_id}"[:200] if message.message_id else None
         try:
-            request = EnvelopeRequest(capability=capability, payload=payload, idempotency_key=key,
-                                      routing=Routing(session_key=context_id))
-            admitted = await self._admission.admit(app, request)
-            if context_id is not None:  # the A2A context is the trace: get-task and /v1/traces/<context> find it
-                admitted = type(admitted)(admitted.app, admitted.envelope.model_copy(update={"trace_id": context_id}),
-                                          admitted.idempotency_key)
-            accepted = await self._admission.publish(admitted)
-        except checks.Refusal as refusal:
+            accepted = await self._host.submit(app, capability=capability, payload=payload, idempotency_key=key,
+                                               context_id=context_id)
+        except Refused as refusal:
             if refusal.status in REJECTING:
                 return tasks.refused_task(new_id(), context_id or new_id(), TaskState.TASK_STATE_REJECTED,
-                                          f"{refusal.body.error}: {refusal.body.message}")
+                                          f"{refusal.error}: {refusal.message}")
             if refusal.status in (400, 413):
-                raise InvalidParamsError(message=f"{refusal.body.error}: {refusal.body.message}") from None
+                raise InvalidParamsError(message=f"{refusal.error}: {refusal.message}") from None
             # quota (429) and unavailable (503): HTTP statuses the caller's retry logic knows, with Retry-After
-            raise HTTPException(refusal.status, f"{refusal.body.error}: {refusal.body.message}",
+            raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
                                 headers=refusal.headers) from None
         # acknowledged by the broker: submitted, whatever the status table has folded by now (a stream then
         # replays the whole timeline, so its updates always read submitted -> working -> final)
@@ -143,7 +132,7 @@ class ReachRequestHandler(RequestHandler):
     async def _until_final(self, task: Task, context: ServerCallContext) -> Task:
         """Poll the status row until it is terminal or the invoke timeout passed (then: the task as it is)."""
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self._settings.invoke_timeout_ms / 1000
+        give_up = loop.time() + self._host.invoke_timeout_s
         row: dict[str, Any] | None = None
         while loop.time() < give_up:
             code, body = await self._row(task.id, context)
@@ -151,7 +140,7 @@ class ReachRequestHandler(RequestHandler):
                 row = body
                 if task_state(str(body.get("status", ""))) in FINAL:
                     break
-            await asyncio.sleep(self._settings.sse_poll)
+            await asyncio.sleep(self._host.poll_s)
         return tasks.task_of(row) if row is not None else task
 
     async def on_message_send_stream(self, params: SendMessageRequest,
@@ -163,12 +152,11 @@ class ReachRequestHandler(RequestHandler):
     # --- read -----------------------------------------------------------------------------------------------
 
     async def _row(self, task_id: str, context: ServerCallContext) -> tuple[int, dict[str, Any]]:
-        return owned(_caller(context), task_id, *await self._status.message(task_id))
+        return await self._host.row(_caller(context), task_id)
 
     async def _found(self, task_id: str, context: ServerCallContext) -> dict[str, Any]:
         """The row; a task sent a moment ago may not be folded yet: wait up to sse_find for it."""
-        code, row = owned(_caller(context), task_id, *await find_row(
-            self._status, task_id, wait_s=self._settings.sse_find, poll_s=self._settings.sse_poll))
+        code, row = await self._host.find(_caller(context), task_id)
         if code == 404:
             raise TaskNotFoundError(message=f"no task {task_id!r}: {row.get('message', '')}")
         if code != 200:
@@ -196,7 +184,7 @@ class ReachRequestHandler(RequestHandler):
         if task.status.state in FINAL:
             return
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self._settings.sse_max
+        give_up = loop.time() + self._host.stream_max_s
         last: TaskState | None = task.status.state
         while loop.time() < give_up:
             code, row = await self._row(task.id, context)
@@ -206,7 +194,7 @@ class ReachRequestHandler(RequestHandler):
                     yield event
                 if task_state(str(row.get("status", ""))) in FINAL:
                     return
-            await asyncio.sleep(self._settings.sse_poll)
+            await asyncio.sleep(self._host.poll_s)
 
     # --- cancel -------------------------------------------------------------------------------------------
 
@@ -220,7 +208,7 @@ class ReachRequestHandler(RequestHandler):
         loop = asyncio.get_running_loop()
         give_up = loop.time() + CANCEL_WAIT_S
         while loop.time() < give_up and task_state(str(row.get("status", ""))) not in FINAL:
-            await asyncio.sleep(self._settings.sse_poll)
+            await asyncio.sleep(self._host.poll_s)
             code, body = await self._row(params.id, context)
             row = body if code == 200 else row
         return tasks.task_of(row)

@@ -21,13 +21,14 @@ from starlette.types import Scope
 from reach.a2a import cards
 from reach.a2a.bearer import BearerAuthenticator
 from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
+from reach.a2a.ports import Refused, Row, Sent
 from reach.callers import AppDirectory, AuthFailure, CallerApp
 from reach.cancels import CancelRecord
 from reach.errors import InfraUnavailable, InvalidName
 from reach.gateway import checks
-from reach.gateway.admission import Admission, source_of, status_url, unavailable_as_503
-from reach.gateway.bodies import CancelRequest, ErrorBody
-from reach.gateway.events import is_terminal
+from reach.gateway.admission import Admission, Admitted, source_of, status_url, unavailable_as_503
+from reach.gateway.bodies import CancelRequest, EnvelopeRequest, ErrorBody, Routing
+from reach.gateway.events import find_row, is_terminal
 from reach.gateway.openapi import READ_ERRORS, request_body
 from reach.gateway.routes_envelopes import signed
 from reach.gateway.routes_status import owned
@@ -72,6 +73,56 @@ class ReachContextBuilder(DefaultServerCallContextBuilder):
         context.state[APP] = request.scope.get(APP)
         context.state[CAPABILITY] = request.path_params.get("capability")
         return context
+
+
+class AdmissionHost:
+    """reach.a2a.ports.Host over the gateway's admission, its status views and its HTTP settings."""
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+
+    @property
+    def invoke_timeout_s(self) -> float:
+        return self._admission.settings.invoke_timeout_ms / 1000
+
+    @property
+    def poll_s(self) -> float:
+        return self._admission.settings.sse_poll
+
+    @property
+    def find_s(self) -> float:
+        return self._admission.settings.sse_find
+
+    @property
+    def stream_max_s(self) -> float:
+        return self._admission.settings.sse_max
+
+    async def submit(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None,
+                     context_id: str | None) -> Sent:
+        try:
+            request = EnvelopeRequest(capability=capability, payload=payload, idempotency_key=idempotency_key,
+                                      routing=Routing(session_key=context_id))
+            admitted = await self._admission.admit(app, request)
+            if context_id is not None:  # the A2A context is the trace: get-task and /v1/traces/<context> find it
+                admitted = Admitted(admitted.app, admitted.envelope.model_copy(update={"trace_id": context_id}),
+                                    admitted.idempotency_key)
+            accepted = await self._admission.publish(admitted)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+        return Sent(message_id=accepted.message_id, trace_id=accepted.trace_id)
+
+    async def message(self, message_id: str) -> Row:
+        return await self._admission.deps.status.message(message_id)
+
+    async def trace(self, trace_id: str) -> Row:
+        return await self._admission.deps.status.trace(trace_id)
+
+    async def row(self, app: CallerApp, message_id: str) -> Row:
+        return owned(app, message_id, *await self._admission.deps.status.message(message_id))
+
+    async def find(self, app: CallerApp, message_id: str) -> Row:
+        return owned(app, message_id, *await find_row(self._admission.deps.status, message_id,
+                                                      wait_s=self.find_s, poll_s=self.poll_s))
 
 
 def _unauthenticated(failure: AuthFailure) -> JSONResponse:
@@ -140,7 +191,7 @@ def socket_url(scope: Scope) -> str:
 def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[BaseRoute]:
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
-    dispatcher = JsonRpcDispatcher(ReachRequestHandler(admission, cancel=_sender(admission)),
+    dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission)),
                                    context_builder=ReachContextBuilder())
     catalog = admission.deps.catalog
 

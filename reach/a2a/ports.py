@@ -1,0 +1,80 @@
+"""What A2A needs of the gateway that mounts it: the port reach.gateway.routes_a2a implements and passes in.
+
+A2A is hosted by the gateway and never imports it: the request handler (reach.a2a.handler) admits and publishes
+through `Host.submit`, reads status rows through `Host.message` / `Host.trace` (raw) and `Host.row` / `Host.find`
+(another tenant's row reads as absent, the gateway's rule), and waits with the gateway's timings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from reach.callers import CallerApp
+
+Row = tuple[int, dict[str, Any]]  # (HTTP status of the status views, the JSON body: a row or an error)
+
+
+class Refused(Exception):
+    """The door refused the message: HTTP status, the stable error code, what happened, headers (Retry-After)."""
+
+    def __init__(self, status: int, error: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A message the broker acknowledged."""
+
+    message_id: str
+    trace_id: str
+
+
+class Host(Protocol):
+    """The gateway as A2A sees it."""
+
+    @property
+    def invoke_timeout_s(self) -> float:
+        """How long a blocking send waits for the final state."""
+        ...
+
+    @property
+    def poll_s(self) -> float:
+        """Between two reads of a status row."""
+        ...
+
+    @property
+    def find_s(self) -> float:
+        """How long a task sent a moment ago may take to show in the status table."""
+        ...
+
+    @property
+    def stream_max_s(self) -> float:
+        """How long one stream follows a task before it ends (the caller resubscribes)."""
+        ...
+
+    async def submit(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None,
+                     context_id: str | None) -> Sent:
+        """Admit and publish one message for `app` (the context, when given, is its session key and its trace);
+        Refused when the door refuses it."""
+        ...
+
+    async def message(self, message_id: str) -> Row:
+        """The status row of a message, whoever's it is."""
+        ...
+
+    async def trace(self, trace_id: str) -> Row:
+        """The message ids of a trace, whoever's they are."""
+        ...
+
+    async def row(self, app: CallerApp, message_id: str) -> Row:
+        """The message's row as `app` may see it (another tenant's reads as absent)."""
+        ...
+
+    async def find(self, app: CallerApp, message_id: str) -> Row:
+        """`row`, waiting up to find_s for a message the status table has not folded yet."""
+        ...
