@@ -1,0 +1,105 @@
+"""One-way dependencies between subsystems (docs/architecture.md, "Dependency rules"): a hosted subsystem never
+imports its host, the interfaces share use cases through reach.ops and never each other's modules. Every import
+statement counts, also one inside a function or under TYPE_CHECKING; a failure names file:line: import."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REACH = ROOT / "reach"
+
+SHARED = ("reach/callers.py", "reach/signing.py", "reach/apps.py", "reach/appstore.py", "reach/secretbox.py")
+INTERFACES = ("reach.cli", "reach.console", "reach.gateway", "reach.a2a")
+
+
+def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The absolute module names an import statement names, relative ones resolved against `path`'s package
+    (`from reach import cli` names reach.cli: the name after `import` may be a module of its own)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = list(path.relative_to(ROOT).with_suffix("").parts)[:-1]
+        base = ".".join([*package[: len(package) - (node.level - 1)], *([node.module] if node.module else [])])
+    if base == "reach" or base.startswith("reach."):
+        return [f"{base}.{alias.name}" for alias in node.names]
+    return [base]
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _files(*where: str) -> list[Path]:
+    found: list[Path] = []
+    for name in where:
+        path = ROOT / name
+        found += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return found
+
+
+def _crossings(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
+    """file:line: import (module) for every import in `files` of a module within one of the `forbidden` packages."""
+    found = []
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for module in _imported(path, node):
+                    if any(_within(module, package) for package in forbidden):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)} ({module})")
+    return found
+
+
+def _check(files: list[Path], forbidden: tuple[str, ...], rule: str) -> None:
+    assert files, f"no files for the rule: {rule}"
+    problems = _crossings(files, forbidden)
+    assert not problems, f"{rule}; these imports break it:\n" + "\n".join(problems)
+
+
+def test_channels_never_import_the_gateway() -> None:
+    _check(_files("reach/channels"), ("reach.gateway",),
+           "channels never import the gateway (request signing is reach.signing, shared)")
+
+
+def test_a2a_never_imports_the_gateway() -> None:
+    _check(_files("reach/a2a"), ("reach.gateway",),
+           "A2A never imports the gateway that hosts it (what it needs is reach.a2a.ports.Host, passed in)")
+
+
+def test_the_console_never_imports_the_gateway() -> None:
+    _check(_files("reach/console"), ("reach.gateway",),
+           "the console never imports the gateway that hosts it (reach.gateway.wiring.open_console builds its port)")
+
+
+def test_only_the_cli_and_the_entry_point_import_the_cli() -> None:
+    allowed = {REACH / "__main__.py", REACH / "bench" / "round_trip.py"}  # the entry point; bench starts `reach router`
+    files = [p for p in _files("reach") if not p.is_relative_to(REACH / "cli") and p not in allowed]
+    _check(files, ("reach.cli",), "nothing outside reach/cli imports reach.cli (use cases are in reach.ops)")
+
+
+def test_use_cases_import_no_interface() -> None:
+    _check(_files("reach/ops"), INTERFACES, "reach.ops is below every interface: it imports no CLI, console, "
+           "gateway or A2A module")
+
+
+def test_the_shared_caller_modules_import_no_interface() -> None:
+    _check(_files(*SHARED), INTERFACES, "the modules the gateway, A2A, the console and channels share "
+           f"({', '.join(SHARED)}) import none of them")
+
+
+@pytest.mark.parametrize(("source", "where", "expected"), [
+    ("from reach.gateway import checks", "reach/a2a/handler.py", ["reach.gateway.checks"]),
+    ("from ..gateway.ports import Quotas", "reach/a2a/handler.py", ["reach.gateway.ports.Quotas"]),
+    ("from . import tasks", "reach/a2a/handler.py", []),
+    ("import reach.gateway.signing", "reach/channels/webhook.py", ["reach.gateway.signing"]),
+    ("from reach import gateway, codec", "reach/console/backend.py", ["reach.gateway"]),
+    ("from reach.gatewayish import x", "reach/console/backend.py", []),
+])
+def test_the_check_resolves_relative_and_package_imports(source: str, where: str, expected: list[str]) -> None:
+    node = ast.parse(source).body[0]
+    assert isinstance(node, ast.Import | ast.ImportFrom)
+    assert [m for m in _imported(ROOT / where, node) if _within(m, "reach.gateway")] == expected
