@@ -36,7 +36,8 @@ class BenchConfig:
     split_router: bool = True  # the no-op rates again with `reach router --role route` and `--role status` apart
     rates_split: tuple[float, ...] | None = None  # the split run's rates (None: the same as `rates`)
     rate_seconds: float = 10.0
-    idle_seconds: float = 30.0  # the idle row: the stack measured without traffic
+    idle_seconds: float = 30.0  # the idle row: the stack measured without traffic,
+    idle_settle: float = 10.0  # after this long for its start-up to finish
     scoring_calls: int = 2_000
     batch_size: int = 500
     route_workers: tuple[int, ...] = (1, 2)
@@ -49,8 +50,8 @@ class BenchConfig:
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
-                "rate_seconds": 1.0, "idle_seconds": 2.0, "scoring_calls": 100, "knee": KneeConfig.quick(),
-                "status_messages": 2_000, "gateway": GatewayConfig.quick()}
+                "rate_seconds": 1.0, "idle_seconds": 1.0, "idle_settle": 0.5, "scoring_calls": 100,
+                "knee": KneeConfig.quick(), "status_messages": 2_000, "gateway": GatewayConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -127,7 +128,7 @@ def _idle(config: BenchConfig, kafka: KafkaSettings | None) -> ModeResult:
     """First, on a quiet machine, in a namespace of its own."""
     ws = Workspace(kafka=kafka, topics_file=config.topics_file)
     try:
-        return idle.run(ws, seconds=config.idle_seconds, settle=min(10.0, config.idle_seconds * 5))
+        return idle.run(ws, seconds=config.idle_seconds, settle=config.idle_settle)
     finally:
         ws.delete()
 
