@@ -12,9 +12,9 @@ from typing import Any
 import duckdb
 from confluent_kafka import Consumer
 
-from reach import codec, topicreader
-from reach.codec import DecodeError
 from reach.errors import ReachError
+from reach.kafka import codec, topicreader
+from reach.kafka.codec import DecodeError
 from reach.records import Receipt
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from ulid import ULID
 
-from reach import codec
 from reach.callers import CallerApp, KeyEntry
 from reach.errors import ReachError
+from reach.kafka import codec
 from reach.names import check_capability
 from reach.records import App, AppKey
 from reach.secretbox import SecretBox, SecretUnreadable, new_secret

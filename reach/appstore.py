@@ -15,10 +15,11 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaException, Producer
 
-from reach import apps, codec, topicreader
+from reach import apps
 from reach.apps import AppError, NewKey, check_opens, decode_app
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
+from reach.kafka import codec, topicreader
 from reach.names import Names
 from reach.records import App
 from reach.secretbox import SecretBox

@@ -11,13 +11,14 @@ from typing import Any, Self, cast
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from reach import clients, codec, topics, tracing
-from reach import headers as h
 from reach import invoke as invoke_
+from reach import tracing
 from reach.controlfeed import ControlFeed, ControlSource
 from reach.envelopes import new_envelope, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.invoke import ReplyInbox
+from reach.kafka import clients, codec, topics
+from reach.kafka import headers as h
 from reach.names import Names
 from reach.records import Envelope, Policy, Receipt
 from reach.settings import KafkaSettings, ReachSettings

@@ -10,13 +10,13 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from reach import topicreader
-from reach.codec import RegistryUnavailable, decode, encode
 from reach.core.views.control import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
 from reach.core.views.control import ControlView
 from reach.core.views.control import key_of as key_of
 from reach.core.views.control import weights_problem as weights_problem
 from reach.envelopes import now_ms
+from reach.kafka import topicreader
+from reach.kafka.codec import RegistryUnavailable, decode, encode
 from reach.names import Names
 from reach.records import Control, ControlKind, InstanceAction, InstanceOverride, Policy, Weights
 from reach.settings import KafkaSettings

@@ -15,11 +15,11 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reach import codec, headers
-from reach.codec import DecodeError
 from reach.core.status import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
+from reach.kafka import codec, headers
+from reach.kafka.codec import DecodeError
 from reach.records import DeadLetter, Envelope, ErrorInfo, Status
 
 RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from confluent_kafka import Consumer, TopicPartition
 
-from reach import clients, codec, topicreader, topics
 from reach.errors import ReachError
+from reach.kafka import clients, codec, topicreader, topics
 from reach.records import Receipt, Status, StepStatus
 
 if TYPE_CHECKING:

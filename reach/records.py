@@ -125,7 +125,7 @@ class AvroModel(BaseModel):
 
 
 class AvroRecord(AvroModel):
-    """A top-level record with its own schema file, encodable by reach.codec."""
+    """A top-level record with its own schema file, encodable by reach.kafka.codec."""
 
     def to_avro(self) -> dict[str, Any]:
         """The record as the plain dict fastavro writes (enums stay StrEnum, which is a str)."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 
-from reach import codec, topicreader
 from reach.core.views.registry import InstanceInfo as InstanceInfo
 from reach.core.views.registry import RegistryView
 from reach.errors import InfraUnavailable, ReachError
+from reach.kafka import codec, topicreader
 from reach.names import Names
 from reach.records import AgentRegistration
 from reach.settings import KafkaSettings

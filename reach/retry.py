@@ -8,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from reach import codec, dlq, headers
+from reach import dlq
 from reach.core.retry import Action, Failure, Limits, backoff_ms, classify, tier_for
 from reach.envelopes import routing_key
+from reach.kafka import codec, headers
 from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Receipt, Status

@@ -40,8 +40,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reach import kafkaerrors
 from reach.errors import ConfigError, InfraUnavailable
+from reach.kafka import kafkaerrors
 
 _COMMON = SettingsConfigDict(env_prefix="REACH_", frozen=True, extra="forbid")
 

@@ -19,10 +19,10 @@ from typing import Any, Protocol, cast
 import redis
 from redis.exceptions import RedisError
 
-from reach import codec
-from reach.acks import Position
 from reach.agent.outage import Outage
 from reach.errors import InfraUnavailable
+from reach.kafka import codec
+from reach.kafka.acks import Position
 from reach.records import Receipt
 from reach.settings import RedisSettings
 

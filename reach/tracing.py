@@ -11,7 +11,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from ulid import ULID
 
-from reach import headers as h
+from reach.kafka import headers as h
 from reach.records import Envelope
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")

@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import TopicPartition  # noqa: E402
 
-from reach import codec  # noqa: E402
 from reach.bench import noop_agent  # noqa: E402
 from reach.bench.subprocesses import Child  # noqa: E402
 from reach.bench.workspace import Workspace, message_id  # noqa: E402
 from reach.envelopes import now_ms  # noqa: E402
+from reach.kafka import codec  # noqa: E402
 from reach.records import Receipt, Status  # noqa: E402
 from reach.registry import read_registry  # noqa: E402
 from reach.settings import RedisSettings  # noqa: E402

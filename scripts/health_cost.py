@@ -15,9 +15,9 @@ import json
 import random
 import time
 
-from reach import codec
 from reach.core.health.settings import HealthSettings
 from reach.core.health.table import HealthTable
+from reach.kafka import codec
 from reach.records import Decision, ErrorInfo, Receipt, Status
 
 

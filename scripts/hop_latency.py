@@ -19,11 +19,11 @@ from collections import defaultdict
 from confluent_kafka import TopicPartition
 from ulid import ULID
 
-from reach import clients, codec
 from reach.client import Client
+from reach.kafka import clients, codec
+from reach.kafka.topicreader import open_reader, start_offsets
 from reach.names import Names
 from reach.records import Receipt
-from reach.topicreader import open_reader, start_offsets
 
 
 def quantile(values: list[int], q: float) -> int | None:

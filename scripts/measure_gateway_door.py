@@ -16,7 +16,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from reach import clients, topics
 from reach import signing
 from reach.appstore import AppStore, KafkaAppLog
 from reach.gateway.directory import KafkaAppDirectory
@@ -24,8 +23,9 @@ from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.ports import CallerApp
 from reach.gateway.quotas import RedisQuotas
 from reach.gateway.redisconn import door_client
-from reach.secretbox import secret_box
+from reach.kafka import clients, topics
 from reach.names import Names
+from reach.secretbox import secret_box
 
 CALLS = 3000
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from reach import clients
 from reach.bench import status_scale
 from reach.bench.workspace import Workspace
+from reach.kafka import clients
 from reach.local.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

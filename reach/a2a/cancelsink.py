@@ -7,9 +7,9 @@ import threading
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from reach import clients
 from reach.cancels import CancelRecord
 from reach.errors import InfraUnavailable
+from reach.kafka import clients
 from reach.settings import KafkaSettings
 
 ACK_TIMEOUT_S = 10.0

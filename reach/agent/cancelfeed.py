@@ -14,10 +14,10 @@ from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from reach import clients, topicreader
 from reach.cancels import WINDOW_MS, BadCancel, CancelBook, decode
 from reach.envelopes import now_ms
 from reach.errors import ReachError, TopicMissing
+from reach.kafka import clients, topicreader
 from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.agent.cancels")

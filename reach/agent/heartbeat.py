@@ -6,10 +6,10 @@ from concurrent.futures import Future
 
 from confluent_kafka import Message
 
-from reach import codec
 from reach.agent.agent import Agent
 from reach.agent.publisher import Publisher
 from reach.envelopes import now_ms
+from reach.kafka import codec
 from reach.records import AgentState
 
 

@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from reach.headers import Headers
+from reach.kafka.headers import Headers
 from reach.retry import Outgoing
 from reach.terminals import result_key
 

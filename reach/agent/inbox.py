@@ -6,9 +6,10 @@ from dataclasses import dataclass, replace
 
 from confluent_kafka import Message
 
-from reach import codec, dlq
-from reach import headers as h
+from reach import dlq
 from reach.envelopes import now_ms
+from reach.kafka import codec
+from reach.kafka import headers as h
 from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 
 UNDECODABLE = dlq.UNDECODABLE

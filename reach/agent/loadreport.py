@@ -11,9 +11,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from reach import codec
 from reach.agent.agent import Agent
 from reach.envelopes import DELIVERY_TIMEOUT_MS, now_ms
+from reach.kafka import codec
 from reach.records import LoadReport, Policy
 
 log = logging.getLogger("reach.agent")

@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 from confluent_kafka import Message
 from opentelemetry.trace import SpanKind
 
-from reach import codec, tracing
-from reach import headers as h
+from reach import tracing
 from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
@@ -32,6 +31,8 @@ from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import now_ms
+from reach.kafka import codec
+from reach.kafka import headers as h
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status, StepStatus
 

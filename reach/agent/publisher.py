@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
-from reach.headers import Headers
+from reach.kafka.headers import Headers
 
 # Errors about one record (its size, its bytes): that record fails; anything else is the broker's (infrastructure).
 _RECORD_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from reach import codec
 from reach.agent.ending import publish_ending, publish_in_order
 from reach.agent.idempotency import LeaseStore
 from reach.agent.middleware import Finished, Middleware
@@ -15,6 +14,7 @@ from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.core.retry import Failure, Limits
 from reach.envelopes import now_ms
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy
 from reach.retry import after_failure

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, Message, TopicPartition
 from redis.asyncio import Redis
 
-from reach import clients, codec, heap, policyfields, topics
+from reach import heap, policyfields
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
 from reach.agent.cancelfeed import CancelFeed
@@ -40,6 +40,7 @@ from reach.controlfeed import ControlFeed
 from reach.core.commits import CommitLedger
 from reach.core.views.control import key_of
 from reach.errors import InfraUnavailable
+from reach.kafka import clients, codec, topics
 from reach.names import Names
 from reach.records import AgentState, ControlKind, Envelope
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings

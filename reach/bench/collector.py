@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, TopicPartition
 
-from reach import clients
 from reach.bench.workspace import Workspace
+from reach.kafka import clients
 
 _OPEN_ROWS = (b'"terminal_at":null', b'"terminal_at": null')  # faust's json, compact or not
 

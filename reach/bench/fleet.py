@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from reach import codec
 from reach.bench.workspace import Workspace
 from reach.envelopes import now_ms
+from reach.kafka import codec
 from reach.records import AgentRegistration, AgentState, Capability
 
 CAPABILITIES = ("bench.alpha", "bench.beta", "bench.gamma")

@@ -23,14 +23,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from reach import headers as H
 from reach.bench import cpu, noop_agent
 from reach.bench.collector import Collector, Seen
 from reach.bench.results import ModeResult, latency, rate
 from reach.bench.slo import ReceiptBook
 from reach.bench.subprocesses import Child
 from reach.bench.workspace import Workspace, message_id
-from reach.codec import decode_dict
+from reach.kafka import headers as H
+from reach.kafka.codec import decode_dict
 from reach.local.process import free_port
 from reach.records import Status
 from reach.settings import RedisSettings

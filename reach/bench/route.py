@@ -18,7 +18,7 @@ from reach.bench.results import ModeResult, latency
 from reach.bench.round_trip import workers_cpu
 from reach.bench.subprocesses import Child
 from reach.bench.workspace import Workspace, envelopes, message_id
-from reach.codec import decode_dict
+from reach.kafka.codec import decode_dict
 from reach.records import Status
 from reach.streams.router import router_group
 

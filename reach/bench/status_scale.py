@@ -18,10 +18,10 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from reach import clients
 from reach.bench.workspace import Workspace
-from reach.codec import encode_dict
 from reach.envelopes import now_ms
+from reach.kafka import clients
+from reach.kafka.codec import encode_dict
 from reach.settings import KafkaSettings
 
 _RESULT = b'{"text": "' + b"r" * 280 + b'"}'

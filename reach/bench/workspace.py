@@ -11,8 +11,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from reach import clients, codec, topics
 from reach.envelopes import new_envelope, now_ms
+from reach.kafka import clients, codec, topics
 from reach.names import Names
 from reach.settings import ConsumerProfile, KafkaSettings
 

@@ -23,7 +23,6 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from reach import clients
 from reach.agent import Agent, BusinessError, Context, Reject, TransientError
 from reach.agent.publisher import Publisher, Sender
 from reach.channels import board
@@ -36,6 +35,7 @@ from reach.channels.spec import Target, target
 from reach.channels.steps import Closes, DeliverySteps
 from reach.channels.tokens import ReplyClaims, mint, reply_url
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS, now_ms
+from reach.kafka import clients
 from reach.names import Names
 from reach.records import ChannelDelivery, Envelope, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings

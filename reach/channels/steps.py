@@ -7,10 +7,10 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from reach import codec
-from reach import headers as h
 from reach.agent.publisher import Sender
 from reach.envelopes import now_ms, routing_key
+from reach.kafka import codec
+from reach.kafka import headers as h
 from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import ChannelDelivery, Envelope, Receipt, Status

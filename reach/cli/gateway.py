@@ -13,10 +13,10 @@ def gateway(
                                     help="port to bind (default REACH_GATEWAY_PORT, 8080)"),
 ) -> None:
     """Serve POST /v1/envelopes, /v1/invoke and the status routes to signed apps (OpenAPI at /openapi.json)."""
-    from reach import clients
     from reach.gateway.server import serve
     from reach.gateway.settings import GatewaySettings
     from reach.gateway.wiring import door_guards
+    from reach.kafka import clients
     from reach.settings import KafkaSettings
 
     listen = GatewaySettings()

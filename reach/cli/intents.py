@@ -81,8 +81,8 @@ def stats(
 
 def run_resolver(interval: float) -> None:
     """`reach router --role resolve`: one resolver worker until SIGTERM / SIGINT, a summary line per interval."""
-    from reach import clients
     from reach.intent.errors import ResolverIdInUse
+    from reach.kafka import clients
     from reach.streams.resolver import Resolver
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")

@@ -8,9 +8,10 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from reach import control, policyfields, topics
+from reach import control, policyfields
 from reach.cli.common import console, err_console
 from reach.core.views.control import ControlView
+from reach.kafka import topics
 from reach.names import Names, check_capability
 from reach.records import ControlKind, Policy
 from reach.settings import ReachSettings

@@ -8,9 +8,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from reach import analytics, topicreader
+from reach import analytics
 from reach.cli.common import console, err_console
 from reach.errors import ConfigError
+from reach.kafka import topicreader
 from reach.names import Names
 from reach.settings import ReachSettings
 from reach.timeparse import parse_time

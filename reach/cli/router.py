@@ -10,7 +10,7 @@ from types import FrameType
 
 import typer
 
-from reach import clients
+from reach.kafka import clients
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.stats import summary_line
 

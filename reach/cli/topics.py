@@ -8,8 +8,8 @@ from dataclasses import asdict
 import typer
 from rich.table import Table
 
-from reach import clients, topics
 from reach.cli.common import console
+from reach.kafka import clients, topics
 from reach.names import Names
 from reach.settings import ReachSettings
 

@@ -7,13 +7,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from reach import analytics, codec, control, dlq, topicreader
-from reach.codec import DecodeError
+from reach import analytics, control, dlq
 from reach.console import overview
 from reach.core.canary import canaries, ended
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.intent.desk import HandoffDesk
+from reach.kafka import codec, topicreader
+from reach.kafka.codec import DecodeError
 from reach.names import Names, check_capability
 from reach.ops import agents as ops_agents
 from reach.ops import dlq as ops_dlq

@@ -1,6 +1,6 @@
 """A consumer's commit ledger: per input partition, the commit it wants, and at most one commit in flight.
 
-Pure: the shell feeds it commit points and the broker's answers (reach.clients.send_commits / on_commit) and
+Pure: the shell feeds it commit points and the broker's answers (reach.kafka.clients.send_commits / on_commit) and
 asks what to send now. Commits are asynchronous and **one is in flight per consumer at a time**: while the
 broker has not answered the last one, newer commit points only accumulate, and the next commit carries the
 newest point of every partition (commits coalesce by themselves under load). Unbounded async commits queue

@@ -6,13 +6,13 @@ import threading
 
 from confluent_kafka import TopicPartition
 
-from reach import clients, codec
-from reach.codec import CodecError
 from reach.demo.tally import Tally
+from reach.kafka import clients, codec
+from reach.kafka.codec import CodecError
+from reach.kafka.topicreader import open_reader, start_offsets
 from reach.names import Names
 from reach.records import Receipt
 from reach.settings import KafkaSettings
-from reach.topicreader import open_reader, start_offsets
 
 
 class ReceiptFollower:

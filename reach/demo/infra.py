@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import reach
-from reach import clients, topics
 from reach.demo.exceptions import DemoError
 from reach.demo.traffic import CAPABILITIES
+from reach.kafka import clients, topics
 from reach.local import LocalInfra
 from reach.names import Names, check_namespace
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings

@@ -15,10 +15,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message
 
-from reach import clients, codec
-from reach import headers as h
 from reach.demo.tally import Sent, Tally
 from reach.envelopes import new_envelope, new_id, now_ms, routing_key
+from reach.kafka import clients, codec
+from reach.kafka import headers as h
 from reach.names import Names
 from reach.records import Status
 from reach.settings import KafkaSettings

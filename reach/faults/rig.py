@@ -16,11 +16,11 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from reach import topics
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.faults import ledger_agent
 from reach.faults.redis import RedisServer
+from reach.kafka import topics
 from reach.local import process
 from reach.local.infra import LocalInfra
 from reach.local.process import free_port

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from reach import codec
 from reach.envelopes import new_envelope, now_ms
 from reach.faults import ledger_agent, netsplit
 from reach.faults.checker import Window
 from reach.faults.rig import Rig, wait_until
 from reach.faults.settings import FaultSettings
+from reach.kafka import codec
 from reach.local import process
 
 log = logging.getLogger("reach.faults")

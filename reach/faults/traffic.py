@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
 
-from reach import clients, codec
-from reach import headers as h
 from reach.envelopes import new_envelope, now_ms, routing_key
 from reach.faults.checker import Seen, Sent
+from reach.kafka import clients, codec
+from reach.kafka import headers as h
 from reach.records import Receipt
 from reach.settings import KafkaSettings
 

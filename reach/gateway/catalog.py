@@ -8,9 +8,9 @@ from collections.abc import Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
-from reach import clients, topicreader
 from reach.core.views.registry import RegistryView
 from reach.errors import InfraUnavailable, ReachError
+from reach.kafka import clients, topicreader
 from reach.names import Names
 from reach.records import Capability, CapabilityMode
 from reach.registry import apply_record

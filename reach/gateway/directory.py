@@ -12,12 +12,12 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from reach import clients, topicreader
 from reach.apps import AppTable
 from reach.appstore import kafka_guarded
 from reach.callers import KeyEntry
-from reach.codec import RegistryUnavailable
 from reach.errors import InfraUnavailable
+from reach.kafka import clients, topicreader
+from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.secretbox import SecretBox
 from reach.settings import KafkaSettings

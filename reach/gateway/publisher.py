@@ -9,14 +9,15 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from reach import clients, codec, tracing
-from reach import headers as h
+from reach import tracing
 from reach.agent.exceptions import RecordRefused
 from reach.agent.publisher import refusal
 from reach.client import Client
 from reach.envelopes import routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
+from reach.kafka import clients, codec
+from reach.kafka import headers as h
 from reach.records import Envelope
 
 POLL_S = 0.1

@@ -7,9 +7,9 @@ import logging
 import threading
 from typing import cast
 
-from reach import clients, codec
 from reach.client import Client
 from reach.invoke import ReplyInbox, host_client_id
+from reach.kafka import clients, codec
 from reach.records import Receipt
 
 log = logging.getLogger("reach.gateway.replies")

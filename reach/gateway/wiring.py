@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from reach import clients
 from reach.a2a.cancelsink import KafkaCancels
 from reach.callers import AppDirectory
 from reach.client import Client
@@ -23,6 +22,7 @@ from reach.gateway.redisconn import door_client
 from reach.gateway.replies import ReplyHub, gateway_client_id
 from reach.gateway.settings import GatewaySettings
 from reach.gateway.statusclient import StatusClient
+from reach.kafka import clients
 from reach.names import Names
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 

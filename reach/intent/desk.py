@@ -17,14 +17,15 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from reach import codec, control, topicreader
-from reach import headers as H
+from reach import control
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.intent import dispatch, mappings
 from reach.intent.claims import CLAIM_TTL_S, Claims, RedisClaims, claim_key
 from reach.intent.errors import HandoffConflict, IntentError
 from reach.intent.handoff import Handoff, decode, encode
+from reach.kafka import codec, topicreader
+from reach.kafka import headers as H
 from reach.names import Names, check_capability
 from reach.records import IntentResolution, Receipt, Status
 from reach.registry import read_registry

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any
 
-from reach import codec
-from reach import headers as H
 from reach.core.candidates import RouteRequest, matching_capability
 from reach.intent.handoff import HandoffCandidate, bundle, encode
 from reach.intent.receipts import receipt
+from reach.kafka import codec
+from reach.kafka import headers as H
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, IntentCandidate, IntentResolution, Status
 

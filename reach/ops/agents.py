@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reach import codec, topicreader
 from reach.core.health.fields import health_fields
 from reach.envelopes import now_ms
 from reach.errors import ReachError
+from reach.kafka import codec, topicreader
 from reach.names import Names
 from reach.records import InstanceHealth, LoadReport
 from reach.registry import InstanceInfo, read_registry

@@ -9,11 +9,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from reach import clients, codec, dlq, topicreader
+from reach import dlq
 from reach.client import Client
 from reach.core.status import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
+from reach.kafka import clients, codec, topicreader
 from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import Envelope, Status

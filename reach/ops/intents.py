@@ -8,11 +8,12 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from reach import codec, control, registry, topicreader
+from reach import control, registry
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.intent import catalog, mappings
 from reach.intent import stats as intent_stats
+from reach.kafka import codec, topicreader
 from reach.names import Names
 from reach.records import Control, Receipt
 from reach.settings import KafkaSettings

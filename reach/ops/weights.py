@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from reach import codec, control, topicreader
-from reach.codec import DecodeError
+from reach import control
 from reach.core.factors import PRESETS, FactorWeights, preset
 from reach.core.preview import Preview, preview
 from reach.envelopes import now_ms
 from reach.errors import ReachError
+from reach.kafka import codec, topicreader
+from reach.kafka.codec import DecodeError
 from reach.names import Names
 from reach.records import Control, Receipt
 from reach.settings import KafkaSettings

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
-from reach import clients, heap, topics
+from reach import heap
 from reach.control import ControlView, read_control
 from reach.core.health.settings import HealthSettings
 from reach.envelopes import now_ms
+from reach.kafka import clients, topics
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy

@@ -16,11 +16,11 @@ from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from reach import clients, topicreader
-from reach.codec import RegistryUnavailable, decode
 from reach.control import publish
 from reach.core.canary import CanaryBook
 from reach.envelopes import now_ms
+from reach.kafka import clients, topicreader
+from reach.kafka.codec import RegistryUnavailable, decode
 from reach.names import Names
 from reach.records import AgentRegistration, Canary, Control, ControlKind, Receipt
 from reach.settings import CanarySettings, KafkaSettings

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
 
-from reach import clients
+from reach.kafka import clients
 from reach.names import Names
 from reach.settings import KafkaSettings
 from reach.streams import groupadmin

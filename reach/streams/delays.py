@@ -17,18 +17,19 @@ from typing import cast
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from reach import clients, codec, delivery, dlq, headers
-from reach.acks import Acks, Position
-from reach.codec import DecodeError, RegistryUnavailable
+from reach import dlq
 from reach.envelopes import now_ms
 from reach.errors import InvalidName
+from reach.kafka import clients, codec, delivery, headers
+from reach.kafka.acks import Acks, Position
+from reach.kafka.codec import DecodeError, RegistryUnavailable
+from reach.kafka.topics import DEAD_LETTER_BYTES
 from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import DeliveryFailed
 from reach.terminals import Fence, Terminal, fence_from_settings
-from reach.topics import DEAD_LETTER_BYTES
 
 log = logging.getLogger("reach.delays")
 _STRIP = {headers.DUE_AT, headers.TARGET}

@@ -7,9 +7,9 @@ import uuid
 
 from confluent_kafka import Consumer
 
-from reach import clients
 from reach.core.status import StatusRow, stale_no_route
 from reach.envelopes import now_ms
+from reach.kafka import clients
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.settings import KafkaSettings

@@ -27,10 +27,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Me
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reach import clients, delivery, dlq, topicreader
-from reach import headers as H
-from reach.acks import Acks, Position
-from reach.codec import DecodeError, RegistryUnavailable, decode, decode_dict, encode, encode_dict
+from reach import dlq
 from reach.envelopes import now_ms
 from reach.errors import InvalidName
 from reach.intent import catalog, dispatch, mappings
@@ -43,6 +40,10 @@ from reach.intent.model import Embedder, shared_model
 from reach.intent.semantic import SemanticIndex
 from reach.intent.stages import Resolution, Thresholds, resolve
 from reach.intent.text import normalize
+from reach.kafka import clients, delivery, topicreader
+from reach.kafka import headers as H
+from reach.kafka.acks import Acks, Position
+from reach.kafka.codec import DecodeError, RegistryUnavailable, decode, decode_dict, encode, encode_dict
 from reach.names import Names
 from reach.records import ErrorInfo, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
-from reach.codec import default_codec
 from reach.core.factors import FACTORS, INDEX, NAMES, FactorWeights
 from reach.core.scoring import ScoreParts
+from reach.kafka.codec import default_codec
 from reach.records import Status
 
 _FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "agent_id", "instance_id", "status",

@@ -4,7 +4,7 @@ Per batch: consume up to `batch_size` envelopes, decode only the routing fields,
 `reach.core.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
 that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so it is
 produced from its forward's delivery report, which runs inside that flush; the flush returns when
-the receipts are acknowledged too. Failures are per record (reach.acks): each input partition is
+the receipts are acknowledged too. Failures are per record (reach.kafka.acks): each input partition is
 committed up to its first record whose outputs are not all acknowledged and read again from there;
 the other partitions of the batch move on. A record the broker refuses for good (too large) is
 dead-lettered; a Schema Registry outage is infrastructure (not committed, read again after a backoff).
@@ -24,10 +24,7 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, delivery, dlq, topics
-from reach import headers as H
-from reach.acks import Acks, Position
-from reach.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
+from reach import dlq
 from reach.core.canary import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
@@ -47,6 +44,10 @@ from reach.core.routing import (
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
 from reach.intent import unroutable
+from reach.kafka import clients, delivery, topics
+from reach.kafka import headers as H
+from reach.kafka.acks import Acks, Position
+from reach.kafka.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
 from reach.names import Names
 from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings

@@ -19,14 +19,14 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from reach import clients
-from reach import headers as H
-from reach.codec import RegistryUnavailable, decode, decode_dict
 from reach.control import ControlView
 from reach.control import apply_record as apply_control
 from reach.core.loads import LoadTracker
 from reach.core.views.registry import RegistryView
 from reach.errors import InvalidName
+from reach.kafka import clients
+from reach.kafka import headers as H
+from reach.kafka.codec import RegistryUnavailable, decode, decode_dict
 from reach.names import Names
 from reach.records import TERMINAL, AgentRegistration, InstanceHealth, LoadReport, Status
 from reach.settings import KafkaSettings

@@ -19,20 +19,21 @@ from typing import cast
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
-from reach import clients, codec, delivery, dlq
-from reach import headers as H
-from reach.acks import Acks, Position
-from reach.codec import DecodeError
+from reach import dlq
 from reach.core.retry import Action, Failure, Limits
 from reach.core.status import StatusRow
 from reach.core.timekeeper import Due, Task, due_tasks
 from reach.envelopes import now_ms
+from reach.kafka import clients, codec, delivery
+from reach.kafka import headers as H
+from reach.kafka.acks import Acks, Position
+from reach.kafka.codec import DecodeError
+from reach.kafka.topicreader import open_reader
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Outgoing, after_failure
 from reach.settings import KafkaSettings
 from reach.terminals import Fence, Terminal, fence_from_settings
-from reach.topicreader import open_reader
 
 log = logging.getLogger("reach.timekeeper")
 _MAX_MARKS = 100_000

@@ -16,8 +16,8 @@ from typing import TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from reach import codec
 from reach.agent import Agent
+from reach.kafka import codec
 from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
 

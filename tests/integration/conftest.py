@@ -105,7 +105,7 @@ def namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 def fresh_namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """The `namespace` fixture's body, for a module-scoped set-up (with a module-scoped MonkeyPatch)."""
-    from reach import clients, topics
+    from reach.kafka import clients, topics
     from reach.names import Names
 
     ns = "t" + uuid.uuid4().hex[:10]

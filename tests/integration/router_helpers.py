@@ -11,8 +11,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from reach import clients, codec, topics
 from reach.envelopes import new_envelope, now_ms, routing_key
+from reach.kafka import clients, codec, topics
 from reach.names import Names
 from reach.records import (
     AgentRegistration,

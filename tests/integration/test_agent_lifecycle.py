@@ -6,11 +6,11 @@ import json
 import signal
 from typing import Any
 
-from reach import codec
-from reach import headers as h
 from reach.agent import Agent
 from reach.client import Client
 from reach.envelopes import new_id, now_ms
+from reach.kafka import codec
+from reach.kafka import headers as h
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, DeadLetter, Status
 from reach.registry import read_registry

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from reach import codec
 from reach.client import Client
 from reach.envelopes import PayloadTooLarge, now_ms
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import Envelope, Status
 from reach.registry import read_registry

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from reach import codec, control
+from reach import control
 from reach.client import Client
 from reach.envelopes import new_envelope, now_ms
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import AgentState, BreakerState, Envelope, InstanceHealth, Policy, Receipt, Status
 from tests.integration.agent_support import Receipts, TopicReader, spawn

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from reach import codec
 from reach.agent import Agent, TransientError
 from reach.client import Client
 from reach.envelopes import now_ms
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import CanaryState, Control, ControlKind, Receipt, Status
 from reach.settings import ReachSettings

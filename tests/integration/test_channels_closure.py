@@ -16,7 +16,6 @@ from cryptography.fernet import Fernet
 from pydantic import SecretStr
 from typer.testing import CliRunner
 
-from reach import codec
 from reach.agent import Agent
 from reach.channels.agent import channel_agent
 from reach.channels.closure import callback_id
@@ -25,6 +24,7 @@ from reach.channels.tokens import ReplyClaims, mint
 from reach.cli import app as reach_app
 from reach.client import Client
 from reach.envelopes import now_ms
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import Envelope
 from reach.settings import KafkaSettings

@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from reach import clients
 from reach.core.commits import CommitLedger
+from reach.kafka import clients
 from reach.settings import KafkaSettings
 from tests.integration.conftest import Infra
 

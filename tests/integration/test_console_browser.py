@@ -71,7 +71,7 @@ def cli(*args: str) -> Any:
 
 
 def _fresh_namespace(infra: Infra, mp: pytest.MonkeyPatch) -> str:
-    from reach import clients, topics
+    from reach.kafka import clients, topics
     from reach.names import Names
 
     ns = "t" + uuid.uuid4().hex[:10]
@@ -87,7 +87,7 @@ def _fresh_namespace(infra: Infra, mp: pytest.MonkeyPatch) -> str:
 
 
 def _drop_namespace(ns: str) -> None:
-    from reach import clients
+    from reach.kafka import clients
 
     admin = clients.admin()
     mine = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{ns}.")]

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from reach import codec, control
+from reach import control
 from reach.agent import Agent
 from reach.client import Client
 from reach.envelopes import now_ms
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Status
 from reach.registry import read_registry

@@ -10,12 +10,13 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from reach import clients, codec, dlq, headers, topics
+from reach import dlq
 from reach.envelopes import new_envelope, now_ms
+from reach.kafka import clients, codec, headers, topics
+from reach.kafka.topicreader import open_reader
 from reach.names import Names
 from reach.records import DeadLetter, Envelope
 from reach.streams.delays import DelayForwarder
-from reach.topicreader import open_reader
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from reach import codec
 from reach.agent import Agent
 from reach.envelopes import new_envelope, now_ms, routing_key
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import Envelope, Receipt
 from reach.settings import RedisSettings

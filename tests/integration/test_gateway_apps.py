@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis
 
-from reach import codec, signing
+from reach import signing
 from reach.callers import CallerApp
 from reach.errors import ConfigError
 from reach.gateway.auth import REPLAY, SignatureAuthenticator
@@ -31,6 +31,7 @@ from reach.gateway.ports import Verified
 from reach.gateway.quotas import Limit, RedisQuotas
 from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import door_client
+from reach.kafka import codec
 from reach.names import Names
 from reach.secretbox import secret_box
 from reach.settings import KafkaSettings

@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from cryptography.fernet import Fernet
 
-from reach import codec
 from reach.agent import Agent
+from reach.kafka import codec
 from reach.local.process import free_port
 from reach.names import Names
 from reach.records import Envelope

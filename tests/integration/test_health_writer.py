@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from reach import codec
 from reach.client import Client
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import BreakerState, InstanceHealth
 from reach.settings import ReachSettings

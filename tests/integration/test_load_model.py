@@ -17,9 +17,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from reach import codec
 from reach.core.loads import MAX_RETRY_AFTER_MS, MIN_RETRY_AFTER_MS, InstanceLoad, retry_after_ms
 from reach.envelopes import new_envelope
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import TERMINAL, LoadReport, Receipt, Status
 from reach.streams.router import Router

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from reach import codec, dlq, headers
+from reach import dlq
 from reach.control import instance_record
 from reach.envelopes import new_envelope, now_ms
+from reach.kafka import codec, headers
 from reach.names import Names
 from reach.records import Control, ControlKind, DeadLetter, InstanceAction, Receipt, Status, Weights
 from reach.settings import KafkaSettings

@@ -110,7 +110,7 @@ def test_a_handler_raising_cancelled_error_is_retried_not_committed_as_done(name
     tier = TopicReader(names.retry("1s"))
     [retry] = wait_for(lambda: [r for r in tier.poll() if r.headers.get("x-reach-message-id")
                                 == cancel.message_id.encode()], 20, "the retry on the 1s tier")
-    from reach import codec
+    from reach.kafka import codec
 
     assert codec.decode(retry.value or b"", Envelope).attempt == 2
 

@@ -7,9 +7,10 @@ from collections import Counter
 import pytest
 from confluent_kafka import TopicPartition
 
-from reach import clients, codec, control
-from reach.codec import MARKER
+from reach import control
 from reach.envelopes import new_envelope, now_ms
+from reach.kafka import clients, codec
+from reach.kafka.codec import MARKER
 from reach.names import Names
 from reach.records import Envelope, Status, Weights
 from tests.integration.router_helpers import (

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import NewTopic
 
-from reach import clients
+from reach.kafka import clients
 
 
 def reach(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,11 +6,11 @@ import pytest
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
-from reach import codec
 from reach.apps import AppError, AppTable, new_app
 from reach.appstore import AppStore, MemoryAppLog
 from reach.callers import AppDirectory
 from reach.errors import InvalidName
+from reach.kafka import codec
 from reach.records import App
 from reach.secretbox import SecretBox, SecretUnreadable
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from reach import codec
 from reach.control import instance_record
 from reach.controlfeed import ControlFeed
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import InstanceAction
 from tests.unit.streams.kafka_fakes import FakeMessage

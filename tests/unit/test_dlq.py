@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from reach import codec, dlq
+from reach import dlq
 from reach.core.status import StatusRow, fold
 from reach.envelopes import new_envelope
+from reach.kafka import codec
 from reach.records import Envelope, Receipt, Status
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import fastavro
 
-from reach import codec
-from reach.codec import MARKER, SCHEMA_ROOT, Codec
 from reach.control import DEFAULT_WEIGHTS, ControlView, instance_record
 from reach.core.status import StatusRow, fold
+from reach.kafka import codec
+from reach.kafka.codec import MARKER, SCHEMA_ROOT, Codec
 from reach.records import Control, ControlKind, InstanceAction, Receipt, Status, StepStatus, Weights
 
 NOW = 1_714_564_800_123

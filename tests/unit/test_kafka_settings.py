@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from reach import clients, kafkaerrors
 from reach.errors import ConfigError, InfraUnavailable
+from reach.kafka import clients, kafkaerrors
 from reach.settings import SASL_MECHANISMS, SECURITY_PROTOCOLS, KafkaSettings
 from reach.streams.credentials import faust_broker_options
 

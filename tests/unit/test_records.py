@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from reach import records
-from reach.codec import SCHEMA_ROOT
+from reach.kafka.codec import SCHEMA_ROOT
 from reach.records import (
     TERMINAL,
     AgentState,

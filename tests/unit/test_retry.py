@@ -58,7 +58,7 @@ def test_tier_names() -> None:
 
 
 def test_planned_retry_excludes_the_failed_instance_and_is_due_after_the_jittered_delay() -> None:
-    from reach import codec
+    from reach.kafka import codec
     from reach.names import Names
     from reach.records import Envelope
     from reach.retry import plan_retry
@@ -77,7 +77,7 @@ def test_planned_retry_excludes_the_failed_instance_and_is_due_after_the_jittere
 
 
 def test_after_failure_is_one_decision_for_the_sdk_and_the_timekeeper() -> None:
-    from reach import codec
+    from reach.kafka import codec
     from reach.names import Names
     from reach.records import DeadLetter, Envelope, ErrorInfo, Status
     from reach.retry import after_failure

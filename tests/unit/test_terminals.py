@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reach import codec
+from reach.kafka import codec
 from reach.records import ErrorInfo, Receipt, Status
 from reach.terminals import Claimed, Fence, MemorySlots, Terminal, result_key
 

@@ -31,15 +31,15 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from reach import clients, codec, topicreader
-from reach import headers as H
-from reach.codec import RegistryUnavailable
 from reach.control import apply_record
 from reach.core.health.settings import HealthSettings
 from reach.core.health.table import HealthTable
 from reach.core.views.control import ControlView
 from reach.envelopes import now_ms
 from reach.errors import ReachError
+from reach.kafka import clients, codec, topicreader
+from reach.kafka import headers as H
+from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.records import AgentRegistration, InstanceHealth
 from reach.settings import KafkaSettings

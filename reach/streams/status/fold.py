@@ -25,14 +25,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach import clients, codec, delivery, topicreader
-from reach import headers as H
-from reach.acks import Acks, Position
 from reach.channels import closure
-from reach.codec import DecodeError, RegistryUnavailable
 from reach.core.commits import CommitLedger
 from reach.core.status import StatusRow, fold, settle_reply
 from reach.envelopes import now_ms
+from reach.kafka import clients, codec, delivery, topicreader
+from reach.kafka import headers as H
+from reach.kafka.acks import Acks, Position
+from reach.kafka.codec import DecodeError, RegistryUnavailable
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Envelope, Receipt

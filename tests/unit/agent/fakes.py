@@ -8,10 +8,10 @@ from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from reach import codec
 from reach.agent.idempotency import Claim, KeyScope
 from reach.core.views.control import ControlView
-from reach.headers import Headers
+from reach.kafka import codec
+from reach.kafka.headers import Headers
 from reach.records import Receipt
 from reach.retry import Outgoing
 

@@ -4,11 +4,11 @@ records change nothing. The client takes POLICY timeouts and budget at send time
 
 from __future__ import annotations
 
-from reach import codec
 from reach.agent.policy import AgentControl, Mode, mode_of
 from reach.client import Client
 from reach.control import instance_record, policy_record
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS
+from reach.kafka import codec
 from reach.records import Control, InstanceAction, Policy
 from tests.unit.agent.fakes import FakeControl
 from tests.unit.agent.test_runner import runner

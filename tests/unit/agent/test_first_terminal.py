@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from reach import codec
 from reach.agent import TransientError
 from reach.agent.idempotency import Claim, KeyScope
 from reach.agent.outcomes import Outcome
+from reach.kafka import codec
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Receipt, Status
 from reach.retry import Outgoing

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from reach import codec
 from reach.agent import Agent
 from reach.agent.exceptions import InvalidDeclaration
 from reach.agent.loadreport import DrainMeter, LoadReporter
 from reach.core.loads import default_max_queue
 from reach.envelopes import DELIVERY_TIMEOUT_MS
+from reach.kafka import codec
 from reach.records import LoadReport, Policy
 
 

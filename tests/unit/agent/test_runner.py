@@ -13,14 +13,15 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
-from reach import clients, codec, dlq
-from reach import headers as h
+from reach import dlq
 from reach.agent import Agent
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.outage import Outage
 from reach.agent.runner import Done, Runner
 from reach.envelopes import new_envelope
-from reach.headers import Headers
+from reach.kafka import clients, codec
+from reach.kafka import headers as h
+from reach.kafka.headers import Headers
 from reach.records import DeadLetter, Status
 from tests.unit.agent.fakes import FakeSender
 from tests.unit.streams.kafka_fakes import FakeMessage

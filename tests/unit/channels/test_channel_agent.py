@@ -8,7 +8,6 @@ import json
 import pytest
 from pydantic import SecretStr
 
-from reach import codec
 from reach.agent import BusinessError, Context, Reject, TransientError
 from reach.agent.outcomes import Outcome, from_exception
 from reach.channels.agent import ChannelService, channel_agent, signal_for
@@ -18,10 +17,11 @@ from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendO
 from reach.channels.settings import ClosureSettings
 from reach.channels.steps import DeliverySteps
 from reach.channels.tokens import CALLBACKS_PATH, read
-from reach.codec import decode_dict, encode
 from reach.core.breaker import Outcome as Health
 from reach.core.health.calls import call_of
 from reach.envelopes import new_envelope
+from reach.kafka import codec
+from reach.kafka.codec import decode_dict, encode
 from reach.names import Names
 from reach.records import Envelope, Status
 from tests.unit.agent.fakes import FakeSender

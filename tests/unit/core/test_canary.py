@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from reach.cli.canary import BadCanary, parse_duration_ms, parse_steps
-from reach.codec import encode
 from reach.core.canary import ArmTally, CanaryBook, Verdict, advance, canaries, judge
+from reach.kafka.codec import encode
 from reach.names import Names
 from reach.records import CanaryState, Control, Receipt, Status
 from reach.settings import CanarySettings

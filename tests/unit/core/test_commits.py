@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException
 
-from reach import clients
 from reach.core.commits import CommitLedger
+from reach.kafka import clients
 from tests.unit.streams.kafka_fakes import FakeConsumer
 
 CAP = "t.cap.echo"

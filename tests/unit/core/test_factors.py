@@ -10,7 +10,6 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from reach import codec
 from reach.core.candidates import RouteRequest, select
 from reach.core.factors import (
     DEFAULT_WEIGHTS,
@@ -29,6 +28,7 @@ from reach.core.factors import (
     success_rate,
 )
 from reach.core.loads import InstanceLoad
+from reach.kafka import codec
 from reach.records import AgentRegistration, Control, ControlKind, InstanceHealth, Weights
 from tests.unit.routing_fixtures import reg
 

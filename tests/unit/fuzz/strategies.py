@@ -9,7 +9,7 @@ from typing import Any
 import fastavro
 from hypothesis import strategies as st
 
-from reach.codec import MARKER, default_codec
+from reach.kafka.codec import MARKER, default_codec
 
 _PRIMITIVES: dict[str, st.SearchStrategy[Any]] = {
     "null": st.none(),

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from reach import codec
-from reach.codec import MARKER, BadFraming, ConfluentCodec, CorruptBody, DecodeError, InvalidRecord, UnknownSchema
+from reach.kafka import codec
+from reach.kafka.codec import MARKER, BadFraming, ConfluentCodec, CorruptBody, DecodeError, InvalidRecord, UnknownSchema
 from reach.records import AgentRegistration, AvroRecord, Control, DeadLetter, Envelope, Receipt
 from tests.unit.fuzz.strategies import frames, mutated
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reach import codec, dlq, headers, tracing
+from reach import dlq, tracing
 from reach.agent import inbox
 from reach.envelopes import new_envelope
-from reach.headers import HeaderError
+from reach.kafka import codec, headers
+from reach.kafka.headers import HeaderError
 from reach.names import Names
 from reach.records import DeadLetter, Envelope
 from reach.streams.delays import DelayForwarder

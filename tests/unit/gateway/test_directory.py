@@ -15,10 +15,11 @@ from confluent_kafka import TopicPartition
 from cryptography.fernet import Fernet
 from pydantic import SecretStr
 
-from reach import apps, codec
+from reach import apps
 from reach.apps import new_app
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway.directory import KafkaAppDirectory
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import App
 from reach.secretbox import SecretBox

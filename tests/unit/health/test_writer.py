@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from reach import codec
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import BreakerState, ErrorInfo, InstanceHealth, Receipt, Status
 from reach.settings import KafkaSettings
@@ -142,7 +142,7 @@ def test_an_idle_instance_is_forgotten_with_a_tombstone() -> None:
 
 
 def test_routed_receipts_are_skipped_by_their_router_header_without_decoding() -> None:
-    from reach import headers as H
+    from reach.kafka import headers as H
 
     w, clock = writer()
     w._assigned(None, [TopicPartition(NAMES.health, 1)])

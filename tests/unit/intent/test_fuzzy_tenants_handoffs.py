@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from reach import codec
 from reach.core.views.control import ControlView
 from reach.envelopes import now_ms
 from reach.intent import catalog
@@ -20,6 +19,7 @@ from reach.intent.semantic import Match
 from reach.intent.stages import Thresholds, resolve
 from reach.intent.stats import fold
 from reach.intent.unroutable import outputs
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
 from reach.terminals import Fence, MemorySlots, Terminal

@@ -71,8 +71,8 @@ def _worker_with_fakes() -> Any:
 def test_a_record_that_breaks_the_resolver_is_dead_lettered_and_its_partition_moves_on(monkeypatch: Any) -> None:
     from confluent_kafka import KafkaError
 
-    from reach import codec
     from reach.envelopes import new_envelope
+    from reach.kafka import codec
     from reach.records import DeadLetter
     from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
@@ -139,8 +139,8 @@ class Produced:
 
 
 def test_a_dual_answer_for_a_parent_that_already_ended_republishes_that_ending() -> None:
-    from reach import codec
     from reach.intent.dual import Outcome
+    from reach.kafka import codec
     from reach.records import Receipt, Status
     from reach.terminals import Fence, MemorySlots
 

@@ -7,8 +7,8 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError
 
-from reach import codec, headers
 from reach.envelopes import new_envelope
+from reach.kafka import codec, headers
 from reach.names import Names
 from reach.records import DeadLetter, Receipt, Status
 from reach.streams.delays import Bad, DelayForwarder, Hold, Send, next_step
@@ -115,7 +115,7 @@ def test_a_synchronous_produce_error_fails_only_its_record() -> None:
 
 
 def test_a_registry_outage_holds_the_partition_instead_of_dead_lettering(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.codec import RegistryUnavailable
+    from reach.kafka.codec import RegistryUnavailable
     from reach.streams import delays
 
     def down(_value: bytes, _model: object) -> object:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from reach import topics
+from reach.kafka import topics
 from reach.settings import KafkaSettings
 from reach.streams import app
 

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from reach import codec
 from reach.core.factors import NAMES, FactorWeights
 from reach.core.scoring import ScoreParts
+from reach.kafka import codec
 from reach.streams.routed_receipt import RoutedReceiptWriter, as_receipt, varint
 
 

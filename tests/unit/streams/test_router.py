@@ -7,9 +7,9 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from reach import codec
-from reach.codec import RegistryUnavailable
 from reach.envelopes import new_envelope, now_ms
+from reach.kafka import codec
+from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, DeadLetter, Envelope, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings

@@ -8,8 +8,8 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError
 
-from reach import codec
 from reach.envelopes import new_envelope, now_ms
+from reach.kafka import codec
 from reach.receipts import receipt_for
 from reach.records import DeadLetter, Envelope, Receipt, Status, StepStatus
 from reach.settings import KafkaSettings, ReachSettings

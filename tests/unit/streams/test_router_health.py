@@ -6,8 +6,8 @@ from typing import Any, cast
 
 import pytest
 
-from reach import codec
 from reach.envelopes import now_ms
+from reach.kafka import codec
 from reach.records import BreakerState, ControlKind, Envelope, ErrorInfo, InstanceHealth, Status
 from reach.streams.canary import canary_record
 from tests.unit.routing_fixtures import canary

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from reach.codec import encode, encode_dict
 from reach.control import DEFAULT_WEIGHTS, instance_record
 from reach.core.loads import InstanceLoad
+from reach.kafka.codec import encode, encode_dict
 from reach.names import Names
 from reach.records import (
     AgentRegistration,
@@ -93,7 +93,7 @@ def test_an_undecodable_receipt_is_counted() -> None:
 
 
 def test_a_registry_outage_is_not_a_bad_record(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.codec import RegistryUnavailable
+    from reach.kafka.codec import RegistryUnavailable
     from reach.streams import state as module
 
     def down(_value: bytes, _model: object) -> object:

@@ -8,9 +8,9 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from reach import codec
-from reach import headers as H
-from reach.codec import RegistryUnavailable
+from reach.kafka import codec
+from reach.kafka import headers as H
+from reach.kafka.codec import RegistryUnavailable
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Receipt, Status

@@ -9,8 +9,8 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
-from reach import codec
 from reach.channels.spec import callback_text
+from reach.kafka import codec
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Envelope, Receipt, Status

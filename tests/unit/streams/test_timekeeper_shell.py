@@ -8,9 +8,9 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from reach import codec
 from reach.core.status import StatusRow, fold
 from reach.envelopes import new_envelope
+from reach.kafka import codec
 from reach.names import Names
 from reach.records import DeadLetter, Decision, Receipt, Status
 from reach.streams import timekeeper as module

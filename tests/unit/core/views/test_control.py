@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from reach.codec import encode_dict
 from reach.control import apply_record
 from reach.core.views.control import DEFAULT_WEIGHTS, ControlView, weights_problem
+from reach.kafka.codec import encode_dict
 from reach.ops.weights import BadWeights, merged
 from reach.records import Control, ControlKind, InstanceAction, InstanceOverride, Weights
 

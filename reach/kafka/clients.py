@@ -10,9 +10,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from reach import kafkaerrors
 from reach.core.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
+from reach.kafka import kafkaerrors
 from reach.settings import ConsumerProfile, KafkaSettings
 
 log = logging.getLogger(__name__)

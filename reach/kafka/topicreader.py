@@ -15,8 +15,8 @@ from typing import TypeVar
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from reach import clients
 from reach.errors import InfraUnavailable, TopicMissing
+from reach.kafka import clients
 from reach.settings import ConsumerProfile, KafkaSettings
 
 T = TypeVar("T")

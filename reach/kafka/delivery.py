@@ -7,7 +7,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from reach.acks import Acks, Position
+from reach.kafka.acks import Acks, Position
 
 # Refusals that no retry cures: the record must be dead-lettered, or it would be refused forever.
 PERMANENT = frozenset({

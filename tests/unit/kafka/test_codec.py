@@ -1,4 +1,4 @@
-"""reach.codec frames every record as Avro single-object encoding and resolves old writers by fingerprint."""
+"""reach.kafka.codec frames every record as Avro single-object encoding and resolves old writers by fingerprint."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ import fastavro
 import pytest
 from fastavro.schema import to_parsing_canonical_form
 
-from reach import codec
-from reach.codec import (
+from reach.errors import ReachError
+from reach.kafka import codec
+from reach.kafka.codec import (
     MARKER,
     SCHEMA_ROOT,
     BadFraming,
@@ -27,7 +28,6 @@ from reach.codec import (
     SchemaNotFound,
     UnknownSchema,
 )
-from reach.errors import ReachError
 from reach.records import (
     AgentRegistration,
     AgentState,
@@ -592,8 +592,8 @@ def test_confluent_errors_are_typed() -> None:
 
 
 def test_registry_framing_is_used_when_a_registry_is_configured(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach import codec as module
     from reach.envelopes import new_envelope
+    from reach.kafka import codec as module
     from reach.records import Envelope
 
     env = new_envelope("demo.echo", {"x": 1})
@@ -610,7 +610,7 @@ def test_registry_framing_is_used_when_a_registry_is_configured(monkeypatch: pyt
 def test_a_registry_outage_is_transient_not_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-    from reach.codec import RegistryUnavailable
+    from reach.kafka.codec import RegistryUnavailable
     from reach.local.process import free_port
 
     data = ConfluentCodec("mock://one").encode(_envelope())

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from reach import topics
 from reach.errors import ConfigError
+from reach.kafka import topics
 from reach.names import Names
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = (ROOT / "topics.yaml").read_text()
 
 

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from reach.errors import ReachError
 from reach.records import AvroRecord, to_epoch_millis
 
-SCHEMA_ROOT = Path(__file__).resolve().parent.parent / "schemas" / "avro"
+SCHEMA_ROOT = Path(__file__).resolve().parents[2] / "schemas" / "avro"
 MARKER = b"\xc3\x01"
 HEADER_SIZE = len(MARKER) + 8
 

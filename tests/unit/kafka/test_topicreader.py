@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import pytest
 
-from reach import topicreader
 from reach.errors import InfraUnavailable
+from reach.kafka import topicreader
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeReader
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.acks import Acks
+from reach.kafka.acks import Acks
 
 
 def test_all_acknowledged_commits_past_the_last_record_of_each_partition() -> None:
