@@ -91,6 +91,11 @@ def test_the_shared_caller_modules_import_no_interface() -> None:
            f"({', '.join(SHARED)}) import none of them")
 
 
+def test_the_core_never_imports_confluent_kafka() -> None:
+    _check(_files("reach/core"), ("confluent_kafka",),
+           "reach.core never imports confluent_kafka (it is pure; the Kafka plumbing is reach.kafka)")
+
+
 @pytest.mark.parametrize(("source", "where", "expected"), [
     ("from reach.gateway import checks", "reach/a2a/handler.py", ["reach.gateway.checks"]),
     ("from ..gateway.ports import Quotas", "reach/a2a/handler.py", ["reach.gateway.ports.Quotas"]),
