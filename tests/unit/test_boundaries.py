@@ -9,25 +9,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.import_rules import ROOT, offending
+from tests.unit.import_rules import imported as _imported
+
 REACH = ROOT / "reach"
 
 SHARED = ("reach/callers.py", "reach/signing.py", "reach/apps.py", "reach/appstore.py", "reach/secretbox.py")
 INTERFACES = ("reach.cli", "reach.console", "reach.gateway", "reach.a2a")
-
-
-def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
-    """The absolute module names an import statement names, relative ones resolved against `path`'s package
-    (`from reach import cli` names reach.cli: the name after `import` may be a module of its own)."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    base = node.module or ""
-    if node.level:
-        package = list(path.relative_to(ROOT).with_suffix("").parts)[:-1]
-        base = ".".join([*package[: len(package) - (node.level - 1)], *([node.module] if node.module else [])])
-    if base == "reach" or base.startswith("reach."):
-        return [f"{base}.{alias.name}" for alias in node.names]
-    return [base]
 
 
 def _within(module: str, package: str) -> bool:
@@ -44,14 +32,7 @@ def _files(*where: str) -> list[Path]:
 
 def _crossings(files: list[Path], forbidden: tuple[str, ...]) -> list[str]:
     """file:line: import (module) for every import in `files` of a module within one of the `forbidden` packages."""
-    found = []
-    for path in files:
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                for module in _imported(path, node):
-                    if any(_within(module, package) for package in forbidden):
-                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)} ({module})")
-    return found
+    return offending(files, lambda module: any(_within(module, package) for package in forbidden))
 
 
 def _check(files: list[Path], forbidden: tuple[str, ...], rule: str) -> None:

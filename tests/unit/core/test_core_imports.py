@@ -6,26 +6,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
+from tests.unit.import_rules import ROOT, offending
+from tests.unit.import_rules import imported as _imported
+
 CORE = ROOT / "reach" / "core"
 
 FORBIDDEN = {"confluent_kafka", "aiokafka", "faust", "mode", "redis", "httpx", "starlette", "fastapi", "uvicorn",
              "rocksdict", "fastavro"}
 ALLOWED_REACH = ("reach.core", "reach.records", "reach.errors", "reach.names")
-
-
-def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
-    """The absolute module names an import statement names, relative ones resolved against `path`'s package
-    (`from reach import codec` names reach.codec: the name after `import` may be a module of its own)."""
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    base = node.module or ""
-    if node.level:
-        package = list(path.relative_to(ROOT).with_suffix("").parts)[:-1]  # __init__: the package itself
-        base = ".".join([*package[: len(package) - (node.level - 1)], *([node.module] if node.module else [])])
-    if base == "reach" or base.startswith("reach."):
-        return [f"{base}.{alias.name}" for alias in node.names]
-    return [base]
 
 
 def _bad(module: str) -> bool:
@@ -37,14 +25,7 @@ def _bad(module: str) -> bool:
 
 
 def _problems() -> list[str]:
-    found = []
-    for path in sorted(CORE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.Import | ast.ImportFrom):
-                for module in _imported(path, node):
-                    if _bad(module):
-                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)} ({module})")
-    return found
+    return offending(sorted(CORE.rglob("*.py")), _bad)
 
 
 def test_reach_core_imports_only_the_standard_library_pure_libraries_and_core_records_errors_names() -> None:
