@@ -49,18 +49,21 @@ def _seconds(proc: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-def per_1k(before: Reading, after: Reading, messages: int) -> Reading:
-    """CPU seconds per 1,000 messages between two readings; a process started in between counts from zero,
-    one that is gone or was never measurable is None."""
+def spent(before: Reading, after: Reading) -> Reading:
+    """CPU seconds each process spent between two readings; a process started in between counts from zero, one
+    that is gone or was never measurable is None."""
     out: Reading = {}
     for label in {**before, **after}:
         end = after.get(label)
         start = before.get(label, 0.0)
-        if end is None or start is None or messages <= 0:
-            out[label] = None
-        else:
-            out[label] = round(max(end - start, 0.0) / messages * 1000, 4)
+        out[label] = None if end is None or start is None else max(end - start, 0.0)
     return out
+
+
+def per_1k(before: Reading, after: Reading, messages: int) -> Reading:
+    """CPU seconds per 1,000 messages between two readings (None as in `spent`, and for no messages)."""
+    return {label: None if seconds is None or messages <= 0 else round(seconds / messages * 1000, 4)
+            for label, seconds in spent(before, after).items()}
 
 
 def broker_pid(servers: str) -> int | None:

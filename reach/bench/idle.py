@@ -37,14 +37,10 @@ def run(ws: Workspace, *, seconds: float = 30.0, settle: float = 10.0) -> ModeRe
 def percent_of_a_core(before: cpu.Reading, after: cpu.Reading, elapsed: float) -> dict[str, float | None]:
     """Per process, its CPU time between two readings as a percentage of one core over `elapsed` seconds.
     A process that spawned children (the router's group-admin child) counts them under its own label."""
-    out: dict[str, float | None] = {}
-    for label in {**before, **after}:
+    seconds = cpu.spent(before, after)
+    out = {label: s for label, s in seconds.items() if "/" not in label}
+    for label, s in seconds.items():
         top = label.split("/", 1)[0]
-        end, start = after.get(label), before.get(label, 0.0)
-        if end is None or start is None or elapsed <= 0:
-            out.setdefault(top, None)
-            continue
-        share = max(end - start, 0.0) / elapsed * 100
-        current = out.get(top)
-        out[top] = round(share + (current or 0.0), 2) if top in out and current is not None else round(share, 2)
-    return out
+        if top != label and s is not None and out.get(top) is not None:
+            out[top] = (out[top] or 0.0) + s
+    return {label: None if s is None or elapsed <= 0 else round(s / elapsed * 100, 2) for label, s in out.items()}
