@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from reach.core.status import StatusRow
+from reach.core.lifecycle import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import codec, headers

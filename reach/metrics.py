@@ -12,7 +12,7 @@ from collections.abc import Callable, Collection
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from reach.core.status import StatusRow
+from reach.core.lifecycle import StatusRow
 from reach.records import Receipt, Status
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)

@@ -293,7 +293,7 @@ class RedisSettings(BaseSettings):
 
 
 class CanarySettings(BaseSettings):
-    """The canary controller's judgement and pace (reach.core.canary, reach.streams.canary)."""
+    """The canary controller's judgement and pace (reach.core.canarybook, reach.streams.canary.controller)."""
 
     model_config = SettingsConfigDict(env_prefix="REACH_CANARY_", frozen=True, extra="forbid")
 

@@ -15,8 +15,8 @@ import json
 import random
 import time
 
-from reach.core.health.settings import HealthSettings
-from reach.core.health.table import HealthTable
+from reach.core.healthmodel.settings import HealthSettings
+from reach.core.healthmodel.table import HealthTable
 from reach.kafka import codec
 from reach.records import Decision, ErrorInfo, Receipt, Status
 

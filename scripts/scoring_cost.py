@@ -13,7 +13,7 @@ from reach.bench.scoring import candidates
 from reach.core.candidates import RouteRequest
 from reach.core.factors import DEFAULT_WEIGHTS, NAMES, ScoringContext
 from reach.core.scoring import score
-from reach.streams.routed_receipt import RoutedReceiptWriter
+from reach.streams.router.routed_receipt import RoutedReceiptWriter
 
 N = 20_000
 

@@ -1,4 +1,4 @@
-"""Mode `route`: routing workers (`reach.streams.router.Router`, one process each) routing a burst across 15
+"""Mode `route`: routing workers (`reach.streams.router.route_loop.Router`, one process each) routing a burst across 15
 instances of 3 capabilities.
 
 Full path: decode the routing fields, filter + score every candidate, forward the original bytes to
@@ -20,7 +20,7 @@ from reach.bench.subprocesses import Child
 from reach.bench.workspace import Workspace, envelopes, message_id
 from reach.kafka.codec import decode_dict
 from reach.records import Status
-from reach.streams.router import router_group
+from reach.streams.router.route_loop import router_group
 
 
 def mode_name(workers: int) -> str:

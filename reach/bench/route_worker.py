@@ -1,6 +1,6 @@
 """One routing worker process for the route burst: `python -m reach.bench.route_worker BATCH_SIZE`.
 
-The Router of `reach.streams.router` alone (no faust), in the namespace of REACH_NAMESPACE, until SIGTERM;
+The Router of `reach.streams.router.route_loop` alone (no faust), in the namespace of REACH_NAMESPACE, until SIGTERM;
 several of these share the capability topics by partition, as `reach router` workers do.
 """
 
@@ -11,7 +11,7 @@ import sys
 import threading
 
 from reach.settings import KafkaSettings, ReachSettings
-from reach.streams.router import Router
+from reach.streams.router.route_loop import Router
 
 
 def main(argv: list[str]) -> None:

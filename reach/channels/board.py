@@ -5,7 +5,7 @@ Redis holds what may be lost without losing a message: a snapshot is rewritten e
 few intervals, so a lost or stale key only hides an instance from the board until its next write (an instance
 that stopped disappears on its own). Routing does not read the board: an instance whose channel is OPEN fails
 the requests it cannot hand over with code CHANNEL_OPEN, an OVERLOAD-class failure, so the health writer opens
-its instance breaker and the router leaves it out (reach/core/health/calls.py).
+its instance breaker and the router leaves it out (reach/core/healthmodel/calls.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from reach.channels.catalog import BY_NAME, CAPABILITY_PREFIX, CAPABILITY_VERSIO
 from reach.channels.errors import BadCallback
 from reach.channels.select import select
 from reach.channels.spec import CallbackSpec, parse
-from reach.core.status import StatusRow
+from reach.core.lifecycle import StatusRow
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS
 from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 

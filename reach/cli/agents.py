@@ -1,6 +1,6 @@
 """`reach agents [--json]`: the registered instances with state, capabilities, load, queue, heartbeat age and health
 (breaker, 1-minute success, p95, slow share from `<ns>.health`; `--json` has every field of
-reach.core.health.fields)."""
+reach.core.healthmodel.fields)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from reach.cli.common import console
-from reach.core.health.fields import breaker, share
+from reach.core.healthmodel.fields import breaker, share
 from reach.names import Names
 from reach.ops import agents as ops_agents
 from reach.settings import KafkaSettings, ReachSettings

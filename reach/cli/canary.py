@@ -11,13 +11,13 @@ from rich.table import Table
 from reach import control
 from reach.cli.common import console
 from reach.core.admission import canary_share
-from reach.core.canary import DEFAULT_STEPS, canaries, ended
+from reach.core.canarybook import DEFAULT_STEPS, canaries, ended
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.names import Names, check_agent_id
 from reach.records import Canary, CanaryState
 from reach.settings import ReachSettings
-from reach.streams.canary import canary_record
+from reach.streams.canary.controller import canary_record
 
 app = typer.Typer(help="Send a share of an agent's traffic to a new build version; promote or roll back.",
                   no_args_is_help=True)

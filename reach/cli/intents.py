@@ -83,7 +83,7 @@ def run_resolver(interval: float) -> None:
     """`reach router --role resolve`: one resolver worker until SIGTERM / SIGINT, a summary line per interval."""
     from reach.intent.errors import ResolverIdInUse
     from reach.kafka import clients
-    from reach.streams.resolver import Resolver
+    from reach.streams.resolver.resolve_loop import Resolver
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     kafka = KafkaSettings()

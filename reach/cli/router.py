@@ -12,7 +12,7 @@ import typer
 
 from reach.kafka import clients
 from reach.settings import KafkaSettings, ReachSettings
-from reach.streams.stats import summary_line
+from reach.streams.router.stats import summary_line
 
 log = logging.getLogger("reach.router")
 
@@ -51,7 +51,7 @@ def router(
         app = build_app(settings, kafka=kafka, batch_size=batch_size, summary_interval=interval, role=Role(role))
         faust.Worker(app, loglevel="INFO").execute_from_commandline()
         return
-    from reach.streams.router import Router
+    from reach.streams.router.route_loop import Router
 
     worker = Router(kafka=kafka, reach=settings, batch_size=batch_size)
     stop = threading.Event()

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from reach import analytics, control, dlq
 from reach.console import overview
-from reach.core.canary import canaries, ended
+from reach.core.canarybook import canaries, ended
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.intent.desk import HandoffDesk
@@ -25,7 +25,7 @@ from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.streams import groupadmin
-from reach.streams.canary import canary_record
+from reach.streams.canary.controller import canary_record
 from reach.streams.lag import consumer_lag
 
 

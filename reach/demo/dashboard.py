@@ -10,7 +10,7 @@ from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from reach.core.health.fields import breaker, share
+from reach.core.healthmodel.fields import breaker, share
 from reach.demo.tally import OUTCOME_COLUMNS, Rate, Row, Snapshot, percentile
 from reach.demo.traffic import EXPECTED
 

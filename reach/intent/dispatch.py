@@ -1,6 +1,6 @@
 """What the resolver produces for one intent envelope, pure: receipts, forwards, child messages, handoffs.
 
-The worker (reach.streams.resolver) encodes and produces these and commits the input offset once every
+The worker (reach.streams.resolver.resolve_loop) encodes and produces these and commits the input offset once every
 one is acknowledged, so a crash re-resolves, never skips (a repeated INTENT_RESOLVED is a duplicate step).
 """
 

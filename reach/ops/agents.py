@@ -1,11 +1,11 @@
 """Agent instances as operators list them: registration, state, load, queue, heartbeat age and health (breaker,
-1-minute success, p95, slow share from `<ns>.health`; every field of reach.core.health.fields)."""
+1-minute success, p95, slow share from `<ns>.health`; every field of reach.core.healthmodel.fields)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from reach.core.health.fields import health_fields
+from reach.core.healthmodel.fields import health_fields
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import codec, topicreader

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from reach import dlq
 from reach.client import Client
-from reach.core.status import StatusRow
+from reach.core.lifecycle import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import clients, codec, topicreader

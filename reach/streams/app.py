@@ -21,7 +21,7 @@ from typing import Any
 
 from reach import heap
 from reach.control import ControlView, read_control
-from reach.core.health.settings import HealthSettings
+from reach.core.healthmodel.settings import HealthSettings
 from reach.envelopes import now_ms
 from reach.kafka import clients, topics
 from reach.metrics import Metrics
@@ -29,18 +29,18 @@ from reach.names import Names
 from reach.records import Policy
 from reach.settings import KafkaSettings, ReachSettings
 from reach.streams import groupadmin
-from reach.streams.canary import CanaryController
+from reach.streams.canary.controller import CanaryController
 from reach.streams.credentials import faust_broker_options
-from reach.streams.delays import DelayForwarder
+from reach.streams.delays.forwarder import DelayForwarder
 from reach.streams.gauges import Gauges
 from reach.streams.health import HealthWriter
 from reach.streams.health.gauges import HealthGauges
-from reach.streams.router import Router
-from reach.streams.stats import summary_line
+from reach.streams.router.route_loop import Router
+from reach.streams.router.stats import summary_line
 from reach.streams.status.fold import StatusFold, fold_group
 from reach.streams.status.lookup import Owners
 from reach.streams.status.views import StatusViews, attach_status_views
-from reach.streams.timekeeper import Timekeeper
+from reach.streams.timekeeper.sweep import Timekeeper
 from reach.streams.views import attach_views
 from reach.streams.webauth import GuardedPages, required_token
 from reach.webclient import auth_headers

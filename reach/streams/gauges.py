@@ -7,7 +7,7 @@ import uuid
 
 from confluent_kafka import Consumer
 
-from reach.core.status import StatusRow, stale_no_route
+from reach.core.lifecycle import StatusRow, stale_no_route
 from reach.envelopes import now_ms
 from reach.kafka import clients
 from reach.metrics import Metrics
@@ -15,7 +15,7 @@ from reach.names import Names
 from reach.settings import KafkaSettings
 from reach.streams import groupadmin
 from reach.streams.lag import consumer_lag
-from reach.streams.router import Router, router_group
+from reach.streams.router.route_loop import Router, router_group
 from reach.streams.status.fold import fold_group
 from reach.streams.views import update_registry_gauges
 

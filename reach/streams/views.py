@@ -5,17 +5,17 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from reach.core.health.fields import health_fields
+from reach.core.healthmodel.fields import health_fields
 from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.records import AgentState
 from reach.streams.health import HealthWriter
-from reach.streams.router import Router
+from reach.streams.router.route_loop import Router
 from reach.streams.status.fold import StatusFold
 
 
 def registry_rows(router: Router) -> list[dict[str, Any]]:
-    """The registry as `reach agents --json` shows it, with each instance's health (`reach.core.health.fields`)."""
+    """The registry as `reach agents --json` shows it, with each instance's health (`reach.core.healthmodel.fields`)."""
     now = now_ms()
     health = router.state.health
     rows = []

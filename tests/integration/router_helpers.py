@@ -24,7 +24,7 @@ from reach.records import (
     Status,
 )
 from reach.settings import KafkaSettings, ReachSettings
-from reach.streams.router import Router
+from reach.streams.router.route_loop import Router
 from reach.streams.status.fold import StatusFold
 from tests.integration.agent_support import wait_for  # noqa: F401 - re-exported for the router tests
 

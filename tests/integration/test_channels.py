@@ -30,12 +30,12 @@ from reach.channels.provider import Failure, OutboundMessage
 from reach.channels.settings import ChannelSettings
 from reach.channels.webhook import WebhookProvider
 from reach.client import Client
-from reach.core.health.settings import HealthSettings
+from reach.core.healthmodel.settings import HealthSettings
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import BreakerState, Policy, Status
 from reach.settings import KafkaSettings, ReachSettings
-from reach.streams.delays import DelayForwarder
+from reach.streams.delays.forwarder import DelayForwarder
 from reach.streams.health.writer import HealthWriter
 from reach.streams.status.fold import StatusFold
 from tests.integration.agent_support import Receipts, running

@@ -16,7 +16,7 @@ from reach.kafka import clients, codec, headers, topics
 from reach.kafka.topicreader import open_reader
 from reach.names import Names
 from reach.records import DeadLetter, Envelope
-from reach.streams.delays import DelayForwarder
+from reach.streams.delays.forwarder import DelayForwarder
 
 
 @pytest.fixture

@@ -135,7 +135,7 @@ def test_two_writers_split_the_partitions_and_hand_instances_over_with_their_sta
     gives them up, and an OPEN breaker stays OPEN across the hand-over (restored, not reset)."""
     from confluent_kafka import Producer
 
-    from reach.core.health.settings import HealthSettings
+    from reach.core.healthmodel.settings import HealthSettings
     from reach.envelopes import now_ms
     from reach.records import ErrorInfo, Receipt, Status
     from reach.settings import KafkaSettings

@@ -27,7 +27,7 @@ from reach.intent.sample import CATALOG, SUPPORT_FAMILY, UNRELATED
 from reach.names import Names
 from reach.records import Policy, Receipt, Status
 from reach.settings import KafkaSettings
-from reach.streams.resolver import Resolver
+from reach.streams.resolver.resolve_loop import Resolver
 from tests.integration.agent_support import Receipts, TopicReader, reach_cli, running
 from tests.integration.router_helpers import running_router, running_status, wait_for
 

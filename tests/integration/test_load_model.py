@@ -22,7 +22,7 @@ from reach.envelopes import new_envelope
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import TERMINAL, LoadReport, Receipt, Status
-from reach.streams.router import Router
+from reach.streams.router.route_loop import Router
 from tests.integration.agent_support import TopicReader, reach_cli, spawn
 from tests.integration.router_helpers import Sender, first_per_message, receipts_tail, running_router, wait_for
 

@@ -14,7 +14,7 @@ import pytest
 from reach.core.factors import NAMES
 from reach.names import Names
 from reach.records import AgentState, Receipt
-from reach.streams.router import Router
+from reach.streams.router.route_loop import Router
 from tests.integration.router_helpers import (
     Instance,
     Sender,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reach import dlq
-from reach.core.status import StatusRow, fold
+from reach.core.lifecycle import StatusRow, fold
 from reach.envelopes import new_envelope
 from reach.kafka import codec
 from reach.records import Envelope, Receipt, Status

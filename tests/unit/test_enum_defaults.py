@@ -13,7 +13,7 @@ from typing import Any
 import fastavro
 
 from reach.control import DEFAULT_WEIGHTS, ControlView, instance_record
-from reach.core.status import StatusRow, fold
+from reach.core.lifecycle import StatusRow, fold
 from reach.kafka import codec
 from reach.kafka.codec import MARKER, SCHEMA_ROOT, Codec
 from reach.records import Control, ControlKind, InstanceAction, Receipt, Status, StepStatus, Weights

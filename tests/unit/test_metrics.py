@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.core.status import StatusRow, fold
+from reach.core.lifecycle import StatusRow, fold
 from reach.metrics import Metrics
 from reach.records import ErrorInfo, Receipt, Status
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from reach.core.health.fields import BREAKER_VALUE
+from reach.core.healthmodel.fields import BREAKER_VALUE
 from reach.records import InstanceHealth
 
 

@@ -32,8 +32,8 @@ from confluent_kafka import (
 )
 
 from reach.control import apply_record
-from reach.core.health.settings import HealthSettings
-from reach.core.health.table import HealthTable
+from reach.core.healthmodel.settings import HealthSettings
+from reach.core.healthmodel.table import HealthTable
 from reach.core.views.control import ControlView
 from reach.envelopes import now_ms
 from reach.errors import ReachError

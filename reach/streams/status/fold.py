@@ -1,6 +1,6 @@
 """The status fold: a confluent-kafka loop over `<ns>.receipts` writing rows, changelog and replies per batch.
 
-Per batch: decode each receipt, fold it (pure `reach.core.status.fold` and `settle_reply`) onto the row
+Per batch: decode each receipt, fold it (pure `reach.core.lifecycle.fold` and `settle_reply`) onto the row
 as it stands in this batch; produce each reply to its `<ns>.replies.*` topic and flush; then one
 changelog record per changed row to the status partition of the same number, and flush; only when
 the broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from reach.channels import closure
 from reach.core.commits import CommitLedger
-from reach.core.status import StatusRow, fold, settle_reply
+from reach.core.lifecycle import StatusRow, fold, settle_reply
 from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery, topicreader
 from reach.kafka import headers as H

@@ -18,7 +18,7 @@ from reach.channels.settings import ClosureSettings
 from reach.channels.steps import DeliverySteps
 from reach.channels.tokens import CALLBACKS_PATH, read
 from reach.core.breaker import Outcome as Health
-from reach.core.health.calls import call_of
+from reach.core.healthmodel.calls import call_of
 from reach.envelopes import new_envelope
 from reach.kafka import codec
 from reach.kafka.codec import decode_dict, encode

@@ -8,7 +8,7 @@ from functools import reduce
 
 from reach.channels.closure import callback_id, settle_callback
 from reach.channels.spec import callback_text
-from reach.core.status import StatusRow, fold
+from reach.core.lifecycle import StatusRow, fold
 from reach.records import ChannelDelivery, Envelope, ErrorInfo, Receipt, Status
 
 SPEC = callback_text("webhook:https://example.com/hook", "$.answer,$.missing")

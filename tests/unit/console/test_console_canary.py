@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.core.canary import ended
+from reach.core.canarybook import ended
 from reach.records import Canary, CanaryState
 
 

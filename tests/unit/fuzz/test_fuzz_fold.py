@@ -7,7 +7,7 @@ from functools import reduce
 from hypothesis import given
 from hypothesis import strategies as st
 
-from reach.core.status import StatusRow, fold
+from reach.core.lifecycle import StatusRow, fold
 from reach.records import Receipt, Status
 
 receipts = st.builds(

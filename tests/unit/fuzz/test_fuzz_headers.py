@@ -12,7 +12,7 @@ from reach.kafka import codec, headers
 from reach.kafka.headers import HeaderError
 from reach.names import Names
 from reach.records import DeadLetter, Envelope
-from reach.streams.delays import DelayForwarder
+from reach.streams.delays.forwarder import DelayForwarder
 from reach.terminals import Fence, MemorySlots
 from tests.unit.fuzz.strategies import frames, mutated
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer

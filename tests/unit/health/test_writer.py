@@ -12,7 +12,7 @@ from reach.names import Names
 from reach.records import BreakerState, ErrorInfo, InstanceHealth, Receipt, Status
 from reach.settings import KafkaSettings
 from reach.streams.health.writer import HealthWriter
-from tests.unit.core.health.support import SHORT
+from tests.unit.core.healthmodel.support import SHORT
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
 
 NAMES = Names("hw")

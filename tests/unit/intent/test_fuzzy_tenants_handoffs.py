@@ -100,7 +100,7 @@ def test_a_capability_resolves_only_where_a_live_instance_serves_the_tenant() ->
 
 
 def test_the_resolver_caches_per_served_set_so_tenants_never_share_a_wrong_answer() -> None:
-    from reach.streams.resolver import Resolver
+    from reach.streams.resolver.resolve_loop import Resolver
     worker = Resolver(embedder=lambda: (_ for _ in ()).throw(AssertionError("no model in this test")))
     worker.state.apply_registration("i-1", reg("i-1", Capability(name="weather.forecast", version="1.0.0"),
                                                tenants=["acme"], heartbeat_at=now_ms(), ttl_ms=60_000))
@@ -149,7 +149,7 @@ def test_the_policy_flag_defaults_off_and_scopes_like_every_field() -> None:
 
 
 def test_the_router_module_loads_no_model_or_numpy() -> None:
-    probe = ("import sys, reach.streams.router; "
+    probe = ("import sys, reach.streams.router.route_loop; "
              "print(sorted(m for m in sys.modules if m == 'numpy' or m.startswith(('reach.intent.model', "
              "'reach.intent.semantic', 'tokenizers', 'safetensors'))))")
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
@@ -280,8 +280,8 @@ def test_resolving_a_request_again_yields_the_same_pair_and_keeps_its_state() ->
 
 
 def test_a_router_handoff_waits_for_a_human_within_its_budget_then_the_timekeeper_expires_it() -> None:
-    from reach.core import status
-    from reach.core.timekeeper import Due, due_tasks
+    from reach.core import lifecycle as status
+    from reach.core.deadlines import Due, due_tasks
     accepted = Receipt(message_id="m", trace_id="t", tenant="globex", capability="demo.nobody", at=10, deadline=99,
                        status=Status.ACCEPTED)
     handed = codec.decode(outputs(ENVELOPE, b"raw", [], why="nobody", names=Names("ns"), disabled=(), at=50)[1][2],

@@ -10,7 +10,7 @@ import numpy as np
 from reach.envelopes import now_ms
 from reach.intent import mappings
 from reach.records import AgentRegistration, AgentState, Capability
-from reach.streams.resolver import Resolver
+from reach.streams.resolver.resolve_loop import Resolver
 
 
 class LetterEmbedder:
@@ -215,7 +215,7 @@ def test_of_two_running_workers_with_one_id_the_later_one_stops() -> None:
     import pytest
 
     from reach.intent.errors import ResolverIdInUse
-    from reach.streams.resolver import _IdWatch, yields_to
+    from reach.streams.resolver.resolve_loop import _IdWatch, yields_to
 
     older, newer = "resolver-r.host-a.10.1000", "resolver-r.host-b.20.2000"
     assert yields_to(newer, [older, newer]) == older and yields_to(older, [older, newer]) is None

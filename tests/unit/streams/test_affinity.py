@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.streams.affinity import AffinityTable
+from reach.streams.router.affinity import AffinityTable
 
 
 def test_a_session_sticks_until_its_ttl_passes() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from reach.names import Names
 from reach.settings import KafkaSettings
-from reach.streams.captopics import CapabilityTopics
+from reach.streams.router.captopics import CapabilityTopics
 
 NAMES = Names("ns")
 
@@ -64,7 +64,7 @@ def _until(check: Any, timeout: float = 10.0) -> None:
 
 
 def test_a_capability_created_later_is_subscribed_while_descriptions_never_complete(monkeypatch: Any) -> None:
-    monkeypatch.setattr("reach.streams.captopics.DESCRIBE_TIMEOUT_S", 0.05)
+    monkeypatch.setattr("reach.streams.router.captopics.DESCRIBE_TIMEOUT_S", 0.05)
     admin, counts, consumer = FakeAdmin({"ns.registry"}, members=None), [], FakeConsumer()
     watcher = _watcher(admin, counts)
     watcher.start()
@@ -113,7 +113,7 @@ def test_the_listing_thread_is_not_the_counting_thread() -> None:
 
 
 def test_a_subscription_left_without_any_assignment_joins_the_group_again() -> None:
-    from reach.streams.captopics import EMPTY_S, STUCK_S
+    from reach.streams.router.captopics import EMPTY_S, STUCK_S
 
     admin, consumer = FakeAdmin({"ns.cap.a"}, members=1), FakeConsumer(assigned=False)
     watcher = _watcher(admin, [])
@@ -132,7 +132,7 @@ def test_a_subscription_left_without_any_assignment_joins_the_group_again() -> N
 
 
 def test_more_members_than_partitions_is_not_stuck() -> None:
-    from reach.streams.captopics import STUCK_S
+    from reach.streams.router.captopics import STUCK_S
 
     admin, consumer = FakeAdmin({"ns.cap.a"}, members=5), FakeConsumer(assigned=False)  # 4 partitions, 5 workers
     watcher = _watcher(admin, [])

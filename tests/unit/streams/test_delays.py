@@ -11,7 +11,7 @@ from reach.envelopes import new_envelope
 from reach.kafka import codec, headers
 from reach.names import Names
 from reach.records import DeadLetter, Receipt, Status
-from reach.streams.delays import Bad, DelayForwarder, Hold, Send, next_step
+from reach.streams.delays.forwarder import Bad, DelayForwarder, Hold, Send, next_step
 from reach.streams.exceptions import DeliveryFailed
 from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
@@ -116,7 +116,7 @@ def test_a_synchronous_produce_error_fails_only_its_record() -> None:
 
 def test_a_registry_outage_holds_the_partition_instead_of_dead_lettering(monkeypatch: pytest.MonkeyPatch) -> None:
     from reach.kafka.codec import RegistryUnavailable
-    from reach.streams import delays
+    from reach.streams.delays import forwarder as delays
 
     def down(_value: bytes, _model: object) -> object:
         raise RegistryUnavailable("the registry did not answer")

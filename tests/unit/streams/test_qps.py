@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.streams.qps import QpsLimits
+from reach.streams.router.qps import QpsLimits
 from tests.unit.routing_fixtures import reg
 
 

@@ -9,7 +9,7 @@ import pytest
 from reach.core.factors import NAMES, FactorWeights
 from reach.core.scoring import ScoreParts
 from reach.kafka import codec
-from reach.streams.routed_receipt import RoutedReceiptWriter, as_receipt, varint
+from reach.streams.router.routed_receipt import RoutedReceiptWriter, as_receipt, varint
 
 
 def _random_fields(rng: random.Random) -> dict[str, object]:

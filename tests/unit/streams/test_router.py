@@ -13,8 +13,8 @@ from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, DeadLetter, Envelope, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings
-from reach.streams.router import Router
-from reach.streams.stats import OTHER
+from reach.streams.router.route_loop import Router
+from reach.streams.router.stats import OTHER
 from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
 
@@ -120,7 +120,7 @@ def test_a_registry_outage_is_not_a_rejection(monkeypatch: pytest.MonkeyPatch) -
     def down(_name: str, _data: bytes) -> dict[str, Any]:
         raise RegistryUnavailable("the registry did not answer")
 
-    monkeypatch.setattr("reach.streams.router.decode_dict", down)
+    monkeypatch.setattr("reach.streams.router.route_loop.decode_dict", down)
     producer = FakeProducer()
     acks = r._process(cast(Any, [record(0), record(1), record(0, partition=1)]), cast(Any, producer)).acks
     assert acks.commits() == {} and acks.rewinds() == {(CAP, 0): 0, (CAP, 1): 0}
@@ -136,7 +136,7 @@ def test_stats_of_capabilities_nobody_serves_share_one_key(monkeypatch: pytest.M
 
 
 def test_a_failing_partition_backs_off_alone_and_recovers() -> None:
-    from reach.streams.router import PartitionBackoff
+    from reach.streams.router.route_loop import PartitionBackoff
 
     held = PartitionBackoff(first_s=0.1, most_s=0.4)
     a, b = ("cap", 0), ("cap", 1)

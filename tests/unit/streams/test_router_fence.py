@@ -13,8 +13,8 @@ from reach.kafka import codec
 from reach.receipts import receipt_for
 from reach.records import DeadLetter, Envelope, Receipt, Status, StepStatus
 from reach.settings import KafkaSettings, ReachSettings
-from reach.streams.router import Router
-from reach.streams.stats import OTHER
+from reach.streams.router.route_loop import Router
+from reach.streams.router.stats import OTHER
 from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
 from tests.unit.streams.test_router import CAP, NAMES, NS, router

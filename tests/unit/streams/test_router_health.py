@@ -9,7 +9,7 @@ import pytest
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.records import BreakerState, ControlKind, Envelope, ErrorInfo, InstanceHealth, Status
-from reach.streams.canary import canary_record
+from reach.streams.canary.controller import canary_record
 from tests.unit.routing_fixtures import canary
 from tests.unit.streams.kafka_fakes import FakeProducer
 from tests.unit.streams.test_router import INBOX, receipts, record, router

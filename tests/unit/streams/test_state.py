@@ -21,7 +21,7 @@ from reach.records import (
     Weights,
 )
 from reach.settings import KafkaSettings
-from reach.streams.state import RouterState, StateLoop
+from reach.streams.router.state import RouterState, StateLoop
 
 NAMES = Names("ns")
 
@@ -94,7 +94,7 @@ def test_an_undecodable_receipt_is_counted() -> None:
 
 def test_a_registry_outage_is_not_a_bad_record(monkeypatch: pytest.MonkeyPatch) -> None:
     from reach.kafka.codec import RegistryUnavailable
-    from reach.streams import state as module
+    from reach.streams.router import state as module
 
     def down(_value: bytes, _model: object) -> object:
         raise RegistryUnavailable("the registry did not answer")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from reach.core.status import StatusRow, fold
+from reach.core.lifecycle import StatusRow, fold
 from reach.records import ErrorInfo, Receipt, Status
 from reach.streams.status import keys
 from reach.streams.status.store import PartitionStore

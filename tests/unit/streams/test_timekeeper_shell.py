@@ -8,13 +8,13 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from reach.core.status import StatusRow, fold
+from reach.core.lifecycle import StatusRow, fold
 from reach.envelopes import new_envelope
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import DeadLetter, Decision, Receipt, Status
-from reach.streams import timekeeper as module
-from reach.streams.timekeeper import Timekeeper
+from reach.streams.timekeeper import sweep as module
+from reach.streams.timekeeper.sweep import Timekeeper
 from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, FakeReader
 

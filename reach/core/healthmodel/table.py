@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from reach.core.health.calls import Call, call_of
-from reach.core.health.instance import InstanceTracker
-from reach.core.health.settings import HealthSettings
-from reach.core.health.windows import CapabilityLatency
+from reach.core.healthmodel.calls import Call, call_of
+from reach.core.healthmodel.instance import InstanceTracker
+from reach.core.healthmodel.settings import HealthSettings
+from reach.core.healthmodel.windows import CapabilityLatency
 from reach.records import InstanceHealth
 
 

@@ -25,7 +25,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
-from reach.core.canary import canaries
+from reach.core.canarybook import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
 from reach.core.factors import FactorWeights
@@ -51,12 +51,12 @@ from reach.kafka.codec import DecodeError, RegistryUnavailable, UnknownSchema, d
 from reach.names import Names
 from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
-from reach.streams.affinity import AffinityTable
-from reach.streams.captopics import CapabilityTopics
-from reach.streams.qps import QpsLimits
-from reach.streams.routed_receipt import RoutedReceiptWriter
-from reach.streams.state import RouterState, StateLoop
-from reach.streams.stats import OTHER, RouterStats
+from reach.streams.router.affinity import AffinityTable
+from reach.streams.router.captopics import CapabilityTopics
+from reach.streams.router.qps import QpsLimits
+from reach.streams.router.routed_receipt import RoutedReceiptWriter
+from reach.streams.router.state import RouterState, StateLoop
+from reach.streams.router.stats import OTHER, RouterStats
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")

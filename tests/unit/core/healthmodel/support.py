@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from reach.core.breaker import Outcome
-from reach.core.health.calls import Call
-from reach.core.health.settings import HealthSettings
+from reach.core.healthmodel.calls import Call
+from reach.core.healthmodel.settings import HealthSettings
 
 SHORT = HealthSettings(error_window_ms=10_000, open_ms=5_000, eject_window_ms=60_000, eject_hold_ms=2_000,
                        restore_step_ms=3_000, slow_window_ms=1_000, slow_windows=5, slow_ms=4_000,

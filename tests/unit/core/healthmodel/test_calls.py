@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from reach.core.breaker import Outcome
-from reach.core.health.calls import call_of
-from tests.unit.core.health.support import receipt
+from reach.core.healthmodel.calls import call_of
+from tests.unit.core.healthmodel.support import receipt
 
 
 def test_completed_is_a_success_with_its_run_time() -> None:

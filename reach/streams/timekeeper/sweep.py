@@ -20,9 +20,9 @@ from typing import cast
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from reach import dlq
+from reach.core.deadlines import Due, Task, due_tasks
+from reach.core.lifecycle import StatusRow
 from reach.core.retry import Action, Failure, Limits
-from reach.core.status import StatusRow
-from reach.core.timekeeper import Due, Task, due_tasks
 from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery
 from reach.kafka import headers as H

@@ -1,7 +1,7 @@
 """The canary controller: the single writer of CANARY control records, run by the status role.
 
 Every controller folds the registry and control topics (from the beginning) and the receipts (from
-the end) into a `reach.core.canary.CanaryBook`; only the one that owns partition 0 of `<ns>.control` in the
+the end) into a `reach.core.canarybook.CanaryBook`; only the one that owns partition 0 of `<ns>.control` in the
 consumer group `<ns>.canary` writes (promotions, rollbacks, progress), so two status workers never
 race each other. A controller that takes over starts its step tallies from the receipts it sees
 next: a step in progress is judged on what follows, never on a guess.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from reach.control import publish
-from reach.core.canary import CanaryBook
+from reach.core.canarybook import CanaryBook
 from reach.envelopes import now_ms
 from reach.kafka import clients, topicreader
 from reach.kafka.codec import RegistryUnavailable, decode

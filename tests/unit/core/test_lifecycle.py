@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import reduce
 
-from reach.core.status import StatusRow, expired, fold
+from reach.core.lifecycle import StatusRow, expired, fold
 from reach.records import ErrorInfo, Receipt, Status
 
 
@@ -32,7 +32,7 @@ def test_routed_after_started_does_not_move_the_row_back() -> None:
 
 
 def test_a_handoff_after_routed_moves_the_row_so_no_delivery_timeout_reroutes_it_again() -> None:
-    from reach.core.timekeeper import due_tasks
+    from reach.core.deadlines import due_tasks
     from reach.records import Decision, IntentResolution
 
     routed = r(Status.ROUTED, 1, delivery_timeout_ms=5, deadline=10_000,
@@ -95,7 +95,7 @@ def test_routed_opens_a_delivery_window_that_started_closes() -> None:
 
 
 def test_stale_no_route_letters_count_only_old_unserved_ones() -> None:
-    from reach.core.status import stale_no_route
+    from reach.core.lifecycle import stale_no_route
 
     no_route = ErrorInfo(kind="NO_ROUTE", code="NO_ROUTE", message="nobody serves it")
     old = run(r(Status.DEAD_LETTERED, 1_000, error=no_route))
@@ -105,7 +105,7 @@ def test_stale_no_route_letters_count_only_old_unserved_ones() -> None:
 
 
 def test_rows_are_bounded_timeline_result_and_errors() -> None:
-    from reach.core.status import MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_STEPS
+    from reach.core.lifecycle import MAX_ERROR_CHARS, MAX_RESULT_CHARS, MAX_STEPS
 
     huge = ErrorInfo(kind="TRANSIENT", code="BOOM", message="x" * 100_000)
     steps = [r(Status.ATTEMPT_FAILED, at, attempt=at, error=huge) for at in range(1, MAX_STEPS + 11)]
@@ -118,7 +118,7 @@ def test_rows_are_bounded_timeline_result_and_errors() -> None:
 
 
 def _settled(*receipts: tuple[Receipt, str | None]) -> tuple[StatusRow, list[bytes]]:
-    from reach.core.status import settle_reply
+    from reach.core.lifecycle import settle_reply
 
     row, sent = None, []
     for receipt, reply_to in receipts:

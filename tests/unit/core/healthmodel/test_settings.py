@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import reach.core.health.settings as module
-from reach.core.health.settings import HealthSettings
+import reach.core.healthmodel.settings as module
+from reach.core.healthmodel.settings import HealthSettings
 
 DOCS = Path(__file__).resolve().parents[4] / "docs" / "operations.md"
 

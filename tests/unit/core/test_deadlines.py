@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reach.core.status import StatusRow, fold
-from reach.core.timekeeper import Due, due_tasks
+from reach.core.deadlines import Due, due_tasks
+from reach.core.lifecycle import StatusRow, fold
 from reach.records import Decision, Receipt, Status
 
 

@@ -50,8 +50,8 @@ from reach.settings import KafkaSettings, ReachSettings
 from reach.streams import groupadmin
 from reach.streams.groupadmin import GroupRequests
 from reach.streams.loopthread import LoopThread
-from reach.streams.router import MAX_ENVELOPE_BYTES, dead_letter_bytes
-from reach.streams.state import RouterState, StateLoop
+from reach.streams.router.route_loop import MAX_ENVELOPE_BYTES, dead_letter_bytes
+from reach.streams.router.state import RouterState, StateLoop
 from reach.terminals import Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.resolver")

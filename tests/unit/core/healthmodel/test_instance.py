@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from reach.core.breaker import Outcome
-from reach.core.health.instance import InstanceTracker
-from reach.core.health.settings import HealthSettings
+from reach.core.healthmodel.instance import InstanceTracker
+from reach.core.healthmodel.settings import HealthSettings
 from reach.records import BreakerState
-from tests.unit.core.health.support import SHORT, call
+from tests.unit.core.healthmodel.support import SHORT, call
 
 FAIL, OK = Outcome.FAILURE, Outcome.SUCCESS
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.core.health.windows import CapabilityLatency, Windows
+from reach.core.healthmodel.windows import CapabilityLatency, Windows
 
 
 def windows() -> Windows:

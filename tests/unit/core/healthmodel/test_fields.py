@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.core.health.fields import SHOWN, breaker, health_fields, share
+from reach.core.healthmodel.fields import SHOWN, breaker, health_fields, share
 from reach.records import BreakerState, InstanceHealth
 
 

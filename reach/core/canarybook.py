@@ -3,7 +3,7 @@
 The canary arm's success rate over the current step is counted from receipts: a COMPLETED receipt of
 an instance of the agent running the canary build version is a success, its FAILED or ATTEMPT_FAILED
 receipt a failure (router receipts name no instance and are not counted). The rule, judged on every
-tick by the single controller (reach.streams.canary):
+tick by the single controller (reach.streams.canary.controller):
 
 - rollback as soon as the step has at least `min_calls` calls and success < min_success;
 - promote when the step lasted step_ms, has at least `min_calls` calls and success >= min_success:

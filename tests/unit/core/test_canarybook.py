@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from reach.cli.canary import BadCanary, parse_duration_ms, parse_steps
-from reach.core.canary import ArmTally, CanaryBook, Verdict, advance, canaries, judge
+from reach.core.canarybook import ArmTally, CanaryBook, Verdict, advance, canaries, judge
 from reach.kafka.codec import encode
 from reach.names import Names
 from reach.records import CanaryState, Control, Receipt, Status
 from reach.settings import CanarySettings
-from reach.streams.canary import CanaryDriver, canary_record
+from reach.streams.canary.controller import CanaryDriver, canary_record
 from tests.unit.routing_fixtures import canary, reg
 
 AGENT = "agent://echo/main"

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from reach.core.status import StatusRow
+from reach.core.lifecycle import StatusRow
 from reach.records import Status
 
 

@@ -14,9 +14,9 @@ from a published one. The router reads the record's breaker, admit, weight and t
 from __future__ import annotations
 
 from reach.core.breaker import CircuitBreaker, Outcome
-from reach.core.health.calls import Call
-from reach.core.health.settings import HealthSettings
-from reach.core.health.windows import Counts, Windows
+from reach.core.healthmodel.calls import Call
+from reach.core.healthmodel.settings import HealthSettings
+from reach.core.healthmodel.windows import Counts, Windows
 from reach.records import BreakerState, InstanceHealth
 
 
