@@ -23,12 +23,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from reach.bench import cpu, noop_agent
+from reach.bench import costs, cpu, noop_agent
 from reach.bench.collector import Collector, Seen
 from reach.bench.results import ModeResult, latency, rate
 from reach.bench.slo import ReceiptBook
 from reach.bench.subprocesses import Child
 from reach.bench.workspace import Workspace, message_id
+from reach.errors import InfraUnavailable
 from reach.kafka import headers as H
 from reach.kafka.codec import decode_dict
 from reach.local.process import free_port
@@ -80,6 +81,10 @@ class Stack:
     routers: dict[str, Child]
     agents: list[Child]
     broker: int | None
+    meters: costs.Costs | None = None  # broker requests and Redis commands (reach.bench.costs)
+
+    def read_costs(self) -> costs.Reading:
+        return self.meters.read() if self.meters is not None else costs.Reading()
 
     def processes(self) -> dict[str, int | None]:
         """Label -> pid of every process whose CPU a step reports (the bench itself: sender and collector)."""
@@ -140,16 +145,26 @@ def stack(ws: Workspace, app: StreamApp, setup: Setup = NOOP) -> Iterator[Stack]
     if setup.path is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(setup.path), os.environ.get("PYTHONPATH")) if p)
     agents: list[Child] = []
+    broker = cpu.broker_pid(ws.kafka.servers())
+    readers = costs.Costs(broker, _redis_url())
     try:
         for i in range(setup.instances):
             agents.append(Child(f"agent{i + 1}", ["reach", "agent", "run", setup.target, "--log-level", "WARNING"],
                                 env))
         app.child.wait_until(lambda: _ready(app.url, setup.agent_id) >= setup.instances, 120,
                              f"{setup.instances} READY instance(s) of {setup.agent_id} in the registry")
-        yield Stack(app.routers, agents, cpu.broker_pid(ws.kafka.servers()))
+        yield Stack(app.routers, agents, broker, readers)
     finally:
         for agent in agents:
             agent.stop()
+        readers.close()
+
+
+def _redis_url() -> str | None:
+    try:
+        return RedisSettings().url()
+    except InfraUnavailable:
+        return None
 
 
 def _healthy(url: str) -> bool:
@@ -206,13 +221,15 @@ def run_rate(ws: Workspace, collector: Collector, running: Stack, *, offered: fl
     send_open_loop(ws, warm_prefix, offered, max(int(offered / 2), 10), setup.capability)
     _wait_terminal(collector, warm_prefix, max(int(offered / 2), 10), drain_timeout)
     collector.take()
-    before = cpu.read(running.processes())
+    spent_before, before = running.read_costs(), cpu.read(running.processes())
     count = max(int(offered * seconds), 10)
     created = send_open_loop(ws, prefix, offered, count, setup.capability)
     drained = _wait_terminal(collector, prefix, count, drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), count)
+    spent = costs.per_request(spent_before, running.read_costs(), count)
     result = _analyse(collector.take(), created, mode=mode_name(setup, offered, roles), offered=offered,
                       per_process=per_process, workers=set(running.workers()), drained=drained)
+    result.figures.update(spent)
     unfinished[result.mode] = collector.missing(set(created))
     return result
 
