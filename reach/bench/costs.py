@@ -137,7 +137,7 @@ def per_request(before: Reading, after: Reading, requests: int) -> dict[str, flo
     if before.broker is not None and after.broker is not None:
         spent = _delta(before.broker, after.broker)
         out["broker_requests_per_request"] = round(sum(spent.values()) / requests, 3)
-        for api in COUNTED:
+        for api in sorted({*COUNTED, *spent}):  # every type in the JSON; the table shows COUNTED and the rest
             out[f"broker_{api}_per_request"] = round(spent.get(api, 0) / requests, 3)
         other = sum(n for api, n in spent.items() if api not in COUNTED)
         out["broker_other_per_request"] = round(other / requests, 3)

@@ -138,14 +138,16 @@ def run(ws: Workspace, config: KneeConfig) -> list[Search]:
     out = [Search(name, skipped=round_trip.SETUPS[name].missing()) for name in config.setups]
     if all(s.skipped for s in out):
         return out
-    with round_trip.stream_app(ws) as app:
-        collector = Collector(ws).start()
-        try:
-            for result in out:
-                if not result.skipped:
-                    _search(ws, app, collector, round_trip.SETUPS[result.setup], config, result)
-        finally:
-            collector.stop()
+    for roles in dict.fromkeys(round_trip.SETUPS[s.setup].roles for s in out if not s.skipped):
+        with round_trip.stream_app(ws, roles) as app:  # one stream app per process layout, shared by its set-ups
+            collector = Collector(ws).start()
+            try:
+                for result in out:
+                    setup = round_trip.SETUPS[result.setup]
+                    if not result.skipped and setup.roles == roles:
+                        _search(ws, app, collector, setup, config, result)
+            finally:
+                collector.stop()
     return out
 
 
@@ -160,7 +162,7 @@ def _search(ws: Workspace, app: StreamApp, collector: Collector, setup: Setup, c
 
             def passes(rate: float, repeat: int = repeat, steps: list[Step] = steps) -> bool:
                 step = _step(ws, collector, book, running, setup, config, rate=rate,
-                             tag=f"k{setup.name[0]}{repeat}s{len(steps)}", pending=pending)
+                             tag=f"k{list(round_trip.SETUPS).index(setup.name)}r{repeat}s{len(steps)}", pending=pending)
                 steps.append(step)
                 return step.verdict.passed
 

@@ -39,9 +39,15 @@ from reach.settings import RedisSettings
 _REPO = Path(__file__).resolve().parents[2]
 
 
+ROLES_ALL = ("all",)
+ROLES_SPLIT = ("route", "status")
+"""`reach router --role`: the routing hot path and the status fold in one process, or in two."""
+
+
 @dataclass(frozen=True)
 class Setup:
-    """Who serves the round trip: `instances` processes of `reach agent run <target>`."""
+    """Who serves the round trip: `instances` processes of `reach agent run <target>`, behind a stream app that
+    runs its roles in one process (ROLES_ALL) or two (ROLES_SPLIT)."""
 
     name: str
     capability: str
@@ -49,9 +55,12 @@ class Setup:
     target: str
     instances: int = 1
     path: Path | None = None  # put on PYTHONPATH (examples/ is beside the package, not in it)
+    roles: tuple[str, ...] = ROLES_ALL
 
     def missing(self) -> str | None:
         """Why this set-up cannot run on this installation, or None."""
+        if self.roles != ROLES_ALL and not roles_supported():
+            return "`reach router --role` is not available on this build"
         if self.path is not None and not (self.path / (self.target.split(":")[0].replace(".", "/") + ".py")).exists():
             return f"{self.target.split(':')[0]} is not beside the installed package (run from a source checkout)"
         return None
@@ -59,12 +68,12 @@ class Setup:
 
 NOOP = Setup("noop", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.bench.noop_agent:agent")
 ECHO = Setup("echo x2", "demo.echo", "agent://demo/echo", "examples.echo_agent:agent", instances=2, path=_REPO)
-SETUPS = {s.name: s for s in (NOOP, ECHO)}
-
-
-ROLES_ALL = ("all",)
-ROLES_SPLIT = ("route", "status")
-"""`reach router --role`: the routing hot path and the status fold in one process, or in two."""
+NOOP_X2 = Setup("noop x2", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.bench.noop_agent:agent", instances=2)
+NOOP_SPLIT = Setup("noop split", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.bench.noop_agent:agent",
+                   roles=ROLES_SPLIT)
+SETUPS = {s.name: s for s in (NOOP, ECHO, NOOP_X2, NOOP_SPLIT)}
+"""The knee's set-ups: `noop x2` and `noop split` show what a second agent instance, and the router's roles in
+two processes, change at the knee."""
 
 
 def roles_supported() -> bool:
