@@ -44,8 +44,8 @@ from reach.names import Names
 from reach.records import AgentRegistration, InstanceHealth
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
-from reach.streams.loopthread import LoopThread
 from reach.streams.status.lookup import partition_of
+from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.health")
 Publish = Callable[[str, InstanceHealth | None], None]
@@ -63,7 +63,7 @@ def health_group(names: Names) -> str:
     return f"{names.router_app_id}.health"
 
 
-class HealthWriter(LoopThread):
+class HealthWriter(SupervisedLoop):
     """The single writer of `<ns>.health` for the partitions it owns; start()/stop() run it on a thread.
 
     `on_publish` sees every record it published (the metrics gauges); `records()` is the latest per owned
@@ -126,7 +126,7 @@ class HealthWriter(LoopThread):
                             on_assign=lambda c, tps: self._assigned(c, tps),
                             on_revoke=lambda c, tps: self._revoked(producer, tps, flush=True),
                             on_lost=lambda c, tps: self._revoked(producer, tps, flush=False))
-            self.error = None
+            self._mark_ready()
             next_tick = 0.0
             while not self._stop.is_set():
                 group.consume(500, 0)  # serves the rebalance callbacks; the records are this writer's own
