@@ -11,13 +11,14 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from reach import dlq
-from reach.console.operators import OperatorTable, new_operator
+from reach.console.operators import OperatorTable
 from reach.console.wiring import Console
 from reach.errors import InfraUnavailable
 from reach.gateway.service import build_gateway
 from reach.intent import stats as intent_stats
 from reach.intent.handoff import Handoff, HandoffCandidate
 from reach.ops.handoff import summary
+from reach.ops.operators import new_operator
 from reach.records import CanaryState, InstanceAction, IntentResolution, Receipt, Status
 from reach.secretbox import SecretBox
 from tests.unit.gateway.fakes import Fakes
