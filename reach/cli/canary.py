@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 
 import typer
 from rich.table import Table
@@ -12,6 +11,7 @@ from reach import control
 from reach.cli.common import console
 from reach.core.admission import canary_share
 from reach.core.canarybook import DEFAULT_STEPS, canaries, ended
+from reach.core.durations import BadDuration, parse_ms
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.names import Names, check_agent_id
@@ -21,10 +21,6 @@ from reach.streams.canary.controller import canary_record
 
 app = typer.Typer(help="Send a share of an agent's traffic to a new build version; promote or roll back.",
                   no_args_is_help=True)
-
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h)?$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
-
 
 class BadCanary(ReachError):
     """A canary command whose arguments or current state do not allow it."""
@@ -43,10 +39,10 @@ def parse_steps(text: str) -> list[int]:
 
 def parse_duration_ms(text: str) -> int:
     """`60s`, `500ms`, `2m`, `1h` or plain seconds -> milliseconds (> 0)."""
-    found = _DURATION.match(text.strip())
-    if not found or int(found[1]) <= 0:
-        raise BadCanary(f"--step {text!r} is not a duration; pass e.g. --step 60s, 500ms, 2m")
-    return int(found[1]) * _UNIT_MS[found[2]]
+    try:
+        return parse_ms(text, bare="s", least=1, what="--step", hint="pass e.g. --step 60s, 500ms, 2m")
+    except BadDuration as exc:
+        raise BadCanary(str(exc)) from None
 
 
 def _names() -> Names:
