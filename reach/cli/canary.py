@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 
 import typer
 from rich.table import Table
 
 from reach.cli.common import console
 from reach.core.canarybook import DEFAULT_STEPS
+from reach.core.durations import BadDuration, parse_ms
 from reach.names import Names
 from reach.ops import canary as ops_canary
 from reach.ops.canary import BadCanary, parse_steps
@@ -19,16 +19,14 @@ from reach.settings import ReachSettings
 app = typer.Typer(help="Send a share of an agent's traffic to a new build version; promote or roll back.",
                   no_args_is_help=True)
 
-_DURATION = re.compile(r"^(\d+)(ms|s|m|h)?$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
 
 
 def parse_duration_ms(text: str) -> int:
     """`60s`, `500ms`, `2m`, `1h` or plain seconds -> milliseconds (> 0)."""
-    found = _DURATION.match(text.strip())
-    if not found or int(found[1]) <= 0:
-        raise BadCanary(f"--step {text!r} is not a duration; pass e.g. --step 60s, 500ms, 2m")
-    return int(found[1]) * _UNIT_MS[found[2]]
+    try:
+        return parse_ms(text, bare="s", least=1, what="--step", hint="pass e.g. --step 60s, 500ms, 2m")
+    except BadDuration as exc:
+        raise BadCanary(str(exc)) from None
 
 
 def _names() -> Names:
