@@ -25,7 +25,7 @@ from reach.records import Receipt, Status, StepStatus
 from reach.replies import ReplyPump
 
 if TYPE_CHECKING:
-    from reach.client import Client
+    from reach import client as sdk
 
 DEFAULT_TIMEOUT_MS = 30_000
 
@@ -105,7 +105,7 @@ def host_client_id(prefix: str = "cli") -> str:
 class ReplyInbox:
     """One client's reply topic; thread-safe `wait(message_id)`."""
 
-    def __init__(self, client: Client, *, client_id: str | None = None) -> None:
+    def __init__(self, client: sdk.Client, *, client_id: str | None = None) -> None:
         self.client_id = client_id or default_client_id()
         self.topic = client.names.replies(self.client_id)
         admin = clients.admin(client.kafka)
@@ -165,7 +165,7 @@ class ChainResult:
 
 
 def invoke_receipt(
-    client: Client,
+    client: sdk.Client,
     inbox: ReplyInbox,
     capability: str,
     payload: Any,
@@ -182,7 +182,7 @@ def invoke_receipt(
 
 
 def invoke(
-    client: Client,
+    client: sdk.Client,
     inbox: ReplyInbox,
     capability: str,
     payload: Any,
@@ -201,7 +201,7 @@ Reducer = Callable[[Any, StepResult], Any]
 
 
 def invoke_chain(
-    client: Client,
+    client: sdk.Client,
     inbox: ReplyInbox,
     steps: Sequence[Step | str],
     reducer: Reducer,

@@ -10,7 +10,6 @@ timestamp: the round trip).
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
@@ -77,10 +76,11 @@ two processes, change at the knee."""
 
 
 def roles_supported() -> bool:
-    """Whether this build's `reach router` takes --role (the split of the hot path and the status fold)."""
-    from reach.cli.router import router
+    """Whether this build's stream app runs its roles apart (`reach router --role route|status`)."""
+    from reach.streams import app
 
-    return "role" in inspect.signature(router).parameters
+    role = getattr(app, "Role", None)
+    return role is not None and {"route", "status"} <= {r.value for r in role}
 
 
 @dataclass

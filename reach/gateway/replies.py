@@ -6,7 +6,7 @@ import asyncio
 import logging
 import threading
 
-from reach.client import Client
+from reach import client as sdk
 from reach.invoke import ReplyInbox, host_client_id
 from reach.records import Receipt
 from reach.replies import Key, ReplyPump
@@ -42,7 +42,7 @@ class ReplyHub(ReplyInbox):
     """reach.invoke's ReplyInbox (its topic, consumer and reply pump), pumped by one thread for every waiting
     request instead of one blocking `wait` per call."""
 
-    def __init__(self, client: Client, *, client_id: str) -> None:
+    def __init__(self, client: sdk.Client, *, client_id: str) -> None:
         super().__init__(client, client_id=client_id)
         self._stop = threading.Event()
         self.error: BaseException | None = None

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from reach import client as sdk
 from reach.a2a.cancelsink import KafkaCancels
 from reach.callers import AppDirectory
-from reach.client import Client
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
@@ -58,7 +58,7 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     reach = reach or ReachSettings()
     http = http or HttpSettings()
     clients.check_reachable(clients.admin(kafka))
-    client = Client(kafka=kafka, settings=reach, source="gateway")
+    client = sdk.Client(kafka=kafka, settings=reach, source="gateway")
     catalog = RegistryCatalog(names=client.names, kafka=kafka)
     catalog.start()
     replies = ReplyHub(client, client_id=gateway_client_id(port))

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from reach import client as sdk
 from reach import dlq
-from reach.client import Client
 from reach.core.lifecycle import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
@@ -131,7 +131,7 @@ def replay_letters(items: list[dlq.Letter], *, dry_run: bool, rate: float | None
     the console's redrive)."""
     names = _names()
     producer = clients.producer()
-    client = Client()
+    client = sdk.Client()
 
     def publish(envelope: Envelope) -> None:
         client.publish(envelope)

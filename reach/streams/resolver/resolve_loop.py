@@ -166,9 +166,9 @@ class Resolver(SupervisedLoop):
         except IntentModelMissing as exc:
             self.unavailable = str(exc)
             log.error("semantic stage unavailable (exact map and handoff only): %s", exc)
-        from reach.client import Client
+        from reach import client as sdk
 
-        with Client(kafka=self.kafka, settings=self.settings, follow_control=False) as client:
+        with sdk.Client(kafka=self.kafka, settings=self.settings, follow_control=False) as client:
             client.ensure_topic(self.reply_topic)
         self._state_loop.start()
         self._state_loop.wait_loaded(ready_timeout)
