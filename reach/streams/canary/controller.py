@@ -122,8 +122,10 @@ class CanaryController(SupervisedLoop):
         driver = self.driver
         driver.book, driver.caught_up = CanaryBook(), False  # a restarted loop reads everything again
 
-        def assigned(_c: Consumer, partitions: list[TopicPartition]) -> None:
+        def assigned(c: Consumer, partitions: list[TopicPartition]) -> None:
             driver.leader = any(tp.partition == 0 for tp in partitions)
+            c.assign(partitions)
+            c.pause(partitions)  # membership only: `reader` reads control; this one would fetch it a second time
 
         def revoked(_c: Consumer, _partitions: list[TopicPartition]) -> None:
             driver.leader = False

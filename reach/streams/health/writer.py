@@ -284,8 +284,10 @@ class HealthWriter(SupervisedLoop):
             restored = self.restore_records(self._read_partition(tp.partition))
             self.owned.add(tp.partition)
             log.info("health partition %d owned: %d instances restored", tp.partition, restored)
-        if consumer is not None:  # read on from the end: only this writer's own records follow
-            consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions])
+        if consumer is not None:  # membership only: the records that follow are this writer's own
+            held = [TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions]
+            consumer.assign(held)
+            consumer.pause(held)  # else each of its own publishes completes a fetch it would only discard
 
     def restore_records(self, records: list[tuple[bytes | None, bytes | None]]) -> int:
         """Fold a health partition's records (key, value) in offset order; the last per key wins."""
