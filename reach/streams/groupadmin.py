@@ -30,11 +30,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
+from reach.kafka import clients
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
 
@@ -259,7 +260,10 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared(kafka: KafkaSettings) -> GroupAdmin:
-    """One GroupAdmin (one child) per process and cluster, for every caller in it."""
+    """One GroupAdmin (one child) per process and cluster, for every caller in it; on an in-process bus
+    (reach.kafka.memory) its admin client, which cannot abort the process."""
+    if clients.in_memory(kafka):
+        return cast(GroupAdmin, clients.admin(kafka))
     # the secrets too (model_dump_json masks them): settings that differ only in a password get their own child
     key = hashlib.sha256(json.dumps(settings_payload(kafka), sort_keys=True).encode()).hexdigest()
     with _SHARED_LOCK:
