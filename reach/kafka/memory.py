@@ -45,6 +45,7 @@ from confluent_kafka import (
 SCHEME = "memory://"
 
 TP = tuple[str, int]
+Headers = list[tuple[str, str | bytes | None]]
 Callback = Callable[..., Any]
 
 
@@ -80,7 +81,7 @@ def _bytes(data: str | bytes | None) -> bytes | None:
     return data.encode() if isinstance(data, str) else data
 
 
-def _headers(raw: Any) -> list[tuple[str, bytes | None]] | None:
+def _headers(raw: Any) -> Headers | None:
     if not raw:
         return None
     pairs = raw.items() if isinstance(raw, dict) else raw
@@ -91,7 +92,7 @@ def _headers(raw: Any) -> list[tuple[str, bytes | None]] | None:
 class _Record:
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes | None]] | None
+    headers: Headers | None
     timestamp: int
 
 

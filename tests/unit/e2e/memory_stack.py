@@ -113,6 +113,15 @@ class MemoryStack:
     def row(self, message_id: str) -> StatusRow | None:
         return self.fold.row(message_id)
 
+    def rows(self) -> list[StatusRow]:
+        """Every row of the status table (the fold owns every partition here)."""
+        return [row for mid in self._message_ids() if (row := self.fold.row(mid)) is not None]
+
+    def _message_ids(self) -> set[str]:
+        bus = memory.bus(self.kafka.servers().removeprefix(memory.SCHEME))
+        return {record.key.decode() for log in bus.topics[self.names.receipts].partitions for record in log
+                if record.key}
+
     def receipts(self, message_id: str) -> list[dict[str, Any]]:
         """Every receipt of the message on the receipts topic, in order."""
         bus = memory.bus(self.kafka.servers().removeprefix(memory.SCHEME))
