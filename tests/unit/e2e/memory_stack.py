@@ -118,18 +118,17 @@ class MemoryStack:
         return [row for mid in self._message_ids() if (row := self.fold.row(mid)) is not None]
 
     def _message_ids(self) -> set[str]:
-        bus = memory.bus(self.kafka.servers().removeprefix(memory.SCHEME))
-        return {record.key.decode() for log in bus.topics[self.names.receipts].partitions for record in log
+        return {record.key.decode() for log in self._bus().topics[self.names.receipts].partitions for record in log
                 if record.key}
+
+    def _bus(self) -> memory.Bus:
+        return memory.bus(self.kafka.servers().removeprefix(memory.SCHEME))
 
     def receipts(self, message_id: str) -> list[dict[str, Any]]:
         """Every receipt of the message on the receipts topic, in order."""
-        bus = memory.bus(self.kafka.servers().removeprefix(memory.SCHEME))
-        found = []
-        for log in bus.topics[self.names.receipts].partitions:
-            for record in log:
-                if record.key == message_id.encode() and record.value:
-                    found.append(codec.decode_dict("Receipt", record.value))
+        logs = self._bus().topics[self.names.receipts].partitions
+        found = [codec.decode_dict("Receipt", record.value) for log in logs for record in log
+                 if record.key == message_id.encode() and record.value]
         return sorted(found, key=lambda r: r["at"])
 
     def stop(self) -> None:
@@ -144,14 +143,16 @@ class MemoryStack:
 
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[MemoryStack]:
-    """A fresh bus, Redis and namespace per test, with the stream app's workers running."""
+    """A fresh bus, Redis and namespace per test, with the stream app's workers running. Records are framed
+    single-object from the schema files (REACH_SCHEMA_REGISTRY_URL=mock://<name> would frame them through
+    confluent-kafka's in-memory registry instead: one per process, like the codec's wire codec)."""
     bus = f"e2e-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("REACH_BOOTSTRAP", memory.SCHEME + bus)
     monkeypatch.setenv("REACH_NAMESPACE", "t" + uuid.uuid4().hex[:8])
     monkeypatch.setenv("REACH_TOPICS_FILE", str(ROOT / "topics.yaml"))
     monkeypatch.setenv("REACH_WEB_PORT", "1")  # no status view here: the agent's durable check is refused at once
     monkeypatch.delenv("REACH_SCHEMA_REGISTRY_URL", raising=False)
-    monkeypatch.setattr(codec, "_wire", None)  # single-object framing from the schema files, no registry
+    monkeypatch.setattr(codec, "_wire", None)  # resolved again from the environment above on first use
     with fake_redis() as url:
         monkeypatch.setenv("REACH_REDIS_URL", url)
         running = MemoryStack(tmp_path).start()
