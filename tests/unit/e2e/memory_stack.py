@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,7 +51,7 @@ def fake_redis() -> Iterator[str]:
     from fakeredis import TcpFakeServer
 
     server = TcpFakeServer(("127.0.0.1", 0), server_type="redis")
-    thread = threading.Thread(target=server.serve_forever, name="fake-redis", daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-redis", daemon=True)
     thread.start()
     try:
         host, port = server.server_address[:2]
@@ -75,6 +76,7 @@ class MemoryStack:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._runners: list[Runner] = []
+        self.errors: list[str] = []  # what stopped a worker or a runner: the test fails on any
         self.router = Router(kafka=self.kafka, reach=self.settings, metadata_refresh_ms=200)
         self.fold = StatusFold(names=self.names, kafka=self.kafka, metrics=Metrics(CollectorRegistry()),
                                state_dir=tmp / "status", url="http://127.0.0.1:1", retention_ms=3_600_000)
@@ -85,7 +87,7 @@ class MemoryStack:
     def start(self) -> MemoryStack:
         self.fold.start()
         self.router.start(ready_timeout=10)
-        self._spawn("delays", lambda: self.delays.run(self._stop))
+        self.delays.start()
         self._spawn("timekeeper", self._keep_time)
         return self
 
@@ -97,7 +99,13 @@ class MemoryStack:
                 self.timekeeper.tick(rows)
 
     def _spawn(self, name: str, target: Callable[[], Any]) -> None:
-        thread = threading.Thread(target=target, name=f"e2e-{name}", daemon=True)
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:  # noqa: BLE001 - reported by stop(), which fails the test
+                self.errors.append(f"{name}: {exc!r}")
+
+        thread = threading.Thread(target=run, name=f"e2e-{name}", daemon=True)
         thread.start()
         self._threads.append(thread)
 
@@ -135,10 +143,14 @@ class MemoryStack:
         for runner in self._runners:
             runner.stop()
         self._stop.set()
-        self.router.stop(5)
-        self.fold.stop(5)
+        for worker in (self.router, self.fold, self.delays):
+            if worker.error is not None:
+                self.errors.append(f"{type(worker).__name__}: {worker.error!r}")
+        with ThreadPoolExecutor(3) as pool:  # each finishes its batch and flushes: side by side, not in turn
+            list(pool.map(lambda worker: worker.stop(5), (self.delays, self.router, self.fold)))
         for thread in self._threads:
             thread.join(5)
+        assert not self.errors, f"workers failed: {self.errors}"
 
 
 @pytest.fixture
