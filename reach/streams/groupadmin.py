@@ -36,6 +36,7 @@ from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
 from reach.kafka import clients
+from reach.kafka.groups import Assignment, GroupDescription, GroupOffsets, Member
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
 
@@ -65,36 +66,6 @@ class GroupRequests(Protocol):
 
     def list_consumer_group_offsets(self, list_consumer_group_offsets_request: list[Any],
                                     **kwargs: Any) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class Assignment:
-    topic_partitions: list[TopicPartition]
-
-
-@dataclass(frozen=True)
-class Member:
-    """One member of a described group: its client id and the partitions it holds."""
-
-    client_id: str
-    assignment: Assignment
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """A described group (only what the callers read)."""
-
-    group_id: str
-    state: str
-    members: list[Member] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class GroupOffsets:
-    """A group's committed offsets."""
-
-    group_id: str
-    topic_partitions: list[TopicPartition] = field(default_factory=list)
 
 
 def settings_payload(kafka: KafkaSettings) -> dict[str, Any]:
