@@ -129,3 +129,30 @@ def test_a_paused_partition_is_not_read_until_resumed(kafka: KafkaSettings) -> N
     reader.resume([TopicPartition("t", 0)])
     assert [m.partition() for m in reader.consume(10, 0.1)] == [0]
     assert reader.get_watermark_offsets(TopicPartition("t", 0)) == (0, 1)
+
+
+def test_a_cooperative_member_gives_up_only_what_moves_and_a_new_matching_topic_is_assigned(
+        kafka: KafkaSettings) -> None:
+    _topic(kafka, "inbox.a", 2)
+    revoked: list[list[tuple[str, int]]] = []
+
+    def member() -> Any:
+        consumer = clients.consumer("agents", kafka, **{"partition.assignment.strategy": "cooperative-sticky"})
+        consumer.subscribe(["^inbox\\..*"], on_assign=lambda c, tps: c.incremental_assign(tps),
+                           on_revoke=lambda c, tps: (revoked.append([(tp.topic, tp.partition) for tp in tps]),
+                                                     c.incremental_unassign(tps)))
+        consumer.poll(0)
+        return consumer
+
+    first = member()
+    assert len(first.assignment()) == 2
+    second = member()
+    first.poll(0)
+    assert revoked == [[("inbox.a", 1)]], "only the partition that moves is revoked"
+    assert [tp.partition for tp in first.assignment()] == [0]
+    assert [tp.partition for tp in second.assignment()] == [1]
+    _topic(kafka, "inbox.b", 2)
+    first.poll(0)
+    second.poll(0)
+    owned = [(tp.topic, tp.partition) for c in (first, second) for tp in c.assignment()]
+    assert sorted(owned) == [("inbox.a", 0), ("inbox.a", 1), ("inbox.b", 0), ("inbox.b", 1)]
