@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from reach.errors import ReachError
 from reach.kafka import clients, topicreader, topics
@@ -112,7 +112,7 @@ class ReplyInbox:
         clients.check_reachable(admin)
         spec = topics.load(client.settings.topics_file).family("replies")
         topics.ensure_topic(admin, self.topic, spec)
-        self._consumer = Consumer(client.kafka.consumer(f"{self.topic}.reader.{uuid.uuid4().hex[:6]}"))
+        self._consumer = clients.consumer(f"{self.topic}.reader.{uuid.uuid4().hex[:6]}", client.kafka)
         # a reply topic created just now may have no leader yet: topicreader retries NOT_LEADER
         self._consumer.assign([TopicPartition(self.topic, p, topicreader.watermarks(self._consumer, self.topic, p)[1])
                                for p in topicreader.partitions(self._consumer, self.topic)])

@@ -195,8 +195,9 @@ class Router(SupervisedLoop):
             if self._stop.is_set():
                 return
         ledger = CommitLedger()
-        conf = self.kafka.consumer(
+        consumer = clients.consumer(
             router_group(self.names),
+            self.kafka,
             profile="hot",
             **{
                 "topic.metadata.refresh.interval.ms": self._metadata_refresh_ms,
@@ -206,9 +207,8 @@ class Router(SupervisedLoop):
                 "on_commit": functools.partial(clients.on_commit, ledger),
             },
         )
-        consumer = Consumer(conf)
-        producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes,
-                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
+        producer = clients.producer(self.kafka, **{"message.max.bytes": self._max_bytes,
+                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
                                         group=router_group(self.names),
                                         on_members=lambda n: setattr(self.qps, "workers", n),

@@ -108,7 +108,7 @@ class StateLoop(SupervisedLoop):
 
     def _loop(self) -> None:
         group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
-        consumer = Consumer(self._kafka.consumer(group, profile="feed"))
+        consumer = clients.consumer(group, self._kafka, profile="feed")
         try:
             targets = self._assign(consumer)
             self._mark_ready()
