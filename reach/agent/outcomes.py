@@ -66,7 +66,7 @@ def from_exception(exc: BaseException) -> Verdict:
         return Verdict(Outcome.RETRY, error=ErrorInfo(kind="TRANSIENT", code="RETRY", message=exc.reason),
                        retry_after_ms=exc.after_ms)
     if isinstance(exc, TransientError):
-        return Verdict(Outcome.RETRY, error=ErrorInfo(kind="TRANSIENT", code=exc.code, message=exc.message),
+        return Verdict(Outcome.RETRY, error=ErrorInfo(kind=exc.kind, code=exc.code, message=exc.message),
                        retry_after_ms=exc.retry_after_ms)
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is the builtin since 3.11
         return Verdict(Outcome.RETRY, error=ErrorInfo(kind="TIMEOUT", code="EXECUTION_TIMEOUT",

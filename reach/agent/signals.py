@@ -52,8 +52,9 @@ class TransientError(Exception):
     """A failure that may pass on another attempt (ATTEMPT_FAILED, kind TRANSIENT)."""
 
     def __init__(self, message: str = "transient failure", *, code: str = "TRANSIENT",
-                 retry_after: float | None = None) -> None:
+                 retry_after: float | None = None, kind: str = "TRANSIENT") -> None:
         super().__init__(message)
         self.code = code
+        self.kind = kind  # DESTINATION: the place the agent sends to failed, not the agent (a channel's receiver)
         self.message = message
         self.retry_after_ms = None if retry_after is None else max(0, int(retry_after * 1000))

@@ -3,11 +3,17 @@
 The request payload is `{"endpoint", "body", "subject"?, "callback_for"?}` (a callback envelope from the
 status fold has all of them). A send the provider accepted writes SENT, and DELIVERED once it confirms;
 for a callback, CALLBACKED on the original message. A failed send becomes the SDK's outcome: 429 a
-retryable failure with code RATE_LIMITED (OVERLOAD class: three within 10 s open the instance's breaker),
-a timeout / 5xx / refused connection a retryable one, any other refusal a FAILED one with the reason.
-Each instance keeps its channel health (reach/channels/health.py) from its own sends: while it is OPEN, a
-request that names a `backup` is handed over to the backup channel (a new envelope in the same trace,
-parent = this message) instead of being sent; without one it fails retryably with code CHANNEL_OPEN.
+retryable failure with code RATE_LIMITED, a timeout / 5xx / refused connection a retryable one, any other
+refusal a FAILED one with the reason. Each instance keeps channel health (reach/channels/health.py) per
+tenant and destination from its own sends: while the request's (tenant, destination) is OPEN, a request
+that names a `backup` is handed over to the backup channel (a new envelope in the same trace, parent = this
+message) instead of being sent; without one it fails retryably with code CHANNEL_OPEN.
+
+Whose fault a failure is: a webhook's receiver was chosen by the caller, so its failures (429, 5xx, timeouts,
+and CHANNEL_OPEN for its host) carry error kind DESTINATION, which the router's instance health does not count
+(reach/core/healthmodel/calls.py): one tenant's receiver never takes the instance out of routing for others.
+Email and SMS go through the operator's provider: their 429s and CHANNEL_OPEN stay OVERLOAD-class (three within
+10 s open the instance's breaker), as a provider outage is the instance's.
 """
 
 from __future__ import annotations
@@ -28,12 +34,13 @@ from reach.agent.publisher import Publisher, Sender
 from reach.channels import board
 from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
 from reach.channels.errors import BadCallback, ChannelMisconfigured
-from reach.channels.health import ChannelHealth, ChannelRules, ChannelState
+from reach.channels.health import ChannelHealth, ChannelRules, ChannelState, Destinations
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent
 from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.spec import Target, target
 from reach.channels.steps import Closes, DeliverySteps
-from reach.channels.tokens import ReplyClaims, mint, reply_url
+from reach.channels.tokens import ReplyClaims, mint, reply_capability, reply_url
+from reach.core.redact import redact
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS, now_ms
 from reach.kafka import clients
 from reach.names import Names
@@ -58,26 +65,39 @@ INPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-def signal_for(failure: Failure) -> Exception:
-    """The SDK signal a failed send raises (its receipt: ATTEMPT_FAILED retryable, or FAILED)."""
+DESTINATION_KIND = "DESTINATION"  # an error kind the router's instance health does not count against the instance
+
+
+def signal_for(failure: Failure, *, destination: bool = False) -> Exception:
+    """The SDK signal a failed send raises (its receipt: ATTEMPT_FAILED retryable, or FAILED); its text never
+    carries the endpoint's credentials, whatever the provider put in the reason. `destination`: the caller chose
+    where the send went, so a retryable failure is the destination's (kind DESTINATION), not the instance's."""
+    reason = redact(failure.reason)
     if failure.kind is FailureKind.PERMANENT:
-        return BusinessError(failure.code, failure.reason)
-    return TransientError(failure.reason, code=failure.code, retry_after=failure.retry_after_s)
+        return BusinessError(failure.code, reason)
+    return TransientError(reason, code=failure.code, retry_after=failure.retry_after_s,
+                          kind=DESTINATION_KIND if destination else "TRANSIENT")
 
 
 class ChannelService:
     """One channel's handler: the provider, and where its delivery steps go."""
 
     def __init__(self, kind: Channel, provider: Provider, steps: DeliverySteps | None = None, *,
-                 health: ChannelHealth | None = None, clock: Callable[[], int] = now_ms,
+                 health: ChannelHealth | ChannelRules | None = None, clock: Callable[[], int] = now_ms,
                  closure: ClosureSettings | None = None) -> None:
         self.kind = kind
         self.closure = closure or ClosureSettings()
         self.clock = clock
         self.provider = provider
         self.steps = steps
-        self.health = health or ChannelHealth()
+        rules = health.rules if isinstance(health, ChannelHealth) else health
+        self.destinations = Destinations(rules or ChannelRules())
         self.counts = board.Counts()
+
+    @property
+    def health(self) -> ChannelHealth:
+        """The health of the instance's worst (tenant, destination) now: what its board row shows."""
+        return self.destinations.worst(self.clock())
 
     async def handle(self, payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
         try:
@@ -86,10 +106,11 @@ class ChannelService:
         except BadCallback as exc:
             raise Reject(str(exc), code="BAD_ENDPOINT") from None
         envelope = ctx.envelope
+        health = self.destinations.of(envelope.tenant, self.kind.destination(endpoint))
         probing = False
-        if self.health.state(self.clock()) is ChannelState.OPEN:
-            if not self.health.probe_due(self.clock()):
-                return await self._while_open(payload, ctx, backup)
+        if health.state(self.clock()) is ChannelState.OPEN:
+            if not health.probe_due(self.clock()):
+                return await self._while_open(payload, ctx, backup, health)
             probing = True  # this real send is the probe: its outcome decides whether the channel closes
         reply = self.reply_url(envelope, payload)
         body = {**payload["body"], "reply_to": reply} if reply else payload["body"]
@@ -97,13 +118,14 @@ class ChannelService:
                                   trace_id=envelope.trace_id, subject=payload.get("subject", ""), reply_url=reply)
         started = time.monotonic()
         outcome = await self.provider.send(message)
-        self._observe(outcome, (time.monotonic() - started) * 1000, probing)
+        self._observe(health, outcome, (time.monotonic() - started) * 1000, probing)
         if isinstance(outcome, Failure):
-            log.info("%s send of %s failed: %s %s", self.kind.name, envelope.message_id, outcome.code, outcome.reason)
-            if backup is not None and self.health.state(self.clock()) is ChannelState.OPEN:
-                return await self._while_open(payload, ctx, backup)
-            raise signal_for(outcome)
-        delivered = await self._record(outcome, ctx, payload)
+            log.info("%s send of %s failed: %s %s", self.kind.name, envelope.message_id, outcome.code,
+                     redact(outcome.reason))
+            if backup is not None and health.state(self.clock()) is ChannelState.OPEN:
+                return await self._while_open(payload, ctx, backup, health)
+            raise signal_for(outcome, destination=self.kind.caller_chosen)
+        delivered = await self._record(outcome, ctx, payload, health)
         self.counts.reply_urls += bool(reply)  # sent with a reply URL: one that may be answered
         return {"channel": self.kind.name, "provider_message_id": outcome.provider_message_id, "delivered": delivered}
 
@@ -112,44 +134,44 @@ class ChannelService:
         key, base = self.closure.key(), self.closure.base_url
         if key is None or not base:
             return ""
-        closes = payload.get("callback_for")
-        capability = payload.get("reply_capability") or (closes.get("capability") if closes else None)
         claims = ReplyClaims(message_id=envelope.message_id, trace_id=envelope.trace_id, tenant=envelope.tenant,
                              expires_at=self.clock() + self.closure.ttl_s * 1000,
-                             capability=str(capability) if capability else None)
+                             capability=reply_capability(payload))
         return reply_url(base, mint(key, claims))
 
-    def _observe(self, outcome: Sent | Failure, latency_ms: float, probing: bool) -> None:
-        """Feed the channel health: a probe's pass or fail, else the send's signals."""
+    def _observe(self, health: ChannelHealth, outcome: Sent | Failure, latency_ms: float, probing: bool) -> None:
+        """Feed the destination's health: a probe's pass or fail, else the send's signals."""
         ok = isinstance(outcome, Sent)
         if probing:
-            self.health.probe(self.clock(), ok=ok)
+            health.probe(self.clock(), ok=ok)
         elif isinstance(outcome, Sent):
-            self.health.send(self.clock(), ok=True, latency_ms=latency_ms,
-                             provider_message_id=outcome.provider_message_id, expects_report=not outcome.delivered)
+            health.send(self.clock(), ok=True, latency_ms=latency_ms,
+                        provider_message_id=outcome.provider_message_id, expects_report=not outcome.delivered)
         else:
-            self.health.send(self.clock(), ok=False, latency_ms=latency_ms,
-                             rate_limited=outcome.kind is FailureKind.RATE_LIMITED)
+            health.send(self.clock(), ok=False, latency_ms=latency_ms,
+                        rate_limited=outcome.kind is FailureKind.RATE_LIMITED)
 
-    async def _while_open(self, payload: dict[str, Any], ctx: Context, backup: Target | None) -> dict[str, Any]:
-        """This instance's channel is OPEN: hand the message to the backup channel, or fail it retryably."""
-        reason = self.health.breaker.reason or "open"
+    async def _while_open(self, payload: dict[str, Any], ctx: Context, backup: Target | None,
+                          health: ChannelHealth) -> dict[str, Any]:
+        """The request's destination is OPEN: hand the message to the backup channel, or fail it retryably."""
+        reason = health.breaker.reason or "open"
         if backup is None:
-            raise TransientError(f"channel {self.kind.name} is OPEN on this instance ({reason}) and the request "
-                                 "names no backup channel", code="CHANNEL_OPEN")
+            raise TransientError(f"channel {self.kind.name} is OPEN for this destination on this instance ({reason}) "
+                                 "and the request names no backup channel", code="CHANNEL_OPEN",
+                                 kind=DESTINATION_KIND if self.kind.caller_chosen else "TRANSIENT")
         envelope = hand_over(ctx.envelope, payload, backup, source=ctx.agent_id)
         await self._steps().hand_over(envelope)
         log.info("%s is OPEN (%s): %s handed over to %s as %s", self.kind.name, reason, ctx.envelope.message_id,
                  backup.channel, envelope.message_id)
         return {"channel": self.kind.name, "handed_over_to": backup.channel, "message_id": envelope.message_id}
 
-    async def _record(self, sent: Sent, ctx: Context, payload: dict[str, Any]) -> bool:
+    async def _record(self, sent: Sent, ctx: Context, payload: dict[str, Any], health: ChannelHealth) -> bool:
         info = ChannelDelivery(channel=self.kind.name, provider_message_id=sent.provider_message_id)
         steps = self._steps()
         await steps.step(ctx.envelope, Status.SENT, info)
         if not await self.provider.delivered(sent):
             return False
-        self.health.report(sent.provider_message_id)
+        health.report(sent.provider_message_id)
         await steps.step(ctx.envelope, Status.DELIVERED, info)
         self.counts.delivered += 1
         closes = payload.get("callback_for")
@@ -191,9 +213,11 @@ class BoardWriter:
         self._redis: Redis | None = None
 
     def current(self) -> board.Snapshot:
-        return board.snapshot(self._service.health, channel=self._service.kind.name,
-                              instance_id=self._agent.instance_id, agent_id=self._agent.agent_id,
-                              now=self._service.clock())
+        now = self._service.clock()
+        destinations = self._service.destinations
+        return board.snapshot(destinations.worst(now), channel=self._service.kind.name,
+                              instance_id=self._agent.instance_id, agent_id=self._agent.agent_id, now=now,
+                              open_destinations=destinations.open(now))
 
     async def start(self) -> None:
         self._redis = Redis.from_url(RedisSettings().url(), socket_timeout=2, socket_connect_timeout=2)
@@ -235,7 +259,7 @@ def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: 
         raise ChannelMisconfigured("replies need both REACH_CALLBACK_SECRET and REACH_CALLBACK_BASE_URL on a channel "
                                    "agent (one of them is set); set both, or neither to send no reply URLs.")
     service = ChannelService(kind, provider or kind.provider(settings or ChannelSettings()),
-                             health=ChannelHealth(health or ChannelRules()), closure=closure)
+                             health=health or ChannelRules(), closure=closure)
     agent = Agent(kind.agent_id, **agent_args)
     names = Names(ReachSettings().namespace)
     own: list[Publisher] = []

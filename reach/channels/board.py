@@ -1,18 +1,20 @@
 """The channel health board: each channel instance's state and signals, published to Redis, read by `reach channels`
-and served as Prometheus gauges by the instance.
+and served as Prometheus gauges by the instance. Health is kept per (tenant, destination): an instance's row shows
+its worst one and lists the OPEN ones (`open_destinations`, `tenant/host:port`).
 
 Redis holds what may be lost without losing a message: a snapshot is rewritten every `interval_s` with a TTL of a
 few intervals, so a lost or stale key only hides an instance from the board until its next write (an instance
-that stopped disappears on its own). Routing does not read the board: an instance whose channel is OPEN fails
-the requests it cannot hand over with code CHANNEL_OPEN, an OVERLOAD-class failure, so the health writer opens
-its instance breaker and the router leaves it out (reach/core/healthmodel/calls.py).
+that stopped disappears on its own). Routing does not read the board: an instance whose email or SMS channel is OPEN
+fails the requests it cannot hand over with code CHANNEL_OPEN, an OVERLOAD-class failure, so the health writer
+opens its instance breaker and the router leaves it out (reach/core/healthmodel/calls.py); a webhook host that is
+OPEN fails them with kind DESTINATION, which routing does not count against the instance.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -39,6 +41,7 @@ class Snapshot:
     reason: str | None
     since: int  # epoch ms of the breaker's last transition (when an OPEN channel opened)
     at: int
+    open_destinations: list[str] = field(default_factory=list)  # `tenant/host:port` (webhook) or `tenant/`
 
 
 @dataclass(slots=True)
@@ -58,14 +61,16 @@ COUNTERS = (("agentreach_channel_delivered", "Sends the provider confirmed deliv
              "callbacked"))
 
 
-def snapshot(health: ChannelHealth, *, channel: str, instance_id: str, agent_id: str, now: int) -> Snapshot:
-    """The health's state and signals now (reading the state may trip the breaker, as a send would)."""
+def snapshot(health: ChannelHealth, *, channel: str, instance_id: str, agent_id: str, now: int,
+             open_destinations: list[str] | None = None) -> Snapshot:
+    """The health's state and signals now (reading the state may trip the breaker, as a send would); an instance
+    shows its worst (tenant, destination) and lists the OPEN ones."""
     state = health.state(now)
     success, p95, arrival = health.signals(now)
     return Snapshot(channel=channel, instance_id=instance_id, agent_id=agent_id, state=state.value,
                     breaker=health.breaker.state.value, success=success, p95_ms=p95, arrival=arrival,
                     reason=health.breaker.reason if state is ChannelState.OPEN else None,
-                    since=health.breaker.since, at=now)
+                    since=health.breaker.since, at=now, open_destinations=list(open_destinations or []))
 
 
 def key(namespace: str, instance_id: str) -> str:
@@ -119,7 +124,7 @@ class HealthCollector(Collector):
             if value is not None:
                 family.add_metric(values, value)
             yield family
-        for name, doc, field in COUNTERS:
+        for name, doc, attribute in COUNTERS:
             counter = CounterMetricFamily(name, doc, labels=labels)
-            counter.add_metric(values, getattr(self._counts, field))
+            counter.add_metric(values, getattr(self._counts, attribute))
             yield counter

@@ -14,6 +14,11 @@ CAPABILITY_PREFIX = "channel."
 CAPABILITY_VERSION = "1.0.0"
 
 
+def provider_destination(_endpoint: str) -> str:
+    """Every send of the channel goes through the operator's provider: one destination."""
+    return ""
+
+
 @dataclass(frozen=True)
 class Channel:
     """One channel kind: its capability `channel.<name>`, how its endpoints look, how to build its provider."""
@@ -22,6 +27,15 @@ class Channel:
     check_endpoint: Callable[[str], str]
     provider: Callable[[ChannelSettings], Provider]
     summary: str
+    destination: Callable[[str], str] = provider_destination
+    """The endpoint's destination for channel health (reach/channels/health.py): a webhook's host, whose
+    failures are the receiver's; "" for a channel whose failures are its provider's (email, SMS)."""
+
+    @property
+    def caller_chosen(self) -> bool:
+        """Whether the caller chooses where a send goes (its failures are then the destination's, not the
+        instance's: reach/channels/agent.py)."""
+        return self.destination is not provider_destination
 
     @property
     def capability(self) -> str:
@@ -33,7 +47,8 @@ class Channel:
 
 
 CHANNELS: tuple[Channel, ...] = (
-    Channel("webhook", webhook.check_endpoint, webhook.WebhookProvider, "signed HTTP POST (httpx)"),
+    Channel("webhook", webhook.check_endpoint, webhook.WebhookProvider, "signed HTTP POST (httpx)",
+            webhook.destination),
     Channel("email", smtp.check_endpoint, smtp.SmtpProvider, "SMTP (STARTTLS / AUTH from settings)"),
     Channel("sms", sms.check_endpoint, sms.SmsProvider, "generic JSON SMS provider API"),
 )

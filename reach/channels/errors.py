@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from reach.core.redact import redact
 from reach.errors import ReachError
 
 
@@ -10,7 +11,11 @@ class ChannelError(ReachError):
 
 
 class BadCallback(ChannelError, ValueError):
-    """A callback spec that cannot be acted on (syntax, unknown channel, bad endpoint, bad JSONPath)."""
+    """A callback spec that cannot be acted on (syntax, unknown channel, bad endpoint, bad JSONPath); its text
+    never carries an endpoint's credentials (it ends up in receipts and gateway answers)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
 
 
 class ChannelMisconfigured(ChannelError):

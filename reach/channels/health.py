@@ -1,5 +1,11 @@
-"""Channel health (pure): HEALTHY / DEGRADED / OPEN per channel instance (one provider configuration), built
-on reach.core.breaker.
+"""Channel health (pure): HEALTHY / DEGRADED / OPEN per destination and tenant of a channel instance, built on
+reach.core.breaker.
+
+A destination is where a send goes as far as failures are concerned: a webhook's receiver host (the caller
+chose it), the provider for email and SMS (the operator's). `Destinations` keeps one `ChannelHealth` per
+(tenant, destination), so a receiver that answers 429 or times out opens the channel for that tenant's sends
+to that host only, never for other tenants or hosts (a tenant could otherwise point a callback at its own
+server and shut webhooks off for everyone).
 
 Three signals over a rolling window (1 minute): send success rate, p95 send latency, and the arrival
 rate of delivery reports for sends that expect one (counted once a send is `report_grace_ms` old). Each
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -171,3 +177,43 @@ def _pct(value: float | None) -> str:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
+
+
+class Destinations:
+    """One ChannelHealth per (tenant, destination), created on first use; the least recently used beyond
+    `capacity` are forgotten (a forgotten destination starts afresh, CLOSED), so callers naming endless hosts
+    cannot grow the instance's memory."""
+
+    def __init__(self, rules: ChannelRules = ChannelRules(), *, capacity: int = 4096) -> None:
+        self.rules = rules
+        self._capacity = capacity
+        self._health: OrderedDict[tuple[str, str], ChannelHealth] = OrderedDict()
+        self._lock = threading.Lock()  # the send path and a metrics scrape (another thread) both use it
+
+    def of(self, tenant: str, destination: str) -> ChannelHealth:
+        """The health of `tenant`'s sends to `destination`."""
+        key = (tenant, destination)
+        with self._lock:
+            health = self._health.get(key)
+            if health is None:
+                health = self._health[key] = ChannelHealth(self.rules)
+                while len(self._health) > self._capacity:
+                    self._health.popitem(last=False)
+            else:
+                self._health.move_to_end(key)
+            return health
+
+    def worst(self, now: int) -> ChannelHealth:
+        """The health in the worst state now (OPEN before DEGRADED before HEALTHY): what the instance's board row
+        and gauges show; a fresh one when nothing was sent yet."""
+        with self._lock:
+            items = list(self._health.values())
+        graded = [(_ORDER[health.state(now)], -i, health) for i, health in enumerate(reversed(items))]
+        return max(graded, key=lambda g: (g[0], g[1]))[2] if graded else ChannelHealth(self.rules)
+
+    def open(self, now: int) -> list[str]:
+        """`tenant/destination` of every OPEN one (what the health board lists), sorted."""
+        with self._lock:
+            items = list(self._health.items())
+        return sorted(f"{tenant}/{destination}" for (tenant, destination), health in items
+                      if health.state(now) is ChannelState.OPEN)

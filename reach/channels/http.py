@@ -5,12 +5,15 @@ from __future__ import annotations
 import httpx
 
 from reach.channels.provider import Failure, FailureKind
+from reach.core.redact import redact
 
 
 def transport_failure(exc: httpx.HTTPError, endpoint: str) -> Failure:
-    """A timeout, a refused connection, a TLS failure: the provider may answer next time."""
+    """A timeout, a refused connection, a TLS failure: the provider may answer next time. The reason names the
+    endpoint without its credentials (reach/core/redact.py)."""
     if isinstance(exc, httpx.TimeoutException):
-        return Failure(FailureKind.RETRYABLE, "TIMEOUT", f"{endpoint} did not answer in time ({type(exc).__name__})")
+        reason = f"{endpoint} did not answer in time ({type(exc).__name__})"
+        return Failure(FailureKind.RETRYABLE, "TIMEOUT", redact(reason)[:500])
     if isinstance(exc, httpx.ConnectError):
-        return Failure(FailureKind.RETRYABLE, "CONNECT_FAILED", f"cannot connect to {endpoint}: {exc}"[:500])
-    return Failure(FailureKind.RETRYABLE, "TRANSPORT_ERROR", f"{endpoint}: {type(exc).__name__}: {exc}"[:500])
+        return Failure(FailureKind.RETRYABLE, "CONNECT_FAILED", redact(f"cannot connect to {endpoint}: {exc}")[:500])
+    return Failure(FailureKind.RETRYABLE, "TRANSPORT_ERROR", redact(f"{endpoint}: {type(exc).__name__}: {exc}")[:500])

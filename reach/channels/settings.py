@@ -26,6 +26,9 @@ ClosureSettings (env REACH_CALLBACK_*), read by the channel agents (which mint r
 | REACH_CALLBACK_BASE_URL           | (none)        | the gateway's public URL; none: no replies             |
 | REACH_CALLBACK_TTL_S              | 604800 (7 d)  | how long a reply token is accepted                     |
 | REACH_CALLBACK_DEFAULT_CAPABILITY | (none)        | where a reply naming no capability goes (and no token) |
+| REACH_CALLBACK_REPLY_CAPABILITIES | (none)        | comma-separated extra capabilities a reply may name    |
+| REACH_CALLBACK_RATE               | 5             | replies per second per tenant (token bucket rate)     |
+| REACH_CALLBACK_BURST              | 20            | the bucket's size                                      |
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ class ClosureSettings(BaseSettings):
     base_url: str | None = None
     ttl_s: Annotated[int, Field(gt=0)] = 7 * 24 * 3600
     default_capability: str | None = None
+    rate: Annotated[float, Field(gt=0)] = 5.0
+    """Replies accepted per second per tenant at `POST /v1/callbacks/{token}` (the gateway's quota buckets, also
+    held to the capability's own cap): the route is unsigned, so its tokens are metered by the tenant they name."""
+    burst: Annotated[int, Field(gt=0)] = 20
     reply_capabilities: str = ""
     """Comma-separated capabilities a reply may name besides its message's own and the default: a reply token
     is a bearer credential held by whoever received the message, so it may not reach any capability it likes."""

@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
+from typing import Any
 
 VERSION = 1
 REPLY_SUFFIX = "-re"
@@ -90,6 +91,24 @@ def read(secret: bytes, token: str, *, now: int) -> ReplyClaims:
     if claims.expires_at <= now:
         raise ExpiredToken(claims.message_id)
     return claims
+
+
+def reply_capability(payload: dict[str, Any]) -> str | None:
+    """The capability a reply token minted for this channel request names: its `reply_capability`, else the
+    capability of the message it calls back (`callback_for`)."""
+    closes = payload.get("callback_for")
+    named = payload.get("reply_capability") or (closes.get("capability") if isinstance(closes, dict) else None)
+    return str(named) if named else None
+
+
+def named_capabilities(payload: object) -> list[str]:
+    """Every capability a channel request names for its reply token (`reply_capability`, `callback_for`): the
+    gateway lets an app name only capabilities it may call, or a reply would reach one the app may not."""
+    if not isinstance(payload, dict):
+        return []
+    closes = payload.get("callback_for")
+    named = [payload.get("reply_capability"), closes.get("capability") if isinstance(closes, dict) else None]
+    return [str(name) for name in named if name]
 
 
 def reply_url(base_url: str, token: str) -> str:

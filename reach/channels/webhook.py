@@ -34,6 +34,12 @@ REPLY_TO_HEADER = "Reach-Reply-To"
 # the instance-metadata services of AWS (v4, v6 and ECS), GCP/Azure (169.254.169.254) and Alibaba
 METADATA = frozenset(ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254",
                                                        "100.100.100.200"))
+# IPv6 prefixes whose addresses carry an IPv4 address a gateway or the host's stack may reach: the NAT64
+# well-known prefix (RFC 6052: the last 32 bits) and the IPv4-compatible form `::a.b.c.d` (deprecated, the
+# last 32 bits); 6to4 (2002::/16, RFC 3056) and Teredo are read by ipaddress itself.
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215 local-use translation: any IPv4 inside
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
 
@@ -43,11 +49,27 @@ async def resolve(host: str, port: int) -> list[str]:
     return [str(info[4][0]) for info in infos]
 
 
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries (mapped, NAT64, 6to4, Teredo, IPv4-compatible), if any."""
+    found = [ip.ipv4_mapped, ip.sixtofour, *(ip.teredo or ())]
+    if ip in NAT64 or (ip in IPV4_COMPATIBLE and int(ip) > 1):  # `::` and `::1` are not IPv4-compatible forms
+        found.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return [a for a in found if a is not None]
+
+
 def refused_address(address: str) -> str | None:
-    """Why a webhook may not be posted to this address, or None for a public one."""
+    """Why a webhook may not be posted to this address, or None for a public one. An IPv6 address that embeds
+    an IPv4 address (IPv4-mapped, NAT64, 6to4, Teredo, `::a.b.c.d`) is judged by the embedded address too."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone id is not part of the address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in NAT64_LOCAL:
+            return "a local-use NAT64 address (64:ff9b:1::/48)"
+        for inner in embedded_ipv4(ip):
+            why = refused_address(str(inner))
+            if why is not None:
+                return f"{why} ({inner}, embedded in an IPv6 address)"
+        if ip.ipv4_mapped is not None:
+            return None
     for why, hit in (("a cloud metadata address", ip in METADATA), ("a loopback address", ip.is_loopback),
                      ("a link-local address", ip.is_link_local), ("a multicast address", ip.is_multicast),
                      ("a private address", ip.is_private), ("not a public address", not ip.is_global)):
@@ -63,6 +85,16 @@ def check_endpoint(endpoint: str) -> str:
         raise BadCallback(f"webhook endpoint {endpoint[:200]!r} is not an http(s) URL with a host; "
                           "expected e.g. https://example.com/hooks/reach.")
     return endpoint
+
+
+def destination(endpoint: str) -> str:
+    """The receiver a webhook goes to, for channel health: its host and port (credentials and path left out)."""
+    parts = urlsplit(endpoint)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number: the send fails anyway, health keys it apart
+        port = 0
+    return f"{(parts.hostname or '').lower()}:{port}"
 
 
 def pinned(endpoint: str, address: str | None) -> tuple[str, dict[str, Any]]:

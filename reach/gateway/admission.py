@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from reach.callers import CallerApp
+from reach.channels.catalog import CAPABILITY_PREFIX
+from reach.channels.tokens import named_capabilities
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
@@ -24,6 +26,7 @@ from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
 from reach.records import Envelope, RoutingHints
 
 STATUS_PATH = "/v1/messages/"
+CALLBACK_CHANNEL = CAPABILITY_PREFIX + "webhook"  # the gateway's `callback` is a URL: a webhook
 log = logging.getLogger("reach.gateway")
 
 
@@ -98,6 +101,7 @@ class Admission:
         checks.check_names(request.capability, request.version)
         payload = checks.encode_payload(request.payload)
         checks.check_may_call(app, request.capability)
+        self._check_channel_names(app, request)
         if request.capability == INTENT_CAPABILITY and app.capabilities:
             # the resolver picks the capability and knows nothing of the app: an app held to a list of
             # capabilities would reach any other through an intent
@@ -116,6 +120,20 @@ class Admission:
             checks.check_contract(versions, capability=request.capability, version_range=request.version,
                                   payload=payload, waits=waits)
         return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
+
+    @staticmethod
+    def _check_channel_names(app: CallerApp, request: EnvelopeRequest) -> None:
+        """A callback, and the capability a channel request's reply token would name, stay within what the app
+        may call: an app limited to `channel.webhook` must not mint a token that replies to `billing.refund`,
+        and an app with a capability list sets a `callback` only when it lists `channel.webhook`."""
+        if request.callback is not None and app.capabilities:
+            checks.check_may_call(app, CALLBACK_CHANNEL)
+        if request.capability.startswith(CAPABILITY_PREFIX):
+            for named in named_capabilities(request.payload):
+                if not app.may_call(named):
+                    raise checks.Refusal(403, "forbidden", f"app {app.app_id} may not call {named}, so its channel "
+                                         "message may not name it for replies (reply_capability / callback_for)",
+                                         "name a capability the app may call, or ask an operator to add it")
 
     def _envelope(self, app: CallerApp, request: EnvelopeRequest, reply_to: str | None, budget: int) -> Envelope:
         hints = request.routing

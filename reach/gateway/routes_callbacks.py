@@ -10,6 +10,10 @@ as a capability name and against the registry (a live instance serving the token
 valid for its input schema); `channel.*` is refused, so a reply cannot make Reach send messages. The
 envelope keeps the trace (same trace_id, parent_id = the outbound message) and its id is derived from the
 outbound message, so a reused token is refused (409) and, should that claim be lost, the same message again.
+Replies are metered like signed requests: one token of the tenant's reply bucket (REACH_CALLBACK_RATE /
+REACH_CALLBACK_BURST, and the capability's own cap) per reply, 429 with Retry-After when it is empty. The
+capability a token names was checked at the door when the message that carries it was sent
+(reach/gateway/admission.py): an app can only have replies sent to a capability it may call itself.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import Counter
 
+from reach.callers import CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.settings import ClosureSettings
 from reach.channels.tokens import CALLBACKS_PATH, BadToken, ExpiredToken, ReplyClaims, read
@@ -37,7 +42,7 @@ from reach.records import Envelope
 
 CLAIMS_APP = "reach-callbacks"  # the idempotency store's app scope of used tokens
 SOURCE = "gateway:callback"
-OUTCOMES = ("accepted", "unknown", "expired", "reused", "refused")
+OUTCOMES = ("accepted", "unknown", "expired", "reused", "refused", "limited")
 
 
 def callback_routes(admission: Admission, settings: ClosureSettings | None = None) -> APIRouter:
@@ -83,6 +88,7 @@ def callback_routes(admission: Admission, settings: ClosureSettings | None = Non
         except checks.Refusal:
             counted.labels("refused").inc()
             raise
+        await _meter(admission, closure, claims.tenant, envelope.capability, counted)
         accepted = await _publish_once(admission, envelope, claims, counted)
         counted.labels("accepted").inc()
         return Response(accepted.model_dump_json().encode(), status_code=202, media_type="application/json")
@@ -122,6 +128,24 @@ def reply_envelope(admission: Admission, claims: ReplyClaims, document: object,
     except ReachError as exc:
         raise checks.Refusal(400, "bad_request", str(exc)) from None
     return envelope.model_copy(update={"message_id": claims.reply_id})
+
+
+def replier(tenant: str, closure: ClosureSettings) -> CallerApp:
+    """The quota holder of a tenant's replies: the route is unsigned, so the bucket is the token's tenant's."""
+    return CallerApp(app_id=f"{CLAIMS_APP}:{tenant}", name=CLAIMS_APP, tenant=tenant, capabilities=(),
+                     rate=closure.rate, burst=closure.burst)
+
+
+async def _meter(admission: Admission, closure: ClosureSettings, tenant: str, capability: str,
+                 counted: Counter) -> None:
+    """One token of the tenant's reply bucket (and the capability's cap), or 429 with Retry-After."""
+    app = replier(tenant, closure)
+    with unavailable_as_503():
+        decision = await admission.deps.quotas.take(app, capability)
+    if not decision.allowed:
+        counted.labels("limited").inc()
+        admission.metrics.quota_hit(CLAIMS_APP, capability, decision.scope, True)  # one label, not one per tenant
+    checks.check_quota(decision, app, capability)
 
 
 async def _publish_once(admission: Admission, envelope: Envelope, claims: ReplyClaims, counted: Counter) -> Accepted:

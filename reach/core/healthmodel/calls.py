@@ -2,7 +2,8 @@
 
 A call is one attempt the instance ran: COMPLETED (a success, with `timings.run_ms`), ATTEMPT_FAILED
 (a retryable failure) or an agent's FAILED (a definite one). Failures are the instance's fault unless
-their kind says the request was (BUSINESS, INVALID_INPUT) or the clock ran out (BUDGET): those calls
+their kind says the request was (BUSINESS, INVALID_INPUT), the clock ran out (BUDGET) or the destination the
+caller chose failed (DESTINATION): those calls
 count as answered, so the instance's success rate says whether it works, not whether callers send good
 requests. OVERLOAD-class failures (kind OVERLOAD, or a rate-limit code) count as failures and feed the
 overload rule. Router receipts carry no instance of theirs (ROUTED names the instance picked, not one
@@ -19,8 +20,10 @@ from typing import Any
 from reach.core.breaker import Outcome
 from reach.records import Status
 
-NOT_THE_INSTANCE = frozenset({"BUSINESS", "INVALID_INPUT", "BUDGET"})
-"""Error kinds that say nothing about the instance: the caller's request or budget was at fault."""
+NOT_THE_INSTANCE = frozenset({"BUSINESS", "INVALID_INPUT", "BUDGET", "DESTINATION"})
+"""Error kinds that say nothing about the instance: the caller's request or budget was at fault, or the destination
+the caller chose (a webhook receiver that answers 429 or 5xx, or whose channel health is OPEN: one tenant's
+receiver must not take the channel instance out of routing for every tenant)."""
 OVERLOAD_KINDS = frozenset({"OVERLOAD"})
 OVERLOAD_CODES = frozenset({"OVERLOAD", "OVERLOADED", "RATE_LIMITED", "RATE_LIMIT", "TOO_MANY_REQUESTS", "THROTTLED",
                             "429", "CHANNEL_OPEN"})
