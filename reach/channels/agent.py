@@ -115,7 +115,8 @@ class ChannelService:
         reply = self.reply_url(envelope, payload)
         body = {**payload["body"], "reply_to": reply} if reply else payload["body"]
         message = OutboundMessage(endpoint=endpoint, body=body, message_id=envelope.message_id,
-                                  trace_id=envelope.trace_id, subject=payload.get("subject", ""), reply_url=reply)
+                                  trace_id=envelope.trace_id, subject=payload.get("subject", ""), reply_url=reply,
+                                  tenant=envelope.tenant)
         started = time.monotonic()
         outcome = await self.provider.send(message)
         self._observe(health, outcome, (time.monotonic() - started) * 1000, probing)

@@ -17,6 +17,7 @@ class OutboundMessage:
     trace_id: str
     subject: str = ""
     reply_url: str = ""  # where a reply joins the trace (POST, reach/channels/tokens.py); "" when replies are off
+    tenant: str = ""  # whose message it is: webhooks are signed with the tenant's secret (reach/channels/webhooksig.py)
 
 
 @dataclass(frozen=True, slots=True)

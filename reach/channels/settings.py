@@ -3,7 +3,9 @@
 | variable                           | default          | meaning                                                 |
 |------------------------------------|------------------|---------------------------------------------------------|
 | REACH_CHANNEL_TIMEOUT_S            | 10               | connect / read timeout of one provider call            |
-| REACH_CHANNEL_WEBHOOK_SECRET       | (none: required) | HMAC secret of the `Reach-Signature` header on webhooks |
+| REACH_CHANNEL_WEBHOOK_SECRET       | (none: required) | operator secret each tenant's webhook secret derives from|
+| REACH_CHANNEL_WEBHOOK_PREVIOUS_SECRET | (none)        | the one before, during a rotation (webhooks carry both) |
+| REACH_CHANNEL_WEBHOOK_LEGACY_V1    | false            | also the old one-secret `v1=` (for one release)         |
 | REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE| false            | allow webhooks to loopback/private/link-local targets   |
 | REACH_CHANNEL_SMTP_HOST            | 127.0.0.1        | SMTP server                                             |
 | REACH_CHANNEL_SMTP_PORT            | 25               | its port                                                |
@@ -48,6 +50,8 @@ class ChannelSettings(BaseSettings):
 
     timeout_s: Annotated[float, Field(gt=0)] = 10.0
     webhook_secret: SecretStr | None = None
+    webhook_previous_secret: SecretStr | None = None
+    webhook_legacy_v1: bool = False  # the pre-issue-28 `v1=` (one secret for every tenant): for one release only
     webhook_allow_private: bool = False  # true only where receivers live on a private network (tests, on-prem)
     smtp_host: str = "127.0.0.1"
     smtp_port: Annotated[int, Field(gt=0, lt=65536)] = 25

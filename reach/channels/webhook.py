@@ -1,7 +1,10 @@
 """channel.webhook: an HTTP POST of the JSON body, signed under `Reach-Signature` so receivers can verify it.
 
-The signature is reach.signing's (`t=<unix>,n=<message_id>,v1=<hmac>` over `t.n.body`), with the
-channel's secret; the nonce is the message id, the same on every retry, so a receiver can also dedupe on it.
+The signature (`t=<unix>,n=<message_id>,w1=<hmac>`, reach/channels/webhooksig.py) is made with the message
+tenant's webhook secret, derived from the operator's, and covers the tenant and the URL as well as the body; the
+nonce is the message id, the same on every retry, so a receiver can also dedupe on it. During a rotation the
+header carries a `w1` per secret; REACH_CHANNEL_WEBHOOK_LEGACY_V1 adds the old `v1=` (one secret for every
+tenant, over `t.n.body` only) for receivers not yet moved, for one release.
 A 2xx answer is delivery (SENT and DELIVERED at once). The host is resolved at send time and a target that
 is not a public address (loopback, private, link-local, multicast, reserved, cloud metadata) is refused for
 good, unless REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE: the endpoint comes from the caller, and the channel must
@@ -21,11 +24,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from reach.channels import webhooksig
 from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.http import transport_failure
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent, classify_status
 from reach.channels.settings import ChannelSettings
-from reach.signing import sign
+from reach.signing import digest
 
 SIGNATURE_HEADER = "Reach-Signature"
 MESSAGE_ID_HEADER = "Reach-Message-Id"
@@ -129,6 +133,9 @@ class WebhookProvider:
             raise ChannelMisconfigured("channel.webhook needs REACH_CHANNEL_WEBHOOK_SECRET (the HMAC secret receivers "
                                        "verify Reach-Signature with); set it and start again.")
         self._secret = settings.webhook_secret.get_secret_value().encode()
+        previous = settings.webhook_previous_secret.get_secret_value() if settings.webhook_previous_secret else ""
+        self._secrets = [self._secret, *([previous.encode()] if previous else [])]
+        self._legacy_v1 = settings.webhook_legacy_v1
         self._client = httpx.AsyncClient(timeout=settings.timeout_s, transport=transport, follow_redirects=False)
         self._allow_private = settings.webhook_allow_private
         self._resolve = resolver
@@ -155,6 +162,14 @@ class WebhookProvider:
             return Failure(FailureKind.RETRYABLE, "CONNECT_FAILED", f"{host[:200]} resolves to no address")
         return addresses[0]
 
+    def signature(self, message: OutboundMessage, body: bytes, t: int) -> str:
+        """`Reach-Signature`: a `w1` per secret for the message's tenant and URL (and the legacy `v1` if asked)."""
+        value = webhooksig.sign(self._secrets, t=t, nonce=message.message_id, tenant=message.tenant,
+                                endpoint=message.endpoint, body=body)
+        if self._legacy_v1:
+            value += f",v1={digest(self._secret, body, t, message.message_id)}"
+        return value
+
     async def send(self, message: OutboundMessage) -> SendOutcome:
         checked = await self._checked_target(message.endpoint)
         if isinstance(checked, Failure):
@@ -162,8 +177,8 @@ class WebhookProvider:
         url, extensions = pinned(message.endpoint, checked)
         body = body_bytes(message)
         headers = {"Content-Type": "application/json", MESSAGE_ID_HEADER: message.message_id,
-                   TRACE_ID_HEADER: message.trace_id,
-                   SIGNATURE_HEADER: sign(self._secret, body, int(time.time()), nonce=message.message_id)}
+                   TRACE_ID_HEADER: message.trace_id, webhooksig.TENANT_HEADER: message.tenant,
+                   SIGNATURE_HEADER: self.signature(message, body, int(time.time()))}
         if message.reply_url:
             headers[REPLY_TO_HEADER] = message.reply_url
         if checked is not None:

@@ -1,4 +1,5 @@
-"""`reach channels list|run`: the channel catalog, and one channel agent instance per provider configuration."""
+"""`reach channels list|run|webhook-secret`: the channel catalog, one channel agent instance per provider
+configuration, and a tenant's webhook secret."""
 
 from __future__ import annotations
 
@@ -71,3 +72,20 @@ def run(channel: str = typer.Option(..., "--channel", help=f"one of {', '.join(B
     agent = channel_agent(channel)
     logging.getLogger("reach.channels").info("starting %s as instance %s", agent.agent_id, agent.instance_id)
     agent.run()
+
+
+@app.command("webhook-secret")
+def webhook_secret(tenant: str = typer.Argument(..., help="the tenant whose receivers verify the webhooks"),
+                   previous: bool = typer.Option(False, "--previous",
+                                                 help="from REACH_CHANNEL_WEBHOOK_PREVIOUS_SECRET")) -> None:
+    """Print the webhook secret of one tenant's receivers (derived from REACH_CHANNEL_WEBHOOK_SECRET): give it to
+    that tenant only; its receivers verify `Reach-Signature` with it (docs/channels.md)."""
+    from reach.channels.settings import ChannelSettings
+    from reach.channels.webhooksig import tenant_secret
+
+    settings = ChannelSettings()
+    chosen = settings.webhook_previous_secret if previous else settings.webhook_secret
+    name = "REACH_CHANNEL_WEBHOOK_PREVIOUS_SECRET" if previous else "REACH_CHANNEL_WEBHOOK_SECRET"
+    if chosen is None or not chosen.get_secret_value():
+        raise ConfigError(f"{name} is not set; set it as on the webhook channel agents and run this again.")
+    console.print(tenant_secret(chosen.get_secret_value().encode(), tenant).decode(), highlight=False)

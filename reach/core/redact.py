@@ -15,7 +15,7 @@ SECRET_PARAMS = ("token", "key", "secret", "password", "passwd", "pwd", "sig", "
 """A query parameter is secret when its name contains one of these (case-insensitive): api_key, access_token..."""
 
 _USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^\s/?#@]*)@")
-_PARAM = re.compile(r"(?P<name>[?&;](?P<key>[^\s=&#;?]*)=)(?P<value>[^\s&#;'\"]*)")
+_PARAM = re.compile(r"(?P<name>[?&;](?P<key>[^\s=&#;?]*)=)(?P<value>[^\s&#;'\")>\]]*)")
 
 
 def redact(text: str) -> str:

@@ -21,6 +21,7 @@ from pydantic import SecretStr
 
 from reach import control, signing
 from reach.agent import Agent
+from reach.channels import webhooksig
 from reach.channels.agent import channel_agent
 from reach.channels.closure import callback_id
 from reach.channels.errors import BadCallback
@@ -85,7 +86,7 @@ def test_webhook_callback_is_signed_selects_fields_and_shows_sent_and_delivered(
                                                                                tmp_path: Path) -> None:
     # the receiver listens on loopback: this agent is configured for private targets (off by default)
     webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2,
-                                                                webhook_allow_private=True))
+                                                                webhook_allow_private=True, webhook_legacy_v1=True))
     fast_retries("channel.webhook", 2)
     with listening(Receiver()) as receiver, running_status(tmp_path) as fold, running_router() as router, delays(), \
             running(echo_agent()), running(webhook), Client() as client:
@@ -98,6 +99,9 @@ def test_webhook_callback_is_signed_selects_fields_and_shows_sent_and_delivered(
         sig = signing.verify(SECRET.encode(), hit.headers["Reach-Signature"], hit.body, now=int(time.time()))
         assert isinstance(sig, signing.Signature), sig
         assert sig.nonce == callback_id(mid, 0) == hit.headers["Reach-Message-Id"]
+        tenant = hit.headers["Reach-Tenant"]  # the per-tenant signature over tenant and URL (issue 28, finding 7)
+        assert webhooksig.verify(webhooksig.tenant_secret(SECRET.encode(), tenant), hit.headers["Reach-Signature"],
+                                 tenant=tenant, url=f"{receiver.url}/hook", body=hit.body, now=int(time.time()))
         body = json.loads(hit.body)
         assert body["message_id"] == mid and body["status"] == "COMPLETED"
         assert body["fields"] == {"$.text": "hi", "$.items[0].id": 7, "$.missing": None}

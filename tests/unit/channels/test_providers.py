@@ -57,7 +57,8 @@ def test_webhook_posts_the_signed_body_and_a_2xx_is_delivery() -> None:
         seen.append(request)
         return httpx.Response(202, json={"id": "rcv-7"})
 
-    provider = webhook(transport=httpx.MockTransport(answer))
+    legacy = SETTINGS.model_copy(update={"webhook_legacy_v1": True})  # the one-secret `v1=` (one release more)
+    provider = webhook(transport=httpx.MockTransport(answer), settings=legacy)
     outcome = _run(provider.send(MESSAGE))
     assert outcome == Sent(provider_message_id="rcv-7", delivered=True)
     request = seen[0]
@@ -175,7 +176,12 @@ def webhook(*, transport: httpx.AsyncBaseTransport, resolver: Resolver = public,
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "10.1.2.3", "192.168.0.9", "172.16.5.5", "169.254.169.254",
                                      "100.100.100.200", "fd00:ec2::254", "::1", "::ffff:127.0.0.1", "fe80::1%eth0",
-                                     "224.0.0.1", "0.0.0.0", "100.64.0.1", "240.0.0.1"])
+                                     "224.0.0.1", "0.0.0.0", "100.64.0.1", "240.0.0.1",
+                                     # IPv6 forms embedding a private IPv4 (issue 28, finding 9)
+                                     "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::c0a8:1", "64:ff9b:1::a00:1",
+                                     "2002:7f00:1::", "2002:a9fe:a9fe::1", "2002:a00:1::", "::127.0.0.1",
+                                     "::10.0.0.1", "::ffff:169.254.169.254",
+                                     "2001:0:4136:e378:8000:63bf:80ff:fffe"])
 def test_webhook_to_a_non_public_address_is_a_permanent_failure_and_nothing_is_posted(address: str) -> None:
     posted: list[httpx.Request] = []
 
@@ -260,3 +266,60 @@ def test_a_reply_url_travels_with_each_channel() -> None:
                                    trace_id="t", reply_url=reply)))
     assert posted[0].headers["Reach-Reply-To"] == reply and json.loads(posted[0].content)["reply_to"] == reply
     assert compose(message, "reach@localhost")["Reach-Reply-To"] == reply
+
+
+def test_ipv6_forms_embedding_a_public_ipv4_stay_allowed() -> None:
+    for address in ("64:ff9b::808:808", "2002:808:808::1", "::ffff:8.8.8.8"):
+        assert refused_address(address) is None, address
+    assert "169.254.169.254" in (refused_address("64:ff9b::a9fe:a9fe") or "")  # the reason names the IPv4 inside
+
+
+def test_webhook_credentials_never_reach_a_failure_text() -> None:
+    message = OutboundMessage(endpoint="https://alice:hunter2@receiver.test/hook?api_key=k3y&x=1", body={},
+                              message_id="01JCALLBACKMESSAGE0000000-cb0", trace_id="t1")
+
+    def refuse(_request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno 111] Connection refused to https://alice:hunter2@receiver.test/hook")
+
+    def slow(_request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out")
+
+    for transport in (refuse, slow):
+        outcome = _run(webhook(transport=httpx.MockTransport(transport)).send(message))
+        assert isinstance(outcome, Failure), outcome
+        assert "hunter2" not in outcome.reason and "k3y" not in outcome.reason, outcome.reason
+        assert "https://***@receiver.test/hook" in outcome.reason and "api_key=***" in outcome.reason
+
+
+def test_webhooks_are_signed_per_tenant_over_tenant_url_and_body_with_both_secrets_during_a_rotation() -> None:
+    from reach.channels import webhooksig
+
+    seen: list[httpx.Request] = []
+    rotating = SETTINGS.model_copy(update={"webhook_secret": SecretStr("new"),
+                                           "webhook_previous_secret": SecretStr("old")})
+    provider = webhook(transport=httpx.MockTransport(lambda r: seen.append(r) or httpx.Response(200)),
+                       settings=rotating)
+    message = OutboundMessage(endpoint="https://bob:pw@receiver.test/hook?x=1", body={"a": 1},
+                              message_id="01JCALLBACKMESSAGE0000000-cb0", trace_id="t1", tenant="acme")
+    assert isinstance(_run(provider.send(message)), Sent)
+    request = seen[0]
+    header, body, now = request.headers[SIGNATURE_HEADER], request.content, int(__import__("time").time())
+    url = "https://receiver.test/hook?x=1"  # what the receiver sees: no credentials
+    assert request.headers[webhooksig.TENANT_HEADER] == "acme"
+    for operator_secret in (b"new", b"old"):  # a receiver holding either tenant secret verifies
+        mine = webhooksig.tenant_secret(operator_secret, "acme")
+        assert webhooksig.verify(mine, header, tenant="acme", url=url, body=body, now=now)
+        assert not webhooksig.verify(mine, header, tenant="acme", url="https://elsewhere.test/hook?x=1", body=body,
+                                     now=now)  # replayed to another URL
+        assert not webhooksig.verify(mine, header, tenant="acme", url=url, body=body + b" ", now=now)
+        assert not webhooksig.verify(mine, header, tenant="acme", url=url, body=body, now=now + 301)  # too old
+    other = webhooksig.tenant_secret(b"new", "globex")  # tenant B's receiver
+    assert not webhooksig.verify(other, header, tenant="globex", url=url, body=body, now=now)
+    assert not webhooksig.verify(other, header, tenant="acme", url=url, body=body, now=now)
+    # tenant B holds its own secret only: what it signs does not verify at tenant A's receiver
+    forged = ",".join(["t=1", "n=x", "w1=" + webhooksig.digest(other, t=now, nonce="x", tenant="acme", url=url,
+                                                                body=body)])
+    assert not webhooksig.verify(webhooksig.tenant_secret(b"new", "acme"), forged.replace("t=1", f"t={now}"),
+                                 tenant="acme", url=url, body=body, now=now)
+    assert "v1=" not in header  # the one-secret signature is gone unless REACH_CHANNEL_WEBHOOK_LEGACY_V1
+    assert not isinstance(signing.verify(b"new", header, body, now=now), signing.Signature)
