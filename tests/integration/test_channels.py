@@ -274,3 +274,48 @@ def test_sms_429s_open_the_channel_and_callbacks_go_to_the_email_backup_until_pr
 
             wait_for(via_sms, 60, "a callback sent by SMS again", interval=0.5)
             assert provider.messages
+
+
+class Throttling(Receiver):
+    """A tenant's own receiver that answers every webhook 429 (the issue-28 attack on everyone's webhooks)."""
+
+    def answer(self, hit: Any) -> tuple[int, dict[str, Any]]:
+        return 429, {"error": "slow down"}
+
+
+def test_one_tenants_429ing_receiver_neither_opens_webhooks_for_another_tenant_nor_the_instance_breaker(
+        namespace: str, tmp_path: Path) -> None:
+    names = Names(ReachSettings().namespace)
+    webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2,
+                                                                webhook_allow_private=True))
+    fast_retries("channel.webhook", 3)
+    writer = HealthWriter(names=names, kafka=KafkaSettings(), settings=HealthSettings())
+    receipts = Receipts(names.receipts)
+    writer.start()
+    try:
+        with listening(Throttling()) as evil, listening(Receiver()) as good, running_router() as router, delays(), \
+                running(webhook), Client() as client:
+            wait_for(lambda: serving(router, "channel.webhook"), what="webhook agent READY")
+            storm = [client.send("channel.webhook", {"endpoint": f"{evil.url}/hook", "body": {"n": n}},
+                                 tenant="mallory") for n in range(5)]
+            failed = receipts.wait_status(storm, Status.ATTEMPT_FAILED, timeout=60)
+            errors = [r.error for m in storm for r in failed[m] if r.status is Status.ATTEMPT_FAILED and r.error]
+            assert {e.code for e in errors} <= {"RATE_LIMITED", "CHANNEL_OPEN"}, [(e.kind, e.code) for e in errors]
+            late = client.send("channel.webhook", {"endpoint": f"{evil.url}/hook", "body": {}}, tenant="mallory")
+            errors += [r.error for r in receipts.wait_status([late], Status.ATTEMPT_FAILED, timeout=30)[late]
+                       if r.status is Status.ATTEMPT_FAILED and r.error]
+            assert errors[-1].code == "CHANNEL_OPEN", errors[-1]  # mallory -> its receiver is OPEN on the instance
+            assert {e.kind for e in errors} == {"DESTINATION"}  # the receiver's fault, not the instance's
+            # another tenant's webhook, sent while mallory's destination is OPEN on this instance, is delivered
+            ok = client.send("channel.webhook", {"endpoint": f"{good.url}/hook", "body": {"hi": 1}}, tenant="acme")
+            assert any(r.status is Status.DELIVERED for r in receipts.wait_status([ok], Status.DELIVERED,
+                                                                                   timeout=30)[ok])
+            assert good.posts() and good.posts()[0].headers["Reach-Tenant"] == "acme"
+            instance = webhook.instance_id
+            # the health writer folded the storm's calls, and the instance's breaker stayed CLOSED
+            record = wait_for(lambda: (r := writer.records().get(instance)) is not None and r.calls_1m >= 6 and r,
+                              30, "the webhook instance's health folded")
+            assert record.breaker is BreakerState.CLOSED and record.overloads_10s == 0, record
+    finally:
+        writer.stop()
+        receipts.close()
