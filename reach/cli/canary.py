@@ -16,7 +16,7 @@ from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.names import Names, check_agent_id
 from reach.records import Canary, CanaryState
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 from reach.streams.canary.controller import canary_record
 
 app = typer.Typer(help="Send a share of an agent's traffic to a new build version; promote or roll back.",
@@ -54,7 +54,7 @@ def _names() -> Names:
 
 
 def _current(names: Names, agent_id: str | None = None) -> dict[str, Canary]:
-    found = canaries(control.read_control(names=names).records())
+    found = canaries(control.read_control(names=names, kafka=KafkaSettings()).records())
     return {a: c for a, c in found.items() if agent_id is None or a == agent_id}
 
 
@@ -82,7 +82,7 @@ def start(
     canary = Canary(agent_id=agent_id, version=version, steps=parse_steps(steps), step=0,
                     step_ms=parse_duration_ms(step), min_success=min_success, state=CanaryState.RUNNING,
                     started_at=now, step_started_at=now, reason="started by reach-cli")
-    control.publish(canary_record(canary, by="reach-cli"), names=names)
+    control.publish(canary_record(canary, by="reach-cli"), names=names, kafka=KafkaSettings())
     _show({agent_id: canary}, as_json)
 
 
@@ -117,7 +117,7 @@ def _finish(agent_id: str, state: CanaryState, as_json: bool) -> None:
         shown = "no canary" if canary is None else f"a {canary.state} canary of {canary.version}"
         raise BadCanary(f"{agent_id} has {shown}, not a RUNNING one; start one with `reach canary start`")
     done = ended(canary, state, by="reach-cli", now_ms=now_ms())
-    control.publish(canary_record(done, by="reach-cli"), names=names)
+    control.publish(canary_record(done, by="reach-cli"), names=names, kafka=KafkaSettings())
     _show({agent_id: done}, as_json)
 
 

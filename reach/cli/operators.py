@@ -16,7 +16,7 @@ from reach.gateway.settings import GatewaySettings
 from reach.names import Names
 from reach.records import App
 from reach.secretbox import secret_box
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Console operators: viewer (reads) or admin (also redrives, drains, tunes routing).",
                   no_args_is_help=True)
@@ -25,7 +25,7 @@ app = typer.Typer(help="Console operators: viewer (reads) or admin (also redrive
 def _store(*, making_tokens: bool = False) -> OperatorStore:
     reach = ReachSettings()
     box = secret_box(GatewaySettings().secrets_key, reach.home, create=True) if making_tokens else None
-    return OperatorStore(log=KafkaAppLog(names=Names(reach.namespace)), box=box, by=_operator())
+    return OperatorStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box, by=_operator())
 
 
 def _summary(record: App) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from reach.core.views.control import ControlView
 from reach.kafka import topics
 from reach.names import Names, check_capability
 from reach.records import ControlKind, Policy
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Show and change the retry / timeout / budget policy per capability (live, via control).",
                   no_args_is_help=True)
@@ -45,7 +45,7 @@ def show(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the effective policy of `*` and of every capability with its own POLICY record (or of one)."""
-    view = control.read_control(names=_names())
+    view = control.read_control(names=_names(), kafka=KafkaSettings())
     if capability:
         scopes = [check_capability(capability)]
     else:
@@ -100,12 +100,12 @@ def set_(
         changes["handoff"] = handoff
     if not changes:
         raise typer.BadParameter("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
-    view = control.read_control(names=names)
+    view = control.read_control(names=names, kafka=KafkaSettings())
     found = view.records().get(control.key_of(ControlKind.POLICY, scope))
     own = found.policy.model_dump() if found is not None and found.policy is not None else {}
     new = Policy(**{**own, **changes})
     record = control.policy_record(new, scope=scope, by="reach-cli")
-    control.publish(record, names=names)
+    control.publish(record, names=names, kafka=KafkaSettings())
     view.apply(record.key, record)
     rep = report(view, scope, _tiers())
     if as_json:

@@ -20,17 +20,17 @@ log = logging.getLogger(__name__)
 _PROBE_S = 1.0  # one metadata attempt; between attempts the error callback is served
 
 
-def admin(kafka: KafkaSettings | None = None) -> AdminClient:
-    return AdminClient((kafka or KafkaSettings()).admin())
+def admin(kafka: KafkaSettings) -> AdminClient:
+    return AdminClient(kafka.admin())
 
 
-def producer(kafka: KafkaSettings | None = None, **overrides: Any) -> Producer:
-    return Producer((kafka or KafkaSettings()).producer(**overrides))
+def producer(kafka: KafkaSettings, **overrides: Any) -> Producer:
+    return Producer(kafka.producer(**overrides))
 
 
-def consumer(group_id: str, kafka: KafkaSettings | None = None, *, profile: ConsumerProfile = "hot",
+def consumer(group_id: str, kafka: KafkaSettings, *, profile: ConsumerProfile = "hot",
              **overrides: Any) -> Consumer:
-    return Consumer((kafka or KafkaSettings()).consumer(group_id, profile=profile, **overrides))
+    return Consumer(kafka.consumer(group_id, profile=profile, **overrides))
 
 
 def take(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:
