@@ -7,18 +7,20 @@ from redis.exceptions import RedisError
 
 from reach.channels import board
 from reach.errors import InfraUnavailable
+from reach.settings import RedisSettings
 
 
-def read_board(redis: Redis | str, namespace: str) -> list[board.Snapshot]:
+def read_board(redis: Redis | RedisSettings, namespace: str) -> list[board.Snapshot]:
     """The snapshots of the namespace's live channel instances (InfraUnavailable when Redis does not answer);
-    `redis` is a client, or the URL of one to open for this read."""
-    client = Redis.from_url(redis, socket_timeout=2, socket_connect_timeout=2) if isinstance(redis, str) else redis
+    `redis` is a client, or the settings of one to open for this read."""
+    client = (Redis.from_url(redis.url(), socket_timeout=2, socket_connect_timeout=2)
+              if isinstance(redis, RedisSettings) else redis)
     try:
         keys = list(client.scan_iter(match=board.pattern(namespace), count=500))
         values = client.mget(keys) if keys else []
     except RedisError as exc:
         raise InfraUnavailable(f"Redis did not answer ({exc}); check REACH_REDIS_URL, or `reach local up`.") from exc
     finally:
-        if isinstance(redis, str):
+        if client is not redis:
             client.close()
     return [snap for raw in values if raw is not None and (snap := board.decode(raw)) is not None]

@@ -25,7 +25,7 @@ def health(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     from reach.channels.boardread import read_board
     from reach.settings import ReachSettings, RedisSettings
 
-    found = rows(read_board(RedisSettings().url(), ReachSettings().namespace))
+    found = rows(read_board(RedisSettings(), ReachSettings().namespace))
     if as_json:
         print(json.dumps(found))
         return

@@ -50,8 +50,7 @@ def env_settings_classes(files: list[Path]) -> set[str]:
     for path in files:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef):
-                bases.setdefault(node.name, set()).update(
-                    b.id if isinstance(b, ast.Name) else b.attr for b in node.bases if isinstance(b, ast.Name | ast.Attribute))
+                bases.setdefault(node.name, set()).update(_name(b) for b in node.bases)
     found = {"BaseSettings"}
     while True:
         more = {name for name, of in bases.items() if of & found} - found
