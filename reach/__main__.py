@@ -1,5 +1,5 @@
 """`python -m reach` is the `reach` command."""
 
-from reach.cli import main
+from reach import cli
 
-main()
+cli.main()

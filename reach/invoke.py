@@ -3,7 +3,7 @@
 The router forwards each (message, generation)'s first terminal receipt to the envelope's
 reply_to; a ReplyInbox owns one reply topic (`<ns>.replies.<client_id>`, created from the
 `replies` family), reads it from where it stood when opened, and hands each receipt to whoever
-waits for that message_id.
+waits for that message_id (reach.replies.ReplyPump, shared with the gateway's ReplyHub).
 """
 
 from __future__ import annotations
@@ -11,22 +11,21 @@ from __future__ import annotations
 import json
 import re
 import socket
-import threading
-import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 
 from reach.errors import ReachError
-from reach.kafka import clients, codec, topicreader, topics
+from reach.kafka import clients, topicreader, topics
 from reach.records import Receipt, Status, StepStatus
+from reach.replies import ReplyPump
 
 if TYPE_CHECKING:
-    from reach.client import Client
+    from reach import client as sdk
 
 DEFAULT_TIMEOUT_MS = 30_000
 
@@ -103,75 +102,32 @@ def host_client_id(prefix: str = "cli") -> str:
     return f"{prefix}-{host}"
 
 
-class Arrivals:
-    """Receipts read but not yet claimed by a waiter, oldest dropped beyond `limit`.
-
-    A long-lived client reads every reply on its topic, including those of calls that already timed out
-    and will never be claimed; the bound keeps that from growing without end."""
-
-    def __init__(self, limit: int = 10_000) -> None:
-        self._limit = limit
-        self._receipts: OrderedDict[tuple[str, int], Receipt] = OrderedDict()
-        self.dropped = 0
-
-    def add(self, receipt: Receipt) -> None:
-        """Keep the first receipt per (message_id, generation)."""
-        key = (receipt.message_id, receipt.generation)
-        if key in self._receipts:
-            return
-        self._receipts[key] = receipt
-        while len(self._receipts) > self._limit:
-            self._receipts.popitem(last=False)
-            self.dropped += 1
-
-    def pop(self, key: tuple[str, int]) -> Receipt | None:
-        return self._receipts.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._receipts)
-
-
 class ReplyInbox:
     """One client's reply topic; thread-safe `wait(message_id)`."""
 
-    def __init__(self, client: Client, *, client_id: str | None = None) -> None:
+    def __init__(self, client: sdk.Client, *, client_id: str | None = None) -> None:
         self.client_id = client_id or default_client_id()
         self.topic = client.names.replies(self.client_id)
         admin = clients.admin(client.kafka)
         clients.check_reachable(admin)
         spec = topics.load(client.settings.topics_file).family("replies")
         topics.ensure_topic(admin, self.topic, spec)
-        self._consumer = Consumer(client.kafka.consumer(f"{self.topic}.reader.{uuid.uuid4().hex[:6]}"))
+        self._consumer = clients.consumer(f"{self.topic}.reader.{uuid.uuid4().hex[:6]}", client.kafka)
         # a reply topic created just now may have no leader yet: topicreader retries NOT_LEADER
         self._consumer.assign([TopicPartition(self.topic, p, topicreader.watermarks(self._consumer, self.topic, p)[1])
                                for p in topicreader.partitions(self._consumer, self.topic)])
-        self._lock = threading.Lock()
-        self._arrived = Arrivals()
+        self._pump = ReplyPump(partial(clients.take, self._consumer))
 
     def wait(self, message_id: str, *, generation: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Receipt:
         """The first terminal receipt of (message_id, generation); InvokeTimeout when none comes in time."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        key = (message_id, generation)
-        while True:
-            with self._lock:
-                found = self._arrived.pop(key)
-                if found is not None:
-                    return found
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise InvokeTimeout(
-                        f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still finish: "
-                        f"`reach status {message_id}` shows where it is.",
-                        message_id=message_id,
-                    )
-                for msg in clients.take(self._consumer, 100, min(left, 0.2)):
-                    if msg.error() or msg.value() is None:
-                        continue
-                    try:
-                        receipt = codec.decode(cast(bytes, msg.value()), Receipt)
-                    except codec.DecodeError:
-                        continue
-                    self._arrived.add(receipt)
+        found = self._pump.wait((message_id, generation), timeout_ms / 1000)
+        if found is None:
+            raise InvokeTimeout(
+                f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still finish: "
+                f"`reach status {message_id}` shows where it is.",
+                message_id=message_id,
+            )
+        return found
 
     def close(self) -> None:
         self._consumer.close()
@@ -209,7 +165,7 @@ class ChainResult:
 
 
 def invoke_receipt(
-    client: Client,
+    client: sdk.Client,
     inbox: ReplyInbox,
     capability: str,
     payload: Any,
@@ -226,7 +182,7 @@ def invoke_receipt(
 
 
 def invoke(
-    client: Client,
+    client: sdk.Client,
     inbox: ReplyInbox,
     capability: str,
     payload: Any,
@@ -245,7 +201,7 @@ Reducer = Callable[[Any, StepResult], Any]
 
 
 def invoke_chain(
-    client: Client,
+    client: sdk.Client,
     inbox: ReplyInbox,
     steps: Sequence[Step | str],
     reducer: Reducer,

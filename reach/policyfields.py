@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from reach import envelopes
 from reach.core import retry
-from reach.errors import ConfigError
+from reach.core.durations import format_ms, parse_ms
 from reach.records import Policy
 
 Unit = Literal["count", "duration", "flag"]
@@ -51,14 +51,9 @@ BY_NAME = {f.name: f for f in FIELDS}
 
 
 def parse_duration(text: str, *, option: str) -> int:
-    """`200ms`, `5s`, `2m`, `24h` -> milliseconds; a bare number is milliseconds. ConfigError otherwise."""
-    value = text.strip()
-    if value.isdigit():
-        return int(value)
-    try:
-        return retry.tier_ms(value)
-    except ValueError:
-        raise ConfigError(f"{option} {text!r} is not a duration: expected e.g. 200ms, 5s, 2m or 24h.") from None
+    """`200ms`, `5s`, `2m`, `24h` -> milliseconds; a bare number is milliseconds. BadDuration (a ConfigError)
+    otherwise."""
+    return parse_ms(text, bare="ms", what=option, hint="expected e.g. 200ms, 5s, 2m or 24h.")
 
 
 def effective(policy: Policy, sources: dict[str, str]) -> list[tuple[PolicyField, Any, str]]:
@@ -78,13 +73,6 @@ def show(spec: PolicyField, value: Any) -> str:
     if spec.unit == "duration":
         return format_ms(int(value))
     return str(value).lower() if spec.unit == "flag" else str(value)
-
-
-def format_ms(ms: int) -> str:
-    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000)):
-        if ms >= size and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
 
 
 def value_of(policy: Policy, name: str) -> Any:

@@ -1,15 +1,13 @@
-"""Parsing `--since/--until` values: ISO times, epoch millis, or relative (`15m`, `2h`, `1d` ago)."""
+"""Parsing `--since/--until` values: ISO times, epoch millis, or relative (`15m`, `2h`, `1d` ago; a duration of
+reach.core.durations, whose bare numbers are no age here: they are epoch millis)."""
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import UTC, datetime
 
+from reach.core.durations import BadDuration, parse_ms
 from reach.errors import ConfigError
-
-_RELATIVE = re.compile(r"^(\d+)([smhd])$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_time(text: str | None, *, now_ms: int | None = None) -> int | None:
@@ -17,9 +15,10 @@ def parse_time(text: str | None, *, now_ms: int | None = None) -> int | None:
     if text is None or text == "":
         return None
     now = now_ms if now_ms is not None else int(time.time() * 1000)
-    match = _RELATIVE.match(text.strip())
-    if match:
-        return now - int(match[1]) * _UNIT_S[match[2]] * 1000
+    try:
+        return now - parse_ms(text)
+    except BadDuration:
+        pass  # not an age: epoch millis or an ISO time
     if text.isdigit():
         return int(text)
     try:

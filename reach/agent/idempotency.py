@@ -4,18 +4,16 @@ run the handler once, the others get the COMPLETED result of the one that ran.""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
 
 from reach.kafka.headers import Headers
+from reach.redisbatch import ScriptBatcher
 from reach.retry import Outgoing
 from reach.terminals import result_key
 
@@ -133,17 +131,15 @@ class Leases:
     under load a batch of messages costs one round trip per step, not one per message and step."""
 
     def __init__(self, redis: Redis, *, namespace: str, owner: str, result_ttl_s: int) -> None:
-        self._redis = redis
         self._ns = namespace
         self._owner = owner
         self._result_ttl_s = result_ttl_s
-        self._claim = redis.register_script(_CLAIM)
-        self._renew = redis.register_script(_RENEW)
-        self._release = redis.register_script(_RELEASE)
-        self._finish = redis.register_script(_FINISH)
-        self._set = redis.register_script(_SET)
-        self._queue: list[tuple[AsyncScript, list[str], list[str | bytes], asyncio.Future[Any]]] = []
-        self._flushes: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+        batcher = ScriptBatcher.on(redis)  # one pipeline for all five scripts' calls of a loop turn
+        self._claim = batcher.script(_CLAIM)
+        self._renew = batcher.script(_RENEW)
+        self._release = batcher.script(_RELEASE)
+        self._finish = batcher.script(_FINISH)
+        self._set = batcher.script(_SET)
 
     def lease_key(self, message_id: str, generation: int) -> str:
         return f"{self._ns}:lease:{message_id}:{generation}"
@@ -167,7 +163,7 @@ class Leases:
         if scope is not None:
             keys += self.key_keys(scope)
             args += [message_id, str(max(ttl_ms, scope.hold_ms))]
-        kind, value, *extra = await self._call(self._claim, keys, args)
+        kind, value, *extra = await self._claim(keys, args)
         if kind == b"result":
             return Claim(result=value, retry=_ending_with(extra[0] if extra else b"", value))
         if kind == b"retry":
@@ -182,11 +178,11 @@ class Leases:
 
     async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool:
         """Extend our lease (re-taking it if it vanished); False when someone else holds it now."""
-        return bool(await self._call(self._renew, [self.lease_key(message_id, generation)], [self._owner, str(ttl_ms)]))
+        return bool(await self._renew([self.lease_key(message_id, generation)], [self._owner, str(ttl_ms)]))
 
     async def release(self, message_id: str, generation: int) -> None:
         """Drop our lease (only ours), so a retry or another instance may claim it at once."""
-        await self._call(self._release, [self.lease_key(message_id, generation)], [self._owner])
+        await self._release([self.lease_key(message_id, generation)], [self._owner])
 
     async def finish(self, message_id: str, generation: int, receipt: bytes, *, scope: KeyScope | None = None,
                      completed: bool = False) -> bytes | None:
@@ -199,56 +195,14 @@ class Leases:
         if scope is not None:
             keys += self.key_keys(scope)
             args += [message_id, "1" if completed else "0", str(scope.window_ms)]
-        winner = await self._call(self._finish, keys, args)
+        winner = await self._finish(keys, args)
         return None if winner is None else bytes(winner)
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:
         """Cache what a failed attempt produced (retry or dead letter, and its receipt); written before them."""
-        await self._call(self._set, [self.retry_key(message_id, generation, attempt)],
+        await self._set([self.retry_key(message_id, generation, attempt)],
                          [encode_records(records), str(self._result_ttl_s)])
-
-    def _call(self, script: AsyncScript, keys: list[str], args: list[str | bytes]) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        if not self._queue:
-            loop.call_soon(self._start_flush)
-        self._queue.append((script, keys, args, future))
-        return future
-
-    def _start_flush(self) -> None:
-        task = asyncio.get_running_loop().create_task(self._flush())
-        self._flushes.add(task)
-        task.add_done_callback(self._flushes.discard)
-
-    async def _flush(self) -> None:
-        batch, self._queue = self._queue, []
-        try:
-            results = await self._evalsha(batch)
-            missing = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
-            if missing:  # Redis restarted or was flushed: load the scripts, run those calls again
-                for script in {id(batch[i][0]): batch[i][0] for i in missing}.values():
-                    await self._redis.script_load(script.script)
-                again = await self._evalsha([batch[i] for i in missing])
-                for i, result in zip(missing, again, strict=True):
-                    results[i] = result
-        except Exception as exc:  # noqa: BLE001 - Redis unreachable: every caller of the batch gets the error
-            results = [exc] * len(batch)
-        for (*_, future), result in zip(batch, results, strict=True):
-            if future.done():
-                continue
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-
-    async def _evalsha(self, batch: list[tuple[AsyncScript, list[str], list[str | bytes], asyncio.Future[Any]]],
-                       ) -> list[Any]:
-        """One pipeline of EVALSHA calls (without redis-py's per-pipeline SCRIPT EXISTS round trip)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for script, keys, args, _ in batch:
-                pipe.evalsha(script.sha, len(keys), *keys, *args)
-            return list(await pipe.execute(raise_on_error=False))
 
 
 def _ending_with(cached: bytes, result: bytes) -> tuple[Outgoing, ...] | None:

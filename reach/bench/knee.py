@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from reach.bench import cpu, round_trip
+from reach.bench import costs, cpu, round_trip
 from reach.bench.bisection import Knee, search
 from reach.bench.collector import Collector
 from reach.bench.results import ModeResult
@@ -57,13 +57,15 @@ class Step:
     drained: bool
     settle_s: float
     settled: bool  # the stack was idle again before the next step (else the next step met its backlog)
+    costs: dict[str, float | None] = field(default_factory=dict)  # broker requests, Redis commands per request
 
     def as_dict(self) -> dict[str, Any]:
         v = self.verdict
         return {"rate": self.rate, "passed": v.passed, "messages": v.messages,
                 "completed_fraction": round(v.completed_fraction, 5), "outcomes": v.outcomes,
                 "latency": asdict(v.latency) if v.latency else None, "cpu_per_1k": self.cpu_per_1k,
-                "drained": self.drained, "settle_s": round(self.settle_s, 1), "settled": self.settled}
+                "drained": self.drained, "settle_s": round(self.settle_s, 1), "settled": self.settled,
+                "costs": self.costs}
 
 
 @dataclass
@@ -115,7 +117,7 @@ class Search:
             mode=mode, messages=sum(s.verdict.messages for r in self.runs for s in r.steps),
             throughput=knee or 0.0, latency=at.verdict.latency if at else None,
             cpu_per_1k=at.workers_per_1k if at else None, lost=self.lost, duplicated=self.duplicated,
-            offered_rate=knee, cpu_by_process=at.cpu_per_1k if at else {},
+            offered_rate=knee, cpu_by_process=at.cpu_per_1k if at else {}, figures=dict(at.costs) if at else {},
             notes=(f"knee_rps {knee:g}" if knee is not None
                    else f"no knee in range (figures: the lowest rate tried, {at.rate:g}/s)" if at
                    else "no knee in range")
@@ -136,14 +138,16 @@ def run(ws: Workspace, config: KneeConfig) -> list[Search]:
     out = [Search(name, skipped=round_trip.SETUPS[name].missing()) for name in config.setups]
     if all(s.skipped for s in out):
         return out
-    with round_trip.stream_app(ws) as app:
-        collector = Collector(ws).start()
-        try:
-            for result in out:
-                if not result.skipped:
-                    _search(ws, app, collector, round_trip.SETUPS[result.setup], config, result)
-        finally:
-            collector.stop()
+    for roles in dict.fromkeys(round_trip.SETUPS[s.setup].roles for s in out if not s.skipped):
+        with round_trip.stream_app(ws, roles) as app:  # one stream app per process layout, shared by its set-ups
+            collector = Collector(ws).start()
+            try:
+                for result in out:
+                    setup = round_trip.SETUPS[result.setup]
+                    if not result.skipped and setup.roles == roles:
+                        _search(ws, app, collector, setup, config, result)
+            finally:
+                collector.stop()
     return out
 
 
@@ -158,7 +162,7 @@ def _search(ws: Workspace, app: StreamApp, collector: Collector, setup: Setup, c
 
             def passes(rate: float, repeat: int = repeat, steps: list[Step] = steps) -> bool:
                 step = _step(ws, collector, book, running, setup, config, rate=rate,
-                             tag=f"k{setup.name[0]}{repeat}s{len(steps)}", pending=pending)
+                             tag=f"k{list(round_trip.SETUPS).index(setup.name)}r{repeat}s{len(steps)}", pending=pending)
                 steps.append(step)
                 return step.verdict.passed
 
@@ -178,15 +182,16 @@ def _step(ws: Workspace, collector: Collector, book: ReceiptBook, running: Stack
             raise RuntimeError(f"{child.name} exited during the knee search:\n{child.tail()}")
     warm = send_open_loop(ws, f"{tag}w", rate, max(int(rate * config.warmup), 5), setup.capability)
     _wait_terminal(collector, book, warm, config.drain_timeout)
-    before = cpu.read(running.processes())
+    spent_before, before = running.read_costs(), cpu.read(running.processes())
     created = send_open_loop(ws, f"{tag}m", rate, max(int(rate * config.seconds), 10), setup.capability)
     time.sleep(0.5)  # let the last sends finish before this process starts decoding receipts
     drained = _wait_terminal(collector, book, created, config.drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), len(created))
+    spent = costs.per_request(spent_before, running.read_costs(), len(created))
     pending.update({m: created[m] for m in book.missing(created)})  # looked at again after the last step
     settle_s, settled = _settle(running, config.settle_timeout)
     return Step(rate, judge(book, created), per_process, workers_cpu(per_process, set(running.workers())), drained,
-                settle_s, settled)
+                settle_s, settled, spent)
 
 
 def _take(collector: Collector, book: ReceiptBook) -> None:

@@ -19,6 +19,10 @@ TARGETS = {
     "round_trip_echo_x2_100_completed_fraction": "1.0 (0 OVERLOAD)",
     "round_trip_echo_x2_300_completed_fraction": "1.0 (0 OVERLOAD)",
     "round_trip_200_completed_p50_ms": "<= 15",
+    "round_trip_200_broker_requests_per_request": "<= 3 (issue 23's target at 1,000 req/s)",
+    "knee_noop_broker_requests_per_request": "<= 3",
+    "round_trip_200_redis_commands_per_request": "(reported: where Redis's load comes from)",
+    "round_trip_200_redis_bytes_per_1k_requests": "<= 24,855 (4 GiB for a day at 2,000 req/s)",
     "round_trip_200_completed_p99_ms": "<= 60",
     "round_trip_200_row_after_receipt_p99_ms": "<= 100",
     "router_hop_1000_p99_ms": "<= 20",
@@ -72,12 +76,21 @@ class Report:
             return r.figures.get("completed_fraction") if r else None
 
         idle = self.find("idle")
+        knee_row = self.find("knee noop")
+
+        def figure(r: ModeResult | None, name: str) -> float | None:
+            return r.figures.get(name) if r else None
+
         return {
             "idle_cpu_pct_of_a_core": idle.figures.get("cpu_pct_of_a_core") if idle else None,
             "round_trip_echo_x2_100_completed_fraction": done("round trip echo x2 100/s"),
             "round_trip_echo_x2_300_completed_fraction": done("round trip echo x2 300/s"),
             "round_trip_200_completed_p50_ms": step(rt200, "completed receipt", "p50"),
             "round_trip_200_completed_p99_ms": step(rt200, "completed receipt", "p99"),
+            "round_trip_200_broker_requests_per_request": figure(rt200, "broker_requests_per_request"),
+            "knee_noop_broker_requests_per_request": figure(knee_row, "broker_requests_per_request"),
+            "round_trip_200_redis_commands_per_request": figure(rt200, "redis_commands_per_request"),
+            "round_trip_200_redis_bytes_per_1k_requests": figure(rt200, "redis_bytes_per_1k_requests"),
             "round_trip_200_row_after_receipt_p99_ms": step(rt200, "status row after receipt", "p99"),
             "router_hop_1000_p99_ms": step(rt1000, "router hop", "p99"),
             "knee_noop_rps": noop.knee_rps if noop else None,
@@ -145,6 +158,7 @@ def render(report: Report, console: Console | None = None) -> None:
                           "", "", "", step.basis, style="dim")
     console.print(table)
     _cpu_table(report, console)
+    _cost_table(report, console)
     _knee_table(report, console)
     measured = report.checks()
     for key, target in TARGETS.items():
@@ -173,6 +187,29 @@ def _cpu_table(report: Report, console: Console) -> None:
             value = r.cpu_by_process.get(label, "")
             cells.append("n/a" if value is None else value if isinstance(value, str) else f"{value:.3f}")
         table.add_row(r.mode, *cells)
+    console.print(table)
+
+
+COST_COLUMNS = (("broker req", "broker_requests_per_request"), ("Produce", "broker_Produce_per_request"),
+                ("Fetch", "broker_Fetch_per_request"), ("OffsetCommit", "broker_OffsetCommit_per_request"),
+                ("Heartbeat", "broker_Heartbeat_per_request"), ("Metadata", "broker_Metadata_per_request"),
+                ("other", "broker_other_per_request"), ("Redis cmds", "redis_commands_per_request"),
+                ("Redis B/1k", "redis_bytes_per_1k_requests"))
+
+
+def _cost_table(report: Report, console: Console) -> None:
+    """Broker requests (by type) and Redis commands per request, for the modes that read them."""
+    rows = [r for r in report.results if "broker_requests_per_request" in r.figures
+            or "redis_commands_per_request" in r.figures]
+    if not rows:
+        return
+    table = Table(title="per request: broker requests by type (read from the broker) and Redis commands")
+    table.add_column("mode")
+    for title, _ in COST_COLUMNS:
+        table.add_column(title, justify="right")
+    for r in rows:
+        cells = [r.figures.get(key) for _, key in COST_COLUMNS]
+        table.add_row(r.mode, *("-" if v is None else f"{v:,.2f}" if v < 100 else f"{v:,.0f}" for v in cells))
     console.print(table)
 
 

@@ -10,7 +10,6 @@ timestamp: the round trip).
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
@@ -23,12 +22,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from reach.bench import cpu, noop_agent
+from reach.bench import costs, cpu, noop_agent
 from reach.bench.collector import Collector, Seen
 from reach.bench.results import ModeResult, latency, rate
 from reach.bench.slo import ReceiptBook
 from reach.bench.subprocesses import Child
 from reach.bench.workspace import Workspace, message_id
+from reach.errors import InfraUnavailable
 from reach.kafka import headers as H
 from reach.kafka.codec import decode_dict
 from reach.local.process import free_port
@@ -38,9 +38,15 @@ from reach.settings import RedisSettings
 _REPO = Path(__file__).resolve().parents[2]
 
 
+ROLES_ALL = ("all",)
+ROLES_SPLIT = ("route", "status")
+"""`reach router --role`: the routing hot path and the status fold in one process, or in two."""
+
+
 @dataclass(frozen=True)
 class Setup:
-    """Who serves the round trip: `instances` processes of `reach agent run <target>`."""
+    """Who serves the round trip: `instances` processes of `reach agent run <target>`, behind a stream app that
+    runs its roles in one process (ROLES_ALL) or two (ROLES_SPLIT)."""
 
     name: str
     capability: str
@@ -48,9 +54,12 @@ class Setup:
     target: str
     instances: int = 1
     path: Path | None = None  # put on PYTHONPATH (examples/ is beside the package, not in it)
+    roles: tuple[str, ...] = ROLES_ALL
 
     def missing(self) -> str | None:
         """Why this set-up cannot run on this installation, or None."""
+        if self.roles != ROLES_ALL and not roles_supported():
+            return "`reach router --role` is not available on this build"
         if self.path is not None and not (self.path / (self.target.split(":")[0].replace(".", "/") + ".py")).exists():
             return f"{self.target.split(':')[0]} is not beside the installed package (run from a source checkout)"
         return None
@@ -58,19 +67,20 @@ class Setup:
 
 NOOP = Setup("noop", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.bench.noop_agent:agent")
 ECHO = Setup("echo x2", "demo.echo", "agent://demo/echo", "examples.echo_agent:agent", instances=2, path=_REPO)
-SETUPS = {s.name: s for s in (NOOP, ECHO)}
-
-
-ROLES_ALL = ("all",)
-ROLES_SPLIT = ("route", "status")
-"""`reach router --role`: the routing hot path and the status fold in one process, or in two."""
+NOOP_X2 = Setup("noop x2", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.bench.noop_agent:agent", instances=2)
+NOOP_SPLIT = Setup("noop split", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.bench.noop_agent:agent",
+                   roles=ROLES_SPLIT)
+SETUPS = {s.name: s for s in (NOOP, ECHO, NOOP_X2, NOOP_SPLIT)}
+"""The knee's set-ups: `noop x2` and `noop split` show what a second agent instance, and the router's roles in
+two processes, change at the knee."""
 
 
 def roles_supported() -> bool:
-    """Whether this build's `reach router` takes --role (the split of the hot path and the status fold)."""
-    from reach.cli.router import router
+    """Whether this build's stream app runs its roles apart (`reach router --role route|status`)."""
+    from reach.streams import app
 
-    return "role" in inspect.signature(router).parameters
+    role = getattr(app, "Role", None)
+    return role is not None and {"route", "status"} <= {r.value for r in role}
 
 
 @dataclass
@@ -80,6 +90,10 @@ class Stack:
     routers: dict[str, Child]
     agents: list[Child]
     broker: int | None
+    meters: costs.Costs | None = None  # broker requests and Redis commands (reach.bench.costs)
+
+    def read_costs(self) -> costs.Reading:
+        return self.meters.read() if self.meters is not None else costs.Reading()
 
     def processes(self) -> dict[str, int | None]:
         """Label -> pid of every process whose CPU a step reports (the bench itself: sender and collector)."""
@@ -140,16 +154,26 @@ def stack(ws: Workspace, app: StreamApp, setup: Setup = NOOP) -> Iterator[Stack]
     if setup.path is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(setup.path), os.environ.get("PYTHONPATH")) if p)
     agents: list[Child] = []
+    broker = cpu.broker_pid(ws.kafka.servers())
+    readers = costs.Costs(broker, _redis_url())
     try:
         for i in range(setup.instances):
             agents.append(Child(f"agent{i + 1}", ["reach", "agent", "run", setup.target, "--log-level", "WARNING"],
                                 env))
         app.child.wait_until(lambda: _ready(app.url, setup.agent_id) >= setup.instances, 120,
                              f"{setup.instances} READY instance(s) of {setup.agent_id} in the registry")
-        yield Stack(app.routers, agents, cpu.broker_pid(ws.kafka.servers()))
+        yield Stack(app.routers, agents, broker, readers)
     finally:
         for agent in agents:
             agent.stop()
+        readers.close()
+
+
+def _redis_url() -> str | None:
+    try:
+        return RedisSettings().url()
+    except InfraUnavailable:
+        return None
 
 
 def _healthy(url: str) -> bool:
@@ -206,13 +230,15 @@ def run_rate(ws: Workspace, collector: Collector, running: Stack, *, offered: fl
     send_open_loop(ws, warm_prefix, offered, max(int(offered / 2), 10), setup.capability)
     _wait_terminal(collector, warm_prefix, max(int(offered / 2), 10), drain_timeout)
     collector.take()
-    before = cpu.read(running.processes())
+    spent_before, before = running.read_costs(), cpu.read(running.processes())
     count = max(int(offered * seconds), 10)
     created = send_open_loop(ws, prefix, offered, count, setup.capability)
     drained = _wait_terminal(collector, prefix, count, drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), count)
+    spent = costs.per_request(spent_before, running.read_costs(), count)
     result = _analyse(collector.take(), created, mode=mode_name(setup, offered, roles), offered=offered,
                       per_process=per_process, workers=set(running.workers()), drained=drained)
+    result.figures.update(spent)
     unfinished[result.mode] = collector.missing(set(created))
     return result
 

@@ -3,24 +3,21 @@
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import typer
 from rich.table import Table
 
-from reach.apps import NewKey
 from reach.appstore import AppStore, KafkaAppLog
 from reach.cli.common import console, err_console
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
-from reach.records import App
+from reach.ops import apps as ops_apps
+from reach.ops.apps import DEFAULT_RATE
 from reach.secretbox import secret_box
 from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Gateway apps: who may call over HTTP, with which keys, how fast.", no_args_is_help=True)
-
-DEFAULT_RATE = 100.0
 
 
 def _store(*, making_keys: bool = False) -> AppStore:
@@ -31,29 +28,13 @@ def _store(*, making_keys: bool = False) -> AppStore:
     return AppStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box)
 
 
-def _summary(record: App) -> dict[str, Any]:
-    """An app as `ls` shows it: everything but the sealed secrets."""
-    return {
-        "app_id": record.app_id, "name": record.name, "tenant": record.tenant,
-        "capabilities": record.capabilities, "rate": record.rate, "burst": record.burst,
-        "revoked_at": record.revoked_at, "created_at": record.created_at, "updated_at": record.updated_at,
-        "updated_by": record.updated_by,
-        "keys": [{"key_id": k.key_id, "created_at": k.created_at, "revoked_at": k.revoked_at} for k in record.keys],
-    }
-
-
-def _show_secret(made: NewKey, as_json: bool, extra: dict[str, Any]) -> None:
+def _show_secret(shown: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        console.print_json(json.dumps({"app_id": made.app_id, "key_id": made.key_id, "secret": made.secret,
-                                       **extra}))
+        console.print_json(json.dumps(shown))
         return
-    console.print(f"app_id  {made.app_id}\nkey_id  {made.key_id}\nsecret  {made.secret}", highlight=False)
+    console.print(f"app_id  {shown['app_id']}\nkey_id  {shown['key_id']}\nsecret  {shown['secret']}", highlight=False)
     err_console.print("The secret is shown only now: store it where the caller keeps secrets. Sign each "
                       "request with it (docs/http.md, Apps and signatures).", highlight=False)
-
-
-def _capabilities(value: str | None) -> list[str]:
-    return [c.strip() for c in (value or "").split(",") if c.strip()]
 
 
 @app.command()
@@ -66,19 +47,17 @@ def create(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Create an app with one key; prints app_id, key_id and the secret (shown only here)."""
-    size = burst if burst is not None else max(1, math.ceil(rate)) if math.isfinite(rate) else 1
-    allowed = sorted(set(_capabilities(capabilities)))
-    made = _store(making_keys=True).create(name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size)
-    _show_secret(made, as_json, {"name": name, "tenant": tenant, "capabilities": allowed, "rate": rate,
-                                 "burst": size})
+    made = ops_apps.create(_store(making_keys=True), name=name, tenant=tenant,
+                           capabilities=ops_apps.capabilities(capabilities), rate=rate, burst=burst)
+    _show_secret(made.as_dict(), as_json)
 
 
 @app.command("ls")
 def ls(as_json: bool = typer.Option(False, "--json")) -> None:
     """List apps with their keys and quotas (never a secret)."""
-    records = _store().all()
+    records = ops_apps.listing(_store())
     if as_json:
-        console.print_json(json.dumps([_summary(r) for r in records]))
+        console.print_json(json.dumps([ops_apps.summary(r) for r in records]))
         return
     table = Table("app_id", "name", "tenant", "capabilities", "rate/s", "burst", "live keys", "state")
     for r in records:
@@ -91,7 +70,7 @@ def ls(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def rotate(app_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """Add a new key; the old keys keep working until `reach apps revoke APP_ID --key OLD`."""
-    _show_secret(_store(making_keys=True).rotate(app_id), as_json, {})
+    _show_secret(ops_apps.secret(ops_apps.rotate(_store(making_keys=True), app_id)), as_json)
 
 
 @app.command()
@@ -101,9 +80,9 @@ def revoke(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Revoke one key, or the whole app; gateways refuse it within about a second."""
-    record = _store().revoke(app_id, key_id=key)
+    record = ops_apps.revoke(_store(), app_id, key_id=key)
     if as_json:
-        console.print_json(json.dumps(_summary(record)))
+        console.print_json(json.dumps(ops_apps.summary(record)))
     elif key is None:
         console.print(f"app {app_id} revoked: none of its keys works any more", highlight=False)
     else:

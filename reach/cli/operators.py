@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import typer
 from rich.table import Table
 
 from reach.appstore import KafkaAppLog, _operator
 from reach.cli.common import console, err_console
-from reach.console.operators import DEFAULT_REDRIVE_RATE, ROLES, OperatorStore
-from reach.envelopes import now_ms
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
-from reach.records import App
+from reach.ops import operators as ops_operators
+from reach.ops.operators import DEFAULT_REDRIVE_RATE, ROLES, OperatorStore
 from reach.secretbox import secret_box
 from reach.settings import KafkaSettings, ReachSettings
 
@@ -28,12 +26,6 @@ def _store(*, making_tokens: bool = False) -> OperatorStore:
     return OperatorStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box, by=_operator())
 
 
-def _summary(record: App) -> dict[str, Any]:
-    return {"operator_id": record.app_id, "name": record.name, "role": record.role, "redrive_rate": record.rate,
-            "revoked_at": record.revoked_at, "created_at": record.created_at, "updated_by": record.updated_by,
-            "key_ids": [k.key_id for k in record.live_keys()]}
-
-
 @app.command()
 def create(
     name: str = typer.Argument(..., help="who this is, e.g. alice"),
@@ -43,10 +35,9 @@ def create(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Create an operator; prints its token (shown only here): log in at /console/login with it."""
-    made = _store(making_tokens=True).create(name=name, role=role, redrive_rate=redrive_rate, now_ms=now_ms())
+    made = ops_operators.create(_store(making_tokens=True), name=name, role=role, redrive_rate=redrive_rate)
     if as_json:
-        console.print_json(json.dumps({"operator_id": made.operator_id, "name": name, "role": role,
-                                       "token": made.token}))
+        console.print_json(json.dumps(ops_operators.token(made, name=name, role=role)))
         return
     console.print(f"operator_id  {made.operator_id}\nrole         {role}\ntoken        {made.token}",
                   highlight=False)
@@ -57,9 +48,9 @@ def create(
 @app.command("ls")
 def ls(as_json: bool = typer.Option(False, "--json")) -> None:
     """List operators (never a token)."""
-    records = _store().all()
+    records = ops_operators.listing(_store())
     if as_json:
-        console.print_json(json.dumps([_summary(r) for r in records]))
+        console.print_json(json.dumps([ops_operators.summary(r) for r in records]))
         return
     table = Table("operator_id", "name", "role", "redrive/s", "state")
     for r in records:
@@ -70,8 +61,8 @@ def ls(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def revoke(operator_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """Revoke an operator: its token stops working on every gateway within about a second."""
-    record = _store().revoke(operator_id, now_ms=now_ms())
+    record = ops_operators.revoke(_store(), operator_id)
     if as_json:
-        console.print_json(json.dumps(_summary(record)))
+        console.print_json(json.dumps(ops_operators.summary(record)))
     else:
         console.print(f"operator {operator_id} revoked", highlight=False)

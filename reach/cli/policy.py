@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import typer
 from rich.table import Table
 
-from reach import control, policyfields
+from reach import policyfields
 from reach.cli.common import console, err_console
-from reach.core.views.control import ControlView
 from reach.kafka import topics
-from reach.names import Names, check_capability
-from reach.records import ControlKind, Policy
+from reach.names import Names
+from reach.ops import policy as ops_policy
 from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Show and change the retry / timeout / budget policy per capability (live, via control).",
@@ -28,31 +26,13 @@ def _tiers() -> list[str]:
     return topics.load(ReachSettings().topics_file).retry_tiers()
 
 
-def report(view: ControlView, scope: str, tiers: list[str]) -> dict[str, Any]:
-    """The effective policy of a scope: per field the value, where it comes from, who applies it; and the
-    consistency warnings of tiers, backoff and budget."""
-    policy = view.policy(scope)
-    rows = policyfields.effective(policy, view.policy_sources(scope))
-    return {"scope": scope,
-            "fields": {spec.name: {"value": value, "shown": policyfields.show(spec, value), "from": source,
-                                   "applies": spec.applies} for spec, value, source in rows},
-            "warnings": policyfields.check(policy, tiers)}
-
-
 @app.command()
 def show(
     capability: str | None = typer.Option(None, "--capability", help="the policy in effect for this capability"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the effective policy of `*` and of every capability with its own POLICY record (or of one)."""
-    view = control.read_control(names=_names(), kafka=KafkaSettings())
-    if capability:
-        scopes = [check_capability(capability)]
-    else:
-        scopes = ["*", *sorted(r.scope for r in view.records().values()
-                               if r.kind is ControlKind.POLICY and r.scope != "*")]
-    tiers = _tiers()
-    reports = [report(view, scope, tiers) for scope in scopes]
+    reports = ops_policy.show(names=_names(), tiers=_tiers(), capability=capability, kafka=KafkaSettings())
     if as_json:
         console.print_json(json.dumps(reports))
         return
@@ -83,36 +63,21 @@ def set_(
 ) -> None:
     """Publish the scope's policy; omitted fields keep the scope's current value. SDKs, clients and routers
     follow the control topic and apply it without a restart (new sends take the new timeouts and budget)."""
-    names = _names()
-    scope = check_capability(capability) if capability else "*"
-    durations = {"backoff_base_ms": backoff_base, "backoff_max_ms": backoff_max,
-                 "delivery_timeout_ms": delivery_timeout, "execution_timeout_ms": execution_timeout,
-                 "budget_ms": budget, "idempotency_window_ms": idempotency_window,
-                 "slow_threshold_ms": slow_threshold}
-    changes: dict[str, Any] = {
-        name: policyfields.parse_duration(text, option=policyfields.BY_NAME[name].option)
-        for name, text in durations.items() if text is not None}
-    if max_attempts is not None:
-        changes["max_attempts"] = max_attempts
-    if validate_at_router is not None:
-        changes["validate_at_router"] = validate_at_router
-    if handoff is not None:
-        changes["handoff"] = handoff
+    scope = ops_policy.scope_of(capability)
+    changes = ops_policy.changes({
+        "backoff_base_ms": backoff_base, "backoff_max_ms": backoff_max, "delivery_timeout_ms": delivery_timeout,
+        "execution_timeout_ms": execution_timeout, "budget_ms": budget, "idempotency_window_ms": idempotency_window,
+        "slow_threshold_ms": slow_threshold, "max_attempts": max_attempts, "validate_at_router": validate_at_router,
+        "handoff": handoff})
     if not changes:
         raise typer.BadParameter("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
-    view = control.read_control(names=names, kafka=KafkaSettings())
-    found = view.records().get(control.key_of(ControlKind.POLICY, scope))
-    own = found.policy.model_dump() if found is not None and found.policy is not None else {}
-    new = Policy(**{**own, **changes})
-    record = control.policy_record(new, scope=scope, by="reach-cli")
-    control.publish(record, names=names, kafka=KafkaSettings())
-    view.apply(record.key, record)
-    rep = report(view, scope, _tiers())
+    done = ops_policy.publish(scope, changes, by="reach-cli", names=_names(), tiers=_tiers(),
+                              kafka=KafkaSettings())
     if as_json:
-        console.print_json(json.dumps(rep))
+        console.print_json(json.dumps(done.report))
         return
-    console.print(f"policy for {scope} published (key {record.key}): "
+    console.print(f"policy for {scope} published (key {done.record.key}): "
                   + " ".join(f"{k}={policyfields.show(policyfields.BY_NAME[k], v)}" for k, v in changes.items()),
                   highlight=False)
-    for warning in rep["warnings"]:
+    for warning in done.report["warnings"]:
         err_console.print(f"[yellow]warning[/] ({scope}): {warning}", highlight=False)

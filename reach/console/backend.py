@@ -9,14 +9,13 @@ from typing import Any, Protocol
 
 from reach import analytics, control, dlq
 from reach.console import overview
-from reach.core.canarybook import canaries, ended
 from reach.envelopes import now_ms
-from reach.errors import ReachError
 from reach.intent.desk import HandoffDesk
 from reach.kafka import codec, topicreader
 from reach.kafka.codec import DecodeError
 from reach.names import Names, check_capability
 from reach.ops import agents as ops_agents
+from reach.ops import canary as ops_canary
 from reach.ops import dlq as ops_dlq
 from reach.ops import handoff as ops_handoff
 from reach.ops import intents as ops_intents
@@ -25,12 +24,7 @@ from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
-from reach.streams.canary.controller import canary_record
 from reach.streams.lag import consumer_lag
-
-
-class ConsoleError(ReachError):
-    """An operator action that cannot apply (unknown canary, bad weights, nothing to redrive)."""
 
 
 class Backend(Protocol):
@@ -111,8 +105,8 @@ class ConsoleBackend:
 
     def agents(self) -> list[dict[str, Any]]:
         listed = ops_agents.instances(self._kafka, self._names, timeout=5.0)
-        running = {a: c for a, c in canaries(control.read_control(names=self._names, kafka=self._kafka).records()
-                                            ).items() if c.state is CanaryState.RUNNING}
+        running = {a: c for a, c in ops_canary.current(self._names, kafka=self._kafka).items()
+                   if c.state is CanaryState.RUNNING}
         rows = []
         for info, row in listed:
             reg = info.registration
@@ -180,17 +174,10 @@ class ConsoleBackend:
         return dict(new)
 
     def canaries(self) -> list[dict[str, Any]]:
-        found = canaries(control.read_control(names=self._names, kafka=self._kafka).records())
-        return [{"agent_id": c.agent_id, "version": c.version, "state": str(c.state), "step": c.step + 1,
-                 "steps": c.steps, "min_success": c.min_success, "reason": c.reason}
-                for c in sorted(found.values(), key=lambda c: c.agent_id)]
+        return ops_canary.rows(ops_canary.current(self._names, kafka=self._kafka))
 
     def finish_canary(self, agent_id: str, state: CanaryState, by: str) -> None:
-        canary = canaries(control.read_control(names=self._names, kafka=self._kafka).records()).get(agent_id)
-        if canary is None or canary.state is not CanaryState.RUNNING:
-            raise ConsoleError(f"{agent_id} has no RUNNING canary; start one with `reach canary start`.")
-        control.publish(canary_record(ended(canary, state, by=by, now_ms=now_ms()), by=by), names=self._names,
-                        kafka=self._kafka)
+        ops_canary.finish(agent_id, state, by=by, names=self._names, kafka=self._kafka)
 
     def intents(self, since_ms: int | None) -> dict[str, Any]:
         """The exact map, the stage shares since `since_ms` and the handoff queue: `reach intents ls`,

@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass
 from enum import StrEnum
 
+from reach.core.durations import parse_ms
 from reach.records import Envelope, Policy
 
 DEFAULT_MAX_ATTEMPTS = 4
@@ -94,9 +95,5 @@ def tier_for(delay_ms: int, tiers: list[str]) -> str:
 
 
 def tier_ms(tier: str) -> int:
-    """`1s` -> 1000, `500ms` -> 500, `10m` -> 600000."""
-    units = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
-    for suffix in ("ms", "s", "m", "h"):
-        if tier.endswith(suffix) and tier[: -len(suffix)].isdigit():
-            return int(tier[: -len(suffix)]) * units[suffix]
-    raise ValueError(f"retry tier {tier!r} must look like 500ms, 1s, 10s, 5m or 1h")
+    """`1s` -> 1000, `500ms` -> 500, `10m` -> 600000 (reach.core.durations; a tier needs its unit)."""
+    return parse_ms(tier, what="retry tier", hint="it must look like 500ms, 1s, 10s, 5m or 1h")

@@ -9,10 +9,10 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
+from reach import client as sdk
 from reach import tracing
 from reach.agent.exceptions import RecordRefused
 from reach.agent.publisher import refusal
-from reach.client import Client
 from reach.envelopes import routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
@@ -56,7 +56,7 @@ class KafkaPublisher:
     delivery error (the caller gets 503 and may retry with the same idempotency_key) instead of an
     asyncio timeout racing a late ack."""
 
-    def __init__(self, client: Client, *, ack_timeout_s: float, producer: Producing | None = None) -> None:
+    def __init__(self, client: sdk.Client, *, ack_timeout_s: float, producer: Producing | None = None) -> None:
         self._client = client
         self._ack_timeout = ack_timeout_s
         timeout_ms = max(1000, int(ack_timeout_s * 1000))

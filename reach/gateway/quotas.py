@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from reach.callers import CallerApp
 from reach.core.tokenbucket import TokenBucket
 from reach.gateway.ports import QuotaDecision
-from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import guarded
+from reach.redisbatch import ScriptBatcher
 
 ALLOWED = QuotaDecision(allowed=True)
 
@@ -83,7 +83,7 @@ class RedisQuotas:
     def __init__(self, *, client: Redis, namespace: str, capability_limit: LimitOf = _no_cap) -> None:
         self._prefix = f"{namespace}:gateway:quota:"
         self._limit_of = capability_limit
-        self._take = ScriptBatch(client, TAKE_LUA)  # one pipeline per turn of the event loop
+        self._take = ScriptBatcher.on(client).script(TAKE_LUA)  # one pipeline per turn of the event loop
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         cap = self._limit_of(capability) or Limit(rate=0.0, burst=0)

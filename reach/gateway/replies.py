@@ -1,28 +1,30 @@
-"""One reply topic per gateway process: a thread reads it and resolves the asyncio future of each waiter."""
+"""One reply topic per gateway process: a thread pumps it (reach.replies) and resolves each waiter's asyncio future."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
-from typing import cast
 
-from reach.client import Client
+from reach import client as sdk
 from reach.invoke import ReplyInbox, host_client_id
-from reach.kafka import clients, codec
 from reach.records import Receipt
+from reach.replies import Key, ReplyPump
 
 log = logging.getLogger("reach.gateway.replies")
-Key = tuple[str, int]
 
 
 class _Waiter:
-    """A future on the caller's event loop, resolved from the reader thread."""
+    """A future on the caller's event loop; the pump calls the waiter (from its reader thread) to resolve it."""
 
-    def __init__(self, hub: ReplyHub, key: Key, future: asyncio.Future[Receipt]) -> None:
-        self._hub = hub
+    def __init__(self, pump: ReplyPump, key: Key) -> None:
+        self._pump = pump
         self._key = key
-        self._future = future
+        self._future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
+
+    def __call__(self, receipt: Receipt) -> None:
+        """From the reader thread (or at once, when the receipt was read before `expect`)."""
+        self._future.get_loop().call_soon_threadsafe(_resolve, self._future, receipt)
 
     async def result(self, timeout_s: float) -> Receipt | None:
         try:
@@ -33,64 +35,37 @@ class _Waiter:
             self.cancel()
 
     def cancel(self) -> None:
-        self._hub.forget(self._key, self._future)
+        self._pump.forget(self._key, self)
 
 
 class ReplyHub(ReplyInbox):
-    """reach.invoke's ReplyInbox (its topic, consumer and bounded arrivals), read by one thread for every
-    waiting request instead of one blocking `wait` per call."""
+    """reach.invoke's ReplyInbox (its topic, consumer and reply pump), pumped by one thread for every waiting
+    request instead of one blocking `wait` per call."""
 
-    def __init__(self, client: Client, *, client_id: str) -> None:
+    def __init__(self, client: sdk.Client, *, client_id: str) -> None:
         super().__init__(client, client_id=client_id)
-        self._waiters: dict[Key, asyncio.Future[Receipt]] = {}
         self._stop = threading.Event()
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._pump, name="reach-gateway-replies", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="reach-gateway-replies", daemon=True)
         self._thread.start()
 
     def expect(self, message_id: str, generation: int = 0) -> _Waiter:
         """Register before publishing: a receipt that arrives before `result()` is awaited is kept."""
         key = (message_id, generation)
-        future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
-        with self._lock:
-            early = self._arrived.pop(key)
-            if early is not None:
-                future.set_result(early)
-            else:
-                self._waiters[key] = future
-        return _Waiter(self, key, future)
-
-    def forget(self, key: Key, future: asyncio.Future[Receipt]) -> None:
-        with self._lock:
-            if self._waiters.get(key) is future:
-                del self._waiters[key]
+        waiter = _Waiter(self._pump, key)
+        self._pump.expect(key, waiter)
+        return waiter
 
     def healthy(self) -> bool:
         return self._thread.is_alive() and self.error is None
 
-    def _pump(self) -> None:
+    def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                for msg in clients.take(self._consumer, 500, 0.2):
-                    if msg.error() or msg.value() is None:
-                        continue
-                    try:
-                        receipt = codec.decode(cast(bytes, msg.value()), Receipt)
-                    except codec.DecodeError:
-                        continue
-                    self._deliver(receipt)
+                self._pump.pump(500, 0.2)
         except BaseException as exc:  # noqa: BLE001 - surfaced through healthy() and /healthz
             self.error = exc
             log.exception("the reply reader stopped")
-
-    def _deliver(self, receipt: Receipt) -> None:
-        key = (receipt.message_id, receipt.generation)
-        with self._lock:
-            future = self._waiters.pop(key, None)
-            if future is None:
-                self._arrived.add(receipt)
-                return
-        future.get_loop().call_soon_threadsafe(_resolve, future, receipt)
 
     def close(self) -> None:
         self._stop.set()

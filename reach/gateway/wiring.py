@@ -9,10 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from reach import client as sdk
 from reach.a2a.cancelsink import KafkaCancels
 from reach.callers import AppDirectory
 from reach.channels.settings import ClosureSettings
-from reach.client import Client
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
@@ -68,7 +68,7 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
     """Connect to the broker (InfraUnavailable when it does not answer), read the registry, open the reply topic."""
     kafka, reach, http = config.kafka, config.reach, config.http
     clients.check_reachable(clients.admin(kafka))
-    client = Client(kafka=kafka, settings=reach, source="gateway")
+    client = sdk.Client(kafka=kafka, settings=reach, source="gateway")
     catalog = RegistryCatalog(names=client.names, kafka=kafka)
     catalog.start()
     replies = ReplyHub(client, client_id=gateway_client_id(port))

@@ -1,18 +1,21 @@
-"""Kafka client construction in one place (idempotent murmur2 producers, manual-commit consumers)."""
+"""Kafka client construction in one place (idempotent murmur2 producers, manual-commit consumers).
+
+A bootstrap of `memory://<name>` builds the in-process clients of reach.kafka.memory instead (one bus per name):
+the seam that runs the request path in a unit test with no broker."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from reach.core.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
-from reach.kafka import kafkaerrors
+from reach.kafka import kafkaerrors, memory
 from reach.settings import ConsumerProfile, KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -21,16 +24,27 @@ _PROBE_S = 1.0  # one metadata attempt; between attempts the error callback is s
 
 
 def admin(kafka: KafkaSettings) -> AdminClient:
-    return AdminClient(kafka.admin())
+    conf = kafka.admin()
+    bus = memory.bus_name(conf)
+    return AdminClient(conf) if bus is None else cast(AdminClient, memory.MemoryAdmin(memory.bus(bus), conf))
 
 
 def producer(kafka: KafkaSettings, **overrides: Any) -> Producer:
-    return Producer(kafka.producer(**overrides))
+    conf = kafka.producer(**overrides)
+    bus = memory.bus_name(conf)
+    return Producer(conf) if bus is None else cast(Producer, memory.MemoryProducer(memory.bus(bus), conf))
 
 
 def consumer(group_id: str, kafka: KafkaSettings, *, profile: ConsumerProfile = "hot",
              **overrides: Any) -> Consumer:
-    return Consumer(kafka.consumer(group_id, profile=profile, **overrides))
+    conf = kafka.consumer(group_id, profile=profile, **overrides)
+    bus = memory.bus_name(conf)
+    return Consumer(conf) if bus is None else cast(Consumer, memory.MemoryConsumer(memory.bus(bus), conf))
+
+
+def in_memory(kafka: KafkaSettings) -> bool:
+    """True when `kafka` names an in-process bus (REACH_BOOTSTRAP=memory://<name>, reach.kafka.memory)."""
+    return bool(kafka.bootstrap and kafka.bootstrap.startswith(memory.SCHEME))
 
 
 def take(consumer: Consumer, max_messages: int, timeout: float) -> list[Message]:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from reach import client as sdk
 from reach import dlq
-from reach.client import Client
 from reach.core.lifecycle import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
@@ -134,7 +134,7 @@ def replay_letters(items: list[dlq.Letter], *, settings: ReachSettings, kafka: K
     the console's redrive)."""
     names = Names(settings.namespace)
     producer = clients.producer(kafka)
-    client = Client(kafka=kafka, settings=settings)
+    client = sdk.Client(kafka=kafka, settings=settings)
 
     def publish(envelope: Envelope) -> None:
         client.publish(envelope)

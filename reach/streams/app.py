@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -158,20 +157,18 @@ def build_app(
 
 def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder, namespace: str,
                  summary_interval: float) -> None:
-    stop_delays = threading.Event()
-
     class RouterService(service):  # type: ignore[misc, valid-type]
         """Starts the confluent hot path and the delay tiers with the worker; stops them (flushed) with it."""
 
         async def on_start(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, lambda: router.start(ready_timeout=60))
-            threading.Thread(target=delays.run, args=(stop_delays,), name="reach-delays", daemon=True).start()
+            delays.start()
             heap.settle()
             log.info("router ready: namespace %s", namespace)
 
         async def on_stop(self) -> None:
-            stop_delays.set()
-            await asyncio.get_running_loop().run_in_executor(None, router.stop)
+            loop = asyncio.get_running_loop()  # both finish their batch and flush at once
+            await asyncio.gather(loop.run_in_executor(None, delays.stop), loop.run_in_executor(None, router.stop))
 
         @service.task  # type: ignore[misc]
         async def _summaries(self) -> None:

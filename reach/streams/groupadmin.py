@@ -30,11 +30,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 
 from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
+from reach.kafka import clients
+from reach.kafka.groups import Assignment, GroupDescription, GroupOffsets, Member
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
 
@@ -64,36 +66,6 @@ class GroupRequests(Protocol):
 
     def list_consumer_group_offsets(self, list_consumer_group_offsets_request: list[Any],
                                     **kwargs: Any) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class Assignment:
-    topic_partitions: list[TopicPartition]
-
-
-@dataclass(frozen=True)
-class Member:
-    """One member of a described group: its client id and the partitions it holds."""
-
-    client_id: str
-    assignment: Assignment
-
-
-@dataclass(frozen=True)
-class GroupDescription:
-    """A described group (only what the callers read)."""
-
-    group_id: str
-    state: str
-    members: list[Member] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class GroupOffsets:
-    """A group's committed offsets."""
-
-    group_id: str
-    topic_partitions: list[TopicPartition] = field(default_factory=list)
 
 
 def settings_payload(kafka: KafkaSettings) -> dict[str, Any]:
@@ -259,7 +231,10 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared(kafka: KafkaSettings) -> GroupAdmin:
-    """One GroupAdmin (one child) per process and cluster, for every caller in it."""
+    """One GroupAdmin (one child) per process and cluster, for every caller in it; on an in-process bus
+    (reach.kafka.memory) its admin client, which cannot abort the process."""
+    if clients.in_memory(kafka):
+        return cast(GroupAdmin, clients.admin(kafka))
     # the secrets too (model_dump_json masks them): settings that differ only in a password get their own child
     key = hashlib.sha256(json.dumps(settings_payload(kafka), sort_keys=True).encode()).hexdigest()
     with _SHARED_LOCK:

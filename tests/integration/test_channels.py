@@ -9,7 +9,6 @@ import asyncio
 import email
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,14 +70,11 @@ def delays() -> Iterator[DelayForwarder]:
     """The delay tiers' forwarder in-process: retries scheduled by the SDK come back when due."""
     forwarder = DelayForwarder(names=Names(ReachSettings().namespace), tiers=["1s", "10s", "60s"],
                                kafka=KafkaSettings(), redis=RedisSettings())
-    stop = threading.Event()
-    thread = threading.Thread(target=forwarder.run, args=(stop,), daemon=True)
-    thread.start()
+    forwarder.start()
     try:
         yield forwarder
     finally:
-        stop.set()
-        thread.join(timeout=15)
+        forwarder.stop(timeout=15)
 
 
 def fast_retries(capability: str, attempts: int) -> None:

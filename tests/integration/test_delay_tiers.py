@@ -3,7 +3,6 @@ and an undecodable record is dead-lettered without stopping the tier."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 
@@ -24,12 +23,9 @@ from reach.streams.delays.forwarder import DelayForwarder
 def forwarder(namespace: str) -> Iterator[DelayForwarder]:
     fwd = DelayForwarder(names=Names(namespace), tiers=["1s", "10s", "60s"], kafka=KafkaSettings(),
                          redis=RedisSettings())
-    stop = threading.Event()
-    thread = threading.Thread(target=fwd.run, args=(stop,), daemon=True)
-    thread.start()
+    fwd.start()
     yield fwd
-    stop.set()
-    thread.join(timeout=15)
+    fwd.stop(timeout=15)
 
 
 def put(producer: Producer, topic: str, partition: int, env: Envelope | None, due: int | None,

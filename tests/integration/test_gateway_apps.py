@@ -29,11 +29,11 @@ from reach.gateway.door import open_door
 from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.ports import Verified
 from reach.gateway.quotas import Limit, RedisQuotas
-from reach.gateway.redisbatch import ScriptBatch
 from reach.gateway.redisconn import door_client
 from reach.gateway.settings import GatewaySettings
 from reach.kafka import codec
 from reach.names import Names
+from reach.redisbatch import ScriptBatcher
 from reach.secretbox import secret_box
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
@@ -281,11 +281,11 @@ def test_a_gateway_without_a_secrets_key_refuses_to_open(namespace: str, home: P
 
 
 def test_a_script_redis_has_not_seen_is_loaded_and_the_batch_runs_again() -> None:
-    """ScriptBatch's NOSCRIPT path (as after a Redis restart), on a script no one has loaded: a fresh comment."""
+    """ScriptBatcher's NOSCRIPT path (as after a Redis restart), on a script no one has loaded: a fresh comment."""
     client = door_client(os.environ["REACH_REDIS_URL"])
     script = f"-- {uuid.uuid4().hex}\nreturn ARGV[1]"
     sha = hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
-    batch = ScriptBatch(client, script)
+    batch = ScriptBatcher.on(client).script(script)
 
     async def calls() -> list[Any]:
         return list(await asyncio.gather(*(batch([], [f"v{i}"]) for i in range(5))))  # one loop turn: one pipeline

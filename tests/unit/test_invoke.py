@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reach.invoke import Arrivals
 from reach.records import Receipt, Status
+from reach.replies import Arrivals
 
 
 def receipt(mid: str, status: Status = Status.COMPLETED) -> Receipt:

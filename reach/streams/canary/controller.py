@@ -25,7 +25,7 @@ from reach.names import Names
 from reach.records import AgentRegistration, Canary, Control, ControlKind, Receipt
 from reach.settings import CanarySettings, KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.loopthread import LoopThread
+from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.canary")
 
@@ -98,7 +98,7 @@ class CanaryDriver:
         return written
 
 
-class CanaryController(LoopThread):
+class CanaryController(SupervisedLoop):
     """The Kafka shell around a CanaryDriver: start()/stop() from any thread."""
 
     thread_name = "reach-canary"
@@ -122,8 +122,10 @@ class CanaryController(LoopThread):
         driver = self.driver
         driver.book, driver.caught_up = CanaryBook(), False  # a restarted loop reads everything again
 
-        def assigned(_c: Consumer, partitions: list[TopicPartition]) -> None:
+        def assigned(c: Consumer, partitions: list[TopicPartition]) -> None:
             driver.leader = any(tp.partition == 0 for tp in partitions)
+            c.assign(partitions)
+            c.pause(partitions)  # membership only: `reader` reads control; this one would fetch it a second time
 
         def revoked(_c: Consumer, _partitions: list[TopicPartition]) -> None:
             driver.leader = False
@@ -132,6 +134,7 @@ class CanaryController(LoopThread):
             election.subscribe([names.control], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
             positions, ends = self._positions(reader)
             reader.assign(positions)
+            self._mark_ready()
             next_tick, warn_at = 0, time.monotonic() + CATCH_UP_WARN_S
             while not self._stop.is_set():
                 election.poll(0)  # membership and the assignment callbacks; its records are read by `reader`

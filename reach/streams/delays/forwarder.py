@@ -10,7 +10,6 @@ committed per partition only up to the first record whose forward the broker has
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -29,6 +28,7 @@ from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Status
 from reach.settings import KafkaSettings, RedisSettings
 from reach.streams.exceptions import DeliveryFailed
+from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.delays")
@@ -88,15 +88,25 @@ def _envelope(value: bytes) -> Envelope | None:
         return None
 
 
-class DelayForwarder:
+class DelayForwarder(SupervisedLoop):
     """One consumer over every tier. A record not yet due pauses its partition (others keep moving) and is
     re-read when due; so a record is late by at most the wait behind an earlier, later-due record of the
-    same tier partition (bounded by the tier's length) plus one poll interval."""
+    same tier partition (bounded by the tier's length) plus one poll interval.
+
+    start()/stop() from any thread. A failure (broker refused a forward, lost connection, a bug) restarts the
+    consumer, which resumes from the last commit: at least once, never a silent stop."""
+
+    thread_name = "reach-delays"
+    label = "delay tiers"
+    restart_on = (Exception,)  # the thread must outlive broker hiccups
+    restart_traceback = True
+    log = log
 
     def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings,
                  clock: Callable[[], int] = now_ms, poll_s: float = 0.1,
                  max_bytes: int = DEAD_LETTER_BYTES, redis: RedisSettings,
                  fence: Fence | None = None) -> None:
+        super().__init__()
         self.names = names
         self.fence = fence or fence_from_settings("delay tiers", namespace=names.namespace, redis_settings=redis)
         self._max_bytes = max_bytes  # the producer must fit a dead letter of the largest capability record
@@ -108,28 +118,16 @@ class DelayForwarder:
         self.forwarded = 0
         self.dead_lettered = 0
 
-    def run(self, stop: threading.Event) -> None:
-        """Forward until `stop`; a failure (broker refused a forward, lost connection) restarts the consumer,
-        which resumes from the last commit: at least once, never a silent stop."""
-        backoff = 0.2
-        while not stop.is_set():
-            try:
-                self._run(stop)
-                return
-            except Exception:  # noqa: BLE001 - logged; the thread must outlive broker hiccups
-                log.exception("delay tiers: restarting in %.1fs", backoff)
-                self._held.clear()
-                stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-
-    def _run(self, stop: threading.Event) -> None:
+    def _loop(self) -> None:
+        self._held.clear()  # a fresh consumer holds no partition
         consumer = clients.consumer(self.names.topic("delays"), self._kafka, profile="hot",  # resumed: read at once
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
         producer = clients.producer(self._kafka, **{"message.max.bytes": self._max_bytes,
                                                     "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         consumer.subscribe(self.topics, on_revoke=self._revoked, on_lost=self._revoked)
+        self._mark_ready()
         try:
-            while not stop.is_set():
+            while not self._stop.is_set():
                 self._resume_due(consumer)
                 batch = clients.take(consumer, 500, self._wait_s())
                 if batch:

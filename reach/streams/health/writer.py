@@ -44,8 +44,8 @@ from reach.names import Names
 from reach.records import AgentRegistration, InstanceHealth
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
-from reach.streams.loopthread import LoopThread
 from reach.streams.status.lookup import partition_of
+from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.health")
 Publish = Callable[[str, InstanceHealth | None], None]
@@ -63,7 +63,7 @@ def health_group(names: Names) -> str:
     return f"{names.router_app_id}.health"
 
 
-class HealthWriter(LoopThread):
+class HealthWriter(SupervisedLoop):
     """The single writer of `<ns>.health` for the partitions it owns; start()/stop() run it on a thread.
 
     `on_publish` sees every record it published (the metrics gauges); `records()` is the latest per owned
@@ -126,7 +126,7 @@ class HealthWriter(LoopThread):
                             on_assign=lambda c, tps: self._assigned(c, tps),
                             on_revoke=lambda c, tps: self._revoked(producer, tps, flush=True),
                             on_lost=lambda c, tps: self._revoked(producer, tps, flush=False))
-            self.error = None
+            self._mark_ready()
             next_tick = 0.0
             while not self._stop.is_set():
                 group.consume(500, 0)  # serves the rebalance callbacks; the records are this writer's own
@@ -284,8 +284,10 @@ class HealthWriter(LoopThread):
             restored = self.restore_records(self._read_partition(tp.partition))
             self.owned.add(tp.partition)
             log.info("health partition %d owned: %d instances restored", tp.partition, restored)
-        if consumer is not None:  # read on from the end: only this writer's own records follow
-            consumer.assign([TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions])
+        if consumer is not None:  # membership only: the records that follow are this writer's own
+            held = [TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions]
+            consumer.assign(held)
+            consumer.pause(held)  # else each of its own publishes completes a fetch it would only discard
 
     def restore_records(self, records: list[tuple[bytes | None, bytes | None]]) -> int:
         """Fold a health partition's records (key, value) in offset order; the last per key wins."""

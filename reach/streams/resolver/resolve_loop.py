@@ -49,9 +49,9 @@ from reach.records import ErrorInfo, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
 from reach.streams.groupadmin import GroupRequests
-from reach.streams.loopthread import LoopThread
 from reach.streams.router.route_loop import MAX_ENVELOPE_BYTES, dead_letter_bytes
 from reach.streams.router.state import RouterState, StateLoop
+from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.resolver")
@@ -108,11 +108,12 @@ class ResolverSettings(BaseSettings):
         return cleaned or "resolver"
 
 
-class Resolver(LoopThread):
+class Resolver(SupervisedLoop):
     """One resolver worker: start()/stop(); several share `<ns>.intents` through their consumer group."""
 
     thread_name = "reach-resolver"
     restart_on = (KafkaException, RegistryUnavailable)
+    stop_timeout_s = 15.0
     log = log
 
     def __init__(self, *, kafka: KafkaSettings, reach: ReachSettings, redis: RedisSettings, thresholds: Thresholds,
@@ -165,12 +166,12 @@ class Resolver(LoopThread):
         except IntentModelMissing as exc:
             self.unavailable = str(exc)
             log.error("semantic stage unavailable (exact map and handoff only): %s", exc)
-        from reach.client import Client
+        from reach import client as sdk
 
-        with Client(kafka=self.kafka, settings=self.settings, follow_control=False) as client:
+        with sdk.Client(kafka=self.kafka, settings=self.settings, follow_control=False) as client:
             client.ensure_topic(self.reply_topic)
         self._state_loop.start()
-        self._state_loop.wait_ready(ready_timeout)
+        self._state_loop.wait_loaded(ready_timeout)
         super().start()
 
     def check_id_free(self, *, wait_s: float | None = None, every_s: float = 1.0) -> None:
@@ -202,19 +203,12 @@ class Resolver(LoopThread):
         return self._groups().describe_consumer_groups([self.reply_group],
                                                        request_timeout=ID_CHECK_S)[self.reply_group]
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float | None = None) -> None:
         super().stop(timeout)
-        self._state_loop.stop(timeout)
+        self._state_loop.stop(self.stop_timeout_s if timeout is None else timeout)
 
     def healthy(self) -> bool:
         return super().healthy() and self._state_loop.error is None
-
-    def __enter__(self) -> Resolver:
-        self.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -295,7 +289,7 @@ class Resolver(LoopThread):
                              for p in topicreader.partitions(outcomes, self.names.receipts)])
             replies.subscribe([self.reply_topic])
             consumer.subscribe([self.names.intents])
-            self.error = None  # a restart after an infrastructure error has recovered
+            self._mark_ready()  # a restart after an infrastructure error has recovered
             holders = _IdWatch(self, time.monotonic())
             while not self._stop.is_set():
                 if time.monotonic() - self._refreshed >= REFRESH_S:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import logging
 import random
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -57,6 +56,7 @@ from reach.streams.router.qps import QpsLimits
 from reach.streams.router.routed_receipt import RoutedReceiptWriter
 from reach.streams.router.state import RouterState, StateLoop
 from reach.streams.router.stats import OTHER, RouterStats
+from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
@@ -128,8 +128,14 @@ class _Ending:
     side: Callable[[], None] | None = None
 
 
-class Router:
+class Router(SupervisedLoop):
     """The routing worker: start()/stop() from any thread; several workers share the capability topics."""
+
+    thread_name = "reach-router"
+    label = "router"
+    restart_on = (KafkaException,)  # a fresh consumer resumes from the last committed offsets
+    stop_timeout_s = 15.0
+    log = log
 
     def __init__(
         self,
@@ -142,6 +148,7 @@ class Router:
         redis: RedisSettings,
         fence: Fence | None = None,
     ) -> None:
+        super().__init__()
         self.kafka = kafka
         self.settings = reach
         self.names = Names(self.settings.namespace)
@@ -154,15 +161,12 @@ class Router:
         self._metadata_refresh_ms = metadata_refresh_ms
         self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
         self._rng = rng or random.Random()
-        self._stop = threading.Event()
         self.worker_id = uuid.uuid4().hex[:12]
         self._routed_writer = RoutedReceiptWriter.create()
         self._routed_headers = [(H.ROUTER, self.worker_id.encode())]
         self._max_bytes = dead_letter_bytes(self.settings)
         self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id,
                                      on_bad_record=lambda: self.stats.count(OTHER, "bad_records"))
-        self._thread: threading.Thread | None = None
-        self.error: BaseException | None = None
         self.on_batch: Callable[[int], None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -170,59 +174,30 @@ class Router:
     def start(self, *, ready_timeout: float | None = 30.0) -> None:
         """Start the state loop and the hot loop; with a timeout, wait until the registry is loaded."""
         self._state_loop.start()
-        self._thread = threading.Thread(target=self._run, name="reach-router", daemon=True)
-        self._thread.start()
+        super().start()
         if ready_timeout is not None:
-            self._state_loop.wait_ready(ready_timeout)
+            self._state_loop.wait_loaded(ready_timeout)
 
-    def stop(self, timeout: float = 15.0) -> None:
+    def stop(self, timeout: float | None = None) -> None:
         """Finish the current batch, leave the group, close the clients."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        self._state_loop.stop(timeout)
-
-    def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        super().stop(timeout)
+        self._state_loop.stop(self.stop_timeout_s if timeout is None else timeout)
 
     def healthy(self) -> bool:
-        return self.running and self._state_loop.error is None and self.error is None
-
-    def __enter__(self) -> Router:
-        self.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
+        # a restart of the hot loop (a fresh consumer after a KafkaException) does not make the router unhealthy:
+        # `reach router --no-faust` exits on an unhealthy worker; only a stopped loop or a failing state loop do
+        return self.running and self._state_loop.error is None
 
     # -- the hot loop --------------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        backoff = 0.2
-        while not self._stop.is_set():
-            try:
-                if not self.state.ready.wait(0.5):
-                    continue
-                self._loop()
-                return
-            except KafkaException as exc:  # a fresh consumer resumes from the last committed offsets
-                log.warning("router loop restarting in %.1fs: %s", backoff, exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-            except BaseException as exc:  # noqa: BLE001 - surfaced through .error / healthy()
-                self.error = exc
-                log.exception("router stopped")
-                return
-
     def _loop(self) -> None:
+        while not self.state.ready.wait(0.5):  # routes only once the registry and control topics are read
+            if self._stop.is_set():
+                return
         ledger = CommitLedger()
-        conf = self.kafka.consumer(
+        consumer = clients.consumer(
             router_group(self.names),
+            self.kafka,
             profile="hot",
             **{
                 "topic.metadata.refresh.interval.ms": self._metadata_refresh_ms,
@@ -232,15 +207,15 @@ class Router:
                 "on_commit": functools.partial(clients.on_commit, ledger),
             },
         )
-        consumer = Consumer(conf)
-        producer = Producer(self.kafka.producer(**{"message.max.bytes": self._max_bytes,
-                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
+        producer = clients.producer(self.kafka, **{"message.max.bytes": self._max_bytes,
+                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
                                         group=router_group(self.names),
                                         on_members=lambda n: setattr(self.qps, "workers", n),
                                         on_revoked=functools.partial(_commit_revoked, ledger))
         self.topics = capabilities  # read by diagnostics: what the hot path subscribes to and holds now
         capabilities.start()
+        self._mark_ready()
         held = PartitionBackoff()
         try:
             while not self._stop.is_set():

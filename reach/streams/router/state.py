@@ -31,7 +31,7 @@ from reach.names import Names
 from reach.records import TERMINAL, AgentRegistration, InstanceHealth, LoadReport, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.loopthread import LoopThread
+from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.router.state")
 
@@ -78,7 +78,7 @@ class RouterState:
         return self._latest.get(instance_id)
 
 
-class StateLoop(LoopThread):
+class StateLoop(SupervisedLoop):
     """Keeps a RouterState current."""
 
     thread_name = "reach-router-state"
@@ -96,7 +96,9 @@ class StateLoop(LoopThread):
         self._kafka = kafka
         self.bad_records = 0
 
-    def wait_ready(self, timeout: float) -> None:
+    def wait_loaded(self, timeout: float) -> None:
+        """Return once the registry and control topics are read to their ends (the state stays loaded across
+        restarts); raise NotReady after `timeout` seconds."""
         if not self._state.ready.wait(timeout):
             raise NotReady(
                 f"the router did not finish reading {self._names.registry} and {self._names.control} "
@@ -106,10 +108,10 @@ class StateLoop(LoopThread):
 
     def _loop(self) -> None:
         group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
-        consumer = Consumer(self._kafka.consumer(group, profile="feed"))
+        consumer = clients.consumer(group, self._kafka, profile="feed")
         try:
             targets = self._assign(consumer)
-            self.error = None
+            self._mark_ready()
             if not targets:
                 self._state.ready.set()
             while not self._stop.is_set():

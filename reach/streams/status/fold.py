@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +40,7 @@ from reach.streams.exceptions import DeliveryFailed, StreamsError
 from reach.streams.status import keys
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
 from reach.streams.status.store import PartitionStore
+from reach.streams.supervised import SupervisedLoop
 
 FRONTIER_SLACK_MS = 1_000
 """A fetch response's high watermark is at most fetch.wait.max.ms (100) plus a round trip old: a level partition
@@ -58,11 +58,18 @@ def fold_group(names: Names) -> str:
     return f"{names.router_app_id}.status"
 
 
-class StatusFold:
+class StatusFold(SupervisedLoop):
     """The status table's only writer; readers (views, timekeeper, gauges) use `row`, `due_rows`, ... ."""
+
+    thread_name = "reach-status-fold"
+    label = "status fold"
+    restart_on = (KafkaException, StreamsError)  # a fresh consumer resumes from the committed offsets
+    stop_timeout_s = 15.0
+    log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, metrics: Metrics, state_dir: Path, url: str,
                  retention_ms: int, batch_size: int = 1_000) -> None:
+        super().__init__()
         self.names = names
         self.url = url
         self._kafka = kafka
@@ -72,31 +79,14 @@ class StatusFold:
         self._batch_size = batch_size
         self._stores: dict[int, PartitionStore] = {}
         self._ledger = CommitLedger()  # one async commit in flight; a restarted loop starts a fresh one
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._reply_topics: dict[str, float] = {}  # topics seen to exist, and when (a miss is never cached)
         self._sweep_every = max(1.0, min(60.0, retention_ms / 2000))
         self._next_sweep = 0.0
         self.partitions = 0
-        self.error: BaseException | None = None
         # receipts partition -> wall ms before which every receipt appended there is folded (the timekeeper acts on
         # rows due before it only: a fold that lags delays a reroute or an expiry instead of deciding on a stale row)
         self.frontier: dict[int, int] = {}
         self._start_offsets: dict[int, int] = {}  # where an assigned partition's reading began (nothing read yet)
-
-    # -- lifecycle -----------------------------------------------------------------------------------
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="reach-status-fold", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 15.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def healthy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and self.error is None
 
     # -- reads (any thread) --------------------------------------------------------------------------
 
@@ -146,22 +136,6 @@ class StatusFold:
 
     # -- the loop ------------------------------------------------------------------------------------
 
-    def _run(self) -> None:
-        backoff = 0.2
-        while not self._stop.is_set():
-            try:
-                self._loop()
-                return
-            except (KafkaException, StreamsError) as exc:  # a fresh consumer resumes from the committed offsets
-                self.error = exc
-                log.warning("status fold restarting in %.1fs: %s", backoff, exc)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-            except BaseException as exc:  # noqa: BLE001 - surfaced through .error / healthy()
-                self.error = exc
-                log.exception("status fold stopped")
-                return
-
     def _loop(self) -> None:
         self._ledger = CommitLedger()
         consumer = clients.consumer(fold_group(self.names), self._kafka, profile="feed", **{
@@ -177,7 +151,7 @@ class StatusFold:
             self.partitions = len(meta.partitions)
             consumer.subscribe([self.names.receipts], on_assign=self._assigned, on_revoke=self._revoked,
                                on_lost=self._lost)
-            self.error = None
+            self._mark_ready()
             outage = 0.2
             while not self._stop.is_set():
                 messages = clients.take(consumer, self._batch_size, 0.2)

@@ -16,4 +16,6 @@ def test_the_echo_set_up_runs_the_example_from_the_source_checkout() -> None:
     assert ECHO.instances == 2 and ECHO.missing() is None
     gone = Setup("gone", "x.y", "agent://x/y", "examples.no_such_agent:agent", path=ECHO.path)
     assert "not beside the installed package" in (gone.missing() or "")
-    assert set(round_trip.SETUPS) == {"noop", "echo x2"}
+    assert set(round_trip.SETUPS) == {"noop", "echo x2", "noop x2", "noop split"}
+    assert round_trip.SETUPS["noop x2"].instances == 2
+    assert round_trip.SETUPS["noop split"].roles == round_trip.ROLES_SPLIT

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
+from reach.console.backend import ConsoleBackend
 from reach.core.canarybook import ended
+from reach.names import Names
+from reach.ops.canary import BadCanary
 from reach.records import Canary, CanaryState
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.streams.canary.controller import canary_record
+from tests.unit.control_fixtures import memory_control
 
 
 def test_ending_a_canary_records_who_and_when() -> None:
@@ -13,3 +21,17 @@ def test_ending_a_canary_records_who_and_when() -> None:
     assert promoted.reason == "PROMOTED by console:root"
     rolled = ended(running, CanaryState.ROLLED_BACK, by="reach-cli", now_ms=9)
     assert (rolled.state, rolled.step, rolled.reason) == (CanaryState.ROLLED_BACK, 1, "ROLLED_BACK by reach-cli")
+
+
+def test_the_console_lists_and_ends_canaries_with_the_clis_use_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    published = memory_control(monkeypatch)
+    backend = ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings())
+    with pytest.raises(BadCanary, match="has no canary, not a RUNNING one"):
+        backend.finish_canary("agent://a/b", CanaryState.ROLLED_BACK, "console:root")
+    running = Canary(agent_id="agent://a/b", version="2", steps=[10, 100], started_at=1, step_started_at=1)
+    published.append(canary_record(running, by="reach-cli"))
+    [row] = backend.canaries()
+    assert (row["agent_id"], row["state"], row["step"], row["share"]) == ("agent://a/b", "RUNNING", 1, 0.1)
+    backend.finish_canary("agent://a/b", CanaryState.ROLLED_BACK, "console:root")
+    assert published[-1].canary is not None and published[-1].canary.state is CanaryState.ROLLED_BACK
+    assert published[-1].updated_by == "console:root" and backend.canaries()[0]["state"] == "ROLLED_BACK"

@@ -8,7 +8,8 @@ from pydantic import SecretStr
 
 from reach.apps import AppError, AppTable, new_app
 from reach.appstore import AppStore, MemoryAppLog
-from reach.console.operators import OperatorStore, OperatorTable, Role, new_operator, split_token
+from reach.console.operators import OperatorTable
+from reach.ops.operators import OperatorStore, Role, new_operator, split_token
 from reach.secretbox import SecretBox
 
 

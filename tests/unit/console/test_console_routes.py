@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from reach import dlq
 from reach.channels.settings import ClosureSettings
-from reach.console.operators import OperatorTable, new_operator
+from reach.console.operators import OperatorTable
 from reach.console.wiring import Console
 from reach.errors import InfraUnavailable
 from reach.gateway.httpsettings import HttpSettings
@@ -20,6 +20,7 @@ from reach.gateway.service import build_gateway
 from reach.intent import stats as intent_stats
 from reach.intent.handoff import Handoff, HandoffCandidate
 from reach.ops.handoff import summary
+from reach.ops.operators import new_operator
 from reach.records import CanaryState, InstanceAction, IntentResolution, Receipt, Status
 from reach.secretbox import SecretBox
 from tests.unit.gateway.fakes import Fakes

@@ -1,0 +1,82 @@
+"""The gateway's calling applications: create one (with its quota's defaults), list, rotate a key, revoke a key or
+the whole app, over an AppStore (reach.appstore: the apps topic, or MemoryAppLog in tests). A secret exists in
+plaintext only in what create and rotate return."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from reach.apps import NewKey
+from reach.appstore import AppStore
+from reach.records import App
+
+DEFAULT_RATE = 100.0
+
+
+@dataclass(frozen=True, slots=True)
+class Created:
+    """An app just made: its one key (with the secret, shown once) and the quota and scope it was given."""
+
+    key: NewKey
+    name: str
+    tenant: str
+    capabilities: list[str]
+    rate: float
+    burst: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**secret(self.key), "name": self.name, "tenant": self.tenant, "capabilities": self.capabilities,
+                "rate": self.rate, "burst": self.burst}
+
+
+def capabilities(text: str | None) -> list[str]:
+    """`a.b, c.d` -> the capabilities named, once each and sorted (none: every capability)."""
+    return sorted({c.strip() for c in (text or "").split(",") if c.strip()})
+
+
+def default_burst(rate: float) -> int:
+    """The bucket size when none is given: the rate rounded up (at least 1; 1 for a rate that is not finite, which
+    the store then refuses)."""
+    return max(1, math.ceil(rate)) if math.isfinite(rate) else 1
+
+
+def create(store: AppStore, *, name: str, tenant: str = "default", capabilities: list[str] | None = None,
+           rate: float = DEFAULT_RATE, burst: int | None = None) -> Created:
+    """Create an app with one key; AppError when a field or the quota is invalid."""
+    allowed = sorted(set(capabilities or []))
+    size = burst if burst is not None else default_burst(rate)
+    made = store.create(name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size)
+    return Created(key=made, name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size)
+
+
+def listing(store: AppStore) -> list[App]:
+    """Every app (operators are not apps), oldest first."""
+    return store.all()
+
+
+def rotate(store: AppStore, app_id: str) -> NewKey:
+    """Add a new key; the old keys keep working until they are revoked."""
+    return store.rotate(app_id)
+
+
+def revoke(store: AppStore, app_id: str, *, key_id: str | None = None) -> App:
+    """Revoke one key, or the whole app (key_id None); gateways refuse it within about a second: the app now."""
+    return store.revoke(app_id, key_id=key_id)
+
+
+def secret(made: NewKey) -> dict[str, str]:
+    """A key just made as `--json` shows it: the only place its secret is ever written."""
+    return {"app_id": made.app_id, "key_id": made.key_id, "secret": made.secret}
+
+
+def summary(record: App) -> dict[str, Any]:
+    """An app as `reach apps ls --json` shows it: everything but the sealed secrets."""
+    return {
+        "app_id": record.app_id, "name": record.name, "tenant": record.tenant,
+        "capabilities": record.capabilities, "rate": record.rate, "burst": record.burst,
+        "revoked_at": record.revoked_at, "created_at": record.created_at, "updated_at": record.updated_at,
+        "updated_by": record.updated_by,
+        "keys": [{"key_id": k.key_id, "created_at": k.created_at, "revoked_at": k.revoked_at} for k in record.keys],
+    }

@@ -1,0 +1,84 @@
+"""Retry, timeout, budget and idempotency policy per capability on the control topic: the effective policy of a
+scope (each field's value, where it comes from, who applies it, with the consistency warnings) and publishing a
+change to a scope's own POLICY record."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from reach import control, policyfields
+from reach.core.views.control import ControlView
+from reach.errors import ConfigError
+from reach.names import Names, check_capability
+from reach.records import Control, ControlKind, Policy
+from reach.settings import KafkaSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """A scope's POLICY record just published, the fields it changed, and the scope's effective policy now."""
+
+    record: Control
+    changes: dict[str, Any]
+    report: dict[str, Any]
+
+
+def scope_of(capability: str | None) -> str:
+    """The scope a capability names (InvalidName when it is not one); none: every capability (`*`)."""
+    return check_capability(capability) if capability else "*"
+
+
+def report(view: ControlView, scope: str, tiers: list[str]) -> dict[str, Any]:
+    """The effective policy of a scope: per field the value, where it comes from, who applies it; and the
+    consistency warnings of tiers, backoff and budget."""
+    policy = view.policy(scope)
+    rows = policyfields.effective(policy, view.policy_sources(scope))
+    return {"scope": scope,
+            "fields": {spec.name: {"value": value, "shown": policyfields.show(spec, value), "from": source,
+                                   "applies": spec.applies} for spec, value, source in rows},
+            "warnings": policyfields.check(policy, tiers)}
+
+
+def show(*, names: Names, tiers: list[str], capability: str | None = None,
+         kafka: KafkaSettings) -> list[dict[str, Any]]:
+    """The reports of `*` and of every capability with its own POLICY record, or of `capability` only."""
+    view = control.read_control(names=names, kafka=kafka)
+    if capability:
+        scopes = [check_capability(capability)]
+    else:
+        scopes = ["*", *sorted(r.scope for r in view.records().values()
+                               if r.kind is ControlKind.POLICY and r.scope != "*")]
+    return [report(view, scope, tiers) for scope in scopes]
+
+
+def changes(given: Mapping[str, object]) -> dict[str, Any]:
+    """The fields given (None: keep the current value) as Policy values, in the order given; a duration may be
+    text like `2m` (ConfigError names the field's `reach policy set` option). ConfigError for an unknown field."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        spec = policyfields.BY_NAME.get(name)
+        if spec is None:
+            raise ConfigError(f"{name!r} is not a policy field: expected one of {', '.join(policyfields.BY_NAME)}.")
+        if value is None:
+            continue
+        out[name] = (policyfields.parse_duration(value, option=spec.option)
+                     if spec.unit == "duration" and isinstance(value, str) else value)
+    return out
+
+
+def publish(scope: str, changed: Mapping[str, Any], *, by: str, names: Names, tiers: list[str],
+            kafka: KafkaSettings) -> Published:
+    """Publish the scope's POLICY record with `changed` merged into its own fields (omitted fields keep the scope's
+    current value); SDKs, clients and routers follow the control topic and apply it without a restart. ConfigError
+    when nothing changes, pydantic's ValidationError when a value does not fit its field."""
+    if not changed:
+        raise ConfigError("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
+    view = control.read_control(names=names, kafka=kafka)
+    found = view.records().get(control.key_of(ControlKind.POLICY, scope))
+    own = found.policy.model_dump() if found is not None and found.policy is not None else {}
+    record = control.policy_record(Policy(**{**own, **changed}), scope=scope, by=by)
+    control.publish(record, names=names, kafka=kafka)
+    view.apply(record.key, record)
+    return Published(record=record, changes=dict(changed), report=report(view, scope, tiers))

@@ -1,0 +1,40 @@
+"""`reach policy`: set prints what it published from reach.ops.policy's result; show renders its reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from reach.cli import policy as cli
+from reach.records import Control
+from tests.unit.control_fixtures import memory_control
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def topic(monkeypatch: pytest.MonkeyPatch) -> list[Control]:
+    monkeypatch.setattr(cli, "_tiers", lambda: ["5s", "30s"])
+    return memory_control(monkeypatch)
+
+
+def test_set_prints_the_fields_it_changed_and_show_their_source(topic: list[Control]) -> None:
+    done = runner.invoke(cli.app, ["set", "--capability", "demo.echo", "--budget", "2m", "--max-attempts", "4"])
+    assert done.exit_code == 0, done.output
+    assert "policy for demo.echo published (key POLICY:demo.echo): budget_ms=" in done.output
+    assert "max_attempts=4" in done.output and done.output.index("budget_ms") < done.output.index("max_attempts")
+    [record] = topic
+    assert record.policy is not None and (record.policy.budget_ms, record.policy.max_attempts) == (120_000, 4)
+    shown = runner.invoke(cli.app, ["show", "--json"])
+    assert shown.exit_code == 0
+    reports = json.loads(shown.output)
+    assert [r["scope"] for r in reports] == ["*", "demo.echo"]
+    assert reports[1]["fields"]["budget_ms"] == {**reports[1]["fields"]["budget_ms"], "value": 120_000,
+                                                 "from": "demo.echo"}
+
+
+def test_set_without_a_field_is_a_usage_error(topic: list[Control]) -> None:
+    done = runner.invoke(cli.app, ["set"])
+    assert done.exit_code == 2 and "give at least one field to set" in done.output and topic == []
