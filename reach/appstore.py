@@ -63,9 +63,9 @@ class KafkaAppLog:
     """The compacted apps topic: read to its end (no consumer group), append with an idempotent producer
     and wait for the broker's acknowledgement."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, timeout: float = 15.0) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings, timeout: float = 15.0) -> None:
         self._names = names
-        self._kafka = kafka or KafkaSettings()
+        self._kafka = kafka
         self._timeout = timeout
         self._producer: Producer | None = None
 

@@ -37,8 +37,10 @@ class Client:
     def __init__(self, *, kafka: KafkaSettings | None = None, settings: ReachSettings | None = None,
                  source: str = "reach-client", follow_control: bool = True,
                  control: ControlSource | None = None) -> None:
+        # the SDK's entry point for a caller's program: settings not given come from the environment here
         self.kafka = kafka or KafkaSettings()
         self.settings = settings or ReachSettings()
+        codec.use_schema_registry(self.settings.schema_registry_url)
         self.names = Names(self.settings.namespace)
         self.source = source
         self._producer: Producer | None = None

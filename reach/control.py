@@ -42,9 +42,9 @@ def policy_record(policy: Policy, *, scope: str = "*", by: str = "reach-cli") ->
     return Control(kind=ControlKind.POLICY, scope=scope, policy=policy, updated_at=now_ms(), updated_by=by)
 
 
-def publish(control: Control, *, names: Names, kafka: KafkaSettings | None = None, timeout: float = 15.0) -> None:
+def publish(control: Control, *, names: Names, kafka: KafkaSettings, timeout: float = 15.0) -> None:
     """Publish one control record and wait until the broker has it."""
-    producer = Producer((kafka or KafkaSettings()).producer())
+    producer = Producer(kafka.producer())
     errors: list[str] = []
 
     def _report(err: Any, _msg: Any) -> None:
@@ -62,7 +62,7 @@ def publish(control: Control, *, names: Names, kafka: KafkaSettings | None = Non
         )
 
 
-def read_control(*, names: Names, kafka: KafkaSettings | None = None, timeout: float = 10.0) -> ControlView:
+def read_control(*, names: Names, kafka: KafkaSettings, timeout: float = 10.0) -> ControlView:
     """Read the whole control topic into a view (for `reach weights show` and the SDK's policy cache)."""
     view = ControlView()
     reader = topicreader.open_reader("control", kafka)

@@ -37,9 +37,9 @@ class ControlSource(Protocol):
 class ControlFeed:
     """`view` answers from everything read so far; `start()` returns once the topic was read to its end."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, poll_s: float = POLL_S) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings, poll_s: float = POLL_S) -> None:
         self._names = names
-        self._kafka = kafka or KafkaSettings()
+        self._kafka = kafka
         self._poll_s = poll_s
         self.view = ControlView()
         self._stop = threading.Event()

@@ -15,7 +15,7 @@ from reach.settings import KafkaSettings
 log = logging.getLogger("reach.registry")
 
 
-def read_registry(kafka: KafkaSettings | None, names: Names, timeout: float = 10) -> RegistryView:
+def read_registry(kafka: KafkaSettings, names: Names, timeout: float = 10) -> RegistryView:
     """Read the registry topic from the beginning to its current end (assign, no consumer group)."""
     view = RegistryView()
     reader = topicreader.open_reader("registry", kafka)

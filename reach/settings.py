@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from reach.core.healthmodel.settings import HealthSettings
 from reach.errors import ConfigError, InfraUnavailable
 from reach.kafka import kafkaerrors
 
@@ -105,6 +106,8 @@ class KafkaSettings(BaseSettings):
 
     model_config = _COMMON
 
+    home: Path = Path(".reach")
+    """REACH_HOME, where `reach local up` records its broker (the fallback of `servers()`)."""
     bootstrap: str | None = None
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
@@ -165,7 +168,7 @@ class KafkaSettings(BaseSettings):
         """The bootstrap servers: REACH_BOOTSTRAP, else the local broker started by `reach local up`."""
         if self.bootstrap:
             return self.bootstrap
-        state = _local_state(home or ReachSettings().home)
+        state = _local_state(home or self.home)
         if state.get("bootstrap"):
             return str(state["bootstrap"])
         raise InfraUnavailable(
@@ -275,6 +278,8 @@ class RedisSettings(BaseSettings):
 
     model_config = _COMMON
 
+    home: Path = Path(".reach")
+    """REACH_HOME, where `reach local up` records its Redis (the fallback of `url()`)."""
     redis_url: str | None = None
     terminal_ttl: int = Field(default=24 * 3600, ge=1)
     """Seconds the router and the timekeeper keep a message's first terminal receipt (reach.terminals)."""
@@ -283,7 +288,7 @@ class RedisSettings(BaseSettings):
         """The Redis URL: REACH_REDIS_URL, else the local Redis started by `reach local up`."""
         if self.redis_url:
             return self.redis_url
-        state = _local_state(home or ReachSettings().home)
+        state = _local_state(home or self.home)
         if state.get("redis_url"):
             return str(state["redis_url"])
         raise InfraUnavailable(
@@ -300,3 +305,10 @@ class CanarySettings(BaseSettings):
     min_calls: Annotated[int, Field(ge=1)] = 10
     tick_ms: Annotated[int, Field(gt=0)] = 1_000
     report_ms: Annotated[int, Field(gt=0)] = 5_000
+
+
+class HealthEnvSettings(BaseSettings, HealthSettings):
+    """The health rules' HealthSettings read from REACH_HEALTH_* (reach/core/healthmodel/settings.py documents
+    each); the core's model reads no environment, so an entry point builds this one and passes it down."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_HEALTH_", frozen=True, extra="forbid")

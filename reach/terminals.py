@@ -250,10 +250,10 @@ class Claimed:
     won: bool
 
 
-def fence_from_settings(writer: str, *, namespace: str, redis_settings: RedisSettings | None = None) -> Fence:
+def fence_from_settings(writer: str, *, namespace: str, redis_settings: RedisSettings) -> Fence:
     """The fence on the agents' Redis (REACH_REDIS_URL, REACH_TERMINAL_TTL); without a Redis configured, an open
     fence (said once in the log): the writer still ends messages, unfenced."""
-    settings = redis_settings or RedisSettings()
+    settings = redis_settings
     try:
         url = settings.url()
     except InfraUnavailable:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 from reach.errors import InfraUnavailable, ReachError
@@ -28,9 +29,10 @@ def auth_headers(settings: ReachSettings) -> dict[str, str]:
     return {"Authorization": f"Bearer {settings.web_token.get_secret_value()}"}
 
 
-def get_json(base_url: str, path: str, timeout: float = 10.0) -> dict[str, Any]:
+def get_json(base_url: str, path: str, timeout: float = 10.0, *, auth: Mapping[str, str]) -> dict[str, Any]:
+    """`path` of the views at `base_url`, sent with `auth` (`auth_headers(settings)`)."""
     url = base_url.rstrip("/") + path
-    request = urllib.request.Request(url, headers=auth_headers(ReachSettings()))
+    request = urllib.request.Request(url, headers=dict(auth))
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 - our own loopback URL
             data: dict[str, Any] = json.loads(resp.read())

@@ -15,10 +15,10 @@ import json
 import random
 import time
 
-from reach.core.healthmodel.settings import HealthSettings
 from reach.core.healthmodel.table import HealthTable
 from reach.kafka import codec
 from reach.records import Decision, ErrorInfo, Receipt, Status
+from reach.settings import HealthEnvSettings
 
 
 def receipts(messages: int, instances: int, sick_share: float, rate: float) -> list[tuple[bool, bytes]]:
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=2_000.0, help="messages per second of receipt time")
     args = parser.parse_args()
     values = receipts(args.messages, args.instances, args.sick_share, args.rate)
-    table = HealthTable(HealthSettings())
+    table = HealthTable(HealthEnvSettings())
     published = 0
     next_tick = 0
     started_cpu, started_wall = time.process_time(), time.perf_counter()

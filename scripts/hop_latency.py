@@ -24,6 +24,7 @@ from reach.kafka import clients, codec
 from reach.kafka.topicreader import open_reader, start_offsets
 from reach.names import Names
 from reach.records import Receipt
+from reach.settings import KafkaSettings
 
 
 def quantile(values: list[int], q: float) -> int | None:
@@ -42,7 +43,7 @@ def main(capability: str, rate: float, count: int) -> None:
         if wait > 0:
             time.sleep(wait)
         ids.append(client.send(capability, {"n": i}))
-    reader = open_reader("hop-latency")
+    reader = open_reader("hop-latency", KafkaSettings())
     starts = start_offsets(reader, names.receipts, t0)
     reader.assign([TopicPartition(names.receipts, p, o) for p, o in starts.items()])
     steps: dict[str, dict[str, int]] = {}

@@ -26,6 +26,7 @@ from reach.gateway.redisconn import door_client
 from reach.kafka import clients, topics
 from reach.names import Names
 from reach.secretbox import secret_box
+from reach.settings import KafkaSettings
 
 CALLS = 3000
 
@@ -50,7 +51,7 @@ def main() -> None:
 
     ns = "m" + uuid.uuid4().hex[:8]
     names = Names(ns)
-    admin = clients.admin()
+    admin = clients.admin(KafkaSettings())
     topics.apply(admin, topics.plan(admin, topics.load(Path("topics.yaml")).resolved(names)))
     try:
         client = door_client(os.environ["REACH_REDIS_URL"])
@@ -65,8 +66,8 @@ def main() -> None:
         loop.close()
 
         box = secret_box(None, Path(tempfile.mkdtemp()), create=True)
-        store = AppStore(log=KafkaAppLog(names=names), box=box)
-        directory = KafkaAppDirectory(names=names, box=box)
+        store = AppStore(log=KafkaAppLog(names=names, kafka=KafkaSettings()), box=box)
+        directory = KafkaAppDirectory(names=names, box=box, kafka=KafkaSettings())
         directory.start()
         gone = []
         for _ in range(10):

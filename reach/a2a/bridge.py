@@ -96,9 +96,8 @@ async def call(client: Client, payload: Any, ctx: Context, poll_s: float) -> Any
 
 def bridge_agent(*, url: str, capability: str, version: str = "1.0.0", agent_id: str | None = None,
                  region: str | None = None, max_concurrency: int = 8,
-                 settings: BridgeSettings | None = None) -> Agent:
+                 settings: BridgeSettings) -> Agent:
     """The bridge's Agent; reads the remote card first (RemoteUnreachable when it cannot)."""
-    settings = settings or BridgeSettings()
     card = asyncio.run(read_card(url, settings))
     skill = card.skills[0] if card.skills else None
     agent = Agent(agent_id or f"agent://a2a/{capability.replace('.', '-')}", region=region,

@@ -18,9 +18,9 @@ ACK_TIMEOUT_S = 10.0
 class KafkaCancels:
     """A producer of its own: cancels are rare, so one flush per cancel (in a worker thread) is enough."""
 
-    def __init__(self, *, topic: str, kafka: KafkaSettings | None = None, producer: Producer | None = None) -> None:
+    def __init__(self, *, topic: str, kafka: KafkaSettings, producer: Producer | None = None) -> None:
         self.topic = topic
-        self._producer = producer or clients.producer(kafka or KafkaSettings())
+        self._producer = producer or clients.producer(kafka)
         self._lock = threading.Lock()
 
     def send(self, record: CancelRecord, timeout_s: float = ACK_TIMEOUT_S) -> None:

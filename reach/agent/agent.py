@@ -224,9 +224,14 @@ class Agent:
     def run(self, *, install_signals: bool = True) -> None:
         """Run this instance until SIGTERM/SIGINT or `stop()`: register, consume, drain, tombstone."""
         from reach.agent.runner import Runner
+        from reach.kafka import codec
+        from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
         self.validate()
-        self._runner = Runner(self)
+        # an agent's entry point: its settings come from the environment here, and only here
+        settings = ReachSettings()
+        codec.use_schema_registry(settings.schema_registry_url)
+        self._runner = Runner(self, kafka=KafkaSettings(), redis=RedisSettings(), settings=settings)
         self._runner.run(install_signals=install_signals)
 
     def stop(self) -> None:

@@ -28,12 +28,11 @@ RETRY_S = 5.0
 class CancelFeed:
     """`book` answers from every cancel read so far; `caught_up` is set once the topic was read to its end."""
 
-    def __init__(self, *, topic: str, kafka: KafkaSettings | None = None, window_ms: int = WINDOW_MS,
+    def __init__(self, *, topic: str, kafka: KafkaSettings, window_ms: int = WINDOW_MS,
                  retry_s: float = RETRY_S, open_reader: Callable[[], Consumer] | None = None) -> None:
         self.topic = topic
         self.book = CancelBook(window_ms)
         self.caught_up = threading.Event()
-        kafka = kafka or KafkaSettings()
         self._open_reader = open_reader or (lambda: topicreader.open_reader("cancels", kafka, profile="idle"))
         self._window_ms = window_ms
         self._retry_s = retry_s

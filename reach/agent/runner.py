@@ -44,6 +44,7 @@ from reach.kafka import clients, codec, topics
 from reach.names import Names
 from reach.records import AgentState, ControlKind, Envelope
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.webclient import auth_headers
 
 log = logging.getLogger("reach.agent")
 POLL_S = 0.1
@@ -73,12 +74,12 @@ class Done:
 class Runner:
     """Owns the consumer (main thread), an asyncio loop thread for handlers, and the acks thread."""
 
-    def __init__(self, agent: Agent, *, kafka: KafkaSettings | None = None, redis: RedisSettings | None = None,
-                 settings: ReachSettings | None = None) -> None:
+    def __init__(self, agent: Agent, *, kafka: KafkaSettings, redis: RedisSettings,
+                 settings: ReachSettings) -> None:
         self.agent = agent
-        self._kafka = kafka or KafkaSettings()
-        self._redis_settings = redis or RedisSettings()
-        self._settings = settings or ReachSettings()
+        self._kafka = kafka
+        self._redis_settings = redis
+        self._settings = settings
         self.names = Names(self._settings.namespace)
         self.inbox = self.names.inbox(agent.agent_id)
         self._stop = threading.Event()
@@ -136,7 +137,8 @@ class Runner:
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,
                             policy=self._policies.policy, redis_outage=redis_outage)
-        status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}")
+        status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}",
+                             auth=auth_headers(self._settings))
 
         async def completed(message_id: str, generation: int) -> AlreadyCompleted | None:
             return await asyncio.get_running_loop().run_in_executor(None, status.completed, message_id, generation)

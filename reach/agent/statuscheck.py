@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -22,13 +23,15 @@ class AlreadyCompleted:
 class StatusCheck:
     """`completed(id, generation)`: AlreadyCompleted, or None when not completed or unknown (blocking)."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 2.0) -> None:
+    def __init__(self, base_url: str, *, auth: Mapping[str, str], timeout_s: float = 2.0) -> None:
         self._base_url = base_url
+        self._auth = auth
         self._timeout_s = timeout_s
 
     def completed(self, message_id: str, generation: int) -> AlreadyCompleted | None:
         try:
-            row = get_json(self._base_url, f"/messages/{quote(message_id, safe='')}", timeout=self._timeout_s)
+            row = get_json(self._base_url, f"/messages/{quote(message_id, safe='')}", timeout=self._timeout_s,
+                           auth=self._auth)
         except NotFound:
             return None
         except (ReachError, ValueError) as exc:  # unreachable, an error answer, or not JSON: run it (at least once)

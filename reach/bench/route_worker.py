@@ -10,14 +10,15 @@ import signal
 import sys
 import threading
 
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.router.route_loop import Router
 
 
 def main(argv: list[str]) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
-    worker = Router(kafka=KafkaSettings(), reach=ReachSettings(), batch_size=int(argv[0]) if argv else 500)
+    worker = Router(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(),
+                    batch_size=int(argv[0]) if argv else 500)
     worker.start(ready_timeout=60)
     try:
         while not stop.wait(0.5):

@@ -84,9 +84,9 @@ class ChannelService:
 
     def __init__(self, kind: Channel, provider: Provider, steps: DeliverySteps | None = None, *,
                  health: ChannelHealth | ChannelRules | None = None, clock: Callable[[], int] = now_ms,
-                 closure: ClosureSettings | None = None) -> None:
+                 closure: ClosureSettings) -> None:
         self.kind = kind
-        self.closure = closure or ClosureSettings()
+        self.closure = closure
         self.clock = clock
         self.provider = provider
         self.steps = steps
@@ -208,8 +208,10 @@ def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, so
 class BoardWriter:
     """Writes this instance's channel health snapshot to Redis every `interval_s` (reach/channels/board.py)."""
 
-    def __init__(self, service: ChannelService, *, agent: Agent, namespace: str, interval_s: float = 5.0) -> None:
+    def __init__(self, service: ChannelService, *, agent: Agent, namespace: str, redis: RedisSettings,
+                 interval_s: float = 5.0) -> None:
         self._service, self._agent, self._namespace, self._interval = service, agent, namespace, interval_s
+        self._redis_settings = redis
         self._task: asyncio.Task[None] | None = None
         self._redis: Redis | None = None
 
@@ -221,7 +223,7 @@ class BoardWriter:
                               open_destinations=destinations.open(now))
 
     async def start(self) -> None:
-        self._redis = Redis.from_url(RedisSettings().url(), socket_timeout=2, socket_connect_timeout=2)
+        self._redis = Redis.from_url(self._redis_settings.url(), socket_timeout=2, socket_connect_timeout=2)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -248,28 +250,28 @@ class BoardWriter:
             await self._redis.aclose()
 
 
-def channel_agent(name: str, *, settings: ChannelSettings | None = None, kafka: KafkaSettings | None = None,
+def channel_agent(name: str, *, settings: ChannelSettings, kafka: KafkaSettings, redis: RedisSettings,
+                  reach: ReachSettings, closure: ClosureSettings,
                   sender: Sender | None = None, provider: Provider | None = None,
-                  health: ChannelRules | None = None, closure: ClosureSettings | None = None,
+                  health: ChannelRules | None = None,
                   board_interval_s: float = 5.0, **agent_args: Any) -> Agent:
     """An Agent serving `channel.<name>`; its provider is built from `settings` now (a misconfiguration fails
     here), its receipts producer on start (or `sender`, for tests)."""
     kind = channel(name)
-    closure = closure or ClosureSettings()
     if (closure.key() is None) != (closure.base_url is None):
         raise ChannelMisconfigured("replies need both REACH_CALLBACK_SECRET and REACH_CALLBACK_BASE_URL on a channel "
                                    "agent (one of them is set); set both, or neither to send no reply URLs.")
-    service = ChannelService(kind, provider or kind.provider(settings or ChannelSettings()),
+    service = ChannelService(kind, provider or kind.provider(settings),
                              health=health or ChannelRules(), closure=closure)
     agent = Agent(kind.agent_id, **agent_args)
-    names = Names(ReachSettings().namespace)
+    names = Names(reach.namespace)
     own: list[Publisher] = []
-    writer = BoardWriter(service, agent=agent, namespace=names.namespace, interval_s=board_interval_s)
+    writer = BoardWriter(service, agent=agent, namespace=names.namespace, redis=redis, interval_s=board_interval_s)
 
     async def start() -> None:
         chosen = sender
         if chosen is None:
-            publisher = Publisher(clients.producer(kafka or KafkaSettings()))
+            publisher = Publisher(clients.producer(kafka))
             own.append(publisher)
             chosen = publisher
         service.steps = DeliverySteps(chosen, names=names, agent_id=agent.agent_id, instance_id=agent.instance_id)

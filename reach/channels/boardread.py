@@ -7,19 +7,20 @@ from redis.exceptions import RedisError
 
 from reach.channels import board
 from reach.errors import InfraUnavailable
-from reach.settings import ReachSettings, RedisSettings
+from reach.settings import RedisSettings
 
 
-def read_board(redis: Redis | None = None, namespace: str | None = None) -> list[board.Snapshot]:
-    """The snapshots of the namespace's live channel instances (InfraUnavailable when Redis does not answer)."""
-    namespace = namespace or ReachSettings().namespace
-    client = redis or Redis.from_url(RedisSettings().url(), socket_timeout=2, socket_connect_timeout=2)
+def read_board(redis: Redis | RedisSettings, namespace: str) -> list[board.Snapshot]:
+    """The snapshots of the namespace's live channel instances (InfraUnavailable when Redis does not answer);
+    `redis` is a client, or the settings of one to open for this read."""
+    client = (Redis.from_url(redis.url(), socket_timeout=2, socket_connect_timeout=2)
+              if isinstance(redis, RedisSettings) else redis)
     try:
         keys = list(client.scan_iter(match=board.pattern(namespace), count=500))
         values = client.mget(keys) if keys else []
     except RedisError as exc:
         raise InfraUnavailable(f"Redis did not answer ({exc}); check REACH_REDIS_URL, or `reach local up`.") from exc
     finally:
-        if redis is None:
+        if client is not redis:
             client.close()
     return [snap for raw in values if raw is not None and (snap := board.decode(raw)) is not None]

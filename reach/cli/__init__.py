@@ -24,11 +24,21 @@ from reach.cli import weights as weights_cli
 from reach.cli.cancel import cancel as cancel_command
 from reach.cli.common import run_guarded
 from reach.cli.gateway import gateway as gateway_command
+from reach.kafka import codec
+from reach.settings import ReachSettings
 
 app = typer.Typer(
     name="reach", help="Agent-Reach: the reach layer for multi-agent systems on Apache Kafka.",
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _entry() -> None:
+    # the CLI is an entry point (docs/architecture.md): the settings below it come from here, the codec's too
+    codec.use_schema_registry(ReachSettings().schema_registry_url)
+
+
 app.add_typer(local.app, name="local")
 app.add_typer(topics.app, name="topics")
 app.add_typer(agent.app, name="agent")

@@ -22,12 +22,12 @@ def bridge(
 ) -> None:
     """Run one bridge instance until SIGTERM/SIGINT: its inbox's messages go to the remote agent, its tasks'
     outcomes come back as receipts (REACH_A2A_BEARER authenticates to it)."""
-    from reach.a2a.bridge import bridge_agent  # the SDK client loads only for this command
+    from reach.a2a.bridge import BridgeSettings, bridge_agent  # the SDK client loads only for this command
 
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     agent = bridge_agent(url=url, capability=capability, version=version, agent_id=agent_id, region=region,
-                         max_concurrency=max_concurrency)
+                         max_concurrency=max_concurrency, settings=BridgeSettings())
     logging.getLogger("reach.a2a").info("bridging %s as %s (%s) to %s", capability, agent.agent_id,
                                         agent.instance_id, url)
     agent.run()

@@ -15,7 +15,7 @@ from reach.names import Names
 from reach.ops import apps as ops_apps
 from reach.ops.apps import DEFAULT_RATE
 from reach.secretbox import secret_box
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Gateway apps: who may call over HTTP, with which keys, how fast.", no_args_is_help=True)
 
@@ -25,7 +25,7 @@ def _store(*, making_keys: bool = False) -> AppStore:
     for commands that make keys."""
     reach = ReachSettings()
     box = secret_box(GatewaySettings().secrets_key, reach.home, create=True) if making_keys else None
-    return AppStore(log=KafkaAppLog(names=Names(reach.namespace)), box=box)
+    return AppStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box)
 
 
 def _show_secret(shown: dict[str, Any], as_json: bool) -> None:

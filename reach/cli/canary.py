@@ -14,7 +14,7 @@ from reach.names import Names
 from reach.ops import canary as ops_canary
 from reach.ops.canary import BadCanary, parse_steps
 from reach.records import Canary, CanaryState
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Send a share of an agent's traffic to a new build version; promote or roll back.",
                   no_args_is_help=True)
@@ -44,7 +44,8 @@ def start(
 ) -> None:
     """Start a canary: the first step's share of the agent's traffic goes to instances of `--version`."""
     canary = ops_canary.start(agent_id, version=version, steps=parse_steps(steps), step_ms=parse_duration_ms(step),
-                              min_success=min_success, by="reach-cli", names=_names())
+                              min_success=min_success, by="reach-cli", names=_names(),
+                              kafka=KafkaSettings())
     _show({agent_id: canary}, as_json)
 
 
@@ -54,19 +55,21 @@ def status(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Each canary's state, step, share and the canary arm's success over the step (from the controller)."""
-    _show(ops_canary.current(_names(), agent_id), as_json)
+    _show(ops_canary.current(_names(), agent_id, kafka=KafkaSettings()), as_json)
 
 
 @app.command()
 def promote(agent_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """End a running canary as PROMOTED now: the canary version is the agent from here on."""
-    _show({agent_id: ops_canary.finish(agent_id, CanaryState.PROMOTED, by="reach-cli", names=_names())}, as_json)
+    _show({agent_id: ops_canary.finish(agent_id, CanaryState.PROMOTED, by="reach-cli", names=_names(),
+                                       kafka=KafkaSettings())}, as_json)
 
 
 @app.command()
 def rollback(agent_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """End a running canary as ROLLED_BACK now: no request reaches the canary version any more."""
-    _show({agent_id: ops_canary.finish(agent_id, CanaryState.ROLLED_BACK, by="reach-cli", names=_names())}, as_json)
+    _show({agent_id: ops_canary.finish(agent_id, CanaryState.ROLLED_BACK, by="reach-cli", names=_names(),
+                                       kafka=KafkaSettings())}, as_json)
 
 
 def _show(found: dict[str, Canary], as_json: bool) -> None:

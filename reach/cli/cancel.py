@@ -12,7 +12,7 @@ from reach.cancels import CancelRecord
 from reach.cli.common import console
 from reach.envelopes import now_ms
 from reach.names import Names
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 
 def cancel(
@@ -22,7 +22,7 @@ def cancel(
     """Cancel a message: an agent that has not started it skips it (CANCELED); a running handler sees
     ctx.cancelled. `reach status MESSAGE_ID` shows the outcome."""
     record = CancelRecord(message_id=message_id, tenant=None, by=f"cli:{getpass.getuser()}", at=now_ms())
-    sink = KafkaCancels(topic=Names(ReachSettings().namespace).cancels)
+    sink = KafkaCancels(topic=Names(ReachSettings().namespace).cancels, kafka=KafkaSettings())
     sink.send(record)
     if as_json:
         print(json.dumps({"message_id": message_id, "cancel": "sent", "topic": sink.topic}))

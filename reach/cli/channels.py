@@ -24,8 +24,9 @@ def health(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         return
     from reach.channels.board import rows
     from reach.channels.boardread import read_board
+    from reach.settings import ReachSettings, RedisSettings
 
-    found = rows(read_board())
+    found = rows(read_board(RedisSettings(), ReachSettings().namespace))
     if as_json:
         print(json.dumps(found))
         return
@@ -64,12 +65,15 @@ def run(channel: str = typer.Option(..., "--channel", help=f"one of {', '.join(B
         log_level: str = typer.Option("INFO", "--log-level", help="Python logging level")) -> None:
     """Run one channel agent instance (its provider from REACH_CHANNEL_*) until SIGTERM/SIGINT."""
     from reach.channels.agent import channel_agent
+    from reach.channels.settings import ChannelSettings, ClosureSettings
+    from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
     if channel not in BY_NAME:
         raise ConfigError(f"Unknown channel {channel!r}; expected one of {', '.join(BY_NAME)}.")
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    agent = channel_agent(channel)
+    agent = channel_agent(channel, settings=ChannelSettings(), kafka=KafkaSettings(), redis=RedisSettings(),
+                          reach=ReachSettings(), closure=ClosureSettings())
     logging.getLogger("reach.channels").info("starting %s as instance %s", agent.agent_id, agent.instance_id)
     agent.run()
 

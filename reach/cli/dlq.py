@@ -12,8 +12,9 @@ from rich.table import Table
 from reach import dlq
 from reach.cli.common import console, err_console
 from reach.errors import ConfigError
-from reach.names import check_capability
+from reach.names import Names, check_capability
 from reach.ops import dlq as ops_dlq
+from reach.settings import KafkaSettings, ReachSettings
 from reach.timeparse import parse_time
 
 app = typer.Typer(help="Dead letters: list, show, replay.", no_args_is_help=True)
@@ -49,7 +50,8 @@ Until = typer.Option(None, "--until", help="Same forms as --since; exclusive.")
 def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, since: str = Since,
        until: str = Until, as_json: bool = typer.Option(False, "--json")) -> None:
     """List dead letters with counts by reason."""
-    letters, undecodable = ops_dlq.letters(_filters(capability, reason, agent, since, until), warn=_warn)
+    letters, undecodable = ops_dlq.letters(_filters(capability, reason, agent, since, until),
+                                           names=Names(ReachSettings().namespace), kafka=KafkaSettings(), warn=_warn)
     counts = Counter(item.record.reason for item in letters)
     if as_json:
         print(json.dumps({"letters": [ops_dlq.summary(i) for i in letters], "counts": dict(counts),
@@ -71,7 +73,7 @@ def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, s
 def show(letter_id: str = typer.Argument(..., help="A letter id (partition:offset) or a message_id."),
          as_json: bool = typer.Option(False, "--json")) -> None:
     """One letter: the decoded envelope, the error, and the message's history."""
-    doc = ops_dlq.show(letter_id, warn=_warn)
+    doc = ops_dlq.show(letter_id, settings=ReachSettings(), kafka=KafkaSettings(), warn=_warn)
     if doc is None:
         raise ConfigError(f"No dead letter {letter_id!r}. `reach dlq ls` lists ids (partition:offset).")
     if as_json:
@@ -92,11 +94,14 @@ def replay(capability: str = Capability, reason: str = Reason, agent: str = Agen
         raise ConfigError("--rate must be > 0 messages per second.")
     if to_capability:
         check_capability(to_capability)
-    letters, _ = ops_dlq.letters(_filters(capability, reason, agent, since, until, ids), warn=_warn)
+    settings, kafka = ReachSettings(), KafkaSettings()
+    letters, _ = ops_dlq.letters(_filters(capability, reason, agent, since, until, ids),
+                                 names=Names(settings.namespace), kafka=kafka, warn=_warn)
     if not letters:
         print(json.dumps(dlq.Summary().as_dict()) if as_json else "No dead letters match; nothing to replay.")
         return
-    summary = ops_dlq.replay_letters(letters, dry_run=dry_run, rate=rate, to_capability=to_capability,
+    summary = ops_dlq.replay_letters(letters, settings=settings, kafka=kafka, dry_run=dry_run, rate=rate,
+                                     to_capability=to_capability,
                                      warn=lambda text: err_console.print(f"[red]{text}[/]"))
     if as_json:
         print(json.dumps({**summary.as_dict(), "dry_run": dry_run}))

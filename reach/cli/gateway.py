@@ -13,12 +13,16 @@ def gateway(
                                     help="port to bind (default REACH_GATEWAY_PORT, 8080)"),
 ) -> None:
     """Serve POST /v1/envelopes, /v1/invoke and the status routes to signed apps (OpenAPI at /openapi.json)."""
+    from reach.channels.settings import ClosureSettings
+    from reach.gateway.httpsettings import HttpSettings
     from reach.gateway.server import serve
     from reach.gateway.settings import GatewaySettings
-    from reach.gateway.wiring import door_guards
+    from reach.gateway.wiring import GatewayConfig, door_guards
     from reach.kafka import clients
-    from reach.settings import KafkaSettings
+    from reach.settings import KafkaSettings, RedisSettings
 
-    listen = GatewaySettings()
-    clients.check_reachable(clients.admin(KafkaSettings()))  # exit 4 in seconds, before the apps directory waits
-    serve(door_guards(ReachSettings()), host=host or listen.host, port=port or listen.port)
+    config = GatewayConfig(reach=ReachSettings(), kafka=KafkaSettings(), redis=RedisSettings(),
+                           gateway=GatewaySettings(), http=HttpSettings(), closure=ClosureSettings())
+    clients.check_reachable(clients.admin(config.kafka))  # exit 4 in seconds, before the apps directory waits
+    listen = config.gateway
+    serve(door_guards(config), host=host or listen.host, port=port or listen.port, config=config)

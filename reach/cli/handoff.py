@@ -9,11 +9,18 @@ import typer
 from rich.table import Table
 
 from reach.cli.common import console
+from reach.intent.desk import HandoffDesk
 from reach.intent.errors import IntentError
 from reach.intent.handoff import Handoff
+from reach.names import Names
 from reach.ops import handoff as ops_handoff
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 app = typer.Typer(help="Requests handed to a human: list, show, take, resolve.", no_args_is_help=True)
+
+
+def _desk() -> HandoffDesk:
+    return ops_handoff.desk(Names(ReachSettings().namespace), KafkaSettings(), RedisSettings())
 
 
 def _operator(by: str | None) -> str:
@@ -26,7 +33,7 @@ def ls(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Open (and taken) handoffs, oldest first."""
-    rows = ops_handoff.queue(ops_handoff.desk(), all_=all_)
+    rows = ops_handoff.queue(_desk(), all_=all_)
     if as_json:
         console.print_json(json.dumps([ops_handoff.summary(h) for h in rows]))
         return
@@ -40,7 +47,7 @@ def ls(
 @app.command("show")
 def show(message_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """The context bundle: the request, the trace so far, the candidates and why each was rejected."""
-    found = ops_handoff.desk().get(message_id)
+    found = _desk().get(message_id)
     if as_json:
         console.print_json(found.model_dump_json(exclude={"envelope"}))
         return
@@ -50,7 +57,7 @@ def show(message_id: str = typer.Argument(...), as_json: bool = typer.Option(Fal
 @app.command("take")
 def take(message_id: str = typer.Argument(...), by: str | None = typer.Option(None, "--by")) -> None:
     """Claim a handoff (others see who has it)."""
-    moved = ops_handoff.take(ops_handoff.desk(), message_id, by=_operator(by))
+    moved = ops_handoff.take(_desk(), message_id, by=_operator(by))
     console.print(f"{moved.message_id} taken by {moved.taken_by}", highlight=False)
 
 
@@ -66,7 +73,7 @@ def resolve(
     if (answer is None) == (capability is None):
         raise IntentError("Give exactly one of --answer TEXT (completes the message) or --capability NAME "
                           "(re-routes it and maps the intent).")
-    moved = ops_handoff.resolve(ops_handoff.desk(), message_id, by=_operator(by), answer=answer,
+    moved = ops_handoff.resolve(_desk(), message_id, by=_operator(by), answer=answer,
                                 capability=capability)
     console.print(f"{moved.message_id} {moved.state} by {moved.resolved_by}: {moved.resolution}", highlight=False)
 

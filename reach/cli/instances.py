@@ -18,7 +18,7 @@ from reach.cli import agents
 from reach.cli.common import console
 from reach.names import Names
 from reach.records import InstanceAction
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="List agent instances; drain, disable or enable one.", invoke_without_command=True)
 
@@ -49,7 +49,7 @@ def _override(instance_id: str, action: InstanceAction, as_json: bool) -> None:
     if not instance_id:
         raise typer.BadParameter("give the instance id, as `reach agents` lists it")
     record = control.instance_record(instance_id, action, by="reach-cli")
-    control.publish(record, names=Names(ReachSettings().namespace))
+    control.publish(record, names=Names(ReachSettings().namespace), kafka=KafkaSettings())
     if as_json:
         console.print_json(json.dumps({"instance_id": instance_id, "action": action.value, "key": record.key}))
     else:

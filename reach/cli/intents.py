@@ -48,7 +48,8 @@ def set_(
     confidence: float = typer.Option(1.0, "--confidence", help="0..1; below REACH_INTENT_EXACT_FLOOR it is unused"),
 ) -> None:
     """Map a phrase to a capability, live: resolvers apply it within one poll of the control topic."""
-    record = ops_intents.set_mapping(phrase, capability, confidence=confidence, names=_names())
+    record = ops_intents.set_mapping(phrase, capability, confidence=confidence, names=_names(),
+                                      kafka=KafkaSettings())
     console.print(f"{record.key} -> {capability}", highlight=False)
 
 
@@ -82,13 +83,16 @@ def stats(
 def run_resolver(interval: float) -> None:
     """`reach router --role resolve`: one resolver worker until SIGTERM / SIGINT, a summary line per interval."""
     from reach.intent.errors import ResolverIdInUse
+    from reach.intent.stages import Thresholds
     from reach.kafka import clients
-    from reach.streams.resolver.resolve_loop import Resolver
+    from reach.settings import RedisSettings
+    from reach.streams.resolver.resolve_loop import Resolver, ResolverSettings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     kafka = KafkaSettings()
     clients.check_reachable(clients.admin(kafka))
-    worker = Resolver(kafka=kafka, reach=ReachSettings())
+    worker = Resolver(kafka=kafka, reach=ReachSettings(), redis=RedisSettings(), thresholds=Thresholds(),
+                      worker_id=ResolverSettings().id)
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

@@ -14,7 +14,7 @@ from reach.names import Names
 from reach.ops import operators as ops_operators
 from reach.ops.operators import DEFAULT_REDRIVE_RATE, ROLES, OperatorStore
 from reach.secretbox import secret_box
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Console operators: viewer (reads) or admin (also redrives, drains, tunes routing).",
                   no_args_is_help=True)
@@ -23,7 +23,7 @@ app = typer.Typer(help="Console operators: viewer (reads) or admin (also redrive
 def _store(*, making_tokens: bool = False) -> OperatorStore:
     reach = ReachSettings()
     box = secret_box(GatewaySettings().secrets_key, reach.home, create=True) if making_tokens else None
-    return OperatorStore(log=KafkaAppLog(names=Names(reach.namespace)), box=box, by=_operator())
+    return OperatorStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box, by=_operator())
 
 
 @app.command()

@@ -12,7 +12,7 @@ from reach.cli.common import console, err_console
 from reach.kafka import topics
 from reach.names import Names
 from reach.ops import policy as ops_policy
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Show and change the retry / timeout / budget policy per capability (live, via control).",
                   no_args_is_help=True)
@@ -32,7 +32,7 @@ def show(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Print the effective policy of `*` and of every capability with its own POLICY record (or of one)."""
-    reports = ops_policy.show(names=_names(), tiers=_tiers(), capability=capability)
+    reports = ops_policy.show(names=_names(), tiers=_tiers(), capability=capability, kafka=KafkaSettings())
     if as_json:
         console.print_json(json.dumps(reports))
         return
@@ -71,7 +71,8 @@ def set_(
         "handoff": handoff})
     if not changes:
         raise typer.BadParameter("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
-    done = ops_policy.publish(scope, changes, by="reach-cli", names=_names(), tiers=_tiers())
+    done = ops_policy.publish(scope, changes, by="reach-cli", names=_names(), tiers=_tiers(),
+                              kafka=KafkaSettings())
     if as_json:
         console.print_json(json.dumps(done.report))
         return

@@ -13,7 +13,7 @@ from reach.cli.common import console, err_console
 from reach.errors import ConfigError
 from reach.kafka import topicreader
 from reach.names import Names
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 from reach.timeparse import parse_time
 
 app = typer.Typer(help="Query receipts with SQL.", no_args_is_help=True)
@@ -47,7 +47,7 @@ def sql(
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
         raise ConfigError("--until must be later than --since.")
     names = Names(ReachSettings().namespace)
-    consumer = topicreader.open_reader("receipts-sql")
+    consumer = topicreader.open_reader("receipts-sql", KafkaSettings())
     stats = analytics.LoadStats()
     try:
         with analytics.temp_workdir() as tmp:

@@ -11,7 +11,7 @@ from types import FrameType
 import typer
 
 from reach.kafka import clients
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.router.stats import summary_line
 
 log = logging.getLogger("reach.router")
@@ -41,19 +41,20 @@ def router(
     if role not in {r.value for r in Role}:
         raise typer.BadParameter(f"--role must be route, status or all; got {role!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    kafka, settings = KafkaSettings(), ReachSettings()
+    kafka, settings, redis = KafkaSettings(), ReachSettings(), RedisSettings()
     clients.check_reachable(clients.admin(kafka))
     if use_faust:
         import faust
 
         from reach.streams.app import build_app
 
-        app = build_app(settings, kafka=kafka, batch_size=batch_size, summary_interval=interval, role=Role(role))
+        app = build_app(settings, kafka=kafka, redis=redis, batch_size=batch_size, summary_interval=interval,
+                        role=Role(role))
         faust.Worker(app, loglevel="INFO").execute_from_commandline()
         return
     from reach.streams.router.route_loop import Router
 
-    worker = Router(kafka=kafka, reach=settings, batch_size=batch_size)
+    worker = Router(kafka=kafka, reach=settings, redis=redis, batch_size=batch_size)
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

@@ -13,11 +13,15 @@ from rich.table import Table
 from reach.cli.common import Exit, console
 from reach.records import Status
 from reach.settings import ReachSettings
-from reach.webclient import get_json
+from reach.webclient import auth_headers, get_json
 
 
 def _base() -> str:
     return f"http://127.0.0.1:{ReachSettings().web_port}"
+
+
+def _auth() -> dict[str, str]:
+    return auth_headers(ReachSettings())
 
 
 def _time(ms: int | None) -> str:
@@ -52,7 +56,7 @@ def status(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show where one message is: status, agent, attempt, result or error, and its timeline."""
-    row = get_json(_base(), f"/messages/{quote(message_id, safe='')}")
+    row = get_json(_base(), f"/messages/{quote(message_id, safe='')}", auth=_auth())
     if as_json:
         print(json.dumps(row))
     else:
@@ -69,8 +73,8 @@ def trace(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Show every message of a trace with its timeline."""
-    index = get_json(_base(), f"/traces/{quote(trace_id, safe='')}")
-    rows = [get_json(_base(), f"/messages/{quote(mid, safe='')}") for mid in index["message_ids"]]
+    index = get_json(_base(), f"/traces/{quote(trace_id, safe='')}", auth=_auth())
+    rows = [get_json(_base(), f"/messages/{quote(mid, safe='')}", auth=_auth()) for mid in index["message_ids"]]
     if as_json:
         print(json.dumps({"trace_id": trace_id, "messages": rows}))
         return

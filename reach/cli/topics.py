@@ -11,7 +11,7 @@ from rich.table import Table
 from reach.cli.common import console
 from reach.kafka import clients, topics
 from reach.names import Names
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help="Topics as code: show and apply the diff between topics.yaml and the cluster.",
                   no_args_is_help=True)
@@ -22,7 +22,7 @@ _STYLE = {"create": "green", "alter": "yellow", "add_partitions": "cyan", "drift
 def _changes() -> tuple[list[topics.Change], object]:
     settings = ReachSettings()
     spec = topics.load(settings.topics_file)  # validated before anything touches the cluster
-    admin = clients.admin()
+    admin = clients.admin(KafkaSettings())
     clients.check_reachable(admin)
     return topics.plan(admin, spec.resolved(Names(settings.namespace))), admin
 

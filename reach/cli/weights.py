@@ -19,7 +19,7 @@ from reach.core.factors import FACTORS, NAMES, PRESETS, FactorWeights
 from reach.names import Names, check_capability
 from reach.ops import weights as ops_weights
 from reach.records import ControlKind
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 
 app = typer.Typer(help=f"Show and change the router's scoring weights ({', '.join(NAMES)}).", no_args_is_help=True)
 
@@ -40,7 +40,7 @@ def show(
 ) -> None:
     """Every factor's weight per scope on the control topic (the defaults when none is set), and where it came from
     (the capability, `*` or the default)."""
-    view = control.read_control(names=_names())
+    view = control.read_control(names=_names(), kafka=KafkaSettings())
     records = {r.scope: r for r in view.records().values() if r.kind is ControlKind.WEIGHTS and r.weights}
     rows: dict[str, dict[str, object]] = {}
     for scope, record in records.items():
@@ -77,8 +77,9 @@ def _set(
     the value in effect. Routers apply them live."""
     names = _names()
     scope = check_capability(capability) if capability else "*"
-    new = ops_weights.changed(scope, factors, names=names, preset_name=preset_name)
-    record = ops_weights.publish(scope, new, by="reach-cli", names=names)
+    kafka = KafkaSettings()
+    new = ops_weights.changed(scope, factors, names=names, kafka=kafka, preset_name=preset_name)
+    record = ops_weights.publish(scope, new, by="reach-cli", names=names, kafka=kafka)
     if as_json:
         console.print_json(json.dumps({"scope": scope, **new}))
     else:

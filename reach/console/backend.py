@@ -22,7 +22,7 @@ from reach.ops import intents as ops_intents
 from reach.ops import weights as ops_weights
 from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
-from reach.settings import KafkaSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
 from reach.streams.lag import consumer_lag
 
@@ -65,9 +65,12 @@ def _scope(scope: str) -> str:
 class ConsoleBackend:
     """Backend over the namespace's topics, with the use cases of reach.ops wherever the CLI does the same thing."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None, status_url: str | None = None) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings, reach: ReachSettings, redis: RedisSettings,
+                 status_url: str | None = None) -> None:
         self._names = names
-        self._kafka = kafka or KafkaSettings()
+        self._kafka = kafka
+        self._reach = reach
+        self._redis = redis
         self._status_url = status_url  # the stream app's views (REACH_GATEWAY_STATUS_URL); None: the CLI's default
 
     def _receipts(self, since_ms: int | None, until_ms: int | None) -> list[dict[str, Any]]:
@@ -136,16 +139,17 @@ class ConsoleBackend:
         return sorted(found, key=lambda r: (r["generation"], r["at"]))
 
     def letters(self, filters: dlq.Filters, error_code: str | None) -> list[dict[str, Any]]:
-        items, _ = ops_dlq.letters(filters)
+        items, _ = ops_dlq.letters(filters, names=self._names, kafka=self._kafka)
         return [{**ops_dlq.summary(item), **ops_dlq.contents(item)} for item in items
                 if not error_code or (item.record.error is not None and item.record.error.code == error_code)]
 
     def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None) -> dict[str, Any]:
-        items, _ = ops_dlq.letters(filters)
+        items, _ = ops_dlq.letters(filters, names=self._names, kafka=self._kafka)
         if not items:
             return {**dlq.Summary().as_dict(), "dry_run": dry_run}
-        summary = ops_dlq.replay_letters(items, dry_run=dry_run, rate=rate,
-                                         lookup=lambda mid: ops_dlq.status_row(mid, self._status_url))
+        summary = ops_dlq.replay_letters(items, settings=self._reach, kafka=self._kafka, dry_run=dry_run, rate=rate,
+                                         lookup=lambda mid: ops_dlq.status_row(mid, settings=self._reach,
+                                                                               base=self._status_url))
         return {**summary.as_dict(), "dry_run": dry_run, "skipped_completed_ids": summary.skipped_completed,
                 "skipped_in_progress_ids": summary.skipped_in_progress}
 
@@ -191,4 +195,4 @@ class ConsoleBackend:
         return ops_handoff.summary(moved)
 
     def _desk(self) -> HandoffDesk:
-        return ops_handoff.desk(self._names, self._kafka)
+        return ops_handoff.desk(self._names, self._kafka, self._redis)

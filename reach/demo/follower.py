@@ -21,7 +21,7 @@ class ReceiptFollower:
     def __init__(self, *, names: Names, tally: Tally, since_ms: int, kafka: KafkaSettings | None = None) -> None:
         self.tally = tally
         self.undecodable = 0
-        self.consumer = open_reader("demo", kafka)
+        self.consumer = open_reader("demo", kafka or KafkaSettings())
         topic = names.receipts
         starts = start_offsets(self.consumer, topic, since_ms)
         self.consumer.assign([TopicPartition(topic, p, offset) for p, offset in starts.items()])

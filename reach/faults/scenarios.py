@@ -209,9 +209,9 @@ def _breaker_probe_s() -> float:
     """An open breaker waits REACH_HEALTH_OPEN_MS (30 s) before it probes, so the sick downstream's recovery can
     only show after that: its traffic after the fault lasts that long plus 30 s for the probes to pass (60 s in
     all by default, its recovery target)."""
-    from reach.core.healthmodel.settings import HealthSettings
+    from reach.settings import HealthEnvSettings
 
-    return HealthSettings().open_ms / 1000 + 30.0
+    return HealthEnvSettings().open_ms / 1000 + 30.0
 
 
 def poison(rig: Rig, s: FaultSettings, p: Poison) -> Window:

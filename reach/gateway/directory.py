@@ -30,10 +30,9 @@ REGISTRY_RETRY_S = 1.0
 class KafkaAppDirectory:
     """Live keys by key id, as the apps topic says now (satisfies reach.callers.AppDirectory)."""
 
-    def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings | None = None,
+    def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings,
                  open_consumer: Callable[[], Consumer] | None = None, table: AppTable | None = None) -> None:
         self._topic = names.apps
-        kafka = kafka or KafkaSettings()
         self._open = open_consumer or (lambda: topicreader.open_reader("gateway-apps", kafka, profile="idle"))
         self.table = table or AppTable(box)  # the console passes an OperatorTable
         self._ready = threading.Event()

@@ -35,20 +35,16 @@ class Door:
         await self.client.aclose()
 
 
-def open_door(*, gateway: GatewaySettings | None = None, reach: ReachSettings | None = None,
-              kafka: KafkaSettings | None = None, redis: RedisSettings | None = None,
+def open_door(*, gateway: GatewaySettings, reach: ReachSettings, kafka: KafkaSettings, redis: RedisSettings,
               ready_timeout: float = 30.0) -> Door:
     """Build the door and return once the apps directory has caught up with the apps topic.
 
     ConfigError when no secrets key is there (the gateway never makes one), InfraUnavailable when the
     broker does not answer in `ready_timeout`."""
-    gateway = gateway or GatewaySettings()
-    reach = reach or ReachSettings()
-    kafka = kafka or KafkaSettings()
     box = secret_box(gateway.secrets_key, reach.home, create=False)
     directory = KafkaAppDirectory(names=Names(reach.namespace), box=box, kafka=kafka)
     directory.start(ready_timeout)
-    client = door_client((redis or RedisSettings()).url(reach.home), timeout_s=gateway.redis_timeout)
+    client = door_client(redis.url(reach.home), timeout_s=gateway.redis_timeout)
     nonces = RedisNonceStore(client=client, namespace=reach.namespace)
     quotas = RedisQuotas(client=client, namespace=reach.namespace, capability_limit=gateway.capability_limit)
     authenticator = SignatureAuthenticator(directory=directory, nonces=nonces, max_age_s=gateway.signature_max_age,

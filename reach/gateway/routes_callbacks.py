@@ -45,9 +45,9 @@ SOURCE = "gateway:callback"
 OUTCOMES = ("accepted", "unknown", "expired", "reused", "refused", "limited")
 
 
-def callback_routes(admission: Admission, settings: ClosureSettings | None = None) -> APIRouter:
+def callback_routes(admission: Admission, settings: ClosureSettings) -> APIRouter:
     router = APIRouter(tags=["callbacks"])
-    closure = settings or ClosureSettings()
+    closure = settings
     deps, http = admission.deps, admission.settings
     counted = Counter("agentreach_gateway_callbacks_total", "Inbound replies at /v1/callbacks by outcome",
                       ["outcome"], registry=admission.metrics.registry)

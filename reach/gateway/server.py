@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from reach.gateway.httpproto import head_limited
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
-from reach.gateway.wiring import Guards, build_dependencies
+from reach.gateway.wiring import GatewayConfig, Guards, build_dependencies
 
 
 def uvicorn_config(app: FastAPI, *, host: str, port: int, http: HttpSettings) -> uvicorn.Config:
@@ -24,10 +24,10 @@ def uvicorn_config(app: FastAPI, *, host: str, port: int, http: HttpSettings) ->
     )
 
 
-def serve(guards: Guards, *, host: str, port: int, http: HttpSettings | None = None) -> None:
+def serve(guards: Guards, *, host: str, port: int, config: GatewayConfig) -> None:
     """Block serving until SIGINT/SIGTERM; the dependencies close with the app."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    http = http or HttpSettings()
-    deps = build_dependencies(guards, port=port, http=http)
-    app = build_gateway(deps, http)
+    http = config.http
+    deps = build_dependencies(guards, port=port, config=config)
+    app = build_gateway(deps, http, closure=config.closure)
     uvicorn.Server(uvicorn_config(app, host=host, port=port, http=http)).run()

@@ -14,6 +14,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from reach.channels.settings import ClosureSettings
 from reach.errors import InfraUnavailable
 from reach.gateway import openapi
 from reach.gateway.admission import Admission
@@ -116,10 +117,9 @@ class HotPath:
         await response(scope, receive, send)
 
 
-def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
-                  metrics: GatewayMetrics | None = None) -> FastAPI:
+def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics | None = None, *,
+                  closure: ClosureSettings) -> FastAPI:
     """The HTTP service over its dependencies; `deps.closers` run when the app shuts down."""
-    settings = settings or HttpSettings()
     metrics = metrics or GatewayMetrics()
     admission = Admission(deps, settings, metrics)
 
@@ -136,7 +136,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings | None = None,
     envelopes = envelope_routes(admission)
     app.include_router(envelopes)
     app.include_router(status_routes(admission))
-    app.include_router(callback_routes(admission))
+    app.include_router(callback_routes(admission, closure))
     if deps.console is not None:
         app.include_router(console_routes(deps.console, deps.status))
     app.include_router(cancel_routes(admission))

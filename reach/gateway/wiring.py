@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from reach import client as sdk
 from reach.a2a.cancelsink import KafkaCancels
 from reach.callers import AppDirectory
+from reach.channels.settings import ClosureSettings
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
@@ -31,6 +32,19 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class GatewayConfig:
+    """Every setting a gateway process uses: its entry point (`reach gateway`) builds them once from the
+    environment and passes them down; nothing below reads the environment."""
+
+    reach: ReachSettings
+    kafka: KafkaSettings
+    redis: RedisSettings
+    gateway: GatewaySettings
+    http: HttpSettings
+    closure: ClosureSettings
+
+
+@dataclass(frozen=True)
 class Guards:
     """Who may come in and how fast: the door's two pluggable checks, and what stops them."""
 
@@ -40,23 +54,19 @@ class Guards:
     closers: tuple[Callable[[], Any], ...] = ()
 
 
-def door_guards(reach: ReachSettings) -> Guards:
+def door_guards(config: GatewayConfig) -> Guards:
     """The Kafka-backed apps directory, signature check and Redis quotas that `reach apps` manages
     (reach.gateway.door.open_door, from REACH_GATEWAY_* settings); returns once the directory is read."""
     from reach.gateway.door import open_door  # here, so the HTTP service's tests never need the secrets key
 
-    door = open_door(reach=reach)
+    door = open_door(gateway=config.gateway, reach=config.reach, kafka=config.kafka, redis=config.redis)
     return Guards(authenticator=door.authenticator, quotas=door.quotas, directory=door.directory,
                   closers=(door.close, door.aclose))
 
 
-def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None = None,
-                       reach: ReachSettings | None = None, http: HttpSettings | None = None,
-                       redis: RedisSettings | None = None) -> Dependencies:
+def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> Dependencies:
     """Connect to the broker (InfraUnavailable when it does not answer), read the registry, open the reply topic."""
-    kafka = kafka or KafkaSettings()
-    reach = reach or ReachSettings()
-    http = http or HttpSettings()
+    kafka, reach, http = config.kafka, config.reach, config.http
     clients.check_reachable(clients.admin(kafka))
     client = sdk.Client(kafka=kafka, settings=reach, source="gateway")
     catalog = RegistryCatalog(names=client.names, kafka=kafka)
@@ -64,9 +74,10 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
     replies = ReplyHub(client, client_id=gateway_client_id(port))
     publisher = KafkaPublisher(client, ack_timeout_s=http.ack_timeout)
     status = StatusClient(reach, http.status_url)
-    timeout = GatewaySettings().redis_timeout  # the door's bound on one Redis call
-    console = open_console(reach=reach, kafka=kafka, status_url=status.base_url)
-    idempotency = RedisIdempotency(door_client((redis or RedisSettings()).url(reach.home), timeout_s=timeout),
+    timeout = config.gateway.redis_timeout  # the door's bound on one Redis call
+    console = open_console(reach=reach, kafka=kafka, redis=config.redis, gateway=config.gateway,
+                           status_url=status.base_url)
+    idempotency = RedisIdempotency(door_client(config.redis.url(reach.home), timeout_s=timeout),
                                    reach.namespace)
     cancels = KafkaCancels(topic=client.names.cancels, kafka=kafka)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
@@ -76,7 +87,7 @@ def build_dependencies(guards: Guards, *, port: int, kafka: KafkaSettings | None
                                  idempotency.aclose, console.close, *guards.closers))
 
 
-def open_console(*, reach: ReachSettings | None = None, kafka: KafkaSettings | None = None,
+def open_console(*, reach: ReachSettings, kafka: KafkaSettings, redis: RedisSettings, gateway: GatewaySettings,
                  status_url: str | None = None, ready_timeout: float = 30.0) -> Console:
     """The console this gateway hosts (reach.console.wiring.Console, its port): operator tokens from the apps
     topic over the gateway's secrets key (returns once caught up), the backend over the namespace's topics."""
@@ -87,13 +98,11 @@ def open_console(*, reach: ReachSettings | None = None, kafka: KafkaSettings | N
     from reach.gateway.directory import KafkaAppDirectory
     from reach.secretbox import secret_box
 
-    reach = reach or ReachSettings()
-    kafka = kafka or KafkaSettings()
-    box = secret_box(GatewaySettings().secrets_key, reach.home, create=False)
+    box = secret_box(gateway.secrets_key, reach.home, create=False)
     names = Names(reach.namespace)
     table = OperatorTable(box)
     directory = KafkaAppDirectory(names=names, box=box, kafka=kafka, table=table)
     directory.start(ready_timeout)
     operators = OperatorDirectory(directory, table)
-    backend = ConsoleBackend(names=names, kafka=kafka, status_url=status_url)
+    backend = ConsoleBackend(names=names, kafka=kafka, reach=reach, redis=redis, status_url=status_url)
     return Console(operators=operators, backend=backend, close=operators.stop)

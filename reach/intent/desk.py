@@ -29,7 +29,7 @@ from reach.kafka import headers as H
 from reach.names import Names, check_capability
 from reach.records import IntentResolution, Receipt, Status
 from reach.registry import read_registry
-from reach.settings import KafkaSettings
+from reach.settings import KafkaSettings, RedisSettings
 from reach.terminals import Fence, Terminal, fence_from_settings
 
 
@@ -45,11 +45,12 @@ def _still_open(envelope: dict[str, Any]) -> None:
 class HandoffDesk:
     """Reads and moves handoffs of one namespace."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings | None = None,
-                 claims: Callable[[], Claims] = RedisClaims, fence: Fence | None = None) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings, redis: RedisSettings,
+                 claims: Callable[[], Claims] | None = None, fence: Fence | None = None) -> None:
         self.names = names
-        self.kafka = kafka or KafkaSettings()
-        self._claims_factory = claims
+        self.kafka = kafka
+        self._redis = redis
+        self._claims_factory = claims or (lambda: RedisClaims(redis.url()))
         self._claims: Claims | None = None
         self._fence = fence
 
@@ -108,7 +109,8 @@ class HandoffDesk:
         that ending, and the answer is refused before anything is written. A human answer that won before (a run of
         this command whose publish failed) is published again, not refused."""
         if self._fence is None:
-            self._fence = fence_from_settings("handoff desk", namespace=self.names.namespace)
+            self._fence = fence_from_settings("handoff desk", namespace=self.names.namespace,
+                                              redis_settings=self._redis)
         [claimed] = self._fence.claim([Terminal(message_id, generation, value)])
         if not claimed.won:
             ended = codec.decode(claimed.receipt, Receipt)

@@ -23,21 +23,21 @@ log = logging.getLogger(__name__)
 _PROBE_S = 1.0  # one metadata attempt; between attempts the error callback is served
 
 
-def admin(kafka: KafkaSettings | None = None) -> AdminClient:
-    conf = (kafka or KafkaSettings()).admin()
+def admin(kafka: KafkaSettings) -> AdminClient:
+    conf = kafka.admin()
     bus = memory.bus_name(conf)
     return AdminClient(conf) if bus is None else cast(AdminClient, memory.MemoryAdmin(memory.bus(bus), conf))
 
 
-def producer(kafka: KafkaSettings | None = None, **overrides: Any) -> Producer:
-    conf = (kafka or KafkaSettings()).producer(**overrides)
+def producer(kafka: KafkaSettings, **overrides: Any) -> Producer:
+    conf = kafka.producer(**overrides)
     bus = memory.bus_name(conf)
     return Producer(conf) if bus is None else cast(Producer, memory.MemoryProducer(memory.bus(bus), conf))
 
 
-def consumer(group_id: str, kafka: KafkaSettings | None = None, *, profile: ConsumerProfile = "hot",
+def consumer(group_id: str, kafka: KafkaSettings, *, profile: ConsumerProfile = "hot",
              **overrides: Any) -> Consumer:
-    conf = (kafka or KafkaSettings()).consumer(group_id, profile=profile, **overrides)
+    conf = kafka.consumer(group_id, profile=profile, **overrides)
     bus = memory.bus_name(conf)
     return Consumer(conf) if bus is None else cast(Consumer, memory.MemoryConsumer(memory.bus(bus), conf))
 

@@ -272,17 +272,24 @@ def default_codec() -> Codec:
 
 
 _wire: Codec | ConfluentCodec | None = None
+_wire_url: str | None = None  # what `_wire` was built for
+
+
+def use_schema_registry(url: str | None) -> None:
+    """Write records with Confluent Schema Registry framing at `url` (ReachSettings.schema_registry_url,
+    REACH_SCHEMA_REGISTRY_URL), or single-object encoding when None. Each entry point calls it with the settings
+    it built; the codec itself reads no environment."""
+    global _wire, _wire_url
+    if _wire is None or url != _wire_url:
+        _wire, _wire_url = (ConfluentCodec(url) if url else default_codec()), url
 
 
 def wire_codec() -> Codec | ConfluentCodec:
-    """What records are written with: Confluent Schema Registry framing when REACH_SCHEMA_REGISTRY_URL is
-    set (reads accept both framings), else single-object encoding. Resolved on first use."""
+    """What records are written with: the registry's framing once an entry point named one
+    (`use_schema_registry`; reads accept both framings), else single-object encoding."""
     global _wire
     if _wire is None:
-        from reach.settings import ReachSettings
-
-        url = ReachSettings().schema_registry_url
-        _wire = ConfluentCodec(url) if url else default_codec()
+        _wire = default_codec()
     return _wire
 
 

@@ -22,7 +22,7 @@ from reach.settings import ConsumerProfile, KafkaSettings
 T = TypeVar("T")
 
 
-def open_reader(purpose: str, kafka: KafkaSettings | None = None, *, profile: ConsumerProfile = "hot") -> Consumer:
+def open_reader(purpose: str, kafka: KafkaSettings, *, profile: ConsumerProfile = "hot") -> Consumer:
     """A consumer used only through assign(); the group id is never joined or committed."""
     return clients.consumer(f"reach-reader.{purpose}.{uuid.uuid4().hex[:8]}", kafka, profile=profile)
 
@@ -131,7 +131,7 @@ def read_range(consumer: Consumer, topic: str, starts: dict[int, int], *, until_
 
 
 
-def latest_records(purpose: str, topic: str, decode: Callable[[bytes], T], kafka: KafkaSettings | None = None, *,
+def latest_records(purpose: str, topic: str, decode: Callable[[bytes], T], kafka: KafkaSettings, *,
                    skip: tuple[type[Exception], ...] = (ValueError,), idle_timeout: float = 5.0) -> dict[str, T]:
     """A compacted topic read to its end: the latest record per key, decoded (a tombstone removes its key; a
     record `decode` refuses with one of `skip` is passed over, so its key keeps the record before it)."""

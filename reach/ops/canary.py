@@ -40,7 +40,7 @@ def parse_steps(text: str) -> list[int]:
     return check_steps(steps, text)
 
 
-def current(names: Names, agent_id: str | None = None, *, kafka: KafkaSettings | None = None) -> dict[str, Canary]:
+def current(names: Names, agent_id: str | None = None, *, kafka: KafkaSettings) -> dict[str, Canary]:
     """The canary of every agent on the control topic (or of `agent_id` only: InvalidName when it is not an agent
     id), by agent id."""
     if agent_id is not None:
@@ -63,7 +63,7 @@ def rows(found: dict[str, Canary]) -> list[dict[str, Any]]:
 
 
 def start(agent_id: str, *, version: str, steps: Sequence[int], step_ms: int, min_success: float, by: str,
-          names: Names, kafka: KafkaSettings | None = None) -> Canary:
+          names: Names, kafka: KafkaSettings) -> Canary:
     """Publish a RUNNING canary at its first step: that step's share of the agent's traffic goes to instances of
     `version`. BadCanary when an argument is out of range or the agent already runs one: the canary published."""
     check_agent_id(agent_id)
@@ -86,7 +86,7 @@ def start(agent_id: str, *, version: str, steps: Sequence[int], step_ms: int, mi
     return canary
 
 
-def finish(agent_id: str, state: CanaryState, *, by: str, names: Names, kafka: KafkaSettings | None = None) -> Canary:
+def finish(agent_id: str, state: CanaryState, *, by: str, names: Names, kafka: KafkaSettings) -> Canary:
     """End the agent's RUNNING canary now as PROMOTED (the canary version is the agent from here on) or
     ROLLED_BACK (no request reaches it any more); BadCanary when it has no running one: the canary published."""
     if state not in ENDINGS:

@@ -18,8 +18,8 @@ from reach.kafka import clients, codec, topicreader
 from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import Envelope, Status
-from reach.settings import ReachSettings
-from reach.webclient import NotFound, get_json
+from reach.settings import KafkaSettings, ReachSettings
+from reach.webclient import NotFound, auth_headers, get_json
 
 Warn = Callable[[str], None]
 
@@ -28,15 +28,11 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
 
 
-def _names() -> Names:
-    return Names(ReachSettings().namespace)
-
-
-def letters(filters: dlq.Filters, *, warn: Warn = _stderr) -> tuple[list[dlq.Letter], int]:
+def letters(filters: dlq.Filters, *, names: Names, kafka: KafkaSettings,
+            warn: Warn = _stderr) -> tuple[list[dlq.Letter], int]:
     """The letters `filters` match, oldest first, and how many records did not decode; a letter written by
     reference carries its original bytes when the origin still has them (`warn` says when it does not)."""
-    names = _names()
-    reader = topicreader.open_reader("dlq")
+    reader = topicreader.open_reader("dlq", kafka)
     found, undecodable = [], 0
     try:
         starts = topicreader.start_offsets(reader, names.dlq, filters.since_ms)
@@ -48,13 +44,13 @@ def letters(filters: dlq.Filters, *, warn: Warn = _stderr) -> tuple[list[dlq.Let
                 found.append(item)
     finally:
         reader.close()
-    return [_original(item, warn) if item.by_reference else item for item in found], undecodable
+    return [_original(item, kafka, warn) if item.by_reference else item for item in found], undecodable
 
 
-def _original(item: dlq.Letter, warn: Warn) -> dlq.Letter:
+def _original(item: dlq.Letter, kafka: KafkaSettings, warn: Warn) -> dlq.Letter:
     """A letter written by reference, with its bytes read back from the origin (unchanged when they are gone)."""
     rec = item.record
-    reader = topicreader.open_reader("dlq-origin")
+    reader = topicreader.open_reader("dlq-origin", kafka)
     try:
         found = topicreader.read_range(reader, rec.origin_topic, {rec.origin_partition: rec.origin_offset},
                                        idle_timeout=10)
@@ -70,10 +66,9 @@ def _original(item: dlq.Letter, warn: Warn) -> dlq.Letter:
     return item
 
 
-def _ledger() -> set[str]:
+def _ledger(names: Names, kafka: KafkaSettings) -> set[str]:
     """Keys of the letters already replayed (the compacted replay ledger)."""
-    names = _names()
-    reader = topicreader.open_reader("replays")
+    reader = topicreader.open_reader("replays", kafka)
     try:
         starts = topicreader.start_offsets(reader, names.replays, None)
         return {(msg.key() or b"").decode(errors="replace")
@@ -99,39 +94,47 @@ def contents(item: dlq.Letter) -> dict[str, Any]:
             "payload": envelope.payload.decode("utf-8", "replace") if envelope else None}
 
 
-def status_row(message_id: str, base: str | None = None) -> StatusRow | None:
+def local_views(settings: ReachSettings) -> str:
+    """This host's stream-app views (the default of `status_row`'s `base`)."""
+    return f"http://127.0.0.1:{settings.web_port}"
+
+
+def status_row(message_id: str, *, settings: ReachSettings, base: str | None = None) -> StatusRow | None:
     """The message's status row from the stream app's views at `base` (default: this host's), None if unknown."""
     try:
-        return StatusRow.model_validate(get_json(base or f"http://127.0.0.1:{ReachSettings().web_port}",
-                                                 f"/messages/{quote(message_id, safe='')}"))
+        return StatusRow.model_validate(get_json(base or local_views(settings),
+                                                 f"/messages/{quote(message_id, safe='')}",
+                                                 auth=auth_headers(settings)))
     except NotFound:
         return None
 
 
-def show(letter_id: str, *, warn: Warn = _stderr) -> dict[str, Any] | None:
+def show(letter_id: str, *, settings: ReachSettings, kafka: KafkaSettings,
+         warn: Warn = _stderr) -> dict[str, Any] | None:
     """One letter (by letter id or message_id; the newest if several): its summary, envelope, payload and the
     message's history (None when the status views do not answer); None when there is no such letter."""
-    found, _ = letters(dlq.Filters(ids=frozenset([letter_id])), warn=warn)
+    found, _ = letters(dlq.Filters(ids=frozenset([letter_id])), names=Names(settings.namespace), kafka=kafka,
+                       warn=warn)
     if not found:
         return None
     item = found[-1]
     history = None
     try:
-        row = status_row(item.message_id) if item.message_id else None
+        row = status_row(item.message_id, settings=settings) if item.message_id else None
         history = row.model_dump(mode="json") if row else None
     except ReachError:  # the history is a bonus; the letter itself is what was asked for
         pass
     return {**summary(item), **contents(item), "history": history}
 
 
-def replay_letters(items: list[dlq.Letter], *, dry_run: bool, rate: float | None,
-                   to_capability: str | None = None,
+def replay_letters(items: list[dlq.Letter], *, settings: ReachSettings, kafka: KafkaSettings, dry_run: bool,
+                   rate: float | None, to_capability: str | None = None,
                    lookup: Callable[[str], StatusRow | None] | None = None, warn: Warn = _stderr) -> dlq.Summary:
     """reach.dlq.replay over the real bus: publish + ACCEPTED receipt, then the ledger (`reach dlq replay` and
     the console's redrive)."""
-    names = _names()
-    producer = clients.producer()
-    client = sdk.Client()
+    names = Names(settings.namespace)
+    producer = clients.producer(kafka)
+    client = sdk.Client(kafka=kafka, settings=settings)
 
     def publish(envelope: Envelope) -> None:
         client.publish(envelope)
@@ -143,8 +146,9 @@ def replay_letters(items: list[dlq.Letter], *, dry_run: bool, rate: float | None
         producer.produce(names.replays, value, key=key.encode())
 
     try:
-        done = dlq.replay(items, lookup=lookup or status_row, publish=publish, dry_run=dry_run, rate=rate,
-                          to_capability=to_capability, ledger=_ledger(), record=record)
+        done = dlq.replay(items, lookup=lookup or (lambda mid: status_row(mid, settings=settings)), publish=publish,
+                          dry_run=dry_run, rate=rate,
+                          to_capability=to_capability, ledger=_ledger(names, kafka), record=record)
     finally:
         if producer.flush(30):
             warn("some replayed records were not acknowledged by the broker; run the replay again (replayed "

@@ -8,14 +8,14 @@ from typing import Any
 from reach.intent.desk import HandoffDesk
 from reach.intent.handoff import Handoff
 from reach.names import Names
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, RedisSettings
 
 OPEN = ("OPEN", "TAKEN")  # waiting for a human
 
 
-def desk(names: Names | None = None, kafka: KafkaSettings | None = None) -> HandoffDesk:
-    """The desk over the namespace's handoff topic (default: REACH_NAMESPACE's, the default Kafka settings)."""
-    return HandoffDesk(names=names or Names(ReachSettings().namespace), kafka=kafka)
+def desk(names: Names, kafka: KafkaSettings, redis: RedisSettings) -> HandoffDesk:
+    """The desk over the namespace's handoff topic."""
+    return HandoffDesk(names=names, kafka=kafka, redis=redis)
 
 
 def queue(desk: HandoffDesk, *, all_: bool = False) -> list[Handoff]:

@@ -35,11 +35,11 @@ def map_rows(names: Names, kafka: KafkaSettings, *, seeds: bool = True) -> list[
     return rows
 
 
-def set_mapping(phrase: str, capability: str, *, confidence: float, names: Names) -> Control:
+def set_mapping(phrase: str, capability: str, *, confidence: float, names: Names, kafka: KafkaSettings) -> Control:
     """Map a phrase to a capability, live (resolvers apply it within one poll of the control topic): the record
     published."""
     record = mappings.record(phrase, capability, confidence=confidence)
-    control.publish(record, names=names)
+    control.publish(record, names=names, kafka=kafka)
     return record
 
 

@@ -42,7 +42,7 @@ def report(view: ControlView, scope: str, tiers: list[str]) -> dict[str, Any]:
 
 
 def show(*, names: Names, tiers: list[str], capability: str | None = None,
-         kafka: KafkaSettings | None = None) -> list[dict[str, Any]]:
+         kafka: KafkaSettings) -> list[dict[str, Any]]:
     """The reports of `*` and of every capability with its own POLICY record, or of `capability` only."""
     view = control.read_control(names=names, kafka=kafka)
     if capability:
@@ -69,7 +69,7 @@ def changes(given: Mapping[str, object]) -> dict[str, Any]:
 
 
 def publish(scope: str, changed: Mapping[str, Any], *, by: str, names: Names, tiers: list[str],
-            kafka: KafkaSettings | None = None) -> Published:
+            kafka: KafkaSettings) -> Published:
     """Publish the scope's POLICY record with `changed` merged into its own fields (omitted fields keep the scope's
     current value); SDKs, clients and routers follow the control topic and apply it without a restart. ConfigError
     when nothing changes, pydantic's ValidationError when a value does not fit its field."""

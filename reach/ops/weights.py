@@ -40,13 +40,13 @@ def merged(current: FactorWeights, changes: Mapping[str, float | None], *, prese
     return new
 
 
-def changed(scope: str, changes: Mapping[str, float | None], *, names: Names, kafka: KafkaSettings | None = None,
+def changed(scope: str, changes: Mapping[str, float | None], *, names: Names, kafka: KafkaSettings,
             preset_name: str | None = None) -> FactorWeights:
     """The weights in effect for `scope` on the control topic with the change merged in (nothing published)."""
     return merged(control.read_control(names=names, kafka=kafka).weights(scope), changes, preset_name=preset_name)
 
 
-def publish(scope: str, new: FactorWeights, *, by: str, names: Names, kafka: KafkaSettings | None = None) -> Control:
+def publish(scope: str, new: FactorWeights, *, by: str, names: Names, kafka: KafkaSettings) -> Control:
     """Publish `new` as the weights of `scope` (routers apply them live): the record published."""
     record = control.weights_record(new.to_record(), scope=scope, by=by)
     control.publish(record, names=names, kafka=kafka)

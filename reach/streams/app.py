@@ -22,11 +22,11 @@ from reach import heap
 from reach.control import ControlView, read_control
 from reach.core.healthmodel.settings import HealthSettings
 from reach.envelopes import now_ms
-from reach.kafka import clients, topics
+from reach.kafka import clients, codec, topics
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Policy
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import CanarySettings, HealthEnvSettings, KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
 from reach.streams.canary.controller import CanaryController
 from reach.streams.credentials import faust_broker_options
@@ -75,6 +75,8 @@ def build_app(
     summary_interval: float = 10.0,
     role: Role = Role.ALL,
     health_settings: HealthSettings | None = None,
+    redis: RedisSettings | None = None,
+    canary: CanarySettings | None = None,
 ) -> Any:
     """A faust.App whose worker runs what `role` names.
 
@@ -83,8 +85,11 @@ def build_app(
     import faust
     from mode import Service
 
+    # the stream app's entry point: every setting not given is built from the environment here, and passed down
     reach_settings: ReachSettings = settings or ReachSettings()
     kafka = kafka or KafkaSettings()
+    redis = redis or RedisSettings()
+    codec.use_schema_registry(reach_settings.schema_registry_url)
     names = Names(reach_settings.namespace)
     spec = topics.load(reach_settings.topics_file)
     partitions = spec.topics["receipts"].partitions
@@ -112,7 +117,8 @@ def build_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
-    router = Router(kafka=kafka, reach=reach_settings, batch_size=batch_size) if role != Role.STATUS else None
+    router = (Router(kafka=kafka, reach=reach_settings, redis=redis, batch_size=batch_size)
+              if role != Role.STATUS else None)
     # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
     metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
     fold = None
@@ -124,7 +130,7 @@ def build_app(
         fold = StatusFold(names=names, kafka=kafka, metrics=metrics, state_dir=state_dir, url=url,
                           retention_ms=reach_settings.status_retention * 1000)
         # the single writer of <ns>.health for the partitions its group gives this worker (reach.streams.health)
-        health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthSettings(),
+        health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthEnvSettings(),
                               on_publish=HealthGauges(metrics.registry).publish)
     views = StatusViews(fold=fold, owners=Owners(groupadmin.shared(kafka), fold_group(names)), partitions=partitions,
                         url=url, auth=auth_headers(reach_settings))
@@ -133,14 +139,15 @@ def build_app(
     attach_views(pages, router, metrics, fold, health)
     if router is not None:
         _host_router(app, Service, router, DelayForwarder(names=names, tiers=spec.retry_tiers(), kafka=kafka,
-                                                    max_bytes=spec.dead_letter_bytes()),
+                                                    max_bytes=spec.dead_letter_bytes(), redis=redis),
                      reach_settings.namespace, summary_interval)
     if fold is not None:
         policy = router.state.control.policy if router is not None else _PolicyCache(names, kafka).policy
-        timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy)
+        timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy, redis=redis)
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)
-        _host_fold(app, Service, fold, timekeeper, gauges, health, CanaryController(names=names, kafka=kafka),
+        controller = CanaryController(names=names, kafka=kafka, settings=canary or CanarySettings())
+        _host_fold(app, Service, fold, timekeeper, gauges, health, controller,
                    stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
     app.reach_status = fold  # type: ignore[attr-defined]

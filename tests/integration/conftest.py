@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from reach.local.infra import KAFKA_VERSION, LocalInfra
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings
 from tests.integration.stream_app import StreamApp
 
 
@@ -114,7 +114,7 @@ def fresh_namespace(infra: Infra, monkeypatch: pytest.MonkeyPatch) -> Iterator[s
     monkeypatch.setenv("REACH_REDIS_URL", infra.redis_url)
     monkeypatch.setenv("REACH_TOPICS_FILE", str(Path(__file__).resolve().parents[2] / "topics.yaml"))
     spec = topics.load(Path(os.environ["REACH_TOPICS_FILE"]))
-    admin = clients.admin()
+    admin = clients.admin(KafkaSettings())
     topics.apply(admin, topics.plan(admin, spec.resolved(Names(ns))))
     yield ns
     # Each namespace holds ~60 partitions (3 open files each); a broker that kept them all would run out of

@@ -23,7 +23,7 @@ from reach.records import (
     Receipt,
     Status,
 )
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.router.route_loop import Router
 from reach.streams.status.fold import StatusFold
 from tests.integration.agent_support import wait_for  # noqa: F401 - re-exported for the router tests
@@ -35,7 +35,7 @@ def ensure(names: Names, topic: str) -> None:
     family = names.family_of(topic)
     assert family is not None
     spec = topics.load(TOPICS_FILE).family(family)  # type: ignore[arg-type]
-    topics.ensure_topic(clients.admin(), topic, spec)
+    topics.ensure_topic(clients.admin(KafkaSettings()), topic, spec)
 
 
 @dataclass
@@ -221,7 +221,8 @@ def running_status(state_dir: Path) -> Iterator[StatusFold]:
 
 @contextmanager
 def running_router(**kw: Any) -> Iterator[Router]:
-    router = Router(kafka=KafkaSettings(), reach=ReachSettings(), metadata_refresh_ms=1000, **kw)
+    router = Router(kafka=KafkaSettings(), reach=ReachSettings(), metadata_refresh_ms=1000,
+                    **{"redis": RedisSettings(), **kw})
     router.start(ready_timeout=30)
     try:
         yield router

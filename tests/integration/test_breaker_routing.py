@@ -21,6 +21,7 @@ from reach.envelopes import new_envelope, now_ms
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import AgentState, BreakerState, Envelope, InstanceHealth, Policy, Receipt, Status
+from reach.settings import KafkaSettings
 from tests.integration.agent_support import Receipts, TopicReader, spawn
 from tests.integration.router_helpers import (
     Instance,
@@ -160,7 +161,8 @@ def test_end_to_end_a_recovered_instance_is_probed_then_restored_gradually(
 def test_end_to_end_a_slow_sole_instance_gets_weight_0_and_serves_with_a_doubled_timeout(
         namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     names = Names(namespace)
-    control.publish(control.policy_record(Policy(slow_threshold_ms=50), scope="demo.echo"), names=names)
+    control.publish(control.policy_record(Policy(slow_threshold_ms=50), scope="demo.echo"), names=names,
+                    kafka=KafkaSettings())
     health = TopicReader(names.health)
     receipts = Receipts(names.receipts)
     with stack(tmp_path, monkeypatch, {"REACH_HEALTH_SLOW_WINDOW_MS": "1000", "REACH_HEALTH_SLOW_WINDOWS": "2",

@@ -27,14 +27,14 @@ from reach.channels.closure import callback_id
 from reach.channels.errors import BadCallback
 from reach.channels.health import ChannelRules
 from reach.channels.provider import Failure, OutboundMessage
-from reach.channels.settings import ChannelSettings
+from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.webhook import WebhookProvider
 from reach.client import Client
 from reach.core.healthmodel.settings import HealthSettings
 from reach.envelopes import now_ms
 from reach.names import Names
 from reach.records import BreakerState, Policy, Status
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.delays.forwarder import DelayForwarder
 from reach.streams.health.writer import HealthWriter
 from reach.streams.status.fold import StatusFold
@@ -69,7 +69,8 @@ def timeline(fold: StatusFold, message_id: str) -> list[Status]:
 @contextmanager
 def delays() -> Iterator[DelayForwarder]:
     """The delay tiers' forwarder in-process: retries scheduled by the SDK come back when due."""
-    forwarder = DelayForwarder(names=Names(ReachSettings().namespace), tiers=["1s", "10s", "60s"])
+    forwarder = DelayForwarder(names=Names(ReachSettings().namespace), tiers=["1s", "10s", "60s"],
+                               kafka=KafkaSettings(), redis=RedisSettings())
     forwarder.start()
     try:
         yield forwarder
@@ -79,14 +80,17 @@ def delays() -> Iterator[DelayForwarder]:
 
 def fast_retries(capability: str, attempts: int) -> None:
     control.publish(control.policy_record(Policy(max_attempts=attempts, backoff_base_ms=100, backoff_max_ms=300),
-                                          scope=capability), names=Names(ReachSettings().namespace))
+                                          scope=capability), names=Names(ReachSettings().namespace),
+                    kafka=KafkaSettings())
 
 
 def test_webhook_callback_is_signed_selects_fields_and_shows_sent_and_delivered(namespace: str,
                                                                                tmp_path: Path) -> None:
     # the receiver listens on loopback: this agent is configured for private targets (off by default)
     webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2,
-                                                                webhook_allow_private=True, webhook_legacy_v1=True))
+                                                                webhook_allow_private=True, webhook_legacy_v1=True),
+                            kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
+                            closure=ClosureSettings())
     fast_retries("channel.webhook", 2)
     with listening(Receiver()) as receiver, running_status(tmp_path) as fold, running_router() as router, delays(), \
             running(echo_agent()), running(webhook), Client() as client:
@@ -177,7 +181,9 @@ class Inbox:
 def test_email_callback_arrives_at_a_real_smtp_server(namespace: str, tmp_path: Path) -> None:
     with smtp_server() as (inbox, port):
         agent = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port,
-                                                                smtp_from="reach@test.local", timeout_s=5))
+                                                                smtp_from="reach@test.local", timeout_s=5),
+                              kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
+                              closure=ClosureSettings())
         with running_status(tmp_path) as fold, running_router() as router, running(echo_agent()), running(agent), \
                 Client() as client:
             wait_for(lambda: serving(router, "demo.echo", "channel.email"), what="echo and email agents READY")
@@ -199,7 +205,8 @@ def test_sms_delivery_report_then_429s_open_the_instance_breaker(namespace: str,
     names = Names(ReachSettings().namespace)
     with listening(FakeSms()) as provider:
         agent = channel_agent("sms", settings=ChannelSettings(sms_url=f"{provider.url}/api", sms_poll_s=0.05,
-                                                              timeout_s=2))
+                                                              timeout_s=2), kafka=KafkaSettings(),
+                              redis=RedisSettings(), reach=ReachSettings(), closure=ClosureSettings())
         fast_retries("channel.sms", 3)
         writer = HealthWriter(names=names, kafka=KafkaSettings(), settings=HealthSettings())
         receipts = Receipts(names.receipts)
@@ -242,8 +249,11 @@ def test_sms_429s_open_the_channel_and_callbacks_go_to_the_email_backup_until_pr
     rules = ChannelRules(open_ms=2_000, probe_every_ms=200, probes=3)
     with listening(FakeSms()) as provider, smtp_server() as (inbox, port):
         sms = channel_agent("sms", settings=ChannelSettings(sms_url=f"{provider.url}/api", sms_poll_s=0.05,
-                                                            timeout_s=2), health=rules)
-        mail = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port, timeout_s=5))
+                                                            timeout_s=2), health=rules, kafka=KafkaSettings(),
+                            redis=RedisSettings(), reach=ReachSettings(), closure=ClosureSettings())
+        mail = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port, timeout_s=5),
+                             kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
+                             closure=ClosureSettings())
         fast_retries("channel.sms", 3)
         spec = json.dumps({"channel": "sms", "endpoint": "+15551234567", "fields": ["$.n"],
                            "backup": {"channel": "email", "endpoint": "ops@example.com"}})
@@ -287,7 +297,9 @@ def test_one_tenants_429ing_receiver_neither_opens_webhooks_for_another_tenant_n
         namespace: str, tmp_path: Path) -> None:
     names = Names(ReachSettings().namespace)
     webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2,
-                                                                webhook_allow_private=True))
+                                                                webhook_allow_private=True),
+                            kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
+                            closure=ClosureSettings())
     fast_retries("channel.webhook", 3)
     writer = HealthWriter(names=names, kafka=KafkaSettings(), settings=HealthSettings())
     receipts = Receipts(names.receipts)

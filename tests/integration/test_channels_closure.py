@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from reach.agent import Agent
 from reach.channels.agent import channel_agent
 from reach.channels.closure import callback_id
-from reach.channels.settings import ChannelSettings
+from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.tokens import ReplyClaims, mint
 from reach.cli import app as reach_app
 from reach.client import Client
@@ -27,7 +27,7 @@ from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import Envelope
-from reach.settings import KafkaSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.integration.agent_support import running, wait_for
 from tests.integration.channel_servers import Receiver, listening
 from tests.integration.stream_app import ROOT, StreamApp
@@ -60,7 +60,8 @@ def test_a_reply_to_a_webhook_callback_comes_back_into_the_same_trace(
     gateway = Gateway(tmp_path, {})
     monkeypatch.setenv("REACH_CALLBACK_BASE_URL", gateway.url)
     webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr("wh"), timeout_s=2,
-                                                                webhook_allow_private=True))
+                                                                webhook_allow_private=True), kafka=KafkaSettings(),
+                            redis=RedisSettings(), reach=ReachSettings(), closure=ClosureSettings())
     gateway.start()
     try:
         with listening(Receiver()) as receiver, running(agents()), running(webhook), Client() as client:

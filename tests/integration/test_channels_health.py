@@ -13,14 +13,15 @@ import httpx
 import pytest
 
 from reach.channels.agent import channel_agent
+from reach.channels.board import Snapshot
 from reach.channels.boardread import read_board
 from reach.channels.health import ChannelRules
-from reach.channels.settings import ChannelSettings
+from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.client import Client
 from reach.local.process import free_port
 from reach.names import Names
 from reach.records import Receipt, Status
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.integration.agent_support import Receipts, reach_cli, running
 from tests.integration.channel_servers import FakeSms, listening
 from tests.integration.router_helpers import running_router, wait_for
@@ -38,6 +39,11 @@ def delivered_at(receipts: dict[str, list[Receipt]], message_id: str) -> int | N
     return min(times) if times else None
 
 
+def _board() -> list[Snapshot]:
+    """The board as `reach channels` reads it."""
+    return read_board(RedisSettings(), ReachSettings().namespace)
+
+
 def test_sms_429s_open_the_channel_sends_go_to_the_backup_and_probes_bring_it_back(
         namespace: str, tmp_path: Path) -> None:
     rules = ChannelRules(open_ms=2_000, probe_every_ms=200, probes=3)  # OPEN 30 s / probe 30 s in production
@@ -45,8 +51,11 @@ def test_sms_429s_open_the_channel_sends_go_to_the_backup_and_probes_bring_it_ba
     with listening(FakeSms()) as provider, smtp_server() as (inbox, port):
         sms = channel_agent("sms", settings=ChannelSettings(sms_url=f"{provider.url}/api", sms_poll_s=0.05,
                                                             timeout_s=2), health=rules,
-                            board_interval_s=1.0, metrics_port=(metrics_port := free_port()))
-        mail = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port, timeout_s=5))
+                            board_interval_s=1.0, metrics_port=(metrics_port := free_port()), kafka=KafkaSettings(),
+                            redis=RedisSettings(), reach=ReachSettings(), closure=ClosureSettings())
+        mail = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port, timeout_s=5),
+                             kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
+                             closure=ClosureSettings())
         fast_retries("channel.sms", 5)
         receipts = Receipts(names.receipts)
         request = {"endpoint": "+15551234567", "backup": {"channel": "email", "endpoint": "ops@example.com"}}
@@ -63,7 +72,7 @@ def test_sms_429s_open_the_channel_sends_go_to_the_backup_and_probes_bring_it_ba
                     mid = client.send("channel.sms", {**request, "body": {"text": f"n{n}"}})
                     sent[mid] = int(time.time() * 1000)
                     time.sleep(0.05)  # a steady 20 sends/s, as a provider's client would see them
-                board = wait_for(lambda: [s for s in read_board() if s.channel == "sms" and s.state == "OPEN"], 10,
+                board = wait_for(lambda: [s for s in _board() if s.channel == "sms" and s.state == "OPEN"], 10,
                                  "the sms channel OPEN on the board")
                 opened_s = (board[0].since - storm) / 1000
                 assert board[0].instance_id == sms.instance_id and board[0].reason
@@ -97,7 +106,7 @@ def test_sms_429s_open_the_channel_sends_go_to_the_backup_and_probes_bring_it_ba
                     got = receipts.wait_status([mid], Status.COMPLETED, timeout=30)[mid]
                     if any(r.status is Status.DELIVERED for r in got):
                         by_sms_again.append(mid)
-                    return any(s.channel == "sms" and s.state == "HEALTHY" for s in read_board())
+                    return any(s.channel == "sms" and s.state == "HEALTHY" for s in _board())
 
                 wait_for(healthy_again, 40, "the sms channel HEALTHY on the board again", interval=0.2)
                 assert len(by_sms_again) >= rules.probes  # the passing probes were real SMS sends

@@ -24,6 +24,7 @@ from reach.agent import Agent
 from reach.client import Client
 from reach.local.process import free_port
 from reach.records import Status
+from reach.settings import KafkaSettings
 from tests.integration.agent_support import Receipts, running, spawn, wait_for
 from tests.integration.conftest import Infra
 from tests.integration.stream_app import ROOT, StreamApp
@@ -81,7 +82,7 @@ def _fresh_namespace(infra: Infra, mp: pytest.MonkeyPatch) -> str:
                         # the flaky agent fails 9 attempts on purpose: no breaker or ejection may hide it
                         "REACH_HEALTH_MIN_CALLS": "1000", "REACH_HEALTH_EJECT_MIN_CALLS": "1000"}.items():
         mp.setenv(name, value)
-    admin = clients.admin()
+    admin = clients.admin(KafkaSettings())
     topics.apply(admin, topics.plan(admin, topics.load(ROOT / "topics.yaml").resolved(Names(ns))))
     return ns
 
@@ -89,7 +90,7 @@ def _fresh_namespace(infra: Infra, mp: pytest.MonkeyPatch) -> str:
 def _drop_namespace(ns: str) -> None:
     from reach.kafka import clients
 
-    admin = clients.admin()
+    admin = clients.admin(KafkaSettings())
     mine = [t for t in admin.list_topics(timeout=10).topics if t.startswith(f"{ns}.")]
     for future in (admin.delete_topics(mine, operation_timeout=30).values() if mine else []):
         try:

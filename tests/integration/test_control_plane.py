@@ -52,7 +52,7 @@ def test_drain_finishes_in_flight_work_deregisters_and_exits_0(namespace: str, s
     assert AgentState.DRAINING in states and states[-1] is None
     assert not [i for i in read_registry(KafkaSettings(), names).instances(now_ms())
                 if i.registration.instance_id == instance]
-    leftover = control.read_control(names=names).records()
+    leftover = control.read_control(names=names, kafka=KafkaSettings()).records()
     assert f"INSTANCE:{instance}" not in leftover, "the DRAIN record is removed once obeyed"
 
 

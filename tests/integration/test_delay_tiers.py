@@ -15,12 +15,14 @@ from reach.kafka import clients, codec, headers, topics
 from reach.kafka.topicreader import open_reader
 from reach.names import Names
 from reach.records import DeadLetter, Envelope
+from reach.settings import KafkaSettings, RedisSettings
 from reach.streams.delays.forwarder import DelayForwarder
 
 
 @pytest.fixture
 def forwarder(namespace: str) -> Iterator[DelayForwarder]:
-    fwd = DelayForwarder(names=Names(namespace), tiers=["1s", "10s", "60s"])
+    fwd = DelayForwarder(names=Names(namespace), tiers=["1s", "10s", "60s"], kafka=KafkaSettings(),
+                         redis=RedisSettings())
     fwd.start()
     yield fwd
     fwd.stop(timeout=15)
@@ -34,7 +36,7 @@ def put(producer: Producer, topic: str, partition: int, env: Envelope | None, du
 
 
 def collect(topic: str, want: int, timeout: float = 30) -> list[tuple[Envelope, int]]:
-    reader = open_reader("test")
+    reader = open_reader("test", KafkaSettings())
     deadline = time.monotonic() + timeout
     partitions: list[int] = []
     while not partitions and time.monotonic() < deadline:  # a topic created a moment ago may have no leader yet
@@ -56,9 +58,9 @@ def test_records_leave_when_due_and_a_held_partition_blocks_no_other(namespace: 
                                                                      forwarder: DelayForwarder) -> None:
     names = Names(namespace)
     cap = names.capability("demo.echo")
-    admin = clients.admin()
+    admin = clients.admin(KafkaSettings())
     topics.ensure_topic(admin, cap, topics.TopicSpec(partitions=1, replication_factor=1))
-    producer = clients.producer()
+    producer = clients.producer(KafkaSettings())
     base = now_ms()
     late = new_envelope("demo.echo", {"n": "late"})
     behind = new_envelope("demo.echo", {"n": "behind"})
@@ -79,15 +81,15 @@ def test_records_leave_when_due_and_a_held_partition_blocks_no_other(namespace: 
 def test_an_undecodable_record_is_dead_lettered_and_the_tier_moves_on(namespace: str,
                                                                      forwarder: DelayForwarder) -> None:
     names = Names(namespace)
-    producer = clients.producer()
+    producer = clients.producer(KafkaSettings())
     good = new_envelope("demo.echo", {"n": 1})
-    topics.ensure_topic(clients.admin(), names.capability("demo.echo"), topics.TopicSpec(partitions=1))
+    topics.ensure_topic(clients.admin(KafkaSettings()), names.capability("demo.echo"), topics.TopicSpec(partitions=1))
     put(producer, names.retry("10s"), 0, None, None, raw=b"\x00poison")
     put(producer, names.retry("10s"), 0, good, now_ms())
     producer.flush(10)
 
     assert [env.message_id for env, _ in collect(names.capability("demo.echo"), 1)] == [good.message_id]
-    reader = open_reader("test-dlq")
+    reader = open_reader("test-dlq", KafkaSettings())
     reader.assign([TopicPartition(names.dlq, p, 0) for p in (0, 1)])
     letters: list[DeadLetter] = []
     deadline = time.monotonic() + 20

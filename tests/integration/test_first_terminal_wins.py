@@ -96,5 +96,5 @@ def test_the_redis_register_keeps_the_first_claim_and_shares_it_with_the_agents(
         == [None, b"first", None], "one script call: the first of the batch wins, a later one gets its bytes"
     assert slots.claim([Terminal("m1", 0, b"late")]) == [b"first"]
     assert slots.peek([("m1", 0), ("m1", 1)]) == [b"first", None]
-    fence = fence_from_settings("test", namespace=namespace)
+    fence = fence_from_settings("test", namespace=namespace, redis_settings=RedisSettings())
     assert fence.enabled and not fence.claim([Terminal("m2", 0, b"x")])[0].won

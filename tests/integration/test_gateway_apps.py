@@ -30,11 +30,12 @@ from reach.gateway.nonces import RedisNonceStore
 from reach.gateway.ports import Verified
 from reach.gateway.quotas import Limit, RedisQuotas
 from reach.gateway.redisconn import door_client
+from reach.gateway.settings import GatewaySettings
 from reach.kafka import codec
 from reach.names import Names
 from reach.redisbatch import ScriptBatcher
 from reach.secretbox import secret_box
-from reach.settings import KafkaSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 pytestmark = pytest.mark.integration
 REACH = str(Path(sys.executable).with_name("reach"))
@@ -70,7 +71,8 @@ def home(namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 def _directory(namespace: str, home: Path) -> KafkaAppDirectory:
-    directory = KafkaAppDirectory(names=Names(namespace), box=secret_box(None, home, create=False))
+    directory = KafkaAppDirectory(names=Names(namespace), box=secret_box(None, home, create=False),
+                                  kafka=KafkaSettings())
     directory.start(timeout=30)
     return directory
 
@@ -254,7 +256,8 @@ def test_records_written_by_the_cli_decode_as_apps(namespace: str, home: Path) -
 
 def test_open_door_wires_the_directory_nonces_quotas_and_authenticator(namespace: str, home: Path) -> None:
     made = _json("create", "a", "--rate", "0.001", "--burst", "2")
-    door = open_door(ready_timeout=30)
+    door = open_door(ready_timeout=30, gateway=GatewaySettings(), reach=ReachSettings(), kafka=KafkaSettings(),
+                     redis=RedisSettings())
     try:
         now = int(time.time())
         header = signing.sign(made["secret"].encode(), BODY, now, "n-" + uuid.uuid4().hex)
@@ -272,7 +275,8 @@ def test_open_door_wires_the_directory_nonces_quotas_and_authenticator(namespace
 
 def test_a_gateway_without_a_secrets_key_refuses_to_open(namespace: str, home: Path) -> None:
     with pytest.raises(ConfigError, match="REACH_GATEWAY_SECRETS_KEY is unset"):
-        open_door(ready_timeout=30)
+        open_door(ready_timeout=30, gateway=GatewaySettings(), reach=ReachSettings(), kafka=KafkaSettings(),
+                  redis=RedisSettings())
     assert not (home / "gateway-secrets.key").exists()
 
 

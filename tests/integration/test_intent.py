@@ -24,10 +24,11 @@ from reach.intent.desk import HandoffDesk
 from reach.intent.errors import ResolverIdInUse
 from reach.intent.model import shared_model
 from reach.intent.sample import CATALOG, SUPPORT_FAMILY, UNRELATED
+from reach.intent.stages import Thresholds
 from reach.names import Names
 from reach.records import Policy, Receipt, Status
-from reach.settings import KafkaSettings
-from reach.streams.resolver.resolve_loop import Resolver
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.streams.resolver.resolve_loop import Resolver, ResolverSettings
 from tests.integration.agent_support import Receipts, TopicReader, reach_cli, running
 from tests.integration.router_helpers import running_router, running_status, wait_for
 
@@ -73,7 +74,8 @@ def catalog_agent(slow: frozenset[str] = frozenset(), support: bool = False,
 def stack(tmp_path: Path, **resolver: Any) -> Iterator[tuple[Resolver, Client, Receipts]]:
     agent = catalog_agent(**resolver.pop("agent", {}))
     with running_status(tmp_path), running_router(), running(agent), \
-            Resolver(**resolver) as worker, Client() as client:
+            Resolver(**{"worker_id": ResolverSettings().id, **resolver}, kafka=KafkaSettings(), reach=ReachSettings(),
+                     redis=RedisSettings(), thresholds=Thresholds()) as worker, Client() as client:
         wanted = set(agent.capabilities)
         wait_for(lambda: (worker.refresh(0) or True) and wanted <= worker.capabilities, what="catalog READY")
         receipts = Receipts(Names(os.environ["REACH_NAMESPACE"]).receipts)
@@ -125,7 +127,7 @@ def test_exact_semantic_handoff_and_stats(namespace: str, tmp_path: Path) -> Non
         print(f"unrelated sentences handed off: {len(handed)}/{len(unrelated)}")
         assert len(handed) / len(unrelated) >= 0.9
 
-        desk = HandoffDesk(names=Names(namespace))
+        desk = HandoffDesk(names=Names(namespace), kafka=KafkaSettings(), redis=RedisSettings())
         queue = wait_for(lambda: (lambda q: q if set(handed) <= q.keys() else None)(desk.all()),
                          what="handoff records")
         for message_id in handed:
@@ -178,7 +180,8 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         # a second resolver under the same id would split the replies with this one: once this one has joined its
         # reply group, a second is refused at start, naming who holds the id
         wait_for(lambda: worker.describe_reply_group().result(10).members, what="the resolver in its reply group")
-        second = Resolver(worker_id=worker.worker_id)
+        second = Resolver(worker_id=worker.worker_id, kafka=KafkaSettings(), reach=ReachSettings(),
+                          redis=RedisSettings(), thresholds=Thresholds())
         try:
             with pytest.raises(ResolverIdInUse, match=worker.client_id):
                 second.start()
@@ -217,7 +220,8 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         failing = [client.send(RESERVED, {"fail": True}, intent="find a recipe for lasagna") for _ in range(3)]
         receipts.wait_status(failing, Status.FAILED)
         key = "INTENT:find a recipe for lasagna"
-        lowered = wait_for(lambda: control.read_control(names=Names(namespace), timeout=3).records().get(key),
+        lowered = wait_for(lambda: control.read_control(names=Names(namespace), timeout=3,
+                                                        kafka=KafkaSettings()).records().get(key),
                            what="the lowered mapping")
         assert lowered.intent is not None and lowered.intent.source == "feedback"
         assert lowered.intent.confidence == 0.75 and lowered.intent.capability == "recipe.search"
@@ -229,7 +233,7 @@ def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
     nobody = "demo.nobody"  # no instance serves it; its policy asks for a human (published before the router starts)
     with Client() as setup:
         setup.ensure_topic(names.capability(nobody))
-    control.publish(control.policy_record(Policy(handoff=True), scope=nobody), names=names)
+    control.publish(control.policy_record(Policy(handoff=True), scope=nobody), names=names, kafka=KafkaSettings())
     gate = threading.Event()  # both dual branches answer only once the first resolver has stopped
     agent = {"slow": frozenset({"text.translate", "weather.forecast"}), "support": True, "gate": gate}
     with stack(tmp_path, agent=agent, worker_id="r-restart") as (worker, client, receipts):
@@ -238,7 +242,7 @@ def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
         first = resolved(receipts.wait_status([unserved], Status.INTENT_RESOLVED)[unserved])
         assert first is not None and first.resolution is not None and first.resolution.stage == "handoff"
         assert first.resolution.by == "router" and first.resolution.candidates == []  # nobody registers it
-        desk = HandoffDesk(names=names)
+        desk = HandoffDesk(names=names, kafka=KafkaSettings(), redis=RedisSettings())
         bundle = wait_for(lambda: desk.all().get(unserved), what="the router's handoff record")
         assert bundle.origin == "router" and bundle.capability == nobody and bundle.state == "OPEN"
         assert bundle.session_snapshot == f"{namespace}.sessions:s-9" and "asks for a human" in bundle.trace[-1].detail
@@ -248,7 +252,8 @@ def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
         assert not any(r.status is Status.UNROUTABLE for r in human)
         answer = terminal(human)
         assert answer is not None and answer.resolution is not None and answer.resolution.stage == "human"
-        claims = RedisClaims()  # the conditional move the desk made: version 0 -> 1 is taken, by ops
+        # the conditional move the desk made: version 0 -> 1 is taken, by ops
+        claims = RedisClaims(RedisSettings().url())
         assert not claims.claim(claim_key(namespace, unserved, bundle.at, 0), "late", 5)
 
         # 2. fuzzy merge: support.billing / support.account both match, neither with confidence -> support.general
@@ -266,7 +271,8 @@ def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(
         worker.stop()
         gate.set()  # the answers reach the reply topic while no resolver runs (or just as the next one starts)
         caplog.set_level(logging.INFO, logger="reach.resolver")
-        with Resolver(worker_id="r-restart") as again:
+        with Resolver(worker_id="r-restart", kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(),
+                      thresholds=Thresholds()) as again:
             assert again.reply_topic == worker.reply_topic
             ends = wait_for(lambda: (lambda s: s if any(r.resolution and r.resolution.stage == "discarded"
                                                         for r in s.get(dual, [])) else None)(receipts.by_message()),

@@ -14,6 +14,7 @@ from reach import dlq
 from reach.client import Client
 from reach.core.retry import JITTER
 from reach.records import Receipt, Status
+from reach.settings import KafkaSettings
 from tests.integration.agent_support import Receipts, TopicReader, reach_cli, spawn, wait_for
 from tests.integration.stream_app import StreamApp
 
@@ -108,7 +109,7 @@ def test_the_capability_policy_sets_max_attempts_when_the_envelope_does_not(
     from reach.records import Policy
 
     control.publish(control.policy_record(Policy(max_attempts=2, backoff_base_ms=50), scope="demo.flaky"),
-                    names=Names(namespace))
+                    names=Names(namespace), kafka=KafkaSettings())
     proc = spawn("examples.flaky_agent:agent")
     try:
         wait_for(lambda: any("demo.flaky@1.0.0" in a["capabilities"] and a["state"] == "READY"

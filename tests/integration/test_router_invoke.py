@@ -15,6 +15,7 @@ from reach.client import Client
 from reach.envelopes import now_ms
 from reach.invoke import InvokeRejected, InvokeTimeout, InvokeUnroutable, Step, StepResult
 from reach.records import StepStatus
+from reach.settings import KafkaSettings
 from tests.integration.agent_support import running
 from tests.integration.router_helpers import running_router, running_status, wait_for
 
@@ -75,7 +76,7 @@ def test_validate_at_router_rejects_and_no_router_times_out(namespace: str, tmp_
         return payload
 
     control.publish(control.policy_record(Policy(validate_at_router=True), scope="demo.strict"),
-                    names=Names(namespace))
+                    names=Names(namespace), kafka=KafkaSettings())
     with running_status(tmp_path), running_router() as router, running(agent), Client() as client:
         wait_for(lambda: serving(router, "demo.strict"), what="strict agent READY")
         assert client.invoke("demo.strict", {"text": "ok"}, timeout_ms=20_000) == {"text": "ok"}

@@ -13,6 +13,7 @@ from reach.kafka import clients, codec
 from reach.kafka.codec import MARKER
 from reach.names import Names
 from reach.records import Envelope, Status, Weights
+from reach.settings import KafkaSettings
 from tests.integration.router_helpers import (
     Instance,
     Sender,
@@ -39,7 +40,7 @@ def outcomes(names: Names, ids: list[str]) -> dict[str, object]:
 
 
 def inbox_size(topic: str) -> int:
-    consumer = clients.consumer("size-probe")
+    consumer = clients.consumer("size-probe", KafkaSettings())
     try:
         meta = consumer.list_topics(topic, timeout=10).topics[topic]
         return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in meta.partitions)
@@ -129,7 +130,8 @@ def test_weight_change_applies_without_restart(namespace: str) -> None:
         first = outcomes(names, sender.many(20, region="us"))
         assert {r.instance_id for r in first.values()} == {"near"}  # type: ignore[attr-defined]
         load_only = Weights(fit=0.0, locality=0.0, load=1.0, affinity=0.0)
-        control.publish(control.weights_record(load_only, scope="text.echo", by="test"), names=names)
+        control.publish(control.weights_record(load_only, scope="text.echo", by="test"), names=names,
+                        kafka=KafkaSettings())
         wait_for(lambda: router.state.control.weights("text.echo")["load"] == 1.0, what="weights seen")
         second = outcomes(names, sender.many(20, region="us"))
         assert {r.instance_id for r in second.values()} == {"idle"}  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ from pathlib import Path
 from confluent_kafka.admin import NewTopic
 
 from reach.kafka import clients
+from reach.settings import KafkaSettings
 
 
 def reach(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -33,7 +34,7 @@ def test_apply_then_plan_reports_no_changes(namespace: str, tmp_path: Path) -> N
 
 
 def test_plan_shows_partition_growth_config_change_and_drift(namespace: str, tmp_path: Path) -> None:
-    admin = clients.admin()
+    admin = clients.admin(KafkaSettings())
     for topic in (f"{namespace}.receipts", f"{namespace}.status", f"{namespace}.dlq"):
         admin.delete_topics([topic])[topic].result()
     futures = admin.create_topics([
@@ -62,5 +63,5 @@ def test_invalid_file_is_refused_before_touching_the_cluster(namespace: str, tmp
     out = reach("topics", "apply", env={"REACH_TOPICS_FILE": str(bad), "REACH_NAMESPACE": namespace + "bad"})
     assert out.returncode == 2
     assert "line" in out.stderr and "greater than 0" in out.stderr
-    topics = clients.admin().list_topics(timeout=10).topics
+    topics = clients.admin(KafkaSettings()).list_topics(timeout=10).topics
     assert not any(t.startswith(namespace + "bad.") for t in topics)

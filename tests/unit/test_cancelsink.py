@@ -9,6 +9,7 @@ import pytest
 from reach.a2a.cancelsink import KafkaCancels
 from reach.cancels import CancelRecord, decode
 from reach.errors import InfraUnavailable
+from reach.settings import KafkaSettings
 
 
 class Producer:
@@ -30,9 +31,11 @@ class Producer:
 
 def test_a_cancel_is_keyed_by_its_message_and_waits_for_the_ack() -> None:
     producer = Producer()
-    KafkaCancels(topic="ns.cancels", producer=producer).send(CancelRecord(message_id="m1", tenant="acme", at=5))
+    sink = KafkaCancels(topic="ns.cancels", kafka=KafkaSettings(), producer=producer)
+    sink.send(CancelRecord(message_id="m1", tenant="acme", at=5))
     [(topic, key, value)] = producer.sent
     assert (topic, key, decode(value).tenant) == ("ns.cancels", b"m1", "acme")
     for broken in (Producer(error="broker down"), Producer(acks=False)):
         with pytest.raises(InfraUnavailable, match="did not acknowledge the cancel of m1"):
-            KafkaCancels(topic="ns.cancels", producer=broken).send(CancelRecord(message_id="m1", at=5))
+            sink = KafkaCancels(topic="ns.cancels", kafka=KafkaSettings(), producer=broken)
+            sink.send(CancelRecord(message_id="m1", at=5))

@@ -13,6 +13,7 @@ from reach.controlfeed import ControlFeed
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import InstanceAction
+from reach.settings import KafkaSettings
 from tests.unit.streams.kafka_fakes import FakeMessage
 
 NAMES = Names("ns")
@@ -40,7 +41,7 @@ def record(offset: int, instance: str, action: InstanceAction, partition: int = 
 
 
 def test_records_fold_into_the_view_as_they_arrive() -> None:
-    feed = ControlFeed(names=NAMES)
+    feed = ControlFeed(names=NAMES, kafka=KafkaSettings())
     feed._poll(FakeConsumer([record(0, "i-1", InstanceAction.DISABLE), record(1, "i-2", InstanceAction.DRAIN)]))
     assert feed.view.instance_action("i-1") is InstanceAction.DISABLE
     assert feed.view.instance_action("i-2") is InstanceAction.DRAIN
@@ -61,7 +62,7 @@ def test_a_registry_outage_seeks_back_to_every_unread_record(monkeypatch: pytest
         return control
 
     monkeypatch.setattr(reach.control, "decode", decode)
-    feed = ControlFeed(names=NAMES)
+    feed = ControlFeed(names=NAMES, kafka=KafkaSettings())
     consumer = FakeConsumer([record(0, "i-1", InstanceAction.DISABLE), record(1, "i-2", InstanceAction.DRAIN),
                              record(5, "i-3", InstanceAction.DRAIN, partition=1)])
     with pytest.raises(codec.RegistryUnavailable):

@@ -1,4 +1,5 @@
-"""HealthSettings: every duration and threshold of the health rules and breakers (env REACH_HEALTH_*).
+"""HealthSettings: every duration and threshold of the health rules and breakers (a plain model: the core reads
+no environment; the shell loads it from REACH_HEALTH_* as reach.settings.HealthEnvSettings).
 
 | variable                          | default | meaning                                                       |
 |-----------------------------------|---------|---------------------------------------------------------------|
@@ -35,16 +36,15 @@ from __future__ import annotations
 
 from typing import Annotated, Self
 
-from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from reach.core.breaker import BreakerRules
 
 
-class HealthSettings(BaseSettings):
+class HealthSettings(BaseModel):
     """Thresholds and durations of the health rules; tests pass short ones."""
 
-    model_config = SettingsConfigDict(env_prefix="REACH_HEALTH_", frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     error_rate: Annotated[float, Field(ge=0, le=1)] = 0.2
     min_calls: Annotated[int, Field(ge=1)] = 10

@@ -105,11 +105,11 @@ class CanaryController(SupervisedLoop):
     restart_on = (KafkaException, NotReady, RegistryUnavailable)
     log = log
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: CanarySettings | None = None) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: CanarySettings) -> None:
         super().__init__()
         self._names = names
         self._kafka = kafka
-        self._settings = settings or CanarySettings()
+        self._settings = settings
         self.worker_id = uuid.uuid4().hex[:12]
         self.driver = CanaryDriver(publish=lambda c: publish(c, names=names, kafka=kafka),
                                    settings=self._settings, by=f"canary-controller/{self.worker_id}")

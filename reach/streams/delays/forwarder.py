@@ -26,7 +26,7 @@ from reach.kafka.topics import DEAD_LETTER_BYTES
 from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Status
-from reach.settings import KafkaSettings
+from reach.settings import KafkaSettings, RedisSettings
 from reach.streams.exceptions import DeliveryFailed
 from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Fence, Terminal, fence_from_settings
@@ -102,15 +102,16 @@ class DelayForwarder(SupervisedLoop):
     restart_traceback = True
     log = log
 
-    def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings | None = None,
+    def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings,
                  clock: Callable[[], int] = now_ms, poll_s: float = 0.1,
-                 max_bytes: int = DEAD_LETTER_BYTES, fence: Fence | None = None) -> None:
+                 max_bytes: int = DEAD_LETTER_BYTES, redis: RedisSettings,
+                 fence: Fence | None = None) -> None:
         super().__init__()
         self.names = names
-        self.fence = fence or fence_from_settings("delay tiers", namespace=names.namespace)
+        self.fence = fence or fence_from_settings("delay tiers", namespace=names.namespace, redis_settings=redis)
         self._max_bytes = max_bytes  # the producer must fit a dead letter of the largest capability record
         self.topics = [names.retry(t) for t in tiers]
-        self._kafka = kafka or KafkaSettings()
+        self._kafka = kafka
         self._clock = clock
         self._poll_s = poll_s
         self._held: dict[tuple[str, int], int] = {}

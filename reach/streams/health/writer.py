@@ -76,12 +76,12 @@ class HealthWriter(SupervisedLoop):
     restart_on = (KafkaException, StreamsError, RegistryUnavailable, ReachError, BufferError)
     log = log
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: HealthSettings | None = None,
+    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: HealthSettings,
                  on_publish: Publish | None = None, clock: Callable[[], int] = now_ms,
                  read_partition: Callable[[int], list[tuple[bytes | None, bytes | None]]] | None = None) -> None:
         super().__init__()
         self.names = names
-        self.settings = settings or HealthSettings()
+        self.settings = settings
         self._kafka = kafka
         self._on_publish = on_publish or (lambda _i, _r: None)
         self._clock = clock

@@ -46,7 +46,7 @@ from reach.kafka.acks import Acks, Position
 from reach.kafka.codec import DecodeError, RegistryUnavailable, decode, decode_dict, encode, encode_dict
 from reach.names import Names
 from reach.records import ErrorInfo, Receipt, Status
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
 from reach.streams.groupadmin import GroupRequests
 from reach.streams.router.route_loop import MAX_ENVELOPE_BYTES, dead_letter_bytes
@@ -116,18 +116,18 @@ class Resolver(SupervisedLoop):
     stop_timeout_s = 15.0
     log = log
 
-    def __init__(self, *, kafka: KafkaSettings | None = None, reach: ReachSettings | None = None,
-                 thresholds: Thresholds | None = None,
-                 embedder: Callable[[], Embedder] = shared_model, worker_id: str | None = None,
+    def __init__(self, *, kafka: KafkaSettings, reach: ReachSettings, redis: RedisSettings, thresholds: Thresholds,
+                 embedder: Callable[[], Embedder] = shared_model, worker_id: str,
                  fence: Fence | None = None, groups: Callable[[], GroupRequests] | None = None) -> None:
         super().__init__()
-        self.kafka = kafka or KafkaSettings()
-        self.settings = reach or ReachSettings()
+        self.kafka = kafka
+        self.settings = reach
         self.names = Names(self.settings.namespace)
         # a dual pair's parent may have ended meanwhile (the timekeeper's EXPIRED): its first ending stands
-        self.fence = fence or fence_from_settings("resolver", namespace=self.names.namespace)
-        self.thresholds = thresholds or Thresholds()
-        self.worker_id = ResolverSettings(**({"id": worker_id} if worker_id else {})).id
+        self.fence = fence or fence_from_settings("resolver", namespace=self.names.namespace,
+                                                  redis_settings=redis)
+        self.thresholds = thresholds
+        self.worker_id = ResolverSettings(id=worker_id).id  # normalised to a reply-topic client id
         self.reply_topic = self.names.replies(f"resolver-{self.worker_id}")
         self.reply_group = f"{self.names.resolver_group}-replies.{self.worker_id}"
         self.client_id = _client_id(self.worker_id, now_ms())

@@ -140,17 +140,17 @@ class Router(SupervisedLoop):
     def __init__(
         self,
         *,
-        kafka: KafkaSettings | None = None,
-        reach: ReachSettings | None = None,
+        kafka: KafkaSettings,
+        reach: ReachSettings,
         batch_size: int = 500,
         metadata_refresh_ms: int = 2_000,
         rng: random.Random | None = None,
-        redis: RedisSettings | None = None,
+        redis: RedisSettings,
         fence: Fence | None = None,
     ) -> None:
         super().__init__()
-        self.kafka = kafka or KafkaSettings()
-        self.settings = reach or ReachSettings()
+        self.kafka = kafka
+        self.settings = reach
         self.names = Names(self.settings.namespace)
         self.fence = fence or fence_from_settings("router", namespace=self.settings.namespace, redis_settings=redis)
         self.state = RouterState()

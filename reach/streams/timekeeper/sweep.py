@@ -32,7 +32,7 @@ from reach.kafka.topicreader import open_reader
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Outgoing, after_failure
-from reach.settings import KafkaSettings
+from reach.settings import KafkaSettings, RedisSettings
 from reach.terminals import Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.timekeeper")
@@ -50,13 +50,14 @@ class Fetch(Enum):
 class Timekeeper:
     """Acts on due rows once each (marks are remembered; a restart may act once more: receivers are idempotent)."""
 
-    def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings | None = None,
-                 policy: Callable[[str], Policy | None] = lambda _: None, fence: Fence | None = None) -> None:
+    def __init__(self, *, names: Names, tiers: list[str], kafka: KafkaSettings,
+                 policy: Callable[[str], Policy | None] = lambda _: None, redis: RedisSettings,
+                 fence: Fence | None = None) -> None:
         self._policy = policy
-        self.fence = fence or fence_from_settings("timekeeper", namespace=names.namespace)
+        self.fence = fence or fence_from_settings("timekeeper", namespace=names.namespace, redis_settings=redis)
         self.names = names
         self.tiers = tiers
-        self._kafka = kafka or KafkaSettings()
+        self._kafka = kafka
         self._producer: Producer | None = None
         self._marks: set[tuple[str, int, int, str]] = set()
         self.expired = 0

@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from reach.agent.cancelfeed import CancelFeed
 from reach.cancels import CancelRecord
 from reach.envelopes import now_ms
+from reach.settings import KafkaSettings
 from tests.unit.streams.kafka_fakes import FakeMessage
 
 TOPIC = "ns.cancels"
@@ -75,7 +76,7 @@ def cancel(message_id: str) -> bytes:
 
 
 def feed(topic: Cancels) -> CancelFeed:
-    return CancelFeed(topic=TOPIC, retry_s=0.05, open_reader=topic.reader)  # type: ignore[arg-type, return-value]
+    return CancelFeed(topic=TOPIC, kafka=KafkaSettings(), retry_s=0.05, open_reader=topic.reader)  # type: ignore[arg-type, return-value]
 
 
 def test_a_cancel_already_in_the_topic_is_known_when_start_returns() -> None:

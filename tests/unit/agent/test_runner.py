@@ -23,6 +23,7 @@ from reach.kafka import clients, codec
 from reach.kafka import headers as h
 from reach.kafka.headers import Headers
 from reach.records import DeadLetter, Status
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.unit.agent.fakes import FakeSender
 from tests.unit.streams.kafka_fakes import FakeMessage
 
@@ -81,7 +82,7 @@ class _NoWaiting(queue.SimpleQueue[Done]):
 def runner() -> tuple[Runner, FakeConsumer]:
     agent = Agent("agent://test/runner", instance_id="i-1")
     agent.capability("test.runner", version="1.0.0")(lambda p: p)
-    r = Runner(agent)
+    r = Runner(agent, kafka=KafkaSettings(), redis=RedisSettings(), settings=ReachSettings())
     consumer = FakeConsumer()
     r._consumer = consumer  # type: ignore[assignment]
     consumer.owner = r

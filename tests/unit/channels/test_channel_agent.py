@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from pydantic import SecretStr
@@ -14,7 +15,7 @@ from reach.channels.agent import ChannelService, channel_agent, signal_for
 from reach.channels.catalog import channel
 from reach.channels.errors import ChannelMisconfigured
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent
-from reach.channels.settings import ClosureSettings
+from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.steps import DeliverySteps
 from reach.channels.tokens import CALLBACKS_PATH, read
 from reach.core.breaker import Outcome as Health
@@ -24,6 +25,7 @@ from reach.kafka import codec
 from reach.kafka.codec import decode_dict, encode
 from reach.names import Names
 from reach.records import Envelope, Status
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.unit.agent.fakes import FakeSender
 
 
@@ -51,7 +53,13 @@ class FakeProvider:
 def service(provider: FakeProvider) -> tuple[ChannelService, FakeSender]:
     sender = FakeSender()
     steps = DeliverySteps(sender, names=Names("ns"), agent_id="agent://channels/sms", instance_id="i1")
-    return ChannelService(channel("sms"), provider, steps), sender
+    return ChannelService(channel("sms"), provider, steps, closure=ClosureSettings()), sender
+
+
+def _settings(*, closure: ClosureSettings) -> dict[str, Any]:
+    """What `reach channels run` passes a channel agent (its provider comes from the test)."""
+    return {"settings": ChannelSettings(), "kafka": KafkaSettings(), "redis": RedisSettings(), "reach": ReachSettings(),
+            "closure": closure}
 
 
 def ctx(envelope: Envelope) -> Context:
@@ -127,7 +135,8 @@ def test_failure_kinds_map_to_signals() -> None:
 
 
 def test_the_agent_serves_the_channel_capability() -> None:
-    agent = channel_agent("sms", provider=FakeProvider(Sent(provider_message_id="p")), sender=FakeSender())
+    agent = channel_agent("sms", provider=FakeProvider(Sent(provider_message_id="p")), sender=FakeSender(),
+                          **_settings(closure=ClosureSettings()))
     assert agent.agent_id == "agent://channels/sms" and list(agent.capabilities) == ["channel.sms"]
     spec = agent.capabilities["channel.sms"]
     assert spec.is_async and spec.wants_context
@@ -158,7 +167,8 @@ def test_while_open_a_request_with_a_backup_is_handed_over_and_the_backup_closes
     email_sender = FakeSender()
     email_svc = ChannelService(channel("email"), mail, DeliverySteps(email_sender, names=Names("ns"),
                                                                      agent_id="agent://channels/email",
-                                                                     instance_id="i2"))
+                                                                     instance_id="i2"),
+                               closure=ClosureSettings())
     asyncio.run(email_svc.handle(forwarded, Context(envelope=backup, agent_id="agent://channels/email",
                                                     instance_id="i2")))
     assert [(r.message_id, r.status) for r in email_sender.receipts()] == [
@@ -199,7 +209,7 @@ def test_when_the_provider_recovers_real_sends_probe_it_back_to_healthy() -> Non
     rules = ChannelRules(open_ms=1_000, probe_every_ms=100, probes=3)
     svc = ChannelService(channel("sms"), provider, DeliverySteps(FakeSender(), names=Names("ns"), agent_id="a",
                                                                  instance_id="i1"),
-                         health=ChannelHealth(rules), clock=lambda: clock[0])
+                         health=ChannelHealth(rules), clock=lambda: clock[0], closure=ClosureSettings())
     env = callback_envelope()
     payload = {**json.loads(env.payload), "backup": {"channel": "email", "endpoint": "ops@example.com"}}
     for _ in range(3):
@@ -247,6 +257,6 @@ def test_without_a_secret_no_reply_url() -> None:
 def test_replies_half_configured_refuse_to_start() -> None:
     with pytest.raises(ChannelMisconfigured, match="REACH_CALLBACK_BASE_URL"):
         channel_agent("sms", provider=FakeProvider(Sent(provider_message_id="p")),
-                      closure=ClosureSettings(secret=SecretStr("k")))
+                      **_settings(closure=ClosureSettings(secret=SecretStr("k"))))
     with pytest.raises(ValueError, match="not an http"):
         ClosureSettings(secret=SecretStr("k"), base_url="gw.example")

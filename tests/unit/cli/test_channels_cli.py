@@ -61,7 +61,7 @@ def test_channels_health_prints_the_board(monkeypatch: pytest.MonkeyPatch) -> No
     from reach.channels.health import ChannelHealth
 
     snap = board.snapshot(ChannelHealth(), channel="sms", instance_id="i1", agent_id="a", now=5)
-    monkeypatch.setattr(boardread, "read_board", lambda: [snap])
+    monkeypatch.setattr(boardread, "read_board", lambda *_: [snap])
     result = CliRunner().invoke(app, ["channels", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == board.rows([snap])

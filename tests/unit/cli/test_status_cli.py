@@ -13,7 +13,7 @@ from reach.cli import status as cli
 def test_message_and_trace_ids_are_escaped(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     asked: list[str] = []
 
-    def get_json(_base: str, path: str) -> Any:
+    def get_json(_base: str, path: str, **_: Any) -> Any:
         asked.append(path)
         if path.startswith("/traces/"):
             return {"message_ids": ["a/b#c"]}

@@ -9,7 +9,7 @@ from reach.core.canarybook import ended
 from reach.names import Names
 from reach.ops.canary import BadCanary
 from reach.records import Canary, CanaryState
-from reach.settings import KafkaSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.canary.controller import canary_record
 from tests.unit.control_fixtures import memory_control
 
@@ -25,7 +25,7 @@ def test_ending_a_canary_records_who_and_when() -> None:
 
 def test_the_console_lists_and_ends_canaries_with_the_clis_use_case(monkeypatch: pytest.MonkeyPatch) -> None:
     published = memory_control(monkeypatch)
-    backend = ConsoleBackend(names=Names("t"), kafka=KafkaSettings())
+    backend = ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings())
     with pytest.raises(BadCanary, match="has no canary, not a RUNNING one"):
         backend.finish_canary("agent://a/b", CanaryState.ROLLED_BACK, "console:root")
     running = Canary(agent_id="agent://a/b", version="2", steps=[10, 100], started_at=1, step_started_at=1)

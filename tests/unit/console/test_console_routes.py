@@ -11,9 +11,11 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from reach import dlq
+from reach.channels.settings import ClosureSettings
 from reach.console.operators import OperatorTable
 from reach.console.wiring import Console
 from reach.errors import InfraUnavailable
+from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.intent import stats as intent_stats
 from reach.intent.handoff import Handoff, HandoffCandidate
@@ -110,7 +112,8 @@ def setup() -> tuple[TestClient, FakeBackend, dict[str, str]]:
         tokens[role] = made.token
     backend = FakeBackend()
     deps = Fakes().deps()
-    app = build_gateway(type(deps)(**{**deps.__dict__, "console": Console(operators=table, backend=backend)}))
+    app = build_gateway(type(deps)(**{**deps.__dict__, "console": Console(operators=table, backend=backend)}),
+                        HttpSettings(), closure=ClosureSettings())
     return TestClient(app, follow_redirects=False), backend, tokens
 
 

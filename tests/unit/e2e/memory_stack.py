@@ -23,7 +23,7 @@ from reach.envelopes import now_ms
 from reach.kafka import clients, codec, memory, topics
 from reach.metrics import Metrics
 from reach.names import Names
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.delays.forwarder import DelayForwarder
 from reach.streams.router.route_loop import Router
 from reach.streams.status.fold import StatusFold
@@ -68,6 +68,7 @@ class MemoryStack:
         self.tmp = tmp
         self.kafka = KafkaSettings()
         self.settings = ReachSettings()
+        self.redis = RedisSettings()
         self.names = Names(self.settings.namespace)
         spec = topics.load(self.settings.topics_file)
         self.tiers = spec.retry_tiers()
@@ -77,12 +78,13 @@ class MemoryStack:
         self._threads: list[threading.Thread] = []
         self._runners: list[Runner] = []
         self.errors: list[str] = []  # what stopped a worker or a runner: the test fails on any
-        self.router = Router(kafka=self.kafka, reach=self.settings, metadata_refresh_ms=200)
+        self.router = Router(kafka=self.kafka, reach=self.settings, redis=self.redis, metadata_refresh_ms=200)
         self.fold = StatusFold(names=self.names, kafka=self.kafka, metrics=Metrics(CollectorRegistry()),
                                state_dir=tmp / "status", url="http://127.0.0.1:1", retention_ms=3_600_000)
-        self.delays = DelayForwarder(names=self.names, tiers=self.tiers, kafka=self.kafka, poll_s=0.05)
+        self.delays = DelayForwarder(names=self.names, tiers=self.tiers, kafka=self.kafka, poll_s=0.05,
+                                     redis=self.redis)
         self.timekeeper = Timekeeper(names=self.names, tiers=self.tiers, kafka=self.kafka,
-                                     policy=self.router.state.control.policy)
+                                     policy=self.router.state.control.policy, redis=self.redis)
 
     def start(self) -> MemoryStack:
         self.fold.start()
@@ -111,7 +113,7 @@ class MemoryStack:
 
     def run_agent(self, agent: Agent) -> Runner:
         """Run an agent instance on a thread of its own; wait until the router can route to it."""
-        runner = Runner(agent, kafka=self.kafka, settings=self.settings)
+        runner = Runner(agent, kafka=self.kafka, redis=self.redis, settings=self.settings)
         self._runners.append(runner)
         self._spawn(agent.instance_id, lambda: runner.run(install_signals=False))
         wait_for(lambda: any(r.instance_id == agent.instance_id for r in self.router.state.live(now_ms())), 5,
@@ -164,7 +166,8 @@ def stack(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[MemorySta
     monkeypatch.setenv("REACH_TOPICS_FILE", str(ROOT / "topics.yaml"))
     monkeypatch.setenv("REACH_WEB_PORT", "1")  # no status view here: the agent's durable check is refused at once
     monkeypatch.delenv("REACH_SCHEMA_REGISTRY_URL", raising=False)
-    monkeypatch.setattr(codec, "_wire", None)  # resolved again from the environment above on first use
+    monkeypatch.setattr(codec, "_wire", None)  # single-object framing until an entry point names a registry
+    monkeypatch.setattr(codec, "_wire_url", None)
     with fake_redis() as url:
         monkeypatch.setenv("REACH_REDIS_URL", url)
         running = MemoryStack(tmp_path).start()

@@ -12,6 +12,7 @@ from reach.kafka import codec, headers
 from reach.kafka.headers import HeaderError
 from reach.names import Names
 from reach.records import DeadLetter, Envelope
+from reach.settings import KafkaSettings, RedisSettings
 from reach.streams.delays.forwarder import DelayForwarder
 from reach.terminals import Fence, MemorySlots
 from tests.unit.fuzz.strategies import frames, mutated
@@ -94,7 +95,8 @@ def test_dlq_parse_returns_a_letter_or_none(value: bytes, inner: bytes) -> None:
 
 def _forward(hdrs: list[tuple[str, bytes]], value: bytes) -> FakeProducer:
     # a fresh register per call: every example ends the same message, and none may find an earlier one's ending
-    forwarder = DelayForwarder(names=Names("fz"), tiers=["1s"], clock=lambda: 10**13,
+    forwarder = DelayForwarder(names=Names("fz"), tiers=["1s"], clock=lambda: 10**13, kafka=KafkaSettings(),
+                               redis=RedisSettings(),
                                fence=Fence(MemorySlots(), writer="delays"))
     producer = FakeProducer()
     forwarder._forward(FakeConsumer(), producer, [FakeMessage("fz.retry.1s", 0, 7, value, b"k", hdrs)])  # type: ignore[arg-type]  # noqa: SLF001

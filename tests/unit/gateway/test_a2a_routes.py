@@ -29,6 +29,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from reach.callers import KeyEntry
 from reach.cancels import CancelRecord
+from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from tests.unit.gateway.fakes import Fakes, FakeStatus, app, sign
@@ -85,7 +86,8 @@ class Sink:
 def run(fakes: Fakes, scenario: Callable[[Callable[..., Awaitable[Any]]], Awaitable[None]],
         sink: Sink | None = None) -> None:
     deps = dataclasses.replace(fakes.deps(), status=fakes.status, directory=fakes.directory, cancels=sink)
-    gateway = build_gateway(deps, HttpSettings(sse_poll=0.01, sse_find=0.05, invoke_timeout_ms=2_000))
+    gateway = build_gateway(deps, HttpSettings(sse_poll=0.01, sse_find=0.05, invoke_timeout_ms=2_000),
+                            closure=ClosureSettings())
 
     async def main() -> None:
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway), base_url="http://gw", timeout=10)
@@ -194,7 +196,7 @@ def test_refusals_another_tenant_and_missing_keys(fakes: Fakes) -> None:
 def test_cards_are_public_and_follow_the_registry(fakes: Fakes) -> None:
     async def scenario(connect: Callable[..., Awaitable[Any]]) -> None:
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=build_gateway(
-            dataclasses.replace(fakes.deps(), directory=fakes.directory))), base_url="http://gw")
+            dataclasses.replace(fakes.deps(), directory=fakes.directory), HttpSettings(), closure=ClosureSettings())), base_url="http://gw")
         card = (await http.get("/.well-known/agent-card.json")).json()
         assert [s["id"] for s in card["skills"]] == ["demo.echo"]
         assert (await http.get("/a2a/cap/demo.echo/.well-known/agent-card.json")).status_code == 200
@@ -209,7 +211,8 @@ def test_cards_are_public_and_follow_the_registry(fakes: Fakes) -> None:
 
 def test_cards_advertise_the_configured_url_or_the_socket_never_the_host_header(fakes: Fakes) -> None:
     def card_urls(settings: HttpSettings) -> list[str]:
-        gateway = build_gateway(dataclasses.replace(fakes.deps(), directory=fakes.directory), settings)
+        gateway = build_gateway(dataclasses.replace(fakes.deps(), directory=fakes.directory), settings,
+                                closure=ClosureSettings())
         with TestClient(gateway, base_url="http://gw:8080") as http:
             answers = [http.get(path, headers={"Host": "evil.example"}).json()
                        for path in ("/.well-known/agent-card.json", "/a2a/cap/demo.echo/.well-known/agent-card.json")]
@@ -239,7 +242,8 @@ def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messag
             await client.cancel_task(CancelTaskRequest(id="m3"))
 
     run(fakes, scenario, sink)
-    http = TestClient(build_gateway(dataclasses.replace(fakes.deps(), cancels=sink)))
+    http = TestClient(build_gateway(dataclasses.replace(fakes.deps(), cancels=sink), HttpSettings(),
+                                  closure=ClosureSettings()))
     def cancel(mid: str, body: bytes) -> Any:
         return http.post(f"/v1/messages/{mid}:cancel", content=body,
                          headers={"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", body)})

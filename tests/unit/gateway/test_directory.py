@@ -23,6 +23,7 @@ from reach.kafka import codec
 from reach.names import Names
 from reach.records import App
 from reach.secretbox import SecretBox
+from reach.settings import KafkaSettings
 
 BOX = SecretBox([SecretStr(Fernet.generate_key().decode())])
 NAMES = Names("t")
@@ -99,7 +100,7 @@ def _app() -> App:
 
 
 def _directory(consumer: FakeConsumer) -> KafkaAppDirectory:
-    return KafkaAppDirectory(names=NAMES, box=BOX, open_consumer=lambda: consumer)  # type: ignore[arg-type,return-value]
+    return KafkaAppDirectory(names=NAMES, box=BOX, kafka=KafkaSettings(), open_consumer=lambda: consumer)  # type: ignore[arg-type,return-value]
 
 
 def _until(condition: Callable[[], bool]) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from tests.unit.gateway.fakes import Fakes, signed_get
@@ -26,7 +27,8 @@ def events(text: str) -> list[tuple[str, str, str]]:
 
 
 def client(fakes: Fakes, **settings: Any) -> TestClient:
-    return TestClient(build_gateway(fakes.deps(), HttpSettings(sse_poll=0.01, sse_find=0.05, **settings)))
+    return TestClient(build_gateway(fakes.deps(), HttpSettings(sse_poll=0.01, sse_find=0.05, **settings),
+                                    closure=ClosureSettings()))
 
 
 def test_the_stream_follows_the_row_and_ends_with_the_terminal_receipt() -> None:

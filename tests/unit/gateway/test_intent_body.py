@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from tests.unit.gateway.fakes import Fakes
@@ -12,7 +13,7 @@ from tests.unit.gateway.test_service import post
 
 def test_an_intent_is_accepted_and_an_intent_envelope_without_one_is_400() -> None:
     fakes = Fakes()
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     resp = post(client, "/v1/envelopes", {"capability": "intent.resolve", "intent": "will it rain in Lyon",
                                           "payload": {}})
     assert resp.status_code == 202, resp.text
@@ -27,7 +28,7 @@ def test_an_app_held_to_a_capability_list_may_not_send_intents() -> None:
     from tests.unit.gateway.fakes import app
 
     fakes = Fakes()
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     fakes.directory.keys["narrow"] = KeyEntry("narrow", app("narrow", capabilities=("intent.resolve", "demo.echo")),
                                               b"s-narrow")
     resp = post(client, "/v1/envelopes", {"capability": "intent.resolve", "intent": "refund my order",

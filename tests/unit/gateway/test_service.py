@@ -10,6 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reach.callers import KeyEntry
+from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
@@ -30,7 +31,7 @@ def fakes() -> Fakes:
 
 @pytest.fixture
 def client(fakes: Fakes) -> TestClient:
-    return TestClient(build_gateway(fakes.deps(), HttpSettings()))
+    return TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
 
 
 def test_accepted_after_the_ack_with_tenant_and_source_from_the_app(client: TestClient, fakes: Fakes) -> None:
@@ -111,7 +112,7 @@ def test_not_json_is_400(client: TestClient) -> None:
 
 def test_forbidden_capability_is_403(fakes: Fakes) -> None:
     fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("other.cap",)), b"s2")
-    client = TestClient(build_gateway(fakes.deps()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="key2",
                 secret=b"s2")
     assert resp.status_code == 403 and resp.json()["error"] == "forbidden"
@@ -119,7 +120,7 @@ def test_forbidden_capability_is_403(fakes: Fakes) -> None:
 
 def test_over_quota_is_429_with_retry_after_and_counted(fakes: Fakes) -> None:
     fakes.directory.keys["slow"] = KeyEntry("slow", app("slowapp", rate=0.5, burst=2), b"s3")
-    client = TestClient(build_gateway(fakes.deps()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     codes = [post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="slow",
                   secret=b"s3") for _ in range(3)]
     assert [r.status_code for r in codes] == [202, 202, 429]
@@ -147,7 +148,7 @@ def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: 
     strict = echo_capability("1.0.0")
     loose = echo_capability("1.1.0", '{"type":"object"}')
     fakes.catalog.capabilities = [strict]
-    client = TestClient(build_gateway(fakes.deps()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": 5}})
     assert resp.status_code == 422
     assert resp.json()["error"] == "invalid_payload" and "at text" in resp.json()["message"]
@@ -160,7 +161,7 @@ def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: 
 def test_the_door_checks_in_order(fakes: Fakes) -> None:
     """Over quota AND unknown capability: 429 first (the quota is spent before the registry is consulted)."""
     fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s4")
-    client = TestClient(build_gateway(fakes.deps()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     first = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
     second = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
     assert (first.status_code, second.status_code) == (404, 429)
@@ -242,7 +243,7 @@ def test_invoke_reports_a_failure_and_a_timeout(client: TestClient, fakes: Fakes
 
 
 def test_invoke_wait_is_capped(fakes: Fakes) -> None:
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(invoke_timeout_max_ms=30)))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(invoke_timeout_max_ms=30), closure=ClosureSettings()))
     resp = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "x"}, "timeout_ms": 600_000})
     assert resp.status_code == 504 and "30 ms" in resp.json()["message"]
 
@@ -269,7 +270,7 @@ def test_status_reads_need_a_signature_over_the_empty_body(client: TestClient, f
 
 def test_another_tenants_rows_read_as_absent_and_a_trace_shows_only_the_callers(fakes: Fakes) -> None:
     fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", tenant="globex"), b"s2")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01)))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01), closure=ClosureSettings()))
     fakes.status.rows["mine"] = [{"message_id": "mine", "tenant": "acme", "status": "COMPLETED", "timeline": []}]
     fakes.status.rows["theirs"] = [{"message_id": "theirs", "tenant": "globex", "status": "COMPLETED",
                                     "timeline": []}]
@@ -288,7 +289,7 @@ def test_another_tenants_rows_read_as_absent_and_a_trace_shows_only_the_callers(
 
 def test_channel_capabilities_are_refused_unless_the_app_lists_them(fakes: Fakes) -> None:
     fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("channel.webhook",)), b"s2")
-    client = TestClient(build_gateway(fakes.deps()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     hook = {"capability": "channel.webhook", "payload": {"endpoint": "http://169.254.169.254/", "body": {}}}
     for capability in ("channel.webhook", "channel.email"):
         resp = post(client, "/v1/envelopes", {**hook, "capability": capability})  # app1: every capability...
@@ -358,7 +359,7 @@ def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> No
             raise InfraUnavailable("Redis did not answer (fake)")
 
     fakes.quotas = DownQuotas()  # type: ignore[assignment]
-    client = TestClient(build_gateway(fakes.deps()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
     assert resp.json()["error"] == "unavailable" and fakes.publisher.sent == []

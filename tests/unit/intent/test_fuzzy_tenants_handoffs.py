@@ -22,6 +22,7 @@ from reach.intent.unroutable import outputs
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.terminals import Fence, MemorySlots, Terminal
 
 TH = Thresholds(upper=0.4, lower=0.25, margin=0.06, exact_floor=0.5, fuzzy_floor=0.2, fuzzy_top=2)
@@ -101,7 +102,8 @@ def test_a_capability_resolves_only_where_a_live_instance_serves_the_tenant() ->
 
 def test_the_resolver_caches_per_served_set_so_tenants_never_share_a_wrong_answer() -> None:
     from reach.streams.resolver.resolve_loop import Resolver
-    worker = Resolver(embedder=lambda: (_ for _ in ()).throw(AssertionError("no model in this test")))
+    worker = Resolver(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(), thresholds=Thresholds(),
+                      worker_id="r", embedder=lambda: (_ for _ in ()).throw(AssertionError("no model in this test")))
     worker.state.apply_registration("i-1", reg("i-1", Capability(name="weather.forecast", version="1.0.0"),
                                                tenants=["acme"], heartbeat_at=now_ms(), ttl_ms=60_000))
     worker.refresh(now_ms())
@@ -161,7 +163,8 @@ class MemoryDesk(HandoffDesk):
 
     def __init__(self, store: dict[str, bytes], claims: MemoryClaims, *, stale: bool = False,
                  slots: MemorySlots | None = None) -> None:
-        super().__init__(names=Names("ns"), claims=lambda: claims, fence=Fence(slots or MemorySlots(), writer="desk"))
+        super().__init__(names=Names("ns"), kafka=KafkaSettings(), redis=RedisSettings(), claims=lambda: claims,
+                         fence=Fence(slots or MemorySlots(), writer="desk"))
         self.store, self.stale, self.sent = store, stale, []
         self.values: list[bytes] = []
         self._first: dict[str, Handoff] | None = None

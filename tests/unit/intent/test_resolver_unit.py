@@ -9,8 +9,16 @@ import numpy as np
 
 from reach.envelopes import now_ms
 from reach.intent import mappings
+from reach.intent.stages import Thresholds
 from reach.records import AgentRegistration, AgentState, Capability
-from reach.streams.resolver.resolve_loop import Resolver
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.streams.resolver.resolve_loop import Resolver, ResolverSettings
+
+
+def _settings(**given: Any) -> dict[str, Any]:
+    """What `reach router --role resolve` passes a resolver; a test gives the ones it varies."""
+    return {"kafka": KafkaSettings(), "reach": ReachSettings(), "redis": RedisSettings(), "thresholds": Thresholds(),
+            "worker_id": ResolverSettings().id, **given}
 
 
 class LetterEmbedder:
@@ -35,7 +43,7 @@ def _registration(*names: str) -> AgentRegistration:
 
 
 def test_refresh_follows_registrations_and_mappings_and_clears_the_cache() -> None:
-    worker = Resolver(embedder=LetterEmbedder)
+    worker = Resolver(**_settings(), embedder=LetterEmbedder)
     worker._embedder = LetterEmbedder()  # what start() does before reading the views
     worker.state.apply_registration("i-1", _registration("weather.forecast", "text.translate"))
     worker.refresh(now_ms())
@@ -51,7 +59,7 @@ def test_refresh_follows_registrations_and_mappings_and_clears_the_cache() -> No
 
 
 def test_without_the_model_everything_but_the_exact_map_is_handed_off() -> None:
-    worker = Resolver(embedder=LetterEmbedder)
+    worker = Resolver(**_settings(), embedder=LetterEmbedder)
     worker.unavailable = "IntentModelMissing: not installed"
     worker.state.apply_registration("i-1", _registration("weather.forecast"))
     worker.refresh(now_ms())
@@ -61,7 +69,7 @@ def test_without_the_model_everything_but_the_exact_map_is_handed_off() -> None:
 
 
 def _worker_with_fakes() -> Any:
-    worker = Resolver(embedder=LetterEmbedder)
+    worker = Resolver(**_settings(), embedder=LetterEmbedder)
     worker._embedder = LetterEmbedder()
     worker.state.apply_registration("i-1", _registration("weather.forecast"))
     worker.refresh(now_ms())
@@ -112,7 +120,8 @@ def test_the_resolver_merges_into_the_generic_capability_its_registrations_tag()
     from reach.intent.stages import Thresholds
     # thresholds no letter-count match can clear: everything the exact map misses is unplaced, and the best
     # two are always of the support family here, so it merges into the member tagged generic
-    worker = Resolver(embedder=LetterEmbedder, thresholds=Thresholds(upper=0.9999, lower=0.9999, fuzzy_floor=0.0))
+    worker = Resolver(**_settings(thresholds=Thresholds(upper=0.9999, lower=0.9999, fuzzy_floor=0.0)),
+                      embedder=LetterEmbedder)
     worker._embedder = LetterEmbedder()
     reg = _registration("support.billing", "support.account")
     reg = reg.model_copy(update={"capabilities": [*reg.capabilities, Capability(
@@ -121,7 +130,7 @@ def test_the_resolver_merges_into_the_generic_capability_its_registrations_tag()
     worker.refresh(now_ms())
     res = worker.resolve("my bill looks wrong and I cannot log in")
     assert res.stage == "fuzzy" and res.capability == "support.general"
-    off = Resolver(embedder=LetterEmbedder, thresholds=Thresholds(upper=0.9999, lower=0.9999, fuzzy=False))
+    off = Resolver(**_settings(thresholds=Thresholds(upper=0.9999, lower=0.9999, fuzzy=False)), embedder=LetterEmbedder)
     off._embedder = LetterEmbedder()
     off.state.apply_registration("i-1", reg)
     off.refresh(now_ms())
@@ -145,7 +154,7 @@ def test_a_dual_answer_for_a_parent_that_already_ended_republishes_that_ending()
     from reach.terminals import Fence, MemorySlots
 
     slots = MemorySlots()
-    worker = Resolver(embedder=LetterEmbedder, fence=Fence(slots, writer="resolver"))
+    worker = Resolver(**_settings(), embedder=LetterEmbedder, fence=Fence(slots, writer="resolver"))
     parent = {"message_id": "p", "trace_id": "t", "tenant": "acme", "capability": "intent.resolve", "generation": 0,
               "intent": "hello", "deadline": 1}
     child = Receipt(message_id="p.a", trace_id="t", tenant="acme", capability="text.echo", status=Status.COMPLETED,
@@ -194,7 +203,7 @@ def test_an_id_a_live_resolver_holds_is_refused_with_who_holds_it() -> None:
     from reach.intent.errors import ResolverIdInUse
 
     groups = _Groups(["resolver-host-a.host-a.41"])
-    worker = Resolver(embedder=LetterEmbedder, worker_id="host-a", groups=lambda: groups)
+    worker = Resolver(**_settings(worker_id="host-a"), embedder=LetterEmbedder, groups=lambda: groups)
     with pytest.raises(ResolverIdInUse) as refused:
         worker.check_id_free(wait_s=0.05, every_s=0.01)
     assert "host-a" in str(refused.value) and "resolver-host-a.host-a.41" in str(refused.value)
@@ -203,11 +212,11 @@ def test_an_id_a_live_resolver_holds_is_refused_with_who_holds_it() -> None:
 
 def test_a_crashed_holder_whose_session_expires_is_waited_for_and_an_unanswered_check_starts() -> None:
     crashed = _Groups(["resolver-r.h.7"], ["resolver-r.h.7"], [])  # its session expires on the third look
-    worker = Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: crashed)
+    worker = Resolver(**_settings(worker_id="r"), embedder=LetterEmbedder, groups=lambda: crashed)
     worker.check_id_free(wait_s=5.0, every_s=0.01)
     assert crashed.calls == 3
     silent = _Groups(TimeoutError("no coordinator"))
-    Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: silent).check_id_free(wait_s=5.0)
+    Resolver(**_settings(worker_id="r"), embedder=LetterEmbedder, groups=lambda: silent).check_id_free(wait_s=5.0)
     assert silent.calls == 1
 
 
@@ -225,7 +234,7 @@ def test_of_two_running_workers_with_one_id_the_later_one_stops() -> None:
     assert yields_to(older, [older, "rdkafka"]) == "rdkafka"  # a holder whose start is unknown: it was first
 
     groups = _Groups([older, newer])
-    late = Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: groups)
+    late = Resolver(**_settings(worker_id="r"), embedder=LetterEmbedder, groups=lambda: groups)
     late.client_id = newer
     watch = _IdWatch(late, now=0.0)
     watch.check(1.0)
@@ -233,7 +242,7 @@ def test_of_two_running_workers_with_one_id_the_later_one_stops() -> None:
     watch.check(11.0)  # asks (the future is already answered in this fake) ...
     with pytest.raises(ResolverIdInUse, match="host-a"):
         watch.check(11.1)  # ... and reads the answer on a later turn, without blocking the loop
-    first = Resolver(embedder=LetterEmbedder, worker_id="r", groups=lambda: groups)
+    first = Resolver(**_settings(worker_id="r"), embedder=LetterEmbedder, groups=lambda: groups)
     first.client_id = older
     kept = _IdWatch(first, now=0.0)
     kept.check(11.0)

@@ -598,13 +598,27 @@ def test_registry_framing_is_used_when_a_registry_is_configured(monkeypatch: pyt
 
     env = new_envelope("demo.echo", {"x": 1})
     single = module.encode(env)
-    monkeypatch.setenv("REACH_SCHEMA_REGISTRY_URL", "mock://reach-test")
     monkeypatch.setattr(module, "_wire", None)
+    monkeypatch.setattr(module, "_wire_url", None)
+    module.use_schema_registry("mock://reach-test")  # what an entry point does with REACH_SCHEMA_REGISTRY_URL
     framed = module.encode(env)
     assert framed[:1] == b"\x00" and framed != single
     assert module.decode(framed, Envelope) == env
     assert module.decode(single, Envelope) == env, "single-object records still decode"
+    module.use_schema_registry(None)
+    assert module.encode(env) == single, "without a registry named, single-object encoding again"
     monkeypatch.setattr(module, "_wire", None)
+
+
+def test_the_codec_reads_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.envelopes import new_envelope
+    from reach.kafka import codec as module
+
+    env = new_envelope("demo.echo", {"x": 1})
+    monkeypatch.setattr(module, "_wire", None)
+    monkeypatch.setattr(module, "_wire_url", None)
+    monkeypatch.setenv("REACH_SCHEMA_REGISTRY_URL", "mock://reach-test")
+    assert module.encode(env)[:1] != b"\x00", "the registry comes from the entry point's settings, not the env"
 
 
 def test_a_registry_outage_is_transient_not_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ from reach.errors import ConfigError, InvalidName
 from reach.names import Names
 from reach.ops import policy as ops
 from reach.records import Control
+from reach.settings import KafkaSettings
 
 NAMES = Names("t")
 TIERS = ["5s", "30s", "5m"]
@@ -28,8 +29,9 @@ def test_changes_name_the_option_of_a_bad_duration_and_refuse_unknown_fields() -
 
 
 def test_a_change_merges_into_the_scopes_own_record(control_topic: list[Control]) -> None:
-    first = ops.publish("demo.echo", {"budget_ms": 120_000}, by="tester", names=NAMES, tiers=TIERS)
-    second = ops.publish("demo.echo", {"max_attempts": 3}, by="tester", names=NAMES, tiers=TIERS)
+    first = ops.publish("demo.echo", {"budget_ms": 120_000}, by="tester", names=NAMES, tiers=TIERS,
+                        kafka=KafkaSettings())
+    second = ops.publish("demo.echo", {"max_attempts": 3}, by="tester", names=NAMES, tiers=TIERS, kafka=KafkaSettings())
     assert [r.key for r in control_topic] == ["POLICY:demo.echo", "POLICY:demo.echo"]
     assert first.record.policy is not None and first.record.policy.max_attempts is None
     policy = second.record.policy
@@ -43,20 +45,21 @@ def test_a_change_merges_into_the_scopes_own_record(control_topic: list[Control]
 
 def test_publishing_nothing_is_refused(control_topic: list[Control]) -> None:
     with pytest.raises(ConfigError, match="give at least one field"):
-        ops.publish("*", {}, by="t", names=NAMES, tiers=TIERS)
+        ops.publish("*", {}, by="t", names=NAMES, tiers=TIERS, kafka=KafkaSettings())
     assert control_topic == []
 
 
 def test_show_lists_every_scope_with_its_own_record_after_the_default(control_topic: list[Control]) -> None:
     for scope in ("z.last", "a.first", "*"):
-        ops.publish(scope, {"max_attempts": 2}, by="t", names=NAMES, tiers=TIERS)
-    assert [r["scope"] for r in ops.show(names=NAMES, tiers=TIERS)] == ["*", "a.first", "z.last"]
-    [one] = ops.show(names=NAMES, tiers=TIERS, capability="other.cap")
+        ops.publish(scope, {"max_attempts": 2}, by="t", names=NAMES, tiers=TIERS, kafka=KafkaSettings())
+    assert [r["scope"] for r in ops.show(names=NAMES, tiers=TIERS, kafka=KafkaSettings())] == ["*", "a.first", "z.last"]
+    [one] = ops.show(names=NAMES, tiers=TIERS, capability="other.cap", kafka=KafkaSettings())
     assert (one["scope"], one["fields"]["max_attempts"]["from"]) == ("other.cap", "*")
 
 
 def test_a_warning_comes_with_a_contradicting_policy(control_topic: list[Control]) -> None:
-    done = ops.publish("*", {"backoff_base_ms": 5_000, "backoff_max_ms": 1_000}, by="t", names=NAMES, tiers=TIERS)
+    done = ops.publish("*", {"backoff_base_ms": 5_000, "backoff_max_ms": 1_000}, by="t", names=NAMES, tiers=TIERS,
+                       kafka=KafkaSettings())
     assert done.report["warnings"]
 
 

@@ -11,6 +11,7 @@ from reach.envelopes import new_envelope
 from reach.kafka import codec, headers
 from reach.names import Names
 from reach.records import DeadLetter, Receipt, Status
+from reach.settings import KafkaSettings, RedisSettings
 from reach.streams.delays.forwarder import Bad, DelayForwarder, Hold, Send, next_step
 from reach.streams.exceptions import DeliveryFailed
 from reach.terminals import Fence, MemorySlots
@@ -31,7 +32,7 @@ def record(offset: int, *, due: bytes | None = b"0", target: bytes | None = None
 
 def run(batch: list[FakeMessage], producer: FakeProducer,
         slots: MemorySlots | None = None) -> tuple[DelayForwarder, FakeConsumer]:
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW,
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW,
                          fence=Fence(slots or MemorySlots(), writer="delay tiers"))
     consumer = FakeConsumer()
     fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
@@ -75,7 +76,7 @@ def test_what_the_flush_leaves_queued_is_not_committed() -> None:
     producer = FakeProducer(hold=lambda topic: topic == CAP)
     batch = [record(0), record(0, partition=1)]
     consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
     with pytest.raises(DeliveryFailed, match="not acknowledged"):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
     assert consumer.commits == [] and {(s.partition, s.offset) for s in consumer.seeks} == {(0, 0), (1, 0)}
@@ -86,7 +87,7 @@ def test_an_outage_on_one_record_commits_the_records_before_it() -> None:
     producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
                             if value == second.value() else None)
     consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
     with pytest.raises(DeliveryFailed):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), second, record(2)]))
     assert consumer.committed_at() == {(TIER, 0): 1}
@@ -108,7 +109,7 @@ def test_a_synchronous_produce_error_fails_only_its_record() -> None:
     producer = FakeProducer(raise_on=lambda topic, value: BufferError("full")
                             if value == first.value() and topic == CAP else None)
     consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
     with pytest.raises(DeliveryFailed):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [first, record(0, partition=1)]))
     assert consumer.committed_at() == {(TIER, 1): 1} and [(s.partition, s.offset) for s in consumer.seeks] == [(0, 0)]
@@ -124,7 +125,7 @@ def test_a_registry_outage_holds_the_partition_instead_of_dead_lettering(monkeyp
     monkeypatch.setattr(delays.codec, "decode", down)
     producer = FakeProducer()
     consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], clock=lambda: NOW)
+    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
     with pytest.raises(DeliveryFailed):
         fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), record(1)]))
     assert producer.sent == [] and consumer.commits == []

@@ -12,7 +12,7 @@ from reach.kafka import codec
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.records import AgentRegistration, AgentState, Capability, DeadLetter, Envelope, Receipt, Status
-from reach.settings import KafkaSettings, ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.router.route_loop import Router
 from reach.streams.router.stats import OTHER
 from reach.terminals import Fence, MemorySlots
@@ -26,7 +26,8 @@ INBOX = NAMES.inbox("agent://demo/echo")
 
 def router(monkeypatch: pytest.MonkeyPatch) -> Router:
     monkeypatch.setenv("REACH_NAMESPACE", NS)
-    r = Router(kafka=KafkaSettings(), reach=ReachSettings(), fence=Fence(MemorySlots(), writer="router"))
+    r = Router(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(),
+               fence=Fence(MemorySlots(), writer="router"))
     r.state.apply_registration("i1", AgentRegistration(
         agent_id="agent://demo/echo", instance_id="i1", build_version="1",
         capabilities=[Capability(name="demo.echo", version="1.0.0")], state=AgentState.READY,

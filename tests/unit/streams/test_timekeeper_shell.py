@@ -13,6 +13,7 @@ from reach.envelopes import new_envelope
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import DeadLetter, Decision, Receipt, Status
+from reach.settings import KafkaSettings, RedisSettings
 from reach.streams.timekeeper import sweep as module
 from reach.streams.timekeeper.sweep import Timekeeper
 from reach.terminals import Fence, MemorySlots
@@ -34,7 +35,8 @@ def routed_row(deadline: int = 10**13) -> StatusRow:
 
 def keeper(monkeypatch: pytest.MonkeyPatch, reader: FakeReader, producer: FakeProducer) -> Timekeeper:
     monkeypatch.setattr(module, "open_reader", lambda *_a: reader)
-    tk = Timekeeper(names=NAMES, tiers=["1s"], fence=Fence(MemorySlots(), writer="timekeeper"))
+    tk = Timekeeper(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(),
+                    fence=Fence(MemorySlots(), writer="timekeeper"))
     tk._producer = cast(Any, producer)
     return tk
 
