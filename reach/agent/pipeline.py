@@ -31,7 +31,7 @@ from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.statuscheck import AlreadyCompleted
-from reach.core.timeouts import RunClock
+from reach.core.timeouts import RunClock, timeout_problem
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
@@ -111,6 +111,9 @@ class Pipeline:
                     f"{self._agent.agent_id} does not serve {envelope.capability}@{envelope.capability_version}; "
                     f"it serves {', '.join(f'{n}@{c.record.version}' for n, c in self._agent.capabilities.items())}"))
                 return await self._finish(envelope, verdict, [])
+            problem = timeout_problem(envelope.execution_timeout_ms, what="the envelope's execution_timeout_ms")
+            if problem is not None:  # a negative or absurd ask: refused, never run with a timeout nobody meant
+                return await self._finish(envelope, outcomes.rejected("BAD_TIMEOUT", problem), [])
             payload, bad = _payload(envelope, spec)
             if bad is not None:
                 return await self._finish(envelope, bad, [])
