@@ -76,6 +76,10 @@ class RunTimer:
     def error(self) -> ErrorInfo:
         """Why the run was cut: a heartbeat timeout once it has beaten, else its execution timeout."""
         clock = self.clock
+        if clock.by_heartbeat and clock.due_at == clock.limit_at:
+            return ErrorInfo(kind="TIMEOUT", code="EXECUTION_TIMEOUT", message=(
+                f"the run reached the longest its heartbeats may extend it ({clock.limit_at - clock.started_ms} ms: "
+                "the POLICY cap, else the message's deadline)"))
         if clock.by_heartbeat:
             return ErrorInfo(kind="TIMEOUT", code="HEARTBEAT_TIMEOUT", message=(
                 f"no ctx.heartbeat() within {clock.heartbeat_ms} ms (heartbeat_timeout_ms) after the last one"))
