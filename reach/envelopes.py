@@ -8,6 +8,7 @@ from typing import Any
 
 from ulid import ULID
 
+from reach.core.timeouts import NOT_SET, check_timeout_ms
 from reach.core.versions import parse_range
 from reach.errors import InvalidName, ReachError
 from reach.names import check_agent_id, check_capability
@@ -15,7 +16,7 @@ from reach.records import Envelope, Policy, RoutingHints
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 DELIVERY_TIMEOUT_MS = 5_000      # ROUTED -> STARTED: a healthy instance picks up work within a poll or two
-EXECUTION_TIMEOUT_MS = 8_000     # STARTED -> terminal, enforced by the agent SDK
+EXECUTION_TIMEOUT_MS = NOT_SET   # STARTED -> terminal: not set, the agent's declared timeout applies (0026)
 BUDGET_MS = 45_000               # created_at -> deadline: room for ~4 attempts with backoff
 
 
@@ -65,7 +66,8 @@ def new_envelope(
     max_payload_bytes: int = MAX_PAYLOAD_BYTES,
     session_snapshot: str | None = None,
 ) -> Envelope:
-    """A valid Envelope, or a ReachError saying which argument is wrong."""
+    """A valid Envelope, or a ReachError saying which argument is wrong. `execution_timeout_ms` 0 (the default)
+    leaves the run's timeout to the agent's declaration; a value asks for less (reach.core.timeouts)."""
     check_capability(capability)
     from reach.intent.catalog import RESERVED
 
@@ -73,6 +75,7 @@ def new_envelope(
         raise InvalidName(f"An envelope for {RESERVED} must carry an intent (the request in words or an intent "
                           "id): pass intent=..., or name a capability instead.")
     parse_range(version)
+    check_timeout_ms(execution_timeout_ms, what="execution_timeout_ms", optional=True)
     if to_agent:
         check_agent_id(to_agent)
     body, content_type = encode_payload(payload)

@@ -170,7 +170,7 @@ class Envelope(AvroRecord):
     created_at: EpochMillis
     deadline: EpochMillis
     delivery_timeout_ms: int
-    execution_timeout_ms: int
+    execution_timeout_ms: int = 0  # asked by the caller (v3); 0 = not set: the agent's declared timeout applies
     expire_at: EpochMillis | None = None
     attempt: int = 1
     max_attempts: int = 0
@@ -328,6 +328,7 @@ class AgentRegistration(AvroRecord):
     assigned_partitions: list[int] = []
     inbox_topic: str
     priority_class: int = 0
+    execution_timeout_ms: int = 0  # declared by the agent (v4); 0 = not declared
 
 
 class LoadReport(AvroRecord):

@@ -1,11 +1,11 @@
 """The agent SDK: declare capabilities on an Agent, return values or raise signals, `agent.run()`."""
 
 from reach.agent.agent import Agent, Context
-from reach.agent.exceptions import AgentError, InvalidDeclaration
+from reach.agent.exceptions import AgentError, InvalidDeclaration, LeaseLost
 from reach.agent.outcomes import Outcome
 from reach.agent.signals import BusinessError, Canceled, NoData, Reject, Retry, TransientError
 
 __all__ = [
-    "Agent", "AgentError", "BusinessError", "Canceled", "Context", "InvalidDeclaration", "NoData", "Outcome", "Reject",
-    "Retry", "TransientError",
+    "Agent", "AgentError", "BusinessError", "Canceled", "Context", "InvalidDeclaration", "LeaseLost", "NoData",
+    "Outcome", "Reject", "Retry", "TransientError",
 ]

@@ -16,6 +16,12 @@ from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
 from reach.core.loads import default_max_queue
+from reach.core.timeouts import (
+    DEFAULT_EXECUTION_TIMEOUT_MS,
+    DEFAULT_HEARTBEAT_TIMEOUT_MS,
+    BadTimeout,
+    check_timeout_ms,
+)
 from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
 from reach.names import check_agent_id, check_capability
@@ -38,6 +44,7 @@ class Context:
     instance_id: str
     _cost: float | None = field(default=None, repr=False)
     _cancelled: Callable[[], bool] = field(default=lambda: False, repr=False)
+    _heartbeat: Callable[[], None] = field(default=lambda: None, repr=False)
 
     @property
     def attempt(self) -> int:
@@ -48,6 +55,13 @@ class Context:
         """True once the caller cancelled this message (reach.cancels): stop, and raise `Canceled` to end it
         CANCELED, or return what is done so far."""
         return self._cancelled()
+
+    def heartbeat(self) -> None:
+        """Tell Reach this run is alive: its deadline moves to now + the agent's heartbeat_timeout_ms (also past its
+        execution timeout, never past the POLICY cap or the message's deadline). Once a handler has beaten, going
+        quiet for longer than that times it out. Safe from sync handlers' threads. Raises LeaseLost when the run no
+        longer holds its message (its lease went to another run, or it already timed out): stop then."""
+        self._heartbeat()
 
     @property
     def session_snapshot(self) -> str | None:
@@ -104,7 +118,8 @@ class Agent:
         qps_limit: float | None = None,
         cost: float | None = None,
         priority_class: int = 0,
-        execution_timeout_ms: int = 30_000,
+        execution_timeout_ms: int = DEFAULT_EXECUTION_TIMEOUT_MS,
+        heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
         lease_margin_ms: int = 5_000,
         result_ttl_s: int = 24 * 3600,
         drain_grace_s: float = 30.0,
@@ -131,7 +146,10 @@ class Agent:
         self.qps_limit = qps_limit
         self.cost = cost
         self.priority_class = priority_class  # the request priority this instance is kept for (priority factor)
-        self.execution_timeout_ms = execution_timeout_ms
+        # declared in the registration; callers may ask for less, the POLICY caps both (reach.core.timeouts)
+        self.execution_timeout_ms = _declared(execution_timeout_ms, "execution_timeout_ms")
+        # a handler that calls ctx.heartbeat() must call it again within this long, else it is timed out
+        self.heartbeat_timeout_ms = _declared(heartbeat_timeout_ms, "heartbeat_timeout_ms")
         self.lease_margin_ms = lease_margin_ms
         self.result_ttl_s = result_ttl_s
         self.drain_grace_s = drain_grace_s
@@ -213,6 +231,7 @@ class Agent:
             qps_limit=self.qps_limit, cost=self.cost, state=state, heartbeat_at=heartbeat_at,
             ttl_ms=self.ttl_ms, inflight=inflight, assigned_partitions=sorted(assigned_partitions),
             inbox_topic=inbox_topic, priority_class=self.priority_class,
+            execution_timeout_ms=self.execution_timeout_ms,
         )
 
     def queue_bound(self, drain_rate: float | None, delivery_timeout_ms: int) -> int:
@@ -238,6 +257,14 @@ class Agent:
         """Ask a running instance to drain and leave (thread-safe)."""
         if self._runner is not None:
             self._runner.stop()
+
+
+def _declared(value: int, what: str) -> int:
+    """A declared timeout, or InvalidDeclaration (the instance never registers with a negative or absurd one)."""
+    try:
+        return check_timeout_ms(value, what=what)
+    except BadTimeout as exc:
+        raise InvalidDeclaration(str(exc)) from None
 
 
 def _json(value: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from reach.agent.exceptions import LeaseLost
 from reach.agent.signals import BusinessError, Canceled, NoData, Reject, Retry, TransientError
 from reach.records import ErrorInfo, Status, StepStatus
 
@@ -68,6 +69,8 @@ def from_exception(exc: BaseException) -> Verdict:
     if isinstance(exc, TransientError):
         return Verdict(Outcome.RETRY, error=ErrorInfo(kind=exc.kind, code=exc.code, message=exc.message),
                        retry_after_ms=exc.retry_after_ms)
+    if isinstance(exc, LeaseLost):  # ctx.heartbeat() after the lease went elsewhere: that run decides
+        return Verdict(Outcome.RETRY, error=ErrorInfo(kind="TRANSIENT", code="LEASE_LOST", message=str(exc)[:1000]))
     if isinstance(exc, TimeoutError):  # asyncio.TimeoutError is the builtin since 3.11
         return Verdict(Outcome.RETRY, error=ErrorInfo(kind="TIMEOUT", code="EXECUTION_TIMEOUT",
                                                       message=str(exc) or "execution timeout exceeded"))

@@ -29,7 +29,9 @@ from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.policy import execution_timeout_ms
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
+from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.statuscheck import AlreadyCompleted
+from reach.core.timeouts import RunClock, timeout_problem
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
@@ -109,6 +111,9 @@ class Pipeline:
                     f"{self._agent.agent_id} does not serve {envelope.capability}@{envelope.capability_version}; "
                     f"it serves {', '.join(f'{n}@{c.record.version}' for n, c in self._agent.capabilities.items())}"))
                 return await self._finish(envelope, verdict, [])
+            problem = timeout_problem(envelope.execution_timeout_ms, what="the envelope's execution_timeout_ms")
+            if problem is not None:  # a negative or absurd ask: refused, never run with a timeout nobody meant
+                return await self._finish(envelope, outcomes.rejected("BAD_TIMEOUT", problem), [])
             payload, bad = _payload(envelope, spec)
             if bad is not None:
                 return await self._finish(envelope, bad, [])
@@ -157,14 +162,18 @@ class Pipeline:
                                       release=True, raw=raw, origin=origin, scope=scope)
         acks = [self._send(receipt_for(envelope, Status.STARTED, agent_id=self._agent.agent_id,
                                        instance_id=self._agent.instance_id))]
-        renewer = Renewal(lambda: self._renew(mid, gen, lease_ms), every_s=lease_ms / 3000)
         started = now_ms()
+        timer = RunTimer(RunClock.start(
+            started_ms=started, timeout_ms=timeout_ms, heartbeat_ms=self._agent.heartbeat_timeout_ms,
+            cap_ms=policy.execution_timeout_ms if policy else None, deadline=envelope.deadline), message_id=mid)
+        renewer = Renewal(lambda: self._renew(mid, gen, lease_ms, timer), every_s=lease_ms / 3000)
         thread: Future[Any] | None = None
         context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
-                          _cancelled=lambda: self._cancelled(mid, envelope.tenant))
+                          _cancelled=lambda: self._cancelled(mid, envelope.tenant), _heartbeat=timer.beat)
         try:
-            verdict, thread = await self._run(spec, payload, context, timeout_ms / 1000)
+            verdict, thread = await self._run(spec, payload, context, timer)
         finally:
+            timer.end("its run already ended (it timed out, or its outcome was published)")
             if thread is None:
                 renewer.cancel()
         if thread is not None:
@@ -177,21 +186,23 @@ class Pipeline:
                                   raw=raw, origin=origin, scope=scope, cost=context.cost)
 
     async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
-                   timeout_s: float) -> tuple[Verdict, Future[Any] | None]:
-        """The handler's verdict, and its thread when a sync handler is still running past its timeout."""
+                   timer: RunTimer) -> tuple[Verdict, Future[Any] | None]:
+        """The handler's verdict, and its thread when a sync handler is still running past its timeout. The
+        timer's deadline moves with the handler's heartbeats (reach.core.timeouts.RunClock)."""
         envelope = context.envelope
         args = (payload, context) if spec.wants_context else (payload,)
         thread: Future[Any] | None = None
         try:
             if spec.is_async:
-                async with asyncio.timeout(timeout_s):  # cheaper than wait_for: no extra task per message
+                async with asyncio.timeout(timer.remaining_s()) as cut:  # no extra task per message
+                    timer.watch(cut)  # a heartbeat reschedules it
                     result = await spec.handler(*args)
             else:
                 call = functools.partial(contextvars.copy_context().run, spec.handler, *args)
                 thread = self._executor.submit(call)
-                result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(thread)), timeout_s)
+                result = await until_due(thread, timer)
                 if inspect.isawaitable(result):
-                    result = await asyncio.wait_for(result, timeout_s)
+                    result = await asyncio.wait_for(result, max(timer.remaining_s(), 0.0))
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -200,7 +211,8 @@ class Pipeline:
             return Verdict(Outcome.RETRY, error=ErrorInfo(kind="TRANSIENT", code="CANCELLED",
                                                           message="the handler raised asyncio.CancelledError")), None
         except Exception as exc:  # every handler failure becomes an outcome
-            verdict = outcomes.from_exception(exc)
+            ours = isinstance(exc, TimeoutError) and timer.timed_out()  # ours: an execution or heartbeat timeout
+            verdict = Verdict(Outcome.RETRY, error=timer.error()) if ours else outcomes.from_exception(exc)
             if verdict.outcome is Outcome.RETRY and verdict.error and verdict.error.code == "UNHANDLED_EXCEPTION":
                 log.exception("handler of %s raised for %s", envelope.capability, envelope.message_id)
             return verdict, (thread if thread is not None and not thread.done() else None)
@@ -293,11 +305,13 @@ class Pipeline:
         again = receipt.model_copy(update={"at": now_ms(), "timings": {**receipt.timings, "cache_hit": 1}})
         return Processed(_outcome(receipt.status), (self._send(again),))
 
-    async def _renew(self, message_id: str, generation: int, lease_ms: int) -> bool:
-        """One renewal; False ends them (someone else holds the lease). Redis errors only skip a turn."""
+    async def _renew(self, message_id: str, generation: int, lease_ms: int, timer: RunTimer) -> bool:
+        """One renewal; False ends them (someone else holds the lease, and the handler's heartbeats now raise
+        LeaseLost). Redis errors only skip a turn."""
         ours = await self._redis(lambda: self._leases.renew(message_id, generation, lease_ms))
         if ours is False:
             log.warning("lease of %s was taken by another run while its handler ran", message_id)
+            timer.end("its lease was taken by another run")
             return False
         return True
 

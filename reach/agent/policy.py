@@ -9,6 +9,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from reach.controlfeed import ControlSource
+from reach.core.timeouts import effective_execution_timeout_ms
 from reach.core.views.control import ControlView
 from reach.records import InstanceAction, Policy
 
@@ -51,8 +52,7 @@ class AgentControl:
         return mode_of(self._feed.view, self._instance_id)
 
 
-def execution_timeout_ms(envelope_ms: int, policy: Policy | None, default_ms: int) -> int:
-    """The run's timeout: the envelope's, capped by the capability's POLICY (the operator can shorten runs of
-    messages already sent); the agent's own default when neither sets one."""
-    limits = [v for v in (envelope_ms, policy.execution_timeout_ms if policy else None) if v is not None and v > 0]
-    return min(limits) if limits else default_ms
+def execution_timeout_ms(envelope_ms: int, policy: Policy | None, declared_ms: int) -> int:
+    """The run's timeout (reach.core.timeouts.effective_execution_timeout_ms): the agent's declared one, shortened
+    by the caller's ask (the envelope's, when set) and by the capability's POLICY cap (when set)."""
+    return effective_execution_timeout_ms(declared_ms, envelope_ms, policy.execution_timeout_ms if policy else None)

@@ -41,7 +41,7 @@ from reach.channels.spec import Target, target
 from reach.channels.steps import Closes, DeliverySteps
 from reach.channels.tokens import ReplyClaims, mint, reply_capability, reply_url
 from reach.core.redact import redact
-from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS, now_ms
+from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, now_ms
 from reach.kafka import clients
 from reach.names import Names
 from reach.records import ChannelDelivery, Envelope, Status
@@ -201,7 +201,7 @@ def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, so
         message_id=mid, trace_id=envelope.trace_id, parent_id=envelope.message_id, tenant=envelope.tenant,
         source=source, capability=channel(backup.channel).capability, capability_version=f"^{CAPABILITY_VERSION}",
         payload=json.dumps(body, separators=(",", ":")).encode(), created_at=created, deadline=created + BUDGET_MS,
-        delivery_timeout_ms=DELIVERY_TIMEOUT_MS, execution_timeout_ms=EXECUTION_TIMEOUT_MS, idempotency_key=mid,
+        delivery_timeout_ms=DELIVERY_TIMEOUT_MS, idempotency_key=mid,
     )
 
 

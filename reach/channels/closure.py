@@ -18,7 +18,7 @@ from reach.channels.errors import BadCallback
 from reach.channels.select import select
 from reach.channels.spec import CallbackSpec, parse
 from reach.core.lifecycle import StatusRow
-from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, EXECUTION_TIMEOUT_MS
+from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS
 from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 
 SOURCE = "reach-status-fold"
@@ -71,7 +71,7 @@ def envelope(row: StatusRow, spec: CallbackSpec, *, now: int) -> Envelope:
         message_id=mid, trace_id=row.trace_id, parent_id=row.message_id, tenant=row.tenant, source=SOURCE,
         capability=spec.capability, capability_version=f"^{CAPABILITY_VERSION}",
         payload=json.dumps(payload, separators=(",", ":")).encode(), created_at=now, deadline=now + BUDGET_MS,
-        delivery_timeout_ms=DELIVERY_TIMEOUT_MS, execution_timeout_ms=EXECUTION_TIMEOUT_MS, idempotency_key=mid,
+        delivery_timeout_ms=DELIVERY_TIMEOUT_MS, idempotency_key=mid,
     )
 
 

@@ -9,6 +9,8 @@ import typer
 
 from reach.cli.common import console
 from reach.client import Client
+from reach.core.durations import parse_ms
+from reach.core.timeouts import check_timeout_ms
 from reach.errors import ReachError
 
 
@@ -43,6 +45,8 @@ def send(
                                         "webhook:URL, email:ADDRESS, sms:NUMBER or the JSON spec (docs/channels.md)"),
     callback_fields: str | None = typer.Option(None, "--callback-fields", help="JSONPath of the result the "
                                                "callback carries, comma-separated, e.g. '$.answer,$.items[0].id'"),
+    execution_timeout: str | None = typer.Option(None, "--execution-timeout", help="ask for a shorter run than "
+                                                 "the agent declares, e.g. 5s (the POLICY caps it; default not set)"),
     wait: bool = typer.Option(False, "--wait", help="wait for the terminal receipt and print it (exit 0 only "
                               "for COMPLETED, 1 other endings, 3 timeout)"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds --wait waits"),
@@ -63,6 +67,9 @@ def send(
         raise BadPayload("Name a CAPABILITY (e.g. `reach send demo.echo --payload ...`) or give --intent TEXT.")
     if session_snapshot is not None:
         extra["session_snapshot"] = session_snapshot
+    if execution_timeout is not None:
+        ms = parse_ms(execution_timeout, bare="ms", what="--execution-timeout", hint="expected e.g. 500ms, 5s or 2m.")
+        extra["execution_timeout_ms"] = check_timeout_ms(ms, what="--execution-timeout")
     if wait:
         send_and_wait(capability, body, timeout=timeout, as_json=as_json, version=version, session_key=session,
                       to_agent=to, idempotency_key=idempotency_key, priority=priority, **extra)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from reach import control, policyfields
+from reach.core.timeouts import check_timeout_ms
 from reach.core.views.control import ControlView
 from reach.errors import ConfigError
 from reach.names import Names, check_capability
@@ -65,6 +66,8 @@ def changes(given: Mapping[str, object]) -> dict[str, Any]:
             continue
         out[name] = (policyfields.parse_duration(value, option=spec.option)
                      if spec.unit == "duration" and isinstance(value, str) else value)
+        if name == "execution_timeout_ms":  # a cap: 1 ms to 1 h (BadTimeout, a ConfigError: exit 2)
+            check_timeout_ms(out[name], what=spec.option)
     return out
 
 

@@ -40,6 +40,7 @@ from reach.core.routing import (
     decide,
     parse_request,
 )
+from reach.core.timeouts import stretched
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
 from reach.intent import unroutable
@@ -377,9 +378,10 @@ class Router(SupervisedLoop):
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):
             instance = outcome.instance
-            if outcome.timeout_factor > 1:  # rare: a slow sole candidate; every other forward keeps the bytes
-                value = encode_dict("Envelope", {**envelope, "execution_timeout_ms": int(
-                    envelope["execution_timeout_ms"] * outcome.timeout_factor)})
+            asked = envelope["execution_timeout_ms"]
+            if outcome.timeout_factor > 1 and asked > 0:  # rare: a slow sole candidate; others keep the bytes
+                value = encode_dict("Envelope", {**envelope, "execution_timeout_ms": stretched(
+                    asked, outcome.timeout_factor)})
             self.qps.take(instance, clock)
             delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
                              headers=msg.headers(), partition=outcome.partition,

@@ -38,3 +38,13 @@ def test_set_prints_the_fields_it_changed_and_show_their_source(topic: list[Cont
 def test_set_without_a_field_is_a_usage_error(topic: list[Control]) -> None:
     done = runner.invoke(cli.app, ["set"])
     assert done.exit_code == 2 and "give at least one field to set" in done.output and topic == []
+
+
+def test_an_absurd_execution_timeout_cap_is_a_usage_error_and_publishes_nothing(topic: list[Control]) -> None:
+    from reach.cli.common import exit_code_for
+    from reach.core.timeouts import BadTimeout
+
+    done = runner.invoke(cli.app, ["set", "--capability", "demo.slow", "--execution-timeout", "5h"])
+    assert isinstance(done.exception, BadTimeout) and exit_code_for(done.exception) == 2
+    assert "--execution-timeout must be a whole number of milliseconds from 1 to 3,600,000" in str(done.exception)
+    assert topic == []

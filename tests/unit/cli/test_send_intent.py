@@ -1,4 +1,4 @@
-"""`reach send --intent`: usage errors (exit 2) before anything is sent."""
+"""`reach send`: usage errors (exit 2) before anything is sent (--intent, --execution-timeout)."""
 
 from __future__ import annotations
 
@@ -18,3 +18,9 @@ def _usage_error(args: list[str]) -> str:
 def test_intent_and_capability_together_or_neither_are_usage_errors() -> None:
     assert "not both" in _usage_error(["send", "demo.echo", "--intent", "rain?", "--payload", "{}"])
     assert "--intent" in _usage_error(["send", "--payload", "{}"])
+
+
+def test_a_negative_or_absurd_execution_timeout_is_a_usage_error() -> None:
+    assert "--execution-timeout" in _usage_error(["send", "demo.slow", "--payload", "{}", "--execution-timeout", "-5s"])
+    assert "from 1 to 3,600,000" in _usage_error(["send", "demo.slow", "--payload", "{}",
+                                                  "--execution-timeout", "2h"])
