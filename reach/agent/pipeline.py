@@ -27,9 +27,12 @@ from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.policy import execution_timeout_ms
+from reach.agent.progress import ProgressStream
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.agent.statuscheck import AlreadyCompleted
+from reach.core.progress import INTERVAL_MS as PROGRESS_INTERVAL_MS
+from reach.core.progress import Coalescer
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
@@ -75,8 +78,10 @@ class Pipeline:
                  redis_outage: Outage | None = None,
                  policy: Callable[[str], Policy | None] = lambda _: None,
                  cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False,
-                 admitted: Callable[[int], Awaitable[bool]] = _always) -> None:
+                 admitted: Callable[[int], Awaitable[bool]] = _always,
+                 progress_interval_ms: int = PROGRESS_INTERVAL_MS) -> None:
         self._agent = agent
+        self._progress_interval_ms = progress_interval_ms
         self._admitted = admitted  # reach.agent.ownership: may a handler still start for this partition?
         self._cancelled = cancelled
         self._policy = policy
@@ -160,11 +165,16 @@ class Pipeline:
         renewer = Renewal(lambda: self._renew(mid, gen, lease_ms), every_s=lease_ms / 3000)
         started = now_ms()
         thread: Future[Any] | None = None
+        stream = ProgressStream(envelope, send=self._send, agent_id=self._agent.agent_id,
+                                instance_id=self._agent.instance_id,
+                                coalescer=Coalescer(interval_ms=self._progress_interval_ms,
+                                                    replace_first=envelope.attempt > 1))
         context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
-                          _cancelled=lambda: self._cancelled(mid, envelope.tenant))
+                          _cancelled=lambda: self._cancelled(mid, envelope.tenant), _progress=stream)
         try:
             verdict, thread = await self._run(spec, payload, context, timeout_ms / 1000)
         finally:
+            stream.close()  # what the handler left pending goes before its outcome receipt
             if thread is None:
                 renewer.cancel()
         if thread is not None:
