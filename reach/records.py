@@ -261,7 +261,7 @@ class IntentResolution(AvroModel):
 
 
 class Chunk(AvroModel):
-    """One partial result of a handler (v7): text or one JSON document, appended to the ones before or replacing them."""
+    """One partial result of a handler (v7): text or one JSON document, appended to those before or replacing them."""
 
     avro_name: ClassVar[str] = "Chunk"
 

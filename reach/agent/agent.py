@@ -16,10 +16,10 @@ from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
 from reach.core.loads import default_max_queue
+from reach.core.progress import Coalescer
 from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
 from reach.names import check_agent_id, check_capability
-from reach.core.progress import Coalescer
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope
 
 if TYPE_CHECKING:

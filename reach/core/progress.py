@@ -170,3 +170,27 @@ def fold_progress(current: Chunks | None, attempt: int, progress: Progress, at: 
     note = progress.note if progress.note is not None else current.note
     return current.model_copy(update={"fraction": fraction, "note": note, "at": max(at, current.at),
                                       "chunks": chunks, "next_seq": next_seq, "dropped": dropped})
+
+
+class Cursor(BaseModel):
+    """How far a reader of a status row's progress got: the attempt, the next seq, the progress it last saw."""
+
+    model_config = ConfigDict(frozen=True)
+
+    attempt: int = 0
+    next_seq: int = 0
+    fraction: float | None = None
+    note: str | None = None
+
+
+def news(progress: Chunks | None, cursor: Cursor) -> tuple[list[Chunk], bool, Cursor]:
+    """The chunks a reader at `cursor` has not seen (a newer attempt's from its first), whether the fraction or
+    note changed, and the cursor after them. A chunk the row already dropped is a gap in the seqs."""
+    if progress is None or progress.attempt < cursor.attempt:
+        return [], False, cursor
+    start = cursor.next_seq if progress.attempt == cursor.attempt else 0
+    fresh = [c for c in progress.chunks if c.seq >= start]
+    moved = (progress.fraction, progress.note) != (cursor.fraction, cursor.note)
+    after = Cursor(attempt=progress.attempt, next_seq=fresh[-1].seq + 1 if fresh else start,
+                   fraction=progress.fraction, note=progress.note)
+    return fresh, moved, after

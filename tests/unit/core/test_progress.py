@@ -93,3 +93,19 @@ def test_the_row_keeps_at_most_its_bound_and_counts_what_it_dropped() -> None:
     assert row is not None
     assert len(row.chunks) <= MAX_ROW_CHUNKS and sum(len(c.data) for c in row.chunks) <= MAX_ROW_CHUNK_CHARS
     assert row.dropped == seq - len(row.chunks) and row.chunks[-1].seq == seq - 1
+
+
+def test_a_reader_sees_each_chunk_once_and_a_newer_attempt_from_its_start() -> None:
+    from reach.core.progress import Cursor, news
+
+    row = fold_progress(None, 1, Progress(fraction=0.1, chunks=[Chunk(seq=0, kind="text", data="a")]), 1)
+    fresh, moved, cursor = news(row, Cursor())
+    assert [c.data for c in fresh] == ["a"] and moved
+    assert news(row, cursor) == ([], False, cursor)
+    row = fold_progress(row, 1, Progress(fraction=0.1, chunks=[Chunk(seq=1, kind="text", data="b")]), 2)
+    fresh, moved, cursor = news(row, cursor)
+    assert [c.data for c in fresh] == ["b"] and not moved
+    retry = fold_progress(row, 2, Progress(chunks=[Chunk(seq=0, kind="text", data="z", append=False)]), 3)
+    fresh, _, cursor = news(retry, cursor)
+    assert [(c.data, c.append) for c in fresh] == [("z", False)] and cursor.attempt == 2
+    assert news(None, cursor) == ([], False, cursor)
