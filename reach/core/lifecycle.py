@@ -125,10 +125,12 @@ def fold(row: StatusRow | None, receipt: Receipt, *, reply_to: str | None = None
 
 
 def _progress(row: StatusRow | None, receipt: Receipt) -> StatusRow:
-    """PROGRESS updates the row's progress only: a row not seen yet starts as STARTED (the agent published that
-    first, on the same partition, so only a lost row gets here); an ended row or another generation is kept."""
-    if row is None:
-        row = _current(receipt.model_copy(update={"status": Status.STARTED}), [], None)
+    """PROGRESS updates the row's progress only. It says a handler runs: a row not seen yet, or an older
+    generation, reads it as STARTED (the agent publishes STARTED first, on the same partition, so only a lost
+    row or a reordered replay gets here); an ended row or an older generation's PROGRESS is kept as it is."""
+    if row is None or receipt.generation > row.generation:
+        row = _current(receipt.model_copy(update={"status": Status.STARTED, "progress": None}),
+                       list(row.timeline) if row else [], row)
     if receipt.progress is None or row.terminal or receipt.generation != row.generation:
         return row
     return row.model_copy(update={"progress": fold_progress(row.progress, receipt.attempt, receipt.progress,

@@ -52,3 +52,10 @@ def test_a_row_written_before_progress_existed_still_reads() -> None:
     old.pop("progress")
     row = StatusRow.model_validate(old)
     assert row.progress is None and fold(row, progress(3, "x")).progress is not None
+
+
+def test_progress_of_a_newer_generation_reads_as_started_and_keeps_the_older_timeline() -> None:
+    done = run(r(Status.STARTED, 1), r(Status.COMPLETED, 2))
+    row = fold(done, progress(3, "again", generation=1))
+    assert (row.generation, row.status, row.terminal_at) == (1, Status.STARTED, None)
+    assert row.timeline == done.timeline and row.progress is not None and row.progress.chunks[0].data == "again"
