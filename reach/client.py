@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Self, cast
 
 from confluent_kafka import KafkaError, Message, Producer
@@ -186,6 +186,20 @@ class Client:
         """Send a request and return its first terminal receipt, whatever its status."""
         return invoke_.invoke_receipt(self, self.replies(), capability, payload, version=version,
                                       timeout_ms=timeout_ms, **fields)
+
+    def stream(self, capability: str, payload: Any, *, version: str = "*",
+               timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, poll_s: float = 0.1, status_url: str | None = None,
+               **fields: Any) -> Iterator[invoke_.StreamItem]:
+        """Send a request and iterate over its progress (StreamProgress) and partial results (StreamChunk) as the
+        agent emits them, then one StreamResult; other endings raise as `invoke` does. The partial results are
+        read from the stream app's status views (status_url, default REACH_WEB_HOST:REACH_WEB_PORT)."""
+        from reach.webclient import auth_headers, views_url
+
+        row_of = invoke_.views_row_of(status_url or views_url(self.settings), auth_headers(self.settings))
+        return invoke_.invoke_stream(self, self.replies(), row_of, capability, payload, version=version,
+                                     timeout_ms=timeout_ms, poll_s=poll_s, **fields)
+
+    invoke_stream = stream
 
     def invoke_chain(self, steps: Sequence[invoke_.Step | str], reducer: invoke_.Reducer, *,
                      initial: Any = None, timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS) -> invoke_.ChainResult:

@@ -11,15 +11,17 @@ from __future__ import annotations
 import json
 import re
 import socket
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
-from reach.errors import ReachError
+from reach.core.progress import Chunks, Cursor, news
+from reach.errors import InfraUnavailable, ReachError
 from reach.kafka import clients, topicreader, topics
 from reach.records import Receipt, Status, StepStatus
 from reach.replies import ReplyPump
@@ -129,6 +131,10 @@ class ReplyInbox:
             )
         return found
 
+    def poll(self, message_id: str, *, generation: int = 0, timeout_s: float = 0.1) -> Receipt | None:
+        """The first terminal receipt of (message_id, generation) if it arrives within timeout_s, else None."""
+        return self._pump.wait((message_id, generation), timeout_s)
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -234,3 +240,126 @@ def invoke_chain(
         parent = outcome.message_id
         value = reducer(value, outcome)
     return ChainResult(value, results, trace_id)
+
+
+# -- streaming: partial results while the request runs (docs/agents.md#progress-and-partial-results) ----------
+
+RowOf = Callable[[str], "dict[str, Any] | None"]
+"""The status row of a message_id as the stream app's views answer it (None: not folded yet, or unreachable)."""
+SETTLE_S = 2.0  # after the reply: how long to wait for the row to show the ending (and so every chunk before it)
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """One partial result: `data` is the text (kind text) or the JSON value (kind json); append=False replaces
+    the chunks before it. `seq` counts within the `attempt` (a retried attempt starts over, replacing)."""
+
+    seq: int
+    kind: str
+    data: Any
+    append: bool
+    attempt: int
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """The handler's last progress: fraction in [0, 1] (or None) and a note."""
+
+    fraction: float | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """The last item of a stream: the result (as `invoke` returns it) and the terminal receipt."""
+
+    value: Any
+    receipt: Receipt
+
+
+StreamItem = StreamChunk | StreamProgress | StreamResult
+
+
+def _row_updates(row: dict[str, Any] | None, cursor: Cursor) -> tuple[list[StreamProgress | StreamChunk], Cursor]:
+    raw = (row or {}).get("progress")
+    if raw is None:
+        return [], cursor
+    chunks, moved, cursor = news(Chunks.model_validate(raw), cursor)
+    items: list[StreamProgress | StreamChunk] = [StreamProgress(cursor.fraction, cursor.note)] if moved else []
+    for chunk in chunks:
+        data: Any = json.loads(chunk.data) if chunk.kind == "json" else chunk.data
+        items.append(StreamChunk(chunk.seq, chunk.kind, data, chunk.append, cursor.attempt))
+    return items, cursor
+
+
+def stream_receipt(inbox: ReplyInbox, row_of: RowOf, message_id: str, *, generation: int = 0,
+                   timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_s: float = 0.1,
+                   clock: Callable[[], float] = time.monotonic) -> Iterator[StreamProgress | StreamChunk | Receipt]:
+    """Progress and chunks of a sent request as the status table shows them, then its first terminal receipt.
+
+    The reply topic carries the ending; the row (re-read every poll_s) carries what came before it, and once
+    the reply is in, the row is read until it shows the ending too (at most SETTLE_S), so no chunk folded
+    before the ending is missed. InvokeTimeout when no ending comes within timeout_ms."""
+    cursor = Cursor()
+    deadline = clock() + timeout_ms / 1000
+    while True:
+        receipt = inbox.poll(message_id, generation=generation, timeout_s=poll_s)
+        items, cursor = _row_updates(row_of(message_id), cursor)
+        yield from items
+        if receipt is not None:
+            break
+        if clock() >= deadline:
+            raise InvokeTimeout(f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still "
+                                f"finish: `reach status {message_id}` shows where it is.", message_id=message_id)
+    settle = clock() + SETTLE_S
+    while True:
+        row = row_of(message_id)
+        if row is not None and row.get("generation") == generation and row.get("status") == str(receipt.status):
+            items, cursor = _row_updates(row, cursor)
+            yield from items
+            break
+        if clock() >= settle:
+            break
+        time.sleep(poll_s)
+    yield receipt
+
+
+def stream_request(client: sdk.Client, inbox: ReplyInbox, row_of: RowOf, capability: str, payload: Any, *,
+                   version: str = "*", timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_s: float = 0.1,
+                   **fields: Any) -> Iterator[StreamProgress | StreamChunk | Receipt]:
+    """Send a request with reply_to = the inbox's topic; yield what stream_receipt yields (the receipt last)."""
+    fields.setdefault("budget_ms", max(timeout_ms, 1))
+    envelope = client.envelope(capability, payload, version=version, reply_to=inbox.topic, **fields)
+    client.publish(envelope)
+    yield from stream_receipt(inbox, row_of, envelope.message_id, generation=envelope.generation,
+                              timeout_ms=timeout_ms, poll_s=poll_s)
+
+
+def invoke_stream(client: sdk.Client, inbox: ReplyInbox, row_of: RowOf, capability: str, payload: Any, *,
+                  version: str = "*", timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_s: float = 0.1,
+                  **fields: Any) -> Iterator[StreamItem]:
+    """Send a request and yield its progress and partial results as they come, then one StreamResult; any ending
+    but COMPLETED raises the InvokeError `invoke` raises (after the chunks that came before it)."""
+    for item in stream_request(client, inbox, row_of, capability, payload, version=version, timeout_ms=timeout_ms,
+                               poll_s=poll_s, **fields):
+        if isinstance(item, Receipt):
+            raise_for(item)
+            yield StreamResult(result_value(item), item)
+        else:
+            yield item
+
+
+def views_row_of(base_url: str, auth: Mapping[str, str]) -> RowOf:
+    """A RowOf reading the stream app's views at base_url; a message not folded yet, or a view that cannot
+    answer right now (a partition moving, the app restarting), reads as None: the stream tries again."""
+    from urllib.parse import quote
+
+    from reach.webclient import NotFound, get_json
+
+    def row_of(message_id: str) -> dict[str, Any] | None:
+        try:
+            return get_json(base_url, f"/messages/{quote(message_id, safe='')}", timeout=5.0, auth=auth)
+        except (NotFound, InfraUnavailable):
+            return None
+
+    return row_of

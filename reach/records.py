@@ -47,6 +47,7 @@ class Status(StrEnum):
     UNKNOWN = "UNKNOWN"  # the enum default: what a reader makes of a status added after its schema
     CANCELED = "CANCELED"  # the caller cancelled it before an agent started it (v6, terminal)
     INTENT_RESOLVED = "INTENT_RESOLVED"  # the resolver turned an intent into a capability or a handoff (v6)
+    PROGRESS = "PROGRESS"  # a handler's progress or partial results, coalesced by the agent SDK (v7, never terminal)
 
     @property
     def is_terminal(self) -> bool:
@@ -259,6 +260,27 @@ class IntentResolution(AvroModel):
     child_id: str | None = None
 
 
+class Chunk(AvroModel):
+    """One partial result of a handler (v7): text or one JSON document, appended to those before or replacing them."""
+
+    avro_name: ClassVar[str] = "Chunk"
+
+    seq: int
+    kind: str  # "text" or "json"
+    data: str
+    append: bool = True
+
+
+class Progress(AvroModel):
+    """What a PROGRESS receipt reports (v7): the last progress fraction and note, and the chunks since the last one."""
+
+    avro_name: ClassVar[str] = "Progress"
+
+    fraction: float | None = None
+    note: str | None = None
+    chunks: list[Chunk] = []
+
+
 class Receipt(AvroRecord):
     """One step in the life of a message."""
 
@@ -289,6 +311,7 @@ class Receipt(AvroRecord):
     channel: ChannelDelivery | None = None
     callback: str | None = None
     resolution: IntentResolution | None = None
+    progress: Progress | None = None
 
 
 class Capability(AvroModel):

@@ -8,7 +8,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jsonschema.protocols import Validator
 
@@ -16,6 +16,7 @@ from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
 from reach.core.loads import default_max_queue
+from reach.core.progress import Coalescer
 from reach.core.timeouts import (
     DEFAULT_EXECUTION_TIMEOUT_MS,
     DEFAULT_HEARTBEAT_TIMEOUT_MS,
@@ -26,6 +27,9 @@ from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
 from reach.names import check_agent_id, check_capability
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope
+
+if TYPE_CHECKING:
+    from reach.agent.progress import ProgressStream
 
 Handler = Callable[..., Any]
 Hook = Callable[[], Any]
@@ -45,6 +49,24 @@ class Context:
     _cost: float | None = field(default=None, repr=False)
     _cancelled: Callable[[], bool] = field(default=lambda: False, repr=False)
     _heartbeat: Callable[[], None] = field(default=lambda: None, repr=False)
+    _progress: ProgressStream | None = field(default=None, repr=False)
+
+    async def progress(self, fraction: float | None, note: str | None = None) -> None:
+        """Report how far the handler is: `fraction` in [0, 1] (or None), an optional short note. Coalesced
+        into PROGRESS receipts (at most one per 100 ms); a fraction outside [0, 1] raises BadProgress."""
+        if self._progress is None:
+            Coalescer().progress(fraction, note)  # outside the SDK (a handler's unit test): checked, not sent
+            return
+        await self._progress.progress(fraction, note)
+
+    async def emit(self, chunk: Any, *, append: bool = True) -> None:
+        """Stream a partial result: text (str) or one JSON-serialisable value; `append=False` replaces the chunks
+        before it. Coalesced into PROGRESS receipts; a chunk over 32 KiB or not JSON raises BadProgress. It waits
+        (back-pressure) when 256 KiB are pending; the outcome receipt still carries the whole result."""
+        if self._progress is None:
+            Coalescer().emit(chunk, append=append)
+            return
+        await self._progress.emit(chunk, append=append)
 
     @property
     def attempt(self) -> int:

@@ -27,10 +27,13 @@ from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.policy import execution_timeout_ms
+from reach.agent.progress import ProgressStream
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.statuscheck import AlreadyCompleted
+from reach.core.progress import INTERVAL_MS as PROGRESS_INTERVAL_MS
+from reach.core.progress import Coalescer
 from reach.core.timeouts import RunClock, timeout_problem
 from reach.envelopes import now_ms
 from reach.kafka import codec
@@ -77,8 +80,10 @@ class Pipeline:
                  redis_outage: Outage | None = None,
                  policy: Callable[[str], Policy | None] = lambda _: None,
                  cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False,
-                 admitted: Callable[[int], Awaitable[bool]] = _always) -> None:
+                 admitted: Callable[[int], Awaitable[bool]] = _always,
+                 progress_interval_ms: int = PROGRESS_INTERVAL_MS) -> None:
         self._agent = agent
+        self._progress_interval_ms = progress_interval_ms
         self._admitted = admitted  # reach.agent.ownership: may a handler still start for this partition?
         self._cancelled = cancelled
         self._policy = policy
@@ -168,11 +173,17 @@ class Pipeline:
             cap_ms=policy.execution_timeout_ms if policy else None, deadline=envelope.deadline), message_id=mid)
         renewer = Renewal(lambda: self._renew(mid, gen, lease_ms, timer), every_s=lease_ms / 3000)
         thread: Future[Any] | None = None
+        stream = ProgressStream(envelope, send=self._send, agent_id=self._agent.agent_id,
+                                instance_id=self._agent.instance_id,
+                                coalescer=Coalescer(interval_ms=self._progress_interval_ms,
+                                                    replace_first=envelope.attempt > 1))
         context = Context(envelope=envelope, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
-                          _cancelled=lambda: self._cancelled(mid, envelope.tenant), _heartbeat=timer.beat)
+                          _cancelled=lambda: self._cancelled(mid, envelope.tenant), _heartbeat=timer.beat,
+                          _progress=stream)
         try:
             verdict, thread = await self._run(spec, payload, context, timer)
         finally:
+            stream.close()  # what the handler left pending goes before its outcome receipt
             timer.end("its run already ended (it timed out, or its outcome was published)")
             if thread is None:
                 renewer.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import typer
@@ -12,6 +13,7 @@ from reach.client import Client
 from reach.core.durations import parse_ms
 from reach.core.timeouts import check_timeout_ms
 from reach.errors import ReachError
+from reach.records import Receipt
 
 
 class BadPayload(ReachError):
@@ -51,6 +53,8 @@ def send(
                               "for COMPLETED, 1 other endings, 3 timeout)"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds --wait waits"),
     as_json: bool = typer.Option(False, "--json", help="with --wait: print the receipt as JSON"),
+    follow: bool = typer.Option(False, "--follow", help="with --wait: print the agent's partial results (ctx.emit) "
+                                "as they come, and its progress on stderr, before the terminal receipt"),
 ) -> None:
     """Publish a request for CAPABILITY to its capability topic; prints the message_id."""
     body = parse_payload(payload)
@@ -70,8 +74,11 @@ def send(
     if execution_timeout is not None:
         ms = parse_ms(execution_timeout, bare="ms", what="--execution-timeout", hint="expected e.g. 500ms, 5s or 2m.")
         extra["execution_timeout_ms"] = check_timeout_ms(ms, what="--execution-timeout")
+    if follow and not wait:
+        raise BadPayload("--follow prints a request's partial results while --wait waits for it: add --wait.")
     if wait:
-        send_and_wait(capability, body, timeout=timeout, as_json=as_json, version=version, session_key=session,
+        send_and_wait(capability, body, timeout=timeout, as_json=as_json, follow=follow, version=version,
+                      session_key=session,
                       to_agent=to, idempotency_key=idempotency_key, priority=priority, **extra)
         return
     with Client(source="reach-cli") as client:
@@ -80,7 +87,33 @@ def send(
     console.print(message_id, highlight=False)
 
 
-def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, **fields: Any) -> None:
+def follow_receipt(client: Client, capability: str, body: Any, *, timeout_ms: int, **fields: Any) -> Receipt:
+    """Send, print each partial result to stdout as it comes (text as is, JSON one per line; a replacing chunk
+    on a new line) and each progress change to stderr; return the terminal receipt."""
+    from reach.invoke import StreamChunk, StreamProgress, stream_request, views_row_of
+    from reach.webclient import auth_headers, views_url
+
+    out, streamed = sys.stdout, False
+    row_of = views_row_of(views_url(client.settings), auth_headers(client.settings))
+    for item in stream_request(client, client.replies(), row_of, capability, body,
+                               timeout_ms=timeout_ms, **fields):
+        if isinstance(item, StreamChunk):
+            text = item.data if item.kind == "text" else json.dumps(item.data) + "\n"
+            out.write(("\n" if streamed and not item.append else "") + text)
+            out.flush()
+            streamed = True
+        elif isinstance(item, StreamProgress):
+            shown = "-" if item.fraction is None else f"{item.fraction:.0%}"
+            print(f"progress {shown} {item.note or ''}".rstrip(), file=sys.stderr, flush=True)
+        else:
+            if streamed:
+                out.write("\n")
+            return item
+    raise AssertionError("stream_receipt ends with the terminal receipt")  # pragma: no cover
+
+
+def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, follow: bool = False,
+                  **fields: Any) -> None:
     """Send with reply_to = this host's CLI reply topic, print the terminal receipt, exit by its status."""
     from reach.cli.common import Exit
     from reach.invoke import InvokeTimeout, host_client_id, result_value
@@ -90,7 +123,10 @@ def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, 
     with Client(source="reach-cli") as client:
         client.replies(host_client_id())
         try:
-            receipt = client.invoke_receipt(capability, body, timeout_ms=timeout_ms, **fields)
+            if follow:
+                receipt = follow_receipt(client, capability, body, timeout_ms=timeout_ms, **fields)
+            else:
+                receipt = client.invoke_receipt(capability, body, timeout_ms=timeout_ms, **fields)
         except InvokeTimeout as exc:
             console.print(f"timed out after {timeout:g}s: {exc}", highlight=False)
             raise typer.Exit(Exit.WAIT_TIMEOUT) from None

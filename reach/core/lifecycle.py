@@ -1,8 +1,13 @@
 """The status table's row and its pure transition function (receipts fold into one row per message).
 
 Rows are bounded: at most `MAX_STEPS` timeline steps (older ones are dropped and counted), results
-cut at `MAX_RESULT_CHARS` and error messages at `MAX_ERROR_CHARS`, so one chatty message or a huge
-result cannot make a row, the store or the changelog grow without limit.
+cut at `MAX_RESULT_CHARS` and error messages at `MAX_ERROR_CHARS`, and the partial results of PROGRESS
+receipts kept within `reach.core.progress.MAX_ROW_CHUNKS` / `MAX_ROW_CHUNK_CHARS`, so one chatty message
+or a huge result cannot make a row, the store or the changelog grow without limit.
+
+A PROGRESS receipt never enters the timeline and never changes the row's status: it only updates
+`progress` (the last fraction and note, the chunks of the current attempt), and only while the row is
+not terminal and the receipt is of its generation.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import base64
 
 from pydantic import BaseModel, ConfigDict
 
+from reach.core.progress import Chunks, fold_progress
 from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, Receipt, Status
 
 # Within one attempt, a later step never moves the row back (ROUTED can arrive after STARTED:
@@ -78,6 +84,7 @@ class StatusRow(BaseModel):
     pending_reply: str | None = None  # base64 terminal receipt that arrived before its reply_to was known
     callback: str | None = None  # the envelope's callback spec, learned from receipts written from the envelope
     callback_sent: bool = False  # the current generation's callback envelope (or its rejection) was produced
+    progress: Chunks | None = None  # the handler's last progress and partial results (PROGRESS receipts, v7)
 
     @property
     def terminal(self) -> bool:
@@ -107,12 +114,27 @@ def fold(row: StatusRow | None, receipt: Receipt, *, reply_to: str | None = None
     """Apply one receipt. First terminal per (message_id, generation) wins; later ones only extend the
     timeline; an exact duplicate changes nothing; a newer generation (a replay) reopens the row.
     `reply_to` is the envelope's reply topic when the receipt's writer knew it (the router does)."""
+    if receipt.status is Status.PROGRESS:
+        return _progress(row, receipt)
     after = _fold(row, receipt)
     if reply_to and after.reply_to is None and receipt.generation == after.generation:
         after = after.model_copy(update={"reply_to": reply_to})
     if receipt.callback and after.callback is None and receipt.generation == after.generation:
         after = after.model_copy(update={"callback": receipt.callback})
     return after
+
+
+def _progress(row: StatusRow | None, receipt: Receipt) -> StatusRow:
+    """PROGRESS updates the row's progress only. It says a handler runs: a row not seen yet, or an older
+    generation, reads it as STARTED (the agent publishes STARTED first, on the same partition, so only a lost
+    row or a reordered replay gets here); an ended row or an older generation's PROGRESS is kept as it is."""
+    if row is None or receipt.generation > row.generation:
+        row = _current(receipt.model_copy(update={"status": Status.STARTED, "progress": None}),
+                       list(row.timeline) if row else [], row)
+    if receipt.progress is None or row.terminal or receipt.generation != row.generation:
+        return row
+    return row.model_copy(update={"progress": fold_progress(row.progress, receipt.attempt, receipt.progress,
+                                                            receipt.at)})
 
 
 def _fold(row: StatusRow | None, receipt: Receipt) -> StatusRow:
@@ -177,6 +199,7 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         pending_reply=previous.pending_reply if same and previous else None,
         callback=previous.callback if same and previous else None,
         callback_sent=previous.callback_sent if same and previous else False,
+        progress=previous.progress if same and previous else None,
     )
 
 

@@ -2,7 +2,10 @@
 
 The status table (the stream app's views) is the source: the stream re-reads the row every `poll_s`
 and sends each timeline entry once, in order (`id:` is its index, so `Last-Event-ID` resumes); the
-entry that makes the row terminal is sent as `event: terminal` and the stream closes."""
+entry that makes the row terminal is sent as `event: terminal` and the stream closes. A handler's progress
+and partial results (the row's `progress`, from PROGRESS receipts) go as `event: progress` and `event: chunk`
+frames without an id, each chunk once and before the entry that ends the row; a resumed stream sends the
+chunks the row still holds again (their `seq` tells a reader which it has)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from reach.core.progress import Chunks, Cursor, news
 from reach.gateway.deps import StatusSource
 from reach.records import Status
 
@@ -41,6 +45,20 @@ def new_frames(row: dict[str, Any], sent: int) -> tuple[list[bytes], int, bool]:
     return frames, max(sent, len(timeline)), done
 
 
+def progress_frames(row: dict[str, Any], cursor: Cursor) -> tuple[list[bytes], Cursor]:
+    """`progress` and `chunk` frames for what the row shows past `cursor`, and the cursor after them."""
+    raw = row.get("progress")
+    if raw is None:
+        return [], cursor
+    chunks, moved, cursor = news(Chunks.model_validate(raw), cursor)
+    frames = [frame("progress", {"fraction": cursor.fraction, "note": cursor.note})] if moved else []
+    for chunk in chunks:
+        data = json.loads(chunk.data) if chunk.kind == "json" else chunk.data
+        frames.append(frame("chunk", {"seq": chunk.seq, "kind": chunk.kind, "data": data, "append": chunk.append,
+                                      "attempt": cursor.attempt}))
+    return frames, cursor
+
+
 async def find_row(status: StatusSource, message_id: str, *, wait_s: float,
                    poll_s: float) -> tuple[int, dict[str, Any]]:
     """The row, waiting up to wait_s for a message the status table has not folded yet (a fresh 202)."""
@@ -58,8 +76,11 @@ async def receipt_stream(status: StatusSource, message_id: str, first: dict[str,
     """Frames until the row is terminal or max_s passed (then `event: timeout`); keep-alive comments between."""
     started = quiet_since = clock()
     row = first
+    cursor = Cursor()
     while True:
+        partial, cursor = progress_frames(row, cursor)
         frames, sent, done = new_frames(row, sent)
+        frames = partial + frames
         for chunk in frames:
             yield chunk
         now = clock()
