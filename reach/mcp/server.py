@@ -130,7 +130,7 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams) 
         return tools.error("unavailable: the bus did not answer; retry in a few seconds")
     try:
         ended = await pending.ended(host.call_timeout_s)
-    except BaseException:
+    except anyio.get_cancelled_exc_class():  # the client cancelled the call (or its session ended)
         pending.forget()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await host.cancel(app, pending.message_id)
