@@ -28,6 +28,7 @@ from reach.agent.agent import Context
 from tests.integration.agent_support import running, wait_for
 from tests.integration.conftest import Infra, fresh_namespace
 from tests.integration.stream_app import ROOT, StreamApp
+from tests.integration.test_a2a import stop_process
 from tests.integration.test_gateway_http import Gateway, create_app
 
 pytestmark = pytest.mark.integration
@@ -104,14 +105,6 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
         wanted = {"demo.echo", "demo.mcp.greet", "demo.mcp.fail", "demo.mcp.hold"}
         wait_for(lambda: wanted <= set(asyncio.run(tool_names(mesh, "shop"))), 60, "the tools", interval=0.5)
         yield mesh
-
-
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 @contextlib.asynccontextmanager

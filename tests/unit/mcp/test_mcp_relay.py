@@ -9,6 +9,7 @@ from typing import Any
 import mcp_types as types
 
 from reach.mcp.relay import Relay
+from tests.unit.mcp.fakes import FakeConnection, context
 
 
 @dataclass
@@ -26,34 +27,11 @@ class FakeUpstream:
         return types.CallToolResult(content=[], structured_content=arguments)
 
 
-@dataclass
-class FakeOutbound:
-    sent: list[str] = field(default_factory=list)
-
-    async def notify(self, method: str, params: Any) -> None:
-        self.sent.append(method)
-
-
-@dataclass
-class FakeConnection:
-    outbound: FakeOutbound = field(default_factory=FakeOutbound)
-
-
-@dataclass
-class FakeContext:
-    session: Any
-
-
-@dataclass
-class FakeSession:
-    _connection: FakeConnection
-
-
 def test_the_relay_forwards_lists_calls_and_list_changes() -> None:
     upstream = FakeUpstream()
     relay = Relay(upstream)  # type: ignore[arg-type]
     connection = FakeConnection()
-    ctx: Any = FakeContext(FakeSession(connection))
+    ctx = context(connection)
 
     async def scenario() -> None:
         await relay.on_upstream(types.ToolListChangedNotification())  # before any list: nobody to tell
@@ -71,7 +49,7 @@ def test_the_relay_forwards_lists_calls_and_list_changes() -> None:
 
 def test_an_upstream_failure_is_a_tool_error() -> None:
     relay = Relay(FakeUpstream(fail=True))  # type: ignore[arg-type]
-    ctx: Any = FakeContext(FakeSession(FakeConnection()))
+    ctx = context(FakeConnection())
     result = asyncio.run(relay.call_tool(ctx, types.CallToolRequestParams(name="demo.echo", arguments={})))
     assert result.is_error is True
     block = result.content[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from reach.errors import InfraUnavailable
 from reach.mcp import server as mcp_server
 from reach.mcp.ports import PENDING, Ended, Refused
 from reach.records import Capability
+from tests.unit.mcp.fakes import FakeConnection, FakeOutbound, context
 
 APP = CallerApp(app_id="a1", name="a1", tenant="acme", capabilities=(), rate=10, burst=10)
 GREET = Capability(name="demo.greet", version="1.0.0", input_schema='{"type": "object"}')
@@ -124,39 +124,11 @@ def test_a_cancelled_call_cancels_the_message() -> None:
     assert host.cancelled == [("a1", "m1")] and host.pending.forgotten
 
 
-@dataclass
-class FakeOutbound:
-    sent: list[str] = field(default_factory=list)
-    broken: bool = False
-
-    async def notify(self, method: str, params: Any) -> None:
-        if self.broken:
-            raise ConnectionError("gone")
-        self.sent.append(method)
-
-
-@dataclass
-class FakeConnection:
-    outbound: FakeOutbound = field(default_factory=FakeOutbound)
-    session_id: str | None = "s1"
-    exit_stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
-
-
-@dataclass
-class FakeSession:
-    _connection: FakeConnection
-
-
-@dataclass
-class FakeContext:
-    session: FakeSession
-
-
 def test_the_watch_notifies_a_session_whose_tools_changed() -> None:
     host = FakeHost()
     watch = mcp_server.ToolWatch(host, every_s=0.01)
     connection = FakeConnection()
-    watch.watch(FakeContext(FakeSession(connection)), APP, mcp_server.tools.fingerprint(host.caps))  # type: ignore[arg-type]
+    watch.watch(context(connection), APP, mcp_server.tools.fingerprint(host.caps))
     assert asyncio.run(watch.check()) == 0
     host.caps.append(Capability(name="demo.late", version="1.0.0"))
     assert asyncio.run(watch.check()) == 1 and connection.outbound.sent == ["notifications/tools/list_changed"]
@@ -169,10 +141,10 @@ def test_the_watch_drops_a_session_it_cannot_reach_and_skips_stateless_ones() ->
     host = FakeHost()
     watch = mcp_server.ToolWatch(host)
     stateless = FakeConnection(session_id=None)
-    watch.watch(FakeContext(FakeSession(stateless)), APP, ())  # type: ignore[arg-type]
+    watch.watch(context(stateless), APP, ())
     assert len(watch) == 0
     gone = FakeConnection(outbound=FakeOutbound(broken=True))
-    watch.watch(FakeContext(FakeSession(gone)), APP, ())  # type: ignore[arg-type]
+    watch.watch(context(gone), APP, ())
     assert asyncio.run(watch.check()) == 0 and len(watch) == 0
 
 
