@@ -15,6 +15,7 @@ from reach.cli import dlq as dlq_cli
 from reach.cli import handoff as handoff_cli
 from reach.cli import instances as instances_cli
 from reach.cli import intents as intents_cli
+from reach.cli import mcp as mcp_cli
 from reach.cli import operators as operators_cli
 from reach.cli import policy as policy_cli
 from reach.cli import receipts as receipts_cli
@@ -61,6 +62,7 @@ app.add_typer(apps_cli.app, name="apps")
 app.add_typer(channels_cli.app, name="channels")
 app.add_typer(operators_cli.app, name="operators")
 app.add_typer(a2a_cli.app, name="a2a")
+app.add_typer(mcp_cli.app, name="mcp")
 app.add_typer(intents_cli.app, name="intents")
 app.add_typer(handoff_cli.app, name="handoff")
 app.add_typer(__import__("reach.cli.faults", fromlist=["app"]).app, name="faults")

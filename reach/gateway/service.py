@@ -26,6 +26,7 @@ from reach.gateway.routes_a2a import a2a_routes, cancel_routes
 from reach.gateway.routes_callbacks import callback_routes
 from reach.gateway.routes_console import console_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
+from reach.gateway.routes_mcp import mcp_endpoint, mcp_route
 from reach.gateway.routes_status import status_routes
 
 UNMATCHED = "(unmatched)"  # route label of requests no route matched: never the raw path (unbounded labels)
@@ -122,10 +123,12 @@ def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMe
     """The HTTP service over its dependencies; `deps.closers` run when the app shuts down."""
     metrics = metrics or GatewayMetrics()
     admission = Admission(deps, settings, metrics)
+    mcp = mcp_endpoint(admission, deps.directory)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with mcp.run():  # the MCP sessions end before the dependencies they call close
+            yield
         for close in deps.closers:
             done = close()
             if inspect.isawaitable(done):
@@ -141,6 +144,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMe
         app.include_router(console_routes(deps.console, deps.status))
     app.include_router(cancel_routes(admission))
     app.router.routes.extend(a2a_routes(admission, deps.directory))
+    app.router.routes.append(mcp_route(mcp))
 
     @app.exception_handler(Refusal)
     async def on_refusal(_request: Request, exc: Refusal) -> JSONResponse:

@@ -15,7 +15,7 @@ from tests.unit.import_rules import imported as _imported
 REACH = ROOT / "reach"
 
 SHARED = ("reach/callers.py", "reach/signing.py", "reach/apps.py", "reach/appstore.py", "reach/secretbox.py")
-INTERFACES = ("reach.cli", "reach.console", "reach.gateway", "reach.a2a")
+INTERFACES = ("reach.cli", "reach.console", "reach.gateway", "reach.a2a", "reach.mcp")
 
 
 def _within(module: str, package: str) -> bool:
@@ -49,6 +49,12 @@ def test_channels_never_import_the_gateway() -> None:
 def test_a2a_never_imports_the_gateway() -> None:
     _check(_files("reach/a2a"), ("reach.gateway",),
            "A2A never imports the gateway that hosts it (what it needs is reach.a2a.ports.Host, passed in)")
+
+
+def test_mcp_never_imports_the_gateway() -> None:
+    _check(_files("reach/mcp"), ("reach.gateway", "reach.a2a"),
+           "MCP never imports the gateway that hosts it (what it needs is reach.mcp.ports.Host, passed in), "
+           "nor A2A, another interface")
 
 
 def test_the_console_never_imports_the_gateway() -> None:

@@ -1,0 +1,74 @@
+"""`reach mcp`: where the gateway serves MCP (/mcp), and `reach mcp stdio`, the local assistants' relay to it
+(docs/mcp.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+
+import typer
+
+from reach.cli.common import console
+from reach.errors import ConfigError
+
+TOKEN_ENV = "REACH_MCP_TOKEN"  # the app key, `<key_id>.<secret>`: never a command-line argument (ps shows those)
+URL_ENV = "REACH_MCP_URL"
+
+app = typer.Typer(help="MCP: the live capabilities as Model Context Protocol tools (docs/mcp.md).")
+
+
+def _default_url() -> str:
+    """REACH_MCP_URL, else the gateway's public URL, else where `reach gateway` listens by default."""
+    from reach.gateway.httpsettings import HttpSettings
+    from reach.gateway.settings import GatewaySettings
+
+    given = os.environ.get(URL_ENV)
+    if given:
+        return given
+    public = HttpSettings().public_url
+    if public:
+        return public.rstrip("/") + "/mcp"
+    listen = GatewaySettings()
+    return f"http://{listen.host}:{listen.port}/mcp"
+
+
+@app.callback(invoke_without_command=True)
+def where(ctx: typer.Context, url: str | None = typer.Option(None, "--url", help="the gateway's /mcp URL"),
+          as_json: bool = typer.Option(False, "--json", help="print the assistant configuration as JSON")) -> None:
+    """Print the gateway's MCP endpoint and an assistant configuration for it. The gateway (`reach gateway`)
+    serves MCP; there is no second server to run: every tool call goes through its door."""
+    if ctx.invoked_subcommand is not None:
+        return
+    endpoint = url or _default_url()
+    stdio = {"mcpServers": {"agent-reach": {"command": "reach", "args": ["mcp", "stdio", "--url", endpoint],
+                                            "env": {TOKEN_ENV: "<key_id>.<secret>"}}}}
+    if as_json:
+        print(json.dumps({"url": endpoint, "http": {"url": endpoint, "headers": {
+            "Authorization": "Bearer <key_id>.<secret>"}}, "stdio": stdio}))
+        return
+    console.print(f"MCP (streamable HTTP) is served by the gateway at [bold]{endpoint}[/]", highlight=False)
+    console.print("Authenticate with a gateway app key (`reach apps create`): "
+                  "Authorization: Bearer <key_id>.<secret>", highlight=False)
+    console.print("For a local assistant that starts MCP servers as commands (stdio):", highlight=False)
+    print(json.dumps(stdio, indent=2))
+
+
+@app.command()
+def stdio(url: str | None = typer.Option(None, "--url", help=f"the gateway's /mcp URL (default {URL_ENV}, else "
+                                                                   "the local gateway)"),
+          log_level: str = typer.Option("WARNING", "--log-level")) -> None:
+    """Serve MCP over stdin/stdout, relayed to the gateway's /mcp with the app key in REACH_MCP_TOKEN."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token or "." not in token:
+        raise ConfigError(f"{TOKEN_ENV} must hold a gateway app key as <key_id>.<secret> (`reach apps create` "
+                          "prints both); it is read from the environment so that no process listing shows it")
+    import anyio
+
+    from reach.mcp.relay import serve_stdio  # the SDK loads only for this command
+
+    # stdout is the protocol's wire: every log line goes to stderr
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    anyio.run(serve_stdio, url or _default_url(), token)

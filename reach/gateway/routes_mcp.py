@@ -1,0 +1,119 @@
+"""MCP at the gateway: `/mcp`, streamable HTTP (reach.mcp.server.McpEndpoint, docs/mcp.md), over the port
+reach.mcp.ports.Host that `AdmissionHost` implements here with the door of `POST /v1/invoke`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from reach.a2a.bearer import BearerAuthenticator
+from reach.callers import AppDirectory, AuthFailure, CallerApp
+from reach.errors import InfraUnavailable
+from reach.gateway import answers, checks
+from reach.gateway.admission import Admission
+from reach.gateway.bodies import Accepted, InvokeAnswer, InvokeRequest
+from reach.gateway.deps import Waiter
+from reach.gateway.routes_a2a import LabelledRoute, _sender
+from reach.gateway.routes_envelopes import _from_status
+from reach.mcp.ports import PENDING, Ended, Pending, Refused
+from reach.mcp.server import McpEndpoint
+from reach.records import Capability
+
+PATH = "/mcp"
+
+
+def _ended(answer: InvokeAnswer) -> Ended:
+    return Ended(message_id=answer.message_id, trace_id=answer.trace_id, status=answer.status, result=answer.result,
+                 reason=answer.message, hint=answer.hint)
+
+
+class _Reply:
+    """Waits on the gateway's reply topic, as /v1/invoke does."""
+
+    def __init__(self, waiter: Waiter, accepted: Accepted) -> None:
+        self._waiter = waiter
+        self._accepted = accepted
+        self.message_id = accepted.message_id
+
+    async def ended(self, timeout_s: float) -> Ended:
+        receipt = await self._waiter.result(timeout_s)
+        if receipt is None:
+            return Ended(self.message_id, self._accepted.trace_id, PENDING)
+        return _ended(answers.from_receipt(receipt)[1])
+
+    def forget(self) -> None:
+        self._waiter.cancel()
+
+
+class _Row:
+    """A repeated idempotency_key: its reply went to the first call, so the status table is read instead."""
+
+    def __init__(self, admission: Admission, accepted: Accepted) -> None:
+        self._admission = admission
+        self._accepted = accepted
+        self.message_id = accepted.message_id
+
+    async def ended(self, timeout_s: float) -> Ended:
+        return _ended((await _from_status(self._admission, self._accepted, int(timeout_s * 1000)))[1])
+
+    def forget(self) -> None:
+        return None
+
+
+class AdmissionHost:
+    """reach.mcp.ports.Host over the gateway's admission, reply topic, registry, cancels and app keys."""
+
+    def __init__(self, admission: Admission, directory: AppDirectory | None) -> None:
+        self._admission = admission
+        self._bearer = BearerAuthenticator(directory) if directory is not None else None
+        self._cancel = _sender(admission)
+
+    @property
+    def call_timeout_s(self) -> float:
+        return self._admission.settings.invoke_timeout_ms / 1000
+
+    @property
+    def max_body_bytes(self) -> int:
+        return self._admission.settings.max_body_bytes
+
+    def authenticate(self, authorization: str | None) -> CallerApp | AuthFailure:
+        if self._bearer is None:
+            raise InfraUnavailable("this gateway has no apps directory")
+        return self._bearer.authenticate(authorization)
+
+    def capabilities(self, app: CallerApp) -> Sequence[Capability]:
+        live = self._admission.deps.catalog.live_capabilities(app.tenant, self._admission.deps.clock_ms())
+        return [cap for cap in live if app.may_call(cap.name)]
+
+    async def send(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None) -> Pending:
+        admission = self._admission
+        replies = admission.deps.replies
+        try:
+            request = InvokeRequest(capability=capability, payload=payload, idempotency_key=idempotency_key)
+            admitted = await admission.admit(app, request, reply_to=replies.topic,
+                                             default_budget_ms=admission.settings.invoke_timeout_ms)
+            waiter = replies.expect(admitted.envelope.message_id, admitted.envelope.generation)
+            try:
+                accepted = await admission.publish(admitted)
+            except BaseException:
+                waiter.cancel()
+                raise
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.body.hint,
+                          refusal.headers) from None
+        if accepted.message_id != admitted.envelope.message_id:
+            waiter.cancel()
+            return _Row(admission, accepted)
+        return _Reply(waiter, accepted)
+
+    async def cancel(self, app: CallerApp, message_id: str) -> None:
+        if self._cancel is not None:
+            await self._cancel(app, message_id)
+
+
+def mcp_endpoint(admission: Admission, directory: AppDirectory | None) -> McpEndpoint:
+    return McpEndpoint(AdmissionHost(admission, directory))
+
+
+def mcp_route(endpoint: McpEndpoint) -> LabelledRoute:
+    return LabelledRoute(PATH, endpoint, methods=["GET", "POST", "DELETE"])

@@ -1,0 +1,1 @@
+"""MCP: the mesh's live capabilities as Model Context Protocol tools (docs/mcp.md)."""

@@ -1,0 +1,88 @@
+"""What MCP needs of the gateway that hosts it: the port reach.gateway.routes_mcp implements and passes in.
+
+MCP is hosted by the gateway and never imports it (tests/unit/test_boundaries.py): a tool call goes through
+`Host.send`, the door of `POST /v1/invoke` (tenant, permission, quota, contract, idempotency, the broker's ack),
+and waits on the gateway's reply topic for the terminal receipt; who calls is `Host.authenticate` over the
+`Authorization: Bearer <key_id>.<secret>` header of every HTTP request."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from reach.callers import AuthFailure, CallerApp
+from reach.records import Capability
+
+PENDING = "PENDING"  # Ended.status when no terminal receipt came within the wait
+
+
+class Refused(Exception):
+    """The door refused the call: HTTP status, the stable error code, what happened, what to do."""
+
+    def __init__(self, status: int, error: str, message: str, hint: str | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+        self.hint = hint
+        self.headers = dict(headers or {})
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a call ended: the terminal receipt's status and result, or PENDING when the wait ran out."""
+
+    message_id: str
+    trace_id: str
+    status: str
+    result: Any = None
+    reason: str | None = None  # what happened, unless COMPLETED (the receipt's error kind/code/message)
+    hint: str | None = None
+
+
+class Pending(Protocol):
+    """A message the broker acknowledged, waiting for its terminal receipt."""
+
+    @property
+    def message_id(self) -> str: ...
+
+    async def ended(self, timeout_s: float) -> Ended:
+        """The terminal outcome, or an Ended with status PENDING after timeout_s."""
+        ...
+
+    def forget(self) -> None:
+        """Stop waiting (the call was cancelled)."""
+        ...
+
+
+class Host(Protocol):
+    """The gateway as MCP sees it."""
+
+    @property
+    def call_timeout_s(self) -> float:
+        """How long a tool call waits for the terminal receipt."""
+        ...
+
+    @property
+    def max_body_bytes(self) -> int:
+        """The largest HTTP request body MCP reads."""
+        ...
+
+    def authenticate(self, authorization: str | None) -> CallerApp | AuthFailure:
+        """The app whose key the bearer token is; raises reach.errors.InfraUnavailable while keys may be stale."""
+        ...
+
+    def capabilities(self, app: CallerApp) -> Sequence[Capability]:
+        """Every live capability version `app` may call (its tenant's instances, its capability list)."""
+        ...
+
+    async def send(self, app: CallerApp, *, capability: str, payload: Any,
+                   idempotency_key: str | None) -> Pending:
+        """Admit and publish one message for `app`; Refused when the door refuses it."""
+        ...
+
+    async def cancel(self, app: CallerApp, message_id: str) -> None:
+        """Produce the app's cancel record for the message (tenant-scoped)."""
+        ...

@@ -1,0 +1,227 @@
+"""MCP end to end: the official `mcp` SDK client (ClientSession over streamable HTTP) against a real `reach gateway`
+process, router, broker and Redis, with the example echo agent (examples/echo_agent.py) in its own process and a
+few test capabilities in this one. One module-scoped set-up serves every test (CI time budget)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+from cryptography.fernet import Fernet
+from mcp import ClientSession
+from mcp.client.session import IncomingMessage
+from mcp.client.streamable_http import streamable_http_client
+
+from reach.agent import Agent, BusinessError, Canceled
+from reach.agent.agent import Context
+from tests.integration.agent_support import running, wait_for
+from tests.integration.conftest import Infra, fresh_namespace
+from tests.integration.stream_app import ROOT, StreamApp
+from tests.integration.test_a2a import stop_process
+from tests.integration.test_gateway_http import Gateway, create_app
+
+pytestmark = pytest.mark.integration
+
+STARTED: dict[str, str] = {}  # demo.mcp.hold: the payload's n -> the message id of the run that started
+
+
+def tools_agent() -> Agent:
+    agent = Agent("agent://demo/mcp", region="local", max_concurrency=4, execution_timeout_ms=90_000)
+
+    @agent.capability("demo.mcp.greet", version="1.0.0", input_schema={
+        "type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        output_schema={"type": "object", "properties": {"greeting": {"type": "string"}}})
+    async def greet(payload: dict[str, Any]) -> dict[str, Any]:
+        return {"greeting": f"hello {payload['name']}"}
+
+    @agent.capability("demo.mcp.fail", version="1.0.0")
+    async def fail(payload: dict[str, Any]) -> dict[str, Any]:
+        raise BusinessError("OUT_OF_STOCK", "no more widgets")
+
+    @agent.capability("demo.mcp.hold", version="1.0.0")
+    async def hold(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        STARTED[str(payload["n"])] = ctx.envelope.message_id
+        give_up = time.monotonic() + 60
+        while time.monotonic() < give_up:
+            if ctx.cancelled:
+                raise Canceled("stopped on request")
+            await asyncio.sleep(0.05)
+        return {"n": payload["n"]}
+
+    return agent
+
+
+def late_agent() -> Agent:
+    agent = Agent("agent://demo/mcp-late", region="local")
+
+    @agent.capability("demo.mcp.late", version="1.0.0")
+    async def late(payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+    return agent
+
+
+@dataclass
+class Mesh:
+    gateway: Gateway
+    tokens: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        return self.gateway.url + "/mcp"
+
+
+@pytest.fixture(scope="module")
+def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
+    with pytest.MonkeyPatch.context() as patch, contextlib.ExitStack() as stack:
+        stack.enter_context(contextlib.contextmanager(fresh_namespace)(infra, patch))
+        patch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+        logs = tmp_path_factory.mktemp("mcp")
+        apps = {"shop": create_app("shop"), "narrow": create_app("narrow", "--capabilities", "demo.echo")}
+        router = StreamApp(logs)
+        patch.setenv("REACH_WEB_PORT", str(router.port))
+        echo = subprocess.Popen([sys.executable, "-m", "reach", "agent", "run", "examples.echo_agent:agent"],
+                                cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=stack.enter_context(open(logs / "echo.log", "wb")))
+        stack.callback(stop_process, echo)
+        stack.enter_context(running(tools_agent()))
+        router.start()
+        stack.callback(router.stop)
+        gateway = Gateway(logs, apps)
+        stack.callback(gateway.stop)
+        gateway.start()
+        mesh = Mesh(gateway, {name: f"{made['key_id']}.{made['secret']}" for name, made in apps.items()})
+        wanted = {"demo.echo", "demo.mcp.greet", "demo.mcp.fail", "demo.mcp.hold"}
+        wait_for(lambda: wanted <= set(asyncio.run(tool_names(mesh, "shop"))), 60, "the tools", interval=0.5)
+        yield mesh
+
+
+@contextlib.asynccontextmanager
+async def session(mesh: Mesh, token: str, notes: list[IncomingMessage] | None = None) -> AsyncIterator[ClientSession]:
+    async def note(message: IncomingMessage) -> None:
+        if notes is not None:
+            notes.append(message)
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120))
+    async with http, streamable_http_client(mesh.url, http_client=http) as (read, write), \
+            ClientSession(read, write, message_handler=note) as client:
+        await client.initialize()
+        yield client
+
+
+async def tool_names(mesh: Mesh, app: str) -> list[str]:
+    async with session(mesh, mesh.tokens[app]) as client:
+        return [t.name for t in (await client.list_tools()).tools]
+
+
+def test_lists_the_tools_and_calls_echo(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        async with session(mesh, mesh.tokens["shop"]) as client:
+            assert client.server_capabilities is not None and client.server_capabilities.tools is not None
+            assert client.server_capabilities.tools.list_changed is True
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            assert listed["demo.echo"].input_schema == {"type": "object"}  # the example agent's contract
+            assert listed["demo.mcp.greet"].input_schema["required"] == ["name"]
+            assert listed["demo.mcp.greet"].output_schema == {"type": "object",
+                                                              "properties": {"greeting": {"type": "string"}}}
+            echoed = await client.call_tool("demo.echo", {"text": "hello", "n": 3})
+            assert echoed.is_error is False, echoed
+            assert echoed.structured_content == {"text": "hello", "n": 3}
+            greeted = await client.call_tool("demo.mcp.greet", {"name": "ada"})
+            assert greeted.structured_content == {"greeting": "hello ada"}
+
+    asyncio.run(scenario())
+
+
+def test_a_contract_violation_and_a_failure_are_tool_errors(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        async with session(mesh, mesh.tokens["shop"]) as client:
+            bad = await client.call_tool("demo.mcp.greet", {"name": 42})
+            assert bad.is_error is True
+            text = bad.content[0].text if isinstance(bad.content[0], types.TextContent) else ""
+            assert text.startswith("invalid_payload:") and "name" in text, text
+            failed = await client.call_tool("demo.mcp.fail", {})
+            assert failed.is_error is True
+            text = failed.content[0].text if isinstance(failed.content[0], types.TextContent) else ""
+            assert text.startswith("failed:") and "OUT_OF_STOCK" in text and "no more widgets" in text, text
+            missing = await client.call_tool("demo.nothing", {})
+            assert missing.is_error is True
+
+    asyncio.run(scenario())
+
+
+def test_an_app_limited_to_echo_sees_and_calls_only_echo(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        async with session(mesh, mesh.tokens["narrow"]) as client:
+            assert [t.name for t in (await client.list_tools()).tools] == ["demo.echo"]
+            refused = await client.call_tool("demo.mcp.greet", {"name": "ada"})
+            assert refused.is_error is True
+            assert (await client.call_tool("demo.echo", {"a": 1})).structured_content == {"a": 1}
+
+    asyncio.run(scenario())
+
+
+def test_an_unauthenticated_request_is_refused(mesh: Mesh) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    anonymous = httpx.post(mesh.url, json=init, headers=accept, timeout=10)
+    assert anonymous.status_code == 401 and anonymous.headers["www-authenticate"].startswith("Bearer")
+    key_id = mesh.tokens["shop"].split(".")[0]
+    wrong = httpx.post(mesh.url, json=init, headers={**accept, "Authorization": f"Bearer {key_id}.wrong"}, timeout=10)
+    assert wrong.status_code == 401 and wrong.json()["error"] == "denied"
+
+    async def scenario() -> None:
+        with pytest.raises(Exception):  # noqa: B017 - the SDK surfaces the 401 as its transport's error
+            with anyio.fail_after(30):
+                async with session(mesh, f"{key_id}.wrong"):
+                    pass
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_call_cancels_the_message(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        async with session(mesh, mesh.tokens["shop"]) as client:
+            async with anyio.create_task_group() as group:
+                group.start_soon(client.call_tool, "demo.mcp.hold", {"n": 1})
+                with anyio.fail_after(30):
+                    while "1" not in STARTED:
+                        await anyio.sleep(0.05)
+                group.cancel_scope.cancel()  # the SDK sends notifications/cancelled for the abandoned call
+
+    asyncio.run(scenario())
+    message_id = STARTED["1"]
+
+    def ended() -> str | None:
+        row = mesh.gateway.get(f"/v1/messages/{message_id}")
+        status = row.json().get("status") if row.status_code == 200 else None
+        return status if status in ("CANCELED", "COMPLETED", "FAILED") else None
+
+    assert wait_for(ended, 30, "the held message's end", interval=0.2) == "CANCELED"
+
+
+def test_a_new_agent_changes_the_tool_list(mesh: Mesh) -> None:
+    notes: list[IncomingMessage] = []
+
+    async def scenario() -> None:
+        async with session(mesh, mesh.tokens["shop"], notes) as client:
+            assert "demo.mcp.late" not in [t.name for t in (await client.list_tools()).tools]
+            with running(late_agent()):
+                with anyio.fail_after(60):
+                    while not any(isinstance(n, types.ToolListChangedNotification) for n in notes):
+                        await anyio.sleep(0.1)
+                assert "demo.mcp.late" in [t.name for t in (await client.list_tools()).tools]
+
+    asyncio.run(scenario())

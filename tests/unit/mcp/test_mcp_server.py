@@ -1,0 +1,166 @@
+"""The MCP server's call flow, tool-list watch and endpoint auth over an in-memory Host (reach.mcp.server)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import mcp_types as types
+import pytest
+
+from reach.callers import AuthFailure, CallerApp
+from reach.errors import InfraUnavailable
+from reach.mcp import server as mcp_server
+from reach.mcp.ports import PENDING, Ended, Refused
+from reach.records import Capability
+from tests.unit.mcp.fakes import FakeConnection, FakeOutbound, context
+
+APP = CallerApp(app_id="a1", name="a1", tenant="acme", capabilities=(), rate=10, burst=10)
+GREET = Capability(name="demo.greet", version="1.0.0", input_schema='{"type": "object"}')
+
+
+@dataclass
+class FakePending:
+    message_id: str = "m1"
+    outcome: Ended | None = None
+    forgotten: bool = False
+    waiting: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def ended(self, timeout_s: float) -> Ended:
+        self.waiting.set()
+        if self.outcome is None:
+            await asyncio.sleep(3600)
+        assert self.outcome is not None
+        return self.outcome
+
+    def forget(self) -> None:
+        self.forgotten = True
+
+
+@dataclass
+class FakeHost:
+    caps: list[Capability] = field(default_factory=lambda: [GREET])
+    pending: FakePending = field(default_factory=FakePending)
+    refuse: Exception | None = None
+    sent: list[dict[str, Any]] = field(default_factory=list)
+    cancelled: list[tuple[str, str]] = field(default_factory=list)
+    call_timeout_s: float = 5.0
+    max_body_bytes: int = 1024
+    auth: CallerApp | AuthFailure | Exception = APP
+
+    def authenticate(self, authorization: str | None) -> CallerApp | AuthFailure:
+        if isinstance(self.auth, Exception):
+            raise self.auth
+        return self.auth
+
+    def capabilities(self, app: CallerApp) -> Sequence[Capability]:
+        return list(self.caps)
+
+    async def send(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None) -> FakePending:
+        if self.refuse is not None:
+            raise self.refuse
+        self.sent.append({"capability": capability, "payload": payload, "key": idempotency_key})
+        return self.pending
+
+    async def cancel(self, app: CallerApp, message_id: str) -> None:
+        self.cancelled.append((app.app_id, message_id))
+
+
+def params(name: str = "demo.greet", arguments: dict[str, Any] | None = None,
+           meta: dict[str, Any] | None = None) -> types.CallToolRequestParams:
+    return types.CallToolRequestParams(name=name, arguments=arguments or {}, _meta=meta)
+
+
+def text(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+def test_a_call_sends_the_arguments_and_returns_the_result() -> None:
+    host = FakeHost(pending=FakePending(outcome=Ended("m1", "t1", "COMPLETED", {"ok": True})))
+    result = asyncio.run(mcp_server.call(host, APP, params(arguments={"name": "ada"},
+                                                           meta={mcp_server.IDEMPOTENCY_META: "k-1"})))
+    assert result.structured_content == {"ok": True}
+    assert host.sent == [{"capability": "demo.greet", "payload": {"name": "ada"}, "key": "k-1"}]
+
+
+def test_an_unknown_tool_is_a_tool_error_and_sends_nothing() -> None:
+    host = FakeHost()
+    result = asyncio.run(mcp_server.call(host, APP, params("demo.nothing")))
+    assert result.is_error is True and text(result).startswith("unknown_tool:") and host.sent == []
+
+
+@pytest.mark.parametrize(("refusal", "expected"), [
+    (Refused(422, "invalid_payload", "payload violates the input schema at name"), "invalid_payload: payload "
+                                                                                   "violates the input schema at name"),
+    (Refused(403, "forbidden", "app a1 may not call demo.greet"), "forbidden: app a1 may not call demo.greet"),
+    (InfraUnavailable("kafka down at 10.0.0.7"), "unavailable: the bus did not answer; retry in a few seconds"),
+])
+def test_the_doors_refusal_is_a_tool_error(refusal: Exception, expected: str) -> None:
+    result = asyncio.run(mcp_server.call(FakeHost(refuse=refusal), APP, params()))
+    assert result.is_error is True and text(result) == expected
+
+
+def test_a_call_that_waits_too_long_is_a_timeout_tool_error() -> None:
+    host = FakeHost(pending=FakePending(outcome=Ended("m1", "t1", PENDING)))
+    assert text(asyncio.run(mcp_server.call(host, APP, params()))).startswith("timeout:")
+
+
+def test_a_cancelled_call_cancels_the_message() -> None:
+    host = FakeHost()
+
+    async def scenario() -> None:
+        task = asyncio.create_task(mcp_server.call(host, APP, params()))
+        await host.pending.waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert host.cancelled == [("a1", "m1")] and host.pending.forgotten
+
+
+def test_the_watch_notifies_a_session_whose_tools_changed() -> None:
+    host = FakeHost()
+    watch = mcp_server.ToolWatch(host, every_s=0.01)
+    connection = FakeConnection()
+    watch.watch(context(connection), APP, mcp_server.tools.fingerprint(host.caps))
+    assert asyncio.run(watch.check()) == 0
+    host.caps.append(Capability(name="demo.late", version="1.0.0"))
+    assert asyncio.run(watch.check()) == 1 and connection.outbound.sent == ["notifications/tools/list_changed"]
+    assert asyncio.run(watch.check()) == 0  # once per change
+    connection.exit_stack.close()  # the session ended
+    assert len(watch) == 0
+
+
+def test_the_watch_drops_a_session_it_cannot_reach_and_skips_stateless_ones() -> None:
+    host = FakeHost()
+    watch = mcp_server.ToolWatch(host)
+    stateless = FakeConnection(session_id=None)
+    watch.watch(context(stateless), APP, ())
+    assert len(watch) == 0
+    gone = FakeConnection(outbound=FakeOutbound(broken=True))
+    watch.watch(context(gone), APP, ())
+    assert asyncio.run(watch.check()) == 0 and len(watch) == 0
+
+
+@pytest.mark.parametrize(("auth", "status", "error"), [
+    (AuthFailure(reason="missing Authorization header", code="missing"), 401, "missing"),
+    (InfraUnavailable("the apps directory stopped"), 503, "unavailable"),
+])
+def test_the_endpoint_refuses_before_the_sdk_sees_the_request(auth: Any, status: int, error: str) -> None:
+    endpoint = mcp_server.McpEndpoint(FakeHost(auth=auth))
+
+    async def post() -> httpx.Response:
+        transport = httpx.ASGITransport(app=endpoint)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            return await client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+
+    answer = asyncio.run(post())
+    assert answer.status_code == status and answer.json()["error"] == error
+    if status == 401:
+        assert answer.headers["www-authenticate"].startswith("Bearer")
