@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from reach.callers import CallerApp
+from reach.callers import AuthFailure, CallerApp
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
@@ -84,9 +84,17 @@ class Admission:
         # a claim outlives the longest wait for an ack; a claim orphaned by a crash frees itself that soon
         self._pending_ttl = int(settings.ack_timeout * 2) + 5
 
-    async def authenticate(self, key_id: str | None, signature: str | None, raw: bytes) -> CallerApp:
+    def screen(self, key_id: str | None, signature: str | None) -> None:
+        """Refuse (401) what the headers alone condemn, before any body byte is read."""
+        outcome = self.deps.authenticator.screen(key_id=key_id, signature=signature, now=self.deps.clock_ms() // 1000)
+        if isinstance(outcome, AuthFailure):
+            raise checks.refuse_auth(outcome)
+
+    async def authenticate(self, key_id: str | None, signature: str | None, raw: bytes, *, method: str,
+                           target: str) -> CallerApp:
         with unavailable_as_503():
-            outcome = await self.deps.authenticator.authenticate(key_id=key_id, signature=signature, body=raw,
+            outcome = await self.deps.authenticator.authenticate(key_id=key_id, signature=signature, method=method,
+                                                                  target=target, body=raw,
                                                                   now=self.deps.clock_ms() // 1000)
         if not isinstance(outcome, Verified):
             raise checks.refuse_auth(outcome)

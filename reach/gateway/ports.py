@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from reach.callers import AuthFailure, CallerApp, KeyEntry
+from reach.signing import Signature
 
 
 class NonceStore(Protocol):
@@ -51,11 +52,17 @@ AuthOutcome = Verified | AuthFailure
 
 
 class Authenticator(Protocol):
-    """Checks `Reach-Key` + `Reach-Signature` over the raw body."""
+    """Checks `Reach-Key` + `Reach-Signature` over the method, the request target and the raw body."""
 
-    async def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes,
-                           now: int) -> AuthOutcome:
-        """Raises InfraUnavailable while the keys it checks against may be stale (never admits then)."""
+    def screen(self, *, key_id: str | None, signature: str | None, now: int) -> Signature | AuthFailure:
+        """The checks that need no body (headers present, well formed, nonce, scheme, time window): called
+        before the body is read, so an unsigned or malformed request costs no body read."""
+        ...
+
+    async def authenticate(self, *, key_id: str | None, signature: str | None, method: str, target: str,
+                           body: bytes, now: int) -> AuthOutcome:
+        """`target` is the path and query as sent (reach.signing.request_target). Raises InfraUnavailable while
+        the keys it checks against may be stale (never admits then)."""
         ...
 
     def healthy(self) -> bool:

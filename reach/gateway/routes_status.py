@@ -10,12 +10,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from reach.callers import CallerApp
-from reach.gateway import checks
 from reach.gateway.admission import Admission
 from reach.gateway.bodies import Health, MessageRow, TraceIndex
 from reach.gateway.events import find_row, receipt_stream
 from reach.gateway.openapi import READ_ERRORS
-from reach.gateway.routes_envelopes import SIGNED
+from reach.gateway.routes_envelopes import SIGNED, target_of
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -44,10 +43,10 @@ def _passthrough(code: int, body: dict[str, Any]) -> JSONResponse:
 
 
 async def signed_get(request: Request, admission: Admission) -> CallerApp:
-    """A GET is signed like a POST, over an empty body (401 otherwise)."""
+    """A GET is signed like a POST, over its method, target and an empty body (401 otherwise)."""
     key_id, signature = (request.headers.get(name) for name in SIGNED)
-    checks.require_signature_headers(key_id, signature)
-    app = await admission.authenticate(key_id, signature, b"")
+    admission.screen(key_id, signature)
+    app = await admission.authenticate(key_id, signature, b"", method=request.method, target=target_of(request))
     request.state.app_id = app.app_id
     return app
 

@@ -9,6 +9,9 @@
 |                                      |             | REACH_HOME/gateway-secrets.key (0600, made by the CLI)   |
 | REACH_GATEWAY_SIGNATURE_MAX_AGE      | 300         | seconds a signature's `t` may lie in the past            |
 | REACH_GATEWAY_SIGNATURE_MAX_AHEAD    | 60          | seconds `t` may lie in the future (caller clock skew)    |
+| REACH_GATEWAY_ACCEPT_V1              | false       | also accept v1 signatures (`t.n.body`, no method or path |
+|                                      |             | covered; a nonce still required): for callers not yet on |
+|                                      |             | v2, this release only (docs/http.md)                     |
 | REACH_GATEWAY_CAPABILITY_RATE        | (none)      | requests/s per capability, summed over every app         |
 | REACH_GATEWAY_CAPABILITY_BURST       | (the rate)  | bucket size of that cap                                  |
 | REACH_GATEWAY_CAPABILITY_LIMITS      | {}          | JSON per capability, e.g. {"search.web": [500, 1000]}    |
@@ -37,6 +40,7 @@ class GatewaySettings(BaseSettings):
     secrets_key: SecretStr | None = None
     signature_max_age: int = Field(default=300, ge=1)
     signature_max_ahead: int = Field(default=60, ge=0)
+    accept_v1: bool = False
     capability_rate: float | None = Field(default=None, gt=0)
     capability_burst: int | None = Field(default=None, ge=1)
     capability_limits: dict[str, tuple[float, int]] = {}

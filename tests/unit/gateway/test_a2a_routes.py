@@ -242,7 +242,8 @@ def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messag
     http = TestClient(build_gateway(dataclasses.replace(fakes.deps(), cancels=sink)))
     def cancel(mid: str, body: bytes) -> Any:
         return http.post(f"/v1/messages/{mid}:cancel", content=body,
-                         headers={"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", body)})
+                         headers={"Reach-Key": "key1",
+                                  "Reach-Signature": sign(b"secret-1", body, target=f"/v1/messages/{mid}:cancel")})
 
     for mid, code in (("m2", 409), ("m3", 404), ("nope", 404)):
         resp = cancel(mid, json.dumps({"message_id": mid}).encode())
