@@ -100,6 +100,12 @@ class Admission:
             raise checks.refuse_auth(outcome)
         return outcome.entry.app
 
+    async def take_read(self, app: CallerApp) -> None:
+        """A read's token (429 + Retry-After when the app's read bucket is empty, 503 when Redis does not answer)."""
+        with unavailable_as_503():
+            decision = await self.deps.quotas.take_read(app)
+        checks.check_quota(decision, app, "")
+
     async def admit(self, app: CallerApp, request: EnvelopeRequest, *, reply_to: str | None = None,
                     default_budget_ms: int = BUDGET_MS) -> Admitted:
         """Size, permission, quota, capability, schema; then the Envelope, stamped with the app's tenant."""

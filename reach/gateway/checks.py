@@ -124,7 +124,8 @@ def check_quota(decision: QuotaDecision, app: CallerApp, capability: str) -> Non
         return
     retry = max(1, int(-(-decision.retry_after_s // 1)))  # whole seconds, rounded up, at least 1
     whose = f"app {app.app_id}" if decision.scope != "capability" else f"capability {capability}"
-    raise Refusal(429, "quota_exceeded", f"the request quota of {whose} is used up",
+    kind = "read" if decision.scope == "read" else "request"
+    raise Refusal(429, "quota_exceeded", f"the {kind} quota of {whose} is used up",
                   f"retry after {retry} s (Retry-After)", headers={"Retry-After": str(retry)})
 
 

@@ -30,13 +30,18 @@ class QuotaDecision:
 
     allowed: bool
     retry_after_s: float = 0.0
-    scope: Literal["app", "capability"] | None = None
+    scope: Literal["app", "capability", "read"] | None = None
 
 
 class Quotas(Protocol):
     """Token buckets per app and per capability, shared by every gateway replica."""
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision: ...
+
+    async def take_read(self, app: CallerApp) -> QuotaDecision:
+        """One token of the app's read bucket (status and trace reads, event streams, A2A get / subscribe),
+        apart from its request bucket: reads never use up the quota of sends."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -121,6 +121,10 @@ class AdmissionHost:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))
 
     async def find(self, app: CallerApp, message_id: str) -> Row:
+        try:  # GetTask and SubscribeToTask: reads, metered like the /v1 ones
+            await self._admission.take_read(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         return owned(app, message_id, *await find_row(self._admission.deps.status, message_id,
                                                       wait_s=self.find_s, poll_s=self.poll_s))
 

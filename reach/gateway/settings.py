@@ -16,6 +16,9 @@
 | REACH_GATEWAY_CAPABILITY_BURST       | (the rate)  | bucket size of that cap                                  |
 | REACH_GATEWAY_CAPABILITY_LIMITS      | {}          | JSON per capability, e.g. {"search.web": [500, 1000]}    |
 |                                      |             | (rate, burst), overriding the two above                  |
+| REACH_GATEWAY_READ_RATE              | 50          | reads/s per app (status, traces, event streams, A2A get /|
+|                                      |             | subscribe), a bucket apart from the app's request quota  |
+| REACH_GATEWAY_READ_BURST             | 100         | bucket size of that cap                                  |
 | REACH_GATEWAY_REDIS_TIMEOUT          | 0.5         | seconds a nonce or quota call to Redis may take          |
 """
 
@@ -45,6 +48,8 @@ class GatewaySettings(BaseSettings):
     capability_burst: int | None = Field(default=None, ge=1)
     capability_limits: dict[str, tuple[float, int]] = {}
     redis_timeout: float = Field(default=0.5, gt=0)
+    read_rate: float = Field(default=50.0, gt=0)
+    read_burst: int = Field(default=100, ge=1)
 
     @model_validator(mode="after")
     def _limits_make_buckets(self) -> Self:
@@ -53,6 +58,11 @@ class GatewaySettings(BaseSettings):
                 raise ValueError(f"REACH_GATEWAY_CAPABILITY_LIMITS[{capability!r}] = [{rate}, {burst}]: "
                                  "expected [rate > 0, burst >= 1], e.g. [500, 1000]")
         return self
+
+    @property
+    def read_limit(self) -> Limit:
+        """The read bucket of each app."""
+        return Limit(rate=self.read_rate, burst=self.read_burst)
 
     @property
     def nonce_ttl(self) -> int:

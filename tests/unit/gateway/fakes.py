@@ -67,10 +67,18 @@ class FakeNonces:
 class FakeQuotas:
     """A token bucket per app (rate, burst), as the shared Redis one behaves on one replica."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, read_rate: float = 1000.0,
+                 read_burst: int = 1000) -> None:
         self.clock = clock
         self.buckets: dict[str, TokenBucket] = {}
+        self.reads: dict[str, TokenBucket] = {}
+        self.read_shape = (read_rate, read_burst)
         self.taken = 0
+
+    async def take_read(self, app: CallerApp) -> QuotaDecision:
+        rate, burst = self.read_shape
+        wait = self.reads.setdefault(app.app_id, TokenBucket(rate=rate, burst=burst)).take(self.clock())
+        return QuotaDecision(True) if wait == 0.0 else QuotaDecision(False, retry_after_s=wait, scope="read")
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         bucket = self.buckets.setdefault(app.app_id, TokenBucket(rate=app.rate, burst=app.burst))

@@ -274,3 +274,20 @@ def test_an_a2a_body_over_the_limit_is_413_before_it_is_read_whole_or_parsed(fak
     anonymous = stream_body(gateway, "POST", "/a2a/", {"Content-Type": "application/json"}, chunks=640)
     assert (anonymous.status, anonymous.reads) == (401, 0), "a caller without a token gets no body read at all"
     assert fakes.publisher.sent == []
+
+
+def test_get_task_takes_the_apps_read_quota(fakes: Fakes) -> None:
+    """Issue 28, finding 4: A2A GetTask / SubscribeToTask were reads no quota metered."""
+    from tests.unit.gateway.fakes import FakeQuotas
+
+    fakes.quotas = FakeQuotas(read_rate=0.001, read_burst=1)
+
+    async def scenario(connect: Callable[..., Awaitable[Any]]) -> None:
+        client = await connect()
+        [done] = await events(client, send_request("hi"))  # a send follows its task without a GetTask
+        got = await client.get_task(GetTaskRequest(id=done.task.id))
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED
+        with pytest.raises(A2AClientError, match="429"):
+            await client.get_task(GetTaskRequest(id=done.task.id))
+
+    run(fakes, scenario)

@@ -357,6 +357,9 @@ def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> No
         def take(self, app: CallerApp, capability: str) -> QuotaDecision:
             raise InfraUnavailable("Redis did not answer (fake)")
 
+        def take_read(self, app: CallerApp) -> QuotaDecision:
+            raise InfraUnavailable("Redis did not answer (fake)")
+
     fakes.quotas = DownQuotas()  # type: ignore[assignment]
     client = TestClient(build_gateway(fakes.deps()))
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
