@@ -82,3 +82,7 @@ class SignatureAuthenticator:
         if not await self._nonces.claim(entry.app.app_id, sig.nonce, self._max_age_s + self._max_ahead_s):
             return REPLAY
         return Verified(entry=entry, timestamp=sig.timestamp, nonce=sig.nonce)
+
+    async def release(self, verified: Verified) -> None:
+        if verified.nonce is not None:
+            await self._nonces.release(verified.entry.app.app_id, verified.nonce)

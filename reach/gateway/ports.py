@@ -23,6 +23,11 @@ class NonceStore(Protocol):
         signatures by several of an app's keys (rotation) and must be claimed once for all of them."""
         ...
 
+    async def release(self, key_id: str, nonce: str) -> None:
+        """Forget a claimed nonce: its request was refused after the signature check (quota, permission, ...),
+        so it holds no memory for the rest of the window; a replay is then refused like the original."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaDecision:
@@ -72,5 +77,9 @@ class Authenticator(Protocol):
 
     def healthy(self) -> bool:
         """Whether the keys are current (the apps directory is still following its topic)."""
+        ...
+
+    async def release(self, verified: Verified) -> None:
+        """Give back the nonce of a verified request the door then refused (NonceStore.release)."""
         ...
 

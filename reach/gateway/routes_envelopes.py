@@ -45,8 +45,11 @@ async def signed(request: Request, admission: Admission, limit: int) -> tuple[Ca
     key_id, signature = (request.headers.get(name) for name in SIGNED)
     admission.screen(key_id, signature)
     raw = await read_limited(request, limit, admission.settings.body_timeout)
-    app = await admission.authenticate(key_id, signature, raw, method=request.method, target=target_of(request))
+    verified = await admission.authenticate(key_id, signature, raw, method=request.method,
+                                            target=target_of(request))
+    app = verified.entry.app
     request.state.app_id = app.app_id
+    request.state.verified = verified  # a later refusal gives its nonce back (reach.gateway.service)
     return app, checks.parse_json(raw)
 
 

@@ -48,8 +48,11 @@ async def signed_get(request: Request, admission: Admission) -> CallerApp:
     """A GET is signed like a POST, over its method, target and an empty body (401 otherwise)."""
     key_id, signature = (request.headers.get(name) for name in SIGNED)
     admission.screen(key_id, signature)
-    app = await admission.authenticate(key_id, signature, b"", method=request.method, target=target_of(request))
+    verified = await admission.authenticate(key_id, signature, b"", method=request.method,
+                                            target=target_of(request))
+    app = verified.entry.app
     request.state.app_id = app.app_id
+    request.state.verified = verified  # a later refusal gives its nonce back (reach.gateway.service)
     await admission.take_read(app)
     return app
 

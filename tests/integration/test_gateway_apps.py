@@ -311,3 +311,11 @@ def test_two_replicas_share_one_read_bucket_apart_from_the_request_bucket(namesp
     assert [d.allowed for d in decisions] == [True, True, True, False, False]
     assert decisions[3].scope == "read" and decisions[3].retry_after_s > 900
     assert run(one.take(reader, "search.web")).allowed, "reads never spend the app's request token"
+
+
+def test_a_released_nonce_takes_no_redis_key(namespace: str, client: Redis) -> None:
+    store = RedisNonceStore(client=client, namespace=namespace)
+    assert run(store.claim("app_r", "n-released-01", 360))
+    run(store.release("app_r", "n-released-01"))
+    assert run(client.exists(f"{namespace}:gateway:nonce:app_r:n-released-01")) == 0
+    assert run(store.claim("app_r", "n-released-01", 360)) and not run(store.claim("app_r", "n-released-01", 360))

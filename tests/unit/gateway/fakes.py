@@ -63,6 +63,9 @@ class FakeNonces:
         self.seen.add((key_id, nonce))
         return True
 
+    async def release(self, key_id: str, nonce: str) -> None:
+        self.seen.discard((key_id, nonce))
+
 
 class FakeQuotas:
     """A token bucket per app (rate, burst), as the shared Redis one behaves on one replica."""

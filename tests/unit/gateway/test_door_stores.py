@@ -125,3 +125,10 @@ def test_the_read_bucket_is_the_apps_own_and_apart_from_its_request_bucket() -> 
     assert run(quotas.take(APP, "search.web")).allowed  # the request bucket is untouched by reads
     clock.now += 0.5
     assert run(quotas.take_read(APP)).allowed
+
+
+def test_a_released_nonce_is_forgotten() -> None:
+    store = MemoryNonceStore(Clock())
+    assert run(store.claim("a", "nonce-000001", 60)) and not run(store.claim("a", "nonce-000001", 60))
+    run(store.release("a", "nonce-000001"))
+    assert run(store.claim("a", "nonce-000001", 60))

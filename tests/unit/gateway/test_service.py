@@ -423,3 +423,21 @@ def test_a_missing_or_malformed_signature_is_refused_before_the_body_is_read(fak
     answer = stream_body(build_gateway(fakes.deps(), HttpSettings()), "POST", path, headers)
     assert (answer.status, json.loads(answer.body)["error"], answer.reads) == (401, code, 0)
     assert fakes.publisher.sent == []
+
+
+def test_a_request_refused_after_the_signature_check_gives_its_nonce_back(client: TestClient, fakes: Fakes) -> None:
+    """Issue 28, finding 4: nonces of refused requests (over quota, forbidden, unknown capability) held Redis
+    memory for the whole window."""
+    fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s2")
+    raw = json.dumps({"capability": "demo.echo", "payload": {"text": "x"}}).encode()
+
+    def send(nonce: str, body: bytes = raw) -> httpx.Response:
+        return client.post("/v1/envelopes", content=body, headers={
+            "Reach-Key": "tiny", "Reach-Signature": sign(b"s2", body, nonce=nonce)})
+
+    assert send("n-accepted-01").status_code == 202
+    assert send("n-over-quota").status_code == 429
+    unknown = json.dumps({"capability": "nobody.serves", "payload": {}}).encode()
+    assert send("n-unknown-01", unknown).status_code in (404, 429)
+    assert send("n-accepted-01").json()["error"] == "replay", "a replay never frees the original's nonce"
+    assert {n for _, n in fakes.nonces.seen} == {"n-accepted-01"}
