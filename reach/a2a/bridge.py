@@ -6,7 +6,9 @@ outcome (reach.a2a.outcome) becomes the receipt. A cancel of the message cancels
 
 | variable | default | meaning |
 |---|---|---|
-| REACH_A2A_BEARER | (none) | `Authorization: Bearer` token for the remote agent |
+| REACH_A2A_BEARER | (none) | `Authorization: Bearer` token for the remote agent, sent only to the origin of `--url` |
+| REACH_A2A_BEARER_ORIGINS | (none) | more origins the bearer may go to, comma-separated (`https://a2a.example.com`): |
+| | | for a card whose interface URL is on another host than the card |
 | REACH_A2A_TIMEOUT | 30 (seconds) | one HTTP call to the remote agent |
 | REACH_A2A_POLL | 0.5 (seconds) | how often a task not final yet is read again (GetTask) |
 """
@@ -37,6 +39,7 @@ class BridgeSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="REACH_A2A_", frozen=True, extra="ignore")
 
     bearer: SecretStr | None = None
+    bearer_origins: str = ""
     timeout: float = Field(default=30.0, gt=0)
     poll: float = Field(default=0.5, gt=0)
 
@@ -45,13 +48,43 @@ class RemoteUnreachable(InfraUnavailable):
     """The remote A2A agent's card could not be read (`reach a2a bridge` exits 4)."""
 
 
-def _http(settings: BridgeSettings) -> httpx.AsyncClient:
-    headers = {"Authorization": f"Bearer {settings.bearer.get_secret_value()}"} if settings.bearer else {}
-    return httpx.AsyncClient(timeout=settings.timeout, headers=headers)
+def origin_of(url: str | httpx.URL) -> str:
+    """`scheme://host:port`, lower-cased, with the scheme's default port made explicit."""
+    parsed = httpx.URL(str(url))
+    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme, 0)
+    return f"{parsed.scheme}://{parsed.host.lower()}:{port}"
+
+
+def bearer_origins(url: str, settings: BridgeSettings) -> frozenset[str]:
+    """Where the bearer may go: the origin the card was read from, and the configured allow-list. A card names
+    its own interface URL, so without this the token would follow whatever host a card names (issue 28, #12)."""
+    extra = [o.strip() for o in settings.bearer_origins.split(",") if o.strip()]
+    return frozenset(origin_of(o) for o in [url, *extra])
+
+
+class OriginBearer(httpx.Auth):
+    """`Authorization: Bearer` on requests to the allowed origins only; other requests go without it."""
+
+    def __init__(self, token: str, origins: frozenset[str]) -> None:
+        self._header = f"Bearer {token}"
+        self._origins = origins
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        if origin_of(request.url) in self._origins:
+            request.headers["Authorization"] = self._header
+        yield request
+
+
+def http_client(url: str, settings: BridgeSettings,
+                transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """The bridge's HTTP client for the remote agent read at `url` (`transport`: a test's in-memory one)."""
+    auth = (OriginBearer(settings.bearer.get_secret_value(), bearer_origins(url, settings))
+            if settings.bearer else None)
+    return httpx.AsyncClient(timeout=settings.timeout, auth=auth, follow_redirects=False, transport=transport)
 
 
 async def read_card(url: str, settings: BridgeSettings) -> AgentCard:
-    async with _http(settings) as http:
+    async with http_client(url, settings) as http:
         try:
             return await A2ACardResolver(http, url).get_agent_card()
         except A2AError as exc:
@@ -106,7 +139,7 @@ def bridge_agent(*, url: str, capability: str, version: str = "1.0.0", agent_id:
 
     @agent.on_start
     async def connect() -> None:  # on the handlers' loop, which the client's connections belong to
-        http = _http(settings)
+        http = http_client(url, settings)
         clients.append((http, ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)))
 
     @agent.on_stop

@@ -76,8 +76,9 @@ def skill(versions: list[Capability]) -> AgentSkill:
 
 def _card(*, name: str, description: str, url: str, skills: list[AgentSkill]) -> AgentCard:
     scheme = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
-        scheme="bearer", bearer_format="<key_id>.<secret>",
-        description="a gateway app key (`reach apps create`): `Authorization: Bearer <key_id>.<secret>`"))
+        scheme="bearer", bearer_format="<key_id>.rat_<hex>",
+        description="the A2A token of a gateway app key (`reach apps create` prints it): "
+                    "`Authorization: Bearer <key_id>.rat_<hex>`"))
     return AgentCard(
         name=name, description=description, version=CARD_VERSION,
         supported_interfaces=[AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC.value,

@@ -156,7 +156,11 @@ class ReachRequestHandler(RequestHandler):
 
     async def _found(self, task_id: str, context: ServerCallContext) -> dict[str, Any]:
         """The row; a task sent a moment ago may not be folded yet: wait up to sse_find for it."""
-        code, row = await self._host.find(_caller(context), task_id)
+        try:
+            code, row = await self._host.find(_caller(context), task_id)
+        except Refused as refusal:  # the read quota: 429 with Retry-After, which the caller's retry logic knows
+            raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
+                                headers=refusal.headers) from None
         if code == 404:
             raise TaskNotFoundError(message=f"no task {task_id!r}: {row.get('message', '')}")
         if code != 200:

@@ -76,5 +76,6 @@ class Host(Protocol):
         ...
 
     async def find(self, app: CallerApp, message_id: str) -> Row:
-        """`row`, waiting up to find_s for a message the status table has not folded yet."""
+        """`row`, waiting up to find_s for a message the status table has not folded yet; Refused (429) when the
+        app's read quota is used up (GetTask and SubscribeToTask read through here)."""
         ...

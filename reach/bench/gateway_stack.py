@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -35,11 +36,14 @@ class SignedApp:
     key_id: str
     secret: str
 
-    def headers(self, body: bytes, *, now: int | None = None, nonce: str | None = None) -> dict[str, str]:
-        """Reach-Key and a Reach-Signature over exactly these body bytes, made now."""
+    def headers(self, body: bytes, *, method: str = "POST", target: str = ENVELOPES, now: int | None = None,
+                nonce: str | None = None) -> dict[str, str]:
+        """Reach-Key and a v2 Reach-Signature over this method, target (path?query) and exactly these body bytes,
+        made now with a fresh nonce."""
         t = int(time.time()) if now is None else now
-        return {"Reach-Key": self.key_id, "Reach-Signature": signing.sign(self.secret.encode(), body, t, nonce),
-                "Content-Type": "application/json"}
+        header = signing.sign_request(self.secret.encode(), method=method, target=target, body=body, t=t,
+                                      nonce=nonce or uuid.uuid4().hex)
+        return {"Reach-Key": self.key_id, "Reach-Signature": header, "Content-Type": "application/json"}
 
 
 def envelope_body(capability: str = noop_agent.CAPABILITY, payload: object = None, version: str = "*") -> bytes:

@@ -8,6 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from reach.a2a.bearer import a2a_token
 from reach.appstore import AppStore, KafkaAppLog
 from reach.cli.common import console, err_console
 from reach.gateway.settings import GatewaySettings
@@ -29,12 +30,15 @@ def _store(*, making_keys: bool = False) -> AppStore:
 
 
 def _show_secret(shown: dict[str, Any], as_json: bool) -> None:
+    shown = {**shown, "a2a_token": a2a_token(shown["key_id"], shown["secret"].encode())}
     if as_json:
         console.print_json(json.dumps(shown))
         return
-    console.print(f"app_id  {shown['app_id']}\nkey_id  {shown['key_id']}\nsecret  {shown['secret']}", highlight=False)
+    console.print(f"app_id     {shown['app_id']}\nkey_id     {shown['key_id']}\nsecret     {shown['secret']}\n"
+                  f"a2a_token  {shown['a2a_token']}", highlight=False)
     err_console.print("The secret is shown only now: store it where the caller keeps secrets. Sign each "
-                      "request with it (docs/http.md, Apps and signatures).", highlight=False)
+                      "request with it (docs/http.md, Apps and signatures). A2A clients send the a2a_token as "
+                      "`Authorization: Bearer` instead (docs/a2a.md); it cannot sign.", highlight=False)
 
 
 @app.command()

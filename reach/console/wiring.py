@@ -5,11 +5,12 @@ never imports the gateway."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from reach.console.backend import Backend
 from reach.console.operators import Operator, OperatorTable
+from reach.console.sessions import MemorySessions
 
 
 class Operators(Protocol):
@@ -50,3 +51,4 @@ class Console:
     operators: Operators
     backend: Backend
     close: Callable[[], None] = lambda: None
+    sessions: MemorySessions = field(default_factory=MemorySessions)  # the login cookies (reach.console.sessions)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from reach.callers import CallerApp
+from reach.callers import AuthFailure, CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
 from reach.envelopes import BUDGET_MS, new_envelope
@@ -87,13 +87,36 @@ class Admission:
         # a claim outlives the longest wait for an ack; a claim orphaned by a crash frees itself that soon
         self._pending_ttl = int(settings.ack_timeout * 2) + 5
 
-    async def authenticate(self, key_id: str | None, signature: str | None, raw: bytes) -> CallerApp:
+    def screen(self, key_id: str | None, signature: str | None) -> None:
+        """Refuse (401) what the headers alone condemn, before any body byte is read."""
+        outcome = self.deps.authenticator.screen(key_id=key_id, signature=signature, now=self.deps.clock_ms() // 1000)
+        if isinstance(outcome, AuthFailure):
+            raise checks.refuse_auth(outcome)
+
+    async def authenticate(self, key_id: str | None, signature: str | None, raw: bytes, *, method: str,
+                           target: str) -> Verified:
         with unavailable_as_503():
-            outcome = await self.deps.authenticator.authenticate(key_id=key_id, signature=signature, body=raw,
+            outcome = await self.deps.authenticator.authenticate(key_id=key_id, signature=signature, method=method,
+                                                                  target=target, body=raw,
                                                                   now=self.deps.clock_ms() // 1000)
         if not isinstance(outcome, Verified):
             raise checks.refuse_auth(outcome)
-        return outcome.entry.app
+        return outcome
+
+    async def refused_after_auth(self, verified: Verified | None, refusal: checks.Refusal) -> None:
+        """A verified request refused with a 4xx (quota, permission, capability, schema: nothing was done) gives
+        its nonce back, so refused requests hold no Redis memory (issue 28, finding 4). A 401 never does (a
+        replay must not free the original's nonce), nor a 5xx (the broker may have the envelope)."""
+        if verified is None or not 400 <= refusal.status < 500 or refusal.status == 401:
+            return
+        with contextlib.suppress(InfraUnavailable):  # unreleased, the nonce expires with its window
+            await self.deps.authenticator.release(verified)
+
+    async def take_read(self, app: CallerApp) -> None:
+        """A read's token (429 + Retry-After when the app's read bucket is empty, 503 when Redis does not answer)."""
+        with unavailable_as_503():
+            decision = await self.deps.quotas.take_read(app)
+        checks.check_quota(decision, app, "")
 
     async def admit(self, app: CallerApp, request: EnvelopeRequest, *, reply_to: str | None = None,
                     default_budget_ms: int = BUDGET_MS) -> Admitted:

@@ -43,13 +43,8 @@ UNAUTHORIZED = "unauthorized"  # the 401 `error` when the authenticator names no
 
 def unauthorized(reason: str, code: str = UNAUTHORIZED) -> Refusal:
     return Refusal(401, code, reason,
-                   "sign the raw body: Reach-Key: <key_id>, Reach-Signature: t=<unix>,v1=<hex HMAC-SHA256>")
-
-
-def require_signature_headers(key_id: str | None, signature: str | None) -> None:
-    """Refuse before reading the body when the request is not signed at all."""
-    if not key_id or not signature:
-        raise unauthorized("the request carries no Reach-Key and Reach-Signature headers", "missing")
+                   "sign each request: Reach-Key: <key_id>, Reach-Signature: t=<unix>,n=<nonce>,v2=<hex "
+                   "HMAC-SHA256 of t.n.METHOD.path?query.body> (docs/http.md)")
 
 
 def refuse_auth(failure: AuthFailure) -> Refusal:
@@ -129,7 +124,8 @@ def check_quota(decision: QuotaDecision, app: CallerApp, capability: str) -> Non
         return
     retry = max(1, int(-(-decision.retry_after_s // 1)))  # whole seconds, rounded up, at least 1
     whose = f"app {app.app_id}" if decision.scope != "capability" else f"capability {capability}"
-    raise Refusal(429, "quota_exceeded", f"the request quota of {whose} is used up",
+    kind = "read" if decision.scope == "read" else "request"
+    raise Refusal(429, "quota_exceeded", f"the {kind} quota of {whose} is used up",
                   f"retry after {retry} s (Retry-After)", headers={"Retry-After": str(retry)})
 
 

@@ -46,7 +46,8 @@ def open_door(*, gateway: GatewaySettings, reach: ReachSettings, kafka: KafkaSet
     directory.start(ready_timeout)
     client = door_client(redis.url(reach.home), timeout_s=gateway.redis_timeout)
     nonces = RedisNonceStore(client=client, namespace=reach.namespace)
-    quotas = RedisQuotas(client=client, namespace=reach.namespace, capability_limit=gateway.capability_limit)
+    quotas = RedisQuotas(client=client, namespace=reach.namespace, capability_limit=gateway.capability_limit,
+                         read_limit=gateway.read_limit)
     authenticator = SignatureAuthenticator(directory=directory, nonces=nonces, max_age_s=gateway.signature_max_age,
-                                           max_ahead_s=gateway.signature_max_ahead)
+                                           max_ahead_s=gateway.signature_max_ahead, accept_v1=gateway.accept_v1)
     return Door(directory=directory, nonces=nonces, quotas=quotas, authenticator=authenticator, client=client)

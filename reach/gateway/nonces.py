@@ -21,6 +21,10 @@ class RedisNonceStore:
         with guarded("claiming a request nonce"):
             return bool(await self._client.set(f"{self._prefix}{key_id}:{nonce}", b"1", nx=True, ex=max(1, ttl_s)))
 
+    async def release(self, key_id: str, nonce: str) -> None:
+        with guarded("releasing a request nonce"):
+            await self._client.delete(f"{self._prefix}{key_id}:{nonce}")
+
 
 class MemoryNonceStore:
     """The same rule in one process, for unit tests (and a single gateway without Redis)."""
@@ -39,3 +43,6 @@ class MemoryNonceStore:
             return False
         self._until[(key_id, nonce)] = now + max(1, ttl_s)
         return True
+
+    async def release(self, key_id: str, nonce: str) -> None:
+        self._until.pop((key_id, nonce), None)

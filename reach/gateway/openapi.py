@@ -55,7 +55,7 @@ def request_body(model: type[BaseModel]) -> dict[str, Any]:
         "parameters": [{"name": name, "in": "header", "required": True, "schema": {"type": "string"},
                         "description": text} for name, text in (
             ("Reach-Key", "the app's key id"),
-            ("Reach-Signature", "t=<unix>,v1=<hex HMAC-SHA256(secret, t + '.' + body)> (or with n=<nonce>)"))]}
+            ("Reach-Signature", "t=<unix>,n=<nonce>,v2=<hex HMAC-SHA256(secret, t.n.METHOD.path?query.body)>"))]}
 
 
 def install(app: FastAPI) -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from reach.callers import AuthFailure, CallerApp, KeyEntry
+from reach.signing import Signature
 
 
 class NonceStore(Protocol):
@@ -22,6 +23,11 @@ class NonceStore(Protocol):
         signatures by several of an app's keys (rotation) and must be claimed once for all of them."""
         ...
 
+    async def release(self, key_id: str, nonce: str) -> None:
+        """Forget a claimed nonce: its request was refused after the signature check (quota, permission, ...),
+        so it holds no memory for the rest of the window; a replay is then refused like the original."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaDecision:
@@ -29,13 +35,18 @@ class QuotaDecision:
 
     allowed: bool
     retry_after_s: float = 0.0
-    scope: Literal["app", "capability"] | None = None
+    scope: Literal["app", "capability", "read"] | None = None
 
 
 class Quotas(Protocol):
     """Token buckets per app and per capability, shared by every gateway replica."""
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision: ...
+
+    async def take_read(self, app: CallerApp) -> QuotaDecision:
+        """One token of the app's read bucket (status and trace reads, event streams, A2A get / subscribe),
+        apart from its request bucket: reads never use up the quota of sends."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,14 +62,24 @@ AuthOutcome = Verified | AuthFailure
 
 
 class Authenticator(Protocol):
-    """Checks `Reach-Key` + `Reach-Signature` over the raw body."""
+    """Checks `Reach-Key` + `Reach-Signature` over the method, the request target and the raw body."""
 
-    async def authenticate(self, *, key_id: str | None, signature: str | None, body: bytes,
-                           now: int) -> AuthOutcome:
-        """Raises InfraUnavailable while the keys it checks against may be stale (never admits then)."""
+    def screen(self, *, key_id: str | None, signature: str | None, now: int) -> Signature | AuthFailure:
+        """The checks that need no body (headers present, well formed, nonce, scheme, time window): called
+        before the body is read, so an unsigned or malformed request costs no body read."""
+        ...
+
+    async def authenticate(self, *, key_id: str | None, signature: str | None, method: str, target: str,
+                           body: bytes, now: int) -> AuthOutcome:
+        """`target` is the path and query as sent (reach.signing.request_target). Raises InfraUnavailable while
+        the keys it checks against may be stale (never admits then)."""
         ...
 
     def healthy(self) -> bool:
         """Whether the keys are current (the apps directory is still following its topic)."""
+        ...
+
+    async def release(self, verified: Verified) -> None:
+        """Give back the nonce of a verified request the door then refused (NonceStore.release)."""
         ...
 

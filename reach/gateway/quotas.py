@@ -77,13 +77,26 @@ return {1, 0, 0}
 _SCOPES: dict[int, Literal["app", "capability"]] = {1: "app", 2: "capability"}
 
 
-class RedisQuotas:
-    """Buckets `<ns>:gateway:quota:app:<app_id>` and `<ns>:gateway:quota:cap:<capability>`, shared by replicas."""
+DEFAULT_READ = Limit(rate=50.0, burst=100)  # per app: REACH_GATEWAY_READ_RATE / REACH_GATEWAY_READ_BURST
 
-    def __init__(self, *, client: Redis, namespace: str, capability_limit: LimitOf = _no_cap) -> None:
+
+class RedisQuotas:
+    """Buckets `<ns>:gateway:quota:app:<app_id>`, `<ns>:gateway:quota:cap:<capability>` and
+    `<ns>:gateway:quota:read:<app_id>`, shared by replicas."""
+
+    def __init__(self, *, client: Redis, namespace: str, capability_limit: LimitOf = _no_cap,
+                 read_limit: Limit = DEFAULT_READ) -> None:
         self._prefix = f"{namespace}:gateway:quota:"
         self._limit_of = capability_limit
+        self._read = read_limit
         self._take = ScriptBatcher.on(client).script(TAKE_LUA)  # one pipeline per turn of the event loop
+
+    async def take_read(self, app: CallerApp) -> QuotaDecision:
+        keys = [f"{self._prefix}read:{app.app_id}", f"{self._prefix}read:-"]  # the second bucket is off (rate 0)
+        with guarded("taking a read quota token"):
+            reply: Any = await self._take(keys, [repr(self._read.rate), self._read.burst, "0.0", 0])
+        allowed, _scope, wait_us = (int(x) for x in reply)
+        return ALLOWED if allowed else QuotaDecision(allowed=False, retry_after_s=wait_us / 1e6, scope="read")
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         cap = self._limit_of(capability) or Limit(rate=0.0, burst=0)
@@ -99,11 +112,23 @@ class RedisQuotas:
 class MemoryQuotas:
     """The same buckets in one process, on reach.core.tokenbucket; a changed app quota reshapes its bucket."""
 
-    def __init__(self, *, capability_limit: LimitOf = _no_cap, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, capability_limit: LimitOf = _no_cap, clock: Callable[[], float] = time.monotonic,
+                 read_limit: Limit = DEFAULT_READ) -> None:
         self._limit_of = capability_limit
         self._clock = clock
+        self._read = read_limit
         self._apps: dict[str, TokenBucket] = {}
         self._caps: dict[str, TokenBucket] = {}
+        self._reads: dict[str, TokenBucket] = {}
+
+    async def take_read(self, app: CallerApp) -> QuotaDecision:
+        now = self._clock()
+        bucket = self._bucket(self._reads, app.app_id, self._read)
+        wait = bucket.peek(now)
+        if wait > 0:
+            return QuotaDecision(allowed=False, retry_after_s=wait, scope="read")
+        bucket.take(now)
+        return ALLOWED
 
     @staticmethod
     def _bucket(buckets: dict[str, TokenBucket], key: str, limit: Limit) -> TokenBucket:

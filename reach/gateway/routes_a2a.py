@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
-from starlette.types import Scope
+from starlette.types import Message, Receive, Scope
 
 from reach.a2a import cards
 from reach.a2a.bearer import BearerAuthenticator
@@ -30,7 +30,7 @@ from reach.gateway.admission import Admission, Admitted, source_of, status_url, 
 from reach.gateway.bodies import CancelRequest, EnvelopeRequest, ErrorBody, Routing
 from reach.gateway.events import find_row, is_terminal
 from reach.gateway.openapi import READ_ERRORS, request_body
-from reach.gateway.routes_envelopes import signed
+from reach.gateway.routes_envelopes import read_limited, signed
 from reach.gateway.routes_status import owned
 from reach.names import check_capability
 
@@ -121,6 +121,10 @@ class AdmissionHost:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))
 
     async def find(self, app: CallerApp, message_id: str) -> Row:
+        try:  # GetTask and SubscribeToTask: reads, metered like the /v1 ones
+            await self._admission.take_read(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         return owned(app, message_id, *await find_row(self._admission.deps.status, message_id,
                                                       wait_s=self.find_s, poll_s=self.poll_s))
 
@@ -129,7 +133,8 @@ def _unauthenticated(failure: AuthFailure) -> JSONResponse:
     """401 + WWW-Authenticate: Bearer, what A2A clients expect before any JSON-RPC (the SDK raises A2AClientError
     `HTTP Error 401`)."""
     return JSONResponse({"error": failure.code, "message": failure.reason,
-                         "hint": "send Authorization: Bearer <key_id>.<secret> of a gateway app key"},
+                         "hint": "send Authorization: Bearer <key_id>.rat_<hex>, the A2A token `reach apps create` "
+                                 "printed"},
                         status_code=401, headers={"WWW-Authenticate": 'Bearer realm="agent-reach"'})
 
 
@@ -158,8 +163,8 @@ def cancel_routes(admission: Admission) -> APIRouter:
     async def cancel(message_id: str, request: Request) -> JSONResponse:
         """202 once the cancel record is on the bus: an agent that has not started the message skips it
         (CANCELED), a running handler sees ctx.cancelled; 409 when the message already ended. The signed body
-        names the message (`{"message_id": ...}`): a signature covers the body, not the path, so an empty body
-        would let any replayed signature (a status read's) cancel any message of the tenant."""
+        names the message (`{"message_id": ...}`): a v1 signature (REACH_GATEWAY_ACCEPT_V1) covers the body, not
+        the path, so an empty body would let another request's signature cancel any message of the tenant."""
         app, document = await signed(request, admission, MAX_CANCEL_BODY)
         if not isinstance(document, dict) or document.get("message_id") != message_id:
             raise checks.Refusal(400, "bad_request", "the signed body must name the message it cancels: "
@@ -178,6 +183,13 @@ def cancel_routes(admission: Admission) -> APIRouter:
                             status_code=202)
 
     return router
+
+
+def _replay(raw: bytes) -> Receive:
+    """A receive channel that hands the already-read body to the SDK's dispatcher."""
+    async def receive() -> Message:
+        return {"type": "http.request", "body": raw, "more_body": False}
+    return receive
 
 
 def socket_url(scope: Scope) -> str:
@@ -214,7 +226,11 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
             return _unauthenticated(outcome)
         request.scope[APP] = outcome
         request.state.app_id = outcome.app_id
-        return await dispatcher.handle_requests(request)
+        try:  # the /v1 limits, before the SDK reads and parses the body whole (issue 28, finding 8)
+            raw = await read_limited(request, admission.settings.max_body_bytes, admission.settings.body_timeout)
+        except checks.Refusal as exc:
+            return JSONResponse(exc.body.model_dump(), status_code=exc.status, headers=exc.headers)
+        return await dispatcher.handle_requests(Request(request.scope, _replay(raw)))
 
     def _served(card: AgentCard | None) -> Response:
         if card is None:

@@ -1,9 +1,11 @@
 """`/console`: the operator console's HTML pages and the JSON endpoints under `/console/api` (docs/console.md).
 
 Every route needs an operator token (reach.console.operators): `Authorization: Bearer <token>`, or the
-HttpOnly cookie `/console/login` sets. Without one, pages redirect to the login page and the API answers
-401; a viewer's mutation answers 403. The cookie is SameSite=Strict and a mutation whose Origin names
-another host is refused (403), so another site cannot make an operator's browser act.
+session cookie `/console/login` sets (a server-side session id, never the token: reach.console.sessions).
+Without one, pages redirect to the login page and the API answers 401; a viewer's mutation answers 403. The
+cookie is HttpOnly, SameSite=Strict and Secure over TLS, a mutation whose Origin names another host is refused
+(403), logout needs the session's CSRF token, and no page may be framed (`frame-ancestors 'none'`), so another
+site cannot make an operator's browser act.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from reach import dlq
 from reach.console import overview as overview_sql
 from reach.console.operators import Operator
+from reach.console.sessions import MemorySessions
 from reach.console.wiring import Console
 from reach.core.factors import NAMES
 from reach.errors import InfraUnavailable, ReachError
@@ -58,11 +61,15 @@ class Denied(Exception):
         self.message = message
 
 
-def _token(request: Request) -> str | None:
+NO_FRAMING = {"Content-Security-Policy": "frame-ancestors 'none'", "X-Frame-Options": "DENY"}
+
+
+def _token(request: Request, sessions: MemorySessions) -> str | None:
     header = request.headers.get("authorization", "")
     if header.lower().startswith("bearer "):
         return header[7:].strip()
-    return request.cookies.get(COOKIE)
+    session = sessions.get(request.cookies.get(COOKIE))
+    return session.token if session is not None else None
 
 
 def _same_origin(request: Request) -> bool:
@@ -140,9 +147,10 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     """The console's routes over its backend, operator directory and the status views."""
     router = APIRouter(include_in_schema=False)
     backend = console.backend
+    sessions = console.sessions
 
     def who(request: Request, *, admin: bool = False) -> Operator:
-        operator = console.operators.verify(_token(request))
+        operator = console.operators.verify(_token(request, sessions))
         if operator is None:
             raise Denied(401, "this console needs an operator token")
         if request.method != "GET" and not _same_origin(request):
@@ -187,10 +195,11 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
 
     def render(request: Request, name: str, operator: Operator | None, context: dict[str, Any],
                status_code: int = 200) -> HTMLResponse:
+        session = sessions.get(request.cookies.get(COOKIE))
         return TEMPLATES.TemplateResponse(request, f"{name}.html", {
             "pages": PAGES, "current": name if name != "error" else None, "operator": operator, "factors": NAMES,
-            **context},
-            status_code=status_code)
+            "csrf": session.csrf if session is not None else "", **context},
+            status_code=status_code, headers=NO_FRAMING)
 
     # -- shared reads: one function per page, used by its HTML and its JSON -------------------------------
 
@@ -306,18 +315,36 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
 
     @router.post("/console/login")
     async def login(request: Request) -> Response:
-        token = (await _form(request)).get("token", "").strip()
+        try:
+            token = (await _form(request)).get("token", "").strip()
+        except ValueError as exc:  # JSON that is not an object, or not JSON at all
+            return render(request, "login", None, {"error": f"The login body is not a form or a JSON object with "
+                                                            f"a token ({str(exc)[:200]})."}, status_code=400)
         operator = console.operators.verify(token)
         if operator is None:
             return render(request, "login", None, {"error": "That token is not a live operator token."},
                           status_code=401)
-        response = RedirectResponse("/console", status_code=303)
-        response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/console")
+        session = sessions.open(token)
+        response = RedirectResponse("/console", status_code=303, headers=NO_FRAMING)
+        response.set_cookie(COOKIE, session.session_id, max_age=int(sessions.ttl_s), httponly=True,
+                            samesite="strict", path="/console", secure=request.url.scheme == "https")
         return response
 
     @router.post("/console/logout")
-    async def logout(_request: Request) -> Response:
-        response = RedirectResponse("/console/login", status_code=303)
+    async def logout(request: Request) -> Response:
+        """Ends the session on the server; the form carries the session's CSRF token (a page renders it)."""
+        if not _same_origin(request):
+            return render(request, "error", None, {"error": "a logout from another origin is refused"},
+                          status_code=403)
+        try:
+            csrf = (await _form(request)).get("csrf")
+        except ValueError:
+            csrf = None
+        if not sessions.close(request.cookies.get(COOKIE), csrf):
+            return render(request, "error", None, {"error": "that logout did not carry this session's CSRF "
+                                                            "token: log out with the button of a console page"},
+                          status_code=403)
+        response = RedirectResponse("/console/login", status_code=303, headers=NO_FRAMING)
         response.delete_cookie(COOKIE, path="/console")
         return response
 

@@ -8,6 +8,7 @@ import time
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from reach import signing
 from reach.callers import CallerApp
 from reach.gateway import answers, checks
 from reach.gateway.admission import Admission
@@ -19,18 +20,36 @@ SIGNED = ("Reach-Key", "Reach-Signature")
 ENVELOPES = "/v1/envelopes"  # the hot path (reach.gateway.service.HotPath)
 
 
-async def signed(request: Request, admission: Admission, limit: int) -> tuple[CallerApp, object]:
-    """Auth headers (401) -> body size (413) -> signature over the raw bytes (401) -> JSON (400)."""
-    key_id, signature = (request.headers.get(name) for name in SIGNED)
-    checks.require_signature_headers(key_id, signature)
+def target_of(request: Request) -> str:
+    """The request target as the caller sent it and signed it: the raw (percent-encoded) path and query."""
+    scope = request.scope
+    raw_path = scope.get("raw_path")
+    path = raw_path.decode("latin-1") if raw_path else scope["path"]
+    return signing.request_target(path, scope.get("query_string", b"").decode("latin-1"))
+
+
+async def read_limited(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The raw body: 413 past `limit` (from Content-Length, or as soon as the stream passes it), 408 when it does
+    not arrive within `timeout_s`."""
     try:
-        async with asyncio.timeout(admission.settings.body_timeout):  # no task per request, as wait_for makes
-            raw = await checks.read_body(request.headers.get("content-length"), request.stream(), limit)
+        async with asyncio.timeout(timeout_s):  # no task per request, as wait_for makes
+            return await checks.read_body(request.headers.get("content-length"), request.stream(), limit)
     except TimeoutError:
-        raise checks.Refusal(408, "body_timeout", f"the body did not arrive within "
-                             f"{admission.settings.body_timeout:g}s", "send the whole body at once") from None
-    app = await admission.authenticate(key_id, signature, raw)
+        raise checks.Refusal(408, "body_timeout", f"the body did not arrive within {timeout_s:g}s",
+                             "send the whole body at once") from None
+
+
+async def signed(request: Request, admission: Admission, limit: int) -> tuple[CallerApp, object]:
+    """Auth headers (401, before any body byte is read) -> body size (413) -> v2 signature over method, target
+    and the raw bytes (401) -> JSON (400)."""
+    key_id, signature = (request.headers.get(name) for name in SIGNED)
+    admission.screen(key_id, signature)
+    raw = await read_limited(request, limit, admission.settings.body_timeout)
+    verified = await admission.authenticate(key_id, signature, raw, method=request.method,
+                                            target=target_of(request))
+    app = verified.entry.app
     request.state.app_id = app.app_id
+    request.state.verified = verified  # a later refusal gives its nonce back (reach.gateway.service)
     return app, checks.parse_json(raw)
 
 

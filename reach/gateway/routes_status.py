@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -15,7 +16,7 @@ from reach.gateway.admission import Admission
 from reach.gateway.bodies import Health, MessageRow, TraceIndex
 from reach.gateway.events import find_row, receipt_stream
 from reach.gateway.openapi import READ_ERRORS
-from reach.gateway.routes_envelopes import SIGNED
+from reach.gateway.routes_envelopes import SIGNED, target_of
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -44,11 +45,15 @@ def _passthrough(code: int, body: dict[str, Any]) -> JSONResponse:
 
 
 async def signed_get(request: Request, admission: Admission) -> CallerApp:
-    """A GET is signed like a POST, over an empty body (401 otherwise)."""
+    """A GET is signed like a POST, over its method, target and an empty body (401 otherwise)."""
     key_id, signature = (request.headers.get(name) for name in SIGNED)
-    checks.require_signature_headers(key_id, signature)
-    app = await admission.authenticate(key_id, signature, b"")
+    admission.screen(key_id, signature)
+    verified = await admission.authenticate(key_id, signature, b"", method=request.method,
+                                            target=target_of(request))
+    app = verified.entry.app
     request.state.app_id = app.app_id
+    request.state.verified = verified  # a later refusal gives its nonce back (reach.gateway.service)
+    await admission.take_read(app)
     return app
 
 
@@ -82,9 +87,41 @@ async def own_trace(admission: Admission, app: CallerApp, trace_id: str) -> tupl
     return (200, {"trace_id": trace_id, "message_ids": mine}) if mine else unknown_trace(trace_id)
 
 
+class StreamSlots:
+    """Event streams open per app in this process: each polls the status row until it ends, so their number is
+    bounded per app (REACH_GATEWAY_SSE_PER_APP) like the reads that open them are metered."""
+
+    def __init__(self, per_app: int) -> None:
+        self.per_app = per_app
+        self._open: dict[str, int] = {}
+
+    def take(self, app: CallerApp) -> None:
+        if self._open.get(app.app_id, 0) >= self.per_app:
+            raise checks.Refusal(429, "too_many_streams", f"app {app.app_id} already holds {self.per_app} event "
+                                 "streams open on this gateway", "close a stream, or poll GET /v1/messages/{id}",
+                                 headers={"Retry-After": "1"})
+        self._open[app.app_id] = self._open.get(app.app_id, 0) + 1
+
+    def give_back(self, app: CallerApp) -> None:
+        left = self._open.get(app.app_id, 1) - 1
+        if left > 0:
+            self._open[app.app_id] = left
+        else:
+            self._open.pop(app.app_id, None)
+
+    async def held(self, app: CallerApp, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """`stream`, giving the slot back however it ends (done, timeout, client gone)."""
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            self.give_back(app)
+
+
 def status_routes(admission: Admission) -> APIRouter:
     router = APIRouter(tags=["status"])
     deps, settings = admission.deps, admission.settings
+    slots = StreamSlots(settings.sse_per_app)
 
     @router.get("/v1/messages/{message_id}", response_model=MessageRow, responses=READ_ERRORS,
                 summary="Where one message is")
@@ -107,9 +144,15 @@ def status_routes(admission: Admission) -> APIRouter:
         summary="Server-Sent Events of one message's receipts until terminal")
     async def events(message_id: str, request: Request) -> Response:
         app = await signed_get(request, admission)
-        code, row = await find_row(deps.status, message_id, wait_s=settings.sse_find, poll_s=settings.sse_poll)
+        slots.take(app)
+        try:
+            code, row = await find_row(deps.status, message_id, wait_s=settings.sse_find, poll_s=settings.sse_poll)
+        except BaseException:
+            slots.give_back(app)
+            raise
         code, row = owned(app, message_id, code, row)  # a row's tenant never changes: checked once
         if code != 200:
+            slots.give_back(app)
             return _passthrough(code, row)
         try:
             sent = int(request.headers.get("last-event-id", "-1")) + 1
@@ -117,7 +160,7 @@ def status_routes(admission: Admission) -> APIRouter:
             sent = 0
         stream = receipt_stream(deps.status, message_id, row, sent=max(0, sent), poll_s=settings.sse_poll,
                                 max_s=settings.sse_max, clock=time.monotonic)
-        return EventStream(stream, headers=_SSE_HEADERS)
+        return EventStream(slots.held(app, stream), headers=_SSE_HEADERS)
 
     @router.get("/healthz", response_model=Health, tags=["operations"],
                 responses={503: {"model": Health, "description": "not ready"}, 431: READ_ERRORS[431]})

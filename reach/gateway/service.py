@@ -99,19 +99,22 @@ class HotPath:
     answered the same way; the route stays registered, so /openapi.json documents it and every other method
     still gets the router's 405."""
 
-    def __init__(self, app: ASGIApp, route: APIRoute) -> None:
+    def __init__(self, app: ASGIApp, route: APIRoute, admission: Admission) -> None:
         self.app = app
         self.route = route
         self.endpoint = route.endpoint
+        self.admission = admission
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != self.route.path or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
         scope["route"] = self.route  # CountRequests labels by it
+        request = Request(scope, receive, send)
         try:
-            response = await self.endpoint(Request(scope, receive, send))
+            response = await self.endpoint(request)
         except Refusal as exc:
+            await self.admission.refused_after_auth(getattr(request.state, "verified", None), exc)
             response = refused(exc)
         except InfraUnavailable as exc:
             response = unavailable(exc)
@@ -147,7 +150,8 @@ def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMe
     app.router.routes.append(mcp_route(mcp))
 
     @app.exception_handler(Refusal)
-    async def on_refusal(_request: Request, exc: Refusal) -> JSONResponse:
+    async def on_refusal(request: Request, exc: Refusal) -> JSONResponse:
+        await admission.refused_after_auth(getattr(request.state, "verified", None), exc)
         return refused(exc)
 
     @app.exception_handler(InfraUnavailable)
@@ -169,7 +173,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMe
     openapi.install(app)
     hot = next(r for r in envelopes.routes
                if isinstance(r, APIRoute) and r.path == ENVELOPES and "POST" in (r.methods or ()))
-    app.add_middleware(HotPath, route=hot)
+    app.add_middleware(HotPath, route=hot, admission=admission)
     app.add_middleware(LimitHead, limit=settings.max_header_bytes)
     app.add_middleware(CountRequests, metrics=metrics)
     app.state.metrics = metrics

@@ -9,10 +9,16 @@
 |                                      |             | REACH_HOME/gateway-secrets.key (0600, made by the CLI)   |
 | REACH_GATEWAY_SIGNATURE_MAX_AGE      | 300         | seconds a signature's `t` may lie in the past            |
 | REACH_GATEWAY_SIGNATURE_MAX_AHEAD    | 60          | seconds `t` may lie in the future (caller clock skew)    |
+| REACH_GATEWAY_ACCEPT_V1              | false       | also accept v1 signatures (`t.n.body`, no method or path |
+|                                      |             | covered; a nonce still required): for callers not yet on |
+|                                      |             | v2, this release only (docs/http.md)                     |
 | REACH_GATEWAY_CAPABILITY_RATE        | (none)      | requests/s per capability, summed over every app         |
 | REACH_GATEWAY_CAPABILITY_BURST       | (the rate)  | bucket size of that cap                                  |
 | REACH_GATEWAY_CAPABILITY_LIMITS      | {}          | JSON per capability, e.g. {"search.web": [500, 1000]}    |
 |                                      |             | (rate, burst), overriding the two above                  |
+| REACH_GATEWAY_READ_RATE              | 50          | reads/s per app (status, traces, event streams, A2A get /|
+|                                      |             | subscribe), a bucket apart from the app's request quota  |
+| REACH_GATEWAY_READ_BURST             | 100         | bucket size of that cap                                  |
 | REACH_GATEWAY_REDIS_TIMEOUT          | 0.5         | seconds a nonce or quota call to Redis may take          |
 """
 
@@ -37,10 +43,13 @@ class GatewaySettings(BaseSettings):
     secrets_key: SecretStr | None = None
     signature_max_age: int = Field(default=300, ge=1)
     signature_max_ahead: int = Field(default=60, ge=0)
+    accept_v1: bool = False
     capability_rate: float | None = Field(default=None, gt=0)
     capability_burst: int | None = Field(default=None, ge=1)
     capability_limits: dict[str, tuple[float, int]] = {}
     redis_timeout: float = Field(default=0.5, gt=0)
+    read_rate: float = Field(default=50.0, gt=0)
+    read_burst: int = Field(default=100, ge=1)
 
     @model_validator(mode="after")
     def _limits_make_buckets(self) -> Self:
@@ -49,6 +58,11 @@ class GatewaySettings(BaseSettings):
                 raise ValueError(f"REACH_GATEWAY_CAPABILITY_LIMITS[{capability!r}] = [{rate}, {burst}]: "
                                  "expected [rate > 0, burst >= 1], e.g. [500, 1000]")
         return self
+
+    @property
+    def read_limit(self) -> Limit:
+        """The read bucket of each app."""
+        return Limit(rate=self.read_rate, burst=self.read_burst)
 
     @property
     def nonce_ttl(self) -> int:

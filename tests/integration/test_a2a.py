@@ -32,7 +32,7 @@ from cryptography.fernet import Fernet
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
-from reach.a2a.bearer import SCHEME
+from reach.a2a.bearer import SCHEME, a2a_token
 from reach.agent import Agent, Canceled, TransientError
 from reach.agent.agent import Context
 from tests.integration.a2a_server import UpperServer
@@ -108,7 +108,7 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
         gateway = Gateway(logs, {"shop": shop})
         stack.callback(gateway.stop)
         gateway.start()
-        mesh = Mesh(namespace, gateway, f"{shop['key_id']}.{shop['secret']}")
+        mesh = Mesh(namespace, gateway, a2a_token(shop["key_id"], shop["secret"].encode()))
         wanted = {"demo.echo", "demo.flaky", "demo.hold", "ext.upper"}
         wait_for(lambda: wanted <= set(skills(mesh)), 60, "the skills on the card")
         yield mesh

@@ -84,9 +84,17 @@ def client() -> Iterator[Redis]:
     run(made.aclose())
 
 
+SIGNED: dict[str, Any] = {"method": "POST", "target": "/v1/envelopes", "body": BODY}
+
+
+def _v2(secret: str, now: int) -> str:
+    return signing.sign_request(secret.encode(), method="POST", target="/v1/envelopes", body=BODY, t=now,
+                                nonce="n-" + uuid.uuid4().hex)
+
+
 def _verified(auth: SignatureAuthenticator, key_id: str, secret: str) -> bool:
-    header = signing.sign(secret.encode(), BODY, int(time.time()), "n-" + uuid.uuid4().hex)
-    outcome = run(auth.authenticate(key_id=key_id, signature=header, body=BODY, now=int(time.time())))
+    header = _v2(secret, int(time.time()))
+    outcome = run(auth.authenticate(key_id=key_id, signature=header, **SIGNED, now=int(time.time())))
     return isinstance(outcome, Verified)
 
 
@@ -235,10 +243,10 @@ def test_a_replayed_signed_request_is_refused_by_another_replica(namespace: str,
                                            nonces=RedisNonceStore(client=door_client(url), namespace=namespace))
                     for _ in range(2)]
         now = int(time.time())
-        header = signing.sign(made["secret"].encode(), BODY, now, "n-" + uuid.uuid4().hex)
-        first = run(replicas[0].authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now))
+        header = _v2(made["secret"], now)
+        first = run(replicas[0].authenticate(key_id=made["key_id"], signature=header, **SIGNED, now=now))
         assert isinstance(first, Verified)
-        assert run(replicas[1].authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now)) == REPLAY
+        assert run(replicas[1].authenticate(key_id=made["key_id"], signature=header, **SIGNED, now=now)) == REPLAY
     finally:
         directory.stop()
 
@@ -260,10 +268,10 @@ def test_open_door_wires_the_directory_nonces_quotas_and_authenticator(namespace
                      redis=RedisSettings())
     try:
         now = int(time.time())
-        header = signing.sign(made["secret"].encode(), BODY, now, "n-" + uuid.uuid4().hex)
-        outcome = run(door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY, now=now))
+        header = _v2(made["secret"], now)
+        outcome = run(door.authenticator.authenticate(key_id=made["key_id"], signature=header, **SIGNED, now=now))
         assert isinstance(outcome, Verified)
-        assert run(door.authenticator.authenticate(key_id=made["key_id"], signature=header, body=BODY,
+        assert run(door.authenticator.authenticate(key_id=made["key_id"], signature=header, **SIGNED,
                                                    now=now)) == REPLAY
         takes = [run(door.quotas.take(outcome.entry.app, "search.web")).allowed for _ in range(3)]
         assert takes == [True, True, False]
@@ -296,3 +304,22 @@ def test_a_script_redis_has_not_seen_is_loaded_and_the_batch_runs_again() -> Non
         assert run(calls()) == [f"v{i}".encode() for i in range(5)]  # loaded now: EVALSHA alone
     finally:
         run(client.aclose())
+
+
+def test_two_replicas_share_one_read_bucket_apart_from_the_request_bucket(namespace: str) -> None:
+    url = os.environ["REACH_REDIS_URL"]
+    one, two = (RedisQuotas(client=door_client(url), namespace=namespace, read_limit=Limit(rate=0.001, burst=3))
+                for _ in range(2))
+    reader = CallerApp(app_id="app_reader", name="r", tenant="t", capabilities=(), rate=0.001, burst=1)
+    decisions = [run((one if i % 2 else two).take_read(reader)) for i in range(5)]
+    assert [d.allowed for d in decisions] == [True, True, True, False, False]
+    assert decisions[3].scope == "read" and decisions[3].retry_after_s > 900
+    assert run(one.take(reader, "search.web")).allowed, "reads never spend the app's request token"
+
+
+def test_a_released_nonce_takes_no_redis_key(namespace: str, client: Redis) -> None:
+    store = RedisNonceStore(client=client, namespace=namespace)
+    assert run(store.claim("app_r", "n-released-01", 360))
+    run(store.release("app_r", "n-released-01"))
+    assert run(client.exists(f"{namespace}:gateway:nonce:app_r:n-released-01")) == 0
+    assert run(store.claim("app_r", "n-released-01", 360)) and not run(store.claim("app_r", "n-released-01", 360))

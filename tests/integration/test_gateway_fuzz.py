@@ -65,10 +65,13 @@ def signed_send(http: httpx.Client, app: SignedApp, case: Any, base_url: str) ->
     else:
         data = kwargs.get("data", kwargs.get("content", b""))
         raw = data.encode() if isinstance(data, str) else bytes(data or b"")
-    signed = app.headers(raw)
-    headers.update({"Reach-Key": signed["Reach-Key"], "Reach-Signature": signed["Reach-Signature"]})
     assert not kwargs.get("cookies"), "the document declares no cookie parameters"
-    return http.request(kwargs["method"], kwargs["url"], params=kwargs.get("params"), headers=headers, content=raw)
+    request = http.build_request(kwargs["method"], kwargs["url"], params=kwargs.get("params"), headers=headers,
+                                 content=raw)
+    # v2 covers the method and the target as sent: httpx's raw_path is the encoded path and query
+    signed = app.headers(raw, method=request.method, target=request.url.raw_path.decode("ascii"))
+    request.headers.update({"Reach-Key": signed["Reach-Key"], "Reach-Signature": signed["Reach-Signature"]})
+    return http.send(request)
 
 
 def relayed(op: Any, response: httpx.Response) -> bool:

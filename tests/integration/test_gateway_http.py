@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,18 +64,20 @@ class Gateway:
         except httpx.HTTPError:
             return False
 
-    def signed(self, raw: bytes, app: str = "shop", secret: str | None = None) -> dict[str, str]:
+    def signed(self, raw: bytes, app: str = "shop", secret: str | None = None, *, method: str = "POST",
+               target: str = "/v1/envelopes") -> dict[str, str]:
         made = self.apps[app]
-        return {"Reach-Key": made["key_id"], "Reach-Signature": sign((secret or made["secret"]).encode(), raw)}
+        return {"Reach-Key": made["key_id"],
+                "Reach-Signature": sign((secret or made["secret"]).encode(), raw, method=method, target=target)}
 
     def post(self, path: str, body: Any, *, app: str = "shop", secret: str | None = None) -> httpx.Response:
         raw = json.dumps(body).encode()
         return self.http.post(path, content=raw, headers={"Content-Type": "application/json",
-                                                          **self.signed(raw, app, secret)})
+                                                          **self.signed(raw, app, secret, target=path)})
 
     def get(self, path: str, *, app: str = "shop") -> httpx.Response:
         """A status read, signed over the empty body."""
-        return self.http.get(path, headers=self.signed(b"", app))
+        return self.http.get(path, headers=self.signed(b"", app, method="GET", target=path))
 
     def stop(self) -> None:
         self.http.close()
@@ -144,7 +147,8 @@ def gateway(stream_app: StreamApp, tmp_path: Path, apps: dict[str, dict[str, Any
 
 def sse_events(gw: Gateway, message_id: str) -> list[tuple[str, dict[str, Any]]]:
     out = []
-    with gw.http.stream("GET", f"/v1/messages/{message_id}/events", timeout=60, headers=gw.signed(b"")) as resp:
+    events = f"/v1/messages/{message_id}/events"
+    with gw.http.stream("GET", events, timeout=60, headers=gw.signed(b"", method="GET", target=events)) as resp:
         assert resp.status_code == 200
         event = None
         for line in resp.iter_lines():
@@ -245,9 +249,10 @@ def test_slow_and_oversized_clients_do_not_stall_a_signed_request(namespace: str
 
     half_head = connect()  # a head that never ends
     half_head.sendall(b"POST /v1/envelopes HTTP/1.1\r\nHost: x\r\nReach-Key: k-main\r\n")
-    half_body = connect()  # a body that never arrives
-    half_body.sendall(b"POST /v1/envelopes HTTP/1.1\r\nHost: x\r\nReach-Key: k-main\r\nReach-Signature: t=1,v1=0"
-                      b"\r\nContent-Length: 1000\r\n\r\n{")
+    half_body = connect()  # a body that never arrives, under a header that passes the checks made before the body
+    well_formed = f"t={int(time.time())},n=half-body-0001,v2={'0' * 64}".encode()
+    half_body.sendall(b"POST /v1/envelopes HTTP/1.1\r\nHost: x\r\nReach-Key: k-main\r\nReach-Signature: "
+                      + well_formed + b"\r\nContent-Length: 1000\r\n\r\n{")
     huge = connect()
     huge.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (64 * 1024) + b"\r\n\r\n")
     try:

@@ -131,3 +131,33 @@ def test_timestamps_outside_the_window_are_stale() -> None:
 @given(st.text(max_size=300))
 def test_parse_never_raises(header: str) -> None:
     assert isinstance(signing.parse(header), Signature | AuthFailure)
+
+
+def test_v2_covers_time_nonce_method_target_and_body() -> None:
+    body = b'{"capability":"demo.echo","payload":{"text":"hi"}}'
+    covered = b"1764590000.b1c7e2a4f0d94c55.POST./v1/envelopes." + body
+    expected = hmac.new(b"rs_example", covered, hashlib.sha256).hexdigest()
+    assert signing.sign_request(b"rs_example", method="post", target="/v1/envelopes", body=body, t=NOW,
+                                nonce="b1c7e2a4f0d94c55") == f"t=1764590000,n=b1c7e2a4f0d94c55,v2={expected}"
+
+
+def test_the_v2_examples_in_docs_http_md() -> None:
+    body = b'{"capability":"demo.echo","payload":{"text":"hi"}}'
+    assert signing.sign_request(b"rs_example", method="POST", target="/v1/envelopes", body=body, t=NOW,
+                                nonce="b1c7e2a4f0d94c55") == (
+        "t=1764590000,n=b1c7e2a4f0d94c55,v2=d4b4a64596bab1f5b4c7a44808d0b174659f4e260e7ff4b51a646c47d4858350")
+    assert signing.sign_request(b"rs_example", method="GET", target="/v1/messages/m-1/events", body=b"", t=NOW,
+                                nonce="0f6a55d2c3e84b1a") == (
+        "t=1764590000,n=0f6a55d2c3e84b1a,v2=73b2bf63f261fe8a714610f6d59a0408de32bdd9fe0aeb6a6d04d34f423ca9f7")
+
+
+@settings(deadline=None)  # a shared box: a slow example is not a bug
+@given(body=bodies, t=stamps, nonce=nonces, method=st.sampled_from(["GET", "POST", "DELETE"]),
+       path=st.sampled_from(["/v1/envelopes", "/v1/messages/m1", "/v1/traces/t1?x=1"]))
+def test_v2_matches_only_its_own_method_and_target(body: bytes, t: int, nonce: str, method: str, path: str) -> None:
+    sig = signing.parse(signing.sign_request(SECRET, method=method, target=path, body=body, t=t, nonce=nonce))
+    assert isinstance(sig, Signature) and sig.v2 and not sig.digests
+    assert signing.matches_request(SECRET, sig, method=method, target=path, body=body)
+    assert not signing.matches_request(SECRET, sig, method="PUT", target=path, body=body)
+    assert not signing.matches_request(SECRET, sig, method=method, target=path + "/x", body=body)
+    assert not signing.matches(SECRET, sig, body), "a v2 digest is never taken for a v1 one"

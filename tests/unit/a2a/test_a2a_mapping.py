@@ -11,7 +11,7 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Value
 
 from reach.a2a import tasks
-from reach.a2a.bearer import BearerAuthenticator
+from reach.a2a.bearer import DENIED, BearerAuthenticator, a2a_token
 from reach.a2a.cards import capability_card, mesh_card
 from reach.a2a.states import TASK_STATES, task_state
 from reach.callers import AuthFailure, KeyEntry
@@ -81,17 +81,25 @@ def test_stream_updates_follow_state_changes_in_order_and_end_with_the_artifact(
     assert tasks.updates(partial, sent, last)[0] == []  # nothing new: nothing sent twice
 
 
-def test_the_bearer_token_is_key_id_dot_secret_of_a_live_key() -> None:
+def test_the_bearer_token_is_key_id_dot_a_token_derived_from_a_live_key() -> None:
     directory = FakeDirectory([KeyEntry("key_1", app(), b"rs_good")])
     bearer = BearerAuthenticator(directory)
-    assert bearer.authenticate("Bearer key_1.rs_good") == app()
-    outcomes = [bearer.authenticate(h) for h in (None, "Basic abc", "Bearer key_1", "Bearer key_1.rs_bad",
-                                                  "Bearer key_2.rs_good", "Bearer " + "x" * 600)]
+    good = a2a_token("key_1", b"rs_good")
+    assert good.startswith("key_1.rat_") and "rs_good" not in good
+    assert bearer.authenticate(f"Bearer {good}") == app()
+    outcomes = [bearer.authenticate(h) for h in (None, "Basic abc", "Bearer key_1", "Bearer key_1.rat_bad",
+                                                  f"Bearer key_2.{good.partition('.')[2]}", "Bearer " + "x" * 600)]
     assert [o.code for o in outcomes if isinstance(o, AuthFailure)] == ["missing", "malformed", "malformed",
                                                                        "denied", "denied", "malformed"]
     directory.alive = False
     with pytest.raises(InfraUnavailable, match="apps directory"):
-        bearer.authenticate("Bearer key_1.rs_good")
+        bearer.authenticate(f"Bearer {good}")
+
+
+def test_the_signing_secret_itself_is_not_an_a2a_token() -> None:
+    """Issue 28, finding 12: the A2A bearer was the app's HMAC secret, so a leaked A2A token signed /v1 requests."""
+    bearer = BearerAuthenticator(FakeDirectory([KeyEntry("key_1", app(), b"rs_good")]))
+    assert bearer.authenticate("Bearer key_1.rs_good") == DENIED
 
 
 def test_cards_have_one_skill_per_live_capability_and_follow_versions() -> None:

@@ -15,9 +15,14 @@ def test_the_generators_signature_is_one_the_gateway_accepts() -> None:
     body = envelope_body()
     headers = app.headers(body, now=1_764_590_000)
     sig = signing.parse(headers["Reach-Signature"])
-    assert isinstance(sig, signing.Signature) and sig.timestamp == 1_764_590_000
-    assert signing.matches(b"rs_secret", sig, body) and not signing.matches(b"rs_other", sig, body)
-    assert not signing.matches(b"rs_secret", sig, body + b" "), "the signature covers the exact bytes"
+    assert isinstance(sig, signing.Signature) and sig.timestamp == 1_764_590_000 and sig.nonce and sig.v2
+
+    def good(secret: bytes, sent: bytes, target: str = "/v1/envelopes") -> bool:
+        return signing.matches_request(secret, sig, method="POST", target=target, body=sent)
+
+    assert good(b"rs_secret", body) and not good(b"rs_other", body)
+    assert not good(b"rs_secret", body + b" "), "the signature covers the exact bytes"
+    assert not good(b"rs_secret", body, "/v1/invoke"), "and the path"
     assert headers["Reach-Key"] == "key_1" and headers["Content-Type"] == "application/json"
     assert json.loads(body) == {"capability": "bench.noop", "version": "*", "payload": PAYLOAD}
 

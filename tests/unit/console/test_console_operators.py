@@ -77,3 +77,19 @@ def test_a_role_this_version_does_not_know_grants_nothing(box: SecretBox) -> Non
     table = OperatorTable(box)
     table.apply(record.app_id, record.model_copy(update={"role": "superuser"}))
     assert table.verify(made.token) is None
+
+
+def test_a_session_expires_and_closes_only_with_its_csrf_token() -> None:
+    from reach.console.sessions import MemorySessions
+
+    now = [0.0]
+    sessions = MemorySessions(ttl_s=60, clock=lambda: now[0], limit=3)
+    first = sessions.open("opk_a.secret")
+    assert sessions.get(first.session_id) == first and first.token not in repr(first)
+    assert not sessions.close(first.session_id, "wrong") and sessions.get(first.session_id) == first
+    assert sessions.close(first.session_id, first.csrf) and sessions.get(first.session_id) is None
+    second = sessions.open("opk_a.secret")
+    now[0] = 60.0
+    assert sessions.get(second.session_id) is None  # expired
+    opened = [sessions.open("opk_b.secret") for _ in range(5)]
+    assert sessions.get(opened[0].session_id) is None and sessions.get(opened[-1].session_id) == opened[-1]

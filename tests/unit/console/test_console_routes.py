@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -121,6 +122,19 @@ def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def _csrf(client: TestClient) -> str:
+    """The CSRF token a logged-in page renders into its logout form."""
+    found = re.search(r'name="csrf" value="([^"]+)"', client.get("/console/agents").text)
+    assert found is not None, "a logged-in page carries the logout form's CSRF token"
+    return found.group(1)
+
+
+def _cookie(resp: Any) -> str:
+    found = re.search(r"reach_console=([^;]+)", resp.headers["set-cookie"])
+    assert found is not None
+    return found.group(1)
+
+
 PAGES = ["/console", "/console/agents", "/console/messages", "/console/dead-letters", "/console/routing",
          "/console/intents"]
 APIS = ["/console/api/whoami", "/console/api/overview", "/console/api/agents", "/console/api/dead-letters",
@@ -193,7 +207,7 @@ def test_login_sets_a_strict_http_only_cookie_and_other_origins_cannot_act(
     same = client.post("/console/agents/action", data={"instance_id": "i", "action": "drain"},
                        headers={"Origin": "http://testserver"})
     assert same.status_code == 303 and backend.actions == [("i", InstanceAction.DRAIN, "console:admin")]
-    assert client.post("/console/logout").status_code == 303
+    assert client.post("/console/logout", data={"csrf": _csrf(client)}).status_code == 303
 
 
 def test_a_broker_that_does_not_answer_is_a_503_and_a_page_says_so(
@@ -311,3 +325,58 @@ def test_the_loser_of_a_handoff_race_gets_a_409(
                        headers=_bearer(tokens["admin"]))
     assert resp.status_code == 409 and resp.json()["error"] == "conflict"
     assert "another operator" in resp.json()["message"]
+
+
+def test_the_cookie_is_a_revocable_server_side_session_not_the_operator_token(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    """Issue 28, finding 12: the cookie was the raw long-lived operator token, and logout only deleted it in the
+    browser (a copied cookie kept working)."""
+    client, _, tokens = setup
+    resp = client.post("/console/login", data={"token": tokens["admin"]})
+    session_id = _cookie(resp)
+    secret = tokens["admin"].partition(".")[2]
+    assert tokens["admin"] not in resp.headers["set-cookie"] and secret not in session_id
+    assert "max-age=" in resp.headers["set-cookie"].lower()  # it expires
+    copied = TestClient(client.app, follow_redirects=False, cookies={"reach_console": session_id})
+    assert copied.get("/console/agents").status_code == 200
+    assert client.post("/console/logout", data={"csrf": _csrf(client)}).status_code == 303
+    assert copied.get("/console/agents").status_code == 303, "a logged-out session id no longer opens the console"
+    forged = TestClient(client.app, follow_redirects=False, cookies={"reach_console": tokens["admin"]})
+    assert forged.get("/console/agents").status_code == 303, "the token itself is not a cookie"
+
+
+def test_logout_needs_the_sessions_csrf_token(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, _, tokens = setup
+    client.post("/console/login", data={"token": tokens["viewer"]})
+    for form in ({}, {"csrf": "guess"}):
+        refused = client.post("/console/logout", data=form)
+        assert refused.status_code == 403 and "CSRF" in refused.text
+        assert client.get("/console/agents").status_code == 200, "a refused logout leaves the session open"
+    evil = client.post("/console/logout", data={"csrf": _csrf(client)}, headers={"Origin": "https://evil.example"})
+    assert evil.status_code == 403 and client.get("/console/agents").status_code == 200
+
+
+def test_the_session_cookie_is_secure_over_tls(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, _, tokens = setup
+    plain = client.post("/console/login", data={"token": tokens["viewer"]}).headers["set-cookie"].lower()
+    tls = TestClient(client.app, base_url="https://testserver", follow_redirects=False)
+    secure = tls.post("/console/login", data={"token": tokens["viewer"]}).headers["set-cookie"].lower()
+    assert "; secure" in secure and "; secure" not in plain
+    assert "httponly" in secure and "samesite=strict" in secure
+
+
+def test_no_console_page_can_be_framed(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, _, tokens = setup
+    for resp in (client.get("/console/login"), client.get("/console/agents", headers=_bearer(tokens["viewer"]))):
+        assert resp.status_code == 200
+        assert resp.headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert resp.headers["x-frame-options"] == "DENY"
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b'"opk_x.y"', b"null", b"{not json"])
+def test_a_login_body_that_is_not_a_json_object_is_400_not_500(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], body: bytes) -> None:
+    client, _, _ = setup
+    tolerant = TestClient(client.app, raise_server_exceptions=False, follow_redirects=False)
+    resp = tolerant.post("/console/login", content=body, headers={"Content-Type": "application/json"})
+    assert resp.status_code == 400 and "JSON object" in resp.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,15 +25,19 @@ from reach.gateway.routes_status import unknown_message, unknown_trace
 from reach.records import Capability, Envelope, Receipt
 
 
-def sign(secret: bytes, body: bytes, *, t: int | None = None, nonce: str | None = None) -> str:
-    """`Reach-Signature` as a caller computes it (reach.signing), timestamped now by default."""
-    return signing.sign(secret, body, int(time.time()) if t is None else t, nonce)
+def sign(secret: bytes, body: bytes, *, method: str = "POST", target: str = "/v1/envelopes", t: int | None = None,
+         nonce: str | None = None) -> str:
+    """`Reach-Signature` v2 as a caller computes it (reach.signing), timestamped now and with a fresh nonce by
+    default."""
+    return signing.sign_request(secret, method=method, target=target, body=body,
+                                t=int(time.time()) if t is None else t, nonce=nonce or uuid.uuid4().hex)
 
 
 def signed_get(client: TestClient, path: str, *, key: str = "key1", secret: bytes = b"secret-1",
                headers: dict[str, str] | None = None) -> httpx.Response:
-    """A GET signed as the gateway wants it: Reach-Signature over the empty body."""
-    return client.get(path, headers={"Reach-Key": key, "Reach-Signature": sign(secret, b""), **(headers or {})})
+    """A GET signed as the gateway wants it: Reach-Signature over GET, the path and the empty body."""
+    signature = sign(secret, b"", method="GET", target=path)
+    return client.get(path, headers={"Reach-Key": key, "Reach-Signature": signature, **(headers or {})})
 
 
 class FakeDirectory:
@@ -58,14 +63,25 @@ class FakeNonces:
         self.seen.add((key_id, nonce))
         return True
 
+    async def release(self, key_id: str, nonce: str) -> None:
+        self.seen.discard((key_id, nonce))
+
 
 class FakeQuotas:
     """A token bucket per app (rate, burst), as the shared Redis one behaves on one replica."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, read_rate: float = 1000.0,
+                 read_burst: int = 1000) -> None:
         self.clock = clock
         self.buckets: dict[str, TokenBucket] = {}
+        self.reads: dict[str, TokenBucket] = {}
+        self.read_shape = (read_rate, read_burst)
         self.taken = 0
+
+    async def take_read(self, app: CallerApp) -> QuotaDecision:
+        rate, burst = self.read_shape
+        wait = self.reads.setdefault(app.app_id, TokenBucket(rate=rate, burst=burst)).take(self.clock())
+        return QuotaDecision(True) if wait == 0.0 else QuotaDecision(False, retry_after_s=wait, scope="read")
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         bucket = self.buckets.setdefault(app.app_id, TokenBucket(rate=app.rate, burst=app.burst))
@@ -226,3 +242,37 @@ ECHO_SCHEMA = '{"type":"object","properties":{"text":{"type":"string"}},"require
 
 def echo_capability(version: str = "1.0.0", schema: str = ECHO_SCHEMA) -> Capability:
     return Capability(name="demo.echo", version=version, input_schema=schema)
+
+
+@dataclass
+class Streamed:
+    """What a raw ASGI call answered, and how many body chunks the app pulled from the caller."""
+
+    status: int
+    body: bytes
+    reads: int
+
+
+def stream_body(app: Any, method: str, path: str, headers: dict[str, str], *, chunk: bytes = b"x" * 65536,
+                chunks: int = 1000) -> Streamed:
+    """One request whose body arrives in `chunks` chunks (no Content-Length), counting the chunks the app reads:
+    a test of what the door refuses before (or while) reading a body TestClient would hand over whole."""
+    reads = 0
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        nonlocal reads
+        reads += 1
+        return {"type": "http.request", "body": chunk, "more_body": reads < chunks}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+             "server": ("testserver", 80), "client": ("testclient", 1)}
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return Streamed(status=int(start["status"]), body=body, reads=reads)

@@ -27,14 +27,15 @@ from fastapi.testclient import TestClient
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.struct_pb2 import Struct
 
+from reach.a2a.bearer import a2a_token
 from reach.callers import KeyEntry
 from reach.cancels import CancelRecord
 from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
-from tests.unit.gateway.fakes import Fakes, FakeStatus, app, sign
+from tests.unit.gateway.fakes import Fakes, FakeStatus, app, sign, stream_body
 
-TOKEN = "key1.secret-1"
+TOKEN = a2a_token("key1", b"secret-1")
 
 
 class Following(FakeStatus):
@@ -171,7 +172,7 @@ def test_refusals_another_tenant_and_missing_keys(fakes: Fakes) -> None:
         with pytest.raises(A2AError, match="metadata.skill"):
             await events(client, send_request("x", skill=None))
         [done] = await events(client, send_request("mine"))
-        rival = await connect(token="key2.secret-2")
+        rival = await connect(token=a2a_token("key2", b"secret-2"))
         with pytest.raises(A2AError, match="no task"):  # another tenant's task reads as absent
             await rival.get_task(GetTaskRequest(id=done.task.id))
         for token in (None, "key1.wrong"):
@@ -246,7 +247,8 @@ def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messag
                                   closure=ClosureSettings()))
     def cancel(mid: str, body: bytes) -> Any:
         return http.post(f"/v1/messages/{mid}:cancel", content=body,
-                         headers={"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", body)})
+                         headers={"Reach-Key": "key1",
+                                  "Reach-Signature": sign(b"secret-1", body, target=f"/v1/messages/{mid}:cancel")})
 
     for mid, code in (("m2", 409), ("m3", 404), ("nope", 404)):
         resp = cancel(mid, json.dumps({"message_id": mid}).encode())
@@ -261,3 +263,35 @@ def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messag
     resp = cancel("m4", json.dumps({"message_id": "m4"}).encode())
     assert resp.status_code == 202 and resp.json()["status_url"] == "/v1/messages/m4"
     assert sink.sent[-1].message_id == "m4"
+
+
+def test_an_a2a_body_over_the_limit_is_413_before_it_is_read_whole_or_parsed(fakes: Fakes) -> None:
+    """Issue 28, finding 8: a 40 MB A2A body was read and parsed whole while /v1/envelopes answered 413."""
+    gateway = build_gateway(dataclasses.replace(fakes.deps(), directory=fakes.directory),
+                            HttpSettings(max_body_bytes=64 * 1024))
+    authorized = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    streamed = stream_body(gateway, "POST", "/a2a/", authorized, chunk=b" " * 65536, chunks=640)  # 40 MiB
+    assert (streamed.status, json.loads(streamed.body)["error"]) == (413, "payload_too_large")
+    assert streamed.reads <= 2, "refused as soon as the stream passed the limit"
+    declared = stream_body(gateway, "POST", "/a2a/", {**authorized, "Content-Length": str(40 << 20)}, chunks=640)
+    assert (declared.status, declared.reads) == (413, 0)
+    anonymous = stream_body(gateway, "POST", "/a2a/", {"Content-Type": "application/json"}, chunks=640)
+    assert (anonymous.status, anonymous.reads) == (401, 0), "a caller without a token gets no body read at all"
+    assert fakes.publisher.sent == []
+
+
+def test_get_task_takes_the_apps_read_quota(fakes: Fakes) -> None:
+    """Issue 28, finding 4: A2A GetTask / SubscribeToTask were reads no quota metered."""
+    from tests.unit.gateway.fakes import FakeQuotas
+
+    fakes.quotas = FakeQuotas(read_rate=0.001, read_burst=1)
+
+    async def scenario(connect: Callable[..., Awaitable[Any]]) -> None:
+        client = await connect()
+        [done] = await events(client, send_request("hi"))  # a send follows its task without a GetTask
+        got = await client.get_task(GetTaskRequest(id=done.task.id))
+        assert got.status.state == TaskState.TASK_STATE_COMPLETED
+        with pytest.raises(A2AClientError, match="429"):
+            await client.get_task(GetTaskRequest(id=done.task.id))
+
+    run(fakes, scenario)

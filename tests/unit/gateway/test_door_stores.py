@@ -114,3 +114,21 @@ def test_redis_unreachable_is_infra_unavailable() -> None:
         run(RedisNonceStore(client=client, namespace="ns").claim("app_1", "n-0000001", 10))
     with pytest.raises(InfraUnavailable, match="taking a quota token.*503"):
         run(RedisQuotas(client=client, namespace="ns").take(APP, "search.web"))
+
+
+def test_the_read_bucket_is_the_apps_own_and_apart_from_its_request_bucket() -> None:
+    clock = Clock()
+    quotas: Quotas = MemoryQuotas(clock=clock, read_limit=Limit(rate=2.0, burst=2))
+    assert [run(quotas.take_read(APP)).allowed for _ in range(3)] == [True, True, False]
+    refused = run(quotas.take_read(APP))
+    assert (refused.allowed, refused.scope, refused.retry_after_s) == (False, "read", pytest.approx(0.5))
+    assert run(quotas.take(APP, "search.web")).allowed  # the request bucket is untouched by reads
+    clock.now += 0.5
+    assert run(quotas.take_read(APP)).allowed
+
+
+def test_a_released_nonce_is_forgotten() -> None:
+    store = MemoryNonceStore(Clock())
+    assert run(store.claim("a", "nonce-000001", 60)) and not run(store.claim("a", "nonce-000001", 60))
+    run(store.release("a", "nonce-000001"))
+    assert run(store.claim("a", "nonce-000001", 60))

@@ -61,3 +61,67 @@ def test_a_stream_that_never_ends_closes_with_a_timeout_event() -> None:
     fakes.status.rows["m1"] = [row("ROUTED", "ACCEPTED", "ROUTED")]
     got = events(signed_get(client(fakes, sse_max=0.05), "/v1/messages/m1/events").text)
     assert [e for _, e, _ in got] == ["receipt", "receipt", "timeout"]
+
+
+def test_an_app_holds_at_most_sse_per_app_streams_open_at_once() -> None:
+    """Issue 28, finding 4: nothing bounded the streams one app could hold open (each polls 4x/s for 600 s)."""
+    import asyncio
+
+    from tests.unit.gateway.fakes import sign
+
+    fakes = Fakes()
+    fakes.status.rows["m1"] = [row("ROUTED", "ACCEPTED", "ROUTED")]  # never terminal: a stream ends at sse_max
+    gateway = build_gateway(fakes.deps(), HttpSettings(sse_poll=0.01, sse_find=0.05, sse_max=0.3, sse_per_app=1))
+    path = "/v1/messages/m1/events"
+
+    async def get(started: asyncio.Event | None = None) -> int:
+        sent: list[dict[str, Any]] = []
+        never = asyncio.Event()
+        first = True
+
+        async def receive() -> dict[str, Any]:
+            nonlocal first
+            if first:
+                first = False
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await never.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+            if message["type"] == "http.response.start" and started is not None:
+                started.set()
+
+        headers = [(b"reach-key", b"key1"),
+                   (b"reach-signature", sign(b"secret-1", b"", method="GET", target=path).encode())]
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+                 "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": headers, "server": ("testserver", 80), "client": ("testclient", 1)}
+        await gateway(scope, receive, send)
+        return int(next(m for m in sent if m["type"] == "http.response.start")["status"])
+
+    async def scenario() -> tuple[int, int, int]:
+        opened = asyncio.Event()
+        first = asyncio.create_task(get(opened))
+        await asyncio.wait_for(opened.wait(), 5)
+        second = await get()  # the first still streams
+        done = await asyncio.wait_for(first, 5)  # it ends at sse_max and gives its slot back
+        third = await get()
+        return done, second, third
+
+    assert asyncio.run(scenario()) == (200, 429, 200)
+
+
+def test_reads_take_the_apps_read_quota_not_its_request_quota() -> None:
+    """Issue 28, finding 4: GET and SSE took no quota at all."""
+    from tests.unit.gateway.fakes import FakeQuotas
+
+    fakes = Fakes(quotas=FakeQuotas(read_rate=0.001, read_burst=2))
+    fakes.status.rows["m1"] = [row("COMPLETED", "ACCEPTED", "COMPLETED")]
+    gw = client(fakes)
+    assert [signed_get(gw, "/v1/messages/m1").status_code for _ in range(2)] == [200, 200]
+    for path in ("/v1/messages/m1", "/v1/messages/m1/events", "/v1/traces/t1"):
+        refused = signed_get(gw, path)
+        assert refused.status_code == 429 and refused.json()["error"] == "quota_exceeded", path
+        assert "read quota" in refused.json()["message"] and int(refused.headers["Retry-After"]) >= 1
+    assert fakes.quotas.taken == 0, "reads never spend the app's request tokens"

@@ -47,7 +47,8 @@ def test_answers_conform_to_the_document() -> None:
 
     def post(path: str, body: Any, key: str = "key1", secret: bytes = b"secret-1", raw: bytes | None = None) -> None:
         data = raw if raw is not None else json.dumps(body).encode()
-        resp = client.post(path, content=data, headers={"Reach-Key": key, "Reach-Signature": sign(secret, data)})
+        resp = client.post(path, content=data, headers={"Reach-Key": key,
+                                                                  "Reach-Signature": sign(secret, data, target=path)})
         check(doc, path, "post", resp)
 
     for path in ("/v1/envelopes", "/v1/envelopes:batch", "/v1/invoke"):

@@ -14,13 +14,13 @@ from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
-from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign, signed_get
+from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign, signed_get, stream_body
 
 
 def post(client: TestClient, path: str, body: Any, *, secret: bytes = b"secret-1", key: str = "key1",
          raw: bytes | None = None, **headers: str) -> httpx.Response:
     data = raw if raw is not None else json.dumps(body).encode()
-    signed = {"Reach-Key": key, "Reach-Signature": sign(secret, data), "Content-Type": "application/json"}
+    signed = {"Reach-Key": key, "Reach-Signature": sign(secret, data, target=path), "Content-Type": "application/json"}
     return client.post(path, content=data, headers={**signed, **headers})
 
 
@@ -64,7 +64,7 @@ def test_the_body_cannot_choose_tenant_or_source(client: TestClient, fakes: Fake
 @pytest.mark.parametrize("headers, code", [
     ({}, "missing"),
     ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=00"}, "malformed"),
-    ({"Reach-Key": "key1", "Reach-Signature": "t=1,v1=" + "0" * 64}, "stale"),
+    ({"Reach-Key": "key1", "Reach-Signature": "t=1,n=abcdefgh,v2=" + "0" * 64}, "stale"),
     ({"Reach-Key": "nobody", "Reach-Signature": "sign now"}, "denied"),
 ])
 def test_unsigned_or_badly_signed_is_401_and_nothing_is_sent(client: TestClient, fakes: Fakes,
@@ -263,7 +263,7 @@ def test_status_reads_need_a_signature_over_the_empty_body(client: TestClient, f
     fakes.status.traces["t1"] = ["m1"]
     assert client.get(path).status_code == 401
     assert signed_get(client, path, secret=b"wrong").status_code == 401
-    over_a_body = {"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", b"{}")}
+    over_a_body = {"Reach-Key": "key1", "Reach-Signature": sign(b"secret-1", b"{}", method="GET", target=path)}
     assert client.get(path, headers=over_a_body).status_code == 401
     assert signed_get(client, path).status_code == 200
 
@@ -358,6 +358,9 @@ def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> No
         def take(self, app: CallerApp, capability: str) -> QuotaDecision:
             raise InfraUnavailable("Redis did not answer (fake)")
 
+        def take_read(self, app: CallerApp) -> QuotaDecision:
+            raise InfraUnavailable("Redis did not answer (fake)")
+
     fakes.quotas = DownQuotas()  # type: ignore[assignment]
     client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
@@ -403,3 +406,39 @@ def test_the_hot_path_answers_like_the_router(client: TestClient, fakes: Fakes) 
     for status, app_id in (("202", "app1"), ("503", "app1"), ("401", "-")):
         assert f'agentreach_gateway_requests_total{{app="{app_id}",route="/v1/envelopes",status="{status}"}} 1.0' \
             in metrics, metrics
+
+
+@pytest.mark.parametrize("path", ["/v1/envelopes", "/v1/envelopes:batch", "/v1/invoke"])
+@pytest.mark.parametrize("signature, code", [
+    (None, "missing"),
+    ("t=1,v1=00", "malformed"),
+    ("t=1764590000,v2=" + "0" * 64, "malformed"),  # no nonce
+    ("t=1,n=abcdefgh,v2=" + "0" * 64, "stale"),
+])
+def test_a_missing_or_malformed_signature_is_refused_before_the_body_is_read(fakes: Fakes, path: str,
+                                                                            signature: str | None, code: str) -> None:
+    """Issue 28, finding 10: the door read up to 8 MiB (for up to 10 s) before looking at the signature."""
+    headers = {"Reach-Key": "key1", "Content-Type": "application/json"}
+    if signature is not None:
+        headers["Reach-Signature"] = signature
+    answer = stream_body(build_gateway(fakes.deps(), HttpSettings()), "POST", path, headers)
+    assert (answer.status, json.loads(answer.body)["error"], answer.reads) == (401, code, 0)
+    assert fakes.publisher.sent == []
+
+
+def test_a_request_refused_after_the_signature_check_gives_its_nonce_back(client: TestClient, fakes: Fakes) -> None:
+    """Issue 28, finding 4: nonces of refused requests (over quota, forbidden, unknown capability) held Redis
+    memory for the whole window."""
+    fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s2")
+    raw = json.dumps({"capability": "demo.echo", "payload": {"text": "x"}}).encode()
+
+    def send(nonce: str, body: bytes = raw) -> httpx.Response:
+        return client.post("/v1/envelopes", content=body, headers={
+            "Reach-Key": "tiny", "Reach-Signature": sign(b"s2", body, nonce=nonce)})
+
+    assert send("n-accepted-01").status_code == 202
+    assert send("n-over-quota").status_code == 429
+    unknown = json.dumps({"capability": "nobody.serves", "payload": {}}).encode()
+    assert send("n-unknown-01", unknown).status_code in (404, 429)
+    assert send("n-accepted-01").json()["error"] == "replay", "a replay never frees the original's nonce"
+    assert {n for _, n in fakes.nonces.seen} == {"n-accepted-01"}
