@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from reach import control
-from reach.cli.common import console
+from reach.cli.common import console, operator_id
 from reach.core.factors import FACTORS, NAMES, PRESETS, FactorWeights
 from reach.names import Names, check_capability
 from reach.ops import weights as ops_weights
@@ -78,7 +78,7 @@ def _set(
     names = _names()
     scope = check_capability(capability) if capability else "*"
     new = ops_weights.changed(scope, factors, names=names, preset_name=preset_name)
-    record = ops_weights.publish(scope, new, by="reach-cli", names=names)
+    record = ops_weights.publish(scope, new, by=operator_id(ReachSettings()), names=names)
     if as_json:
         console.print_json(json.dumps({"scope": scope, **new}))
     else:
