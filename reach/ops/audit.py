@@ -14,8 +14,7 @@ from typing import Any
 from reach.core.audit import BadAuditQuery, check_range, matches, parse_kinds
 from reach.envelopes import now_ms
 from reach.errors import ConfigError
-from reach.kafka import codec, topicreader
-from reach.kafka.codec import DecodeError
+from reach.kafka.auditlog import read_events
 from reach.names import Names
 from reach.records import AuditEvent
 from reach.settings import KafkaSettings
@@ -30,28 +29,11 @@ def row(event: AuditEvent) -> dict[str, Any]:
             "after": json.loads(event.after) if event.after is not None else None, "source": event.source}
 
 
-def read_events(*, names: Names, kafka: KafkaSettings, since_ms: int | None = None, until_ms: int | None = None,
-                timeout: float = 10.0, skipped: list[int] | None = None) -> Iterator[AuditEvent]:
-    """The events appended since `since_ms` (all when None), in append order; undecodable ones are counted in
-    `skipped` (one element) and left out."""
-    reader = topicreader.open_reader("audit", kafka)
-    try:
-        starts = topicreader.start_offsets(reader, names.audit, since_ms, timeout)
-        for msg in topicreader.read_range(reader, names.audit, starts, idle_timeout=timeout):
-            try:
-                yield codec.decode(msg.value() or b"", AuditEvent)
-            except DecodeError:
-                if skipped is not None:
-                    skipped[0] += 1
-    finally:
-        reader.close()
-
-
 def history(*, names: Names, kafka: KafkaSettings, agent: str | None = None, since: str | None = None,
             until: str | None = None, kinds: list[str] | None = None, now: int | None = None) -> list[dict[str, Any]]:
     """The audit events matching the filters, oldest first (by when they happened: the writer appends the
-    changes of different topics in no particular order between them), as rows; ConfigError (exit 2) for a bad time range or
-    kind, before anything is read."""
+    changes of different topics in no particular order between them), as rows; ConfigError (exit 2) for a bad
+    time range or kind, before anything is read."""
     now = now if now is not None else now_ms()
     since_ms, until_ms = parse_time(since, now_ms=now), parse_time(until, now_ms=now)
     try:

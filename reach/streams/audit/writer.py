@@ -1,18 +1,20 @@
 """The audit writer: folds the registry, control, health and apps topics and appends each change to `<ns>.audit`.
 
 It runs in the stream app's status role. The consumer group `<ns>.audit` gives each partition of those topics
-to one writer, so a change is appended by one writer, whichever process made it. A writer reads each partition
-it is given from the beginning (a compacted topic still holds the last record of every key: what the next
-change is diffed against) and appends the events (reach.core.audit) of the records at or after the group's
-committed offset only; it commits a record's offset once the events before it are acknowledged by the broker
-(commit after ack). A restarted writer therefore appends nothing again but what was in flight when it stopped
-(at least once), and the history outlives the registry's compaction: the audit topic is not compacted.
+to one writer, so a change is appended by one writer, whichever process made it. On each assignment a writer
+rebuilds what every key last looked like (reach.core.audit.AuditBook): from the audit topic itself (what was
+appended: it outlives the registry's compaction, which removes the records the events came from), then from the
+records of its partitions before the group's committed offset, for the keys the audit no longer holds. It
+appends the events of the records at or after the committed offset only, and commits a record's offset once the
+events before it are acknowledged by the broker (commit after ack). A restarted writer therefore appends
+nothing again; a change in flight when it stopped is appended once more only if the audit did not get it.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
@@ -21,6 +23,7 @@ from reach.core.audit import AuditBook
 from reach.core.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
 from reach.kafka import clients, codec, headers
+from reach.kafka.auditlog import read_events
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.records import AgentRegistration, App, AuditEvent, Control, InstanceHealth
@@ -47,12 +50,14 @@ class AuditDriver:
         self._streams = {names.registry: "registry", names.control: "control", names.health: "health",
                          names.apps: "apps"}
 
-    def assigned(self, committed: dict[TopicPart, int]) -> None:
-        """Partitions given to this writer, with the group's committed offset (negative: none yet, so every
-        record still in the topic is audited once)."""
+    def assigned(self, committed: dict[TopicPart, int], history: Iterable[AuditEvent]) -> None:
+        """The whole assignment given to this writer, with the group's committed offsets (negative: none yet, so
+        every record still in the topic is audited once) and the audit topic's events, oldest first."""
+        self.book, self.resume = AuditBook(), {}
+        for event in history:
+            self.book.seed(event)
         for tp, offset in committed.items():
             self.resume[tp] = max(offset, 0)
-            self.book.forget(self._streams.get(tp[0], ""))  # read again from the beginning
 
     def revoked(self, tps: list[TopicPart]) -> None:
         for tp in tps:
@@ -69,14 +74,15 @@ class AuditDriver:
             start = self.resume.get(tp)
             if start is None:
                 continue  # no longer this writer's
-            made = self.record(msg)
+            made = self.record(msg, replay=offset < start)
             if offset >= start:
                 events.extend(made)
                 commits[tp] = offset + 1
         return events, commits
 
-    def record(self, msg: Message) -> list[AuditEvent]:
-        """The events of one record; a bad one (undecodable, refused by its model) is logged and skipped."""
+    def record(self, msg: Message, *, replay: bool = False) -> list[AuditEvent]:
+        """The events of one record (none when `replay`: only the book learns it); a bad one (undecodable,
+        refused by its model) is logged and skipped."""
         topic, key, value = msg.topic() or "", (msg.key() or b"").decode(errors="replace"), msg.value()
         where = f"{topic}[{msg.partition()}]@{msg.offset()}"
         ts_ms = msg.timestamp()[1]
@@ -84,16 +90,17 @@ class AuditDriver:
         try:
             if stream == "registry":
                 reg = codec.decode(value, AgentRegistration) if value is not None else None
-                return self.book.registration(key, reg, ts_ms=ts_ms, source=where)
+                return self.book.registration(key, reg, ts_ms=ts_ms, source=where, replay=replay)
             if stream == "control":
                 control = codec.decode(value, Control) if value is not None else None
-                return self.book.control(key, control, ts_ms=ts_ms, source=where, removed_by=_by(msg))
+                return self.book.control(key, control, ts_ms=ts_ms, source=where, removed_by=_by(msg),
+                                         replay=replay)
             if stream == "health":
                 health = codec.decode(value, InstanceHealth) if value is not None else None
-                return self.book.health(key, health, ts_ms=ts_ms, source=where)
+                return self.book.health(key, health, ts_ms=ts_ms, source=where, replay=replay)
             if stream == "apps":
                 app = codec.decode(value, App) if value is not None else None
-                return self.book.app(key, app, ts_ms=ts_ms, source=where)
+                return self.book.app(key, app, ts_ms=ts_ms, source=where, replay=replay)
         except RegistryUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad record must not stop the history
@@ -135,7 +142,8 @@ class AuditWriter(SupervisedLoop):
 
         def assigned(c: Consumer, tps: list[TopicPartition]) -> None:
             committed = c.committed(tps, timeout=10) if tps else []
-            driver.assigned({(tp.topic, tp.partition): tp.offset for tp in committed})
+            history = read_events(names=names, kafka=self._kafka) if tps else iter(())
+            driver.assigned({(tp.topic, tp.partition): tp.offset for tp in committed}, history)
             c.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in tps])
 
         def revoked(c: Consumer, tps: list[TopicPartition]) -> None:

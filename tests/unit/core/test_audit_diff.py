@@ -162,11 +162,31 @@ def test_apps_and_operators_are_audited_without_their_secrets() -> None:
     assert op.kind is AuditKind.OPERATOR
 
 
-def test_a_forgotten_stream_is_read_again_from_nothing() -> None:
-    book = AuditBook()
-    book.registration("i-1", reg(), ts_ms=NOW, source="")
-    book.forget("registry")
-    assert kinds(book.registration("i-1", reg(), ts_ms=NOW, source="")) == [AuditKind.JOIN]
+def test_a_book_seeded_with_the_events_diffs_like_the_book_that_wrote_them() -> None:
+    writer, events = AuditBook(), []
+    drain = Control(kind=ControlKind.INSTANCE, scope="i-1", updated_at=NOW, updated_by="a",
+                    instance=InstanceOverride(instance_id="i-1", action=InstanceAction.DRAIN))
+    events += writer.registration("i-1", reg(), ts_ms=NOW, source="")
+    events += writer.registration("i-1", reg("1.1", state=AgentState.DRAINING, weight=3.0), ts_ms=NOW, source="")
+    events += writer.control("INSTANCE:i-1", drain, ts_ms=NOW, source="")
+    events += writer.health("i-1", health(BreakerState.OPEN), ts_ms=NOW, source="")
+    events += writer.app("op-1", app(role="viewer"), ts_ms=NOW, source="")
+    events += writer.registration("i-2", reg(), ts_ms=NOW, source="")
+    events += writer.registration("i-2", None, ts_ms=NOW, source="")
+    reader = AuditBook()
+    for event in events:
+        reader.seed(event)
+    for book in (writer, reader):  # nothing new in these; each a change from the view the events left
+        assert book.registration("i-1", reg("1.1", state=AgentState.DRAINING, weight=3.0, beat=NOW + 60_000),
+                                 ts_ms=NOW, source="") == []
+        assert book.control("INSTANCE:i-1", drain, ts_ms=NOW, source="") == []
+        assert book.health("i-1", health(BreakerState.OPEN, calls=9), ts_ms=NOW, source="") == []
+        assert book.app("op-1", app(role="viewer", secret=b"new"), ts_ms=NOW, source="") == []
+        assert kinds(book.registration("i-2", reg(), ts_ms=NOW, source="")) == [AuditKind.JOIN]
+    # a replayed record (read before the committed offset) never overrides what the audit says
+    assert reader.registration("i-1", reg("0.9"), ts_ms=NOW, source="", replay=True) == []
+    assert kinds(reader.registration("i-1", reg("1.2", state=AgentState.DRAINING, weight=3.0), ts_ms=NOW,
+                                     source="")) == [AuditKind.VERSION]
 
 
 def test_kinds_parse_in_any_case_repeated_or_comma_separated() -> None:

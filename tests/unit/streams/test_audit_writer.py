@@ -44,7 +44,7 @@ def msgs(*records: tuple[tuple[str, int], int, bytes | None, str]) -> list[Messa
 
 def test_records_before_the_committed_offset_are_folded_not_appended_again() -> None:
     driver = AuditDriver(NAMES)
-    driver.assigned({REG: 2, CTL: -1001})  # registry committed at 2; control never committed
+    driver.assigned({REG: 2, CTL: -1001}, [])  # registry committed at 2; control never committed
     events, commits = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.0", 2_000), "i-1"),
                                         (REG, 2, reg("1.1", 3_000), "i-1"), (CTL, 0, drain(), "INSTANCE:i-1")))
     assert [(e.kind, e.before, e.after) for e in events] == [(AuditKind.VERSION, '"1.0"', '"1.1"'),
@@ -55,7 +55,7 @@ def test_records_before_the_committed_offset_are_folded_not_appended_again() -> 
 
 def test_a_record_that_is_no_change_still_moves_the_commit() -> None:
     driver = AuditDriver(NAMES)
-    driver.assigned({REG: 0})
+    driver.assigned({REG: 0}, [])
     driver.batch(msgs((REG, 0, reg("1.0"), "i-1")))
     events, commits = driver.batch(msgs((REG, 1, reg("1.0", 9_000), "i-1")))  # a heartbeat
     assert (events, commits) == ([], {REG: 2})
@@ -63,7 +63,7 @@ def test_a_record_that_is_no_change_still_moves_the_commit() -> None:
 
 def test_a_bad_record_is_skipped_and_committed_past() -> None:
     driver = AuditDriver(NAMES)
-    driver.assigned({REG: 0})
+    driver.assigned({REG: 0}, [])
     events, commits = driver.batch(msgs((REG, 0, b"\x00garbage", "i-1"), (REG, 1, reg("1.0"), "i-1")))
     assert [e.kind for e in events] == [AuditKind.JOIN]
     assert commits == {REG: 2}
@@ -71,19 +71,32 @@ def test_a_bad_record_is_skipped_and_committed_past() -> None:
 
 def test_a_revoked_partition_is_left_alone_and_a_new_assignment_reads_from_nothing() -> None:
     driver = AuditDriver(NAMES)
-    driver.assigned({REG: 0})
+    driver.assigned({REG: 0}, [])
     driver.batch(msgs((REG, 0, reg("1.0"), "i-1")))
     driver.revoked([REG])
     assert driver.batch(msgs((REG, 1, reg("2.0"), "i-1"))) == ([], {})
-    driver.assigned({REG: 1})  # read again from the beginning: offset 0 folds, 1 is new
+    driver.assigned({REG: 1}, [])  # read again from the beginning: offset 0 folds, 1 is new
     events, _ = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("2.0"), "i-1")))
     assert [e.kind for e in events] == [AuditKind.VERSION]
 
 
 def test_a_control_tombstone_takes_its_actor_from_the_header() -> None:
     driver = AuditDriver(NAMES)
-    driver.assigned({CTL: 0})
+    driver.assigned({CTL: 0}, [])
     driver.batch(msgs((CTL, 0, drain(), "INSTANCE:i-1")))
     removal: Any = FakeMessage(NAMES.control, 0, 1, None, b"INSTANCE:i-1", [(headers.BY, b"console:bo")])
     [event], _ = driver.batch([removal])
     assert (event.actor, event.after) == ("console:bo", None)
+
+
+def test_after_compaction_the_audit_topic_says_what_a_key_last_looked_like() -> None:
+    """The registry kept only a later heartbeat (1.1) of the key; the records the events came from are gone. The
+    writer that appended JOIN and VERSION stopped; its successor seeds from them and appends nothing again."""
+    first = AuditDriver(NAMES)
+    first.assigned({REG: 0}, [])
+    appended, _ = first.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.1", 2_000), "i-1")))
+    successor = AuditDriver(NAMES)
+    successor.assigned({REG: 2}, appended)  # offsets 0 and 1 compacted away; 2 is the first record left
+    assert successor.batch(msgs((REG, 2, reg("1.1", 9_000), "i-1"))) == ([], {REG: 3})
+    [event], _ = successor.batch(msgs((REG, 3, reg("1.2", 9_500), "i-1")))
+    assert (event.kind, event.before, event.after) == (AuditKind.VERSION, '"1.1"', '"1.2"')
