@@ -58,5 +58,6 @@ def sql_rows(events: Iterator[AuditEvent], stats: Any) -> Iterator[dict[str, Any
     for event in events:
         stats.rows += 1
         yield {"ts": event.at, "kind": str(event.kind), "subject": event.subject, "agent_id": event.agent_id,
-               "instance_id": event.instance_id, "actor": event.actor, "before": event.before,
-               "after": event.after, "source": event.source}
+               "instance_id": event.instance_id, "actor": event.actor,
+               "before": json.loads(event.before) if event.before is not None else None,
+               "after": json.loads(event.after) if event.after is not None else None, "source": event.source}

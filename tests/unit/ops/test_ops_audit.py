@@ -8,10 +8,12 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reach import analytics
 from reach.cli import app
 from reach.cli.common import run_guarded
 from reach.errors import ConfigError
@@ -112,3 +114,24 @@ def test_a_bad_query_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys: p
     monkeypatch.setattr(sys, "argv", ["reach", "audit", *args])
     assert run_guarded(app) == 2
     assert message in capsys.readouterr().err.replace("\n", " ")
+
+
+@pytest.mark.parametrize("name", ["audit_by_actor.sql", "audit_versions.sql", "audit_operator_changes.sql"])
+def test_the_ready_audit_queries_run(tmp_path: Path, name: str) -> None:
+    from reach.core.audit import AuditBook
+
+    book = AuditBook()
+    events = [*book.registration("i-1", reg("1.0", 1), ts_ms=1, source=""),
+              *book.registration("i-1", reg("1.1", 2), ts_ms=2, source=""),
+              *book.control("POLICY:*", Control(kind=ControlKind.POLICY, policy=Policy(max_attempts=3), updated_at=3,
+                                                updated_by="reach-cli:ana"), ts_ms=3, source="")]
+    stats = analytics.LoadStats()
+    con = analytics.load_table(ops_audit.sql_rows(iter(events), stats), tmp_path, table="audit",
+                               columns=ops_audit.SQL_COLUMNS)
+    sql = (Path(__file__).resolve().parents[3] / "docs" / "queries" / name).read_text()
+    columns, rows = analytics.query(con, sql, view="audit", command="reach audit sql")
+    assert stats.rows == 3 and rows
+    if name == "audit_versions.sql":
+        assert [(r[columns.index("from_version")], r[columns.index("to_version")]) for r in rows] == [("1.0", "1.1")]
+    if name == "audit_operator_changes.sql":
+        assert [r[columns.index("actor")] for r in rows] == ["reach-cli:ana"]
