@@ -13,8 +13,8 @@ import typer
 from rich.table import Table
 
 from reach import analytics
+from reach.cli import receipts
 from reach.cli.common import console, err_console
-from reach.cli.receipts import run_sql
 from reach.names import Names
 from reach.ops import audit as ops_audit
 from reach.settings import KafkaSettings, ReachSettings
@@ -55,11 +55,11 @@ def audit(
 def sql(
     statement: str = typer.Argument(None, help="SQL over the view `audit`, e.g. \"SELECT actor, kind, count(*) "
                                     "FROM audit GROUP BY ALL\""),
-    file: Path = typer.Option(None, "--file", "-f", help="Read the SQL from a file (e.g. docs/queries/audit*.sql)."),
-    since: str = typer.Option(None, "--since", help="ISO time, epoch ms, or an age like 15m / 2h / 1d."),
-    until: str = typer.Option(None, "--until", help="Same forms as --since; exclusive."),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
-    out: Path = typer.Option(None, "--out", help="Write the result to this file (required for parquet)."),
+    file: Path = receipts.FILE,
+    since: str = receipts.SINCE,
+    until: str = receipts.UNTIL,
+    fmt: str = receipts.FORMAT,
+    out: Path = receipts.OUT,
 ) -> None:
     """Load the audit events appended in the time range into DuckDB (view `audit`) and run the query."""
     names, kafka = Names(ReachSettings().namespace), KafkaSettings()
@@ -74,7 +74,7 @@ def sql(
         stats.undecodable = skipped[0]
         return con
 
-    run_sql(statement, file, since, until, fmt, out, load=load, what="audit event", view="audit",
+    receipts.run_sql(statement, file, since, until, fmt, out, load=load, what="audit event", view="audit",
             command="reach audit sql")
 
 

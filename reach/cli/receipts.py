@@ -22,16 +22,23 @@ app = typer.Typer(help="Query receipts with SQL.", no_args_is_help=True)
 
 FORMATS = ("table", "csv", "json", "parquet")
 
+# The options every `... sql` command takes (`reach receipts sql`, `reach audit sql`).
+FILE = typer.Option(None, "--file", "-f", help="Read the SQL from a file (e.g. docs/queries/*.sql).")
+SINCE = typer.Option(None, "--since", help="ISO time, epoch ms, or an age like 15m / 2h / 1d.")
+UNTIL = typer.Option(None, "--until", help="Same forms as --since; exclusive.")
+FORMAT = typer.Option("table", "--format", help="table | csv | json | parquet")
+OUT = typer.Option(None, "--out", help="Write the result to this file (required for parquet).")
+
 
 @app.command()
 def sql(
     statement: str = typer.Argument(None, help="SQL over the view `receipts`, e.g. \"SELECT status, count(*) "
                                     "FROM receipts GROUP BY 1\""),
-    file: Path = typer.Option(None, "--file", "-f", help="Read the SQL from a file (e.g. docs/queries/*.sql)."),
-    since: str = typer.Option(None, "--since", help="ISO time, epoch ms, or an age like 15m / 2h / 1d."),
-    until: str = typer.Option(None, "--until", help="Same forms as --since; exclusive."),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
-    out: Path = typer.Option(None, "--out", help="Write the result to this file (required for parquet)."),
+    file: Path = FILE,
+    since: str = SINCE,
+    until: str = UNTIL,
+    fmt: str = FORMAT,
+    out: Path = OUT,
 ) -> None:
     """Load the receipts of the time range (offsets looked up by timestamp) into DuckDB and run the query."""
     names = Names(ReachSettings().namespace)

@@ -4,6 +4,7 @@ usage error (exit 2) before anything is read."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from reach import analytics
 from reach.cli import app
@@ -97,6 +99,29 @@ def test_the_writer_appends_each_change_once_across_a_restart(kafka: KafkaSettin
         "JOIN", "VERSION", "INSTANCE"]
     assert [r["actor"] for r in ops_audit.history(names=NAMES, kafka=kafka, kinds=["policy"], since="1h")] == [
         "console:bo"]
+
+
+def test_the_cli_lists_and_queries_the_history(kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REACH_BOOTSTRAP", kafka.bootstrap or "")
+    monkeypatch.setenv("REACH_NAMESPACE", NAMES.namespace)
+    now = int(time.time() * 1000)
+    put(kafka, (NAMES.registry, "i-1", reg("1.0", now)), (NAMES.registry, "i-1", reg("1.1", now + 1)))
+    writer = AuditWriter(names=NAMES, kafka=kafka)
+    writer.start()
+    try:
+        wait_rows(kafka, 2)
+    finally:
+        writer.stop()
+    listed = CliRunner().invoke(app, ["audit", "--json", "--kind", "version"])
+    assert listed.exit_code == 0, listed.output
+    assert [(r["before"], r["after"]) for r in json.loads(listed.output)] == [("1.0", "1.1")]
+    table = CliRunner().invoke(app, ["audit", "--agent", "i-1"])
+    assert table.exit_code == 0 and "VERSION" in table.output and "JOIN" in table.output
+    queried = CliRunner().invoke(app, ["audit", "sql", "SELECT kind, after ->> '$' AS v FROM audit ORDER BY ts",
+                                       "--format", "json"])
+    assert queried.exit_code == 0, queried.output
+    assert [row["kind"] for row in json.loads(queried.output)] == ["JOIN", "VERSION"]
+    assert json.loads(queried.output)[1]["v"] == "1.1"
 
 
 @pytest.mark.parametrize(("args", "message"), [
