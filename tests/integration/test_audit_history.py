@@ -1,11 +1,12 @@
 """The audit history on the real broker: a drain and a policy change made with the CLI and an agent's version
 upgrade appear in `reach audit --json` with actor, before and after; the history outlives the compaction of the
-registry topic; a restarted audit writer appends only what is new."""
+registry topic; a restarted audit writer appends only what is new; the stream app's status role runs the writer."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from reach.records import AgentRegistration, AgentState, Capability
 from reach.settings import KafkaSettings
 from reach.streams.audit.writer import AuditWriter
 from tests.integration.agent_support import reach_cli, wait_for
+from tests.integration.stream_app import StreamApp
 
 INSTANCE = "audit-host-1"
 AGENT = "agent://test/audited"
@@ -110,3 +112,19 @@ def test_drain_policy_and_upgrade_are_audited_and_outlive_compaction(namespace: 
         again.stop()
     assert again.appended == 1
     assert len(audit()) == len(rows) + 1
+
+
+def test_the_status_role_runs_the_audit_writer(namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    names = Names(namespace)
+    monkeypatch.setenv("REACH_OPERATOR", "bo")
+    app = StreamApp(tmp_path, role="status").start()
+    try:
+        register(names, "2.0")
+        assert reach_cli("agents", "disable", INSTANCE).returncode == 0
+        register(names, "2.1")
+        rows = wait_for(lambda: (lambda r: r if len(r) >= 3 else None)(audit("--agent", INSTANCE)), 60,
+                        "the status role's audit writer appending the join, the disable and the upgrade")
+    finally:
+        app.stop()
+    assert [(r["kind"], r["actor"]) for r in rows] == [("JOIN", INSTANCE), ("INSTANCE", "reach-cli:bo"),
+                                                       ("VERSION", INSTANCE)]

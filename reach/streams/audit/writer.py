@@ -21,8 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from reach.core.audit import AuditBook
 from reach.core.commits import CommitLedger, TopicPart
-from reach.errors import InfraUnavailable
-from reach.kafka import clients, codec, headers
+from reach.errors import InfraUnavailable, TopicMissing
+from reach.kafka import clients, codec, headers, topicreader
 from reach.kafka.auditlog import read_events
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
@@ -159,6 +159,11 @@ class AuditWriter(SupervisedLoop):
             driver.revoked(parts)
 
         try:
+            for topic in (names.audit, names.registry, names.control, names.health, names.apps):
+                try:
+                    topicreader.partitions(consumer, topic)
+                except TopicMissing as exc:  # not applied yet: try again after the backoff, never stop for good
+                    raise NotReady(str(exc)) from None
             consumer.subscribe([names.registry, names.control, names.health, names.apps],
                                on_assign=assigned, on_revoke=revoked, on_lost=lost)
             self._mark_ready()
