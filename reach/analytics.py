@@ -1,4 +1,5 @@
-"""`reach receipts sql`: the receipts stream for a time range, as a flat DuckDB view named `receipts`."""
+"""`reach receipts sql`: the receipts stream for a time range, as a flat DuckDB view named `receipts` (and the
+loading `reach audit sql` shares for its `audit` view)."""
 
 from __future__ import annotations
 
@@ -90,30 +91,37 @@ def read_receipts(consumer: Consumer, topic: str, since_ms: int | None, until_ms
 
 def load(rows: Iterator[dict[str, Any]], workdir: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the `receipts` view over the rows (via a newline-delimited JSON file)."""
-    path = workdir / "receipts.ndjson"
+    return load_table(rows, workdir, table="receipts", columns=COLUMNS)
+
+
+def load_table(rows: Iterator[dict[str, Any]], workdir: Path, *, table: str,
+               columns: dict[str, str]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with `table` over flat rows of `columns` (TIMESTAMP columns hold epoch millis)."""
+    path = workdir / f"{table}.ndjson"
     with open(path, "w") as out:
         for row in rows:
             out.write(json.dumps(row))
             out.write("\n")
     con = duckdb.connect(":memory:")
-    raw_cols = {k: ("BIGINT" if v == "TIMESTAMP" else v) for k, v in COLUMNS.items()}
-    columns = ", ".join(f"'{k}': '{v}'" for k, v in raw_cols.items())
+    raw_cols = {k: ("BIGINT" if v == "TIMESTAMP" else v) for k, v in columns.items()}
+    spec = ", ".join(f"'{k}': '{v}'" for k, v in raw_cols.items())
     select = ", ".join(
-        f'epoch_ms("{k}") AS "{k}"' if v == "TIMESTAMP" else f'"{k}"' for k, v in COLUMNS.items()
+        f'epoch_ms("{k}") AS "{k}"' if v == "TIMESTAMP" else f'"{k}"' for k, v in columns.items()
     )
     con.execute(
-        f"CREATE TABLE receipts AS SELECT {select} FROM read_json('{path}', format='newline_delimited', "
-        f"columns={{{columns}}})"
+        f"CREATE TABLE {table} AS SELECT {select} FROM read_json('{path}', format='newline_delimited', "
+        f"columns={{{spec}}})"
     )
     return con
 
 
-def query(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+def query(con: duckdb.DuckDBPyConnection, sql: str, *, view: str = "receipts",
+          command: str = "reach receipts sql") -> tuple[list[str], list[tuple[Any, ...]]]:
     try:
         cursor = con.execute(sql)
     except duckdb.Error as exc:
-        raise QueryError(f"The query did not run: {exc}. The view is `receipts`; `reach receipts sql "
-                         "'DESCRIBE receipts'` lists its columns.") from None
+        raise QueryError(f"The query did not run: {exc}. The view is `{view}`; `{command} "
+                         f"'DESCRIBE {view}'` lists its columns.") from None
     names = [d[0] for d in cursor.description or []]
     return names, cursor.fetchall()
 

@@ -63,6 +63,11 @@ class Names:
         return self.topic("registry")
 
     @property
+    def audit(self) -> str:
+        """AuditEvent history of the registry and control plane (not compacted), keyed by subject."""
+        return self.topic("audit")
+
+    @property
     def receipts(self) -> str:
         return self.topic("receipts")
 

@@ -590,3 +590,40 @@ class App(AvroRecord):
     def live_keys(self) -> list[AppKey]:
         """The keys that sign requests now: none once the app is revoked."""
         return [] if self.revoked else [k for k in self.keys if k.live]
+
+
+class AuditKind(StrEnum):
+    """What an audit event records (Avro enum AuditKind)."""
+
+    JOIN = "JOIN"
+    LEAVE = "LEAVE"
+    VERSION = "VERSION"
+    CAPABILITIES = "CAPABILITIES"
+    STATE = "STATE"
+    REGISTRATION = "REGISTRATION"
+    EJECTED = "EJECTED"
+    RESTORED = "RESTORED"
+    WEIGHTS = "WEIGHTS"
+    INSTANCE = "INSTANCE"
+    POLICY = "POLICY"
+    CANARY = "CANARY"
+    INTENT = "INTENT"
+    APP = "APP"
+    OPERATOR = "OPERATOR"
+    UNKNOWN = "UNKNOWN"  # the enum default: a kind added after this reader's schema
+
+
+class AuditEvent(AvroRecord):
+    """One change of the registry or control plane on `<ns>.audit` (not compacted), keyed by subject."""
+
+    avro_name: ClassVar[str] = "AuditEvent"
+
+    at: EpochMillis
+    kind: AuditKind
+    subject: str
+    agent_id: str | None = None
+    instance_id: str | None = None
+    actor: str
+    before: str | None = None
+    after: str | None = None
+    source: str = ""

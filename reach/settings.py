@@ -16,6 +16,7 @@
 |                           |                             | Bearer`) when REACH_WEB_HOST is not loopback        |
 | REACH_STATUS_RETENTION    | 604800 (7 days, seconds)    | how long terminal status rows are kept              |
 | REACH_STALE_NO_ROUTE      | 86400 (24 h, seconds)       | age at which an unserved NO_ROUTE letter is stale   |
+| REACH_OPERATOR            | (the OS user)               | who the CLI records on its changes (reach-cli:<name>)|
 | REACH_CANARY_MIN_CALLS    | 10                          | canary-arm calls a step needs before it is judged   |
 | REACH_CANARY_TICK_MS      | 1000                        | how often the canary controller applies the rule    |
 | REACH_CANARY_REPORT_MS    | 5000                        | how often it rewrites a running canary's progress   |
@@ -61,6 +62,7 @@ class ReachSettings(BaseSettings):
     status_retention: int = 7 * 24 * 3600
     stale_no_route: int = 24 * 3600
     schema_registry_url: str | None = None
+    operator: str | None = None  # the name the CLI records on the control records it publishes (`reach audit`)
 
     @field_validator("web_token")
     @classmethod

@@ -9,6 +9,7 @@ import typer
 from reach.cli import a2a as a2a_cli
 from reach.cli import agent, demo, local, send, topics
 from reach.cli import apps as apps_cli
+from reach.cli import audit as audit_cli
 from reach.cli import canary as canary_cli
 from reach.cli import channels as channels_cli
 from reach.cli import dlq as dlq_cli
@@ -53,6 +54,7 @@ app.command("bench")(__import__("reach.cli.bench", fromlist=["bench"]).bench)
 app.add_typer(weights_cli.app, name="weights")
 app.add_typer(policy_cli.app, name="policy")
 app.add_typer(receipts_cli.app, name="receipts")
+app.add_typer(audit_cli.app, name="audit")
 
 app.command("status")(status_cli.status)
 app.command("trace")(status_cli.trace)

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from reach.a2a.bearer import a2a_token
 from reach.appstore import AppStore, KafkaAppLog
-from reach.cli.common import console, err_console
+from reach.cli.common import console, err_console, operator_id
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
 from reach.ops import apps as ops_apps
@@ -26,7 +26,8 @@ def _store(*, making_keys: bool = False) -> AppStore:
     for commands that make keys."""
     reach = ReachSettings()
     box = secret_box(GatewaySettings().secrets_key, reach.home, create=True) if making_keys else None
-    return AppStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box)
+    return AppStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box,
+                    by=operator_id(reach))
 
 
 def _show_secret(shown: dict[str, Any], as_json: bool) -> None:

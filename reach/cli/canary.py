@@ -7,7 +7,7 @@ import json
 import typer
 from rich.table import Table
 
-from reach.cli.common import console
+from reach.cli.common import console, operator_id
 from reach.core.canarybook import DEFAULT_STEPS
 from reach.core.durations import BadDuration, parse_ms
 from reach.names import Names
@@ -44,7 +44,7 @@ def start(
 ) -> None:
     """Start a canary: the first step's share of the agent's traffic goes to instances of `--version`."""
     canary = ops_canary.start(agent_id, version=version, steps=parse_steps(steps), step_ms=parse_duration_ms(step),
-                              min_success=min_success, by="reach-cli", names=_names(),
+                              min_success=min_success, by=operator_id(ReachSettings()), names=_names(),
                               kafka=KafkaSettings())
     _show({agent_id: canary}, as_json)
 
@@ -61,15 +61,17 @@ def status(
 @app.command()
 def promote(agent_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """End a running canary as PROMOTED now: the canary version is the agent from here on."""
-    _show({agent_id: ops_canary.finish(agent_id, CanaryState.PROMOTED, by="reach-cli", names=_names(),
-                                       kafka=KafkaSettings())}, as_json)
+    done = ops_canary.finish(agent_id, CanaryState.PROMOTED, by=operator_id(ReachSettings()), names=_names(),
+                             kafka=KafkaSettings())
+    _show({agent_id: done}, as_json)
 
 
 @app.command()
 def rollback(agent_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """End a running canary as ROLLED_BACK now: no request reaches the canary version any more."""
-    _show({agent_id: ops_canary.finish(agent_id, CanaryState.ROLLED_BACK, by="reach-cli", names=_names(),
-                                       kafka=KafkaSettings())}, as_json)
+    done = ops_canary.finish(agent_id, CanaryState.ROLLED_BACK, by=operator_id(ReachSettings()), names=_names(),
+                             kafka=KafkaSettings())
+    _show({agent_id: done}, as_json)
 
 
 def _show(found: dict[str, Canary], as_json: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 from enum import IntEnum
 
 import click
@@ -11,6 +12,7 @@ from rich.markup import escape
 from typer.exceptions import TyperException
 
 from reach.errors import ConfigError, InfraUnavailable, InvalidName, ReachError
+from reach.settings import ReachSettings
 
 console = Console()
 err_console = Console(stderr=True)
@@ -24,6 +26,18 @@ class Exit(IntEnum):
     USAGE = 2
     WAIT_TIMEOUT = 3
     UNREACHABLE = 4
+
+
+def operator_id(settings: ReachSettings) -> str:
+    """Who the CLI records on the changes it publishes (the audit history's actor): `reach-cli:<name>`, the name
+    from REACH_OPERATOR, else the OS user; `reach-cli` alone when neither is known (no passwd entry)."""
+    name = (settings.operator or "").strip()
+    if not name:
+        try:
+            name = getpass.getuser()
+        except (KeyError, OSError):
+            return "reach-cli"
+    return f"reach-cli:{name}"
 
 
 def exit_code_for(error: ReachError) -> int:

@@ -15,7 +15,7 @@ import typer
 
 from reach import control
 from reach.cli import agents
-from reach.cli.common import console
+from reach.cli.common import console, operator_id
 from reach.names import Names
 from reach.records import InstanceAction
 from reach.settings import KafkaSettings, ReachSettings
@@ -48,8 +48,9 @@ def _override(instance_id: str, action: InstanceAction, as_json: bool) -> None:
     instance_id = instance_id.strip()
     if not instance_id:
         raise typer.BadParameter("give the instance id, as `reach agents` lists it")
-    record = control.instance_record(instance_id, action, by="reach-cli")
-    control.publish(record, names=Names(ReachSettings().namespace), kafka=KafkaSettings())
+    reach = ReachSettings()
+    record = control.instance_record(instance_id, action, by=operator_id(reach))
+    control.publish(record, names=Names(reach.namespace), kafka=KafkaSettings())
     if as_json:
         console.print_json(json.dumps({"instance_id": instance_id, "action": action.value, "key": record.key}))
     else:

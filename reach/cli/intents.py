@@ -11,7 +11,7 @@ from types import FrameType
 import typer
 from rich.table import Table
 
-from reach.cli.common import console
+from reach.cli.common import console, operator_id
 from reach.names import Names
 from reach.ops import intents as ops_intents
 from reach.settings import KafkaSettings, ReachSettings
@@ -49,14 +49,15 @@ def set_(
 ) -> None:
     """Map a phrase to a capability, live: resolvers apply it within one poll of the control topic."""
     record = ops_intents.set_mapping(phrase, capability, confidence=confidence, names=_names(),
-                                      kafka=KafkaSettings())
+                                      kafka=KafkaSettings(), by=operator_id(ReachSettings()))
     console.print(f"{record.key} -> {capability}", highlight=False)
 
 
 @app.command("rm")
 def rm(phrase: str = typer.Argument(..., help="the phrase to unmap")) -> None:
     """Remove a mapping (a tombstone on the control topic); a seed for the same phrase applies again."""
-    key = ops_intents.remove_mapping(phrase, names=_names(), kafka=KafkaSettings())
+    key = ops_intents.remove_mapping(phrase, names=_names(), kafka=KafkaSettings(),
+                                    by=operator_id(ReachSettings()))
     console.print(f"removed {key}", highlight=False)
 
 

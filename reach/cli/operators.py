@@ -7,8 +7,8 @@ import json
 import typer
 from rich.table import Table
 
-from reach.appstore import KafkaAppLog, _operator
-from reach.cli.common import console, err_console
+from reach.appstore import KafkaAppLog
+from reach.cli.common import console, err_console, operator_id
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
 from reach.ops import operators as ops_operators
@@ -23,7 +23,8 @@ app = typer.Typer(help="Console operators: viewer (reads) or admin (also redrive
 def _store(*, making_tokens: bool = False) -> OperatorStore:
     reach = ReachSettings()
     box = secret_box(GatewaySettings().secrets_key, reach.home, create=True) if making_tokens else None
-    return OperatorStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box, by=_operator())
+    return OperatorStore(log=KafkaAppLog(names=Names(reach.namespace), kafka=KafkaSettings()), box=box,
+                         by=operator_id(reach))
 
 
 @app.command()

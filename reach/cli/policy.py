@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from reach import policyfields
-from reach.cli.common import console, err_console
+from reach.cli.common import console, err_console, operator_id
 from reach.kafka import topics
 from reach.names import Names
 from reach.ops import policy as ops_policy
@@ -71,7 +71,7 @@ def set_(
         "handoff": handoff})
     if not changes:
         raise typer.BadParameter("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
-    done = ops_policy.publish(scope, changes, by="reach-cli", names=_names(), tiers=_tiers(),
+    done = ops_policy.publish(scope, changes, by=operator_id(ReachSettings()), names=_names(), tiers=_tiers(),
                               kafka=KafkaSettings())
     if as_json:
         console.print_json(json.dumps(done.report))

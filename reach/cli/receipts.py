@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 import typer
 from rich.table import Table
 
@@ -20,18 +22,46 @@ app = typer.Typer(help="Query receipts with SQL.", no_args_is_help=True)
 
 FORMATS = ("table", "csv", "json", "parquet")
 
+# The options every `... sql` command takes (`reach receipts sql`, `reach audit sql`).
+FILE = typer.Option(None, "--file", "-f", help="Read the SQL from a file (e.g. docs/queries/*.sql).")
+SINCE = typer.Option(None, "--since", help="ISO time, epoch ms, or an age like 15m / 2h / 1d.")
+UNTIL = typer.Option(None, "--until", help="Same forms as --since; exclusive.")
+FORMAT = typer.Option("table", "--format", help="table | csv | json | parquet")
+OUT = typer.Option(None, "--out", help="Write the result to this file (required for parquet).")
+
 
 @app.command()
 def sql(
     statement: str = typer.Argument(None, help="SQL over the view `receipts`, e.g. \"SELECT status, count(*) "
                                     "FROM receipts GROUP BY 1\""),
-    file: Path = typer.Option(None, "--file", "-f", help="Read the SQL from a file (e.g. docs/queries/*.sql)."),
-    since: str = typer.Option(None, "--since", help="ISO time, epoch ms, or an age like 15m / 2h / 1d."),
-    until: str = typer.Option(None, "--until", help="Same forms as --since; exclusive."),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json | parquet"),
-    out: Path = typer.Option(None, "--out", help="Write the result to this file (required for parquet)."),
+    file: Path = FILE,
+    since: str = SINCE,
+    until: str = UNTIL,
+    fmt: str = FORMAT,
+    out: Path = OUT,
 ) -> None:
     """Load the receipts of the time range (offsets looked up by timestamp) into DuckDB and run the query."""
+    names = Names(ReachSettings().namespace)
+
+    def load(since_ms: int | None, until_ms: int | None, workdir: Path, stats: analytics.LoadStats
+             ) -> duckdb.DuckDBPyConnection:
+        consumer = topicreader.open_reader("receipts-sql", KafkaSettings())
+        try:
+            return analytics.load(analytics.read_receipts(consumer, names.receipts, since_ms, until_ms, stats),
+                                  workdir)
+        finally:
+            consumer.close()
+
+    run_sql(statement, file, since, until, fmt, out, load=load, what="receipt")
+
+
+Loader = Callable[[int | None, int | None, Path, analytics.LoadStats], duckdb.DuckDBPyConnection]
+
+
+def run_sql(statement: str | None, file: Path | None, since: str | None, until: str | None, fmt: str,
+            out: Path | None, *, load: Loader, what: str, view: str = "receipts",
+            command: str = "reach receipts sql") -> None:
+    """The options of a `... sql` command checked, the time range loaded by `load`, the query run and printed."""
     if file is not None:
         try:
             statement = file.read_text()
@@ -46,22 +76,16 @@ def sql(
     since_ms, until_ms = parse_time(since), parse_time(until)
     if since_ms is not None and until_ms is not None and until_ms <= since_ms:
         raise ConfigError("--until must be later than --since.")
-    names = Names(ReachSettings().namespace)
-    consumer = topicreader.open_reader("receipts-sql", KafkaSettings())
     stats = analytics.LoadStats()
-    try:
-        with analytics.temp_workdir() as tmp:
-            con = analytics.load(analytics.read_receipts(consumer, names.receipts, since_ms, until_ms, stats),
-                                 Path(tmp))
-            if out is not None and fmt != "table":
-                analytics.export(con, statement, fmt, out)
-                err_console.print(f"wrote {out} ({stats.rows} receipts loaded)")
-                return
-            columns, rows = analytics.query(con, statement)
-    finally:
-        consumer.close()
+    with analytics.temp_workdir() as tmp:
+        con = load(since_ms, until_ms, Path(tmp), stats)
+        if out is not None and fmt != "table":
+            analytics.export(con, statement, fmt, out)
+            err_console.print(f"wrote {out} ({stats.rows} {what}s loaded)")
+            return
+        columns, rows = analytics.query(con, statement, view=view, command=command)
     if stats.undecodable:
-        err_console.print(f"[yellow]skipped {stats.undecodable} undecodable receipt(s)[/]")
+        err_console.print(f"[yellow]skipped {stats.undecodable} undecodable {what}(s)[/]")
     _print(columns, rows, fmt)
 
 

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from reach import control
-from reach.cli.common import console
+from reach.cli.common import console, operator_id
 from reach.core.factors import FACTORS, NAMES, PRESETS, FactorWeights
 from reach.names import Names, check_capability
 from reach.ops import weights as ops_weights
@@ -79,7 +79,7 @@ def _set(
     scope = check_capability(capability) if capability else "*"
     kafka = KafkaSettings()
     new = ops_weights.changed(scope, factors, names=names, kafka=kafka, preset_name=preset_name)
-    record = ops_weights.publish(scope, new, by="reach-cli", names=names, kafka=kafka)
+    record = ops_weights.publish(scope, new, by=operator_id(ReachSettings()), names=names, kafka=kafka)
     if as_json:
         console.print_json(json.dumps({"scope": scope, **new}))
     else:

@@ -15,6 +15,7 @@ REASON = "x-reach-reason"              # why a record was dead-lettered
 MESSAGE_ID = "x-reach-message-id"      # lets consumers skip decoding for bookkeeping
 DUE_AT = "x-reach-due-at"              # epoch ms a record on a delay tier is due
 TARGET = "x-reach-target"              # the capability topic a delay tier republishes to
+BY = "x-reach-by"                      # who wrote a control tombstone (it has no updated_by; `reach audit`)
 ROUTER = "x-reach-router"              # the routing worker that wrote a ROUTED receipt (its state loop skips it)
 REPLY_TO = "x-reach-reply-to"          # the envelope's reply_to, on the router's receipts (the status fold replies)
 

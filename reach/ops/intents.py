@@ -13,7 +13,7 @@ from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.intent import catalog, mappings
 from reach.intent import stats as intent_stats
-from reach.kafka import codec, topicreader
+from reach.kafka import codec, headers, topicreader
 from reach.names import Names
 from reach.records import Control, Receipt
 from reach.settings import KafkaSettings
@@ -35,19 +35,21 @@ def map_rows(names: Names, kafka: KafkaSettings, *, seeds: bool = True) -> list[
     return rows
 
 
-def set_mapping(phrase: str, capability: str, *, confidence: float, names: Names, kafka: KafkaSettings) -> Control:
+def set_mapping(phrase: str, capability: str, *, confidence: float, names: Names, kafka: KafkaSettings,
+                by: str = "reach-cli") -> Control:
     """Map a phrase to a capability, live (resolvers apply it within one poll of the control topic): the record
     published."""
-    record = mappings.record(phrase, capability, confidence=confidence)
+    record = mappings.record(phrase, capability, confidence=confidence, by=by)
     control.publish(record, names=names, kafka=kafka)
     return record
 
 
-def remove_mapping(phrase: str, *, names: Names, kafka: KafkaSettings) -> str:
-    """Tombstone a phrase's mapping on the control topic (a seed for the phrase applies again): the key removed."""
+def remove_mapping(phrase: str, *, names: Names, kafka: KafkaSettings, by: str = "reach-cli") -> str:
+    """Tombstone a phrase's mapping on the control topic (a seed for the phrase applies again): the key removed.
+    The tombstone names `by` in a header (the audit history's actor)."""
     key = mappings.tombstone_key(phrase)
     producer = Producer(kafka.producer())
-    producer.produce(names.control, key=key.encode(), value=None)
+    producer.produce(names.control, key=key.encode(), value=None, headers=[(headers.BY, by.encode())])
     if producer.flush(15):
         raise InfraUnavailable(f"The tombstone for {key} was not acknowledged; check REACH_BOOTSTRAP.")
     return key

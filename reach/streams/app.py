@@ -5,8 +5,8 @@ the capability topics (it cannot subscribe by pattern, and its per-event path is
 confluent-kafka here, see docs/decisions/0001-router-hot-path.md), nor on receipts (the status fold
 is a confluent-kafka loop over RocksDB stores, docs/decisions/0004-status-engine.md): faust Services
 start those threads when the worker starts and stop them when it stops. The role picks what runs
-here: `route` (hot path, delay tiers), `status` (status fold, timekeeper, canary controller) or `all`; any role
-answers `/messages/{id}` and `/traces/{id}`, forwarding to the fold worker that owns the key.
+here: `route` (hot path, delay tiers), `status` (status fold, timekeeper, canary controller, audit writer) or
+`all`; any role answers `/messages/{id}` and `/traces/{id}`, forwarding to the fold worker that owns the key.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from reach.names import Names
 from reach.records import Policy
 from reach.settings import CanarySettings, HealthEnvSettings, KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
+from reach.streams.audit.writer import AuditWriter
 from reach.streams.canary.controller import CanaryController
 from reach.streams.credentials import faust_broker_options
 from reach.streams.delays.forwarder import DelayForwarder
@@ -147,7 +148,7 @@ def build_app(
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)
         controller = CanaryController(names=names, kafka=kafka, settings=canary or CanarySettings())
-        _host_fold(app, Service, fold, timekeeper, gauges, health, controller,
+        _host_fold(app, Service, fold, timekeeper, gauges, health, controller, AuditWriter(names=names, kafka=kafka),
                    stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
     app.reach_status = fold  # type: ignore[attr-defined]
@@ -183,19 +184,23 @@ def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder,
 
 
 def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges,
-               health: HealthWriter | None, canary: CanaryController, *, stale_after_ms: int) -> None:
+               health: HealthWriter | None, canary: CanaryController, audit: AuditWriter, *,
+               stale_after_ms: int) -> None:
     class StatusService(service):  # type: ignore[misc, valid-type]
-        """Starts the status fold and the canary controller with the worker; stops them (flushed) with it."""
+        """Starts the status fold, the canary controller and the audit writer with the worker; stops them
+        (flushed) with it."""
 
         async def on_start(self) -> None:
             fold.start()
             if health is not None:
                 health.start()
             canary.start()
+            audit.start()
             heap.settle()
 
         async def on_stop(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, canary.stop)
+            await asyncio.get_running_loop().run_in_executor(None, audit.stop)
             if health is not None:
                 await asyncio.get_running_loop().run_in_executor(None, health.stop)
             await asyncio.get_running_loop().run_in_executor(None, fold.stop)

@@ -36,6 +36,7 @@ TOP_LEVEL: list[type[AvroRecord]] = [
     records.LoadReport,
     records.InstanceHealth,
     records.App,
+    records.AuditEvent,
 ]
 ENUMS: dict[str, type[StrEnum]] = {
     "ReceiptStatus": Status,
@@ -46,6 +47,7 @@ ENUMS: dict[str, type[StrEnum]] = {
     "InstanceAction": InstanceAction,
     "CanaryState": records.CanaryState,
     "BreakerState": records.BreakerState,
+    "AuditKind": records.AuditKind,
 }
 PRIMITIVES: dict[str, type] = {
     "string": str,

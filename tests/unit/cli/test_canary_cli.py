@@ -18,6 +18,7 @@ AGENT = "agent://demo/echo"
 
 @pytest.fixture
 def topic(monkeypatch: pytest.MonkeyPatch) -> list[Control]:
+    monkeypatch.setenv("REACH_OPERATOR", "ana")  # the CLI records its operator (reach.cli.common.operator_id)
     return memory_control(monkeypatch)
 
 
@@ -27,7 +28,7 @@ def test_start_status_and_promote_print_the_rows(topic: list[Control]) -> None:
     assert done.exit_code == 0, done.output
     [row] = json.loads(done.output)
     assert (row["state"], row["step"], row["steps"], row["share"], row["step_ms"], row["reason"]) == (
-        "RUNNING", 1, [10, 100], 0.1, 120_000, "started by reach-cli")
+        "RUNNING", 1, [10, 100], 0.1, 120_000, "started by reach-cli:ana")
     shown = runner.invoke(cli.app, ["status"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0 and "2.0.0" in shown.output and "1/2" in shown.output and "10%" in shown.output
     promoted = runner.invoke(cli.app, ["promote", AGENT, "--json"])

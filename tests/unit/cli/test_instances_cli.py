@@ -42,3 +42,13 @@ def test_each_verb_publishes_its_instance_record(monkeypatch: pytest.MonkeyPatch
 def test_policy_set_refuses_a_bad_duration_before_publishing(published: list[Control]) -> None:
     result = CliRunner().invoke(app, ["policy", "set", "--budget", "soon"])
     assert result.exit_code != 0 and published == []
+
+
+def test_the_cli_records_the_operator_on_what_it_publishes(monkeypatch: pytest.MonkeyPatch,
+                                                           published: list[Control]) -> None:
+    monkeypatch.setenv("REACH_OPERATOR", "ana")
+    assert CliRunner().invoke(app, ["agents", "drain", "host-1-abc"]).exit_code == 0
+    monkeypatch.delenv("REACH_OPERATOR")
+    monkeypatch.setattr("getpass.getuser", lambda: "os-user")
+    assert CliRunner().invoke(app, ["agents", "enable", "host-1-abc"]).exit_code == 0
+    assert [r.updated_by for r in published] == ["reach-cli:ana", "reach-cli:os-user"]

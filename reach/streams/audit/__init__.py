@@ -1,0 +1,1 @@
+"""The audit writer: the registry and control history appended to `<ns>.audit` (reach.streams.audit.writer)."""

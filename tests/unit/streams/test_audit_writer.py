@@ -1,0 +1,102 @@
+"""The audit writer's driver: a restarted writer appends only what follows its committed offset; a bad record is
+skipped, never fatal; a partition it no longer owns is left to its new owner."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from confluent_kafka import Message
+
+from reach.kafka import codec, headers
+from reach.names import Names
+from reach.records import (
+    AgentRegistration,
+    AgentState,
+    AuditKind,
+    Control,
+    ControlKind,
+    InstanceAction,
+    InstanceOverride,
+)
+from reach.streams.audit.writer import AuditDriver
+from tests.unit.streams.kafka_fakes import FakeMessage
+
+NAMES = Names("t")
+REG = (NAMES.registry, 0)
+CTL = (NAMES.control, 0)
+
+
+def reg(version: str, beat: int = 1_000) -> bytes:
+    return codec.encode(AgentRegistration(agent_id="agent://a/b", instance_id="i-1", build_version=version,
+                                          state=AgentState.READY, heartbeat_at=beat, ttl_ms=10_000,
+                                          inbox_topic="t.agent.a.b"))
+
+
+def drain() -> bytes:
+    return codec.encode(Control(kind=ControlKind.INSTANCE, scope="i-1", updated_at=5, updated_by="reach-cli:ana",
+                                instance=InstanceOverride(instance_id="i-1", action=InstanceAction.DRAIN)))
+
+
+def msgs(*records: tuple[tuple[str, int], int, bytes | None, str]) -> list[Message]:
+    out: list[Any] = [FakeMessage(tp[0], tp[1], offset, value, key.encode()) for tp, offset, value, key in records]
+    return cast(list[Message], out)
+
+
+def test_records_before_the_committed_offset_are_folded_not_appended_again() -> None:
+    driver = AuditDriver(NAMES)
+    driver.assigned({REG: 2, CTL: -1001}, [])  # registry committed at 2; control never committed
+    events, commits = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.0", 2_000), "i-1"),
+                                        (REG, 2, reg("1.1", 3_000), "i-1"), (CTL, 0, drain(), "INSTANCE:i-1")))
+    assert [(e.kind, e.before, e.after) for e in events] == [(AuditKind.VERSION, '"1.0"', '"1.1"'),
+                                                             (AuditKind.INSTANCE, None, events[1].after)]
+    assert (events[1].actor, events[1].agent_id) == ("reach-cli:ana", "agent://a/b")
+    assert commits == {REG: 3, CTL: 1}
+
+
+def test_a_record_that_is_no_change_still_moves_the_commit() -> None:
+    driver = AuditDriver(NAMES)
+    driver.assigned({REG: 0}, [])
+    driver.batch(msgs((REG, 0, reg("1.0"), "i-1")))
+    events, commits = driver.batch(msgs((REG, 1, reg("1.0", 9_000), "i-1")))  # a heartbeat
+    assert (events, commits) == ([], {REG: 2})
+
+
+def test_a_bad_record_is_skipped_and_committed_past() -> None:
+    driver = AuditDriver(NAMES)
+    driver.assigned({REG: 0}, [])
+    events, commits = driver.batch(msgs((REG, 0, b"\x00garbage", "i-1"), (REG, 1, reg("1.0"), "i-1")))
+    assert [e.kind for e in events] == [AuditKind.JOIN]
+    assert commits == {REG: 2}
+
+
+def test_a_revoked_partition_is_left_alone_and_a_new_assignment_reads_from_nothing() -> None:
+    driver = AuditDriver(NAMES)
+    driver.assigned({REG: 0}, [])
+    driver.batch(msgs((REG, 0, reg("1.0"), "i-1")))
+    driver.revoked([REG])
+    assert driver.batch(msgs((REG, 1, reg("2.0"), "i-1"))) == ([], {})
+    driver.assigned({REG: 1}, [])  # read again from the beginning: offset 0 folds, 1 is new
+    events, _ = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("2.0"), "i-1")))
+    assert [e.kind for e in events] == [AuditKind.VERSION]
+
+
+def test_a_control_tombstone_takes_its_actor_from_the_header() -> None:
+    driver = AuditDriver(NAMES)
+    driver.assigned({CTL: 0}, [])
+    driver.batch(msgs((CTL, 0, drain(), "INSTANCE:i-1")))
+    removal: Any = FakeMessage(NAMES.control, 0, 1, None, b"INSTANCE:i-1", [(headers.BY, b"console:bo")])
+    [event], _ = driver.batch([removal])
+    assert (event.actor, event.after) == ("console:bo", None)
+
+
+def test_after_compaction_the_audit_topic_says_what_a_key_last_looked_like() -> None:
+    """The registry kept only a later heartbeat (1.1) of the key; the records the events came from are gone. The
+    writer that appended JOIN and VERSION stopped; its successor seeds from them and appends nothing again."""
+    first = AuditDriver(NAMES)
+    first.assigned({REG: 0}, [])
+    appended, _ = first.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.1", 2_000), "i-1")))
+    successor = AuditDriver(NAMES)
+    successor.assigned({REG: 2}, appended)  # offsets 0 and 1 compacted away; 2 is the first record left
+    assert successor.batch(msgs((REG, 2, reg("1.1", 9_000), "i-1"))) == ([], {REG: 3})
+    [event], _ = successor.batch(msgs((REG, 3, reg("1.2", 9_500), "i-1")))
+    assert (event.kind, event.before, event.after) == (AuditKind.VERSION, '"1.1"', '"1.2"')
