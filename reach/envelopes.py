@@ -16,7 +16,7 @@ from reach.records import Envelope, Policy, RoutingHints
 
 MAX_PAYLOAD_BYTES = 256 * 1024
 DELIVERY_TIMEOUT_MS = 5_000      # ROUTED -> STARTED: a healthy instance picks up work within a poll or two
-EXECUTION_TIMEOUT_MS = NOT_SET   # STARTED -> terminal: not set, the agent's declared timeout applies (0026)
+EXECUTION_TIMEOUT_MS = NOT_SET   # STARTED -> terminal: not set, the agent's declared timeout applies (0029)
 BUDGET_MS = 45_000               # created_at -> deadline: room for ~4 attempts with backoff
 
 

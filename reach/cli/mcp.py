@@ -13,7 +13,7 @@ import typer
 from reach.cli.common import console
 from reach.errors import ConfigError
 
-TOKEN_ENV = "REACH_MCP_TOKEN"  # the app key, `<key_id>.<secret>`: never a command-line argument (ps shows those)
+TOKEN_ENV = "REACH_MCP_TOKEN"  # the app key, `<key_id>.rat_<hex>`: never a command-line argument (ps shows those)
 URL_ENV = "REACH_MCP_URL"
 
 app = typer.Typer(help="MCP: the live capabilities as Model Context Protocol tools (docs/mcp.md).")
@@ -43,14 +43,14 @@ def where(ctx: typer.Context, url: str | None = typer.Option(None, "--url", help
         return
     endpoint = url or _default_url()
     stdio = {"mcpServers": {"agent-reach": {"command": "reach", "args": ["mcp", "stdio", "--url", endpoint],
-                                            "env": {TOKEN_ENV: "<key_id>.<secret>"}}}}
+                                            "env": {TOKEN_ENV: "<key_id>.rat_<hex>"}}}}
     if as_json:
         print(json.dumps({"url": endpoint, "http": {"url": endpoint, "headers": {
-            "Authorization": "Bearer <key_id>.<secret>"}}, "stdio": stdio}))
+            "Authorization": "Bearer <key_id>.rat_<hex>"}}, "stdio": stdio}))
         return
     console.print(f"MCP (streamable HTTP) is served by the gateway at [bold]{endpoint}[/]", highlight=False)
     console.print("Authenticate with a gateway app key (`reach apps create`): "
-                  "Authorization: Bearer <key_id>.<secret>", highlight=False)
+                  "Authorization: Bearer <key_id>.rat_<hex>", highlight=False)
     console.print("For a local assistant that starts MCP servers as commands (stdio):", highlight=False)
     print(json.dumps(stdio, indent=2))
 
@@ -62,7 +62,7 @@ def stdio(url: str | None = typer.Option(None, "--url", help=f"the gateway's /mc
     """Serve MCP over stdin/stdout, relayed to the gateway's /mcp with the app key in REACH_MCP_TOKEN."""
     token = os.environ.get(TOKEN_ENV, "").strip()
     if not token or "." not in token:
-        raise ConfigError(f"{TOKEN_ENV} must hold a gateway app key as <key_id>.<secret> (`reach apps create` "
+        raise ConfigError(f"{TOKEN_ENV} must hold a gateway app key as <key_id>.rat_<hex> (`reach apps create` "
                           "prints both); it is read from the environment so that no process listing shows it")
     import anyio
 

@@ -1,5 +1,5 @@
 """How long one run may take: the agent's declared execution timeout, what the caller asked, the operator's
-POLICY cap, and the heartbeat timeout of handlers that call `ctx.heartbeat()` (decision 0026). Pure.
+POLICY cap, and the heartbeat timeout of handlers that call `ctx.heartbeat()` (decision 0029). Pure.
 
 effective = min(declared by the agent, asked by the caller if set, POLICY cap if set); 0 means "not set" for
 the caller's ask and the cap. The agent SDK enforces it; the router's slow-instance stretch

@@ -101,7 +101,7 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
         gateway = Gateway(logs, apps)
         stack.callback(gateway.stop)
         gateway.start()
-        mesh = Mesh(gateway, {name: f"{made['key_id']}.{made['secret']}" for name, made in apps.items()})
+        mesh = Mesh(gateway, {name: made['a2a_token'] for name, made in apps.items()})
         wanted = {"demo.echo", "demo.mcp.greet", "demo.mcp.fail", "demo.mcp.hold"}
         wait_for(lambda: wanted <= set(asyncio.run(tool_names(mesh, "shop"))), 60, "the tools", interval=0.5)
         yield mesh

@@ -14,6 +14,7 @@ from reach.channels.agent import ChannelService
 from reach.channels.catalog import channel
 from reach.channels.health import ChannelRules, ChannelState, Destinations
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent
+from reach.channels.settings import ClosureSettings
 from reach.channels.steps import DeliverySteps
 from reach.core.breaker import Outcome as Health
 from reach.core.healthmodel.calls import call_of
@@ -54,7 +55,7 @@ def send(svc: ChannelService, tenant: str, endpoint: str) -> dict[str, Any]:
 
 def webhook_service(provider: HostProvider) -> ChannelService:
     steps = DeliverySteps(FakeSender(), names=Names("ns"), agent_id="agent://channels/webhook", instance_id="i1")
-    return ChannelService(channel("webhook"), provider, steps)
+    return ChannelService(channel("webhook"), provider, steps, closure=ClosureSettings())
 
 
 def test_a_tenants_429ing_receiver_opens_only_that_tenants_sends_to_that_host() -> None:

@@ -268,7 +268,7 @@ def test_cancel_records_carry_the_apps_tenant_and_refuse_ended_or_foreign_messag
 def test_an_a2a_body_over_the_limit_is_413_before_it_is_read_whole_or_parsed(fakes: Fakes) -> None:
     """Issue 28, finding 8: a 40 MB A2A body was read and parsed whole while /v1/envelopes answered 413."""
     gateway = build_gateway(dataclasses.replace(fakes.deps(), directory=fakes.directory),
-                            HttpSettings(max_body_bytes=64 * 1024))
+                            HttpSettings(max_body_bytes=64 * 1024), closure=ClosureSettings())
     authorized = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     streamed = stream_body(gateway, "POST", "/a2a/", authorized, chunk=b" " * 65536, chunks=640)  # 40 MiB
     assert (streamed.status, json.loads(streamed.body)["error"]) == (413, "payload_too_large")

@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from reach.callers import KeyEntry
+from reach.channels.settings import ClosureSettings
 from reach.channels.tokens import ReplyClaims, mint
 from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
@@ -32,7 +33,7 @@ def fakes() -> Fakes:
 
 
 def test_a_reply_token_may_name_only_a_capability_the_app_may_call(fakes: Fakes) -> None:
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     payload = {"endpoint": "https://me.example/inbox", "body": {"text": "refund?"}}
     for named in ({"reply_capability": "billing.refund"},
                   {"callback_for": {"message_id": "x", "generation": 0, "capability": "billing.refund"}}):
@@ -47,7 +48,7 @@ def test_a_reply_token_may_name_only_a_capability_the_app_may_call(fakes: Fakes)
 
 
 def test_a_callback_needs_channel_webhook_on_an_app_with_a_capability_list(fakes: Fakes) -> None:
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     request = {"capability": "demo.echo", "payload": {"text": "x"}, "callback": "https://me.example/done"}
     resp = post(client, "/v1/envelopes", request, key="echo", secret=b"s-echo")
     assert (resp.status_code, resp.json()["error"]) == (403, "forbidden") and "channel.webhook" in resp.text
@@ -60,7 +61,7 @@ def test_replies_are_metered_per_tenant(fakes: Fakes, monkeypatch: pytest.Monkey
     monkeypatch.setenv("REACH_CALLBACK_SECRET", SECRET.decode())
     monkeypatch.setenv("REACH_CALLBACK_RATE", "0.001")
     monkeypatch.setenv("REACH_CALLBACK_BURST", "2")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
 
     def token(message_id: str, tenant: str = "acme") -> str:
         return mint(SECRET, ReplyClaims(message_id=message_id, trace_id="t", tenant=tenant,

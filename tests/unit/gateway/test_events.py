@@ -71,7 +71,8 @@ def test_an_app_holds_at_most_sse_per_app_streams_open_at_once() -> None:
 
     fakes = Fakes()
     fakes.status.rows["m1"] = [row("ROUTED", "ACCEPTED", "ROUTED")]  # never terminal: a stream ends at sse_max
-    gateway = build_gateway(fakes.deps(), HttpSettings(sse_poll=0.01, sse_find=0.05, sse_max=0.3, sse_per_app=1))
+    gateway = build_gateway(fakes.deps(), HttpSettings(sse_poll=0.01, sse_find=0.05, sse_max=0.3, sse_per_app=1),
+                            closure=ClosureSettings())
     path = "/v1/messages/m1/events"
 
     async def get(started: asyncio.Event | None = None) -> int:

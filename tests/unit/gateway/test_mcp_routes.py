@@ -15,7 +15,9 @@ import uvicorn
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from reach.a2a.bearer import a2a_token
 from reach.callers import KeyEntry
+from reach.channels.settings import ClosureSettings
 from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
@@ -23,6 +25,7 @@ from reach.local.process import free_port
 from reach.records import Envelope, ErrorInfo, Receipt, Status
 from tests.unit.gateway.fakes import Fakes, app
 
+BEARER1 = "Bearer " + a2a_token("key1", b"secret-1")
 NARROW = KeyEntry("key2", app("app2", capabilities=("demo.echo",)), b"secret-2")
 ACCEPT = {"Accept": "application/json, text/event-stream"}
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -48,7 +51,8 @@ def answering(fakes: Fakes) -> None:
 async def gateway(fakes: Fakes) -> AsyncIterator[str]:
     deps = dataclasses.replace(fakes.deps(), directory=fakes.directory)
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_gateway(deps, HttpSettings()), host="127.0.0.1", port=port,
+    gateway = build_gateway(deps, HttpSettings(), closure=ClosureSettings())
+    server = uvicorn.Server(uvicorn.Config(gateway, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
     task = asyncio.create_task(server.serve())
     while not server.started:
@@ -90,7 +94,7 @@ def text(result: types.CallToolResult) -> str:
 
 def test_tools_list_and_call_through_the_door() -> None:
     async def scenario(url: str, fakes: Fakes) -> None:
-        async with session(url, "key1.secret-1") as client:
+        async with session(url, a2a_token("key1", b"secret-1")) as client:
             (tool,) = (await client.list_tools()).tools
             assert tool.name == "demo.echo" and tool.input_schema["required"] == ["text"]
             done = await client.call_tool("demo.echo", {"text": "hi"})
@@ -109,7 +113,7 @@ def test_tools_list_and_call_through_the_door() -> None:
 
 def test_an_idempotency_key_in_meta_answers_a_repeat_from_the_first_call() -> None:
     async def scenario(url: str, fakes: Fakes) -> None:
-        async with session(url, "key1.secret-1") as client:
+        async with session(url, a2a_token("key1", b"secret-1")) as client:
             meta: Any = {"agent-reach/idempotency_key": "order-7"}
             first = await client.call_tool("demo.echo", {"text": "once"}, meta=meta)
             row = {"message_id": fakes.publisher.sent[0].message_id, "trace_id": "t", "status": "COMPLETED",
@@ -125,16 +129,16 @@ def test_an_idempotency_key_in_meta_answers_a_repeat_from_the_first_call() -> No
 def test_an_app_sees_only_its_capabilities_and_never_anothers_session() -> None:
     async def scenario(url: str, fakes: Fakes) -> None:
         fakes.catalog.capabilities.append(fakes.catalog.capabilities[0].model_copy(update={"name": "demo.other"}))
-        async with session(url, "key2.secret-2") as client:
+        async with session(url, a2a_token("key2", b"secret-2")) as client:
             assert [t.name for t in (await client.list_tools()).tools] == ["demo.echo"]
             refused = await client.call_tool("demo.other", {"text": "x"})
             assert refused.is_error is True and text(refused).startswith("unknown_tool:")
         async with httpx.AsyncClient(timeout=10) as http:
-            opened = await http.post(url, json=INIT, headers={**ACCEPT, "Authorization": "Bearer key1.secret-1"})
+            opened = await http.post(url, json=INIT, headers={**ACCEPT, "Authorization": BEARER1})
             session_id = opened.headers["mcp-session-id"]
             listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
             stolen = await http.post(url, json=listing, headers={
-                **ACCEPT, "Authorization": "Bearer key2.secret-2", "Mcp-Session-Id": session_id,
+                **ACCEPT, "Authorization": "Bearer " + a2a_token("key2", b"secret-2"), "Mcp-Session-Id": session_id,
                 "Mcp-Protocol-Version": "2025-11-25"})
             assert stolen.status_code == 404  # a session belongs to the app that opened it
             anonymous = await http.post(url, json=listing, headers={**ACCEPT, "Mcp-Session-Id": session_id})
@@ -148,7 +152,7 @@ def test_a_body_over_the_limit_is_refused_unread() -> None:
         async with httpx.AsyncClient(timeout=10) as http:
             huge = b"{" + b" " * (HttpSettings().max_body_bytes + 10) + b"}"
             answer = await http.post(url, content=huge, headers={**ACCEPT, "Content-Type": "application/json",
-                                                                 "Authorization": "Bearer key1.secret-1"})
+                                                                 "Authorization": BEARER1})
             assert answer.status_code == 413
 
     run(scenario)

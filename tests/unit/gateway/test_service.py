@@ -421,7 +421,7 @@ def test_a_missing_or_malformed_signature_is_refused_before_the_body_is_read(fak
     headers = {"Reach-Key": "key1", "Content-Type": "application/json"}
     if signature is not None:
         headers["Reach-Signature"] = signature
-    answer = stream_body(build_gateway(fakes.deps(), HttpSettings()), "POST", path, headers)
+    answer = stream_body(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()), "POST", path, headers)
     assert (answer.status, json.loads(answer.body)["error"], answer.reads) == (401, code, 0)
     assert fakes.publisher.sent == []
 
