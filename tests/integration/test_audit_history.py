@@ -43,7 +43,7 @@ def audit(*args: str) -> list[dict[str, Any]]:
 
 def registry_versions(names: Names) -> list[str]:
     """Every registration still in the registry topic, oldest first (compaction removes superseded ones)."""
-    reader = topicreader.open_reader("audit-test")
+    reader = topicreader.open_reader("audit-test", KafkaSettings())
     try:
         starts = topicreader.start_offsets(reader, names.registry, None)
         return [codec.decode(m.value() or b"", AgentRegistration).build_version
@@ -58,7 +58,7 @@ def compact_fast(names: Names) -> None:
     for key, value in {"segment.ms": "200", "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "100",
                        "segment.bytes": "1048576"}.items():
         resource.add_incremental_config(ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET))
-    admin = clients.admin()  # kept until the answer: a collected client cancels its requests
+    admin = clients.admin(KafkaSettings())  # kept until the answer: a collected client cancels its requests
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(timeout=30)
 
