@@ -11,6 +11,7 @@ import sys
 import threading
 
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.streams.router.ports import NoHandoff
 from reach.streams.router.route_loop import Router
 
 
@@ -18,7 +19,7 @@ def main(argv: list[str]) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
     worker = Router(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(),
-                    batch_size=int(argv[0]) if argv else 500)
+                    batch_size=int(argv[0]) if argv else 500, handoff=NoHandoff())
     worker.start(ready_timeout=60)
     try:
         while not stop.wait(0.5):

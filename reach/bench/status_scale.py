@@ -23,6 +23,7 @@ from reach.envelopes import now_ms
 from reach.kafka import clients
 from reach.kafka.codec import encode_dict
 from reach.settings import KafkaSettings
+from reach.streams.status.ports import NoCallbacks
 
 _RESULT = b'{"text": "' + b"r" * 280 + b'"}'
 
@@ -114,7 +115,7 @@ def _fold_worker(servers: str, namespace: str, state_dir: Path) -> Any:
 
     return StatusFold(names=Names(namespace), kafka=KafkaSettings(bootstrap=servers), metrics=Metrics(),
                       state_dir=state_dir, url="http://127.0.0.1:0", retention_ms=7 * 24 * 3600 * 1000,
-                      batch_size=2_000)
+                      batch_size=2_000, callbacks=NoCallbacks())
 
 
 def _fold(servers: str, namespace: str, state_dir: Path, total: int, timeout_s: float, queue: Any) -> None:

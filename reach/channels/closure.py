@@ -116,3 +116,13 @@ def _channel_name(spec_text: str) -> str:
         return spec_text.partition(":")[0]
     name = data.get("channel") if isinstance(data, dict) else None
     return name if isinstance(name, str) else ""
+
+
+class ChannelCallbacks:
+    """The status fold's callback port (`reach.streams.status.ports.Callbacks`), passed in by the stream app."""
+
+    def settle(self, row: StatusRow, receipt: Receipt, *, now: int) -> tuple[StatusRow, Envelope | Receipt | None]:
+        return settle_callback(row, receipt, now=now)
+
+    def unroutable(self, callback: Envelope, *, now: int, topic: str) -> Receipt:
+        return unroutable(callback, now=now, topic=topic)

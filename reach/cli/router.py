@@ -10,6 +10,7 @@ from types import FrameType
 
 import typer
 
+from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.router.stats import summary_line
@@ -54,7 +55,7 @@ def router(
         return
     from reach.streams.router.route_loop import Router
 
-    worker = Router(kafka=kafka, reach=settings, redis=redis, batch_size=batch_size)
+    worker = Router(kafka=kafka, reach=settings, redis=redis, batch_size=batch_size, handoff=IntentHandoff())
     stop = threading.Event()
 
     def _stop(signum: int, _frame: FrameType | None) -> None:

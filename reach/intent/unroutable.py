@@ -68,3 +68,13 @@ def outputs(envelope: dict[str, Any], raw: bytes, registrations: Iterable[AgentR
     reply = envelope.get("reply_to")
     headers: H.Headers = [(H.MESSAGE_ID, key), *([(H.REPLY_TO, reply.encode())] if reply else [])]
     return [(names.handoff, key, encode(record), []), (names.receipts, key, codec.encode(done), headers)]
+
+
+class IntentHandoff:
+    """The router's handoff port (`reach.streams.router.ports.Handoff`), passed in by the stream app's wiring."""
+
+    enabled = True
+
+    def outputs(self, envelope: dict[str, Any], raw: bytes, registrations: Iterable[AgentRegistration], *, why: str,
+                disabled: Collection[str], names: Names, at: int) -> list[Record]:
+        return outputs(envelope, raw, registrations, why=why, disabled=disabled, names=names, at=at)

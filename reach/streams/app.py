@@ -19,9 +19,11 @@ from enum import StrEnum
 from typing import Any
 
 from reach import heap
+from reach.channels.closure import ChannelCallbacks
 from reach.control import ControlView, read_control
 from reach.core.healthmodel.settings import HealthSettings
 from reach.envelopes import now_ms
+from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients, codec, topics
 from reach.metrics import Metrics
 from reach.names import Names
@@ -118,7 +120,8 @@ def build_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
-    router = (Router(kafka=kafka, reach=reach_settings, redis=redis, batch_size=batch_size)
+    router = (Router(kafka=kafka, reach=reach_settings, redis=redis, batch_size=batch_size,
+                     handoff=IntentHandoff())
               if role != Role.STATUS else None)
     # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
     metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
@@ -129,7 +132,7 @@ def build_app(
         worker = f"{reach_settings.web_host}-{reach_settings.web_port}"
         state_dir = reach_settings.home / "status" / names.namespace / worker
         fold = StatusFold(names=names, kafka=kafka, metrics=metrics, state_dir=state_dir, url=url,
-                          retention_ms=reach_settings.status_retention * 1000)
+                          retention_ms=reach_settings.status_retention * 1000, callbacks=ChannelCallbacks())
         # the single writer of <ns>.health for the partitions its group gives this worker (reach.streams.health)
         health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthEnvSettings(),
                               on_publish=HealthGauges(metrics.registry).publish)

@@ -11,7 +11,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from reach.channels.closure import ChannelCallbacks
 from reach.envelopes import new_envelope, now_ms, routing_key
+from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients, codec, topics
 from reach.names import Names
 from reach.records import (
@@ -211,7 +213,8 @@ def running_status(state_dir: Path) -> Iterator[StatusFold]:
 
     settings = ReachSettings()
     fold = StatusFold(names=Names(settings.namespace), kafka=KafkaSettings(), metrics=Metrics(),
-                      state_dir=state_dir, url="http://127.0.0.1:0", retention_ms=settings.status_retention * 1000)
+                      state_dir=state_dir, url="http://127.0.0.1:0", retention_ms=settings.status_retention * 1000,
+                      callbacks=ChannelCallbacks())
     fold.start()
     try:
         yield fold
@@ -222,7 +225,7 @@ def running_status(state_dir: Path) -> Iterator[StatusFold]:
 @contextmanager
 def running_router(**kw: Any) -> Iterator[Router]:
     router = Router(kafka=KafkaSettings(), reach=ReachSettings(), metadata_refresh_ms=1000,
-                    **{"redis": RedisSettings(), **kw})
+                    **{"redis": RedisSettings(), "handoff": IntentHandoff(), **kw})
     router.start(ready_timeout=30)
     try:
         yield router

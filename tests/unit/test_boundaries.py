@@ -62,6 +62,12 @@ def test_the_console_never_imports_the_gateway() -> None:
            "the console never imports the gateway that hosts it (reach.gateway.wiring.open_console builds its port)")
 
 
+def test_the_status_fold_and_the_router_reach_channels_and_intent_through_ports() -> None:
+    _check(_files("reach/streams/status", "reach/streams/router"), ("reach.channels", "reach.intent"),
+           "the status fold and the router never import channels or intent: they get reach.streams.status.ports."
+           "Callbacks and reach.streams.router.ports.Handoff from the stream app's wiring")
+
+
 def test_only_the_cli_and_the_entry_point_import_the_cli() -> None:
     allowed = {REACH / "__main__.py"}  # the entry point
     files = [p for p in _files("reach") if not p.is_relative_to(REACH / "cli") and p not in allowed]

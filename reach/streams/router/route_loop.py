@@ -43,7 +43,6 @@ from reach.core.routing import (
 from reach.core.timeouts import stretched
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
-from reach.intent import unroutable
 from reach.kafka import clients, delivery, topics
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
@@ -53,6 +52,7 @@ from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.router.affinity import AffinityTable
 from reach.streams.router.captopics import CapabilityTopics
+from reach.streams.router.ports import Handoff
 from reach.streams.router.qps import QpsLimits
 from reach.streams.router.routed_receipt import RoutedReceiptWriter
 from reach.streams.router.state import RouterState, StateLoop
@@ -148,6 +148,7 @@ class Router(SupervisedLoop):
         rng: random.Random | None = None,
         redis: RedisSettings,
         fence: Fence | None = None,
+        handoff: Handoff,
     ) -> None:
         super().__init__()
         self.kafka = kafka
@@ -155,6 +156,7 @@ class Router(SupervisedLoop):
         self.names = Names(self.settings.namespace)
         self.fence = fence or fence_from_settings("router", namespace=self.settings.namespace, redis_settings=redis)
         self.state = RouterState()
+        self.handoff = handoff
         self.stats = RouterStats()
         self.affinity = AffinityTable()
         self.qps = QpsLimits()
@@ -403,9 +405,10 @@ class Router(SupervisedLoop):
                                error=_error("UNAVAILABLE", "UNAVAILABLE", outcome.message),
                                retry_after_ms=outcome.retry_after_ms)
             self._produce_terminal(batch, position, receipt, reply, counter="unavailable")
-        elif isinstance(outcome, NoRoute) and self.state.control.policy(request.capability).handoff:
-            for topic, key, out, headers in unroutable.outputs(envelope, value, candidates, why=outcome.message,
-                                                               disabled=disabled, names=self.names, at=now):
+        elif (isinstance(outcome, NoRoute) and self.handoff.enabled
+              and self.state.control.policy(request.capability).handoff):
+            for topic, key, out, headers in self.handoff.outputs(envelope, value, candidates, why=outcome.message,
+                                                                 disabled=disabled, names=self.names, at=now):
                 delivery.produce(producer, batch.acks, position, topic, out, key=key, headers=headers)
             self.stats.count(stats_key, "handed_off")  # a human answers it (docs/intent.md), not UNROUTABLE
         elif isinstance(outcome, NoRoute):

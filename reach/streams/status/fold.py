@@ -24,7 +24,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach.channels import closure
 from reach.core.commits import CommitLedger
 from reach.core.lifecycle import StatusRow, fold, settle_reply
 from reach.envelopes import now_ms
@@ -39,6 +38,7 @@ from reach.settings import KafkaSettings
 from reach.streams.exceptions import DeliveryFailed, StreamsError
 from reach.streams.status import keys
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
+from reach.streams.status.ports import Callbacks
 from reach.streams.status.store import PartitionStore
 from reach.streams.supervised import SupervisedLoop
 
@@ -68,7 +68,7 @@ class StatusFold(SupervisedLoop):
     log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, metrics: Metrics, state_dir: Path, url: str,
-                 retention_ms: int, batch_size: int = 1_000) -> None:
+                 retention_ms: int, callbacks: Callbacks, batch_size: int = 1_000) -> None:
         super().__init__()
         self.names = names
         self.url = url
@@ -77,6 +77,7 @@ class StatusFold(SupervisedLoop):
         self._dir = state_dir
         self._retention_ms = retention_ms
         self._batch_size = batch_size
+        self._callbacks = callbacks
         self._stores: dict[int, PartitionStore] = {}
         self._ledger = CommitLedger()  # one async commit in flight; a restarted loop starts a fresh one
         self._reply_topics: dict[str, float] = {}  # topics seen to exist, and when (a miss is never cached)
@@ -248,7 +249,7 @@ class StatusFold(SupervisedLoop):
             current = StatusRow.model_validate_json(raw) if raw is not None else None
         after = fold(current, receipt, reply_to=self._reply_to(msg))
         after, reply = settle_reply(current, after, receipt, value)
-        after, callback = closure.settle_callback(after, receipt, now=now_ms())
+        after, callback = self._callbacks.settle(after, receipt, now=now_ms())
         if callback is not None:
             callbacks.append(((msg.topic() or "", partition, msg.offset() or 0),
                               *self._callback_record(producer, callback)))
@@ -266,7 +267,7 @@ class StatusFold(SupervisedLoop):
             if self._topic_exists(producer, topic):
                 self._metrics.callbacks.labels("sent").inc()
                 return topic, callback.message_id, codec.encode(callback)
-            callback = closure.unroutable(callback, now=now_ms(), topic=topic)
+            callback = self._callbacks.unroutable(callback, now=now_ms(), topic=topic)
             self._metrics.callbacks.labels("no_channel").inc()
             log.warning("status: no callback for %s: %s", callback.message_id, callback.error)
         else:

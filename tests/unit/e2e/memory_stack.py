@@ -18,8 +18,10 @@ from prometheus_client import CollectorRegistry
 
 from reach.agent import Agent
 from reach.agent.runner import Runner
+from reach.channels.closure import ChannelCallbacks
 from reach.core.lifecycle import StatusRow
 from reach.envelopes import now_ms
+from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients, codec, memory, topics
 from reach.metrics import Metrics
 from reach.names import Names
@@ -78,9 +80,11 @@ class MemoryStack:
         self._threads: list[threading.Thread] = []
         self._runners: list[Runner] = []
         self.errors: list[str] = []  # what stopped a worker or a runner: the test fails on any
-        self.router = Router(kafka=self.kafka, reach=self.settings, redis=self.redis, metadata_refresh_ms=200)
+        self.router = Router(kafka=self.kafka, reach=self.settings, redis=self.redis, metadata_refresh_ms=200,
+                             handoff=IntentHandoff())
         self.fold = StatusFold(names=self.names, kafka=self.kafka, metrics=Metrics(CollectorRegistry()),
-                               state_dir=tmp / "status", url="http://127.0.0.1:1", retention_ms=3_600_000)
+                               state_dir=tmp / "status", url="http://127.0.0.1:1", retention_ms=3_600_000,
+                               callbacks=ChannelCallbacks())
         self.delays = DelayForwarder(names=self.names, tiers=self.tiers, kafka=self.kafka, poll_s=0.05,
                                      redis=self.redis)
         self.timekeeper = Timekeeper(names=self.names, tiers=self.tiers, kafka=self.kafka,

@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from reach.envelopes import new_envelope, now_ms
+from reach.intent.unroutable import IntentHandoff
 from reach.kafka import codec
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
@@ -27,7 +28,7 @@ INBOX = NAMES.inbox("agent://demo/echo")
 def router(monkeypatch: pytest.MonkeyPatch) -> Router:
     monkeypatch.setenv("REACH_NAMESPACE", NS)
     r = Router(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(),
-               fence=Fence(MemorySlots(), writer="router"))
+               fence=Fence(MemorySlots(), writer="router"), handoff=IntentHandoff())
     r.state.apply_registration("i1", AgentRegistration(
         agent_id="agent://demo/echo", instance_id="i1", build_version="1",
         capabilities=[Capability(name="demo.echo", version="1.0.0")], state=AgentState.READY,

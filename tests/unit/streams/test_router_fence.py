@@ -13,6 +13,7 @@ from reach.kafka import codec
 from reach.receipts import receipt_for
 from reach.records import DeadLetter, Envelope, Receipt, Status, StepStatus
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.streams.router.ports import NoHandoff
 from reach.streams.router.route_loop import Router
 from reach.streams.router.stats import OTHER
 from reach.terminals import Fence, MemorySlots
@@ -135,7 +136,7 @@ def test_without_redis_configured_the_router_still_ends_messages(monkeypatch: py
     monkeypatch.setenv("REACH_NAMESPACE", NS)
     monkeypatch.delenv("REACH_REDIS_URL", raising=False)
     monkeypatch.setenv("REACH_HOME", str(tmp_path))
-    r = Router(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings())
+    r = Router(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(), handoff=NoHandoff())
     assert not r.fence.enabled
     producer = FakeProducer()
     r._process(cast(Any, [spent(0)[0]]), cast(Any, producer))

@@ -17,6 +17,7 @@ from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import DeliveryFailed
 from reach.streams.status.fold import StatusFold
+from reach.streams.status.ports import NoCallbacks
 from reach.streams.status.store import PartitionStore
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
@@ -41,7 +42,7 @@ class Producer(FakeProducer):
 
 def status_fold(tmp_path: Path) -> StatusFold:
     fold = StatusFold(names=NAMES, kafka=KafkaSettings(), metrics=Metrics(), state_dir=tmp_path, url="http://w1",
-                      retention_ms=60_000)
+                      retention_ms=60_000, callbacks=NoCallbacks())
     fold.partitions = 1
     fold._stores[0] = PartitionStore(tmp_path / "p0")
     return fold

@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
 
+from reach.channels.closure import ChannelCallbacks
 from reach.channels.spec import callback_text
 from reach.kafka import codec
 from reach.metrics import Metrics
@@ -52,7 +53,7 @@ class Producer(FakeProducer):
 
 def status_fold(tmp_path: Path) -> StatusFold:
     fold = StatusFold(names=NAMES, kafka=KafkaSettings(), metrics=Metrics(), state_dir=tmp_path, url="http://w1",
-                      retention_ms=60_000)
+                      retention_ms=60_000, callbacks=ChannelCallbacks())
     fold.partitions = 1
     fold._stores[0] = PartitionStore(tmp_path / "p0")
     return fold
