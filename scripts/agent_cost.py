@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import TopicPartition  # noqa: E402
 
-from reach.bench import noop_agent  # noqa: E402
-from reach.bench.subprocesses import Child  # noqa: E402
-from reach.bench.workspace import Workspace, message_id  # noqa: E402
+from reach.tooling.bench import noop_agent  # noqa: E402
+from reach.tooling.bench.subprocesses import Child  # noqa: E402
+from reach.tooling.bench.workspace import Workspace, message_id  # noqa: E402
 from reach.envelopes import now_ms  # noqa: E402
 from reach.kafka import codec  # noqa: E402
 from reach.records import Receipt, Status  # noqa: E402
@@ -45,7 +45,7 @@ def main() -> None:
            "REACH_REDIS_URL": RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file)}
     if args.src:
         env["PYTHONPATH"] = str(args.src.resolve())
-    agent = Child("agent", ["reach", "agent", "run", "reach.bench.noop_agent:agent"], env)
+    agent = Child("agent", ["reach", "agent", "run", "reach.tooling.bench.noop_agent:agent"], env)
     try:
         agent.wait_until(lambda: any(r.assigned_partitions for r in read_registry(ws.kafka, ws.names).live(now_ms())),
                          90, "READY with partitions")

@@ -2,7 +2,7 @@
 
 Run from the repository root with REACH_BOOTSTRAP, REACH_REDIS_URL and an absolute REACH_HOME set:
 `.venv/bin/python scripts/gateway_profile.py --rate 300 --seconds 20` (docs/decisions/0014-gateway-throughput.md).
-It starts the bench's stack (reach.bench.gateway_stack: a no-op agent, an app, a gateway), replaces the gateway
+It starts the bench's stack (reach.tooling.bench.gateway_stack: a no-op agent, an app, a gateway), replaces the gateway
 by one run under cProfile, drives it open loop with the bench's load generator, stops it (SIGTERM: cProfile
 writes on exit) and prints the top functions by own time and the gateway's CPU per accepted request.
 """
@@ -15,11 +15,11 @@ import pstats
 import signal
 from pathlib import Path
 
-from reach.bench import cpu, noop_agent
-from reach.bench.gateway_load import LoadResult
-from reach.bench.gateway_stack import ENVELOPES, GatewayStack, child_env, envelope_body, post
-from reach.bench.subprocesses import Child
-from reach.bench.workspace import Workspace
+from reach.tooling.bench import cpu, noop_agent
+from reach.tooling.bench.gateway_load import LoadResult
+from reach.tooling.bench.gateway_stack import ENVELOPES, GatewayStack, child_env, envelope_body, post
+from reach.tooling.bench.subprocesses import Child
+from reach.tooling.bench.workspace import Workspace
 from reach.settings import ReachSettings, RedisSettings
 
 
@@ -54,7 +54,7 @@ def main() -> None:
         profiled.wait_until(accepts, 60, "a 202")
         out = Path(profiled.dir) / "load.json"
         before = cpu.read({"gateway": profiled.pid})
-        load = Child("load", ["reach.bench.gateway_load", stack.url, app.key_id, str(args.rate), str(args.seconds),
+        load = Child("load", ["reach.tooling.bench.gateway_load", stack.url, app.key_id, str(args.rate), str(args.seconds),
                               "1", str(out)], {"REACH_BENCH_SECRET": app.secret})
         load.proc.wait(args.seconds + 90)
         after = cpu.read({"gateway": profiled.pid})

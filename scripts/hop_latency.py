@@ -1,7 +1,7 @@
 """Where a live request's time goes: send at a fixed rate, then read each message's receipts back.
 
     eval $(.venv/bin/reach local up) && export REACH_NAMESPACE=lat$RANDOM && .venv/bin/reach topics apply
-    .venv/bin/reach router &  .venv/bin/reach agent run reach.bench.noop_agent:agent &
+    .venv/bin/reach router &  .venv/bin/reach agent run reach.tooling.bench.noop_agent:agent &
     .venv/bin/python scripts/hop_latency.py bench.noop 200 3000
 
 Prints p50/p99 of created -> COMPLETED and of each hop (created -> ROUTED -> STARTED -> COMPLETED),

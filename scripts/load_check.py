@@ -24,12 +24,12 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from reach.bench.subprocesses import Child
-from reach.bench.workspace import Workspace
+from reach.tooling.bench.subprocesses import Child
+from reach.tooling.bench.workspace import Workspace
 from reach.envelopes import new_envelope, now_ms
 from reach.errors import InfraUnavailable
 from reach.kafka import codec
-from reach.local.process import free_port
+from reach.tooling.local.process import free_port
 from reach.records import TERMINAL, Receipt
 from reach.registry import read_registry
 from reach.settings import RedisSettings

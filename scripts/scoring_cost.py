@@ -9,7 +9,7 @@ import random
 import time
 import timeit
 
-from reach.bench.scoring import candidates
+from reach.tooling.bench.scoring import candidates
 from reach.core.candidates import RouteRequest
 from reach.core.factors import DEFAULT_WEIGHTS, NAMES, ScoringContext
 from reach.core.scoring import score

@@ -18,4 +18,4 @@ if ! command -v redis-server >/dev/null; then
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
 fi
-.venv/bin/python -c "from reach.local.infra import ensure_jars; print('kafka jars:', ensure_jars())" >&2
+.venv/bin/python -c "from reach.tooling.local.infra import ensure_jars; print('kafka jars:', ensure_jars())" >&2

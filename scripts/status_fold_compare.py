@@ -16,10 +16,10 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from reach.bench import status_scale
-from reach.bench.workspace import Workspace
+from reach.tooling.bench import status_scale
+from reach.tooling.bench.workspace import Workspace
 from reach.kafka import clients
-from reach.local.process import free_port
+from reach.tooling.local.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 OLD = "69e9a83"

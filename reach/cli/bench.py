@@ -56,12 +56,12 @@ def bench(
     quick: bool = typer.Option(False, "--quick", help="tiny counts: checks the bench works, measures nothing"),
 ) -> None:
     """Measure every mode in one run against the local broker (or REACH_BOOTSTRAP); print the tables."""
-    from reach.bench.gateway import GatewayConfig
-    from reach.bench.knee import KneeConfig
-    from reach.bench.report import render
-    from reach.bench.round_trip import SETUPS
-    from reach.bench.suite import MODES, BenchConfig, run
     from reach.settings import ReachSettings
+    from reach.tooling.bench.gateway import GatewayConfig
+    from reach.tooling.bench.knee import KneeConfig
+    from reach.tooling.bench.report import render
+    from reach.tooling.bench.round_trip import SETUPS
+    from reach.tooling.bench.suite import MODES, BenchConfig, run
 
     offered = _numbers("--rates", rates)
     gateway = GatewayConfig(rates=_numbers("--gateway-rates", gateway_rates), seconds=gateway_seconds,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from reach.demo import run_demo
+from reach.tooling.demo import run_demo
 
 app = typer.Typer()
 

@@ -11,12 +11,12 @@ import typer
 from rich.table import Table
 
 from reach.cli.common import Exit, console, err_console
-from reach.faults.report import TABLE_COLUMNS, cell, markdown, verdict_text
-from reach.faults.runner import Result, run
-from reach.faults.scenarios import SCENARIOS, select
-from reach.faults.settings import FaultSettings
-from reach.local import LocalInfra
 from reach.settings import ReachSettings
+from reach.tooling.faults.report import TABLE_COLUMNS, cell, markdown, verdict_text
+from reach.tooling.faults.runner import Result, run
+from reach.tooling.faults.scenarios import SCENARIOS, select
+from reach.tooling.faults.settings import FaultSettings
+from reach.tooling.local import LocalInfra
 
 app = typer.Typer(help="Fault suite: kill, pause and bounce the parts under open-loop traffic; count what "
                   "was lost or done twice.", no_args_is_help=True)

@@ -7,8 +7,8 @@ import json
 import typer
 
 from reach.cli.common import Exit, console, err_console
-from reach.local import LocalInfra, LocalStatus
 from reach.settings import ReachSettings
+from reach.tooling.local import LocalInfra, LocalStatus
 
 app = typer.Typer(help="Run a real KRaft Kafka broker (or a --brokers 3 cluster) and Redis on loopback.",
                   no_args_is_help=True)

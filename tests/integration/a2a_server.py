@@ -28,7 +28,7 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
 from starlette.applications import Starlette
 
-from reach.local.process import free_port
+from reach.tooling.local.process import free_port
 
 
 class Upper(AgentExecutor):

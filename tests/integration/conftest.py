@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from reach.local.infra import KAFKA_VERSION, LocalInfra
 from reach.settings import KafkaSettings, ReachSettings
+from reach.tooling.local.infra import KAFKA_VERSION, LocalInfra
 from tests.integration.stream_app import StreamApp
 
 

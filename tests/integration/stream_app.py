@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from reach.local.process import free_port
+from reach.tooling.local.process import free_port
 from tests.integration.agent_support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,10 +6,10 @@ import urllib.request
 
 from reach.client import Client
 from reach.envelopes import now_ms
-from reach.local.process import free_port
 from reach.names import Names
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
+from reach.tooling.local.process import free_port
 from tests.integration.agent_support import spawn, wait_for
 
 

@@ -1,6 +1,6 @@
 """Redis is a cache of leases and results: the SDK degrades instead of stopping when it restarts or is flushed.
 
-Every test here runs its own redis-server (reach/faults/redis.py), never the shared one."""
+Every test here runs its own redis-server (reach/tooling/faults/redis.py), never the shared one."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ from reach.agent import Agent, Context
 from reach.client import Client
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
-from reach.faults.redis import RedisServer
 from reach.names import Names
 from reach.records import Envelope, Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
+from reach.tooling.faults.redis import RedisServer
 from tests.integration.agent_support import Receipts, running, wait_for
 from tests.integration.stream_app import StreamApp
 

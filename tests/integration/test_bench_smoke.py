@@ -75,7 +75,7 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
         assert len(only["loadavg_1_5_15_before"]) == 3 and only["resolution"] == 0.5
         knee = report["knee_rps"][search["setup"]]
         assert knee is None or knee in {s["rate"] for s in only["steps"] if s["passed"]}
-    # where a request's cost goes besides CPU, read from the broker and Redis themselves (reach.bench.costs)
+    # where a request's cost goes besides CPU, read from the broker and Redis themselves (reach.tooling.bench.costs)
     spent = modes["round trip 200/s"]["figures"]
     assert spent["broker_requests_per_request"] > 0 and spent["broker_Produce_per_request"] > 0, spent
     assert spent["redis_commands_per_request"] > 0, spent

@@ -18,10 +18,10 @@ from reach.channels.boardread import read_board
 from reach.channels.health import ChannelRules
 from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.client import Client
-from reach.local.process import free_port
 from reach.names import Names
 from reach.records import Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.tooling.local.process import free_port
 from tests.integration.agent_support import Receipts, reach_cli, running
 from tests.integration.channel_servers import FakeSms, listening
 from tests.integration.router_helpers import running_router, wait_for

@@ -22,9 +22,9 @@ from cryptography.fernet import Fernet
 
 from reach.agent import Agent
 from reach.client import Client
-from reach.local.process import free_port
 from reach.records import Status
 from reach.settings import KafkaSettings
+from reach.tooling.local.process import free_port
 from tests.integration.agent_support import Receipts, running, spawn, wait_for
 from tests.integration.conftest import Infra
 from tests.integration.stream_app import ROOT, StreamApp

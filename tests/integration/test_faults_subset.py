@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from reach.faults.runner import Result, run
-from reach.faults.scenarios import select
-from reach.faults.settings import FaultSettings
-from reach.local import LocalInfra
+from reach.tooling.faults.runner import Result, run
+from reach.tooling.faults.scenarios import select
+from reach.tooling.faults.settings import FaultSettings
+from reach.tooling.local import LocalInfra
 
 # recovery within its target is a latency figure: run alone after the parallel part (scripts/test.sh), and the
 # three JVMs it starts would slow every test beside it

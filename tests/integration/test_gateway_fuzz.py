@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import checks
 
-from reach.bench import noop_agent
-from reach.bench.gateway_stack import GatewayStack, SignedApp, child_env
 from reach.settings import KafkaSettings, RedisSettings
+from reach.tooling.bench import noop_agent
+from reach.tooling.bench.gateway_stack import GatewayStack, SignedApp, child_env
 from tests.integration.stream_app import StreamApp
 
 pytestmark = pytest.mark.integration

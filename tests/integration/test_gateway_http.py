@@ -20,10 +20,10 @@ from cryptography.fernet import Fernet
 
 from reach.agent import Agent
 from reach.kafka import codec
-from reach.local.process import free_port
 from reach.names import Names
 from reach.records import Envelope
 from reach.settings import KafkaSettings
+from reach.tooling.local.process import free_port
 from tests.integration.agent_support import reach_cli, running, wait_for
 from tests.integration.stream_app import ROOT, StreamApp
 from tests.unit.gateway.fakes import sign

@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from reach.bench.gateway_stack import ENVELOPES, GatewayStack, child_env, envelope_body, post
 from reach.settings import KafkaSettings, RedisSettings
+from reach.tooling.bench.gateway_stack import ENVELOPES, GatewayStack, child_env, envelope_body, post
 from tests.integration.agent_support import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]  # load and latency figures: alone on the machine

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from reach.bench.gateway_stack import ENVELOPES, GatewayStack, envelope_body, post
-from reach.local.process import free_port
 from reach.settings import KafkaSettings
+from reach.tooling.bench.gateway_stack import ENVELOPES, GatewayStack, envelope_body, post
+from reach.tooling.local.process import free_port
 from tests.integration.agent_support import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

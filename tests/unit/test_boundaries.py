@@ -68,6 +68,12 @@ def test_the_status_fold_and_the_router_reach_channels_and_intent_through_ports(
            "Callbacks and reach.streams.router.ports.Handoff from the stream app's wiring")
 
 
+def test_the_runtime_never_imports_the_tooling() -> None:
+    files = [p for p in _files("reach") if not p.is_relative_to(REACH / "tooling") and not p.is_relative_to(REACH / "cli")]
+    _check(files, ("reach.tooling",), "the runtime never imports the tooling (bench, demo, faults, local): only "
+           "the CLI, which runs them")
+
+
 def test_only_the_cli_and_the_entry_point_import_the_cli() -> None:
     allowed = {REACH / "__main__.py"}  # the entry point
     files = [p for p in _files("reach") if not p.is_relative_to(REACH / "cli") and p not in allowed]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from reach.errors import ConfigError
-from reach.local.infra import LocalInfra, _cluster_properties
+from reach.tooling.local.infra import LocalInfra, _cluster_properties
 
 
 def _props(text: str) -> dict[str, str]:

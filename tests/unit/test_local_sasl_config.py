@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from reach.local.infra import SASL_MECHANISM, LocalStatus, SaslListener, _probe_config, _server_properties
 from reach.settings import KafkaSettings
+from reach.tooling.local.infra import SASL_MECHANISM, LocalStatus, SaslListener, _probe_config, _server_properties
 
 
 def _props(text: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ ENTRY_POINTS = (
     "reach/streams/app.py",  # build_app, the stream app's
     "reach/agent/agent.py",  # Agent.run, an agent program's (and REACH_AGENT_METRICS_PORT)
     "reach/client.py",  # Client, a caller's program's: the SDK a user constructs
-    "reach/bench/", "reach/demo/", "reach/faults/", "reach/local/",  # tooling, each its own program
+    "reach/tooling/",  # tooling: bench, demo, faults, local, each its own program
 )
 
 # Reads of the process environment that are not settings, each with why.

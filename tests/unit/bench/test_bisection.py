@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reach.bench.bisection import search
+from reach.tooling.bench.bisection import search
 
 
 def below(knee: float) -> tuple[list[float], object]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.bench.costs import Reading, per_request
+from reach.tooling.bench.costs import Reading, per_request
 
 
 def test_requests_per_request_by_type_with_the_rest_under_other() -> None:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from reach.bench import cpu
+from reach.tooling.bench import cpu
 
 
 def test_per_1k_of_each_process_between_two_readings() -> None:

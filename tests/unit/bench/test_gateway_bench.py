@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from reach import signing
-from reach.bench.gateway import LAG_BOUND_MS, gateway_row
-from reach.bench.gateway_load import LoadResult, schedule, summary
-from reach.bench.gateway_stack import PAYLOAD, SignedApp, envelope_body
+from reach.tooling.bench.gateway import LAG_BOUND_MS, gateway_row
+from reach.tooling.bench.gateway_load import LoadResult, schedule, summary
+from reach.tooling.bench.gateway_stack import PAYLOAD, SignedApp, envelope_body
 
 
 def test_the_generators_signature_is_one_the_gateway_accepts() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.bench.idle import percent_of_a_core
+from reach.tooling.bench.idle import percent_of_a_core
 
 
 def test_a_process_and_its_children_count_under_its_label() -> None:

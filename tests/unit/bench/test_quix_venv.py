@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reach.bench import quix
+from reach.tooling.bench import quix
 
 
 def test_a_built_environment_is_reused_without_running_anything(tmp_path: Path) -> None:

@@ -6,11 +6,11 @@ import io
 
 from rich.console import Console
 
-from reach.bench.bisection import Knee
-from reach.bench.knee import Run, Search, Step
-from reach.bench.report import TARGETS, Report, render
-from reach.bench.results import Latency, ModeResult
-from reach.bench.slo import Verdict
+from reach.tooling.bench.bisection import Knee
+from reach.tooling.bench.knee import Run, Search, Step
+from reach.tooling.bench.report import TARGETS, Report, render
+from reach.tooling.bench.results import Latency, ModeResult
+from reach.tooling.bench.slo import Verdict
 
 
 def row(mode: str, throughput: float, **extra: object) -> ModeResult:

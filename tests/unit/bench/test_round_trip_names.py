@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reach.bench import round_trip
-from reach.bench.round_trip import ECHO, NOOP, ROLES_SPLIT, Setup, mode_name
+from reach.tooling.bench import round_trip
+from reach.tooling.bench.round_trip import ECHO, NOOP, ROLES_SPLIT, Setup, mode_name
 
 
 def test_row_names_say_the_set_up_and_the_process_split() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from reach.bench.slo import ReceiptBook, judge
+from reach.tooling.bench.slo import ReceiptBook, judge
 
 
 def receipt(mid: str, status: str, at: int) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reach.bench import suite
+from reach.tooling.bench import suite
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class _Measured:
 
 
 def test_a_build_without_the_module_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(suite, "STATUS_SCALE", "reach.bench.no_such_status_scale")
+    monkeypatch.setattr(suite, "STATUS_SCALE", "reach.tooling.bench.no_such_status_scale")
     (row,) = suite._status_scale(suite.BenchConfig(), None)
     assert row.skipped and "not available on this build" in row.notes and row.figures == {}
 

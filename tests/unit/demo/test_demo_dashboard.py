@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
-from reach.demo.dashboard import Dashboard, Frame, ms, short_instance
-from reach.demo.tally import Sent, Tally
 from reach.records import Receipt, Status
+from reach.tooling.demo.dashboard import Dashboard, Frame, ms, short_instance
+from reach.tooling.demo.tally import Sent, Tally
 
 
 def test_ms_and_short_instance() -> None:

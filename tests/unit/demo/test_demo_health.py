@@ -6,9 +6,9 @@ import io
 
 from rich.console import Console
 
-from reach.demo import SICK, _Run
-from reach.demo.dashboard import Dashboard
-from reach.demo.tally import Tally
+from reach.tooling.demo import SICK, _Run
+from reach.tooling.demo.dashboard import Dashboard
+from reach.tooling.demo.tally import Tally
 
 
 def test_instance_table_shows_the_breaker() -> None:

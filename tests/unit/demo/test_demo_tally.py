@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reach.demo.tally import Rate, Sent, Tally, percentile
 from reach.records import Decision, ErrorInfo, Receipt, Status
+from reach.tooling.demo.tally import Rate, Sent, Tally, percentile
 
 
 def receipt(status: Status, *, message_id: str = "m1", capability: str = "demo.echo", at: int = 1_000,
@@ -83,8 +83,8 @@ def test_endings_are_checked_against_the_plan_and_overload_is_its_own_ending() -
 
 
 def test_every_terminal_status_has_a_column() -> None:
-    from reach.demo.tally import OUTCOME_COLUMNS, outcome_of
     from reach.records import TERMINAL
+    from reach.tooling.demo.tally import OUTCOME_COLUMNS, outcome_of
 
     for status in TERMINAL:
         assert outcome_of(receipt(status)) in OUTCOME_COLUMNS, status

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from reach.demo.traffic import EXPECTED, NOBODY, REGIONS, plan
+from reach.tooling.demo.traffic import EXPECTED, NOBODY, REGIONS, plan
 
 
 def test_a_minute_of_traffic_has_every_kind_and_bad_inputs_are_few() -> None:

@@ -3,7 +3,7 @@ late identical terminal are each reported, and only where they happened."""
 
 from __future__ import annotations
 
-from reach.faults.checker import Seen, Sent, Window, check, parse_ledger
+from reach.tooling.faults.checker import Seen, Sent, Window, check, parse_ledger
 
 WINDOW = Window(start_ms=10_000, end_ms=12_000)
 

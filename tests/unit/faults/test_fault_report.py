@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.faults.report import TABLE_COLUMNS, markdown
+from reach.tooling.faults.report import TABLE_COLUMNS, markdown
 
 
 def test_one_row_per_scenario_with_every_figure_outcome_and_verdict() -> None:

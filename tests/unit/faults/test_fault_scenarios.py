@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from reach.errors import ConfigError
-from reach.faults.checker import Figures, Seen, Sent, Window, check
-from reach.faults.runner import verdict
-from reach.faults.scenarios import BY_NAME, SCENARIOS, Poison, select
+from reach.tooling.faults.checker import Figures, Seen, Sent, Window, check
+from reach.tooling.faults.runner import verdict
+from reach.tooling.faults.scenarios import BY_NAME, SCENARIOS, Poison, select
 
 
 def test_only_selects_in_suite_order_and_refuses_unknown_names() -> None:
@@ -49,7 +49,7 @@ def test_poison_is_mixed_in_only_while_the_fault_is_on() -> None:
 
 def test_the_sick_downstream_runs_long_enough_after_its_fault_for_a_breaker_to_probe(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.faults.settings import FaultSettings
+    from reach.tooling.faults.settings import FaultSettings
 
     short = FaultSettings(after_s=10)
     assert BY_NAME["sick-downstream"].after_s(short) == 60.0  # 30 s open breaker + 30 s for the probes

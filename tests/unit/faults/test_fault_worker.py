@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from reach.faults.rig import Worker, crash_line
+from reach.tooling.faults.rig import Worker, crash_line
 
 
 def _exited(worker: Worker) -> None:

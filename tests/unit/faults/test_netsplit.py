@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from reach.faults import netsplit
-from reach.faults.scenarios import BY_NAME
+from reach.tooling.faults import netsplit
+from reach.tooling.faults.scenarios import BY_NAME
 
 # /proc/net/tcp as the kernel writes it: a listener on 127.0.0.1:9092 (inode 111), a connection from :54321 to a
 # peer's :9093 (inode 222), and someone else's socket (inode 333)

@@ -21,8 +21,8 @@ from reach.channels.settings import ClosureSettings
 from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
-from reach.local.process import free_port
 from reach.records import Envelope, ErrorInfo, Receipt, Status
+from reach.tooling.local.process import free_port
 from tests.unit.gateway.fakes import Fakes, app
 
 BEARER1 = "Bearer " + a2a_token("key1", b"secret-1")

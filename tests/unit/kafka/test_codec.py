@@ -625,7 +625,7 @@ def test_a_registry_outage_is_transient_not_a_rejection(monkeypatch: pytest.Monk
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     from reach.kafka.codec import RegistryUnavailable
-    from reach.local.process import free_port
+    from reach.tooling.local.process import free_port
 
     data = ConfluentCodec("mock://one").encode(_envelope())
     down = ConfluentCodec(f"http://127.0.0.1:{free_port()}", conf={"max.retries": 0})

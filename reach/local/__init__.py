@@ -1,5 +1,0 @@
-"""The embedded default: a single-node KRaft Kafka broker and a Redis on loopback, under REACH_HOME."""
-
-from reach.local.infra import LocalInfra, LocalStatus
-
-__all__ = ["LocalInfra", "LocalStatus"]
