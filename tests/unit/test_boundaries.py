@@ -69,7 +69,8 @@ def test_the_status_fold_and_the_router_reach_channels_and_intent_through_ports(
 
 
 def test_the_runtime_never_imports_the_tooling() -> None:
-    files = [p for p in _files("reach") if not p.is_relative_to(REACH / "tooling") and not p.is_relative_to(REACH / "cli")]
+    files = [p for p in _files("reach")
+             if not p.is_relative_to(REACH / "tooling") and not p.is_relative_to(REACH / "cli")]
     _check(files, ("reach.tooling",), "the runtime never imports the tooling (bench, demo, faults, local): only "
            "the CLI, which runs them")
 
