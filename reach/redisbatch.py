@@ -13,8 +13,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
+
+from reach.redisclient import AsyncRedis
 
 Arg = str | bytes | int | float
 Pending = tuple["Script", Sequence[str], Sequence[Arg], "asyncio.Future[Any]"]
@@ -51,8 +52,9 @@ class ScriptBatcher:
         self._flushes: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     @classmethod
-    def on(cls, client: Redis) -> ScriptBatcher:
-        """A batcher on a redis.asyncio client."""
+    def on(cls, client: AsyncRedis) -> ScriptBatcher:
+        """A batcher on a redis.asyncio client, one node or a cluster: a cluster's pipeline sends each call to its
+        slot's node (every script's keys share a slot, reach.redisclient), and SCRIPT LOAD goes to every primary."""
         async def run(calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]) -> list[Any]:
             # EVALSHA itself, without redis-py's per-pipeline SCRIPT EXISTS round trip
             async with client.pipeline(transaction=False) as pipe:
