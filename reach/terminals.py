@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import redis
-from redis.exceptions import NoScriptError, RedisError
+import redis.cluster
+from redis.exceptions import RedisError
 
 from reach.agent.outage import Outage
 from reach.errors import InfraUnavailable
@@ -115,19 +116,28 @@ class RedisSlots:
         return out
 
     def _per_slot_calls(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        """The script once per cluster slot, in one pipeline; NOSCRIPT (a node restarted or was flushed) loads it
-        on every primary and runs again."""
-        for _ in range(2):
-            pipe = self._redis.pipeline(transaction=False)
-            for keys, args in calls:
+        """The script once per cluster slot, in one pipeline per node (redis-py's cluster pipeline refuses EVALSHA);
+        a call a node refuses (NOSCRIPT after a restart or flush, MOVED while slots move) runs again through the
+        cluster client, which loads the script on every primary and follows redirections."""
+        assert isinstance(self._redis, redis.cluster.RedisCluster)
+        nodes: dict[str, Any] = {}
+        on_node: dict[str, list[int]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = self._redis.get_node_from_key(keys[0])
+            nodes[node.name] = node
+            on_node.setdefault(node.name, []).append(i)
+        answers: list[Any] = [None] * len(calls)
+        for name, positions in on_node.items():
+            pipe = nodes[name].redis_connection.pipeline(transaction=False)
+            for i in positions:
+                keys, args = calls[i]
                 pipe.evalsha(self._script.sha, len(keys), *keys, *args)
-            answers: list[Any] = pipe.execute(raise_on_error=False)
-            if not any(isinstance(a, NoScriptError) for a in answers):
-                break
-            self._redis.script_load(CLAIM_SCRIPT)
-        for answer in answers:
+            for i, answer in zip(positions, pipe.execute(raise_on_error=False), strict=True):
+                answers[i] = answer
+        for i, answer in enumerate(answers):
             if isinstance(answer, Exception):
-                raise answer
+                keys, args = calls[i]
+                answers[i] = self._script(keys=keys, args=args)
         return answers
 
     def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
