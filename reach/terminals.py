@@ -21,6 +21,7 @@ import redis.cluster
 from redis.exceptions import RedisError
 
 from reach.agent.outage import Outage
+from reach.core.retention import RESULT_TTL_S
 from reach.errors import InfraUnavailable
 from reach.kafka import codec
 from reach.kafka.acks import Position
@@ -30,8 +31,9 @@ from reach.settings import RedisSettings
 
 log = logging.getLogger("reach.terminals")
 
-DEFAULT_TTL_S = 24 * 3600
-"""How long a winner is remembered; the agent's result cache keeps its receipts as long (Agent.result_ttl_s)."""
+DEFAULT_TTL_S = RESULT_TTL_S
+"""How long a winner is remembered; the agent's result cache keeps its receipts as long (Agent.result_ttl_s);
+reach.core.retention says why 30 min and what covers a delivery older than that."""
 
 REDIS_TIMEOUT_S = 0.5
 """A hung Redis costs a batch at most this long, then the fence is skipped for a backoff (never blocks routing)."""
