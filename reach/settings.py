@@ -289,7 +289,8 @@ class RedisSettings(BaseSettings):
     """Seconds the router and the timekeeper keep a message's first terminal receipt (reach.terminals)."""
 
     def url(self, home: Path | None = None) -> str:
-        """The Redis URL: REACH_REDIS_URL, else the local Redis started by `reach local up`."""
+        """The Redis URL: REACH_REDIS_URL, else the local Redis started by `reach local up`; `redis+cluster://`
+        names a Redis Cluster (reach.redisclient builds the client from it)."""
         if self.redis_url:
             return self.redis_url
         state = _local_state(home or self.home)
@@ -297,7 +298,8 @@ class RedisSettings(BaseSettings):
             return str(state["redis_url"])
         raise InfraUnavailable(
             "No Redis configured: REACH_REDIS_URL is unset and no local Redis is running.\n"
-            "Start one with `reach local up`, or export REACH_REDIS_URL=redis://host:port/0."
+            "Start one with `reach local up`, or export REACH_REDIS_URL=redis://host:port/0 (a Redis Cluster: "
+            "redis+cluster://host:port)."
         )
 
 
