@@ -420,7 +420,7 @@ class LocalInfra:
             self._save(st)
 
     def _start_redis(self, port: int | None) -> dict[str, Any]:
-        port = port if port and process.port_free(port) else process.free_port()
+        port = port if port and redisnodes.listenable(port) else process.free_port()
         pid = redisnodes.start_node(port, self.home / "redis")
         return {"redis_pid": pid, "redis_port": port, "redis_url": f"redis://127.0.0.1:{port}/0"}
 

@@ -88,6 +88,18 @@ def answers(port: int | None) -> bool:
         return False
 
 
+def listenable(port: int) -> bool:
+    """Whether a server may listen on `port` now: nothing else listens there (connections of a node just stopped,
+    in TIME_WAIT, do not count: redis-server binds with SO_REUSEADDR as this check does)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 @dataclass(frozen=True)
 class RedisNode:
     """One redis-server process `reach local up` owns."""
@@ -109,10 +121,10 @@ def start_node(port: int, data: Path, *, bus_port: int | None = None) -> int:
     pid = process.spawn([server, str(conf)], data / "redis.log")
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
+        if not process.alive(pid):  # first: another server answering on the port is not this one
+            break
         if answers(port):
             return pid
-        if not process.alive(pid):
-            break
         time.sleep(0.1)
     process.stop(pid)
     raise InfraUnavailable(f"Redis on port {port} did not start. Last lines of its log:\n"
@@ -130,7 +142,7 @@ def start_cluster(nodes: list[dict[str, Any]], home: Path, masters: int) -> list
         if RedisNode(node["port"], node.get("pid")).running:
             continue
         node.pop("pid", None)
-        taken = [p for p in (node["port"], node["bus_port"]) if not process.port_free(p)]
+        taken = [p for p in (node["port"], node["bus_port"]) if not listenable(p)]
         if taken:
             raise InfraUnavailable(f"Port(s) {taken} of Redis Cluster node {i + 1} are taken by another process; "
                                    "stop it, or run `reach local down` and use another REACH_HOME.")
