@@ -14,7 +14,7 @@ from reach.gateway.quotas import RedisQuotas
 from reach.redisclient import async_client, by_slot, is_cluster, node_url, slot_of, sync_client, tag
 from reach.terminals import result_key
 
-IDS = [str(uuid.uuid4()), "m", "a{b}c", "}{", "", "x" * 300, "ünïcode-ид"]
+IDS = ["0998f8cd-5e88-4e60-96d0-dfcaf41c1665", "m", "a{b}c", "}{", "", "x" * 300, "ünïcode-ид"]
 SCOPES = [None, KeyScope(tenant="t", capability="demo.echo", key="order-1"),
           KeyScope(tenant="", capability="c", key="{weird}")]
 
