@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from reach.channels import board
+from reach.channels.boardread import read_board
+from reach.intent.claims import RedisClaims
 from reach.redisclient import sync_client
 from reach.tooling.local import process, redisnodes
 
@@ -58,6 +61,17 @@ def test_a_stopped_cluster_comes_back_on_its_ports_with_its_data(tmp_path: Path)
         nodes = redisnodes.start_cluster(nodes, tmp_path, 3)  # what `reach local up` does on a later call
         again = sync_client(url)
         assert [again.get(k) for k in keys] == [k.encode() for k in keys]
+        # the single-key users on the cluster: the channel board (SCAN over every master, MGET per slot) and
+        # the handoff desk's move claims
+        snaps = [board.Snapshot(channel="webhook", instance_id=f"i-{i}", agent_id="agent://channel/webhook",
+                                state="HEALTHY", breaker="CLOSED", success=1.0, p95_ms=5.0, arrival=1.0, reason=None,
+                                since=0, at=1) for i in range(12)]
+        for snap in snaps:
+            again.set(board.key("ns", snap.instance_id), board.encode(snap))
+        assert sorted(s.instance_id for s in read_board(again, "ns")) == sorted(s.instance_id for s in snaps)
+        claims = RedisClaims(url)
+        assert claims.claim("ns:handoff-move:m-1:1:0", "op-a", 60) and not claims.claim("ns:handoff-move:m-1:1:0",
+                                                                                         "op-b", 60)
         again.close()
     finally:
         for node in nodes:
