@@ -16,20 +16,19 @@ import asyncio
 import os
 from typing import Any
 
-from redis.asyncio import Redis
-
 from reach.agent import Agent
 from reach.agent.agent import Context
+from reach.redisclient import AsyncRedis, async_client
 from reach.settings import ReachSettings, RedisSettings
 
 agent = Agent("agent://demo/billing", region=os.environ.get("REACH_AGENT_REGION", "local"), max_concurrency=8,
               drain_grace_s=30)
-_redis: list[Redis] = []
+_redis: list[AsyncRedis] = []
 
 
 @agent.on_start
 async def connect() -> None:
-    _redis.append(Redis.from_url(RedisSettings().url()))
+    _redis.append(async_client(RedisSettings().url()))  # one node or a cluster
 
 
 @agent.on_stop

@@ -15,19 +15,18 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from redis.asyncio import Redis
-
 from reach.agent import Agent, BusinessError, TransientError
 from reach.agent.agent import Context
+from reach.redisclient import AsyncRedis, async_client
 from reach.settings import ReachSettings, RedisSettings
 
 agent = Agent("agent://demo/flaky", region=os.environ.get("REACH_AGENT_REGION", "local"), max_concurrency=8)
-_redis: list[Redis] = []
+_redis: list[AsyncRedis] = []
 
 
 @agent.on_start
 async def connect() -> None:
-    _redis.append(Redis.from_url(RedisSettings().url()))
+    _redis.append(async_client(RedisSettings().url()))  # one node or a cluster
 
 
 @agent.capability(

@@ -13,8 +13,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio.cluster import PipelineCommand, RedisCluster
 from redis.exceptions import NoScriptError
+
+from reach.redisclient import AsyncRedis
 
 Arg = str | bytes | int | float
 Pending = tuple["Script", Sequence[str], Sequence[Arg], "asyncio.Future[Any]"]
@@ -51,17 +53,21 @@ class ScriptBatcher:
         self._flushes: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     @classmethod
-    def on(cls, client: Redis) -> ScriptBatcher:
-        """A batcher on a redis.asyncio client."""
+    def on(cls, client: AsyncRedis) -> ScriptBatcher:
+        """A batcher on a redis.asyncio client, one node or a cluster: a cluster's pipeline sends each call to its
+        slot's node (every script's keys share a slot, reach.redisclient), and SCRIPT LOAD goes to every primary."""
+        async def load(source: str) -> object:
+            return await client.script_load(source)  # on a cluster: every primary
+
+        if isinstance(client, RedisCluster):
+            return cls(run=_on_cluster(client), load=load)
+
         async def run(calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]) -> list[Any]:
             # EVALSHA itself, without redis-py's per-pipeline SCRIPT EXISTS round trip
             async with client.pipeline(transaction=False) as pipe:
                 for sha, keys, args in calls:
                     pipe.evalsha(sha, len(keys), *keys, *args)
                 return list(await pipe.execute(raise_on_error=False))
-
-        async def load(source: str) -> object:
-            return await client.script_load(source)
 
         return cls(run=run, load=load)
 
@@ -107,3 +113,32 @@ class ScriptBatcher:
         if len(results) != len(batch):
             raise RuntimeError(f"a pipeline of {len(batch)} script calls answered {len(results)} results")
         return results
+
+
+def _on_cluster(client: RedisCluster) -> Run:
+    """One pipeline per node, the nodes at once: redis-py's cluster pipeline refuses EVALSHA, so the calls are
+    grouped by the node that owns their slot (every script's keys share one) and sent on that node's connection.
+    A call a node refuses for where its slot lives (MOVED / ASK while slots move, a node just failed over) runs
+    again alone through the cluster client, which follows the redirection; NOSCRIPT is left to the batcher."""
+    async def run(calls: Sequence[tuple[str, Sequence[str], Sequence[Arg]]]) -> list[Any]:
+        await client.initialize()  # the slot map (a no-op once known)
+        on_node: dict[str, tuple[Any, list[PipelineCommand]]] = {}
+        for i, (sha, keys, args) in enumerate(calls):
+            node = (client.get_node_from_key(keys[0]) if keys else None) or client.get_random_node()
+            on_node.setdefault(node.name, (node, []))[1].append(PipelineCommand(i, "EVALSHA", sha, len(keys),
+                                                                                *keys, *args))
+        await asyncio.gather(*(node.execute_pipeline(commands) for node, commands in on_node.values()))
+        results: list[Any] = [None] * len(calls)
+        for _, commands in on_node.values():
+            for command in commands:
+                results[command.position] = command.result
+        for i, result in enumerate(results):
+            if isinstance(result, Exception) and not isinstance(result, NoScriptError):
+                sha, keys, args = calls[i]
+                try:
+                    results[i] = await client.evalsha(sha, len(keys), *keys, *args)
+                except Exception as exc:  # noqa: BLE001 - that caller gets its error
+                    results[i] = exc
+        return results
+
+    return run

@@ -3,8 +3,9 @@
 | variable                  | default                     | meaning                                             |
 |---------------------------|-----------------------------|-----------------------------------------------------|
 | REACH_BOOTSTRAP           | (local broker of REACH_HOME)| Kafka bootstrap servers                             |
-| REACH_REDIS_URL           | (local Redis of REACH_HOME) | Redis URL for leases, caches and counters           |
-| REACH_TERMINAL_TTL        | 86400 (24 h, seconds)       | how long Redis keeps a message's first terminal     |
+| REACH_REDIS_URL           | (local Redis of REACH_HOME) | Redis URL for leases, caches and counters;          |
+|                           |                             | redis+cluster://host:port for a Redis Cluster       |
+| REACH_TERMINAL_TTL        | 1800 (30 min, seconds)      | how long Redis keeps a message's first terminal     |
 |                           |                             | receipt for the router and timekeeper (the fence)   |
 | REACH_HOME                | .reach                      | state of the embedded broker and Redis              |
 | REACH_NAMESPACE           | reach                       | prefix of every topic, group and faust app id       |
@@ -42,6 +43,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach.core.healthmodel.settings import HealthSettings
+from reach.core.retention import RESULT_TTL_S
 from reach.errors import ConfigError, InfraUnavailable
 from reach.kafka import kafkaerrors
 
@@ -283,11 +285,12 @@ class RedisSettings(BaseSettings):
     home: Path = Path(".reach")
     """REACH_HOME, where `reach local up` records its Redis (the fallback of `url()`)."""
     redis_url: str | None = None
-    terminal_ttl: int = Field(default=24 * 3600, ge=1)
+    terminal_ttl: int = Field(default=RESULT_TTL_S, ge=1)
     """Seconds the router and the timekeeper keep a message's first terminal receipt (reach.terminals)."""
 
     def url(self, home: Path | None = None) -> str:
-        """The Redis URL: REACH_REDIS_URL, else the local Redis started by `reach local up`."""
+        """The Redis URL: REACH_REDIS_URL, else the local Redis started by `reach local up`; `redis+cluster://`
+        names a Redis Cluster (reach.redisclient builds the client from it)."""
         if self.redis_url:
             return self.redis_url
         state = _local_state(home or self.home)
@@ -295,7 +298,8 @@ class RedisSettings(BaseSettings):
             return str(state["redis_url"])
         raise InfraUnavailable(
             "No Redis configured: REACH_REDIS_URL is unset and no local Redis is running.\n"
-            "Start one with `reach local up`, or export REACH_REDIS_URL=redis://host:port/0."
+            "Start one with `reach local up`, or export REACH_REDIS_URL=redis://host:port/0 (a Redis Cluster: "
+            "redis+cluster://host:port)."
         )
 
 

@@ -3,7 +3,7 @@
 Every writer of a terminal receipt (the agent SDK, the router, the timekeeper) claims the register before it
 publishes: the first claim stores its receipt bytes, a later one gets those bytes back and republishes them
 instead of its own (a repeated terminal, never a second, different one). The register is the agent's result
-cache (`<ns>:result:<id>:<gen>`), so a redelivery of a message the router or the timekeeper ended republishes
+cache (`<ns>:result:{<id>}:<gen>`), so a redelivery of a message the router or the timekeeper ended republishes
 that ending instead of running the handler. Redis is still a cache: a flush or restart forgets the winners, and
 while it is unreachable every writer publishes its own terminal (availability first; counted as `unfenced`).
 """
@@ -17,26 +17,31 @@ from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 import redis
+import redis.cluster
 from redis.exceptions import RedisError
 
 from reach.agent.outage import Outage
+from reach.core.retention import RESULT_TTL_S
 from reach.errors import InfraUnavailable
 from reach.kafka import codec
 from reach.kafka.acks import Position
 from reach.records import Receipt
+from reach.redisclient import SyncRedis, by_slot, mget, sync_client, tag
 from reach.settings import RedisSettings
 
 log = logging.getLogger("reach.terminals")
 
-DEFAULT_TTL_S = 24 * 3600
-"""How long a winner is remembered; the agent's result cache keeps its receipts as long (Agent.result_ttl_s)."""
+DEFAULT_TTL_S = RESULT_TTL_S
+"""How long a winner is remembered; the agent's result cache keeps its receipts as long (Agent.result_ttl_s);
+reach.core.retention says why 30 min and what covers a delivery older than that."""
 
 REDIS_TIMEOUT_S = 0.5
 """A hung Redis costs a batch at most this long, then the fence is skipped for a backoff (never blocks routing)."""
 
 # SET-if-absent per key, returning the value already there ('' when this claim won: a receipt is never empty).
-# KEYS: the slots of a batch; ARGV: their receipts, then the TTL. One script call per batch: a pipeline of one
-# call per slot took 3x as long for 500 slots (decision 0020).
+# KEYS: the slots of a batch; ARGV: their receipts, then the TTL. One script call per batch on one Redis: a pipeline
+# of one call per slot took 3x as long for 500 slots (decision 0020). On a Redis Cluster one call per cluster slot
+# (each message's register is on its own slot, {message_id}), in one pipeline that redis-py sends node by node.
 CLAIM_SCRIPT = """
 local out = {}
 for i, key in ipairs(KEYS) do
@@ -54,8 +59,9 @@ _ERRORS = (RedisError, OSError, TimeoutError)
 
 
 def result_key(namespace: str, message_id: str, generation: int) -> str:
-    """The terminal register of one (message, generation): the agent's result cache key."""
-    return f"{namespace}:result:{message_id}:{generation}"
+    """The terminal register of one (message, generation): the agent's result cache key, on the message's Redis
+    Cluster slot (`{message_id}` is its hash tag, shared by the agent's lease and retry cache)."""
+    return f"{namespace}:result:{tag(message_id)}:{generation}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,31 +88,65 @@ class SlotStore(Protocol):
 class RedisSlots:
     """The registers in Redis: one round trip per call, whatever the number of terminals."""
 
-    def __init__(self, client: redis.Redis, *, namespace: str, ttl_s: int = DEFAULT_TTL_S) -> None:
+    def __init__(self, client: SyncRedis, *, namespace: str, ttl_s: int = DEFAULT_TTL_S) -> None:
         self._redis = client
         self._ns = namespace
         self._ttl = str(ttl_s)
         self._script = client.register_script(CLAIM_SCRIPT)
+        self._per_slot = not isinstance(client, redis.Redis)  # a cluster: one script call per slot
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str, ttl_s: int = DEFAULT_TTL_S) -> RedisSlots:
-        client = redis.Redis.from_url(url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+        client = sync_client(url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
         return cls(client, namespace=namespace, ttl_s=ttl_s)
 
     def claim(self, terminals: Sequence[Terminal]) -> list[bytes | None]:
         if not terminals:
             return []
-        # redis-py loads the script again when Redis restarted or was flushed (NOSCRIPT)
-        found: list[Any] = self._script(keys=[result_key(self._ns, t.message_id, t.generation) for t in terminals],
-                                        args=[*(t.receipt for t in terminals), self._ttl])
-        return [bytes(f) or None for f in found]
+        keys = [result_key(self._ns, t.message_id, t.generation) for t in terminals]
+        receipts = [t.receipt for t in terminals]
+        if not self._per_slot:
+            # redis-py loads the script again when Redis restarted or was flushed (NOSCRIPT)
+            found: list[Any] = self._script(keys=keys, args=[*receipts, self._ttl])
+            return [bytes(f) or None for f in found]
+        groups = list(by_slot(keys).values())
+        answers = self._per_slot_calls([([keys[i] for i in g], [*(receipts[i] for i in g), self._ttl]) for g in groups])
+        out: list[bytes | None] = [None] * len(keys)
+        for group, answer in zip(groups, answers, strict=True):
+            for i, f in zip(group, answer, strict=True):
+                out[i] = bytes(f) or None
+        return out
+
+    def _per_slot_calls(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """The script once per cluster slot, in one pipeline per node (redis-py's cluster pipeline refuses EVALSHA);
+        a call a node refuses (NOSCRIPT after a restart or flush, MOVED while slots move) runs again through the
+        cluster client, which loads the script on every primary and follows redirections."""
+        assert isinstance(self._redis, redis.cluster.RedisCluster)
+        nodes: dict[str, Any] = {}
+        on_node: dict[str, list[int]] = {}
+        for i, (keys, _) in enumerate(calls):
+            node = self._redis.get_node_from_key(keys[0])
+            nodes[node.name] = node
+            on_node.setdefault(node.name, []).append(i)
+        answers: list[Any] = [None] * len(calls)
+        for name, positions in on_node.items():
+            pipe = nodes[name].redis_connection.pipeline(transaction=False)
+            for i in positions:
+                keys, args = calls[i]
+                pipe.evalsha(self._script.sha, len(keys), *keys, *args)
+            for i, answer in zip(positions, pipe.execute(raise_on_error=False), strict=True):
+                answers[i] = answer
+        for i, answer in enumerate(answers):
+            if isinstance(answer, Exception):
+                keys, args = calls[i]
+                answers[i] = self._script(keys=keys, args=args)
+        return answers
 
     def peek(self, slots: Sequence[tuple[str, int]]) -> list[bytes | None]:
         if not slots:
             return []
-        values: list[Any] = self._redis.mget([result_key(self._ns, m, g) for m, g in slots])
+        values = mget(self._redis, [result_key(self._ns, m, g) for m, g in slots])
         return [None if v is None else bytes(v) for v in values]
-
 
 
 class MemorySlots:

@@ -17,6 +17,7 @@ from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
 from reach.core.loads import default_max_queue
 from reach.core.progress import Coalescer
+from reach.core.retention import RESULT_TTL_S
 from reach.core.timeouts import (
     DEFAULT_EXECUTION_TIMEOUT_MS,
     DEFAULT_HEARTBEAT_TIMEOUT_MS,
@@ -143,7 +144,7 @@ class Agent:
         execution_timeout_ms: int = DEFAULT_EXECUTION_TIMEOUT_MS,
         heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
         lease_margin_ms: int = 5_000,
-        result_ttl_s: int = 24 * 3600,
+        result_ttl_s: int = RESULT_TTL_S,
         drain_grace_s: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
         instance_id: str | None = None,

@@ -10,33 +10,32 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-from redis.asyncio import Redis
-
 from reach.kafka.headers import Headers
 from reach.redisbatch import ScriptBatcher
+from reach.redisclient import AsyncRedis, tag
 from reach.retry import Outgoing
 from reach.terminals import result_key
 
-# One round trip per message: the terminal result (with this attempt's cached records: a dead letter ends with it),
-# this attempt's cached retry, else the lease (SET NX PX).
-# With a business key (KEYS[4] its runner = a message_id, KEYS[5] its COMPLETED receipt): a result of the key is
-# reused, a key run by another message is waited for; taking the lease marks the key as ours until ARGV[4] ms.
+# One round trip per message, every key on the message's slot ({message_id}): the terminal result (with this
+# attempt's cached records: a dead letter ends with it), this attempt's cached retry, else the lease (SET NX PX).
 _CLAIM = """
 local done = redis.call('get', KEYS[2])
 if done then return {'result', done, redis.call('get', KEYS[3]) or ''} end
 local again = redis.call('get', KEYS[3])
 if again then return {'retry', again} end
-if #KEYS >= 5 then
-  local first = redis.call('get', KEYS[5])
-  if first then return {'reused', first} end
-  local runner = redis.call('get', KEYS[4])
-  if runner and runner ~= ARGV[3] then return {'keyheld', runner} end
-end
-if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if #KEYS >= 5 then redis.call('set', KEYS[4], ARGV[3], 'PX', ARGV[4]) end
-  return {'ours', ''}
-end
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'ours', ''} end
 return {'held', redis.call('get', KEYS[1]) or '?'}
+"""
+# A business key (on the key's slot, {digest}), asked once the message's lease is ours: KEYS[1] its runner (a
+# message_id), KEYS[2] its COMPLETED receipt. A result of the key is reused, a key run by another message is waited
+# for (the caller then drops its lease); else the key is marked as run by this message until ARGV[2] ms.
+_CLAIM_KEY = """
+local first = redis.call('get', KEYS[2])
+if first then return {'reused', first} end
+local runner = redis.call('get', KEYS[1])
+if runner and runner ~= ARGV[1] then return {'keyheld', runner} end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {'ours', ''}
 """
 # Renewal re-takes a lease that vanished (Redis restarted or was flushed) as long as nobody else took it.
 _RENEW = """
@@ -48,23 +47,23 @@ return 0
 _RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
 # A terminal outcome, first one wins (reach.terminals): cache the receipt unless the message was already ended
 # (by the router, the timekeeper or another run: that winner is returned and published instead), and drop our
-# lease in one round trip (a claim finds the result first). With a business key: a COMPLETED run (ARGV[5] = 1)
-# keeps its receipt for the key's window (ARGV[6] ms) even when another ending won the message's register: the
-# key tracks the side effect, which happened (a retry of an EXPIRED message reuses it rather than repeating it);
-# unless the key holds a result already (another run of this message that won). Any other ending frees the key
-# (only a COMPLETED result is reused, so the next envelope with the key runs again).
+# lease in one round trip (a claim finds the result first).
 _FINISH = """
 local done = redis.call('get', KEYS[2])
 if not done then redis.call('set', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
 if redis.call('get', KEYS[1]) == ARGV[1] then redis.call('del', KEYS[1]) end
-if #KEYS >= 4 then
-  if ARGV[5] == '1' then
-    if not done then redis.call('set', KEYS[4], ARGV[2], 'PX', ARGV[6])
-    else redis.call('set', KEYS[4], ARGV[2], 'NX', 'PX', ARGV[6]) end
-  end
-  if redis.call('get', KEYS[3]) == ARGV[4] then redis.call('del', KEYS[3]) end
-end
 return done
+"""
+# The business key's side of a terminal, written before the message's (_FINISH): a COMPLETED run (ARGV[2] = 1)
+# keeps its receipt for the key's window (ARGV[4] ms) unless the key holds a result already, even when another
+# ending then wins the message's register: the key tracks the side effect, which happened (a retry of an EXPIRED
+# message reuses it rather than repeating it). Any other ending frees the key (only a COMPLETED result is reused,
+# so the next envelope with the key runs again). Written first, a crash before _FINISH leaves the key's result for
+# the redelivery to reuse, never a key that forgot its side effect.
+_FINISH_KEY = """
+if ARGV[2] == '1' then redis.call('set', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[4]) end
+if redis.call('get', KEYS[1]) == ARGV[3] then redis.call('del', KEYS[1]) end
+return 0
 """
 _SET = "return redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])"
 
@@ -125,56 +124,71 @@ class LeaseStore(Protocol):
 
 
 class Leases:
-    """`<ns>:lease:<id>:<gen>` (owner = instance id), `<ns>:result:<id>:<gen>`, `<ns>:retry:<id>:<gen>:<attempt>`.
+    """`<ns>:lease:{<id>}:<gen>` (owner = instance id), `<ns>:result:{<id>}:<gen>`,
+    `<ns>:retry:{<id>}:<gen>:<attempt>`; a business key's `<ns>:idem:{<digest>}:run` and `:done`.
 
-    Every call is a Lua script, and the calls made in one turn of the event loop go to Redis as one pipeline:
-    under load a batch of messages costs one round trip per step, not one per message and step."""
+    The braces are hash tags: a message's keys share one Redis Cluster slot, a business key's two another, so each
+    script runs on one node (reach.redisclient). Every call is a Lua script, and the calls made in one turn of the
+    event loop go to Redis as one pipeline: under load a batch of messages costs one round trip per step, not one
+    per message and step. A business key costs a second script on its own slot (claim: after the lease is ours;
+    finish: before the message's register, see _FINISH_KEY)."""
 
-    def __init__(self, redis: Redis, *, namespace: str, owner: str, result_ttl_s: int) -> None:
+    def __init__(self, redis: AsyncRedis, *, namespace: str, owner: str, result_ttl_s: int) -> None:
         self._ns = namespace
         self._owner = owner
         self._result_ttl_s = result_ttl_s
-        batcher = ScriptBatcher.on(redis)  # one pipeline for all five scripts' calls of a loop turn
+        batcher = ScriptBatcher.on(redis)  # one pipeline for all the scripts' calls of a loop turn
         self._claim = batcher.script(_CLAIM)
+        self._claim_key = batcher.script(_CLAIM_KEY)
         self._renew = batcher.script(_RENEW)
         self._release = batcher.script(_RELEASE)
         self._finish = batcher.script(_FINISH)
+        self._finish_key = batcher.script(_FINISH_KEY)
         self._set = batcher.script(_SET)
 
     def lease_key(self, message_id: str, generation: int) -> str:
-        return f"{self._ns}:lease:{message_id}:{generation}"
+        return f"{self._ns}:lease:{tag(message_id)}:{generation}"
 
     def result_key(self, message_id: str, generation: int) -> str:
         return result_key(self._ns, message_id, generation)  # the terminal register every writer claims
 
     def retry_key(self, message_id: str, generation: int, attempt: int) -> str:
-        return f"{self._ns}:retry:{message_id}:{generation}:{attempt}"
+        return f"{self._ns}:retry:{tag(message_id)}:{generation}:{attempt}"
 
     def key_keys(self, scope: KeyScope) -> list[str]:
         """The business key's runner (a message_id) and its COMPLETED receipt."""
-        return [f"{self._ns}:idem:{scope.digest}:run", f"{self._ns}:idem:{scope.digest}:done"]
+        return [f"{self._ns}:idem:{tag(scope.digest)}:run", f"{self._ns}:idem:{tag(scope.digest)}:done"]
+
+    def script_keys(self, message_id: str, generation: int, attempt: int,
+                    scope: KeyScope | None = None) -> list[list[str]]:
+        """The KEYS of every script call this store makes for one message (each list must share a slot)."""
+        message = [self.lease_key(message_id, generation), self.result_key(message_id, generation),
+                   self.retry_key(message_id, generation, attempt)]
+        calls = [message, message[:1], message[:2], [message[2]]]
+        return calls + ([self.key_keys(scope)] if scope is not None else [])
 
     async def claim(self, message_id: str, generation: int, attempt: int, ttl_ms: int,
                     scope: KeyScope | None = None) -> Claim:
-        """Check the caches (and the business key's) and take the lease, atomically and in one round trip."""
+        """Check the caches and take the lease, atomically and in one round trip; with a business key, then ask
+        the key (a second round trip on its slot) and give the lease back when the key is reused or held."""
         keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation),
                 self.retry_key(message_id, generation, attempt)]
-        args: list[str | bytes] = [self._owner, str(ttl_ms)]
-        if scope is not None:
-            keys += self.key_keys(scope)
-            args += [message_id, str(max(ttl_ms, scope.hold_ms))]
-        kind, value, *extra = await self._claim(keys, args)
+        kind, value, *extra = await self._claim(keys, [self._owner, str(ttl_ms)])
         if kind == b"result":
             return Claim(result=value, retry=_ending_with(extra[0] if extra else b"", value))
         if kind == b"retry":
             return Claim(retry=decode_records(value))
         if kind == b"held":
             return Claim(holder=value.decode(errors="replace"))
+        if scope is None:
+            return Claim()
+        kind, value = await self._claim_key(self.key_keys(scope), [message_id, str(max(ttl_ms, scope.hold_ms))])
+        if kind == b"ours":
+            return Claim()
+        await self.release(message_id, generation)  # not run here: the lease is free for whoever runs it
         if kind == b"reused":
             return Claim(reused=value)
-        if kind == b"keyheld":
-            return Claim(key_holder=value.decode(errors="replace"))
-        return Claim()
+        return Claim(key_holder=value.decode(errors="replace"))
 
     async def renew(self, message_id: str, generation: int, ttl_ms: int) -> bool:
         """Extend our lease (re-taking it if it vanished); False when someone else holds it now."""
@@ -188,14 +202,13 @@ class Leases:
                      completed: bool = False) -> bytes | None:
         """Cache a terminal receipt for `result_ttl_s` unless the message already ended, and drop our lease; done
         before the receipt is published. Returns None when ours is the terminal, else the winner's receipt bytes.
-        With a business key: a COMPLETED receipt is kept for the key's window (won or not: the side effect
-        happened), any other ending frees the key."""
-        keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
-        args: list[str | bytes] = [self._owner, receipt, str(self._result_ttl_s)]
+        With a business key (first, on its slot): a COMPLETED receipt is kept for the key's window (won or not: the
+        side effect happened), any other ending frees the key."""
         if scope is not None:
-            keys += self.key_keys(scope)
-            args += [message_id, "1" if completed else "0", str(scope.window_ms)]
-        winner = await self._finish(keys, args)
+            await self._finish_key(self.key_keys(scope), [receipt, "1" if completed else "0", message_id,
+                                                          str(scope.window_ms)])
+        keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
+        winner = await self._finish(keys, [self._owner, receipt, str(self._result_ttl_s)])
         return None if winner is None else bytes(winner)
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,

@@ -34,6 +34,7 @@ from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.core.progress import INTERVAL_MS as PROGRESS_INTERVAL_MS
 from reach.core.progress import Coalescer
+from reach.core.retention import may_be_forgotten
 from reach.core.timeouts import RunClock, timeout_problem
 from reach.envelopes import now_ms
 from reach.kafka import codec
@@ -137,15 +138,16 @@ class Pipeline:
                 return Processed(None)
             claim = await self._redis(lambda: self._leases.claim(mid, gen, envelope.attempt, lease_ms, scope))
             if claim is None:  # Redis is unreachable: the status table is the durable check
-                done = await self._completed(mid, gen)
-                if done is not None:
-                    log.info("%s already COMPLETED (status table); not running it again", mid)
-                    again = receipt_for(envelope, Status.COMPLETED, agent_id=self._agent.agent_id,
-                                        instance_id=self._agent.instance_id, step_status=StepStatus.OK,
-                                        result=done.result, timings={"status_hit": 1})
-                    return Processed(Outcome.COMPLETE, (self._send(again),))
-                break
+                return await self._status_completed(envelope) or await self._started(envelope, spec, payload, raw,
+                                                                                      origin, timeout_ms, scope)
             if claim.ours:
+                if may_be_forgotten(created_at_ms=envelope.created_at, now_ms=now_ms(),
+                                    ttl_s=self._agent.result_ttl_s):
+                    # old enough that its register may have expired (reach.core.retention): ask the status table
+                    done = await self._status_completed(envelope)
+                    if done is not None:
+                        await self._redis(lambda: self._leases.release(mid, gen))
+                        return done
                 break
             if claim.result is not None or claim.retry is not None:
                 return await self._republish(envelope, claim)
@@ -158,6 +160,25 @@ class Pipeline:
                     retry_after_ms=KEY_BUSY_RETRY_MS), [], raw=raw, origin=origin)
             # Another run holds the lease (or the business key): never run concurrently; wait until it finishes.
             await asyncio.sleep(LEASE_POLL_S)
+        return await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope)
+
+    async def _status_completed(self, envelope: Envelope) -> Processed | None:
+        """COMPLETED again from the status table's row when it says the message completed, else None."""
+        done = await self._completed(envelope.message_id, envelope.generation)
+        if done is None:
+            return None
+        log.info("%s already COMPLETED (status table); not running it again", envelope.message_id)
+        again = receipt_for(envelope, Status.COMPLETED, agent_id=self._agent.agent_id,
+                            instance_id=self._agent.instance_id, step_status=StepStatus.OK,
+                            result=done.result, timings={"status_hit": 1})
+        return Processed(Outcome.COMPLETE, (self._send(again),))
+
+    async def _started(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
+                       origin: tuple[str, int, int] | None, timeout_ms: int, scope: KeyScope | None) -> Processed:
+        """Run the handler of a claimed message (ours, or Redis is out): STARTED, the run, its outcome."""
+        mid, gen = envelope.message_id, envelope.generation
+        policy = self._policy(envelope.capability)
+        lease_ms = timeout_ms + self._agent.lease_margin_ms
         if origin is not None and not await self._admitted(origin[1]):
             # the claim's answer may have waited out a freeze that cost the partition: its next owner runs it
             await self._redis(lambda: self._leases.release(mid, gen))

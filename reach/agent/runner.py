@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
-from redis.asyncio import Redis
 
 from reach import heap, policyfields
 from reach.agent import inbox
@@ -43,6 +42,7 @@ from reach.errors import InfraUnavailable
 from reach.kafka import clients, codec, topics
 from reach.names import Names
 from reach.records import AgentState, ControlKind, Envelope
+from reach.redisclient import AsyncRedis, async_client
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.webclient import auth_headers
 
@@ -126,8 +126,8 @@ class Runner:
         self.publisher = Publisher(clients.producer(self._kafka))
         self._pool = ThreadPoolExecutor(self.agent.max_concurrency, thread_name_prefix="reach-handler")
         # a lease, its renewals and the result cache per running handler: size the pool from max_concurrency
-        redis = Redis.from_url(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16,
-                               socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+        redis = async_client(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16,
+                             socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
         leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
                         result_ttl_s=self.agent.result_ttl_s)
         self._start_control()
@@ -203,7 +203,7 @@ class Runner:
         if mode is Mode.DRAIN:
             self.stop()
 
-    async def _ping(self, redis: Redis) -> None:
+    async def _ping(self, redis: AsyncRedis) -> None:
         try:
             await redis.ping()
         except REDIS_ERRORS as exc:  # Redis is a cache: start degraded rather than not at all
@@ -466,7 +466,7 @@ class Runner:
             log.warning("%d handler(s) still running after %.0fs; their messages will be redelivered",
                         self._inflight, self.agent.drain_grace_s)
 
-    def _close(self, redis: Redis) -> None:
+    def _close(self, redis: AsyncRedis) -> None:
         policies = getattr(self, "_policies", None)
         if policies is not None:
             policies.stop()

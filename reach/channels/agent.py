@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from reach.agent import Agent, BusinessError, Context, Reject, TransientError
@@ -45,6 +44,7 @@ from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, now_ms
 from reach.kafka import clients
 from reach.names import Names
 from reach.records import ChannelDelivery, Envelope, Status
+from reach.redisclient import AsyncRedis, async_client
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
 log = logging.getLogger("reach.channels")
@@ -213,7 +213,7 @@ class BoardWriter:
         self._service, self._agent, self._namespace, self._interval = service, agent, namespace, interval_s
         self._redis_settings = redis
         self._task: asyncio.Task[None] | None = None
-        self._redis: Redis | None = None
+        self._redis: AsyncRedis | None = None
 
     def current(self) -> board.Snapshot:
         now = self._service.clock()
@@ -223,7 +223,7 @@ class BoardWriter:
                               open_destinations=destinations.open(now))
 
     async def start(self) -> None:
-        self._redis = Redis.from_url(self._redis_settings.url(), socket_timeout=2, socket_connect_timeout=2)
+        self._redis = async_client(self._redis_settings.url(), socket_timeout=2, socket_connect_timeout=2)
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:

@@ -45,7 +45,8 @@ def bench(
     knee_warmup: float = typer.Option(3.0, "--knee-warmup", help="knee search: warm-up seconds per step"),
     knee_repeats: int = typer.Option(2, "--knee-repeats", help="knee search: how many times each search runs"),
     knee_setups: str = typer.Option("noop,echo x2", "--knee-setups",
-                                    help="knee search: which set-ups (noop, echo x2, noop x2, noop split)"),
+                                    help="knee search: which set-ups (noop, echo x2, noop x2, noop split, "
+                                    "noop redis-cluster: on a private 3-master Redis Cluster)"),
     status_messages: int = typer.Option(500_000, "--status-messages",
                                         help="status-scale: messages folded (4 receipts each)"),
     gateway_rates: str = typer.Option("250,500,1000", "--gateway-rates",

@@ -24,9 +24,10 @@ def _report(status: LocalStatus, as_json: bool) -> None:
         return
     sasl = f"  sasl: {status.sasl.bootstrap} (user {status.sasl.username})" if status.sasl else ""
     nodes = f" ({status.brokers} brokers)" if status.brokers > 1 else ""
+    redis = f"redis cluster ({status.redis_cluster} masters, {status.redis_url})" if status.redis_cluster else "redis"
     err_console.print(
         f"kafka {status.kafka_version}{nodes}: {'running' if status.kafka_running else 'stopped'}"
-        f"  redis: {'running' if status.redis_running else 'stopped'}{sasl}"
+        f"  {redis}: {'running' if status.redis_running else 'stopped'}{sasl}"
     )
     if status.running:
         # stdout carries only the export lines, so `eval $(reach local up)` works.
@@ -41,13 +42,17 @@ def up(
     brokers: int = typer.Option(1, "--brokers", help="Start a KRaft cluster of this many combined broker+"
                                 "controller nodes (3: replication factor 3, min.insync.replicas 2). Use its own "
                                 "REACH_HOME."),
+    redis_cluster: int = typer.Option(0, "--redis-cluster", help="Start a Redis Cluster of this many masters "
+                                      "(3: the scale-out shape) instead of the single Redis; REACH_REDIS_URL is then "
+                                      "its redis+cluster:// URL. Use its own REACH_HOME."),
 ) -> None:
     """Start the broker(s) and Redis (idempotent: a second call reports the running ones)."""
     infra = _infra()
     before = infra.status()
-    if before.running and (before.sasl is not None or not sasl) and before.brokers == brokers:
+    if (before.running and (before.sasl is not None or not sasl) and before.brokers == brokers
+            and before.redis_cluster == redis_cluster):
         err_console.print("already running")
-    _report(infra.up(sasl=sasl, brokers=brokers), as_json)
+    _report(infra.up(sasl=sasl, brokers=brokers, redis_cluster=redis_cluster), as_json)
 
 
 @app.command()

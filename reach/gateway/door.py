@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redis.asyncio import Redis
-
 from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.directory import KafkaAppDirectory
 from reach.gateway.nonces import RedisNonceStore
@@ -13,6 +11,7 @@ from reach.gateway.quotas import RedisQuotas
 from reach.gateway.redisconn import door_client
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
+from reach.redisclient import AsyncRedis
 from reach.secretbox import secret_box
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
@@ -26,7 +25,7 @@ class Door:
     nonces: RedisNonceStore
     quotas: RedisQuotas
     authenticator: SignatureAuthenticator
-    client: Redis
+    client: AsyncRedis
 
     def close(self) -> None:
         self.directory.stop()

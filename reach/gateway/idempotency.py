@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from redis.asyncio import Redis
-
 from reach.gateway.deps import Remembered
 from reach.gateway.redisconn import guarded
+from reach.redisclient import AsyncRedis
 
 
 def idem_key(namespace: str, app_id: str, key: str) -> str:
@@ -31,7 +30,7 @@ def _load(raw: bytes | str) -> Remembered:
 class RedisIdempotency:
     """SET NX claims a key while its envelope is being acknowledged; SET XX marks it accepted; DEL frees it."""
 
-    def __init__(self, redis: Redis, namespace: str) -> None:
+    def __init__(self, redis: AsyncRedis, namespace: str) -> None:
         self._redis = redis
         self._ns = namespace
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from redis.asyncio import Redis
-
 from reach.gateway.redisconn import guarded
+from reach.redisclient import AsyncRedis
 
 
 class RedisNonceStore:
     """`claim` is one `SET <ns>:gateway:nonce:<scope>:<nonce> 1 NX EX ttl`: atomic across replicas."""
 
-    def __init__(self, *, client: Redis, namespace: str) -> None:
+    def __init__(self, *, client: AsyncRedis, namespace: str) -> None:
         self._client = client
         self._prefix = f"{namespace}:gateway:nonce:"
 

@@ -13,13 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from redis.asyncio import Redis
-
 from reach.callers import CallerApp
 from reach.core.tokenbucket import TokenBucket
 from reach.gateway.ports import QuotaDecision
 from reach.gateway.redisconn import guarded
 from reach.redisbatch import ScriptBatcher
+from reach.redisclient import AsyncRedis, tag
 
 ALLOWED = QuotaDecision(allowed=True)
 
@@ -81,18 +80,31 @@ DEFAULT_READ = Limit(rate=50.0, burst=100)  # per app: REACH_GATEWAY_READ_RATE /
 
 
 class RedisQuotas:
-    """Buckets `<ns>:gateway:quota:app:<app_id>`, `<ns>:gateway:quota:cap:<capability>` and
-    `<ns>:gateway:quota:read:<app_id>`, shared by replicas."""
+    """Buckets `{<ns>:gateway:quota}:app:<app_id>`, `{<ns>:gateway:quota}:cap:<capability>` and
+    `{<ns>:gateway:quota}:read:<app_id>`, shared by replicas.
 
-    def __init__(self, *, client: Redis, namespace: str, capability_limit: LimitOf = _no_cap,
+    One hash tag for all of a namespace's buckets: the script takes an app's and a capability's bucket together or
+    not at all, so on a Redis Cluster they must share a slot, and any app meets any capability. A namespace's
+    quotas are then one node's work (one script call per request, batched per loop turn: far below what a node
+    answers); namespaces spread over the nodes (docs/decisions/0031-redis-cluster-and-bounded-result-cache.md)."""
+
+    def __init__(self, *, client: AsyncRedis, namespace: str, capability_limit: LimitOf = _no_cap,
                  read_limit: Limit = DEFAULT_READ) -> None:
-        self._prefix = f"{namespace}:gateway:quota:"
+        self._prefix = tag(f"{namespace}:gateway:quota") + ":"
         self._limit_of = capability_limit
         self._read = read_limit
         self._take = ScriptBatcher.on(client).script(TAKE_LUA)  # one pipeline per turn of the event loop
 
+    def read_keys(self, app_id: str) -> list[str]:
+        """The KEYS of a read take: the app's read bucket, and a second bucket that is off (rate 0)."""
+        return [f"{self._prefix}read:{app_id}", f"{self._prefix}read:-"]
+
+    def take_keys(self, app_id: str, capability: str) -> list[str]:
+        """The KEYS of a request take: the app's bucket and the capability's (one slot: one hash tag)."""
+        return [f"{self._prefix}app:{app_id}", f"{self._prefix}cap:{capability}"]
+
     async def take_read(self, app: CallerApp) -> QuotaDecision:
-        keys = [f"{self._prefix}read:{app.app_id}", f"{self._prefix}read:-"]  # the second bucket is off (rate 0)
+        keys = self.read_keys(app.app_id)
         with guarded("taking a read quota token"):
             reply: Any = await self._take(keys, [repr(self._read.rate), self._read.burst, "0.0", 0])
         allowed, _scope, wait_us = (int(x) for x in reply)
@@ -100,7 +112,7 @@ class RedisQuotas:
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
         cap = self._limit_of(capability) or Limit(rate=0.0, burst=0)
-        keys = [f"{self._prefix}app:{app.app_id}", f"{self._prefix}cap:{capability}"]
+        keys = self.take_keys(app.app_id, capability)
         with guarded("taking a quota token"):
             reply: Any = await self._take(keys, [repr(app.rate), app.burst, repr(cap.rate), cap.burst])
         allowed, scope, wait_us = (int(x) for x in reply)

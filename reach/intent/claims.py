@@ -14,6 +14,7 @@ from typing import Protocol
 import redis
 
 from reach.errors import InfraUnavailable
+from reach.redisclient import sync_client
 
 CLAIM_TTL_S = 120  # longer than a move's writes take (each waits at most 15 s for the broker)
 
@@ -47,7 +48,7 @@ class RedisClaims:
     """Claims as `SET key owner NX EX ttl` on the namespace's Redis (REACH_REDIS_URL)."""
 
     def __init__(self, url: str) -> None:
-        self._client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        self._client = sync_client(url, socket_timeout=2, socket_connect_timeout=2)
 
     def claim(self, key: str, owner: str, ttl_s: int) -> bool:
         try:

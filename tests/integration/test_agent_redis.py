@@ -118,7 +118,7 @@ def test_a_flush_mid_run_keeps_the_lease_and_loses_no_message(namespace: str, pr
         slow = client.envelope("test.cache", {"wait": True, "n": 0})
         client.publish(slow, topic=inbox, partition=3)
         receipts.wait_status([slow.message_id], Status.STARTED)
-        lease = f"{namespace}:lease:{slow.message_id}:0"
+        lease = f"{namespace}:lease:{{{slow.message_id}}}:0"
         assert _keys(private_redis, lease) == [lease.encode()]
         private_redis.flush()
         # the renewer re-takes the vanished lease while the handler still runs

@@ -154,3 +154,75 @@ def test_a_script_is_named_by_its_sha1_as_redis_names_it() -> None:
 def test_a_call_outside_an_event_loop_is_refused() -> None:
     with pytest.raises(RuntimeError, match="no running event loop"):
         batcher_on(MemoryRedis()).script(ECHO)([], ["a"])
+
+
+class FakeNode:
+    """A cluster node: answers each pipelined EVALSHA with `answer(keys)`, recording the pipelines it got."""
+
+    def __init__(self, name: str, answer: Callable[[list[str]], Any]) -> None:
+        self.name = name
+        self.answer = answer
+        self.pipelines: list[list[str]] = []
+
+    async def execute_pipeline(self, commands: list[Any]) -> bool:
+        self.pipelines.append([c.args[3] for c in commands])  # EVALSHA sha numkeys key...
+        for command in commands:
+            command.result = self.answer(list(command.args[3:3 + command.args[2]]))
+        return False
+
+
+class FakeCluster:
+    """The parts of redis.asyncio.cluster.RedisCluster the batcher uses; a key's node is its first letter's."""
+
+    def __init__(self, nodes: dict[str, FakeNode], redirected: Callable[[list[str]], Any]) -> None:
+        self.nodes = nodes
+        self.redirected = redirected
+        self.evalshas: list[list[str]] = []
+
+    async def initialize(self) -> FakeCluster:
+        return self
+
+    def get_node_from_key(self, key: str) -> FakeNode:
+        return self.nodes[key[0]]
+
+    def get_random_node(self) -> FakeNode:
+        return next(iter(self.nodes.values()))
+
+    async def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        keys = list(keys_and_args[:numkeys])
+        self.evalshas.append(keys)
+        answer = self.redirected(keys)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_on_a_cluster_each_node_gets_one_pipeline_and_redirections_run_again_through_the_client() -> None:
+    from redis.exceptions import MovedError
+
+    from reach.redisbatch import _on_cluster
+
+    def node_answer(keys: list[str]) -> Any:
+        if keys[0] == "a-moved":
+            return MovedError("3999 127.0.0.1:7002")
+        if keys[0] == "b-noscript":
+            return NoScriptError("NOSCRIPT No matching script.")
+        if keys[0] == "b-moved-down":
+            return MovedError("12 127.0.0.1:7003")
+        return f"ran {keys[0]}"
+
+    def redirected(keys: list[str]) -> Any:
+        return RedisConnectionError("the new owner is down") if keys[0] == "b-moved-down" else f"followed {keys[0]}"
+
+    nodes = {"a": FakeNode("n1", node_answer), "b": FakeNode("n2", node_answer)}
+    cluster = FakeCluster(nodes, redirected)
+    run = _on_cluster(cluster)  # type: ignore[arg-type]
+    keys = ["a1", "b1", "a-moved", "b-noscript", "a2", "b-moved-down"]
+    results = asyncio.run(run([("sha", [k], ["x"]) for k in keys]))
+    assert nodes["a"].pipelines == [["a1", "a-moved", "a2"]] and nodes["b"].pipelines == [["b1", "b-noscript",
+                                                                                            "b-moved-down"]]
+    assert results[:3] == ["ran a1", "ran b1", "followed a-moved"]
+    assert isinstance(results[3], NoScriptError), "NOSCRIPT is the batcher's: it loads the script and runs again"
+    assert results[4] == "ran a2"
+    assert isinstance(results[5], RedisConnectionError), "a redirected call that fails gives its caller the error"
+    assert cluster.evalshas == [["a-moved"], ["b-moved-down"]]

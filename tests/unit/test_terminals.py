@@ -80,7 +80,7 @@ def test_the_register_is_the_agents_result_cache() -> None:
             return None
 
     leases = Leases(NoRedis(), namespace="ns", owner="i", result_ttl_s=1)  # type: ignore[arg-type]
-    assert leases.result_key("m", 3) == result_key("ns", "m", 3) == "ns:result:m:3"
+    assert leases.result_key("m", 3) == result_key("ns", "m", 3) == "ns:result:{m}:3"
 
 
 def test_an_empty_message_id_is_never_fenced() -> None:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import redis
+import redis.cluster
+
+from reach.redisclient import SyncRedis, sync_client
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +94,22 @@ class BrokerCounter:
         return None
 
 
-def redis_commands(client: redis.Redis | None) -> dict[str, int] | None:
-    """Redis's calls by command since it started (INFO commandstats) and its used memory; None without one."""
+def redis_commands(client: SyncRedis | None) -> dict[str, int] | None:
+    """Redis's calls by command since it started (INFO commandstats) and its used memory, summed over a cluster's
+    masters; None without one."""
     if client is None:
         return None
+    nodes: list[redis.Redis] = ([n.redis_connection for n in client.get_primaries()]
+                                if isinstance(client, redis.cluster.RedisCluster) else [client])
+    calls: dict[str, int] = {}
     try:
-        stats = client.info("commandstats")
-        memory = client.info("memory")
+        for node in nodes:
+            for name, row in node.info("commandstats").items():
+                calls[name.removeprefix("cmdstat_")] = calls.get(name.removeprefix("cmdstat_"), 0) + int(row["calls"])
+            calls["used_memory_bytes"] = calls.get("used_memory_bytes", 0) + int(node.info("memory")["used_memory"])
     except redis.RedisError as exc:
         log.warning("redis command counts unreadable: %s", exc)
         return None
-    calls = {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
-    calls["used_memory_bytes"] = int(memory["used_memory"])
     return calls
 
 
@@ -117,7 +124,7 @@ class Costs:
 
     def __init__(self, broker_pid: int | None, redis_url: str | None) -> None:
         self.broker = BrokerCounter(broker_pid)
-        self.redis = redis.Redis.from_url(redis_url, socket_timeout=5) if redis_url else None
+        self.redis = sync_client(redis_url, socket_timeout=5) if redis_url else None
 
     def read(self) -> Reading:
         return Reading(self.broker.read(), redis_commands(self.redis))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -139,13 +140,17 @@ def run(ws: Workspace, config: KneeConfig) -> list[Search]:
     out = [Search(name, skipped=round_trip.SETUPS[name].missing()) for name in config.setups]
     if all(s.skipped for s in out):
         return out
-    for roles in dict.fromkeys(round_trip.SETUPS[s.setup].roles for s in out if not s.skipped):
-        with round_trip.stream_app(ws, roles) as app:  # one stream app per process layout, shared by its set-ups
+    layouts = dict.fromkeys((round_trip.SETUPS[s.setup].roles, round_trip.SETUPS[s.setup].redis_masters)
+                            for s in out if not s.skipped)
+    for roles, masters in layouts:  # one stream app per process layout and Redis, shared by its set-ups
+        with ExitStack() as stack:
+            url = stack.enter_context(round_trip.redis_cluster(masters)) if masters else None
+            app = stack.enter_context(round_trip.stream_app(ws, roles, redis_url=url))
             collector = Collector(ws).start()
             try:
                 for result in out:
                     setup = round_trip.SETUPS[result.setup]
-                    if not result.skipped and setup.roles == roles:
+                    if not result.skipped and (setup.roles, setup.redis_masters) == (roles, masters):
                         _search(ws, app, collector, setup, config, result)
             finally:
                 collector.stop()

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -33,7 +35,8 @@ from reach.tooling.bench.results import ModeResult, latency, rate
 from reach.tooling.bench.slo import ReceiptBook
 from reach.tooling.bench.subprocesses import Child
 from reach.tooling.bench.workspace import Workspace, message_id
-from reach.tooling.local.process import free_port
+from reach.tooling.local import redisnodes
+from reach.tooling.local.process import free_port, stop
 
 _REPO = Path(__file__).resolve().parents[3]
 
@@ -55,9 +58,13 @@ class Setup:
     instances: int = 1
     path: Path | None = None  # put on PYTHONPATH (examples/ is beside the package, not in it)
     roles: tuple[str, ...] = ROLES_ALL
+    redis_masters: int = 0
+    """> 0: the stream app and the agents run on a private loopback Redis Cluster of this many masters."""
 
     def missing(self) -> str | None:
         """Why this set-up cannot run on this installation, or None."""
+        if self.redis_masters and shutil.which("redis-server") is None:
+            return "redis-server is missing (the Redis Cluster set-up starts its own)"
         if self.roles != ROLES_ALL and not roles_supported():
             return "`reach router --role` is not available on this build"
         if self.path is not None and not (self.path / (self.target.split(":")[0].replace(".", "/") + ".py")).exists():
@@ -71,9 +78,12 @@ NOOP_X2 = Setup("noop x2", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.to
                 instances=2)
 NOOP_SPLIT = Setup("noop split", noop_agent.CAPABILITY, noop_agent.AGENT_ID, "reach.tooling.bench.noop_agent:agent",
                    roles=ROLES_SPLIT)
-SETUPS = {s.name: s for s in (NOOP, ECHO, NOOP_X2, NOOP_SPLIT)}
+NOOP_REDIS_CLUSTER = Setup("noop redis-cluster", noop_agent.CAPABILITY, noop_agent.AGENT_ID,
+                           "reach.tooling.bench.noop_agent:agent", redis_masters=3)
+SETUPS = {s.name: s for s in (NOOP, ECHO, NOOP_X2, NOOP_SPLIT, NOOP_REDIS_CLUSTER)}
 """The knee's set-ups: `noop x2` and `noop split` show what a second agent instance, and the router's roles in
-two processes, change at the knee."""
+two processes, change at the knee; `noop redis-cluster` what a three-master Redis Cluster (decision 0031) costs
+against the one Redis."""
 
 
 def roles_supported() -> bool:
@@ -121,11 +131,24 @@ class StreamApp:
 
 
 @contextmanager
-def stream_app(ws: Workspace, roles: tuple[str, ...] = ROLES_ALL) -> Iterator[StreamApp]:
+def redis_cluster(masters: int) -> Iterator[str]:
+    """A private loopback Redis Cluster of `masters` for one set-up (reach.tooling.local.redisnodes); its URL."""
+    with tempfile.TemporaryDirectory(prefix="reach-bench-redis-") as home:
+        nodes = redisnodes.start_cluster([], Path(home), masters)
+        try:
+            yield redisnodes.cluster_url([n["port"] for n in nodes])
+        finally:
+            for node in nodes:
+                stop(node.get("pid"))
+
+
+@contextmanager
+def stream_app(ws: Workspace, roles: tuple[str, ...] = ROLES_ALL, redis_url: str | None = None) -> Iterator[StreamApp]:
     """`reach router` (faust worker: router, status table, timekeeper) in the workspace's namespace, healthy;
-    with ROLES_SPLIT one process routes and another folds the status table."""
+    with ROLES_SPLIT one process routes and another folds the status table. `redis_url`: another Redis than
+    REACH_REDIS_URL's (a set-up's cluster); the agents of its stacks inherit it."""
     base = {"REACH_NAMESPACE": ws.namespace, "REACH_BOOTSTRAP": ws.kafka.servers(),
-            "REACH_REDIS_URL": RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file)}
+            "REACH_REDIS_URL": redis_url or RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file)}
     routers: dict[str, Child] = {}
     urls: dict[str, str] = {}
     envs: dict[str, dict[str, str]] = {}
@@ -156,7 +179,7 @@ def stack(ws: Workspace, app: StreamApp, setup: Setup = NOOP) -> Iterator[Stack]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(setup.path), os.environ.get("PYTHONPATH")) if p)
     agents: list[Child] = []
     broker = cpu.broker_pid(ws.kafka.servers())
-    readers = costs.Costs(broker, _redis_url())
+    readers = costs.Costs(broker, app.env.get("REACH_REDIS_URL") or _redis_url())
     try:
         for i in range(setup.instances):
             agents.append(Child(f"agent{i + 1}", ["reach", "agent", "run", setup.target, "--log-level", "WARNING"],

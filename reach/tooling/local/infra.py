@@ -1,4 +1,5 @@
-"""`reach local up|down|status`: a real single-node KRaft broker (Maven jars, Java 17) and Redis."""
+"""`reach local up|down|status`: a real single-node KRaft broker (Maven jars, Java 17) and Redis (one node, or a
+Redis Cluster with `--redis-cluster N`: reach/tooling/local/redisnodes.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from reach.errors import ConfigError, InfraUnavailable
 from reach.settings import KafkaSettings
-from reach.tooling.local import process
+from reach.tooling.local import process, redisnodes
 
 KAFKA_VERSION = "4.1.1"
 _HERE = Path(__file__).resolve().parent
@@ -111,14 +111,7 @@ def _java() -> str:
     return java
 
 
-def _redis_server() -> str:
-    server = shutil.which("redis-server")
-    if server is None:
-        raise InfraUnavailable(
-            "redis-server is missing. Install it (Debian: apt-get install redis-server; `make setup` does), "
-            "or export REACH_REDIS_URL."
-        )
-    return server
+_redis_server = redisnodes.redis_server
 
 
 @dataclass(frozen=True)
@@ -161,6 +154,8 @@ class LocalStatus:
     kafka_version: str = KAFKA_VERSION
     sasl: SaslListener | None = None
     brokers: int = 1
+    redis_cluster: int = 0
+    """Masters of the local Redis Cluster (`--redis-cluster N`); 0 for the single Redis."""
 
     @property
     def running(self) -> bool:
@@ -179,7 +174,7 @@ class LocalStatus:
                                                "mechanism": self.sasl.mechanism}
         return {"bootstrap": self.bootstrap, "redis_url": self.redis_url, "kafka_running": self.kafka_running,
                 "redis_running": self.redis_running, "kafka_version": self.kafka_version, "sasl": sasl,
-                "brokers": self.brokers, "running": self.running}
+                "brokers": self.brokers, "redis_cluster": self.redis_cluster, "running": self.running}
 
 
 class LocalInfra:
@@ -212,22 +207,31 @@ class LocalInfra:
             bootstrap=st.get("bootstrap"),
             redis_url=st.get("redis_url"),
             kafka_running=kafka_running,
-            redis_running=process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port")),
+            redis_running=self._redis_running(st),
             sasl=_sasl_listener(st) if kafka_running else None,
             brokers=len(st.get("nodes", [])) or 1,
+            redis_cluster=len(st.get("redis_nodes", [])),
         )
+
+    @staticmethod
+    def _redis_running(st: dict[str, Any]) -> bool:
+        if st.get("redis_nodes"):
+            return all(redisnodes.RedisNode(n["port"], n.get("pid")).running for n in st["redis_nodes"])
+        return process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port"))
 
     def nodes(self) -> list[ClusterNode]:
         """The nodes of a `--brokers N` cluster (empty for the single broker)."""
         return [ClusterNode(**n) for n in self._state().get("nodes", [])]
 
     # -- up / down -------------------------------------------------------------------------------------
-    def up(self, timeout: float = 90.0, *, sasl: bool = False, brokers: int = 1) -> LocalStatus:
+    def up(self, timeout: float = 90.0, *, sasl: bool = False, brokers: int = 1, redis_cluster: int = 0) -> LocalStatus:
         """Start what is not running; a second call only reports.
 
         `sasl` adds a SASL_PLAINTEXT listener with a SCRAM user (a broker running without one is restarted
         with it); the PLAINTEXT listener stays, so the default path is unchanged. `brokers` > 1 starts a
-        KRaft cluster of that many combined broker+controller nodes instead of the single broker."""
+        KRaft cluster of that many combined broker+controller nodes instead of the single broker. `redis_cluster`
+        > 0 starts a Redis Cluster of that many masters instead of the single Redis (its URL is the
+        `redis+cluster://` one the exports name)."""
         if brokers < 1 or brokers > MAX_BROKERS:
             raise ConfigError(f"--brokers {brokers}: expected 1 to {MAX_BROKERS} (3 is the replicated cluster).")
         if sasl and brokers > 1:
@@ -237,9 +241,7 @@ class LocalInfra:
         if had and had != brokers:
             raise ConfigError(f"This REACH_HOME ({self.home}) holds a {had}-broker setup, not {brokers}: run "
                               "`reach local down` and use another REACH_HOME (its data is kept per home).")
-        if not (process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port"))):
-            st.update(self._start_redis(st.get("redis_port")))
-            self._save(st)
+        self._up_redis(st, redis_cluster)
         if brokers > 1:
             return self._up_cluster(st, brokers, timeout)
         if sasl and process.alive(st.get("kafka_pid")) and not st.get("sasl_bootstrap"):
@@ -269,6 +271,9 @@ class LocalInfra:
             stopped.append("kafka")
         if process.stop(st.pop("redis_pid", None)):
             stopped.append("redis")
+        cluster = st.get("redis_nodes", [])
+        if [process.stop(node.pop("pid", None)) for node in cluster].count(True):
+            stopped.append(f"redis cluster ({len(cluster)} masters)")
         st.pop("bootstrap", None)
         st.pop("sasl_bootstrap", None)
         st.pop("redis_url", None)
@@ -393,25 +398,31 @@ class LocalInfra:
         return int(node["pid"])
 
     # -- redis -----------------------------------------------------------------------------------------
+    def _up_redis(self, st: dict[str, Any], masters: int) -> None:
+        """The single Redis, or the cluster of `masters`; a home keeps the shape it was started with."""
+        if masters < 0 or masters > redisnodes.MAX_MASTERS:
+            raise ConfigError(f"--redis-cluster {masters}: expected 1 to {redisnodes.MAX_MASTERS} masters (3 is the "
+                              "usual), or 0 for the single Redis.")
+        had = len(st.get("redis_nodes", []))
+        if had and had != masters or not had and masters and st.get("redis_port"):
+            shape = f"a {had}-master Redis Cluster" if had else "a single Redis"
+            raise ConfigError(f"This REACH_HOME ({self.home}) holds {shape}: run `reach local down` and use another "
+                              "REACH_HOME for " + (f"--redis-cluster {masters}" if masters else "the single Redis")
+                              + " (its data is kept per home).")
+        if masters:
+            if not self._redis_running(st):
+                st["redis_nodes"] = redisnodes.start_cluster(st.get("redis_nodes", []), self.home, masters)
+                st["redis_url"] = redisnodes.cluster_url([n["port"] for n in st["redis_nodes"]])
+                self._save(st)
+            return
+        if not self._redis_running(st):
+            st.update(self._start_redis(st.get("redis_port")))
+            self._save(st)
+
     def _start_redis(self, port: int | None) -> dict[str, Any]:
-        server = _redis_server()
-        rdir = self.home / "redis"
-        rdir.mkdir(parents=True, exist_ok=True)
-        port = port if port and process.port_free(port) else process.free_port()
-        pid = process.spawn(
-            [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(rdir), "--protected-mode", "yes"],
-            rdir / "redis.log",
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if _redis_answers(port):
-                return {"redis_pid": pid, "redis_port": port, "redis_url": f"redis://127.0.0.1:{port}/0"}
-            if not process.alive(pid):
-                break
-            time.sleep(0.1)
-        process.stop(pid)
-        raise InfraUnavailable(f"Redis did not start. Last lines of its log:\n{process.tail(rdir / 'redis.log')}")
+        port = port if port and redisnodes.listenable(port) else process.free_port()
+        pid = redisnodes.start_node(port, self.home / "redis")
+        return {"redis_pid": pid, "redis_port": port, "redis_url": f"redis://127.0.0.1:{port}/0"}
 
 
 def _cluster_id() -> str:
@@ -536,15 +547,7 @@ def _broker_answers(bootstrap: str | None, timeout: float, sasl: SaslListener | 
         return False
 
 
-def _redis_answers(port: int | None) -> bool:
-    if not port:
-        return False
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
-    except OSError:
-        return False
+_redis_answers = redisnodes.answers
 
 
 class _QuietLogger:

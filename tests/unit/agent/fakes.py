@@ -100,9 +100,7 @@ class FakeLeases:
         if self.leases.get((message_id, generation)) == self.owner:
             del self.leases[message_id, generation]
         if scope is not None:
-            if completed and winner is None:
-                self.key_results[scope.digest] = receipt
-            elif completed:  # lost the register: the side effect still happened (kept unless a result is there)
+            if completed:  # won or lost the register: the side effect happened (kept unless a result is there)
                 self.key_results.setdefault(scope.digest, receipt)
             if self.keys.get(scope.digest) == message_id:
                 del self.keys[scope.digest]

@@ -245,3 +245,44 @@ def test_a_redis_error_in_the_renewer_does_not_end_renewal() -> None:
         gate.set()
         return (await work).outcome
     assert asyncio.run(scenario()) is Outcome.COMPLETE
+
+
+def test_a_delivery_older_than_the_result_cache_asks_the_status_table_before_running() -> None:
+    """The register lives RESULT_TTL_S after the ending (reach.core.retention): a delivery created longer ago than
+    that finds no cached result even when the message completed, so the status table decides; a recent delivery
+    never asks it (one Redis round trip, no HTTP)."""
+    from reach.envelopes import now_ms
+
+    runs: list[str] = []
+    asked: list[str] = []
+    sender, leases = FakeSender(), FakeLeases()
+    done_ids: set[str] = set()
+
+    async def completed(message_id: str, _generation: int) -> AlreadyCompleted | None:
+        asked.append(message_id)
+        return AlreadyCompleted(b'{"x":"old"}') if message_id in done_ids else None
+
+    agent = agent_with(lambda p: runs.append(p["x"]) or p, result_ttl_s=1800)
+    pipe = pipeline(agent, sender, leases, completed=completed)
+    long_ago = now_ms() - 1800 * 1000
+    old_done = envelope({"x": "old-done"}, created_at=long_ago)
+    old_new = envelope({"x": "old-never-ran"}, created_at=long_ago)
+    recent = envelope({"x": "recent"})
+    done_ids.add(old_done.message_id)
+    assert run(pipe, old_done) is Outcome.COMPLETE
+    assert runs == [] and asked == [old_done.message_id], "completed long ago: not run again"
+    assert sender.receipts()[-1].timings == {"status_hit": 1}
+    assert not leases.leases, "its lease was given back"
+    assert run(pipe, old_new) is Outcome.COMPLETE and runs == ["old-never-ran"]
+    assert run(pipe, recent) is Outcome.COMPLETE and runs == ["old-never-ran", "recent"]
+    assert asked == [old_done.message_id, old_new.message_id], "a recent delivery trusts Redis alone"
+
+
+def test_the_result_cache_window_is_thirty_minutes_less_the_clock_slack() -> None:
+    from reach.core.retention import CLOCK_SLACK_MS, RESULT_TTL_S, may_be_forgotten
+
+    assert Agent("agent://test/ttl").result_ttl_s == RESULT_TTL_S == 1800
+    edge = RESULT_TTL_S * 1000 - CLOCK_SLACK_MS
+    assert not may_be_forgotten(created_at_ms=0, now_ms=edge - 1, ttl_s=RESULT_TTL_S)
+    assert may_be_forgotten(created_at_ms=0, now_ms=edge, ttl_s=RESULT_TTL_S)
+    assert may_be_forgotten(created_at_ms=0, now_ms=0, ttl_s=30), "a TTL under the slack always asks"

@@ -1,0 +1,83 @@
+"""Redis clients from a URL: one node (`redis://`, `rediss://`) or a Redis Cluster (`redis+cluster://`,
+`rediss+cluster://`, any node of the cluster as the seed; redis-py discovers the others and follows MOVED / ASK).
+
+The URL alone chooses, so the one setting REACH_REDIS_URL (or the URL `reach local up` records) reaches every user
+(agent leases and result cache, the first-terminal fence, gateway quotas, nonces and idempotency, handoff claims,
+the channel board). Every key a Lua script touches carries one hash tag (`{...}`, see `tag`), so each script runs
+on one slot; a read over many slots goes through `mget` here, per slot on a cluster
+(docs/decisions/0031-redis-cluster-and-bounded-result-cache.md). Imports none of its users."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.crc import key_slot
+
+SyncRedis = redis.Redis | redis.cluster.RedisCluster
+AsyncRedis = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""A cluster URL's scheme and the node scheme its connections use."""
+
+
+def is_cluster(url: str) -> bool:
+    """Whether the URL names a Redis Cluster (`redis+cluster://host:port`)."""
+    return urlsplit(url).scheme.lower() in CLUSTER_SCHEMES
+
+
+def node_url(url: str) -> str:
+    """The URL redis-py's cluster client is given: the node scheme, no database (a cluster has only db 0)."""
+    parts = urlsplit(url)
+    scheme = CLUSTER_SCHEMES.get(parts.scheme.lower(), parts.scheme)
+    return urlunsplit((scheme, parts.netloc, "", parts.query, ""))
+
+
+def sync_client(url: str, **options: Any) -> SyncRedis:
+    """A blocking client for `url`: redis.Redis, or redis.cluster.RedisCluster for a cluster URL."""
+    if is_cluster(url):
+        return redis.cluster.RedisCluster.from_url(node_url(url), **options)
+    return redis.Redis.from_url(url, **options)
+
+
+def async_client(url: str, **options: Any) -> AsyncRedis:
+    """An asyncio client for `url`: redis.asyncio.Redis, or redis.asyncio.cluster.RedisCluster for a cluster URL
+    (`max_connections` is then per node)."""
+    if is_cluster(url):
+        return redis.asyncio.cluster.RedisCluster.from_url(node_url(url), **options)
+    return redis.asyncio.Redis.from_url(url, **options)
+
+
+def tag(value: str) -> str:
+    """`{value}`: a hash tag, so every key built around it lands on one slot. `%`, `{` and `}` inside `value` are
+    percent-escaped (Redis hashes only up to the first `}`, and an empty tag hashes the whole key); escaping keeps
+    distinct values distinct. An empty value is `{%}` (a lone `%` never comes out of the escaping)."""
+    escaped = value.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+    return "{" + (escaped or "%") + "}"
+
+
+def slot_of(key: str | bytes) -> int:
+    """The cluster slot of a key (CRC16 of its hash tag, else of the whole key, mod 16384)."""
+    return int(key_slot(key.encode() if isinstance(key, str) else key))
+
+
+def by_slot(keys: Sequence[str]) -> dict[int, list[int]]:
+    """The positions of `keys` grouped by slot, in order: a multi-key call is split into one call per group."""
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(slot_of(key), []).append(i)
+    return groups
+
+
+def mget(client: SyncRedis, keys: Sequence[str]) -> list[Any]:
+    """MGET of keys on any slots: one command on a single node, one per slot on a cluster (values in key order)."""
+    if not keys:
+        return []
+    if isinstance(client, redis.cluster.RedisCluster):
+        return list(client.mget_nonatomic(list(keys)))
+    return list(client.mget(list(keys)))
