@@ -20,6 +20,7 @@ _DECISION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0
 
 
 OTHER = "other"
+DELIVERY_KIND = "DELIVERY"  # the error kind of what the timekeeper writes when a ROUTED attempt did not start
 _MAX_REASONS = 50
 
 
@@ -63,6 +64,16 @@ class Metrics:
                                  "(sent: the envelope to its channel, rejected: a bad spec, no_channel: no topic; "
                                  "a batch read again counts again)",
                                  ["outcome"], registry=r)
+        self.callbacks_due = Counter("agentreach_callbacks_due_total", "Ended messages whose callback the status "
+                                     "fold produced (or rejected): the callback-effective rate's denominator",
+                                     ["capability"], registry=r)
+        self.callbacks_effective = Counter("agentreach_callbacks_effective_total", "Callbacks that reached "
+                                           "DELIVERED (CALLBACKED on the original message): the numerator",
+                                           ["capability"], registry=r)
+        self.deliveries = Counter("agentreach_deliveries_total", "Routed attempts by how their delivery ended: "
+                                  "in_time (STARTED within the delivery timeout), late (STARTED after it, before "
+                                  "the timekeeper acted), timed_out (the timekeeper's DELIVERY_TIMEOUT)",
+                                  ["capability", "outcome"], registry=r)
         self.lag = Gauge("agentreach_consumer_lag_messages", "Consumer lag from the broker",
                          ["topic", "group"], registry=r)
         self.agents = Gauge("agentreach_agents", "Agent instances by state", ["agent_id", "state"], registry=r)
@@ -89,6 +100,8 @@ class Metrics:
             routed = _last_at(after, Status.ROUTED, receipt.generation, receipt.attempt)
             if routed is not None and before is not None and receipt.at >= routed:
                 self.delivery.labels(cap).observe((receipt.at - routed) / 1000)
+        if after != before:
+            self._closure(cap, receipt, before, after)
         newly_terminal = after.terminal and (before is None or not before.terminal
                                              or before.generation != after.generation)
         if not newly_terminal:
@@ -105,6 +118,18 @@ class Metrics:
                 reason = reason if len(self._reasons) < _MAX_REASONS else OTHER
                 self._reasons.add(reason)
             self.dead_letters.labels(cap, reason).inc()
+
+    def _closure(self, cap: str, receipt: Receipt, before: StatusRow | None, after: StatusRow) -> None:
+        """The delivery-success and callback-effective counters (docker/prometheus/alerts.yml), from a receipt that
+        changed its row (a duplicate changes nothing, so it counts nothing)."""
+        outcome = delivery_outcome(receipt, before)
+        if outcome is not None:
+            self.deliveries.labels(cap, outcome).inc()
+        if receipt.status is Status.CALLBACKED:
+            self.callbacks_effective.labels(cap).inc()
+        if after.callback_sent and not (before is not None and before.callback_sent
+                                        and before.generation == after.generation):
+            self.callbacks_due.labels(cap).inc()
 
     def label(self, capability: str) -> str:
         """The capability's own label when it is registered (and the bound allows), else `other`."""
@@ -125,6 +150,30 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def delivery_outcome(receipt: Receipt, before: StatusRow | None) -> str | None:
+    """How one routed attempt's delivery ended, counted once per attempt: `in_time` / `late` at its STARTED (late:
+    after the row's delivery_due_at, the timekeeper not yet acting), `timed_out` at the timekeeper's
+    DELIVERY_TIMEOUT receipt. A STARTED read before its ROUTED counts at the ROUTED (it started before the router's
+    receipt landed: in time); a STARTED after the timekeeper moved the row on counted as timed_out already. The
+    timekeeper's receipts are the ones with an error of kind DELIVERY (a reroute, a retry, a dead letter or a lost
+    envelope, each because the attempt did not start in time)."""
+    gen, attempt = receipt.generation, receipt.attempt
+    routed = before is not None and before.status is Status.ROUTED and (before.generation, before.attempt) == (
+        gen, attempt)
+    if receipt.error is not None and receipt.error.kind == DELIVERY_KIND:
+        return "timed_out" if routed else None
+    if receipt.status is Status.STARTED:
+        if not routed or before is None:
+            return None
+        due = before.delivery_due_at
+        return "late" if due is not None and receipt.at > due else "in_time"
+    if receipt.status is Status.ROUTED and before is not None:
+        started_first = _last_at(before, Status.STARTED, gen, attempt) is not None
+        routed_before = _last_at(before, Status.ROUTED, gen, attempt) is not None
+        return "in_time" if started_first and not routed_before else None
+    return None
 
 
 def _last_at(row: StatusRow, status: Status, generation: int, attempt: int) -> int | None:

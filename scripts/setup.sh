@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent machine set-up: Java 17 + Maven check, Kafka jars via Maven, Redis via apt-get.
+# Idempotent machine set-up: Java 17 + Maven check, Kafka jars via Maven, Redis and promtool via apt-get.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,5 +17,11 @@ if ! command -v redis-server >/dev/null; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server >/dev/null
+fi
+if ! command -v promtool >/dev/null; then
+  echo "installing promtool (Debian's prometheus package) with apt-get, for the alert rules' tests ..." >&2
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 .venv/bin/python -c "from reach.tooling.local.infra import ensure_jars; print('kafka jars:', ensure_jars())" >&2
