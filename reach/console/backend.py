@@ -15,6 +15,7 @@ from reach.kafka import codec, topicreader
 from reach.kafka.codec import DecodeError
 from reach.names import Names, check_capability
 from reach.ops import agents as ops_agents
+from reach.ops import audit as ops_audit
 from reach.ops import canary as ops_canary
 from reach.ops import dlq as ops_dlq
 from reach.ops import handoff as ops_handoff
@@ -56,6 +57,9 @@ class Backend(Protocol):
 
     def handoff(self, message_id: str, *, by: str, answer: str | None = None,
                 capability: str | None = None) -> dict[str, Any]: ...
+
+    def audit(self, *, agent: str | None, since: str | None, until: str | None,
+              kinds: list[str]) -> list[dict[str, Any]]: ...
 
 
 def _scope(scope: str) -> str:
@@ -193,6 +197,12 @@ class ConsoleBackend:
         moved = (ops_handoff.take(desk, message_id, by=by) if answer is None and capability is None
                  else ops_handoff.resolve(desk, message_id, by=by, answer=answer, capability=capability))
         return ops_handoff.summary(moved)
+
+    def audit(self, *, agent: str | None, since: str | None, until: str | None,
+              kinds: list[str]) -> list[dict[str, Any]]:
+        """`reach audit --json` with the same filters (ConfigError for a bad range or kind, before any read)."""
+        return ops_audit.history(names=self._names, kafka=self._kafka, agent=agent, since=since, until=until,
+                                 kinds=kinds)
 
     def _desk(self) -> HandoffDesk:
         return ops_handoff.desk(self._names, self._kafka, self._redis)

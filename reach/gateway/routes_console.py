@@ -14,6 +14,7 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -28,6 +29,7 @@ from reach.console import overview as overview_sql
 from reach.console.operators import Operator
 from reach.console.sessions import MemorySessions
 from reach.console.wiring import Console
+from reach.core.audit import LISTED_KINDS
 from reach.core.factors import NAMES
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
@@ -39,16 +41,19 @@ from reach.timeparse import parse_time
 COOKIE = "reach_console"
 HERE = Path(__file__).resolve().parents[1] / "console"
 TEMPLATES = Jinja2Templates(directory=str(HERE / "templates"))
+TEMPLATES.env.filters["utc"] = lambda ms: datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
 PAGES = (("overview", "/console", "Overview"), ("agents", "/console/agents", "Agents"),
          ("messages", "/console/messages", "Message & trace"),
          ("dead-letters", "/console/dead-letters", "Dead letters"), ("routing", "/console/routing", "Routing"),
-         ("intents", "/console/intents", "Intents & handoffs"))
+         ("intents", "/console/intents", "Intents & handoffs"), ("audit", "/console/audit", "Audit"))
 DEFAULT_WINDOW_MS = 5 * 60_000
 MAX_REDRIVE = 500  # letters per redrive: a bigger selection is narrowed with filters first
 ACTIONS = {a.value.lower(): a for a in (InstanceAction.DRAIN, InstanceAction.DISABLE, InstanceAction.ENABLE)}
 TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 INTENT_SINCE = "1h"  # the stage shares' default window: the receipts topic since then is read per request
 HANDOFF_ACTIONS = ("take", "answer", "reroute")
+AUDIT_SINCE = "24h"  # the audit page's default window (the topic keeps 90 days: `reach audit --since 30d` reads more)
+MAX_AUDIT_ROWS = 500  # the newest shown; narrow the filters (or `reach audit sql`) for more
 CANARY_ACTIONS = {"promote": CanaryState.PROMOTED, "rollback": CanaryState.ROLLED_BACK}
 
 
@@ -294,6 +299,14 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         found = await run_in_threadpool(backend.intents, start)
         return {**found, "since": since}
 
+    async def audit_of(q: Mapping[str, str]) -> dict[str, Any]:
+        """The audit events the filters select, newest first, at most MAX_AUDIT_ROWS of them."""
+        since, kind = q.get("since") or AUDIT_SINCE, q.get("kind", "").strip()
+        rows = await run_in_threadpool(lambda: backend.audit(
+            agent=q.get("agent", "").strip() or None, since=since, until=q.get("until") or None,
+            kinds=[kind] if kind else []))
+        return {"since": since, "total": len(rows), "events": rows[::-1][:MAX_AUDIT_ROWS]}
+
     async def move_handoff(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
         action, message_id = form.get("action", ""), form.get("message_id", "").strip()
         if action not in HANDOFF_ACTIONS or not message_id:
@@ -462,6 +475,13 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         moved = await move_handoff(await _form(request), operator)
         return _done("/console/intents", f"{moved['message_id']} {moved['state']}")
 
+    @router.get("/console/audit")
+    @page()
+    async def audit_page(request: Request, operator: Operator) -> Response:
+        q = dict(request.query_params)
+        return render(request, "audit", operator, {"q": q, "data": await audit_of(q), "kinds": LISTED_KINDS,
+                                                   "limit": MAX_AUDIT_ROWS})
+
     # -- JSON ------------------------------------------------------------------------------------------
 
     @router.get("/console/api/whoami")
@@ -535,6 +555,11 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api()
     async def intents_api(request: Request, _operator: Operator) -> Any:
         return await intents_of(dict(request.query_params))
+
+    @router.get("/console/api/audit")
+    @api()
+    async def audit_api(request: Request, _operator: Operator) -> Any:
+        return await audit_of(dict(request.query_params))
 
     @router.post("/console/api/handoffs")
     @api(admin=True)

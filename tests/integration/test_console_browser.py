@@ -349,3 +349,43 @@ def test_drain_from_the_agents_page_drains_the_instance(stack: Stack, admin: Any
     assert any(ECHO in text for text in page.locator("tr.mapping").all_inner_texts())
     assert page.locator("tr[data-stage]").count() == 5  # exact, semantic, fuzzy, dual, handoff
     _shot(page, "intents")
+
+
+def test_the_audit_page_shows_console_changes_as_the_cli_lists_them_and_a_viewer_reads_it(
+        stack: Stack, browser: Any, admin: Any) -> None:
+    stable = stack.stable.instance_id
+    page = admin
+    page.goto("/console/agents")
+    for action in ("disable", "enable"):  # stable takes work again at once: the order of the tests does not matter
+        page.locator(f"tr[data-instance='{stable}'] button.{action}").click()
+        assert f"{action.upper()} {stable}" in page.locator("#done").inner_text()
+
+    def audited() -> list[dict[str, Any]] | None:
+        rows = cli("audit", "--agent", stable, "--kind", "instance", "--since", "1h", "--json")
+        return rows if [r["after"]["instance"]["action"] for r in rows if r["after"]][-2:] == [
+            "DISABLE", "ENABLE"] else None
+
+    listed = wait_for(audited, 60, "the audit writer to append the console's DISABLE and ENABLE", interval=0.5)
+    made = cli("operators", "create", "auditor", "--role", "viewer", "--json")  # the first test revoked viewer-1
+    stack.tokens["auditor"] = str(made["token"])
+    bearer = {"Authorization": f"Bearer {made['token']}"}
+    wait_for(lambda: httpx.get(f"{stack.url}/console/api/whoami", headers=bearer).status_code == 200, 30,
+             "the gateway's operator directory to know the new viewer", interval=0.2)
+    viewer = _logged_in(browser, stack, "auditor")
+    viewer.goto("/console/audit")
+    viewer.fill("#agent", stable)
+    viewer.select_option("#kind", "instance")
+    viewer.fill("#since", "1h")
+    viewer.click("#filter")
+    rows = viewer.locator("tr.event")
+    shown = [(rows.nth(i).locator(".kind").inner_text(), rows.nth(i).locator(".actor").inner_text(),
+              json.loads(rows.nth(i).locator(".after").inner_text() or "null")) for i in range(rows.count())]
+    _shot(viewer, "audit")
+    assert shown == [(r["kind"], r["actor"], r["after"]) for r in reversed(listed)]  # newest first
+    assert shown[0][:2] == ("INSTANCE", "console:admin-1") and shown[0][2]["instance"]["action"] == "ENABLE"
+    viewer.select_option("#kind", "join")
+    viewer.click("#filter")
+    joined = viewer.locator("tr.event")
+    assert joined.count() == 1 and joined.locator(".actor").inner_text() == stable  # the instance joined itself
+    viewer.goto("/console/audit?kind=nonsense")
+    assert "not an audit kind" in viewer.locator("#error").inner_text()

@@ -13,6 +13,7 @@ from pydantic import SecretStr
 
 from reach import dlq
 from reach.channels.settings import ClosureSettings
+from reach.console.backend import Backend, ConsoleBackend
 from reach.console.operators import OperatorTable
 from reach.console.wiring import Console
 from reach.errors import InfraUnavailable
@@ -20,10 +21,13 @@ from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.intent import stats as intent_stats
 from reach.intent.handoff import Handoff, HandoffCandidate
+from reach.names import Names
+from reach.ops import audit as ops_audit
 from reach.ops.handoff import summary
 from reach.ops.operators import new_operator
 from reach.records import CanaryState, InstanceAction, IntentResolution, Receipt, Status
 from reach.secretbox import SecretBox
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.unit.gateway.fakes import Fakes
 
 
@@ -36,6 +40,7 @@ class FakeBackend:
         self.weights_set: list[tuple[str, Mapping[str, float | None]]] = []
         self.intents_since: list[int | None] = []
         self.handoffs: list[tuple[str, str, str | None, str | None]] = []
+        self.audits: list[dict[str, Any]] = []
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
@@ -82,6 +87,18 @@ class FakeBackend:
         self.handoffs.append((message_id, by, answer, capability))
         return summary(HANDOFF.moved("TAKEN", by=by, at=3))
 
+    def audit(self, *, agent: str | None, since: str | None, until: str | None,
+              kinds: list[str]) -> list[dict[str, Any]]:
+        self.audits.append({"agent": agent, "since": since, "until": until, "kinds": kinds})
+        return AUDIT_ROWS
+
+
+AUDIT_ROWS = [  # oldest first, as reach.ops.audit.history returns them
+    {"at": 1_000, "kind": "JOIN", "subject": "i-1", "agent_id": "agent://a", "instance_id": "i-1", "actor": "i-1",
+     "before": None, "after": {"build_version": "1.0.0"}, "source": "registry@0:1"},
+    {"at": 2_000, "kind": "INSTANCE", "subject": "INSTANCE:i-1", "agent_id": "agent://a", "instance_id": "i-1",
+     "actor": "console:admin", "before": None, "after": {"action": "DRAIN"}, "source": "control@0:4"},
+]
 
 MAP = [{"phrase": "weather please", "capability": "weather.forecast", "confidence": 0.75, "source": "feedback"}]
 HANDOFF = Handoff(message_id="m-h", trace_id="t-h", tenant="acme", intent="sing me a song", reason="no capability "
@@ -102,8 +119,8 @@ STAGE_RECEIPTS = [_receipt("a", Status.INTENT_RESOLVED, "exact"), _receipt("a", 
                   _receipt("d", Status.COMPLETED, "human")]
 
 
-@pytest.fixture
-def setup() -> tuple[TestClient, FakeBackend, dict[str, str]]:
+def _gateway(backend: Backend) -> tuple[TestClient, dict[str, str]]:
+    """A gateway whose console runs over `backend`, and a viewer's and an admin's token."""
     box = SecretBox([SecretStr(Fernet.generate_key().decode())])
     table = OperatorTable(box)
     tokens = {}
@@ -111,11 +128,17 @@ def setup() -> tuple[TestClient, FakeBackend, dict[str, str]]:
         record, made = new_operator(box, name=role, role=role, redrive_rate=5, now_ms=1, by="t")
         table.apply(record.app_id, record)
         tokens[role] = made.token
-    backend = FakeBackend()
     deps = Fakes().deps()
     app = build_gateway(type(deps)(**{**deps.__dict__, "console": Console(operators=table, backend=backend)}),
                         HttpSettings(), closure=ClosureSettings())
-    return TestClient(app, follow_redirects=False), backend, tokens
+    return TestClient(app, follow_redirects=False), tokens
+
+
+@pytest.fixture
+def setup() -> tuple[TestClient, FakeBackend, dict[str, str]]:
+    backend = FakeBackend()
+    client, tokens = _gateway(backend)
+    return client, backend, tokens
 
 
 def _bearer(token: str) -> dict[str, str]:
@@ -136,9 +159,9 @@ def _cookie(resp: Any) -> str:
 
 
 PAGES = ["/console", "/console/agents", "/console/messages", "/console/dead-letters", "/console/routing",
-         "/console/intents"]
+         "/console/intents", "/console/audit"]
 APIS = ["/console/api/whoami", "/console/api/overview", "/console/api/agents", "/console/api/dead-letters",
-        "/console/api/weights", "/console/api/canaries", "/console/api/intents"]
+        "/console/api/weights", "/console/api/canaries", "/console/api/intents", "/console/api/audit"]
 
 
 def test_nothing_is_reachable_without_a_live_token(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
@@ -380,3 +403,37 @@ def test_a_login_body_that_is_not_a_json_object_is_400_not_500(
     tolerant = TestClient(client.app, raise_server_exceptions=False, follow_redirects=False)
     resp = tolerant.post("/console/login", content=body, headers={"Content-Type": "application/json"})
     assert resp.status_code == 400 and "JSON object" in resp.text
+
+
+def test_the_audit_page_lists_the_filtered_events_newest_first(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    viewer = _bearer(tokens["viewer"])
+    page = client.get("/console/audit?agent=i-1&kind=instance&since=2h", headers=viewer)
+    assert page.status_code == 200
+    assert [m.group(1) for m in re.finditer(r'class="event" data-kind="([A-Z]+)"', page.text)] == ["INSTANCE", "JOIN"]
+    assert "console:admin" in page.text and "1970-01-01 00:00:02" in page.text
+    assert '<option value="instance" selected' in page.text
+    assert backend.audits[-1] == {"agent": "i-1", "since": "2h", "until": None, "kinds": ["instance"]}
+    listed = client.get("/console/api/audit", headers=viewer).json()
+    assert backend.audits[-1]["since"] == "24h" and listed["total"] == 2  # the page's default window
+    assert [e["at"] for e in listed["events"]] == [2_000, 1_000]
+
+
+def test_a_bad_audit_filter_is_a_400_that_says_what_it_accepts_and_reads_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[dict[str, Any]] = []
+    monkeypatch.setattr(ops_audit, "read_events", lambda **kw: reads.append(kw) or [])
+    client, tokens = _gateway(ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(),
+                                             redis=RedisSettings()))
+    viewer = _bearer(tokens["viewer"])
+    for query, expected in (("kind=nonsense", "not an audit kind"), ("since=yesterday-ish", "not understood"),
+                            ("since=1h&until=2h", "later than --since"), ("since=2099-01-01", "in the future")):
+        resp = client.get(f"/console/api/audit?{query}", headers=viewer)
+        assert resp.status_code == 400 and expected in resp.json()["message"], (query, resp.text)
+        page = client.get(f"/console/audit?{query}", headers=viewer)
+        assert page.status_code == 400 and expected in page.text, query
+    assert reads == []
+    assert client.get("/console/api/audit?kind=instance&agent=i-1", headers=viewer).json() == {
+        "since": "24h", "total": 0, "events": []}
+    assert len(reads) == 1 and reads[0]["since_ms"] is not None
