@@ -611,6 +611,7 @@ class AuditKind(StrEnum):
     APP = "APP"
     OPERATOR = "OPERATOR"
     UNKNOWN = "UNKNOWN"  # the enum default: a kind added after this reader's schema
+    EVICTED = "EVICTED"  # no heartbeat for more than 2 x ttl: the registry reads the instance as OFFLINE (v2)
 
 
 class AuditEvent(AvroRecord):

@@ -12,6 +12,11 @@ read (the registry keeps only the last record of each key; the audit topic is no
 topic no longer holds (older than its retention) comes from the compacted topics' records read before the
 writer's committed offset (`replay`).
 
+An instance that stops heartbeating writes no record (only a clean exit tombstones its registration), yet the
+registry reads it as OFFLINE after 2 x ttl of silence (reach.core.views.registry): `evictions` turns that silence
+into an EVICTED event, actor `reach`, once per silence (the view then holds OFFLINE, so a seeded book does not
+append it again; a later heartbeat is a STATE change back, by the instance).
+
 Who made the change comes from the record: `updated_by` on control and app records, the instance itself for
 what an agent reports, `reach` for what the platform did on its own (breakers, outlier ejection, the removal of
 an obeyed DRAIN).
@@ -20,10 +25,12 @@ an obeyed DRAIN).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from reach.records import (
     AgentRegistration,
+    AgentState,
     App,
     AuditEvent,
     AuditKind,
@@ -46,7 +53,8 @@ _CONTROL_KIND = {
     ControlKind.INTENT: AuditKind.INTENT,
 }
 _REGISTRY_KINDS = {AuditKind.JOIN, AuditKind.LEAVE, AuditKind.VERSION, AuditKind.CAPABILITIES, AuditKind.STATE,
-                   AuditKind.REGISTRATION}
+                   AuditKind.REGISTRATION, AuditKind.EVICTED}
+SILENT_TTLS = 2  # silence beyond this many ttl reads as OFFLINE, in the registry view and here
 _HEALTH_KINDS = {AuditKind.EJECTED, AuditKind.RESTORED}
 _APP_KINDS = {AuditKind.APP, AuditKind.OPERATOR}
 # the registration field each registry kind reports (REGISTRATION: several, as a dict)
@@ -114,6 +122,7 @@ class AuditBook:
         self._views: dict[tuple[str, str], View] = {}
         self._seeded: set[tuple[str, str]] = set()  # keys the audit topic speaks for: replay leaves them alone
         self._agents: dict[str, str] = {}  # instance id -> agent id, as last seen
+        self._heard: dict[str, tuple[int, int]] = {}  # instance id -> (heartbeat_at, ttl_ms) of its last record
 
     def seed(self, event: AuditEvent) -> None:
         """Apply one event read back from the audit topic: the view becomes what the event says it became."""
@@ -125,9 +134,11 @@ class AuditBook:
         after = _loads(event.after)
         if event.agent_id and event.instance_id:
             self._agents[event.instance_id] = event.agent_id
-        if event.kind in _FIELD_OF or event.kind is AuditKind.REGISTRATION:
+        if event.kind in _FIELD_OF or event.kind in (AuditKind.REGISTRATION, AuditKind.EVICTED):
             view = self._views.get(slot)
-            if view is not None:
+            if view is not None and event.kind is AuditKind.EVICTED:
+                view["state"] = (after or {}).get("state", str(AgentState.OFFLINE))
+            elif view is not None:
                 view.update({_FIELD_OF[event.kind]: after} if event.kind in _FIELD_OF else after or {})
             return
         if stream == "health":
@@ -141,11 +152,34 @@ class AuditBook:
                      replay: bool = False) -> list[AuditEvent]:
         if reg is not None:
             self._agents[key] = reg.agent_id
+            self._heard[key] = (reg.heartbeat_at, reg.ttl_ms)
+        else:
+            self._heard.pop(key, None)
         before = self._move(("registry", key), registration_view(reg), replay)
         if replay:
             return []
         at = reg.heartbeat_at if reg is not None else ts_ms
         return registration_events(key, before, registration_view(reg), at=at, source=source)
+
+    def evictions(self, keys: Iterable[str], *, now_ms: int) -> list[AuditEvent]:
+        """EVICTED for each of `keys` (instances whose registry partition this writer has read to its end) silent
+        for more than 2 x ttl and not OFFLINE in its view yet; the view becomes OFFLINE."""
+        events = []
+        for key in keys:
+            heard, view = self._heard.get(key), self._views.get(("registry", key))
+            if heard is None or view is None or view["state"] == AgentState.OFFLINE:
+                continue
+            beat, ttl = heard
+            if now_ms - beat <= SILENT_TTLS * ttl:
+                continue
+            events.append(AuditEvent(
+                at=beat + SILENT_TTLS * ttl, kind=AuditKind.EVICTED, subject=key, agent_id=view["agent_id"],
+                instance_id=key, actor=AUTOMATIC, before=dumps({"state": view["state"], "heartbeat_at": beat}),
+                after=dumps({"state": str(AgentState.OFFLINE),
+                             "reason": f"no heartbeat for more than {SILENT_TTLS} x ttl ({SILENT_TTLS * ttl} ms)"}),
+                source="silence"))
+            view["state"] = str(AgentState.OFFLINE)
+        return events
 
     def control(self, key: str, control: Control | None, *, ts_ms: int, source: str, removed_by: str | None = None,
                 replay: bool = False) -> list[AuditEvent]:

@@ -1,6 +1,7 @@
 """The audit history on the real broker: a drain and a policy change made with the CLI and an agent's version
 upgrade appear in `reach audit --json` with actor, before and after; the history outlives the compaction of the
-registry topic; a restarted audit writer appends only what is new; the stream app's status role runs the writer."""
+registry topic; a restarted audit writer appends only what is new; the stream app's status role runs the writer;
+an instance that goes silent is evicted once, and its return is a state change."""
 
 from __future__ import annotations
 
@@ -24,13 +25,16 @@ INSTANCE = "audit-host-1"
 AGENT = "agent://test/audited"
 
 
-def register(names: Names, version: str) -> None:
-    """What an agent's heartbeat writes: its registration, keyed by instance id."""
-    reg = AgentRegistration(agent_id=AGENT, instance_id=INSTANCE, build_version=version, state=AgentState.READY,
+def register(names: Names, version: str, *, instance: str = INSTANCE, ttl_ms: int = 60_000,
+             partition: int | None = None) -> None:
+    """What an agent's heartbeat writes: its registration, keyed by instance id (a ttl long enough that no
+    eviction comes into the tests that are not about one)."""
+    reg = AgentRegistration(agent_id=AGENT, instance_id=instance, build_version=version, state=AgentState.READY,
                             capabilities=[Capability(name="test.audited", version="1")],
-                            heartbeat_at=int(time.time() * 1000), ttl_ms=10_000, inbox_topic=f"{names.namespace}.x")
+                            heartbeat_at=int(time.time() * 1000), ttl_ms=ttl_ms, inbox_topic=f"{names.namespace}.x")
     producer = clients.producer(KafkaSettings())
-    producer.produce(names.registry, key=INSTANCE.encode(), value=codec.encode(reg))
+    where = {} if partition is None else {"partition": partition}
+    producer.produce(names.registry, key=instance.encode(), value=codec.encode(reg), **where)
     assert producer.flush(15) == 0
 
 
@@ -128,3 +132,32 @@ def test_the_status_role_runs_the_audit_writer(namespace: str, tmp_path: Path, m
         app.stop()
     assert [(r["kind"], r["actor"]) for r in rows] == [("JOIN", INSTANCE), ("INSTANCE", "reach-cli:bo"),
                                                        ("VERSION", INSTANCE)]
+
+
+def test_a_silent_instance_is_evicted_once_and_its_return_is_a_state_change(namespace: str) -> None:
+    names, silent = Names(namespace), "audit-silent-1"
+    writer = AuditWriter(names=names, kafka=KafkaSettings())
+    writer.start()
+    try:
+        register(names, "1.0", instance=silent, ttl_ms=1_000)  # then nothing: a crashed host writes no tombstone
+        [evicted] = wait_for(lambda: audit("--agent", silent, "--kind", "evicted"), 60, "the eviction")
+    finally:
+        writer.stop()
+    [join] = audit("--agent", silent, "--kind", "join")
+    assert (evicted["actor"], evicted["after"]["state"], evicted["before"]["state"]) == ("reach", "OFFLINE", "READY")
+    assert evicted["at"] == evicted["before"]["heartbeat_at"] + 2_000 and evicted["agent_id"] == AGENT
+
+    # a restarted writer reads its eviction back: once it has read the partition past the silent instance's
+    # heartbeat (a probe's JOIN on the same partition says so), it has appended nothing for it again
+    partition = int(join["source"].split("[")[1].split("]")[0])
+    again = AuditWriter(names=names, kafka=KafkaSettings())
+    again.start()
+    try:
+        register(names, "1.0", instance="audit-probe-1", partition=partition)
+        wait_for(lambda: audit("--agent", "audit-probe-1", "--kind", "join"), 60, "the probe's join")
+        assert len(audit("--agent", silent, "--kind", "evicted")) == 1 and again.appended == 1
+        register(names, "1.0", instance=silent, ttl_ms=1_000)  # it comes back
+        [back] = wait_for(lambda: audit("--agent", silent, "--kind", "state"), 60, "the return")
+    finally:
+        again.stop()
+    assert (back["actor"], back["before"], back["after"]) == (silent, "OFFLINE", "READY")

@@ -21,6 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from reach.core.audit import AuditBook
 from reach.core.commits import CommitLedger, TopicPart
+from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable, TopicMissing
 from reach.kafka import clients, codec, headers, topicreader
 from reach.kafka.auditlog import read_events
@@ -47,13 +48,14 @@ class AuditDriver:
         self.names = names
         self.book = AuditBook()
         self.resume: dict[TopicPart, int] = {}  # per owned partition: the first offset not audited yet
+        self._partition_of: dict[str, TopicPart] = {}  # registry key -> the owned partition it was read from
         self._streams = {names.registry: "registry", names.control: "control", names.health: "health",
                          names.apps: "apps"}
 
     def assigned(self, committed: dict[TopicPart, int], history: Iterable[AuditEvent]) -> None:
         """The whole assignment given to this writer, with the group's committed offsets (negative: none yet, so
         every record still in the topic is audited once) and the audit topic's events, oldest first."""
-        self.book, self.resume = AuditBook(), {}
+        self.book, self.resume, self._partition_of = AuditBook(), {}, {}
         for event in history:
             self.book.seed(event)
         for tp, offset in committed.items():
@@ -62,6 +64,7 @@ class AuditDriver:
     def revoked(self, tps: list[TopicPart]) -> None:
         for tp in tps:
             self.resume.pop(tp, None)
+        self._partition_of = {k: tp for k, tp in self._partition_of.items() if tp in self.resume}
 
     def batch(self, messages: list[Message]) -> tuple[list[AuditEvent], dict[TopicPart, int]]:
         """The events to append for a batch, and the commit points once they are acknowledged."""
@@ -74,11 +77,19 @@ class AuditDriver:
             start = self.resume.get(tp)
             if start is None:
                 continue  # no longer this writer's
+            if tp[0] == self.names.registry:
+                self._partition_of[(msg.key() or b"").decode(errors="replace")] = tp
             made = self.record(msg, replay=offset < start)
             if offset >= start:
                 events.extend(made)
                 commits[tp] = offset + 1
         return events, commits
+
+    def evictions(self, read_to_end: Iterable[TopicPart], *, now_ms: int) -> list[AuditEvent]:
+        """EVICTED for the silent instances of the owned registry partitions read to their end (before that, a
+        later heartbeat of the instance may be still unread: an old one alone proves no silence)."""
+        done = {tp for tp in read_to_end if tp in self.resume}
+        return self.book.evictions([k for k, tp in self._partition_of.items() if tp in done], now_ms=now_ms)
 
     def record(self, msg: Message, *, replay: bool = False) -> list[AuditEvent]:
         """The events of one record (none when `replay`: only the book learns it); a bad one (undecodable,
@@ -106,6 +117,18 @@ class AuditDriver:
         except Exception as exc:  # noqa: BLE001 - a bad record must not stop the history
             log.warning("audit: skipping a bad record at %s (key %r): %r", where, key, exc)
         return []
+
+
+def _read_to_end(consumer: Consumer, topic: str, owned: Iterable[TopicPart]) -> list[TopicPart]:
+    """The owned partitions of `topic` whose position has reached the high watermark of the last fetch (local
+    calls: no broker round trip)."""
+    parts = [TopicPartition(t, p) for t, p in owned if t == topic]
+    out = []
+    for tp in consumer.position(parts) if parts else []:
+        _, high = consumer.get_watermark_offsets(tp, cached=True)
+        if tp.offset >= 0 and high >= 0 and tp.offset >= high:
+            out.append((tp.topic, tp.partition))
+    return out
 
 
 def _by(msg: Message) -> str | None:
@@ -169,6 +192,7 @@ class AuditWriter(SupervisedLoop):
             self._mark_ready()
             while not self._stop.is_set():
                 events, commits = driver.batch(clients.take(consumer, 500, 0.5))
+                events += driver.evictions(_read_to_end(consumer, names.registry, driver.resume), now_ms=now_ms())
                 if events:
                     self._append(producer, events)
                 ledger.want(commits)

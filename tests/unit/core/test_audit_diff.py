@@ -219,3 +219,40 @@ def test_the_filters() -> None:
     assert not matches(event, kinds=frozenset({AuditKind.POLICY}))
     assert matches(event, since_ms=NOW, until_ms=NOW + 1)
     assert not matches(event, since_ms=NOW + 1) and not matches(event, until_ms=NOW)
+
+
+def test_an_instance_silent_for_two_ttls_is_evicted_once_and_its_return_is_a_state_change() -> None:
+    book = AuditBook()
+    book.registration("i-1", reg(), ts_ms=NOW, source="")
+    assert book.evictions(["i-1"], now_ms=NOW + 20_000) == []  # 2 x ttl exactly: not yet
+    [evicted] = book.evictions(["i-1"], now_ms=NOW + 20_001)
+    assert (evicted.kind, evicted.actor, evicted.agent_id, evicted.at) == (AuditKind.EVICTED, "reach",
+                                                                          "agent://search/web", NOW + 20_000)
+    assert json.loads(evicted.before or "") == {"state": "READY", "heartbeat_at": NOW}
+    assert json.loads(evicted.after or "")["state"] == "OFFLINE"
+    assert book.evictions(["i-1"], now_ms=NOW + 90_000) == []  # once per silence
+    [back] = book.registration("i-1", reg(beat=NOW + 95_000), ts_ms=NOW, source="")
+    assert (back.kind, back.actor, back.before, back.after) == (AuditKind.STATE, "i-1", '"OFFLINE"', '"READY"')
+    assert book.evictions(["i-1"], now_ms=NOW + 96_000) == []
+
+
+def test_only_the_named_keys_an_instance_that_reports_offline_and_a_left_one_are_never_evicted() -> None:
+    book = AuditBook()
+    book.registration("i-1", reg(), ts_ms=NOW, source="")
+    assert book.evictions([], now_ms=NOW + 60_000) == []  # a partition not read to its end: its keys are not named
+    book.registration("i-2", reg(state=AgentState.OFFLINE), ts_ms=NOW, source="")
+    book.registration("i-3", reg(), ts_ms=NOW, source="")
+    book.registration("i-3", None, ts_ms=NOW, source="")
+    assert [e.subject for e in book.evictions(["i-1", "i-2", "i-3", "i-9"], now_ms=NOW + 60_000)] == ["i-1"]
+
+
+def test_a_book_seeded_with_an_eviction_does_not_evict_again() -> None:
+    writer = AuditBook()
+    events = writer.registration("i-1", reg(), ts_ms=NOW, source="")
+    events += writer.evictions(["i-1"], now_ms=NOW + 60_000)
+    reader = AuditBook()
+    for event in events:
+        reader.seed(event)
+    assert reader.registration("i-1", reg(), ts_ms=NOW, source="", replay=True) == []  # its last heartbeat, replayed
+    assert reader.evictions(["i-1"], now_ms=NOW + 120_000) == []
+    assert kinds(reader.registration("i-1", reg(beat=NOW + 130_000), ts_ms=NOW, source="")) == [AuditKind.STATE]

@@ -100,3 +100,25 @@ def test_after_compaction_the_audit_topic_says_what_a_key_last_looked_like() -> 
     assert successor.batch(msgs((REG, 2, reg("1.1", 9_000), "i-1"))) == ([], {REG: 3})
     [event], _ = successor.batch(msgs((REG, 3, reg("1.2", 9_500), "i-1")))
     assert (event.kind, event.before, event.after) == (AuditKind.VERSION, '"1.1"', '"1.2"')
+
+
+def test_a_silent_instance_is_evicted_only_once_its_partition_is_read_to_the_end() -> None:
+    driver = AuditDriver(NAMES)
+    driver.assigned({REG: 1}, [])
+    driver.batch(msgs((REG, 0, reg("1.0", 1_000), "i-1")))  # an old heartbeat, replayed: a later one may follow
+    assert driver.evictions([], now_ms=60_000) == []
+    assert driver.evictions([(NAMES.registry, 1)], now_ms=60_000) == []  # not a partition this writer owns
+    [evicted] = driver.evictions([REG], now_ms=60_000)
+    assert (evicted.kind, evicted.subject, evicted.actor) == (AuditKind.EVICTED, "i-1", "reach")
+    driver.revoked([REG])
+    driver.assigned({REG: 1}, [evicted])
+    driver.batch(msgs((REG, 0, reg("1.0", 1_000), "i-1")))
+    assert driver.evictions([REG], now_ms=90_000) == []  # the successor reads the eviction back
+
+
+def test_a_revoked_partitions_instances_are_left_to_its_new_owner() -> None:
+    driver = AuditDriver(NAMES)
+    driver.assigned({REG: 0, CTL: 0}, [])
+    driver.batch(msgs((REG, 0, reg("1.0", 1_000), "i-1")))
+    driver.revoked([REG])
+    assert driver.evictions([REG], now_ms=60_000) == []
