@@ -10,8 +10,9 @@ from typing import Any, Protocol
 from reach import analytics, control, dlq
 from reach.console import overview
 from reach.envelopes import now_ms
+from reach.errors import ConfigError
 from reach.intent.desk import HandoffDesk
-from reach.kafka import codec, topicreader
+from reach.kafka import codec, topicreader, topics
 from reach.kafka.codec import DecodeError
 from reach.names import Names, check_capability
 from reach.ops import agents as ops_agents
@@ -20,6 +21,7 @@ from reach.ops import canary as ops_canary
 from reach.ops import dlq as ops_dlq
 from reach.ops import handoff as ops_handoff
 from reach.ops import intents as ops_intents
+from reach.ops import policy as ops_policy
 from reach.ops import weights as ops_weights
 from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
@@ -60,6 +62,12 @@ class Backend(Protocol):
 
     def audit(self, *, agent: str | None, since: str | None, until: str | None,
               kinds: list[str]) -> list[dict[str, Any]]: ...
+
+    def policies(self) -> list[dict[str, Any]]: ...
+
+    def policy_preview(self, scope: str, changes: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def set_policy(self, scope: str, changes: Mapping[str, Any], by: str) -> dict[str, Any]: ...
 
 
 def _scope(scope: str) -> str:
@@ -203,6 +211,35 @@ class ConsoleBackend:
         """`reach audit --json` with the same filters (ConfigError for a bad range or kind, before any read)."""
         return ops_audit.history(names=self._names, kafka=self._kafka, agent=agent, since=since, until=until,
                                  kinds=kinds)
+
+    def policies(self) -> list[dict[str, Any]]:
+        """`reach policy show --json`: the effective policy of `*` and of every capability with its own record."""
+        return ops_policy.show(names=self._names, tiers=self._tiers(), kafka=self._kafka)
+
+    def policy_preview(self, scope: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        self._known(scope)
+        return ops_policy.preview(scope, changes, names=self._names, tiers=self._tiers(), kafka=self._kafka)
+
+    def set_policy(self, scope: str, changes: Mapping[str, Any], by: str) -> dict[str, Any]:
+        """`reach policy set`, as `console:<operator>`; the report of the scope after it."""
+        self._known(scope)
+        return ops_policy.publish(scope, changes, by=by, names=self._names, tiers=self._tiers(),
+                                  kafka=self._kafka).report
+
+    def _known(self, scope: str) -> None:
+        """A console form names a capability an agent registers or one with a policy already: a typo is refused
+        here (`reach policy set` may still prepare a capability before its first agent starts)."""
+        if scope == "*":
+            return
+        registered = {c.name for i in read_registry(self._kafka, self._names, timeout=5.0).instances(now_ms())
+                      for c in i.registration.capabilities}
+        if scope not in registered and scope not in {r["scope"] for r in self.policies()}:
+            raise ConfigError(f"capability {scope!r} is not registered by any agent and has no policy of its own: "
+                              "check the name (the Agents page lists what is served), or prepare it with "
+                              f"`reach policy set --capability {scope}`.")
+
+    def _tiers(self) -> list[str]:
+        return topics.load(self._reach.topics_file).retry_tiers()
 
     def _desk(self) -> HandoffDesk:
         return ops_handoff.desk(self._names, self._kafka, self._redis)

@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
-from reach import dlq
+from reach import dlq, policyfields
 from reach.console import overview as overview_sql
 from reach.console.operators import Operator
 from reach.console.sessions import MemorySessions
@@ -35,6 +35,7 @@ from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
 from reach.intent.errors import HandoffConflict
+from reach.ops import policy as ops_policy
 from reach.records import TERMINAL, CanaryState, InstanceAction
 from reach.timeparse import parse_time
 
@@ -45,7 +46,8 @@ TEMPLATES.env.filters["utc"] = lambda ms: datetime.fromtimestamp(ms / 1000, UTC)
 PAGES = (("overview", "/console", "Overview"), ("agents", "/console/agents", "Agents"),
          ("messages", "/console/messages", "Message & trace"),
          ("dead-letters", "/console/dead-letters", "Dead letters"), ("routing", "/console/routing", "Routing"),
-         ("intents", "/console/intents", "Intents & handoffs"), ("audit", "/console/audit", "Audit"))
+         ("policy", "/console/policy", "Policy"), ("intents", "/console/intents", "Intents & handoffs"),
+         ("audit", "/console/audit", "Audit"))
 DEFAULT_WINDOW_MS = 5 * 60_000
 MAX_REDRIVE = 500  # letters per redrive: a bigger selection is narrowed with filters first
 ACTIONS = {a.value.lower(): a for a in (InstanceAction.DRAIN, InstanceAction.DISABLE, InstanceAction.ENABLE)}
@@ -137,6 +139,16 @@ def _done(path: str, done: str) -> RedirectResponse:
     return RedirectResponse(f"{path}?{urlencode({'done': done})}", status_code=303)
 
 
+def _policy_form(form: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    """A policy form's scope (`*` or blank: every capability, else a capability name: InvalidName) and its changes
+    (ConfigError for a bad value, ValueError when it changes nothing)."""
+    text = form.get("scope", "").strip()
+    scope, changes = ops_policy.scope_of(None if text == "*" else text), ops_policy.from_text(form)
+    if not changes:
+        raise ValueError("give at least one field to change, e.g. max_attempts 3 or budget_ms 2m")
+    return scope, changes
+
+
 def _weights(form: Mapping[str, str]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name in NAMES:
@@ -162,7 +174,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise Denied(403, "a console mutation from another origin is refused")
         if admin and not operator.admin:
             raise Denied(403, f"operator {operator.name} is a viewer: redrive, drain, enable, disable, weights, "
-                              "canary changes and handoff moves need an admin")
+                              "policy, canary changes and handoff moves need an admin")
         return operator
 
     def page(*, admin: bool = False) -> Callable[[Callable[..., Awaitable[Response]]],
@@ -298,6 +310,12 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
                              f"{MAX_WINDOW_MS // 3_600_000} h (`reach intents stats` reads more)")
         found = await run_in_threadpool(backend.intents, start)
         return {**found, "since": since}
+
+    async def policy_preview(form: Mapping[str, str]) -> dict[str, Any]:
+        return await run_in_threadpool(backend.policy_preview, *_policy_form(form))
+
+    async def set_policy(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
+        return await run_in_threadpool(backend.set_policy, *_policy_form(form), f"console:{operator.name}")
 
     async def audit_of(q: Mapping[str, str]) -> dict[str, Any]:
         """The audit events the filters select, newest first, at most MAX_AUDIT_ROWS of them."""
@@ -463,6 +481,28 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         done = await finish_canary(await _form(request), operator)
         return _done("/console/routing", f"canary {done['state']}")
 
+    @router.get("/console/policy")
+    @page()
+    async def policy_page(request: Request, operator: Operator) -> Response:
+        return render(request, "policy", operator, {
+            "reports": await run_in_threadpool(backend.policies), "fields": policyfields.FIELDS, "form": {},
+            "preview": None, "done": request.query_params.get("done")})
+
+    @router.post("/console/policy/preview")
+    @page()
+    async def policy_preview_page(request: Request, operator: Operator) -> Response:
+        form = await _form(request)
+        seen = await policy_preview(form)
+        return render(request, "policy", operator, {
+            "reports": await run_in_threadpool(backend.policies), "fields": policyfields.FIELDS, "form": form,
+            "preview": seen, "done": None})
+
+    @router.post("/console/policy/apply")
+    @page(admin=True)
+    async def policy_apply(request: Request, operator: Operator) -> Response:
+        done = await set_policy(await _form(request), operator)
+        return _done("/console/policy", f"policy of {done['scope']} applied")
+
     @router.get("/console/intents")
     @page()
     async def intents_page(request: Request, operator: Operator) -> Response:
@@ -555,6 +595,21 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api()
     async def intents_api(request: Request, _operator: Operator) -> Any:
         return await intents_of(dict(request.query_params))
+
+    @router.get("/console/api/policy")
+    @api()
+    async def policy_api(_request: Request, _operator: Operator) -> Any:
+        return await run_in_threadpool(backend.policies)
+
+    @router.post("/console/api/policy/preview")
+    @api()
+    async def policy_preview_api(request: Request, _operator: Operator) -> Any:
+        return await policy_preview(await _form(request))
+
+    @router.post("/console/api/policy")
+    @api(admin=True)
+    async def policy_set_api(request: Request, operator: Operator) -> Any:
+        return await set_policy(await _form(request), operator)
 
     @router.get("/console/api/audit")
     @api()

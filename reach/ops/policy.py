@@ -71,6 +71,57 @@ def changes(given: Mapping[str, object]) -> dict[str, Any]:
     return out
 
 
+_TRUE, _FALSE = frozenset({"true", "yes", "on", "1"}), frozenset({"false", "no", "off", "0"})
+
+
+def from_text(given: Mapping[str, str]) -> dict[str, Any]:
+    """Policy fields typed as text (a console form, a JSON body): blank keeps the value; a count a whole number, a
+    flag true/false, a duration like `2m` (checked by `changes`). ConfigError names the field and what it takes;
+    keys that are not policy fields are left out (the form carries others)."""
+    out: dict[str, Any] = {}
+    for spec in policyfields.FIELDS:
+        text = given.get(spec.name, "").strip()
+        if not text:
+            continue
+        if spec.unit == "count":
+            if not text.isdigit():
+                raise ConfigError(f"{spec.name} {text!r} is not a whole number (e.g. 3).")
+            out[spec.name] = int(text)
+        elif spec.unit == "flag":
+            if text.lower() not in _TRUE | _FALSE:
+                raise ConfigError(f"{spec.name} {text!r} is not true or false.")
+            out[spec.name] = text.lower() in _TRUE
+        else:
+            out[spec.name] = text
+    return changes(out)
+
+
+def _merged(view: ControlView, scope: str, changed: Mapping[str, Any], *, by: str) -> Control:
+    """The scope's POLICY record with `changed` merged into its own fields (pydantic's ValidationError when a value
+    does not fit its field)."""
+    found = view.records().get(control.key_of(ControlKind.POLICY, scope))
+    own = found.policy.model_dump() if found is not None and found.policy is not None else {}
+    return control.policy_record(Policy(**{**own, **changed}), scope=scope, by=by)
+
+
+def preview(scope: str, changed: Mapping[str, Any], *, names: Names, tiers: list[str],
+            kafka: KafkaSettings) -> dict[str, Any]:
+    """What publishing `changed` would do, without publishing: per field whose effective value moves, before and
+    after (as operators write them), and the consistency warnings of the policy after."""
+    if not changed:
+        raise ConfigError("give at least one field to change, e.g. max_attempts 3 or budget 2m")
+    view = control.read_control(names=names, kafka=kafka)
+    before = report(view, scope, tiers)
+    record = _merged(view, scope, changed, by="preview")
+    view.apply(record.key, record)
+    after = report(view, scope, tiers)
+    diff = [{"field": name, "before": row["shown"], "before_from": row["from"],
+             "after": after["fields"][name]["shown"]}
+            for name, row in before["fields"].items() if row["shown"] != after["fields"][name]["shown"]]
+    return {"scope": scope, "changes": dict(changed), "diff": diff, "warnings": after["warnings"],
+            "warnings_before": before["warnings"]}
+
+
 def publish(scope: str, changed: Mapping[str, Any], *, by: str, names: Names, tiers: list[str],
             kafka: KafkaSettings) -> Published:
     """Publish the scope's POLICY record with `changed` merged into its own fields (omitted fields keep the scope's
@@ -79,9 +130,7 @@ def publish(scope: str, changed: Mapping[str, Any], *, by: str, names: Names, ti
     if not changed:
         raise ConfigError("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
     view = control.read_control(names=names, kafka=kafka)
-    found = view.records().get(control.key_of(ControlKind.POLICY, scope))
-    own = found.policy.model_dump() if found is not None and found.policy is not None else {}
-    record = control.policy_record(Policy(**{**own, **changed}), scope=scope, by=by)
+    record = _merged(view, scope, changed, by=by)
     control.publish(record, names=names, kafka=kafka)
     view.apply(record.key, record)
     return Published(record=record, changes=dict(changed), report=report(view, scope, tiers))

@@ -351,6 +351,17 @@ def test_drain_from_the_agents_page_drains_the_instance(stack: Stack, admin: Any
     _shot(page, "intents")
 
 
+def _new_viewer(browser: Any, stack: Stack) -> Any:
+    """A page logged in as a viewer of its own (the first test revokes viewer-1), once the gateway knows it."""
+    name = f"viewer-{uuid.uuid4().hex[:6]}"
+    made = cli("operators", "create", name, "--role", "viewer", "--json")
+    stack.tokens[name] = str(made["token"])
+    bearer = {"Authorization": f"Bearer {made['token']}"}
+    wait_for(lambda: httpx.get(f"{stack.url}/console/api/whoami", headers=bearer).status_code == 200, 30,
+             "the gateway's operator directory to know the new viewer", interval=0.2)
+    return _logged_in(browser, stack, name)
+
+
 def test_the_audit_page_shows_console_changes_as_the_cli_lists_them_and_a_viewer_reads_it(
         stack: Stack, browser: Any, admin: Any) -> None:
     stable = stack.stable.instance_id
@@ -366,12 +377,7 @@ def test_the_audit_page_shows_console_changes_as_the_cli_lists_them_and_a_viewer
             "DISABLE", "ENABLE"] else None
 
     listed = wait_for(audited, 60, "the audit writer to append the console's DISABLE and ENABLE", interval=0.5)
-    made = cli("operators", "create", "auditor", "--role", "viewer", "--json")  # the first test revoked viewer-1
-    stack.tokens["auditor"] = str(made["token"])
-    bearer = {"Authorization": f"Bearer {made['token']}"}
-    wait_for(lambda: httpx.get(f"{stack.url}/console/api/whoami", headers=bearer).status_code == 200, 30,
-             "the gateway's operator directory to know the new viewer", interval=0.2)
-    viewer = _logged_in(browser, stack, "auditor")
+    viewer = _new_viewer(browser, stack)
     viewer.goto("/console/audit")
     viewer.fill("#agent", stable)
     viewer.select_option("#kind", "instance")
@@ -389,3 +395,43 @@ def test_the_audit_page_shows_console_changes_as_the_cli_lists_them_and_a_viewer
     assert joined.count() == 1 and joined.locator(".actor").inner_text() == stable  # the instance joined itself
     viewer.goto("/console/audit?kind=nonsense")
     assert "not an audit kind" in viewer.locator("#error").inner_text()
+
+
+def _fill_policy(page: Any, scope: str, **fields: str) -> None:
+    page.goto("/console/policy")
+    page.fill("#scope", scope)
+    for name, value in fields.items():
+        page.fill(f"#p-{name}", value)
+    page.click("#preview")
+
+
+def test_an_admin_sets_a_policy_from_the_console_after_its_diff_and_a_viewer_is_refused(
+        stack: Stack, browser: Any, admin: Any) -> None:
+    viewer = _new_viewer(browser, stack)
+    _fill_policy(viewer, ECHO, max_attempts="5", delivery_timeout_ms="7s")
+    assert viewer.locator("tr.change").count() == 2  # a viewer may look at what a change would do
+    with viewer.expect_response("**/console/policy/apply") as answer:
+        viewer.click("#apply")
+    assert answer.value.status == 403 and "viewer" in viewer.locator("#error").inner_text()
+    _fill_policy(admin, ECHO, delivery_timeout_ms="7 parsecs")
+    assert "not a duration" in admin.locator("#error").inner_text()
+    assert cli("policy", "show", "--capability", ECHO, "--json")[0]["fields"]["max_attempts"]["from"] != ECHO
+
+    page = admin
+    _fill_policy(page, ECHO, max_attempts="5", delivery_timeout_ms="7s")
+    diff = {page.locator("tr.change").nth(i).get_attribute("data-field"): (
+        page.locator("tr.change .before").nth(i).inner_text(), page.locator("tr.change .after").nth(i).inner_text())
+        for i in range(page.locator("tr.change").count())}
+    assert diff == {"max_attempts": ("4", "5"), "delivery_timeout_ms": ("5s", "7s")}
+    _shot(page, "policy-preview")
+    page.click("#apply")
+    assert f"policy of {ECHO} applied" in page.locator("#done").inner_text()
+    _shot(page, "policy")
+    fields = cli("policy", "show", "--capability", ECHO, "--json")[0]["fields"]
+    assert (fields["max_attempts"]["value"], fields["max_attempts"]["from"]) == (5, ECHO)
+    assert fields["delivery_timeout_ms"]["value"] == 7_000
+    assert page.locator(f"table.policy[data-scope='{ECHO}'] tr[data-field='max_attempts'] .value").inner_text() == "5"
+
+    [event] = wait_for(lambda: cli("audit", "--kind", "policy", "--agent", f"POLICY:{ECHO}", "--since", "1h",
+                                   "--json"), 60, "the policy change in the audit history", interval=0.5)
+    assert (event["actor"], event["before"], event["after"]["policy"]["max_attempts"]) == ("console:admin-1", None, 5)

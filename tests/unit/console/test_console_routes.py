@@ -41,6 +41,7 @@ class FakeBackend:
         self.intents_since: list[int | None] = []
         self.handoffs: list[tuple[str, str, str | None, str | None]] = []
         self.audits: list[dict[str, Any]] = []
+        self.policy_sets: list[tuple[str, Mapping[str, Any], str]] = []
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
@@ -91,6 +92,18 @@ class FakeBackend:
               kinds: list[str]) -> list[dict[str, Any]]:
         self.audits.append({"agent": agent, "since": since, "until": until, "kinds": kinds})
         return AUDIT_ROWS
+
+    def policies(self) -> list[dict[str, Any]]:
+        return []
+
+    def policy_preview(self, scope: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+        return {"scope": scope, "changes": dict(changes), "warnings": [], "warnings_before": [],
+                "diff": [{"field": k, "before": "-", "before_from": "default", "after": str(v)}
+                         for k, v in changes.items()]}
+
+    def set_policy(self, scope: str, changes: Mapping[str, Any], by: str) -> dict[str, Any]:
+        self.policy_sets.append((scope, dict(changes), by))
+        return {"scope": scope, "fields": {}, "warnings": []}
 
 
 AUDIT_ROWS = [  # oldest first, as reach.ops.audit.history returns them
@@ -159,9 +172,11 @@ def _cookie(resp: Any) -> str:
 
 
 PAGES = ["/console", "/console/agents", "/console/messages", "/console/dead-letters", "/console/routing",
-         "/console/intents", "/console/audit"]
+         "/console/intents", "/console/audit",
+         "/console/policy"]
 APIS = ["/console/api/whoami", "/console/api/overview", "/console/api/agents", "/console/api/dead-letters",
-        "/console/api/weights", "/console/api/canaries", "/console/api/intents", "/console/api/audit"]
+        "/console/api/weights", "/console/api/canaries", "/console/api/intents", "/console/api/audit",
+        "/console/api/policy"]
 
 
 def test_nothing_is_reachable_without_a_live_token(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
@@ -437,3 +452,68 @@ def test_a_bad_audit_filter_is_a_400_that_says_what_it_accepts_and_reads_nothing
     assert client.get("/console/api/audit?kind=instance&agent=i-1", headers=viewer).json() == {
         "since": "24h", "total": 0, "events": []}
     assert len(reads) == 1 and reads[0]["since_ms"] is not None
+
+
+POLICY_FORM = {"scope": "demo.echo", "max_attempts": "4", "delivery_timeout_ms": "7s", "handoff": "", "budget_ms": ""}
+
+
+def test_a_viewer_previews_a_policy_change_and_is_refused_its_apply(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    viewer = _bearer(tokens["viewer"])
+    page = client.post("/console/policy/preview", data=POLICY_FORM, headers=viewer)
+    assert page.status_code == 200 and 'data-field="delivery_timeout_ms"' in page.text and 'id="apply"' in page.text
+    assert 'name="budget_ms"' in page.text and 'type="hidden" name="budget_ms"' not in page.text  # blank: kept
+    assert client.post("/console/policy/apply", data=POLICY_FORM, headers=viewer).status_code == 403
+    assert client.post("/console/api/policy", json=POLICY_FORM, headers=viewer).status_code == 403
+    assert backend.policy_sets == []
+
+
+def test_an_admin_applies_a_policy_as_console_operator(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    admin = _bearer(tokens["admin"])
+    done = client.post("/console/policy/apply", data=POLICY_FORM, headers=admin)
+    assert done.status_code == 303 and "policy" in done.headers["location"]
+    assert client.post("/console/api/policy", json={"scope": "*", "handoff": "true"}, headers=admin).status_code == 200
+    assert backend.policy_sets == [("demo.echo", {"max_attempts": 4, "delivery_timeout_ms": 7_000}, "console:admin"),
+                                   ("*", {"handoff": True}, "console:admin")]
+
+
+def test_a_bad_policy_form_is_a_400_that_names_the_field_and_changes_nothing(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    admin = _bearer(tokens["admin"])
+    for form, expected in (({"delivery_timeout_ms": "7 parsecs"}, "is not a duration"),
+                           ({"max_attempts": "lots"}, "not a whole number"),
+                           ({"scope": "Not A Capability", "max_attempts": "3"}, "is invalid"),
+                           ({"scope": "demo.echo"}, "at least one field")):
+        for path in ("/console/api/policy", "/console/api/policy/preview"):
+            resp = client.post(path, json=form, headers=admin)
+            assert resp.status_code == 400 and expected in resp.json()["message"], (path, form, resp.text)
+    assert backend.policy_sets == []
+
+
+def test_the_console_refuses_a_policy_for_a_capability_nobody_serves_or_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.core.views.registry import RegistryView
+    from reach.records import AgentRegistration, AgentState, Capability
+    from tests.unit.control_fixtures import memory_control
+
+    published = memory_control(monkeypatch)
+    registry = RegistryView()
+    registry.apply("i-1", AgentRegistration(agent_id="agent://demo/echo", instance_id="i-1", build_version="1.0",
+                                            state=AgentState.READY,
+                                            capabilities=[Capability(name="demo.echo", version="1")],
+                                            heartbeat_at=1, ttl_ms=10_000, inbox_topic="t.x"))
+    monkeypatch.setattr("reach.console.backend.read_registry", lambda *_a, **_kw: registry)
+    client, tokens = _gateway(ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(),
+                                             redis=RedisSettings()))
+    admin = _bearer(tokens["admin"])
+    typo = client.post("/console/api/policy", json={"scope": "demo.ecko", "max_attempts": "4"}, headers=admin)
+    assert typo.status_code == 400 and "not registered by any agent" in typo.json()["message"]
+    assert published == []
+    done = client.post("/console/api/policy", json=POLICY_FORM, headers=admin).json()
+    assert done["fields"]["max_attempts"]["value"] == 4 and published[0].updated_by == "console:admin"
+    seen = client.post("/console/api/policy/preview", json={"scope": "demo.echo", "max_attempts": "5"},
+                       headers=admin).json()
+    assert seen["diff"] == [{"field": "max_attempts", "before": "4", "before_from": "demo.echo", "after": "5"}]
+    assert len(published) == 1

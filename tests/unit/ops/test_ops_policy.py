@@ -67,3 +67,29 @@ def test_the_scope_is_a_capability_or_every_capability() -> None:
     assert (ops.scope_of(None), ops.scope_of(""), ops.scope_of("demo.echo")) == ("*", "*", "demo.echo")
     with pytest.raises(InvalidName):
         ops.scope_of("Not A Capability")
+
+
+def test_text_fields_parse_by_unit_and_a_bad_one_names_its_field() -> None:
+    assert ops.from_text({"max_attempts": " 4 ", "delivery_timeout_ms": "7s", "handoff": "true", "budget_ms": "",
+                          "scope": "demo.echo"}) == {"max_attempts": 4, "delivery_timeout_ms": 7_000, "handoff": True}
+    for given, message in (({"max_attempts": "three"}, "max_attempts 'three' is not a whole number"),
+                           ({"handoff": "maybe"}, "handoff 'maybe' is not true or false"),
+                           ({"budget_ms": "7 parsecs"}, "--budget '7 parsecs' is not a duration")):
+        with pytest.raises(ConfigError, match=message):
+            ops.from_text(given)
+
+
+def test_a_preview_shows_the_diff_and_the_warnings_after_and_publishes_nothing(control_topic: list[Control]) -> None:
+    ops.publish("demo.echo", {"max_attempts": 3}, by="t", names=NAMES, tiers=TIERS, kafka=KafkaSettings())
+    seen = ops.preview("demo.echo", {"max_attempts": 4, "delivery_timeout_ms": 7_000, "budget_ms": 60_000,
+                                     "backoff_base_ms": 5_000, "backoff_max_ms": 1_000},
+                       names=NAMES, tiers=TIERS, kafka=KafkaSettings())
+    diff = {d["field"]: (d["before"], d["after"]) for d in seen["diff"]}
+    assert diff["max_attempts"] == ("3", "4") and diff["delivery_timeout_ms"][1] == "7s"
+    assert "budget_ms" in diff and any("below backoff base" in w for w in seen["warnings"])
+    assert not any("below backoff base" in w for w in seen["warnings_before"])
+    assert len(control_topic) == 1  # only the first publish
+    with pytest.raises(ConfigError, match="give at least one field"):
+        ops.preview("demo.echo", {}, names=NAMES, tiers=TIERS, kafka=KafkaSettings())
+    assert ops.preview("demo.echo", {"max_attempts": 3}, names=NAMES, tiers=TIERS, kafka=KafkaSettings())[
+        "diff"] == []
