@@ -55,6 +55,9 @@ class Backend(Protocol):
 
     def finish_canary(self, agent_id: str, state: CanaryState, by: str) -> None: ...
 
+    def start_canary(self, agent_id: str, *, version: str, steps: list[int], step_ms: int, min_success: float,
+                     by: str) -> dict[str, Any]: ...
+
     def intents(self, since_ms: int | None) -> dict[str, Any]: ...
 
     def handoff(self, message_id: str, *, by: str, answer: str | None = None,
@@ -190,6 +193,17 @@ class ConsoleBackend:
 
     def finish_canary(self, agent_id: str, state: CanaryState, by: str) -> None:
         ops_canary.finish(agent_id, state, by=by, names=self._names, kafka=self._kafka)
+
+    def start_canary(self, agent_id: str, *, version: str, steps: list[int], step_ms: int, min_success: float,
+                     by: str) -> dict[str, Any]:
+        """`reach canary start` for an agent that has registered instances (a typo is refused); its row."""
+        registered = {i.registration.agent_id for i in read_registry(self._kafka, self._names, timeout=5.0)
+                      .instances(now_ms())}
+        if agent_id not in registered:
+            raise ConfigError(f"agent {agent_id!r} has no registered instance: check the id on the Agents page "
+                              f"(`reach canary start` may still prepare one before its instances start).")
+        return ops_canary.row(ops_canary.start(agent_id, version=version, steps=steps, step_ms=step_ms,
+                                               min_success=min_success, by=by, names=self._names, kafka=self._kafka))
 
     def intents(self, since_ms: int | None) -> dict[str, Any]:
         """The exact map, the stage shares since `since_ms` and the handoff queue: `reach intents ls`,

@@ -30,11 +30,14 @@ from reach.console.operators import Operator
 from reach.console.sessions import MemorySessions
 from reach.console.wiring import Console
 from reach.core.audit import LISTED_KINDS
+from reach.core.canarybook import DEFAULT_STEPS
+from reach.core.durations import parse_ms
 from reach.core.factors import NAMES
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
 from reach.intent.errors import HandoffConflict
+from reach.ops import canary as ops_canary
 from reach.ops import policy as ops_policy
 from reach.records import TERMINAL, CanaryState, InstanceAction
 from reach.timeparse import parse_time
@@ -56,6 +59,7 @@ INTENT_SINCE = "1h"  # the stage shares' default window: the receipts topic sinc
 HANDOFF_ACTIONS = ("take", "answer", "reroute")
 AUDIT_SINCE = "24h"  # the audit page's default window (the topic keeps 90 days: `reach audit --since 30d` reads more)
 MAX_AUDIT_ROWS = 500  # the newest shown; narrow the filters (or `reach audit sql`) for more
+CANARY_STEPS, CANARY_STEP, CANARY_MIN_SUCCESS = ",".join(map(str, DEFAULT_STEPS)), "60s", "0.95"  # `reach canary start`
 CANARY_ACTIONS = {"promote": CanaryState.PROMOTED, "rollback": CanaryState.ROLLED_BACK}
 
 
@@ -147,6 +151,21 @@ def _policy_form(form: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
     if not changes:
         raise ValueError("give at least one field to change, e.g. max_attempts 3 or budget_ms 2m")
     return scope, changes
+
+
+def _canary_form(form: Mapping[str, str]) -> tuple[str, str, list[int], int, float]:
+    """A canary start form: agent id, version, steps (`5,20,50,100`), step duration (`60s`), min success (0.95);
+    BadCanary / BadDuration / ValueError say which field is wrong."""
+    agent_id, version = form.get("agent_id", "").strip(), form.get("version", "").strip()
+    steps = ops_canary.parse_steps(form.get("steps", "").strip() or CANARY_STEPS)
+    step_ms = parse_ms(form.get("step", "").strip() or CANARY_STEP, bare="s", least=1, what="step",
+                       hint="expected e.g. 60s, 500ms or 2m")
+    text = form.get("min_success", "").strip() or CANARY_MIN_SUCCESS
+    try:
+        min_success = float(text)
+    except ValueError:
+        raise ValueError(f"min_success {text!r} is not a number: expected a share within (0, 1], e.g. 0.95") from None
+    return agent_id, version, steps, step_ms, min_success
 
 
 def _weights(form: Mapping[str, str]) -> dict[str, float | None]:
@@ -297,6 +316,18 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise ValueError("expected an agent_id and an action: promote or rollback")
         await run_in_threadpool(backend.finish_canary, form.get("agent_id", ""), state, f"console:{operator.name}")
         return {"agent_id": form.get("agent_id", ""), "state": str(state)}
+
+    async def routing_of() -> dict[str, Any]:
+        """The Routing page's reads: weights, canaries, and the registered agents a canary can start for."""
+        agents = sorted({str(r["agent_id"]) for r in await run_in_threadpool(backend.agents)})
+        return {"weights": await run_in_threadpool(backend.weights), "canaries": await run_in_threadpool(
+            backend.canaries), "agents": agents, "canary_defaults": (CANARY_STEPS, CANARY_STEP, CANARY_MIN_SUCCESS)}
+
+    async def start_canary(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
+        agent_id, version, steps, step_ms, min_success = _canary_form(form)
+        return await run_in_threadpool(lambda: backend.start_canary(
+            agent_id, version=version, steps=steps, step_ms=step_ms, min_success=min_success,
+            by=f"console:{operator.name}"))
 
     async def set_weights(form: Mapping[str, str], operator: Operator) -> dict[str, float]:
         return await run_in_threadpool(backend.set_weights, form.get("scope", "*"), _weights(form),
@@ -456,17 +487,14 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @page()
     async def routing_page(request: Request, operator: Operator) -> Response:
         return render(request, "routing", operator, {
-            "weights": await run_in_threadpool(backend.weights), "canaries": await run_in_threadpool(backend.canaries),
-            "preview": None, "done": request.query_params.get("done")})
+            **await routing_of(), "preview": None, "done": request.query_params.get("done")})
 
     @router.post("/console/routing/preview")
     @page()
     async def routing_preview(request: Request, operator: Operator) -> Response:
         form = await _form(request)
         result = await run_in_threadpool(backend.preview, form.get("scope", "*"), _weights(form))
-        return render(request, "routing", operator, {
-            "weights": await run_in_threadpool(backend.weights), "canaries": await run_in_threadpool(backend.canaries),
-            "preview": result, "done": None})
+        return render(request, "routing", operator, {**await routing_of(), "preview": result, "done": None})
 
     @router.post("/console/routing/apply")
     @page(admin=True)
@@ -502,6 +530,13 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     async def policy_apply(request: Request, operator: Operator) -> Response:
         done = await set_policy(await _form(request), operator)
         return _done("/console/policy", f"policy of {done['scope']} applied")
+
+    @router.post("/console/routing/canary/start")
+    @page(admin=True)
+    async def routing_canary_start(request: Request, operator: Operator) -> Response:
+        started = await start_canary(await _form(request), operator)
+        return _done("/console/routing", f"canary of {started['version']} started for {started['agent_id']} at "
+                                         f"{started['share']:.0%}")
 
     @router.get("/console/intents")
     @page()
@@ -590,6 +625,11 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api(admin=True)
     async def canary_api(request: Request, operator: Operator) -> Any:
         return await finish_canary(await _form(request), operator)
+
+    @router.post("/console/api/canaries/start")
+    @api(admin=True)
+    async def canary_start_api(request: Request, operator: Operator) -> Any:
+        return await start_canary(await _form(request), operator)
 
     @router.get("/console/api/intents")
     @api()

@@ -435,3 +435,31 @@ def test_an_admin_sets_a_policy_from_the_console_after_its_diff_and_a_viewer_is_
     [event] = wait_for(lambda: cli("audit", "--kind", "policy", "--agent", f"POLICY:{ECHO}", "--since", "1h",
                                    "--json"), 60, "the policy change in the audit history", interval=0.5)
     assert (event["actor"], event["before"], event["after"]["policy"]["max_attempts"]) == ("console:admin-1", None, 5)
+
+
+def test_an_admin_starts_a_canary_from_the_routing_page_and_a_viewer_is_refused(
+        stack: Stack, browser: Any, admin: Any) -> None:
+    def start(page: Any) -> None:
+        page.goto("/console/routing")
+        page.select_option("#c-agent", "agent://demo/echo")
+        page.fill("#c-version", "1.9.0")  # the cheap instance's build
+        page.fill("#c-steps", "50,100")
+        page.click("#canary-start-button")
+
+    viewer = _new_viewer(browser, stack)
+    with viewer.expect_response("**/console/routing/canary/start") as answer:
+        start(viewer)
+    assert answer.value.status == 403 and "viewer" in viewer.locator("#error").inner_text()
+    assert cli("canary", "status", "--json") == []
+
+    start(admin)
+    assert "canary of 1.9.0 started for agent://demo/echo at 50%" in admin.locator("#done").inner_text()
+    _shot(admin, "routing-canary")
+    [running] = cli("canary", "status", "--json")
+    assert (running["version"], running["state"], running["steps"]) == ("1.9.0", "RUNNING", [50, 100])
+    [event] = wait_for(lambda: [e for e in cli("audit", "--kind", "canary", "--since", "1h", "--json")
+                                if e["actor"] == "console:admin-1"], 60, "the canary start in the audit history",
+                       interval=0.5)
+    assert (event["before"], event["after"]["canary"]["version"]) == (None, "1.9.0")
+    admin.locator("#canaries button", has_text="rollback").click()  # leave the stack as it was
+    assert "ROLLED_BACK" in admin.locator("#done").inner_text()

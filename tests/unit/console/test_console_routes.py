@@ -42,6 +42,7 @@ class FakeBackend:
         self.handoffs: list[tuple[str, str, str | None, str | None]] = []
         self.audits: list[dict[str, Any]] = []
         self.policy_sets: list[tuple[str, Mapping[str, Any], str]] = []
+        self.canary_starts: list[dict[str, Any]] = []
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
@@ -95,6 +96,12 @@ class FakeBackend:
 
     def policies(self) -> list[dict[str, Any]]:
         return []
+
+    def start_canary(self, agent_id: str, *, version: str, steps: list[int], step_ms: int, min_success: float,
+                     by: str) -> dict[str, Any]:
+        self.canary_starts.append({"agent_id": agent_id, "version": version, "steps": steps, "step_ms": step_ms,
+                                   "min_success": min_success, "by": by})
+        return {"agent_id": agent_id, "version": version, "share": steps[0] / 100}
 
     def policy_preview(self, scope: str, changes: Mapping[str, Any]) -> dict[str, Any]:
         return {"scope": scope, "changes": dict(changes), "warnings": [], "warnings_before": [],
@@ -517,3 +524,23 @@ def test_the_console_refuses_a_policy_for_a_capability_nobody_serves_or_set(monk
                        headers=admin).json()
     assert seen["diff"] == [{"field": "max_attempts", "before": "4", "before_from": "demo.echo", "after": "5"}]
     assert len(published) == 1
+
+
+def test_a_canary_starts_from_the_routing_page_for_an_admin_only(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    viewer, admin = _bearer(tokens["viewer"]), _bearer(tokens["admin"])
+    form = {"agent_id": "agent://demo/echo", "version": "2.0.0", "steps": "10,100", "step": "30s", "min_success": ""}
+    assert 'id="canary-start"' in client.get("/console/routing", headers=viewer).text
+    assert client.post("/console/routing/canary/start", data=form, headers=viewer).status_code == 403
+    assert client.post("/console/api/canaries/start", json=form, headers=viewer).status_code == 403
+    assert backend.canary_starts == []
+    done = client.post("/console/routing/canary/start", data=form, headers=admin)
+    assert done.status_code == 303 and "started" in done.headers["location"]
+    assert backend.canary_starts == [{"agent_id": "agent://demo/echo", "version": "2.0.0", "steps": [10, 100],
+                                      "step_ms": 30_000, "min_success": 0.95, "by": "console:admin"}]
+    for bad, expected in (({"steps": "50,20"}, "must rise strictly"), ({"step": "soon"}, "step 'soon'"),
+                          ({"min_success": "high"}, "min_success 'high' is not a number")):
+        resp = client.post("/console/api/canaries/start", json={**form, **bad}, headers=admin)
+        assert resp.status_code == 400 and expected in resp.json()["message"], (bad, resp.text)
+    assert len(backend.canary_starts) == 1
