@@ -107,6 +107,14 @@ def revoked(app: App, *, key_id: str | None, now_ms: int, by: str) -> App:
     return app.model_copy(update={"keys": keys, "updated_at": now_ms, "updated_by": by})
 
 
+def requota(app: App, *, rate: float, burst: int, now_ms: int, by: str) -> App:
+    """The app with a new quota (AppError when it makes no token bucket, or the app is revoked); gateways apply
+    it when their directory reads the record."""
+    _live(app)
+    check_quota(rate, burst)
+    return app.model_copy(update={"rate": rate, "burst": burst, "updated_at": now_ms, "updated_by": by})
+
+
 def caller(app: App) -> CallerApp:
     """The door's view of an app."""
     return CallerApp(app_id=app.app_id, name=app.name, tenant=app.tenant, capabilities=tuple(app.capabilities),

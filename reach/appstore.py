@@ -156,6 +156,11 @@ class AppStore:
         self._log.append(app)
         return made
 
+    def set_quota(self, app_id: str, *, rate: float, burst: int) -> App:
+        app = apps.requota(self.get(app_id), rate=rate, burst=burst, now_ms=now_ms(), by=self._by)
+        self._log.append(app)
+        return app
+
     def revoke(self, app_id: str, *, key_id: str | None = None) -> App:
         app = apps.revoked(self.get(app_id), key_id=key_id, now_ms=now_ms(), by=self._by)
         self._log.append(app)

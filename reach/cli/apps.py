@@ -1,4 +1,4 @@
-"""`reach apps create|ls|rotate|revoke`: the gateway's calling applications, their keys and quotas."""
+"""`reach apps create|ls|rotate|quota|revoke`: the gateway's calling applications, their keys and quotas."""
 
 from __future__ import annotations
 
@@ -76,6 +76,21 @@ def ls(as_json: bool = typer.Option(False, "--json")) -> None:
 def rotate(app_id: str = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """Add a new key; the old keys keep working until `reach apps revoke APP_ID --key OLD`."""
     _show_secret(ops_apps.secret(ops_apps.rotate(_store(making_keys=True), app_id)), as_json)
+
+
+@app.command()
+def quota(
+    app_id: str = typer.Argument(...),
+    rate: float | None = typer.Option(None, "--rate", help="requests per second, across every gateway replica"),
+    burst: int | None = typer.Option(None, "--burst", help="bucket size"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Change an app's quota; gateways apply it within about a second (a value not given is kept)."""
+    record = ops_apps.set_quota(_store(), app_id, rate=rate, burst=burst)
+    if as_json:
+        console.print_json(json.dumps(ops_apps.summary(record)))
+        return
+    console.print(f"app {app_id}: {record.rate:g} requests/s, burst {record.burst}", highlight=False)
 
 
 @app.command()

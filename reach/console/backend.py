@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from reach import analytics, control, dlq
+from reach.appstore import AppStore, KafkaAppLog
 from reach.console import overview
 from reach.envelopes import now_ms
 from reach.errors import ConfigError
@@ -16,6 +17,7 @@ from reach.kafka import codec, topicreader, topics
 from reach.kafka.codec import DecodeError
 from reach.names import Names, check_capability
 from reach.ops import agents as ops_agents
+from reach.ops import apps as ops_apps
 from reach.ops import audit as ops_audit
 from reach.ops import canary as ops_canary
 from reach.ops import dlq as ops_dlq
@@ -67,6 +69,10 @@ class Backend(Protocol):
               kinds: list[str]) -> list[dict[str, Any]]: ...
 
     def policies(self) -> list[dict[str, Any]]: ...
+
+    def apps(self) -> list[dict[str, Any]]: ...
+
+    def set_app_quota(self, app_id: str, *, rate: float | None, burst: int | None, by: str) -> dict[str, Any]: ...
 
     def policy_preview(self, scope: str, changes: Mapping[str, Any]) -> dict[str, Any]: ...
 
@@ -225,6 +231,17 @@ class ConsoleBackend:
         """`reach audit --json` with the same filters (ConfigError for a bad range or kind, before any read)."""
         return ops_audit.history(names=self._names, kafka=self._kafka, agent=agent, since=since, until=until,
                                  kinds=kinds)
+
+    def apps(self) -> list[dict[str, Any]]:
+        """`reach apps ls --json`: every app with its keys and quota, never a secret."""
+        return [ops_apps.summary(a) for a in ops_apps.listing(self._apps(by="console"))]
+
+    def set_app_quota(self, app_id: str, *, rate: float | None, burst: int | None, by: str) -> dict[str, Any]:
+        """`reach apps quota`, as `console:<operator>` (no secrets key needed: no key is made)."""
+        return ops_apps.summary(ops_apps.set_quota(self._apps(by=by), app_id, rate=rate, burst=burst))
+
+    def _apps(self, *, by: str) -> AppStore:
+        return AppStore(log=KafkaAppLog(names=self._names, kafka=self._kafka), box=None, by=by)
 
     def policies(self) -> list[dict[str, Any]]:
         """`reach policy show --json`: the effective policy of `*` and of every capability with its own record."""

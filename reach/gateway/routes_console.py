@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import APIRouter, Request, Response
@@ -49,7 +49,8 @@ TEMPLATES.env.filters["utc"] = lambda ms: datetime.fromtimestamp(ms / 1000, UTC)
 PAGES = (("overview", "/console", "Overview"), ("agents", "/console/agents", "Agents"),
          ("messages", "/console/messages", "Message & trace"),
          ("dead-letters", "/console/dead-letters", "Dead letters"), ("routing", "/console/routing", "Routing"),
-         ("policy", "/console/policy", "Policy"), ("intents", "/console/intents", "Intents & handoffs"),
+         ("policy", "/console/policy", "Policy"), ("apps", "/console/apps", "Apps"),
+         ("intents", "/console/intents", "Intents & handoffs"),
          ("audit", "/console/audit", "Audit"))
 DEFAULT_WINDOW_MS = 5 * 60_000
 MAX_REDRIVE = 500  # letters per redrive: a bigger selection is narrowed with filters first
@@ -153,6 +154,20 @@ def _policy_form(form: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
     return scope, changes
 
 
+N = TypeVar("N", int, float)
+
+
+def _number(form: Mapping[str, str], name: str, kind: type[N]) -> N | None:
+    """A form's number (blank: not given); ValueError naming the field otherwise."""
+    text = form.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{name} {text!r} is not a {'whole number' if kind is int else 'number'}") from None
+
+
 def _canary_form(form: Mapping[str, str]) -> tuple[str, str, list[int], int, float]:
     """A canary start form: agent id, version, steps (`5,20,50,100`), step duration (`60s`), min success (0.95);
     BadCanary / BadDuration / ValueError say which field is wrong."""
@@ -193,7 +208,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise Denied(403, "a console mutation from another origin is refused")
         if admin and not operator.admin:
             raise Denied(403, f"operator {operator.name} is a viewer: redrive, drain, enable, disable, weights, "
-                              "policy, canary changes and handoff moves need an admin")
+                              "policy, quotas, canary changes and handoff moves need an admin")
         return operator
 
     def page(*, admin: bool = False) -> Callable[[Callable[..., Awaitable[Response]]],
@@ -316,6 +331,14 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise ValueError("expected an agent_id and an action: promote or rollback")
         await run_in_threadpool(backend.finish_canary, form.get("agent_id", ""), state, f"console:{operator.name}")
         return {"agent_id": form.get("agent_id", ""), "state": str(state)}
+
+    async def set_app_quota(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
+        app_id = form.get("app_id", "").strip()
+        rate, burst = _number(form, "rate", float), _number(form, "burst", int)
+        if not app_id:
+            raise ValueError("expected an app_id and a new rate, burst or both")
+        return await run_in_threadpool(lambda: backend.set_app_quota(app_id, rate=rate, burst=burst,
+                                                                     by=f"console:{operator.name}"))
 
     async def routing_of() -> dict[str, Any]:
         """The Routing page's reads: weights, canaries, and the registered agents a canary can start for."""
@@ -538,6 +561,18 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         return _done("/console/routing", f"canary of {started['version']} started for {started['agent_id']} at "
                                          f"{started['share']:.0%}")
 
+    @router.get("/console/apps")
+    @page()
+    async def apps_page(request: Request, operator: Operator) -> Response:
+        return render(request, "apps", operator, {"apps": await run_in_threadpool(backend.apps),
+                                                  "done": request.query_params.get("done")})
+
+    @router.post("/console/apps/quota")
+    @page(admin=True)
+    async def apps_quota(request: Request, operator: Operator) -> Response:
+        done = await set_app_quota(await _form(request), operator)
+        return _done("/console/apps", f"quota of {done['name']}: {done['rate']:g}/s, burst {done['burst']}")
+
     @router.get("/console/intents")
     @page()
     async def intents_page(request: Request, operator: Operator) -> Response:
@@ -630,6 +665,16 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api(admin=True)
     async def canary_start_api(request: Request, operator: Operator) -> Any:
         return await start_canary(await _form(request), operator)
+
+    @router.get("/console/api/apps")
+    @api()
+    async def apps_api(_request: Request, _operator: Operator) -> Any:
+        return await run_in_threadpool(backend.apps)
+
+    @router.post("/console/api/apps/quota")
+    @api(admin=True)
+    async def apps_quota_api(request: Request, operator: Operator) -> Any:
+        return await set_app_quota(await _form(request), operator)
 
     @router.get("/console/api/intents")
     @api()

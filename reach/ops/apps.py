@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from reach.apps import NewKey
+from reach.apps import AppError, NewKey
 from reach.appstore import AppStore
 from reach.records import App
 
@@ -59,6 +59,16 @@ def listing(store: AppStore) -> list[App]:
 def rotate(store: AppStore, app_id: str) -> NewKey:
     """Add a new key; the old keys keep working until they are revoked."""
     return store.rotate(app_id)
+
+
+def set_quota(store: AppStore, app_id: str, *, rate: float | None = None, burst: int | None = None) -> App:
+    """Change an app's quota (a value not given keeps the app's; a new rate without a burst keeps the burst);
+    AppError when the app is unknown or revoked, or the quota makes no token bucket."""
+    if rate is None and burst is None:
+        raise AppError("give a new rate, a new burst or both, e.g. --rate 50 --burst 100")
+    current = store.get(app_id)
+    return store.set_quota(app_id, rate=current.rate if rate is None else rate,
+                           burst=current.burst if burst is None else burst)
 
 
 def revoke(store: AppStore, app_id: str, *, key_id: str | None = None) -> App:

@@ -463,3 +463,30 @@ def test_an_admin_starts_a_canary_from_the_routing_page_and_a_viewer_is_refused(
     assert (event["before"], event["after"]["canary"]["version"]) == (None, "1.9.0")
     admin.locator("#canaries button", has_text="rollback").click()  # leave the stack as it was
     assert "ROLLED_BACK" in admin.locator("#done").inner_text()
+
+
+def test_an_admin_changes_an_apps_quota_from_the_console_and_a_viewer_is_refused(
+        stack: Stack, browser: Any, admin: Any) -> None:
+    app_id = cli("apps", "create", f"shop-{uuid.uuid4().hex[:4]}", "--rate", "10", "--json")["app_id"]
+
+    def set_quota(page: Any) -> None:
+        page.goto("/console/apps")
+        row = page.locator(f"tr[data-app='{app_id}']")
+        row.locator(".new-rate").fill("20")
+        row.locator(".new-burst").fill("40")
+        row.locator("button.set-quota").click()
+
+    viewer = _new_viewer(browser, stack)
+    with viewer.expect_response("**/console/apps/quota") as answer:
+        set_quota(viewer)
+    assert answer.value.status == 403 and "viewer" in viewer.locator("#error").inner_text()
+
+    set_quota(admin)
+    assert "20/s, burst 40" in admin.locator("#done").inner_text()
+    _shot(admin, "apps")
+    [listed] = [a for a in cli("apps", "ls", "--json") if a["app_id"] == app_id]
+    assert (listed["rate"], listed["burst"], listed["updated_by"]) == (20.0, 40, "console:admin-1")
+    [event] = wait_for(lambda: [e for e in cli("audit", "--kind", "app", "--agent", app_id, "--since", "1h", "--json")
+                                if e["actor"] == "console:admin-1"], 60, "the quota change in the audit history",
+                       interval=0.5)
+    assert (event["before"]["rate"], event["after"]["rate"], event["after"]["burst"]) == (10.0, 20.0, 40)

@@ -179,3 +179,21 @@ def test_rotating_with_another_secrets_key_is_refused_before_anything_is_written
     with pytest.raises(SecretUnreadable, match="REACH_GATEWAY_SECRETS_KEY"):
         elsewhere.rotate(made.app_id)
     assert len(log.records) == 1
+
+
+def test_a_quota_change_keeps_the_keys_and_names_who_made_it() -> None:
+    from reach.ops import apps as ops_apps
+
+    store, log = _store()
+    made = store.create(name="shop", tenant="t", capabilities=[], rate=10, burst=10)
+    changed = ops_apps.set_quota(AppStore(log=log, box=None, by="console:ana"), made.app_id, rate=20)
+    assert (changed.rate, changed.burst, changed.updated_by) == (20, 10, "console:ana")
+    entry = _table(log).lookup(made.key_id)
+    assert entry is not None and (entry.app.rate, entry.app.burst) == (20, 10)
+    for rate, burst, says in ((0, None, "is invalid"), (None, 0, "is invalid"), (None, None, "give a new rate")):
+        with pytest.raises(AppError, match=says):
+            ops_apps.set_quota(store, made.app_id, rate=rate, burst=burst)
+    store.revoke(made.app_id)
+    with pytest.raises(AppError, match="is revoked"):
+        ops_apps.set_quota(store, made.app_id, rate=5)
+    assert len(log.records) == 3  # create, quota, revoke: no refused change was written

@@ -43,6 +43,7 @@ class FakeBackend:
         self.audits: list[dict[str, Any]] = []
         self.policy_sets: list[tuple[str, Mapping[str, Any], str]] = []
         self.canary_starts: list[dict[str, Any]] = []
+        self.quotas: list[tuple[str, float | None, int | None, str]] = []
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
@@ -97,6 +98,13 @@ class FakeBackend:
     def policies(self) -> list[dict[str, Any]]:
         return []
 
+    def apps(self) -> list[dict[str, Any]]:
+        return [{**SHOP, "keys": [{"key_id": "k1", "created_at": 1, "revoked_at": None}]}]
+
+    def set_app_quota(self, app_id: str, *, rate: float | None, burst: int | None, by: str) -> dict[str, Any]:
+        self.quotas.append((app_id, rate, burst, by))
+        return {**SHOP, "rate": rate or SHOP["rate"], "burst": burst or SHOP["burst"]}
+
     def start_canary(self, agent_id: str, *, version: str, steps: list[int], step_ms: int, min_success: float,
                      by: str) -> dict[str, Any]:
         self.canary_starts.append({"agent_id": agent_id, "version": version, "steps": steps, "step_ms": step_ms,
@@ -112,6 +120,9 @@ class FakeBackend:
         self.policy_sets.append((scope, dict(changes), by))
         return {"scope": scope, "fields": {}, "warnings": []}
 
+
+SHOP: dict[str, Any] = {"app_id": "app_1", "name": "shop", "tenant": "acme", "capabilities": [], "rate": 10.0,
+                        "burst": 10, "revoked_at": None, "created_at": 1, "updated_at": 1, "updated_by": "reach-cli:x"}
 
 AUDIT_ROWS = [  # oldest first, as reach.ops.audit.history returns them
     {"at": 1_000, "kind": "JOIN", "subject": "i-1", "agent_id": "agent://a", "instance_id": "i-1", "actor": "i-1",
@@ -180,10 +191,10 @@ def _cookie(resp: Any) -> str:
 
 PAGES = ["/console", "/console/agents", "/console/messages", "/console/dead-letters", "/console/routing",
          "/console/intents", "/console/audit",
-         "/console/policy"]
+         "/console/policy", "/console/apps"]
 APIS = ["/console/api/whoami", "/console/api/overview", "/console/api/agents", "/console/api/dead-letters",
         "/console/api/weights", "/console/api/canaries", "/console/api/intents", "/console/api/audit",
-        "/console/api/policy"]
+        "/console/api/policy", "/console/api/apps"]
 
 
 def test_nothing_is_reachable_without_a_live_token(setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
@@ -544,3 +555,42 @@ def test_a_canary_starts_from_the_routing_page_for_an_admin_only(
         resp = client.post("/console/api/canaries/start", json={**form, **bad}, headers=admin)
         assert resp.status_code == 400 and expected in resp.json()["message"], (bad, resp.text)
     assert len(backend.canary_starts) == 1
+
+
+def test_an_admin_changes_an_apps_quota_and_a_viewer_only_sees_it(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    viewer, admin = _bearer(tokens["viewer"]), _bearer(tokens["admin"])
+    page = client.get("/console/apps", headers=viewer).text
+    assert 'data-app="app_1"' in page and "sealed" not in page and "Quota of shop: 10/s, burst 10 -\\u003e" in page
+    assert client.post("/console/apps/quota", data={"app_id": "app_1", "rate": "20"}, headers=viewer).status_code == 403
+    assert client.post("/console/api/apps/quota", json={"app_id": "app_1", "rate": 20}, headers=viewer
+                       ).status_code == 403
+    done = client.post("/console/apps/quota", data={"app_id": "app_1", "rate": "20", "burst": ""}, headers=admin)
+    assert done.status_code == 303 and "20" in done.headers["location"]
+    for bad, says in (({"rate": "fast"}, "rate 'fast' is not a number"), ({"burst": "1.5"}, "not a whole number"),
+                      ({"app_id": ""}, "expected an app_id")):
+        resp = client.post("/console/api/apps/quota", json={"app_id": "app_1", **bad}, headers=admin)
+        assert resp.status_code == 400 and says in resp.json()["message"], (bad, resp.text)
+    assert backend.quotas == [("app_1", 20.0, None, "console:admin")]
+
+
+def test_the_console_changes_a_quota_with_the_clis_use_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.appstore import AppStore, MemoryAppLog
+
+    log = MemoryAppLog()
+    made = AppStore(log=log, box=SecretBox([SecretStr(Fernet.generate_key().decode())]), by="reach-cli:x").create(
+        name="shop", tenant="acme", capabilities=[], rate=10, burst=10)
+    monkeypatch.setattr("reach.console.backend.KafkaAppLog", lambda **_kw: log)
+    client, tokens = _gateway(ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(),
+                                             redis=RedisSettings()))
+    admin = _bearer(tokens["admin"])
+    done = client.post("/console/api/apps/quota", json={"app_id": made.app_id, "rate": "25", "burst": "50"},
+                       headers=admin).json()
+    assert (done["rate"], done["burst"], done["updated_by"]) == (25.0, 50, "console:admin")
+    assert [a["rate"] for a in client.get("/console/api/apps", headers=admin).json()] == [25.0]
+    for body, says in (({"app_id": "app_nope", "rate": "5"}, "No app 'app_nope'"),
+                       ({"app_id": made.app_id, "rate": "0"}, "is invalid")):
+        resp = client.post("/console/api/apps/quota", json=body, headers=admin)
+        assert resp.status_code == 400 and says in resp.json()["message"], resp.text
+    assert len(log.records) == 2
