@@ -23,10 +23,12 @@ from reach.ops import canary as ops_canary
 from reach.ops import dlq as ops_dlq
 from reach.ops import handoff as ops_handoff
 from reach.ops import intents as ops_intents
+from reach.ops import operators as ops_operators
 from reach.ops import policy as ops_policy
 from reach.ops import weights as ops_weights
 from reach.records import CanaryState, ControlKind, InstanceAction, Receipt
 from reach.registry import read_registry
+from reach.secretbox import SecretBox
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
 from reach.streams.lag import consumer_lag
@@ -74,6 +76,12 @@ class Backend(Protocol):
 
     def set_app_quota(self, app_id: str, *, rate: float | None, burst: int | None, by: str) -> dict[str, Any]: ...
 
+    def operators(self) -> list[dict[str, Any]]: ...
+
+    def create_operator(self, *, name: str, role: str, redrive_rate: float, by: str) -> dict[str, str]: ...
+
+    def revoke_operator(self, operator_id: str, *, by: str) -> dict[str, Any]: ...
+
     def policy_preview(self, scope: str, changes: Mapping[str, Any]) -> dict[str, Any]: ...
 
     def set_policy(self, scope: str, changes: Mapping[str, Any], by: str) -> dict[str, Any]: ...
@@ -87,7 +95,8 @@ class ConsoleBackend:
     """Backend over the namespace's topics, with the use cases of reach.ops wherever the CLI does the same thing."""
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, reach: ReachSettings, redis: RedisSettings,
-                 status_url: str | None = None) -> None:
+                 status_url: str | None = None, box: SecretBox | None = None) -> None:
+        self._box = box  # the gateway's secrets key: only creating an operator (a sealed token) needs it
         self._names = names
         self._kafka = kafka
         self._reach = reach
@@ -239,6 +248,22 @@ class ConsoleBackend:
     def set_app_quota(self, app_id: str, *, rate: float | None, burst: int | None, by: str) -> dict[str, Any]:
         """`reach apps quota`, as `console:<operator>` (no secrets key needed: no key is made)."""
         return ops_apps.summary(ops_apps.set_quota(self._apps(by=by), app_id, rate=rate, burst=burst))
+
+    def operators(self) -> list[dict[str, Any]]:
+        """`reach operators ls --json`: never a token."""
+        return [ops_operators.summary(r) for r in ops_operators.listing(self._operators(by="console"))]
+
+    def create_operator(self, *, name: str, role: str, redrive_rate: float, by: str) -> dict[str, str]:
+        """`reach operators create`: the token, shown once by the caller and never stored in plaintext."""
+        made = ops_operators.create(self._operators(by=by), name=name, role=role, redrive_rate=redrive_rate)
+        return ops_operators.token(made, name=name, role=role)
+
+    def revoke_operator(self, operator_id: str, *, by: str) -> dict[str, Any]:
+        return ops_operators.summary(ops_operators.revoke(self._operators(by=by), operator_id))
+
+    def _operators(self, *, by: str) -> ops_operators.OperatorStore:
+        return ops_operators.OperatorStore(log=KafkaAppLog(names=self._names, kafka=self._kafka), box=self._box,
+                                           by=by)
 
     def _apps(self, *, by: str) -> AppStore:
         return AppStore(log=KafkaAppLog(names=self._names, kafka=self._kafka), box=None, by=by)

@@ -39,6 +39,7 @@ from reach.gateway.deps import StatusSource
 from reach.intent.errors import HandoffConflict
 from reach.ops import canary as ops_canary
 from reach.ops import policy as ops_policy
+from reach.ops.operators import DEFAULT_REDRIVE_RATE, ROLES
 from reach.records import TERMINAL, CanaryState, InstanceAction
 from reach.timeparse import parse_time
 
@@ -50,8 +51,8 @@ PAGES = (("overview", "/console", "Overview"), ("agents", "/console/agents", "Ag
          ("messages", "/console/messages", "Message & trace"),
          ("dead-letters", "/console/dead-letters", "Dead letters"), ("routing", "/console/routing", "Routing"),
          ("policy", "/console/policy", "Policy"), ("apps", "/console/apps", "Apps"),
-         ("intents", "/console/intents", "Intents & handoffs"),
-         ("audit", "/console/audit", "Audit"))
+         ("intents", "/console/intents", "Intents & handoffs"), ("audit", "/console/audit", "Audit"),
+         ("operators", "/console/operators", "Operators"))
 DEFAULT_WINDOW_MS = 5 * 60_000
 MAX_REDRIVE = 500  # letters per redrive: a bigger selection is narrowed with filters first
 ACTIONS = {a.value.lower(): a for a in (InstanceAction.DRAIN, InstanceAction.DISABLE, InstanceAction.ENABLE)}
@@ -208,7 +209,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise Denied(403, "a console mutation from another origin is refused")
         if admin and not operator.admin:
             raise Denied(403, f"operator {operator.name} is a viewer: redrive, drain, enable, disable, weights, "
-                              "policy, quotas, canary changes and handoff moves need an admin")
+                              "policy, quotas, canary changes, handoff moves and operators need an admin")
         return operator
 
     def page(*, admin: bool = False) -> Callable[[Callable[..., Awaitable[Response]]],
@@ -235,7 +236,8 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             async def endpoint(request: Request) -> Response:
                 try:
                     operator = who(request, admin=admin)
-                    return JSONResponse(await fn(request, operator))
+                    result = await fn(request, operator)
+                    return result if isinstance(result, Response) else JSONResponse(result)
                 except Denied as exc:
                     return _error(exc.status, exc.message)
                 except (ReachError, ValueError) as exc:
@@ -339,6 +341,22 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise ValueError("expected an app_id and a new rate, burst or both")
         return await run_in_threadpool(lambda: backend.set_app_quota(app_id, rate=rate, burst=burst,
                                                                      by=f"console:{operator.name}"))
+
+    async def create_operator(form: Mapping[str, str], operator: Operator) -> dict[str, str]:
+        name, role = form.get("name", "").strip(), form.get("role", "").strip()
+        rate = _number(form, "redrive_rate", float)
+        return await run_in_threadpool(lambda: backend.create_operator(
+            name=name, role=role, redrive_rate=DEFAULT_REDRIVE_RATE if rate is None else rate,
+            by=f"console:{operator.name}"))
+
+    async def revoke_operator(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
+        operator_id = form.get("operator_id", "").strip()
+        if not operator_id:
+            raise ValueError("expected the operator_id to revoke")
+        if operator_id == operator.operator_id:
+            raise ValueError("you cannot revoke your own token from its session: ask another admin, or "
+                             f"`reach operators revoke {operator_id}`")
+        return await run_in_threadpool(lambda: backend.revoke_operator(operator_id, by=f"console:{operator.name}"))
 
     async def routing_of() -> dict[str, Any]:
         """The Routing page's reads: weights, canaries, and the registered agents a canary can start for."""
@@ -573,6 +591,31 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         done = await set_app_quota(await _form(request), operator)
         return _done("/console/apps", f"quota of {done['name']}: {done['rate']:g}/s, burst {done['burst']}")
 
+    @router.get("/console/operators")
+    @page(admin=True)
+    async def operators_page(request: Request, operator: Operator) -> Response:
+        return render(request, "operators", operator, {"operators": await run_in_threadpool(backend.operators),
+                                                       "made": None, "done": request.query_params.get("done"),
+                                                       "roles": ROLES, "default_rate": DEFAULT_REDRIVE_RATE})
+
+    @router.post("/console/operators/create")
+    @page(admin=True)
+    async def operators_create(request: Request, operator: Operator) -> Response:
+        """Renders the token once, in this response only (never in a redirect's URL), and asks no cache to keep
+        it."""
+        made = await create_operator(await _form(request), operator)
+        response = render(request, "operators", operator, {"operators": await run_in_threadpool(backend.operators),
+                                                           "made": made, "done": None, "roles": ROLES,
+                                                           "default_rate": DEFAULT_REDRIVE_RATE})
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @router.post("/console/operators/revoke")
+    @page(admin=True)
+    async def operators_revoke(request: Request, operator: Operator) -> Response:
+        done = await revoke_operator(await _form(request), operator)
+        return _done("/console/operators", f"operator {done['name']} revoked")
+
     @router.get("/console/intents")
     @page()
     async def intents_page(request: Request, operator: Operator) -> Response:
@@ -675,6 +718,22 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api(admin=True)
     async def apps_quota_api(request: Request, operator: Operator) -> Any:
         return await set_app_quota(await _form(request), operator)
+
+    @router.get("/console/api/operators")
+    @api(admin=True)
+    async def operators_api(_request: Request, _operator: Operator) -> Any:
+        return await run_in_threadpool(backend.operators)
+
+    @router.post("/console/api/operators")
+    @api(admin=True)
+    async def operators_create_api(request: Request, operator: Operator) -> Response:
+        made = await create_operator(await _form(request), operator)
+        return JSONResponse(made, headers={"Cache-Control": "no-store"})
+
+    @router.post("/console/api/operators/revoke")
+    @api(admin=True)
+    async def operators_revoke_api(request: Request, operator: Operator) -> Any:
+        return await revoke_operator(await _form(request), operator)
 
     @router.get("/console/api/intents")
     @api()

@@ -104,5 +104,5 @@ def open_console(*, reach: ReachSettings, kafka: KafkaSettings, redis: RedisSett
     directory = KafkaAppDirectory(names=names, box=box, kafka=kafka, table=table)
     directory.start(ready_timeout)
     operators = OperatorDirectory(directory, table)
-    backend = ConsoleBackend(names=names, kafka=kafka, reach=reach, redis=redis, status_url=status_url)
+    backend = ConsoleBackend(names=names, kafka=kafka, reach=reach, redis=redis, status_url=status_url, box=box)
     return Console(operators=operators, backend=backend, close=operators.stop)

@@ -490,3 +490,34 @@ def test_an_admin_changes_an_apps_quota_from_the_console_and_a_viewer_is_refused
                                 if e["actor"] == "console:admin-1"], 60, "the quota change in the audit history",
                        interval=0.5)
     assert (event["before"]["rate"], event["after"]["rate"], event["after"]["burst"]) == (10.0, 20.0, 40)
+
+
+def test_an_admin_creates_and_revokes_an_operator_and_a_viewer_cannot_open_the_page(
+        stack: Stack, browser: Any, admin: Any) -> None:
+    viewer = _new_viewer(browser, stack)
+    assert viewer.goto("/console/operators").status == 403
+
+    name = f"night-{uuid.uuid4().hex[:4]}"
+    admin.goto("/console/operators")
+    admin.fill("#o-name", name)
+    admin.select_option("#o-role", "viewer")
+    admin.click("#create-operator")
+    token = admin.locator("#token").inner_text().strip()
+    _shot(admin, "operators-created")
+    bearer = {"Authorization": f"Bearer {token}"}
+    wait_for(lambda: httpx.get(f"{stack.url}/console/api/whoami", headers=bearer).status_code == 200, 30,
+             "the new operator's token to work", interval=0.2)
+    assert httpx.get(f"{stack.url}/console/api/whoami", headers=bearer).json()["role"] == "viewer"
+    [made] = [o for o in cli("operators", "ls", "--json") if o["name"] == name]
+    assert made["updated_by"] == "console:admin-1"
+
+    admin.goto("/console/operators")
+    admin.locator(f"tr[data-name='{name}'] button.revoke").click()
+    assert f"operator {name} revoked" in admin.locator("#done").inner_text()
+    wait_for(lambda: httpx.get(f"{stack.url}/console/api/whoami", headers=bearer).status_code == 401, 30,
+             "the revoked token refused", interval=0.2)
+    events = wait_for(lambda: (lambda r: r if len(r) >= 2 else None)(
+        cli("audit", "--kind", "operator", "--agent", made["operator_id"], "--since", "1h", "--json")), 60,
+        "the operator's creation and revocation in the audit history", interval=0.5)
+    assert [(e["actor"], e["before"] is None) for e in events] == [("console:admin-1", True),
+                                                                   ("console:admin-1", False)]

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from reach import dlq
+from reach.apps import AppError
 from reach.channels.settings import ClosureSettings
 from reach.console.backend import Backend, ConsoleBackend
 from reach.console.operators import OperatorTable
@@ -44,6 +45,7 @@ class FakeBackend:
         self.policy_sets: list[tuple[str, Mapping[str, Any], str]] = []
         self.canary_starts: list[dict[str, Any]] = []
         self.quotas: list[tuple[str, float | None, int | None, str]] = []
+        self.operator_changes: list[tuple[str, str, str]] = []
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
@@ -97,6 +99,18 @@ class FakeBackend:
 
     def policies(self) -> list[dict[str, Any]]:
         return []
+
+    def operators(self) -> list[dict[str, Any]]:
+        return [{"operator_id": "op_9", "name": "bo", "role": "viewer", "redrive_rate": 20.0, "revoked_at": None,
+                 "created_at": 1, "updated_by": "reach-cli:x", "key_ids": ["opk_9"]}]
+
+    def create_operator(self, *, name: str, role: str, redrive_rate: float, by: str) -> dict[str, str]:
+        self.operator_changes.append(("create", name, by))
+        return {"operator_id": "op_10", "name": name, "role": role, "token": "opk_10.s3cret"}
+
+    def revoke_operator(self, operator_id: str, *, by: str) -> dict[str, Any]:
+        self.operator_changes.append(("revoke", operator_id, by))
+        return {"operator_id": operator_id, "name": "bo", "role": "viewer"}
 
     def apps(self) -> list[dict[str, Any]]:
         return [{**SHOP, "keys": [{"key_id": "k1", "created_at": 1, "revoked_at": None}]}]
@@ -594,3 +608,59 @@ def test_the_console_changes_a_quota_with_the_clis_use_case(monkeypatch: pytest.
         resp = client.post("/console/api/apps/quota", json=body, headers=admin)
         assert resp.status_code == 400 and says in resp.json()["message"], resp.text
     assert len(log.records) == 2
+
+
+def test_only_admins_see_and_change_operators_and_a_new_token_is_shown_once(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]]) -> None:
+    client, backend, tokens = setup
+    viewer, admin = _bearer(tokens["viewer"]), _bearer(tokens["admin"])
+    assert "/console/operators" not in client.get("/console/agents", headers=viewer).text  # not in a viewer's menu
+    for method, path in (("get", "/console/operators"), ("get", "/console/api/operators"),
+                         ("post", "/console/operators/create"), ("post", "/console/api/operators"),
+                         ("post", "/console/operators/revoke"), ("post", "/console/api/operators/revoke")):
+        assert getattr(client, method)(path, headers=viewer).status_code == 403, path
+    assert backend.operator_changes == []
+    listed = client.get("/console/operators", headers=admin)
+    assert listed.status_code == 200 and 'data-operator="op_9"' in listed.text and "opk_9." not in listed.text
+    made = client.post("/console/operators/create", data={"name": "cy", "role": "viewer"}, headers=admin)
+    assert made.status_code == 200 and "opk_10.s3cret" in made.text and made.headers["cache-control"] == "no-store"
+    assert "s3cret" not in client.get("/console/operators", headers=admin).text
+    api = client.post("/console/api/operators", json={"name": "cy", "role": "viewer"}, headers=admin)
+    assert api.json()["token"] == "opk_10.s3cret" and api.headers["cache-control"] == "no-store"
+    done = client.post("/console/operators/revoke", data={"operator_id": "op_9"}, headers=admin)
+    assert done.status_code == 303 and "revoked" in done.headers["location"]
+    whoami = client.get("/console/api/whoami", headers=admin).json()
+    own = client.post("/console/api/operators/revoke", json={"operator_id": whoami["operator_id"]}, headers=admin)
+    assert own.status_code == 400 and "your own token" in own.json()["message"]
+    bad = client.post("/console/api/operators", json={"name": "cy", "role": "viewer", "redrive_rate": "fast"},
+                      headers=admin)
+    assert bad.status_code == 400 and "redrive_rate 'fast'" in bad.json()["message"]
+    assert backend.operator_changes == [("create", "cy", "console:admin"), ("create", "cy", "console:admin"),
+                                        ("revoke", "op_9", "console:admin")]
+
+
+def test_the_console_creates_and_revokes_operators_with_the_clis_use_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.appstore import MemoryAppLog
+
+    log = MemoryAppLog()
+    monkeypatch.setattr("reach.console.backend.KafkaAppLog", lambda **_kw: log)
+    box = SecretBox([SecretStr(Fernet.generate_key().decode())])
+    backend = ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(),
+                             box=box)
+    made = backend.create_operator(name="cy", role="viewer", redrive_rate=5, by="console:root")
+    table = OperatorTable(box)
+    for record in log.records:
+        table.apply(record.app_id, record)
+    who = table.verify(made["token"])
+    assert who is not None and (who.name, who.role.value) == ("cy", "viewer")
+    assert log.records[0].updated_by == "console:root" and made["token"] not in str(backend.operators())
+    for bad, says in (({"name": "dy", "role": "root"}, "Role 'root' is not one of"),
+                      ({"name": "", "role": "viewer"}, "name '' is invalid")):
+        with pytest.raises(AppError, match=says):
+            backend.create_operator(redrive_rate=5, by="console:root", **bad)
+    backend.revoke_operator(made["operator_id"], by="console:root")
+    table.apply(made["operator_id"], log.records[-1])
+    assert table.verify(made["token"]) is None and backend.operators()[0]["revoked_at"] is not None
+    without_key = ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings())
+    with pytest.raises(AppError, match="needs the secrets key"):
+        without_key.create_operator(name="ey", role="viewer", redrive_rate=5, by="console:root")
