@@ -76,6 +76,13 @@ class Backend(Protocol):
 
     def set_app_quota(self, app_id: str, *, rate: float | None, burst: int | None, by: str) -> dict[str, Any]: ...
 
+    def create_app(self, *, name: str, tenant: str, capabilities: list[str], rate: float, burst: int | None,
+                   by: str) -> dict[str, Any]: ...
+
+    def rotate_app(self, app_id: str, *, by: str) -> dict[str, str]: ...
+
+    def revoke_app(self, app_id: str, *, key_id: str | None, by: str) -> dict[str, Any]: ...
+
     def operators(self) -> list[dict[str, Any]]: ...
 
     def create_operator(self, *, name: str, role: str, redrive_rate: float, by: str) -> dict[str, str]: ...
@@ -96,7 +103,7 @@ class ConsoleBackend:
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, reach: ReachSettings, redis: RedisSettings,
                  status_url: str | None = None, box: SecretBox | None = None) -> None:
-        self._box = box  # the gateway's secrets key: only creating an operator (a sealed token) needs it
+        self._box = box  # the gateway's secrets key: only making a key (an app's, an operator's token) needs it
         self._names = names
         self._kafka = kafka
         self._reach = reach
@@ -246,8 +253,26 @@ class ConsoleBackend:
         return [ops_apps.summary(a) for a in ops_apps.listing(self._apps(by="console"))]
 
     def set_app_quota(self, app_id: str, *, rate: float | None, burst: int | None, by: str) -> dict[str, Any]:
-        """`reach apps quota`, as `console:<operator>` (no secrets key needed: no key is made)."""
+        """`reach apps quota`, as `console:<operator>`."""
         return ops_apps.summary(ops_apps.set_quota(self._apps(by=by), app_id, rate=rate, burst=burst))
+
+    def create_app(self, *, name: str, tenant: str, capabilities: list[str], rate: float, burst: int | None,
+                   by: str) -> dict[str, Any]:
+        """`reach apps create --json` (the secret, shown once by the caller) for capabilities agents serve now (a
+        typo is refused; the CLI may still name one before its first agent starts)."""
+        unknown = sorted(set(capabilities) - self._registered())
+        if unknown:
+            raise ConfigError(f"capability {', '.join(map(repr, unknown))} is not registered by any agent: check "
+                              "the names (the Agents page lists what is served), or leave the list empty for all")
+        return ops_apps.create(self._apps(by=by), name=name, tenant=tenant, capabilities=capabilities, rate=rate,
+                               burst=burst).as_dict()
+
+    def rotate_app(self, app_id: str, *, by: str) -> dict[str, str]:
+        """`reach apps rotate --json`: the new key's secret, shown once by the caller."""
+        return ops_apps.secret(ops_apps.rotate(self._apps(by=by), app_id))
+
+    def revoke_app(self, app_id: str, *, key_id: str | None, by: str) -> dict[str, Any]:
+        return ops_apps.summary(ops_apps.revoke(self._apps(by=by), app_id, key_id=key_id))
 
     def operators(self) -> list[dict[str, Any]]:
         """`reach operators ls --json`: never a token."""
@@ -266,7 +291,7 @@ class ConsoleBackend:
                                            by=by)
 
     def _apps(self, *, by: str) -> AppStore:
-        return AppStore(log=KafkaAppLog(names=self._names, kafka=self._kafka), box=None, by=by)
+        return AppStore(log=KafkaAppLog(names=self._names, kafka=self._kafka), box=self._box, by=by)
 
     def policies(self) -> list[dict[str, Any]]:
         """`reach policy show --json`: the effective policy of `*` and of every capability with its own record."""
@@ -287,12 +312,15 @@ class ConsoleBackend:
         here (`reach policy set` may still prepare a capability before its first agent starts)."""
         if scope == "*":
             return
-        registered = {c.name for i in read_registry(self._kafka, self._names, timeout=5.0).instances(now_ms())
-                      for c in i.registration.capabilities}
-        if scope not in registered and scope not in {r["scope"] for r in self.policies()}:
+        if scope not in self._registered() and scope not in {r["scope"] for r in self.policies()}:
             raise ConfigError(f"capability {scope!r} is not registered by any agent and has no policy of its own: "
                               "check the name (the Agents page lists what is served), or prepare it with "
                               f"`reach policy set --capability {scope}`.")
+
+    def _registered(self) -> set[str]:
+        """The capabilities registered instances serve now."""
+        return {c.name for i in read_registry(self._kafka, self._names, timeout=5.0).instances(now_ms())
+                for c in i.registration.capabilities}
 
     def _tiers(self) -> list[str]:
         return topics.load(self._reach.topics_file).retry_tiers()

@@ -25,6 +25,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.concurrency import run_in_threadpool
 
 from reach import dlq, policyfields
+from reach.a2a.bearer import a2a_token
 from reach.console import overview as overview_sql
 from reach.console.operators import Operator
 from reach.console.sessions import MemorySessions
@@ -37,6 +38,7 @@ from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
 from reach.intent.errors import HandoffConflict
+from reach.ops import apps as ops_apps
 from reach.ops import canary as ops_canary
 from reach.ops import policy as ops_policy
 from reach.ops.operators import DEFAULT_REDRIVE_RATE, ROLES
@@ -62,6 +64,7 @@ HANDOFF_ACTIONS = ("take", "answer", "reroute")
 AUDIT_SINCE = "24h"  # the audit page's default window (the topic keeps 90 days: `reach audit --since 30d` reads more)
 MAX_AUDIT_ROWS = 500  # the newest shown; narrow the filters (or `reach audit sql`) for more
 CANARY_STEPS, CANARY_STEP, CANARY_MIN_SUCCESS = ",".join(map(str, DEFAULT_STEPS)), "60s", "0.95"  # `reach canary start`
+APP_ACTIONS = ("create", "rotate", "revoke")
 CANARY_ACTIONS = {"promote": CanaryState.PROMOTED, "rollback": CanaryState.ROLLED_BACK}
 
 
@@ -342,6 +345,25 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         return await run_in_threadpool(lambda: backend.set_app_quota(app_id, rate=rate, burst=burst,
                                                                      by=f"console:{operator.name}"))
 
+    async def app_change(form: Mapping[str, str], operator: Operator, action: str) -> dict[str, Any]:
+        """create / rotate (their answer carries the secret and the A2A token, shown once) or revoke (a key_id:
+        that key only)."""
+        by, app_id = f"console:{operator.name}", form.get("app_id", "").strip()
+        if action == "create":
+            rate = _number(form, "rate", float)
+            made = await run_in_threadpool(lambda: backend.create_app(
+                name=form.get("name", "").strip(), tenant=form.get("tenant", "").strip() or "default",
+                capabilities=ops_apps.capabilities(form.get("capabilities")), by=by,
+                rate=ops_apps.DEFAULT_RATE if rate is None else rate, burst=_number(form, "burst", int)))
+        elif not app_id:
+            raise ValueError(f"expected the app_id to {action}")
+        elif action == "rotate":
+            made = await run_in_threadpool(lambda: backend.rotate_app(app_id, by=by))
+        else:
+            key_id = form.get("key_id", "").strip() or None
+            return await run_in_threadpool(lambda: backend.revoke_app(app_id, key_id=key_id, by=by))
+        return {**made, "a2a_token": a2a_token(made["key_id"], made["secret"].encode())}
+
     async def create_operator(form: Mapping[str, str], operator: Operator) -> dict[str, str]:
         name, role = form.get("name", "").strip(), form.get("role", "").strip()
         rate = _number(form, "redrive_rate", float)
@@ -582,7 +604,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @router.get("/console/apps")
     @page()
     async def apps_page(request: Request, operator: Operator) -> Response:
-        return render(request, "apps", operator, {"apps": await run_in_threadpool(backend.apps),
+        return render(request, "apps", operator, {"apps": await run_in_threadpool(backend.apps), "made": None,
                                                   "done": request.query_params.get("done")})
 
     @router.post("/console/apps/quota")
@@ -590,6 +612,22 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     async def apps_quota(request: Request, operator: Operator) -> Response:
         done = await set_app_quota(await _form(request), operator)
         return _done("/console/apps", f"quota of {done['name']}: {done['rate']:g}/s, burst {done['burst']}")
+
+    @router.post("/console/apps/{action}")
+    @page(admin=True)
+    async def apps_action(request: Request, operator: Operator) -> Response:
+        """create and rotate render the new secret once, in this response only (no-store); revoke redirects."""
+        action = request.path_params["action"]
+        if action not in APP_ACTIONS:
+            raise ValueError(f"expected one of {', '.join(APP_ACTIONS)}")
+        done = await app_change(await _form(request), operator, action)
+        if action == "revoke":
+            return _done("/console/apps", f"{done['name']}: key revoked" if done["revoked_at"] is None
+                         else f"app {done['name']} revoked")
+        response = render(request, "apps", operator, {"apps": await run_in_threadpool(backend.apps), "made": done,
+                                                      "done": None})
+        response.headers["Cache-Control"] = "no-store"
+        return response
 
     @router.get("/console/operators")
     @page(admin=True)
@@ -718,6 +756,15 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api(admin=True)
     async def apps_quota_api(request: Request, operator: Operator) -> Any:
         return await set_app_quota(await _form(request), operator)
+
+    @router.post("/console/api/apps/{action}")
+    @api(admin=True)
+    async def apps_action_api(request: Request, operator: Operator) -> Response:
+        action = request.path_params["action"]
+        if action not in APP_ACTIONS:
+            raise ValueError(f"expected one of quota, {', '.join(APP_ACTIONS)}")
+        return JSONResponse(await app_change(await _form(request), operator, action),
+                            headers={"Cache-Control": "no-store"})
 
     @router.get("/console/api/operators")
     @api(admin=True)

@@ -465,9 +465,18 @@ def test_an_admin_starts_a_canary_from_the_routing_page_and_a_viewer_is_refused(
     assert "ROLLED_BACK" in admin.locator("#done").inner_text()
 
 
-def test_an_admin_changes_an_apps_quota_from_the_console_and_a_viewer_is_refused(
+def test_an_admin_creates_an_app_and_changes_its_quota_from_the_console_and_a_viewer_is_refused(
         stack: Stack, browser: Any, admin: Any) -> None:
-    app_id = cli("apps", "create", f"shop-{uuid.uuid4().hex[:4]}", "--rate", "10", "--json")["app_id"]
+    name = f"shop-{uuid.uuid4().hex[:4]}"
+    admin.goto("/console/apps")
+    admin.fill("#a-name", name)
+    admin.fill("#a-capabilities", ECHO)
+    admin.fill("#a-rate", "10")
+    admin.click("#create-app")
+    app_id, secret = admin.locator("#made-app").inner_text(), admin.locator("#made-secret").inner_text()
+    assert secret and secret not in json.dumps(cli("apps", "ls", "--json"))  # shown once, stored sealed
+    admin.goto("/console/apps")
+    assert secret not in admin.content()
 
     def set_quota(page: Any) -> None:
         page.goto("/console/apps")
@@ -486,9 +495,12 @@ def test_an_admin_changes_an_apps_quota_from_the_console_and_a_viewer_is_refused
     _shot(admin, "apps")
     [listed] = [a for a in cli("apps", "ls", "--json") if a["app_id"] == app_id]
     assert (listed["rate"], listed["burst"], listed["updated_by"]) == (20.0, 40, "console:admin-1")
-    [event] = wait_for(lambda: [e for e in cli("audit", "--kind", "app", "--agent", app_id, "--since", "1h", "--json")
-                                if e["actor"] == "console:admin-1"], 60, "the quota change in the audit history",
-                       interval=0.5)
+    assert (listed["name"], listed["capabilities"]) == (name, [ECHO])
+    created, event = wait_for(lambda: (lambda r: r if len(r) == 2 else None)(
+        [e for e in cli("audit", "--kind", "app", "--agent", app_id, "--since", "1h", "--json")
+         if e["actor"] == "console:admin-1"]), 60, "the creation and the quota change in the audit history",
+        interval=0.5)
+    assert created["before"] is None and created["after"]["rate"] == 10.0
     assert (event["before"]["rate"], event["after"]["rate"], event["after"]["burst"]) == (10.0, 20.0, 40)
 
 

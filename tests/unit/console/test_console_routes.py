@@ -664,3 +664,48 @@ def test_the_console_creates_and_revokes_operators_with_the_clis_use_case(monkey
     without_key = ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings())
     with pytest.raises(AppError, match="needs the secrets key"):
         without_key.create_operator(name="ey", role="viewer", redrive_rate=5, by="console:root")
+
+
+def test_an_admin_creates_rotates_and_revokes_an_app_and_each_secret_is_shown_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.appstore import MemoryAppLog
+    from reach.core.views.registry import RegistryView
+    from reach.records import AgentRegistration, AgentState, Capability
+
+    log = MemoryAppLog()
+    monkeypatch.setattr("reach.console.backend.KafkaAppLog", lambda **_kw: log)
+    registry = RegistryView()
+    registry.apply("i-1", AgentRegistration(agent_id="agent://demo/echo", instance_id="i-1", build_version="1.0",
+                                            state=AgentState.READY, heartbeat_at=10**15, ttl_ms=10_000,
+                                            capabilities=[Capability(name="demo.echo", version="1")],
+                                            inbox_topic="t.x"))
+    monkeypatch.setattr("reach.console.backend.read_registry", lambda *_a, **_kw: registry)
+    box = SecretBox([SecretStr(Fernet.generate_key().decode())])
+    client, tokens = _gateway(ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(),
+                                             redis=RedisSettings(), box=box))
+    viewer, admin = _bearer(tokens["viewer"]), _bearer(tokens["admin"])
+    form = {"name": "shop", "tenant": "acme", "capabilities": "demo.echo", "rate": "10"}
+    for path in ("/console/apps/create", "/console/api/apps/create", "/console/api/apps/rotate",
+                 "/console/apps/revoke"):
+        assert client.post(path, data=form, headers=viewer).status_code == 403, path
+    typo = client.post("/console/api/apps/create", json={**form, "capabilities": "demo.ecko"}, headers=admin)
+    assert typo.status_code == 400 and "not registered by any agent" in typo.json()["message"]
+    assert log.records == []
+
+    page = client.post("/console/apps/create", data=form, headers=admin)
+    assert page.status_code == 200 and page.headers["cache-control"] == "no-store"
+    secret = re.search(r'id="made-secret">([^<]+)<', page.text)
+    assert secret is not None and secret.group(1) not in client.get("/console/apps", headers=admin).text
+    [created] = log.records
+    assert (created.rate, created.burst, created.capabilities, created.updated_by) == (10, 10, ["demo.echo"],
+                                                                                     "console:admin")
+    rotated = client.post("/console/api/apps/rotate", json={"app_id": created.app_id}, headers=admin).json()
+    assert rotated["secret"] and rotated["a2a_token"].startswith(rotated["key_id"] + ".rat_")
+    first_key = created.keys[0].key_id
+    done = client.post("/console/apps/revoke", data={"app_id": created.app_id, "key_id": first_key}, headers=admin)
+    assert done.status_code == 303 and "key+revoked" in done.headers["location"]
+    gone = client.post("/console/api/apps/revoke", json={"app_id": created.app_id}, headers=admin).json()
+    assert gone["revoked_at"] is not None and [k["revoked_at"] is None for k in gone["keys"]] == [False, True]
+    again = client.post("/console/api/apps/rotate", json={"app_id": created.app_id}, headers=admin)
+    assert again.status_code == 400 and "is revoked" in again.json()["message"]
+    assert client.post("/console/api/apps/nonsense", json={}, headers=admin).status_code == 400
