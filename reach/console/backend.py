@@ -12,6 +12,7 @@ from reach.appstore import AppStore, KafkaAppLog
 from reach.console import overview
 from reach.envelopes import now_ms
 from reach.errors import ConfigError
+from reach.intent import mappings
 from reach.intent.desk import HandoffDesk
 from reach.kafka import codec, topicreader, topics
 from reach.kafka.codec import DecodeError
@@ -69,6 +70,10 @@ class Backend(Protocol):
 
     def audit(self, *, agent: str | None, since: str | None, until: str | None,
               kinds: list[str]) -> list[dict[str, Any]]: ...
+
+    def map_intent(self, phrase: str, capability: str, *, confidence: float, by: str) -> dict[str, Any]: ...
+
+    def unmap_intent(self, phrase: str, *, by: str) -> dict[str, Any]: ...
 
     def policies(self) -> list[dict[str, Any]]: ...
 
@@ -324,6 +329,32 @@ class ConsoleBackend:
 
     def _tiers(self) -> list[str]:
         return topics.load(self._reach.topics_file).retry_tiers()
+
+    def map_intent(self, phrase: str, capability: str, *, confidence: float, by: str) -> dict[str, Any]:
+        """`reach intents set` for a capability agents serve now (a typo is refused): the mapping before and after."""
+        if capability not in self._registered():
+            raise ConfigError(f"capability {capability!r} is not registered by any agent: map the intent to one the "
+                              "Agents page lists (`reach intents set` may still name one before it starts)")
+        before = self._mapped(phrase)
+        record = ops_intents.set_mapping(phrase, capability, confidence=confidence, names=self._names,
+                                         kafka=self._kafka, by=by)
+        assert record.intent is not None
+        return {"phrase": record.intent.phrase, "before": before, "after": record.intent.capability}
+
+    def unmap_intent(self, phrase: str, *, by: str) -> dict[str, Any]:
+        """`reach intents rm` of a mapping the control topic holds (a seed has nothing to remove)."""
+        before = self._mapped(phrase)
+        if before is None:
+            raise ConfigError(f"no operator or handoff mapping for {phrase!r}: nothing to remove (the Intents page "
+                              "lists the map; a seed follows the registrations)")
+        ops_intents.remove_mapping(phrase, names=self._names, kafka=self._kafka, by=by)
+        return {"phrase": phrase, "before": before, "after": None}
+
+    def _mapped(self, phrase: str) -> str | None:
+        """The capability the control topic maps `phrase` to (normalised as the records are), if any."""
+        key = mappings.normalize(phrase)
+        return next((str(r["capability"]) for r in ops_intents.map_rows(self._names, self._kafka, seeds=False)
+                     if r["phrase"] == key), None)
 
     def _desk(self) -> HandoffDesk:
         return ops_handoff.desk(self._names, self._kafka, self._redis)

@@ -38,6 +38,7 @@ from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
 from reach.intent.errors import HandoffConflict
+from reach.names import check_capability
 from reach.ops import apps as ops_apps
 from reach.ops import canary as ops_canary
 from reach.ops import policy as ops_policy
@@ -212,7 +213,8 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise Denied(403, "a console mutation from another origin is refused")
         if admin and not operator.admin:
             raise Denied(403, f"operator {operator.name} is a viewer: redrive, drain, enable, disable, weights, "
-                              "policy, quotas, canary changes, handoff moves and operators need an admin")
+                              "policy, apps, canary changes, intent mappings, handoff moves and operators need "
+                              "an admin")
         return operator
 
     def page(*, admin: bool = False) -> Callable[[Callable[..., Awaitable[Response]]],
@@ -418,6 +420,17 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             agent=q.get("agent", "").strip() or None, since=since, until=q.get("until") or None,
             kinds=[kind] if kind else []))
         return {"since": since, "total": len(rows), "events": rows[::-1][:MAX_AUDIT_ROWS]}
+
+    async def change_map(form: Mapping[str, str], operator: Operator, action: str) -> dict[str, Any]:
+        phrase, by = form.get("phrase", "").strip(), f"console:{operator.name}"
+        if not phrase:
+            raise ValueError("expected the phrase to map or unmap")
+        if action == "unmap":
+            return await run_in_threadpool(lambda: backend.unmap_intent(phrase, by=by))
+        capability = check_capability(form.get("capability", "").strip())
+        confidence = _number(form, "confidence", float)
+        return await run_in_threadpool(lambda: backend.map_intent(
+            phrase, capability, confidence=1.0 if confidence is None else confidence, by=by))
 
     async def move_handoff(form: Mapping[str, str], operator: Operator) -> dict[str, Any]:
         action, message_id = form.get("action", ""), form.get("message_id", "").strip()
@@ -660,6 +673,18 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
         q = dict(request.query_params)
         return render(request, "intents", operator, {"data": await intents_of(q), "done": q.get("done")})
 
+    @router.post("/console/intents/map")
+    @page(admin=True)
+    async def intents_map(request: Request, operator: Operator) -> Response:
+        done = await change_map(await _form(request), operator, "map")
+        return _done("/console/intents", f"{done['phrase']}: {done['before'] or '(unmapped)'} -> {done['after']}")
+
+    @router.post("/console/intents/unmap")
+    @page(admin=True)
+    async def intents_unmap(request: Request, operator: Operator) -> Response:
+        done = await change_map(await _form(request), operator, "unmap")
+        return _done("/console/intents", f"{done['phrase']}: {done['before']} -> (unmapped)")
+
     @router.post("/console/intents/handoff")
     @page(admin=True)
     async def handoff_action(request: Request, operator: Operator) -> Response:
@@ -806,6 +831,16 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @api()
     async def audit_api(request: Request, _operator: Operator) -> Any:
         return await audit_of(dict(request.query_params))
+
+    @router.post("/console/api/intents/map")
+    @api(admin=True)
+    async def intents_map_api(request: Request, operator: Operator) -> Any:
+        return await change_map(await _form(request), operator, "map")
+
+    @router.post("/console/api/intents/unmap")
+    @api(admin=True)
+    async def intents_unmap_api(request: Request, operator: Operator) -> Any:
+        return await change_map(await _form(request), operator, "unmap")
 
     @router.post("/console/api/handoffs")
     @api(admin=True)

@@ -533,3 +533,33 @@ def test_an_admin_creates_and_revokes_an_operator_and_a_viewer_cannot_open_the_p
         "the operator's creation and revocation in the audit history", interval=0.5)
     assert [(e["actor"], e["before"] is None) for e in events] == [("console:admin-1", True),
                                                                    ("console:admin-1", False)]
+
+
+def test_an_admin_maps_and_unmaps_an_intent_from_the_console_and_a_viewer_is_refused(
+        stack: Stack, browser: Any, admin: Any) -> None:
+    phrase = f"say it back {uuid.uuid4().hex[:4]}"
+
+    def map_it(page: Any) -> None:
+        page.goto("/console/intents")
+        page.fill("#m-phrase", phrase)
+        page.fill("#m-capability", ECHO)
+        page.click("#map-button")
+
+    viewer = _new_viewer(browser, stack)
+    with viewer.expect_response("**/console/intents/map") as answer:
+        map_it(viewer)
+    assert answer.value.status == 403 and "viewer" in viewer.locator("#error").inner_text()
+
+    map_it(admin)
+    assert f"{phrase}: (unmapped) -> {ECHO}" in admin.locator("#done").inner_text()
+    row = admin.locator(f"tr.mapping[data-phrase='{phrase}']")
+    assert (row.locator(".capability").inner_text(), row.locator(".source").inner_text()) == (ECHO, "operator")
+    _shot(admin, "intents-mapped")
+    row.locator("button.unmap").click()
+    assert f"{phrase}: {ECHO} -> (unmapped)" in admin.locator("#done").inner_text()
+    assert admin.locator(f"tr.mapping[data-phrase='{phrase}']").count() == 0
+    events = wait_for(lambda: (lambda r: r if len(r) >= 2 else None)(
+        cli("audit", "--kind", "intent", "--agent", f"INTENT:{phrase}", "--since", "1h", "--json")), 60,
+        "the mapping and its removal in the audit history", interval=0.5)
+    assert [(e["actor"], e["after"] is None) for e in events] == [("console:admin-1", False),
+                                                                   ("console:admin-1", True)]

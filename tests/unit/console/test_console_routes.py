@@ -709,3 +709,41 @@ def test_an_admin_creates_rotates_and_revokes_an_app_and_each_secret_is_shown_on
     again = client.post("/console/api/apps/rotate", json={"app_id": created.app_id}, headers=admin)
     assert again.status_code == 400 and "is revoked" in again.json()["message"]
     assert client.post("/console/api/apps/nonsense", json={}, headers=admin).status_code == 400
+
+
+def test_an_admin_maps_and_unmaps_an_intent_and_a_viewer_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.core.views.registry import RegistryView
+    from reach.records import AgentRegistration, AgentState, Capability
+    from tests.unit.control_fixtures import memory_control
+
+    published = memory_control(monkeypatch)
+    registry = RegistryView()
+    registry.apply("i-1", AgentRegistration(agent_id="agent://w/f", instance_id="i-1", build_version="1.0",
+                                            state=AgentState.READY, heartbeat_at=10**15, ttl_ms=10_000,
+                                            capabilities=[Capability(name="weather.forecast", version="1")],
+                                            inbox_topic="t.x"))
+    monkeypatch.setattr("reach.console.backend.read_registry", lambda *_a, **_kw: registry)
+    monkeypatch.setattr("reach.ops.intents.registry.read_registry", lambda *_a, **_kw: registry)
+    removed: list[str] = []
+    monkeypatch.setattr("reach.ops.intents.remove_mapping", lambda phrase, **kw: removed.append(kw["by"]) or phrase)
+    client, tokens = _gateway(ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(),
+                                             redis=RedisSettings()))
+    viewer, admin = _bearer(tokens["viewer"]), _bearer(tokens["admin"])
+    form = {"phrase": "Rain Tomorrow?", "capability": "weather.forecast", "confidence": "0.9"}
+    for path in ("/console/intents/map", "/console/api/intents/map", "/console/api/intents/unmap"):
+        assert client.post(path, data=form, headers=viewer).status_code == 403, path
+    for bad, says in (({"capability": "weather.forcast"}, "not registered by any agent"),
+                      ({"capability": "Weather"}, "is invalid"), ({"confidence": "2"}, "between 0 and 1"),
+                      ({"confidence": "sure"}, "confidence 'sure' is not a number"), ({"phrase": " "}, "phrase")):
+        resp = client.post("/console/api/intents/map", json={**form, **bad}, headers=admin)
+        assert resp.status_code == 400 and says in resp.json()["message"], (bad, resp.text)
+    assert published == []
+    done = client.post("/console/intents/map", data=form, headers=admin)
+    assert done.status_code == 303 and "weather.forecast" in done.headers["location"]
+    [record] = published
+    assert record.intent is not None and (record.intent.capability, record.updated_by) == ("weather.forecast",
+                                                                                           "console:admin")
+    gone = client.post("/console/api/intents/unmap", json={"phrase": "rain tomorrow?"}, headers=admin).json()
+    assert gone["before"] == "weather.forecast" and removed == ["console:admin"]
+    nothing = client.post("/console/api/intents/unmap", json={"phrase": "never mapped"}, headers=admin)
+    assert nothing.status_code == 400 and "nothing to remove" in nothing.json()["message"]
