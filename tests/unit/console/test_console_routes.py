@@ -17,6 +17,7 @@ from reach.channels.settings import ClosureSettings
 from reach.console.backend import Backend, ConsoleBackend
 from reach.console.operators import OperatorTable
 from reach.console.wiring import Console
+from reach.core.views.registry import RegistryView
 from reach.errors import InfraUnavailable
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
@@ -26,7 +27,16 @@ from reach.names import Names
 from reach.ops import audit as ops_audit
 from reach.ops.handoff import summary
 from reach.ops.operators import new_operator
-from reach.records import CanaryState, InstanceAction, IntentResolution, Receipt, Status
+from reach.records import (
+    AgentRegistration,
+    AgentState,
+    CanaryState,
+    Capability,
+    InstanceAction,
+    IntentResolution,
+    Receipt,
+    Status,
+)
 from reach.secretbox import SecretBox
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.unit.gateway.fakes import Fakes
@@ -177,6 +187,17 @@ def _gateway(backend: Backend) -> tuple[TestClient, dict[str, str]]:
     app = build_gateway(type(deps)(**{**deps.__dict__, "console": Console(operators=table, backend=backend)}),
                         HttpSettings(), closure=ClosureSettings())
     return TestClient(app, follow_redirects=False), tokens
+
+
+def _serving(monkeypatch: pytest.MonkeyPatch, agent_id: str, capability: str) -> RegistryView:
+    """The registry the console backend reads: one instance of `agent_id` serving `capability`."""
+    registry = RegistryView()
+    registry.apply("i-1", AgentRegistration(agent_id=agent_id, instance_id="i-1", build_version="1.0",
+                                            state=AgentState.READY, heartbeat_at=10**15, ttl_ms=10_000,
+                                            capabilities=[Capability(name=capability, version="1")],
+                                            inbox_topic="t.x"))
+    monkeypatch.setattr("reach.console.backend.read_registry", lambda *_a, **_kw: registry)
+    return registry
 
 
 @pytest.fixture
@@ -526,17 +547,10 @@ def test_a_bad_policy_form_is_a_400_that_names_the_field_and_changes_nothing(
 
 
 def test_the_console_refuses_a_policy_for_a_capability_nobody_serves_or_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.core.views.registry import RegistryView
-    from reach.records import AgentRegistration, AgentState, Capability
     from tests.unit.control_fixtures import memory_control
 
     published = memory_control(monkeypatch)
-    registry = RegistryView()
-    registry.apply("i-1", AgentRegistration(agent_id="agent://demo/echo", instance_id="i-1", build_version="1.0",
-                                            state=AgentState.READY,
-                                            capabilities=[Capability(name="demo.echo", version="1")],
-                                            heartbeat_at=1, ttl_ms=10_000, inbox_topic="t.x"))
-    monkeypatch.setattr("reach.console.backend.read_registry", lambda *_a, **_kw: registry)
+    _serving(monkeypatch, "agent://demo/echo", "demo.echo")
     client, tokens = _gateway(ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(),
                                              redis=RedisSettings()))
     admin = _bearer(tokens["admin"])
@@ -669,17 +683,10 @@ def test_the_console_creates_and_revokes_operators_with_the_clis_use_case(monkey
 def test_an_admin_creates_rotates_and_revokes_an_app_and_each_secret_is_shown_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from reach.appstore import MemoryAppLog
-    from reach.core.views.registry import RegistryView
-    from reach.records import AgentRegistration, AgentState, Capability
 
     log = MemoryAppLog()
     monkeypatch.setattr("reach.console.backend.KafkaAppLog", lambda **_kw: log)
-    registry = RegistryView()
-    registry.apply("i-1", AgentRegistration(agent_id="agent://demo/echo", instance_id="i-1", build_version="1.0",
-                                            state=AgentState.READY, heartbeat_at=10**15, ttl_ms=10_000,
-                                            capabilities=[Capability(name="demo.echo", version="1")],
-                                            inbox_topic="t.x"))
-    monkeypatch.setattr("reach.console.backend.read_registry", lambda *_a, **_kw: registry)
+    _serving(monkeypatch, "agent://demo/echo", "demo.echo")
     box = SecretBox([SecretStr(Fernet.generate_key().decode())])
     client, tokens = _gateway(ConsoleBackend(names=Names("t"), kafka=KafkaSettings(), reach=ReachSettings(),
                                              redis=RedisSettings(), box=box))
@@ -712,17 +719,10 @@ def test_an_admin_creates_rotates_and_revokes_an_app_and_each_secret_is_shown_on
 
 
 def test_an_admin_maps_and_unmaps_an_intent_and_a_viewer_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.core.views.registry import RegistryView
-    from reach.records import AgentRegistration, AgentState, Capability
     from tests.unit.control_fixtures import memory_control
 
     published = memory_control(monkeypatch)
-    registry = RegistryView()
-    registry.apply("i-1", AgentRegistration(agent_id="agent://w/f", instance_id="i-1", build_version="1.0",
-                                            state=AgentState.READY, heartbeat_at=10**15, ttl_ms=10_000,
-                                            capabilities=[Capability(name="weather.forecast", version="1")],
-                                            inbox_topic="t.x"))
-    monkeypatch.setattr("reach.console.backend.read_registry", lambda *_a, **_kw: registry)
+    registry = _serving(monkeypatch, "agent://w/f", "weather.forecast")
     monkeypatch.setattr("reach.ops.intents.registry.read_registry", lambda *_a, **_kw: registry)
     removed: list[str] = []
     monkeypatch.setattr("reach.ops.intents.remove_mapping", lambda phrase, **kw: removed.append(kw["by"]) or phrase)
