@@ -62,3 +62,20 @@ def test_an_expire_at_past_any_date_is_a_400_not_a_500() -> None:
     assert latest.status_code == 202
     [sent] = fakes.publisher.sent
     assert codec.decode(codec.encode(sent), type(sent)).expire_at == MAX_EPOCH_MS  # what the door takes encodes
+
+
+def test_a_read_over_its_quota_is_a_declared_429() -> None:
+    """schemathesis (a longer run): the read quota's 429 (finding 4) was not in the read routes' document."""
+    from tests.unit.gateway.fakes import FakeQuotas, signed_get
+    from tests.unit.gateway.test_openapi import check
+
+    fakes = Fakes(quotas=FakeQuotas(read_rate=0.001, read_burst=1))
+    client = _client(fakes)
+    doc = client.get("/openapi.json").json()
+    signed_get(client, "/v1/messages/m1")
+    for path, template in (("/v1/messages/m1", "/v1/messages/{message_id}"), ("/v1/traces/t1", "/v1/traces/{trace_id}"),
+                           ("/v1/messages/m1/events", "/v1/messages/{message_id}/events")):
+        refused = signed_get(client, path)
+        assert refused.status_code == 429, path
+        check(doc, template, "get", refused)
+        assert "Retry-After" in doc["paths"][template]["get"]["responses"]["429"]["headers"]
