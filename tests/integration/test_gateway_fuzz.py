@@ -5,9 +5,8 @@ the document (status, content type, headers, body schema). Every `/v1` operation
 
 In CI's serial part (issue 28, item 5), bounded in time: REACH_FUZZ_EXAMPLES examples per operation (default 150)
 within REACH_FUZZ_SECONDS for all operations (default 60; each operation gets its share, and what one leaves over
-goes to the next); a longer run with e.g.
-`REACH_FUZZ_EXAMPLES=2000 REACH_FUZZ_SECONDS=0 REACH_CI=1 .venv/bin/pytest -q -s tests/integration/test_gateway_fuzz.py`
-(0 seconds: no time bound). Unsigned fuzzing would only test the 401 path, so the hook signs the exact bytes sent;
+goes to the next); a longer run with `make fuzz-api` (REACH_FUZZ_EXAMPLES=2000, REACH_FUZZ_SECONDS=0: no time
+bound, and no per-test timeout). Unsigned fuzzing would only test the 401 path, so the hook signs the exact bytes sent;
 it also makes half the cases reach past the first refusal: a live capability, the ids earlier 202s returned, a
 cancel body that names its path's message, reply tokens minted with the gateway's REACH_CALLBACK_SECRET.
 """
