@@ -422,11 +422,12 @@ class Resolver(SupervisedLoop):
                 envelope)
             self.counts["rejected"] = self.counts.get("rejected", 0) + 1
             return []
-        resolution = self.resolve(envelope["intent"], envelope.get("tenant") or "default")  # as feedback keys it
+        tenant = envelope.get("tenant") or "default"
+        resolution = self.resolve(envelope["intent"], tenant)
         self.counts[resolution.stage] = self.counts.get(resolution.stage, 0) + 1
         if resolution.stage == "exact" and resolution.capability is not None:
             self.feedback.sent(envelope["message_id"], normalize(resolution.intent), resolution.capability,
-                               resolution.candidates[0].score, tenant=envelope.get("tenant") or "default",
+                               resolution.candidates[0].score, tenant=tenant,
                                caller_timeout=bool(envelope.get("execution_timeout_ms")))
         duals: list[PairRecord] = []
         children: dict[str, str] = {}
