@@ -108,7 +108,10 @@ def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], 
     """EXAMPLES generated cases of one operation, each sent signed and checked against the document; ids that
     earlier 202s returned (`known`) replace half the generated path ids, so the status routes answer 200 too.
     The examples run in rounds of CHUNK, each a hypothesis run of its own, until EXAMPLES ran or `until`
-    (time.monotonic) passed: the run keeps to its time share, and a failing round shrinks undisturbed."""
+    (time.monotonic) passed: the run keeps to its time share, and a failing round shrinks undisturbed. A round
+    draws from the ids known when it started (`pool`): hypothesis replays a choice sequence while shrinking and
+    needs it to draw alike, so ids a round's 202s return only serve the rounds after it."""
+    pool: dict[str, list[str]] = {}
 
     @settings(max_examples=min(EXAMPLES, CHUNK), deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
@@ -119,8 +122,8 @@ def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], 
             # half the envelopes name the live capability, so fuzzing reaches past the 404 into publishing
             case.body["capability"] = noop_agent.CAPABILITY
         for name in case.path_parameters or {}:
-            if known.get(name) and data.draw(st.booleans()):
-                case.path_parameters[name] = data.draw(st.sampled_from(known[name]))
+            if pool.get(name) and data.draw(st.booleans()):
+                case.path_parameters[name] = data.draw(st.sampled_from(pool[name]))
         if op.path.endswith(":cancel") and isinstance(case.body, dict) and data.draw(st.booleans()):
             case.body["message_id"] = case.path_parameters["message_id"]  # the body names the message it cancels
         response = send(case)
@@ -138,6 +141,8 @@ def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], 
 
     ran = 0
     while ran < EXAMPLES and (until is None or time.monotonic() < until):
+        pool.clear()
+        pool.update({name: list(ids[-200:]) for name, ids in known.items()})  # the latest, a bounded choice
         run()
         ran += CHUNK
 
