@@ -16,12 +16,12 @@ import pytest
 from confluent_kafka import Producer
 
 from reach import control
-from reach.envelopes import now_ms
 from reach.agent import Agent, BusinessError, Context
 from reach.client import Client
+from reach.envelopes import now_ms
+from reach.intent import mappings
 from reach.intent.catalog import GENERIC_TAG, RESERVED, SIDE_EFFECT_FREE_TAG
 from reach.intent.claims import RedisClaims, claim_key
-from reach.intent import mappings
 from reach.intent.desk import HandoffDesk
 from reach.intent.errors import ResolverIdInUse
 from reach.intent.model import shared_model
