@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test unit lint fuzz bench faults clean
+.PHONY: setup demo test unit lint fuzz fuzz-api bench faults clean
 
 setup: $(VENV)/.installed
 	@scripts/setup.sh
@@ -32,6 +32,11 @@ lint: setup
 # several minutes, so the per-test timeout is off.
 fuzz: setup
 	@REACH_FUZZ_PROFILE=long $(BIN)/pytest -q --timeout=0 tests/unit/fuzz
+
+# By hand: the gateway's API fuzzing (schemathesis, signed) without CI's 60 s bound, 2,000 examples per operation.
+fuzz-api: setup
+	@REACH_CI=1 REACH_FUZZ_EXAMPLES=2000 REACH_FUZZ_SECONDS=0 scripts/with-local.sh $(BIN)/pytest -q -s --timeout=0 \
+	  tests/integration/test_gateway_fuzz.py
 
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench

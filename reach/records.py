@@ -105,6 +105,7 @@ class ControlKind(StrEnum):
     POLICY = "POLICY"
     CANARY = "CANARY"
     INTENT = "INTENT"  # an exact intent -> capability mapping (v4)
+    INTENT_FEEDBACK = "INTENT_FEEDBACK"  # one tenant's learned confidence in an exact mapping (v6)
     UNKNOWN = "UNKNOWN"  # the enum default: a kind added after this reader's schema, skipped by the view
 
 
@@ -454,7 +455,8 @@ class Canary(AvroModel):
 
 
 class IntentMapping(AvroModel):
-    """An exact intent -> capability mapping on the control topic, keyed INTENT:<phrase> (v4)."""
+    """An exact intent -> capability mapping on the control topic, keyed INTENT:<phrase> (v4); a tenant's learned
+    confidence in it, keyed INTENT_FEEDBACK:<tenant>:<phrase> (v6)."""
 
     avro_name: ClassVar[str] = "IntentMapping"
 
@@ -462,6 +464,7 @@ class IntentMapping(AvroModel):
     capability: str
     confidence: float = 1.0
     source: str = "operator"
+    tenant: str | None = None
 
 
 _BODY_OF_KIND = {
@@ -470,6 +473,7 @@ _BODY_OF_KIND = {
     ControlKind.POLICY: "policy",
     ControlKind.CANARY: "canary",
     ControlKind.INTENT: "intent",
+    ControlKind.INTENT_FEEDBACK: "intent",
 }
 
 

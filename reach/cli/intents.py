@@ -30,14 +30,16 @@ def ls(
     seeds: bool = typer.Option(True, "--seeds/--no-seeds", help="also list the phrases seeded from registrations"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Every exact mapping: the control topic's (operator, handoff) and the seeds from live registrations."""
+    """Every exact mapping: the control topic's (operator, handoff; tenant *: all), each tenant's confidence its
+    failed requests lowered (source feedback), and the seeds from live registrations."""
     rows = ops_intents.map_rows(_names(), KafkaSettings(), seeds=seeds)
     if as_json:
         console.print_json(json.dumps(rows))
         return
-    table = Table("phrase", "capability", "confidence", "source")
+    table = Table("phrase", "capability", "confidence", "source", "tenant")
     for r in rows:
-        table.add_row(str(r["phrase"]), str(r["capability"]), f"{r['confidence']:.2f}", str(r["source"]))
+        table.add_row(str(r["phrase"]), str(r["capability"]), f"{r['confidence']:.2f}", str(r["source"]),
+                      r["tenant"] or "*")
     console.print(table)
 
 

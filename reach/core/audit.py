@@ -51,6 +51,7 @@ _CONTROL_KIND = {
     ControlKind.POLICY: AuditKind.POLICY,
     ControlKind.CANARY: AuditKind.CANARY,
     ControlKind.INTENT: AuditKind.INTENT,
+    ControlKind.INTENT_FEEDBACK: AuditKind.INTENT,
 }
 _REGISTRY_KINDS = {AuditKind.JOIN, AuditKind.LEAVE, AuditKind.VERSION, AuditKind.CAPABILITIES, AuditKind.STATE,
                    AuditKind.REGISTRATION, AuditKind.EVICTED}

@@ -7,6 +7,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 _STRICT = ConfigDict(extra="forbid")
+# 9999-12-31T23:59:59.999Z: a time in epoch ms fits an Avro long and every date type (schemathesis sent 2.8e35,
+# which passed `ge=0` and failed the envelope's encoding with a 500)
+MAX_EPOCH_MS = 253_402_300_799_999
 
 
 class Routing(BaseModel):
@@ -31,8 +34,8 @@ class EnvelopeRequest(BaseModel):
     payload: JsonValue = Field(..., description="any JSON value; at most 256 KiB once encoded")
     routing: Routing = Field(default_factory=Routing)
     budget_ms: int | None = Field(default=None, ge=1, le=7 * 24 * 3600 * 1000, description="created -> deadline")
-    expire_at: int | None = Field(default=None, ge=0, description="epoch ms; park the request until then when no "
-                                  "instance serves it yet (no 404)")
+    expire_at: int | None = Field(default=None, ge=0, le=MAX_EPOCH_MS, description="epoch ms; park the request "
+                                  "until then when no instance serves it yet (no 404)")
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200,
                                         description="a repeat from the same app returns the original 202")
     intent: str | None = Field(default=None, min_length=1, max_length=2000,

@@ -43,6 +43,9 @@ INVOKE_ERRORS: dict[int | str, dict[str, Any]] = {code: _error(code, _EITHER) fo
 READ_ERRORS: dict[int | str, dict[str, Any]] = {401: _error(401),
                                                 404: {"model": ErrorBody, "description": "unknown id, or another "
                                                       "tenant's (never told apart)"},
+                                                429: {**_error(429), "description": "the app's read quota is used "
+                                                      "up (Retry-After says when to come back), or it holds "
+                                                      "REACH_GATEWAY_SSE_PER_APP event streams already"},
                                                 431: _error(431),
                                                 503: {"model": ErrorBody, "description": "status table or apps "
                                                       "directory unavailable"}}

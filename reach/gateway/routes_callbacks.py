@@ -43,6 +43,11 @@ from reach.records import Envelope
 CLAIMS_APP = "reach-callbacks"  # the idempotency store's app scope of used tokens
 SOURCE = "gateway:callback"
 OUTCOMES = ("accepted", "unknown", "expired", "reused", "refused", "limited")
+# the route reads the raw body (it is the new envelope's payload), so it declares the body itself
+REPLY_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "type": "object", "additionalProperties": True, "description": "the reply: the new envelope's payload, less "
+    "`capability`, which names where it goes (default: the token's capability)",
+    "properties": {"capability": {"type": "string"}}}}}}}
 
 
 def callback_routes(admission: Admission, settings: ClosureSettings) -> APIRouter:
@@ -73,6 +78,7 @@ def callback_routes(admission: Admission, settings: ClosureSettings) -> APIRoute
     @router.post(CALLBACKS_PATH + "{token}", status_code=202, response_model=Accepted,
                  responses={**ERRORS, 409: {"description": "the token was already used"},
                             410: {"description": "the token has expired"}},
+                 openapi_extra=REPLY_BODY,
                  summary="Answer an outbound channel message (unsigned: the token is the credential)")
     async def reply(token: str, request: Request) -> Response:
         """202 once the reply's envelope is on the bus, joined to the outbound message's trace."""

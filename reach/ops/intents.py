@@ -20,36 +20,42 @@ from reach.settings import KafkaSettings
 
 
 def map_rows(names: Names, kafka: KafkaSettings, *, seeds: bool = True) -> list[dict[str, Any]]:
-    """The exact map: the control topic's mappings (operator, handoff) and, with `seeds`, the phrases seeded from
-    live registrations that no mapping overrides; by capability then phrase."""
+    """The exact map: the control topic's mappings (operator, handoff; `tenant` None: every tenant's), each tenant's
+    learned confidences (source feedback, with its tenant) and, with `seeds`, the phrases seeded from live
+    registrations that no mapping overrides; by capability, phrase, then tenant."""
     view = control.read_control(names=names, kafka=kafka)
+    records = view.records()
     rows: list[dict[str, Any]] = [
-        {"phrase": p, "capability": m.capability, "confidence": m.confidence, "source": m.source}
-        for p, m in mappings.operator_map(view.records()).items()]
+        {"phrase": p, "capability": m.capability, "confidence": m.confidence, "source": m.source, "tenant": None}
+        for p, m in mappings.operator_map(records).items()]
     if seeds:
         taken = {r["phrase"] for r in rows}
         live = registry.read_registry(kafka, names).live(now_ms())
-        rows += [{"phrase": p, "capability": c, "confidence": mappings.SEED_CONFIDENCE, "source": "seed"}
-                 for p, c in catalog.seeds(catalog.build(live)).items() if p not in taken]
-    rows.sort(key=lambda r: (str(r["capability"]), str(r["phrase"])))
+        rows += [{"phrase": p, "capability": c, "confidence": mappings.SEED_CONFIDENCE, "source": "seed",
+                  "tenant": None} for p, c in catalog.seeds(catalog.build(live)).items() if p not in taken]
+    rows += [{"phrase": m.phrase, "capability": m.capability, "confidence": m.confidence, "source": m.source,
+              "tenant": m.tenant} for m in mappings.learned_rows(records)]
+    rows.sort(key=lambda r: (str(r["capability"]), str(r["phrase"]), r["tenant"] is not None, str(r["tenant"])))
     return rows
 
 
 def set_mapping(phrase: str, capability: str, *, confidence: float, names: Names, kafka: KafkaSettings,
                 by: str = "reach-cli") -> Control:
-    """Map a phrase to a capability, live (resolvers apply it within one poll of the control topic): the record
-    published."""
+    """Map a phrase to a capability for every tenant, live (resolvers apply it within one poll of the control
+    topic; what tenants' outcomes taught about the phrase before no longer applies): the record published."""
     record = mappings.record(phrase, capability, confidence=confidence, by=by)
     control.publish(record, names=names, kafka=kafka)
     return record
 
 
 def remove_mapping(phrase: str, *, names: Names, kafka: KafkaSettings, by: str = "reach-cli") -> str:
-    """Tombstone a phrase's mapping on the control topic (a seed for the phrase applies again): the key removed.
-    The tombstone names `by` in a header (the audit history's actor)."""
+    """Tombstone a phrase's mapping on the control topic (a seed for the phrase applies again), with every tenant's
+    learned confidence in it: the key removed. The tombstones name `by` in a header (the audit history's actor)."""
     key = mappings.tombstone_key(phrase)
+    learned = mappings.feedback_keys(phrase, control.read_control(names=names, kafka=kafka).records())
     producer = Producer(kafka.producer())
-    producer.produce(names.control, key=key.encode(), value=None, headers=[(headers.BY, by.encode())])
+    for removed in (key, *learned):
+        producer.produce(names.control, key=removed.encode(), value=None, headers=[(headers.BY, by.encode())])
     if producer.flush(15):
         raise InfraUnavailable(f"The tombstone for {key} was not acknowledged; check REACH_BOOTSTRAP.")
     return key

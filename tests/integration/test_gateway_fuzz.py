@@ -1,16 +1,21 @@
 """schemathesis against the real gateway's own /openapi.json, every generated request signed (the auth hook):
 no 5xx (but the agent's outcome that /v1/invoke relays as 502/504, see RELAYED), and no response that violates
-the document (status, content type, headers, body schema).
+the document (status, content type, headers, body schema). Every `/v1` operation the document declares is fuzzed
+(tests/unit/gateway/test_openapi.py holds that every `/v1` route the gateway serves is in the document).
 
-A short bounded run by default (REACH_FUZZ_EXAMPLES examples per operation, default 15); a longer one with e.g.
-`REACH_FUZZ_EXAMPLES=500 REACH_CI=1 .venv/bin/pytest -q -s tests/integration/test_gateway_fuzz.py`.
-Unsigned fuzzing would only test the 401 path, so the hook signs the exact bytes sent.
+In CI's serial part (issue 28, item 5), bounded in time: REACH_FUZZ_EXAMPLES examples per operation (default 150)
+within REACH_FUZZ_SECONDS for all operations (default 60; each operation gets its share, and what one leaves over
+goes to the next); a longer run with `make fuzz-api` (REACH_FUZZ_EXAMPLES=2000, REACH_FUZZ_SECONDS=0: no time
+bound, and no per-test timeout). Unsigned fuzzing would only test the 401 path, so the hook signs the exact bytes sent;
+it also makes half the cases reach past the first refusal: a live capability, the ids earlier 202s returned, a
+cancel body that names its path's message, reply tokens minted with the gateway's REACH_CALLBACK_SECRET.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,14 +27,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import checks
 
+from reach.channels.tokens import ReplyClaims, mint
+from reach.envelopes import now_ms
 from reach.settings import KafkaSettings, RedisSettings
 from reach.tooling.bench import noop_agent
 from reach.tooling.bench.gateway_stack import GatewayStack, SignedApp, child_env
 from tests.integration.stream_app import StreamApp
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # a time-bounded run: alone, so its share is its own
 
-EXAMPLES = int(os.environ.get("REACH_FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("REACH_FUZZ_EXAMPLES", "150"))
+SECONDS = float(os.environ.get("REACH_FUZZ_SECONDS", "60"))  # 0: no time bound
+CHUNK = 25  # examples per hypothesis run: the time bound is checked between runs
+MAIN_SHARE = 0.75  # of SECONDS for the operations; the event stream (streams last up to 2 s each) has the rest
 DOCUMENT = [checks.status_code_conformance, checks.content_type_conformance, checks.response_headers_conformance,
             checks.response_schema_conformance]
 CHECKS = [checks.not_a_server_error, *DOCUMENT]
@@ -43,6 +53,7 @@ EVENTS = "/v1/messages/{message_id}/events"
 # waits that would turn a fuzz run into a sleep: a generated invoke or event stream ends within a second
 QUICK_WAITS = {"REACH_GATEWAY_INVOKE_TIMEOUT_MS": "500", "REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS": "1000",
                "REACH_GATEWAY_SSE_FIND": "0.2", "REACH_GATEWAY_SSE_MAX": "2"}
+CALLBACK_SECRET = "fuzz-reply-secret"  # so /v1/callbacks/{token} is on, and the hook can mint real tokens
 
 
 @pytest.fixture
@@ -50,7 +61,7 @@ def gateway(namespace: str, stream_app: StreamApp, tmp_path: Path) -> Iterator[G
     """A real gateway beside a real router (its status routes read the router's views) and the no-op agent."""
     env = child_env(namespace, KafkaSettings(), home=tmp_path / "home", redis_url=RedisSettings().url(),
                     topics_file=Path(os.environ["REACH_TOPICS_FILE"]))
-    env.update(REACH_WEB_PORT=str(stream_app.port), **QUICK_WAITS)
+    env.update(REACH_WEB_PORT=str(stream_app.port), REACH_CALLBACK_SECRET=CALLBACK_SECRET, **QUICK_WAITS)
     with GatewayStack(env=env) as stack:
         yield stack
 
@@ -85,11 +96,25 @@ def relayed(op: Any, response: httpx.Response) -> bool:
     return (response.status_code, status) in RELAYED
 
 
-def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], known: dict[str, list[str]]) -> None:
-    """EXAMPLES generated cases of one operation, each sent signed and checked against the document; ids that
-    earlier 202s returned (`known`) replace half the generated path ids, so the status routes answer 200 too."""
+def reply_token(message_id: str, trace_id: str) -> str:
+    """A reply token for an accepted message, as the channel agent would mint it (the default tenant's, an hour)."""
+    claims = ReplyClaims(message_id=message_id, trace_id=trace_id, tenant="default",
+                         expires_at=now_ms() + 3_600_000, capability=noop_agent.CAPABILITY)
+    return mint(CALLBACK_SECRET.encode(), claims)
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+
+def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], known: dict[str, list[str]],
+         until: float | None = None) -> None:
+    """EXAMPLES generated cases of one operation, each sent signed and checked against the document; ids that
+    earlier 202s returned (`known`) replace half the generated path ids, so the status routes answer 200 too.
+    The examples run in rounds of CHUNK, each a hypothesis run of its own, until EXAMPLES ran or `until`
+    (time.monotonic) passed: the run keeps to its time share, and a failing round shrinks undisturbed. A round
+    draws from the ids known when it started (`pool`): hypothesis replays a choice sequence while shrinking and
+    needs it to draw alike, so ids a round's 202s return only serve the rounds after it."""
+    pool: dict[str, list[str]] = {}
+
+    @settings(max_examples=min(EXAMPLES, CHUNK), deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         case = data.draw(op.as_strategy())
@@ -97,38 +122,58 @@ def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], 
             # half the envelopes name the live capability, so fuzzing reaches past the 404 into publishing
             case.body["capability"] = noop_agent.CAPABILITY
         for name in case.path_parameters or {}:
-            if known.get(name) and data.draw(st.booleans()):
-                case.path_parameters[name] = data.draw(st.sampled_from(known[name]))
+            if pool.get(name) and data.draw(st.booleans()):
+                case.path_parameters[name] = data.draw(st.sampled_from(pool[name]))
+        if op.path.endswith(":cancel") and isinstance(case.body, dict) and data.draw(st.booleans()):
+            case.body["message_id"] = case.path_parameters["message_id"]  # the body names the message it cancels
         response = send(case)
         if response.status_code in (200, 202) and op.method.upper() == "POST":
             try:
                 answer = response.json()
             except ValueError:
                 answer = None
-            if isinstance(answer, dict) and answer.get("message_id"):
+            if isinstance(answer, dict) and answer.get("message_id") and answer.get("trace_id"):
                 known.setdefault("message_id", []).append(answer["message_id"])
                 known.setdefault("trace_id", []).append(answer["trace_id"])
+                known.setdefault("token", []).append(reply_token(answer["message_id"], answer["trace_id"]))
         codes[response.status_code] = codes.get(response.status_code, 0) + 1
         case.validate_response(response, checks=DOCUMENT if relayed(op, response) else CHECKS)
 
-    run()
+    ran = 0
+    while ran < EXAMPLES and (until is None or time.monotonic() < until):
+        pool.clear()
+        pool.update({name: list(ids[-200:]) for name, ids in known.items()})  # the latest, a bounded choice
+        run()
+        ran += CHUNK
 
 
 def test_signed_fuzzing_finds_no_5xx_and_no_response_outside_the_document(gateway: GatewayStack) -> None:
     schema = schemathesis.openapi.from_url(gateway.url + "/openapi.json")
     app = gateway.signed_app()
-    operations = [op for op in (result.ok() for result in schema.get_all_operations()) if op.path != EVENTS]
-    assert any(op.path == "/v1/envelopes" and op.method.upper() == "POST" for op in operations), \
-        [f"{op.method} {op.path}" for op in operations]
+    every = [result.ok() for result in schema.get_all_operations()]
+    operations = [op for op in every if op.path != EVENTS]
+    documented = {f"{op.method.upper()} {op.path}" for op in every if op.path.startswith("/v1/")}
+    assert {"POST /v1/envelopes", "POST /v1/envelopes:batch", "POST /v1/invoke", "GET /v1/messages/{message_id}",
+            "GET /v1/traces/{trace_id}", "GET /v1/messages/{message_id}/events",
+            "POST /v1/messages/{message_id}:cancel", "POST /v1/callbacks/{token}"} <= documented, documented
     seen: dict[str, dict[int, int]] = {}
     known: dict[str, list[str]] = {}
+    started = time.monotonic()
+    ordered = sorted(operations, key=lambda o: o.method.upper() != "POST" or "{" in o.path)  # POSTs that make ids
     with httpx.Client(timeout=30) as http:
-        for op in sorted(operations, key=lambda o: o.method.upper() != "POST"):  # POSTs first: they make the ids
+        for n, op in enumerate(ordered, 1):
+            # its share of the time (the event stream has the rest), and what the operations before it left over
+            until = started + SECONDS * MAIN_SHARE * n / len(ordered) if SECONDS > 0 else None
             fuzz(op, lambda case: signed_send(http, app, case, gateway.url),
-                 seen.setdefault(f"{op.method.upper()} {op.path}", {}), known)
-    print(f"\nschemathesis, {EXAMPLES} examples per operation, signed; status codes seen: {seen}")
+                 seen.setdefault(f"{op.method.upper()} {op.path}", {}), known, until)
+    print(f"\nschemathesis, up to {EXAMPLES} examples per operation in {SECONDS:g} s (took "
+          f"{time.monotonic() - started:.0f} s), signed; status codes seen: {seen}")
+    assert documented - {f"GET {EVENTS}"} <= seen.keys(), "every /v1 operation was fuzzed (the event stream below)"
     assert any(200 <= code < 300 for codes in seen.values() for code in codes), \
         "signed fuzzing got past the door at least once (else it only tested the 401 path)"
+    past = [label for label in ("POST /v1/envelopes", "POST /v1/messages/{message_id}:cancel",
+                                "POST /v1/callbacks/{token}") if not {202, 409} & seen[label].keys()]
+    assert not past, f"fuzzing never got past the first refusal of {past}: {seen}"
     five = {label: [c for c in codes if c >= 500] for label, codes in seen.items()}
     assert all(not c or label == "POST /v1/invoke" for label, c in five.items()), seen
 
@@ -142,7 +187,8 @@ def test_the_event_stream_matches_the_document(gateway: GatewayStack) -> None:
         accepted = http.post(gateway.url + "/v1/envelopes", content=body, headers=app.headers(body))
         assert accepted.status_code == 202, accepted.text
         known = {"message_id": [accepted.json()["message_id"]]}
-        fuzz(operation, lambda case: signed_send(http, app, case, gateway.url), {}, known)
+        until = time.monotonic() + SECONDS * (1 - MAIN_SHARE) if SECONDS > 0 else None
+        fuzz(operation, lambda case: signed_send(http, app, case, gateway.url), {}, known, until)
         case = operation.Case(path_parameters={"message_id": known["message_id"][0]})
         response = signed_send(http, app, case, gateway.url)
         assert response.status_code == 200 and "event: terminal" in response.text, response.text[-500:]

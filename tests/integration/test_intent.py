@@ -18,6 +18,8 @@ from confluent_kafka import Producer
 from reach import control
 from reach.agent import Agent, BusinessError, Context
 from reach.client import Client
+from reach.envelopes import now_ms
+from reach.intent import mappings
 from reach.intent.catalog import GENERIC_TAG, RESERVED, SIDE_EFFECT_FREE_TAG
 from reach.intent.claims import RedisClaims, claim_key
 from reach.intent.desk import HandoffDesk
@@ -216,15 +218,28 @@ def test_dual_dispatch_first_valid_answer_wins(namespace: str, tmp_path: Path) -
         finally:
             letters.close()
 
-        # feedback: an exact mapping whose requests keep failing loses confidence on the control topic
-        failing = [client.send(RESERVED, {"fail": True}, intent="find a recipe for lasagna") for _ in range(3)]
+        # feedback (issue 28, finding 5): requests bound to expire (budget_ms 1) count against no mapping; an exact
+        # mapping whose requests keep failing loses confidence for the failing tenant alone, in a record of its own
+        phrase = "find a recipe for lasagna"
+        control.publish(mappings.record(phrase, "recipe.search", by="ops"), names=names, kafka=KafkaSettings())
+        wait_for(lambda: (worker.refresh(now_ms()) or True) and "INTENT:" + phrase in worker.state.control.records(),
+                 what="the operator's mapping followed")
+        expiring = [client.send(RESERVED, {}, intent=phrase, tenant="mallory", budget_ms=1) for _ in range(6)]
+        receipts.wait_status(expiring, Status.EXPIRED)
+        failing = [client.send(RESERVED, {"fail": True}, intent=phrase, tenant="acme") for _ in range(3)]
         receipts.wait_status(failing, Status.FAILED)
-        key = "INTENT:find a recipe for lasagna"
-        lowered = wait_for(lambda: control.read_control(names=Names(namespace), timeout=3,
-                                                        kafka=KafkaSettings()).records().get(key),
-                           what="the lowered mapping")
-        assert lowered.intent is not None and lowered.intent.source == "feedback"
-        assert lowered.intent.confidence == 0.75 and lowered.intent.capability == "recipe.search"
+        learned_key = "INTENT_FEEDBACK:acme:" + phrase
+        records = wait_for(lambda: (lambda r: r if learned_key in r else None)(control.read_control(
+            names=names, timeout=3, kafka=KafkaSettings()).records()), what="acme's lowered confidence")
+        lowered = records[learned_key].intent
+        assert lowered is not None and (lowered.source, lowered.tenant) == ("feedback", "acme")
+        assert lowered.confidence == 0.75 and lowered.capability == "recipe.search"
+        operator = records["INTENT:" + phrase].intent  # the operator's mapping: untouched, for every tenant
+        assert operator is not None and (operator.source, operator.confidence) == ("operator", 1.0)
+        assert not any(k.startswith("INTENT_FEEDBACK:mallory:") for k in records)  # EXPIRED counted for nothing
+        listed = json.loads(reach_cli("intents", "ls", "--no-seeds", "--json").stdout)
+        assert {"phrase": phrase, "capability": "recipe.search", "confidence": 0.75, "source": "feedback",
+                "tenant": "acme"} in listed
 
 
 def test_policy_handoff_fuzzy_merge_and_a_restarted_resolver_completes_its_dual(

@@ -19,8 +19,8 @@ import os
 import re
 import socket
 import time
-from collections import deque
-from collections.abc import Callable
+from collections import ChainMap, deque
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -38,7 +38,7 @@ from reach.intent.errors import IntentModelMissing, ResolverIdInUse
 from reach.intent.feedback import Feedback
 from reach.intent.model import Embedder, shared_model
 from reach.intent.semantic import SemanticIndex
-from reach.intent.stages import Resolution, Thresholds, resolve
+from reach.intent.stages import Mapping_, Resolution, Thresholds, resolve
 from reach.intent.text import normalize
 from reach.kafka import clients, delivery, topicreader
 from reach.kafka import headers as H
@@ -142,6 +142,7 @@ class Resolver(SupervisedLoop):
         self._vectors: dict[str, Any] = {}
         self._version: object = None
         self._exact: dict[str, Any] = {}
+        self._learned: dict[str, dict[str, Mapping_]] = {}  # per tenant: what its outcomes taught (feedback)
         self._sef: frozenset[str] = frozenset()
         self._live: frozenset[str] = frozenset()
         self._tenancy: dict[str, frozenset[str] | None] = {}
@@ -227,14 +228,18 @@ class Resolver(SupervisedLoop):
             if mapping.capability in entries and mapping.confidence >= self.thresholds.exact_floor:
                 entries[mapping.capability].add(phrase)
         tenancy = catalog.tenancy(live)
+        exact = mappings.exact_map(catalog.seeds(entries), records)
+        learned = mappings.learned_map(exact, records)
         version = (tuple(sorted((e.capability, tuple(e.texts), e.side_effect_free, e.generic, e.family)
                                 for e in entries.values())),
                    tuple(sorted((p, m.capability, m.confidence) for p, m in operator.items())),
-                   tuple(sorted((c, None if t is None else tuple(sorted(t))) for c, t in tenancy.items())))
+                   tuple(sorted((c, None if t is None else tuple(sorted(t))) for c, t in tenancy.items())),
+                   tuple(sorted((t, tuple(sorted(m.items()))) for t, m in learned.items())))
         if version == self._version:
             return
         self._version = version
-        self._exact = mappings.exact_map(catalog.seeds(entries), records)
+        self._exact = exact
+        self._learned = learned
         self._live = frozenset(entries)
         self._tenancy = tenancy
         self._served = {}
@@ -256,12 +261,16 @@ class Resolver(SupervisedLoop):
 
     def resolve(self, intent: str, tenant: str = "default") -> Resolution:
         live = self.served(tenant)
-        key = (normalize(intent), live)  # tenants served by the same capabilities share resolutions
+        phrase = normalize(intent)
+        learned = self._learned.get(tenant, {}).get(phrase)
+        # tenants served by the same capabilities share resolutions, unless one's outcomes taught it otherwise
+        key = (phrase, live, tenant if learned is not None else None)
         cached = self.cache.get(key, self._version)
         if cached is not None:
             return Resolution(cached.stage, intent, cached.capability, cached.candidates, cached.dual, cached.note)
         started = time.perf_counter()
-        resolution = resolve(intent, exact=self._exact, live=live, side_effect_free=self._sef,
+        exact: Mapping[str, Mapping_] = self._exact if learned is None else ChainMap({phrase: learned}, self._exact)
+        resolution = resolve(intent, exact=exact, live=live, side_effect_free=self._sef,
                              rank=self._index.rank if self._index is not None else None,
                              thresholds=self.thresholds, generics=self._generics, families=self._families,
                              unavailable=self.unavailable or "the model is not loaded")
@@ -413,11 +422,13 @@ class Resolver(SupervisedLoop):
                 envelope)
             self.counts["rejected"] = self.counts.get("rejected", 0) + 1
             return []
-        resolution = self.resolve(envelope["intent"], envelope.get("tenant") or "default")
+        tenant = envelope.get("tenant") or "default"
+        resolution = self.resolve(envelope["intent"], tenant)
         self.counts[resolution.stage] = self.counts.get(resolution.stage, 0) + 1
         if resolution.stage == "exact" and resolution.capability is not None:
             self.feedback.sent(envelope["message_id"], normalize(resolution.intent), resolution.capability,
-                               resolution.candidates[0].score)
+                               resolution.candidates[0].score, tenant=tenant,
+                               caller_timeout=bool(envelope.get("execution_timeout_ms")))
         duals: list[PairRecord] = []
         children: dict[str, str] = {}
         for out in dispatch.plan(envelope, value, resolution, at=now, reply_topic=self.reply_topic):
@@ -472,7 +483,8 @@ class Resolver(SupervisedLoop):
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "dual-dispatch outcomes not acknowledged"))
 
     def _outcomes(self, producer: Producer, records: list[Message]) -> None:
-        """Terminal receipts of exact-stage forwards: repeated failures lower the mapping's confidence."""
+        """Terminal receipts of exact-stage forwards: repeated failures the agent caused lower the mapping's
+        confidence for the tenant whose requests failed (reach.intent.feedback)."""
         for msg in records:
             message_id = H.text(H.pairs(msg.headers()), H.MESSAGE_ID)
             value = msg.value()
@@ -482,13 +494,13 @@ class Resolver(SupervisedLoop):
                 receipt = decode(value, Receipt)
             except DecodeError:
                 continue
-            lowered = self.feedback.ended(receipt.message_id, receipt.status)
-            if lowered is not None:
-                record = mappings.record(lowered.phrase, lowered.capability, confidence=lowered.confidence,
-                                         source="feedback", by=f"resolver-{self.worker_id}")
+            lowered = self.feedback.ended(receipt.message_id, receipt.status, receipt.error)
+            if lowered is not None:  # the tenant's own record: the operator's INTENT:<phrase> stays as it is
+                record = mappings.feedback_record(lowered.tenant, lowered.phrase, lowered.capability,
+                                                  confidence=lowered.confidence, by=f"resolver-{self.worker_id}")
                 producer.produce(self.names.control, encode(record), key=record.key.encode())
-                log.warning("intent %r -> %s failed repeatedly: confidence lowered to %.2f", lowered.phrase,
-                            lowered.capability, lowered.confidence)
+                log.warning("intent %r -> %s failed repeatedly for tenant %r: its confidence lowered to %.2f",
+                            lowered.phrase, lowered.capability, lowered.tenant, lowered.confidence)
 
     def _record_outcome(self, producer: Producer, outcome: Outcome) -> None:
         if outcome.action == "wait":

@@ -120,16 +120,16 @@ def test_repeated_failures_lower_an_exact_mappings_confidence() -> None:
 
     fb = Feedback(failures=2, step=0.25)
     for i in range(3):
-        fb.sent(f"m{i}", "rain", "weather.forecast", 1.0)
+        fb.sent(f"m{i}", "rain", "weather.forecast", 1.0, tenant="t")
     assert fb.ended("m0", Status.ROUTED) is None and fb.watching("m0")
     assert fb.ended("m0", Status.FAILED) is None
     assert fb.ended("m1", Status.COMPLETED) is None  # a success resets the run
     assert fb.ended("m2", Status.FAILED) is None and not fb.watching("m2")
-    for i, caused_by_the_caller in enumerate((Status.REJECTED, Status.UNROUTABLE)):  # a bad payload, another tenant
-        fb.sent(f"c{i}", "rain", "weather.forecast", 1.0)
+    for i, caused_by_the_caller in enumerate((Status.REJECTED, Status.UNROUTABLE, Status.EXPIRED)):
+        fb.sent(f"c{i}", "rain", "weather.forecast", 1.0, tenant="t")  # a bad payload, another tenant, a budget
         assert fb.ended(f"c{i}", caused_by_the_caller) is None  # neither counts against the mapping
-    fb.sent("m3", "rain", "weather.forecast", 1.0)
-    lowered = fb.ended("m3", Status.EXPIRED)
+    fb.sent("m3", "rain", "weather.forecast", 1.0, tenant="t")
+    lowered = fb.ended("m3", Status.DEAD_LETTERED)
     assert lowered is not None and (lowered.phrase, lowered.confidence) == ("rain", 0.75)
     assert fb.ended("unknown", Status.FAILED) is None
 
