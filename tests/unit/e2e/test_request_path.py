@@ -67,17 +67,19 @@ def test_an_undelivered_request_is_rerouted_after_the_delivery_timeout(stack: Me
     wait_for(lambda: any(r.instance_id == ghost.instance_id for r in stack.router.state.live(now_ms())), 5,
              "the ghost live in the router's registry")
     with Client() as client:
-        message_id = client.send(CAPABILITY, {"n": 3}, delivery_timeout_ms=600)
+        message_id = client.send(CAPABILITY, {"n": 3}, delivery_timeout_ms=2_000)  # room for the agent below to be live first
     first = wait_for(lambda: next((r for r in stack.receipts(message_id) if r["status"] == "ROUTED"), None), 5,
                      "the first ROUTED")
     assert first["instance_id"] == ghost.instance_id
     runner = stack.run_agent(_echo())
+    wait_for(lambda: any(r.instance_id == runner.agent.instance_id for r in stack.router.state.live(now_ms())), 5,
+             "the agent live in the router's registry before the delivery timeout reroutes")
     row = wait_for(lambda: _completed(stack, message_id), 8, "the rerouted request COMPLETED")
     assert row.instance_id == runner.agent.instance_id and row.reroutes == 1 and row.attempt == 1
     routed = [r for r in stack.receipts(message_id) if r["status"] == "ROUTED"]
     assert [r["instance_id"] for r in routed] == [ghost.instance_id, runner.agent.instance_id]
     late = next(r for r in stack.receipts(message_id) if r["status"] == "ACCEPTED")
-    assert late["error"]["code"] == "DELIVERY_TIMEOUT" and late["at"] - first["at"] >= 600
+    assert late["error"]["code"] == "DELIVERY_TIMEOUT" and late["at"] - first["at"] >= 2_000
 
 
 def _ghost(stack: MemoryStack) -> AgentRegistration:
