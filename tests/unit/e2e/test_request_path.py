@@ -67,7 +67,8 @@ def test_an_undelivered_request_is_rerouted_after_the_delivery_timeout(stack: Me
     wait_for(lambda: any(r.instance_id == ghost.instance_id for r in stack.router.state.live(now_ms())), 5,
              "the ghost live in the router's registry")
     with Client() as client:
-        message_id = client.send(CAPABILITY, {"n": 3}, delivery_timeout_ms=2_000)  # room for the agent below to be live first
+        # room for the agent started below to be live before the delivery timeout
+        message_id = client.send(CAPABILITY, {"n": 3}, delivery_timeout_ms=2_000)
     first = wait_for(lambda: next((r for r in stack.receipts(message_id) if r["status"] == "ROUTED"), None), 5,
                      "the first ROUTED")
     assert first["instance_id"] == ghost.instance_id
