@@ -212,4 +212,5 @@ class StateLoop:
             self._state.loads.finished(key, receipt["at"])
 
 
-_DECODERS: dict[str, Decoder] = {"registry": REGISTRATION, "control": CONTROL, "health": HEALTH, "receipts": RECEIPT, "loads": LOAD}
+_DECODERS: dict[str, Decoder] = {"registry": REGISTRATION, "control": CONTROL, "health": HEALTH, "receipts": RECEIPT,
+                                 "loads": LOAD}
