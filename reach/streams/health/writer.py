@@ -173,7 +173,7 @@ class HealthWriter(SupervisedLoop):
                     replay = self._start_replay()
                 if replay is not None:
                     messages = clients.take(replay, 1_000, self.settings.tick_ms / 1000)
-                    self.fold(messages)
+                    self.fold(self._below_boundary(messages))
                     if not messages and self._replay_to:
                         self._replayed_by_position(replay)
                     if not self._replay_to:
@@ -229,6 +229,12 @@ class HealthWriter(SupervisedLoop):
         for instance_id in list(self._latest):
             del self._latest[instance_id]
             self._on_publish(instance_id, None)
+
+    def _below_boundary(self, messages: list[Message]) -> list[Message]:
+        """The replay's records below where the feed took over (the reader fetches past it, also for a partition
+        already replayed): the feed hands over the rest, so each call is counted once."""
+        bounds = dict(self._replay_to)
+        return [m for m in messages if m.error() is None and (m.offset() or 0) < bounds.get(m.partition() or 0, -1)]
 
     def _replayed_by_position(self, feed: Consumer) -> None:
         """Idle during a replay: a position at or past the end offset also ends it (the last record may be gone)."""
