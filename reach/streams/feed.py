@@ -342,3 +342,21 @@ class Feed(SupervisedLoop):
             for view in self._views:
                 if view.on_loaded is not None:
                     view.on_loaded()
+
+
+class FedLoop(SupervisedLoop):
+    """A worker loop that reads through the process's feed: starting it starts the feed (unless another user did),
+    stopping it lets the feed go, and a failing feed makes it unhealthy."""
+
+    feed: Feed
+
+    def start(self) -> None:
+        self.feed.acquire()
+        super().start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        super().stop(timeout)
+        self.feed.release(timeout)
+
+    def healthy(self) -> bool:
+        return super().healthy() and self.feed.error is None

@@ -31,8 +31,7 @@ from reach.names import Names
 from reach.records import Canary, Control, ControlKind, Receipt
 from reach.settings import CanarySettings, KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.feed import CONTROL, RECEIPT, REGISTRATION, Decoder, Feed, Record, Start, Tail, record_of
-from reach.streams.supervised import SupervisedLoop
+from reach.streams.feed import CONTROL, RECEIPT, REGISTRATION, Decoder, FedLoop, Feed, Record, Start, Tail, record_of
 
 log = logging.getLogger("reach.canary")
 
@@ -114,7 +113,7 @@ class CanaryDriver:
         return written
 
 
-class CanaryController(SupervisedLoop):
+class CanaryController(FedLoop):
     """The Kafka shell around a CanaryDriver: start()/stop() from any thread."""
 
     thread_name = "reach-canary"
@@ -137,17 +136,6 @@ class CanaryController(SupervisedLoop):
             Tail(names.control, Start.BEGINNING, CONTROL),
             Tail(names.receipts, Start.END, RECEIPT, accept=lambda _msg: bool(self.driver.book.running)),
         ], self._take)
-
-    def start(self) -> None:
-        self.feed.acquire()
-        super().start()
-
-    def stop(self, timeout: float | None = None) -> None:
-        super().stop(timeout)
-        self.feed.release(timeout)
-
-    def healthy(self) -> bool:
-        return super().healthy() and self.feed.error is None
 
     def _take(self, records: list[Record], _reached: Mapping[TopicPart, int]) -> None:
         with self._lock:

@@ -50,9 +50,19 @@ from reach.names import Names
 from reach.records import InstanceHealth
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
-from reach.streams.feed import CONTROL, RECEIPT, REGISTRATION, Feed, Record, Start, Tail, apply_control, record_of
+from reach.streams.feed import (
+    CONTROL,
+    RECEIPT,
+    REGISTRATION,
+    FedLoop,
+    Feed,
+    Record,
+    Start,
+    Tail,
+    apply_control,
+    record_of,
+)
 from reach.streams.status.lookup import partition_of
-from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.health")
 Publish = Callable[[str, InstanceHealth | None], None]
@@ -74,7 +84,7 @@ def health_group(names: Names) -> str:
     return f"{names.router_app_id}.health"
 
 
-class HealthWriter(SupervisedLoop):
+class HealthWriter(FedLoop):
     """The single writer of `<ns>.health` for the partitions it owns; start()/stop() run it on a thread.
 
     `on_publish` sees every record it published (the metrics gauges); `records()` is the latest per owned
@@ -119,17 +129,6 @@ class HealthWriter(SupervisedLoop):
             Tail(names.registry, Start.BEGINNING, REGISTRATION),
             Tail(names.receipts, Start.END, RECEIPT, accept=self._wants),
         ], self._take)
-
-    def start(self) -> None:
-        self.feed.acquire()
-        super().start()
-
-    def stop(self, timeout: float | None = None) -> None:
-        super().stop(timeout)
-        self.feed.release(timeout)
-
-    def healthy(self) -> bool:
-        return super().healthy() and self.feed.error is None
 
     def owns(self, instance_id: str) -> bool:
         return bool(self.partitions) and partition_of(instance_id, self.partitions) in self.owned

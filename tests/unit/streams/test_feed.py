@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -72,6 +73,19 @@ def produce(kafka: KafkaSettings, topic: str, records: list[tuple[bytes | None, 
     assert producer.flush(1) == 0
 
 
+@contextmanager
+def receipts_feed(kafka: KafkaSettings, view: View) -> Iterator[Feed]:
+    """A started feed with one view of the receipts topic, loaded."""
+    feed = Feed(names=NAMES, kafka=kafka)
+    feed.subscribe("v", [Tail(NAMES.receipts, Start.END, RECEIPT)], view.take)
+    feed.acquire()
+    try:
+        assert feed.wait_loaded(5)
+        yield feed
+    finally:
+        feed.release(5)
+
+
 def until(check: Callable[[], Any], what: str, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -128,12 +142,8 @@ def test_a_record_no_view_accepts_is_never_decoded(kafka: KafkaSettings) -> None
 
 
 def test_a_bad_record_reaches_the_views_marked_and_the_feed_goes_on(kafka: KafkaSettings) -> None:
-    feed = Feed(names=NAMES, kafka=kafka)
     view = View()
-    feed.subscribe("v", [Tail(NAMES.receipts, Start.END, RECEIPT)], view.take)
-    feed.acquire()
-    try:
-        assert feed.wait_loaded(5)
+    with receipts_feed(kafka, view) as feed:
         produce(kafka, NAMES.receipts, [(b"m", b"\x00garbage"), (b"m", receipt("m")), (b"m", None)])
         until(lambda: len(view.records) == 3, "three records")
         bad, good, tombstone = view.records
@@ -141,8 +151,6 @@ def test_a_bad_record_reaches_the_views_marked_and_the_feed_goes_on(kafka: Kafka
         assert good.error is None and good.decoded["message_id"] == "m"
         assert tombstone.value is None and tombstone.decoded is None and tombstone.error is None
         assert feed.error is None
-    finally:
-        feed.release(5)
 
 
 def test_a_registry_outage_is_read_again_from_the_record_with_no_duplicate(kafka: KafkaSettings,
@@ -158,12 +166,8 @@ def test_a_registry_outage_is_read_again_from_the_record_with_no_duplicate(kafka
 
     monkeypatch.setattr(module, "decode_dict", flaky)
     monkeypatch.setattr(Feed, "backoff_first_s", 0.01)
-    feed = Feed(names=NAMES, kafka=kafka)
     view = View()
-    feed.subscribe("v", [Tail(NAMES.receipts, Start.END, RECEIPT)], view.take)
-    feed.acquire()
-    try:
-        assert feed.wait_loaded(5)
+    with receipts_feed(kafka, view) as feed:
         producer = clients.producer(kafka)
         for n in range(6):  # one partition: the order is the offset order
             producer.produce(NAMES.receipts, key=b"k", value=receipt(f"m{n}"), partition=0)
@@ -171,8 +175,6 @@ def test_a_registry_outage_is_read_again_from_the_record_with_no_duplicate(kafka
         until(lambda: len(view.records) >= 6, "six receipts")
         assert [r.decoded["message_id"] for r in view.records] == [f"m{n}" for n in range(6)]
         assert outage["left"] == 0 and feed.error is None, "restarted, recovered"
-    finally:
-        feed.release(5)
 
 
 def test_a_failing_view_starves_no_other(kafka: KafkaSettings) -> None:
