@@ -23,8 +23,8 @@ log = logging.getLogger(__name__)
 _PROBE_S = 1.0  # one metadata attempt; between attempts the error callback is served
 
 
-def admin(kafka: KafkaSettings) -> AdminClient:
-    conf = kafka.admin()
+def admin(kafka: KafkaSettings, **overrides: Any) -> AdminClient:
+    conf = kafka.admin(**overrides)
     bus = memory.bus_name(conf)
     return AdminClient(conf) if bus is None else cast(AdminClient, memory.MemoryAdmin(memory.bus(bus), conf))
 

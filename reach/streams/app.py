@@ -13,27 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 from reach import heap
 from reach.channels.closure import ChannelCallbacks
-from reach.control import ControlView, read_control
 from reach.core.healthmodel.settings import HealthSettings
 from reach.envelopes import now_ms
 from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients, codec, topics
 from reach.metrics import Metrics
 from reach.names import Names
-from reach.records import Policy
 from reach.settings import CanarySettings, HealthEnvSettings, KafkaSettings, ReachSettings, RedisSettings
 from reach.streams import groupadmin
 from reach.streams.audit.writer import AuditWriter
 from reach.streams.canary.controller import CanaryController
 from reach.streams.credentials import faust_broker_options
 from reach.streams.delays.forwarder import DelayForwarder
+from reach.streams.feed import Feed
 from reach.streams.gauges import Gauges
 from reach.streams.health import HealthWriter
 from reach.streams.health.gauges import HealthGauges
@@ -42,6 +40,7 @@ from reach.streams.router.stats import summary_line
 from reach.streams.status.fold import StatusFold, fold_group
 from reach.streams.status.lookup import Owners
 from reach.streams.status.views import StatusViews, attach_status_views
+from reach.streams.timekeeper.policies import Policies
 from reach.streams.timekeeper.sweep import Timekeeper
 from reach.streams.views import attach_views
 from reach.streams.webauth import GuardedPages, required_token
@@ -120,8 +119,11 @@ def build_app(
         broker_session_timeout=10.0,
         broker_heartbeat_interval=3.0,
     )
+    # one consumer tails registry, control, health, loads and receipts for every view of this process
+    # (docs/decisions/0032-one-feed-per-process.md); each view subscribes here, before anything starts
+    feed = Feed(names=names, kafka=kafka)
     router = (Router(kafka=kafka, reach=reach_settings, redis=redis, batch_size=batch_size,
-                     handoff=IntentHandoff())
+                     handoff=IntentHandoff(), feed=feed)
               if role != Role.STATUS else None)
     # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
     metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
@@ -135,7 +137,7 @@ def build_app(
                           retention_ms=reach_settings.status_retention * 1000, callbacks=ChannelCallbacks())
         # the single writer of <ns>.health for the partitions its group gives this worker (reach.streams.health)
         health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthEnvSettings(),
-                              on_publish=HealthGauges(metrics.registry).publish)
+                              on_publish=HealthGauges(metrics.registry).publish, feed=feed)
     views = StatusViews(fold=fold, owners=Owners(groupadmin.shared(kafka), fold_group(names)), partitions=partitions,
                         url=url, auth=auth_headers(reach_settings))
     pages = GuardedPages(app, required_token(reach_settings))
@@ -146,11 +148,11 @@ def build_app(
                                                     max_bytes=spec.dead_letter_bytes(), redis=redis),
                      reach_settings.namespace, summary_interval)
     if fold is not None:
-        policy = router.state.control.policy if router is not None else _PolicyCache(names, kafka).policy
+        policy = router.state.control.policy if router is not None else Policies(names=names, feed=feed).policy
         timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy, redis=redis)
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)
-        controller = CanaryController(names=names, kafka=kafka, settings=canary or CanarySettings())
+        controller = CanaryController(names=names, kafka=kafka, settings=canary or CanarySettings(), feed=feed)
         _host_fold(app, Service, fold, timekeeper, gauges, health, controller, AuditWriter(names=names, kafka=kafka),
                    stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
@@ -223,25 +225,6 @@ def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper,
                                                        fold.table_size()))
 
     app.service(StatusService)
-
-
-class _PolicyCache:
-    """The control topic's policies for a status-only worker's timekeeper, re-read at most every 10 s."""
-
-    def __init__(self, names: Names, kafka: KafkaSettings) -> None:
-        self._names = names
-        self._kafka = kafka
-        self._view = ControlView()
-        self._at = 0.0
-
-    def policy(self, capability: str) -> Policy:
-        if time.monotonic() - self._at > 10:
-            self._at = time.monotonic()
-            try:
-                self._view = read_control(names=self._names, kafka=self._kafka, timeout=5)
-            except Exception as exc:  # noqa: BLE001 - keep the last known policies while the broker is away
-                log.warning("control topic not re-read: %s", exc)
-        return self._view.policy(capability)
 
 
 async def _guarded(what: str, fn: Callable[..., object], *args: object) -> None:

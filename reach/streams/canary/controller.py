@@ -5,27 +5,33 @@ the end) into a `reach.core.canarybook.CanaryBook`; only the one that owns parti
 consumer group `<ns>.canary` writes (promotions, rollbacks, progress), so two status workers never
 race each other. A controller that takes over starts its step tallies from the receipts it sees
 next: a step in progress is judged on what follows, never on a guess.
+
+The records come from the process's feed (reach.streams.feed), decoded once for every view of the process;
+receipts only while a canary runs (none could count otherwise). Receipts in the same fetch as the record that
+starts a step are not counted: the step is judged on the calls that follow, as after a take-over.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from reach.control import publish
 from reach.core.canarybook import CanaryBook
+from reach.core.commits import TopicPart
 from reach.envelopes import now_ms
-from reach.kafka import clients, topicreader
-from reach.kafka.codec import RegistryUnavailable, decode
+from reach.kafka import clients
+from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
-from reach.records import AgentRegistration, Canary, Control, ControlKind, Receipt
+from reach.records import Canary, Control, ControlKind, Receipt
 from reach.settings import CanarySettings, KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.supervised import SupervisedLoop
+from reach.streams.feed import CONTROL, RECEIPT, REGISTRATION, Decoder, FedLoop, Feed, Record, Start, Tail, record_of
 
 log = logging.getLogger("reach.canary")
 
@@ -55,18 +61,27 @@ class CanaryDriver:
         self._reported = 0
 
     def record(self, topic: str, key: bytes | None, value: bytes | None, names: Names) -> None:
-        """Fold one record of registry, control or receipts; a bad one is skipped (logged)."""
+        """Decode and fold one record of registry, control or receipts (what the feed does for a batch)."""
+        decoders: dict[str, Decoder] = {names.registry: REGISTRATION, names.control: CONTROL,
+                                        names.receipts: RECEIPT}
+        if topic not in decoders or topic == names.receipts and not self.book.running:
+            return  # none decoded while no canary runs: none would count
+        self.take(record_of(topic, key, value, decoders[topic]), names)
+
+    def take(self, record: Record, names: Names) -> None:
+        """Fold one decoded record; a bad one is skipped (logged)."""
+        topic, key = record.topic, record.key
         try:
+            if record.error is not None:
+                raise record.error
             if topic == names.registry:
-                self.book.registration((key or b"").decode(errors="replace"),
-                                       decode(value, AgentRegistration) if value is not None else None)
+                self.book.registration(record.key_text, record.decoded)
             elif topic == names.control:
-                text = (key or b"").decode(errors="replace")
-                if text.startswith(f"{ControlKind.CANARY}:"):
-                    control = decode(value, Control) if value is not None else None
-                    self.book.canary(text.split(":", 1)[1], control.canary if control is not None else None)
-            elif topic == names.receipts and value is not None and self.book.running:
-                self.book.receipt(decode(value, Receipt))  # none decoded while no canary runs: none would count
+                if record.key_text.startswith(f"{ControlKind.CANARY}:"):
+                    control = record.decoded
+                    self.book.canary(record.key_text.split(":", 1)[1], control.canary if control is not None else None)
+            elif topic == names.receipts and record.decoded is not None and self.book.running:
+                self.book.receipt(Receipt.from_avro(record.decoded))
         except RegistryUnavailable:
             raise
         except Exception as exc:  # noqa: BLE001 - a bad record must not stop the controller
@@ -98,14 +113,15 @@ class CanaryDriver:
         return written
 
 
-class CanaryController(SupervisedLoop):
+class CanaryController(FedLoop):
     """The Kafka shell around a CanaryDriver: start()/stop() from any thread."""
 
     thread_name = "reach-canary"
     restart_on = (KafkaException, NotReady, RegistryUnavailable)
     log = log
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: CanarySettings) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings, settings: CanarySettings,
+                 feed: Feed | None = None) -> None:
         super().__init__()
         self._names = names
         self._kafka = kafka
@@ -113,68 +129,50 @@ class CanaryController(SupervisedLoop):
         self.worker_id = uuid.uuid4().hex[:12]
         self.driver = CanaryDriver(publish=lambda c: publish(c, names=names, kafka=kafka),
                                    settings=self._settings, by=f"canary-controller/{self.worker_id}")
+        self._lock = threading.Lock()  # the book: folded on the feed's thread, ticked on this one
+        self.feed = feed or Feed(names=names, kafka=kafka)
+        self.feed.subscribe("canary controller", [
+            Tail(names.registry, Start.BEGINNING, REGISTRATION),
+            Tail(names.control, Start.BEGINNING, CONTROL),
+            Tail(names.receipts, Start.END, RECEIPT, accept=lambda _msg: bool(self.driver.book.running)),
+        ], self._take)
+
+    def _take(self, records: list[Record], _reached: Mapping[TopicPart, int]) -> None:
+        with self._lock:
+            for record in records:
+                self.driver.take(record, self._names)
 
     def _loop(self) -> None:
         names = self._names
         election = clients.consumer(canary_group(names), self._kafka, profile="idle", **{"session.timeout.ms": 6_000,
                                                                        "heartbeat.interval.ms": 1_500})
-        reader = clients.consumer(f"{canary_group(names)}.reader.{self.worker_id}", self._kafka, profile="feed")
         driver = self.driver
-        driver.book, driver.caught_up = CanaryBook(), False  # a restarted loop reads everything again
 
         def assigned(c: Consumer, partitions: list[TopicPartition]) -> None:
             driver.leader = any(tp.partition == 0 for tp in partitions)
             c.assign(partitions)
-            c.pause(partitions)  # membership only: `reader` reads control; this one would fetch it a second time
+            c.pause(partitions)  # membership only: the feed reads control; this one would fetch it a second time
 
         def revoked(_c: Consumer, _partitions: list[TopicPartition]) -> None:
             driver.leader = False
 
         try:
             election.subscribe([names.control], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
-            positions, ends = self._positions(reader)
-            reader.assign(positions)
             self._mark_ready()
             next_tick, warn_at = 0, time.monotonic() + CATCH_UP_WARN_S
             while not self._stop.is_set():
-                election.poll(0)  # membership and the assignment callbacks; its records are read by `reader`
-                batch: list[Message] = clients.take(reader, 500, 0.2)
-                for msg in batch:
-                    if msg.error() is None:
-                        driver.record(msg.topic() or "", msg.key(), msg.value(), names)
-                if not driver.caught_up:
-                    ends = topicreader.unread(reader, ends)
-                    driver.caught_up = not ends
-                    if ends and time.monotonic() >= warn_at:
+                election.poll(0.2)  # membership and the assignment callbacks; its records are read by the feed
+                if not driver.caught_up:  # the feed folded registry and control up to their ends, on its thread
+                    driver.caught_up = self.feed.loaded.is_set()
+                    if not driver.caught_up and time.monotonic() >= warn_at:
                         log.warning("canary controller: registry and control not read to their ends after %.0fs "
-                                    "(%s); it writes nothing until they are", CATCH_UP_WARN_S,
-                                    ", ".join(f"{t}[{p}] up to {end}" for (t, p), end in ends.items()))
+                                    "(%s); it writes nothing until they are", CATCH_UP_WARN_S, self.feed.describe())
                         warn_at = float("inf")
                 now = now_ms()
                 if now >= next_tick:
-                    driver.tick(now)
+                    with self._lock:
+                        driver.tick(now)
                     next_tick = now + self._settings.tick_ms
         finally:
             driver.leader = False
             election.close()
-            reader.close()
-
-    def _positions(self, reader: Consumer) -> tuple[list[TopicPartition], dict[tuple[str, int], int]]:
-        """Registry and control from the beginning, receipts from their end; and the ends of registry and
-        control as read before the assignment (where catching up ends), for the partitions that hold records."""
-        names = self._names
-        meta = reader.list_topics(timeout=15).topics
-        out, ends = [], {}
-        for topic in (names.registry, names.control, names.receipts):
-            tmeta = meta.get(topic)
-            if tmeta is None or tmeta.error is not None:
-                raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
-            for p in tmeta.partitions:
-                low, high = reader.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
-                if topic == names.receipts:
-                    out.append(TopicPartition(topic, p, high))
-                else:
-                    out.append(TopicPartition(topic, p, OFFSET_BEGINNING))
-                    if low < high:
-                        ends[(topic, p)] = high
-        return out, ends

@@ -10,18 +10,24 @@ letting go (the eager protocol revokes before anyone is assigned), so the next o
 partition holding its last word; two writers never both write one instance across a rebalance. Control
 (POLICY slow_threshold_ms) and the registry (build versions) are followed from the beginning. A bad
 record is counted and skipped. Loop style: reach.streams.status.fold (confluent-kafka, `clients.take`).
+
+The live receipts, control and registry come from the process's feed (reach.streams.feed), decoded once for
+every view of the process; receipts only while this writer owns a partition, and never a router's ROUTED
+receipt. The feed hands them to an inbox this writer's thread drains. The replay after an assignment reads the
+receipts log itself from `replay_ms` ago up to where the feed had handed over (the inbox is emptied at that
+moment), and holds the feed's records back until it is done: each call is counted once, in order.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     OFFSET_END,
     Consumer,
     KafkaError,
@@ -31,7 +37,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from reach.control import apply_record
+from reach.core.commits import TopicPart
 from reach.core.healthmodel.settings import HealthSettings
 from reach.core.healthmodel.table import HealthTable
 from reach.core.views.control import ControlView
@@ -41,15 +47,30 @@ from reach.kafka import clients, codec, topicreader
 from reach.kafka import headers as H
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
-from reach.records import AgentRegistration, InstanceHealth
+from reach.records import InstanceHealth
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
+from reach.streams.feed import (
+    CONTROL,
+    RECEIPT,
+    REGISTRATION,
+    FedLoop,
+    Feed,
+    Record,
+    Start,
+    Tail,
+    apply_control,
+    record_of,
+)
 from reach.streams.status.lookup import partition_of
-from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.health")
 Publish = Callable[[str, InstanceHealth | None], None]
 """Told of every record published (None: the instance left this writer: tombstoned or owned elsewhere)."""
+
+INBOX_LIMIT = 200_000
+"""Receipts the feed may hand over before this writer's thread folds them; past it they are dropped and read
+again by a replay (a writer that stalls costs a re-read, not memory)."""
 
 
 def _from_router(msg: Message) -> bool:
@@ -63,7 +84,7 @@ def health_group(names: Names) -> str:
     return f"{names.router_app_id}.health"
 
 
-class HealthWriter(SupervisedLoop):
+class HealthWriter(FedLoop):
     """The single writer of `<ns>.health` for the partitions it owns; start()/stop() run it on a thread.
 
     `on_publish` sees every record it published (the metrics gauges); `records()` is the latest per owned
@@ -78,7 +99,8 @@ class HealthWriter(SupervisedLoop):
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, settings: HealthSettings,
                  on_publish: Publish | None = None, clock: Callable[[], int] = now_ms,
-                 read_partition: Callable[[int], list[tuple[bytes | None, bytes | None]]] | None = None) -> None:
+                 read_partition: Callable[[int], list[tuple[bytes | None, bytes | None]]] | None = None,
+                 feed: Feed | None = None) -> None:
         super().__init__()
         self.names = names
         self.settings = settings
@@ -95,6 +117,18 @@ class HealthWriter(SupervisedLoop):
         self._replay_pending = False
         self.bad_records = 0
         self.published = 0
+        # what the feed handed over, drained by this writer's thread
+        self._lock = threading.Lock()
+        self._meta_in: list[Record] = []
+        self._receipts_in: list[Record] = []
+        self._reached: dict[int, int] = {}  # receipts partition -> the next offset the feed reads there
+        self._overflowed = False  # the inbox dropped receipts: a replay reads them again
+        self.feed = feed or Feed(names=names, kafka=kafka)
+        self.feed.subscribe("health writer", [
+            Tail(names.control, Start.BEGINNING, CONTROL),
+            Tail(names.registry, Start.BEGINNING, REGISTRATION),
+            Tail(names.receipts, Start.END, RECEIPT, accept=self._wants),
+        ], self._take)
 
     def owns(self, instance_id: str) -> bool:
         return bool(self.partitions) and partition_of(instance_id, self.partitions) in self.owned
@@ -115,13 +149,12 @@ class HealthWriter(SupervisedLoop):
             "client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
             "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
             "max.poll.interval.ms": 600_000})
-        meta = topicreader.open_reader("health-meta", self._kafka, profile="idle")
-        feed = topicreader.open_reader("health-receipts", self._kafka, profile="feed")
         producer = clients.producer(self._kafka)
+        replay: Consumer | None = None
         self._release_all()  # a restarted loop owns nothing until its new group member is assigned
         try:
             self.partitions = len(topicreader.partitions(group, self.names.health))
-            self._follow_meta(meta)
+            self._follow_meta()
             group.subscribe([self.names.health],
                             on_assign=lambda c, tps: self._assigned(c, tps),
                             on_revoke=lambda c, tps: self._revoked(producer, tps, flush=True),
@@ -130,23 +163,62 @@ class HealthWriter(SupervisedLoop):
             next_tick = 0.0
             while not self._stop.is_set():
                 group.consume(500, 0)  # serves the rebalance callbacks; the records are this writer's own
-                self._meta(clients.take(meta, 500, 0))
+                if self._overflowed:
+                    self._overflowed = False
+                    self._replay_pending = bool(self.owned)
                 if self._replay_pending:
-                    self._start_replay(feed)
-                messages = clients.take(feed, 1_000, self.settings.tick_ms / 1000) if self.owned else []
-                if not self.owned:
-                    self._stop.wait(self.settings.tick_ms / 1000)
-                self.fold(messages)
-                if not messages and self._replay_to:
-                    self._replayed_by_position(feed)
+                    if replay is not None:
+                        replay.close()
+                    replay = self._start_replay()
+                if replay is not None:
+                    messages = clients.take(replay, 1_000, self.settings.tick_ms / 1000)
+                    self.fold(self._below_boundary(messages))
+                    if not messages and self._replay_to:
+                        self._replayed_by_position(replay)
+                    if not self._replay_to:
+                        replay.close()
+                        replay = None
+                else:
+                    self._drain()
                 if time.monotonic() >= next_tick:  # a change found in a batch waits at most one tick
                     next_tick = time.monotonic() + self.settings.tick_ms / 1000
                     self.publish(producer)
+                if replay is None:
+                    self._stop.wait(max(next_tick - time.monotonic(), 0.0))
         finally:
             producer.flush(10)
-            for consumer in (group, meta, feed):
-                consumer.close()
+            for consumer in (group, replay):
+                if consumer is not None:
+                    consumer.close()
             self._release_all()
+
+    # -- what the feed hands over --------------------------------------------------------------------
+
+    def _wants(self, msg: Message) -> bool:
+        """Receipts while this writer owns a partition (a replay covers the rest), never a router's ROUTED."""
+        return bool(self.owned) and not _from_router(msg)
+
+    def _take(self, records: list[Record], reached: Mapping[TopicPart, int]) -> None:
+        """On the feed's thread: queue the records for this writer's thread."""
+        with self._lock:
+            for record in records:
+                (self._receipts_in if record.topic == self.names.receipts else self._meta_in).append(record)
+            for (topic, partition), offset in reached.items():
+                if topic == self.names.receipts:
+                    self._reached[partition] = offset
+            if len(self._receipts_in) > INBOX_LIMIT:
+                log.warning("health: %d receipts waiting to be folded; dropped and read again by a replay",
+                            len(self._receipts_in))
+                self._receipts_in.clear()
+                self._overflowed = True
+
+    def _drain(self) -> None:
+        """Fold what the feed handed over (the writer's thread)."""
+        with self._lock:
+            meta, self._meta_in = self._meta_in, []
+            receipts, self._receipts_in = self._receipts_in, []
+        self._meta(meta)
+        self.fold_records(receipts)
 
     def _release_all(self) -> None:
         self.owned.clear()
@@ -157,54 +229,44 @@ class HealthWriter(SupervisedLoop):
             del self._latest[instance_id]
             self._on_publish(instance_id, None)
 
+    def _below_boundary(self, messages: list[Message]) -> list[Message]:
+        """The replay's records below where the feed took over (the reader fetches past it, also for a partition
+        already replayed): the feed hands over the rest, so each call is counted once."""
+        bounds = dict(self._replay_to)
+        return [m for m in messages if m.error() is None and (m.offset() or 0) < bounds.get(m.partition() or 0, -1)]
+
     def _replayed_by_position(self, feed: Consumer) -> None:
         """Idle during a replay: a position at or past the end offset also ends it (the last record may be gone)."""
         for tp in feed.position([TopicPartition(self.names.receipts, p) for p in self._replay_to]):
             if tp.offset >= self._replay_to.get(tp.partition, 0):
                 self._replay_to.pop(tp.partition, None)
 
-    def _follow_meta(self, meta: Consumer, timeout: float = 15.0) -> None:
+    def _follow_meta(self, timeout: float = 15.0) -> None:
         """Control and registry from the beginning, read up to their ends of now before the writer joins its
         group: replayed calls are judged with the policies' slow thresholds and the instances' build versions."""
-        tps, ends = [], {}
-        for topic in (self.names.control, self.names.registry):
-            for p in topicreader.partitions(meta, topic):
-                low, high = topicreader.watermarks(meta, topic, p)
-                tps.append(TopicPartition(topic, p, OFFSET_BEGINNING))
-                if low < high:
-                    ends[(topic, p)] = high
-        meta.assign(tps)
-        deadline = time.monotonic() + timeout
-        while ends and not self._stop.is_set():
-            self._meta(clients.take(meta, 500, 0.2))
-            ends = topicreader.unread(meta, ends)
-            if ends and time.monotonic() >= deadline:
-                log.warning("health: control and registry not read to their ends within %.0fs; going on", timeout)
-                break
+        if not self.feed.wait_loaded(timeout):
+            log.warning("health: control and registry not read to their ends within %.0fs; going on", timeout)
+        with self._lock:
+            meta, self._meta_in = self._meta_in, []
+        self._meta(meta)
 
-    def _meta(self, messages: list[Message]) -> None:
-        for msg in messages:
-            if msg.error() is not None:
+    def _meta(self, records: list[Record]) -> None:
+        for record in records:
+            if record.topic == self.names.control:
+                apply_control(self.control, record)
                 continue
-            try:
-                if msg.topic() == self.names.control:
-                    apply_record(self.control, msg.key(), msg.value(), where=self.names.control)
-                    continue
-                instance_id = (msg.key() or b"").decode(errors="replace")
-                value = msg.value()
-                if value is None:
-                    self.table.forget_version(instance_id)
-                else:
-                    self.table.build_version(instance_id, codec.decode(value, AgentRegistration).build_version)
-            except RegistryUnavailable:
-                raise
-            except Exception as exc:  # noqa: BLE001 - one bad record must not stop the writer
-                self._bad(f"{msg.topic()}@{msg.offset()}", exc)
+            if record.error is not None:
+                self._bad(record.where, record.error)
+            elif record.value is None:
+                self.table.forget_version(record.key_text)
+            else:
+                self.table.build_version(record.key_text, record.decoded.build_version)
 
     # -- receipts ------------------------------------------------------------------------------------
 
     def fold(self, messages: list[Message]) -> int:
-        """Fold a batch of receipts; returns the calls of owned instances it held. A bad receipt is skipped."""
+        """Fold a batch of receipts read from the log (a replay); returns the calls of owned instances it held.
+        A bad receipt is skipped."""
         calls = 0
         for msg in messages:
             err = msg.error()
@@ -212,37 +274,61 @@ class HealthWriter(SupervisedLoop):
                 if err.code() != KafkaError._PARTITION_EOF:
                     log.warning("health receipts consumer: %s", err)
                 continue
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            if partition in self._replay_to and offset >= self._replay_to[partition]:
+                continue  # the feed hands this one over: counted once
             value = msg.value()
             if value is not None and not _from_router(msg):
-                try:
-                    calls += self.table.fold(codec.decode_dict("Receipt", value)) is not None
-                except RegistryUnavailable:
-                    raise
-                except Exception as exc:  # noqa: BLE001 - per-record isolation
-                    self._bad(f"{msg.topic()}[{msg.partition()}]@{msg.offset()}", exc)
-            partition, offset = msg.partition() or 0, msg.offset() or 0
+                calls += self._fold_one(record_of(msg.topic() or "", msg.key(), value, RECEIPT,
+                                                  partition=partition, offset=offset))
             if partition in self._replay_to and offset + 1 >= self._replay_to[partition]:
                 del self._replay_to[partition]
                 if not self._replay_to:
                     log.info("health: receipts replayed; %d instances owned", len(self.table.trackers))
         return calls
 
+    def fold_records(self, records: list[Record]) -> int:
+        """Fold receipts the feed decoded; returns the calls of owned instances they held."""
+        return sum(self._fold_one(record) for record in records)
+
+    def _fold_one(self, record: Record) -> int:
+        if record.error is not None:
+            self._bad(record.where, record.error)
+            return 0
+        try:
+            return self.table.fold(record.decoded) is not None
+        except Exception as exc:  # noqa: BLE001 - per-record isolation
+            self._bad(record.where, exc)
+            return 0
+
     def caught_up(self) -> None:
         """Treat the receipts replay as done (a writer fed by hand through `fold`, as unit tests do)."""
         self._replay_pending = False
         self._replay_to.clear()
 
-    def _start_replay(self, feed: Consumer) -> None:
-        """Re-read receipts from replay_ms ago into emptied windows (each call counted once).
+    def _start_replay(self) -> Consumer | None:
+        """Re-read receipts from replay_ms ago into emptied windows (each call counted once): up to where the feed
+        had handed over when the replay began, whose records wait in the inbox until the replay is done.
 
-        `replaying` stays true until the feed is assigned: a receipt produced once it reads false is read."""
+        `replaying` stays true until the replay reached that boundary."""
+        with self._lock:  # the boundary and the emptied inbox, at one moment of the feed's
+            self._receipts_in.clear()
+            ends = dict(self._reached)
         self.table.clear_windows()
         since = self._clock() - self.settings.replay_ms
-        starts = topicreader.start_offsets(feed, self.names.receipts, since)
-        ends = {p: topicreader.watermarks(feed, self.names.receipts, p)[1] for p in starts}
-        feed.assign([TopicPartition(self.names.receipts, p, o) for p, o in starts.items()])
-        self._replay_to = {p: ends[p] for p in starts if starts[p] < ends[p]}
-        self._replay_pending = False
+        reader = topicreader.open_reader("health-replay", self._kafka)
+        try:
+            starts = topicreader.start_offsets(reader, self.names.receipts, since)
+            self._replay_to = {p: ends[p] for p in starts if starts[p] < ends.get(p, 0)}
+            self._replay_pending = False
+            if not self._replay_to:
+                reader.close()
+                return None
+            reader.assign([TopicPartition(self.names.receipts, p, starts[p]) for p in self._replay_to])
+        except BaseException:
+            reader.close()
+            raise
+        return reader
 
     # -- publishing ----------------------------------------------------------------------------------
 

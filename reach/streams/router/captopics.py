@@ -1,7 +1,17 @@
 """The router's subscription to every capability topic, and its count of fellow hot-path workers.
 
 Both come from admin requests made on threads of their own, each bounded by a timeout: the routing
-thread only reads what they last learned, so no admin request can stall routing or each other."""
+thread only reads what they last learned, so no admin request can stall routing or each other.
+
+Neither asks the broker more often than needed (issue 23, item 7; docs/decisions/0032-one-feed-per-process.md):
+- The topics of the capabilities live registrations serve (the registry the router reads anyway) are looked up
+  one by one, once, when a registration names them: a served capability is routed within a refresh. The full
+  listing of the cluster's topics (36-158 ms of broker time with 1,200 topics) is the backstop for topics no
+  registration names (a capability nobody serves yet: its requests end UNROUTABLE) and for deleted ones: every
+  `BACKSTOP_EVERY` refreshes instead of every refresh.
+- The group is described when this member is assigned (every rebalance reaches every member of the eager
+  group, and only a rebalance changes the member count), again while a description fails, and otherwise every
+  `DESCRIBE_EVERY_S` as a backstop."""
 
 from __future__ import annotations
 
@@ -9,11 +19,12 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaException
 
+from reach.errors import InvalidName
 from reach.kafka import clients
 from reach.names import Names
 from reach.settings import KafkaSettings
@@ -29,6 +40,12 @@ for good (a FindCoordinator timed out under load, confluentinc/librdkafka#4605):
 STUCK_S = 10.0
 """A subscription this old with no partition assigned to this worker, while the topics have at least as many
 partitions as the group has members, is stuck: the worker joins the group again."""
+
+BACKSTOP_EVERY = 5
+"""With registrations to learn topics from, the full listing runs every this many refreshes (10 s by default)."""
+
+DESCRIBE_EVERY_S = 60.0
+"""The group description's backstop period; a rebalance (this member assigned) asks at once."""
 
 EMPTY_S = 6.0
 """How long the assignment must have stayed empty: a rebalance (eager: everything revoked, then assigned) empties
@@ -61,25 +78,39 @@ class CapabilityTopics:
     def __init__(self, names: Names, every_s: float, kafka: KafkaSettings, *, group: str,
                  on_members: Callable[[int], None] = lambda _n: None,
                  on_revoked: Callable[[Any, list[Any]], None] = lambda _c, _p: None,
-                 admin: Callable[[], Any] | None = None, groups: Callable[[], Any] | None = None) -> None:
+                 admin: Callable[[], Any] | None = None, groups: Callable[[], Any] | None = None,
+                 registered: Callable[[], Iterable[str]] | None = None, listing_every_s: float | None = None,
+                 describe_every_s: float = DESCRIBE_EVERY_S) -> None:
+        self.names = names
         self.prefix = names.capability_prefix
         self.group = group
         self.on_members = on_members
         self.on_revoked = on_revoked  # the router's final commit of what it hands over
         self.every_s = every_s
+        # capabilities live registrations serve: their topics are looked up as soon as they appear
+        self._registered = registered
+        self.listing_every_s = listing_every_s or (every_s * BACKSTOP_EVERY if registered is not None else every_s)
+        self.describe_every_s = describe_every_s
         self.subscribed: frozenset[str] = frozenset()
-        self._admin = admin or (lambda: clients.admin(kafka))
+        # a lookup of one topic must never create it (a producer-side handle would ask the broker to)
+        self._admin = admin or (lambda: clients.admin(kafka, **{"allow.auto.create.topics": False}))
         # group descriptions are coordinator requests, which librdkafka can abort the process in when a broker
         # dies mid-request: a child process makes them (reach.streams.groupadmin)
         self._groups = groups or admin or (lambda: groupadmin.shared(kafka))
         self._latest: frozenset[str] = frozenset()
-        self._partitions = 0  # of the matching topics, at the last listing
+        self._sizes: dict[str, int] = {}  # partitions per known capability topic
+        self._looked: set[str] = set()  # registered topics looked up since the last full listing
+        self._partitions = 0  # of the matching topics, at the last listing or lookup
         self._members = 1  # of the hot path's group, at the last description
         self._since = 0.0  # when the current subscription was made (or last renewed)
         self._checked = 0.0
         self._empty_since: float | None = None  # since when this worker has had no partition at all
         self._listed = threading.Event()
         self._stop = threading.Event()
+        self._recount = threading.Event()  # set by a rebalance (and by stop): describe the group now
+        self.listings = 0  # full listings made
+        self.lookups = 0  # one-topic lookups made
+        self.descriptions = 0  # group descriptions asked for
         self.assigned = 0  # partitions this worker holds, as the last rebalance left them
         self.rebalances = 0
 
@@ -91,40 +122,90 @@ class CapabilityTopics:
 
     def stop(self) -> None:
         self._stop.set()
+        self._recount.set()
 
     def _list_forever(self) -> None:
         admin = self._admin()
+        full_at = 0.0
         while not self._stop.is_set():
-            self.list_once(admin)
+            if time.monotonic() >= full_at:
+                full_at = time.monotonic() + self.listing_every_s
+                self.list_once(admin)
+            else:
+                self.learn_once(admin)
             self._stop.wait(self.every_s)
 
     def list_once(self, admin: Any) -> None:
+        """The full listing: every capability topic of the namespace (the backstop)."""
         try:
+            self.listings += 1
             listed = admin.list_topics(timeout=5).topics
-            self._latest = frozenset(t for t in listed if t.startswith(self.prefix))
-            self._partitions = sum(len(getattr(listed[t], "partitions", None) or {}) for t in self._latest)
+            self._sizes = {t: len(getattr(listed[t], "partitions", None) or {}) for t in listed
+                           if t.startswith(self.prefix)}
+            self._looked.clear()
+            self._known(frozenset(self._sizes))
             self._listed.set()
         except KafkaException as exc:  # the next listing tries again; routing goes on with what it has
             log.warning("listing capability topics failed: %s", exc)
 
+    def learn_once(self, admin: Any) -> None:
+        """Look up the topics of registered capabilities not known yet, each once until the next full listing (an
+        agent creates its capability topics before it registers, so a missing one is rare)."""
+        if self._registered is None:
+            return
+        new = set()
+        for capability in self._registered():
+            try:
+                topic = self.names.capability(capability)
+            except InvalidName:
+                continue
+            if topic not in self._latest and topic not in self._looked:
+                new.add(topic)
+        found = {}
+        for topic in sorted(new):
+            self._looked.add(topic)
+            self.lookups += 1
+            try:
+                meta = admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+            except KafkaException as exc:
+                log.warning("looking up capability topic %s failed (the full listing finds it): %s", topic, exc)
+                continue
+            if meta is not None and getattr(meta, "error", None) is None and getattr(meta, "partitions", None):
+                found[topic] = len(meta.partitions)
+        if found:
+            self._sizes.update(found)
+            self._known(self._latest | frozenset(found))
+            log.info("learned %d capability topic(s) from registrations: %s", len(found), ", ".join(sorted(found)))
+
+    def _known(self, topics: frozenset[str]) -> None:
+        self._partitions = sum(self._sizes.get(t, 0) for t in topics)
+        self._latest = topics
+
     def _count_forever(self) -> None:
         admin = self._groups()
+        due = 0.0
         while not self._stop.is_set():
-            self.count_once(admin)
-            self._stop.wait(self.every_s)
+            self._recount.wait(max(due - time.monotonic(), 0.0))
+            if self._stop.is_set():
+                return
+            self._recount.clear()
+            due = time.monotonic() + (self.describe_every_s if self.count_once(admin) else self.every_s)
 
-    def count_once(self, admin: Any) -> None:
+    def count_once(self, admin: Any) -> bool:
         """The hot path's workers; the last count stays when the broker does not answer in time (or the
-        principal may not describe the group)."""
+        principal may not describe the group). True when it answered."""
+        self.descriptions += 1
         try:
             future = admin.describe_consumer_groups([self.group], request_timeout=DESCRIBE_TIMEOUT_S)[self.group]
             group = future.result(timeout=DESCRIBE_TIMEOUT_S + 1)
             self._members = max(len(group.members), 1)
             self.on_members(self._members)
+            return True
         except concurrent.futures.TimeoutError:
             log.debug("describing %s timed out (qps_limit keeps the last worker count)", self.group)
         except Exception as exc:  # noqa: BLE001 - never stop counting over one failed description
             log.debug("describing %s failed (qps_limit keeps the last worker count): %s", self.group, exc)
+        return False
 
     def refresh(self, consumer: Subscriber, now: float | None = None) -> bool:
         """Re-subscribe when the matching topics changed, or join again when the subscription is stuck; True
@@ -174,6 +255,7 @@ class CapabilityTopics:
     def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
         """Logged, so a log says when routing of a new capability could start (and when it could not)."""
         self.assigned, self.rebalances = len(partitions), self.rebalances + 1
+        self._recount.set()  # a rebalance is when the member count changes: describe the group now
         log.info("assigned %d partition(s) of %d capability topic(s), %.1f s after subscribing (rebalance %d)",
                  len(partitions), len(self.subscribed), time.monotonic() - self._since, self.rebalances)
 

@@ -50,6 +50,7 @@ from reach.kafka.codec import DecodeError, RegistryUnavailable, UnknownSchema, d
 from reach.names import Names
 from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.streams.feed import Feed
 from reach.streams.router.affinity import AffinityTable
 from reach.streams.router.captopics import CapabilityTopics
 from reach.streams.router.ports import Handoff
@@ -149,6 +150,7 @@ class Router(SupervisedLoop):
         redis: RedisSettings,
         fence: Fence | None = None,
         handoff: Handoff,
+        feed: Feed | None = None,
     ) -> None:
         super().__init__()
         self.kafka = kafka
@@ -169,7 +171,7 @@ class Router(SupervisedLoop):
         self._routed_headers = [(H.ROUTER, self.worker_id.encode())]
         self._max_bytes = dead_letter_bytes(self.settings)
         self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id,
-                                     on_bad_record=lambda: self.stats.count(OTHER, "bad_records"))
+                                     on_bad_record=lambda: self.stats.count(OTHER, "bad_records"), feed=feed)
         self.on_batch: Callable[[int], None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -215,7 +217,8 @@ class Router(SupervisedLoop):
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
                                         group=router_group(self.names),
                                         on_members=lambda n: setattr(self.qps, "workers", n),
-                                        on_revoked=functools.partial(_commit_revoked, ledger))
+                                        on_revoked=functools.partial(_commit_revoked, ledger),
+                                        registered=lambda: self.state.capabilities(now_ms()))
         self.topics = capabilities  # read by diagnostics: what the hot path subscribes to and holds now
         capabilities.start()
         self._mark_ready()

@@ -1,8 +1,8 @@
-"""The router's state loop: registry, control, health (compacted, from the beginning), receipts, loads (from the end).
+"""The router's state: registry, control, health (compacted, from the beginning), receipts, loads (from the end).
 
-One group-less consumer reads them all. Registry and control rebuild the in-memory views on every
-start, since the topics are compacted (the state survives in Kafka). Receipts feed the load
-tracker; they are read from the end (replies to reply_to are the status fold's, which commits
+The process's feed (reach.streams.feed) reads them, with every other view of the process. Registry and control
+rebuild the in-memory views on every start, since the topics are compacted (the state survives in Kafka).
+Receipts feed the load tracker; they are read from the end (replies to reply_to are the status fold's, which commits
 what it replied: reach.streams.status). Load reports are read from the end too: every instance sends one about
 once a second, so a fresh worker is current within a second (heartbeats are the base until then).
 Health (`<ns>.health`, InstanceHealth keyed by instance_id) is written by the health writers alone
@@ -13,25 +13,35 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import Message
 
 from reach.control import ControlView
-from reach.control import apply_record as apply_control
+from reach.core.commits import TopicPart
 from reach.core.loads import LoadTracker
 from reach.core.views.registry import RegistryView
 from reach.errors import InvalidName
-from reach.kafka import clients
 from reach.kafka import headers as H
-from reach.kafka.codec import RegistryUnavailable, decode, decode_dict
 from reach.names import Names
-from reach.records import TERMINAL, AgentRegistration, InstanceHealth, LoadReport, Status
+from reach.records import TERMINAL, AgentRegistration, InstanceHealth, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.supervised import SupervisedLoop
+from reach.streams.feed import (
+    CONTROL,
+    HEALTH,
+    LOAD,
+    RECEIPT,
+    REGISTRATION,
+    Decoder,
+    Feed,
+    Record,
+    Start,
+    Tail,
+    apply_control,
+    record_of,
+)
 
 log = logging.getLogger("reach.router.state")
 
@@ -78,23 +88,39 @@ class RouterState:
         return self._latest.get(instance_id)
 
 
-class StateLoop(SupervisedLoop):
-    """Keeps a RouterState current."""
 
-    thread_name = "reach-router-state"
-    restart_on = (KafkaException, NotReady, RegistryUnavailable)
-    log = log
+class StateLoop:
+    """Keeps a RouterState current: a view on the process's feed (reach.streams.feed), which it starts with itself
+    and which keeps reading while any other view of the process needs it. Without a feed it makes its own."""
 
     def __init__(self, *, state: RouterState, names: Names, kafka: KafkaSettings, router_id: str | None = None,
-                 on_bad_record: Callable[[], None] = lambda: None) -> None:
-        super().__init__()
+                 on_bad_record: Callable[[], None] = lambda: None, feed: Feed | None = None) -> None:
         self._state = state
         self._on_bad_record = on_bad_record
         # ROUTED receipts this worker wrote were counted when it routed; skipping them saves a decode each
         self._own = (H.ROUTER, router_id.encode()) if router_id else None
         self._names = names
-        self._kafka = kafka
+        self.feed = feed or Feed(names=names, kafka=kafka)
         self.bad_records = 0
+        self.feed.subscribe("router state", [
+            Tail(names.registry, Start.BEGINNING, REGISTRATION),
+            Tail(names.control, Start.BEGINNING, CONTROL),
+            Tail(names.health, Start.BEGINNING, HEALTH, required=False,
+                 missing="every instance counts as healthy"),  # a namespace from before health
+            Tail(names.receipts, Start.END, RECEIPT, accept=self._foreign),
+            Tail(names.loads, Start.END, LOAD, required=False,  # a namespace from before load reports
+                 missing="loads come from heartbeats and receipts only"),
+        ], self.take, on_loaded=state.ready.set)
+
+    @property
+    def error(self) -> BaseException | None:
+        return self.feed.error
+
+    def start(self) -> None:
+        self.feed.acquire()
+
+    def stop(self, timeout: float | None = None) -> None:
+        self.feed.release(timeout)
 
     def wait_loaded(self, timeout: float) -> None:
         """Return once the registry and control topics are read to their ends (the state stays loaded across
@@ -106,102 +132,54 @@ class StateLoop(SupervisedLoop):
                 "`reach topics apply` done?"
             )
 
-    def _loop(self) -> None:
-        group = f"{self._names.router_app_id}.state.{uuid.uuid4().hex[:8]}"  # never joins nor commits
-        consumer = clients.consumer(group, self._kafka, profile="feed")
-        try:
-            targets = self._assign(consumer)
-            self._mark_ready()
-            if not targets:
-                self._state.ready.set()
-            while not self._stop.is_set():
-                batch = clients.take(consumer, 500, 0.2)
-                if not batch and targets:
-                    self._caught_up(consumer, targets)
-                for msg in batch:
-                    if msg.error():
-                        log.warning("state consumer: %s", msg.error())
-                        continue
-                    topic = msg.topic() or ""
-                    if self._own is None or topic != self._names.receipts or self._own not in (msg.headers() or ()):
-                        self._dispatch(topic, msg.key(), msg.value())
-                    if targets:
-                        tp = (msg.topic(), msg.partition())
-                        if tp in targets and (msg.offset() or 0) + 1 >= targets[tp]:
-                            del targets[tp]
-                            if not targets:
-                                self._state.ready.set()
-        finally:
-            consumer.close()
+    def _foreign(self, msg: Message) -> bool:
+        """Not a ROUTED receipt of this worker's (checked on the headers, before anything is decoded)."""
+        return self._own is None or self._own not in (msg.headers() or ())
 
-    def _caught_up(self, consumer: Consumer, targets: dict[tuple[str, int], int]) -> None:
-        """When idle, a position at or past the target also counts (the tail may be compacted away)."""
-        for tp in consumer.position([TopicPartition(t, p) for t, p in targets]):
-            if tp.offset >= targets[(tp.topic, tp.partition)]:
-                del targets[(tp.topic, tp.partition)]
-        if not targets:
-            self._state.ready.set()
-
-    def _assign(self, consumer: Consumer) -> dict[tuple[str, int], int]:
-        """Assign registry/control/health from the beginning and receipts at their end; return catch-up targets."""
-        names = self._names
-        meta = consumer.list_topics(timeout=15).topics
-        assignment: list[TopicPartition] = []
-        targets: dict[tuple[str, int], int] = {}
-        for topic in (names.registry, names.control, names.health, names.receipts, names.loads):
-            tmeta = meta.get(topic)
-            if tmeta is None or tmeta.error is not None:
-                if topic == names.loads:  # a namespace from before load reports: heartbeats and receipts still work
-                    log.warning("topic %s is missing, so loads come from heartbeats and receipts only; run "
-                                "`reach topics apply`", topic)
-                    continue
-                if topic == names.health:  # a namespace from before health: every instance reads as healthy
-                    log.warning("topic %s is missing, so every instance counts as healthy; run `reach topics "
-                                "apply`", topic)
-                    continue
-                raise NotReady(f"topic {topic} is missing; run `reach topics apply`")
-            for p in tmeta.partitions:
-                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)
-                if topic in (names.receipts, names.loads):
-                    assignment.append(TopicPartition(topic, p, high))
-                else:
-                    assignment.append(TopicPartition(topic, p, OFFSET_BEGINNING))
-                    if high > low:
-                        targets[(topic, p)] = high
-        consumer.assign(assignment)
-        return targets
+    def take(self, records: list[Record], _reached: Mapping[TopicPart, int]) -> None:
+        for record in records:
+            self._fold(record)
 
     def _dispatch(self, topic: str, key: bytes | None, value: bytes | None) -> None:
+        """Decode and fold one record (what the feed does for a batch)."""
+        self._fold(record_of(topic, key, value, _DECODERS[self._kind(topic)]))
+
+    def _kind(self, topic: str) -> str:
+        names = self._names
+        return {names.registry: "registry", names.control: "control", names.health: "health",
+                names.receipts: "receipts", names.loads: "loads"}.get(topic, "")
+
+    def _fold(self, record: Record) -> None:
         """Fold one record; a bad one is logged, counted in `bad_records` and skipped (per-record isolation:
         a record left in a compacted topic would otherwise stop every restart the same way)."""
-        names = self._names
+        kind = self._kind(record.topic)
         try:
-            if topic == names.receipts:
-                if value is not None:
-                    self._receipt(value)
-            elif topic == names.registry:
-                self._registration(key, value)
-            elif topic == names.control:
-                if not apply_control(self._state.control, key, value, where=topic):
+            if kind == "control":
+                if not apply_control(self._state.control, record):
                     self._bad()
-            elif topic == names.loads:
-                if value is not None:
-                    self._state.loads.report(decode(value, LoadReport))
-            elif topic == names.health:
-                self._health(key, value)
-        except RegistryUnavailable:
-            raise  # infrastructure: the loop restarts and reads the compacted topics again
-        except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the loop
+                return
+            if record.error is not None:
+                raise record.error
+            if kind == "receipts":
+                if record.decoded is not None:
+                    self._receipt(record.decoded)
+            elif kind == "registry":
+                self._registration(record.key, record.decoded)
+            elif kind == "loads":
+                if record.decoded is not None:
+                    self._state.loads.report(record.decoded)
+            elif kind == "health":
+                self._health(record.key, record.decoded)
+        except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the feed
             self._bad()
-            log.warning("skipping a bad record on %s (key %r): %r", topic, key, exc)
+            log.warning("skipping a bad record on %s (key %r): %r", record.topic, record.key, exc)
 
     def _bad(self) -> None:
         self.bad_records += 1
         self._on_bad_record()
 
-    def _registration(self, key: bytes | None, value: bytes | None) -> None:
+    def _registration(self, key: bytes | None, registration: AgentRegistration | None) -> None:
         instance_id = (key or b"").decode(errors="replace")
-        registration = decode(value, AgentRegistration) if value is not None else None
         if registration is not None:
             try:
                 self._names.check_inbox(registration.agent_id, registration.inbox_topic)
@@ -213,15 +191,13 @@ class StateLoop(SupervisedLoop):
                 raise
         self._state.apply_registration(instance_id, registration)
 
-    def _health(self, key: bytes | None, value: bytes | None) -> None:
+    def _health(self, key: bytes | None, record: InstanceHealth | None) -> None:
         instance_id = (key or b"").decode(errors="replace")
-        record = decode(value, InstanceHealth) if value is not None else None
         if record is not None and record.instance_id != instance_id:
             raise InvalidName(f"health key {key!r} is not the record's instance id {record.instance_id!r}")
         self._state.apply_health(instance_id, record)
 
-    def _receipt(self, value: bytes) -> None:
-        receipt: dict[str, Any] = decode_dict("Receipt", value)
+    def _receipt(self, receipt: dict[str, Any]) -> None:
         status = receipt["status"]
         key = (receipt["message_id"], receipt.get("generation", 0), receipt.get("attempt", 1))
         if status == Status.ROUTED.value:
@@ -234,3 +210,7 @@ class StateLoop(SupervisedLoop):
             return
         if status in _FINISHING:
             self._state.loads.finished(key, receipt["at"])
+
+
+_DECODERS: dict[str, Decoder] = {"registry": REGISTRATION, "control": CONTROL, "health": HEALTH, "receipts": RECEIPT,
+                                 "loads": LOAD}

@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import BreakerState, ErrorInfo, InstanceHealth, Receipt, Status
 from reach.settings import KafkaSettings
+from reach.streams.feed import RECEIPT, REGISTRATION, record_of
 from reach.streams.health.writer import HealthWriter
 from tests.unit.core.healthmodel.support import SHORT
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
@@ -241,43 +243,26 @@ class _Feed:
     def assign(self, tps: list[TopicPartition]) -> None:
         self.assigned = [(tp.partition, tp.offset) for tp in tps]
 
+    def close(self) -> None:
+        self.closed = True
 
-def test_replaying_reads_true_until_the_feed_is_assigned_even_with_nothing_to_replay() -> None:
-    """A caller that waits for `not replaying` and then produces must find its receipts read."""
-    w, _ = writer()
+
+def test_replaying_reads_true_until_the_feed_is_assigned_even_with_nothing_to_replay(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller that waits for `not replaying` and then produces must find its receipts read: with nothing to
+    replay, the process's feed (at offset 0 of both partitions) hands over what follows."""
+    w, clock = writer()
+    w._take([], {(NAMES.receipts, 0): 0, (NAMES.receipts, 1): 0})  # where the feed reads
     w._assigned(None, [TopicPartition(NAMES.health, 0), TopicPartition(NAMES.health, 1)])
     feed = _Feed(w)
-    w._start_replay(feed)  # type: ignore[arg-type]
+    monkeypatch.setattr("reach.streams.health.writer.topicreader.open_reader", lambda *_a, **_k: feed)
+    assert w._start_replay() is None
     assert feed.seen_replaying and all(feed.seen_replaying)
-    assert feed.assigned == [(0, 0), (1, 0)]
+    assert feed.closed and not feed.assigned  # nothing below the feed's position: the reader is closed at once
     assert not w.replaying
-
-
-class _Meta:
-    """Control (empty) and registry (one partition of `records`) for `_follow_meta`."""
-
-    def __init__(self, records: list[FakeMessage]) -> None:
-        self.records, self.next = records, 0
-
-    def list_topics(self, topic: str, timeout: float) -> Any:
-        from types import SimpleNamespace
-        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions={0: None})})
-
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
-        return (0, len(self.records)) if tp.topic == NAMES.registry else (0, 0)
-
-    def assign(self, tps: list[TopicPartition]) -> None:
-        pass
-
-    def poll(self, timeout: float) -> FakeMessage | None:
-        self.next += 1
-        return self.records[self.next - 1] if self.next <= len(self.records) else None
-
-    def consume(self, n: int, timeout: float) -> list[FakeMessage]:
-        return []
-
-    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, min(self.next, len(self.records))) for tp in tps]
+    w._take([record_of(NAMES.receipts, b"m", failed(OWNED, clock.now, 0).value(), RECEIPT)], {})
+    w._drain()
+    assert w.table.calls == 1
 
 
 def test_the_registry_is_read_to_its_end_before_the_writer_joins_its_group() -> None:
@@ -285,6 +270,8 @@ def test_the_registry_is_read_to_its_end_before_the_writer_joins_its_group() -> 
     from tests.unit.routing_fixtures import reg
     w, _ = writer()
     registrations = [reg(f"i-{n}", build_version=f"1.{n}.0") for n in range(3)]
-    w._follow_meta(_Meta([FakeMessage(NAMES.registry, 0, n, codec.encode(r), r.instance_id.encode())  # type: ignore[arg-type]
-                          for n, r in enumerate(registrations)]), timeout=5)
+    w._take([record_of(NAMES.registry, r.instance_id.encode(), codec.encode(r), REGISTRATION, offset=n)
+             for n, r in enumerate(registrations)], {(NAMES.registry, 0): 3})  # what the feed read to its end
+    w.feed.loaded.set()
+    w._follow_meta(timeout=5)
     assert w.table._versions == {"i-0": "1.0.0", "i-1": "1.1.0", "i-2": "1.2.0"}

@@ -154,3 +154,71 @@ def test_the_rebalance_callbacks_keep_what_a_diagnosis_reports() -> None:
     assert "2 partition(s) assigned after 1 rebalance(s)" in watcher.describe()
     on_revoke(consumer, [object(), object()])
     assert watcher.assigned == 0 and "ns.cap.text.echo" in watcher.describe()
+
+
+class LookupAdmin(FakeAdmin):
+    """Also answers one-topic lookups (what a registration's capability triggers), and counts both kinds."""
+
+    def __init__(self, topics: set[str], members: int | None) -> None:
+        super().__init__(topics, members)
+        self.listed: list[str | None] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:  # type: ignore[override]
+        self.listed.append(topic)
+        found = super().list_topics(timeout)
+        if topic is not None:
+            found.topics = {t: m for t, m in found.topics.items() if t == topic}
+        return found
+
+
+def test_a_registered_capability_is_learned_by_a_lookup_and_the_full_listing_is_the_slow_backstop() -> None:
+    admin, registered = LookupAdmin({"ns.cap.a"}, members=1), ["a"]
+    watcher = CapabilityTopics(NAMES, 1.0, KafkaSettings(), group="ns.router.capabilities", admin=lambda: admin,
+                               registered=lambda: registered)
+    assert watcher.listing_every_s == 5.0, "the full listing every five refreshes"
+    consumer = FakeConsumer()
+    watcher.list_once(admin)
+    assert watcher.refresh(consumer) and consumer.subscriptions == [["ns.cap.a"]]
+    admin.topics |= {"ns.cap.b", "ns.cap.unserved"}
+    registered.append("b")
+    watcher.learn_once(admin)
+    watcher.refresh(consumer)
+    assert consumer.subscriptions[-1] == ["ns.cap.a", "ns.cap.b"], "served: learned without a full listing"
+    assert admin.listed == [None, "ns.cap.b"]
+    watcher.learn_once(admin)
+    assert admin.listed == [None, "ns.cap.b"], "nothing new: no request at all"
+    watcher.list_once(admin)
+    watcher.refresh(consumer)
+    assert consumer.subscriptions[-1] == ["ns.cap.a", "ns.cap.b", "ns.cap.unserved"], "the backstop finds the rest"
+
+
+def test_a_registered_capability_without_a_topic_is_looked_up_once_per_listing() -> None:
+    admin = LookupAdmin({"ns.cap.a"}, members=1)
+    watcher = CapabilityTopics(NAMES, 1.0, KafkaSettings(), group="ns.router.capabilities", admin=lambda: admin,
+                               registered=lambda: ["a", "nowhere", "Not A Name!"])
+    watcher.list_once(admin)
+    for _ in range(3):
+        watcher.learn_once(admin)
+    assert admin.listed == [None, "ns.cap.nowhere"], "once, and never for a name that is not a capability"
+    watcher.list_once(admin)
+    watcher.learn_once(admin)
+    assert admin.listed == [None, "ns.cap.nowhere", None, "ns.cap.nowhere"]
+    assert watcher.refresh(FakeConsumer()) and watcher.subscribed == frozenset({"ns.cap.a"})
+
+
+def test_the_group_is_described_at_start_and_after_each_assignment_not_every_refresh() -> None:
+    admin, counts, consumer = LookupAdmin({"ns.cap.a"}, members=2), [], FakeConsumer()
+    watcher = CapabilityTopics(NAMES, 0.01, KafkaSettings(), group="ns.router.capabilities", admin=lambda: admin,
+                               on_members=counts.append, registered=lambda: ["a"])
+    watcher.start()
+    try:
+        _until(lambda: watcher.refresh(consumer) and counts == [2])
+        _until(lambda: watcher.listings >= 4)  # twenty refreshes and more went by
+        assert admin.described == 1, "the count is known: no description until something rebalances"
+        admin.members = 3
+        on_assign, _ = consumer.callbacks
+        on_assign(consumer, [object()])
+        _until(lambda: counts == [2, 3])
+        assert admin.described == 2
+    finally:
+        watcher.stop()

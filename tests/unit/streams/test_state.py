@@ -94,13 +94,12 @@ def test_an_undecodable_receipt_is_counted() -> None:
 
 def test_a_registry_outage_is_not_a_bad_record(monkeypatch: pytest.MonkeyPatch) -> None:
     from reach.kafka.codec import RegistryUnavailable
-    from reach.streams.router import state as module
+    from reach.streams import feed as module
 
     def down(_value: bytes, _model: object) -> object:
         raise RegistryUnavailable("the registry did not answer")
 
-    monkeypatch.setattr(module, "decode", down)
-    monkeypatch.setattr("reach.control.decode", down)
+    monkeypatch.setattr(module, "decode", down)  # the feed decodes each record once, for every view
     _, fold = loop()
     for topic in (NAMES.registry, NAMES.control):
         with pytest.raises(RegistryUnavailable):
