@@ -120,7 +120,7 @@ def build_app(
         broker_heartbeat_interval=3.0,
     )
     # one consumer tails registry, control, health, loads and receipts for every view of this process
-    # (docs/decisions/0032-one-feed-per-process.md); each view subscribes here, before anything starts
+    # (docs/decisions/0033-one-feed-per-process.md); each view subscribes here, before anything starts
     feed = Feed(names=names, kafka=kafka)
     router = (Router(kafka=kafka, reach=reach_settings, redis=redis, batch_size=batch_size,
                      handoff=IntentHandoff(), feed=feed)

@@ -5,7 +5,7 @@ writer's receipts and policies, the canary controller's book) ran a consumer of 
 every receipt append completed the parked fetch of each, and each decoded the receipt again. The feed reads
 each tailed topic with one consumer, decodes a record at most once (and only when a view wants it: a view's
 `accept` looks at the headers first) and hands the decoded record to every view that subscribed to the topic
-(docs/decisions/0032-one-feed-per-process.md).
+(docs/decisions/0033-one-feed-per-process.md).
 
 Contract:
 - Views subscribe before the feed starts (`subscribe` raises after); each names per topic where it starts

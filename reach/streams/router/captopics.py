@@ -3,7 +3,7 @@
 Both come from admin requests made on threads of their own, each bounded by a timeout: the routing
 thread only reads what they last learned, so no admin request can stall routing or each other.
 
-Neither asks the broker more often than needed (issue 23, item 7; docs/decisions/0032-one-feed-per-process.md):
+Neither asks the broker more often than needed (issue 23, item 7; docs/decisions/0033-one-feed-per-process.md):
 - The topics of the capabilities live registrations serve (the registry the router reads anyway) are looked up
   one by one, once, when a registration names them: a served capability is routed within a refresh. The full
   listing of the cluster's topics (36-158 ms of broker time with 1,200 topics) is the backstop for topics no
