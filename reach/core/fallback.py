@@ -4,7 +4,8 @@ that a chain of fallbacks ends.
 A request to C that ends FAILED (after its retries; the router's OVERLOAD and UNAVAILABLE endings are FAILED with
 that error kind), DEAD_LETTERED or UNROUTABLE goes to C's fallback F as a child of the same trace: same payload and
 caller's asks, the parent's absolute deadline (the budget that remains), the parent's callback (the caller hears the
-final outcome once), and a derived id `<message_id>-fb<generation>` so producing it again yields the same message.
+final outcome once), and a derived id `<message_id>-fb<generation>` (the caller's `created_at` kept): producing it
+again yields the same message, byte for byte.
 The router sends it for the endings it decides, the status fold for an agent's (docs/decisions/0033).
 """
 
@@ -66,8 +67,7 @@ def child(envelope: Mapping[str, Any], *, fallback: str, now: int) -> dict[str, 
         "capability_version": "*",
         "intent": None,
         "to_agent": None,  # an agent of the primary capability does not serve the fallback
-        "schema_version": None,
-        "created_at": now,
+        "schema_version": None,  # created_at stays the caller's: the child is the same bytes however often it is made
         "attempt": 1,
         "generation": 0,
         "reroutes": 0,
