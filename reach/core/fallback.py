@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reach.core.lifecycle import FallbackRef, StatusRow
+from reach.errors import InvalidName
+from reach.names import check_capability
 from reach.records import Receipt, Status
 
 MAX_DEPTH = 3
@@ -51,6 +53,10 @@ def depth(envelope: Mapping[str, Any]) -> int:
 
 def child(envelope: Mapping[str, Any], *, fallback: str, now: int) -> dict[str, Any] | NotSent:
     """The child envelope (an Avro dict) sending `envelope`'s request to `fallback`, or why none is sent."""
+    try:
+        check_capability(fallback)
+    except InvalidName:  # a control record written past `reach policy set`: never a crash, never a topic name
+        return NotSent(f"the fallback {fallback[:100]!r} is not a capability name")
     hops = depth(envelope)
     if hops >= MAX_DEPTH:
         return NotSent(f"the fallback chain is {hops} deep already (at most {MAX_DEPTH})")

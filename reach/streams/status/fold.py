@@ -289,8 +289,8 @@ class StatusFold(SupervisedLoop):
             made = fallback.NotSent(f"the record at {ask.at} is not the envelope of {row.message_id}")
         elif envelope is not None:
             made = fallback.child(envelope, fallback=ask.capability, now=now_ms())
-        topic = self.names.capability(ask.capability)
-        if not isinstance(made, fallback.NotSent) and not self._topic_exists(producer, topic):
+        topic = "" if isinstance(made, fallback.NotSent) else self.names.capability(ask.capability)
+        if topic and not self._topic_exists(producer, topic):
             made = fallback.NotSent(f"topic {topic} does not exist (start an agent of {ask.capability})")
         row = fallback.sent(row, ask, made)
         if isinstance(made, fallback.NotSent):

@@ -57,6 +57,8 @@ def test_no_child_past_the_depth_for_itself_or_with_no_budget_left() -> None:
     assert fallback.child(envelope(), fallback="demo.flaky", now=5_000) == NotSent("demo.flaky is its own fallback")
     spent = fallback.child(envelope(), fallback="demo.echo", now=61_000)
     assert isinstance(spent, NotSent) and "budget is spent" in spent.reason
+    bad = fallback.child(envelope(), fallback="../Not A Capability", now=5_000)
+    assert isinstance(bad, NotSent) and "is not a capability name" in bad.reason, "a hand-written control record"
     second = fallback.child(envelope(headers={fallback.DEPTH_HEADER: "1"}), fallback="demo.echo", now=5_000)
     assert isinstance(second, dict) and second["headers"][fallback.DEPTH_HEADER] == "2"
 
