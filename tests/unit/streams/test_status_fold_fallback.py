@@ -27,7 +27,7 @@ from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, WEBHOOK,
 SPEC = callback_text("webhook:https://example.com/hook", "$.a")
 INBOX = (NAMES.inbox("agent://demo/flaky"), 0, 7)
 ECHO = NAMES.capability("demo.echo")
-ENVELOPE = new_envelope("demo.flaky", {"x": 1}, callback=SPEC)
+ENVELOPE = new_envelope("demo.flaky", {"x": 1}, callback=SPEC).model_copy(update={"deadline": 10**13})  # never spent
 MID = ENVELOPE.message_id
 
 
