@@ -11,11 +11,11 @@ import pytest
 
 from reach import control
 from reach.core import fallback
-from reach.envelopes import new_envelope
+from reach.envelopes import new_envelope, now_ms
 from reach.kafka import codec
 from reach.kafka import headers as H
 from reach.receipts import receipt_for
-from reach.records import Envelope, Policy, Receipt, Status, StepStatus
+from reach.records import AgentRegistration, AgentState, Capability, Envelope, Policy, Receipt, Status, StepStatus
 from reach.streams.router.route_loop import Router
 from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
@@ -91,3 +91,22 @@ def test_no_child_without_the_fallbacks_topic_or_when_the_budget_is_spent(monkey
     envelope = new_envelope("demo.nobody", {}, headers={fallback.DEPTH_HEADER: str(fallback.MAX_DEPTH)})
     deep._process(cast(Any, [FakeMessage(NOBODY, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
     assert producer.to(CAP) == [], "a chain at its depth ends here"
+
+
+def test_an_overloaded_request_goes_to_the_fallback_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    r, producer = router(monkeypatch), Producer()
+    busy = NAMES.capability("demo.busy")
+    r.state.apply_registration("b1", AgentRegistration(
+        agent_id="agent://demo/busy", instance_id="b1", build_version="1",
+        capabilities=[Capability(name="demo.busy", version="1.0.0")], state=AgentState.READY, heartbeat_at=now_ms(),
+        ttl_ms=600_000, max_concurrency=10, inflight=10, assigned_partitions=[0],
+        inbox_topic=NAMES.inbox("agent://demo/busy")))
+    record = control.policy_record(Policy(fallback="demo.echo"), scope="demo.busy")
+    r.state.control.apply(record.key, record)
+    r.topics = cast(Any, SimpleNamespace(subscribed=frozenset({CAP, busy})))
+    envelope = new_envelope("demo.busy", {"n": 1})
+    r._process(cast(Any, [FakeMessage(busy, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
+    [ending] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
+    assert ending.status is Status.FAILED and ending.error is not None and ending.error.kind == "OVERLOAD"
+    [child] = [codec.decode(v, Envelope) for v in producer.to(CAP)]
+    assert (child.message_id, child.capability) == (f"{envelope.message_id}-fb0", "demo.echo")
