@@ -74,6 +74,9 @@ class Metrics:
                                   "in_time (STARTED within the delivery timeout), late (STARTED after it, before "
                                   "the timekeeper acted), timed_out (the timekeeper's DELIVERY_TIMEOUT)",
                                   ["capability", "outcome"], registry=r)
+        self.fallbacks = Counter("agentreach_fallbacks_total", "Fallback children the status fold sent for agents' "
+                                 "endings, by outcome (sent, not_sent: the reason is logged and on the row; a batch "
+                                 "read again counts again)", ["outcome"], registry=r)
         self.lag = Gauge("agentreach_consumer_lag_messages", "Consumer lag from the broker",
                          ["topic", "group"], registry=r)
         self.agents = Gauge("agentreach_agents", "Agent instances by state", ["agent_id", "state"], registry=r)

@@ -11,7 +11,7 @@ from reach.core import retry
 from reach.core.durations import format_ms, parse_ms
 from reach.records import Policy
 
-Unit = Literal["count", "duration", "flag"]
+Unit = Literal["count", "duration", "flag", "capability"]
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class PolicyField:
     name: str            # the Policy attribute
     option: str          # the `reach policy set` option
     unit: Unit
-    default: int | bool | None  # the built-in value when no control record sets it (None: derived elsewhere)
+    default: int | bool | None  # the built-in value when no control record sets it (None: derived elsewhere, or none)
     applies: str         # who enforces it, for `reach policy show` and the docs
 
 
@@ -46,6 +46,9 @@ FIELDS: tuple[PolicyField, ...] = (
                 "health: slower calls count as slow (default 3 x the capability's p50)"),
     PolicyField("handoff", "--handoff", "flag", False,
                 "router: a request no instance can serve goes to a human (<ns>.handoff) instead of UNROUTABLE"),
+    PolicyField("fallback", "--fallback", "capability", None,
+                "router (its UNROUTABLE, OVERLOAD, UNAVAILABLE) and status fold (an agent's FAILED, DEAD_LETTERED): "
+                "the request goes on to this capability, a child of its trace (`none` clears it)"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
 

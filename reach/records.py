@@ -426,6 +426,7 @@ class Policy(AvroModel):
     idempotency_window_ms: int | None = None
     slow_threshold_ms: int | None = None
     handoff: bool = False  # v5: no route -> a human on <ns>.handoff instead of UNROUTABLE / DEAD_LETTERED
+    fallback: str | None = None  # v7: the capability that serves a request of this scope that ended badly
 
 
 class CanaryState(StrEnum):

@@ -5,7 +5,10 @@ callback spec and has not produced its callback yet in this generation, the resu
 for the channel capability (same trace, parent = the message, id `<message_id>-cb<generation>` so a
 batch folded again produces the same one, which the channel agent's lease then dedupes), or, for a spec
 that does not parse, a REJECTED receipt of that id saying why. The fold produces it inside the batch it
-commits, so a callback is durable from the moment the terminal receipt is.
+commits, so a callback is durable from the moment the terminal receipt is. Every terminal status sends it (the
+router's REJECTED, UNROUTABLE, OVERLOAD and UNAVAILABLE, the timekeeper's EXPIRED, an agent's CANCELED ...), as
+long as one receipt of the generation carried the spec. A message served by its fallback (reach.core.fallback)
+sends none itself: its child carries the spec, so the caller hears once, of the chain's final outcome.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ def callback_id(message_id: str, generation: int) -> str:
 
 def settle_callback(row: StatusRow, receipt: Receipt, *, now: int) -> tuple[StatusRow, Envelope | Receipt | None]:
     """The row with its callback bookkeeping, and the callback envelope (or rejection receipt) to produce."""
-    if (not row.callback or row.callback_sent or not row.terminal or receipt.generation != row.generation):
+    if (not row.callback or row.callback_sent or not row.terminal or receipt.generation != row.generation
+            or row.fallback_pending):  # an ending its fallback may still serve: the child may carry the callback
         return row, None
+    if row.fallback is not None and row.fallback.message_id is not None:  # the child carries the callback on
+        return row.model_copy(update={"callback_sent": True}), None
     done = row.model_copy(update={"callback_sent": True})
     try:
         spec = parse(row.callback)

@@ -59,6 +59,9 @@ def set_(
     slow_threshold: str | None = typer.Option(None, "--slow-threshold", help="e.g. 2s"),
     handoff: bool | None = typer.Option(None, "--handoff/--no-handoff",
                                         help="no instance serves it: hand the request to a human, not UNROUTABLE"),
+    fallback: str | None = typer.Option(None, "--fallback",
+                                        help="a capability that serves the request when it ends FAILED, "
+                                             "DEAD_LETTERED, UNROUTABLE, OVERLOAD or UNAVAILABLE; `none` clears it"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Publish the scope's policy; omitted fields keep the scope's current value. SDKs, clients and routers
@@ -68,7 +71,7 @@ def set_(
         "backoff_base_ms": backoff_base, "backoff_max_ms": backoff_max, "delivery_timeout_ms": delivery_timeout,
         "execution_timeout_ms": execution_timeout, "budget_ms": budget, "idempotency_window_ms": idempotency_window,
         "slow_threshold_ms": slow_threshold, "max_attempts": max_attempts, "validate_at_router": validate_at_router,
-        "handoff": handoff})
+        "handoff": handoff, "fallback": fallback})
     if not changes:
         raise typer.BadParameter("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
     done = ops_policy.publish(scope, changes, by=operator_id(ReachSettings()), names=_names(), tiers=_tiers(),

@@ -55,7 +55,8 @@ def status(
     message_id: str = typer.Argument(..., help="The message_id `reach send` printed."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Show where one message is: status, agent, attempt, result or error, and its timeline."""
+    """Show where one message is: status, agent, attempt, result or error, its timeline, and the fallback that serves
+    it (exit 0 when that chain COMPLETED)."""
     row = get_json(_base(), f"/messages/{quote(message_id, safe='')}", auth=_auth())
     if as_json:
         print(json.dumps(row))
@@ -65,7 +66,29 @@ def status(
             console.print(f"result: {row['result']}")
         if row.get("last_error"):
             console.print(f"last error: {row['last_error']}")
-    raise typer.Exit(exit_for(row["status"]))
+        _fallback(row)
+    raise typer.Exit(exit_for(final_status(row)))
+
+
+def final_status(row: dict[str, Any]) -> str:
+    """The message's outcome: its own status, or, when a fallback serves it, the last status down the chain."""
+    status, served = row["status"], row.get("fallback")
+    while isinstance(served, dict) and served.get("message_id"):
+        status = served.get("status") or Status.ACCEPTED.value  # sent, not folded yet: still in flight
+        served = served.get("fallback")
+    return str(status)
+
+
+def _fallback(row: dict[str, Any]) -> None:
+    """The fallback that serves the message (reach.core.fallback), down the chain."""
+    served = row.get("fallback")
+    while isinstance(served, dict):
+        if served.get("message_id"):
+            console.print(f"fallback: {served['capability']} {served['message_id']} "
+                          f"[bold]{served.get('status') or 'not folded yet'}[/]")
+        else:
+            console.print(f"fallback: {served['capability']} not sent: {served.get('note')}")
+        served = served.get("fallback")
 
 
 def trace(
@@ -80,3 +103,4 @@ def trace(
         return
     for row in rows:
         console.print(_timeline(row))
+        _fallback(row)

@@ -53,6 +53,17 @@ class Step(BaseModel):
     channel: ChannelDelivery | None = None  # on a delivery step (SENT, DELIVERED, READ, CALLBACKED)
 
 
+class FallbackRef(BaseModel):
+    """The fallback that serves a message (reach.core.fallback): its capability and child message id, or why no
+    child was sent (`note`, message_id None)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    capability: str
+    message_id: str | None = None
+    note: str | None = None
+
+
 class StatusRow(BaseModel):
     """Where one message is: current generation and status, who has it, and every step so far."""
 
@@ -85,6 +96,9 @@ class StatusRow(BaseModel):
     callback: str | None = None  # the envelope's callback spec, learned from receipts written from the envelope
     callback_sent: bool = False  # the current generation's callback envelope (or its rejection) was produced
     progress: Chunks | None = None  # the handler's last progress and partial results (PROGRESS receipts, v7)
+    envelope_at: tuple[str, int, int] | None = None  # the generation's last forward (an inbox record), kept after it
+    fallback: FallbackRef | None = None  # the child its capability's fallback sent for this generation's ending
+    fallback_pending: bool = False  # an agent's ending to send to the fallback once a ROUTED says where the envelope is
 
     @property
     def terminal(self) -> bool:
@@ -121,7 +135,18 @@ def fold(row: StatusRow | None, receipt: Receipt, *, reply_to: str | None = None
         after = after.model_copy(update={"reply_to": reply_to})
     if receipt.callback and after.callback is None and receipt.generation == after.generation:
         after = after.model_copy(update={"callback": receipt.callback})
+    if after.envelope_at is None and receipt.status is Status.ROUTED and receipt.generation == after.generation:
+        at = _inbox(receipt)  # a ROUTED folded after the agent's ending: the fallback still needs the envelope
+        if at is not None:
+            after = after.model_copy(update={"envelope_at": at})
     return after
+
+
+def _inbox(receipt: Receipt) -> tuple[str, int, int] | None:
+    decision = receipt.decision
+    if decision and decision.topic and decision.partition is not None and decision.offset is not None:
+        return decision.topic, decision.partition, decision.offset
+    return None
 
 
 def _progress(row: StatusRow | None, receipt: Receipt) -> StatusRow:
@@ -179,10 +204,7 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
     terminal = receipt.status.is_terminal
     result, truncated = _result_text(receipt) if terminal else (None, False)
     routed = receipt.status is Status.ROUTED
-    decision = receipt.decision
-    inbox = None
-    if routed and decision and decision.topic and decision.partition is not None and decision.offset is not None:
-        inbox = (decision.topic, decision.partition, decision.offset)
+    inbox = _inbox(receipt) if routed else None
     return StatusRow(
         deadline=receipt.deadline or (previous.deadline if same and previous else None),
         delivery_due_at=receipt.at + receipt.delivery_timeout_ms if routed and receipt.delivery_timeout_ms else None,
@@ -200,6 +222,9 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         callback=previous.callback if same and previous else None,
         callback_sent=previous.callback_sent if same and previous else False,
         progress=previous.progress if same and previous else None,
+        envelope_at=inbox or (previous.envelope_at if same and previous else None),
+        fallback=previous.fallback if same and previous else None,
+        fallback_pending=previous.fallback_pending if same and previous else False,
     )
 
 

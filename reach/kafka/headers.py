@@ -18,6 +18,7 @@ TARGET = "x-reach-target"              # the capability topic a delay tier repub
 BY = "x-reach-by"                      # who wrote a control tombstone (it has no updated_by; `reach audit`)
 ROUTER = "x-reach-router"              # the routing worker that wrote a ROUTED receipt (its state loop skips it)
 REPLY_TO = "x-reach-reply-to"          # the envelope's reply_to, on the router's receipts (the status fold replies)
+FALLBACK = "x-reach-fallback"          # on a router's ending: `<capability> <child id>` it sent to the fallback
 
 Headers = list[tuple[str, str | bytes | None]]
 """Kafka headers as confluent-kafka's producer takes them."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from enum import Enum
 from typing import TypeVar
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -25,6 +26,38 @@ T = TypeVar("T")
 def open_reader(purpose: str, kafka: KafkaSettings, *, profile: ConsumerProfile = "hot") -> Consumer:
     """A consumer used only through assign(); the group id is never joined or committed."""
     return clients.consumer(f"reach-reader.{purpose}.{uuid.uuid4().hex[:8]}", kafka, profile=profile)
+
+
+class Missing(Enum):
+    """Why `read_one` returned no record."""
+
+    GONE = "gone"        # below the log start (retention) or the partition no longer exists: it never comes back
+    PENDING = "pending"  # not read in time (leader move, busy broker): try again later
+
+
+def read_one(purpose: str, kafka: KafkaSettings, at: tuple[str, int, int]) -> bytes | None | Missing:
+    """The record at (topic, partition, offset) (None for a tombstone), GONE when it can never be read, PENDING
+    when it was not read in time (the timekeeper's reroute, the status fold's fallback)."""
+    topic, partition, offset = at
+    reader = open_reader(purpose, kafka)
+    try:
+        reader.assign([TopicPartition(topic, partition, offset)])
+        for _ in range(20):
+            for msg in clients.take(reader, 10, 0.25):
+                if not msg.error() and msg.offset() == offset:
+                    return msg.value()
+        try:
+            low, _high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                                   KafkaError._UNKNOWN_PARTITION):
+                return Missing.GONE
+            return Missing.PENDING
+        # at or past the high watermark is not gone: right after a leader change the new leader's high
+        # watermark can lag the offset it already acknowledged; the caller's deadline bounds the retries
+        return Missing.GONE if offset < low else Missing.PENDING
+    finally:
+        reader.close()
 
 
 _NOT_LED = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,

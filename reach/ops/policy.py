@@ -8,13 +8,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reach import control, policyfields
+from reach import control, policyfields, registry
+from reach.core import fallback
 from reach.core.timeouts import check_timeout_ms
 from reach.core.views.control import ControlView
+from reach.envelopes import now_ms
 from reach.errors import ConfigError
+from reach.kafka import topicreader
 from reach.names import Names, check_capability
 from reach.records import Control, ControlKind, Policy
 from reach.settings import KafkaSettings
+
+CLEAR = "none"
+"""`reach policy set --fallback none` clears the scope's fallback."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,8 @@ def changes(given: Mapping[str, object]) -> dict[str, Any]:
                      if spec.unit == "duration" and isinstance(value, str) else value)
         if name == "execution_timeout_ms":  # a cap: 1 ms to 1 h (BadTimeout, a ConfigError: exit 2)
             check_timeout_ms(out[name], what=spec.option)
+        if spec.unit == "capability":  # a capability name (InvalidName: exit 2), or `none` to clear it
+            out[name] = None if str(value).strip().lower() == CLEAR else check_capability(str(value).strip())
     return out
 
 
@@ -122,14 +130,45 @@ def preview(scope: str, changed: Mapping[str, Any], *, names: Names, tiers: list
             "warnings_before": before["warnings"]}
 
 
+def known_capabilities(*, names: Names, kafka: KafkaSettings) -> set[str]:
+    """Capabilities an agent registers (in any state) or that have a topic: what a fallback may name."""
+    known = {c.name for info in registry.read_registry(kafka, names).instances(now_ms())
+             for c in info.registration.capabilities}
+    reader = topicreader.open_reader("policy", kafka)
+    try:
+        topics = reader.list_topics(timeout=10).topics
+    finally:
+        reader.close()
+    prefix = names.capability_prefix
+    return known | {t[len(prefix):] for t in topics if t.startswith(prefix)}
+
+
+def check_fallback(scope: str, capability: str, *, view: ControlView, known: set[str]) -> None:
+    """ConfigError (exit 2) unless `scope -> capability` is a fallback that can serve: one capability's, naming a
+    capability Reach knows, and ending within reach.core.fallback.MAX_DEPTH hops without coming back."""
+    if scope == "*":
+        raise ConfigError("a fallback is set per capability: give --capability C (every capability falling back to "
+                          "one would loop at that one).")
+    if capability not in known:
+        raise ConfigError(f"fallback {capability!r} is not a capability any agent registers and has no topic: "
+                          "start an agent that serves it first, or check the name (`reach agents`).")
+    problem = fallback.chain_problem(scope, capability, lambda c: view.policy(c).fallback if c != scope else None)
+    if problem is not None:
+        raise ConfigError(f"fallback {scope} -> {capability} refused: {problem}; clear one of them with "
+                          f"`reach policy set --capability <c> --fallback {CLEAR}`.")
+
+
 def publish(scope: str, changed: Mapping[str, Any], *, by: str, names: Names, tiers: list[str],
             kafka: KafkaSettings) -> Published:
     """Publish the scope's POLICY record with `changed` merged into its own fields (omitted fields keep the scope's
     current value); SDKs, clients and routers follow the control topic and apply it without a restart. ConfigError
-    when nothing changes, pydantic's ValidationError when a value does not fit its field."""
+    when nothing changes or a fallback cannot serve (check_fallback), pydantic's ValidationError when a value does
+    not fit its field."""
     if not changed:
         raise ConfigError("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
     view = control.read_control(names=names, kafka=kafka)
+    if changed.get("fallback") is not None:
+        check_fallback(scope, changed["fallback"], view=view, known=known_capabilities(names=names, kafka=kafka))
     record = _merged(view, scope, changed, by=by)
     control.publish(record, names=names, kafka=kafka)
     view.apply(record.key, record)

@@ -37,6 +37,7 @@ from reach.streams.health import HealthWriter
 from reach.streams.health.gauges import HealthGauges
 from reach.streams.router.route_loop import Router
 from reach.streams.router.stats import summary_line
+from reach.streams.status.fallbacks import PolicyFallbacks
 from reach.streams.status.fold import StatusFold, fold_group
 from reach.streams.status.lookup import Owners
 from reach.streams.status.views import StatusViews, attach_status_views
@@ -129,12 +130,14 @@ def build_app(
     metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
     fold = None
     health: HealthWriter | None = None
+    policy = router.state.control.policy if router is not None else Policies(names=names, feed=feed).policy
     if role != Role.ROUTE:
         # one directory per worker (host and port identify it), so two workers on one machine never share a store
         worker = f"{reach_settings.web_host}-{reach_settings.web_port}"
         state_dir = reach_settings.home / "status" / names.namespace / worker
         fold = StatusFold(names=names, kafka=kafka, metrics=metrics, state_dir=state_dir, url=url,
-                          retention_ms=reach_settings.status_retention * 1000, callbacks=ChannelCallbacks())
+                          retention_ms=reach_settings.status_retention * 1000, callbacks=ChannelCallbacks(),
+                          fallbacks=PolicyFallbacks(policy=policy, kafka=kafka))
         # the single writer of <ns>.health for the partitions its group gives this worker (reach.streams.health)
         health = HealthWriter(names=names, kafka=kafka, settings=health_settings or HealthEnvSettings(),
                               on_publish=HealthGauges(metrics.registry).publish, feed=feed)
@@ -148,7 +151,6 @@ def build_app(
                                                     max_bytes=spec.dead_letter_bytes(), redis=redis),
                      reach_settings.namespace, summary_interval)
     if fold is not None:
-        policy = router.state.control.policy if router is not None else Policies(names=names, feed=feed).policy
         timekeeper = Timekeeper(names=names, tiers=spec.retry_tiers(), kafka=kafka, policy=policy, redis=redis)
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)

@@ -24,10 +24,12 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
+from reach.core import fallback
 from reach.core.canarybook import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
 from reach.core.factors import FactorWeights
+from reach.core.lifecycle import FallbackRef
 from reach.core.loads import InstanceLoad
 from reach.core.routing import (
     Expired,
@@ -128,6 +130,18 @@ class _Ending:
     capability: str
     counter: str  # the router's count of this outcome, counted only if it wins (else `superseded`)
     side: Callable[[], None] | None = None
+    child: _Child | None = None  # the capability's fallback, sent only if it wins (reach.core.fallback)
+
+
+@dataclass(frozen=True)
+class _Child:
+    """A fallback child envelope (encoded) for the capability topic of the fallback."""
+
+    topic: str
+    message_id: str
+    key: str  # session_key, else message_id (as every capability topic is keyed)
+    value: bytes
+    mark: str  # the x-reach-fallback header of the parent's ending
 
 
 class Router(SupervisedLoop):
@@ -402,12 +416,14 @@ class Router(SupervisedLoop):
                                retry_after_ms=outcome.retry_after_ms,
                                decision={"candidates": [s.as_dict() for s in outcome.scores],
                                          "weights": _weights(outcome.weights)})
-            self._produce_terminal(batch, position, receipt, reply, counter="overload")
+            self._produce_terminal(batch, position, receipt, reply, counter="overload",
+                                   child=self._fallback(envelope, now))
         elif isinstance(outcome, Unavailable):
             receipt = _receipt(request, Status.FAILED, now,
                                error=_error("UNAVAILABLE", "UNAVAILABLE", outcome.message),
                                retry_after_ms=outcome.retry_after_ms)
-            self._produce_terminal(batch, position, receipt, reply, counter="unavailable")
+            self._produce_terminal(batch, position, receipt, reply, counter="unavailable",
+                                   child=self._fallback(envelope, now))
         elif (isinstance(outcome, NoRoute) and self.handoff.enabled
               and self.state.control.policy(request.capability).handoff):
             for topic, key, out, headers in self.handoff.outputs(envelope, value, candidates, why=outcome.message,
@@ -424,7 +440,8 @@ class Router(SupervisedLoop):
             else:
                 status, counter = Status.UNROUTABLE, "unroutable"
             receipt = _receipt(request, status, now, error=_error("NO_ROUTE", "NO_ROUTE", outcome.message))
-            self._produce_terminal(batch, position, receipt, reply, counter=counter, side=letter)
+            self._produce_terminal(batch, position, receipt, reply, counter=counter, side=letter,
+                                   child=self._fallback(envelope, now))
         elif isinstance(outcome, Expired):
             receipt = _receipt(request, Status.EXPIRED, now, error=_error("TIMEOUT", "BUDGET_SPENT", outcome.message))
             self._produce_terminal(batch, position, receipt, reply, counter="expired")
@@ -447,11 +464,31 @@ class Router(SupervisedLoop):
 
     def _produce_terminal(self, batch: _Batch, position: Position, receipt: dict[str, Any],
                           reply: H.Headers | None = None, *, counter: str,
-                          side: Callable[[], None] | None = None) -> None:
-        """Hold a terminal receipt (and its side output) for the batch's one claim of the terminal slots."""
+                          side: Callable[[], None] | None = None, child: _Child | None = None) -> None:
+        """Hold a terminal receipt (and its side output, its fallback child) for the batch's one claim of the
+        terminal slots."""
         terminal = Terminal(receipt["message_id"], receipt.get("generation") or 0, encode_dict("Receipt", receipt))
         batch.terminals.append(_Ending(position, terminal, list(reply or ()), batch.stats_key(receipt["capability"]),
-                                       counter, side))
+                                       counter, side, child))
+
+    def _fallback(self, envelope: dict[str, Any], now: int) -> _Child | None:
+        """The child the capability's POLICY fallback gets for this ending (docs/decisions/0034), or None: no
+        fallback, the chain is at its depth, the budget is spent, or the fallback has no topic yet."""
+        capability = self.state.control.policy(envelope["capability"]).fallback
+        if not capability:
+            return None
+        made = fallback.child(envelope, fallback=capability, now=now)
+        if isinstance(made, fallback.NotSent):
+            log.info("no fallback for %s: %s", envelope["message_id"], made.reason)
+            return None
+        topic = self.names.capability(capability)
+        if self.topics is None or topic not in self.topics.subscribed:
+            log.warning("no fallback for %s: topic %s does not exist (start an agent of %s)", envelope["message_id"],
+                        topic, capability)
+            return None
+        ref = FallbackRef(capability=capability, message_id=made["message_id"])
+        return _Child(topic, made["message_id"], fallback.key_of(made), encode_dict("Envelope", made),
+                      fallback.mark(ref))
 
     def _settle_terminals(self, producer: Producer, batch: _Batch) -> None:
         """First terminal wins (reach.terminals): one round trip claims every held terminal of the batch. A winner
@@ -469,16 +506,22 @@ class Router(SupervisedLoop):
         claims = self.fence.claim_once([(e.position, e.terminal) for e in endings], batch.won)
         for ending, maybe in zip(endings, claims, strict=True):
             claim = cast(Claimed, maybe)  # every router ending has a terminal
+            marks: H.Headers = []
             if claim.won:
                 if ending.position not in settled:
                     self.stats.count(ending.capability, ending.counter)
                 if ending.side is not None:
                     ending.side()
+                if ending.child is not None:  # a derived id: sent again on a re-read, it is the same message
+                    child = ending.child
+                    delivery.produce(producer, batch.acks, ending.position, child.topic, child.value,
+                                     key=child.key.encode(), headers=[(H.MESSAGE_ID, child.message_id.encode())])
+                    marks = [(H.FALLBACK, child.mark.encode())]
             else:
                 self.stats.count(ending.capability, "superseded")
             key = ending.terminal.message_id.encode()
             delivery.produce(producer, batch.acks, ending.position, self.names.receipts, claim.receipt, key=key,
-                             headers=[(H.MESSAGE_ID, key), *ending.headers])
+                             headers=[(H.MESSAGE_ID, key), *ending.headers, *marks])
         if self.fence.unfenced > unfenced:
             self.stats.count(OTHER, "unfenced", self.fence.unfenced - unfenced)
 
@@ -497,6 +540,7 @@ class Router(SupervisedLoop):
                 agent_id=instance.agent_id, instance_id=instance.instance_id, scores=decision.scores,
                 picked_instance=decision.picked_instance, topic=forward.topic, partition=slot.partition(),
                 offset=slot.offset(), weights=decision.weights, arm=decision.arm, admission=forward.admission,
+                callback=request.callback,
             )
         key = request.message_id.encode()
         producer.produce(self.names.receipts, key=key, value=value,

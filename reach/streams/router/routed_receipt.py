@@ -116,6 +116,7 @@ class RoutedReceiptWriter:
         weights: Mapping[str, float],
         arm: str | None = None,
         admission: str | None = None,
+        callback: str | None = None,
     ) -> bytes:
         """The ROUTED receipt (as `as_receipt(...)` builds it) in single-object Avro; every ScoreParts carries
         one value per factor (reach.core.factors.FACTORS order)."""
@@ -140,10 +141,11 @@ class RoutedReceiptWriter:
             _NULL, _SOME, s(picked_instance), _SOME, s(topic),  # _NULL ends the candidates array
             optional_long(partition), optional_long(offset), self._weights_map(weights),
             optional_string(arm), optional_string(admission),
-            # cost and due_at null; then deadline, delivery_timeout_ms, reroutes; reused_from, channel, callback,
-            # resolution (v6), progress (v7) null
+            # cost and due_at null; then deadline, delivery_timeout_ms, reroutes; reused_from, channel null; the
+            # envelope's callback (a row must know it before an EXPIRED that no agent wrote); resolution (v6),
+            # progress (v7) null
             _NULL, _NULL, optional_long(deadline), optional_long(delivery_timeout_ms), varint(reroutes), _NULL,
-            _NULL, _NULL, _NULL, _NULL,
+            _NULL, optional_string(callback), _NULL, _NULL,
         ]
         return b"".join(parts)
 
@@ -222,4 +224,4 @@ def _sample() -> dict[str, Any]:
                 capability="a.b", attempt=3, at=1_800_000_000_000, deadline=None, delivery_timeout_ms=5_000,
                 reroutes=1, agent_id="agent://a/b", instance_id="i-1", scores=scores, picked_instance="i-1",
                 topic="ns.agent.a.b", partition=7, offset=123_456_789, weights={"fit": 0.4, "load": -0.3},
-                arm="stable", admission="breaker OPEN: i-9")
+                arm="stable", admission="breaker OPEN: i-9", callback='{"channel":"webhook"}')

@@ -6,7 +6,9 @@ changelog record per changed row to the status partition of the same number, and
 the broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
 receipts offsets. Replies and callbacks (a terminal row's callback envelope to its channel capability, see
 reach.channels.closure) go first so no changelog record says `replied` / `callback_sent` before the
-broker acknowledged them. A refused record rewinds the batch (at least once; the fold is idempotent), except a
+broker acknowledged them; so does a fallback child (an agent's ending its capability's POLICY `fallback` serves,
+reach.core.fallback: the envelope is read back from the inbox through the Fallbacks port), before a changelog
+record names it. A refused record rewinds the batch (at least once; the fold is idempotent), except a
 reply no retry cures (too large, topic gone), which is counted and logged. A registry outage is
 infrastructure: nothing commits, the batch is read again after a backoff.
 On assignment a partition's store is trusted when it has applied the changelog up to its end, else
@@ -24,13 +26,14 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from reach.core import fallback
 from reach.core.commits import CommitLedger
 from reach.core.lifecycle import StatusRow, fold, settle_reply
 from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery, topicreader
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
-from reach.kafka.codec import DecodeError, RegistryUnavailable
+from reach.kafka.codec import DecodeError, RegistryUnavailable, decode_dict, encode_dict
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Envelope, Receipt
@@ -38,7 +41,7 @@ from reach.settings import KafkaSettings
 from reach.streams.exceptions import DeliveryFailed, StreamsError
 from reach.streams.status import keys
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
-from reach.streams.status.ports import Callbacks
+from reach.streams.status.ports import Callbacks, Fallbacks, NoFallbacks
 from reach.streams.status.store import PartitionStore
 from reach.streams.supervised import SupervisedLoop
 
@@ -48,6 +51,8 @@ has folded what was appended up to a second before."""
 log = logging.getLogger("reach.status")
 _Reply = tuple[Position, str, str, bytes]
 """(the receipt's position, reply topic, message id, reply bytes)."""
+_Out = tuple[Position, str, str, bytes, str]
+"""(the receipt's position, topic, key, value, message id): a callback or a fallback child."""
 _RECOVERY_BATCH = 5_000
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT})
@@ -68,7 +73,8 @@ class StatusFold(SupervisedLoop):
     log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, metrics: Metrics, state_dir: Path, url: str,
-                 retention_ms: int, callbacks: Callbacks, batch_size: int = 1_000) -> None:
+                 retention_ms: int, callbacks: Callbacks, fallbacks: Fallbacks | None = None,
+                 batch_size: int = 1_000) -> None:
         super().__init__()
         self.names = names
         self.url = url
@@ -78,6 +84,7 @@ class StatusFold(SupervisedLoop):
         self._retention_ms = retention_ms
         self._batch_size = batch_size
         self._callbacks = callbacks
+        self._fallbacks = fallbacks or NoFallbacks()
         self._stores: dict[int, PartitionStore] = {}
         self._ledger = CommitLedger()  # one async commit in flight; a restarted loop starts a fresh one
         self._reply_topics: dict[str, float] = {}  # topics seen to exist, and when (a miss is never cached)
@@ -183,7 +190,7 @@ class StatusFold(SupervisedLoop):
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         rows: dict[str, tuple[int, StatusRow]] = {}
         replies: list[_Reply] = []
-        callbacks: list[_Reply] = []
+        callbacks: list[_Out] = []
         first: dict[int, int] = {}
         last: dict[int, int] = {}
         for msg in messages:
@@ -228,7 +235,7 @@ class StatusFold(SupervisedLoop):
         clients.send_commits(consumer, self._ledger, self._owned())
 
     def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, StatusRow]],
-             replies: list[_Reply], callbacks: list[_Reply], producer: Producer) -> None:
+             replies: list[_Reply], callbacks: list[_Out], producer: Producer) -> None:
         value = msg.value()
         if value is None:
             return
@@ -249,15 +256,49 @@ class StatusFold(SupervisedLoop):
             current = StatusRow.model_validate_json(raw) if raw is not None else None
         after = fold(current, receipt, reply_to=self._reply_to(msg))
         after, reply = settle_reply(current, after, receipt, value)
+        position = (msg.topic() or "", partition, msg.offset() or 0)
+        routed_child = fallback.parse_mark(_header(msg, H.FALLBACK))
+        after, ask = fallback.settle(current, after, receipt, routed_child=routed_child,
+                                     fallback_of=self._fallbacks.fallback_of)
+        if ask is not None:  # before the callback: a child that was sent carries it on
+            after, child = self._fallback_child(producer, after, ask)
+            if child is not None:
+                callbacks.append((position, *child))
         after, callback = self._callbacks.settle(after, receipt, now=now_ms())
         if callback is not None:
-            callbacks.append(((msg.topic() or "", partition, msg.offset() or 0),
-                              *self._callback_record(producer, callback)))
+            topic, key, record = self._callback_record(producer, callback)
+            callbacks.append((position, topic, key, record, key))
         self._metrics.observe(receipt, current, after)
         if after != current:
             rows[mid] = (partition, after)
         if reply is not None and after.reply_to:
             replies.append(((msg.topic() or "", partition, msg.offset() or 0), after.reply_to, mid, reply))
+
+    def _fallback_child(self, producer: Producer, row: StatusRow, ask: fallback.Ask) -> tuple[
+            StatusRow, tuple[str, str, bytes, str] | None]:
+        """The row naming the child (or why none was sent), and the child's (topic, key, value, message id)."""
+        raw = self._fallbacks.envelope(ask.at)
+        made: dict[str, Any] | fallback.NotSent
+        try:
+            envelope = decode_dict("Envelope", raw) if raw is not None else None
+        except DecodeError as exc:
+            envelope, made = None, fallback.NotSent(f"the envelope at {ask.at} does not decode: {exc}")
+        else:
+            made = fallback.NotSent(f"the envelope at {ask.at} is gone (retention)")
+        if envelope is not None and envelope.get("message_id") != row.message_id:
+            made = fallback.NotSent(f"the record at {ask.at} is not the envelope of {row.message_id}")
+        elif envelope is not None:
+            made = fallback.child(envelope, fallback=ask.capability, now=now_ms())
+        topic = "" if isinstance(made, fallback.NotSent) else self.names.capability(ask.capability)
+        if topic and not self._topic_exists(producer, topic):
+            made = fallback.NotSent(f"topic {topic} does not exist (start an agent of {ask.capability})")
+        row = fallback.sent(row, ask, made)
+        if isinstance(made, fallback.NotSent):
+            self._metrics.fallbacks.labels("not_sent").inc()
+            log.warning("status: no fallback for %s: %s", row.message_id, made.reason)
+            return row, None
+        self._metrics.fallbacks.labels("sent").inc()
+        return row, (topic, fallback.key_of(made), encode_dict("Envelope", made), made["message_id"])
 
     def _callback_record(self, producer: Producer, callback: Envelope | Receipt) -> tuple[str, str, bytes]:
         """(topic, key, value): a callback envelope to its channel's capability topic (named by the catalog,
@@ -274,14 +315,15 @@ class StatusFold(SupervisedLoop):
             self._metrics.callbacks.labels("rejected").inc()
         return self.names.receipts, callback.message_id, codec.encode(callback)
 
-    def _send_callbacks(self, producer: Producer, callbacks: list[_Reply]) -> list[str]:
-        """Produce and flush the batch's callback records; the errors (any: the batch is read again)."""
+    def _send_callbacks(self, producer: Producer, callbacks: list[_Out]) -> list[str]:
+        """Produce and flush the batch's callback records and fallback children; the errors (any: the batch is read
+        again)."""
         if not callbacks:
             return []
         acks = Acks()
-        for position, topic, key, value in callbacks:
+        for position, topic, key, value, message_id in callbacks:
             delivery.produce(producer, acks, position, topic, value, key=key.encode(),
-                             headers=[(H.MESSAGE_ID, key.encode())])
+                             headers=[(H.MESSAGE_ID, message_id.encode())])
         errors: list[str] = []
         self._flush(producer, errors)
         for position in acks.unacked():
@@ -289,15 +331,12 @@ class StatusFold(SupervisedLoop):
         return errors
 
     def _reply_to(self, msg: Message) -> str | None:
-        pairs: Any = msg.headers() or ()
-        for name, value in pairs:
-            if name == H.REPLY_TO and value:
-                topic = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-                if self.names.family_of(topic) == "replies":
-                    return topic
-                self._metrics.replies.labels("refused").inc()
-                log.warning("status: refused reply_to %r (only %s.replies.* topics get replies)", topic[:200],
-                            self.names.namespace)
+        topic = _header(msg, H.REPLY_TO)
+        if topic is None or self.names.family_of(topic) == "replies":
+            return topic
+        self._metrics.replies.labels("refused").inc()
+        log.warning("status: refused reply_to %r (only %s.replies.* topics get replies)", topic[:200],
+                    self.names.namespace)
         return None
 
     def _send_replies(self, producer: Producer, replies: list[_Reply]) -> list[str]:
@@ -499,6 +538,14 @@ def _watermarks(reader: Consumer, tp: TopicPartition, attempts: int = 25) -> tup
                 raise
             time.sleep(0.2)
     raise AssertionError("unreachable")
+
+
+def _header(msg: Message, name: str) -> str | None:
+    pairs: Any = msg.headers() or ()
+    for key, value in pairs:
+        if key == name and value:
+            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return None
 
 
 def _first_offsets(messages: list[Message]) -> dict[int, int]:

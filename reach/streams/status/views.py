@@ -31,6 +31,19 @@ class StatusViews:
         self._session: aiohttp.ClientSession | None = None
 
     async def message(self, message_id: str, forwarded: bool) -> tuple[int, dict[str, Any]]:
+        """The row; a message served by its fallback shows the child's status (and its own fallback, down the
+        chain) under `fallback` (the child's row may be on another worker; the parent's row names only its id)."""
+        code, row = await self._row(message_id, forwarded)
+        served = row.get("fallback") if code == 200 else None
+        if forwarded or not isinstance(served, dict) or not served.get("message_id"):
+            return code, row  # a forwarded lookup answers the row only: the worker asked first joins the chain
+        child_code, child = await self.message(served["message_id"], False)
+        if child_code == 200:
+            row["fallback"] = {**served, "status": child["status"],
+                               **({"fallback": child["fallback"]} if child.get("fallback") else {})}
+        return code, row
+
+    async def _row(self, message_id: str, forwarded: bool) -> tuple[int, dict[str, Any]]:
         partition = partition_of(message_id, self.partitions)
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.wait_s

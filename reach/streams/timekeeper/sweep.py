@@ -14,10 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from enum import Enum
 from typing import cast
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer
 
 from reach import dlq
 from reach.core.deadlines import Due, Task, due_tasks
@@ -28,7 +27,7 @@ from reach.kafka import clients, codec, delivery
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
 from reach.kafka.codec import DecodeError
-from reach.kafka.topicreader import open_reader
+from reach.kafka.topicreader import Missing, read_one
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.retry import Outgoing, after_failure
@@ -40,11 +39,7 @@ _MAX_MARKS = 100_000
 REFUSED_BY_BROKER = "REFUSED_BY_BROKER"  # the router's reason for a record the broker will never take
 
 
-class Fetch(Enum):
-    """Why an inbox record was not returned."""
-
-    GONE = "gone"        # below the log start (retention) or the partition no longer exists: it never comes back
-    PENDING = "pending"  # not read in time (leader move, busy broker): try again next tick
+Fetch = Missing  # why an inbox record was not returned (reach.kafka.topicreader)
 
 
 class Timekeeper:
@@ -214,26 +209,7 @@ class Timekeeper:
 
     def _fetch(self, inbox: tuple[str, int, int]) -> bytes | None | Fetch:
         """The inbox record (None for a tombstone), GONE when it can never be read, PENDING when not read in time."""
-        topic, partition, offset = inbox
-        reader = open_reader("timekeeper", self._kafka)
-        try:
-            reader.assign([TopicPartition(topic, partition, offset)])
-            for _ in range(20):
-                for msg in clients.take(reader, 10, 0.25):
-                    if not msg.error() and msg.offset() == offset:
-                        return msg.value()
-            try:
-                low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
-            except KafkaException as exc:
-                if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
-                                                       KafkaError._UNKNOWN_PARTITION):
-                    return Fetch.GONE
-                return Fetch.PENDING
-            # at or past the high watermark is not gone: right after a leader change the new leader's high
-            # watermark can lag the offset it already acknowledged; the deadline bounds the retries
-            return Fetch.GONE if offset < low else Fetch.PENDING
-        finally:
-            reader.close()
+        return read_one("timekeeper", self._kafka, inbox)
 
     def _producer_(self) -> Producer:
         if self._producer is None:
@@ -285,5 +261,5 @@ def _receipt(row: StatusRow, status: Status, **fields: object) -> Receipt:
     return Receipt.model_validate({
         "message_id": row.message_id, "generation": row.generation, "trace_id": row.trace_id, "tenant": row.tenant,
         "capability": row.capability, "status": status, "attempt": row.attempt, "at": now_ms(),
-        "deadline": row.deadline, "reroutes": row.reroutes, **fields,
+        "deadline": row.deadline, "reroutes": row.reroutes, "callback": row.callback, **fields,
     })

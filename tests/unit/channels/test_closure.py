@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 from functools import reduce
 
+import pytest
+
 from reach.channels.closure import callback_id, settle_callback
 from reach.channels.spec import callback_text
-from reach.core.lifecycle import StatusRow, fold
-from reach.records import ChannelDelivery, Envelope, ErrorInfo, Receipt, Status
+from reach.core.lifecycle import FallbackRef, StatusRow, fold
+from reach.records import TERMINAL, ChannelDelivery, Envelope, ErrorInfo, Receipt, Status
 
 SPEC = callback_text("webhook:https://example.com/hook", "$.answer,$.missing")
 
@@ -108,3 +110,35 @@ def test_delivery_steps_stay_in_the_timeline_and_keep_the_row_status() -> None:
 def test_a_sent_step_does_not_move_a_started_row() -> None:
     row = reduce(fold, [r(Status.STARTED, 1), r(Status.SENT, 2)], None)
     assert row is not None and row.status is Status.STARTED
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL))
+def test_every_terminal_status_calls_back_once_per_generation(status: Status) -> None:
+    """However the message ended (the router's REJECTED, UNROUTABLE, its OVERLOAD / UNAVAILABLE FAILED, the
+    timekeeper's EXPIRED before any agent started it, an agent's CANCELED ...): one callback, and one again for a
+    replay's generation."""
+    error = None if status is Status.COMPLETED else ErrorInfo(kind="K", code="C", message="why")
+    row, out = folded(r(Status.ROUTED, 1, callback=SPEC), r(status, 2, error=error), r(status, 3, error=error),
+                      r(Status.ROUTED, 4, generation=1, callback=SPEC), r(status, 5, generation=1, error=error))
+    assert [e.message_id for e in out] == ["m1-cb0", "m1-cb1"]
+    assert all(isinstance(e, Envelope) and json.loads(e.payload)["body"]["status"] == status.value for e in out)
+
+
+def test_a_row_that_learns_its_spec_only_from_the_routed_receipt_still_calls_back_on_expiry() -> None:
+    """EXPIRED before any agent started it: the router's ROUTED receipt is the only one written from the envelope."""
+    _, out = folded(r(Status.ROUTED, 1, callback=SPEC), r(Status.EXPIRED, 9))
+    assert [e.message_id for e in out] == ["m1-cb0"]
+
+
+def test_a_message_its_fallback_serves_leaves_the_callback_to_the_child() -> None:
+    """The child carries the spec (reach.core.fallback): the caller hears once, of the chain's final outcome."""
+    row, _ = folded(r(Status.ROUTED, 1, callback=SPEC))
+    ended = fold(row, r(Status.FAILED, 2))
+    served = ended.model_copy(update={"fallback": FallbackRef(capability="demo.echo", message_id="m1-fb0")})
+    after, made = settle_callback(served, r(Status.FAILED, 2), now=1)
+    assert made is None and after.callback_sent
+    waiting, made = settle_callback(ended.model_copy(update={"fallback_pending": True}), r(Status.FAILED, 2), now=1)
+    assert made is None and not waiting.callback_sent, "waits until it knows whether a child is sent"
+    unsent = ended.model_copy(update={"fallback": FallbackRef(capability="demo.echo", note="gone")})
+    after, made = settle_callback(unsent, r(Status.FAILED, 2), now=1)
+    assert isinstance(made, Envelope) and after.callback_sent, "no child went: the message calls back itself"

@@ -48,3 +48,21 @@ def test_an_absurd_execution_timeout_cap_is_a_usage_error_and_publishes_nothing(
     assert isinstance(done.exception, BadTimeout) and exit_code_for(done.exception) == 2
     assert "--execution-timeout must be a whole number of milliseconds from 1 to 3,600,000" in str(done.exception)
     assert topic == []
+
+
+def test_a_looping_fallback_is_a_usage_error_and_publishes_nothing(topic: list[Control],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.cli.common import exit_code_for
+    from reach.errors import ConfigError
+
+    monkeypatch.setattr(cli.ops_policy, "known_capabilities", lambda **_kw: {"demo.a", "demo.b"})
+    done = runner.invoke(cli.app, ["set", "--capability", "demo.a", "--fallback", "demo.b"])
+    assert done.exit_code == 0 and "fallback=demo.b" in done.output
+    looped = runner.invoke(cli.app, ["set", "--capability", "demo.b", "--fallback", "demo.a"])
+    assert isinstance(looped.exception, ConfigError) and exit_code_for(looped.exception) == 2
+    assert "the fallbacks loop: demo.b -> demo.a -> demo.b" in str(looped.exception)
+    unknown = runner.invoke(cli.app, ["set", "--capability", "demo.b", "--fallback", "demo.zz"])
+    assert isinstance(unknown.exception, ConfigError) and exit_code_for(unknown.exception) == 2
+    assert len(topic) == 1
+    cleared = runner.invoke(cli.app, ["set", "--capability", "demo.a", "--fallback", "none"])
+    assert cleared.exit_code == 0 and "fallback=-" in cleared.output

@@ -25,3 +25,20 @@ def test_message_and_trace_ids_are_escaped(monkeypatch: pytest.MonkeyPatch, caps
     cli.trace("t/1?x", as_json=True)
     assert asked == ["/messages/..%2Fagents%3Fx%23y", "/traces/t%2F1%3Fx", "/messages/a%2Fb%23c"]
     assert '"status": "COMPLETED"' in capsys.readouterr().out
+
+
+def test_a_message_its_fallback_completed_exits_0_and_shows_the_chain(monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    row = {"message_id": "m", "capability": "demo.flaky", "status": "DEAD_LETTERED", "timeline": [],
+           "fallback": {"capability": "demo.echo", "message_id": "m-fb0", "status": "COMPLETED"}}
+    monkeypatch.setattr(cli, "get_json", lambda *_a, **_k: row)
+    with pytest.raises(typer.Exit) as done:
+        cli.status("m", as_json=False)
+    assert done.value.exit_code == 0 and "fallback: demo.echo m-fb0 COMPLETED" in capsys.readouterr().out
+    assert cli.final_status({**row, "fallback": {"capability": "demo.echo", "message_id": "m-fb0"}}) == "ACCEPTED"
+    unsent = {**row, "fallback": {"capability": "demo.echo", "message_id": None, "note": "gone"}}
+    assert cli.final_status(unsent) == "DEAD_LETTERED"
+    monkeypatch.setattr(cli, "get_json", lambda *_a, **_k: unsent)
+    with pytest.raises(typer.Exit) as failed:
+        cli.status("m", as_json=False)
+    assert failed.value.exit_code == 1 and "fallback: demo.echo not sent: gone" in capsys.readouterr().out

@@ -747,3 +747,20 @@ def test_an_admin_maps_and_unmaps_an_intent_and_a_viewer_is_refused(monkeypatch:
     assert gone["before"] == "weather.forecast" and removed == ["console:admin"]
     nothing = client.post("/console/api/intents/unmap", json={"phrase": "never mapped"}, headers=admin)
     assert nothing.status_code == 400 and "nothing to remove" in nothing.json()["message"]
+
+
+def test_the_message_page_shows_the_fallback_that_served_it() -> None:
+    box = SecretBox([SecretStr(Fernet.generate_key().decode())])
+    table = OperatorTable(box)
+    record, made = new_operator(box, name="viewer", role="viewer", redrive_rate=5, now_ms=1, by="t")
+    table.apply(record.app_id, record)
+    fakes = Fakes()
+    fakes.status.rows["m1"] = [{"message_id": "m1", "trace_id": "t1", "tenant": "acme", "capability": "demo.flaky",
+                                "status": "DEAD_LETTERED", "generation": 0, "attempt": 2, "reroutes": 0,
+                                "timeline": [], "fallback": {"capability": "demo.echo", "message_id": "m1-fb0",
+                                                             "note": None, "status": "COMPLETED"}}]
+    deps = fakes.deps()
+    app = build_gateway(type(deps)(**{**deps.__dict__, "console": Console(operators=table, backend=FakeBackend())}),
+                        HttpSettings(), closure=ClosureSettings())
+    page = TestClient(app).get("/console/messages?q=m1", headers=_bearer(made.token)).text
+    assert 'fallback: demo.echo' in page and "<code>m1-fb0</code>" in page and ">COMPLETED<" in page

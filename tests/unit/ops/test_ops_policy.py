@@ -93,3 +93,49 @@ def test_a_preview_shows_the_diff_and_the_warnings_after_and_publishes_nothing(c
         ops.preview("demo.echo", {}, names=NAMES, tiers=TIERS, kafka=KafkaSettings())
     assert ops.preview("demo.echo", {"max_attempts": 3}, names=NAMES, tiers=TIERS, kafka=KafkaSettings())[
         "diff"] == []
+
+
+@pytest.fixture
+def known(monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The capabilities agents register or that have a topic (reach.ops.policy.known_capabilities), in memory."""
+    found = {"demo.flaky", "demo.echo", "a", "b", "c", "d", "e"}
+    monkeypatch.setattr(ops, "known_capabilities", lambda **_kw: found)
+    return found
+
+
+def set_fallback(scope: str, target: str) -> ops.Published:
+    return ops.publish(scope, ops.changes({"fallback": target}), by="t", names=NAMES, tiers=TIERS,
+                       kafka=KafkaSettings())
+
+
+def test_a_fallback_is_published_shown_and_cleared(control_topic: list[Control], known: set[str]) -> None:
+    done = set_fallback("demo.flaky", "demo.echo")
+    assert done.record.policy is not None and done.record.policy.fallback == "demo.echo"
+    assert (done.report["fields"]["fallback"]["shown"], done.report["fields"]["fallback"]["from"]) == (
+        "demo.echo", "demo.flaky")
+    cleared = set_fallback("demo.flaky", "none")
+    assert cleared.record.policy is not None and cleared.record.policy.fallback is None
+    assert cleared.report["fields"]["fallback"]["shown"] == "-"
+
+
+def test_an_unknown_fallback_is_refused_and_nothing_is_published(control_topic: list[Control], known: set[str]) -> None:
+    with pytest.raises(ConfigError, match="'demo.nobody' is not a capability any agent registers and has no topic"):
+        set_fallback("demo.flaky", "demo.nobody")
+    with pytest.raises(InvalidName):
+        ops.changes({"fallback": "Not A Capability"})
+    with pytest.raises(ConfigError, match="a fallback is set per capability"):
+        set_fallback("*", "demo.echo")
+    assert control_topic == []
+
+
+def test_a_fallback_that_loops_or_runs_too_long_is_refused(control_topic: list[Control], known: set[str]) -> None:
+    set_fallback("a", "b")
+    with pytest.raises(ConfigError, match=r"fallback b -> a refused: the fallbacks loop: b -> a -> b"):
+        set_fallback("b", "a")
+    with pytest.raises(ConfigError, match="the fallbacks loop: demo.echo -> demo.echo"):
+        set_fallback("demo.echo", "demo.echo")
+    set_fallback("b", "c")
+    set_fallback("c", "d")
+    with pytest.raises(ConfigError, match="the fallback chain e -> a -> b -> c -> d is longer than 3 hops"):
+        set_fallback("e", "a")
+    assert [r.key for r in control_topic] == ["POLICY:a", "POLICY:b", "POLICY:c"]

@@ -30,6 +30,7 @@ def _random_fields(rng: random.Random) -> dict[str, object]:
         weights=rng.choice([{}, {"fit": 0.4, "locality": 0.2, "load": 0.3, "affinity": 0.1}, FactorWeights(),
                             FactorWeights({"cost": rng.random(), "health": 0.3})]),
         arm=rng.choice([None, "canary", "stable"]), admission=rng.choice([None, "qps: i-2", "é" * 200]),
+        callback=rng.choice([None, '{"channel":"webhook","endpoint":"https://h/x","fields":[]}']),
     )
 
 

@@ -96,3 +96,22 @@ def test_an_id_is_escaped_when_forwarded_and_its_owner_answers_for_that_id() -> 
     assert asyncio.run(views.trace("../agents?x#y", local_only=False)) == (200, {"trace_id": "../agents?x#y",
                                                                                  "message_ids": [odd]})
     assert views.asked == [f"http://other/messages/{escaped}", "http://other/traces/..%2Fagents%3Fx%23y?local=1"]
+
+
+def test_a_row_served_by_a_fallback_shows_the_childs_status_down_the_chain_and_a_forward_only_its_own() -> None:
+    rows = {
+        "p": {"message_id": "p", "status": "DEAD_LETTERED", "fallback": {"capability": "b", "message_id": "p-fb0"}},
+        "p-fb0": {"message_id": "p-fb0", "status": "FAILED",
+                  "fallback": {"capability": "c", "message_id": "p-fb0-fb0"}},
+        "p-fb0-fb0": {"message_id": "p-fb0-fb0", "status": "COMPLETED"},
+    }
+    views = Views({}, fold=FakeFold({0}, rows), owners=FakeOwners({0: "http://me"}), partitions=1,  # type: ignore[arg-type]
+                  url="http://me")
+    code, row = asyncio.run(views.message("p", False))
+    assert code == 200 and row["fallback"] == {"capability": "b", "message_id": "p-fb0", "status": "FAILED",
+                                               "fallback": {"capability": "c", "message_id": "p-fb0-fb0",
+                                                            "status": "COMPLETED"}}
+    code, row = asyncio.run(views.message("p", True))  # the asking worker joins: a forwarded lookup answers the row
+    assert row["fallback"] == rows["p"]["fallback"]
+    rows["p"]["fallback"] = {"capability": "b", "message_id": "p-fb9"}  # sent, not folded yet
+    assert asyncio.run(views.message("p", False))[1]["fallback"] == {"capability": "b", "message_id": "p-fb9"}

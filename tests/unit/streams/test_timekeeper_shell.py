@@ -10,11 +10,10 @@ from confluent_kafka import KafkaError, KafkaException
 
 from reach.core.lifecycle import StatusRow, fold
 from reach.envelopes import new_envelope
-from reach.kafka import codec
+from reach.kafka import codec, topicreader
 from reach.names import Names
 from reach.records import DeadLetter, Decision, Receipt, Status
 from reach.settings import KafkaSettings, RedisSettings
-from reach.streams.timekeeper import sweep as module
 from reach.streams.timekeeper.sweep import Timekeeper
 from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, FakeReader
@@ -34,7 +33,7 @@ def routed_row(deadline: int = 10**13) -> StatusRow:
 
 
 def keeper(monkeypatch: pytest.MonkeyPatch, reader: FakeReader, producer: FakeProducer) -> Timekeeper:
-    monkeypatch.setattr(module, "open_reader", lambda *_a: reader)
+    monkeypatch.setattr(topicreader, "open_reader", lambda *_a, **_k: reader)  # the inbox read (read_one)
     tk = Timekeeper(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(),
                     fence=Fence(MemorySlots(), writer="timekeeper"))
     tk._producer = cast(Any, producer)
@@ -192,7 +191,7 @@ def test_a_dead_letter_whose_records_failed_is_written_on_the_next_tick(monkeypa
     stored = slots.values[ENVELOPE.message_id, 0]
     assert codec.decode(stored, Receipt).status is Status.DEAD_LETTERED
     down = False
-    monkeypatch.setattr(module, "open_reader", lambda *_a: FakeReader([inbox]))
+    monkeypatch.setattr(topicreader, "open_reader", lambda *_a, **_k: FakeReader([inbox]))
     assert tk.tick([routed_row()], now=5_000) == 1, "its own ending found in the slot: acted on, not skipped"
     [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert letter.reason == "RETRIES_EXHAUSTED" and letter.envelope == codec.encode(EXHAUSTED)

@@ -1,0 +1,122 @@
+"""The status fold sends an agent's ending to its capability's fallback, on fakes: the envelope read back from the
+inbox, the child produced inside the batch before the commit, once per message and generation; the callback goes
+with the child."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from reach.channels.closure import ChannelCallbacks
+from reach.channels.spec import callback_text
+from reach.core.lifecycle import FallbackRef
+from reach.envelopes import new_envelope
+from reach.kafka import codec
+from reach.kafka import headers as H
+from reach.metrics import Metrics
+from reach.records import Decision, Envelope, ErrorInfo, Receipt, Status
+from reach.settings import KafkaSettings
+from reach.streams.exceptions import StreamsError
+from reach.streams.status.fold import StatusFold
+from reach.streams.status.store import PartitionStore
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage
+from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, WEBHOOK, Producer
+
+SPEC = callback_text("webhook:https://example.com/hook", "$.a")
+INBOX = (NAMES.inbox("agent://demo/flaky"), 0, 7)
+ECHO = NAMES.capability("demo.echo")
+ENVELOPE = new_envelope("demo.flaky", {"x": 1}, callback=SPEC).model_copy(update={"deadline": 10**13})  # never spent
+MID = ENVELOPE.message_id
+
+
+class Fallbacks:
+    """The port in memory: demo.flaky falls back to demo.echo; the inbox holds ENVELOPE (or nothing: `gone`)."""
+
+    def __init__(self, *, gone: bool = False, pending: bool = False) -> None:
+        self.gone, self.pending, self.reads = gone, pending, 0
+
+    def fallback_of(self, capability: str) -> str | None:
+        return "demo.echo" if capability == "demo.flaky" else None
+
+    def envelope(self, at: tuple[str, int, int]) -> bytes | None:
+        self.reads += 1
+        assert at == INBOX
+        if self.pending:
+            raise StreamsError("not read in time")
+        return None if self.gone else codec.encode(ENVELOPE)
+
+
+def status_fold(tmp_path: Path, port: Fallbacks) -> StatusFold:
+    fold = StatusFold(names=NAMES, kafka=KafkaSettings(), metrics=Metrics(), state_dir=tmp_path, url="http://w1",
+                      retention_ms=60_000, callbacks=ChannelCallbacks(), fallbacks=port)
+    fold.partitions = 1
+    fold._stores[0] = PartitionStore(tmp_path / "p0")
+    return fold
+
+
+def receipt(offset: int, status: Status, headers: list[Any] | None = None, **kw: Any) -> FakeMessage:
+    value = codec.encode(Receipt(message_id=MID, trace_id=ENVELOPE.trace_id, tenant="default", capability="demo.flaky",
+                                 status=status, at=1_000 + offset, callback=SPEC, **kw))
+    return FakeMessage(NAMES.receipts, 0, offset, value, MID.encode(), headers or [])
+
+
+AGENT = dict(agent_id="agent://demo/flaky", instance_id="i1")
+FAILED = dict(AGENT, error=ErrorInfo(kind="HANDLER", code="BOOM", message="always fails"))
+RUN = [receipt(0, Status.ROUTED, instance_id="i1", decision=Decision(topic=INBOX[0], partition=0, offset=7)),
+       receipt(1, Status.STARTED, **AGENT), receipt(2, Status.DEAD_LETTERED, **FAILED)]
+
+
+def test_an_agents_ending_goes_to_the_fallback_with_the_callback_before_the_commit(tmp_path: Path) -> None:
+    port = Fallbacks()
+    fold, consumer, producer = status_fold(tmp_path, port), FakeConsumer(assigned=OWNED), Producer()
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
+    [child] = [codec.decode(v, Envelope) for v in producer.to(ECHO)]
+    assert (child.message_id, child.parent_id, child.capability, child.payload, child.callback) == (
+        f"{MID}-fb0", MID, "demo.echo", ENVELOPE.payload, SPEC)
+    assert producer.to(WEBHOOK) == [], "the child carries the callback: the parent sends none"
+    row = fold.row(MID)
+    assert row is not None and row.status is Status.DEAD_LETTERED and row.callback_sent
+    assert row.fallback == FallbackRef(capability="demo.echo", message_id=f"{MID}-fb0")
+    assert consumer.committed_at() == {(NAMES.receipts, 0): 3}
+    assert fold._metrics.registry.get_sample_value("agentreach_fallbacks_total", {"outcome": "sent"}) == 1
+
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(3, Status.DEAD_LETTERED, **FAILED),
+                                                                     receipt(4, Status.FAILED, **FAILED)]))
+    assert len(producer.to(ECHO)) == 1 and port.reads == 1, "a replayed or later ending sends no second child"
+
+
+def test_an_envelope_not_readable_now_commits_nothing(tmp_path: Path) -> None:
+    fold, consumer, producer = status_fold(tmp_path, Fallbacks(pending=True)), FakeConsumer(assigned=OWNED), Producer()
+    with pytest.raises(StreamsError):
+        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
+    assert consumer.commits == [] and producer.sent == [] and fold.row(MID) is None
+
+
+def test_a_gone_envelope_names_why_and_the_message_calls_back_itself(tmp_path: Path) -> None:
+    fold, consumer, producer = status_fold(tmp_path, Fallbacks(gone=True)), FakeConsumer(assigned=OWNED), Producer()
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
+    row = fold.row(MID)
+    assert row is not None and row.fallback is not None and row.fallback.message_id is None
+    assert "gone" in (row.fallback.note or "")
+    assert producer.to(ECHO) == [] and len(producer.to(WEBHOOK)) == 1
+
+
+def test_a_fallback_without_a_topic_is_not_sent(tmp_path: Path) -> None:
+    fold, producer = status_fold(tmp_path, Fallbacks()), Producer(known={WEBHOOK})
+    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer), cast(Any, RUN))
+    row = fold.row(MID)
+    assert row is not None and row.fallback is not None and "does not exist" in (row.fallback.note or "")
+    assert producer.to(ECHO) == [] and len(producer.to(WEBHOOK)) == 1
+
+
+def test_the_routers_child_is_recorded_and_nothing_is_read(tmp_path: Path) -> None:
+    port = Fallbacks()
+    fold, producer = status_fold(tmp_path, port), Producer()
+    mark = [(H.FALLBACK, f"demo.echo {MID}-fb0".encode())]
+    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
+                cast(Any, [receipt(0, Status.UNROUTABLE, headers=mark)]))
+    row = fold.row(MID)
+    assert row is not None and row.fallback == FallbackRef(capability="demo.echo", message_id=f"{MID}-fb0")
+    assert port.reads == 0 and producer.to(ECHO) == [] and producer.to(WEBHOOK) == []
