@@ -68,6 +68,11 @@ def test_every_ending_calls_back_once(namespace: str, stream_app: StreamApp) -> 
 
         wait_for(ready, 90, "the instances and agents READY", interval=0.3)
         hook = f"webhook:{receiver.url}/hook"
+        # the router subscribes a capability topic a moment after its first registration: a probe ROUTED to the
+        # ghost shows it does, so the 2 s budget below is spent waiting at the ghost, not for the subscription
+        probe = client.send("demo.ghost", {"n": 0})
+        wait_for(lambda: (row(stream_app, probe) or {}).get("status") == "ROUTED", 60, "the probe ROUTED",
+                 interval=0.2)
         expired = client.send("demo.ghost", {"n": 1}, callback=hook, budget_ms=2_000, delivery_timeout_ms=30_000)
         unroutable = client.send("demo.nobody", {"n": 2}, callback=hook)
         overload = client.send("demo.busy", {"n": 3}, callback=hook)
