@@ -1,5 +1,5 @@
-"""`reach receipts sql`: the receipts stream for a time range, as a flat DuckDB view named `receipts` (and the
-loading `reach audit sql` shares for its `audit` view)."""
+"""`reach receipts sql`: the receipts stream for a time range, as a flat DuckDB view named `receipts` with the view
+`usage` over it (and the loading `reach audit sql` shares for its `audit` view)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from confluent_kafka import Consumer
 from reach.errors import ReachError
 from reach.kafka import codec, topicreader
 from reach.kafka.codec import DecodeError
-from reach.records import Receipt
+from reach.records import TERMINAL, Receipt
 
 
 class QueryError(ReachError):
@@ -34,7 +34,23 @@ COLUMNS: dict[str, str] = {
     "inbox_partition": "INTEGER", "inbox_offset": "BIGINT", "kafka_partition": "INTEGER",
     "kafka_offset": "BIGINT", "kafka_timestamp": "TIMESTAMP", "arm": "VARCHAR", "admission": "VARCHAR",
     "callback": "VARCHAR", "channel": "VARCHAR", "provider_message_id": "VARCHAR", "callback_id": "VARCHAR",
+    "input_tokens": "BIGINT", "output_tokens": "BIGINT", "model": "VARCHAR", "cost_micros": "BIGINT",
+    "currency": "VARCHAR", "source": "VARCHAR", "app_id": "VARCHAR",
 }
+APP_SOURCE = "gateway:"  # the source of a gateway app's envelopes (reach.gateway.admission.source_of)
+TERMINALS = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
+# One row per (message_id, generation): its first terminal receipt (all receipts of a message share a partition,
+# so offset order is arrival order), where that receipt carried usage (Receipt v9). What limits count, too.
+USAGE_VIEW = f"""
+CREATE VIEW usage AS
+SELECT message_id, generation, trace_id, tenant, capability, agent_id, instance_id, status, attempt, ts,
+       CAST(ts AS DATE) AS day, input_tokens, output_tokens, input_tokens + output_tokens AS tokens, model,
+       cost_micros, cost_micros / 1e6 AS cost, currency, source, app_id
+FROM (SELECT * FROM receipts WHERE status IN ({TERMINALS})
+      QUALIFY row_number() OVER (PARTITION BY message_id, generation
+                                 ORDER BY kafka_partition, kafka_offset NULLS LAST, ts) = 1)
+WHERE input_tokens IS NOT NULL
+"""
 
 
 @dataclass
@@ -70,7 +86,17 @@ def flatten(receipt: Receipt) -> dict[str, Any]:
         "callback": receipt.callback, "channel": receipt.channel.channel if receipt.channel else None,
         "provider_message_id": receipt.channel.provider_message_id if receipt.channel else None,
         "callback_id": receipt.channel.callback_id if receipt.channel else None,
+        **_usage(receipt),
     }
+
+
+def _usage(receipt: Receipt) -> dict[str, Any]:
+    used = receipt.usage
+    if used is None:
+        return {}
+    app = used.source[len(APP_SOURCE):] if used.source and used.source.startswith(APP_SOURCE) else None
+    return {"input_tokens": used.input_tokens, "output_tokens": used.output_tokens, "model": used.model,
+            "cost_micros": used.cost_micros, "currency": used.currency, "source": used.source, "app_id": app}
 
 
 def read_receipts(consumer: Consumer, topic: str, since_ms: int | None, until_ms: int | None,
@@ -91,7 +117,9 @@ def read_receipts(consumer: Consumer, topic: str, since_ms: int | None, until_ms
 
 def load(rows: Iterator[dict[str, Any]], workdir: Path) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the `receipts` view over the rows (via a newline-delimited JSON file)."""
-    return load_table(rows, workdir, table="receipts", columns=COLUMNS)
+    con = load_table(rows, workdir, table="receipts", columns=COLUMNS)
+    con.execute(USAGE_VIEW)
+    return con
 
 
 def load_table(rows: Iterator[dict[str, Any]], workdir: Path, *, table: str,

@@ -16,7 +16,7 @@ from reach.callers import CallerApp, KeyEntry
 from reach.errors import ReachError
 from reach.kafka import codec
 from reach.names import check_capability
-from reach.records import App, AppKey
+from reach.records import App, AppKey, SpendLimit
 from reach.secretbox import SecretBox, SecretUnreadable, new_secret
 
 log = logging.getLogger("reach.apps")
@@ -92,6 +92,11 @@ def rotated(box: SecretBox, app: App, *, now_ms: int, by: str) -> tuple[App, New
     return app.model_copy(update={"keys": [*app.keys, key], "updated_at": now_ms, "updated_by": by}), made
 
 
+def limited(app: App, limits: list[SpendLimit], *, now_ms: int, by: str) -> App:
+    """The app with these spend limits (reach.core.spend) in place of its own."""
+    return _live(app).model_copy(update={"limits": limits, "updated_at": now_ms, "updated_by": by})
+
+
 def revoked(app: App, *, key_id: str | None, now_ms: int, by: str) -> App:
     """The app with one key revoked, or (key_id None) the whole app."""
     _live(app)
@@ -118,7 +123,7 @@ def requota(app: App, *, rate: float, burst: int, now_ms: int, by: str) -> App:
 def caller(app: App) -> CallerApp:
     """The door's view of an app."""
     return CallerApp(app_id=app.app_id, name=app.name, tenant=app.tenant, capabilities=tuple(app.capabilities),
-                     rate=app.rate, burst=app.burst)
+                     rate=app.rate, burst=app.burst, limits=tuple(app.limits))
 
 
 def decode_app(key: bytes | None, value: bytes | None) -> tuple[str, App | None]:

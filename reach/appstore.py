@@ -21,7 +21,7 @@ from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.kafka import codec, topicreader
 from reach.names import Names
-from reach.records import App
+from reach.records import App, SpendLimit
 from reach.secretbox import SecretBox
 from reach.settings import KafkaSettings
 
@@ -141,11 +141,18 @@ class AppStore:
             raise AppError(f"No app {app_id!r} on the apps topic: expected an id from `reach apps ls`.")
         return app
 
-    def create(self, *, name: str, tenant: str, capabilities: list[str], rate: float, burst: int) -> NewKey:
+    def create(self, *, name: str, tenant: str, capabilities: list[str], rate: float, burst: int,
+               limits: list[SpendLimit] | None = None) -> NewKey:
         app, made = apps.new_app(self._sealer(), name=name, tenant=tenant, capabilities=capabilities, rate=rate,
                                  burst=burst, now_ms=now_ms(), by=self._by)
-        self._log.append(app)
+        self._log.append(app.model_copy(update={"limits": limits or []}))
         return made
+
+    def set_limits(self, app_id: str, limits: list[SpendLimit]) -> App:
+        """The app's spend limits replaced (gateways follow within about a second)."""
+        app = apps.limited(self.get(app_id), limits, now_ms=now_ms(), by=self._by)
+        self._log.append(app)
+        return app
 
     def rotate(self, app_id: str) -> NewKey:
         """A new key sealed under the same secrets key as the app's live keys (else SecretUnreadable: a key

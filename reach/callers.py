@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from reach.records import SpendLimit
+
 CHANNEL_PREFIX = "channel."
 
 
@@ -20,6 +22,7 @@ class CallerApp:
     capabilities: tuple[str, ...]  # empty: every capability except channel.* (those only when listed)
     rate: float  # requests per second (token bucket rate)
     burst: int  # token bucket size
+    limits: tuple[SpendLimit, ...] = ()  # spend limits per day / month (reach.core.spend, reach.gateway.budgets)
 
     def may_call(self, capability: str) -> bool:
         # a channel posts to an endpoint the payload names: by default an app could aim the platform anywhere

@@ -282,6 +282,23 @@ class Progress(AvroModel):
     chunks: list[Chunk] = []
 
 
+class Usage(AvroModel):
+    """What a handler's run cost (v9): tokens, model, cost in micro-units of `currency`, and whom it is charged to."""
+
+    avro_name: ClassVar[str] = "Usage"
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model: str | None = None
+    cost_micros: int | None = None
+    currency: str | None = None
+    source: str | None = None
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
 class Receipt(AvroRecord):
     """One step in the life of a message."""
 
@@ -313,6 +330,7 @@ class Receipt(AvroRecord):
     callback: str | None = None
     resolution: IntentResolution | None = None
     progress: Progress | None = None
+    usage: Usage | None = None  # v9: on the terminal receipt of a handler's run (reach.core.usage)
 
 
 class Capability(AvroModel):
@@ -570,6 +588,16 @@ class AppKey(AvroModel):
         return self.revoked_at is None
 
 
+class SpendLimit(AvroModel):
+    """One spend limit of an app (App v3): at most `amount` of `kind` (tokens | cost) per `period` (day | month)."""
+
+    avro_name: ClassVar[str] = "SpendLimit"
+
+    kind: str
+    amount: int
+    period: str
+
+
 class App(AvroRecord):
     """A calling application of the ingress gateway, keyed by app_id on the compacted apps topic."""
 
@@ -587,6 +615,7 @@ class App(AvroRecord):
     updated_at: EpochMillis
     updated_by: str
     role: str | None = None  # v2: None a calling app; "viewer" / "admin" a console operator (reach.console)
+    limits: list[SpendLimit] = []  # v3: token and cost limits per day or month (reach.core.spend)
 
     @property
     def revoked(self) -> bool:

@@ -18,6 +18,7 @@
 | REACH_STATUS_RETENTION    | 604800 (7 days, seconds)    | how long terminal status rows are kept              |
 | REACH_STALE_NO_ROUTE      | 86400 (24 h, seconds)       | age at which an unserved NO_ROUTE letter is stale   |
 | REACH_OPERATOR            | (the OS user)               | who the CLI records on its changes (reach-cli:<name>)|
+| REACH_CURRENCY            | USD                         | ISO 4217 currency of usage costs and cost limits    |
 | REACH_CANARY_MIN_CALLS    | 10                          | canary-arm calls a step needs before it is judged   |
 | REACH_CANARY_TICK_MS      | 1000                        | how often the canary controller applies the rule    |
 | REACH_CANARY_REPORT_MS    | 5000                        | how often it rewrites a running canary's progress   |
@@ -44,6 +45,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach.core.healthmodel.settings import HealthSettings
 from reach.core.retention import RESULT_TTL_S
+from reach.core.usage import check_currency
 from reach.errors import ConfigError, InfraUnavailable
 from reach.kafka import kafkaerrors
 
@@ -65,12 +67,18 @@ class ReachSettings(BaseSettings):
     stale_no_route: int = 24 * 3600
     schema_registry_url: str | None = None
     operator: str | None = None  # the name the CLI records on the control records it publishes (`reach audit`)
+    currency: str = "USD"  # ISO 4217: what usage costs (micro-units) and cost limits are in (reach.core.usage)
 
     @field_validator("web_token")
     @classmethod
     def _blank_token_is_unset(cls, value: SecretStr | None) -> SecretStr | None:
         """`REACH_WEB_TOKEN=""` (or spaces) is no secret: unset, so a wide bind without a real one refuses."""
         return value if value is not None and value.get_secret_value().strip() else None
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_currency(cls, value: str) -> str:
+        return check_currency(value)
 
 
 def _local_state(home: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
@@ -12,7 +13,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from ulid import ULID
 
 from reach.kafka import headers as h
-from reach.records import Envelope
+from reach.records import Envelope, Usage
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 
@@ -67,3 +68,22 @@ def extract(headers: Iterable[tuple[str, bytes]] | None, envelope: Envelope) -> 
 def tracer() -> trace.Tracer:
     """The tracer Reach's own spans use (a no-op until the application installs an SDK)."""
     return trace.get_tracer("reach")
+
+
+def invoke_agent_attributes(agent_id: str, capability: str) -> dict[str, Any]:
+    """The OpenTelemetry GenAI attributes of the `invoke_agent` span a handler's run is (agent side)."""
+    return {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": agent_id, "gen_ai.agent.name": agent_id,
+            "reach.capability": capability}
+
+
+def usage_attributes(usage: Usage) -> dict[str, Any]:
+    """What a run reported (reach.core.usage), as GenAI semantic-convention attributes; the cost as reach.*."""
+    found: dict[str, Any] = {"gen_ai.usage.input_tokens": usage.input_tokens,
+                             "gen_ai.usage.output_tokens": usage.output_tokens}
+    if usage.model is not None:
+        found["gen_ai.request.model"] = usage.model
+    if usage.cost_micros is not None:
+        found["reach.usage.cost_micros"] = usage.cost_micros
+        if usage.currency is not None:
+            found["reach.usage.currency"] = usage.currency
+    return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import os
 import socket
@@ -24,10 +25,11 @@ from reach.core.timeouts import (
     BadTimeout,
     check_timeout_ms,
 )
+from reach.core.usage import Meter, check_report, from_result
 from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
 from reach.names import check_agent_id, check_capability
-from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope
+from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope, Usage
 
 if TYPE_CHECKING:
     from reach.agent.progress import ProgressStream
@@ -37,6 +39,7 @@ Hook = Callable[[], Any]
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_TTL_MS = 45_000
+log = logging.getLogger("reach.agent")
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Context:
     _cancelled: Callable[[], bool] = field(default=lambda: False, repr=False)
     _heartbeat: Callable[[], None] = field(default=lambda: None, repr=False)
     _progress: ProgressStream | None = field(default=None, repr=False)
+    _meter: Meter = field(default_factory=Meter, repr=False)
 
     async def progress(self, fraction: float | None, note: str | None = None) -> None:
         """Report how far the handler is: `fraction` in [0, 1] (or None), an optional short note. Coalesced
@@ -68,6 +72,33 @@ class Context:
             Coalescer().emit(chunk, append=append)
             return
         await self._progress.emit(chunk, append=append)
+
+    def usage(self, *, input_tokens: int | None = None, output_tokens: int | None = None, model: str | None = None,
+              cost: int | None = None) -> None:
+        """Report what this run cost: tokens read and written, the model, and the cost in micro-units of the
+        deployment's currency (REACH_CURRENCY; 1.25 USD is 1_250_000). Reports add up (one per LLM call is fine);
+        the terminal receipt carries the sum. A value that is not a whole number >= 0, or an absurd one, is
+        dropped with a warning: usage never fails the request."""
+        report = check_report(input_tokens=input_tokens, output_tokens=output_tokens, model=model, cost=cost)
+        for problem in report.problems:
+            log.warning("ctx.usage for %s: %s", self.envelope.message_id, problem)
+        self._meter.add(report)
+
+    def _returned(self, value: Any) -> None:
+        """The usage a handler returned (a `usage` object in its result, reach.core.usage.from_result), unless it
+        reported some with ctx.usage (then that stands)."""
+        if self._meter.reported:
+            return
+        report = from_result(value)
+        if report is None:
+            return
+        for problem in report.problems:
+            log.warning("usage returned for %s: %s", self.envelope.message_id, problem)
+        self._meter.add(report)
+
+    def _usage(self, currency: str | None) -> Usage | None:
+        """What the run reported, as the receipt's record (charged to the envelope's source), or None."""
+        return self._meter.usage(currency=currency, source=self.envelope.source)
 
     @property
     def attempt(self) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reach.agent.outcomes import Verdict
-from reach.records import Envelope
+from reach.records import Envelope, Usage
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class Finished:
     raw: bytes | None  # the inbox record's original bytes (dead letters keep them untouched)
     origin: tuple[str, int, int] | None  # inbox topic, partition, offset
     run_ms: int | None  # handler time, None when the handler did not run
+    usage: Usage | None = None  # what the run reported (ctx.usage), on a terminal outcome only
 
 
 class Middleware:

@@ -40,7 +40,7 @@ from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.receipts import receipt_for
-from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status, StepStatus
+from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status, StepStatus, Usage
 
 log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25
@@ -82,8 +82,9 @@ class Pipeline:
                  policy: Callable[[str], Policy | None] = lambda _: None,
                  cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False,
                  admitted: Callable[[int], Awaitable[bool]] = _always,
-                 progress_interval_ms: int = PROGRESS_INTERVAL_MS) -> None:
+                 progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None) -> None:
         self._agent = agent
+        self._currency = currency  # REACH_CURRENCY: what the usage a handler reports costs in
         self._progress_interval_ms = progress_interval_ms
         self._admitted = admitted  # reach.agent.ownership: may a handler still start for this partition?
         self._cancelled = cancelled
@@ -202,7 +203,13 @@ class Pipeline:
                           _cancelled=lambda: self._cancelled(mid, envelope.tenant), _heartbeat=timer.beat,
                           _progress=stream)
         try:
-            verdict, thread = await self._run(spec, payload, context, timer)
+            with tracing.tracer().start_as_current_span(
+                    f"invoke_agent {self._agent.agent_id}", kind=SpanKind.INTERNAL,
+                    attributes=tracing.invoke_agent_attributes(self._agent.agent_id, envelope.capability)) as span:
+                verdict, thread = await self._run(spec, payload, context, timer)
+                used = context._usage(self._currency)
+                if used is not None:
+                    span.set_attributes(tracing.usage_attributes(used))
         finally:
             stream.close()  # what the handler left pending goes before its outcome receipt
             timer.end("its run already ended (it timed out, or its outcome was published)")
@@ -215,7 +222,7 @@ class Pipeline:
                 self._lingering += 1
             asyncio.get_running_loop().create_task(self._outlive(thread, renewer, mid, gen))
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
-                                  raw=raw, origin=origin, scope=scope, cost=context.cost)
+                                  raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used)
 
     async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
                    timer: RunTimer) -> tuple[Verdict, Future[Any] | None]:
@@ -248,6 +255,7 @@ class Pipeline:
             if verdict.outcome is Outcome.RETRY and verdict.error and verdict.error.code == "UNHANDLED_EXCEPTION":
                 log.exception("handler of %s raised for %s", envelope.capability, envelope.message_id)
             return verdict, (thread if thread is not None and not thread.done() else None)
+        context._returned(result)
         verdict = outcomes.from_result(result)
         if verdict.outcome is Outcome.COMPLETE:
             return _checked_output(spec, verdict.value), None
@@ -268,14 +276,14 @@ class Pipeline:
     async def _finish(self, envelope: Envelope, verdict: Verdict, acks: list[Future[Message]], *,
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
                       origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
-                      cost: float | None = None) -> Processed:
-        receipt = self._receipt(envelope, verdict, run_ms, cost)
+                      cost: float | None = None, usage: Usage | None = None) -> Processed:
+        receipt = self._receipt(envelope, verdict, run_ms, cost, usage)
         encoded = codec.encode(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
             verdict = outcomes.failed("INVALID_OUTPUT", "RESULT_TOO_LARGE", (
                 f"the handler's result takes {len(encoded)} bytes in its receipt; at most {MAX_RECEIPT_BYTES} fit. "
                 "Store large results elsewhere (object storage) and return a reference."))
-            receipt = self._receipt(envelope, verdict, run_ms, cost)
+            receipt = self._receipt(envelope, verdict, run_ms, cost, usage)
             encoded = codec.encode(receipt)
         terminal = receipt.status.is_terminal
         if terminal:
@@ -289,7 +297,8 @@ class Pipeline:
         if not terminal:
             # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
             await asyncio.gather(*(asyncio.wrap_future(a) for a in acks))
-        finished = Finished(envelope=envelope, verdict=verdict, raw=raw, origin=origin, run_ms=run_ms)
+        finished = Finished(envelope=envelope, verdict=verdict, raw=raw, origin=origin, run_ms=run_ms,
+                            usage=receipt.usage)
         for middleware in self._middleware:
             await middleware.after_outcome(finished)
         if release and not terminal:
@@ -299,11 +308,13 @@ class Pipeline:
         return Processed(verdict.outcome, tuple(acks) if terminal else ())
 
     def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None,
-                 cost: float | None = None) -> Receipt:
+                 cost: float | None = None, usage: Usage | None = None) -> Receipt:
         status, step = outcomes.receipt_status(verdict.outcome)
         result = verdict.value if isinstance(verdict.value, bytes) else None
+        # usage travels on the terminal receipt only: that is what is counted once per (message, generation)
         return receipt_for(envelope, status, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
                            error=verdict.error, step_status=step, result=result, cost=cost,
+                           usage=usage if status.is_terminal else None,
                            retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
 
     async def _reuse(self, envelope: Envelope, first: bytes) -> Processed:

@@ -148,7 +148,8 @@ class Runner:
                                   receipts_topic=self.names.receipts, executor=self._pool,
                                   middleware=[retries, self.metrics, *self.agent.middleware], completed=completed,
                                   redis_outage=redis_outage, policy=self._policies.policy,
-                                  cancelled=self._cancels.book.cancelled, admitted=self._ownership.admitted)
+                                  cancelled=self._cancels.book.cancelled, admitted=self._ownership.admitted,
+                                  currency=self._settings.currency)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,

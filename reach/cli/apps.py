@@ -1,4 +1,5 @@
-"""`reach apps create|ls|rotate|quota|revoke`: the gateway's calling applications, their keys and quotas."""
+"""`reach apps create|ls|update|rotate|quota|revoke`: the gateway's calling applications, their keys, quotas and
+spend limits."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.table import Table
 from reach.a2a.bearer import a2a_token
 from reach.appstore import AppStore, KafkaAppLog
 from reach.cli.common import console, err_console, operator_id
+from reach.core.spend import format_limit
 from reach.gateway.settings import GatewaySettings
 from reach.names import Names
 from reach.ops import apps as ops_apps
@@ -18,7 +20,13 @@ from reach.ops.apps import DEFAULT_RATE
 from reach.secretbox import secret_box
 from reach.settings import KafkaSettings, ReachSettings
 
-app = typer.Typer(help="Gateway apps: who may call over HTTP, with which keys, how fast.", no_args_is_help=True)
+LIMIT_COST = typer.Option(None, "--limit-cost", help="AMOUNT/day or AMOUNT/month in REACH_CURRENCY units, e.g. "
+                          "5.00/day (repeat for both periods; `none` removes the cost limits)")
+LIMIT_TOKENS = typer.Option(None, "--limit-tokens", help="TOKENS/day or TOKENS/month, e.g. 2M/month or 250k/day "
+                            "(input + output tokens; `none` removes the token limits)")
+
+app = typer.Typer(help="Gateway apps: who may call over HTTP, with which keys, how fast, how much they may spend.",
+                  no_args_is_help=True)
 
 
 def _store(*, making_keys: bool = False) -> AppStore:
@@ -49,12 +57,31 @@ def create(
     capabilities: str | None = typer.Option(None, "--capabilities", help="C,...: allowed capabilities; default all"),
     rate: float = typer.Option(DEFAULT_RATE, "--rate", help="requests per second, across every gateway replica"),
     burst: int | None = typer.Option(None, "--burst", help="bucket size; default the rate rounded up"),
+    limit_cost: list[str] | None = LIMIT_COST,
+    limit_tokens: list[str] | None = LIMIT_TOKENS,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Create an app with one key; prints app_id, key_id and the secret (shown only here)."""
     made = ops_apps.create(_store(making_keys=True), name=name, tenant=tenant,
-                           capabilities=ops_apps.capabilities(capabilities), rate=rate, burst=burst)
+                           capabilities=ops_apps.capabilities(capabilities), rate=rate, burst=burst,
+                           limit_cost=limit_cost, limit_tokens=limit_tokens)
     _show_secret(made.as_dict(), as_json)
+
+
+@app.command()
+def update(
+    app_id: str = typer.Argument(...),
+    limit_cost: list[str] | None = LIMIT_COST,
+    limit_tokens: list[str] | None = LIMIT_TOKENS,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Change an app's spend limits; gateways apply them within about a second."""
+    record = ops_apps.update(_store(), app_id, limit_cost=limit_cost, limit_tokens=limit_tokens)
+    if as_json:
+        console.print_json(json.dumps(ops_apps.summary(record)))
+        return
+    shown = ", ".join(f"{x.kind} {format_limit(x)}" for x in record.limits) or "none"
+    console.print(f"app {app_id}: spend limits {shown}", highlight=False)
 
 
 @app.command("ls")
@@ -64,11 +91,12 @@ def ls(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         console.print_json(json.dumps([ops_apps.summary(r) for r in records]))
         return
-    table = Table("app_id", "name", "tenant", "capabilities", "rate/s", "burst", "live keys", "state")
+    table = Table("app_id", "name", "tenant", "capabilities", "rate/s", "burst", "limits", "live keys", "state")
     for r in records:
         live = [k.key_id for k in r.live_keys()]
+        limits = "\n".join(f"{x.kind} {format_limit(x)}" for x in r.limits) or "-"
         table.add_row(r.app_id, r.name, r.tenant, ",".join(r.capabilities) or "*", f"{r.rate:g}", str(r.burst),
-                      "\n".join(live) or "-", "revoked" if r.revoked else "active")
+                      limits, "\n".join(live) or "-", "revoked" if r.revoked else "active")
     console.print(table)
 
 

@@ -17,7 +17,7 @@ import base64
 from pydantic import BaseModel, ConfigDict
 
 from reach.core.progress import Chunks, fold_progress
-from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, Receipt, Status
+from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, Receipt, Status, Usage
 
 # Within one attempt, a later step never moves the row back (ROUTED can arrive after STARTED:
 # the router writes its receipt after the forward is acked, the agent may start before that).
@@ -99,6 +99,7 @@ class StatusRow(BaseModel):
     envelope_at: tuple[str, int, int] | None = None  # the generation's last forward (an inbox record), kept after it
     fallback: FallbackRef | None = None  # the child its capability's fallback sent for this generation's ending
     fallback_pending: bool = False  # an agent's ending to send to the fallback once a ROUTED says where the envelope is
+    usage: Usage | None = None  # what the run that ended the generation cost (its terminal receipt's, v9)
 
     @property
     def terminal(self) -> bool:
@@ -225,6 +226,7 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         envelope_at=inbox or (previous.envelope_at if same and previous else None),
         fallback=previous.fallback if same and previous else None,
         fallback_pending=previous.fallback_pending if same and previous else False,
+        usage=receipt.usage if terminal else None,
     )
 
 

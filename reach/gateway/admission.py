@@ -13,10 +13,12 @@ from urllib.parse import quote
 from reach.callers import AuthFailure, CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
+from reach.core.spend import Exceeded
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.bodies import Accepted, EnvelopeRequest
+from reach.gateway.budgets import refusal
 from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
@@ -132,6 +134,7 @@ class Admission:
                                  "an intent may resolve to any capability", "name the capability instead, or ask an "
                                  "operator for an app without a capability list (`reach apps`)")
         now = self.deps.clock_ms()
+        await self._check_budget(app, now)
         versions = self.deps.catalog.versions(request.capability, app.tenant, now)
         with unavailable_as_503():
             decision = await self.deps.quotas.take(app, request.capability)
@@ -143,6 +146,18 @@ class Admission:
             checks.check_contract(versions, capability=request.capability, version_range=request.version,
                                   payload=payload, waits=waits)
         return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
+
+    async def _check_budget(self, app: CallerApp, now: int) -> None:
+        """429 budget_exceeded once one of the app's spend limits is reached (reach.gateway.budgets)."""
+        budgets = self.deps.budgets
+        if budgets is None or not app.limits:
+            return
+        with unavailable_as_503():
+            verdict = await budgets.judge(app, now)
+        exceeded = isinstance(verdict, Exceeded)
+        self.metrics.budget(app.app_id, verdict.uses, warn=budgets.warn, refused=exceeded)
+        if isinstance(verdict, Exceeded):
+            raise refusal(app, verdict, now)
 
     @staticmethod
     def _check_channel_names(app: CallerApp, request: EnvelopeRequest) -> None:

@@ -29,13 +29,18 @@ class Refusal(ReachError):
     """A request the door refuses: HTTP status, a stable error code, what happened, what to do."""
 
     def __init__(self, status: int, error: str, message: str, hint: str | None = None,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, extra: Mapping[str, str] | None = None) -> None:
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS] + "…"
         super().__init__(message)
         self.status = status
         self.body = ErrorBody(error=error, message=message, hint=hint)
         self.headers = dict(headers or {})
+        self.extra = dict(extra or {})  # fields of this error beyond ErrorBody's (budget_exceeded: reset_at)
+
+    def content(self) -> dict[str, object]:
+        """The JSON body: ErrorBody's fields and this error's own."""
+        return {**self.body.model_dump(), **self.extra}
 
 
 UNAUTHORIZED = "unauthorized"  # the 401 `error` when the authenticator names no finer code

@@ -17,6 +17,7 @@ from reach.records import Capability, Envelope, Receipt
 
 if TYPE_CHECKING:
     from reach.console.wiring import Console
+    from reach.gateway.budgets import Budgets
 
 
 class Publisher(Protocol):
@@ -123,3 +124,4 @@ class Dependencies:
     cancels: CancelSink | None = None  # `<ns>.cancels` (POST /v1/messages/{id}:cancel, A2A CancelTask)
     closers: tuple[Callable[[], Any], ...] = ()
     console: Console | None = None  # the operator console at /console (reach.gateway.routes_console)
+    budgets: Budgets | None = None  # apps' spend limits (reach.gateway.budgets); None: not enforced

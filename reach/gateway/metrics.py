@@ -1,9 +1,12 @@
-"""The gateway's Prometheus metrics: requests by route/status/app, quota hits, time to 202."""
+"""The gateway's Prometheus metrics: requests by route/status/app, quota hits, spend limits, time to 202."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from collections.abc import Iterable
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from reach.core.spend import Use
 from reach.metrics import OTHER
 
 _ACCEPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -24,6 +27,23 @@ class GatewayMetrics:
         self.accept_seconds = Histogram("agentreach_gateway_accept_seconds",
                                         "Request received -> 202 (the broker acknowledged), by route",
                                         ["route"], buckets=_ACCEPT_BUCKETS, registry=r)
+
+        self.budget_used = Gauge("agentreach_gateway_budget_used_ratio", "Share of an app's spend limit used in "
+                                 "the current period", ["app", "kind", "period"], registry=r)
+        self.budget_warning = Gauge("agentreach_gateway_budget_warning", "1 while an app has used at least "
+                                    "REACH_GATEWAY_BUDGET_WARN of a spend limit (alert on it)",
+                                    ["app", "kind", "period"], registry=r)
+        self.budget_refusals = Counter("agentreach_gateway_budget_refusals_total",
+                                       "Requests refused 429 budget_exceeded, by app", ["app"], registry=r)
+
+    def budget(self, app_id: str, uses: Iterable[Use], *, warn: float, refused: bool) -> None:
+        """Each limit's share used (as the door last judged it) and whether it is past the warning threshold."""
+        for use in uses:
+            labels = (app_id, use.limit.kind, use.limit.period)
+            self.budget_used.labels(*labels).set(use.ratio)
+            self.budget_warning.labels(*labels).set(1 if use.ratio >= warn else 0)
+        if refused:
+            self.budget_refusals.labels(app_id).inc()
 
     def request(self, route: str, status: int, app_id: str | None) -> None:
         self.requests.labels(route, str(status), app_id or ANONYMOUS).inc()

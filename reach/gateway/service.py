@@ -85,7 +85,7 @@ def _error(status: int, error: str, message: str, hint: str | None = None,
 
 
 def refused(exc: Refusal) -> JSONResponse:
-    return JSONResponse(exc.body.model_dump(), status_code=exc.status, headers=exc.headers)
+    return JSONResponse(exc.content(), status_code=exc.status, headers=exc.headers)
 
 
 def unavailable(exc: InfraUnavailable) -> JSONResponse:

@@ -20,6 +20,9 @@
 |                                      |             | subscribe), a bucket apart from the app's request quota  |
 | REACH_GATEWAY_READ_BURST             | 100         | bucket size of that cap                                  |
 | REACH_GATEWAY_REDIS_TIMEOUT          | 0.5         | seconds a nonce or quota call to Redis may take          |
+| REACH_GATEWAY_BUDGET_WARN            | 0.8         | share of an app's spend limit at which the gateway's     |
+|                                      |             | budget warning gauge turns 1 (docs/operations.md)        |
+| REACH_GATEWAY_BUDGET_CACHE_S         | 1.0         | seconds an app's spend counts are reused before re-read  |
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class GatewaySettings(BaseSettings):
     redis_timeout: float = Field(default=0.5, gt=0)
     read_rate: float = Field(default=50.0, gt=0)
     read_burst: int = Field(default=100, ge=1)
+    budget_warn: float = Field(default=0.8, gt=0, le=1)
+    budget_cache_s: float = Field(default=1.0, ge=0)
 
     @model_validator(mode="after")
     def _limits_make_buckets(self) -> Self:

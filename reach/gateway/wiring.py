@@ -13,6 +13,7 @@ from reach import client as sdk
 from reach.a2a.cancelsink import KafkaCancels
 from reach.callers import AppDirectory
 from reach.channels.settings import ClosureSettings
+from reach.gateway.budgets import Budgets
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
@@ -26,6 +27,7 @@ from reach.gateway.statusclient import StatusClient
 from reach.kafka import clients
 from reach.names import Names
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+from reach.spendbook import RedisSpendReader
 
 if TYPE_CHECKING:
     from reach.console.wiring import Console
@@ -80,11 +82,14 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
     idempotency = RedisIdempotency(door_client(config.redis.url(reach.home), timeout_s=timeout),
                                    reach.namespace)
     cancels = KafkaCancels(topic=client.names.cancels, kafka=kafka)
+    spend = door_client(config.redis.url(reach.home), timeout_s=timeout)
+    budgets = Budgets(RedisSpendReader(spend, namespace=reach.namespace), warn=config.gateway.budget_warn,
+                      cache_s=config.gateway.budget_cache_s)
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
-                        directory=guards.directory, cancels=cancels,
+                        directory=guards.directory, cancels=cancels, budgets=budgets,
                         closers=(publisher.close, cancels.close, replies.close, catalog.close, status.aclose,
-                                 idempotency.aclose, console.close, *guards.closers))
+                                 idempotency.aclose, spend.aclose, console.close, *guards.closers))
 
 
 def open_console(*, reach: ReachSettings, kafka: KafkaSettings, redis: RedisSettings, gateway: GatewaySettings,

@@ -1,6 +1,6 @@
-"""The gateway's calling applications: create one (with its quota's defaults), list, rotate a key, revoke a key or
-the whole app, over an AppStore (reach.appstore: the apps topic, or MemoryAppLog in tests). A secret exists in
-plaintext only in what create and rotate return."""
+"""The gateway's calling applications: create one (with its quota's defaults), list, change its spend limits, rotate
+a key, revoke a key or the whole app, over an AppStore (reach.appstore: the apps topic, or MemoryAppLog in tests). A
+secret exists in plaintext only in what create and rotate return."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 
 from reach.apps import AppError, NewKey
 from reach.appstore import AppStore
-from reach.records import App
+from reach.core.spend import Kind, format_limit, merged, parse_limits
+from reach.records import App, SpendLimit
 
 DEFAULT_RATE = 100.0
 
@@ -25,10 +26,12 @@ class Created:
     capabilities: list[str]
     rate: float
     burst: int
+    limits: tuple[SpendLimit, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {**secret(self.key), "name": self.name, "tenant": self.tenant, "capabilities": self.capabilities,
-                "rate": self.rate, "burst": self.burst}
+        shown = {**secret(self.key), "name": self.name, "tenant": self.tenant, "capabilities": self.capabilities,
+                 "rate": self.rate, "burst": self.burst}
+        return {**shown, "limits": [format_limit(x) for x in self.limits]} if self.limits else shown
 
 
 def capabilities(text: str | None) -> list[str]:
@@ -43,12 +46,38 @@ def default_burst(rate: float) -> int:
 
 
 def create(store: AppStore, *, name: str, tenant: str = "default", capabilities: list[str] | None = None,
-           rate: float = DEFAULT_RATE, burst: int | None = None) -> Created:
-    """Create an app with one key; AppError when a field or the quota is invalid."""
+           rate: float = DEFAULT_RATE, burst: int | None = None, limit_cost: list[str] | None = None,
+           limit_tokens: list[str] | None = None) -> Created:
+    """Create an app with one key; AppError when a field or the quota is invalid, BadLimit when a limit is."""
     allowed = sorted(set(capabilities or []))
     size = burst if burst is not None else default_burst(rate)
-    made = store.create(name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size)
-    return Created(key=made, name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size)
+    limits = with_limits([], limit_cost=limit_cost, limit_tokens=limit_tokens)
+    made = store.create(name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size, limits=limits)
+    return Created(key=made, name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size,
+                   limits=tuple(limits))
+
+
+def with_limits(current: list[SpendLimit], *, limit_cost: list[str] | None,
+                limit_tokens: list[str] | None) -> list[SpendLimit]:
+    """`current` changed by the CLI's `--limit-cost` / `--limit-tokens` texts (each parsed first: BadLimit before
+    anything is written); a kind not given keeps its limits, `none` removes them."""
+    changes = [(Kind.COST, parse_limits(limit_cost, Kind.COST)) if limit_cost else None,
+               (Kind.TOKENS, parse_limits(limit_tokens, Kind.TOKENS)) if limit_tokens else None]
+    limits = list(current)
+    for change in changes:
+        if change is not None:
+            limits = merged(limits, change[0], change[1])
+    return limits
+
+
+def update(store: AppStore, app_id: str, *, limit_cost: list[str] | None = None,
+           limit_tokens: list[str] | None = None) -> App:
+    """Change an app's spend limits; the app as it now is."""
+    if not limit_cost and not limit_tokens:
+        raise AppError("Nothing to update: give --limit-cost and/or --limit-tokens (AMOUNT/day, AMOUNT/month or "
+                       "none).")
+    current = store.get(app_id)
+    return store.set_limits(app_id, with_limits(current.limits, limit_cost=limit_cost, limit_tokens=limit_tokens))
 
 
 def listing(store: AppStore) -> list[App]:
@@ -87,6 +116,6 @@ def summary(record: App) -> dict[str, Any]:
         "app_id": record.app_id, "name": record.name, "tenant": record.tenant,
         "capabilities": record.capabilities, "rate": record.rate, "burst": record.burst,
         "revoked_at": record.revoked_at, "created_at": record.created_at, "updated_at": record.updated_at,
-        "updated_by": record.updated_by,
+        "updated_by": record.updated_by, "limits": [format_limit(x) for x in record.limits],
         "keys": [{"key_id": k.key_id, "created_at": k.created_at, "revoked_at": k.revoked_at} for k in record.keys],
     }

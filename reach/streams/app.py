@@ -26,6 +26,7 @@ from reach.kafka import clients, codec, topics
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.settings import CanarySettings, HealthEnvSettings, KafkaSettings, ReachSettings, RedisSettings
+from reach.spendbook import RedisSpendBook
 from reach.streams import groupadmin
 from reach.streams.audit.writer import AuditWriter
 from reach.streams.canary.controller import CanaryController
@@ -43,6 +44,7 @@ from reach.streams.status.lookup import Owners
 from reach.streams.status.views import StatusViews, attach_status_views
 from reach.streams.timekeeper.policies import Policies
 from reach.streams.timekeeper.sweep import Timekeeper
+from reach.streams.usage.counter import UsageCounter
 from reach.streams.views import attach_views
 from reach.streams.webauth import GuardedPages, required_token
 from reach.webclient import auth_headers
@@ -155,8 +157,11 @@ def build_app(
         gauges = Gauges(names=names, kafka=kafka, router=router, metrics=metrics,
                         stale_after_ms=reach_settings.stale_no_route * 1000)
         controller = CanaryController(names=names, kafka=kafka, settings=canary or CanarySettings(), feed=feed)
+        usage = UsageCounter(names=names, kafka=kafka, currency=reach_settings.currency,
+                             book=lambda: RedisSpendBook.from_url(redis.url(reach_settings.home),
+                                                                  namespace=names.namespace))
         _host_fold(app, Service, fold, timekeeper, gauges, health, controller, AuditWriter(names=names, kafka=kafka),
-                   stale_after_ms=reach_settings.stale_no_route * 1000)
+                   usage, stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
     app.reach_status = fold  # type: ignore[attr-defined]
     app.reach_health = health  # type: ignore[attr-defined]
@@ -191,11 +196,11 @@ def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder,
 
 
 def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges,
-               health: HealthWriter | None, canary: CanaryController, audit: AuditWriter, *,
+               health: HealthWriter | None, canary: CanaryController, audit: AuditWriter, usage: UsageCounter, *,
                stale_after_ms: int) -> None:
     class StatusService(service):  # type: ignore[misc, valid-type]
-        """Starts the status fold, the canary controller and the audit writer with the worker; stops them
-        (flushed) with it."""
+        """Starts the status fold, the canary controller, the audit writer and the usage counter with the worker;
+        stops them (flushed) with it."""
 
         async def on_start(self) -> None:
             fold.start()
@@ -203,11 +208,13 @@ def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper,
                 health.start()
             canary.start()
             audit.start()
+            usage.start()
             heap.settle()
 
         async def on_stop(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, canary.stop)
             await asyncio.get_running_loop().run_in_executor(None, audit.stop)
+            await asyncio.get_running_loop().run_in_executor(None, usage.stop)
             if health is not None:
                 await asyncio.get_running_loop().run_in_executor(None, health.stop)
             await asyncio.get_running_loop().run_in_executor(None, fold.stop)

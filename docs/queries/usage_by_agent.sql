@@ -1,0 +1,4 @@
+-- Tokens and cost per agent and capability (the instance that ran the request's last attempt).
+SELECT agent_id, capability, count(*) AS requests, sum(input_tokens) AS input_tokens,
+       sum(output_tokens) AS output_tokens, round(sum(cost), 6) AS cost
+FROM usage GROUP BY ALL ORDER BY cost DESC NULLS LAST, agent_id

@@ -1,0 +1,62 @@
+"""Spend limits at the door: an app whose day's or month's usage reached one of its limits is refused 429
+`budget_exceeded` until the period resets (reach.core.spend decides; the usage counter of the stream app counts,
+reach.streams.usage.counter; the counts are read from Redis through reach.spendbook).
+
+The counts of an app are read at most once per `cache_s` per gateway process (one pipelined HMGET), so a busy app
+costs Redis one read a second, not one per request. Usage is counted when a request ends, so an app may go past
+its limit by what its requests in flight spend: the limit stops new requests, it does not cut running ones.
+docs/decisions/0031-usage-and-spend-limits.md."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Protocol
+
+from reach.callers import CallerApp
+from reach.core.spend import WARN_RATIO, Exceeded, Period, Spent, Within, judge, periods
+from reach.gateway.checks import Refusal
+from reach.spendbook import app_scope
+
+
+class SpendSource(Protocol):
+    """A scope's counts in the periods asked (reach.spendbook.RedisSpendReader, MemorySpendBook)."""
+
+    async def spent(self, scope: str, periods: Sequence[Period], now_ms: int) -> dict[Period, Spent]: ...
+
+
+class Budgets:
+    """The door's budget check over a SpendSource; apps without limits cost nothing."""
+
+    def __init__(self, source: SpendSource, *, warn: float = WARN_RATIO, cache_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source = source
+        self.warn = warn  # the share of a limit at which the gateway's warning gauge turns 1
+        self._cache_s = cache_s
+        self._clock = clock
+        self._cached: dict[str, tuple[float, dict[Period, Spent]]] = {}
+
+    async def judge(self, app: CallerApp, now_ms: int) -> Within | Exceeded:
+        """Within (with each limit's share used, for the metrics) or Exceeded; an app without limits is Within."""
+        if not app.limits:
+            return Within()
+        return judge(app.limits, await self._spent(app, now_ms), now_ms)
+
+    async def _spent(self, app: CallerApp, now_ms: int) -> dict[Period, Spent]:
+        now = self._clock()
+        cached = self._cached.get(app.app_id)
+        if cached is not None and now - cached[0] < self._cache_s:
+            return cached[1]
+        found = await self.source.spent(app_scope(app.app_id), periods(app.limits), now_ms)
+        self._cached[app.app_id] = (now, found)
+        return found
+
+
+def refusal(app: CallerApp, exceeded: Exceeded, now_ms: int) -> Refusal:
+    reset = datetime.fromtimestamp(exceeded.reset_at_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+    retry = max(1, -(-(exceeded.reset_at_ms - now_ms) // 1000))
+    return Refusal(429, "budget_exceeded", f"app {app.app_id}: {exceeded.reason()}",
+                   f"the limit resets at {reset} (Retry-After); an operator may raise it with `reach apps update "
+                   f"{app.app_id} --limit-{exceeded.use.limit.kind} ...`",
+                   headers={"Retry-After": str(retry)}, extra={"reset_at": reset})

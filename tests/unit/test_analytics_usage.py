@@ -1,0 +1,61 @@
+"""`reach receipts sql`'s `usage` view and the ready usage queries on a known run: each request counted once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reach import analytics
+from reach.records import Receipt, Status, Usage
+
+QUERIES = Path(__file__).resolve().parents[2] / "docs" / "queries"
+DAY = 86_400_000
+AT = 1_796_256_000_000  # 2026-12-03T00:00Z
+
+
+def receipt(mid: str, status: Status, *, at: int = AT, capability: str = "demo.llm", usage: Usage | None = None,
+            tenant: str = "acme", agent: str = "agent://demo/llm") -> Receipt:
+    return Receipt(message_id=mid, trace_id="t", tenant=tenant, capability=capability, status=status, at=at,
+                   agent_id=agent, usage=usage)
+
+
+def used(source: str = "gateway:app_1", cost: int = 2_000) -> Usage:
+    return Usage(input_tokens=100, output_tokens=50, model="m", cost_micros=cost, currency="USD", source=source)
+
+
+def known_run() -> list[tuple[Receipt, int]]:
+    """Three demo.llm requests (two completed, one failed; one terminal republished), one other tenant's on the
+    next day sent to Kafka directly, and one request without usage; with their offsets."""
+    rows = [
+        receipt("a", Status.STARTED), receipt("a", Status.COMPLETED, usage=used()),
+        receipt("a", Status.COMPLETED, usage=used()),  # the agent republished its cached terminal
+        receipt("b", Status.COMPLETED, usage=used()),
+        receipt("c", Status.FAILED, usage=used(cost=1_000)),
+        receipt("d", Status.COMPLETED, at=AT + DAY, tenant="other", usage=used(source="batch-job")),
+        receipt("e", Status.COMPLETED, capability="demo.echo"),
+    ]
+    return [(r, n) for n, r in enumerate(rows)]
+
+
+def run(sql: str, tmp_path: Path) -> list[tuple[object, ...]]:
+    flat = ({**analytics.flatten(r), "kafka_partition": 0, "kafka_offset": n} for r, n in known_run())
+    con = analytics.load(flat, tmp_path)
+    return analytics.query(con, sql)[1]
+
+
+def test_the_usage_view_has_one_row_per_request_that_reported_usage(tmp_path: Path) -> None:
+    assert run("SELECT message_id, app_id, tokens, cost FROM usage ORDER BY 1", tmp_path) == [
+        ("a", "app_1", 150, 0.002), ("b", "app_1", 150, 0.002), ("c", "app_1", 150, 0.001), ("d", None, 150, 0.002)]
+
+
+def test_the_ready_queries_sum_each_request_once(tmp_path: Path) -> None:
+    def ready(name: str) -> list[tuple[object, ...]]:
+        return run((QUERIES / name).read_text(), tmp_path)
+
+    assert ready("usage_by_capability.sql") == [("demo.llm", "m", 4, 400, 200, 600, 0.007, "USD")]
+    assert ready("usage_by_agent.sql") == [("agent://demo/llm", "demo.llm", 4, 400, 200, 0.007)]
+    assert ready("usage_by_app.sql") == [("app_1", "acme", 3, 450, 0.005), (None, "other", 1, 150, 0.002)]
+    assert ready("usage_by_tenant.sql") == [("acme", 3, 300, 150, 0.005), ("other", 1, 100, 50, 0.002)]
+    assert [(str(day), tokens) for day, _cap, _n, tokens, _cost in ready("usage_by_day.sql")] == [
+        ("2026-12-03", 450), ("2026-12-04", 150)]
+    # 3 completed requests paid for 4 runs: 0.007 / 3
+    assert ready("cost_per_success.sql") == [("demo.llm", 3, 0.001, 0.007, 0.002333, 200.0)]
