@@ -19,6 +19,8 @@
 | REACH_STALE_NO_ROUTE      | 86400 (24 h, seconds)       | age at which an unserved NO_ROUTE letter is stale   |
 | REACH_OPERATOR            | (the OS user)               | who the CLI records on its changes (reach-cli:<name>)|
 | REACH_CURRENCY            | USD                         | ISO 4217 currency of usage costs and cost limits    |
+| REACH_TENANT_LIMITS       | {}                          | JSON {tenant: ["tokens=2M/month","cost=5.00/day"]}: |
+|                           |                             | spend limits per tenant (gateway and router)        |
 | REACH_CANARY_MIN_CALLS    | 10                          | canary-arm calls a step needs before it is judged   |
 | REACH_CANARY_TICK_MS      | 1000                        | how often the canary controller applies the rule    |
 | REACH_CANARY_REPORT_MS    | 5000                        | how often it rewrites a running canary's progress   |
@@ -45,9 +47,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach.core.healthmodel.settings import HealthSettings
 from reach.core.retention import RESULT_TTL_S
+from reach.core.spend import BadLimit, parse_kind_limit
 from reach.core.usage import check_currency
 from reach.errors import ConfigError, InfraUnavailable
 from reach.kafka import kafkaerrors
+from reach.records import SpendLimit
 
 _COMMON = SettingsConfigDict(env_prefix="REACH_", frozen=True, extra="forbid")
 
@@ -68,6 +72,7 @@ class ReachSettings(BaseSettings):
     schema_registry_url: str | None = None
     operator: str | None = None  # the name the CLI records on the control records it publishes (`reach audit`)
     currency: str = "USD"  # ISO 4217: what usage costs (micro-units) and cost limits are in (reach.core.usage)
+    tenant_limits: dict[str, list[str]] = {}  # tenant -> ["tokens=2M/month", "cost=5.00/day"] (reach.core.spend)
 
     @field_validator("web_token")
     @classmethod
@@ -79,6 +84,21 @@ class ReachSettings(BaseSettings):
     @classmethod
     def _iso_currency(cls, value: str) -> str:
         return check_currency(value)
+
+    @field_validator("tenant_limits")
+    @classmethod
+    def _limits_parse(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for tenant, texts in value.items():
+            try:
+                for text in texts:
+                    parse_kind_limit(text)
+            except BadLimit as exc:
+                raise ValueError(f"REACH_TENANT_LIMITS[{tenant!r}]: {exc}") from None
+        return value
+
+    def tenant_spend_limits(self) -> dict[str, tuple[SpendLimit, ...]]:
+        """REACH_TENANT_LIMITS parsed: each tenant's spend limits (enforced by the gateway and the router)."""
+        return {tenant: tuple(parse_kind_limit(t) for t in texts) for tenant, texts in self.tenant_limits.items()}
 
 
 def _local_state(home: Path) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""What each app and tenant spent per day and month, in Redis: the usage counter writes it, the gateway reads it.
+"""What each app and tenant spent per day and month, in Redis: the usage counter writes it, the gateway and the
+router read it.
 
 A charge is one terminal receipt's usage for one scope (`app:<app_id>` or `tenant:<tenant>`). Recording it is one
 Lua script per scope: `SET <seen> NX` on (message_id, generation), and only when that set took, HINCRBY of the
@@ -97,6 +98,17 @@ class RedisSpendBook:
             raise InfraUnavailable(f"usage: Redis did not count {len(charges)} charge(s): {exc}") from exc
         return sum(int(d) for d in done)
 
+    def spent(self, scope: str, periods: Sequence[Period], now_ms: int) -> dict[Period, Spent]:
+        """A scope's counts in the periods asked (the router's reads, on its thread); InfraUnavailable."""
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for period in periods:
+                pipe.hmget(counter_key(self._ns, scope, period, now_ms), "tokens", "cost")
+            found: list[list[Any]] = pipe.execute()
+        except redis.RedisError as exc:
+            raise InfraUnavailable(f"spend limits: Redis did not answer: {exc}") from exc
+        return _counts(periods, found)
+
     def close(self) -> None:
         self._redis.close()
 
@@ -118,8 +130,12 @@ class RedisSpendReader:
                 found: list[list[Any]] = await pipe.execute()
         except (redis.RedisError, OSError) as exc:
             raise InfraUnavailable(f"spend limits: Redis did not answer: {exc}") from exc
-        return {period: Spent(tokens=int(v[0] or 0), cost_micros=int(v[1] or 0))
-                for period, v in zip(periods, found, strict=True)}
+        return _counts(periods, found)
+
+
+def _counts(periods: Sequence[Period], found: list[list[Any]]) -> dict[Period, Spent]:
+    return {period: Spent(tokens=int(v[0] or 0), cost_micros=int(v[1] or 0))
+            for period, v in zip(periods, found, strict=True)}
 
 
 class MemorySpendBook:

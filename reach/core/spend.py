@@ -70,6 +70,15 @@ def parse_limit(text: str, kind: Kind) -> SpendLimit:
     return SpendLimit(kind=kind.value, amount=int(amount), period=period.value)
 
 
+def parse_kind_limit(text: str) -> SpendLimit:
+    """`tokens=2M/month` or `cost=5.00/day` (a tenant's limit in REACH_TENANT_LIMITS): the kind, then the limit."""
+    kind, sep, rest = text.partition("=")
+    if not sep or kind.strip() not in Kind.__members__.values():
+        raise BadLimit(f"tenant limit {text!r} is not KIND=AMOUNT/PERIOD: expected e.g. tokens=2M/month or "
+                       "cost=5.00/day")
+    return parse_limit(rest, Kind(kind.strip()))
+
+
 def known(limit: SpendLimit) -> bool:
     """False for a kind or period this reader does not know (a newer writer's): such a limit is not enforced."""
     return limit.kind in Kind.__members__.values() and limit.period in Period.__members__.values()
@@ -161,6 +170,7 @@ class Exceeded:
     use: Use
     reset_at_ms: int
     uses: tuple[Use, ...] = ()
+    scope: str | None = None  # whose limit, when not the one judged for (a tenant's, judged for its app)
 
     def reason(self) -> str:
         limit, used = self.use.limit, self.use.used

@@ -150,7 +150,7 @@ class Admission:
     async def _check_budget(self, app: CallerApp, now: int) -> None:
         """429 budget_exceeded once one of the app's spend limits is reached (reach.gateway.budgets)."""
         budgets = self.deps.budgets
-        if budgets is None or not app.limits:
+        if budgets is None or not budgets.limited(app):
             return
         with unavailable_as_503():
             verdict = await budgets.judge(app, now)

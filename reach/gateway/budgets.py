@@ -10,14 +10,15 @@ docs/decisions/0031-usage-and-spend-limits.md."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
 from reach.callers import CallerApp
 from reach.core.spend import WARN_RATIO, Exceeded, Period, Spent, Within, judge, periods
 from reach.gateway.checks import Refusal
-from reach.spendbook import app_scope
+from reach.records import SpendLimit
+from reach.spendbook import app_scope, tenant_scope
 
 
 class SpendSource(Protocol):
@@ -30,33 +31,49 @@ class Budgets:
     """The door's budget check over a SpendSource; apps without limits cost nothing."""
 
     def __init__(self, source: SpendSource, *, warn: float = WARN_RATIO, cache_s: float = 1.0,
+                 tenants: Mapping[str, tuple[SpendLimit, ...]] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.source = source
         self.warn = warn  # the share of a limit at which the gateway's warning gauge turns 1
+        self._tenants = {tenant: found for tenant, found in (tenants or {}).items() if found}  # REACH_TENANT_LIMITS
         self._cache_s = cache_s
         self._clock = clock
         self._cached: dict[str, tuple[float, dict[Period, Spent]]] = {}
 
-    async def judge(self, app: CallerApp, now_ms: int) -> Within | Exceeded:
-        """Within (with each limit's share used, for the metrics) or Exceeded; an app without limits is Within."""
-        if not app.limits:
-            return Within()
-        return judge(app.limits, await self._spent(app, now_ms), now_ms)
+    def limited(self, app: CallerApp) -> bool:
+        return bool(app.limits) or app.tenant in self._tenants
 
-    async def _spent(self, app: CallerApp, now_ms: int) -> dict[Period, Spent]:
+    async def judge(self, app: CallerApp, now_ms: int) -> Within | Exceeded:
+        """Within (with each of the app's limits' share used, for the metrics) or Exceeded: the app's limit, else its
+        tenant's (REACH_TENANT_LIMITS), reached; an app without either is Within."""
+        verdict: Within | Exceeded = Within()
+        if app.limits:
+            verdict = judge(app.limits, await self._spent(app_scope(app.app_id), app.limits, now_ms), now_ms)
+        tenant = self._tenants.get(app.tenant)
+        if isinstance(verdict, Within) and tenant:
+            found = judge(tenant, await self._spent(tenant_scope(app.tenant), tenant, now_ms), now_ms)
+            if isinstance(found, Exceeded):
+                return Exceeded(found.use, found.reset_at_ms, verdict.uses, scope=tenant_scope(app.tenant))
+        return verdict
+
+    async def _spent(self, scope: str, limits: tuple[SpendLimit, ...], now_ms: int) -> dict[Period, Spent]:
         now = self._clock()
-        cached = self._cached.get(app.app_id)
+        cached = self._cached.get(scope)
         if cached is not None and now - cached[0] < self._cache_s:
             return cached[1]
-        found = await self.source.spent(app_scope(app.app_id), periods(app.limits), now_ms)
-        self._cached[app.app_id] = (now, found)
+        found = await self.source.spent(scope, periods(limits), now_ms)
+        self._cached[scope] = (now, found)
         return found
 
 
 def refusal(app: CallerApp, exceeded: Exceeded, now_ms: int) -> Refusal:
     reset = datetime.fromtimestamp(exceeded.reset_at_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
     retry = max(1, -(-(exceeded.reset_at_ms - now_ms) // 1000))
-    return Refusal(429, "budget_exceeded", f"app {app.app_id}: {exceeded.reason()}",
-                   f"the limit resets at {reset} (Retry-After); an operator may raise it with `reach apps update "
-                   f"{app.app_id} --limit-{exceeded.use.limit.kind} ...`",
+    if exceeded.scope is not None:  # the tenant's limit (REACH_TENANT_LIMITS)
+        whose, fix = f"tenant {app.tenant}", "an operator may raise it in REACH_TENANT_LIMITS"
+    else:
+        whose = f"app {app.app_id}"
+        fix = f"an operator may raise it with `reach apps update {app.app_id} --limit-{exceeded.use.limit.kind} ...`"
+    return Refusal(429, "budget_exceeded", f"{whose}: {exceeded.reason()}",
+                   f"the limit resets at {reset} (Retry-After); {fix}",
                    headers={"Retry-After": str(retry)}, extra={"reset_at": reset})

@@ -84,7 +84,7 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
     cancels = KafkaCancels(topic=client.names.cancels, kafka=kafka)
     spend = door_client(config.redis.url(reach.home), timeout_s=timeout)
     budgets = Budgets(RedisSpendReader(spend, namespace=reach.namespace), warn=config.gateway.budget_warn,
-                      cache_s=config.gateway.budget_cache_s)
+                      cache_s=config.gateway.budget_cache_s, tenants=reach.tenant_spend_limits())
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
                         directory=guards.directory, cancels=cancels, budgets=budgets,

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
 from reach import heap
 from reach.channels.closure import ChannelCallbacks
 from reach.core.healthmodel.settings import HealthSettings
+from reach.core.spend import Period, Spent
 from reach.envelopes import now_ms
 from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients, codec, topics
@@ -36,6 +37,7 @@ from reach.streams.feed import Feed
 from reach.streams.gauges import Gauges
 from reach.streams.health import HealthWriter
 from reach.streams.health.gauges import HealthGauges
+from reach.streams.router.budgets import TenantBudgets
 from reach.streams.router.route_loop import Router
 from reach.streams.router.stats import summary_line
 from reach.streams.status.fallbacks import PolicyFallbacks
@@ -126,7 +128,7 @@ def build_app(
     # (docs/decisions/0033-one-feed-per-process.md); each view subscribes here, before anything starts
     feed = Feed(names=names, kafka=kafka)
     router = (Router(kafka=kafka, reach=reach_settings, redis=redis, batch_size=batch_size,
-                     handoff=IntentHandoff(), feed=feed)
+                     handoff=IntentHandoff(), feed=feed, budgets=_tenant_budgets(reach_settings, redis))
               if role != Role.STATUS else None)
     # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
     metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
@@ -234,6 +236,21 @@ def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper,
                                                        fold.table_size()))
 
     app.service(StatusService)
+
+
+def _tenant_budgets(reach: ReachSettings, redis: RedisSettings) -> TenantBudgets | None:
+    """The router's check of REACH_TENANT_LIMITS, its Redis client made on the first read; None without limits."""
+    limits = reach.tenant_spend_limits()
+    if not limits:
+        return None
+    books: list[RedisSpendBook] = []
+
+    def read(scope: str, periods: Sequence[Period], now: int) -> dict[Period, Spent]:
+        if not books:
+            books.append(RedisSpendBook.from_url(redis.url(reach.home), namespace=reach.namespace))
+        return books[0].spent(scope, periods, now)
+
+    return TenantBudgets(limits, read)
 
 
 async def _guarded(what: str, fn: Callable[..., object], *args: object) -> None:

@@ -143,3 +143,54 @@ def test_an_app_over_its_token_limit_is_refused_429_budget_exceeded_until_the_da
         assert warning in gateway.http.get("/metrics").text
     finally:
         gateway.stop()
+
+
+def test_a_tenant_over_its_limit_fails_budget_exceeded_at_the_router_and_is_refused_at_the_door(
+        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REACH_TENANT_LIMITS", json.dumps({"capped": ["tokens=300/day"]}))
+    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+    app = StreamApp(tmp_path)
+    monkeypatch.setenv("REACH_WEB_PORT", str(app.port))
+    app.start()
+    agent = spawn("examples.llm_agent:agent")
+    gateway = Gateway(tmp_path, {"shop": create_app("shop", "--tenant", "capped")})
+    try:
+        routable(app)
+
+        def ended(mid: str) -> dict[str, Any] | None:
+            found = app.get(f"/messages/{mid}")
+            return found if found.get("terminal_at") else None
+
+        with Client() as client:
+            sent = [client.envelope("demo.llm", {"prompt": f"p{n}"}, tenant="capped") for n in range(2)]
+            for envelope in sent:
+                client.publish(envelope)  # straight to Kafka: no gateway in between
+            assert [wait_for(lambda e=e: ended(e.message_id), 60, "the tenant's first calls")["status"]  # type: ignore[misc]
+                    for e in sent] == ["COMPLETED", "COMPLETED"]
+            wait_for(lambda: spend(namespace, tenant_scope("capped")).get("tokens") == 2 * TOKENS, 60,
+                     "300 tokens counted for the tenant")
+
+            def one_more() -> dict[str, Any] | None:
+                """A request once the limit is counted; the router reads the counts at most once a second, so one
+                sent within that second of its last read may still run."""
+                over = client.envelope("demo.llm", {"prompt": "one more"}, tenant="capped")
+                client.publish(over)
+                row = wait_for(lambda: ended(over.message_id), 60, "the request over the limit to end")
+                return row if row["status"] == "FAILED" else None
+
+            row = wait_for(one_more, 30, "FAILED BUDGET_EXCEEDED at the router", interval=0.2)
+            assert row["last_error"]["code"] == "BUDGET_EXCEEDED" and row["last_error"]["kind"] == "BUDGET"
+            assert "tenant capped: tokens limit 300/day reached" in row["last_error"]["message"]
+            other = client.envelope("demo.llm", {"prompt": "another tenant"}, tenant="default")
+            client.publish(other)
+            assert wait_for(lambda: ended(other.message_id), 60, "another tenant's call")["status"] == "COMPLETED"
+
+        gateway.start()
+        refused = gateway.post("/v1/envelopes", {"capability": "demo.llm", "payload": {"prompt": "hi"}})
+        assert refused.status_code == 429 and refused.json()["error"] == "budget_exceeded"
+        assert refused.json()["message"].startswith("tenant capped: tokens limit 300/day reached")
+    finally:
+        gateway.stop()
+        agent.terminate()
+        agent.wait(60)
+        app.stop()

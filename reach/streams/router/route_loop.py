@@ -54,6 +54,7 @@ from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.feed import Feed
 from reach.streams.router.affinity import AffinityTable
+from reach.streams.router.budgets import TenantBudgets, budget_message
 from reach.streams.router.captopics import CapabilityTopics
 from reach.streams.router.ports import Handoff
 from reach.streams.router.qps import QpsLimits
@@ -165,8 +166,10 @@ class Router(SupervisedLoop):
         fence: Fence | None = None,
         handoff: Handoff,
         feed: Feed | None = None,
+        budgets: TenantBudgets | None = None,
     ) -> None:
         super().__init__()
+        self.budgets = budgets  # tenants' spend limits (REACH_TENANT_LIMITS); None: none configured
         self.kafka = kafka
         self.settings = reach
         self.names = Names(self.settings.namespace)
@@ -371,6 +374,12 @@ class Router(SupervisedLoop):
             self._reject(msg, value, envelope, reject, producer, batch, position, now)
             return
         reply = self._reply_header(envelope)
+        over = self.budgets.exceeded(request.tenant, now) if self.budgets is not None else None
+        if over is not None:  # the tenant's spend limit is reached: not routed until its period resets
+            receipt = _receipt(request, Status.FAILED, now, retry_after_ms=max(0, over.reset_at_ms - now),
+                               error=_error("BUDGET", "BUDGET_EXCEEDED", budget_message(request.tenant, over)))
+            self._produce_terminal(batch, position, receipt, reply, counter="budget_exceeded")
+            return
         settings = batch.capabilities.get(request.capability)
         if settings is None:
             control = self.state.control

@@ -72,3 +72,17 @@ def test_an_app_without_limits_is_never_read() -> None:
     deps = replace(fakes.deps(), budgets=Budgets(Unreadable()))
     client = TestClient(build_gateway(deps, HttpSettings(), closure=ClosureSettings()))
     assert post(client)[0] == 202
+
+
+def test_a_tenant_over_its_limit_is_refused_for_every_app_of_it() -> None:
+    fakes = Fakes()  # app1 of tenant acme, without limits of its own
+    book = MemorySpendBook()
+    book.record([Charge(scope="tenant:acme", message_id="m0", generation=0, at_ms=NOW, tokens=0,
+                        cost_micros=5_000_000)])
+    tenants = {"acme": (parse_limit("5.00/day", Kind.COST),)}
+    deps = replace(fakes.deps(), budgets=Budgets(book, cache_s=0, tenants=tenants))
+    client = TestClient(build_gateway(deps, HttpSettings(), closure=ClosureSettings()))
+    status, body, _headers = post(client)
+    assert status == 429 and body["error"] == "budget_exceeded" and body["reset_at"] == RESET
+    assert str(body["message"]).startswith("tenant acme: cost limit 5.00/day reached (5.00 counted this day)")
+    assert "REACH_TENANT_LIMITS" in str(body["hint"]) and fakes.publisher.sent == []
