@@ -11,6 +11,7 @@ import typer
 from rich.table import Table
 
 from reach.cli.common import Exit, console
+from reach.core.usage import format_micros
 from reach.records import Status
 from reach.settings import ReachSettings
 from reach.webclient import auth_headers, get_json
@@ -67,6 +68,8 @@ def status(
         if row.get("last_error"):
             console.print(f"last error: {row['last_error']}")
         _fallback(row)
+        if row.get("usage"):
+            console.print(f"usage: {usage_line(row['usage'])}", highlight=False)
     raise typer.Exit(exit_for(final_status(row)))
 
 
@@ -89,6 +92,16 @@ def _fallback(row: dict[str, Any]) -> None:
         else:
             console.print(f"fallback: {served['capability']} not sent: {served.get('note')}")
         served = served.get("fallback")
+
+
+def usage_line(used: dict[str, Any]) -> str:
+    """The status row's usage (ctx.usage) in one line: `100 in + 50 out tokens, demo-small, 0.002 USD`."""
+    parts = [f"{used.get('input_tokens', 0)} in + {used.get('output_tokens', 0)} out tokens"]
+    if used.get("model"):
+        parts.append(str(used["model"]))
+    if used.get("cost_micros") is not None:
+        parts.append(f"{format_micros(int(used['cost_micros']))} {used.get('currency') or ''}".rstrip())
+    return ", ".join(parts)
 
 
 def trace(

@@ -102,7 +102,9 @@ def app_view(app: App | None) -> View | None:
         return None
     return {"name": app.name, "tenant": app.tenant, "capabilities": list(app.capabilities), "rate": app.rate,
             "burst": app.burst, "role": app.role, "revoked_at": app.revoked_at,
-            "keys": [{"key_id": k.key_id, "revoked_at": k.revoked_at} for k in app.keys]}
+            "keys": [{"key_id": k.key_id, "revoked_at": k.revoked_at} for k in app.keys],
+            # App v3: spend limits, only when set (an app without them keeps the view it always had)
+            **({"limits": [limit.model_dump() for limit in app.limits]} if app.limits else {})}
 
 
 def stream_of(kind: AuditKind) -> str | None:

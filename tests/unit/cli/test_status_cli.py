@@ -42,3 +42,13 @@ def test_a_message_its_fallback_completed_exits_0_and_shows_the_chain(monkeypatc
     with pytest.raises(typer.Exit) as failed:
         cli.status("m", as_json=False)
     assert failed.value.exit_code == 1 and "fallback: demo.echo not sent: gone" in capsys.readouterr().out
+
+
+def test_a_row_with_usage_shows_it_in_one_line(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    row = {"message_id": "m1", "capability": "demo.llm", "status": "COMPLETED", "timeline": [], "usage": {
+        "input_tokens": 100, "output_tokens": 50, "model": "demo-small", "cost_micros": 2000, "currency": "USD"}}
+    monkeypatch.setattr(cli, "get_json", lambda *_a, **_k: row)
+    with pytest.raises(typer.Exit):
+        cli.status("m1", as_json=False)
+    assert "usage: 100 in + 50 out tokens, demo-small, 0.002 USD" in capsys.readouterr().out

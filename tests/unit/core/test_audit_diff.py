@@ -30,6 +30,7 @@ from reach.records import (
     InstanceHealth,
     InstanceOverride,
     Policy,
+    SpendLimit,
 )
 
 NOW = 1_780_000_000_000
@@ -256,3 +257,12 @@ def test_a_book_seeded_with_an_eviction_does_not_evict_again() -> None:
     assert reader.registration("i-1", reg(), ts_ms=NOW, source="", replay=True) == []  # its last heartbeat, replayed
     assert reader.evictions(["i-1"], now_ms=NOW + 120_000) == []
     assert kinds(reader.registration("i-1", reg(beat=NOW + 130_000), ts_ms=NOW, source="")) == [AuditKind.STATE]
+
+
+def test_a_change_of_an_apps_spend_limits_is_audited() -> None:
+    book = AuditBook()
+    book.app("app-1", app(), ts_ms=NOW, source="")
+    limited = app().model_copy(update={"limits": [SpendLimit(kind="tokens", amount=1000, period="day")]})
+    [changed] = book.app("app-1", limited, ts_ms=NOW, source="")
+    assert "limits" not in json.loads(changed.before or "")
+    assert json.loads(changed.after or "")["limits"] == [{"kind": "tokens", "amount": 1000, "period": "day"}]
