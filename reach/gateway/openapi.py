@@ -19,7 +19,8 @@ _WHY = {
     403: "the app may not call this capability", 404: "no live instance serves the capability and version range",
     408: "the body did not arrive in time", 409: "the same idempotency_key is still waiting for its ack",
     413: "body or payload over the size limit", 422: "the payload violates every matching version's input schema",
-    429: "quota used up (Retry-After says when to come back)", 431: "the request head is too large",
+    429: "quota used up, or a spend limit reached (`budget_exceeded`, with `reset_at`); Retry-After says when to "
+         "come back", 431: "the request head is too large",
     503: "the broker did not acknowledge in time",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}}}
