@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +24,7 @@ from reach.spendbook import app_scope, counter_key, tenant_scope
 from reach.tooling.local.process import free_port
 from tests.integration.agent_support import reach_cli, spawn, wait_for
 from tests.integration.stream_app import StreamApp
+from tests.integration.test_agent_metrics import scrape
 from tests.integration.test_gateway_http import Gateway, create_app
 
 pytestmark = pytest.mark.integration
@@ -49,14 +49,6 @@ def spend(namespace: str, scope: str) -> dict[str, int]:
     finally:
         client.close()
     return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in found.items()}
-
-
-def scrape(port: int) -> str:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-            return str(resp.read().decode())
-    except OSError:
-        return ""
 
 
 def routable(app: StreamApp) -> None:
