@@ -129,8 +129,10 @@ class ConsoleBackend:
             con = analytics.load(iter(rows), Path(tmp))
             stats = overview.per_capability(con, until_ms - since_ms)
             series = overview.series(con, bucket_ms)
+            used = overview.usage(con)
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": len(rows),
-                "capabilities": [s.as_dict() for s in stats], "series": series, "backlog": self.backlog()}
+                "capabilities": [s.as_dict() for s in stats], "series": series, "backlog": self.backlog(),
+                "usage": [u.as_dict() for u in used]}
 
     def backlog(self) -> list[dict[str, Any]]:
         """Consumer lag now of the router's group and every registered agent's inbox group, by topic."""

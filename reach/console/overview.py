@@ -1,4 +1,5 @@
-"""The overview's numbers (pure over DuckDB): per capability over a window of receipts, and a series per bucket.
+"""The overview's numbers (pure over DuckDB): per capability over a window of receipts (outcomes, latency, usage),
+and a series per bucket.
 
 The SQL runs over reach.analytics' `receipts` view, the one `reach receipts sql` queries, so an operator
 can check any number on the page with the CLI for the same --since/--until (docs/console.md lists the
@@ -42,6 +43,39 @@ SELECT capability, (epoch_ms(ts) // $bucket) * $bucket AS bucket,
   count(*) AS terminal, count(*) FILTER (WHERE status = 'COMPLETED') AS completed
 FROM receipts WHERE status IN ({_TERMINAL_SQL}) GROUP BY ALL ORDER BY capability, bucket
 """
+
+
+# over reach.analytics' `usage` view: each request generation's terminal receipt that reported usage (ctx.usage)
+USAGE = """
+SELECT capability, count(*) AS requests, sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+  sum(cost) AS cost, count(*) FILTER (WHERE status = 'COMPLETED') AS completed, any_value(currency) AS currency
+FROM usage GROUP BY capability ORDER BY capability
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityUsage:
+    """What one capability's requests reported they cost in the window (docs/analytics.md, the `usage` view)."""
+
+    capability: str
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cost: float | None  # units of `currency`; None when no request reported a cost
+    completed: int
+    currency: str | None
+
+    def as_dict(self) -> dict[str, Any]:
+        per_success = self.cost / self.completed if self.cost is not None and self.completed else None
+        return {"capability": self.capability, "requests": self.requests, "input_tokens": self.input_tokens,
+                "output_tokens": self.output_tokens, "cost": self.cost, "currency": self.currency,
+                "cost_per_success": per_success}
+
+
+def usage(con: duckdb.DuckDBPyConnection) -> list[CapabilityUsage]:
+    return [CapabilityUsage(capability=str(r[0]), requests=int(r[1]), input_tokens=int(r[2] or 0),
+                            output_tokens=int(r[3] or 0), cost=None if r[4] is None else float(r[4]),
+                            completed=int(r[5]), currency=r[6]) for r in con.execute(USAGE).fetchall()]
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,3 +33,18 @@ def test_per_capability_counts_rates_and_latency(tmp_path: Path) -> None:
     assert series == {"demo.echo": [(1_000, 2, 2), (2_000, 1, 0)]}
     svg = overview.sparkline(series["demo.echo"], since_ms=0, until_ms=3_000, bucket_ms=1_000)
     assert svg.startswith("<svg") and svg.count("<polyline") == 2
+
+
+def test_usage_per_capability_with_the_cost_per_success(tmp_path: Path) -> None:
+    from reach.records import Usage
+
+    used = Usage(input_tokens=100, output_tokens=50, model="m", cost_micros=2_000, currency="USD")
+    receipts = [
+        _receipt("a", Status.COMPLETED, 1_100).model_copy(update={"usage": used}),
+        _receipt("b", Status.FAILED, 1_200).model_copy(update={"usage": used}),
+        _receipt("c", Status.COMPLETED, 1_300),  # reported nothing: not in the usage view
+    ]
+    con = analytics.load(iter([analytics.flatten(r) for r in receipts]), tmp_path)
+    [row] = [u.as_dict() for u in overview.usage(con)]
+    assert row == {"capability": "demo.echo", "requests": 2, "input_tokens": 200, "output_tokens": 100,
+                   "cost": 0.004, "currency": "USD", "cost_per_success": 0.004}

@@ -764,3 +764,15 @@ def test_the_message_page_shows_the_fallback_that_served_it() -> None:
                         HttpSettings(), closure=ClosureSettings())
     page = TestClient(app).get("/console/messages?q=m1", headers=_bearer(made.token)).text
     assert 'fallback: demo.echo' in page and "<code>m1-fb0</code>" in page and ">COMPLETED<" in page
+
+
+def test_the_overview_shows_usage_when_requests_reported_some(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    client, backend, tokens = setup
+    plain = backend.overview(0, 1, 1)
+    assert 'id="usage"' not in client.get("/console", headers=_bearer(tokens["viewer"])).text
+    used = {"capability": "demo.llm", "requests": 2, "input_tokens": 200, "output_tokens": 100, "cost": 0.004,
+            "currency": "USD", "cost_per_success": 0.002}
+    monkeypatch.setattr(backend, "overview", lambda *_a: {**plain, "usage": [used]})
+    page = client.get("/console", headers=_bearer(tokens["viewer"])).text
+    assert 'id="usage"' in page and "0.004000 USD" in page and "0.002000" in page
