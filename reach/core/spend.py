@@ -150,6 +150,7 @@ class Use:
 
     limit: SpendLimit
     used: int
+    scope: str | None = None  # whose limit (reach.spendbook: app:<id>, tenant:<t>), when the caller says
 
     @property
     def ratio(self) -> float:
@@ -170,7 +171,6 @@ class Exceeded:
     use: Use
     reset_at_ms: int
     uses: tuple[Use, ...] = ()
-    scope: str | None = None  # whose limit, when not the one judged for (a tenant's, judged for its app)
 
     def reason(self) -> str:
         limit, used = self.use.limit, self.use.used
@@ -178,9 +178,10 @@ class Exceeded:
         return f"{limit.kind} limit {format_limit(limit)} reached ({shown} counted this {limit.period})"
 
 
-def judge(limits: Iterable[SpendLimit], spent: Mapping[Period, Spent], now_ms: int) -> Within | Exceeded:
+def judge(limits: Iterable[SpendLimit], spent: Mapping[Period, Spent], now_ms: int, *,
+          scope: str | None = None) -> Within | Exceeded:
     """Whether more may be spent: Exceeded when any known limit's period has counted at least its amount."""
-    uses = tuple(Use(limit, spent.get(Period(limit.period), Spent()).of(Kind(limit.kind)))
+    uses = tuple(Use(limit, spent.get(Period(limit.period), Spent()).of(Kind(limit.kind)), scope)
                  for limit in limits if known(limit))
     reached = [use for use in uses if use.used >= use.limit.amount]
     if not reached:

@@ -155,7 +155,7 @@ class Admission:
         with unavailable_as_503():
             verdict = await budgets.judge(app, now)
         exceeded = isinstance(verdict, Exceeded)
-        self.metrics.budget(app.app_id, verdict.uses, warn=budgets.warn, refused=exceeded)
+        self.metrics.budget(app.app_id, app.tenant, verdict.uses, warn=budgets.warn, refused=exceeded)
         if isinstance(verdict, Exceeded):
             raise refusal(app, verdict, now)
 

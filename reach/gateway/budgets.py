@@ -44,17 +44,16 @@ class Budgets:
         return bool(app.limits) or app.tenant in self._tenants
 
     async def judge(self, app: CallerApp, now_ms: int) -> Within | Exceeded:
-        """Within (with each of the app's limits' share used, for the metrics) or Exceeded: the app's limit, else its
-        tenant's (REACH_TENANT_LIMITS), reached; an app without either is Within."""
-        verdict: Within | Exceeded = Within()
-        if app.limits:
-            verdict = judge(app.limits, await self._spent(app_scope(app.app_id), app.limits, now_ms), now_ms)
-        tenant = self._tenants.get(app.tenant)
-        if isinstance(verdict, Within) and tenant:
-            found = judge(tenant, await self._spent(tenant_scope(app.tenant), tenant, now_ms), now_ms)
-            if isinstance(found, Exceeded):
-                return Exceeded(found.use, found.reset_at_ms, verdict.uses, scope=tenant_scope(app.tenant))
-        return verdict
+        """Within or Exceeded (the app's limit first, else its tenant's, REACH_TENANT_LIMITS), with the share used
+        of every limit of both for the metrics (each Use names its scope); an app without either is Within."""
+        verdicts = []
+        for scope, limits in ((app_scope(app.app_id), app.limits),
+                              (tenant_scope(app.tenant), self._tenants.get(app.tenant, ()))):
+            if limits:
+                verdicts.append(judge(limits, await self._spent(scope, limits, now_ms), now_ms, scope=scope))
+        uses = tuple(use for verdict in verdicts for use in verdict.uses)
+        reached = next((v for v in verdicts if isinstance(v, Exceeded)), None)
+        return Within(uses) if reached is None else Exceeded(reached.use, reached.reset_at_ms, uses)
 
     async def _spent(self, scope: str, limits: tuple[SpendLimit, ...], now_ms: int) -> dict[Period, Spent]:
         now = self._clock()
@@ -69,7 +68,7 @@ class Budgets:
 def refusal(app: CallerApp, exceeded: Exceeded, now_ms: int) -> Refusal:
     reset = datetime.fromtimestamp(exceeded.reset_at_ms / 1000, UTC).isoformat().replace("+00:00", "Z")
     retry = max(1, -(-(exceeded.reset_at_ms - now_ms) // 1000))
-    if exceeded.scope is not None:  # the tenant's limit (REACH_TENANT_LIMITS)
+    if exceeded.use.scope == tenant_scope(app.tenant):  # the tenant's limit (REACH_TENANT_LIMITS)
         whose, fix = f"tenant {app.tenant}", "an operator may raise it in REACH_TENANT_LIMITS"
     else:
         whose = f"app {app.app_id}"

@@ -8,6 +8,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from reach.core.spend import Use
 from reach.metrics import OTHER
+from reach.spendbook import tenant_scope
 
 _ACCEPT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 ANONYMOUS = "-"  # requests refused before an app was known (401, 413 before auth)
@@ -35,13 +36,23 @@ class GatewayMetrics:
                                     ["app", "kind", "period"], registry=r)
         self.budget_refusals = Counter("agentreach_gateway_budget_refusals_total",
                                        "Requests refused 429 budget_exceeded, by app", ["app"], registry=r)
+        self.tenant_budget_used = Gauge("agentreach_gateway_tenant_budget_used_ratio", "Share of a tenant's spend "
+                                        "limit (REACH_TENANT_LIMITS) used in the current period",
+                                        ["tenant", "kind", "period"], registry=r)
+        self.tenant_budget_warning = Gauge("agentreach_gateway_tenant_budget_warning", "1 while a tenant has used at "
+                                           "least REACH_GATEWAY_BUDGET_WARN of a spend limit (alert on it)",
+                                           ["tenant", "kind", "period"], registry=r)
 
-    def budget(self, app_id: str, uses: Iterable[Use], *, warn: float, refused: bool) -> None:
-        """Each limit's share used (as the door last judged it) and whether it is past the warning threshold."""
+    def budget(self, app_id: str, tenant: str, uses: Iterable[Use], *, warn: float, refused: bool) -> None:
+        """Each limit's share used (as the door last judged it) and whether it is past the warning threshold: the
+        app's limits by app, its tenant's (a Use of scope tenant:<t>) by tenant."""
         for use in uses:
-            labels = (app_id, use.limit.kind, use.limit.period)
-            self.budget_used.labels(*labels).set(use.ratio)
-            self.budget_warning.labels(*labels).set(1 if use.ratio >= warn else 0)
+            of_tenant = use.scope == tenant_scope(tenant)
+            used, warning = ((self.tenant_budget_used, self.tenant_budget_warning) if of_tenant
+                             else (self.budget_used, self.budget_warning))
+            labels = (tenant if of_tenant else app_id, use.limit.kind, use.limit.period)
+            used.labels(*labels).set(use.ratio)
+            warning.labels(*labels).set(1 if use.ratio >= warn else 0)
         if refused:
             self.budget_refusals.labels(app_id).inc()
 

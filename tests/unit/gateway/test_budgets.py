@@ -86,3 +86,16 @@ def test_a_tenant_over_its_limit_is_refused_for_every_app_of_it() -> None:
     assert status == 429 and body["error"] == "budget_exceeded" and body["reset_at"] == RESET
     assert str(body["message"]).startswith("tenant acme: cost limit 5.00/day reached (5.00 counted this day)")
     assert "REACH_TENANT_LIMITS" in str(body["hint"]) and fakes.publisher.sent == []
+
+
+def test_the_tenant_warning_gauge_follows_the_tenants_limit() -> None:
+    book = MemorySpendBook()
+    book.record([Charge(scope="tenant:acme", message_id="m0", generation=0, at_ms=NOW, tokens=900, cost_micros=0)])
+    tenants = {"acme": (parse_limit("1000/day", Kind.TOKENS),)}
+    metrics = GatewayMetrics()
+    deps = replace(Fakes().deps(), budgets=Budgets(book, cache_s=0, tenants=tenants))
+    client = TestClient(build_gateway(deps, HttpSettings(), closure=ClosureSettings(), metrics=metrics))
+    assert post(client)[0] == 202
+    labels = {"tenant": "acme", "kind": "tokens", "period": "day"}
+    assert metrics.registry.get_sample_value("agentreach_gateway_tenant_budget_used_ratio", labels) == 0.9
+    assert metrics.registry.get_sample_value("agentreach_gateway_tenant_budget_warning", labels) == 1
