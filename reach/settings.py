@@ -83,7 +83,10 @@ class ReachSettings(BaseSettings):
     @field_validator("currency")
     @classmethod
     def _iso_currency(cls, value: str) -> str:
-        return check_currency(value)
+        try:
+            return check_currency(value)
+        except ValueError as exc:  # a ConfigError (not a ValueError) reaches the CLI as its own message, exit 2
+            raise ConfigError(f"REACH_CURRENCY={value!r}: {exc}.") from None
 
     @field_validator("tenant_limits")
     @classmethod
@@ -93,7 +96,7 @@ class ReachSettings(BaseSettings):
                 for text in texts:
                     parse_kind_limit(text)
             except BadLimit as exc:
-                raise ValueError(f"REACH_TENANT_LIMITS[{tenant!r}]: {exc}") from None
+                raise ConfigError(f"REACH_TENANT_LIMITS[{tenant!r}]: {exc}") from None
         return value
 
     def tenant_spend_limits(self) -> dict[str, tuple[SpendLimit, ...]]:

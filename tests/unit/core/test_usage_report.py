@@ -75,3 +75,14 @@ def test_the_currency_is_an_iso_code() -> None:
 def test_micros_format_with_two_decimals_at_least() -> None:
     assert [format_micros(m) for m in (0, 1_250_000, 5_000_000, 1_234_567, 10)] == [
         "0.00", "1.25", "5.00", "1.234567", "0.00001"]
+
+
+def test_an_unknown_reach_currency_stops_the_process_with_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.errors import ConfigError
+    from reach.settings import ReachSettings
+
+    monkeypatch.setenv("REACH_CURRENCY", "XYZ")
+    with pytest.raises(ConfigError, match="REACH_CURRENCY='XYZ'.*ISO 4217"):
+        ReachSettings()
+    monkeypatch.setenv("REACH_CURRENCY", "eur")
+    assert ReachSettings().currency == "EUR"

@@ -10,7 +10,7 @@ import pytest
 
 from reach.core.spend import Kind, Period, Spent, parse_kind_limit, parse_limit, reset_at
 from reach.envelopes import now_ms
-from reach.errors import InfraUnavailable
+from reach.errors import ConfigError, InfraUnavailable
 from reach.records import Status
 from reach.settings import ReachSettings
 from reach.streams.router.budgets import TenantBudgets
@@ -69,5 +69,5 @@ def test_tenant_limits_come_from_reach_tenant_limits(monkeypatch: pytest.MonkeyP
     assert ReachSettings().tenant_spend_limits() == {"acme": (parse_kind_limit("tokens=2M/month"),
                                                               parse_limit("5.00/day", Kind.COST))}
     monkeypatch.setenv("REACH_TENANT_LIMITS", '{"acme": ["2M/month"]}')
-    with pytest.raises(ValueError, match="REACH_TENANT_LIMITS\\['acme'\\].*KIND=AMOUNT/PERIOD"):
+    with pytest.raises(ConfigError, match="REACH_TENANT_LIMITS\\['acme'\\].*KIND=AMOUNT/PERIOD"):
         ReachSettings()
