@@ -8,9 +8,11 @@ before its commit, the agent republishing its cached terminal) is therefore coun
 carries the scope as its hash tag (`{app:<id>}`), so the script's keys share a Redis Cluster slot.
 
 Keys: `<ns>:spend:{<scope>}:day:<YYYYMMDD>` and `...:month:<YYYYMM>` (hashes `tokens`, `cost`), kept a period past
-their end; `<ns>:spend:{<scope>}:seen:<message_id>:<generation>`, kept `SEEN_TTL_S` (a receipt is republished only
-while the agent's result cache holds it: a day). Redis is a cache that may be lost: losing it forgets the counts
-of the running periods (the limits start again from zero), never a message (docs/decisions/0031).
+their end; `<ns>:spend:{<scope>}:seen:<message_id>:<generation>`, kept `SEEN_TTL_S`, twice as long as the agent's
+result cache may republish a terminal (reach.core.retention) and far longer than a counter's restart re-reads what
+it had not committed (a counter down longer than that with counted, uncommitted receipts would count its last batch
+again). Redis is a cache that may be lost: losing it forgets the counts of the running periods (the limits start
+again from zero), never a message (docs/decisions/0032-usage-and-spend-limits.md).
 MemorySpendBook is the same rule in one process (unit tests)."""
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from redis.asyncio import Redis as AsyncRedis
 
+from reach.core.retention import RESULT_TTL_S
 from reach.core.spend import Period, Spent, bucket
 from reach.errors import InfraUnavailable
+from reach.redisclient import AsyncRedis, SyncRedis, sync_client, tag
 
-SEEN_TTL_S = 2 * 24 * 3600
+SEEN_TTL_S = 2 * RESULT_TTL_S  # an hour: past any republish of a cached terminal (reach.core.retention)
 _KEEP_S = {Period.DAY: 2 * 24 * 3600, Period.MONTH: 62 * 24 * 3600}  # a period past its end, for reads near it
 
 # KEYS[1] the seen guard, KEYS[2] the day's counter, KEYS[3] the month's; ARGV tokens, cost, seen ttl, day ttl,
@@ -50,11 +53,11 @@ def tenant_scope(tenant: str) -> str:
 
 
 def counter_key(namespace: str, scope: str, period: Period, at_ms: int) -> str:
-    return f"{namespace}:spend:{{{scope}}}:{period.value}:{bucket(period, at_ms)}"
+    return f"{namespace}:spend:{tag(scope)}:{period.value}:{bucket(period, at_ms)}"
 
 
 def seen_key(namespace: str, scope: str, message_id: str, generation: int) -> str:
-    return f"{namespace}:spend:{{{scope}}}:seen:{message_id}:{generation}"
+    return f"{namespace}:spend:{tag(scope)}:seen:{message_id}:{generation}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,28 +75,35 @@ class Charge:
 class RedisSpendBook:
     """The counter's writes (sync: it runs on a worker thread) over one Redis client."""
 
-    def __init__(self, client: redis.Redis, *, namespace: str) -> None:
+    def __init__(self, client: SyncRedis, *, namespace: str) -> None:
         self._redis = client
         self._ns = namespace
         self._script = client.register_script(RECORD_LUA)
+        self._cluster = not isinstance(client, redis.Redis)  # redis-py's cluster pipeline refuses EVALSHA
 
     @classmethod
     def from_url(cls, url: str, *, namespace: str) -> RedisSpendBook:
-        return cls(redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5), namespace=namespace)
+        """Over REACH_REDIS_URL: one node, or a Redis Cluster (`redis+cluster://`, reach.redisclient)."""
+        return cls(sync_client(url, socket_timeout=5, socket_connect_timeout=5), namespace=namespace)
 
     def record(self, charges: Sequence[Charge]) -> int:
-        """Count each charge once (one pipeline); how many were new. InfraUnavailable when Redis does not answer."""
+        """Count each charge once (one pipeline on one node; one call per charge on a cluster, each on its scope's
+        slot); how many were new. InfraUnavailable when Redis does not answer."""
         if not charges:
             return 0
+        calls = [([seen_key(self._ns, c.scope, c.message_id, c.generation),
+                   counter_key(self._ns, c.scope, Period.DAY, c.at_ms),
+                   counter_key(self._ns, c.scope, Period.MONTH, c.at_ms)],
+                  [c.tokens, c.cost_micros, SEEN_TTL_S, _KEEP_S[Period.DAY], _KEEP_S[Period.MONTH]])
+                 for c in charges]
         try:
-            pipe = self._redis.pipeline(transaction=False)
-            for c in charges:
-                self._script(keys=[seen_key(self._ns, c.scope, c.message_id, c.generation),
-                                   counter_key(self._ns, c.scope, Period.DAY, c.at_ms),
-                                   counter_key(self._ns, c.scope, Period.MONTH, c.at_ms)],
-                             args=[c.tokens, c.cost_micros, SEEN_TTL_S, _KEEP_S[Period.DAY],
-                                   _KEEP_S[Period.MONTH]], client=pipe)
-            done: list[Any] = pipe.execute()
+            if self._cluster:
+                done: list[Any] = [self._script(keys=keys, args=args) for keys, args in calls]
+            else:
+                pipe = self._redis.pipeline(transaction=False)
+                for keys, args in calls:
+                    self._script(keys=keys, args=args, client=pipe)
+                done = pipe.execute()
         except redis.RedisError as exc:
             raise InfraUnavailable(f"usage: Redis did not count {len(charges)} charge(s): {exc}") from exc
         return sum(int(d) for d in done)
