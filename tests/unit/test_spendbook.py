@@ -77,3 +77,18 @@ def test_the_memory_twin_keeps_the_same_rule() -> None:
     assert book.record([charge("m1"), charge("m1"), charge("m2", at=NEXT_DAY)]) == 2
     assert asyncio.run(book.spent("app:a1", [Period.DAY, Period.MONTH], NEXT_DAY)) == {
         Period.DAY: Spent(150, 1_000), Period.MONTH: Spent(300, 2_000)}
+
+
+def test_on_a_cluster_each_charge_is_its_own_script_call_and_still_counted_once(server: fakeredis.FakeServer) -> None:
+    class ClusterLike:
+        """Not a one-node redis.Redis (redis-py's cluster pipeline refuses EVALSHA): the book calls per charge."""
+
+        def __init__(self) -> None:
+            self.inner = fakeredis.FakeRedis(server=server)
+
+        def register_script(self, source: str) -> object:
+            return self.inner.register_script(source)
+
+    book = RedisSpendBook(ClusterLike(), namespace="ns")  # type: ignore[arg-type]
+    assert book.record([charge("m1"), charge("m1"), charge("m2")]) == 2
+    assert spent(server, "app:a1")[Period.DAY] == Spent(300, 2_000)
