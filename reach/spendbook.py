@@ -12,7 +12,7 @@ their end; `<ns>:spend:{<scope>}:seen:<message_id>:<generation>`, kept `SEEN_TTL
 result cache may republish a terminal (reach.core.retention) and far longer than a counter's restart re-reads what
 it had not committed (a counter down longer than that with counted, uncommitted receipts would count its last batch
 again). Redis is a cache that may be lost: losing it forgets the counts of the running periods (the limits start
-again from zero), never a message (docs/decisions/0034-usage-and-spend-limits.md).
+again from zero), never a message (docs/decisions/0035-usage-and-spend-limits.md).
 MemorySpendBook is the same rule in one process (unit tests)."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A limit is `amount/period`: a cost in units of the deployment's currency with up
 `0.25`), tokens as a whole number with an optional `k` / `M` / `G` suffix (`1000`, `250k`, `2M`, `1.5M`); the
 period is `day` or `month`, calendar periods in UTC, so every replica agrees when one ends. A limit is reached
 once what was counted in its period is at or above its amount; the answer names when the period resets.
-docs/decisions/0034-usage-and-spend-limits.md."""
+docs/decisions/0035-usage-and-spend-limits.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Usage is bookkeeping, never the request's outcome: a value that is not a whole n
 infinite, a bool, a string), a token count above `MAX_TOKENS` per call or a cost above `MAX_COST_MICROS` is
 dropped with a problem the caller logs as a warning, and the rest of the report is kept. Reports add up: a
 handler that calls two models reports twice and its receipt carries the sum (the model last named).
-docs/decisions/0034-usage-and-spend-limits.md."""
+docs/decisions/0035-usage-and-spend-limits.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ reach.streams.usage.counter; the counts are read from Redis through reach.spendb
 The counts of an app are read at most once per `cache_s` per gateway process (one pipelined HMGET), so a busy app
 costs Redis one read a second, not one per request. Usage is counted when a request ends, so an app may go past
 its limit by what its requests in flight spend: the limit stops new requests, it does not cut running ones.
-docs/decisions/0034-usage-and-spend-limits.md."""
+docs/decisions/0035-usage-and-spend-limits.md."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ producer writing to the capability topic directly). The gateway refuses the same
 The counts are the usage counter's (reach.streams.usage.counter), read through reach.spendbook at most once per
 `cache_s` per tenant, so a limited tenant costs the hot path one Redis read a second, an unlimited one nothing. Redis
 not answering lets requests through (logged at most once a minute): a spend limit is not worth stopping routing
-for; the gateway, which fails closed, still holds its door. docs/decisions/0034-usage-and-spend-limits.md."""
+for; the gateway, which fails closed, still holds its door. docs/decisions/0035-usage-and-spend-limits.md."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ counted by one worker. For every terminal receipt that carries usage (Receipt v9
 (the usage's source `gateway:<app_id>`) and its tenant, through reach.spendbook, whose guard on (message_id,
 generation) counts a receipt once however often it is read: a worker restarted before its commit, a rebalance,
 the agent republishing its cached terminal. Offsets are committed after Redis answered (commit after count); a
-Redis outage restarts the loop from the last commit. docs/decisions/0034-usage-and-spend-limits.md."""
+Redis outage restarts the loop from the last commit. docs/decisions/0035-usage-and-spend-limits.md."""
 
 from __future__ import annotations
 
