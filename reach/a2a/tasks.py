@@ -110,6 +110,13 @@ def status_of(row: Mapping[str, Any]) -> TaskStatus:
             message_id=f"{row['message_id']}:status", role=Role.ROLE_AGENT, task_id=str(row["message_id"]),
             context_id=str(row.get("trace_id", "")),
             parts=[Part(text=f"{row.get('status')}: {error.get('code')}: {error.get('message')}")]))
+    asked = row.get("input") or {}
+    if state == TaskState.TASK_STATE_INPUT_REQUIRED and asked.get("question"):
+        status.message.CopyFrom(Message(
+            message_id=f"{row['message_id']}:input:{row.get('generation', 0)}", role=Role.ROLE_AGENT,
+            task_id=str(row["message_id"]), context_id=str(row.get("trace_id", "")),
+            parts=[Part(text=str(asked["question"])),
+                   Part(data=ParseDict({"answer_schema": json.loads(asked.get("answer_schema") or "{}")}, Value()))]))
     if row.get("updated_at"):
         status.timestamp.FromMilliseconds(int(row["updated_at"]))
     return status
@@ -129,6 +136,7 @@ def task_of(row: Mapping[str, Any], history_length: int | None = None) -> Task:
     task = Task(id=task_id, context_id=context_id, status=status_of(row),
                 history=[step_message(task_id, context_id, i, s) for i, s in enumerate(timeline) if i >= first],
                 metadata=_struct({"capability": row.get("capability"), "attempt": row.get("attempt"),
+                                  "generation": row.get("generation"),
                                   "reach_status": row.get("status")}))
     artifact = result_artifact(row)
     if artifact is not None:
