@@ -180,13 +180,14 @@ def checked_answer(row: Mapping[str, Any], answer: Any) -> InputRequest:
 def next_turn(asking: Envelope, answered: InputRequest, *, agent_id: str | None, now_ms: int,
               reply_to: str | None = None) -> tuple[Envelope, Receipt]:
     """The next turn: the asking turn's envelope as the next generation (attempt 1, nothing excluded, the same
-    agent, deduplicated by its message_id and generation), the conversation with this answer in its headers; and
-    the ACCEPTED receipt that records the answer on the status row."""
+    agent; its lease and result are those of the new generation, and a business idempotency_key stays its own:
+    the key's run is held by this message_id, which may go on), the conversation with this answer in its headers;
+    and the ACCEPTED receipt that records the answer on the status row."""
     turn = Turn(answered.turn, answered.question, json.loads(answered.answer_schema or "{}"),
                 json.loads(answered.answer or "null"))
     envelope = asking.model_copy(update={
         "generation": asking.generation + 1, "attempt": 1, "reroutes": 0, "excluded_instances": [],
-        "to_agent": agent_id or asking.to_agent, "idempotency_key": asking.message_id,
+        "to_agent": agent_id or asking.to_agent,
         "headers": with_turn(asking.headers, turn), "reply_to": reply_to or asking.reply_to,
     })
     receipt = Receipt(message_id=envelope.message_id, generation=envelope.generation, trace_id=envelope.trace_id,

@@ -119,7 +119,7 @@ def test_the_next_turn_is_the_next_generation_with_the_conversation() -> None:
     assert (envelope.message_id, envelope.generation, envelope.attempt) == (asking.message_id, 1, 1)
     assert envelope.excluded_instances == [] and envelope.to_agent == "agent://demo/interview"
     assert envelope.payload == asking.payload and envelope.deadline == asking.deadline
-    assert envelope.idempotency_key == asking.message_id  # deduplicated by (message_id, generation)
+    assert envelope.idempotency_key == "biz"  # held by this message_id: the next turn may take it
     assert conversation(envelope.headers) == (Turn(1, "Name?", NAME, {"name": "Ada"}),)
     assert (accepted.status, accepted.generation, accepted.input and accepted.input.answer) == (
         Status.ACCEPTED, 1, '{"name":"Ada"}')

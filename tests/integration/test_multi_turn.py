@@ -1,0 +1,127 @@
+"""Multi-turn end to end (issue 26 item 2) on the real broker, Redis, stream app and gateway: the interview agent
+asks for a name (INPUT_REQUIRED), and the answer through `POST /v1/messages/{id}:input`, `reach answer` and A2A
+`message/send` with the task id completes it with a greeting that includes the name; a wrong-schema answer and an
+answer to a completed task are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import AuthInterceptor, ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.auth.credentials import CredentialService
+from a2a.types.a2a_pb2 import GetTaskRequest, Message, Part, Role, SendMessageRequest, TaskState
+from a2a.utils.errors import A2AError
+from cryptography.fernet import Fernet
+from google.protobuf.json_format import MessageToDict, ParseDict
+from google.protobuf.struct_pb2 import Struct, Value
+
+from examples.interview_agent import QUESTION
+from examples.interview_agent import agent as interview_agent
+from reach.a2a.bearer import SCHEME, a2a_token
+from reach.client import Client
+from tests.integration.agent_support import reach_cli, running, wait_for
+from tests.integration.stream_app import StreamApp
+from tests.integration.test_gateway_http import Gateway, create_app
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def gateway(stream_app: StreamApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
+    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+    gw = Gateway(tmp_path, {"shop": create_app("shop")})
+    gw.start()
+    yield gw
+    gw.stop()
+
+
+def row_of(gateway: Gateway, mid: str) -> dict[str, Any] | None:
+    got = gateway.get(f"/v1/messages/{mid}")
+    return got.json() if got.status_code == 200 else None
+
+
+def until(gateway: Gateway, mid: str, status: str, *, generation: int = 0) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        row = row_of(gateway, mid)
+        return row if row and row["status"] == status and row["generation"] >= generation else None
+
+    return wait_for(reached, 60, f"{mid} {status}", interval=0.2)
+
+
+def asked(gateway: Gateway) -> str:
+    """Send demo.interview through the gateway (once an instance serves it) and wait for its question."""
+    def sent() -> str | None:
+        resp = gateway.post("/v1/envelopes", {"capability": "demo.interview", "payload": {}, "budget_ms": 120_000})
+        return str(resp.json()["message_id"]) if resp.status_code == 202 else None
+
+    mid = wait_for(sent, 60, "demo.interview served", interval=0.5)
+    row = until(gateway, mid, "INPUT_REQUIRED")
+    assert row["input"]["question"] == QUESTION and json.loads(row["input"]["answer_schema"])["required"] == ["name"]
+    return mid
+
+
+class Token(CredentialService):
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+    async def get_credentials(self, security_scheme_name: str, context: ClientCallContext | None) -> str | None:
+        return self.token if security_scheme_name == SCHEME else None
+
+
+def test_the_interview_asks_and_each_way_of_answering_completes_it(gateway: Gateway) -> None:
+    with running(interview_agent):
+        # HTTP: a wrong answer is refused with the question, the right one completes it, a second is refused
+        mid = asked(gateway)
+        wrong = gateway.post(f"/v1/messages/{mid}:input", {"message_id": mid, "answer": {"nom": "Ada"}})
+        assert wrong.status_code == 400 and wrong.json()["error"] == "invalid_answer", wrong.text
+        taken = gateway.post(f"/v1/messages/{mid}:input", {"message_id": mid, "answer": {"name": "Ada"}})
+        assert taken.status_code == 202 and taken.json()["generation"] == 1, taken.text
+        done = until(gateway, mid, "COMPLETED", generation=1)
+        assert json.loads(done["result"])["greeting"] == "Hello, Ada!"
+        assert [(t["turn"], json.loads(t["answer"])) for t in done["turns"]] == [(1, {"name": "Ada"})]
+        late = gateway.post(f"/v1/messages/{mid}:input", {"message_id": mid, "answer": {"name": "Eve"}})
+        assert late.status_code == 409 and late.json()["error"] == "not_waiting", late.text
+
+        # the CLI: a wrong answer exits 2, the right one waits for the greeting
+        with Client() as client:
+            cli_mid = client.send("demo.interview", {"greeting": "Welcome"}, budget_ms=120_000)
+        until(gateway, cli_mid, "INPUT_REQUIRED")
+        refused = reach_cli("answer", cli_mid, "--payload", '{"name": 7}')
+        assert refused.returncode == 2 and "invalid_answer" in refused.stderr, refused.stderr
+        answered = reach_cli("answer", cli_mid, "--payload", '{"name": "Grace"}', "--wait", "--json")
+        assert answered.returncode == 0, answered.stderr
+        shown = json.loads(answered.stdout.strip().splitlines()[-1])
+        assert shown["status"] == "COMPLETED" and shown["result"]["greeting"] == "Welcome, Grace!"
+
+        # A2A: the official SDK client gets input-required with the question and answers with the task id
+        token = a2a_token(gateway.apps["shop"]["key_id"], gateway.apps["shop"]["secret"].encode())
+        asyncio.run(a2a_interview(gateway.url, token))
+
+
+async def a2a_interview(url: str, token: str) -> None:
+    config = ClientConfig(streaming=False, httpx_client=httpx.AsyncClient(timeout=60))
+    client = await ClientFactory(config).create_from_url(url, interceptors=[AuthInterceptor(Token(token))])
+    meta = Struct()
+    meta.update({"skill": "demo.interview"})
+
+    def data(value: dict[str, Any], task_id: str = "") -> SendMessageRequest:
+        return SendMessageRequest(message=Message(message_id="", role=Role.ROLE_USER, task_id=task_id,
+                                                  parts=[Part(data=ParseDict(value, Value()))], metadata=meta))
+
+    [first] = [e async for e in client.send_message(data({}))]
+    task = first.task
+    assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED, task.status
+    assert task.status.message.parts[0].text == QUESTION
+    with pytest.raises(A2AError, match="invalid_answer"):
+        [e async for e in client.send_message(data({"name": ""}, task.id))]
+    [second] = [e async for e in client.send_message(data({"name": "Linus"}, task.id))]
+    assert second.task.id == task.id and second.task.status.state == TaskState.TASK_STATE_COMPLETED, second.task
+    assert MessageToDict(second.task.artifacts[0].parts[0].data)["greeting"] == "Hello, Linus!"
+    got = await client.get_task(GetTaskRequest(id=task.id))
+    assert got.status.state == TaskState.TASK_STATE_COMPLETED
