@@ -42,6 +42,7 @@ from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.receipts import receipt_for
+from reach.retry import Outgoing
 from reach.records import Envelope, ErrorInfo, InputRequest, Policy, Receipt, Status, StepStatus
 
 log = logging.getLogger("reach.agent")
@@ -287,6 +288,12 @@ class Pipeline:
             # ending is published, not this one (the handler ran; its side effect is what it is).
             encoded = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation,
                                          encoded, scope=scope, completed=receipt.status is Status.COMPLETED)
+        if verdict.outcome is Outcome.INPUT:
+            # Cached as this attempt's decision before it is published (as a retry's is): a redelivery of the turn
+            # republishes the question instead of running the handler again to ask it twice.
+            asked = Outgoing(self._topic, receipt.message_id, encoded, [(h.MESSAGE_ID, receipt.message_id.encode())])
+            await self._redis(lambda: self._leases.store_retry(envelope.message_id, envelope.generation,
+                                                                envelope.attempt, (asked,)))
         acks.append(self._send_raw(receipt.message_id, encoded))
         if not terminal:
             # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
@@ -331,7 +338,7 @@ class Pipeline:
             last = codec.decode(claim.retry[-1].value or b"", Receipt)
             if not last.status.is_terminal:
                 await publish_in_order(self._publisher, claim.retry)
-                return Processed(Outcome.RETRY)
+                return Processed(Outcome.INPUT if last.status is Status.INPUT_REQUIRED else Outcome.RETRY)
             # a crash between caching a dead letter (or an expiry) and claiming it: claim now, publish the winner
             ended = await publish_ending(self._publisher, claim.retry, outage=self._outage, leases=self._leases,
                                          message_id=envelope.message_id, generation=envelope.generation)

@@ -67,6 +67,12 @@ def status(
         if row.get("last_error"):
             console.print(f"last error: {row['last_error']}")
         _fallback(row)
+        for turn in row.get("turns") or []:
+            console.print(f"turn {turn['turn']}: {turn['question']} -> {turn['answer']}", highlight=False)
+        asked = row.get("input")
+        if asked:  # INPUT_REQUIRED: what to answer, and how
+            console.print(f"asks: {asked['question']}\n  answer schema: {asked['answer_schema']}\n"
+                          f"  answer with: reach answer {message_id} --payload JSON", highlight=False)
     raise typer.Exit(exit_for(final_status(row)))
 
 

@@ -24,6 +24,7 @@ from reach.records import Envelope, InputRequest, Receipt, Status
 
 TURNS_HEADER = "reach-turns"  # Envelope.headers: the conversation so far (JSON), what ctx.turns reads
 DROPPED_HEADER = "reach-turns-dropped"  # how many older turns were dropped to keep the bounds
+PREFER_HEADER = "reach-prefer-instance"  # the instance that asked: the router's affinity prefers it for the next turn
 MAX_QUESTION_CHARS = 2_048
 MAX_SCHEMA_BYTES = 16 * 1024
 MAX_ANSWER_BYTES = 32 * 1024
@@ -178,17 +179,24 @@ def checked_answer(row: Mapping[str, Any], answer: Any) -> InputRequest:
 
 
 def next_turn(asking: Envelope, answered: InputRequest, *, agent_id: str | None, now_ms: int,
-              reply_to: str | None = None) -> tuple[Envelope, Receipt]:
+              instance_id: str | None = None, reply_to: str | None = None) -> tuple[Envelope, Receipt]:
     """The next turn: the asking turn's envelope as the next generation (attempt 1, nothing excluded, the same
     agent; its lease and result are those of the new generation, and a business idempotency_key stays its own:
     the key's run is held by this message_id, which may go on), the conversation with this answer in its headers;
-    and the ACCEPTED receipt that records the answer on the status row."""
+    and the ACCEPTED receipt that records the answer on the status row. Session affinity: the envelope names the
+    instance that asked (PREFER_HEADER) under a session key (the conversation's, else the message id), which the
+    router's affinity factor prefers while that instance is a candidate; another instance of the agent takes the
+    turn otherwise (the conversation travels with the envelope, not in the instance)."""
     turn = Turn(answered.turn, answered.question, json.loads(answered.answer_schema or "{}"),
                 json.loads(answered.answer or "null"))
+    headers = with_turn(asking.headers, turn)
+    if instance_id:
+        headers[PREFER_HEADER] = instance_id
+    routing = asking.routing.model_copy(update={"session_key": asking.routing.session_key or asking.message_id})
     envelope = asking.model_copy(update={
         "generation": asking.generation + 1, "attempt": 1, "reroutes": 0, "excluded_instances": [],
-        "to_agent": agent_id or asking.to_agent,
-        "headers": with_turn(asking.headers, turn), "reply_to": reply_to or asking.reply_to,
+        "to_agent": agent_id or asking.to_agent, "routing": routing, "headers": headers,
+        "reply_to": reply_to or asking.reply_to,
     })
     receipt = Receipt(message_id=envelope.message_id, generation=envelope.generation, trace_id=envelope.trace_id,
                       tenant=envelope.tenant, capability=envelope.capability, status=Status.ACCEPTED, attempt=1,

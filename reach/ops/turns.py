@@ -91,7 +91,8 @@ async def answer(message_id: str, value: Any, *, tenant: str | None, rows: Rows,
         raise AnswerRefused(409, "already_answered", f"{message_id}'s question (turn {answered.turn}) was already "
                             "answered", "read the message's status")
     envelope, receipt = next_turn(asking.model_copy(update={"generation": generation}), answered,
-                                  agent_id=row.get("agent_id"), now_ms=now_ms, reply_to=reply_to)
+                                  agent_id=row.get("agent_id"), instance_id=row.get("instance_id"), now_ms=now_ms,
+                                  reply_to=reply_to)
     try:
         await store.publish(envelope, receipt)
     except BaseException:

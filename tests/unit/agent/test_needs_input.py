@@ -75,3 +75,21 @@ def test_a_bad_question_raises_in_the_handler() -> None:
     sender = FakeSender()
     assert asyncio.run(pipeline(agent, sender, FakeLeases()).process(envelope(), [])).outcome is Outcome.COMPLETE
     assert seen and "not a valid JSON Schema" in seen[0]
+
+
+def test_a_redelivered_turn_republishes_its_question_without_asking_again() -> None:
+    calls: list[int] = []
+    agent = Agent("agent://test/unit", instance_id="i-1", lease_margin_ms=100)
+
+    @agent.capability("test.unit", version="1.0.0", input_schema={"type": "object"})
+    async def ask(_payload: Any, ctx: Context) -> Any:
+        calls.append(1)
+        return NeedsInput("What is your name?", NAME)
+
+    sender, leases = FakeSender(), FakeLeases()
+    pipe, env = pipeline(agent, sender, leases), envelope()
+    assert asyncio.run(pipe.process(env, [])).outcome is Outcome.INPUT
+    assert asyncio.run(pipe.process(env, [])).outcome is Outcome.INPUT  # the broker redelivers the same turn
+    assert calls == [1]
+    first, second = [r for r in sender.receipts() if r.status is Status.INPUT_REQUIRED]
+    assert first == second

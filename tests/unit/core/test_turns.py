@@ -13,6 +13,7 @@ from reach.core.turns import (
     DROPPED_HEADER,
     MAX_CONVERSATION_BYTES,
     MAX_TURNS,
+    PREFER_HEADER,
     AnswerRefused,
     BadQuestion,
     Turn,
@@ -115,12 +116,13 @@ def test_the_next_turn_is_the_next_generation_with_the_conversation() -> None:
     asking = asking.model_copy(update={"attempt": 3, "excluded_instances": ["i9"]})
     answered = InputRequest(question="Name?", answer_schema=json.dumps(NAME), turn=1, answer='{"name":"Ada"}',
                             origin_topic="t", origin_partition=0, origin_offset=1)
-    envelope, accepted = next_turn(asking, answered, agent_id="agent://demo/interview", now_ms=5)
+    envelope, accepted = next_turn(asking, answered, agent_id="agent://demo/interview", instance_id="i-7", now_ms=5)
     assert (envelope.message_id, envelope.generation, envelope.attempt) == (asking.message_id, 1, 1)
     assert envelope.excluded_instances == [] and envelope.to_agent == "agent://demo/interview"
     assert envelope.payload == asking.payload and envelope.deadline == asking.deadline
     assert envelope.idempotency_key == "biz"  # held by this message_id: the next turn may take it
     assert conversation(envelope.headers) == (Turn(1, "Name?", NAME, {"name": "Ada"}),)
+    assert envelope.headers[PREFER_HEADER] == "i-7" and envelope.routing.session_key == asking.message_id
     assert (accepted.status, accepted.generation, accepted.input and accepted.input.answer) == (
         Status.ACCEPTED, 1, '{"name":"Ada"}')
 
