@@ -42,8 +42,8 @@ from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.receipts import receipt_for
-from reach.retry import Outgoing
 from reach.records import Envelope, ErrorInfo, InputRequest, Policy, Receipt, Status, StepStatus
+from reach.retry import Outgoing
 
 log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25
