@@ -152,8 +152,7 @@ class ReachRequestHandler(RequestHandler):
         invoke timeout passed (then: the task as it is)."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._host.invoke_timeout_s
-        field = task.metadata.fields.get("generation")
-        turn = int(field.number_value) if field is not None else 0
+        turn = _generation(task)
         row: dict[str, Any] | None = None
         while loop.time() < give_up:
             code, body = await self._row(task.id, context)
@@ -212,14 +211,18 @@ class ReachRequestHandler(RequestHandler):
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._host.stream_max_s
         last: TaskState | None = task.status.state
+        turn = _generation(task)  # an answer's stream follows its own turn: earlier turns are not sent again
         while loop.time() < give_up:
             code, row = await self._row(task.id, context)
-            if code == 200:
+            if code == 200 and int(row.get("generation") or 0) >= turn:
+                if turn:
+                    sent = max(sent, tasks.first_step_of(row, turn))
                 events, sent, last = tasks.updates(row, sent, last)
                 for event in events:
                     yield event
-                if task_state(str(row.get("status", ""))) in FINAL:
-                    return
+                state = task_state(str(row.get("status", "")))
+                if state in FINAL or state in INTERRUPTED and last == state:
+                    return  # ended, or waits for the caller's answer (which continues the task, not this stream)
             await asyncio.sleep(self._host.poll_s)
 
     # --- cancel -------------------------------------------------------------------------------------------
@@ -265,6 +268,12 @@ class ReachRequestHandler(RequestHandler):
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
                                          context: ServerCallContext) -> AgentCard:
         raise ExtendedAgentCardNotConfiguredError
+
+
+def _generation(task: Task) -> int:
+    """The turn a task sent by this handler stands for (its metadata `generation`; 0 for a new task)."""
+    field = task.metadata.fields.get("generation")
+    return int(field.number_value) if field is not None else 0
 
 
 def _caller(context: ServerCallContext) -> CallerApp:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 from urllib.parse import quote
@@ -13,11 +12,9 @@ from reach.cli.common import Exit, console, err_console
 from reach.cli.send import parse_payload
 from reach.client import Client
 from reach.core.turns import AnswerRefused
-from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
-from reach.ops import turns
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
-from reach.webclient import NotFound, auth_headers, get_json, views_url
+from reach.webclient import auth_headers, get_json, views_url
 
 
 def answer(
@@ -35,31 +32,21 @@ def answer(
     value = parse_payload(payload)
     settings, kafka = ReachSettings(), KafkaSettings()
     base, auth = views_url(settings), auth_headers(settings)
-
-    async def rows(mid: str) -> tuple[int, dict[str, Any]]:
-        try:
-            return 200, await asyncio.to_thread(get_json, base, f"/messages/{quote(mid, safe='')}", auth=auth)
-        except NotFound as exc:
-            return 404, {"error": "not_found", "message": str(exc)}
-
     with Client(kafka=kafka, settings=settings, source="reach-cli") as client:
         reply_to = None
         if wait:
             from reach.invoke import host_client_id
 
             reply_to = client.replies(host_client_id()).topic
-        store = turns.BusTurns(client, kafka=kafka, redis_url=RedisSettings().url(settings.home))
         try:
-            taken = asyncio.run(turns.answer(message_id, value, tenant=None, rows=rows, store=store,
-                                             now_ms=now_ms(), reply_to=reply_to))
+            taken = client.answer(message_id, value, status_url=base, reply_to=reply_to,
+                                  redis_url=RedisSettings().url(settings.home))
         except AnswerRefused as refused:
             err_console.print(f"[bold red]refused ({refused.code}):[/] {refused.message}"
                               + (f"\n  {refused.hint}" if refused.hint else ""), highlight=False)
             if refused.status >= 500:
                 raise InfraUnavailable(refused.message) from None
             raise typer.Exit(Exit.USAGE) from None
-        finally:
-            store.close()
         if not wait:
             shown = {"message_id": taken.message_id, "generation": taken.generation, "turn": taken.turn}
             if as_json:

@@ -125,3 +125,17 @@ async def a2a_interview(url: str, token: str) -> None:
     assert MessageToDict(second.task.artifacts[0].parts[0].data)["greeting"] == "Hello, Linus!"
     got = await client.get_task(GetTaskRequest(id=task.id))
     assert got.status.state == TaskState.TASK_STATE_COMPLETED
+
+    # streaming: the stream ends at the question; the answer's stream follows its own turn to the greeting
+    config = ClientConfig(streaming=True, httpx_client=httpx.AsyncClient(timeout=60))
+    streaming = await ClientFactory(config).create_from_url(url, interceptors=[AuthInterceptor(Token(token))])
+    asked = [e async for e in streaming.send_message(data({}))]
+    states = [e.task.status.state if e.HasField("task") else e.status_update.status.state
+              for e in asked if e.HasField("task") or e.HasField("status_update")]
+    assert states[-1] == TaskState.TASK_STATE_INPUT_REQUIRED, states
+    waiting_id = asked[0].task.id
+    answered = [e async for e in streaming.send_message(data({"name": "Barbara"}, waiting_id))]
+    finals = [e.status_update.status.state for e in answered if e.HasField("status_update")]
+    assert finals[-1] == TaskState.TASK_STATE_COMPLETED and TaskState.TASK_STATE_INPUT_REQUIRED not in finals
+    [artifact] = [e.artifact_update.artifact for e in answered if e.HasField("artifact_update")]
+    assert MessageToDict(artifact.parts[0].data)["greeting"] == "Hello, Barbara!"
