@@ -266,13 +266,15 @@ def settle_reply(before: StatusRow | None, after: StatusRow, receipt: Receipt, r
         StatusRow, bytes | None]:
     """The row after its reply bookkeeping, and the receipt bytes to produce to `after.reply_to` (or None).
 
-    The first terminal receipt of a generation is the reply. The router's receipts carry reply_to, but
+    The first terminal receipt of a generation is the reply, or its INPUT_REQUIRED (a turn's question: the caller
+    answers it, and the next generation gets its own reply). The router's receipts carry reply_to, but
     an agent's terminal receipt can land before the router's ROUTED one (that is produced from the
     forward's delivery report): such a receipt is kept on the row until a ROUTED receipt says where it
     goes (or that nobody waits: a ROUTED receipt without reply_to drops it)."""
     if after.replied or receipt.generation != after.generation:
         return after, None
-    newly_terminal = after.terminal and (before is None or not before.terminal or before.generation != after.generation)
+    newly_terminal = _answers(after) and (before is None or not _answers(before)
+                                          or before.generation != after.generation)
     if newly_terminal:
         if after.reply_to:
             return after.model_copy(update={"replied": True, "pending_reply": None}), raw
@@ -286,6 +288,12 @@ def settle_reply(before: StatusRow | None, after: StatusRow, receipt: Receipt, r
         if receipt.status is Status.ROUTED:
             return after.model_copy(update={"pending_reply": None}), None
     return after, None
+
+
+def _answers(row: StatusRow) -> bool:
+    """The row's generation has what a waiting caller gets: its ending, or the question its handler asks
+    (INPUT_REQUIRED ends the turn; the answer runs as the next generation, whose ending is its own reply)."""
+    return row.terminal or row.status is Status.INPUT_REQUIRED
 
 
 def _routed_seen(row: StatusRow, generation: int) -> bool:

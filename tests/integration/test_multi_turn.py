@@ -24,7 +24,6 @@ from google.protobuf.struct_pb2 import Struct, Value
 from examples.interview_agent import QUESTION
 from examples.interview_agent import agent as interview_agent
 from reach.a2a.bearer import SCHEME, a2a_token
-from reach.client import Client
 from tests.integration.agent_support import reach_cli, running, wait_for
 from tests.integration.stream_app import StreamApp
 from tests.integration.test_gateway_http import Gateway, create_app
@@ -88,16 +87,20 @@ def test_the_interview_asks_and_each_way_of_answering_completes_it(gateway: Gate
         late = gateway.post(f"/v1/messages/{mid}:input", {"message_id": mid, "answer": {"name": "Eve"}})
         assert late.status_code == 409 and late.json()["error"] == "not_waiting", late.text
 
-        # the CLI: a wrong answer exits 2, the right one waits for the greeting
-        with Client() as client:
-            cli_mid = client.send("demo.interview", {"greeting": "Welcome"}, budget_ms=120_000)
-        until(gateway, cli_mid, "INPUT_REQUIRED")
+        # the CLI: `reach send --wait` stops at the question (exit 1, not completed); a wrong answer exits 2, the
+        # right one waits for the greeting
+        sent = reach_cli("send", "demo.interview", "--payload", '{"greeting": "Welcome"}', "--wait", "--json")
+        assert sent.returncode == 1, sent.stderr
+        waiting = json.loads(sent.stdout)
+        assert waiting["status"] == "INPUT_REQUIRED" and waiting["input"]["question"] == QUESTION
+        cli_mid = waiting["message_id"]
         refused = reach_cli("answer", cli_mid, "--payload", '{"name": 7}')
         assert refused.returncode == 2 and "invalid_answer" in refused.stderr, refused.stderr
         answered = reach_cli("answer", cli_mid, "--payload", '{"name": "Grace"}', "--wait", "--json")
         assert answered.returncode == 0, answered.stderr
-        shown = json.loads(answered.stdout.strip().splitlines()[-1])
+        shown = json.loads(answered.stdout)
         assert shown["status"] == "COMPLETED" and shown["result"]["greeting"] == "Welcome, Grace!"
+        assert "turn 1: What is your name? -> {\"name\":\"Grace\"}" in reach_cli("status", cli_mid).stdout
 
         # A2A: the official SDK client gets input-required with the question and answers with the task id
         token = a2a_token(gateway.apps["shop"]["key_id"], gateway.apps["shop"]["secret"].encode())
