@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from reach import client as sdk
 from reach.core.turns import AnswerRefused, checked_answer, next_turn, refusal
@@ -125,23 +124,10 @@ class BusTurns:
         self._producer = clients.producer(kafka)
 
     async def envelope_at(self, topic: str, partition: int, offset: int) -> bytes | None:
-        return await asyncio.to_thread(self._read, topic, partition, offset)
-
-    def _read(self, topic: str, partition: int, offset: int) -> bytes | None:
-        reader = topicreader.open_reader("answer", self._kafka)
-        try:
-            reader.assign([TopicPartition(topic, partition, offset)])
-            for _ in range(40):
-                for msg in clients.take(reader, 10, 0.25):
-                    if not msg.error() and msg.offset() == offset:
-                        return msg.value()
-            return None
-        except KafkaException as exc:
-            if exc.args and exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                return None
-            raise
-        finally:
-            reader.close()
+        found = await asyncio.to_thread(topicreader.read_one, "answer", self._kafka, (topic, partition, offset))
+        if found is topicreader.Missing.PENDING:  # not read in time (a leader move): the caller may try again
+            raise InfraUnavailable(f"the asking envelope at {topic}[{partition}]@{offset} could not be read in time")
+        return found if isinstance(found, bytes) else None  # GONE (retention) or a tombstone: 410
 
     async def claim(self, message_id: str, generation: int, ttl_ms: int) -> bool:
         key = claim_key(self._names.namespace, message_id, generation)
