@@ -142,3 +142,59 @@ async def a2a_interview(url: str, token: str) -> None:
     assert finals[-1] == TaskState.TASK_STATE_COMPLETED and TaskState.TASK_STATE_INPUT_REQUIRED not in finals
     [artifact] = [e.artifact_update.artifact for e in answered if e.HasField("artifact_update")]
     assert MessageToDict(artifact.parts[0].data)["greeting"] == "Hello, Barbara!"
+
+
+def test_a_person_answers_the_question_by_replying_to_its_webhook(
+        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream_app: StreamApp) -> None:
+    """A request with a webhook callback: its question goes out through the channel with a reply URL, the reply
+    posted there (the closure's token, unsigned) is the answer, and the greeting is the final callback."""
+    from pydantic import SecretStr
+
+    from reach.channels.agent import channel_agent
+    from reach.channels.settings import ChannelSettings, ClosureSettings
+    from reach.client import Client
+    from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+    from tests.integration.channel_servers import Receiver, listening
+
+    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("REACH_CALLBACK_SECRET", "reply-secret-for-tests")
+    gw = Gateway(tmp_path, {})
+    monkeypatch.setenv("REACH_CALLBACK_BASE_URL", gw.url)
+    webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr("wh"), timeout_s=2,
+                                                                webhook_allow_private=True), kafka=KafkaSettings(),
+                            redis=RedisSettings(), reach=ReachSettings(), closure=ClosureSettings())
+    gw.start()
+    try:
+        with listening(Receiver()) as receiver, running(interview_agent), running(webhook), Client() as client:
+            def sent() -> str | None:
+                try:
+                    return client.send("demo.interview", {}, budget_ms=120_000, to_agent="agent://demo/interview",
+                                       callback=f"webhook:{receiver.url}/hook") if served(stream_app) else None
+                except Exception:  # noqa: BLE001 - not served yet
+                    return None
+
+            mid = wait_for(sent, 60, "demo.interview and the webhook agent READY", interval=0.5)
+            hit = wait_for(lambda: receiver.posts()[:1], 60, "the question at the receiver")[0]
+            asked = json.loads(hit.body)
+            assert asked["question"] == QUESTION and asked["message_id"] == mid and asked["status"] == "INPUT_REQUIRED"
+            wrong = httpx.post(asked["reply_to"], json={"nom": "Ada"}, timeout=30)
+            assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_answer"), wrong.text
+            taken = httpx.post(asked["reply_to"], json={"name": "Ada"}, timeout=30)
+            assert taken.status_code == 202 and taken.json()["message_id"] == mid, taken.text
+            ending = wait_for(lambda: receiver.posts()[1:2], 60, "the greeting at the receiver")[0]
+            assert json.loads(ending.body)["status"] == "COMPLETED"
+            row = httpx.get(f"{stream_app.url}/messages/{mid}", timeout=5).json()
+            assert json.loads(row["result"])["greeting"] == "Hello, Ada!" and row["generation"] == 1
+            again = httpx.post(asked["reply_to"], json={"name": "Eve"}, timeout=30)
+            assert (again.status_code, again.json()["error"]) == (409, "not_waiting")
+    finally:
+        gw.stop()
+
+
+def served(app: StreamApp) -> bool:
+    try:
+        rows = httpx.get(app.url + "/agents", timeout=5).json()
+    except (httpx.HTTPError, ValueError):
+        return False
+    ready = {r["agent_id"] for r in rows if r["state"] == "READY"}
+    return {"agent://demo/interview", "agent://channels/webhook"} <= ready
