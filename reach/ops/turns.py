@@ -4,7 +4,7 @@
 The row must be waiting, of the caller's tenant and within its deadline, the answer must satisfy the question's
 schema (reach.core.turns); then one answer per waiting turn is claimed in Redis, the asking turn's envelope is read
 back from its inbox position and published again as the next generation with the answer in its conversation, and
-an ACCEPTED receipt records the answer on the status row (decisions/0031)."""
+an ACCEPTED receipt records the answer on the status row (decisions/0032)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from reach.kafka import headers as h
 from reach.kafka.codec import DecodeError
 from reach.names import Names
 from reach.records import Envelope, Receipt
+from reach.redisclient import sync_client, tag
 from reach.settings import KafkaSettings
 
 Rows = Callable[[str], Awaitable[tuple[int, dict[str, Any]]]]
@@ -110,7 +111,8 @@ def _decoded(raw: bytes | None) -> Envelope | None:
 
 
 def claim_key(namespace: str, message_id: str, generation: int) -> str:
-    return f"{namespace}:answer:{message_id}:{generation}"
+    """The claim of one question's answer: hash-tagged by message id, on the slot of the message's other keys."""
+    return f"{namespace}:answer:{tag(message_id)}:{generation}"
 
 
 class BusTurns:
@@ -120,7 +122,7 @@ class BusTurns:
         self._client = client
         self._kafka = kafka
         self._names: Names = client.names
-        self._redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        self._redis = sync_client(redis_url, socket_timeout=2, socket_connect_timeout=2)
         self._producer = clients.producer(kafka)
 
     async def envelope_at(self, topic: str, partition: int, offset: int) -> bytes | None:
