@@ -1,5 +1,5 @@
 """Closing the loop (pure): the callback envelope a message's terminal outcome (or a turn's question, which a person
-may answer by replying: decisions/0034) sends through its channel.
+may answer by replying: decisions/0035) sends through its channel.
 
 The status fold calls `settle_callback` for every receipt it folds. When a row is terminal, knows its
 callback spec and has not produced its callback yet in this generation, the result is a new Envelope

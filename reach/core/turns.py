@@ -4,7 +4,7 @@ A handler ends a turn with `NeedsInput(question, schema)`: the message goes to I
 no delivery or execution clock runs, the budget's deadline does). The caller answers the same message; the
 answer is checked here against the question's JSON Schema and against the row (waiting, same tenant, deadline
 not passed), then the next turn is the asking turn's envelope again as the **next generation**
-(decisions/0034): a new lease, result cache and first-terminal slot, so one terminal per (message_id,
+(decisions/0035): a new lease, result cache and first-terminal slot, so one terminal per (message_id,
 generation) holds as before, and the whole conversation travels in the envelope's `headers` map under
 `TURNS_HEADER`, bounded to the last `MAX_TURNS` turns and `MAX_CONVERSATION_BYTES` (oldest dropped, counted).
 """

@@ -4,7 +4,7 @@
 The row must be waiting, of the caller's tenant and within its deadline, the answer must satisfy the question's
 schema (reach.core.turns); then one answer per waiting turn is claimed in Redis, the asking turn's envelope is read
 back from its inbox position and published again as the next generation with the answer in its conversation, and
-an ACCEPTED receipt records the answer on the status row (decisions/0034)."""
+an ACCEPTED receipt records the answer on the status row (decisions/0035)."""
 
 from __future__ import annotations
 
