@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, Self, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
@@ -14,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from reach import invoke as invoke_
 from reach import tracing
 from reach.controlfeed import ControlFeed, ControlSource
-from reach.envelopes import new_envelope, policy_defaults, routing_key
+from reach.envelopes import new_envelope, now_ms, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.invoke import ReplyInbox
 from reach.kafka import clients, codec, topics
@@ -22,6 +22,9 @@ from reach.kafka import headers as h
 from reach.names import Names
 from reach.records import Envelope, Policy, Receipt
 from reach.settings import KafkaSettings, ReachSettings
+
+if TYPE_CHECKING:
+    from reach.ops.turns import Answered
 
 log = logging.getLogger("reach.client")
 CONTROL_RETRY_S = 30.0  # while the control topic cannot be read, built-in defaults apply; try again this often
@@ -200,6 +203,34 @@ class Client:
                                      timeout_ms=timeout_ms, poll_s=poll_s, **fields)
 
     invoke_stream = stream
+
+    def answer(self, message_id: str, answer: Any, *, status_url: str | None = None, redis_url: str | None = None,
+               reply_to: str | None = None) -> Answered:
+        """Answer the question a waiting message asks (INPUT_REQUIRED; any tenant's: this is the bus-level caller,
+        like `reach answer`): checked against the question's schema, its next turn runs on the same agent as the
+        message's next generation. Raises reach.core.turns.AnswerRefused saying why not (its `status`: 400 a wrong
+        answer, 404 unknown, 409 not waiting or already answered, 410 past its deadline)."""
+        import asyncio
+        from urllib.parse import quote
+
+        from reach.ops import turns
+        from reach.settings import RedisSettings
+        from reach.webclient import NotFound, auth_headers, get_json, views_url
+
+        base, auth = status_url or views_url(self.settings), auth_headers(self.settings)
+
+        async def rows(mid: str) -> tuple[int, dict[str, Any]]:
+            try:
+                return 200, await asyncio.to_thread(get_json, base, f"/messages/{quote(mid, safe='')}", auth=auth)
+            except NotFound as exc:
+                return 404, {"error": "not_found", "message": str(exc)}
+
+        store = turns.BusTurns(self, kafka=self.kafka, redis_url=redis_url or RedisSettings().url(self.settings.home))
+        try:
+            return asyncio.run(turns.answer(message_id, answer, tenant=None, rows=rows, store=store, now_ms=now_ms(),
+                                            reply_to=reply_to))
+        finally:
+            store.close()
 
     def invoke_chain(self, steps: Sequence[invoke_.Step | str], reducer: invoke_.Reducer, *,
                      initial: Any = None, timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS) -> invoke_.ChainResult:

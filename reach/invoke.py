@@ -61,6 +61,11 @@ class InvokeTimeout(InvokeError):
     exit_code = 3
 
 
+class InputRequired(InvokeError):
+    """The agent asks a question before it can finish (INPUT_REQUIRED): `.receipt.input` holds the question and its
+    answer's schema; `Client.answer` continues the message."""
+
+
 def _describe(receipt: Receipt) -> str:
     who = f" by {receipt.agent_id} ({receipt.instance_id})" if receipt.instance_id else ""
     error = f": {receipt.error.kind}/{receipt.error.code}: {receipt.error.message}" if receipt.error else ""
@@ -69,10 +74,15 @@ def _describe(receipt: Receipt) -> str:
 
 
 def raise_for(receipt: Receipt) -> None:
-    """Raise the typed error a terminal receipt other than COMPLETED stands for."""
+    """Raise the typed error a terminal receipt other than COMPLETED stands for (InputRequired for a question)."""
     status, text, mid = receipt.status, _describe(receipt), receipt.message_id
     if status is Status.COMPLETED:
         return
+    if status is Status.INPUT_REQUIRED:
+        question = receipt.input.question if receipt.input else ""
+        raise InputRequired(f"{receipt.capability} request {mid} asks: {question} (answer it with "
+                            f"Client.answer({mid!r}, ...) or `reach answer {mid} --payload JSON`)",
+                            message_id=mid, receipt=receipt)
     if status is Status.REJECTED:
         raise InvokeRejected(text, message_id=mid, receipt=receipt)
     if status is Status.UNROUTABLE or (status is Status.DEAD_LETTERED and receipt.error

@@ -48,6 +48,7 @@ class Status(StrEnum):
     CANCELED = "CANCELED"  # the caller cancelled it before an agent started it (v6, terminal)
     INTENT_RESOLVED = "INTENT_RESOLVED"  # the resolver turned an intent into a capability or a handoff (v6)
     PROGRESS = "PROGRESS"  # a handler's progress or partial results, coalesced by the agent SDK (v7, never terminal)
+    INPUT_REQUIRED = "INPUT_REQUIRED"  # the handler asked the caller a question (NeedsInput, v8, never terminal)
 
     @property
     def is_terminal(self) -> bool:
@@ -282,6 +283,21 @@ class Progress(AvroModel):
     chunks: list[Chunk] = []
 
 
+class InputRequest(AvroModel):
+    """A turn of a multi-turn message (v8): the question asked on INPUT_REQUIRED (with the answer's JSON Schema
+    and where the asking turn's envelope sits); on the next turn's ACCEPTED receipt the question and its answer."""
+
+    avro_name: ClassVar[str] = "InputRequest"
+
+    question: str
+    answer_schema: str = "{}"
+    turn: int = 1
+    answer: str | None = None
+    origin_topic: str | None = None
+    origin_partition: int | None = None
+    origin_offset: int | None = None
+
+
 class Usage(AvroModel):
     """What a handler's run cost (v9): tokens, model, cost in micro-units of `currency`, and whom it is charged to."""
 
@@ -330,6 +346,7 @@ class Receipt(AvroRecord):
     callback: str | None = None
     resolution: IntentResolution | None = None
     progress: Progress | None = None
+    input: InputRequest | None = None
     usage: Usage | None = None  # v9: on the terminal receipt of a handler's run (reach.core.usage)
 
 

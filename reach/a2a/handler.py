@@ -44,7 +44,7 @@ from starlette.exceptions import HTTPException
 
 from reach.a2a import tasks
 from reach.a2a.ports import Host, Refused
-from reach.a2a.states import FINAL, state_name, task_state
+from reach.a2a.states import FINAL, INTERRUPTED, state_name, task_state
 from reach.callers import CallerApp
 from reach.envelopes import new_id
 
@@ -91,9 +91,8 @@ class ReachRequestHandler(RequestHandler):
         if params.configuration.HasField("task_push_notification_config"):
             raise PushNotificationNotSupportedError(message="push notifications are not offered: stream the task "
                                                             "(SendStreamingMessage / SubscribeToTask) or poll GetTask")
-        if message.task_id:  # a capability answers once: nothing on the bus asks for more input
-            raise UnsupportedOperationError(message=f"task_id {message.task_id[:100]!r}: a message cannot continue a "
-                                                    "task here (every task ends in one step); send it without task_id")
+        if message.task_id:  # the answer to a task waiting for input (INPUT_REQUIRED): its next turn
+            return await self._answer(app, message)
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)
@@ -123,6 +122,25 @@ class ReachRequestHandler(RequestHandler):
         return tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id,
                               "status": "ACCEPTED"})
 
+    async def _answer(self, app: CallerApp, message: Message) -> Task:
+        """The message answers the task's question: checked against its schema, it starts the task's next turn
+        (reach.ops.turns). A task that is not waiting, unknown, past its deadline or a wrong answer is an error."""
+        task_id = message.task_id
+        try:
+            payload = tasks.payload_of(message)
+            sent = await self._host.answer(app, task_id, payload)
+        except tasks.BadMessage as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        except Refused as refusal:
+            if refusal.status == 404:
+                raise TaskNotFoundError(message=f"no task {task_id[:100]!r}: {refusal.message}") from None
+            if refusal.status in (400, 409, 410, 413):
+                raise InvalidParamsError(message=f"{refusal.error}: {refusal.message}") from None
+            raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
+                                headers=refusal.headers) from None
+        return tasks.task_of({"message_id": task_id, "trace_id": sent.trace_id, "status": "ACCEPTED",
+                              "generation": sent.generation})
+
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
         task = await self._send(params, context)
         if params.configuration.return_immediately or task.status.state in FINAL:
@@ -130,15 +148,18 @@ class ReachRequestHandler(RequestHandler):
         return await self._until_final(task, context)
 
     async def _until_final(self, task: Task, context: ServerCallContext) -> Task:
-        """Poll the status row until it is terminal or the invoke timeout passed (then: the task as it is)."""
+        """Poll the status row until it is terminal, or waits for input in the turn sent (or a later one), or the
+        invoke timeout passed (then: the task as it is)."""
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._host.invoke_timeout_s
+        turn = _generation(task)
         row: dict[str, Any] | None = None
         while loop.time() < give_up:
             code, body = await self._row(task.id, context)
-            if code == 200:
+            if code == 200 and int(body.get("generation") or 0) >= turn:
                 row = body
-                if task_state(str(body.get("status", ""))) in FINAL:
+                state = task_state(str(body.get("status", "")))
+                if state in FINAL or state in INTERRUPTED:
                     break
             await asyncio.sleep(self._host.poll_s)
         return tasks.task_of(row) if row is not None else task
@@ -190,14 +211,18 @@ class ReachRequestHandler(RequestHandler):
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._host.stream_max_s
         last: TaskState | None = task.status.state
+        turn = _generation(task)  # an answer's stream follows its own turn: earlier turns are not sent again
         while loop.time() < give_up:
             code, row = await self._row(task.id, context)
-            if code == 200:
+            if code == 200 and int(row.get("generation") or 0) >= turn:
+                if turn:
+                    sent = max(sent, tasks.first_step_of(row, turn))
                 events, sent, last = tasks.updates(row, sent, last)
                 for event in events:
                     yield event
-                if task_state(str(row.get("status", ""))) in FINAL:
-                    return
+                state = task_state(str(row.get("status", "")))
+                if state in FINAL or state in INTERRUPTED and last == state:
+                    return  # ended, or waits for the caller's answer (which continues the task, not this stream)
             await asyncio.sleep(self._host.poll_s)
 
     # --- cancel -------------------------------------------------------------------------------------------
@@ -243,6 +268,12 @@ class ReachRequestHandler(RequestHandler):
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
                                          context: ServerCallContext) -> AgentCard:
         raise ExtendedAgentCardNotConfiguredError
+
+
+def _generation(task: Task) -> int:
+    """The turn a task sent by this handler stands for (its metadata `generation`; 0 for a new task)."""
+    field = task.metadata.fields.get("generation")
+    return int(field.number_value) if field is not None else 0
 
 
 def _caller(context: ServerCallContext) -> CallerApp:

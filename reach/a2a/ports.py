@@ -32,6 +32,7 @@ class Sent:
 
     message_id: str
     trace_id: str
+    generation: int = 0  # an answer's next turn runs as the next generation of the same message
 
 
 class Host(Protocol):
@@ -61,6 +62,12 @@ class Host(Protocol):
                      context_id: str | None) -> Sent:
         """Admit and publish one message for `app` (the context, when given, is its session key and its trace);
         Refused when the door refuses it."""
+        ...
+
+    async def answer(self, app: CallerApp, task_id: str, payload: Any) -> Sent:
+        """Answer the question the task asks (INPUT_REQUIRED) with `payload`: the task's next turn is published
+        (reach.ops.turns); Refused with the HTTP status of the refusal (400 wrong schema, 404 unknown, 409 not
+        waiting, 410 past its deadline, 503)."""
         ...
 
     async def message(self, message_id: str) -> Row:

@@ -29,10 +29,14 @@ TASK_STATES: dict[Status, TaskState] = {
     # a handler's progress and partial results: a row's status never becomes PROGRESS (reach.core.lifecycle)
     Status.PROGRESS: TaskState.TASK_STATE_UNSPECIFIED,
     Status.UNKNOWN: TaskState.TASK_STATE_UNSPECIFIED,
+    # the handler asked a question (NeedsInput): the caller answers with message/send carrying the task id
+    Status.INPUT_REQUIRED: TaskState.TASK_STATE_INPUT_REQUIRED,
 }
 
 FINAL = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_REJECTED,
                    TaskState.TASK_STATE_CANCELED})
+INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED})
+"""States a blocking send returns at, besides the final ones: the task waits for the caller."""
 
 
 def task_state(status: str) -> TaskState:

@@ -24,7 +24,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
-from reach.a2a.states import FINAL, task_state
+from reach.a2a.states import FINAL, INTERRUPTED, task_state
 from reach.errors import ReachError
 
 MAX_CONTEXT_ID = 200  # it becomes the envelope's trace_id and session_key (Routing.session_key: 256)
@@ -110,6 +110,13 @@ def status_of(row: Mapping[str, Any]) -> TaskStatus:
             message_id=f"{row['message_id']}:status", role=Role.ROLE_AGENT, task_id=str(row["message_id"]),
             context_id=str(row.get("trace_id", "")),
             parts=[Part(text=f"{row.get('status')}: {error.get('code')}: {error.get('message')}")]))
+    asked = row.get("input") or {}
+    if state == TaskState.TASK_STATE_INPUT_REQUIRED and asked.get("question"):
+        status.message.CopyFrom(Message(
+            message_id=f"{row['message_id']}:input:{row.get('generation', 0)}", role=Role.ROLE_AGENT,
+            task_id=str(row["message_id"]), context_id=str(row.get("trace_id", "")),
+            parts=[Part(text=str(asked["question"])),
+                   Part(data=ParseDict({"answer_schema": json.loads(asked.get("answer_schema") or "{}")}, Value()))]))
     if row.get("updated_at"):
         status.timestamp.FromMilliseconds(int(row["updated_at"]))
     return status
@@ -129,6 +136,7 @@ def task_of(row: Mapping[str, Any], history_length: int | None = None) -> Task:
     task = Task(id=task_id, context_id=context_id, status=status_of(row),
                 history=[step_message(task_id, context_id, i, s) for i, s in enumerate(timeline) if i >= first],
                 metadata=_struct({"capability": row.get("capability"), "attempt": row.get("attempt"),
+                                  "generation": row.get("generation"),
                                   "reach_status": row.get("status")}))
     artifact = result_artifact(row)
     if artifact is not None:
@@ -144,6 +152,13 @@ def refused_task(task_id: str, context_id: str, state: TaskState, reason: str) -
     return Task(id=task_id, context_id=context_id, status=status)
 
 
+def first_step_of(row: Mapping[str, Any], generation: int) -> int:
+    """The index of the row's first timeline step of `generation` (or later); the timeline's length when none."""
+    timeline = list(row.get("timeline") or [])
+    return next((i for i, step in enumerate(timeline) if int(step.get("generation") or 0) >= generation),
+                len(timeline))
+
+
 def updates(row: Mapping[str, Any], sent: int, last: TaskState | None
             ) -> tuple[list[TaskStatusUpdateEvent | TaskArtifactUpdateEvent], int, TaskState | None]:
     """Stream events for the timeline entries after the first `sent`: one status update per change of A2A
@@ -151,10 +166,19 @@ def updates(row: Mapping[str, Any], sent: int, last: TaskState | None
     the result artifact before the final update. Returns the events, the new count, the last state sent."""
     task_id, context_id = str(row["message_id"]), str(row.get("trace_id", ""))
     timeline = list(row.get("timeline") or [])
-    final = task_state(str(row.get("status", ""))) in FINAL
+    now = task_state(str(row.get("status", "")))
+    final = now in FINAL
     events: list[TaskStatusUpdateEvent | TaskArtifactUpdateEvent] = []
     for index in range(sent, len(timeline)):
         step = timeline[index]
+        if now in INTERRUPTED and index == len(timeline) - 1 and task_state(str(step.get("status", ""))) == now:
+            step_state = now  # the question the task waits on: the row's status message carries it
+            events.append(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status_of(row),
+                                                metadata=_struct({"reach_status": step.get("status"),
+                                                                  "attempt": step.get("attempt"),
+                                                                  "generation": step.get("generation")})))
+            last = step_state
+            continue
         done = final and index == len(timeline) - 1
         state = task_state(str(row.get("status"))) if done else task_state(str(step.get("status", "")))
         if state == TaskState.TASK_STATE_UNSPECIFIED or (state == last and not done) or state in FINAL and not done:

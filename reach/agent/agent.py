@@ -25,6 +25,7 @@ from reach.core.timeouts import (
     BadTimeout,
     check_timeout_ms,
 )
+from reach.core.turns import Turn, conversation, dropped_turns
 from reach.core.usage import Meter, check_report, from_result
 from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
@@ -116,6 +117,22 @@ class Context:
         quiet for longer than that times it out. Safe from sync handlers' threads. Raises LeaseLost when the run no
         longer holds its message (its lease went to another run, or it already timed out): stop then."""
         self._heartbeat()
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The conversation so far of a multi-turn message (oldest first): each turn's `question`, `schema` and the
+        caller's `answer`; () on the first turn. At most 16 turns and 64 KiB (`turns_dropped` counts older ones)."""
+        return conversation(self.envelope.headers)
+
+    @property
+    def answer(self) -> Any:
+        """The caller's answer to the last question this message asked (None on a first turn)."""
+        turns = self.turns
+        return turns[-1].answer if turns else None
+
+    @property
+    def turns_dropped(self) -> int:
+        return dropped_turns(self.envelope.headers)
 
     @property
     def session_snapshot(self) -> str | None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from reach.agent.exceptions import LeaseLost
-from reach.agent.signals import BusinessError, Canceled, NoData, Reject, Retry, TransientError
+from reach.agent.signals import BusinessError, Canceled, NeedsInput, NoData, Reject, Retry, TransientError
 from reach.records import ErrorInfo, Status, StepStatus
 
 
@@ -19,6 +19,7 @@ class Outcome(StrEnum):
     FAIL = "fail"
     REJECT = "reject"
     CANCEL = "cancel"  # the caller cancelled it (reach.cancels): CANCELED, terminal
+    INPUT = "input"  # the handler asked the caller a question (NeedsInput): INPUT_REQUIRED, waits for the answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,7 @@ _RECEIPT = {
     Outcome.FAIL: (Status.FAILED, StepStatus.ERROR),
     Outcome.REJECT: (Status.REJECTED, StepStatus.ERROR),
     Outcome.CANCEL: (Status.CANCELED, StepStatus.ERROR),
+    Outcome.INPUT: (Status.INPUT_REQUIRED, StepStatus.OK),
 }
 
 
@@ -50,6 +52,8 @@ def from_result(result: object) -> Verdict:
     """Classify a handler's return value (a returned Retry counts as a request to retry)."""
     if result is NoData or isinstance(result, NoData):
         return Verdict(Outcome.NO_DATA)
+    if isinstance(result, NeedsInput):
+        return Verdict(Outcome.INPUT, value=result)
     if isinstance(result, BaseException):
         return from_exception(result)
     return Verdict(Outcome.COMPLETE, value=result)

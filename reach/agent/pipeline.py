@@ -31,16 +31,19 @@ from reach.agent.progress import ProgressStream
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.agent.runtimer import RunTimer, until_due
+from reach.agent.signals import NeedsInput
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.core.progress import INTERVAL_MS as PROGRESS_INTERVAL_MS
 from reach.core.progress import Coalescer
 from reach.core.retention import may_be_forgotten
 from reach.core.timeouts import RunClock, timeout_problem
+from reach.core.turns import conversation, dropped_turns
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.receipts import receipt_for
-from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status, StepStatus, Usage
+from reach.records import Envelope, ErrorInfo, InputRequest, Policy, Receipt, Status, StepStatus, Usage
+from reach.retry import Outgoing
 
 log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25
@@ -277,7 +280,7 @@ class Pipeline:
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
                       origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
                       cost: float | None = None, usage: Usage | None = None) -> Processed:
-        receipt = self._receipt(envelope, verdict, run_ms, cost, usage)
+        receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin)
         encoded = codec.encode(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
             verdict = outcomes.failed("INVALID_OUTPUT", "RESULT_TOO_LARGE", (
@@ -293,6 +296,12 @@ class Pipeline:
             # ending is published, not this one (the handler ran; its side effect is what it is).
             encoded = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation,
                                          encoded, scope=scope, completed=receipt.status is Status.COMPLETED)
+        if verdict.outcome is Outcome.INPUT:
+            # Cached as this attempt's decision before it is published (as a retry's is): a redelivery of the turn
+            # republishes the question instead of running the handler again to ask it twice.
+            asked = Outgoing(self._topic, receipt.message_id, encoded, [(h.MESSAGE_ID, receipt.message_id.encode())])
+            await self._redis(lambda: self._leases.store_retry(envelope.message_id, envelope.generation,
+                                                                envelope.attempt, (asked,)))
         acks.append(self._send_raw(receipt.message_id, encoded))
         if not terminal:
             # What follows (the retry, then its receipt) must come after this receipt: wait for the acks.
@@ -308,12 +317,14 @@ class Pipeline:
         return Processed(verdict.outcome, tuple(acks) if terminal else ())
 
     def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None,
-                 cost: float | None = None, usage: Usage | None = None) -> Receipt:
+                 cost: float | None = None, usage: Usage | None = None,
+                 origin: tuple[str, int, int] | None = None) -> Receipt:
         status, step = outcomes.receipt_status(verdict.outcome)
         result = verdict.value if isinstance(verdict.value, bytes) else None
+        asked = _asked(envelope, verdict.value, origin) if verdict.outcome is Outcome.INPUT else None
         # usage travels on the terminal receipt only: that is what is counted once per (message, generation)
         return receipt_for(envelope, status, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
-                           error=verdict.error, step_status=step, result=result, cost=cost,
+                           error=verdict.error, step_status=step, result=result, cost=cost, input=asked,
                            usage=usage if status.is_terminal else None,
                            retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
 
@@ -339,7 +350,7 @@ class Pipeline:
             last = codec.decode(claim.retry[-1].value or b"", Receipt)
             if not last.status.is_terminal:
                 await publish_in_order(self._publisher, claim.retry)
-                return Processed(Outcome.RETRY)
+                return Processed(Outcome.INPUT if last.status is Status.INPUT_REQUIRED else Outcome.RETRY)
             # a crash between caching a dead letter (or an expiry) and claiming it: claim now, publish the winner
             ended = await publish_ending(self._publisher, claim.retry, outage=self._outage, leases=self._leases,
                                          message_id=envelope.message_id, generation=envelope.generation)
@@ -366,6 +377,17 @@ class Pipeline:
 
     def _send_raw(self, message_id: str, value: bytes) -> Future[Message]:
         return self._publisher.send(self._topic, message_id, value, headers=[(h.MESSAGE_ID, message_id.encode())])
+
+
+def _asked(envelope: Envelope, value: object, origin: tuple[str, int, int] | None) -> InputRequest | None:
+    """What an INPUT_REQUIRED receipt carries: the question, its answer's schema, the turn's number, and where this
+    turn's envelope sits in the inbox (the next turn is built from it, reach.core.turns.next_turn)."""
+    if not isinstance(value, NeedsInput):
+        return None
+    topic, partition, offset = origin if origin is not None else (None, None, None)
+    return InputRequest(question=value.question, answer_schema=value.schema_text,
+                        turn=len(conversation(envelope.headers)) + dropped_turns(envelope.headers) + 1,
+                        origin_topic=topic, origin_partition=partition, origin_offset=offset)
 
 
 def _outcome(status: Status) -> Outcome:

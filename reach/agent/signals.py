@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
+
+from reach.core.turns import question_of
 
 
 class NoData:
@@ -10,6 +13,18 @@ class NoData:
 
     def __init__(self, detail: str = "") -> None:
         self.detail = detail
+
+
+class NeedsInput:
+    """Return this to end the turn with a question for the caller: the message goes to INPUT_REQUIRED and waits
+    (no delivery or execution clock, the budget's deadline runs); the caller's answer, checked against `schema`
+    (a JSON Schema; None accepts any JSON), starts the next turn, whose handler finds it in `ctx.turns`. A bad
+    question or schema raises reach.core.turns.BadQuestion here, in the handler."""
+
+    def __init__(self, question: str, schema: dict[str, Any] | bool | None = None) -> None:
+        checked = question_of(question, schema)
+        self.question = checked.question
+        self.schema_text = checked.schema_text
 
 
 class Retry(Exception):

@@ -38,7 +38,7 @@ from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provi
 from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.spec import Target, target
 from reach.channels.steps import Closes, DeliverySteps
-from reach.channels.tokens import ReplyClaims, mint, reply_capability, reply_url
+from reach.channels.tokens import ReplyClaims, answers_of, mint, reply_capability, reply_url
 from reach.core.redact import redact
 from reach.envelopes import BUDGET_MS, DELIVERY_TIMEOUT_MS, now_ms
 from reach.kafka import clients
@@ -61,6 +61,8 @@ INPUT_SCHEMA: dict[str, Any] = {
         "backup": {"type": "object"},
         "handed_over_from": {"type": "string"},
         "reply_capability": {"type": "string", "maxLength": 200},
+        "answer_for": {"type": "object", "required": ["message_id", "generation"],
+                       "properties": {"message_id": {"type": "string"}, "generation": {"type": "integer"}}},
     },
 }
 
@@ -137,7 +139,7 @@ class ChannelService:
             return ""
         claims = ReplyClaims(message_id=envelope.message_id, trace_id=envelope.trace_id, tenant=envelope.tenant,
                              expires_at=self.clock() + self.closure.ttl_s * 1000,
-                             capability=reply_capability(payload))
+                             capability=reply_capability(payload), answers=answers_of(payload))
         return reply_url(base, mint(key, claims))
 
     def _observe(self, health: ChannelHealth, outcome: Sent | Failure, latency_ms: float, probing: bool) -> None:
@@ -193,7 +195,8 @@ class ChannelService:
 
 def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, source: str) -> Envelope:
     """The backup channel's envelope for `envelope` (id `<message_id>-bk`: the same on a retry, so deduped)."""
-    body = {k: v for k, v in payload.items() if k in ("body", "subject", "callback_for")}
+    body = {k: v for k, v in payload.items() if k in ("body", "subject", "callback_for", "answer_for",
+                                                       "reply_capability")}
     body.update(endpoint=backup.endpoint, handed_over_from=envelope.message_id)
     created = now_ms()
     mid = f"{envelope.message_id}-bk"

@@ -1,4 +1,5 @@
-"""Closing the loop (pure): the callback envelope a message's terminal outcome sends through its channel.
+"""Closing the loop (pure): the callback envelope a message's terminal outcome (or a turn's question, which a person
+may answer by replying: decisions/0036) sends through its channel.
 
 The status fold calls `settle_callback` for every receipt it folds. When a row is terminal, knows its
 callback spec and has not produced its callback yet in this generation, the result is a new Envelope
@@ -35,7 +36,8 @@ def callback_id(message_id: str, generation: int) -> str:
 
 def settle_callback(row: StatusRow, receipt: Receipt, *, now: int) -> tuple[StatusRow, Envelope | Receipt | None]:
     """The row with its callback bookkeeping, and the callback envelope (or rejection receipt) to produce."""
-    if (not row.callback or row.callback_sent or not row.terminal or receipt.generation != row.generation
+    asks = row.status is Status.INPUT_REQUIRED  # a turn's question goes out too: a person may answer it by reply
+    if (not row.callback or row.callback_sent or not (row.terminal or asks) or receipt.generation != row.generation
             or row.fallback_pending):  # an ending its fallback may still serve: the child may carry the callback
         return row, None
     if row.fallback is not None and row.fallback.message_id is not None:  # the child carries the callback on
@@ -63,13 +65,28 @@ def body(row: StatusRow, spec: CallbackSpec) -> dict[str, Any]:
     return out
 
 
+def question(row: StatusRow) -> dict[str, Any]:
+    """What the receiver of a question gets: the question and its answer's schema; the reply answers it."""
+    asked = row.input
+    return {"message_id": row.message_id, "trace_id": row.trace_id, "capability": row.capability,
+            "status": row.status.value, "question": asked.question if asked else "",
+            "answer_schema": json.loads(asked.answer_schema) if asked else {}}
+
+
 def envelope(row: StatusRow, spec: CallbackSpec, *, now: int) -> Envelope:
-    """The callback envelope for the channel capability; its payload is what the channel agent sends."""
-    payload: dict[str, Any] = {
-        "endpoint": spec.endpoint, "subject": f"Reach: {row.capability} {row.status.value}",
-        "body": body(row, spec),
-        "callback_for": {"message_id": row.message_id, "generation": row.generation, "capability": row.capability},
-    }
+    """The callback envelope for the channel capability; its payload is what the channel agent sends. For a question
+    (INPUT_REQUIRED) it carries `answer_for`: the reply token the channel mints answers the question."""
+    payload: dict[str, Any]
+    if row.status is Status.INPUT_REQUIRED:
+        asked = question(row)
+        payload = {"endpoint": spec.endpoint, "subject": f"Reach: {row.capability} asks: {asked['question']}"[:500],
+                   "body": asked, "reply_capability": row.capability,
+                   "answer_for": {"message_id": row.message_id, "generation": row.generation}}
+    else:
+        payload = {"endpoint": spec.endpoint, "subject": f"Reach: {row.capability} {row.status.value}",
+                   "body": body(row, spec), "callback_for": {"message_id": row.message_id,
+                                                             "generation": row.generation,
+                                                             "capability": row.capability}}
     if spec.backup is not None:
         payload["backup"] = spec.backup.to_dict()
     mid = callback_id(row.message_id, row.generation)

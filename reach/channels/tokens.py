@@ -43,6 +43,7 @@ class ReplyClaims:
     tenant: str
     expires_at: int  # epoch ms
     capability: str | None = None  # the reply's default capability (e.g. the one whose outcome was called back)
+    answers: str | None = None  # a question's token: the message whose question (INPUT_REQUIRED) a reply answers
 
     @property
     def reply_id(self) -> str:
@@ -67,6 +68,8 @@ def mint(secret: bytes, claims: ReplyClaims) -> str:
     data = {"v": VERSION, "m": claims.message_id, "t": claims.trace_id, "n": claims.tenant, "e": claims.expires_at}
     if claims.capability:
         data["c"] = claims.capability
+    if claims.answers:
+        data["a"] = claims.answers
     body = _b64(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
     return f"{body}.{_b64(_mac(secret, body))}"
 
@@ -85,7 +88,7 @@ def read(secret: bytes, token: str, *, now: int) -> ReplyClaims:
         raise BadToken("not a reply token of this gateway")
     try:
         claims = ReplyClaims(message_id=str(data["m"]), trace_id=str(data["t"]), tenant=str(data["n"]),
-                             expires_at=int(data["e"]), capability=data.get("c"))
+                             expires_at=int(data["e"]), capability=data.get("c"), answers=data.get("a"))
     except (KeyError, TypeError, ValueError):
         raise BadToken("a reply token without its claims") from None
     if claims.expires_at <= now:
@@ -98,6 +101,14 @@ def reply_capability(payload: dict[str, Any]) -> str | None:
     capability of the message it calls back (`callback_for`)."""
     closes = payload.get("callback_for")
     named = payload.get("reply_capability") or (closes.get("capability") if isinstance(closes, dict) else None)
+    return str(named) if named else None
+
+
+def answers_of(payload: dict[str, Any]) -> str | None:
+    """The message whose question a channel request carries (`answer_for`, written by the status fold): a reply to
+    it answers that question (reach.ops.turns) instead of becoming a new envelope."""
+    asked = payload.get("answer_for")
+    named = asked.get("message_id") if isinstance(asked, dict) else None
     return str(named) if named else None
 
 

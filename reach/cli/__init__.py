@@ -23,6 +23,7 @@ from reach.cli import receipts as receipts_cli
 from reach.cli import router as router_cli
 from reach.cli import status as status_cli
 from reach.cli import weights as weights_cli
+from reach.cli.answer import answer as answer_command
 from reach.cli.cancel import cancel as cancel_command
 from reach.cli.common import run_guarded
 from reach.cli.gateway import gateway as gateway_command
@@ -47,6 +48,7 @@ app.add_typer(agent.app, name="agent")
 app.add_typer(instances_cli.app, name="agents")
 app.command("send")(send.send)
 app.command("cancel")(cancel_command)
+app.command("answer")(answer_command)
 app.command("demo")(demo.demo)
 app.command("router")(router_cli.router)
 app.command("gateway")(gateway_command)

@@ -49,8 +49,9 @@ def send(
                                                "callback carries, comma-separated, e.g. '$.answer,$.items[0].id'"),
     execution_timeout: str | None = typer.Option(None, "--execution-timeout", help="ask for a shorter run than "
                                                  "the agent declares, e.g. 5s (the POLICY caps it; default not set)"),
-    wait: bool = typer.Option(False, "--wait", help="wait for the terminal receipt and print it (exit 0 only "
-                              "for COMPLETED, 1 other endings, 3 timeout)"),
+    wait: bool = typer.Option(False, "--wait", help="wait for the terminal receipt (or the agent's question, "
+                              "INPUT_REQUIRED) and print it (exit 0 only for COMPLETED, 1 other endings and a "
+                              "question, 3 timeout)"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds --wait waits"),
     as_json: bool = typer.Option(False, "--json", help="with --wait: print the receipt as JSON"),
     follow: bool = typer.Option(False, "--follow", help="with --wait: print the agent's partial results (ctx.emit) "
@@ -116,8 +117,7 @@ def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, 
                   **fields: Any) -> None:
     """Send with reply_to = this host's CLI reply topic, print the terminal receipt, exit by its status."""
     from reach.cli.common import Exit
-    from reach.invoke import InvokeTimeout, host_client_id, result_value
-    from reach.records import Status
+    from reach.invoke import InvokeTimeout, host_client_id
 
     timeout_ms = max(int(timeout * 1000), 1)
     with Client(source="reach-cli") as client:
@@ -130,6 +130,15 @@ def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, 
         except InvokeTimeout as exc:
             console.print(f"timed out after {timeout:g}s: {exc}", highlight=False)
             raise typer.Exit(Exit.WAIT_TIMEOUT) from None
+    print_receipt(receipt, as_json=as_json)
+
+
+def print_receipt(receipt: Receipt, *, as_json: bool) -> None:
+    """A waited-for receipt (its ending, or the question it asks), then exit 1 unless it COMPLETED."""
+    from reach.cli.common import Exit
+    from reach.invoke import result_value
+    from reach.records import Status
+
     result = result_value(receipt)
     if as_json:
         console.print_json(json.dumps({
@@ -138,6 +147,7 @@ def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, 
             "result": result.decode(errors="replace") if isinstance(result, bytes) else result,
             "error": receipt.error.model_dump() if receipt.error else None,
             "retry_after_ms": receipt.retry_after_ms,
+            "input": receipt.input.model_dump() if receipt.input else None,
         }))
     else:
         console.print(f"{receipt.message_id} [bold]{receipt.status}[/]", highlight=False)
@@ -151,5 +161,8 @@ def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, 
         if result is not None:
             shown = json.dumps(result) if not isinstance(result, bytes) else repr(result)
             console.print(f"  result    {shown}", highlight=False)
+        if receipt.input is not None:  # INPUT_REQUIRED: the handler asks before it can finish
+            console.print(f"  asks      {receipt.input.question}\n  schema    {receipt.input.answer_schema}\n"
+                          f"  answer    reach answer {receipt.message_id} --payload JSON [--wait]", highlight=False)
     if receipt.status is not Status.COMPLETED:
         raise typer.Exit(Exit.NOT_COMPLETED)

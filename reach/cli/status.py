@@ -70,6 +70,12 @@ def status(
         _fallback(row)
         if row.get("usage"):
             console.print(f"usage: {usage_line(row['usage'])}", highlight=False)
+        for turn in row.get("turns") or []:
+            console.print(f"turn {turn['turn']}: {turn['question']} -> {turn['answer']}", highlight=False)
+        asked = row.get("input")
+        if asked:  # INPUT_REQUIRED: what to answer, and how
+            console.print(f"asks: {asked['question']}\n  answer schema: {asked['answer_schema']}\n"
+                          f"  answer with: reach answer {message_id} --payload JSON", highlight=False)
     raise typer.Exit(exit_for(final_status(row)))
 
 

@@ -8,6 +8,9 @@ or a huge result cannot make a row, the store or the changelog grow without limi
 A PROGRESS receipt never enters the timeline and never changes the row's status: it only updates
 `progress` (the last fraction and note, the chunks of the current attempt), and only while the row is
 not terminal and the receipt is of its generation.
+
+INPUT_REQUIRED (a handler's NeedsInput) is a turn's outcome, never terminal: the row keeps the question (`input`)
+until the answer starts the next generation, and the answered questions (`turns`) across generations.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import base64
 from pydantic import BaseModel, ConfigDict
 
 from reach.core.progress import Chunks, fold_progress
-from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, Receipt, Status, Usage
+from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, InputRequest, Receipt, Status, Usage
 
 # Within one attempt, a later step never moves the row back (ROUTED can arrive after STARTED:
 # the router writes its receipt after the forward is acked, the agent may start before that).
@@ -28,6 +31,7 @@ _RANK = {
     Status.STARTED: 2,
     Status.ATTEMPT_FAILED: 3,
     Status.RETRY_SCHEDULED: 4,
+    Status.INPUT_REQUIRED: 3,  # a turn's outcome (NeedsInput): the row waits for the answer, the next generation
 }
 # Timeline order: generation, attempt, then phase, then time. The router stamps a ROUTED receipt when the
 # forward's delivery report runs, which can be after the agent already finished it; by phase the
@@ -36,6 +40,8 @@ _PHASE = {Status.ACCEPTED: 0, Status.INTENT_RESOLVED: 0, Status.ROUTED: 0, Statu
 MAX_STEPS = 64
 MAX_RESULT_CHARS = 64 * 1024
 MAX_ERROR_CHARS = 2_048
+MAX_ROW_TURNS = 16
+MAX_ANSWER_CHARS = 4_096
 
 
 class Step(BaseModel):
@@ -62,6 +68,18 @@ class FallbackRef(BaseModel):
     capability: str
     message_id: str | None = None
     note: str | None = None
+
+
+class AnsweredTurn(BaseModel):
+    """One answered question of a multi-turn message, as the row keeps it (the answer cut at MAX_ANSWER_CHARS)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    turn: int
+    generation: int  # the generation the answer started
+    question: str
+    answer: str
+    at: int
 
 
 class StatusRow(BaseModel):
@@ -99,6 +117,8 @@ class StatusRow(BaseModel):
     envelope_at: tuple[str, int, int] | None = None  # the generation's last forward (an inbox record), kept after it
     fallback: FallbackRef | None = None  # the child its capability's fallback sent for this generation's ending
     fallback_pending: bool = False  # an agent's ending to send to the fallback once a ROUTED says where the envelope is
+    input: InputRequest | None = None  # while INPUT_REQUIRED: the question, its answer's schema, the asking envelope
+    turns: list[AnsweredTurn] = []  # the questions answered so far (the last MAX_ROW_TURNS), across generations
     usage: Usage | None = None  # what the run that ended the generation cost (its terminal receipt's, v9)
 
     @property
@@ -140,6 +160,8 @@ def fold(row: StatusRow | None, receipt: Receipt, *, reply_to: str | None = None
         at = _inbox(receipt)  # a ROUTED folded after the agent's ending: the fallback still needs the envelope
         if at is not None:
             after = after.model_copy(update={"envelope_at": at})
+    if receipt.input is not None and receipt.input.answer is not None:
+        after = _answered(after, receipt, receipt.input)
     return after
 
 
@@ -148,6 +170,16 @@ def _inbox(receipt: Receipt) -> tuple[str, int, int] | None:
     if decision and decision.topic and decision.partition is not None and decision.offset is not None:
         return decision.topic, decision.partition, decision.offset
     return None
+
+
+def _answered(row: StatusRow, receipt: Receipt, answered: InputRequest) -> StatusRow:
+    """The answer an ACCEPTED receipt of a next turn carries joins the row's turns (once per turn)."""
+    if any(t.turn == answered.turn for t in row.turns):
+        return row
+    turn = AnsweredTurn(turn=answered.turn, generation=receipt.generation, question=answered.question,
+                        answer=(answered.answer or "")[:MAX_ANSWER_CHARS], at=receipt.at)
+    turns = sorted([*row.turns, turn], key=lambda t: t.turn)[-MAX_ROW_TURNS:]
+    return row.model_copy(update={"turns": turns})
 
 
 def _progress(row: StatusRow | None, receipt: Receipt) -> StatusRow:
@@ -226,6 +258,8 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         envelope_at=inbox or (previous.envelope_at if same and previous else None),
         fallback=previous.fallback if same and previous else None,
         fallback_pending=previous.fallback_pending if same and previous else False,
+        input=receipt.input if receipt.status is Status.INPUT_REQUIRED else None,
+        turns=previous.turns if previous else [],
         usage=receipt.usage if terminal else None,
     )
 
@@ -234,13 +268,15 @@ def settle_reply(before: StatusRow | None, after: StatusRow, receipt: Receipt, r
         StatusRow, bytes | None]:
     """The row after its reply bookkeeping, and the receipt bytes to produce to `after.reply_to` (or None).
 
-    The first terminal receipt of a generation is the reply. The router's receipts carry reply_to, but
+    The first terminal receipt of a generation is the reply, or its INPUT_REQUIRED (a turn's question: the caller
+    answers it, and the next generation gets its own reply). The router's receipts carry reply_to, but
     an agent's terminal receipt can land before the router's ROUTED one (that is produced from the
     forward's delivery report): such a receipt is kept on the row until a ROUTED receipt says where it
     goes (or that nobody waits: a ROUTED receipt without reply_to drops it)."""
     if after.replied or receipt.generation != after.generation:
         return after, None
-    newly_terminal = after.terminal and (before is None or not before.terminal or before.generation != after.generation)
+    newly_terminal = _answers(after) and (before is None or not _answers(before)
+                                          or before.generation != after.generation)
     if newly_terminal:
         if after.reply_to:
             return after.model_copy(update={"replied": True, "pending_reply": None}), raw
@@ -254,6 +290,12 @@ def settle_reply(before: StatusRow | None, after: StatusRow, receipt: Receipt, r
         if receipt.status is Status.ROUTED:
             return after.model_copy(update={"pending_reply": None}), None
     return after, None
+
+
+def _answers(row: StatusRow) -> bool:
+    """The row's generation has what a waiting caller gets: its ending, or the question its handler asks
+    (INPUT_REQUIRED ends the turn; the answer runs as the next generation, whose ending is its own reply)."""
+    return row.terminal or row.status is Status.INPUT_REQUIRED
 
 
 def _routed_seen(row: StatusRow, generation: int) -> bool:

@@ -181,6 +181,7 @@ class Cursor(BaseModel):
     next_seq: int = 0
     fraction: float | None = None
     note: str | None = None
+    generation: int = 0  # a multi-turn message's next turn is a new generation: its attempts count from 1 again
 
 
 def news(progress: Chunks | None, cursor: Cursor) -> tuple[list[Chunk], bool, Cursor]:
@@ -192,5 +193,5 @@ def news(progress: Chunks | None, cursor: Cursor) -> tuple[list[Chunk], bool, Cu
     fresh = [c for c in progress.chunks if c.seq >= start]
     moved = (progress.fraction, progress.note) != (cursor.fraction, cursor.note)
     after = Cursor(attempt=progress.attempt, next_seq=fresh[-1].seq + 1 if fresh else start,
-                   fraction=progress.fraction, note=progress.note)
+                   fraction=progress.fraction, note=progress.note, generation=cursor.generation)
     return fresh, moved, after

@@ -52,6 +52,16 @@ class CancelRequest(BaseModel):
     message_id: str = Field(description="the message to cancel; the same id as in the path")
 
 
+class InputRequestBody(BaseModel):
+    """POST /v1/messages/{id}:input: the answer to the question a waiting message asks (INPUT_REQUIRED)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message_id: str = Field(description="the message answered; the same id as in the path")
+    answer: JsonValue = Field(description="the answer: one JSON document satisfying the question's schema (the status "
+                        "row's `input.answer_schema`), at most 32 KiB encoded")
+
+
 class InvokeRequest(EnvelopeRequest):
     """A request whose terminal receipt the gateway waits for."""
 

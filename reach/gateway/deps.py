@@ -18,6 +18,7 @@ from reach.records import Capability, Envelope, Receipt
 if TYPE_CHECKING:
     from reach.console.wiring import Console
     from reach.gateway.budgets import Budgets
+    from reach.ops.turns import TurnStore
 
 
 class Publisher(Protocol):
@@ -122,6 +123,7 @@ class Dependencies:
     clock_ms: Callable[[], int] = field(default=now_ms)
     directory: AppDirectory | None = None  # the apps' live keys: A2A's bearer tokens (reach.a2a.bearer)
     cancels: CancelSink | None = None  # `<ns>.cancels` (POST /v1/messages/{id}:cancel, A2A CancelTask)
+    turns: TurnStore | None = None  # answers to INPUT_REQUIRED (POST /v1/messages/{id}:input, A2A with a task id)
     closers: tuple[Callable[[], Any], ...] = ()
     console: Console | None = None  # the operator console at /console (reach.gateway.routes_console)
     budgets: Budgets | None = None  # apps' spend limits (reach.gateway.budgets); None: not enforced

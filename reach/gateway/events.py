@@ -47,6 +47,9 @@ def new_frames(row: dict[str, Any], sent: int) -> tuple[list[bytes], int, bool]:
 
 def progress_frames(row: dict[str, Any], cursor: Cursor) -> tuple[list[bytes], Cursor]:
     """`progress` and `chunk` frames for what the row shows past `cursor`, and the cursor after them."""
+    generation = int(row.get("generation") or 0)
+    if generation != cursor.generation:  # the next turn of a multi-turn message: its chunks are numbered afresh
+        cursor = Cursor(generation=generation)
     raw = row.get("progress")
     if raw is None:
         return [], cursor

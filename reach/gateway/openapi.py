@@ -11,7 +11,15 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
-from reach.gateway.bodies import BatchRequest, CancelRequest, EnvelopeRequest, ErrorBody, InvokeAnswer, InvokeRequest
+from reach.gateway.bodies import (
+    BatchRequest,
+    CancelRequest,
+    EnvelopeRequest,
+    ErrorBody,
+    InputRequestBody,
+    InvokeAnswer,
+    InvokeRequest,
+)
 
 _REF = "#/components/schemas/{model}"
 _WHY = {
@@ -50,7 +58,8 @@ READ_ERRORS: dict[int | str, dict[str, Any]] = {401: _error(401),
                                                 431: _error(431),
                                                 503: {"model": ErrorBody, "description": "status table or apps "
                                                       "directory unavailable"}}
-BODIES: tuple[type[BaseModel], ...] = (EnvelopeRequest, InvokeRequest, BatchRequest, CancelRequest)
+BODIES: tuple[type[BaseModel], ...] = (EnvelopeRequest, InvokeRequest, BatchRequest, CancelRequest,
+                                       InputRequestBody)
 
 
 def request_body(model: type[BaseModel]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
 from reach.a2a.ports import Refused, Row, Sent
 from reach.callers import AppDirectory, AuthFailure, CallerApp
 from reach.cancels import CancelRecord
+from reach.core.turns import AnswerRefused
 from reach.errors import InfraUnavailable, InvalidName
 from reach.gateway import checks
 from reach.gateway.admission import Admission, Admitted, source_of, status_url, unavailable_as_503
@@ -33,6 +34,7 @@ from reach.gateway.openapi import READ_ERRORS, request_body
 from reach.gateway.routes_envelopes import read_limited, signed
 from reach.gateway.routes_status import owned
 from reach.names import check_capability
+from reach.ops import turns
 
 CARD = "/.well-known/agent-card.json"
 MAX_CANCEL_BODY = 4096  # {"message_id": ...}, and room for a reason
@@ -110,6 +112,24 @@ class AdmissionHost:
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         return Sent(message_id=accepted.message_id, trace_id=accepted.trace_id)
+
+    async def answer(self, app: CallerApp, task_id: str, payload: Any) -> Sent:
+        store = self._admission.deps.turns
+        if store is None:
+            raise Refused(503, "unavailable", "this gateway does not take answers")
+        try:
+            await self._admission.take_read(app)
+            with unavailable_as_503():
+                taken = await turns.answer(task_id, payload, tenant=app.tenant,
+                                           rows=self._admission.deps.status.message, store=store,
+                                           now_ms=self._admission.deps.clock_ms())
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+        except AnswerRefused as refused:
+            raise Refused(refused.status, refused.code, refused.message) from None
+        code, row = await self._admission.deps.status.message(task_id)
+        return Sent(message_id=task_id, trace_id=str(row.get("trace_id", "")) if code == 200 else "",
+                    generation=taken.generation)
 
     async def message(self, message_id: str) -> Row:
         return await self._admission.deps.status.message(message_id)

@@ -1,4 +1,5 @@
-"""`POST /v1/callbacks/{token}`: a reply to an outbound channel message becomes a new envelope in its trace.
+"""`POST /v1/callbacks/{token}`: a reply to an outbound channel message becomes a new envelope in its trace, or, when
+the message asked a question (INPUT_REQUIRED: its token names the message, `answers`), the answer to that question.
 
 The token (reach/channels/tokens.py) is the only credential: minted by the channel agent for one outbound
 message, signed with REACH_CALLBACK_SECRET, single-use. The reply's JSON object is the new envelope's
@@ -30,6 +31,7 @@ from reach.callers import CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.settings import ClosureSettings
 from reach.channels.tokens import CALLBACKS_PATH, BadToken, ExpiredToken, ReplyClaims, read
+from reach.core.turns import AnswerRefused
 from reach.envelopes import new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
@@ -38,6 +40,7 @@ from reach.gateway.bodies import Accepted
 from reach.gateway.deps import Remembered
 from reach.gateway.openapi import ERRORS
 from reach.gateway.publisher import BrokerRefused
+from reach.ops import turns
 from reach.records import Envelope
 
 CLAIMS_APP = "reach-callbacks"  # the idempotency store's app scope of used tokens
@@ -89,6 +92,10 @@ def callback_routes(admission: Admission, settings: ClosureSettings) -> APIRoute
                                              http.max_body_bytes)
         except TimeoutError:
             raise checks.Refusal(408, "body_timeout", "the body did not arrive in time") from None
+        if claims.answers is not None:  # a question's token: the reply is the answer (reach.ops.turns)
+            taken = await _answer(admission, closure, claims, checks.parse_json(raw), counted)
+            counted.labels("accepted").inc()
+            return Response(taken.model_dump_json().encode(), status_code=202, media_type="application/json")
         try:
             envelope = reply_envelope(admission, claims, checks.parse_json(raw), closure)
         except checks.Refusal:
@@ -134,6 +141,24 @@ def reply_envelope(admission: Admission, claims: ReplyClaims, document: object,
     except ReachError as exc:
         raise checks.Refusal(400, "bad_request", str(exc)) from None
     return envelope.model_copy(update={"message_id": claims.reply_id})
+
+
+async def _answer(admission: Admission, closure: ClosureSettings, claims: ReplyClaims, document: object,
+                  counted: Counter) -> Accepted:
+    """A reply to a question: the answer to the message it names, checked and taken once as `POST
+    /v1/messages/{id}:input` takes it (400 a wrong answer, 409 already answered or not waiting, 410 too late)."""
+    store, message_id = admission.deps.turns, str(claims.answers)
+    if store is None:
+        raise checks.Refusal(503, "unavailable", "this gateway does not take answers")
+    await _meter(admission, closure, claims.tenant, claims.capability or "reach.answer", counted)
+    try:
+        with unavailable_as_503():
+            await turns.answer(message_id, document, tenant=claims.tenant, rows=admission.deps.status.message,
+                               store=store, now_ms=admission.deps.clock_ms())
+    except AnswerRefused as refused:
+        counted.labels("refused").inc()
+        raise checks.Refusal(refused.status, refused.code, refused.message, refused.hint) from None
+    return Accepted(message_id=message_id, trace_id=claims.trace_id, status_url=status_url(message_id))
 
 
 def replier(tenant: str, closure: ClosureSettings) -> CallerApp:

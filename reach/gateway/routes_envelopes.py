@@ -95,7 +95,9 @@ def envelope_routes(admission: Admission) -> APIRouter:
         metrics.accept_seconds.labels("/v1/envelopes:batch").observe(time.perf_counter() - started)
         return BatchResult(accepted=ok, refused=len(items) - ok, items=list(items))
 
-    @router.post("/v1/invoke", response_model=answers.InvokeAnswer, responses=INVOKE_ERRORS,
+    @router.post("/v1/invoke", response_model=answers.InvokeAnswer, responses={
+        **INVOKE_ERRORS, 202: {"model": answers.InvokeAnswer, "description": "the agent asks a question "
+                               "(INPUT_REQUIRED, `message` says it): answer with POST /v1/messages/{id}:input"}},
                  openapi_extra=request_body(InvokeRequest), summary="Send one envelope and wait for its result")
     async def invoke(request: Request) -> JSONResponse:
         """200 with the agent's result when COMPLETED; the terminal status with an error body otherwise; 504

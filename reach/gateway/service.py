@@ -26,6 +26,7 @@ from reach.gateway.routes_a2a import a2a_routes, cancel_routes
 from reach.gateway.routes_callbacks import callback_routes
 from reach.gateway.routes_console import console_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
+from reach.gateway.routes_input import input_routes
 from reach.gateway.routes_mcp import mcp_endpoint, mcp_route
 from reach.gateway.routes_status import status_routes
 
@@ -146,6 +147,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMe
     if deps.console is not None:
         app.include_router(console_routes(deps.console, deps.status))
     app.include_router(cancel_routes(admission))
+    app.include_router(input_routes(admission))
     app.router.routes.extend(a2a_routes(admission, deps.directory))
     app.router.routes.append(mcp_route(mcp))
 

@@ -26,6 +26,7 @@ from reach.gateway.settings import GatewaySettings
 from reach.gateway.statusclient import StatusClient
 from reach.kafka import clients
 from reach.names import Names
+from reach.ops.turns import BusTurns
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.spendbook import RedisSpendReader
 
@@ -82,14 +83,15 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
     idempotency = RedisIdempotency(door_client(config.redis.url(reach.home), timeout_s=timeout),
                                    reach.namespace)
     cancels = KafkaCancels(topic=client.names.cancels, kafka=kafka)
+    turns = BusTurns(client, kafka=kafka, redis_url=config.redis.url(reach.home))
     spend = door_client(config.redis.url(reach.home), timeout_s=timeout)
     budgets = Budgets(RedisSpendReader(spend, namespace=reach.namespace), warn=config.gateway.budget_warn,
                       cache_s=config.gateway.budget_cache_s, tenants=reach.tenant_spend_limits())
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
-                        directory=guards.directory, cancels=cancels, budgets=budgets,
-                        closers=(publisher.close, cancels.close, replies.close, catalog.close, status.aclose,
-                                 idempotency.aclose, spend.aclose, console.close, *guards.closers))
+                        directory=guards.directory, cancels=cancels, turns=turns, budgets=budgets,
+                        closers=(publisher.close, cancels.close, turns.close, replies.close, catalog.close,
+                                 status.aclose, idempotency.aclose, spend.aclose, console.close, *guards.closers))
 
 
 def open_console(*, reach: ReachSettings, kafka: KafkaSettings, redis: RedisSettings, gateway: GatewaySettings,

@@ -32,7 +32,9 @@ channel agent refusing while its channel health is OPEN (reach/channels/board.py
 the router leaves it out."""
 TIMEOUT_KINDS = frozenset({"TIMEOUT"})
 """A call that ran out of its execution timeout was slow as well as failed."""
-_CALLS = frozenset({Status.COMPLETED.value, Status.ATTEMPT_FAILED.value, Status.FAILED.value})
+_CALLS = frozenset({Status.COMPLETED.value, Status.ATTEMPT_FAILED.value, Status.FAILED.value,
+                    Status.INPUT_REQUIRED.value})
+_SUCCEEDED = frozenset({Status.COMPLETED.value, Status.INPUT_REQUIRED.value})  # a turn that asked ran fine too
 _REPUBLISHED = ("cache_hit", "status_hit")
 
 
@@ -62,7 +64,7 @@ def call_of(receipt: Mapping[str, Any]) -> Call | None:
     error: Mapping[str, Any] | None = receipt.get("error")
     kind = str(error.get("kind", "")) if error else ""
     code = str(error.get("code", "")) if error else ""
-    if status == Status.COMPLETED.value or kind in NOT_THE_INSTANCE:
+    if status in _SUCCEEDED or kind in NOT_THE_INSTANCE:
         outcome = Outcome.SUCCESS
     elif kind in OVERLOAD_KINDS or code.upper() in OVERLOAD_CODES:
         outcome = Outcome.OVERLOAD

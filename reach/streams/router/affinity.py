@@ -9,6 +9,9 @@ it costs affinity, never a message: state that may live outside Kafka because lo
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
+
+from reach.core.turns import PREFER_HEADER
 
 
 class AffinityTable:
@@ -41,3 +44,11 @@ class AffinityTable:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def sticky(table: AffinityTable, session_key: str | None, headers: Mapping[str, str] | None, now_ms: int) -> str | None:
+    """The instance a session sticks to: the table's, else the one the envelope names (the next turn of a multi-turn
+    message prefers the instance that asked, reach.core.turns.PREFER_HEADER, even on a worker that never saw it)."""
+    if not session_key:
+        return None
+    return table.get(session_key, now_ms) or (headers.get(PREFER_HEADER) if headers else None)

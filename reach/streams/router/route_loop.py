@@ -53,6 +53,7 @@ from reach.names import Names
 from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.feed import Feed
+from reach.streams.router import affinity
 from reach.streams.router.affinity import AffinityTable
 from reach.streams.router.budgets import TenantBudgets, budget_message
 from reach.streams.router.captopics import CapabilityTopics
@@ -386,7 +387,7 @@ class Router(SupervisedLoop):
             settings = (control.weights(request.capability), control.policy(request.capability).validate_at_router)
             batch.capabilities[request.capability] = settings
         weights, validate = settings
-        sticky = self.affinity.get(request.session_key, now)
+        sticky = affinity.sticky(self.affinity, request.session_key, envelope.get("headers"), now)
         candidates = live.get(request.capability, ())
         clock = time.monotonic()
         outcome: RouteOutcome = decide(

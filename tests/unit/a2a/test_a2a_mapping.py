@@ -118,3 +118,21 @@ def test_cards_have_one_skill_per_live_capability_and_follow_versions() -> None:
     assert one is not None and one.supported_interfaces[0].url == "http://gw:8080/a2a/cap/demo.calc/"
     assert capability_card("http://gw:8080", "demo.gone", caps) is None
     assert not card.capabilities.push_notifications and card.capabilities.streaming
+
+
+def test_a_question_is_input_required_with_the_question_and_ends_a_stream_at_it() -> None:
+    asked = [("ROUTED", 1), ("STARTED", 1), ("INPUT_REQUIRED", 1)]
+    row = {**_row("INPUT_REQUIRED", asked), "generation": 0,
+           "input": {"question": "What is your name?", "answer_schema": '{"type":"object"}', "turn": 1}}
+    task = tasks.task_of(row)
+    assert task.status.state == S.TASK_STATE_INPUT_REQUIRED
+    assert task.status.message.parts[0].text == "What is your name?"
+    assert MessageToDict(task.status.message.parts[1].data) == {"answer_schema": {"type": "object"}}
+    events, sent, last = tasks.updates(row, 0, S.TASK_STATE_SUBMITTED)
+    assert [S.Name(e.status.state) for e in events] == ["TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]
+    assert events[-1].status.message.parts[0].text == "What is your name?" and last == S.TASK_STATE_INPUT_REQUIRED
+    answered = {**row, "generation": 1, "status": "STARTED",
+                "timeline": [*row["timeline"], *(_row("STARTED", [("ACCEPTED", 1), ("STARTED", 1)])["timeline"])]}
+    for step in answered["timeline"][3:]:
+        step["generation"] = 1
+    assert tasks.first_step_of(answered, 1) == 3 and tasks.first_step_of(answered, 2) == 5

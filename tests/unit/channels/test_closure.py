@@ -142,3 +142,28 @@ def test_a_message_its_fallback_serves_leaves_the_callback_to_the_child() -> Non
     unsent = ended.model_copy(update={"fallback": FallbackRef(capability="demo.echo", note="gone")})
     after, made = settle_callback(unsent, r(Status.FAILED, 2), now=1)
     assert isinstance(made, Envelope) and after.callback_sent, "no child went: the message calls back itself"
+
+
+def test_a_question_goes_out_once_per_turn_and_its_reply_answers_it() -> None:
+    from reach.channels.tokens import ReplyClaims, answers_of, mint, read
+    from reach.records import InputRequest
+
+    asked = InputRequest(question="What is your name?", answer_schema='{"type":"object"}', turn=1)
+    answered = asked.model_copy(update={"answer": '{"name":"Ada"}'})
+    row, out = folded(r(Status.STARTED, 1, callback=SPEC, instance_id="i1"),
+                      r(Status.INPUT_REQUIRED, 2, callback=SPEC, instance_id="i1", input=asked),
+                      r(Status.INPUT_REQUIRED, 3, callback=SPEC, instance_id="i1", input=asked),  # redelivered
+                      r(Status.ACCEPTED, 4, generation=1, callback=SPEC, input=answered),
+                      r(Status.COMPLETED, 5, generation=1, callback=SPEC, result=b'{"answer": "hi Ada"}'))
+    question, ending = out
+    assert isinstance(question, Envelope) and isinstance(ending, Envelope)
+    assert (question.message_id, ending.message_id) == ("m1-cb0", "m1-cb1")
+    payload = json.loads(question.payload)
+    assert payload["answer_for"] == {"message_id": "m1", "generation": 0} and "callback_for" not in payload
+    assert payload["body"]["question"] == "What is your name?" and payload["body"]["answer_schema"] == {
+        "type": "object"}
+    assert "asks: What is your name?" in payload["subject"] and payload["reply_capability"] == "demo.echo"
+    assert json.loads(ending.payload)["body"]["fields"] == {"$.answer": "hi Ada", "$.missing": None}
+    token = mint(b"s", ReplyClaims(message_id=question.message_id, trace_id="t1", tenant="acme", expires_at=10**13,
+                                   capability=payload["reply_capability"], answers=answers_of(payload)))
+    assert read(b"s", token, now=1).answers == "m1"

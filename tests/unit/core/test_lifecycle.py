@@ -165,3 +165,16 @@ def test_a_routed_receipt_stamped_after_the_outcome_still_reads_first_in_its_att
     assert [(s.attempt, s.status) for s in row.timeline] == [
         (1, Status.ROUTED), (1, Status.STARTED), (1, Status.COMPLETED), (1, Status.ATTEMPT_FAILED),
         (2, Status.ROUTED)]
+
+
+def test_a_turns_question_is_its_generations_reply_and_the_next_turn_gets_its_own() -> None:
+    from reach.records import InputRequest
+
+    question = InputRequest(question="Name?", turn=1)
+    answered = InputRequest(question="Name?", turn=1, answer='"Ada"')
+    row, sent = _settled((r(Status.ROUTED, 1), "ns.replies.c1"), (r(Status.STARTED, 2, instance_id="i"), None),
+                         (r(Status.INPUT_REQUIRED, 3, instance_id="i", input=question), None),
+                         (r(Status.ACCEPTED, 4, generation=1, input=answered), None),
+                         (r(Status.ROUTED, 5, generation=1), "ns.replies.c2"),
+                         (r(Status.COMPLETED, 6, generation=1, instance_id="i"), None))
+    assert sent == [b"INPUT_REQUIRED@3", b"COMPLETED@6"] and row.reply_to == "ns.replies.c2"

@@ -214,6 +214,30 @@ def app(app_id: str = "app1", *, capabilities: tuple[str, ...] = (), rate: float
     return CallerApp(app_id=app_id, name=app_id, tenant=tenant, capabilities=capabilities, rate=rate, burst=burst)
 
 
+class FakeTurns:
+    """reach.ops.turns.TurnStore in memory: inbox records by position, claims, what was published."""
+
+    def __init__(self) -> None:
+        self.inbox: dict[tuple[str, int, int], bytes] = {}
+        self.claims: set[tuple[str, int]] = set()
+        self.published: list[tuple[Envelope, Receipt]] = []
+
+    async def envelope_at(self, topic: str, partition: int, offset: int) -> bytes | None:
+        return self.inbox.get((topic, partition, offset))
+
+    async def claim(self, message_id: str, generation: int, ttl_ms: int) -> bool:
+        if (message_id, generation) in self.claims:
+            return False
+        self.claims.add((message_id, generation))
+        return True
+
+    async def release(self, message_id: str, generation: int) -> None:
+        self.claims.discard((message_id, generation))
+
+    async def publish(self, envelope: Envelope, receipt: Receipt) -> None:
+        self.published.append((envelope, receipt))
+
+
 @dataclass
 class Fakes:
     """One of each fake, and the Dependencies built over them."""
@@ -225,6 +249,7 @@ class Fakes:
     status: FakeStatus = field(default_factory=FakeStatus)
     idempotency: FakeIdempotency = field(default_factory=FakeIdempotency)
     quotas: FakeQuotas = field(default_factory=FakeQuotas)
+    turns: FakeTurns = field(default_factory=FakeTurns)
 
     def __post_init__(self) -> None:
         self.directory = FakeDirectory(self.keys)
@@ -234,7 +259,7 @@ class Fakes:
     def deps(self) -> Dependencies:
         return Dependencies(authenticator=self.authenticator, quotas=self.quotas, publisher=self.publisher,
                             replies=self.replies, status=self.status, catalog=self.catalog,
-                            idempotency=self.idempotency, clock_ms=now_ms)
+                            idempotency=self.idempotency, clock_ms=now_ms, turns=self.turns)
 
 
 ECHO_SCHEMA = '{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}'

@@ -145,7 +145,7 @@ def test_send_get_and_stream_over_the_status_table(fakes: Fakes) -> None:
             await client.create_task_push_notification_config(TaskPushNotificationConfig(task_id=done.task.id))
         follow_up = send_request("more")
         follow_up.message.task_id = done.task.id
-        with pytest.raises(A2AError, match="cannot continue a task"):
+        with pytest.raises(A2AError, match="not waiting for an answer"):  # a task id answers INPUT_REQUIRED only
             await events(client, follow_up)
         pushed = send_request("hi")
         pushed.configuration.task_push_notification_config.url = "https://caller.example/hook"

@@ -126,3 +126,25 @@ def test_without_a_secret_the_gateway_takes_no_replies(fakes: Fakes, monkeypatch
     assert (answer.status_code, answer.json()["error"]) == (404, "callbacks_off")
     assert "REACH_CALLBACK_SECRET" in answer.json()["message"]
 
+
+
+def test_a_reply_to_a_question_answers_it_once(client: TestClient, fakes: Fakes) -> None:
+    """The token of a question (INPUT_REQUIRED, `answers`): the reply is the answer, checked and taken once."""
+    from reach.envelopes import new_envelope
+    from reach.kafka import codec
+    from tests.unit.gateway.test_input_route import INBOX, waiting_row
+
+    asking = new_envelope("demo.interview", {}, tenant="acme")
+    fakes.turns.inbox[INBOX] = codec.encode(asking)
+    fakes.status.rows[asking.message_id] = [waiting_row(asking.message_id)]
+    tok = mint(SECRET, ReplyClaims(message_id=asking.message_id + "-cb0", trace_id="t", tenant="acme",
+                                   expires_at=now_ms() + 60_000, capability="demo.interview",
+                                   answers=asking.message_id))
+    wrong = reply(client, tok, {"nom": "Ada"})
+    assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_answer")
+    taken = reply(client, tok, {"name": "Ada"})
+    assert taken.status_code == 202 and taken.json()["message_id"] == asking.message_id, taken.text
+    [(envelope, _accepted)] = fakes.turns.published
+    assert envelope.generation == 1 and fakes.publisher.sent == []  # no new envelope: the message's next turn
+    again = reply(client, tok, {"name": "Bob"})
+    assert (again.status_code, again.json()["error"]) == (409, "already_answered")

@@ -31,3 +31,16 @@ def test_chunks_and_progress_stream_in_order_then_the_terminal_entry() -> None:
     chunks = [json.loads(d) for _, e, d in got if e == "chunk"]
     assert [c["data"] for c in chunks] == ["Once ", "upon", " a time"] and [c["seq"] for c in chunks] == [0, 1, 2]
     assert all(i == "" for i, e, _ in got if e in ("chunk", "progress"))  # no id: Last-Event-ID stays the timeline's
+
+
+def test_the_next_turn_of_a_conversation_streams_its_chunks_from_the_first() -> None:
+    """A multi-turn message's next turn is the next generation: its attempt 1 numbers its chunks from 0 again."""
+    fakes = Fakes()
+    first = with_progress("INPUT_REQUIRED", ["ROUTED", "STARTED", "INPUT_REQUIRED"], [(0, "Hmm, "), (1, "who?")], 1.0)
+    answered = with_progress("COMPLETED", ["ROUTED", "STARTED", "INPUT_REQUIRED", "ROUTED", "STARTED", "COMPLETED"],
+                             [(0, "Hello"), (1, ", Ada")], 1.0)
+    answered["generation"] = 1
+    fakes.status.rows["m1"] = [first, first, answered]
+    got = events(signed_get(client(fakes), "/v1/messages/m1/events").text)
+    assert [json.loads(d)["data"] for _, e, d in got if e == "chunk"] == ["Hmm, ", "who?", "Hello", ", Ada"]
+    assert got[-1][1] == "terminal"

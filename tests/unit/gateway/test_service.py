@@ -242,6 +242,20 @@ def test_invoke_reports_a_failure_and_a_timeout(client: TestClient, fakes: Fakes
     assert fakes.replies.waiting == {}
 
 
+def test_invoke_stops_at_the_agents_question(client: TestClient, fakes: Fakes) -> None:
+    from reach.records import InputRequest
+
+    def asks(env: Any) -> None:
+        fakes.replies.deliver(_receipt(env, Status.INPUT_REQUIRED).model_copy(
+            update={"input": InputRequest(question="What is your name?", answer_schema="{}")}))
+
+    fakes.publisher.on_publish = asks
+    resp = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "x"}})
+    assert resp.status_code == 202 and resp.json()["status"] == "INPUT_REQUIRED", resp.text
+    assert resp.json()["error"] == "input_required" and resp.json()["message"].endswith("asks: What is your name?")
+    assert ":input" in resp.json()["hint"]
+
+
 def test_invoke_wait_is_capped(fakes: Fakes) -> None:
     client = TestClient(build_gateway(fakes.deps(), HttpSettings(invoke_timeout_max_ms=30), closure=ClosureSettings()))
     resp = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "x"}, "timeout_ms": 600_000})

@@ -27,3 +27,14 @@ def test_the_oldest_sessions_are_dropped_beyond_the_bound() -> None:
     table.set("a", "i2", 3)  # refreshes a: b is now the oldest
     table.set("c", "i1", 4)
     assert len(table) == 2 and table.get("b", 5) is None and table.get("a", 5) == "i2"
+
+
+def test_the_next_turn_of_a_conversation_prefers_the_instance_that_asked() -> None:
+    from reach.core.turns import PREFER_HEADER
+    from reach.streams.router.affinity import sticky
+
+    table = AffinityTable()
+    assert sticky(table, "m-1", {PREFER_HEADER: "i-asked"}, 0) == "i-asked"
+    table.set("m-1", "i-serving", 0)
+    assert sticky(table, "m-1", {PREFER_HEADER: "i-asked"}, 1) == "i-serving"  # the table's, once it has one
+    assert sticky(table, None, {PREFER_HEADER: "i-asked"}, 1) is None and sticky(table, "m-2", None, 1) is None

@@ -38,3 +38,9 @@ def test_failure_classes(status: str, kind: str, code: str, outcome: Outcome) ->
 ])
 def test_not_calls(rec: dict[str, object]) -> None:
     assert call_of(rec) is None
+
+
+def test_a_turn_that_asked_a_question_is_a_successful_call() -> None:
+    found = call_of(receipt("INPUT_REQUIRED", run_ms=12))
+    assert found is not None and found.outcome is Outcome.SUCCESS and found.run_ms == 12
+    assert call_of(receipt("INPUT_REQUIRED") | {"timings": {"cache_hit": 1}}) is None  # republished: not a run
