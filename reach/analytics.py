@@ -37,7 +37,7 @@ COLUMNS: dict[str, str] = {
     "input_tokens": "BIGINT", "output_tokens": "BIGINT", "model": "VARCHAR", "cost_micros": "BIGINT",
     "currency": "VARCHAR", "source": "VARCHAR", "app_id": "VARCHAR",
 }
-APP_SOURCE = "gateway:"  # the source of a gateway app's envelopes (reach.gateway.admission.source_of)
+APP_SOURCE = "gateway:"  # the source of a gateway app's envelopes (reach.gateway.intake.source_of)
 TERMINALS = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
 # One row per (message_id, generation): its first terminal receipt (all receipts of a message share a partition,
 # so offset order is arrival order), where that receipt carried usage (Receipt v9). What limits count, too.

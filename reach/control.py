@@ -1,6 +1,6 @@
 """Operator control records on the compacted control topic: build, publish and read them.
 
-The view they fold into, and the scoping rules, are reach.core.views.control (pure).
+The view they fold into, and the scoping rules, are reach.core.views.controlview (pure).
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from reach.core.views.control import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
-from reach.core.views.control import ControlView
-from reach.core.views.control import key_of as key_of
-from reach.core.views.control import weights_problem as weights_problem
+from reach.core.views.controlview import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
+from reach.core.views.controlview import ControlView
+from reach.core.views.controlview import key_of as key_of
+from reach.core.views.controlview import weights_problem as weights_problem
 from reach.envelopes import now_ms
 from reach.kafka import topicreader
 from reach.kafka.codec import RegistryUnavailable, decode, encode

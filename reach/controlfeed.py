@@ -14,7 +14,7 @@ from typing import Protocol
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from reach.control import apply_record
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.kafka import clients, topicreader
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names

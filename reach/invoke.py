@@ -3,7 +3,7 @@
 The router forwards each (message, generation)'s first terminal receipt to the envelope's
 reply_to; a ReplyInbox owns one reply topic (`<ns>.replies.<client_id>`, created from the
 `replies` family), reads it from where it stood when opened, and hands each receipt to whoever
-waits for that message_id (reach.replies.ReplyPump, shared with the gateway's ReplyHub).
+waits for that message_id (reach.replypump.ReplyPump, shared with the gateway's ReplyHub).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from reach.core.progress import Chunks, Cursor, news
 from reach.errors import InfraUnavailable, ReachError
 from reach.kafka import clients, topicreader, topics
 from reach.records import Receipt, Status, StepStatus
-from reach.replies import ReplyPump
+from reach.replypump import ReplyPump
 
 if TYPE_CHECKING:
     from reach import client as sdk

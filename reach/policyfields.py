@@ -27,7 +27,7 @@ class PolicyField:
 
 FIELDS: tuple[PolicyField, ...] = (
     PolicyField("max_attempts", "--max-attempts", "count", retry.DEFAULT_MAX_ATTEMPTS,
-                "SDK and timekeeper (reach.retry.after_failure), when the envelope sets none"),
+                "SDK and timekeeper (reach.failures.after_failure), when the envelope sets none"),
     PolicyField("backoff_base_ms", "--backoff-base", "duration", retry.DEFAULT_BACKOFF_BASE_MS,
                 "SDK and timekeeper retry backoff"),
     PolicyField("backoff_max_ms", "--backoff-max", "duration", retry.DEFAULT_BACKOFF_MAX_MS,

@@ -1,11 +1,11 @@
-"""Reading the compacted registry topic into a RegistryView (the view itself is reach.core.views.registry)."""
+"""Reading the compacted registry topic into a RegistryView (the view itself is reach.core.views.registryview)."""
 
 from __future__ import annotations
 
 import logging
 
-from reach.core.views.registry import InstanceInfo as InstanceInfo
-from reach.core.views.registry import RegistryView
+from reach.core.views.registryview import InstanceInfo as InstanceInfo
+from reach.core.views.registryview import RegistryView
 from reach.errors import InfraUnavailable, ReachError
 from reach.kafka import codec, topicreader
 from reach.names import Names

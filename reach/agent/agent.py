@@ -33,7 +33,7 @@ from reach.names import check_agent_id, check_capability
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope, Usage
 
 if TYPE_CHECKING:
-    from reach.agent.progress import ProgressStream
+    from reach.agent.streaming import ProgressStream
 
 Handler = Callable[..., Any]
 Hook = Callable[[], Any]

@@ -9,7 +9,7 @@ from reach.agent.idempotency import KeyScope, LeaseStore
 from reach.agent.outage import Outage
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
-from reach.retry import Outgoing
+from reach.failures import Outgoing
 
 log = logging.getLogger("reach.agent")
 

@@ -10,10 +10,10 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
+from reach.failures import Outgoing
 from reach.kafka.headers import Headers
 from reach.redisbatch import ScriptBatcher
 from reach.redisclient import AsyncRedis, tag
-from reach.retry import Outgoing
 from reach.terminals import result_key
 
 # One round trip per message, every key on the message's slot ({message_id}): the terminal result (with this

@@ -27,23 +27,23 @@ from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.policy import execution_timeout_ms
-from reach.agent.progress import ProgressStream
 from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.signals import NeedsInput
 from reach.agent.statuscheck import AlreadyCompleted
+from reach.agent.streaming import ProgressStream
 from reach.core.progress import INTERVAL_MS as PROGRESS_INTERVAL_MS
 from reach.core.progress import Coalescer
 from reach.core.retention import may_be_forgotten
 from reach.core.timeouts import RunClock, timeout_problem
 from reach.core.turns import conversation, dropped_turns
 from reach.envelopes import now_ms
+from reach.failures import Outgoing
 from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, InputRequest, Policy, Receipt, Status, StepStatus, Usage
-from reach.retry import Outgoing
 
 log = logging.getLogger("reach.agent")
 LEASE_POLL_S = 0.25

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from reach.controlfeed import ControlSource
 from reach.core.timeouts import effective_execution_timeout_ms
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.records import InstanceAction, Policy
 
 

@@ -1,4 +1,4 @@
-"""After an ATTEMPT_FAILED: publish what `reach.retry.after_failure` decided (retry, dead letter or expiry)."""
+"""After an ATTEMPT_FAILED: publish what `reach.failures.after_failure` decided (retry, dead letter or expiry)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from reach.agent.publisher import Sender
 from reach.agent.redisguard import redis_call
 from reach.core.retry import Failure, Limits
 from reach.envelopes import now_ms
+from reach.failures import after_failure
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy
-from reach.retry import after_failure
 
 log = logging.getLogger("reach.agent")
 Origin = tuple[str, int, int]

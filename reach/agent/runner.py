@@ -37,7 +37,7 @@ from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
 from reach.controlfeed import ControlFeed
 from reach.core.commits import CommitLedger
-from reach.core.views.control import key_of
+from reach.core.views.controlview import key_of
 from reach.errors import InfraUnavailable
 from reach.kafka import clients, codec, topics
 from reach.names import Names

@@ -13,7 +13,7 @@ topic no longer holds (older than its retention) comes from the compacted topics
 writer's committed offset (`replay`).
 
 An instance that stops heartbeating writes no record (only a clean exit tombstones its registration), yet the
-registry reads it as OFFLINE after 2 x ttl of silence (reach.core.views.registry): `evictions` turns that silence
+registry reads it as OFFLINE after 2 x ttl of silence (reach.core.views.registryview): `evictions` turns that silence
 into an EVICTED event, actor `reach`, once per silence (the view then holds OFFLINE, so a seeded book does not
 append it again; a later heartbeat is a STATE change back, by the instance).
 

@@ -1,5 +1,5 @@
 """Retry policy, pure: failure classes -> actions, backoff with jitter, delay tiers and attempt limits. The
-records that follow a failure (`after_failure`, used by the agent SDK and the timekeeper alike) are reach.retry."""
+records that follow a failure (`after_failure`, used by the agent SDK and the timekeeper alike) are reach.failures."""
 
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
-from reach.core.views.registry import RegistryView
+from reach.core.views.registryview import RegistryView
 from reach.errors import InfraUnavailable, ReachError
 from reach.kafka import clients, topicreader
 from reach.names import Names

@@ -1,4 +1,5 @@
-"""One reply topic per gateway process: a thread pumps it (reach.replies) and resolves each waiter's asyncio future."""
+"""One reply topic per gateway process: a thread pumps it (reach.replypump) and resolves each waiter's asyncio
+future."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 from reach import client as sdk
 from reach.invoke import ReplyInbox, host_client_id
 from reach.records import Receipt
-from reach.replies import Key, ReplyPump
+from reach.replypump import Key, ReplyPump
 
 log = logging.getLogger("reach.gateway.replies")
 

@@ -27,9 +27,9 @@ from reach.cancels import CancelRecord
 from reach.core.turns import AnswerRefused
 from reach.errors import InfraUnavailable, InvalidName
 from reach.gateway import checks
-from reach.gateway.admission import Admission, Admitted, source_of, status_url, unavailable_as_503
 from reach.gateway.bodies import CancelRequest, EnvelopeRequest, ErrorBody, Routing
 from reach.gateway.events import find_row, is_terminal
+from reach.gateway.intake import Admission, Admitted, source_of, status_url, unavailable_as_503
 from reach.gateway.openapi import READ_ERRORS, request_body
 from reach.gateway.routes_envelopes import read_limited, signed
 from reach.gateway.routes_status import owned

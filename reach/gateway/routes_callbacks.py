@@ -14,7 +14,7 @@ outbound message, so a reused token is refused (409) and, should that claim be l
 Replies are metered like signed requests: one token of the tenant's reply bucket (REACH_CALLBACK_RATE /
 REACH_CALLBACK_BURST, and the capability's own cap) per reply, 429 with Retry-After when it is empty. The
 capability a token names was checked at the door when the message that carries it was sent
-(reach/gateway/admission.py): an app can only have replies sent to a capability it may call itself.
+(reach/gateway/intake.py): an app can only have replies sent to a capability it may call itself.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from reach.core.turns import AnswerRefused
 from reach.envelopes import new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
-from reach.gateway.admission import Admission, status_url, unavailable_as_503
 from reach.gateway.bodies import Accepted
 from reach.gateway.deps import Remembered
+from reach.gateway.intake import Admission, status_url, unavailable_as_503
 from reach.gateway.openapi import ERRORS
 from reach.gateway.publisher import BrokerRefused
 from reach.ops import turns

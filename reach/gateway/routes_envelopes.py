@@ -11,9 +11,9 @@ from fastapi.responses import JSONResponse, Response
 from reach import signing
 from reach.callers import CallerApp
 from reach.gateway import answers, checks
-from reach.gateway.admission import Admission
 from reach.gateway.bodies import Accepted, BatchItem, BatchRequest, BatchResult, EnvelopeRequest, InvokeRequest
 from reach.gateway.events import find_row, is_terminal
+from reach.gateway.intake import Admission
 from reach.gateway.openapi import ERRORS, INVOKE_ERRORS, request_body
 
 SIGNED = ("Reach-Key", "Reach-Signature")

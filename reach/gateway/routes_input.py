@@ -11,8 +11,8 @@ from pydantic import BaseModel
 
 from reach.core.turns import AnswerRefused
 from reach.gateway import checks
-from reach.gateway.admission import Admission, status_url, unavailable_as_503
 from reach.gateway.bodies import ErrorBody, InputRequestBody
+from reach.gateway.intake import Admission, status_url, unavailable_as_503
 from reach.gateway.openapi import READ_ERRORS, request_body
 from reach.gateway.routes_envelopes import signed
 from reach.ops import turns

@@ -10,9 +10,9 @@ from reach.a2a.bearer import BearerAuthenticator
 from reach.callers import AppDirectory, AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
 from reach.gateway import answers, checks
-from reach.gateway.admission import Admission
 from reach.gateway.bodies import Accepted, InvokeAnswer, InvokeRequest
 from reach.gateway.deps import Waiter
+from reach.gateway.intake import Admission
 from reach.gateway.routes_a2a import LabelledRoute, _sender
 from reach.gateway.routes_envelopes import _from_status
 from reach.mcp.ports import PENDING, Ended, Pending, Refused

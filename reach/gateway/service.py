@@ -17,10 +17,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from reach.channels.settings import ClosureSettings
 from reach.errors import InfraUnavailable
 from reach.gateway import openapi
-from reach.gateway.admission import Admission
 from reach.gateway.checks import Refusal
 from reach.gateway.deps import Dependencies
 from reach.gateway.httpsettings import HttpSettings
+from reach.gateway.intake import Admission
 from reach.gateway.metrics import GatewayMetrics
 from reach.gateway.routes_a2a import a2a_routes, cancel_routes
 from reach.gateway.routes_callbacks import callback_routes

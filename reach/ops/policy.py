@@ -11,7 +11,7 @@ from typing import Any
 from reach import control, policyfields, registry
 from reach.core import fallback
 from reach.core.timeouts import check_timeout_ms
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.envelopes import now_ms
 from reach.errors import ConfigError
 from reach.kafka import topicreader

@@ -35,7 +35,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from reach.core.commits import TopicPart
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.kafka import clients
 from reach.kafka.codec import RegistryUnavailable, decode, decode_dict
 from reach.names import Names

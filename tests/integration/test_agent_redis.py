@@ -138,7 +138,7 @@ def test_leases_claim_in_one_call_and_survive_a_restart_of_redis(tmp_path: Path)
     from redis.asyncio import Redis
 
     from reach.agent.idempotency import Leases
-    from reach.retry import Outgoing
+    from reach.failures import Outgoing
 
     async def scenario(server: RedisServer) -> None:
         client = Redis.from_url(server.url)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from reach import control
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.records import Control
 
 

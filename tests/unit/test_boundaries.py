@@ -108,3 +108,14 @@ def test_the_check_resolves_relative_and_package_imports(source: str, where: str
     node = ast.parse(source).body[0]
     assert isinstance(node, ast.Import | ast.ImportFrom)
     assert [m for m in _imported(ROOT / where, node) if _within(m, "reach.gateway")] == expected
+
+
+def test_no_shell_module_shares_its_name_with_a_core_module() -> None:
+    # a pure decision and the shell that acts on it had the same name at two levels (retry.py, admission.py,
+    # progress.py, views/control.py): which one a reader opened depended on the import. The interfaces (cli, ops)
+    # name their modules after the use case on purpose, the tooling is apart, and `settings` is a role, not a twin.
+    core = {p.stem for p in (REACH / "core").rglob("*.py") if p.stem != "__init__"}
+    exempt = (REACH / "core", REACH / "cli", REACH / "ops", REACH / "tooling")
+    twins = [str(p.relative_to(ROOT)) for p in REACH.rglob("*.py")
+             if p.stem in core and p.stem != "settings" and not any(p.is_relative_to(x) for x in exempt)]
+    assert not twins, f"shell modules named like a reach.core module: {twins}"

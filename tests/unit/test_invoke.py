@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reach.records import Receipt, Status
-from reach.replies import Arrivals
+from reach.replypump import Arrivals
 
 
 def receipt(mid: str, status: Status = Status.COMPLETED) -> Receipt:

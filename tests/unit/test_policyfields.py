@@ -7,7 +7,7 @@ import pytest
 
 from reach import policyfields
 from reach.control import policy_record
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.errors import ConfigError
 from reach.records import Policy
 

@@ -1,4 +1,4 @@
-"""reach.replies.ReplyPump, the reply pump under reach.invoke's blocking wait and the gateway's reader thread: every
+"""reach.replypump.ReplyPump, the reply pump under reach.invoke's blocking wait and the gateway's reader thread: every
 receipt reaches its waiter or waits (bounded) for one; bad records are skipped; a broken reader says so. Run on an
 in-memory reply topic (the pump's `take` seam), no broker."""
 
@@ -14,7 +14,7 @@ import pytest
 from reach.gateway.replies import _Waiter
 from reach.kafka import codec
 from reach.records import Receipt, Status
-from reach.replies import Record, ReplyPump
+from reach.replypump import Record, ReplyPump
 
 
 class Msg:

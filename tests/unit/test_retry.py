@@ -58,10 +58,10 @@ def test_tier_names() -> None:
 
 
 def test_planned_retry_excludes_the_failed_instance_and_is_due_after_the_jittered_delay() -> None:
+    from reach.failures import plan_retry
     from reach.kafka import codec
     from reach.names import Names
     from reach.records import Envelope
-    from reach.retry import plan_retry
 
     env = new_envelope("demo.echo", {"x": 1}, session_key="s1").model_copy(update={"attempt": 2})
     plan = plan_retry(env, names=Names("ns"), tiers=["1s", "10s", "60s"], limits=LIM, failed_instance="i-1",
@@ -77,10 +77,10 @@ def test_planned_retry_excludes_the_failed_instance_and_is_due_after_the_jittere
 
 
 def test_after_failure_is_one_decision_for_the_sdk_and_the_timekeeper() -> None:
+    from reach.failures import after_failure
     from reach.kafka import codec
     from reach.names import Names
     from reach.records import DeadLetter, Envelope, ErrorInfo, Status
-    from reach.retry import after_failure
 
     names, err = Names("ns"), ErrorInfo(kind="TRANSIENT", code="BOOM", message="it broke")
     env = new_envelope("demo.echo", {"x": 1})
@@ -108,9 +108,9 @@ def test_after_failure_is_one_decision_for_the_sdk_and_the_timekeeper() -> None:
 
 
 def test_a_retry_that_would_be_due_past_the_deadline_is_not_scheduled_it_expires() -> None:
+    from reach.failures import after_failure
     from reach.names import Names
     from reach.records import ErrorInfo, Status
-    from reach.retry import after_failure
 
     env = new_envelope("demo.echo", {"x": 1}, budget_ms=1_000)
     err = ErrorInfo(kind="TRANSIENT", code="BOOM", message="it broke")

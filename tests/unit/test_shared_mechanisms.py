@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tests.unit.import_rules import ROOT, offending
 
-SHARED_MECHANISMS = ("reach/redisbatch.py", "reach/redisclient.py", "reach/replies.py", "reach/core/durations.py")
+SHARED_MECHANISMS = ("reach/redisbatch.py", "reach/redisclient.py", "reach/replypump.py", "reach/core/durations.py")
 ABOVE = ("reach.agent", "reach.gateway", "reach.cli", "reach.console", "reach.a2a", "reach.invoke", "reach.client")
 
 

@@ -40,7 +40,7 @@ from confluent_kafka import (
 from reach.core.commits import TopicPart
 from reach.core.healthmodel.settings import HealthSettings
 from reach.core.healthmodel.table import HealthTable
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import clients, codec, topicreader

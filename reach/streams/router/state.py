@@ -21,7 +21,7 @@ from confluent_kafka import Message
 from reach.control import ControlView
 from reach.core.commits import TopicPart
 from reach.core.loads import LoadTracker
-from reach.core.views.registry import RegistryView
+from reach.core.views.registryview import RegistryView
 from reach.errors import InvalidName
 from reach.kafka import headers as H
 from reach.names import Names

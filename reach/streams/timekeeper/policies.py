@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from reach.core.commits import TopicPart
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.names import Names
 from reach.records import Policy
 from reach.streams.feed import CONTROL, Feed, Record, Start, Tail, apply_control

@@ -23,6 +23,7 @@ from reach.core.deadlines import Due, Task, due_tasks
 from reach.core.lifecycle import StatusRow
 from reach.core.retry import Action, Failure, Limits
 from reach.envelopes import now_ms
+from reach.failures import Outgoing, after_failure
 from reach.kafka import clients, codec, delivery
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
@@ -30,7 +31,6 @@ from reach.kafka.codec import DecodeError
 from reach.kafka.topicreader import Missing, read_one
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
-from reach.retry import Outgoing, after_failure
 from reach.settings import KafkaSettings, RedisSettings
 from reach.terminals import Fence, Terminal, fence_from_settings
 

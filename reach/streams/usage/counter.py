@@ -27,7 +27,7 @@ from reach.streams.exceptions import NotReady
 from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.usage")
-APP_SOURCE = "gateway:"  # reach.gateway.admission.source_of: the envelopes of a gateway app
+APP_SOURCE = "gateway:"  # reach.gateway.intake.source_of: the envelopes of a gateway app
 
 
 def usage_group(names: Names) -> str:

@@ -9,11 +9,11 @@ from typing import Any
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from reach.agent.idempotency import Claim, KeyScope
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
+from reach.failures import Outgoing
 from reach.kafka import codec
 from reach.kafka.headers import Headers
 from reach.records import Receipt
-from reach.retry import Outgoing
 
 
 class FakeSender:

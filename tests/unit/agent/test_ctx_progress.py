@@ -12,7 +12,7 @@ import pytest
 
 from reach.agent import Agent, Context
 from reach.agent.outcomes import Outcome
-from reach.agent.progress import ProgressStream
+from reach.agent.streaming import ProgressStream
 from reach.core.progress import BadProgress, Coalescer
 from reach.envelopes import new_envelope
 from reach.records import Status

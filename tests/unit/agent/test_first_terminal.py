@@ -8,10 +8,10 @@ from typing import Any
 from reach.agent import TransientError
 from reach.agent.idempotency import Claim, KeyScope
 from reach.agent.outcomes import Outcome
+from reach.failures import Outgoing
 from reach.kafka import codec
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Receipt, Status
-from reach.retry import Outgoing
 from tests.unit.agent.fakes import FakeLeases, FakeSender
 from tests.unit.agent.test_pipeline import NAMES, agent_with, envelope, pipeline, run, statuses
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reach.agent.idempotency import decode_records, encode_records
-from reach.retry import Outgoing
+from reach.failures import Outgoing
 
 
 def test_records_round_trip() -> None:

@@ -28,7 +28,7 @@ def test_the_loser_of_a_handoff_race_exits_2() -> None:
 
 def test_policy_set_handoff_publishes_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     from reach import control
-    from reach.core.views.control import ControlView
+    from reach.core.views.controlview import ControlView
     sent: list[Any] = []
     monkeypatch.setattr(control, "publish", lambda record, **_kw: sent.append(record))
     monkeypatch.setattr(control, "read_control", lambda **_kw: ControlView())

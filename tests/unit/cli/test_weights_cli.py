@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from reach.cli import weights as cli
 from reach.control import weights_record
 from reach.core.factors import FACTORS, NAMES
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.ops.weights import BadWeights
 from reach.records import Control, Weights
 

@@ -38,7 +38,7 @@ def test_the_console_lists_and_ends_canaries_with_the_clis_use_case(monkeypatch:
 
 
 def test_the_console_starts_a_canary_for_a_registered_agent_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.core.views.registry import RegistryView
+    from reach.core.views.registryview import RegistryView
     from reach.errors import ConfigError
     from reach.records import AgentRegistration, AgentState
 

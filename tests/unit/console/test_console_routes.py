@@ -17,7 +17,7 @@ from reach.channels.settings import ClosureSettings
 from reach.console.backend import Backend, ConsoleBackend
 from reach.console.operators import OperatorTable
 from reach.console.wiring import Console
-from reach.core.views.registry import RegistryView
+from reach.core.views.registryview import RegistryView
 from reach.errors import InfraUnavailable
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway

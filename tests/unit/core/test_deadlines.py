@@ -35,9 +35,9 @@ def test_a_delivery_timeout_out_of_reroutes_whose_retry_would_pass_the_deadline_
     that would be due after the deadline is not scheduled."""
     from reach.core.retry import MAX_REROUTES, Action, Failure, Limits
     from reach.envelopes import new_envelope
+    from reach.failures import after_failure
     from reach.names import Names
     from reach.records import ErrorInfo
-    from reach.retry import after_failure
 
     env = new_envelope("demo.echo", {}, budget_ms=1_000).model_copy(update={"reroutes": MAX_REROUTES})
     late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT", message="i-1 did not start it within 5000 ms")

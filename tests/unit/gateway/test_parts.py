@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.core.views.registry import RegistryView
+from reach.core.views.registryview import RegistryView
 from reach.gateway.answers import from_row, http_status
 from reach.gateway.catalog import live_versions
 from reach.gateway.idempotency import idem_key

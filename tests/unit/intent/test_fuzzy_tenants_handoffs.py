@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from reach.core.views.control import ControlView
+from reach.core.views.controlview import ControlView
 from reach.envelopes import now_ms
 from reach.intent import catalog
 from reach.intent.claims import MemoryClaims

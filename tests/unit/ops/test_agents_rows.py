@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.core.views.registry import InstanceInfo
+from reach.core.views.registryview import InstanceInfo
 from reach.ops.agents import row as _row
 from reach.records import AgentRegistration, AgentState, BreakerState, InstanceHealth
 

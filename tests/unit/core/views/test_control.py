@@ -7,7 +7,7 @@ import math
 import pytest
 
 from reach.control import apply_record
-from reach.core.views.control import DEFAULT_WEIGHTS, ControlView, weights_problem
+from reach.core.views.controlview import DEFAULT_WEIGHTS, ControlView, weights_problem
 from reach.kafka.codec import encode_dict
 from reach.ops.weights import BadWeights, merged
 from reach.records import Control, ControlKind, InstanceAction, InstanceOverride, Weights

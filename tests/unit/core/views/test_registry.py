@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reach.core.views.registry import RegistryView
+from reach.core.views.registryview import RegistryView
 from reach.records import AgentRegistration, AgentState
 
 
