@@ -322,10 +322,12 @@ class Pipeline:
         status, step = outcomes.receipt_status(verdict.outcome)
         result = verdict.value if isinstance(verdict.value, bytes) else None
         asked = _asked(envelope, verdict.value, origin) if verdict.outcome is Outcome.INPUT else None
-        # usage travels on the terminal receipt only: that is what is counted once per (message, generation)
+        # usage travels on the receipt that ends the generation (its terminal, or the question that ends a turn):
+        # what is counted once per (message, generation); a turn that asks ran the handler too
+        ends_turn = status.is_terminal or status is Status.INPUT_REQUIRED
         return receipt_for(envelope, status, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
                            error=verdict.error, step_status=step, result=result, cost=cost, input=asked,
-                           usage=usage if status.is_terminal else None,
+                           usage=usage if ends_turn else None,
                            retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
 
     async def _reuse(self, envelope: Envelope, first: bytes) -> Processed:

@@ -20,7 +20,7 @@ from reach.errors import InfraUnavailable, TopicMissing
 from reach.kafka import clients, codec, topicreader
 from reach.kafka.codec import DecodeError, RegistryUnavailable
 from reach.names import Names
-from reach.records import Receipt
+from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
 from reach.spendbook import Charge, RedisSpendBook, app_scope, tenant_scope
 from reach.streams.exceptions import NotReady
@@ -35,12 +35,12 @@ def usage_group(names: Names) -> str:
 
 
 def charges(receipt: Receipt, *, currency: str) -> list[Charge]:
-    """What one receipt charges: nothing unless it is terminal and carries usage; then its tenant and, for a
-    gateway app's request, the app. A cost in another currency than the deployment's is not counted (its tokens
+    """What one receipt charges: nothing unless it ends its generation (terminal, or INPUT_REQUIRED) and carries
+    usage; then its tenant and, for a gateway app's request, the app. A cost in another currency than the deployment's is not counted (its tokens
     are): a limit in USD cannot add up yen."""
     usage = receipt.usage
-    if usage is None or not receipt.status.is_terminal:
-        return []
+    if usage is None or not (receipt.status.is_terminal or receipt.status is Status.INPUT_REQUIRED):
+        return []  # a turn that asks (INPUT_REQUIRED) ends its generation and ran the handler: it is charged
     cost = usage.cost_micros or 0
     if cost and usage.currency not in (None, currency):
         log.warning("usage of %s: cost in %s, not %s (REACH_CURRENCY): its cost is not counted",

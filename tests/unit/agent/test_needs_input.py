@@ -93,3 +93,19 @@ def test_a_redelivered_turn_republishes_its_question_without_asking_again() -> N
     assert calls == [1]
     first, second = [r for r in sender.receipts() if r.status is Status.INPUT_REQUIRED]
     assert first == second
+
+
+def test_a_turn_that_asks_carries_the_usage_it_reported() -> None:
+    # the usage counter charges the receipt that ends a generation; a turn that asks ran the model too
+    agent = Agent("agent://test/unit", instance_id="i-1", lease_margin_ms=100)
+
+    @agent.capability("test.unit", version="1.0.0", input_schema={"type": "object"})
+    async def ask(_payload: Any, ctx: Context) -> Any:
+        ctx.usage(input_tokens=30, output_tokens=7, model="m")
+        return NeedsInput("Anything else?")
+
+    sender = FakeSender()
+    asyncio.run(pipeline(agent, sender, FakeLeases()).process(envelope(), [], origin=("ns.agent.test.unit", 0, 1)))
+    asked = sender.receipts()[-1]
+    assert asked.status is Status.INPUT_REQUIRED and asked.usage is not None
+    assert (asked.usage.input_tokens, asked.usage.output_tokens, asked.usage.model) == (30, 7, "m")

@@ -35,6 +35,15 @@ def test_nothing_is_charged_without_usage_or_before_the_end() -> None:
     assert charges(receipt("m1", usage=Usage()), currency="USD") == []  # all zero
 
 
+def test_every_turn_of_a_conversation_is_charged_once_per_generation() -> None:
+    # a turn that asks (INPUT_REQUIRED) ran the handler: charged like an ending, per generation (review finding:
+    # a conversation used to be charged only for its last turn, slipping past spend limits)
+    asked = charges(receipt("m1", Status.INPUT_REQUIRED, usage=USED, gen=0), currency="USD")
+    last = charges(receipt("m1", Status.COMPLETED, usage=USED, gen=1), currency="USD")
+    assert [(c.scope, c.generation, c.tokens) for c in asked + last] == [
+        ("tenant:acme", 0, 150), ("app:app_1", 0, 150), ("tenant:acme", 1, 150), ("app:app_1", 1, 150)]
+
+
 def test_a_request_sent_to_kafka_directly_charges_its_tenant_only() -> None:
     direct = USED.model_copy(update={"source": "billing-batch"})
     assert [c.scope for c in charges(receipt("m1", usage=direct), currency="USD")] == ["tenant:acme"]
