@@ -32,6 +32,7 @@ from reach.agent import Agent, BusinessError, Context, Reject, TransientError
 from reach.agent.publisher import Publisher, Sender
 from reach.channels import board
 from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
+from reach.channels.closure import SOURCE as CLOSURE_SOURCE
 from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.health import ChannelHealth, ChannelRules, ChannelState, Destinations
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent
@@ -139,7 +140,10 @@ class ChannelService:
             return ""
         claims = ReplyClaims(message_id=envelope.message_id, trace_id=envelope.trace_id, tenant=envelope.tenant,
                              expires_at=self.clock() + self.closure.ttl_s * 1000,
-                             capability=reply_capability(payload), answers=answers_of(payload))
+                             capability=reply_capability(payload),
+                             # only the status fold's question may make a reply an answer: a caller's own channel
+                             # request naming `answer_for` would mint a token answering any message of its tenant
+                             answers=answers_of(payload) if envelope.source == CLOSURE_SOURCE else None)
         return reply_url(base, mint(key, claims))
 
     def _observe(self, health: ChannelHealth, outcome: Sent | Failure, latency_ms: float, probing: bool) -> None:

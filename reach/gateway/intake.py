@@ -147,6 +147,15 @@ class Admission:
                                   payload=payload, waits=waits)
         return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
 
+    async def authorize_answer(self, app: CallerApp, capability: str) -> None:
+        """An answer runs the message's next turn: the app must be allowed the capability, within its spend limits,
+        and it takes a token of the capability's quota, as a send does (403 / 429 otherwise)."""
+        checks.check_may_call(app, capability)
+        await self._check_budget(app, self.deps.clock_ms())
+        with unavailable_as_503():
+            decision = await self.deps.quotas.take(app, capability)
+        checks.check_quota(decision, app, capability)
+
     async def _check_budget(self, app: CallerApp, now: int) -> None:
         """429 budget_exceeded once one of the app's spend limits is reached (reach.gateway.budgets)."""
         budgets = self.deps.budgets

@@ -122,7 +122,9 @@ class AdmissionHost:
             with unavailable_as_503():
                 taken = await turns.answer(task_id, payload, tenant=app.tenant,
                                            rows=self._admission.deps.status.message, store=store,
-                                           now_ms=self._admission.deps.clock_ms())
+                                           now_ms=self._admission.deps.clock_ms(),
+                                           authorize=lambda capability: self._admission.authorize_answer(
+                                               app, capability))
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         except AnswerRefused as refused:
@@ -186,8 +188,8 @@ def cancel_routes(admission: Admission) -> APIRouter:
         names the message (`{"message_id": ...}`): a v1 signature (REACH_GATEWAY_ACCEPT_V1) covers the body, not
         the path, so an empty body would let another request's signature cancel any message of the tenant."""
         app, document = await signed(request, admission, MAX_CANCEL_BODY)
-        if not isinstance(document, dict) or document.get("message_id") != message_id:
-            raise checks.Refusal(400, "bad_request", "the signed body must name the message it cancels: "
+        if not isinstance(document, dict) or set(document) != {"message_id"} or document["message_id"] != message_id:
+            raise checks.Refusal(400, "bad_request", "the signed body must name the message it cancels, and only it: "
                                  f'{{"message_id": "{message_id}"}}', "sign that body and send it")
         code, row = owned(app, message_id, *await admission.deps.status.message(message_id))
         if code != 200:

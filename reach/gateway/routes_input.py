@@ -65,7 +65,8 @@ def input_routes(admission: Admission) -> APIRouter:
             with unavailable_as_503():
                 taken = await turns.answer(message_id, document["answer"], tenant=app.tenant,
                                            rows=admission.deps.status.message, store=store,
-                                           now_ms=admission.deps.clock_ms())
+                                           now_ms=admission.deps.clock_ms(),
+                                           authorize=lambda capability: admission.authorize_answer(app, capability))
         except AnswerRefused as refused:
             raise checks.Refusal(refused.status, refused.code, refused.message, refused.hint) from None
         body = InputTaken(message_id=message_id, generation=taken.generation, turn=taken.turn,

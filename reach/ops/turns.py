@@ -61,10 +61,13 @@ class Answered:
 
 
 async def answer(message_id: str, value: Any, *, tenant: str | None, rows: Rows, store: TurnStore, now_ms: int,
-                 reply_to: str | None = None) -> Answered:
+                 reply_to: str | None = None,
+                 authorize: Callable[[str], Awaitable[None]] | None = None) -> Answered:
     """Continue `message_id` with the caller's answer, or raise AnswerRefused saying why not (its `status` is the
     HTTP status: 400/413 a bad answer, 404 unknown or another tenant's, 409 not waiting or already answered, 410
-    past its deadline or its envelope gone, 503 the status table or the bus not answering)."""
+    past its deadline or its envelope gone, 503 the status table or the bus not answering). `authorize`, given the
+    message's capability, raises when the answering caller may not run it (an interface's permission, spend limit
+    and quota: an answer starts a turn like a send does)."""
     code, row = await rows(message_id)
     if code == 404:
         raise AnswerRefused(404, "not_found", f"no message {message_id!r} in the status table",
@@ -75,6 +78,8 @@ async def answer(message_id: str, value: Any, *, tenant: str | None, rows: Rows,
     refused = refusal(row, tenant=tenant, now_ms=now_ms)
     if refused is not None:
         raise refused
+    if authorize is not None:  # the caller's own rights on the capability the next turn runs (may raise)
+        await authorize(str(row.get("capability", "")))
     answered = checked_answer(row, value)
     if answered.origin_topic is None or answered.origin_partition is None or answered.origin_offset is None:
         raise AnswerRefused(409, "no_origin", f"{message_id}'s question does not say where its envelope is",

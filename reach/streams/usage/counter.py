@@ -36,8 +36,8 @@ def usage_group(names: Names) -> str:
 
 def charges(receipt: Receipt, *, currency: str) -> list[Charge]:
     """What one receipt charges: nothing unless it ends its generation (terminal, or INPUT_REQUIRED) and carries
-    usage; then its tenant and, for a gateway app's request, the app. A cost in another currency than the deployment's is not counted (its tokens
-    are): a limit in USD cannot add up yen."""
+    usage; then its tenant and, for a gateway app's request, the app. A cost in another currency than the
+    deployment's is not counted (its tokens are): a limit in USD cannot add up yen."""
     usage = receipt.usage
     if usage is None or not (receipt.status.is_terminal or receipt.status is Status.INPUT_REQUIRED):
         return []  # a turn that asks (INPUT_REQUIRED) ends its generation and ran the handler: it is charged

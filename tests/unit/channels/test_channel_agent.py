@@ -260,3 +260,17 @@ def test_replies_half_configured_refuse_to_start() -> None:
                       **_settings(closure=ClosureSettings(secret=SecretStr("k"))))
     with pytest.raises(ValueError, match="not an http"):
         ClosureSettings(secret=SecretStr("k"), base_url="gw.example")
+
+
+def test_only_the_status_folds_question_makes_a_reply_an_answer() -> None:
+    # review finding: a caller's own channel request naming `answer_for` minted a token that answered any message
+    # of its tenant; only a question the status fold sends (its source) may
+    closure = ClosureSettings(secret=SecretStr("k"), base_url="https://gw.example")
+    svc = ChannelService(channel("sms"), FakeProvider(Sent(provider_message_id="p")), None, closure=closure,
+                         clock=lambda: 1_000)
+    payload = {"to": "+15550100", "text": "hi", "answer_for": {"message_id": "victim", "generation": 0}}
+    forged = callback_envelope().model_copy(update={"source": "gateway:app_1"})
+    question = callback_envelope().model_copy(update={"source": "reach-status-fold"})
+    answers = [read(b"k", svc.reply_url(env, payload).rsplit("/", 1)[1], now=1_001).answers
+               for env in (forged, question)]
+    assert answers == [None, "victim"]

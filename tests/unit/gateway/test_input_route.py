@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from reach.callers import KeyEntry
 from reach.channels.settings import ClosureSettings
 from reach.core.turns import conversation
 from reach.envelopes import new_envelope
@@ -18,7 +19,7 @@ from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.kafka import codec
 from reach.records import Status
-from tests.unit.gateway.fakes import Fakes, sign
+from tests.unit.gateway.fakes import Fakes, app, sign
 
 NAME = {"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}
 INBOX = ("ns.agent.demo.interview", 0, 7)
@@ -134,3 +135,24 @@ def test_a2a_message_send_with_the_task_id_answers_and_reads_input_required(fake
         assert envelope.generation == 1 and conversation(envelope.headers)[-1].answer == {"name": "Ada"}
 
     run(fakes, scenario)
+
+
+def test_an_answer_needs_the_apps_right_to_the_capability_it_runs() -> None:
+    # review finding: an app limited to other capabilities answered a same-tenant message of a capability it may
+    # not call; an answer starts a turn, so it is judged like a send (403 here; budget and quota the same way)
+    fakes = Fakes(keys=[KeyEntry("key1", app(capabilities=("demo.other",), tenant="acme"), b"secret-1")])
+    asking = new_envelope("demo.interview", {}, tenant="acme")
+    fakes.turns.inbox[INBOX] = codec.encode(asking)
+    fakes.status.rows[asking.message_id] = [waiting_row(asking.message_id)]
+    mid = asking.message_id
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    resp = post(client, f"/v1/messages/{mid}:input", {"message_id": mid, "answer": {"name": "Ada"}})
+    assert (resp.status_code, resp.json()["error"]) == (403, "forbidden")
+    assert fakes.turns.published == [] and fakes.turns.claims == set()
+
+
+def test_a_cancel_body_names_only_the_message(client: TestClient, fakes: Fakes) -> None:
+    # review finding: an answer's signed body ({"message_id", "answer"}) also passed as a cancel's
+    mid = fakes.asking_id  # type: ignore[attr-defined]
+    resp = post(client, f"/v1/messages/{mid}:cancel", {"message_id": mid, "answer": {"name": "Ada"}})
+    assert (resp.status_code, resp.json()["error"]) == (400, "bad_request")
