@@ -55,7 +55,7 @@ class ProgressStream:
             self._timer.cancel()
             self._timer = None
         if not self._closed:
-            self._publish()
+            self._publish(final=True)
         self._closed = True
 
     async def _pump(self) -> None:
@@ -75,7 +75,17 @@ class ProgressStream:
         if not self._closed:
             self._publish()
 
-    def _publish(self) -> None:
+    def _publish(self, *, final: bool = False) -> None:
+        """Take and send the next PROGRESS receipt once it is due (the last one, before the outcome, at once).
+        Every path checks the interval here: a timer armed before a back-pressure wait used to fire right after
+        the receipt that wait sent, two receipts a few ms apart."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        wait_ms = self._coalescer.due_at() - now_ms()
+        if wait_ms > 0 and not final:
+            self._timer = asyncio.get_running_loop().call_later(wait_ms / 1000, self._due)
+            return
         progress = self._coalescer.take(now_ms())
         if progress is None:
             return

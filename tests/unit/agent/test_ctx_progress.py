@@ -107,3 +107,31 @@ def test_outside_the_sdk_the_context_checks_but_sends_nothing() -> None:
     with pytest.raises(BadProgress):
         asyncio.run(ctx.progress(-1))
     assert Coalescer().take(0) is None
+
+
+def test_a_handler_held_back_by_a_full_buffer_still_gets_one_receipt_per_interval() -> None:
+    # the chatty integration test found receipts a few ms apart: the timer armed before a back-pressure wait fired
+    # right after the receipt the wait sent. Judged by the receipts' own `at` (the SDK's clock), every receipt but
+    # the last (the flush before the outcome) is at least an interval after the one before.
+    sent: list[Any] = []
+
+    def send(receipt: Any) -> Future[Any]:
+        sent.append(receipt)
+        done: Future[Any] = Future()
+        done.set_result(None)
+        return done
+
+    stream = ProgressStream(new_envelope("test.unit", {}), send=send, agent_id="a", instance_id="i",
+                            coalescer=Coalescer(interval_ms=20, max_pending_bytes=64))
+
+    async def chatty() -> None:
+        for i in range(400):
+            await stream.emit(f"token {i:04d};")
+            if i % 50 == 0:
+                await asyncio.sleep(0.025)  # a pause that lets an armed timer fire
+        stream.close()
+
+    asyncio.run(chatty())
+    gaps = [b.at - a.at for a, b in zip(sent[:-1], sent[1:-1], strict=False)]
+    assert len(sent) > 5 and min(gaps) >= 19, gaps  # 1 ms for the wall clock against the loop's monotonic one
+    assert "".join(c.data for r in sent for c in r.progress.chunks) == "".join(f"token {i:04d};" for i in range(400))
