@@ -64,11 +64,9 @@ class ProgressStream:
         wait_ms = self._coalescer.due_at() - now_ms()
         if wait_ms > 0 and self._coalescer.full:
             await asyncio.sleep(wait_ms / 1000)  # back-pressure: a chatty handler waits for the next receipt
-            wait_ms = 0
-        if wait_ms <= 0:
             self._publish()
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(wait_ms / 1000, self._due)
+            self._publish()  # now when due, else it arms the timer for when it is
 
     def _due(self) -> None:
         self._timer = None
