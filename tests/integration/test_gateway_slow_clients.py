@@ -148,13 +148,17 @@ def test_a_good_request_gets_its_202_within_200_ms_while_200_slow_clients_hold_c
         held = wait_for(lambda: (n := _established(pid, gateway.port)) >= SLOW_CLIENTS * 0.6 and n,
                         60, f"the gateway holding most of the {SLOW_CLIENTS} slow connections", interval=0.2)
         time.sleep(2)  # let every kind reach its steady state (slowloris heads several lines long, huge heads sent)
-        latencies = []
+        latencies, holding = [], []
         for _ in range(GOOD_REQUESTS):
             latencies.append(_good_request(gateway))
-            held = min(held, _established(pid, gateway.port))
+            holding.append(_established(pid, gateway.port))
+        # the median, not the minimum: garbage and huge heads are answered and hung up on, and come back a second
+        # later, so on a busy machine one sample can catch most of them between connections
+        held = sorted(holding)[len(holding) // 2]
         answers, connects = dict(slow.answers), dict(slow.connects)
     ms = sorted(round(x * 1000, 1) for x in latencies)
-    print(f"\n202 latency with {SLOW_CLIENTS} slow clients (gateway holding >= {held} connections): "
+    print(f"\n202 latency with {SLOW_CLIENTS} slow clients (gateway holding a median {held} connections, "
+          f"{sorted(holding)}): "
           f"median {ms[len(ms) // 2]} ms, max {ms[-1]} ms, all {ms}; without them: "
           f"{[round(x * 1000, 1) for x in baseline]} ms\nslow clients' connects {connects}, answers {answers}")
     assert held >= SLOW_CLIENTS * 0.6, "the slow clients were holding connections while the good ones were sent"
