@@ -12,11 +12,12 @@ from pydantic import SecretStr
 
 from reach import signing
 from reach.channels.errors import ChannelMisconfigured
+from reach.channels.guard import Resolver, pinned, refused_address
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, Sent, classify_status
 from reach.channels.settings import ChannelSettings
 from reach.channels.sms import SmsProvider, text_of
 from reach.channels.smtp import classify_smtp, compose
-from reach.channels.webhook import SIGNATURE_HEADER, Resolver, WebhookProvider, body_bytes, pinned, refused_address
+from reach.channels.webhook import SIGNATURE_HEADER, WebhookProvider, body_bytes
 
 MESSAGE = OutboundMessage(endpoint="https://receiver.test/hook", body={"status": "COMPLETED", "fields": {"$.a": 1}},
                           message_id="01JCALLBACKMESSAGE0000000-cb0", trace_id="t1", subject="done")
