@@ -15,8 +15,7 @@ from __future__ import annotations
 import httpx
 
 from reach.channels import guard
-from reach.channels.errors import ChannelMisconfigured
-from reach.channels.poster import Format, HttpChannel, answer_id, text_of
+from reach.channels.poster import Format, HttpChannel, answer_id, chosen, text_of
 from reach.channels.provider import OutboundMessage
 from reach.channels.settings import ChannelSettings
 
@@ -57,8 +56,6 @@ class ImProvider(HttpChannel):
 
     def __init__(self, settings: ChannelSettings, *, transport: httpx.AsyncBaseTransport | None = None,
                  resolver: guard.Resolver = guard.resolve) -> None:
-        chosen = PROVIDERS.get(settings.im_provider)
-        if chosen is None:
-            raise ChannelMisconfigured(f"REACH_CHANNEL_IM_PROVIDER={settings.im_provider!r} is not an IM provider; "
-                                       f"expected one of {', '.join(PROVIDERS)}.")
-        super().__init__(settings, channel="im", format=chosen, transport=transport, resolver=resolver)
+        super().__init__(settings, channel="im",
+                         format=chosen(PROVIDERS, settings.im_provider, variable="REACH_CHANNEL_IM_PROVIDER"),
+                         transport=transport, resolver=resolver)

@@ -109,6 +109,15 @@ def answer_id(response: httpx.Response, *keys: str) -> str | None:
     return response.headers.get("X-Request-Id")
 
 
+def chosen(providers: dict[str, Format], name: str, *, variable: str) -> Format:
+    """The provider `name` of a channel's PROVIDERS, else ChannelMisconfigured naming the variable and the choices."""
+    found = providers.get(name)
+    if found is None:
+        raise ChannelMisconfigured(f"{variable}={name!r} is not a provider of this channel; expected one of "
+                                   f"{', '.join(providers)}.")
+    return found
+
+
 class HttpChannel:
     """A Provider over SignedPoster and a Format: the 2xx answer is delivery (SENT and DELIVERED at once)."""
 

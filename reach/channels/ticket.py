@@ -18,8 +18,7 @@ from __future__ import annotations
 import httpx
 
 from reach.channels import guard
-from reach.channels.errors import ChannelMisconfigured
-from reach.channels.poster import Format, HttpChannel, answer_id, text_of
+from reach.channels.poster import Format, HttpChannel, answer_id, chosen, text_of
 from reach.channels.provider import OutboundMessage
 from reach.channels.settings import ChannelSettings
 
@@ -61,8 +60,6 @@ class TicketProvider(HttpChannel):
 
     def __init__(self, settings: ChannelSettings, *, transport: httpx.AsyncBaseTransport | None = None,
                  resolver: guard.Resolver = guard.resolve) -> None:
-        chosen = PROVIDERS.get(settings.ticket_provider)
-        if chosen is None:
-            raise ChannelMisconfigured(f"REACH_CHANNEL_TICKET_PROVIDER={settings.ticket_provider!r} is not a ticket "
-                                       f"provider; expected one of {', '.join(PROVIDERS)}.")
-        super().__init__(settings, channel="ticket", format=chosen, transport=transport, resolver=resolver)
+        super().__init__(settings, channel="ticket",
+                         format=chosen(PROVIDERS, settings.ticket_provider, variable="REACH_CHANNEL_TICKET_PROVIDER"),
+                         transport=transport, resolver=resolver)

@@ -14,7 +14,6 @@ a replayed report is the same receipt, which the status fold keeps once.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -30,6 +29,7 @@ from reach.gateway import checks
 from reach.gateway.intake import Admission
 from reach.gateway.openapi import ERRORS
 from reach.gateway.publisher import BrokerRefused
+from reach.gateway.routes_envelopes import read_limited
 
 REPORTS_PATH = "/v1/reports/"
 OUTCOMES = ("recorded", "refused", "unknown", "denied")
@@ -45,12 +45,16 @@ def report_routes(admission: Admission, settings: ReportSettings | None) -> APIR
     counted = Counter("agentreach_gateway_reports_total", "Provider delivery reports at /v1/reports by outcome",
                       ["channel", "outcome"], registry=admission.metrics.registry)
 
-    def authenticated(channel: str, request: Request, body: bytes) -> int:
-        """The signature's time (unix s) when the channel's provider signed this exact request; else a Refusal."""
+    def key_of(channel: str) -> bytes:
+        """The channel's report secret, or 404 `reports_off` (before any body byte is read)."""
         key = settings.key(channel) if settings is not None and channel in PARSERS else None
         if key is None:
             raise checks.Refusal(404, "reports_off", f"this gateway takes no {channel[:20]} reports",
                                  f"channels with reports: {', '.join(PARSERS)}; set REACH_REPORT_<CHANNEL>_SECRET")
+        return key
+
+    def authenticated(channel: str, key: bytes, request: Request, body: bytes) -> int:
+        """The signature's time (unix s) when the channel's provider signed this exact request; else a Refusal."""
         sig = signing.parse(request.headers.get("Reach-Signature") or "")
         if not isinstance(sig, AuthFailure):
             sig = signing.check_time(sig, now=deps.clock_ms() // 1000) or sig
@@ -70,13 +74,9 @@ def report_routes(admission: Admission, settings: ReportSettings | None) -> APIR
                  summary="A provider's delivery report: DELIVERED, READ or BOUNCED on the message it names")
     async def report(channel: str, request: Request) -> JSONResponse:
         """202 once the delivery step is on the bus (signed by the channel's provider)."""
-        try:
-            async with asyncio.timeout(http.body_timeout):
-                raw = await checks.read_body(request.headers.get("content-length"), request.stream(),
-                                             http.max_body_bytes)
-        except TimeoutError:
-            raise checks.Refusal(408, "body_timeout", "the body did not arrive in time") from None
-        signed_at = authenticated(channel, request, raw)
+        key = key_of(channel)
+        raw = await read_limited(request, http.max_body_bytes, http.body_timeout)
+        signed_at = authenticated(channel, key, request, raw)
         try:
             found = parse(channel, raw)
             code, row = await deps.status.message(found.message_id)
