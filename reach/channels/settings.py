@@ -18,6 +18,7 @@
 | REACH_CHANNEL_SMS_SENDER           | Reach            | the sender name / number sent with each message         |
 | REACH_CHANNEL_SMS_DELIVERY_WAIT_S  | 5                | how long a send polls for the provider's delivery report|
 | REACH_CHANNEL_SMS_POLL_S           | 0.2              | the poll interval                                       |
+| REACH_CHANNEL_SMS_REPORTS          | poll             | `webhook`: the provider posts reports to the gateway; no poll|
 | REACH_CHANNEL_IM_PROVIDER          | slack            | the IM payload (reach/channels/im.py PROVIDERS)         |
 | REACH_CHANNEL_TICKET_PROVIDER      | json             | the ticket API (reach/channels/ticket.py PROVIDERS)     |
 
@@ -49,7 +50,7 @@ ClosureSettings (env REACH_CALLBACK_*), read by the channel agents (which mint r
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -78,6 +79,9 @@ class ChannelSettings(BaseSettings):
     sms_sender: str = "Reach"
     sms_delivery_wait_s: Annotated[float, Field(ge=0)] = 5.0
     sms_poll_s: Annotated[float, Field(gt=0)] = 0.2
+    sms_reports: Literal["poll", "webhook"] = "poll"
+    """How delivery is learnt: `poll` GETs the message's status after the send; `webhook` leaves it to the
+    provider's report at the gateway (POST /v1/reports/sms), so the send is SENT only until the report comes."""
     im_provider: str = "slack"
     ticket_provider: str = "json"
 

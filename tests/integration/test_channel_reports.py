@@ -51,14 +51,6 @@ class Tracker(Receiver):
         return 404, {"error": "no such project"}
 
 
-class QuietSms(FakeSms):
-    """An SMS provider whose polled status stays `queued`: delivery is known only from its report."""
-
-    def answer(self, hit: Hit) -> tuple[int, dict[str, Any]]:
-        status, body = super().answer(hit)
-        return (status, {**body, "status": "queued"}) if hit.method == "GET" and status == 200 else (status, body)
-
-
 def row(app: StreamApp, message_id: str) -> dict[str, Any] | None:
     try:
         answer = httpx.get(f"{app.url}/messages/{message_id}", timeout=5)
@@ -104,9 +96,9 @@ def test_im_and_ticket_deliver_and_reports_become_read_delivered_and_bounced(
     try:
         with ExitStack() as stack:
             chat, tracker = stack.enter_context(listening(ChatHook())), stack.enter_context(listening(Tracker()))
-            sms_api = stack.enter_context(listening(QuietSms()))
+            sms_api = stack.enter_context(listening(FakeSms()))
             inbox, smtp_port = stack.enter_context(smtp_server())
-            sms_settings = ChannelSettings(sms_url=f"{sms_api.url}/api", sms_delivery_wait_s=0, timeout_s=3)
+            sms_settings = ChannelSettings(sms_url=f"{sms_api.url}/api", sms_reports="webhook", timeout_s=3)
             mail_settings = ChannelSettings(smtp_host="127.0.0.1", smtp_port=smtp_port, smtp_from="reach@test.local")
             for name, settings in (("im", urls), ("ticket", urls), ("sms", sms_settings), ("email", mail_settings)):
                 stack.enter_context(running(channel_agent(name, settings=settings, kafka=kafka, redis=redis,
@@ -135,7 +127,8 @@ def test_im_and_ticket_deliver_and_reports_become_read_delivered_and_bounced(
             assert sent["channel"] == {"channel": "ticket", "provider_message_id": "OPS-1", "callback_id": None}
             wait_for(lambda: "COMPLETED" in steps(stream_app, sms) and "COMPLETED" in steps(stream_app, mail), 60,
                      "the SMS and the email sent")
-            assert "DELIVERED" not in steps(stream_app, sms)  # the provider has not reported yet
+            assert "DELIVERED" not in steps(stream_app, sms)  # the provider has not reported yet (and is not polled)
+            assert [h.method for h in sms_api.hits] == ["POST"]
 
             # the reports: an IM read, the SMS provider's delivery report, the MTA's bounce of the real mail
             assert report(gateway, "im", json.dumps({"message_id": im, "event": "read"}).encode()).status_code == 202

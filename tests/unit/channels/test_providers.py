@@ -324,3 +324,12 @@ def test_webhooks_are_signed_per_tenant_over_tenant_url_and_body_with_both_secre
                                  tenant="acme", url=url, body=body, now=now)
     assert "v1=" not in header  # the one-secret signature is gone unless REACH_CHANNEL_WEBHOOK_LEGACY_V1
     assert not isinstance(signing.verify(b"new", header, body, now=now), signing.Signature)
+
+
+def test_sms_with_webhook_reports_does_not_poll_and_says_so() -> None:
+    api = FakeSmsApi(polls=1)
+    provider = SmsProvider(SETTINGS.model_copy(update={"sms_reports": "webhook"}), transport=httpx.MockTransport(api))
+    sent = _run(provider.send(MESSAGE.__class__(endpoint="+15551234567", body={"text": "hi"}, message_id="m",
+                                                 trace_id="t")))
+    assert sent == Sent(provider_message_id="sms-1", delivered=False, reported_later=True)
+    assert _run(provider.delivered(sent)) is False and api.polls == 1  # no GET: the report comes to the gateway
