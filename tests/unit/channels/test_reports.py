@@ -4,17 +4,13 @@ delivery-step receipt each becomes on its message's row; malformed input is a Ba
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from reach.channels import reports
 from reach.channels.reports import BadReport, Report
 from reach.records import Status
-
-sys.path.insert(0, str(Path(__file__).parent))
-from dsn import dsn  # noqa: E402
+from tests.unit.channels.dsn import dsn
 
 ROW = {"message_id": "m-1", "trace_id": "t-1", "tenant": "acme", "capability": "channel.sms", "generation": 2,
        "attempt": 1, "status": "COMPLETED",

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
@@ -20,10 +18,8 @@ from reach.errors import InfraUnavailable
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
+from tests.unit.channels.dsn import dsn
 from tests.unit.gateway.fakes import Fakes
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "channels"))
-from dsn import dsn  # noqa: E402
 
 SECRETS = ReportSettings(sms_secret=SecretStr("sms-s"), im_secret=SecretStr("im-s"),
                          email_secret=SecretStr("mail-s"))
