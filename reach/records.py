@@ -49,6 +49,7 @@ class Status(StrEnum):
     INTENT_RESOLVED = "INTENT_RESOLVED"  # the resolver turned an intent into a capability or a handoff (v6)
     PROGRESS = "PROGRESS"  # a handler's progress or partial results, coalesced by the agent SDK (v7, never terminal)
     INPUT_REQUIRED = "INPUT_REQUIRED"  # the handler asked the caller a question (NeedsInput, v8, never terminal)
+    BOUNCED = "BOUNCED"  # a provider reported the channel send undeliverable (an email DSN; v11, never terminal)
 
     @property
     def is_terminal(self) -> bool:
@@ -69,7 +70,8 @@ TERMINAL: frozenset[Status] = frozenset(
 )
 
 
-DELIVERY: frozenset[Status] = frozenset({Status.SENT, Status.DELIVERED, Status.READ, Status.CALLBACKED})
+DELIVERY: frozenset[Status] = frozenset({Status.SENT, Status.DELIVERED, Status.READ, Status.CALLBACKED,
+                                         Status.BOUNCED})
 """Delivery steps of a channel send: never terminal, and the status fold keeps them in the timeline only."""
 
 

@@ -26,6 +26,7 @@ TASK_STATES: dict[Status, TaskState] = {
     Status.DELIVERED: TaskState.TASK_STATE_UNSPECIFIED,
     Status.READ: TaskState.TASK_STATE_UNSPECIFIED,
     Status.CALLBACKED: TaskState.TASK_STATE_UNSPECIFIED,
+    Status.BOUNCED: TaskState.TASK_STATE_UNSPECIFIED,
     # a handler's progress and partial results: a row's status never becomes PROGRESS (reach.core.lifecycle)
     Status.PROGRESS: TaskState.TASK_STATE_UNSPECIFIED,
     Status.UNKNOWN: TaskState.TASK_STATE_UNSPECIFIED,

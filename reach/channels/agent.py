@@ -153,7 +153,8 @@ class ChannelService:
             health.probe(self.clock(), ok=ok)
         elif isinstance(outcome, Sent):
             health.send(self.clock(), ok=True, latency_ms=latency_ms,
-                        provider_message_id=outcome.provider_message_id, expects_report=not outcome.delivered)
+                        provider_message_id=outcome.provider_message_id,
+                        expects_report=not (outcome.delivered or outcome.reported_later))
         else:
             health.send(self.clock(), ok=False, latency_ms=latency_ms,
                         rate_limited=outcome.kind is FailureKind.RATE_LIMITED)

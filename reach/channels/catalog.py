@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from reach.channels import sms, smtp, webhook
+from reach.channels import guard, im, sms, smtp, ticket, webhook
 from reach.channels.errors import BadCallback
 from reach.channels.provider import Provider
 from reach.channels.settings import ChannelSettings
@@ -48,7 +48,11 @@ class Channel:
 
 CHANNELS: tuple[Channel, ...] = (
     Channel("webhook", webhook.check_endpoint, webhook.WebhookProvider, "signed HTTP POST (httpx)",
-            webhook.destination),
+            guard.destination),
+    Channel("im", im.check_endpoint, im.ImProvider, "chat message through an incoming webhook (Slack payload)",
+            guard.destination),
+    Channel("ticket", ticket.check_endpoint, ticket.TicketProvider, "ticket through a REST API (generic JSON)",
+            guard.destination),
     Channel("email", smtp.check_endpoint, smtp.SmtpProvider, "SMTP (STARTTLS / AUTH from settings)"),
     Channel("sms", sms.check_endpoint, sms.SmsProvider, "generic JSON SMS provider API"),
 )

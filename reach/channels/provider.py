@@ -26,6 +26,9 @@ class Sent:
 
     provider_message_id: str
     delivered: bool = False
+    reported_later: bool = False
+    """The provider reports delivery to the gateway (POST /v1/reports/<channel>), not to this instance: the
+    instance neither polls nor counts a missing report against the channel's health."""
 
 
 class FailureKind(StrEnum):

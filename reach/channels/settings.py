@@ -18,6 +18,21 @@
 | REACH_CHANNEL_SMS_SENDER           | Reach            | the sender name / number sent with each message         |
 | REACH_CHANNEL_SMS_DELIVERY_WAIT_S  | 5                | how long a send polls for the provider's delivery report|
 | REACH_CHANNEL_SMS_POLL_S           | 0.2              | the poll interval                                       |
+| REACH_CHANNEL_SMS_REPORTS          | poll             | `webhook`: the provider posts reports to the gateway; no poll|
+| REACH_CHANNEL_IM_PROVIDER          | slack            | the IM payload (reach/channels/im.py PROVIDERS)         |
+| REACH_CHANNEL_TICKET_PROVIDER      | json             | the ticket API (reach/channels/ticket.py PROVIDERS)     |
+
+The IM and ticket channels sign and guard their POSTs as webhooks do: REACH_CHANNEL_WEBHOOK_SECRET (required),
+its PREVIOUS_SECRET and LEGACY_V1, and REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE apply to them too.
+
+ReportSettings (env REACH_REPORT_*), read by the gateway: each channel's provider signs the delivery reports it
+posts to `POST /v1/reports/<channel>` with its own secret (reach/channels/reports.py); no secret: that route is off.
+
+| variable                  | default | meaning                                                        |
+|---------------------------|---------|----------------------------------------------------------------|
+| REACH_REPORT_SMS_SECRET   | (none)  | the SMS provider's delivery reports (secret)                   |
+| REACH_REPORT_IM_SECRET    | (none)  | the IM provider's read / acknowledgement reports (secret)      |
+| REACH_REPORT_EMAIL_SECRET | (none)  | the bounce relay's DSNs (secret)                               |
 
 ClosureSettings (env REACH_CALLBACK_*), read by the channel agents (which mint reply tokens) and the gateway
 (which reads them at `POST /v1/callbacks/{token}`); both need the same secret:
@@ -35,7 +50,7 @@ ClosureSettings (env REACH_CALLBACK_*), read by the channel agents (which mint r
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +79,28 @@ class ChannelSettings(BaseSettings):
     sms_sender: str = "Reach"
     sms_delivery_wait_s: Annotated[float, Field(ge=0)] = 5.0
     sms_poll_s: Annotated[float, Field(gt=0)] = 0.2
+    sms_reports: Literal["poll", "webhook"] = "poll"
+    """How delivery is learnt: `poll` GETs the message's status after the send; `webhook` leaves it to the
+    provider's report at the gateway (POST /v1/reports/sms), so the send is SENT only until the report comes."""
+    im_provider: str = "slack"
+    ticket_provider: str = "json"
+
+
+class ReportSettings(BaseSettings):
+    """The secrets providers sign their delivery reports with, one per channel (a leaked SMS secret forges no
+    bounce); a channel without one takes no reports."""
+
+    model_config = SettingsConfigDict(env_prefix="REACH_REPORT_", frozen=True, extra="forbid")
+
+    sms_secret: SecretStr | None = None
+    im_secret: SecretStr | None = None
+    email_secret: SecretStr | None = None
+
+    def key(self, channel: str) -> bytes | None:
+        """The channel's report secret, or None when its reports are off."""
+        value: SecretStr | None = getattr(self, f"{channel}_secret", None)
+        text = value.get_secret_value() if value is not None else ""
+        return text.encode() if text else None
 
 
 class ClosureSettings(BaseSettings):

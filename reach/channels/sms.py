@@ -4,7 +4,9 @@
     GET  {url}/messages/{id}                                -> 2xx {"id": "...", "status": "queued"|"delivered"}
 
 Authorization is `Bearer <REACH_CHANNEL_SMS_TOKEN>` when a token is set. The POST's 2xx is SENT; DELIVERED
-when the answer or a poll of the delivery report (up to REACH_CHANNEL_SMS_DELIVERY_WAIT_S) says `delivered`.
+when the answer or a poll of the delivery report (up to REACH_CHANNEL_SMS_DELIVERY_WAIT_S) says `delivered`, or,
+with REACH_CHANNEL_SMS_REPORTS=webhook, when the provider posts its report to the gateway (`POST /v1/reports/sms`
+with `reference` = the message id; reach/channels/reports.py).
 """
 
 from __future__ import annotations
@@ -72,12 +74,14 @@ class SmsProvider:
         if not isinstance(provider_id, (str, int)) or not str(provider_id):
             return Failure(FailureKind.RETRYABLE, "BAD_PROVIDER_ANSWER",
                            f"the SMS provider accepted the send but named no message id: {response.text[:200]!r}")
-        return Sent(provider_message_id=str(provider_id), delivered=answer.get("status") == "delivered")
+        return Sent(provider_message_id=str(provider_id), delivered=answer.get("status") == "delivered",
+                    reported_later=self._settings.sms_reports == "webhook")
 
     async def delivered(self, sent: Sent) -> bool:
-        """Poll the delivery report until delivered or the wait is over (False: only SENT is known)."""
-        if sent.delivered:
-            return True
+        """Poll the delivery report until delivered or the wait is over (False: only SENT is known); with
+        REACH_CHANNEL_SMS_REPORTS=webhook, no poll: the provider's report at the gateway writes DELIVERED."""
+        if sent.delivered or sent.reported_later:
+            return sent.delivered
         deadline = time.monotonic() + self._settings.sms_delivery_wait_s
         url = f"{self._base}/messages/{quote(sent.provider_message_id, safe='')}"
         while True:

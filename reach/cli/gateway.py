@@ -13,7 +13,7 @@ def gateway(
                                     help="port to bind (default REACH_GATEWAY_PORT, 8080)"),
 ) -> None:
     """Serve POST /v1/envelopes, /v1/invoke and the status routes to signed apps (OpenAPI at /openapi.json)."""
-    from reach.channels.settings import ClosureSettings
+    from reach.channels.settings import ClosureSettings, ReportSettings
     from reach.gateway.httpsettings import HttpSettings
     from reach.gateway.server import serve
     from reach.gateway.settings import GatewaySettings
@@ -22,7 +22,8 @@ def gateway(
     from reach.settings import KafkaSettings, RedisSettings
 
     config = GatewayConfig(reach=ReachSettings(), kafka=KafkaSettings(), redis=RedisSettings(),
-                           gateway=GatewaySettings(), http=HttpSettings(), closure=ClosureSettings())
+                           gateway=GatewaySettings(), http=HttpSettings(), closure=ClosureSettings(),
+                           reports=ReportSettings())
     clients.check_reachable(clients.admin(config.kafka))  # exit 4 in seconds, before the apps directory waits
     listen = config.gateway
     serve(door_guards(config), host=host or listen.host, port=port or listen.port, config=config)

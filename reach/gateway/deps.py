@@ -74,6 +74,14 @@ class Catalog(Protocol):
     def healthy(self) -> bool: ...
 
 
+class ReceiptSink(Protocol):
+    """Produces a receipt to `<ns>.receipts` (a provider's delivery report) and returns once acknowledged."""
+
+    async def receipt(self, receipt: Receipt) -> None:
+        """Raise reach.errors.InfraUnavailable (or BrokerRefused) when the broker did not take it."""
+        ...
+
+
 class CancelSink(Protocol):
     """Produces a cancel record (reach.cancels) and returns once the broker acknowledged it."""
 
@@ -127,3 +135,4 @@ class Dependencies:
     closers: tuple[Callable[[], Any], ...] = ()
     console: Console | None = None  # the operator console at /console (reach.gateway.routes_console)
     budgets: Budgets | None = None  # apps' spend limits (reach.gateway.budgets); None: not enforced
+    receipts: ReceiptSink | None = None  # provider delivery reports (reach.gateway.routes_reports); None: off

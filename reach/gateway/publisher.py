@@ -18,7 +18,7 @@ from reach.errors import InfraUnavailable, ReachError
 from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
 from reach.kafka import clients, codec
 from reach.kafka import headers as h
-from reach.records import Envelope
+from reach.records import Envelope, Receipt
 
 POLL_S = 0.1
 FULL_QUEUE_WAIT_S = 0.005  # librdkafka's local queue is full: the poll thread drains it meanwhile
@@ -76,12 +76,23 @@ class KafkaPublisher:
             await asyncio.to_thread(self._client.ensure_topic, topic)
             self._ensured.add(topic)
         headers: h.Headers = [*tracing.inject(envelope), (h.MESSAGE_ID, envelope.message_id.encode())]
+        await self._acked(topic, routing_key(envelope).encode(), codec.encode(envelope), headers,
+                          envelope.message_id, "retry with the same idempotency_key")
+
+    async def receipt(self, receipt: Receipt) -> None:
+        """A receipt to `<ns>.receipts` keyed by its message id (a provider's delivery report), acknowledged."""
+        key = receipt.message_id
+        await self._acked(self._client.names.receipts, key.encode(), codec.encode(receipt),
+                          [(h.MESSAGE_ID, key.encode())], key, "post the report again")
+
+    async def _acked(self, topic: str, key: bytes, value: bytes, headers: h.Headers, what: str, hint: str) -> None:
+        """Produce and wait for the broker's ack: BrokerRefused when it refused the record, else InfraUnavailable."""
         self._loop = loop = asyncio.get_running_loop()
         ack: asyncio.Future[KafkaError | None] = loop.create_future()
         try:
             # the margin covers the delivery report's own latency after librdkafka's timeout fires
             async with asyncio.timeout(self._ack_timeout + 5):
-                await self._produce(topic, routing_key(envelope).encode(), codec.encode(envelope), headers, ack)
+                await self._produce(topic, key, value, headers, ack)
                 err = await ack
         except TimeoutError:
             err = KafkaError(KafkaError._MSG_TIMED_OUT)
@@ -90,10 +101,10 @@ class KafkaPublisher:
             return
         failure = refusal(topic, err)
         if isinstance(failure, RecordRefused):
-            raise BrokerRefused(f"the broker refused {envelope.message_id}: {failure}")
+            raise BrokerRefused(f"the broker refused {what}: {failure}")
         self._failing = True
-        raise InfraUnavailable(f"the broker did not acknowledge {envelope.message_id} on {topic} within "
-                               f"{self._ack_timeout:g}s ({failure}); retry with the same idempotency_key")
+        raise InfraUnavailable(f"the broker did not acknowledge {what} on {topic} within "
+                               f"{self._ack_timeout:g}s ({failure}); {hint}")
 
     async def _produce(self, topic: str, key: bytes, value: bytes, headers: h.Headers,
                        ack: asyncio.Future[KafkaError | None]) -> None:

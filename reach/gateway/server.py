@@ -29,5 +29,5 @@ def serve(guards: Guards, *, host: str, port: int, config: GatewayConfig) -> Non
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     http = config.http
     deps = build_dependencies(guards, port=port, config=config)
-    app = build_gateway(deps, http, closure=config.closure)
+    app = build_gateway(deps, http, closure=config.closure, reports=config.reports)
     uvicorn.Server(uvicorn_config(app, host=host, port=port, http=http)).run()

@@ -14,7 +14,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from reach.channels.settings import ClosureSettings
+from reach.channels.settings import ClosureSettings, ReportSettings
 from reach.errors import InfraUnavailable
 from reach.gateway import openapi
 from reach.gateway.checks import Refusal
@@ -28,6 +28,7 @@ from reach.gateway.routes_console import console_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
 from reach.gateway.routes_input import input_routes
 from reach.gateway.routes_mcp import mcp_endpoint, mcp_route
+from reach.gateway.routes_reports import report_routes
 from reach.gateway.routes_status import status_routes
 
 UNMATCHED = "(unmatched)"  # route label of requests no route matched: never the raw path (unbounded labels)
@@ -123,8 +124,9 @@ class HotPath:
 
 
 def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics | None = None, *,
-                  closure: ClosureSettings) -> FastAPI:
-    """The HTTP service over its dependencies; `deps.closers` run when the app shuts down."""
+                  closure: ClosureSettings, reports: ReportSettings | None = None) -> FastAPI:
+    """The HTTP service over its dependencies; `deps.closers` run when the app shuts down. Without `reports`
+    (the providers' report secrets) the report routes answer 404 `reports_off`."""
     metrics = metrics or GatewayMetrics()
     admission = Admission(deps, settings, metrics)
     mcp = mcp_endpoint(admission, deps.directory)
@@ -144,6 +146,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMe
     app.include_router(envelopes)
     app.include_router(status_routes(admission))
     app.include_router(callback_routes(admission, closure))
+    app.include_router(report_routes(admission, reports))
     if deps.console is not None:
         app.include_router(console_routes(deps.console, deps.status))
     app.include_router(cancel_routes(admission))

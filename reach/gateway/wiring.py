@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from reach import client as sdk
 from reach.a2a.cancelsink import KafkaCancels
 from reach.callers import AppDirectory
-from reach.channels.settings import ClosureSettings
+from reach.channels.settings import ClosureSettings, ReportSettings
 from reach.gateway.budgets import Budgets
 from reach.gateway.catalog import RegistryCatalog
 from reach.gateway.deps import Dependencies
@@ -45,6 +45,7 @@ class GatewayConfig:
     gateway: GatewaySettings
     http: HttpSettings
     closure: ClosureSettings
+    reports: ReportSettings | None = None  # the providers' report secrets (POST /v1/reports/...); None: off
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
                       cache_s=config.gateway.budget_cache_s, tenants=reach.tenant_spend_limits())
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
-                        directory=guards.directory, cancels=cancels, turns=turns, budgets=budgets,
+                        directory=guards.directory, cancels=cancels, turns=turns, budgets=budgets, receipts=publisher,
                         closers=(publisher.close, cancels.close, turns.close, replies.close, catalog.close,
                                  status.aclose, idempotency.aclose, spend.aclose, console.close, *guards.closers))
 

@@ -14,6 +14,7 @@ from reach.agent.outcomes import Outcome, from_exception
 from reach.channels.agent import ChannelService, channel_agent, signal_for
 from reach.channels.catalog import channel
 from reach.channels.errors import ChannelMisconfigured
+from reach.channels.health import ChannelState
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent
 from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.steps import DeliverySteps
@@ -274,3 +275,21 @@ def test_only_the_status_folds_question_makes_a_reply_an_answer() -> None:
     answers = [read(b"k", svc.reply_url(env, payload).rsplit("/", 1)[1], now=1_001).answers
                for env in (forged, question)]
     assert answers == [None, "victim"]
+
+
+def test_sends_reported_later_at_the_gateway_never_count_as_missing_reports() -> None:
+    """REACH_CHANNEL_SMS_REPORTS=webhook: the instance never sees the report, so its arrival signal must not grade
+    those sends (else 10 sends without a report at the instance would open the channel)."""
+    now = [0]
+    svc, _ = service(FakeProvider(Sent(provider_message_id="p", reported_later=True), confirms=False))
+    svc.clock = lambda: now[0]
+    polled, _ = service(FakeProvider(Sent(provider_message_id="p"), confirms=False))
+    polled.clock = lambda: now[0]
+    for n in range(12):
+        for one in (svc, polled):
+            env = callback_envelope().model_copy(update={"message_id": f"m{n}-cb0"})
+            asyncio.run(one.handle(json.loads(env.payload), ctx(env)))
+    now[0] = 20_000  # past the report grace
+    assert svc.health.signals(now[0])[2] is None  # nothing expected, nothing graded
+    assert svc.health.state(now[0]) is ChannelState.HEALTHY
+    assert polled.health.state(now[0]) is ChannelState.OPEN  # expected, never arrived: what webhook mode avoids

@@ -12,11 +12,12 @@ from pydantic import SecretStr
 
 from reach import signing
 from reach.channels.errors import ChannelMisconfigured
+from reach.channels.guard import Resolver, pinned, refused_address
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, Sent, classify_status
 from reach.channels.settings import ChannelSettings
 from reach.channels.sms import SmsProvider, text_of
 from reach.channels.smtp import classify_smtp, compose
-from reach.channels.webhook import SIGNATURE_HEADER, Resolver, WebhookProvider, body_bytes, pinned, refused_address
+from reach.channels.webhook import SIGNATURE_HEADER, WebhookProvider, body_bytes
 
 MESSAGE = OutboundMessage(endpoint="https://receiver.test/hook", body={"status": "COMPLETED", "fields": {"$.a": 1}},
                           message_id="01JCALLBACKMESSAGE0000000-cb0", trace_id="t1", subject="done")
@@ -323,3 +324,12 @@ def test_webhooks_are_signed_per_tenant_over_tenant_url_and_body_with_both_secre
                                  tenant="acme", url=url, body=body, now=now)
     assert "v1=" not in header  # the one-secret signature is gone unless REACH_CHANNEL_WEBHOOK_LEGACY_V1
     assert not isinstance(signing.verify(b"new", header, body, now=now), signing.Signature)
+
+
+def test_sms_with_webhook_reports_does_not_poll_and_says_so() -> None:
+    api = FakeSmsApi(polls=1)
+    provider = SmsProvider(SETTINGS.model_copy(update={"sms_reports": "webhook"}), transport=httpx.MockTransport(api))
+    sent = _run(provider.send(MESSAGE.__class__(endpoint="+15551234567", body={"text": "hi"}, message_id="m",
+                                                 trace_id="t")))
+    assert sent == Sent(provider_message_id="sms-1", delivered=False, reported_later=True)
+    assert _run(provider.delivered(sent)) is False and api.polls == 1  # no GET: the report comes to the gateway

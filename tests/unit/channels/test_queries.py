@@ -50,3 +50,20 @@ def test_callback_effective_rate(tmp_path: Path) -> None:
 
 def test_closure_rate(tmp_path: Path) -> None:
     assert run("closure.sql", tmp_path) == [("channel.webhook", 8, 6, 0.75)]
+
+
+def test_delivery_states_per_channel(tmp_path: Path) -> None:
+    """4 emails sent: 3 delivered, 1 bounced (after its DELIVERED: the SMTP server took it); 2 IMs, 1 read twice."""
+    out: list[Receipt] = []
+    for n in range(4):
+        out += [receipt(f"e{n}", Status.SENT, 1_000, capability="channel.email", channel="email"),
+                receipt(f"e{n}", Status.DELIVERED, 1_000, capability="channel.email", channel="email")]
+    out.append(receipt("e3", Status.BOUNCED, 9_000, capability="channel.email", channel="email"))
+    for n in range(2):
+        out += [receipt(f"i{n}", Status.SENT, 1_000, capability="channel.im", channel="im"),
+                receipt(f"i{n}", Status.DELIVERED, 1_000, capability="channel.im", channel="im")]
+    out += [receipt("i0", Status.READ, 5_000, capability="channel.im", channel="im"),
+            receipt("i0", Status.READ, 6_000, capability="channel.im", channel="im")]
+    con = analytics.load(iter(analytics.flatten(r) for r in out), tmp_path)
+    rows = analytics.query(con, (QUERIES / "delivery_states.sql").read_text())[1]
+    assert rows == [("channel.email", 4, 4, 0, 1, 1.0, 0.0, 0.25), ("channel.im", 2, 2, 1, 0, 1.0, 0.5, 0.0)]
