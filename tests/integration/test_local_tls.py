@@ -10,7 +10,6 @@ broker is never touched. docs/decisions/0038-tls-and-auth-on-every-hop.md.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -27,47 +26,21 @@ from reach.tooling.bench import noop_agent
 from reach.tooling.bench.gateway_stack import GatewayStack, envelope_body, post
 from reach.tooling.local.certs import files_in
 from reach.tooling.local.process import free_port
+from tests.integration.local_support import ROOT, local_up, reach, with_namespace
 
-ROOT = Path(__file__).resolve().parents[2]
 _HANG_GUARD_S = 60  # a refused client must end well before this (the CLI's own broker timeout is 10 s)
-
-
-def _clean_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REACH_")}
-    env.update(REACH_HOME=str(home), REACH_TOPICS_FILE=str(ROOT / "topics.yaml"))
-    return env
-
-
-def _reach(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reach", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def tls_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The environment `eval $(reach local up --tls)` gives, for a broker and Redis of this module's own."""
-    home = tmp_path_factory.mktemp("tls-home")
-    base = _clean_env(home)
-    try:
-        up = _reach(base, "local", "up", "--tls")
-        assert up.returncode == 0, up.stderr
-        exports = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
+    with local_up(tmp_path_factory.mktemp("tls-home"), "--tls") as (base, exports):
         assert exports["REACH_SECURITY_PROTOCOL"] == "SASL_SSL"
         assert exports["REACH_REDIS_URL"].startswith("rediss://reach:")
         assert Path(exports["REACH_SSL_CA_FILE"]).is_file() and exports["REACH_REDIS_CA_FILE"]
-        status = _reach({**base, **exports}, "local", "status")
-        assert status.returncode == 0 and status.stdout == up.stdout, "status prints the same exports"
+        status = reach({**base, **exports}, "local", "status")
+        assert status.returncode == 0 and status.stdout.splitlines() == [f"export {k}={v}" for k, v in exports.items()]
         yield {**base, **exports}
-    finally:
-        down = _reach(base, "local", "down")
-        assert "kafka" in down.stderr, down.stderr
-
-
-def _namespace(env: dict[str, str]) -> dict[str, str]:
-    ns = {**env, "REACH_NAMESPACE": "s" + uuid.uuid4().hex[:10]}
-    applied = _reach(ns, "topics", "apply")
-    assert applied.returncode == 0, applied.stderr
-    return ns
 
 
 def _kafka(env: dict[str, str]) -> KafkaSettings:
@@ -76,9 +49,10 @@ def _kafka(env: dict[str, str]) -> KafkaSettings:
                          sasl_password=env["REACH_SASL_PASSWORD"], ssl_ca_file=Path(env["REACH_SSL_CA_FILE"]))
 
 
+@pytest.mark.timeout(480)  # includes the module's `reach local up --tls` (~30 s idle, ~60 s at load average 9)
 def test_a_request_runs_end_to_end_over_https_sasl_ssl_and_redis_tls(tls_env: dict[str, str],
                                                                       tmp_path: Path) -> None:
-    env = _namespace(tls_env)
+    env = with_namespace(tls_env)
     port = free_port()
     router_log = open(tmp_path / "router.log", "wb")
     # the router's faust worker (aiokafka) and its confluent hot path log in over SASL_SSL; its fence is on TLS Redis
@@ -96,7 +70,7 @@ def test_a_request_runs_end_to_end_over_https_sasl_ssl_and_redis_tls(tls_env: di
             invoked = json.loads(answer)
             assert invoked["status"] == "COMPLETED" and invoked["agent_id"] == noop_agent.AGENT_ID, invoked
             # the CLI's producer and reply reader are SASL_SSL clients as well
-            sent = _reach(env, "send", noop_agent.CAPABILITY, "--payload", "{}", "--wait", "--json", "--timeout", "60")
+            sent = reach(env, "send", noop_agent.CAPABILITY, "--payload", "{}", "--wait", "--json", "--timeout", "60")
             assert sent.returncode == 0, sent.stdout + sent.stderr
             assert json.loads(sent.stdout)["status"] == "COMPLETED"
     finally:
@@ -112,7 +86,7 @@ def _refused(env: dict[str, str], *command: str) -> str:
     env = {**env, "REACH_NAMESPACE": "s" + uuid.uuid4().hex[:10], "REACH_WEB_PORT": str(free_port()),
            "REACH_GATEWAY_SECRETS_KEY": Fernet.generate_key().decode()}
     started = time.monotonic()
-    out = _reach(env, *command, timeout=_HANG_GUARD_S)
+    out = reach(env, *command, timeout=_HANG_GUARD_S)
     assert out.returncode == 4, out.stdout + out.stderr
     print(f"{' '.join(command)}: exit 4 after {time.monotonic() - started:.1f}s")
     return " ".join(out.stderr.split())  # rich wraps long lines
