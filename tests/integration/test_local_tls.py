@@ -10,6 +10,8 @@ broker is never touched. docs/decisions/0038-tls-and-auth-on-every-hop.md.
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -29,6 +31,7 @@ from reach.tooling.local.process import free_port
 from tests.integration.local_support import ROOT, local_up, reach, with_namespace
 
 _HANG_GUARD_S = 60  # a refused client must end well before this (the CLI's own broker timeout is 10 s)
+_API_VERSIONS = b"\x00\x00\x00\x0b\x00\x12\x00\x00\x00\x00\x00\x01\x00\x01x"  # v0, correlation 1, client "x"
 
 
 @pytest.fixture(scope="module")
@@ -115,3 +118,32 @@ def test_a_redis_client_with_a_wrong_password_is_refused(tls_env: dict[str, str]
     said = _refused({**tls_env, "REACH_REDIS_URL": url}, "gateway", "--port", str(free_port()))
     assert "Redis authentication failed" in said and "REACH_REDIS_URL" in said, said
     assert password not in said and "not-the-password" not in said, "the message never shows a password"
+
+
+def test_the_controller_listener_refuses_a_client_without_a_certificate(tls_env: dict[str, str]) -> None:
+    """No hop is left open: the controller listener is TLS with client certificates required (mutual TLS)."""
+    home = Path(tls_env["REACH_HOME"])
+    port = int(json.loads((home / "local.json").read_text())["controller_port"])
+    context = ssl.create_default_context(cafile=tls_env["REACH_SSL_CA_FILE"])  # trusts the broker, shows no cert
+    with pytest.raises(ssl.SSLError, match="BAD_CERTIFICATE|CERTIFICATE_REQUIRED"):  # Java says bad_certificate
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                tls.sendall(b"\x00\x00\x00\x00")  # TLS 1.3 sends its "certificate required" alert after the handshake
+                tls.recv(1)
+    context.load_cert_chain(*(str(p) for p in (files_in(home / "tls").cert, files_in(home / "tls").key)))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:  # with the broker's certificate it answers
+        with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            tls.sendall(_API_VERSIONS)
+            assert tls.recv(8)[4:8] == b"\x00\x00\x00\x01", "the ApiVersions answer (correlation id 1)"
+    for listener in (port, int(tls_env["REACH_BOOTSTRAP"].rsplit(":", 1)[1])):  # neither speaks plaintext Kafka
+        assert _answer_to_plaintext(listener) in (b"", b"\x15"), "closed, or a TLS alert record, never a Kafka answer"
+
+
+def _answer_to_plaintext(port: int) -> bytes:
+    """The first byte a listener sends back to a plaintext Kafka ApiVersions request (b"" when it hangs up)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.sendall(_API_VERSIONS)
+        try:
+            return raw.recv(1)
+        except ConnectionResetError:
+            return b""
