@@ -118,6 +118,9 @@ def _local_state(home: Path) -> dict[str, Any]:
     return data
 
 
+_LOCAL_TLS = ("The local {what} only, with a password (`reach local up --tls` in {home}), and this process has no "
+              "CA or credentials for it. Export them first: eval \"$(reach local status)\".")
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _SASL_FIELDS = ("sasl_mechanism", "sasl_username", "sasl_password")
@@ -207,6 +210,8 @@ class KafkaSettings(BaseSettings):
         if self.bootstrap:
             return self.bootstrap
         state = _local_state(home or self.home)
+        if state.get("tls") and self.security_protocol != "SASL_SSL":
+            raise InfraUnavailable(_LOCAL_TLS.format(home=home or self.home, what="broker serves SASL_SSL"))
         if state.get("bootstrap"):
             return str(state["bootstrap"])
         raise InfraUnavailable(
@@ -347,6 +352,8 @@ class RedisSettings(BaseSettings):
         if self.redis_url:
             return self.redis_url
         state = _local_state(home or self.home)
+        if state.get("tls") and self.redis_ca_file is None:
+            raise InfraUnavailable(_LOCAL_TLS.format(home=home or self.home, what="Redis serves TLS"))
         if state.get("redis_url"):
             return str(state["redis_url"])
         raise InfraUnavailable(

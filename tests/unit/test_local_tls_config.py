@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from reach.errors import ConfigError
+from reach.errors import ConfigError, InfraUnavailable
 from reach.settings import KafkaSettings, RedisSettings
 from reach.tooling.local import certs
 from reach.tooling.local.infra import LocalInfra, LocalStatus, _probe_config, _server_properties
@@ -126,3 +126,12 @@ def test_a_plaintext_home_is_not_switched_to_tls(tmp_path: Path) -> None:
     (tmp_path / "local.json").write_text('{"kafka_port": 9092}')
     with pytest.raises(ConfigError, match="plaintext broker"):
         LocalInfra(tmp_path).up(tls=True)
+
+
+def test_a_process_without_the_exports_is_told_to_take_them_from_local_status(tmp_path: Path) -> None:
+    (tmp_path / "local.json").write_text('{"tls": true, "bootstrap": "127.0.0.1:9094", '
+                                         '"redis_url": "rediss://reach:pw@127.0.0.1:6390/0"}')
+    with pytest.raises(InfraUnavailable, match=r"reach local status"):
+        KafkaSettings.model_construct(home=tmp_path, bootstrap=None, security_protocol="PLAINTEXT").servers()
+    with pytest.raises(InfraUnavailable, match=r"Redis serves TLS"):
+        RedisSettings(home=tmp_path).url()
