@@ -124,7 +124,7 @@ def test_tls_refuses_shapes_it_does_not_run(tmp_path: Path, kwargs: dict[str, ob
 
 def test_a_plaintext_home_is_not_switched_to_tls(tmp_path: Path) -> None:
     (tmp_path / "local.json").write_text('{"kafka_port": 9092}')
-    with pytest.raises(ConfigError, match="plaintext broker"):
+    with pytest.raises(ConfigError, match="plaintext broker and Redis"):
         LocalInfra(tmp_path).up(tls=True)
 
 
@@ -135,3 +135,9 @@ def test_a_process_without_the_exports_is_told_to_take_them_from_local_status(tm
         KafkaSettings.model_construct(home=tmp_path, bootstrap=None, security_protocol="PLAINTEXT").servers()
     with pytest.raises(InfraUnavailable, match=r"Redis serves TLS"):
         RedisSettings(home=tmp_path).url()
+
+
+def test_a_home_with_a_plaintext_redis_is_not_switched_to_tls(tmp_path: Path) -> None:
+    (tmp_path / "local.json").write_text('{"redis_port": 6379}')
+    with pytest.raises(ConfigError, match="plaintext broker and Redis"):
+        LocalInfra(tmp_path).up(tls=True)

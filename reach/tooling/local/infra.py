@@ -260,7 +260,8 @@ class LocalInfra:
         if had and had != brokers:
             raise ConfigError(f"This REACH_HOME ({self.home}) holds a {had}-broker setup, not {brokers}: run "
                               "`reach local down` and use another REACH_HOME (its data is kept per home).")
-        tls = self._check_tls(st, tls=tls, sasl=sasl, had=bool(had), brokers=brokers, redis_cluster=redis_cluster)
+        tls = self._check_tls(st, tls=tls, sasl=sasl, had=bool(had or st.get("redis_port") or st.get("redis_nodes")),
+                              brokers=brokers, redis_cluster=redis_cluster)
         self._up_redis(st, redis_cluster)
         if brokers > 1:
             return self._up_cluster(st, brokers, timeout)
@@ -456,8 +457,8 @@ class LocalInfra:
                    redis_cluster: int) -> bool:
         """Whether this `up` runs with TLS (asked for, or the home was started so), its passwords and CA made."""
         if had and tls and not st.get("tls"):
-            raise ConfigError(f"This REACH_HOME ({self.home}) holds a plaintext broker: run `reach local down` and use "
-                              "another REACH_HOME for --tls (its data is kept per home).")
+            raise ConfigError(f"This REACH_HOME ({self.home}) holds a plaintext broker and Redis: run `reach local "
+                              "down` and use another REACH_HOME for --tls (its data is kept per home).")
         tls = tls or bool(st.get("tls"))
         if not tls:
             return False
