@@ -9,6 +9,7 @@ on one slot; a read over many slots goes through `mget` here, per slot on a clus
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -18,6 +19,8 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.crc import key_slot
+
+from reach.errors import InfraUnavailable
 
 SyncRedis = redis.Redis | redis.cluster.RedisCluster
 AsyncRedis = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
@@ -51,6 +54,67 @@ def async_client(url: str, **options: Any) -> AsyncRedis:
     if is_cluster(url):
         return redis.asyncio.cluster.RedisCluster.from_url(node_url(url), **options)
     return redis.asyncio.Redis.from_url(url, **options)
+
+
+def where(url: str) -> str:
+    """The URL without its credentials and query (`rediss://host:port/0`): what an error or a log may show."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def check_credentials(url: str, timeout: float = 5.0) -> None:
+    """PING Redis once; raise InfraUnavailable (CLI exit 4) when its TLS handshake or its login is refused.
+
+    Entry points call it before they start, so a wrong CA or password is one clear line instead of a worker that
+    retries a handshake forever. A Redis that does not answer passes: every user already rides out an outage
+    (leases, fence and cache are losable), and a worker started before its Redis must still start."""
+    try:
+        client = sync_client(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:  # noqa: BLE001 - redis-py wraps TLS and socket failures in several types
+        if refused(exc):
+            raise InfraUnavailable(refusal(url, exc)) from None
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether a failed call means wrong credentials or TLS set-up (not an outage that passes)."""
+    return _auth_failure(exc) or _tls_failure(exc)
+
+
+def refusal(url: str, exc: BaseException) -> str:
+    """What a failed PING of `url` means, and what to check."""
+    shown = where(url)
+    text = str(exc).rstrip(". ")
+    if _auth_failure(exc):
+        return (f"Redis authentication failed at {shown}: {text}. Check the user and password in REACH_REDIS_URL "
+                "(rediss://user:password@host:port/0).")
+    if _tls_failure(exc):
+        return (f"Redis TLS handshake failed at {shown}: {text}. Check REACH_REDIS_CA_FILE (the CA that signed "
+                "Redis's certificate) and that REACH_REDIS_URL starts with rediss://.")
+    hint = "" if shown.startswith("rediss") else " If that Redis serves TLS only, use a rediss:// URL."
+    return f"Redis does not answer at {shown} ({type(exc).__name__}: {text}). Check REACH_REDIS_URL.{hint}"
+
+
+def _auth_failure(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, redis.AuthenticationError | redis.exceptions.NoPermissionError) or any(
+        m in text for m in ("WRONGPASS", "NOAUTH", "invalid username-password"))
+
+
+def _tls_failure(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLError) or "CERTIFICATE_VERIFY_FAILED" in str(seen) or "SSL" in type(seen).__name__:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def tag(value: str) -> str:

@@ -33,6 +33,8 @@
 | REACH_SSL_KEY_FILE        | (none)                      | PEM private key of the client certificate           |
 | REACH_SSL_KEY_PASSWORD    | (none)                      | password of that key (secret)                       |
 | REACH_SSL_CHECK_HOSTNAME  | true                        | verify the broker's name against its certificate    |
+| REACH_REDIS_CA_FILE       | (system trust store)        | PEM file of the CA that signed Redis's certificate  |
+|                           |                             | (with a rediss:// REACH_REDIS_URL)                  |
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import json
 import ssl
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -114,6 +117,9 @@ def _local_state(home: Path) -> dict[str, Any]:
         return {}
     return data
 
+
+_LOCAL_TLS = ("The local {what} only, with a password (`reach local up --tls` in {home}), and this process has no "
+              "CA or credentials for it. Export them first: eval \"$(reach local status)\".")
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -204,6 +210,8 @@ class KafkaSettings(BaseSettings):
         if self.bootstrap:
             return self.bootstrap
         state = _local_state(home or self.home)
+        if state.get("tls") and self.security_protocol != "SASL_SSL":
+            raise InfraUnavailable(_LOCAL_TLS.format(home=home or self.home, what="broker serves SASL_SSL"))
         if state.get("bootstrap"):
             return str(state["bootstrap"])
         raise InfraUnavailable(
@@ -316,15 +324,36 @@ class RedisSettings(BaseSettings):
     home: Path = Path(".reach")
     """REACH_HOME, where `reach local up` records its Redis (the fallback of `url()`)."""
     redis_url: str | None = None
+    redis_ca_file: Path | None = None
+    """REACH_REDIS_CA_FILE: the CA that signed a TLS Redis's certificate (`url()` hands it to every client)."""
     terminal_ttl: int = Field(default=RESULT_TTL_S, ge=1)
     """Seconds the router and the timekeeper keep a message's first terminal receipt (reach.terminals)."""
 
+    @model_validator(mode="after")
+    def _ca_needs_tls(self) -> RedisSettings:
+        if self.redis_ca_file is None:
+            return self
+        if not Path(self.redis_ca_file).is_file():
+            raise ConfigError(f"REACH_REDIS_CA_FILE={self.redis_ca_file}: no such file. Expected a PEM file readable "
+                              "here (the CA that signed Redis's certificate).")
+        if self.redis_url and not urlsplit(self.redis_url).scheme.lower().startswith("rediss"):
+            raise ConfigError("REACH_REDIS_CA_FILE is set, but REACH_REDIS_URL is not a TLS URL: use rediss:// "
+                              "(rediss+cluster:// for a cluster), or unset REACH_REDIS_CA_FILE.")
+        return self
+
     def url(self, home: Path | None = None) -> str:
         """The Redis URL: REACH_REDIS_URL, else the local Redis started by `reach local up`; `redis+cluster://`
-        names a Redis Cluster (reach.redisclient builds the client from it)."""
+        names a Redis Cluster (reach.redisclient builds the client from it). With REACH_REDIS_CA_FILE the URL
+        carries it (`ssl_ca_certs`), so every client built from the URL alone, in this process or a child given
+        it, verifies Redis against that CA."""
+        return self._with_ca(self._plain_url(home))
+
+    def _plain_url(self, home: Path | None) -> str:
         if self.redis_url:
             return self.redis_url
         state = _local_state(home or self.home)
+        if state.get("tls") and self.redis_ca_file is None:
+            raise InfraUnavailable(_LOCAL_TLS.format(home=home or self.home, what="Redis serves TLS"))
         if state.get("redis_url"):
             return str(state["redis_url"])
         raise InfraUnavailable(
@@ -332,6 +361,14 @@ class RedisSettings(BaseSettings):
             "Start one with `reach local up`, or export REACH_REDIS_URL=redis://host:port/0 (a Redis Cluster: "
             "redis+cluster://host:port)."
         )
+
+    def _with_ca(self, url: str) -> str:
+        parts = urlsplit(url)
+        if self.redis_ca_file is None or not parts.scheme.lower().startswith("rediss"):
+            return url
+        query = [(k, v) for k, v in parse_qsl(parts.query) if k != "ssl_ca_certs"]
+        query.append(("ssl_ca_certs", str(self.redis_ca_file)))
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
 
 
 class CanarySettings(BaseSettings):

@@ -11,7 +11,9 @@ import sys
 import typer
 
 from reach.agent import Agent
+from reach.cli.common import check_redis_login
 from reach.errors import ReachError
+from reach.settings import RedisSettings
 
 app = typer.Typer(help="Run agents.", no_args_is_help=True)
 
@@ -47,5 +49,6 @@ def run(target: str = typer.Argument(..., help="MODULE:ATTR of an Agent, e.g. ex
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     agent = load_agent(target)
     agent.validate()
+    check_redis_login(RedisSettings())  # exit 4 now on a refused Redis login or TLS handshake, not a retry loop
     logging.getLogger("reach.agent").info("starting %s as instance %s", agent.agent_id, agent.instance_id)
     agent.run()

@@ -12,7 +12,7 @@ from rich.markup import escape
 from typer.exceptions import TyperException
 
 from reach.errors import ConfigError, InfraUnavailable, InvalidName, ReachError
-from reach.settings import ReachSettings
+from reach.settings import ReachSettings, RedisSettings
 
 console = Console()
 err_console = Console(stderr=True)
@@ -38,6 +38,18 @@ def operator_id(settings: ReachSettings) -> str:
         except (KeyError, OSError):
             return "reach-cli"
     return f"reach-cli:{name}"
+
+
+def check_redis_login(redis: RedisSettings) -> None:
+    """Exit 4 at start when the configured Redis refuses this process's TLS set-up or password (no Redis
+    configured, or one that does not answer yet, passes: the workers ride out Redis outages)."""
+    from reach.redisclient import check_credentials
+
+    try:
+        url = redis.url()
+    except InfraUnavailable:
+        return
+    check_credentials(url)
 
 
 def exit_code_for(error: ReachError) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from reach.settings import ReachSettings
@@ -11,9 +13,14 @@ def gateway(
     host: str | None = typer.Option(None, "--host", help="address to bind (default REACH_GATEWAY_HOST, 127.0.0.1)"),
     port: int | None = typer.Option(None, "--port", min=1, max=65535,
                                     help="port to bind (default REACH_GATEWAY_PORT, 8080)"),
+    tls_cert: Path | None = typer.Option(None, "--tls-cert", help="serve HTTPS with this PEM certificate (chain) "
+                                         "(default REACH_GATEWAY_TLS_CERT_FILE); needs --tls-key"),
+    tls_key: Path | None = typer.Option(None, "--tls-key", help="the PEM private key of --tls-cert "
+                                        "(default REACH_GATEWAY_TLS_KEY_FILE)"),
 ) -> None:
     """Serve POST /v1/envelopes, /v1/invoke and the status routes to signed apps (OpenAPI at /openapi.json)."""
     from reach.channels.settings import ClosureSettings, ReportSettings
+    from reach.cli.common import check_redis_login
     from reach.gateway.httpsettings import HttpSettings
     from reach.gateway.server import serve
     from reach.gateway.settings import GatewaySettings
@@ -21,9 +28,13 @@ def gateway(
     from reach.kafka import clients
     from reach.settings import KafkaSettings, RedisSettings
 
+    listen = GatewaySettings()
+    if tls_cert is not None or tls_key is not None:  # the options win over REACH_GATEWAY_TLS_*; checked again
+        listen = GatewaySettings(tls_cert_file=tls_cert or listen.tls_cert_file,
+                                 tls_key_file=tls_key or listen.tls_key_file)
     config = GatewayConfig(reach=ReachSettings(), kafka=KafkaSettings(), redis=RedisSettings(),
-                           gateway=GatewaySettings(), http=HttpSettings(), closure=ClosureSettings(),
+                           gateway=listen, http=HttpSettings(), closure=ClosureSettings(),
                            reports=ReportSettings())
     clients.check_reachable(clients.admin(config.kafka))  # exit 4 in seconds, before the apps directory waits
-    listen = config.gateway
+    check_redis_login(config.redis)
     serve(door_guards(config), host=host or listen.host, port=port or listen.port, config=config)

@@ -23,6 +23,8 @@ def _report(status: LocalStatus, as_json: bool) -> None:
         console.print_json(json.dumps(status.as_dict()))
         return
     sasl = f"  sasl: {status.sasl.bootstrap} (user {status.sasl.username})" if status.sasl else ""
+    if status.tls is not None:
+        sasl = f"  tls: SASL_SSL {status.tls.bootstrap} (user {status.tls.username}), rediss, CA {status.tls.files.ca}"
     nodes = f" ({status.brokers} brokers)" if status.brokers > 1 else ""
     redis = f"redis cluster ({status.redis_cluster} masters, {status.redis_url})" if status.redis_cluster else "redis"
     err_console.print(
@@ -45,14 +47,17 @@ def up(
     redis_cluster: int = typer.Option(0, "--redis-cluster", help="Start a Redis Cluster of this many masters "
                                       "(3: the scale-out shape) instead of the single Redis; REACH_REDIS_URL is then "
                                       "its redis+cluster:// URL. Use its own REACH_HOME."),
+    tls: bool = typer.Option(False, "--tls", help="Encrypt and authenticate every hop: a local CA and certificate, "
+                             "the broker on SASL_SSL (SCRAM) only, Redis on TLS with an ACL user; the exports name "
+                             "the CA and credentials. Use its own REACH_HOME (it stays TLS)."),
 ) -> None:
     """Start the broker(s) and Redis (idempotent: a second call reports the running ones)."""
     infra = _infra()
     before = infra.status()
-    if (before.running and (before.sasl is not None or not sasl) and before.brokers == brokers
-            and before.redis_cluster == redis_cluster):
+    if (before.running and (before.sasl is not None or not sasl) and (before.tls is not None or not tls)
+            and before.brokers == brokers and before.redis_cluster == redis_cluster):
         err_console.print("already running")
-    _report(infra.up(sasl=sasl, brokers=brokers, redis_cluster=redis_cluster), as_json)
+    _report(infra.up(sasl=sasl, brokers=brokers, redis_cluster=redis_cluster, tls=tls), as_json)
 
 
 @app.command()

@@ -10,6 +10,7 @@ from types import FrameType
 
 import typer
 
+from reach.cli.common import check_redis_login
 from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
@@ -44,6 +45,7 @@ def router(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     kafka, settings, redis = KafkaSettings(), ReachSettings(), RedisSettings()
     clients.check_reachable(clients.admin(kafka))
+    check_redis_login(redis)
     if use_faust:
         import faust
 

@@ -23,16 +23,20 @@
 | REACH_GATEWAY_BUDGET_WARN            | 0.8         | share of an app's spend limit at which the gateway's     |
 |                                      |             | budget warning gauge turns 1 (docs/operations.md)        |
 | REACH_GATEWAY_BUDGET_CACHE_S         | 1.0         | seconds an app's spend counts are reused before re-read  |
+| REACH_GATEWAY_TLS_CERT_FILE          | (none)      | PEM certificate (chain): serve HTTPS with it and the key |
+| REACH_GATEWAY_TLS_KEY_FILE           | (none)      | PEM private key of that certificate                      |
 """
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Self
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from reach.errors import ConfigError
 from reach.gateway.quotas import Limit
 
 
@@ -55,6 +59,19 @@ class GatewaySettings(BaseSettings):
     read_burst: int = Field(default=100, ge=1)
     budget_warn: float = Field(default=0.8, gt=0, le=1)
     budget_cache_s: float = Field(default=1.0, ge=0)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Self:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("HTTPS needs both REACH_GATEWAY_TLS_CERT_FILE and REACH_GATEWAY_TLS_KEY_FILE (PEM files; "
+                             "`--tls-cert` and `--tls-key`): set both, or neither to serve plain HTTP.")
+        for name, path in (("CERT", self.tls_cert_file), ("KEY", self.tls_key_file)):
+            if path is not None and not path.is_file():
+                raise ConfigError(f"REACH_GATEWAY_TLS_{name}_FILE={path}: no such file. Expected a PEM file "
+                                  "readable here.")
+        return self
 
     @model_validator(mode="after")
     def _limits_make_buckets(self) -> Self:

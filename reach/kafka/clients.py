@@ -136,6 +136,12 @@ def check_reachable(client: AdminClient, timeout: float = 10.0) -> None:
         except Exception as exc:  # noqa: BLE001 - librdkafka reports unreachability as a generic KafkaException
             client.poll(0)  # serves the error callback, which records a refused login
             refused = kafkaerrors.failure_since(start)
+            if refused is not None and kafkaerrors.is_tls(refused):
+                raise InfraUnavailable(
+                    f"Kafka TLS handshake failed: {refused}. Check REACH_SSL_CA_FILE (the PEM file of the CA that "
+                    "signed the broker's certificate; `reach local status` prints it for `reach local up --tls`) and "
+                    "REACH_SSL_CHECK_HOSTNAME."
+                ) from None
             if refused is not None:
                 raise InfraUnavailable(
                     f"Kafka authentication failed: {refused}. Check REACH_SASL_USERNAME, REACH_SASL_PASSWORD and "
@@ -143,5 +149,6 @@ def check_reachable(client: AdminClient, timeout: float = 10.0) -> None:
                 ) from None
             if time.monotonic() >= deadline:
                 raise InfraUnavailable(
-                    f"The Kafka broker does not answer ({exc}). Check REACH_BOOTSTRAP or run `reach local up`."
+                    f"The Kafka broker does not answer ({exc}). Check REACH_BOOTSTRAP or run `reach local up`; a "
+                    "broker that closes every connection may want TLS or SASL: check REACH_SECURITY_PROTOCOL."
                 ) from None

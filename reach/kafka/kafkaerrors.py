@@ -60,6 +60,12 @@ def on_error(error: KafkaErrorLike) -> None:
     log.warning("Kafka client error: %s", error.str())
 
 
+def is_tls(message: str) -> bool:
+    """Whether a recorded credential error is a failed TLS handshake (an unknown CA, a wrong host name) rather than
+    a refused login."""
+    return "SSL handshake failed" in message or "certificate verify failed" in message
+
+
 def failure_since(start: float) -> str | None:
     """The credential error seen at or after `start` (time.monotonic()), if any."""
     return _SEEN.since(start)

@@ -8,7 +8,6 @@ broker is never touched.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -25,46 +24,20 @@ from reach.settings import KafkaSettings
 from reach.tooling.bench.gateway_stack import ENVELOPES, GatewayStack, envelope_body, post
 from reach.tooling.local.process import free_port
 from tests.integration.agent_support import wait_for
+from tests.integration.local_support import ROOT, local_up, reach, with_namespace
 
-ROOT = Path(__file__).resolve().parents[2]
 # bounds for "does not hang": the CLI's own broker timeout is 10 s; a refused login must end well before it
 _HANG_GUARD_S = 60
-
-
-def _clean_env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REACH_")}
-    env.update(REACH_HOME=str(home), REACH_TOPICS_FILE=str(ROOT / "topics.yaml"))
-    return env
-
-
-def _reach(env: dict[str, str], *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "reach", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def sasl_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The environment `eval $(reach local up --sasl)` gives, for a broker of this module's own."""
-    home = tmp_path_factory.mktemp("sasl-home")
-    base = _clean_env(home)
-    try:
-        up = _reach(base, "local", "up", "--sasl")
-        assert up.returncode == 0, up.stderr
-        exports = dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
+    with local_up(tmp_path_factory.mktemp("sasl-home"), "--sasl") as (base, exports):
         assert exports["REACH_SECURITY_PROTOCOL"] == "SASL_PLAINTEXT"
         assert exports["REACH_SASL_MECHANISM"] in ("SCRAM-SHA-256", "SCRAM-SHA-512")
         assert exports["REACH_SASL_USERNAME"] and exports["REACH_SASL_PASSWORD"]
         yield {**base, **exports}
-    finally:
-        down = _reach(base, "local", "down")
-        assert "kafka" in down.stderr, down.stderr
-
-
-def _namespace(env: dict[str, str]) -> dict[str, str]:
-    ns = {**env, "REACH_NAMESPACE": "s" + uuid.uuid4().hex[:10]}
-    applied = _reach(ns, "topics", "apply")
-    assert applied.returncode == 0, applied.stderr
-    return ns
 
 
 def _healthy(port: int, proc: subprocess.Popen[bytes], log: Path) -> bool:
@@ -77,13 +50,13 @@ def _healthy(port: int, proc: subprocess.Popen[bytes], log: Path) -> bool:
 
 
 def _echo_ready(env: dict[str, str]) -> bool:
-    out = _reach(env, "agents", "--json")
+    out = reach(env, "agents", "--json")
     return out.returncode == 0 and any(r["agent_id"] == "agent://demo/echo" and r["state"] == "READY"
                                        for r in json.loads(out.stdout or "[]"))
 
 
 def test_router_and_agent_route_with_the_scram_credentials(sasl_env: dict[str, str], tmp_path: Path) -> None:
-    env = _namespace(sasl_env)
+    env = with_namespace(sasl_env)
     port = free_port()
     router_log, agent_log = open(tmp_path / "router.log", "wb"), open(tmp_path / "agent.log", "wb")
     # the faust worker (aiokafka) and the confluent hot path both log in over SASL/SCRAM
@@ -94,7 +67,7 @@ def test_router_and_agent_route_with_the_scram_credentials(sasl_env: dict[str, s
     try:
         wait_for(lambda: _healthy(port, router, tmp_path / "router.log"), 120, "the router's /healthz", interval=0.5)
         wait_for(lambda: _echo_ready(env), 60, "the echo agent READY in the registry", interval=0.5)
-        sent = _reach(env, "send", "demo.echo", "--payload", '{"text": "over scram"}', "--wait", "--json",
+        sent = reach(env, "send", "demo.echo", "--payload", '{"text": "over scram"}', "--wait", "--json",
                       "--timeout", "60")
         assert sent.returncode == 0, sent.stdout + sent.stderr
         receipt = json.loads(sent.stdout)
@@ -113,7 +86,7 @@ def test_router_and_agent_route_with_the_scram_credentials(sasl_env: dict[str, s
 
 
 def test_the_gateway_accepts_signed_requests_over_scram(sasl_env: dict[str, str], tmp_path: Path) -> None:
-    env = _namespace(sasl_env)
+    env = with_namespace(sasl_env)
     env["REACH_HOME"] = str(tmp_path / "gateway-home")  # its app secrets' at-rest key; the broker's state stays put
     # the gateway's Kafka clients (apps directory, registry, publisher, replies) all log in over SASL/SCRAM
     with GatewayStack(env={k: v for k, v in env.items() if k.startswith("REACH_")}, kafka=_kafka(env)) as gateway:
@@ -136,7 +109,7 @@ def test_a_wrong_password_fails_fast_with_exit_4(sasl_env: dict[str, str], comma
            "REACH_WEB_PORT": str(free_port()), "REACH_GATEWAY_SECRETS_KEY": Fernet.generate_key().decode()}
     command = tuple(str(free_port()) if part == "{port}" else part for part in command)
     started = time.monotonic()
-    out = _reach(env, *command, timeout=_HANG_GUARD_S)
+    out = reach(env, *command, timeout=_HANG_GUARD_S)
     took = time.monotonic() - started
     assert out.returncode == 4, out.stdout + out.stderr
     assert "authentication failed" in out.stderr.lower(), out.stderr
@@ -146,5 +119,5 @@ def test_a_wrong_password_fails_fast_with_exit_4(sasl_env: dict[str, str], comma
 
 def test_a_client_without_credentials_is_refused_by_the_sasl_listener(sasl_env: dict[str, str]) -> None:
     env = {k: v for k, v in sasl_env.items() if not k.startswith(("REACH_SASL_", "REACH_SECURITY_"))}
-    out = _reach(env, "topics", "plan", timeout=_HANG_GUARD_S)
+    out = reach(env, "topics", "plan", timeout=_HANG_GUARD_S)
     assert out.returncode == 4, out.stdout + out.stderr

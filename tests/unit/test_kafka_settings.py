@@ -178,3 +178,11 @@ def test_an_old_refusal_does_not_fail_a_later_check() -> None:
 
     clients.check_reachable(_Answers(), timeout=1)  # type: ignore[arg-type]
     assert kafkaerrors.failure_since(float("inf")) is None
+
+
+def test_check_reachable_says_tls_and_names_the_ca_file_when_the_handshake_fails() -> None:
+    admin = _RefusingAdmin(_Error("_SSL", "sasl_ssl://127.0.0.1:9094/bootstrap: SSL handshake failed: "
+                                  "certificate verify failed: broker certificate could not be verified"))
+    with pytest.raises(InfraUnavailable, match="Kafka TLS handshake failed") as caught:
+        clients.check_reachable(admin, timeout=30)  # type: ignore[arg-type]
+    assert "REACH_SSL_CA_FILE" in str(caught.value)

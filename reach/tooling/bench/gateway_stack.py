@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.tooling.bench import noop_agent
 from reach.tooling.bench.subprocesses import Child
+from reach.tooling.local.certs import TlsFiles
 from reach.tooling.local.process import free_port
 
 ENVELOPES = "/v1/envelopes"
@@ -52,11 +54,12 @@ def envelope_body(capability: str = noop_agent.CAPABILITY, payload: object = Non
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def post(url: str, body: bytes, headers: dict[str, str], timeout: float = 10.0) -> tuple[int, bytes]:
-    """One blocking POST; the status and body whatever the status."""
+def post(url: str, body: bytes, headers: dict[str, str], timeout: float = 10.0,
+         context: ssl.SSLContext | None = None) -> tuple[int, bytes]:
+    """One blocking POST (`context`: how an https:// URL is verified); the status and body whatever the status."""
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
             return int(resp.status), bytes(resp.read())
     except urllib.error.HTTPError as exc:
         return int(exc.code), bytes(exc.read())
@@ -66,15 +69,18 @@ class GatewayStack:
     """The agent, the app and one gateway process in the namespace of `env` (REACH_* of the children).
 
     `env` must carry an absolute REACH_HOME: the children run in directories of their own, and the app CLI and
-    the gateway share the at-rest key of the app secrets kept there."""
+    the gateway share the at-rest key of the app secrets kept there. With `tls` (the files of `reach local up
+    --tls`) the gateway serves HTTPS with its certificate and `context` trusts its CA."""
 
     def __init__(self, *, env: dict[str, str], kafka: KafkaSettings | None = None,
-                 gateway_args: tuple[str, ...] = ()) -> None:
+                 gateway_args: tuple[str, ...] = (), tls: TlsFiles | None = None) -> None:
         self.env = env
         self.kafka = kafka or KafkaSettings()
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.gateway_args = gateway_args
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.context = None if tls is None else ssl.create_default_context(cafile=str(tls.ca))
+        https = () if tls is None else ("--tls-cert", str(tls.cert), "--tls-key", str(tls.key))
+        self.gateway_args = (*gateway_args, *https)
         self.agent: Child | None = None
         self.gateway: Child | None = None
         self.app: SignedApp | None = None
@@ -115,7 +121,7 @@ class GatewayStack:
         """Healthy, and the app is known (the gateway reads apps from <ns>.apps, a moment after create)."""
         assert self.app is not None
         body = envelope_body()
-        status, _ = post(self.url + ENVELOPES, body, self.app.headers(body), timeout=5)
+        status, _ = post(self.url + ENVELOPES, body, self.app.headers(body), timeout=5, context=self.context)
         return status == 202
 
     def signed_app(self) -> SignedApp:

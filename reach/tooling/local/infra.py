@@ -23,7 +23,8 @@ from pydantic import SecretStr
 
 from reach.errors import ConfigError, InfraUnavailable
 from reach.settings import KafkaSettings
-from reach.tooling.local import process, redisnodes
+from reach.tooling.local import certs, process, redisnodes
+from reach.tooling.local.tls import TlsSetup, broker_listeners
 
 KAFKA_VERSION = "4.1.1"
 _HERE = Path(__file__).resolve().parent
@@ -156,24 +157,31 @@ class LocalStatus:
     brokers: int = 1
     redis_cluster: int = 0
     """Masters of the local Redis Cluster (`--redis-cluster N`); 0 for the single Redis."""
+    tls: TlsSetup | None = None
+    """`--tls`: the SASL_SSL broker and TLS Redis, their CA and credentials (reach/tooling/local/tls.py)."""
 
     @property
     def running(self) -> bool:
         return self.kafka_running and self.redis_running
 
     def exports(self) -> str:
-        """`NAME=value` lines; with a SASL listener its address and credentials replace the plaintext one."""
+        """`NAME=value` lines; with a SASL listener its address and credentials replace the plaintext one; with
+        `--tls` the SASL_SSL listener, its SCRAM user, the CA and the rediss:// URL."""
         env = {"REACH_BOOTSTRAP": str(self.bootstrap), "REACH_REDIS_URL": str(self.redis_url)}
         if self.sasl is not None:
             env.update(self.sasl.exports())
+        if self.tls is not None:
+            env.update(self.tls.exports())
         return "\n".join(f"{name}={value}" for name, value in env.items())
 
     def as_dict(self) -> dict[str, Any]:
-        """For `--json`: the SASL password is left out (the export lines carry it)."""
+        """For `--json`: the passwords are left out (the export lines carry them)."""
         sasl = None if self.sasl is None else {"bootstrap": self.sasl.bootstrap, "username": self.sasl.username,
                                                "mechanism": self.sasl.mechanism}
-        return {"bootstrap": self.bootstrap, "redis_url": self.redis_url, "kafka_running": self.kafka_running,
+        redis_url = self.tls.redis_url_shown if self.tls is not None else self.redis_url
+        return {"bootstrap": self.bootstrap, "redis_url": redis_url, "kafka_running": self.kafka_running,
                 "redis_running": self.redis_running, "kafka_version": self.kafka_version, "sasl": sasl,
+                "tls": None if self.tls is None else self.tls.as_dict(),
                 "brokers": self.brokers, "redis_cluster": self.redis_cluster, "running": self.running}
 
 
@@ -201,8 +209,9 @@ class LocalInfra:
 
     def status(self) -> LocalStatus:
         st = self._state()
+        tls = self._tls(st)
         pids = [n.get("pid") for n in st.get("nodes", [])] or [st.get("kafka_pid")]
-        kafka_running = all(process.alive(pid) for pid in pids) and _broker_answers(st.get("bootstrap"), 2.0)
+        kafka_running = all(process.alive(pid) for pid in pids) and _broker_answers(st.get("bootstrap"), 2.0, tls=tls)
         return LocalStatus(
             bootstrap=st.get("bootstrap"),
             redis_url=st.get("redis_url"),
@@ -211,27 +220,37 @@ class LocalInfra:
             sasl=_sasl_listener(st) if kafka_running else None,
             brokers=len(st.get("nodes", [])) or 1,
             redis_cluster=len(st.get("redis_nodes", [])),
+            tls=tls,
         )
 
-    @staticmethod
-    def _redis_running(st: dict[str, Any]) -> bool:
+    def _tls(self, st: dict[str, Any]) -> TlsSetup | None:
+        """The `--tls` set-up of this home (None when it was started without)."""
+        if not st.get("tls"):
+            return None
+        return TlsSetup(bootstrap=str(st.get("bootstrap") or ""), redis_port=int(st.get("redis_port") or 0),
+                        files=certs.files_in(self.home / "tls"), kafka_password=str(st["sasl_password"]),
+                        redis_password=str(st["redis_password"]))
+
+    def _redis_running(self, st: dict[str, Any]) -> bool:
         if st.get("redis_nodes"):
             return all(redisnodes.RedisNode(n["port"], n.get("pid")).running for n in st["redis_nodes"])
-        return process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port"))
+        return process.alive(st.get("redis_pid")) and _redis_answers(st.get("redis_port"), self._tls(st))
 
     def nodes(self) -> list[ClusterNode]:
         """The nodes of a `--brokers N` cluster (empty for the single broker)."""
         return [ClusterNode(**n) for n in self._state().get("nodes", [])]
 
     # -- up / down -------------------------------------------------------------------------------------
-    def up(self, timeout: float = 90.0, *, sasl: bool = False, brokers: int = 1, redis_cluster: int = 0) -> LocalStatus:
+    def up(self, timeout: float = 90.0, *, sasl: bool = False, brokers: int = 1, redis_cluster: int = 0,
+           tls: bool = False) -> LocalStatus:
         """Start what is not running; a second call only reports.
 
         `sasl` adds a SASL_PLAINTEXT listener with a SCRAM user (a broker running without one is restarted
         with it); the PLAINTEXT listener stays, so the default path is unchanged. `brokers` > 1 starts a
         KRaft cluster of that many combined broker+controller nodes instead of the single broker. `redis_cluster`
         > 0 starts a Redis Cluster of that many masters instead of the single Redis (its URL is the
-        `redis+cluster://` one the exports name)."""
+        `redis+cluster://` one the exports name). `tls` starts the broker with a SASL_SSL listener only and Redis
+        with TLS and an ACL user, from a local CA (reach/tooling/local/tls.py); a home started so stays so."""
         if brokers < 1 or brokers > MAX_BROKERS:
             raise ConfigError(f"--brokers {brokers}: expected 1 to {MAX_BROKERS} (3 is the replicated cluster).")
         if sasl and brokers > 1:
@@ -241,6 +260,8 @@ class LocalInfra:
         if had and had != brokers:
             raise ConfigError(f"This REACH_HOME ({self.home}) holds a {had}-broker setup, not {brokers}: run "
                               "`reach local down` and use another REACH_HOME (its data is kept per home).")
+        tls = self._check_tls(st, tls=tls, sasl=sasl, had=bool(had or st.get("redis_port") or st.get("redis_nodes")),
+                              brokers=brokers, redis_cluster=redis_cluster)
         self._up_redis(st, redis_cluster)
         if brokers > 1:
             return self._up_cluster(st, brokers, timeout)
@@ -252,6 +273,8 @@ class LocalInfra:
             st.update(self._start_kafka(st, sasl=sasl))
             self._save(st)
         self._wait_broker(st, timeout)
+        if tls:
+            return self.status()
         listener = _sasl_listener(st)
         if listener is not None:
             self._add_scram_user(st, listener, timeout)
@@ -287,13 +310,15 @@ class LocalInfra:
         kdir.mkdir(parents=True, exist_ok=True)
         port, controller_port = _port(st.get("kafka_port")), _port(st.get("controller_port"))
         sasl_port = _port(st.get("sasl_port")) if sasl else None
+        tls = self._tls({**st, "bootstrap": f"127.0.0.1:{port}"})
         props = kdir / "server.properties"
-        props.write_text(_server_properties(kdir / "data", port, controller_port, sasl_port))
+        props.touch(mode=0o600)  # with --tls it holds the broker's SCRAM login and its private key
+        props.write_text(_server_properties(kdir / "data", port, controller_port, sasl_port, tls=tls))
         classpath = f"{libs}/*"
         if not (kdir / "data" / "meta.properties").exists():
             fmt = subprocess.run(
                 [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
-                 "-t", _cluster_id(), "-c", str(props)],
+                 "-t", _cluster_id(), "-c", str(props), *(tls.scram_arguments() if tls else [])],
                 capture_output=True, text=True,
             )
             if fmt.returncode != 0:
@@ -333,8 +358,9 @@ class LocalInfra:
 
     def _wait_broker(self, st: dict[str, Any], timeout: float) -> None:
         deadline = time.monotonic() + timeout
+        tls = self._tls(st)
         while time.monotonic() < deadline:
-            if _broker_answers(st.get("bootstrap"), 2.0):
+            if _broker_answers(st.get("bootstrap"), 2.0, tls=tls):
                 return
             if not process.alive(st.get("kafka_pid")):
                 break
@@ -416,13 +442,37 @@ class LocalInfra:
                 self._save(st)
             return
         if not self._redis_running(st):
-            st.update(self._start_redis(st.get("redis_port")))
+            st.update(self._start_redis(st))
             self._save(st)
 
-    def _start_redis(self, port: int | None) -> dict[str, Any]:
+    def _start_redis(self, st: dict[str, Any]) -> dict[str, Any]:
+        port = st.get("redis_port")
         port = port if port and redisnodes.listenable(port) else process.free_port()
-        pid = redisnodes.start_node(port, self.home / "redis")
-        return {"redis_pid": pid, "redis_port": port, "redis_url": f"redis://127.0.0.1:{port}/0"}
+        tls = self._tls({**st, "redis_port": port})
+        pid = redisnodes.start_node(port, self.home / "redis", tls=tls)
+        url = tls.redis_url if tls is not None else f"redis://127.0.0.1:{port}/0"
+        return {"redis_pid": pid, "redis_port": port, "redis_url": url}
+
+    def _check_tls(self, st: dict[str, Any], *, tls: bool, sasl: bool, had: bool, brokers: int,
+                   redis_cluster: int) -> bool:
+        """Whether this `up` runs with TLS (asked for, or the home was started so), its passwords and CA made."""
+        if had and tls and not st.get("tls"):
+            raise ConfigError(f"This REACH_HOME ({self.home}) holds a plaintext broker and Redis: run `reach local "
+                              "down` and use another REACH_HOME for --tls (its data is kept per home).")
+        tls = tls or bool(st.get("tls"))
+        if not tls:
+            return False
+        if sasl:
+            raise ConfigError("--tls already authenticates every client with SCRAM over SASL_SSL: drop --sasl.")
+        if brokers > 1 or redis_cluster:
+            raise ConfigError("--tls runs on the single broker and the single Redis: drop --brokers and "
+                              "--redis-cluster, or drop --tls.")
+        certs.ensure(self.home / "tls")
+        for key in ("sasl_password", "redis_password"):
+            st.setdefault(key, secrets.token_urlsafe(18))  # kept in local.json (0600) for later `up`s
+        st["tls"] = True
+        self._save(st)
+        return True
 
 
 def _cluster_id() -> str:
@@ -453,7 +503,8 @@ def _sasl_listener(st: dict[str, Any]) -> SaslListener | None:
     return SaslListener(bootstrap=str(st["sasl_bootstrap"]), username=SASL_USER, password=str(st["sasl_password"]))
 
 
-def _server_properties(data: Path, port: int, controller_port: int, sasl_port: int | None = None) -> str:
+def _server_properties(data: Path, port: int, controller_port: int, sasl_port: int | None = None, *,
+                       tls: TlsSetup | None = None) -> str:
     listeners = f"PLAINTEXT://127.0.0.1:{port}"
     protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
     sasl = ""
@@ -464,16 +515,19 @@ def _server_properties(data: Path, port: int, controller_port: int, sasl_port: i
         sasl = f"sasl.enabled.mechanisms={','.join(SCRAM_MECHANISMS)}\n" + "".join(
             f"listener.name.sasl_plaintext.{m.lower()}.sasl.jaas.config="
             "org.apache.kafka.common.security.scram.ScramLoginModule required;\n" for m in SCRAM_MECHANISMS)
-    return f"""# Written by `reach local up`; regenerated on every start.
-process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
-listeners={listeners},CONTROLLER://127.0.0.1:{controller_port}
+    layout = f"""listeners={listeners},CONTROLLER://127.0.0.1:{controller_port}
 advertised.listeners={listeners}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map={protocols}
-{sasl}log.dirs={data}
+{sasl}"""
+    if tls is not None:
+        layout = broker_listeners(tls, port=port, controller_port=controller_port)
+    return f"""# Written by `reach local up`; regenerated on every start.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
+{layout}log.dirs={data}
 auto.create.topics.enable=false
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -524,23 +578,28 @@ log.cleaner.threads=1
 """
 
 
-def _probe_config(bootstrap: str, sasl: SaslListener | None = None) -> dict[str, Any]:
+def _probe_config(bootstrap: str, sasl: SaslListener | None = None, tls: TlsSetup | None = None) -> dict[str, Any]:
     """A quiet client config for this REACH_HOME's own broker, whatever the caller's REACH_* security says."""
     kafka = KafkaSettings.model_construct(bootstrap=bootstrap)  # no environment: the listener chosen here
+    if tls is not None:
+        kafka = tls.kafka()
     if sasl is not None:
         kafka = KafkaSettings.model_construct(bootstrap=sasl.bootstrap, security_protocol="SASL_PLAINTEXT",
                                               sasl_mechanism=sasl.mechanism, sasl_username=sasl.username,
                                               sasl_password=SecretStr(sasl.password))
-    return kafka.admin(**{"socket.connection.setup.timeout.ms": 1000, "log_level": 0, "logger": _QuietLogger()})
+    # the error callback too: a starting broker refuses connections, which is no credential failure to report
+    return kafka.admin(**{"socket.connection.setup.timeout.ms": 1000, "log_level": 0, "logger": _QuietLogger(),
+                          "error_cb": _ignore})
 
 
-def _broker_answers(bootstrap: str | None, timeout: float, sasl: SaslListener | None = None) -> bool:
+def _broker_answers(bootstrap: str | None, timeout: float, sasl: SaslListener | None = None,
+                    tls: TlsSetup | None = None) -> bool:
     if not bootstrap:
         return False
     from confluent_kafka.admin import AdminClient
 
     try:
-        admin = AdminClient(_probe_config(bootstrap, sasl))
+        admin = AdminClient(_probe_config(bootstrap, sasl, tls))
         admin.list_topics(timeout=timeout)
         return True
     except Exception:  # noqa: BLE001 - any failure means "not answering yet"
@@ -548,6 +607,10 @@ def _broker_answers(bootstrap: str | None, timeout: float, sasl: SaslListener | 
 
 
 _redis_answers = redisnodes.answers
+
+
+def _ignore(_error: Any) -> None:
+    pass
 
 
 class _QuietLogger:

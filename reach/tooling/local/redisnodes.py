@@ -19,6 +19,7 @@ import redis
 
 from reach.errors import ConfigError, InfraUnavailable
 from reach.tooling.local import process
+from reach.tooling.local.tls import TlsSetup, redis_lines
 
 SLOTS = 16384
 MAX_MASTERS = 9
@@ -36,13 +37,14 @@ def redis_server() -> str:
     return server
 
 
-def redis_config(*, port: int, data: Path, bus_port: int | None = None) -> str:
+def redis_config(*, port: int, data: Path, bus_port: int | None = None, tls: TlsSetup | None = None) -> str:
     """redis.conf of one local node: loopback only, AOF every second, no RDB snapshots (the AOF is the record);
     with a `bus_port`, a cluster node (its cluster bus on that port: the default, port + 10000, may be taken or
-    past 65535)."""
+    past 65535); with `tls` (`reach local up --tls`), TLS on `port` only and an ACL user instead of the open
+    default user."""
     lines = [
         "# Written by `reach local up`; regenerated on every start.",
-        f"port {port}",
+        *(redis_lines(tls, port) if tls is not None else [f"port {port}"]),
         "bind 127.0.0.1",
         "protected-mode yes",
         f'dir "{data}"',
@@ -77,9 +79,20 @@ def slot_ranges(masters: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1] - 1) for i in range(masters)]
 
 
-def answers(port: int | None) -> bool:
+def answers(port: int | None, tls: TlsSetup | None = None) -> bool:
+    """Whether Redis answers PING on `port` (over TLS, logged in as the ACL user, with `tls`)."""
     if not port:
         return False
+    if tls is not None:
+        client = redis.Redis(host="127.0.0.1", port=port, ssl=True, ssl_ca_certs=str(tls.files.ca),
+                             username=tls.username, password=tls.redis_password, socket_timeout=1,
+                             socket_connect_timeout=1)
+        try:
+            return bool(client.ping())
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            client.close()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
             s.sendall(b"PING\r\n")
@@ -112,18 +125,18 @@ class RedisNode:
         return process.alive(self.pid) and answers(self.port)
 
 
-def start_node(port: int, data: Path, *, bus_port: int | None = None) -> int:
+def start_node(port: int, data: Path, *, bus_port: int | None = None, tls: TlsSetup | None = None) -> int:
     """Spawn one redis-server on `port` from its generated config, wait until it answers; returns its pid."""
     server = redis_server()
     data.mkdir(parents=True, exist_ok=True)
     conf = data / "redis.conf"
-    conf.write_text(redis_config(port=port, data=data, bus_port=bus_port))
+    conf.write_text(redis_config(port=port, data=data, bus_port=bus_port, tls=tls))
     pid = process.spawn([server, str(conf)], data / "redis.log")
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if not process.alive(pid):  # first: another server answering on the port is not this one
             break
-        if answers(port):
+        if answers(port, tls):
             return pid
         time.sleep(0.1)
     process.stop(pid)
