@@ -39,6 +39,8 @@ def soak(
     json_file: Path | None = typer.Option(None, "--json", help="also write the report and every sample to FILE"),
     plot_file: Path | None = typer.Option(None, "--plot", help="also draw RSS and Redis memory over time to FILE "
                                           "(PNG, needs matplotlib)"),
+    workdir: Path | None = typer.Option(None, "--dir", help="where the run's logs, ledger and receipts go "
+                                        "(default $REACH_HOME/soak/<start time>)"),
 ) -> None:
     settings = SoakSettings(minutes=minutes, rate=rate, interval_s=interval, ttl_s=ttl)
     home = ReachSettings().home
@@ -50,7 +52,8 @@ def soak(
     console.print(f"reach soak: {minutes:g} min at {rate:g} req/s, a sample every {interval:g} s, "
                   f"TTL {'the defaults' if ttl is None else f'{ttl} s'}", highlight=False)
     began = time.time()
-    report = run(settings, infra=infra, workdir=home / "soak" / time.strftime("%Y%m%dT%H%M%S", time.gmtime(began)))
+    where = workdir or home / "soak" / time.strftime("%Y%m%dT%H%M%S", time.gmtime(began))
+    report = run(settings, infra=infra, workdir=where)
     if json_file is not None:
         json_file.write_text(json.dumps(report.as_dict(), indent=1))
     if plot_file is not None:
@@ -66,7 +69,7 @@ soak.__doc__ = HELP
 
 
 def show(report: Report) -> None:
-    table = Table("series", "samples", "level (last half)", "rise over the last half", "allowed", "verdict")
+    table = Table("series", "samples (last half)", "level (last half)", "rise over the last half", "allowed", "verdict")
     for v in report.verdicts:
         verdict = "[red]grows[/]" if v.grows else "[green]levels off[/]" if v.judged else f"not judged: {v.why_not}"
         table.add_row(v.name, str(v.samples), _n(v.level), _n(v.rise), _n(v.allowed), verdict)

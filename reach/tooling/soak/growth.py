@@ -46,7 +46,7 @@ class Bound:
 
 
 BOUNDS: dict[Kind, Bound] = {
-    Kind.RSS: Bound(share=0.05, floor=8.0, unit="MiB"),
+    Kind.RSS: Bound(share=0.05, floor=16.0, unit="MiB"),  # a fresh worker warms up for minutes
     Kind.FDS: Bound(share=0.10, floor=8.0, unit="fds"),
     Kind.REDIS_MEMORY: Bound(share=0.10, floor=4.0, unit="MiB", ttl_bound=True),
     Kind.REDIS_KEYS: Bound(share=0.10, floor=200.0, unit="keys", ttl_bound=True),

@@ -150,8 +150,16 @@ class Churn:
         return out
 
     def apply(self, event: Event) -> None:
+        """Carry out one churn step; one that cannot be carried out is a miss of the run, not its end."""
         self.report.events.append(f"{event.at_s:.0f}s {event.action}")
         log.info("soak: %s at %.0f s", event.action, event.at_s)
+        try:
+            self._apply(event)
+        except ReachError as exc:
+            log.warning("soak: %s failed: %s", event.action, exc)
+            self.report.churn_misses.append(f"{event.action}: {exc}")
+
+    def _apply(self, event: Event) -> None:
         rig = self.rig
         if event.action is Action.RESTART_AGENT:
             if self.draining is not None:
@@ -172,7 +180,7 @@ class Churn:
             with rig.paused_supervisor():
                 self.canary = rig.start_agent(f"{agents.__name__}:{agents.CANARY}")
             # one step lasting the whole window: the canary neither promotes nor finishes before CANARY_END
-            ops_canary.start(ledger_agent.AGENT_ID, version=agents.CANARY, steps=[20, 50],
+            ops_canary.start(ledger_agent.AGENT_ID, version=agents.CANARY, steps=[20, 100],
                              step_ms=int(self.canary_s * 1000) + 60_000, min_success=0.9, by=BY,
                              names=rig.names, kafka=rig.kafka)
         elif event.action is Action.CANARY_END:
@@ -234,19 +242,30 @@ def run(settings: SoakSettings, *, infra: LocalInfra, workdir: Path,
     with RedisServer(workdir / "redis") as redis:
         session = Session(infra=infra, redis=redis, workdir=workdir, label="soak", env=settings.env(),
                           agent=f"{agents.__name__}:{agents.STABLE}")
-        rig = session.rig
-        report.workdir = str(rig.dir)
-        churn = Churn(rig, report, canary_window_s=canary_s(settings.duration_s))
-        reader = KafkaReader(kafka=rig.kafka, names=rig.names,
-                             groups=[rig.names.agent_group(ledger_agent.AGENT_ID), rig.names.router_app_id])
-        traffic = Traffic(kafka=rig.kafka, topic=rig.topic, capability=ledger_agent.CAPABILITY, rate=settings.rate)
         try:
-            log.info("soak: %.0f min at %.0f req/s, a sample every %.0f s", settings.minutes, settings.rate,
-                     settings.interval_s)
-            traffic.start()
-            start_ms, t0 = now_ms(), time.monotonic()
-            events = deque(schedule(settings.duration_s, agent_every_s=settings.agent_every_s))
-            next_sample = 0.0
+            _soak(settings, session, redis, report, on_sample)
+        finally:
+            session.close()
+    report.verdicts = judge_all(report)
+    return report
+
+
+def _soak(settings: SoakSettings, session: Session, redis: RedisServer, report: Report,
+          on_sample: Callable[[Sample], None] | None) -> None:
+    rig = session.rig
+    report.workdir = str(rig.dir)
+    churn = Churn(rig, report, canary_window_s=canary_s(settings.duration_s))
+    reader = KafkaReader(kafka=rig.kafka, names=rig.names,
+                         groups=[rig.names.agent_group(ledger_agent.AGENT_ID), rig.names.router_app_id])
+    traffic = Traffic(kafka=rig.kafka, topic=rig.topic, capability=ledger_agent.CAPABILITY, rate=settings.rate)
+    try:
+        log.info("soak: %.0f min at %.0f req/s, a sample every %.0f s", settings.minutes, settings.rate,
+                 settings.interval_s)
+        traffic.start()
+        start_ms, t0 = now_ms(), time.monotonic()
+        events = deque(schedule(settings.duration_s, agent_every_s=settings.agent_every_s))
+        next_sample = 0.0
+        try:
             while (elapsed := time.monotonic() - t0) < settings.duration_s:
                 churn.tick()
                 if events and events[0].at_s <= elapsed:
@@ -263,17 +282,13 @@ def run(settings: SoakSettings, *, infra: LocalInfra, workdir: Path,
         finally:
             traffic.stop()
             end_ms = now_ms()
-        try:
-            churn.tick()
-            drain(traffic, session.tail, settings.drain_s)
-            report.figures = check(traffic.sent(), session.tail.seen(),
-                                   parse_ledger(rig.ledger.read_text().splitlines()), Window(start_ms, end_ms))
-            report.crashes = list(rig.crashes)
-        finally:
-            reader.close()
-            session.close()
-    report.verdicts = judge_all(report)
-    return report
+        churn.tick()
+        drain(traffic, session.tail, settings.drain_s)
+        report.figures = check(traffic.sent(), session.tail.seen(), parse_ledger(rig.ledger.read_text().splitlines()),
+                               Window(start_ms, end_ms))
+        report.crashes = list(rig.crashes)
+    finally:
+        reader.close()
 
 
 def _sample(at_s: float, churn: Churn, redis: RedisServer, reader: KafkaReader, rig: Rig) -> Sample:

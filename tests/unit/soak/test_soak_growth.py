@@ -30,7 +30,7 @@ def test_a_leak_that_never_stops_grows() -> None:
     verdict = judge("rss_mib router", Kind.RSS, leak, duration_s=RUN_S)
     assert verdict.judged and verdict.grows
     assert verdict.rise == pytest.approx(30.0, rel=0.01)
-    assert verdict.allowed == pytest.approx(max(0.05 * verdict.level, 8.0))  # type: ignore[operator]
+    assert verdict.allowed == pytest.approx(BOUNDS[Kind.RSS].allowed(verdict.level or 0.0))
 
 
 def test_growth_that_levels_off_in_the_first_half_passes() -> None:

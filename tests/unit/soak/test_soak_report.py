@@ -29,7 +29,7 @@ def test_growth_and_loss_are_misses() -> None:
     report = report_with([{(Kind.RSS, "router"): 100.0 + 20 * i} for i in range(7)])
     report.figures = check([Sent("m1", 0, True), Sent("m2", 0, True)], [Seen("m1", 0, "COMPLETED", 5)], [],
                            Window(0, 10))
-    assert report.misses == ["1 lost", "rss_mib router grows: +60.0 over the last half > 9.5"]
+    assert report.misses == ["1 lost", "rss_mib router grows: +60.0 over the last half > 16.0"]
 
 
 def test_ttl_bound_series_use_the_run_ttl_or_the_products_defaults() -> None:
