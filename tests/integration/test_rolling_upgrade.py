@@ -3,9 +3,10 @@
 The previous release is PREVIOUS_RELEASE, the commit issue 28 started from (the parent of 0b804ea, the issue's first
 commit): `git archive` of it in this test's tmp dir, in its own virtual environment, installed the way `make setup`
 installs the package (a path entry to its source tree, as `pip install -e` does: its codec reads schemas/avro
-beside the package) with today's dependencies. Every process is a subprocess: `python -m reach router` and
-`python -m reach agent run <the fault suite's ledger agent>` of either release, and a client process of either
-release that sends `faults.echo` requests through its own `reach.client.Client` at 20/s.
+beside the package) with today's dependencies. Every process is a subprocess in a directory of its own
+(reach.tooling.bench.subprocesses.Child): `python -m reach router` and `python -m reach agent run <the fault suite's
+ledger agent>` of either release, and a client process of either release that sends `faults.echo` requests
+through its own `reach.client.Client` at 20/s.
 
 The order is the one docs/records.md prescribes (readers first): the previous release runs whole (router and
 status fold, two agents, its client); today's router replaces it, then each agent, then the client; at the end the
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import io
 import os
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -35,8 +35,10 @@ from reach.names import Names
 from reach.records import Receipt
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
+from reach.tooling.bench.subprocesses import Child
 from reach.tooling.faults import ledger_agent
 from reach.tooling.faults.checker import TERMINAL, Seen, Sent, Window, check, parse_ledger
+from reach.tooling.faults.rig import healthy
 from reach.tooling.local.process import free_port
 from tests.integration.agent_support import ROOT, wait_for
 from tests.integration.router_helpers import Tail
@@ -86,98 +88,51 @@ def previous_release(where: Path) -> str:
     return str(python)
 
 
-class Proc:
-    """A `python ...` child of either release; the previous release's run from a directory without today's code."""
-
-    def __init__(self, name: str, python: str, args: list[str], *, env: dict[str, str], cwd: Path, log: Path,
-                 stdout: Path | None = None) -> None:
-        self.name = name
-        with open(log, "ab") as err, open(stdout or log, "ab") as out:
-            self.proc = subprocess.Popen([python, *args], cwd=cwd, env=env, stdout=out, stderr=err,
-                                         stdin=subprocess.DEVNULL)
-        self.log = log
-
-    def stop(self, timeout: float = 30) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-25:])
-
-
 class Fleet:
-    """The processes of one rolling upgrade and what each release needs to run."""
+    """The processes of one rolling upgrade (each a bench Child in a working directory of its own, so the previous
+    release never imports today's code from the current directory) and what each release needs to run."""
 
     def __init__(self, tmp: Path, previous_python: str) -> None:
         self.tmp, self.previous = tmp, previous_python
-        self.outside = tmp / "run"  # the previous release's working directory: no `reach` package in it
-        self.outside.mkdir()
         self.port = free_port()  # the router's web port, kept across releases: agents ask its status view
         self.ledger = tmp / "ledger.txt"
         self.ledger.touch()
-        self.procs: list[Proc] = []
-        self.started = 0
+        self.procs: list[Child] = []
 
     def env(self, *, today: bool) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update(REACH_WEB_PORT=str(self.port), REACH_HOME=str(self.tmp / "home"),
-                   PYTHONFAULTHANDLER="1", **{ledger_agent.LEDGER_ENV: str(self.ledger)})
-        if today:
-            env["PYTHONPATH"] = str(ROOT)
-        return env
+        # today's processes import this checkout; the previous release's its own source tree (its venv's path entry)
+        return {"PYTHONPATH": str(ROOT) if today else "", "REACH_WEB_PORT": str(self.port),
+                "REACH_HOME": str(self.tmp / "home"), "PYTHONFAULTHANDLER": "1",
+                ledger_agent.LEDGER_ENV: str(self.ledger)}
 
-    def start(self, name: str, args: list[str], *, today: bool, stdout: Path | None = None) -> Proc:
-        self.started += 1
-        proc = Proc(name, sys.executable if today else self.previous, args, env=self.env(today=today),
-                    cwd=ROOT if today else self.outside, log=self.tmp / f"{self.started:02d}-{name}.log",
-                    stdout=stdout)
-        self.procs.append(proc)
-        return proc
+    def start(self, name: str, args: list[str], *, today: bool, module: bool = True) -> Child:
+        label = f"{name} {'today' if today else 'previous'}"
+        child = Child(label, args, self.env(today=today), python=sys.executable if today else self.previous,
+                      module=module)
+        self.procs.append(child)
+        return child
 
-    def router(self, *, today: bool) -> Proc:
-        proc = self.start(f"router-{'today' if today else 'previous'}", ["-m", "reach", "router", "--interval", "2"],
-                          today=today)
-        wait_for(lambda: _healthy(self.port) or not proc.alive(), 120, "the router's /healthz", interval=0.3)
-        assert proc.alive(), proc.tail()
-        return proc
+    def router(self, *, today: bool) -> Child:
+        child = self.start("router", ["reach", "router", "--interval", "2"], today=today)
+        child.wait_until(lambda: healthy(self.port), 120, "the router's /healthz")
+        return child
 
-    def agent(self, *, today: bool) -> Proc:
-        return self.start(f"agent-{'today' if today else 'previous'}",
-                          ["-m", "reach", "agent", "run", TODAY_AGENT if today else PREVIOUS_AGENT], today=today)
+    def agent(self, *, today: bool) -> Child:
+        return self.start("agent", ["reach", "agent", "run", TODAY_AGENT if today else PREVIOUS_AGENT], today=today)
 
-    def sender(self, *, today: bool) -> tuple[Proc, Path, Path]:
-        label = "today" if today else "previous"
-        stop, ids = self.tmp / f"stop-{label}", self.tmp / f"sent-{label}.txt"
-        proc = self.start(f"client-{label}", ["-c", SENDER, str(stop), str(RATE)], today=today, stdout=ids)
-        return proc, stop, ids
+    def sender(self, *, today: bool) -> tuple[Child, Path]:
+        stop = self.tmp / f"stop-{'today' if today else 'previous'}"
+        return self.start("client", ["-c", SENDER, str(stop), str(RATE)], today=today, module=False), stop
 
     def close(self) -> None:
-        for proc in self.procs:
-            proc.stop()
+        for child in self.procs:
+            child.stop()
 
 
-def _healthy(port: int) -> bool:
-    import json
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-            return bool(json.loads(resp.read()).get("ok"))
-    except (OSError, ValueError):
-        return False
-
-
-def _sent(path: Path) -> list[Sent]:
+def _sent(child: Child) -> list[Sent]:
+    """The ids a sender printed (`<message_id> <epoch ms>` a line, beside whatever else its log holds)."""
     out = []
-    for line in path.read_text().splitlines():
+    for line in child.log_path.read_text(errors="replace").splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit():
             out.append(Sent(parts[0], int(parts[1]), True))
@@ -231,7 +186,7 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
         router = fleet.router(today=False)
         agents = [fleet.agent(today=False), fleet.agent(today=False)]
         wait_for(lambda: live_agents(2), 90, "two agents of the previous release owning inbox partitions")
-        client, stop_previous, sent_previous = fleet.sender(today=False)
+        client, stop_previous = fleet.sender(today=False)
         phase(PREVIOUS_WHOLE, 4)
         phase(ROUTER_UP)  # today's router and status fold replace the previous release's
         router.stop()
@@ -243,7 +198,7 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
             agents[i] = fleet.agent(today=True)
             time.sleep(6)
         phase(CLIENT_SWAP, 4)  # today's client replaces the previous release's
-        today_client, stop_today, sent_today = fleet.sender(today=True)
+        today_client, stop_today = fleet.sender(today=True)
         stop_previous.touch()
         time.sleep(4)
         phase(ROUTER_DOWN)  # the previous release's router back in front of today's agents and client
@@ -255,9 +210,9 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
             proc.proc.wait(30)
         end_ms = now_ms()
 
-        sent = _sent(sent_previous) + _sent(sent_today)
+        sent = _sent(client) + _sent(today_client)
         wanted = {s.message_id for s in sent}
-        assert len(_sent(sent_previous)) > 0 and len(_sent(sent_today)) > 0, (client.tail(), today_client.tail())
+        assert len(_sent(client)) > 0 and len(_sent(today_client)) > 0, (client.tail(), today_client.tail())
 
         def ended() -> bool:
             return wanted <= {r.message_id for r in tail.poll() if str(r.status) in TERMINAL}
@@ -272,7 +227,7 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
         by_phase = _per_phase(sent, seen, phases)
         print(f"rolling upgrade: {figures.as_dict()}\nper phase: {by_phase}")  # the figures docs/reliability.md cites
         evidence = f"{figures.as_dict()}\nper phase: {by_phase}\n" + "\n".join(
-            f"--- {p.log.name}\n{p.tail()}" for p in fleet.procs if "router" in p.name)
+            f"--- {p.name}\n{p.tail()}" for p in fleet.procs if "router" in p.name)
         # the issue's criterion, across every phase: nothing lost, one terminal outcome per message
         assert figures.sent == len(wanted) and figures.lost == 0, evidence
         assert figures.double_terminal == 0, evidence

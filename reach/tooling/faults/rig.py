@@ -166,7 +166,7 @@ class Rig:
         self.routers.append(worker)
         if not wait:
             return worker
-        wait_until(lambda: _healthy(port) or worker.proc is None or worker.proc.poll() is not None, 120,
+        wait_until(lambda: healthy(port) or worker.proc is None or worker.proc.poll() is not None, 120,
                    f"router {n}'s /healthz")
         if worker.proc is not None and worker.proc.poll() is not None:
             raise InfraUnavailable(f"router {n} exited; see {worker.log}")
@@ -263,7 +263,8 @@ def crash_line(log: Path) -> str:
     return (lines[-1] if lines else "")[:200]
 
 
-def _healthy(port: int) -> bool:
+def healthy(port: int) -> bool:
+    """The stream app on `port` answers /healthz with ok."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
             return bool(json.loads(resp.read()).get("ok"))
