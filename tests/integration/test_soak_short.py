@@ -2,7 +2,9 @@
 fast, every churn step carried out), and its report holds what docs/reliability.md describes.
 
 A 3-minute run judges only fast growth (decision 0039): the Redis and RocksDB series are shown, not judged, as the
-30-minute result TTL is past its last half. `make soak` runs the hour."""
+30-minute result TTL is past its last half. It runs at 35/s, half the soak's default: the router restarted at 45 s
+is judged over 90 s of its first minutes, and at 70/s its RSS rose ~16 MiB per 90 s in the 10-minute run
+(docs/reliability.md, "Soak"), the RSS bound's floor; the hour at 70/s (`make soak`) judges that growth."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from reach.tooling.soak.plan import Action
 from tests.integration.conftest import Infra
 
 ROOT = Path(__file__).resolve().parents[2]
+RATE = 35
 
 # three minutes of steady traffic whose growth is the figure: alone on the machine, after the parallel part
 pytestmark = [pytest.mark.integration, pytest.mark.serial]
@@ -35,17 +38,17 @@ def test_a_three_minute_soak_passes_and_reports_every_series(infra: Infra, tmp_p
         pytest.skip(message)
     out, png = tmp_path / "soak.json", tmp_path / "soak.png"
     done = subprocess.run([sys.executable, "-m", "reach", "soak", "--minutes", "3", "--interval", "15",
-                           "--json", str(out), "--plot", str(png), "--dir", str(tmp_path / "run")],
+                           "--rate", str(RATE), "--json", str(out), "--plot", str(png), "--dir", str(tmp_path / "run")],
                           cwd=ROOT, capture_output=True, text=True, timeout=450,
                           env={**os.environ, "REACH_TOPICS_FILE": str(ROOT / "topics.yaml"), "COLUMNS": "200"})
     report = json.loads(out.read_text()) if out.exists() else {}
     evidence = done.stdout[-4000:] + done.stderr[-3000:]
     assert done.returncode == 0, evidence
-    assert "reach soak: 3 min at 70 req/s" in done.stdout  # the rate used is printed
+    assert f"reach soak: 3 min at {RATE} req/s" in done.stdout  # the rate used is printed
     assert report["ok"] and report["misses"] == [], evidence
 
     figures = report["figures"]
-    assert figures["sent"] > 3 * 60 * 70 * 0.9 and figures["lost"] == 0 and figures["double_terminal"] == 0
+    assert figures["sent"] > 3 * 60 * RATE * 0.9 and figures["lost"] == 0 and figures["double_terminal"] == 0
     assert figures["acked"] == figures["sent"] == figures["terminal"]
     for action in Action:  # every churn step happened
         assert any(str(action) in e for e in report["events"]), report["events"]

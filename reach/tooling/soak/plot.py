@@ -8,6 +8,9 @@ from reach.errors import ReachError
 from reach.tooling.soak.growth import Kind
 from reach.tooling.soak.runner import Report
 
+ROLE_COLOURS = {"router": "tab:blue", "agent steady": "tab:green", "agent churned": "tab:gray",
+                "agent canary": "tab:orange", "broker JVM": "tab:brown", "redis-server": "tab:red"}
+
 
 class NoPlotter(ReachError):
     """matplotlib is not installed."""
@@ -25,9 +28,13 @@ def plot(report: Report, path: Path) -> Path:
                         "extra)") from None
     series = report.series()
     fig, (rss, mem) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    shown: set[str] = set()
     for (kind, label), points in sorted(series.items()):
         if kind is Kind.RSS:
-            rss.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label)
+            role = label.split(" pid ")[0]  # one colour and one legend entry per role: the churned ones are many
+            rss.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", color=ROLE_COLOURS.get(role),
+                     label=None if role in shown else role)
+            shown.add(role)
         elif kind is Kind.REDIS_MEMORY:
             mem.plot([t / 60 for t, _ in points], [v for _, v in points], marker=".", label=label, color="tab:red")
     s = report.settings

@@ -55,3 +55,12 @@ def test_the_instance_id_comes_from_the_agents_start_line(tmp_path: Path) -> Non
                    "2026 INFO reach.agent starting agent://faults/echo as instance i-2\n")
     assert instance_id(log) == "i-2"
     assert instance_id(tmp_path / "missing.log") is None
+
+
+def test_the_plot_draws_rss_and_redis_memory_to_a_png(tmp_path: Path) -> None:
+    from reach.tooling.soak.plot import plot
+
+    report = report_with([{(Kind.RSS, "router pid 1"): 200.0 + i, (Kind.RSS, "agent churned pid 2"): 100.0,
+                           (Kind.REDIS_MEMORY, "redis"): 1.0 + i} for i in range(7)])
+    out = plot(report, tmp_path / "plots" / "soak.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
