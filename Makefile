@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test unit lint fuzz fuzz-api bench faults clean
+.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak clean
 
 setup: $(VENV)/.installed
 	@scripts/setup.sh
@@ -46,6 +46,12 @@ faults: setup
 	@command -v iptables >/dev/null || [ "$$(id -u)" != 0 ] || { apt-get update -qq >/dev/null; \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null; }  # the partition scenario's
 	@$(BIN)/reach faults run
+
+# The soak (docs/reliability.md): MINUTES of traffic at half the knee with churn on the local stack, sampled for growth;
+# the report and every sample in .reach/soak.json, RSS and Redis memory over time in .reach/soak.png.
+MINUTES ?= 60
+soak: setup
+	@scripts/with-local.sh $(BIN)/reach soak --minutes $(MINUTES) --json .reach/soak.json --plot .reach/soak.png
 
 clean:
 	-@$(BIN)/reach local down 2>/dev/null

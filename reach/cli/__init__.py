@@ -70,6 +70,7 @@ app.add_typer(mcp_cli.app, name="mcp")
 app.add_typer(intents_cli.app, name="intents")
 app.add_typer(handoff_cli.app, name="handoff")
 app.add_typer(__import__("reach.cli.faults", fromlist=["app"]).app, name="faults")
+app.command("soak")(__import__("reach.cli.soak", fromlist=["soak"]).soak)
 
 
 def main() -> None:

@@ -30,6 +30,7 @@ from reach.tooling.local.process import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 AGENTS = 2
+LEDGER_AGENT = "reach.tooling.faults.ledger_agent:agent"
 _SCRUB = ("REACH_SECURITY_PROTOCOL", "REACH_SASL_", "REACH_SSL_", "REACH_WEB_TOKEN")
 
 
@@ -93,8 +94,11 @@ class Worker:
 class Rig:
     """The cluster of `home`, a private Redis, and per scenario: namespace, router, agents, ledger."""
 
-    def __init__(self, *, infra: LocalInfra, redis: RedisServer, workdir: Path, scenario: str) -> None:
+    def __init__(self, *, infra: LocalInfra, redis: RedisServer, workdir: Path, scenario: str,
+                 env: dict[str, str] | None = None, agent: str = LEDGER_AGENT) -> None:
         self.infra, self.redis = infra, redis
+        self.extra_env = dict(env or {})  # e.g. the soak's shorter TTLs, for every process of the rig
+        self.agent_target = agent
         status = infra.status()
         if not status.bootstrap:
             raise InfraUnavailable(f"No cluster runs under {infra.home}: run `reach local up --brokers 3` there.")
@@ -125,6 +129,7 @@ class Rig:
                     REACH_NAMESPACE=self.namespace,
                     REACH_TOPICS_FILE=str(ROOT / "topics.yaml"), REACH_HOME=str(self.dir / "home"),
                     **{ledger_agent.LEDGER_ENV: str(self.ledger), ledger_agent.SICK_ENV: str(self.sick_file)})
+        base.update(self.extra_env)
         base.update(extra)
         return base
 
@@ -161,15 +166,16 @@ class Rig:
         self.routers.append(worker)
         if not wait:
             return worker
-        wait_until(lambda: _healthy(port) or worker.proc is None or worker.proc.poll() is not None, 120,
+        wait_until(lambda: healthy(port) or worker.proc is None or worker.proc.poll() is not None, 120,
                    f"router {n}'s /healthz")
         if worker.proc is not None and worker.proc.poll() is not None:
             raise InfraUnavailable(f"router {n} exited; see {worker.log}")
         return worker
 
-    def start_agent(self) -> Worker:
+    def start_agent(self, target: str | None = None) -> Worker:
+        """An instance of the rig's agent (or of `target`, MODULE:ATTR of another build of it)."""
         self._started += 1
-        worker = Worker(["agent", "run", "reach.tooling.faults.ledger_agent:agent"],
+        worker = Worker(["agent", "run", target or self.agent_target],
                         self.env(REACH_WEB_PORT=str(self.web_port)), self.dir / f"agent.{self._started}.log").start()
         self.agents.append(worker)
         return worker
@@ -257,7 +263,8 @@ def crash_line(log: Path) -> str:
     return (lines[-1] if lines else "")[:200]
 
 
-def _healthy(port: int) -> bool:
+def healthy(port: int) -> bool:
+    """The stream app on `port` answers /healthz with ok."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
             return bool(json.loads(resp.read()).get("ok"))

@@ -13,7 +13,7 @@ from typing import Any
 from reach.tooling.faults import ledger_agent
 from reach.tooling.faults.checker import TERMINAL, Figures, Seen, Sent, Window, check, parse_ledger
 from reach.tooling.faults.redis import RedisServer
-from reach.tooling.faults.rig import Rig, wait_until
+from reach.tooling.faults.rig import LEDGER_AGENT, Rig, wait_until
 from reach.tooling.faults.scenarios import Kind, Poison, Scenario
 from reach.tooling.faults.settings import FaultSettings
 from reach.tooling.faults.traffic import ReceiptTail, Traffic
@@ -65,8 +65,9 @@ def verdict(scenario: Scenario, figures: Figures) -> tuple[str, ...]:
 class Session:
     """A rig brought up once (namespace, receipt tail, router, two agents) that one or more scenarios run on."""
 
-    def __init__(self, *, infra: LocalInfra, redis: RedisServer, workdir: Path, label: str) -> None:
-        self.rig = Rig(infra=infra, redis=redis, workdir=workdir, scenario=label)
+    def __init__(self, *, infra: LocalInfra, redis: RedisServer, workdir: Path, label: str,
+                 env: dict[str, str] | None = None, agent: str = LEDGER_AGENT) -> None:
+        self.rig = Rig(infra=infra, redis=redis, workdir=workdir, scenario=label, env=env, agent=agent)
         self.rig.create_topics()
         self.tail = ReceiptTail(kafka=self.rig.kafka, topic=self.rig.names.receipts)
         try:
@@ -96,7 +97,7 @@ class Session:
             time.sleep(scenario.after_s(settings))
         finally:
             traffic.stop()
-        _drain(traffic, self.tail, settings.drain_s)
+        drain(traffic, self.tail, settings.drain_s)
         if scenario.kind is Kind.BROKER:
             wait_until(rig.fully_replicated, 120, "every partition fully in sync again", interval=0.5)
         sent, seen = traffic.sent(), self.tail.seen()
@@ -121,7 +122,7 @@ def _dump(where: Path, *, sent: list[Sent], seen: list[Seen], window: Window) ->
             out.writelines(json.dumps(asdict(row)) + "\n" for row in rows)
 
 
-def _drain(traffic: Traffic, tail: ReceiptTail, timeout: float) -> None:
+def drain(traffic: Traffic, tail: ReceiptTail, timeout: float) -> None:
     """Until every acknowledged message has a terminal receipt, or `timeout` (what is left is reported lost)."""
     acked = {s.message_id for s in traffic.sent() if s.acked}
 
