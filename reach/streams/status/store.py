@@ -13,6 +13,8 @@ from rocksdict import Options, Rdict, WriteBatch
 
 from reach.streams.status import keys
 
+WRITE_BUFFER_BYTES = 8 << 20
+
 
 class PartitionStore:
     """Rows of one receipts/status partition; written by the fold thread only, read from any thread."""
@@ -21,6 +23,12 @@ class PartitionStore:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._options = Options(raw_mode=True)
+        # Bounded memtables and log: RocksDB's defaults (64 MiB x 2 write buffers per store) let each partition's
+        # store hold up to 128 MiB of rows in memory and as much log on disk before its first flush, which a soak
+        # reads as growth (docs/reliability.md, "Soak"); 8 MiB buffers level off at ~45 MiB for four stores
+        self._options.set_write_buffer_size(WRITE_BUFFER_BYTES)
+        self._options.set_max_write_buffer_number(2)
+        self._options.set_max_total_wal_size(4 * WRITE_BUFFER_BYTES)
         self._db = Rdict(str(path), self._options)
         # Every read, write and iteration against close(): the fold thread closes a revoked partition's store
         # while HTTP and timekeeper threads may still be reading it (RocksDB is thread-safe, a closed handle is not)
