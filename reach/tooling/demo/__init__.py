@@ -32,7 +32,9 @@ from reach.tooling.demo.traffic import REGIONS, Traffic
 from reach.tooling.local.process import free_port
 
 AGENTS = (("echo", "examples.echo_agent:agent", "agent://demo/echo"),
-          ("flaky", "examples.flaky_agent:agent", "agent://demo/flaky"))
+          ("flaky", "examples.flaky_agent:agent", "agent://demo/flaky"),
+          ("audit", "examples.audit_agent:agent", "agent://demo/audit"),  # audit and notify subscribe to
+          ("notify", "examples.notify_agent:agent", "agent://demo/notify"))  # demo.order.created: a fan-out
 """(name, module:attr, agent id) of the example agents; one instance of each per region."""
 SICK = ("sick", "examples.sick_agent:agent", "agent://demo/sick")
 """One sick instance of demo.echo in the first region (REACH_SICK_FAIL_RATE, default 1.0): the breaker's subject."""

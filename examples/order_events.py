@@ -1,0 +1,25 @@
+"""What the order-event subscribers (examples/audit_agent.py, examples/notify_agent.py) share: the event's schema and
+how each records what it saw in Redis, so tests and `reach demo` can count it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from reach.agent.agent import Context
+from reach.redisclient import AsyncRedis
+
+CAPABILITY = "demo.order.created"
+ORDER_SCHEMA: dict[str, Any] = {"type": "object",
+                                "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}}}
+EXAMPLE = {"order_id": "o-1", "amount": 42}
+
+
+async def remember(redis: AsyncRedis, prefix: str, ctx: Context, instance_id: str) -> str:
+    """Add the event to the set `<prefix>:events` (by the event's message id: a delivery run again adds nothing)
+    and count the run in the hash `<prefix>:runs` under this instance; returns the event's id."""
+    event = ctx.envelope.parent_id or ctx.envelope.message_id  # a delivery's parent is the event
+    await redis.sadd(f"{prefix}:events", event)
+    await redis.hincrby(f"{prefix}:runs", instance_id, 1)
+    await redis.expire(f"{prefix}:events", 86_400)
+    await redis.expire(f"{prefix}:runs", 86_400)
+    return event
