@@ -404,14 +404,15 @@ class Router(SupervisedLoop):
             candidates,
             weights=weights,
             now_ms=now,
-            loads={} if plan.delivery else loads,  # a subscriber's deliveries queue in its inbox, never shed
+            loads=loads,
             disabled=disabled,
             affinity={request.session_key: sticky} if request.session_key and sticky else None,
             rng=self._rng,
             payload=envelope["payload"] if validate else None,
             health=batch.health,
             canaries=batch.canaries,
-            throttled=None if plan.delivery else self.qps.throttled(candidates, clock),
+            throttled=self.qps.throttled(candidates, clock),
+            queue_when_full=plan.delivery,  # a subscriber's deliveries queue in its inbox, never shed
         )
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):

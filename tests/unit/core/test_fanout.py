@@ -193,3 +193,15 @@ def test_the_fanout_receipt_round_trips_through_avro() -> None:
     receipt = announce()
     decoded = Receipt.model_validate(decode_dict("Receipt", encode_dict("Receipt", receipt.to_avro())))
     assert decoded == receipt
+
+
+def test_a_delivery_to_a_full_subscriber_queues_where_a_request_is_shed() -> None:
+    from reach.core.candidates import RouteRequest
+    from reach.core.routing import Forward, Overload, decide
+
+    full = sub("n1", NOTIFY, inflight=10, max_concurrency=10, max_queue=0)
+    request = RouteRequest.from_envelope(fanout.delivery(envelope(), NOTIFY))
+    shed = decide(request, [full], weights={}, now_ms=2_000)
+    assert isinstance(shed, Overload)
+    queued = decide(request, [full], weights={}, now_ms=2_000, queue_when_full=True)
+    assert isinstance(queued, Forward) and queued.instance.instance_id == "n1"
