@@ -1,10 +1,10 @@
 """`reach demo`: the whole system on one machine, with traffic, a live view and a summary.
 
 Order of a run: broker and Redis (local unless REACH_BOOTSTRAP is set) -> topics of a fresh namespace
--> the stream app (`reach router`), four example agents in two regions and one sick instance of
-demo.echo (examples/sick_agent.py: its calls fail, so its breaker opens; the live table shows the breaker
-state of every instance) -> traffic for `duration` seconds (or until Ctrl-C) -> drain what is in flight
--> stop everything it started -> summary.
+-> the stream app (`reach router`), four example agents (echo, flaky, and audit and notify, which both subscribe
+to demo.order.created: a fan-out) in two regions and one sick instance of demo.echo (examples/sick_agent.py: its
+calls fail, so its breaker opens; the live table shows the breaker state of every instance) -> traffic for
+`duration` seconds (or until Ctrl-C) -> drain what is in flight -> stop everything it started -> summary.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ class _Run:
         for thread in self.threads.values():
             thread.start()
         say(f"all agents READY; sending {self.rate:g} requests/s "
-            "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs); "
+            "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs, order events "
+            "fanned out to audit and notify); "
             "the sick echo instance fails its calls until its breaker opens")
 
     def url(self, path: str) -> str:
