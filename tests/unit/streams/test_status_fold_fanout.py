@@ -1,6 +1,6 @@
 """The status fold collects a fan-out, on fakes: a delivery's ending (its parent learned from the router's
 x-reach-fanout-of header) is produced as a FANNED_OUT receipt for the parent inside the batch, before the commit;
-folded back, the last one ends the parent, and the reply goes to the parent's caller once."""
+folded back, the last one ends the parent, and the reply and the callback go to the parent's caller once."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from reach.core import fanout
 from reach.kafka import codec
 from reach.kafka import headers as H
 from reach.metrics import Metrics
-from reach.records import ErrorInfo, Receipt, Status
+from reach.records import Envelope, ErrorInfo, Receipt, Status
 from reach.settings import KafkaSettings
 from reach.streams.status.fold import StatusFold
 from reach.streams.status.store import PartitionStore
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage
-from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, Producer
+from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, SPEC, WEBHOOK, Producer
 
 CAP, PARENT = "demo.order.created", "m1"
 AUDIT, NOTIFY = "agent://demo/audit", "agent://demo/notify"
@@ -45,9 +45,10 @@ def ending(agent: str, status: Status, at: int, **kw: Any) -> list[Receipt]:
 
 
 def test_the_deliveries_endings_end_the_parent_once_and_reply_to_its_caller(tmp_path: Path) -> None:
-    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer(known={REPLIES})
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer(known={REPLIES, WEBHOOK})
     announce = Receipt(message_id=PARENT, trace_id="t1", tenant="acme", capability=CAP, status=Status.FANNED_OUT,
-                       at=1_000, delivery_timeout_ms=0, fanout=fanout.announced([AUDIT, NOTIFY], PARENT, 0))
+                       at=1_000, delivery_timeout_ms=0, fanout=fanout.announced([AUDIT, NOTIFY], PARENT, 0),
+                       callback=SPEC)
     of = [(H.FANOUT_OF, PARENT.encode())]
     audit, notify = ending(AUDIT, Status.COMPLETED, 2_000), ending(NOTIFY, Status.DEAD_LETTERED, 3_000, error=ErrorInfo(
         kind="TRANSIENT", code="RETRIES_EXHAUSTED", message="gave up"))
@@ -71,3 +72,5 @@ def test_the_deliveries_endings_end_the_parent_once_and_reply_to_its_caller(tmp_
                                                                      NOTIFY: Status.DEAD_LETTERED}
     assert [codec.decode(v, Receipt).status for v in producer.to(REPLIES)] == [Status.FAILED], "one reply"
     assert len(producer.to(NAMES.receipts)) == 3, "nothing more is produced"
+    [callback] = [codec.decode(v, Envelope) for v in producer.to(WEBHOOK)]
+    assert callback.parent_id == PARENT and b"FAILED" in callback.payload, "the event's caller hears once, at its end"
