@@ -13,27 +13,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from examples.order_events import CAPABILITY, EXAMPLE, ORDER_SCHEMA, remember
+from examples.order_events import CAPABILITY, EXAMPLE, ORDER_SCHEMA, SUBSCRIBER, remember
 from reach.agent import Agent
 from reach.agent.agent import Context
 from reach.records import CapabilityMode
-from reach.redisclient import AsyncRedis, async_client
-from reach.settings import ReachSettings, RedisSettings
 
-# a subscriber queues its events rather than shedding them: a deep queue, and a short run per event
-agent = Agent("agent://demo/audit", region=os.environ.get("REACH_AGENT_REGION", "local"), max_concurrency=16,
-              max_queue=2_000, execution_timeout_ms=10_000)
-_redis: list[AsyncRedis] = []
-
-
-@agent.on_start
-async def connect() -> None:
-    _redis.append(async_client(RedisSettings().url()))
+agent = Agent("agent://demo/audit", region=os.environ.get("REACH_AGENT_REGION", "local"), **SUBSCRIBER)
 
 
 @agent.capability(CAPABILITY, version="1.0.0", mode=CapabilityMode.SUBSCRIBE, input_schema=ORDER_SCHEMA,
                   output_schema={"type": "object"}, tags=["demo"], examples=[EXAMPLE])
 async def audit(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """Record the order event (once per event, whichever instance runs it)."""
-    event = await remember(_redis[0], f"{ReachSettings().namespace}:audit", ctx, agent.instance_id)
-    return {"audited": payload.get("order_id"), "event": event}
+    return {"audited": payload.get("order_id"), "event": await remember("audit", ctx, agent.instance_id)}

@@ -7,29 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, cast
 
-from reach.channels.closure import ChannelCallbacks
 from reach.core import fanout
 from reach.kafka import codec
 from reach.kafka import headers as H
-from reach.metrics import Metrics
 from reach.records import Envelope, ErrorInfo, Receipt, Status
-from reach.settings import KafkaSettings
-from reach.streams.status.fold import StatusFold
-from reach.streams.status.store import PartitionStore
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage
-from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, SPEC, WEBHOOK, Producer
+from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, SPEC, WEBHOOK, Producer, status_fold
 
 CAP, PARENT = "demo.order.created", "m1"
 AUDIT, NOTIFY = "agent://demo/audit", "agent://demo/notify"
 REPLIES = NAMES.replies("c1")
-
-
-def status_fold(tmp_path: Path) -> StatusFold:
-    fold = StatusFold(names=NAMES, kafka=KafkaSettings(), metrics=Metrics(), state_dir=tmp_path, url="http://w1",
-                      retention_ms=60_000, callbacks=ChannelCallbacks())
-    fold.partitions = 1
-    fold._stores[0] = PartitionStore(tmp_path / "p0")
-    return fold
 
 
 def message(offset: int, receipt: Receipt, headers: list[Any] | None = None) -> FakeMessage:
