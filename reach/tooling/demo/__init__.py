@@ -214,6 +214,7 @@ class _Run:
         lines.append("reach router &                # `reach status` asks the stream app for the status table")
         for outcome, note in (("completed_after_retry", "a flaky request that succeeded after retries"),
                               ("dead_lettered", "a dead-lettered request"), ("rejected", "a rejected bad input"),
+                              ("fanned_out", "an order event and its deliveries to audit and notify"),
                               ("unplanned", "a request that did not end as its kind expects")):
             if outcome in snap.examples:
                 lines.append(f"reach status {snap.examples[outcome]}    # {note}")

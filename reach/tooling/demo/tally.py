@@ -135,7 +135,8 @@ class Tally:
             if status is Status.RETRY_SCHEDULED:
                 self._count("retried", cap, receipt.instance_id)
                 return
-            if status is Status.FANNED_OUT:  # the status fold's note that one delivery of a fan-out ended
+            if status is Status.FANNED_OUT:  # the router's fan-out of an event, or the fold's note: a delivery ended
+                self._examples.setdefault("fanned_out", receipt.message_id)
                 for ended in (receipt.fanout.deliveries if receipt.fanout else []):
                     if ended.status is not None and ended.agent_id:
                         self._fanout.setdefault(ended.agent_id, Counter())[ended.status.value] += 1

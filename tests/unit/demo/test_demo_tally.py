@@ -100,5 +100,6 @@ def test_each_subscribers_deliveries_are_counted_from_the_fold_notes() -> None:
     for r in (note("agent://demo/audit", None), note("agent://demo/audit", Status.COMPLETED),
               note("agent://demo/notify", Status.COMPLETED), note("agent://demo/notify", Status.DEAD_LETTERED)):
         tally.add(r)
+    assert tally.snapshot().examples["fanned_out"] == "m1"
     assert tally.snapshot().fanout == {"agent://demo/audit": {"COMPLETED": 1},
                                        "agent://demo/notify": {"COMPLETED": 1, "DEAD_LETTERED": 1}}
