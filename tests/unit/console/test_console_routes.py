@@ -766,6 +766,26 @@ def test_the_message_page_shows_the_fallback_that_served_it() -> None:
     assert 'fallback: demo.echo' in page and "<code>m1-fb0</code>" in page and ">COMPLETED<" in page
 
 
+def test_the_message_page_shows_a_fan_out_and_each_subscribers_delivery() -> None:
+    box = SecretBox([SecretStr(Fernet.generate_key().decode())])
+    table = OperatorTable(box)
+    record, made = new_operator(box, name="viewer", role="viewer", redrive_rate=5, now_ms=1, by="t")
+    table.apply(record.app_id, record)
+    fakes = Fakes()
+    fakes.status.rows["e1"] = [{"message_id": "e1", "trace_id": "t1", "tenant": "acme",
+                                "capability": "demo.order.created", "status": "FANNED_OUT", "generation": 0,
+                                "attempt": 1, "reroutes": 0, "timeline": [], "fanout": {"deliveries": [
+                                    {"agent_id": "agent://demo/audit", "message_id": "e1-s0-demo.audit",
+                                     "status": "COMPLETED"},
+                                    {"agent_id": "agent://demo/notify", "message_id": "e1-s0-demo.notify",
+                                     "status": None}]}}]
+    deps = fakes.deps()
+    app = build_gateway(type(deps)(**{**deps.__dict__, "console": Console(operators=table, backend=FakeBackend())}),
+                        HttpSettings(), closure=ClosureSettings())
+    page = TestClient(app).get("/console/messages?q=e1", headers=_bearer(made.token)).text
+    assert "fan-out to 2 subscribers" in page and "<code>e1-s0-demo.notify</code>" in page and ">running<" in page
+
+
 def test_the_overview_shows_usage_when_requests_reported_some(
         setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
     client, backend, tokens = setup
