@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import logging
 
+from confluent_kafka import KafkaException
+
 from reach.agent.exceptions import InvalidDeclaration
 from reach.core import fanout
-from reach.errors import InfraUnavailable
+from reach.errors import ReachError
 from reach.names import Names
 from reach.records import AgentRegistration
 from reach.registry import read_registry
@@ -24,10 +26,10 @@ class RegistrationRefused(InvalidDeclaration):
 def check_modes(mine: AgentRegistration, *, kafka: KafkaSettings, names: Names, now_ms: int,
                 timeout: float = 5.0) -> None:
     """Raise RegistrationRefused when `mine` may not register; a registry that cannot be read is logged and
-    passed (the router still refuses a mixed subscription)."""
+    passed (the router still refuses a mixed subscription). Costs one read of the compacted registry topic at start."""
     try:
         live = read_registry(kafka, names, timeout=timeout).live(now_ms)
-    except InfraUnavailable as exc:
+    except (ReachError, KafkaException) as exc:  # the broker, the topic, an ACL: the router still holds the rule
         log.warning("the registry was not read before registering (%s): the modes of %s are not checked here",
                     exc, mine.agent_id)
         return

@@ -46,3 +46,12 @@ def test_an_unreadable_registry_is_logged_and_passed(monkeypatch: pytest.MonkeyP
         raise InfraUnavailable("broker down")
     monkeypatch.setattr(modes, "read_registry", down)
     check_modes(subscriber("a1"), kafka=KafkaSettings(bootstrap="memory://"), names=Names("ns"), now_ms=1_000)
+
+
+def test_a_registry_the_broker_refuses_to_read_is_passed_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    def denied(*_a: object, **_k: object) -> RegistryView:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+    monkeypatch.setattr(modes, "read_registry", denied)
+    check_modes(subscriber("a1"), kafka=KafkaSettings(bootstrap="memory://"), names=Names("ns"), now_ms=1_000)
