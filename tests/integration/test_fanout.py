@@ -1,8 +1,9 @@
 """Fan-out on the real broker and Redis (issue 25 item 1): three subscribers of `demo.order.created`
 (`demo/audit` x2 instances, `demo/notify` x1), 200 events. Each agent sees each event exactly once, its instances
 sharing them; `demo/notify` is killed mid-run and `demo/audit` keeps up without it; notify's deliveries complete
-after it restarts, and every parent ends COMPLETED with both subscribers on its row. A handle-mode registration of
-the same capability is refused at start with the reason, and the workers keep serving."""
+after it restarts, and every parent ends COMPLETED with both subscribers on its row. A subscriber that registers
+later gets the events routed after it is READY, none before. A handle-mode registration of the same capability is
+refused at start with the reason, and the workers keep serving."""
 
 from __future__ import annotations
 
@@ -23,12 +24,14 @@ from tests.integration.stream_app import StreamApp
 
 pytestmark = pytest.mark.integration
 
-AUDIT, NOTIFY = "agent://demo/audit", "agent://demo/notify"
+AUDIT, NOTIFY, LATE = "agent://demo/audit", "agent://demo/notify", "agent://demo/late"
 EVENTS = 200
 
 
 def instances(app: StreamApp, agent_id: str) -> int:
-    return sum(1 for a in app.get("/agents") if a["agent_id"] == agent_id and a["state"] == "READY")  # type: ignore[union-attr]
+    """READY instances of the agent that own inbox partitions (what the router routes to)."""
+    return sum(1 for a in app.get("/agents")  # type: ignore[union-attr]
+               if a["agent_id"] == agent_id and a["state"] == "READY" and a["assigned_partitions"])
 
 
 def row(app: StreamApp, message_id: str) -> dict[str, Any] | None:
@@ -61,6 +64,8 @@ def test_every_subscriber_sees_every_event_once_and_a_killed_one_catches_up(
             notified_while_down = redis.scard(f"{ns}:notify:events")
             assert notified_while_down < 150
             procs[2] = spawn("examples.notify_agent:agent")
+            procs.append(spawn("tests.integration.late_subscriber:agent"))  # subscribes from now on
+            wait_for(lambda: instances(stream_app, LATE) == 1, 90, "the late subscriber READY", interval=0.2)
             ids += send(150, EVENTS)
 
         def open_parents() -> list[str]:
@@ -71,6 +76,7 @@ def test_every_subscriber_sees_every_event_once_and_a_killed_one_catches_up(
         events = set(ids)
         assert {e.decode() for e in redis.smembers(f"{ns}:audit:events")} == events
         assert {e.decode() for e in redis.smembers(f"{ns}:notify:events")} == events
+        assert {e.decode() for e in redis.smembers(f"{ns}:late:events")} == set(ids[150:]), "none from before it"
         audit_runs = {k.decode(): int(v) for k, v in redis.hgetall(f"{ns}:audit:runs").items()}
         assert sum(audit_runs.values()) == EVENTS, "audit ran each event once"
         assert len(audit_runs) == 2 and min(audit_runs.values()) > 0, f"its instances share them: {audit_runs}"
@@ -93,6 +99,8 @@ def test_every_subscriber_sees_every_event_once_and_a_killed_one_catches_up(
         _out, err = refused.communicate(timeout=60)
         assert refused.returncode != 0 and "served in one mode at a time" in " ".join(err.decode().split()), err
         assert instances(stream_app, "agent://demo/orders") == 0, "it never registered"
+        last = row(stream_app, ids[-1])
+        assert last is not None and {d["agent_id"] for d in last["fanout"]["deliveries"]} == {AUDIT, NOTIFY, LATE}
         assert httpx.get(stream_app.url + "/healthz", timeout=5).json()["ok"], "no worker stopped"
     finally:
         for proc in procs:
