@@ -125,11 +125,14 @@ def parent_of(envelope: Mapping[str, Any]) -> str | None:
 def subscribers(envelope: Mapping[str, Any], parts: Split) -> list[str]:
     """The agents this event goes to: those with a READY instance that serves the capability in a version of the
     envelope's range for its tenant (a subscriber that registers later gets the events routed after it is READY),
-    sorted, at most MAX_DELIVERIES."""
+    only `to_agent` when the caller named one, sorted, at most MAX_DELIVERIES."""
     capability, tenant = envelope["capability"], envelope.get("tenant") or ""
     version_range = envelope.get("capability_version") or "*"
+    only = envelope.get("to_agent")
     found = []
     for agent, regs in parts.subscribers.items():
+        if only and agent != only:
+            continue
         if any(r.state is AgentState.READY and (not r.tenants or tenant in r.tenants)
                and matching_capability(r, capability, version_range) is not None for r in regs):
             found.append(agent)

@@ -55,6 +55,12 @@ def test_only_subscribers_with_a_ready_instance_for_the_tenant_and_version_get_i
     assert fanout.subscribers(envelope(), fanout.split(CAP, [])) == []
 
 
+def test_an_event_that_names_its_agent_goes_to_that_subscriber_only() -> None:
+    parts = fanout.split(CAP, [sub("a1", AUDIT), sub("n1", NOTIFY)])
+    assert fanout.subscribers(envelope(to_agent=NOTIFY), parts) == [NOTIFY]
+    assert fanout.subscribers(envelope(to_agent="agent://demo/nobody"), parts) == []
+
+
 def test_a_delivery_is_the_event_for_one_agent_with_a_derived_id_and_the_same_bytes_when_made_again() -> None:
     child = fanout.delivery(envelope(generation=2), NOTIFY)
     assert child["message_id"] == fanout.delivery_id("m1", 2, NOTIFY) == "m1-s2-demo.notify"
