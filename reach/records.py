@@ -49,8 +49,8 @@ class Status(StrEnum):
     INTENT_RESOLVED = "INTENT_RESOLVED"  # the resolver turned an intent into a capability or a handoff (v6)
     PROGRESS = "PROGRESS"  # a handler's progress or partial results, coalesced by the agent SDK (v7, never terminal)
     INPUT_REQUIRED = "INPUT_REQUIRED"  # the handler asked the caller a question (NeedsInput, v8, never terminal)
-    BOUNCED = "BOUNCED"  # a provider reported the channel send undeliverable (an email DSN; v11, never terminal)
     FANNED_OUT = "FANNED_OUT"  # a fan-out parent's deliveries were sent, or one of them ended (v10, never terminal)
+    BOUNCED = "BOUNCED"  # a provider reported the channel send undeliverable (an email DSN; v11, never terminal)
 
     @property
     def is_terminal(self) -> bool:
