@@ -49,6 +49,7 @@ class Status(StrEnum):
     INTENT_RESOLVED = "INTENT_RESOLVED"  # the resolver turned an intent into a capability or a handoff (v6)
     PROGRESS = "PROGRESS"  # a handler's progress or partial results, coalesced by the agent SDK (v7, never terminal)
     INPUT_REQUIRED = "INPUT_REQUIRED"  # the handler asked the caller a question (NeedsInput, v8, never terminal)
+    FANNED_OUT = "FANNED_OUT"  # a fan-out parent's deliveries were sent, or one of them ended (v10, never terminal)
     BOUNCED = "BOUNCED"  # a provider reported the channel send undeliverable (an email DSN; v11, never terminal)
 
     @property
@@ -317,6 +318,24 @@ class Usage(AvroModel):
         return self.input_tokens + self.output_tokens
 
 
+class FanOutDelivery(AvroModel):
+    """One delivery of a fan-out (v10): the subscribing agent, its message id, how it ended (None: not yet)."""
+
+    avro_name: ClassVar[str] = "FanOutDelivery"
+
+    agent_id: str
+    message_id: str
+    status: Status | None = None
+
+
+class FanOut(AvroModel):
+    """The deliveries a FANNED_OUT receipt names (v10, reach.core.fanout)."""
+
+    avro_name: ClassVar[str] = "FanOut"
+
+    deliveries: list[FanOutDelivery] = []
+
+
 class Receipt(AvroRecord):
     """One step in the life of a message."""
 
@@ -350,6 +369,7 @@ class Receipt(AvroRecord):
     progress: Progress | None = None
     input: InputRequest | None = None
     usage: Usage | None = None  # v9: on the terminal receipt of a handler's run (reach.core.usage)
+    fanout: FanOut | None = None  # v10: on FANNED_OUT, the deliveries of a fan-out (reach.core.fanout)
 
 
 class Capability(AvroModel):

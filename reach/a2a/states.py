@@ -32,6 +32,8 @@ TASK_STATES: dict[Status, TaskState] = {
     Status.UNKNOWN: TaskState.TASK_STATE_UNSPECIFIED,
     # the handler asked a question (NeedsInput): the caller answers with message/send carrying the task id
     Status.INPUT_REQUIRED: TaskState.TASK_STATE_INPUT_REQUIRED,
+    # an event on a subscribe capability: its deliveries to the subscribers run (reach.core.fanout)
+    Status.FANNED_OUT: TaskState.TASK_STATE_WORKING,
 }
 
 FINAL = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_REJECTED,

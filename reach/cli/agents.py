@@ -5,6 +5,7 @@ reach.core.healthmodel.fields)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import typer
 from rich.table import Table
@@ -36,8 +37,13 @@ def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         queue = "-" if r["queued"] is None else f"{r['queued']}/{r['max_queue']}"
         drain = "-" if r["drain_rate"] is None else f"{r['drain_rate']:.1f}"
         table.add_row(r["agent_id"], r["instance_id"], f"[{colour[r['state']]}]{r['state']}[/]",
-                      ", ".join(r["capabilities"]), r["region"] or "-",
+                      ", ".join(_marked(c, r.get("subscribes") or ()) for c in r["capabilities"]), r["region"] or "-",
                       f"{r['inflight']}/{r['max_concurrency']}", queue, drain,
                       f"{r['heartbeat_age_ms'] / 1000:.1f}s ago", breaker(r), share(r["success_1m"]),
                       "-" if r["p95_ms"] is None else f"{r['p95_ms']:.0f} ms", share(r["slow_ratio"]))
     console.print(table)
+
+
+def _marked(capability: str, subscribes: Sequence[str]) -> str:
+    """`name@version`, with ` (subscribe)` when the instance subscribes to it (a fan-out, docs/agents.md)."""
+    return f"{capability} (subscribe)" if capability.partition("@")[0] in subscribes else capability

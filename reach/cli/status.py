@@ -68,6 +68,7 @@ def status(
         if row.get("last_error"):
             console.print(f"last error: {row['last_error']}")
         _fallback(row)
+        _fanout(row)
         if row.get("usage"):
             console.print(f"usage: {usage_line(row['usage'])}", highlight=False)
         for turn in row.get("turns") or []:
@@ -100,6 +101,20 @@ def _fallback(row: dict[str, Any]) -> None:
         served = served.get("fallback")
 
 
+def _fanout(row: dict[str, Any]) -> None:
+    """A fan-out parent's deliveries and how each ended, or the event a delivery carries (reach.core.fanout)."""
+    book = row.get("fanout") or {}
+    deliveries = book.get("deliveries") or []
+    if deliveries:
+        done = sum(1 for d in deliveries if d.get("status") == Status.COMPLETED.value)
+        console.print(f"fan-out: {done}/{len(deliveries)} deliveries completed", highlight=False)
+        for d in deliveries:
+            console.print(f"  {d['agent_id']} {d['message_id']} [bold]{d.get('status') or 'running'}[/]",
+                          highlight=False)
+    if book.get("of"):
+        console.print(f"delivery of: {book['of']}", highlight=False)
+
+
 def usage_line(used: dict[str, Any]) -> str:
     """The status row's usage (ctx.usage) in one line: `100 in + 50 out tokens, demo-small, 0.002 USD`."""
     parts = [f"{used.get('input_tokens', 0)} in + {used.get('output_tokens', 0)} out tokens"]
@@ -123,3 +138,4 @@ def trace(
     for row in rows:
         console.print(_timeline(row))
         _fallback(row)
+        _fanout(row)

@@ -19,6 +19,7 @@ import base64
 
 from pydantic import BaseModel, ConfigDict
 
+from reach.core.fanout import FanOutRow, carried, track
 from reach.core.progress import Chunks, fold_progress
 from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, InputRequest, Receipt, Status, Usage
 
@@ -32,11 +33,12 @@ _RANK = {
     Status.ATTEMPT_FAILED: 3,
     Status.RETRY_SCHEDULED: 4,
     Status.INPUT_REQUIRED: 3,  # a turn's outcome (NeedsInput): the row waits for the answer, the next generation
+    Status.FANNED_OUT: 1,  # a fan-out parent: its deliveries run as children (reach.core.fanout)
 }
 # Timeline order: generation, attempt, then phase, then time. The router stamps a ROUTED receipt when the
 # forward's delivery report runs, which can be after the agent already finished it; by phase the
 # timeline still reads routed -> started -> outcome (a reroute's ACCEPTED and ROUTED stay in time order).
-_PHASE = {Status.ACCEPTED: 0, Status.INTENT_RESOLVED: 0, Status.ROUTED: 0, Status.STARTED: 1}
+_PHASE = {Status.ACCEPTED: 0, Status.INTENT_RESOLVED: 0, Status.ROUTED: 0, Status.STARTED: 1, Status.FANNED_OUT: 0}
 MAX_STEPS = 64
 MAX_RESULT_CHARS = 64 * 1024
 MAX_ERROR_CHARS = 2_048
@@ -120,6 +122,7 @@ class StatusRow(BaseModel):
     input: InputRequest | None = None  # while INPUT_REQUIRED: the question, its answer's schema, the asking envelope
     turns: list[AnsweredTurn] = []  # the questions answered so far (the last MAX_ROW_TURNS), across generations
     usage: Usage | None = None  # what the run that ended the generation cost (its terminal receipt's, v9)
+    fanout: FanOutRow | None = None  # a fan-out parent's deliveries, or a delivery's parent (reach.core.fanout, v10)
 
     @property
     def terminal(self) -> bool:
@@ -151,7 +154,7 @@ def fold(row: StatusRow | None, receipt: Receipt, *, reply_to: str | None = None
     `reply_to` is the envelope's reply topic when the receipt's writer knew it (the router does)."""
     if receipt.status is Status.PROGRESS:
         return _progress(row, receipt)
-    after = _fold(row, receipt)
+    after = track(_fold(row, receipt), receipt)
     if reply_to and after.reply_to is None and receipt.generation == after.generation:
         after = after.model_copy(update={"reply_to": reply_to})
     if receipt.callback and after.callback is None and receipt.generation == after.generation:
@@ -217,6 +220,8 @@ def _advances(row: StatusRow, receipt: Receipt) -> bool:
         return True
     if receipt.status is Status.UNKNOWN or receipt.status in DELIVERY:
         return False  # a newer writer's step or a channel's delivery step: timeline only, the row keeps its status
+    if receipt.status is Status.FANNED_OUT and row.status is Status.FANNED_OUT:
+        return False  # a delivery's ending (or the router's step read again): the parent's timeline only
     return (receipt.attempt, _rank(receipt)) >= (row.attempt, _RANK.get(row.status, 0))
 
 
@@ -261,6 +266,7 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         input=receipt.input if receipt.status is Status.INPUT_REQUIRED else None,
         turns=previous.turns if previous else [],
         usage=receipt.usage if terminal else None,
+        fanout=carried(previous.fanout if previous else None, same),
     )
 
 

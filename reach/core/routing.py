@@ -126,11 +126,13 @@ def decide(
     payload: bytes | None = None,
     canaries: Mapping[str, Canary] | None = None,
     throttled: Mapping[str, int] | None = None,
+    queue_when_full: bool = False,
 ) -> RouteOutcome:
     """Decide where a request goes: filter (`health`: OPEN is out), admit (canary arm by agent id in
     `canaries`, HALF_OPEN / restore shares), shed (health weight 0, full queues, `throttled`: instance ->
     ms until its qps bucket refills), score. Pass `payload` only when the capability's policy validates
-    at the router."""
+    at the router. `queue_when_full`: when every candidate is full, pick among them rather than fail with OVERLOAD
+    (a fan-out delivery queues in its subscriber's inbox, reach.core.fanout)."""
     if request.deadline is not None and request.deadline <= now_ms:
         return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
     health = health or {}
@@ -143,6 +145,8 @@ def decide(
         names = sorted(c.instance_id for c in admission.refused) + sorted(matched.open)
         return Unavailable(OPEN_RETRY_AFTER_MS, _unavailable_message(request, names))
     selection = shed(admission.candidates, health=health, throttled=throttled)
+    if queue_when_full and selection.all_overloaded:
+        selection = Selection(candidates=selection.overloaded, overloaded=())
     context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms)
     if selection.all_overloaded:
         scores = score_all(request, selection.overloaded, weights, context)

@@ -19,6 +19,7 @@ BY = "x-reach-by"                      # who wrote a control tombstone (it has n
 ROUTER = "x-reach-router"              # the routing worker that wrote a ROUTED receipt (its state loop skips it)
 REPLY_TO = "x-reach-reply-to"          # the envelope's reply_to, on the router's receipts (the status fold replies)
 FALLBACK = "x-reach-fallback"          # on a router's ending: `<capability> <child id>` it sent to the fallback
+FANOUT_OF = "x-reach-fanout-of"        # on the router's receipts of a fan-out delivery: the parent's message id
 
 Headers = list[tuple[str, str | bytes | None]]
 """Kafka headers as confluent-kafka's producer takes them."""

@@ -10,7 +10,7 @@ from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import codec, topicreader
 from reach.names import Names
-from reach.records import InstanceHealth, LoadReport
+from reach.records import CapabilityMode, InstanceHealth, LoadReport
 from reach.registry import InstanceInfo, read_registry
 from reach.settings import KafkaSettings
 
@@ -59,6 +59,7 @@ def row(info: InstanceInfo, report: LoadReport | None, now: int,
         "agent_id": reg.agent_id, "instance_id": reg.instance_id, "state": info.effective_state.value,
         "reported_state": reg.state.value,
         "capabilities": [f"{c.name}@{c.version}" for c in reg.capabilities], "region": reg.region,
+        "subscribes": [c.name for c in reg.capabilities if c.mode is CapabilityMode.SUBSCRIBE],  # fan-out (0040)
         "inflight": reg.inflight if report is None else report.inflight, "max_concurrency": reg.max_concurrency,
         "queued": None if report is None else report.queued,
         "max_queue": reg.max_queue if report is None else report.max_queue,

@@ -24,7 +24,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
-from reach.core import fallback
+from reach.core import fallback, fanout
 from reach.core.canarybook import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
@@ -62,6 +62,7 @@ from reach.streams.router.qps import QpsLimits
 from reach.streams.router.routed_receipt import RoutedReceiptWriter
 from reach.streams.router.state import RouterState, StateLoop
 from reach.streams.router.stats import OTHER, RouterStats
+from reach.streams.router.subscriptions import FanOutStep, receipt_headers
 from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
@@ -115,6 +116,7 @@ class _Batch:
     canaries: dict[str, Canary] = field(default_factory=dict)  # by agent_id
     terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
     won: dict[Position, bytes] = field(default_factory=dict)  # the receipt each record claimed its slot with
+    splits: dict[str, fanout.Split] = field(default_factory=dict)  # capability -> its live instances by mode
 
     def stats_key(self, capability: str) -> str:
         """Where the router's counts of a capability go: its own only while a live instance serves it."""
@@ -180,6 +182,7 @@ class Router(SupervisedLoop):
         self.stats = RouterStats()
         self.affinity = AffinityTable()
         self.qps = QpsLimits()
+        self.fanout = FanOutStep(self.names.receipts)  # subscribe-mode capabilities (docs/decisions/0040)
         self._batch_size = batch_size
         self._metadata_refresh_ms = metadata_refresh_ms
         self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
@@ -374,7 +377,7 @@ class Router(SupervisedLoop):
             reject = Reject("OVERSIZE", f"envelope is {len(value):,} bytes; the limit is {MAX_ENVELOPE_BYTES:,}")
             self._reject(msg, value, envelope, reject, producer, batch, position, now)
             return
-        reply = self._reply_header(envelope)
+        reply = self._reply_header(envelope) + receipt_headers(envelope)
         over = self.budgets.exceeded(request.tenant, now) if self.budgets is not None else None
         if over is not None:  # the tenant's spend limit is reached: not routed until its period resets
             receipt = _receipt(request, Status.FAILED, now, retry_after_ms=max(0, over.reset_at_ms - now),
@@ -387,8 +390,14 @@ class Router(SupervisedLoop):
             settings = (control.weights(request.capability), control.policy(request.capability).validate_at_router)
             batch.capabilities[request.capability] = settings
         weights, validate = settings
+        plan = self.fanout.plan(envelope, live.get(request.capability, ()), batch.splits)
+        if plan.agents:  # an event on a subscribe capability: one delivery per subscribing agent
+            self.fanout.send(producer, batch.acks, position, topic=msg.topic() or "", envelope=envelope,
+                             request=request, agents=plan.agents, reply=reply, now=now)
+            self.stats.count(batch.stats_key(request.capability), "fanned_out")
+            return
         sticky = affinity.sticky(self.affinity, request.session_key, envelope.get("headers"), now)
-        candidates = live.get(request.capability, ())
+        candidates = plan.candidates
         clock = time.monotonic()
         outcome: RouteOutcome = decide(
             request,
@@ -403,6 +412,7 @@ class Router(SupervisedLoop):
             health=batch.health,
             canaries=batch.canaries,
             throttled=self.qps.throttled(candidates, clock),
+            queue_when_full=plan.delivery,  # a subscriber's deliveries queue in its inbox, never shed
         )
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):

@@ -24,7 +24,7 @@ from reach.records import Status
 _FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "agent_id", "instance_id", "status",
            "attempt", "at", "error", "retry_after_ms", "result", "step_status", "timings", "decision", "cost",
            "due_at", "deadline", "delivery_timeout_ms", "reroutes", "reused_from", "channel", "callback",
-           "resolution", "progress", "input", "usage")
+           "resolution", "progress", "input", "usage", "fanout")
 _DECISION = ("candidates", "picked_instance", "topic", "partition", "offset", "weights", "arm", "admission")
 _CANDIDATE_TAIL = ("parts", "arm")  # after instance_id, agent_id and the fixed doubles (score, then legacy parts)
 _DOUBLE = struct.Struct("<d")
@@ -143,9 +143,9 @@ class RoutedReceiptWriter:
             optional_string(arm), optional_string(admission),
             # cost and due_at null; then deadline, delivery_timeout_ms, reroutes; reused_from, channel null; the
             # envelope's callback (a row must know it before an EXPIRED that no agent wrote); resolution (v6),
-            # progress (v7), input (v8), usage (v9) null
+            # progress (v7), input (v8), usage (v9), fanout (v10) null
             _NULL, _NULL, optional_long(deadline), optional_long(delivery_timeout_ms), varint(reroutes), _NULL,
-            _NULL, optional_string(callback), _NULL, _NULL, _NULL, _NULL,
+            _NULL, optional_string(callback), _NULL, _NULL, _NULL, _NULL, _NULL,
         ]
         return b"".join(parts)
 

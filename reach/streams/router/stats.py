@@ -8,8 +8,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 OUTCOMES = ("routed", "overload", "unavailable", "unroutable", "handed_off", "dead_lettered", "rejected", "expired",
-            "bad_records", "superseded", "unfenced")
-"""`handed_off`: no route, and the capability's policy asks for a human (reach.intent); `superseded`: a terminal the
+            "bad_records", "superseded", "unfenced", "fanned_out")
+"""`fanned_out`: an event of a subscribe capability sent on as one delivery per subscriber (reach.core.fanout; each
+delivery is then counted as `routed` or its ending); `handed_off`: no route, and the capability's policy asks for a
+human (reach.intent); `superseded`: a terminal the
 router decided for a message that had already ended (it republished that first ending, reach.terminals);
 `unfenced`: terminals it published without the fence because Redis was out."""
 OTHER = "other"

@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from reach.core import fallback
+from reach.core import fallback, fanout
 from reach.core.commits import CommitLedger
 from reach.core.lifecycle import StatusRow, fold, settle_reply
 from reach.envelopes import now_ms
@@ -264,6 +264,9 @@ class StatusFold(SupervisedLoop):
             after, child = self._fallback_child(producer, after, ask)
             if child is not None:
                 callbacks.append((position, *child))
+        after, told = fanout.settle(after, receipt, parent=_header(msg, H.FANOUT_OF))
+        if told is not None:  # a delivery's ending to its parent, or a parent's ending (docs/decisions/0040)
+            callbacks.append((position, self.names.receipts, told.message_id, codec.encode(told), told.message_id))
         after, callback = self._callbacks.settle(after, receipt, now=now_ms())
         if callback is not None:
             topic, key, record = self._callback_record(producer, callback)

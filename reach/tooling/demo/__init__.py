@@ -1,10 +1,10 @@
 """`reach demo`: the whole system on one machine, with traffic, a live view and a summary.
 
 Order of a run: broker and Redis (local unless REACH_BOOTSTRAP is set) -> topics of a fresh namespace
--> the stream app (`reach router`), four example agents in two regions and one sick instance of
-demo.echo (examples/sick_agent.py: its calls fail, so its breaker opens; the live table shows the breaker
-state of every instance) -> traffic for `duration` seconds (or until Ctrl-C) -> drain what is in flight
--> stop everything it started -> summary.
+-> the stream app (`reach router`), four example agents (echo, flaky, and audit and notify, which both subscribe
+to demo.order.created: a fan-out) in two regions and one sick instance of demo.echo (examples/sick_agent.py: its
+calls fail, so its breaker opens; the live table shows the breaker state of every instance) -> traffic for
+`duration` seconds (or until Ctrl-C) -> drain what is in flight -> stop everything it started -> summary.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ from reach.tooling.demo.traffic import REGIONS, Traffic
 from reach.tooling.local.process import free_port
 
 AGENTS = (("echo", "examples.echo_agent:agent", "agent://demo/echo"),
-          ("flaky", "examples.flaky_agent:agent", "agent://demo/flaky"))
+          ("flaky", "examples.flaky_agent:agent", "agent://demo/flaky"),
+          ("audit", "examples.audit_agent:agent", "agent://demo/audit"),  # audit and notify subscribe to
+          ("notify", "examples.notify_agent:agent", "agent://demo/notify"))  # demo.order.created: a fan-out
 """(name, module:attr, agent id) of the example agents; one instance of each per region."""
 SICK = ("sick", "examples.sick_agent:agent", "agent://demo/sick")
 """One sick instance of demo.echo in the first region (REACH_SICK_FAIL_RATE, default 1.0): the breaker's subject."""
@@ -120,7 +122,8 @@ class _Run:
         for thread in self.threads.values():
             thread.start()
         say(f"all agents READY; sending {self.rate:g} requests/s "
-            "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs); "
+            "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs, order events "
+            "fanned out to audit and notify); "
             "the sick echo instance fails its calls until its breaker opens")
 
     def url(self, path: str) -> str:
@@ -211,6 +214,7 @@ class _Run:
         lines.append("reach router &                # `reach status` asks the stream app for the status table")
         for outcome, note in (("completed_after_retry", "a flaky request that succeeded after retries"),
                               ("dead_lettered", "a dead-lettered request"), ("rejected", "a rejected bad input"),
+                              ("fanned_out", "an order event and its deliveries to audit and notify"),
                               ("unplanned", "a request that did not end as its kind expects")):
             if outcome in snap.examples:
                 lines.append(f"reach status {snap.examples[outcome]}    # {note}")

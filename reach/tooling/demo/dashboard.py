@@ -141,6 +141,10 @@ class Dashboard:
         pinned = sum(1 for instances in snap.sessions.values() if len(instances) == 1)
         c.print(f"sessions: {len(snap.sessions)} session keys, {pinned} stayed on one instance "
                 "(session affinity)", highlight=False)
+        if snap.fanout:
+            c.print("fan-out: order events delivered to each subscriber: " + "; ".join(
+                f"{agent} " + ", ".join(f"{status} {n}" for status, n in ended.most_common())
+                for agent, ended in sorted(snap.fanout.items())), highlight=False)
         c.print("look deeper (the records stay in the broker):", highlight=False)
         for line in commands:
             c.print(f"  {line}", highlight=False, markup=False)

@@ -68,6 +68,7 @@ class Snapshot:
     examples: dict[str, str]
     as_planned: int
     unplanned: int
+    fanout: dict[str, Counter[str]] = field(default_factory=dict)  # subscriber -> how its deliveries ended
 
 
 def percentile(values: list[int], quantile: float) -> int | None:
@@ -113,6 +114,7 @@ class Tally:
         self._examples: dict[str, str] = {}
         self._as_planned = 0
         self._unplanned = 0
+        self._fanout: dict[str, Counter[str]] = {}
 
     def sent(self, message_id: str, item: Sent) -> None:
         """The generator published `message_id` (call before producing, so no receipt can come first)."""
@@ -132,6 +134,12 @@ class Tally:
                 return
             if status is Status.RETRY_SCHEDULED:
                 self._count("retried", cap, receipt.instance_id)
+                return
+            if status is Status.FANNED_OUT:  # the router's fan-out of an event, or the fold's note: a delivery ended
+                self._examples.setdefault("fanned_out", receipt.message_id)
+                for ended in (receipt.fanout.deliveries if receipt.fanout else []):
+                    if ended.status is not None and ended.agent_id:
+                        self._fanout.setdefault(ended.agent_id, Counter())[ended.status.value] += 1
                 return
             if not status.is_terminal:
                 return
@@ -188,6 +196,7 @@ class Tally:
                 latencies_ms=list(self._latencies), completed_latencies_ms=list(self._completed_latencies),
                 sessions={k: set(v) for k, v in self._sessions.items()}, examples=dict(self._examples),
                 as_planned=self._as_planned, unplanned=self._unplanned,
+                fanout={k: Counter(v) for k, v in self._fanout.items()},
             )
 
 

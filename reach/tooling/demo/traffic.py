@@ -24,7 +24,8 @@ from reach.settings import KafkaSettings
 from reach.tooling.demo.tally import Sent, Tally
 
 ECHO, FLAKY, NOBODY = "demo.echo", "demo.flaky", "demo.nobody"
-CAPABILITIES = (ECHO, FLAKY, NOBODY)
+ORDER = "demo.order.created"  # subscribe mode: fanned out to agent://demo/audit and agent://demo/notify
+CAPABILITIES = (ECHO, FLAKY, NOBODY, ORDER)
 """Every capability topic the traffic writes to (created before the router starts)."""
 REGIONS = ("eu-west", "us-east")
 SESSIONS = 6
@@ -38,6 +39,7 @@ EXPECTED: dict[str, Status] = {
     "flaky, business error": Status.FAILED,
     "flaky, always fails (2 attempts)": Status.DEAD_LETTERED,
     "nobody serves it": Status.UNROUTABLE,
+    "order event, fanned out to audit + notify": Status.COMPLETED,
     "nobody serves it, expire_at set": Status.DEAD_LETTERED,
     "bad: undecodable bytes": Status.REJECTED,
     "bad: empty capability": Status.REJECTED,
@@ -73,6 +75,9 @@ def plan(tick: int, rate: float, rng: random.Random) -> Planned:
         return Planned(kind="nobody serves it, expire_at set" if with_expiry else "nobody serves it",
                        capability=NOBODY, payload={"n": tick}, region=rng.choice(REGIONS),
                        expire_in_ms=600_000 if with_expiry else None)
+    if tick % (2 * per_second) == (per_second + per_second // 2) % (2 * per_second):
+        return Planned(kind="order event, fanned out to audit + notify", capability=ORDER,
+                       payload={"order_id": f"o-{tick}", "amount": tick % 100})
     region = rng.choice((*REGIONS, None))
     draw = rng.random()
     if draw < 0.35:

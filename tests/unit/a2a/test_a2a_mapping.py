@@ -25,7 +25,8 @@ S = TaskState
 def test_every_status_has_a_task_state_as_the_issue_table_says() -> None:
     assert set(TASK_STATES) == set(Status)
     expected = {S.TASK_STATE_SUBMITTED: {"ACCEPTED", "ROUTED", "RETRY_SCHEDULED", "INTENT_RESOLVED"},
-                S.TASK_STATE_WORKING: {"STARTED", "ATTEMPT_FAILED"}, S.TASK_STATE_COMPLETED: {"COMPLETED"},
+                S.TASK_STATE_WORKING: {"STARTED", "ATTEMPT_FAILED", "FANNED_OUT"},
+                S.TASK_STATE_COMPLETED: {"COMPLETED"},
                 S.TASK_STATE_FAILED: {"FAILED", "EXPIRED", "DEAD_LETTERED"},
                 S.TASK_STATE_REJECTED: {"REJECTED", "UNROUTABLE"}, S.TASK_STATE_CANCELED: {"CANCELED"}}
     for state, statuses in expected.items():

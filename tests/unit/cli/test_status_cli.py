@@ -52,3 +52,23 @@ def test_a_row_with_usage_shows_it_in_one_line(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(typer.Exit):
         cli.status("m1", as_json=False)
     assert "usage: 100 in + 50 out tokens, demo-small, 0.002 USD" in capsys.readouterr().out
+
+
+def test_a_fan_out_shows_each_subscribers_delivery_and_a_delivery_its_event(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    row = {"message_id": "e1", "capability": "demo.order.created", "status": "FAILED", "timeline": [], "fanout": {
+        "deliveries": [{"agent_id": "agent://demo/audit", "message_id": "e1-s0-demo.audit", "status": "COMPLETED"},
+                       {"agent_id": "agent://demo/notify", "message_id": "e1-s0-demo.notify",
+                        "status": "DEAD_LETTERED"}]}}
+    monkeypatch.setattr(cli, "get_json", lambda *_a, **_k: row)
+    with pytest.raises(typer.Exit) as done:
+        cli.status("e1", as_json=False)
+    out = capsys.readouterr().out
+    assert done.value.exit_code == 1 and "fan-out: 1/2 deliveries completed" in out
+    assert "agent://demo/notify e1-s0-demo.notify DEAD_LETTERED" in out
+    delivery = {"message_id": "e1-s0-demo.audit", "capability": "demo.order.created", "status": "COMPLETED",
+                "timeline": [], "fanout": {"deliveries": [], "of": "e1"}}
+    monkeypatch.setattr(cli, "get_json", lambda *_a, **_k: delivery)
+    with pytest.raises(typer.Exit):
+        cli.status("e1-s0-demo.audit", as_json=False)
+    assert "delivery of: e1" in capsys.readouterr().out

@@ -749,21 +749,32 @@ def test_an_admin_maps_and_unmaps_an_intent_and_a_viewer_is_refused(monkeypatch:
     assert nothing.status_code == 400 and "nothing to remove" in nothing.json()["message"]
 
 
-def test_the_message_page_shows_the_fallback_that_served_it() -> None:
+def message_page(message_id: str, row: dict[str, Any]) -> str:
+    """The message page a viewer sees for a status row (the status table faked)."""
     box = SecretBox([SecretStr(Fernet.generate_key().decode())])
     table = OperatorTable(box)
     record, made = new_operator(box, name="viewer", role="viewer", redrive_rate=5, now_ms=1, by="t")
     table.apply(record.app_id, record)
     fakes = Fakes()
-    fakes.status.rows["m1"] = [{"message_id": "m1", "trace_id": "t1", "tenant": "acme", "capability": "demo.flaky",
-                                "status": "DEAD_LETTERED", "generation": 0, "attempt": 2, "reroutes": 0,
-                                "timeline": [], "fallback": {"capability": "demo.echo", "message_id": "m1-fb0",
-                                                             "note": None, "status": "COMPLETED"}}]
+    fakes.status.rows[message_id] = [{"trace_id": "t1", "tenant": "acme", "generation": 0, "attempt": 1,
+                                      "reroutes": 0, "timeline": [], "message_id": message_id, **row}]
     deps = fakes.deps()
     app = build_gateway(type(deps)(**{**deps.__dict__, "console": Console(operators=table, backend=FakeBackend())}),
                         HttpSettings(), closure=ClosureSettings())
-    page = TestClient(app).get("/console/messages?q=m1", headers=_bearer(made.token)).text
+    return TestClient(app).get(f"/console/messages?q={message_id}", headers=_bearer(made.token)).text
+
+
+def test_the_message_page_shows_the_fallback_that_served_it() -> None:
+    page = message_page("m1", {"capability": "demo.flaky", "status": "DEAD_LETTERED", "attempt": 2, "fallback": {
+        "capability": "demo.echo", "message_id": "m1-fb0", "note": None, "status": "COMPLETED"}})
     assert 'fallback: demo.echo' in page and "<code>m1-fb0</code>" in page and ">COMPLETED<" in page
+
+
+def test_the_message_page_shows_a_fan_out_and_each_subscribers_delivery() -> None:
+    page = message_page("e1", {"capability": "demo.order.created", "status": "FANNED_OUT", "fanout": {"deliveries": [
+        {"agent_id": "agent://demo/audit", "message_id": "e1-s0-demo.audit", "status": "COMPLETED"},
+        {"agent_id": "agent://demo/notify", "message_id": "e1-s0-demo.notify", "status": None}]}})
+    assert "fan-out to 2 subscribers" in page and "<code>e1-s0-demo.notify</code>" in page and ">running<" in page
 
 
 def test_the_overview_shows_usage_when_requests_reported_some(

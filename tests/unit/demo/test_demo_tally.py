@@ -88,3 +88,18 @@ def test_every_terminal_status_has_a_column() -> None:
 
     for status in TERMINAL:
         assert outcome_of(receipt(status)) in OUTCOME_COLUMNS, status
+
+
+def test_each_subscribers_deliveries_are_counted_from_the_fold_notes() -> None:
+    from reach.records import FanOut, FanOutDelivery
+
+    def note(agent: str, status: Status | None) -> Receipt:
+        return receipt(Status.FANNED_OUT, capability="demo.order.created", instance=None).model_copy(update={
+            "fanout": FanOut(deliveries=[FanOutDelivery(agent_id=agent, message_id="m1-s0-x", status=status)])})
+    tally = Tally()
+    for r in (note("agent://demo/audit", None), note("agent://demo/audit", Status.COMPLETED),
+              note("agent://demo/notify", Status.COMPLETED), note("agent://demo/notify", Status.DEAD_LETTERED)):
+        tally.add(r)
+    assert tally.snapshot().examples["fanned_out"] == "m1"
+    assert tally.snapshot().fanout == {"agent://demo/audit": {"COMPLETED": 1},
+                                       "agent://demo/notify": {"COMPLETED": 1, "DEAD_LETTERED": 1}}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from reach.tooling.demo.traffic import EXPECTED, NOBODY, REGIONS, plan
+from reach.tooling.demo.traffic import EXPECTED, NOBODY, ORDER, REGIONS, plan
 
 
 def test_a_minute_of_traffic_has_every_kind_and_bad_inputs_are_few() -> None:
@@ -39,3 +39,10 @@ def test_low_rates_still_schedule_every_kind_of_bad_input() -> None:
     rng = random.Random(5)
     kinds = {plan(tick, 1.0, rng).kind for tick in range(60)}
     assert {"bad: undecodable bytes", "bad: empty capability", "bad: version range"} <= kinds
+
+
+def test_an_order_event_goes_out_every_two_seconds_to_be_fanned_out() -> None:
+    rng = random.Random(9)
+    orders = [p for p in (plan(tick, 25.0, rng) for tick in range(25 * 60)) if p.capability == ORDER]
+    assert len(orders) == 30 and {p.kind for p in orders} == {"order event, fanned out to audit + notify"}
+    assert all(isinstance(p.payload["order_id"], str) for p in orders)

@@ -21,3 +21,18 @@ def test_rows_with_and_without_health() -> None:
         "OPEN", 4_000, 0.0, 3.0, 900)
     plain = _row(info(), None, 1_000)
     assert (plain["breaker"], plain["admit"], plain["success_1m"]) == ("CLOSED", 1.0, None)
+
+
+def test_a_row_names_the_capabilities_the_instance_subscribes_to() -> None:
+    from reach.cli.agents import _marked
+    from reach.records import Capability, CapabilityMode
+
+    base = info()
+    reg = base.registration.model_copy(update={"capabilities": [
+        Capability(name="demo.order.created", version="1.0.0", mode=CapabilityMode.SUBSCRIBE),
+        Capability(name="demo.echo", version="1.0.0")]})
+    row = _row(InstanceInfo(registration=reg, effective_state=AgentState.READY, heartbeat_age_ms=5, load=0.0),
+               None, 1_000)
+    assert row["subscribes"] == ["demo.order.created"]
+    assert [_marked(c, row["subscribes"]) for c in row["capabilities"]] == [
+        "demo.order.created@1.0.0 (subscribe)", "demo.echo@1.0.0"]

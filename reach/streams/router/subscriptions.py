@@ -1,0 +1,90 @@
+"""The router's fan-out (docs/decisions/0040): an event on a capability served in `subscribe` mode becomes one
+delivery per subscribing agent, each a child envelope on the capability's topic routed as an ordinary request of that
+one agent; the parent gets a FANNED_OUT receipt naming them. The rules are reach.core.fanout; this module holds the
+per-batch cache of who serves a capability in which mode, and the records the hot path produces."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Producer
+
+from reach.core import fanout
+from reach.core.candidates import RouteRequest
+from reach.kafka import delivery
+from reach.kafka import headers as H
+from reach.kafka.acks import Acks, Position
+from reach.kafka.codec import encode_dict
+from reach.records import AgentRegistration, Status
+
+log = logging.getLogger("reach.router")
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the hot path does with one envelope: fan it out to `agents`, or route it among `candidates`
+    (`delivery`: it is one delivery of a fan-out, queued by its subscriber rather than shed)."""
+
+    candidates: Sequence[AgentRegistration]
+    agents: tuple[str, ...] = ()
+    delivery: bool = False
+
+
+class FanOutStep:
+    """The hot path's fan-out: which capabilities fan out (per batch, from the live registrations), the child
+    envelopes and the parent's FANNED_OUT receipt. One per router; `refused` remembers the instances it logged."""
+
+    def __init__(self, receipts_topic: str) -> None:
+        self._receipts = receipts_topic
+        self._refused: set[tuple[str, str]] = set()
+
+    def plan(self, envelope: Mapping[str, Any], registrations: Sequence[AgentRegistration],
+             splits: dict[str, fanout.Split]) -> Plan:
+        capability = envelope["capability"]
+        parts = splits.get(capability)
+        if parts is None:
+            parts = splits[capability] = fanout.split(capability, registrations)
+            self._log_refused(capability, parts)
+        if fanout.is_delivery(envelope):  # routed to its one agent (to_agent), never fanned out again
+            return Plan(candidates=registrations, delivery=True)
+        if not parts.fans_out:
+            return Plan(candidates=parts.handlers)
+        agents = fanout.subscribers(envelope, parts)
+        return Plan(candidates=(), agents=tuple(agents))  # none READY: routed among none, NoRoute says so
+
+    def send(self, producer: Producer, acks: Acks, position: Position, *, topic: str, envelope: dict[str, Any],
+             request: RouteRequest, agents: Sequence[str], reply: H.Headers, now: int) -> None:
+        """The deliveries to the capability's topic, then the parent's FANNED_OUT receipt (no delivery clock: the
+        parent is never rerouted; its deadline still expires it), all acknowledged before the record commits."""
+        for agent in agents:
+            child = fanout.delivery(envelope, agent)
+            key = (child.get("routing") or {}).get("session_key") or child["message_id"]
+            delivery.produce(producer, acks, position, topic, encode_dict("Envelope", child), key=str(key).encode(),
+                             headers=[(H.MESSAGE_ID, child["message_id"].encode())])
+        book = fanout.announced(agents, request.message_id, request.generation)
+        receipt = {
+            "message_id": request.message_id, "generation": request.generation, "trace_id": request.trace_id,
+            "tenant": request.tenant, "capability": request.capability, "status": Status.FANNED_OUT.value,
+            "attempt": request.attempt, "at": now, "deadline": request.deadline, "delivery_timeout_ms": 0,
+            "reroutes": request.reroutes, "callback": request.callback, "fanout": book.model_dump(),
+        }
+        key = request.message_id.encode()
+        delivery.produce(producer, acks, position, self._receipts, encode_dict("Receipt", receipt), key=key,
+                         headers=[(H.MESSAGE_ID, key), *reply])
+
+    def _log_refused(self, capability: str, parts: fanout.Split) -> None:
+        for reg in parts.refused:
+            if (reg.instance_id, capability) not in self._refused:
+                self._refused.add((reg.instance_id, capability))
+                log.warning("%s (%s) subscribes to %s, which other agents serve in handle mode: its subscription is "
+                            "refused (a capability is served in one mode at a time)", reg.instance_id, reg.agent_id,
+                            capability)
+
+
+def receipt_headers(envelope: Mapping[str, Any]) -> H.Headers:
+    """The x-reach-fanout-of header on the router's receipts of a delivery: the status fold learns its parent."""
+    parent = fanout.parent_of(envelope)
+    return [(H.FANOUT_OF, parent.encode())] if parent else []
