@@ -1,5 +1,5 @@
 """Session affinity: session_key -> instance_id, bounded and expiring with the session's idle time, recovered from
-the compacted sessions topic after a restart or a rebalance (reach.core.sessions).
+the compacted sessions topic after a restart or a rebalance (reach.core.sessionmap).
 
 Capability topics are keyed by session_key, so one session always lands on one capability partition and therefore
 on one router worker, which routes it from this table. Every router also reads the sessions topic (its feed, from
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from reach.core.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_TTL_MS, SessionMap
+from reach.core.sessionmap import DEFAULT_MAX_SESSIONS, DEFAULT_TTL_MS, SessionMap
 from reach.core.turns import PREFER_HEADER
 
 
@@ -28,7 +28,7 @@ class AffinityTable:
             return self._map.get(session_key, now_ms)
 
     def set(self, session_key: str | None, instance_id: str, now_ms: int) -> bool:
-        """True when the sessions topic should get a record of it (reach.core.sessions.SessionMap.set)."""
+        """True when the sessions topic should get a record of it (reach.core.sessionmap.SessionMap.set)."""
         with self._lock:
             return self._map.set(session_key, instance_id, now_ms)
 

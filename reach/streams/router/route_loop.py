@@ -24,7 +24,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
-from reach.core import fallback, sessions
+from reach.core import fallback, sessionmap
 from reach.core.canarybook import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
@@ -283,12 +283,12 @@ class Router(SupervisedLoop):
             consumer.close()
 
     def _record_session(self, producer: Producer, session_key: str | None, instance_id: str, now: int) -> None:
-        """Where a session sticks, on the compacted sessions topic (reach.core.sessions): not acknowledged before
+        """Where a session sticks, on the compacted sessions topic (reach.core.sessionmap): not acknowledged before
         the commit, since a lost record costs affinity, never a message."""
         if self._sessions_topic is None or not session_key:
             return
         try:
-            producer.produce(self._sessions_topic, sessions.encode(instance_id, now), key=session_key.encode())
+            producer.produce(self._sessions_topic, sessionmap.encode(instance_id, now), key=session_key.encode())
         except (BufferError, KafkaException) as exc:
             log.debug("session record of %r not sent: %s", session_key, exc)
 

@@ -20,7 +20,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from reach.control import ControlView
-from reach.core import sessions
+from reach.core import sessionmap
 from reach.core.commits import TopicPart
 from reach.core.loads import LoadTracker
 from reach.core.views.registryview import RegistryView
@@ -228,6 +228,6 @@ class StateLoop:
             self._state.loads.finished(key, receipt["at"])
 
 
-SESSION: Decoder = sessions.decode
+SESSION: Decoder = sessionmap.decode
 _DECODERS: dict[str, Decoder] = {"registry": REGISTRATION, "control": CONTROL, "health": HEALTH, "receipts": RECEIPT,
                                  "loads": LOAD, "sessions": SESSION}

@@ -149,7 +149,7 @@ def test_health_records_fold_into_router_state_health_and_bad_ones_are_skipped()
 def test_session_records_recover_affinity_bad_ones_are_skipped_and_a_tombstone_forgets() -> None:
     import time
 
-    from reach.core.sessions import encode as session
+    from reach.core.sessionmap import encode as session
 
     state, fold = loop()
     now = int(time.time() * 1000)

@@ -1,11 +1,11 @@
-"""Session affinity as a bounded map (reach.core.sessions): sticks until idle past the TTL, bounded LRU, records
+"""Session affinity as a bounded map (reach.core.sessionmap): sticks until idle past the TTL, bounded LRU, records
 written on start / change / a quarter TTL, and what is read back from the sessions topic."""
 
 from __future__ import annotations
 
 import pytest
 
-from reach.core.sessions import SessionMap, decode, encode
+from reach.core.sessionmap import SessionMap, decode, encode
 
 
 def test_a_record_is_worth_writing_on_start_on_change_and_every_quarter_ttl() -> None:
