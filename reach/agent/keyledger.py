@@ -77,8 +77,11 @@ class KafkaKeyLedger:
 
     async def completed(self, scope: KeyScope, *, now_ms: int, memory_since_ms: int) -> bytes | None:
         window_ms = max(scope.window_ms, DEFAULT_IDEMPOTENCY_WINDOW_MS)
-        entries = await asyncio.get_running_loop().run_in_executor(
-            None, self._load, memory_since_ms, now_ms - window_ms)
+        if self._loaded_for == memory_since_ms:  # loaded already (entries are set before it): no executor hop
+            entries = self._entries
+        else:
+            entries = await asyncio.get_running_loop().run_in_executor(
+                None, self._load, memory_since_ms, now_ms - window_ms)
         found = entries.get(ledger_key(scope))
         return found[0] if found is not None and now_ms - found[1] < scope.window_ms else None
 
@@ -94,7 +97,7 @@ class KafkaKeyLedger:
                     key = (msg.key() or b"").decode(errors="replace")
                     value = msg.value()
                     if value is not None and key.startswith(self._prefixes):
-                        entries.setdefault(key, (value, msg.timestamp()[1]))  # the first result of a key wins
+                        entries[key] = (value, msg.timestamp()[1])  # the latest, as compaction keeps
             finally:
                 reader.close()
             log.info("key ledger %s: %d business keys of the last window loaded (Redis's memory began at %d)",
