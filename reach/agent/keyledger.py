@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -73,6 +74,10 @@ class KafkaKeyLedger:
         self._entries: dict[str, tuple[bytes, int]] = {}
 
     def record(self, scope: KeyScope, receipt: bytes) -> Outgoing:
+        """The record to publish; also kept in the loaded window (while Redis is out, the next load of this
+        process's ledger may be a minute away, and a resend of this key must still find it)."""
+        if self._loaded_for is not None:
+            self._entries[ledger_key(scope)] = (receipt, int(time.time() * 1000))
         return Outgoing(self.topic, ledger_key(scope), receipt, [])
 
     async def completed(self, scope: KeyScope, *, now_ms: int, memory_since_ms: int) -> bytes | None:

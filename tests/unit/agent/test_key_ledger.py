@@ -147,3 +147,18 @@ def test_the_memory_mark_is_written_once_cached_and_read_again_after_a_failure()
 
     assert asyncio.run(go()) == [1_000, 1_000, 1_000, 2_000, 2_000]
     assert redis.reads == 3, "read when absent, after forget() and when older than max_age_s"
+
+
+def test_the_kafka_ledger_keeps_what_this_process_records_once_loaded() -> None:
+    from reach.agent.idempotency import KeyScope
+    from reach.agent.keyledger import KafkaKeyLedger
+    from reach.settings import KafkaSettings
+
+    ledger = KafkaKeyLedger(topic="ns.idempotency", kafka=KafkaSettings(), capabilities=["test.idem"])
+    scope = KeyScope(tenant="t1", capability="test.idem", key="k")
+    record = ledger.record(scope, b"before-any-load")
+    assert (record.topic, record.key) == ("ns.idempotency", f"test.idem {scope.digest}")
+    ledger._loaded_for = 5  # as a load for the memory that began at 5 leaves it (no broker here)
+    ledger.record(scope, b"completed")
+    found = asyncio.run(ledger.completed(scope, now_ms=now_ms(), memory_since_ms=5))
+    assert found == b"completed", "a resend during an outage finds it before the next load"
