@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from reach.agent import Agent, Context
 from reach.client import Client
@@ -27,6 +26,7 @@ from reach.settings import KafkaSettings
 from reach.tooling.faults.redis import RedisServer
 from tests.integration.agent_support import Receipts, TopicReader, running, wait_for
 from tests.integration.stream_app import StreamApp
+from tests.integration.test_agent_redis import _keys
 
 pytestmark = pytest.mark.integration
 AGENT = "agent://test/durable"
@@ -49,14 +49,6 @@ def _agent(charges: Counter[str]) -> Agent:
         return {"order": payload["order"], "charge_number": charges[payload["order"]]}
 
     return agent
-
-
-def _keys(server: RedisServer, pattern: str) -> list[bytes]:
-    try:
-        with redis.Redis.from_url(server.url, socket_timeout=1) as client:
-            return list(client.keys(pattern))
-    except (redis.RedisError, OSError):
-        return []
 
 
 def _ready(names: Names, agent: Agent) -> bool:
