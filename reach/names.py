@@ -122,6 +122,16 @@ class Names:
         return self.topic("dual-pairs")
 
     @property
+    def idempotency(self) -> str:
+        """COMPLETED receipts of business idempotency keys (compacted, a window long), keyed by capability and key."""
+        return self.topic("idempotency")
+
+    @property
+    def sessions(self) -> str:
+        """Session affinity (compacted, an hour long), keyed by session_key: the instance serving it, last seen."""
+        return self.topic("sessions")
+
+    @property
     def resolver_group(self) -> str:
         return self.topic("resolver")
 

@@ -122,6 +122,8 @@ class LeaseStore(Protocol):
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None: ...
 
+    async def restore_key(self, message_id: str, scope: KeyScope, receipt: bytes) -> None: ...
+
 
 class Leases:
     """`<ns>:lease:{<id>}:<gen>` (owner = instance id), `<ns>:result:{<id>}:<gen>`,
@@ -210,6 +212,11 @@ class Leases:
         keys = [self.lease_key(message_id, generation), self.result_key(message_id, generation)]
         winner = await self._finish(keys, [self._owner, receipt, str(self._result_ttl_s)])
         return None if winner is None else bytes(winner)
+
+    async def restore_key(self, message_id: str, scope: KeyScope, receipt: bytes) -> None:
+        """Put back a key's COMPLETED receipt found on Kafka (reach.agent.keyledger) after Redis forgot it, and free
+        the key from `message_id`, which claimed it before the ledger answered (the key's side of a finish)."""
+        await self._finish_key(self.key_keys(scope), [receipt, "1", message_id, str(scope.window_ms)])
 
     async def store_retry(self, message_id: str, generation: int, attempt: int,
                           records: tuple[Outgoing, ...]) -> None:

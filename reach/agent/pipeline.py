@@ -14,7 +14,7 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 from opentelemetry.trace import SpanKind
 
 from reach import tracing
@@ -23,6 +23,8 @@ from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
 from reach.agent.ending import claim_ending, publish_ending, publish_in_order
 from reach.agent.idempotency import DEFAULT_IDEMPOTENCY_WINDOW_MS, Claim, KeyScope, LeaseStore
+from reach.agent.keyledger import KeyLedger
+from reach.agent.memorymark import Memory
 from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
@@ -35,10 +37,11 @@ from reach.agent.statuscheck import AlreadyCompleted
 from reach.agent.streaming import ProgressStream
 from reach.core.progress import INTERVAL_MS as PROGRESS_INTERVAL_MS
 from reach.core.progress import Coalescer
-from reach.core.retention import may_be_forgotten
+from reach.core.retention import began_after, key_may_be_forgotten, may_be_forgotten
 from reach.core.timeouts import RunClock, timeout_problem
 from reach.core.turns import conversation, dropped_turns
 from reach.envelopes import now_ms
+from reach.errors import ReachError
 from reach.failures import Outgoing
 from reach.kafka import codec
 from reach.kafka import headers as h
@@ -85,7 +88,10 @@ class Pipeline:
                  policy: Callable[[str], Policy | None] = lambda _: None,
                  cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False,
                  admitted: Callable[[int], Awaitable[bool]] = _always,
-                 progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None) -> None:
+                 progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None,
+                 memory: Memory | None = None, ledger: KeyLedger | None = None) -> None:
+        self._memory = memory  # when Redis's memory began (a Redis that came back empty starts it again)
+        self._ledger = ledger  # business keys' COMPLETED results on Kafka, asked while Redis's memory is young
         self._agent = agent
         self._currency = currency  # REACH_CURRENCY: what the usage a handler reports costs in
         self._progress_interval_ms = progress_interval_ms
@@ -141,17 +147,29 @@ class Pipeline:
             if origin is not None and not await self._admitted(origin[1]):
                 return Processed(None)
             claim = await self._redis(lambda: self._leases.claim(mid, gen, envelope.attempt, lease_ms, scope))
-            if claim is None:  # Redis is unreachable: the status table is the durable check
-                return await self._status_completed(envelope) or await self._started(envelope, spec, payload, raw,
-                                                                                      origin, timeout_ms, scope)
+            if claim is None:  # Redis is unreachable: the status table (and the key ledger) is the durable check
+                if self._memory is not None:
+                    self._memory.forget()  # it may come back empty: read its mark again then
+                outage_since = now_ms() // 60_000 * 60_000  # the ledger is read again at most once a minute
+                return (await self._status_completed(envelope)
+                        or await self._ledger_reused(envelope, scope, outage_since, claimed=False)
+                        or await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope))
             if claim.ours:
-                if may_be_forgotten(created_at_ms=envelope.created_at, now_ms=now_ms(),
-                                    ttl_s=self._agent.result_ttl_s):
-                    # old enough that its register may have expired (reach.core.retention): ask the status table
+                since = await self._memory_since()
+                if (may_be_forgotten(created_at_ms=envelope.created_at, now_ms=now_ms(),
+                                     ttl_s=self._agent.result_ttl_s)
+                        or began_after(created_at_ms=envelope.created_at, memory_since_ms=since)):
+                    # old enough that its register may have expired, or created before Redis's memory began
+                    # (reach.core.retention): ask the status table
                     done = await self._status_completed(envelope)
                     if done is not None:
                         await self._redis(lambda: self._leases.release(mid, gen))
                         return done
+                if since is not None and scope is not None and key_may_be_forgotten(
+                        now_ms=now_ms(), window_ms=scope.window_ms, memory_since_ms=since):
+                    reused = await self._ledger_reused(envelope, scope, since, claimed=True)
+                    if reused is not None:
+                        return reused
                 break
             if claim.result is not None or claim.retry is not None:
                 return await self._republish(envelope, claim)
@@ -165,6 +183,32 @@ class Pipeline:
             # Another run holds the lease (or the business key): never run concurrently; wait until it finishes.
             await asyncio.sleep(LEASE_POLL_S)
         return await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope)
+
+    async def _memory_since(self) -> int | None:
+        return None if self._memory is None else await self._redis(self._memory.since)
+
+    async def _ledger_reused(self, envelope: Envelope, scope: KeyScope | None, since: int, *,
+                             claimed: bool) -> Processed | None:
+        """The first COMPLETED result of the envelope's business key from the key ledger on Kafka (Redis forgot
+        it, or is out), reused; None when the key has none there (or the ledger cannot answer: run it, at least
+        once). `claimed`: the lease and the key are ours in Redis, so the key gets its result back and the
+        lease is given up."""
+        if scope is None or self._ledger is None:
+            return None
+        ledger = self._ledger
+        try:
+            first = await ledger.completed(scope, now_ms=now_ms(), memory_since_ms=since)
+        except (ReachError, KafkaException) as exc:
+            log.warning("the key ledger cannot answer for %s (%s); running it", envelope.message_id, exc)
+            return None
+        if first is None:
+            return None
+        log.info("%s: its idempotency_key's first result comes from the key ledger (Redis had forgotten it)",
+                 envelope.message_id)
+        if claimed:
+            await self._redis(lambda: self._leases.restore_key(envelope.message_id, scope, first))
+            await self._redis(lambda: self._leases.release(envelope.message_id, envelope.generation))
+        return await self._reuse(envelope, first)
 
     async def _status_completed(self, envelope: Envelope) -> Processed | None:
         """COMPLETED again from the status table's row when it says the message completed, else None."""
@@ -289,6 +333,10 @@ class Pipeline:
             receipt = self._receipt(envelope, verdict, run_ms, cost, usage)
             encoded = codec.encode(receipt)
         terminal = receipt.status.is_terminal
+        if scope is not None and self._ledger is not None and receipt.status is Status.COMPLETED:
+            # the key's result on Kafka too (reach.agent.keyledger), acknowledged before the offset is committed
+            record = self._ledger.record(scope, encoded)
+            acks.append(self._publisher.send(record.topic, record.key, record.value, headers=record.headers))
         if terminal:
             # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
             # of rerunning; a claim in between finds the result before it could take the lease. First terminal

@@ -24,7 +24,9 @@ from reach.agent.cancelfeed import CancelFeed
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
+from reach.agent.keyledger import KafkaKeyLedger
 from reach.agent.loadreport import LoadReporter
+from reach.agent.memorymark import MemoryMark
 from reach.agent.metrics import AgentMetrics
 from reach.agent.modes import check_modes
 from reach.agent.offsets import OffsetTracker
@@ -103,6 +105,7 @@ class Runner:
         self._closing = False
         self._fatal: BaseException | None = None
         self._tiers: list[str] = []
+        self._ledger_topic = False
         self._registry = Outage(base_s=0.5, max_s=10.0)  # the Schema Registry: while it is out, read nothing
         self._stalled: set[int] = set()  # partitions of this batch sought back to a record to read again
         self._mode = Mode.RUN  # what the operator's control records ask of this instance (DISABLE, DRAIN)
@@ -154,7 +157,11 @@ class Runner:
                                   middleware=[retries, self.metrics, *self.agent.middleware], completed=completed,
                                   redis_outage=redis_outage, policy=self._policies.policy,
                                   cancelled=self._cancels.book.cancelled, admitted=self._ownership.admitted,
-                                  currency=self._settings.currency)
+                                  currency=self._settings.currency,
+                                  memory=MemoryMark(redis, namespace=self.names.namespace),
+                                  ledger=KafkaKeyLedger(topic=self.names.idempotency, kafka=self._kafka,
+                                                        capabilities=self.agent.capabilities)
+                                  if self._ledger_topic else None)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
@@ -186,6 +193,10 @@ class Runner:
         admin = clients.admin(self._kafka)
         clients.check_reachable(admin)
         topics.ensure_topic(admin, self.inbox, spec.family("agent"))
+        ledger = spec.resolved(self.names).get(self.names.idempotency)
+        self._ledger_topic = ledger is not None  # a topics file without it: business keys live in Redis only
+        if ledger is not None:
+            topics.ensure_topic(admin, self.names.idempotency, ledger)
         for name in self.agent.capabilities:
             topics.ensure_topic(admin, self.names.capability(name), spec.family("cap"))
 

@@ -20,3 +20,16 @@ CLOCK_SLACK_MS = 60_000
 def may_be_forgotten(*, created_at_ms: int, now_ms: int, ttl_s: int) -> bool:
     """Whether a register of this message, written when it ended, may have expired by `now_ms`."""
     return now_ms - created_at_ms >= ttl_s * 1000 - CLOCK_SLACK_MS
+
+
+def began_after(*, created_at_ms: int, memory_since_ms: int | None) -> bool:
+    """Whether Redis's memory began after this message was created (Redis came back empty, or this namespace is
+    new): its register may be gone however young the message is, so the status table is asked
+    (docs/decisions/0041-idempotency-and-sessions-from-kafka.md)."""
+    return memory_since_ms is not None and created_at_ms < memory_since_ms
+
+
+def key_may_be_forgotten(*, now_ms: int, window_ms: int, memory_since_ms: int | None) -> bool:
+    """Whether a business key's COMPLETED result, kept `window_ms`, may predate Redis's memory: for one window
+    after Redis came back empty the key ledger on Kafka is asked too."""
+    return memory_since_ms is not None and now_ms - memory_since_ms < window_ms + CLOCK_SLACK_MS

@@ -1,49 +1,47 @@
-"""Session affinity: session_key -> instance_id, in memory with a TTL.
+"""Session affinity: session_key -> instance_id, bounded and expiring with the session's idle time, recovered from
+the compacted sessions topic after a restart or a rebalance (reach.core.sessionmap).
 
-Capability topics are keyed by session_key, so one session always lands on one capability
-partition and therefore on one router worker: an in-process table is enough and needs no
-coordination. A restarted worker starts empty and re-picks (the session then sticks again); losing
-it costs affinity, never a message: state that may live outside Kafka because losing it loses nothing.
+Capability topics are keyed by session_key, so one session always lands on one capability partition and therefore
+on one router worker, which routes it from this table. Every router also reads the sessions topic (its feed, from
+the beginning, then tailing it), so the worker that gets the partition after a restart or a rebalance already knows
+where the session sticks. Losing a record costs affinity, never a message.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import threading
 from collections.abc import Mapping
 
+from reach.core.sessionmap import DEFAULT_MAX_SESSIONS, DEFAULT_TTL_MS, SessionMap
 from reach.core.turns import PREFER_HEADER
 
 
 class AffinityTable:
-    """Remembers the instance serving each session for `ttl_ms` after its last request."""
+    """The routing thread's reads and writes and the feed thread's records, under one lock."""
 
-    def __init__(self, *, ttl_ms: int = 600_000, max_sessions: int = 200_000) -> None:
-        self._ttl_ms = ttl_ms
-        self._max = max_sessions
-        self._entries: OrderedDict[str, tuple[str, int]] = OrderedDict()
+    def __init__(self, *, ttl_ms: int = DEFAULT_TTL_MS, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
+        self._map = SessionMap(ttl_ms=ttl_ms, max_sessions=max_sessions)
+        self._lock = threading.Lock()
 
     def get(self, session_key: str | None, now_ms: int) -> str | None:
-        if not session_key:
-            return None
-        entry = self._entries.get(session_key)
-        if entry is None:
-            return None
-        instance_id, seen_at = entry
-        if now_ms - seen_at > self._ttl_ms:
-            del self._entries[session_key]
-            return None
-        return instance_id
+        with self._lock:
+            return self._map.get(session_key, now_ms)
 
-    def set(self, session_key: str | None, instance_id: str, now_ms: int) -> None:
-        if not session_key:
-            return
-        self._entries[session_key] = (instance_id, now_ms)
-        self._entries.move_to_end(session_key)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+    def set(self, session_key: str | None, instance_id: str, now_ms: int) -> bool:
+        """True when the sessions topic should get a record of it (reach.core.sessionmap.SessionMap.set)."""
+        with self._lock:
+            return self._map.set(session_key, instance_id, now_ms)
+
+    def learn(self, session_key: str, instance_id: str, seen_at: int, now_ms: int) -> bool:
+        with self._lock:
+            return self._map.learn(session_key, instance_id, seen_at, now_ms)
+
+    def forget(self, session_key: str) -> None:
+        with self._lock:
+            self._map.forget(session_key)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._map)
 
 
 def sticky(table: AffinityTable, session_key: str | None, headers: Mapping[str, str] | None, now_ms: int) -> str | None:

@@ -24,7 +24,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
-from reach.core import fallback, fanout
+from reach.core import fallback, fanout, sessionmap
 from reach.core.canarybook import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
@@ -54,7 +54,6 @@ from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.feed import Feed
 from reach.streams.router import affinity
-from reach.streams.router.affinity import AffinityTable
 from reach.streams.router.budgets import TenantBudgets, budget_message
 from reach.streams.router.captopics import CapabilityTopics
 from reach.streams.router.ports import Handoff
@@ -180,7 +179,8 @@ class Router(SupervisedLoop):
         self.state = RouterState()
         self.handoff = handoff
         self.stats = RouterStats()
-        self.affinity = AffinityTable()
+        self.affinity = self.state.sessions  # recovered from the sessions topic by the state loop
+        self._sessions_topic: str | None = None  # set once the loop saw the topic exists
         self.qps = QpsLimits()
         self.fanout = FanOutStep(self.names.receipts)  # subscribe-mode capabilities (docs/decisions/0040)
         self._batch_size = batch_size
@@ -241,6 +241,7 @@ class Router(SupervisedLoop):
                                         on_revoked=functools.partial(_commit_revoked, ledger),
                                         registered=lambda: self.state.capabilities(now_ms()))
         self.topics = capabilities  # read by diagnostics: what the hot path subscribes to and holds now
+        self._sessions_topic = _existing(producer, self.names.sessions)
         capabilities.start()
         self._mark_ready()
         held = PartitionBackoff()
@@ -283,6 +284,16 @@ class Router(SupervisedLoop):
             producer.flush(10)
             clients.commit_now(consumer, ledger)  # what the flush acknowledged, before the group hands it over
             consumer.close()
+
+    def _record_session(self, producer: Producer, session_key: str | None, instance_id: str, now: int) -> None:
+        """Where a session sticks, on the compacted sessions topic (reach.core.sessionmap): not acknowledged before
+        the commit, since a lost record costs affinity, never a message."""
+        if self._sessions_topic is None or not session_key:
+            return
+        try:
+            producer.produce(self._sessions_topic, sessionmap.encode(instance_id, now), key=session_key.encode())
+        except (BufferError, KafkaException) as exc:
+            log.debug("session record of %r not sent: %s", session_key, exc)
 
     def _process(self, messages: list[Message], producer: Producer) -> _Batch:
         batch = _Batch()
@@ -429,7 +440,8 @@ class Router(SupervisedLoop):
             loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
-            self.affinity.set(request.session_key, instance.instance_id, now)
+            if self.affinity.set(request.session_key, instance.instance_id, now):
+                self._record_session(producer, request.session_key, instance.instance_id, now)
             self.stats.count(stats_key, "routed")
         elif isinstance(outcome, Overload):
             receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD", outcome.message),
@@ -730,3 +742,16 @@ def _receipt(request: RouteRequest, status: Status, at: int, **fields: Any) -> d
         "callback": request.callback,
         **fields,
     }
+
+
+def _existing(producer: Producer, topic: str) -> str | None:
+    """`topic` when the cluster has it (a namespace from before the sessions topic has not), else None."""
+    try:
+        meta = producer.list_topics(timeout=5).topics.get(topic)  # all: a named one may be auto-created
+    except KafkaException:
+        return None
+    if meta is None or meta.error is not None or not meta.partitions:
+        log.warning("%s does not exist: session affinity is not recovered after a router restart; run "
+                    "`reach topics apply`", topic)
+        return None
+    return topic

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Message
 
 from reach.control import ControlView
+from reach.core import sessionmap
 from reach.core.commits import TopicPart
 from reach.core.loads import LoadTracker
 from reach.core.views.registryview import RegistryView
@@ -42,6 +44,7 @@ from reach.streams.feed import (
     apply_control,
     record_of,
 )
+from reach.streams.router.affinity import AffinityTable
 
 log = logging.getLogger("reach.router.state")
 
@@ -56,6 +59,8 @@ class RouterState:
         self.control = ControlView()
         self.loads = LoadTracker()
         self.ready = threading.Event()
+        self.sessions = AffinityTable()
+        """session_key -> instance, written by the routing thread, recovered from the sessions topic here."""
         self._latest: dict[str, AgentRegistration] = {}
         self._health: dict[str, InstanceHealth] = {}
         self.health: Mapping[str, InstanceHealth] = self._health
@@ -110,6 +115,8 @@ class StateLoop:
             Tail(names.receipts, Start.END, RECEIPT, accept=self._foreign),
             Tail(names.loads, Start.END, LOAD, required=False,  # a namespace from before load reports
                  missing="loads come from heartbeats and receipts only"),
+            Tail(names.sessions, Start.BEGINNING, SESSION, required=False,  # a namespace from before it
+                 missing="session affinity starts empty after a restart"),
         ], self.take, on_loaded=state.ready.set)
 
     @property
@@ -147,7 +154,7 @@ class StateLoop:
     def _kind(self, topic: str) -> str:
         names = self._names
         return {names.registry: "registry", names.control: "control", names.health: "health",
-                names.receipts: "receipts", names.loads: "loads"}.get(topic, "")
+                names.receipts: "receipts", names.loads: "loads", names.sessions: "sessions"}.get(topic, "")
 
     def _fold(self, record: Record) -> None:
         """Fold one record; a bad one is logged, counted in `bad_records` and skipped (per-record isolation:
@@ -170,6 +177,8 @@ class StateLoop:
                     self._state.loads.report(record.decoded)
             elif kind == "health":
                 self._health(record.key, record.decoded)
+            elif kind == "sessions":
+                self._session(record.key_text, record.decoded)
         except Exception as exc:  # noqa: BLE001 - only infrastructure failures may stop the feed
             self._bad()
             log.warning("skipping a bad record on %s (key %r): %r", record.topic, record.key, exc)
@@ -197,6 +206,13 @@ class StateLoop:
             raise InvalidName(f"health key {key!r} is not the record's instance id {record.instance_id!r}")
         self._state.apply_health(instance_id, record)
 
+    def _session(self, session_key: str, stick: tuple[str, int] | None) -> None:
+        """Where a session stuck (a router's record, before a restart or a rebalance); a tombstone forgets it."""
+        if stick is None:
+            self._state.sessions.forget(session_key)
+        else:
+            self._state.sessions.learn(session_key, stick[0], stick[1], int(time.time() * 1000))
+
     def _receipt(self, receipt: dict[str, Any]) -> None:
         status = receipt["status"]
         key = (receipt["message_id"], receipt.get("generation", 0), receipt.get("attempt", 1))
@@ -212,5 +228,6 @@ class StateLoop:
             self._state.loads.finished(key, receipt["at"])
 
 
+SESSION: Decoder = sessionmap.decode
 _DECODERS: dict[str, Decoder] = {"registry": REGISTRATION, "control": CONTROL, "health": HEALTH, "receipts": RECEIPT,
-                                 "loads": LOAD}
+                                 "loads": LOAD, "sessions": SESSION}

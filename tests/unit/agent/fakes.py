@@ -111,6 +111,12 @@ class FakeLeases:
         self._call()
         self.retries[message_id, generation, attempt] = records
 
+    async def restore_key(self, message_id: str, scope: KeyScope, receipt: bytes) -> None:
+        self._call()
+        self.key_results.setdefault(scope.digest, receipt)
+        if self.keys.get(scope.digest) == message_id:
+            del self.keys[scope.digest]
+
 
 class FakeControl:
     """A ControlSource whose view the test changes directly (as records arriving on the control topic would)."""

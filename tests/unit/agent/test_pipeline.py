@@ -42,7 +42,7 @@ class Clock:
 
 def pipeline(agent: Agent, sender: FakeSender, leases: FakeLeases, *,
              completed: Callable[[str, int], Any] | None = None, clock: Clock | None = None,
-             policy: Policy | None = None) -> Pipeline:
+             policy: Policy | None = None, **durable: Any) -> Pipeline:
     """A pipeline and its RetryStep sharing one Redis outage (1 s backoff on `clock`), as the runner wires them."""
     outage = Outage(base_s=1.0, max_s=1.0, clock=clock or Clock())
     retry = RetryStep(agent_id=agent.agent_id, instance_id=agent.instance_id, publisher=sender, names=NAMES,
@@ -53,7 +53,7 @@ def pipeline(agent: Agent, sender: FakeSender, leases: FakeLeases, *,
 
     return Pipeline(agent, publisher=sender, leases=leases, receipts_topic=NAMES.receipts,
                     executor=ThreadPoolExecutor(2), middleware=[retry], completed=completed or unknown,
-                    redis_outage=outage, policy=lambda _cap: policy)
+                    redis_outage=outage, policy=lambda _cap: policy, **durable)
 
 
 def envelope(json_value: Any = None, **update: Any) -> Envelope:

@@ -144,3 +144,19 @@ def test_health_records_fold_into_router_state_health_and_bad_ones_are_skipped()
     assert fold.bad_records == 2 and set(state.health) == {"i-1"}
     fold._dispatch(NAMES.health, b"i-1", None)  # a tombstone: the instance is healthy by default again
     assert dict(state.health) == {}
+
+
+def test_session_records_recover_affinity_bad_ones_are_skipped_and_a_tombstone_forgets() -> None:
+    import time
+
+    from reach.core.sessionmap import encode as session
+
+    state, fold = loop()
+    now = int(time.time() * 1000)
+    fold._dispatch(NAMES.sessions, b"s-1", session("i-1", now - 1_000))
+    fold._dispatch(NAMES.sessions, b"s-2", b"not a session")
+    fold._dispatch(NAMES.sessions, b"s-3", session("i-3", now - 3_600_000))  # idle past the TTL: not recovered
+    assert fold.bad_records == 1
+    assert state.sessions.get("s-1", now) == "i-1" and state.sessions.get("s-3", now) is None
+    fold._dispatch(NAMES.sessions, b"s-1", None)
+    assert state.sessions.get("s-1", now) is None

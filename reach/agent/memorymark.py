@@ -1,0 +1,58 @@
+"""When Redis's memory began, per namespace: `<ns>:memory-since` holds the epoch ms it was first written (SET NX).
+
+A Redis that comes back empty (restarted without its AOF, flushed, replaced) loses the key with everything else,
+and the next reader writes it again with its own now: every register, lease and business key older than that may
+be gone. The SDK reads it (cached for `max_age_s`, dropped on a Redis error so a restart is seen at once) to know
+when a claim that Redis calls "ours" must also ask Kafka: the status table for messages created before it, the key
+ledger for business keys within one window after it (reach.core.retention,
+docs/decisions/0041-idempotency-and-sessions-from-kafka.md). One key on one node: on a Redis Cluster it tells the
+loss of the node that holds it (see the decision record)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from reach.envelopes import now_ms
+from reach.redisclient import AsyncRedis
+
+
+class Memory(Protocol):
+    """What the pipeline asks of the mark (MemoryMark; a fixed value in tests)."""
+
+    async def since(self) -> int: ...
+
+    def forget(self) -> None: ...
+
+
+def mark_key(namespace: str) -> str:
+    return f"{namespace}:memory-since"
+
+
+class MemoryMark:
+    """`await since()`: the epoch ms this Redis's memory of the namespace began (writing it when absent)."""
+
+    def __init__(self, redis: AsyncRedis, *, namespace: str, max_age_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], int] = now_ms) -> None:
+        self._redis = redis
+        self._key = mark_key(namespace)
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._wall = wall
+        self._value: int | None = None
+        self._at = 0.0
+
+    async def since(self) -> int:
+        """May raise what Redis raises (the caller guards it, reach.agent.redisguard)."""
+        if self._value is not None and self._clock() - self._at < self._max_age_s:
+            return self._value
+        await self._redis.set(self._key, str(self._wall()), nx=True)
+        raw = await self._redis.get(self._key)
+        self._value = int(raw) if raw is not None else self._wall()
+        self._at = self._clock()
+        return self._value
+
+    def forget(self) -> None:
+        """Redis failed: it may come back empty, so the next `since` reads the mark again."""
+        self._value = None

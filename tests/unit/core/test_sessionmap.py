@@ -1,0 +1,49 @@
+"""Session affinity as a bounded map (reach.core.sessionmap): sticks until idle past the TTL, bounded LRU, records
+written on start / change / a quarter TTL, and what is read back from the sessions topic."""
+
+from __future__ import annotations
+
+import pytest
+
+from reach.core.sessionmap import SessionMap, decode, encode
+
+
+def test_a_record_is_worth_writing_on_start_on_change_and_every_quarter_ttl() -> None:
+    sessions = SessionMap(ttl_ms=400)
+    assert sessions.set("s", "i1", 0) is True
+    assert [sessions.set("s", "i1", t) for t in (10, 50, 99)] == [False] * 3
+    assert sessions.set("s", "i1", 100) is True, "a quarter of the TTL since the last record"
+    assert sessions.set("s", "i1", 150) is False
+    assert sessions.set("s", "i2", 151) is True, "another instance"
+    assert sessions.set(None, "i1", 1) is False and len(sessions) == 1
+
+
+def test_learning_keeps_the_newest_and_drops_the_idle() -> None:
+    sessions = SessionMap(ttl_ms=1_000)
+    assert sessions.learn("s", "i1", 5_000, now_ms=5_500)
+    assert not sessions.learn("s", "i0", 4_900, now_ms=5_500), "an older record never replaces a newer one"
+    assert not sessions.learn("s", "i1", 5_000, now_ms=5_500), "its own record read back"
+    assert sessions.get("s", 5_600) == "i1"
+    assert not sessions.learn("t", "i1", 1_000, now_ms=5_500), "idle past the TTL when read back"
+    assert sessions.get("t", 5_500) is None
+    assert sessions.get("s", 6_001) is None and len(sessions) == 0, "expires with its idle time"
+    assert sessions.set("s", "i1", 6_002) is True, "a session back after it expired starts again"
+
+
+def test_the_map_is_bounded_least_recently_used_first() -> None:
+    sessions = SessionMap(max_sessions=2)
+    sessions.learn("a", "i1", 1, now_ms=1)
+    sessions.set("b", "i1", 2)
+    sessions.set("a", "i1", 3)
+    sessions.learn("c", "i2", 4, now_ms=4)
+    assert len(sessions) == 2 and sessions.get("b", 5) is None and sessions.get("a", 5) == "i1"
+    sessions.forget("a")
+    assert sessions.get("a", 5) is None
+
+
+def test_records_round_trip_and_bad_ones_are_refused() -> None:
+    assert decode(encode("i-1", 42)) == ("i-1", 42)
+    for bad in (b"[]", b'{"instance_id": "", "seen_at": 1}', b'{"instance_id": "i", "seen_at": "1"}',
+                b'{"instance_id": "i", "seen_at": true}', b"not json"):
+        with pytest.raises(ValueError):
+            decode(bad)

@@ -1,0 +1,62 @@
+"""The router records where a session sticks on the sessions topic (on its start, not per request), a record it
+cannot send never fails the routing, and a session learned from the topic (a restart, a rebalance) is routed to
+its instance (reach.core.sessionmap, docs/decisions/0041-idempotency-and-sessions-from-kafka.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+
+from reach.envelopes import now_ms
+from reach.kafka import codec
+from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
+from tests.unit.streams.kafka_fakes import FakeProducer
+from tests.unit.streams.test_router import INBOX, NAMES, record, router
+
+
+def _second_instance(r: Any) -> None:
+    r.state.apply_registration("i2", AgentRegistration(
+        agent_id="agent://demo/echo", instance_id="i2", build_version="1",
+        capabilities=[Capability(name="demo.echo", version="1.0.0")], state=AgentState.READY,
+        heartbeat_at=now_ms(), ttl_ms=600_000, max_concurrency=10_000, assigned_partitions=[1], inbox_topic=INBOX))
+
+
+def _picked(producer: FakeProducer) -> list[str | None]:
+    producer.flush()
+    return [r.instance_id for r in (codec.decode(v, Receipt) for v in producer.to(NAMES.receipts))
+            if r.status is Status.ROUTED]
+
+
+def test_a_session_is_recorded_once_when_it_starts_not_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    r._sessions_topic = NAMES.sessions
+    producer = FakeProducer()
+    batch = [record(n, session_key="s-1") for n in range(3)] + [record(3)]
+    r._process(cast(Any, batch), cast(Any, producer))
+    producer.flush()
+    [(topic, value, key)] = [s for s in producer.sent if s[0] == NAMES.sessions]
+    assert key == b"s-1" and json.loads(value)["instance_id"] == "i1"
+
+
+def test_a_session_record_that_cannot_be_sent_costs_affinity_not_the_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    r._sessions_topic = NAMES.sessions
+    producer = FakeProducer(raise_on=lambda topic, _v: BufferError("queue full") if topic == NAMES.sessions else None)
+    acks = r._process(cast(Any, [record(0, session_key="s-1")]), cast(Any, producer)).acks
+    producer.flush()
+    assert _picked(producer) == ["i1"] and acks.rewinds() == {}
+
+
+def test_a_session_learned_from_the_topic_goes_to_its_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    _second_instance(r)
+    now = now_ms()
+    r.state.sessions.learn("s-2", "i2", now - 1_000, now)
+    r.state.sessions.learn("s-1", "i1", now - 1_000, now)
+    producer = FakeProducer()
+    r._process(cast(Any, [record(n, session_key="s-2") for n in range(5)]
+                     + [record(n, partition=1, session_key="s-1") for n in range(5)]), cast(Any, producer))
+    assert _picked(producer) == ["i2"] * 5 + ["i1"] * 5
