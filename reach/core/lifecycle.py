@@ -19,6 +19,7 @@ import base64
 
 from pydantic import BaseModel, ConfigDict
 
+from reach.core.allowance import children_of
 from reach.core.progress import Chunks, fold_progress
 from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, InputRequest, Receipt, Status, Usage
 
@@ -120,6 +121,7 @@ class StatusRow(BaseModel):
     input: InputRequest | None = None  # while INPUT_REQUIRED: the question, its answer's schema, the asking envelope
     turns: list[AnsweredTurn] = []  # the questions answered so far (the last MAX_ROW_TURNS), across generations
     usage: Usage | None = None  # what the run that ended the generation cost (its terminal receipt's, v9)
+    children_usage: Usage | None = None  # what the children that run waited for spent, summed (0043)
 
     @property
     def terminal(self) -> bool:
@@ -261,6 +263,7 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         input=receipt.input if receipt.status is Status.INPUT_REQUIRED else None,
         turns=previous.turns if previous else [],
         usage=receipt.usage if terminal else None,
+        children_usage=children_of(receipt.timings).usage() if terminal else None,
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from reach.core import allowance
 from reach.core.admission import admit
 from reach.core.candidates import OPEN_RETRY_AFTER_MS, RouteRequest, Selection, match, shed
 from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights
@@ -103,6 +104,9 @@ def parse_request(envelope: Mapping[str, Any]) -> RouteRequest | Reject:
         parse_range(range_text)
     except BadVersion as exc:
         return Reject("BAD_VERSION_RANGE", str(exc))
+    bad_budget = allowance.problem(envelope)
+    if bad_budget is not None:
+        return Reject("BAD_BUDGET", bad_budget)
     return RouteRequest.from_envelope(envelope)
 
 

@@ -24,7 +24,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
-from reach.core import fallback
+from reach.core import allowance, fallback
 from reach.core.canarybook import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
@@ -379,6 +379,11 @@ class Router(SupervisedLoop):
         if over is not None:  # the tenant's spend limit is reached: not routed until its period resets
             receipt = _receipt(request, Status.FAILED, now, retry_after_ms=max(0, over.reset_at_ms - now),
                                error=_error("BUDGET", "BUDGET_EXCEEDED", budget_message(request.tenant, over)))
+            self._produce_terminal(batch, position, receipt, reply, counter="budget_exceeded")
+            return
+        drained = allowance.exhausted(envelope)
+        if drained is not None:  # a child whose chain spent its budget (reach.core.allowance, 0043)
+            receipt = _receipt(request, Status.FAILED, now, error=_error("BUDGET", "BUDGET_EXCEEDED", drained))
             self._produce_terminal(batch, position, receipt, reply, counter="budget_exceeded")
             return
         settings = batch.capabilities.get(request.capability)
