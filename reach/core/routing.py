@@ -130,11 +130,12 @@ def decide(
     payload: bytes | None = None,
     canaries: Mapping[str, Canary] | None = None,
     throttled: Mapping[str, int] | None = None,
+    costs: Mapping[str, float] | None = None,
 ) -> RouteOutcome:
     """Decide where a request goes: filter (`health`: OPEN is out), admit (canary arm by agent id in
     `canaries`, HALF_OPEN / restore shares), shed (health weight 0, full queues, `throttled`: instance ->
-    ms until its qps bucket refills), score. Pass `payload` only when the capability's policy validates
-    at the router."""
+    ms until its qps bucket refills), score (`costs`: observed cost per successful call by instance_id, micro-units,
+    reach.core.costbook). Pass `payload` only when the capability's policy validates at the router."""
     if request.deadline is not None and request.deadline <= now_ms:
         return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
     health = health or {}
@@ -147,7 +148,7 @@ def decide(
         names = sorted(c.instance_id for c in admission.refused) + sorted(matched.open)
         return Unavailable(OPEN_RETRY_AFTER_MS, _unavailable_message(request, names))
     selection = shed(admission.candidates, health=health, throttled=throttled)
-    context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms)
+    context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms, costs=costs or {})
     if selection.all_overloaded:
         scores = score_all(request, selection.overloaded, weights, context)
         return Overload(_overload_retry_after(selection), scores, as_factor_weights(weights),

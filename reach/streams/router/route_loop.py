@@ -408,6 +408,7 @@ class Router(SupervisedLoop):
             health=batch.health,
             canaries=batch.canaries,
             throttled=self.qps.throttled(candidates, clock),
+            costs=self.state.costs.means,
         )
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):
