@@ -13,6 +13,7 @@ from urllib.parse import quote
 from reach.callers import AuthFailure, CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
+from reach.core.allowance import FIELDS as BUDGET_FIELDS
 from reach.core.allowance import cost_micros
 from reach.core.spend import Exceeded
 from reach.envelopes import BUDGET_MS, new_envelope
@@ -75,6 +76,8 @@ def fingerprint(envelope: Envelope) -> str:
     asked = {"capability": envelope.capability, "version": envelope.capability_version, "payload": payload,
              "routing": envelope.routing.model_dump(mode="json"), "callback": envelope.callback,
              "expire_at": envelope.expire_at}
+    # a budget counts only when set: the digests of requests without one stay those stored before budgets existed
+    asked.update({name: getattr(envelope, name) for name in BUDGET_FIELDS if getattr(envelope, name) is not None})
     return hashlib.sha256(json.dumps(asked, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
 

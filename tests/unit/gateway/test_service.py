@@ -187,6 +187,9 @@ def test_a_repeated_idempotency_key_with_a_different_request_is_422_and_nothing_
     assert (first.status_code, reordered.status_code) == (202, 202)  # the same request, keys in another order
     assert reordered.json() == first.json()
     assert changed.status_code == 422 and changed.json()["error"] == "idempotency_key_reused", changed.text
+    budgeted = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x", "n": 1},
+                                              "idempotency_key": "order-8", "max_tokens": 10})
+    assert budgeted.status_code == 422  # another budget is another request
     assert len(fakes.publisher.sent) == 1
 
 
