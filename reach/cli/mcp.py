@@ -87,6 +87,9 @@ def bridge(command: str | None = typer.Option(None, "--command", help="the MCP s
            max_concurrency: int = typer.Option(8, "--max-concurrency", min=1),
            region: str | None = typer.Option(None, "--region"),
            call_timeout: float = typer.Option(300.0, "--call-timeout", min=0.1, help="seconds a tool call may take"),
+           env: list[str] = typer.Option([], "--env", help="with --command: pass this variable of the bridge's "
+                                                          "environment to the server (repeatable; the MCP SDK passes "
+                                                          "only HOME, PATH and a few others by default)"),
            log_level: str = typer.Option("INFO", "--log-level")) -> None:
     """Run an MCP server's tools as capabilities of one agent instance (docs/mcp.md#bridge): each tool is
     `<prefix>.<tool>` with the tool's input schema as its contract. --url sends the Authorization header in
@@ -97,7 +100,11 @@ def bridge(command: str | None = typer.Option(None, "--command", help="the MCP s
         raise typer.BadParameter("give exactly one of --command (stdio) or --url (streamable HTTP)")
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    transport = (mcp_bridge.stdio_transport(command) if command is not None else
+    missing = [name for name in env if name not in os.environ]
+    if missing:
+        raise typer.BadParameter(f"--env names variables this environment does not have: {', '.join(missing)}")
+    passed = {name: os.environ[name] for name in env}
+    transport = (mcp_bridge.stdio_transport(command, passed) if command is not None else
                  mcp_bridge.http_transport(url or "", os.environ.get(BRIDGE_AUTH_ENV) or None))
     mcp_bridge.run_bridge(transport, agent_id=agent_id or f"agent://mcp/{prefix.replace('.', '-')}", prefix=prefix,
                           version=version, call_timeout_s=call_timeout, max_concurrency=max_concurrency,

@@ -27,7 +27,7 @@ import mcp_types as types
 
 from reach.agent import Agent, BusinessError, InvalidDeclaration, TransientError
 from reach.errors import ReachError
-from reach.names import check_capability
+from reach.names import check_agent_id, check_capability
 
 log = logging.getLogger("reach.mcp.bridge")
 START_TIMEOUT_S = 30.0  # spawn (or connect), initialize and list the tools
@@ -270,6 +270,8 @@ def run_bridge(transport: Transport, *, agent_id: str, prefix: str, version: str
                call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S, **agent_options: Any) -> None:
     """Start the MCP session, serve its tools until SIGTERM/SIGINT, or until the server goes away (then the
     instance drains and leaves, so the router stops sending it work)."""
+    check_capability(prefix)  # before the server is spawned: a bad name is the caller's to fix
+    check_agent_id(agent_id)
     agent: Agent | None = None
 
     def gone(exc: BaseException | None) -> None:

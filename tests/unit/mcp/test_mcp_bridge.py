@@ -73,3 +73,50 @@ def test_a_broken_server_is_a_transient_failure_and_no_usable_tool_is_an_error()
     closed = ToolSession(lambda: None)  # type: ignore[arg-type,return-value]
     with pytest.raises(TransientError):
         closed.call("add", {}).result(1)
+
+
+def test_a_streamable_http_server_lists_and_answers_on_loopback() -> None:
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    from reach.mcp.bridge import http_transport
+
+    server = MCPServer("calc")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=port,
+                                        log_level="warning"))
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not web.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    session = ToolSession(http_transport(f"http://127.0.0.1:{port}/mcp", "Bearer not-checked-here"))
+    try:
+        assert [t.name for t in session.start(20)] == ["add"]
+        assert outcome("add", session.call("add", {"a": 1, "b": 2}).result(20)) == {"result": 3}
+    finally:
+        session.close()
+        web.should_exit = True
+        thread.join(20)
+
+
+def test_a_command_that_is_no_mcp_server_is_a_clear_error() -> None:
+    import sys
+
+    from reach.mcp.bridge import stdio_transport
+
+    with pytest.raises(BridgeError, match="could not be started or listed"):
+        ToolSession(stdio_transport(f"{sys.executable} -c pass")).start(20)
+    with pytest.raises(BridgeError, match="--command is empty"):
+        stdio_transport("  ")
