@@ -64,7 +64,7 @@ class Client:
         """A new envelope; inside an active span it joins that span's trace. Timeouts and budget the caller does
         not set come from the capability's POLICY, else the built-in defaults. Sent from a handler (the agent SDK's
         run), it is that message's child: its parent_id and trace, its deadline at the latest, and what is left of its
-        `max_tokens` / `max_cost_micros` (docs/agents.md#budgets-down-the-chain). A `callback` (JSON or short form
+        `max_tokens` / `max_cost_micros` (docs/agents.md, Budgets down the chain). A `callback` (JSON or short form
         `webhook:URL`, with `callback_fields`: JSONPath strings) is checked here: a bad one raises BadCallback."""
         callback, callback_fields = fields.pop("callback", None), fields.pop("callback_fields", None)
         if callback is not None or callback_fields:
