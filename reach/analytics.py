@@ -40,12 +40,16 @@ COLUMNS: dict[str, str] = {
 APP_SOURCE = "gateway:"  # the source of a gateway app's envelopes (reach.gateway.intake.source_of)
 TERMINALS = ", ".join(f"'{s}'" for s in sorted(TERMINAL))
 # One row per (message_id, generation): its first terminal receipt (all receipts of a message share a partition,
-# so offset order is arrival order), where that receipt carried usage (Receipt v9). What limits count, too.
+# so offset order is arrival order), where that receipt carried usage (Receipt v9). What limits count, too. The
+# children_* columns: what the requests it caused and waited for spent (the receipt's timings, reach.core.allowance).
 USAGE_VIEW = f"""
 CREATE VIEW usage AS
 SELECT message_id, generation, trace_id, tenant, capability, agent_id, instance_id, status, attempt, ts,
        CAST(ts AS DATE) AS day, input_tokens, output_tokens, input_tokens + output_tokens AS tokens, model,
-       cost_micros, cost_micros / 1e6 AS cost, currency, source, app_id
+       cost_micros, cost_micros / 1e6 AS cost, currency, source, app_id,
+       coalesce(CAST(json_extract(timings, '$.children_input_tokens') AS BIGINT), 0)
+         + coalesce(CAST(json_extract(timings, '$.children_output_tokens') AS BIGINT), 0) AS children_tokens,
+       coalesce(CAST(json_extract(timings, '$.children_cost_micros') AS BIGINT), 0) AS children_cost_micros
 FROM (SELECT * FROM receipts WHERE status IN ({TERMINALS})
       QUALIFY row_number() OVER (PARTITION BY message_id, generation
                                  ORDER BY kafka_partition, kafka_offset NULLS LAST, ts) = 1)

@@ -12,9 +12,9 @@ from confluent_kafka import KafkaError, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from reach import invoke as invoke_
-from reach import tracing
+from reach import lineage, tracing
 from reach.controlfeed import ControlFeed, ControlSource
-from reach.envelopes import new_envelope, now_ms, policy_defaults, routing_key
+from reach.envelopes import BUDGET_MS, new_envelope, now_ms, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.invoke import ReplyInbox
 from reach.kafka import clients, codec, topics
@@ -62,7 +62,9 @@ class Client:
 
     def envelope(self, capability: str, payload: Any, **fields: Any) -> Envelope:
         """A new envelope; inside an active span it joins that span's trace. Timeouts and budget the caller does
-        not set come from the capability's POLICY, else the built-in defaults. A `callback` (JSON or short form
+        not set come from the capability's POLICY, else the built-in defaults. Sent from a handler (the agent SDK's
+        run), it is that message's child: its parent_id and trace, its deadline at the latest, and what is left of its
+        `max_tokens` / `max_cost_micros` (docs/agents.md, Budgets down the chain). A `callback` (JSON or short form
         `webhook:URL`, with `callback_fields`: JSONPath strings) is checked here: a bad one raises BadCallback."""
         callback, callback_fields = fields.pop("callback", None), fields.pop("callback_fields", None)
         if callback is not None or callback_fields:
@@ -72,6 +74,9 @@ class Client:
         for name, value in policy_defaults(self.policy(capability)).items():
             fields.setdefault(name, value)
         fields.setdefault("source", self.source)
+        run = lineage.current()
+        if run is not None:  # sent from a handler: a child of its message, within what is left of its budget
+            fields = run.child_fields(fields, now_ms=now_ms(), default_budget_ms=BUDGET_MS)
         if fields.get("trace_id") is None:
             fields["trace_id"] = tracing.current_trace_id()
         return new_envelope(capability, payload, **fields)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ulid import ULID
 
+from reach.core.allowance import check_budget
 from reach.core.timeouts import NOT_SET, check_timeout_ms
 from reach.core.versions import parse_range
 from reach.errors import InvalidName, ReachError
@@ -65,9 +66,12 @@ def new_envelope(
     headers: dict[str, str] | None = None,
     max_payload_bytes: int = MAX_PAYLOAD_BYTES,
     session_snapshot: str | None = None,
+    max_tokens: int | None = None,
+    max_cost_micros: int | None = None,
 ) -> Envelope:
     """A valid Envelope, or a ReachError saying which argument is wrong. `execution_timeout_ms` 0 (the default)
-    leaves the run's timeout to the agent's declaration; a value asks for less (reach.core.timeouts)."""
+    leaves the run's timeout to the agent's declaration; a value asks for less (reach.core.timeouts). `max_tokens` /
+    `max_cost_micros` budget the request and every request it causes (reach.core.allowance; None: no budget)."""
     check_capability(capability)
     from reach.intent.catalog import RESERVED
 
@@ -76,6 +80,8 @@ def new_envelope(
                           "id): pass intent=..., or name a capability instead.")
     parse_range(version)
     check_timeout_ms(execution_timeout_ms, what="execution_timeout_ms", optional=True)
+    max_tokens = check_budget(max_tokens, "max_tokens")
+    max_cost_micros = check_budget(max_cost_micros, "max_cost_micros")
     if to_agent:
         check_agent_id(to_agent)
     body, content_type = encode_payload(payload)
@@ -110,6 +116,8 @@ def new_envelope(
         callback=callback,
         headers=headers or {},
         session_snapshot=session_snapshot,
+        max_tokens=max_tokens,
+        max_cost_micros=max_cost_micros,
     )
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import TopicPartition
 
+from reach import lineage
 from reach.core.progress import Chunks, Cursor, news
 from reach.errors import InfraUnavailable, ReachError
 from reach.kafka import clients, topicreader, topics
@@ -194,7 +195,9 @@ def invoke_receipt(
     fields.setdefault("budget_ms", max(timeout_ms, 1))
     envelope = client.envelope(capability, payload, version=version, reply_to=inbox.topic, **fields)
     client.publish(envelope)
-    return inbox.wait(envelope.message_id, generation=envelope.generation, timeout_ms=timeout_ms)
+    receipt = inbox.wait(envelope.message_id, generation=envelope.generation, timeout_ms=timeout_ms)
+    lineage.child_ended(receipt)  # from a handler: what the child spent counts towards its parent's budget
+    return receipt
 
 
 def invoke(
@@ -341,8 +344,11 @@ def stream_request(client: sdk.Client, inbox: ReplyInbox, row_of: RowOf, capabil
     fields.setdefault("budget_ms", max(timeout_ms, 1))
     envelope = client.envelope(capability, payload, version=version, reply_to=inbox.topic, **fields)
     client.publish(envelope)
-    yield from stream_receipt(inbox, row_of, envelope.message_id, generation=envelope.generation,
-                              timeout_ms=timeout_ms, poll_s=poll_s)
+    for item in stream_receipt(inbox, row_of, envelope.message_id, generation=envelope.generation,
+                               timeout_ms=timeout_ms, poll_s=poll_s):
+        if isinstance(item, Receipt):
+            lineage.child_ended(item)
+        yield item
 
 
 def invoke_stream(client: sdk.Client, inbox: ReplyInbox, row_of: RowOf, capability: str, payload: Any, *,

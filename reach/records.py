@@ -188,6 +188,8 @@ class Envelope(AvroRecord):
     callback: str | None = None
     headers: dict[str, str] = {}
     session_snapshot: str | None = None
+    max_tokens: int | None = None  # v4: tokens this request and its children may still spend (reach.core.allowance)
+    max_cost_micros: int | None = None  # v4: cost (micro-units) this request and its children may still spend
 
 
 class ErrorInfo(AvroModel):

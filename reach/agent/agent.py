@@ -16,6 +16,7 @@ from jsonschema.protocols import Validator
 from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
+from reach.core.allowance import inherit
 from reach.core.loads import default_max_queue
 from reach.core.progress import Coalescer
 from reach.core.retention import RESULT_TTL_S
@@ -29,6 +30,7 @@ from reach.core.turns import Turn, conversation, dropped_turns
 from reach.core.usage import Meter, check_report, from_result
 from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
+from reach.lineage import Run
 from reach.names import check_agent_id, check_capability
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope, Usage
 
@@ -56,6 +58,7 @@ class Context:
     _heartbeat: Callable[[], None] = field(default=lambda: None, repr=False)
     _progress: ProgressStream | None = field(default=None, repr=False)
     _meter: Meter = field(default_factory=Meter, repr=False)
+    _run: Run | None = field(default=None, repr=False)
 
     async def progress(self, fraction: float | None, note: str | None = None) -> None:
         """Report how far the handler is: `fraction` in [0, 1] (or None), an optional short note. Coalesced
@@ -96,6 +99,19 @@ class Context:
         for problem in report.problems:
             log.warning("usage returned for %s: %s", self.envelope.message_id, problem)
         self._meter.add(report)
+
+    def _lineage(self) -> Run:
+        """This run as the client SDK sees it from inside the handler (reach.lineage): its children inherit from it."""
+        if self._run is None:
+            self._run = Run(self.envelope, self._meter)
+        return self._run
+
+    @property
+    def budget_left(self) -> dict[str, int]:
+        """What a child sent now inherits of this message's budget: `max_tokens` / `max_cost_micros` left after this
+        run's reports and its ended children's usage ({} when the message carries no budget)."""
+        parent = {"max_tokens": self.envelope.max_tokens, "max_cost_micros": self.envelope.max_cost_micros}
+        return inherit(parent, self._lineage().spent(), {})
 
     def _usage(self, currency: str | None) -> Usage | None:
         """What the run reported, as the receipt's record (charged to the envelope's source), or None."""

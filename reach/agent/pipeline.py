@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaException, Message
 from opentelemetry.trace import SpanKind
 
-from reach import tracing
+from reach import lineage, tracing
 from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
@@ -35,6 +35,7 @@ from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.signals import NeedsInput
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.agent.streaming import ProgressStream
+from reach.core.allowance import Spent, as_timings
 from reach.core.progress import INTERVAL_MS as PROGRESS_INTERVAL_MS
 from reach.core.progress import Coalescer
 from reach.core.retention import began_after, key_may_be_forgotten, may_be_forgotten
@@ -253,7 +254,8 @@ class Pipeline:
             with tracing.tracer().start_as_current_span(
                     f"invoke_agent {self._agent.agent_id}", kind=SpanKind.INTERNAL,
                     attributes=tracing.invoke_agent_attributes(self._agent.agent_id, envelope.capability)) as span:
-                verdict, thread = await self._run(spec, payload, context, timer)
+                with lineage.running(context._lineage()):  # the client SDK's children inherit from this run
+                    verdict, thread = await self._run(spec, payload, context, timer)
                 used = context._usage(self._currency)
                 if used is not None:
                     span.set_attributes(tracing.usage_attributes(used))
@@ -269,7 +271,8 @@ class Pipeline:
                 self._lingering += 1
             asyncio.get_running_loop().create_task(self._outlive(thread, renewer, mid, gen))
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
-                                  raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used)
+                                  raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used,
+                                  children=context._lineage().children)
 
     async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
                    timer: RunTimer) -> tuple[Verdict, Future[Any] | None]:
@@ -323,14 +326,15 @@ class Pipeline:
     async def _finish(self, envelope: Envelope, verdict: Verdict, acks: list[Future[Message]], *,
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
                       origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
-                      cost: float | None = None, usage: Usage | None = None) -> Processed:
-        receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin)
+                      cost: float | None = None, usage: Usage | None = None,
+                      children: Spent | None = None) -> Processed:
+        receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin, children)
         encoded = codec.encode(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
             verdict = outcomes.failed("INVALID_OUTPUT", "RESULT_TOO_LARGE", (
                 f"the handler's result takes {len(encoded)} bytes in its receipt; at most {MAX_RECEIPT_BYTES} fit. "
                 "Store large results elsewhere (object storage) and return a reference."))
-            receipt = self._receipt(envelope, verdict, run_ms, cost, usage)
+            receipt = self._receipt(envelope, verdict, run_ms, cost, usage, children=children)
             encoded = codec.encode(receipt)
         terminal = receipt.status.is_terminal
         if scope is not None and self._ledger is not None and receipt.status is Status.COMPLETED:
@@ -366,7 +370,7 @@ class Pipeline:
 
     def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None,
                  cost: float | None = None, usage: Usage | None = None,
-                 origin: tuple[str, int, int] | None = None) -> Receipt:
+                 origin: tuple[str, int, int] | None = None, children: Spent | None = None) -> Receipt:
         status, step = outcomes.receipt_status(verdict.outcome)
         result = verdict.value if isinstance(verdict.value, bytes) else None
         asked = _asked(envelope, verdict.value, origin) if verdict.outcome is Outcome.INPUT else None
@@ -376,7 +380,10 @@ class Pipeline:
         return receipt_for(envelope, status, agent_id=self._agent.agent_id, instance_id=self._agent.instance_id,
                            error=verdict.error, step_status=step, result=result, cost=cost, input=asked,
                            usage=usage if ends_turn else None,
-                           retry_after_ms=verdict.retry_after_ms, timings={} if run_ms is None else {"run_ms": run_ms})
+                           retry_after_ms=verdict.retry_after_ms,
+                           timings={**({} if run_ms is None else {"run_ms": run_ms}),
+                                    # what the children it waited for spent: the status row sums it (0043)
+                                    **(as_timings(children) if ends_turn and children is not None else {})})
 
     async def _reuse(self, envelope: Envelope, first: bytes) -> Processed:
         """COMPLETED with the result of the message that ran the handler for this business key; claimed like any

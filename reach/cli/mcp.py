@@ -72,3 +72,40 @@ def stdio(url: str | None = typer.Option(None, "--url", help=f"the gateway's /mc
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     anyio.run(serve_stdio, url or _default_url(), token)
+
+
+BRIDGE_AUTH_ENV = "REACH_MCP_BRIDGE_AUTHORIZATION"  # the Authorization header for --url (never an argument)
+
+
+@app.command()
+def bridge(command: str | None = typer.Option(None, "--command", help="the MCP server's command line (stdio), "
+                                                                      "e.g. \"python server.py\""),
+           url: str | None = typer.Option(None, "--url", help="the MCP server's streamable HTTP URL"),
+           prefix: str = typer.Option("mcp", "--prefix", help="capability names are <prefix>.<tool>"),
+           agent_id: str | None = typer.Option(None, "--agent-id", help="default agent://mcp/<prefix>"),
+           version: str = typer.Option("1.0.0", "--version", help="the capabilities' semver"),
+           max_concurrency: int = typer.Option(8, "--max-concurrency", min=1),
+           region: str | None = typer.Option(None, "--region"),
+           call_timeout: float = typer.Option(300.0, "--call-timeout", min=0.1, help="seconds a tool call may take"),
+           env: list[str] = typer.Option([], "--env", help="with --command: pass this variable of the bridge's "
+                                                          "environment to the server (repeatable; the MCP SDK passes "
+                                                          "only HOME, PATH and a few others by default)"),
+           log_level: str = typer.Option("INFO", "--log-level")) -> None:
+    """Run an MCP server's tools as capabilities of one agent instance (docs/mcp.md#bridge): each tool is
+    `<prefix>.<tool>` with the tool's input schema as its contract. --url sends the Authorization header in
+    REACH_MCP_BRIDGE_AUTHORIZATION, if set."""
+    from reach.mcp import bridge as mcp_bridge
+
+    if (command is None) == (url is None):
+        raise typer.BadParameter("give exactly one of --command (stdio) or --url (streamable HTTP)")
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    missing = [name for name in env if name not in os.environ]
+    if missing:
+        raise typer.BadParameter(f"--env names variables this environment does not have: {', '.join(missing)}")
+    passed = {name: os.environ[name] for name in env}
+    transport = (mcp_bridge.stdio_transport(command, passed) if command is not None else
+                 mcp_bridge.http_transport(url or "", os.environ.get(BRIDGE_AUTH_ENV) or None))
+    mcp_bridge.run_bridge(transport, agent_id=agent_id or f"agent://mcp/{prefix.replace('.', '-')}", prefix=prefix,
+                          version=version, call_timeout_s=call_timeout, max_concurrency=max_concurrency,
+                          region=region)

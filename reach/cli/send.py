@@ -10,6 +10,7 @@ import typer
 
 from reach.cli.common import console
 from reach.client import Client
+from reach.core.allowance import check_budget, cost_micros
 from reach.core.durations import parse_ms
 from reach.core.timeouts import check_timeout_ms
 from reach.errors import ReachError
@@ -49,6 +50,10 @@ def send(
                                                "callback carries, comma-separated, e.g. '$.answer,$.items[0].id'"),
     execution_timeout: str | None = typer.Option(None, "--execution-timeout", help="ask for a shorter run than "
                                                  "the agent declares, e.g. 5s (the POLICY caps it; default not set)"),
+    max_tokens: int | None = typer.Option(None, "--max-tokens", help="budget: input + output tokens this request "
+                                          "and the requests it causes may spend (docs/agents.md)"),
+    max_cost: str | None = typer.Option(None, "--max-cost", help="budget: cost in units of the deployment's currency, "
+                                        "e.g. 0.25, this request and the requests it causes may spend"),
     wait: bool = typer.Option(False, "--wait", help="wait for the terminal receipt (or the agent's question, "
                               "INPUT_REQUIRED) and print it (exit 0 only for COMPLETED, 1 other endings and a "
                               "question, 3 timeout)"),
@@ -75,6 +80,10 @@ def send(
     if execution_timeout is not None:
         ms = parse_ms(execution_timeout, bare="ms", what="--execution-timeout", hint="expected e.g. 500ms, 5s or 2m.")
         extra["execution_timeout_ms"] = check_timeout_ms(ms, what="--execution-timeout")
+    if max_tokens is not None:
+        extra["max_tokens"] = check_budget(max_tokens, "--max-tokens")
+    if max_cost is not None:
+        extra["max_cost_micros"] = cost_micros(max_cost, "--max-cost")
     if follow and not wait:
         raise BadPayload("--follow prints a request's partial results while --wait waits for it: add --wait.")
     if wait:

@@ -71,6 +71,8 @@ def status(
         _fanout(row)
         if row.get("usage"):
             console.print(f"usage: {usage_line(row['usage'])}", highlight=False)
+        if row.get("children_usage"):  # what the requests it caused and waited for spent (0043)
+            console.print(f"children's usage: {usage_line(row['children_usage'])}", highlight=False)
         for turn in row.get("turns") or []:
             console.print(f"turn {turn['turn']}: {turn['question']} -> {turn['answer']}", highlight=False)
         asked = row.get("input")

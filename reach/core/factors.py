@@ -34,6 +34,8 @@ NEUTRAL_COST = 0.5
 
 _NO_HEALTH: Mapping[str, InstanceHealth] = MappingProxyType({})
 _NONE: Mapping[str, str] = MappingProxyType({})
+_NO_COSTS: Mapping[str, float] = MappingProxyType({})
+MICROS = 1_000_000  # observed costs are in micro-units; declared ones in units of the currency per call
 
 
 class ScoringContext(NamedTuple):
@@ -44,6 +46,7 @@ class ScoringContext(NamedTuple):
     health: Mapping[str, InstanceHealth] = _NO_HEALTH  # by instance_id (the health table)
     affinity: Mapping[str, str] = _NONE  # session_key -> instance serving it
     arms: Mapping[str, str] = _NONE  # instance_id -> canary arm (admission fills it)
+    costs: Mapping[str, float] = _NO_COSTS  # instance_id -> observed cost per successful call, micro-units
 
 
 FactorValues = Callable[[RouteRequest, Sequence[Candidate], ScoringContext], list[float]]
@@ -178,11 +181,20 @@ def _priority(request: RouteRequest, candidates: Sequence[Candidate], context: S
     return [1.0 / (1.0 + abs(priority - c.registration.priority_class)) for c in candidates]
 
 
+def instance_cost(registration: AgentRegistration, observed: Mapping[str, float]) -> float | None:
+    """An instance's cost per call in units of the currency: observed (reach.core.costbook) when it has been,
+    else declared (AgentRegistration.cost), else None."""
+    measured = observed.get(registration.instance_id)
+    return measured / MICROS if measured is not None else declared_cost(registration)
+
+
 def _cost(request: RouteRequest, candidates: Sequence[Candidate], context: ScoringContext) -> list[float]:
-    declared = [c.registration.cost for c in candidates]
-    if declared.count(None) == len(declared):  # the common case, without a call per candidate
-        return [NEUTRAL_COST] * len(declared)
-    return relative_costs([declared_cost(c.registration) for c in candidates])
+    observed = context.costs
+    if not observed:
+        declared = [c.registration.cost for c in candidates]
+        if declared.count(None) == len(declared):  # the common case, without a call per candidate
+            return [NEUTRAL_COST] * len(declared)
+    return relative_costs([instance_cost(c.registration, observed) for c in candidates])
 
 
 FACTORS: tuple[Factor, ...] = (
@@ -192,7 +204,8 @@ FACTORS: tuple[Factor, ...] = (
     Factor("affinity", _affinity, 0.1, "1 for the instance already serving the session_key; > 0 keeps sessions"),
     Factor("health", _health, 0.0, "1-minute success rate from the health table; 1 when not measured yet"),
     Factor("priority", _priority, 0.0, "1 / (1 + distance from the request priority to the instance priority_class)"),
-    Factor("cost", _cost, 0.0, "1 cheapest to 0 dearest declared cost among the candidates; 0.5 when undeclared"),
+    Factor("cost", _cost, 0.0, "1 cheapest to 0 dearest cost per call among the candidates: observed (usage, "
+           "5 min) else declared; 0.5 when unknown"),
 )
 NAMES: tuple[str, ...] = tuple(f.name for f in FACTORS)
 INDEX: Mapping[str, int] = MappingProxyType({name: i for i, name in enumerate(NAMES)})

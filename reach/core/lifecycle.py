@@ -19,6 +19,7 @@ import base64
 
 from pydantic import BaseModel, ConfigDict
 
+from reach.core.allowance import children_of
 from reach.core.fanout import FanOutRow, carried, track
 from reach.core.progress import Chunks, fold_progress
 from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, InputRequest, Receipt, Status, Usage
@@ -123,6 +124,7 @@ class StatusRow(BaseModel):
     turns: list[AnsweredTurn] = []  # the questions answered so far (the last MAX_ROW_TURNS), across generations
     usage: Usage | None = None  # what the run that ended the generation cost (its terminal receipt's, v9)
     fanout: FanOutRow | None = None  # a fan-out parent's deliveries, or a delivery's parent (reach.core.fanout, v10)
+    children_usage: Usage | None = None  # what the children that run waited for spent, summed (0043)
 
     @property
     def terminal(self) -> bool:
@@ -267,6 +269,7 @@ def _current(receipt: Receipt, timeline: list[Step], previous: StatusRow | None)
         turns=previous.turns if previous else [],
         usage=receipt.usage if terminal else None,
         fanout=carried(previous.fanout if previous else None, same),
+        children_usage=children_of(receipt.timings).usage() if terminal else None,
     )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from reach.core import allowance
 from reach.core.admission import admit
 from reach.core.candidates import OPEN_RETRY_AFTER_MS, RouteRequest, Selection, match, shed
 from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights
@@ -103,6 +104,9 @@ def parse_request(envelope: Mapping[str, Any]) -> RouteRequest | Reject:
         parse_range(range_text)
     except BadVersion as exc:
         return Reject("BAD_VERSION_RANGE", str(exc))
+    bad_budget = allowance.problem(envelope)
+    if bad_budget is not None:
+        return Reject("BAD_BUDGET", bad_budget)
     return RouteRequest.from_envelope(envelope)
 
 
@@ -127,11 +131,13 @@ def decide(
     canaries: Mapping[str, Canary] | None = None,
     throttled: Mapping[str, int] | None = None,
     queue_when_full: bool = False,
+    costs: Mapping[str, float] | None = None,
 ) -> RouteOutcome:
     """Decide where a request goes: filter (`health`: OPEN is out), admit (canary arm by agent id in
     `canaries`, HALF_OPEN / restore shares), shed (health weight 0, full queues, `throttled`: instance ->
-    ms until its qps bucket refills), score. Pass `payload` only when the capability's policy validates
-    at the router. `queue_when_full`: when every candidate is full, pick among them rather than fail with OVERLOAD
+    ms until its qps bucket refills), score (`costs`: observed cost per successful call by instance_id, micro-units,
+    reach.core.costbook). Pass `payload` only when the capability's policy validates at the router.
+    `queue_when_full`: when every candidate is full, pick among them rather than fail with OVERLOAD
     (a fan-out delivery queues in its subscriber's inbox, reach.core.fanout)."""
     if request.deadline is not None and request.deadline <= now_ms:
         return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
@@ -147,7 +153,7 @@ def decide(
     selection = shed(admission.candidates, health=health, throttled=throttled)
     if queue_when_full and selection.all_overloaded:
         selection = Selection(candidates=selection.overloaded, overloaded=())
-    context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms)
+    context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms, costs=costs or {})
     if selection.all_overloaded:
         scores = score_all(request, selection.overloaded, weights, context)
         return Overload(_overload_retry_after(selection), scores, as_factor_weights(weights),

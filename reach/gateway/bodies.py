@@ -41,6 +41,11 @@ class EnvelopeRequest(BaseModel):
     intent: str | None = Field(default=None, min_length=1, max_length=2000,
                                description="what is wanted in words (or an intent id), with capability "
                                "intent.resolve: the resolver picks the capability (docs/intent.md)")
+    max_tokens: int | None = Field(default=None, ge=0, le=10**15, description="budget: input + output tokens this "
+                                   "request and the requests it causes may spend (0043); 0 ends it BUDGET_EXCEEDED")
+    max_cost: float | None = Field(default=None, ge=0, le=10**9, allow_inf_nan=False,
+                                   description="budget: cost in units of the deployment's currency (at most six "
+                                   "decimals) this request and the requests it causes may spend")
     callback: str | None = Field(default=None, max_length=2048, pattern=r"^https?://[^\s]+$",
                                  description="an http(s) URL carried on the envelope (Envelope.callback) for "
                                  "the caller: when the message ends, a channel agent POSTs its terminal outcome "

@@ -13,6 +13,8 @@ from urllib.parse import quote
 from reach.callers import AuthFailure, CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
+from reach.core.allowance import FIELDS as BUDGET_FIELDS
+from reach.core.allowance import cost_micros
 from reach.core.spend import Exceeded
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
@@ -74,6 +76,8 @@ def fingerprint(envelope: Envelope) -> str:
     asked = {"capability": envelope.capability, "version": envelope.capability_version, "payload": payload,
              "routing": envelope.routing.model_dump(mode="json"), "callback": envelope.callback,
              "expire_at": envelope.expire_at}
+    # a budget counts only when set: the digests of requests without one stay those stored before budgets existed
+    asked.update({name: getattr(envelope, name) for name in BUDGET_FIELDS if getattr(envelope, name) is not None})
     return hashlib.sha256(json.dumps(asked, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:32]
 
 
@@ -189,7 +193,8 @@ class Admission:
                 request.capability, request.payload, version=request.version, session_key=hints.session_key,
                 region=hints.region, tags=hints.tags, tenant=app.tenant, source=source_of(app),
                 budget_ms=request.budget_ms or budget, expire_at=request.expire_at, reply_to=reply_to,
-                intent=request.intent,
+                intent=request.intent, max_tokens=request.max_tokens,
+                max_cost_micros=cost_micros(request.max_cost) if request.max_cost is not None else None,
                 idempotency_key=(envelope_idempotency_key(app, request.idempotency_key)
                                  if request.idempotency_key else None),
             )

@@ -28,7 +28,7 @@ from tests.integration.test_agent_metrics import scrape
 from tests.integration.test_gateway_http import Gateway, create_app
 
 pytestmark = pytest.mark.integration
-CALLS = 20
+CALLS = 50  # the count: 5,000 input and 2,500 output tokens in all
 TOKENS = INPUT_TOKENS + OUTPUT_TOKENS
 
 

@@ -59,3 +59,15 @@ def test_the_ready_queries_sum_each_request_once(tmp_path: Path) -> None:
         ("2026-12-03", 450), ("2026-12-04", 150)]
     # 3 completed requests paid for 4 runs: 0.007 / 3
     assert ready("cost_per_success.sql") == [("demo.llm", 3, 0.001, 0.007, 0.002333, 200.0)]
+
+
+def test_the_usage_view_shows_what_a_requests_children_spent(tmp_path: Path) -> None:
+    parent = receipt("p", Status.COMPLETED, usage=used()).model_copy(update={"timings": {
+        "run_ms": 5, "children_input_tokens": 200, "children_output_tokens": 100, "children_cost_micros": 4_000,
+        "children": 2}})
+    con = analytics.load(iter([{**analytics.flatten(parent), "kafka_partition": 0, "kafka_offset": 0},
+                               {**analytics.flatten(receipt("q", Status.COMPLETED, usage=used())),
+                                "kafka_partition": 0, "kafka_offset": 1}]), tmp_path)
+    rows = analytics.query(con, "SELECT message_id, tokens, children_tokens, children_cost_micros, "
+                                "tokens + children_tokens FROM usage ORDER BY 1")[1]
+    assert rows == [("p", 150, 300, 4_000, 450), ("q", 150, 0, 0, 150)]

@@ -24,7 +24,7 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
-from reach.core import fallback, fanout, sessionmap
+from reach.core import allowance, fallback, fanout, sessionmap
 from reach.core.canarybook import canaries
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
@@ -395,6 +395,11 @@ class Router(SupervisedLoop):
                                error=_error("BUDGET", "BUDGET_EXCEEDED", budget_message(request.tenant, over)))
             self._produce_terminal(batch, position, receipt, reply, counter="budget_exceeded")
             return
+        drained = allowance.exhausted(envelope)
+        if drained is not None:  # a child whose chain spent its budget (reach.core.allowance, 0043)
+            receipt = _receipt(request, Status.FAILED, now, error=_error("BUDGET", "BUDGET_EXCEEDED", drained))
+            self._produce_terminal(batch, position, receipt, reply, counter="budget_exceeded")
+            return
         settings = batch.capabilities.get(request.capability)
         if settings is None:
             control = self.state.control
@@ -424,6 +429,7 @@ class Router(SupervisedLoop):
             canaries=batch.canaries,
             throttled=self.qps.throttled(candidates, clock),
             queue_when_full=plan.delivery,  # a subscriber's deliveries queue in its inbox, never shed
+            costs=self.state.costs.means,
         )
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):

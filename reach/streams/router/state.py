@@ -2,9 +2,10 @@
 
 The process's feed (reach.streams.feed) reads them, with every other view of the process. Registry and control
 rebuild the in-memory views on every start, since the topics are compacted (the state survives in Kafka).
-Receipts feed the load tracker; they are read from the end (replies to reply_to are the status fold's, which commits
-what it replied: reach.streams.status). Load reports are read from the end too: every instance sends one about
-once a second, so a fresh worker is current within a second (heartbeats are the base until then).
+Receipts feed the load tracker and the observed costs (COMPLETED receipts' usage, reach.core.costbook); they are
+read from the end (replies to reply_to are the status fold's, which commits what it replied: reach.streams.status).
+Load reports are read from the end too: every instance sends one about once a second, so a fresh worker is
+current within a second (heartbeats are the base until then).
 Health (`<ns>.health`, InstanceHealth keyed by instance_id) is written by the health writers alone
 (reach.streams.health); routers only read it into `RouterState.health`.
 """
@@ -22,6 +23,7 @@ from confluent_kafka import Message
 from reach.control import ControlView
 from reach.core import sessionmap
 from reach.core.commits import TopicPart
+from reach.core.costbook import CostBook
 from reach.core.loads import LoadTracker
 from reach.core.views.registryview import RegistryView
 from reach.errors import InvalidName
@@ -58,6 +60,7 @@ class RouterState:
         self.registry = RegistryView()
         self.control = ControlView()
         self.loads = LoadTracker()
+        self.costs = CostBook()  # observed cost per successful call, for the cost factor (0043)
         self.ready = threading.Event()
         self.sessions = AffinityTable()
         """session_key -> instance, written by the routing thread, recovered from the sessions topic here."""
@@ -77,6 +80,7 @@ class RouterState:
         if registration is None:
             self._latest.pop(instance_id, None)
             self.loads.forget(instance_id)
+            self.costs.forget(instance_id)
         else:
             self._latest[instance_id] = registration
             self.loads.heartbeat(registration)
@@ -226,6 +230,10 @@ class StateLoop:
             return
         if status in _FINISHING:
             self._state.loads.finished(key, receipt["at"])
+            usage = receipt.get("usage")
+            if status == Status.COMPLETED.value and usage and usage.get("cost_micros") is not None \
+                    and receipt.get("instance_id"):
+                self._state.costs.add(receipt["instance_id"], receipt["at"], usage["cost_micros"])
 
 
 SESSION: Decoder = sessionmap.decode

@@ -187,6 +187,9 @@ def test_a_repeated_idempotency_key_with_a_different_request_is_422_and_nothing_
     assert (first.status_code, reordered.status_code) == (202, 202)  # the same request, keys in another order
     assert reordered.json() == first.json()
     assert changed.status_code == 422 and changed.json()["error"] == "idempotency_key_reused", changed.text
+    budgeted = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x", "n": 1},
+                                              "idempotency_key": "order-8", "max_tokens": 10})
+    assert budgeted.status_code == 422  # another budget is another request
     assert len(fakes.publisher.sent) == 1
 
 
@@ -456,3 +459,15 @@ def test_a_request_refused_after_the_signature_check_gives_its_nonce_back(client
     assert send("n-unknown-01", unknown).status_code in (404, 429)
     assert send("n-accepted-01").json()["error"] == "replay", "a replay never frees the original's nonce"
     assert {n for _, n in fakes.nonces.seen} == {"n-accepted-01"}
+
+
+def test_a_request_carries_its_budget_and_a_bad_one_is_a_400(client: TestClient, fakes: Fakes) -> None:
+    resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "hi"}, "max_tokens": 250,
+                                          "max_cost": 0.25})
+    assert resp.status_code == 202, resp.text
+    [envelope] = fakes.publisher.sent
+    assert (envelope.max_tokens, envelope.max_cost_micros) == (250, 250_000)
+    for bad, field in (({"max_tokens": -1}, "max_tokens"), ({"max_cost": -0.5}, "max_cost"),
+                       ({"max_cost": 0.0000001}, "max_cost")):
+        refused = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "hi"}, **bad})
+        assert refused.status_code == 400 and field in refused.json()["message"], refused.text

@@ -1,0 +1,122 @@
+"""`reach mcp bridge`'s pure parts: tool names to capability names, schemas to contracts (invalid ones skipped),
+tool results to outcomes; and the handlers over a session that fails (reach.mcp.bridge)."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Future
+from typing import Any
+
+import mcp_types as types
+import pytest
+
+from reach.agent import BusinessError, TransientError
+from reach.mcp.bridge import BridgeError, ToolSession, bridge_agent, capability_name, outcome, plan
+
+
+def tool(name: str, schema: dict[str, Any] | None = None, output: dict[str, Any] | None = None,
+         description: str | None = None) -> types.Tool:
+    return types.Tool(name=name, input_schema=schema or {"type": "object"}, output_schema=output,
+                      description=description)
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("add", "calc.add"), ("getWeather", "calc.get-weather"), ("read_file", "calc.read-file"),
+    ("HTTPGet", "calc.httpget"), ("--", None), ("é", None),
+])
+def test_tool_names_become_capability_names(name: str, expected: str | None) -> None:
+    assert capability_name("calc", name) == expected
+
+
+def test_a_tool_with_an_invalid_schema_is_skipped_with_the_reason() -> None:
+    served, skipped = plan("calc", [
+        tool("add", {"type": "object", "properties": {"a": {"type": "integer"}}}, description="Add."),
+        tool("broken", {"type": "object", "properties": {"a": {"type": 12}}}),
+        tool("read_file"), tool("read-file"), tool("???"),
+    ])
+    assert [b.capability for b in served] == ["calc.add", "calc.read-file"]
+    assert served[0].input_schema["description"] == "Add."  # shown by `reach mcp` and the console
+    assert len(skipped) == 3
+    assert "tool 'broken' input schema: invalid JSON Schema at properties/a/type" in skipped[0]
+    assert "already 'read_file'" in skipped[1] and "'???'" in skipped[2]
+
+
+def test_results_structured_text_json_and_tool_errors() -> None:
+    assert outcome("t", types.CallToolResult(content=[], structured_content={"result": 5})) == {"result": 5}
+    assert outcome("t", types.CallToolResult(content=[types.TextContent(text='{"a": 1}')])) == {"a": 1}
+    assert outcome("t", types.CallToolResult(content=[types.TextContent(text="plain")])) == "plain"
+    with pytest.raises(BusinessError) as failed:
+        outcome("divide", types.CallToolResult(content=[types.TextContent(text="cannot divide by zero")],
+                                               is_error=True))
+    assert failed.value.code == "TOOL_ERROR" and "'divide': cannot divide by zero" in str(failed.value)
+
+
+class BrokenSession(ToolSession):
+    def __init__(self) -> None:
+        super().__init__(lambda: None)  # type: ignore[arg-type,return-value]  # never started
+
+    def call(self, tool: str, arguments: Any) -> Future[types.CallToolResult]:
+        failed: Future[types.CallToolResult] = Future()
+        failed.set_exception(ConnectionResetError("the server went away"))
+        return failed
+
+
+def test_a_broken_server_is_a_transient_failure_and_no_usable_tool_is_an_error() -> None:
+    session = BrokenSession()
+    agent = bridge_agent(session, [tool("add")], agent_id="agent://mcp/calc", prefix="calc", version="1.0.0")
+    spec = agent.capabilities["calc.add"]
+    with pytest.raises(TransientError) as retried:
+        asyncio.run(spec.handler({"a": 1}))
+    assert retried.value.code == "MCP_UNAVAILABLE" and "went away" in str(retried.value)
+    with pytest.raises(BridgeError, match="none can be served"):
+        bridge_agent(session, [tool("???")], agent_id="agent://mcp/calc", prefix="calc", version="1.0.0")
+    closed = ToolSession(lambda: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(TransientError):
+        closed.call("add", {}).result(1)
+
+
+def test_a_streamable_http_server_lists_and_answers_on_loopback() -> None:
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    from reach.mcp.bridge import http_transport
+
+    server = MCPServer("calc")
+
+    @server.tool()
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=port,
+                                        log_level="warning"))
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not web.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    session = ToolSession(http_transport(f"http://127.0.0.1:{port}/mcp", "Bearer not-checked-here"))
+    try:
+        assert [t.name for t in session.start(20)] == ["add"]
+        assert outcome("add", session.call("add", {"a": 1, "b": 2}).result(20)) == {"result": 3}
+    finally:
+        session.close()
+        web.should_exit = True
+        thread.join(20)
+
+
+def test_a_command_that_is_no_mcp_server_is_a_clear_error() -> None:
+    import sys
+
+    from reach.mcp.bridge import stdio_transport
+
+    with pytest.raises(BridgeError, match="could not be started or listed"):
+        ToolSession(stdio_transport(f"{sys.executable} -c pass")).start(20)
+    with pytest.raises(BridgeError, match="--command is empty"):
+        stdio_transport("  ")
