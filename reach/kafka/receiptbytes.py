@@ -12,8 +12,8 @@ single-object framing: with a Schema Registry the wire codec frames records, and
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 from reach.kafka import codec as _codec
 from reach.records import ErrorInfo, Receipt, Status, StepStatus
@@ -64,6 +64,22 @@ def optional_bytes(b: bytes | None) -> bytes:
     return NULL if b is None else SOME + varint(len(b)) + b
 
 
+W = TypeVar("W")  # a writer with encode(**fields) -> bytes (keyword-only fields: no Protocol matches them all)
+
+
+def checked(make: Callable[[], W], samples: list[dict[str, Any]],
+            reference: Callable[..., dict[str, Any]]) -> W | None:
+    """A hand-written Receipt writer from `make`, if it writes the codec's bytes for every sample (the codec gets
+    `reference(**sample)`); else None: the caller uses the codec."""
+    try:
+        writer = make()
+        encode, codec = cast(Any, writer).encode, _codec.default_codec()
+        same = all(encode(**sample) == codec.encode_dict("Receipt", reference(**sample)) for sample in samples)
+    except Exception:  # noqa: BLE001 - any mismatch means: do not use the fast path
+        return None
+    return writer if same else None
+
+
 class StringCache:
     """Encoded strings that repeat from record to record (tenant, capability, ids), bounded."""
 
@@ -98,13 +114,7 @@ class FlatReceiptWriter:
         schema = _codec.default_codec().schema("Receipt")
         if [f["name"] for f in schema["fields"]] != list(FIELDS):
             return None
-        try:
-            writer = cls()
-            same = all(writer.encode(**sample) == _codec.default_codec().encode_dict("Receipt", as_dict(**sample))
-                       for sample in _samples())
-        except Exception:  # noqa: BLE001 - any mismatch means: do not use the fast path
-            return None
-        return writer if same else None
+        return checked(cls, _samples(), as_dict)
 
     def encode(
         self,

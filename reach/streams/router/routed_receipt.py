@@ -22,7 +22,7 @@ from reach.kafka.codec import default_codec
 from reach.kafka.receiptbytes import FIELDS as _FIELDS
 from reach.kafka.receiptbytes import NULL as _NULL
 from reach.kafka.receiptbytes import SOME as _SOME
-from reach.kafka.receiptbytes import StringCache, optional_long, optional_string, string, varint
+from reach.kafka.receiptbytes import StringCache, checked, optional_long, optional_string, string, varint
 from reach.records import Status
 
 _DECISION = ("candidates", "picked_instance", "topic", "partition", "offset", "weights", "arm", "admission")
@@ -57,13 +57,7 @@ class RoutedReceiptWriter:
         schema = default_codec().schema("Receipt")
         if [f["name"] for f in schema["fields"]] != list(_FIELDS) or _decision_fields(schema) != list(_DECISION):
             return None
-        sample = _sample()
-        try:
-            writer = cls()
-            same = writer.encode(**sample) == default_codec().encode_dict("Receipt", as_receipt(**sample))
-        except Exception:  # noqa: BLE001 - any mismatch means: do not use the fast path
-            return None
-        return writer if same else None
+        return checked(cls, [_sample()], as_receipt)
 
     def encode(
         self,
