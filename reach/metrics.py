@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -32,6 +33,7 @@ class Metrics:
         self._capabilities = capabilities
         self._max = max_capabilities
         self._labelled: set[str] = set()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._reasons: set[str] = set()
         self._known: Collection[str] = frozenset()
         self._known_at = float("-inf")
@@ -88,11 +90,15 @@ class Metrics:
                                     "NO_ROUTE dead letters older than the threshold whose capability has no agent",
                                     ["capability"], registry=r)
 
-    def observe(self, receipt: Receipt, before: StatusRow | None, after: StatusRow) -> None:
-        """Count one folded receipt; terminal counters move only on the row's first terminal transition."""
+    def observe(self, receipt: Receipt, before: StatusRow | None, after: StatusRow, *,
+                changed: bool | None = None) -> None:
+        """Count one folded receipt; terminal counters move only on the row's first terminal transition.
+        `changed`: whether `after` differs from `before`, when the caller knows it already (one comparison)."""
+        if changed is None:
+            changed = after is not before and after != before
         cap = self.label(receipt.capability)
-        self.receipts.labels(cap, receipt.status.value).inc()
-        if receipt.status is Status.RETRY_SCHEDULED and after != before:
+        self._child(self.receipts, cap, receipt.status.value).inc()
+        if receipt.status is Status.RETRY_SCHEDULED and changed:
             self.retries.labels(cap).inc()
         if receipt.status is Status.ROUTED and receipt.decision is not None:
             self.candidates.observe(len(receipt.decision.candidates))
@@ -102,19 +108,19 @@ class Metrics:
         if receipt.status is Status.STARTED:
             routed = _last_at(after, Status.ROUTED, receipt.generation, receipt.attempt)
             if routed is not None and before is not None and receipt.at >= routed:
-                self.delivery.labels(cap).observe((receipt.at - routed) / 1000)
-        if after != before:
+                self._child(self.delivery, cap).observe((receipt.at - routed) / 1000)
+        if changed:
             self._closure(cap, receipt, before, after)
         newly_terminal = after.terminal and (before is None or not before.terminal
                                              or before.generation != after.generation)
         if not newly_terminal:
             return
-        self.terminal.labels(cap, after.status.value).inc()
+        self._child(self.terminal, cap, after.status.value).inc()
         started = _last_at(after, Status.STARTED, after.generation, after.attempt)
         if started is not None and after.terminal_at is not None:
-            self.execution.labels(cap).observe(max(0, after.terminal_at - started) / 1000)
+            self._child(self.execution, cap).observe(max(0, after.terminal_at - started) / 1000)
         if after.status is Status.COMPLETED:
-            self.completed.labels(cap, "true" if after.attempt == 1 else "false").inc()
+            self._child(self.completed, cap, "true" if after.attempt == 1 else "false").inc()
         if after.status is Status.DEAD_LETTERED:
             reason = receipt.error.code if receipt.error else "UNKNOWN"
             if reason not in self._reasons:  # error codes come from agents too: bounded like capabilities
@@ -127,12 +133,21 @@ class Metrics:
         changed its row (a duplicate changes nothing, so it counts nothing)."""
         outcome = delivery_outcome(receipt, before)
         if outcome is not None:
-            self.deliveries.labels(cap, outcome).inc()
+            self._child(self.deliveries, cap, outcome).inc()
         if receipt.status is Status.CALLBACKED:
             self.callbacks_effective.labels(cap).inc()
         if after.callback_sent and not (before is not None and before.callback_sent
                                         and before.generation == after.generation):
             self.callbacks_due.labels(cap).inc()
+
+    def _child(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, kept: the fold counts every receipt, and labels() locks and builds keys each
+        time (the label values are bounded by `label`, so is this map)."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def label(self, capability: str) -> str:
         """The capability's own label when it is registered (and the bound allows), else `other`."""

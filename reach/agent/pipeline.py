@@ -46,7 +46,8 @@ from reach.errors import ReachError
 from reach.failures import Outgoing
 from reach.kafka import codec
 from reach.kafka import headers as h
-from reach.receipts import receipt_for
+from reach.kafka.receiptbytes import encode_receipt
+from reach.receipts import receipt_for, started_bytes
 from reach.records import Envelope, ErrorInfo, InputRequest, Policy, Receipt, Status, StepStatus, Usage
 
 log = logging.getLogger("reach.agent")
@@ -235,8 +236,8 @@ class Pipeline:
         if self._cancelled(mid, envelope.tenant):  # not started: skipped, its handler never runs
             return await self._finish(envelope, outcomes.canceled("the caller cancelled it before it started"), [],
                                       release=True, raw=raw, origin=origin, scope=scope)
-        acks = [self._send(receipt_for(envelope, Status.STARTED, agent_id=self._agent.agent_id,
-                                       instance_id=self._agent.instance_id))]
+        acks = [self._send_raw(mid, started_bytes(envelope, agent_id=self._agent.agent_id,
+                                                  instance_id=self._agent.instance_id))]
         started = now_ms()
         timer = RunTimer(RunClock.start(
             started_ms=started, timeout_ms=timeout_ms, heartbeat_ms=self._agent.heartbeat_timeout_ms,
@@ -329,7 +330,7 @@ class Pipeline:
                       cost: float | None = None, usage: Usage | None = None,
                       children: Spent | None = None) -> Processed:
         receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin, children)
-        encoded = codec.encode(receipt)
+        encoded = encode_receipt(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
             verdict = outcomes.failed("INVALID_OUTPUT", "RESULT_TOO_LARGE", (
                 f"the handler's result takes {len(encoded)} bytes in its receipt; at most {MAX_RECEIPT_BYTES} fit. "
@@ -430,7 +431,7 @@ class Pipeline:
         return await redis_call(self._outage, call)
 
     def _send(self, receipt: Receipt) -> Future[Message]:
-        return self._send_raw(receipt.message_id, codec.encode(receipt))
+        return self._send_raw(receipt.message_id, encode_receipt(receipt))
 
     def _send_raw(self, message_id: str, value: bytes) -> Future[Message]:
         return self._publisher.send(self._topic, message_id, value, headers=[(h.MESSAGE_ID, message_id.encode())])

@@ -38,7 +38,6 @@ from reach.agent.publisher import Publisher, when_acked
 from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
-from reach.controlfeed import ControlFeed
 from reach.core.commits import CommitLedger
 from reach.core.views.controlview import key_of
 from reach.errors import InfraUnavailable
@@ -109,8 +108,9 @@ class Runner:
         self._registry = Outage(base_s=0.5, max_s=10.0)  # the Schema Registry: while it is out, read nothing
         self._stalled: set[int] = set()  # partitions of this batch sought back to a record to read again
         self._mode = Mode.RUN  # what the operator's control records ask of this instance (DISABLE, DRAIN)
-        self._policies = AgentControl(ControlFeed(names=self.names, kafka=self._kafka),
-                                      instance_id=agent.instance_id)
+        # one consumer tails cancels and control (decision 0044): the cancel book and the control view
+        self._cancels = CancelFeed(topic=self.names.cancels, control_topic=self.names.control, kafka=self._kafka)
+        self._policies = AgentControl(self._cancels, instance_id=agent.instance_id)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -138,9 +138,7 @@ class Runner:
                              socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
         leases = Leases(redis, namespace=self.names.namespace, owner=self.agent.instance_id,
                         result_ttl_s=self.agent.result_ttl_s)
-        self._start_control()
-        self._cancels = CancelFeed(topic=self.names.cancels, kafka=self._kafka)
-        self._cancels.start()
+        self._start_control()  # and the cancels: one feed
         redis_outage = Outage()  # one backoff for every Redis call: handlers' leases and the retry cache
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,

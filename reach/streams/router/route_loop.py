@@ -2,11 +2,11 @@
 
 Per batch: consume up to `batch_size` envelopes, decode only the routing fields, decide (pure
 `reach.core.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
-that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so it is
-produced from its forward's delivery report, which runs inside that flush; the flush returns when
-the receipts are acknowledged too. Failures are per record (reach.kafka.acks): each input partition is
-committed up to its first record whose outputs are not all acknowledged and read again from there;
-the other partitions of the batch move on. A record the broker refuses for good (too large) is
+that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so the forwards'
+delivery reports (inside that flush) only note them; then the batch's ROUTED receipts are produced together
+and flushed (one receipts batch per poll batch, decision 0044). Failures are per record (reach.kafka.acks):
+each input partition is committed up to its first record whose outputs are not all acknowledged and read
+again from there; the other partitions of the batch move on. A record the broker refuses for good (too large) is
 dead-lettered; a Schema Registry outage is infrastructure (not committed, read again after a backoff).
 """
 
@@ -116,10 +116,24 @@ class _Batch:
     terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
     won: dict[Position, bytes] = field(default_factory=dict)  # the receipt each record claimed its slot with
     splits: dict[str, fanout.Split] = field(default_factory=dict)  # capability -> its live instances by mode
+    routed: list[_Routed] = field(default_factory=list)  # acknowledged forwards whose ROUTED receipt is due
 
     def stats_key(self, capability: str) -> str:
         """Where the router's counts of a capability go: its own only while a live instance serves it."""
         return capability if capability in self.known else OTHER
+
+
+@dataclass(frozen=True)
+class _Routed:
+    """An acknowledged forward: where it landed, and the ROUTED receipt's delivery report (its input stays unacked
+    until that receipt is acknowledged too)."""
+
+    request: RouteRequest
+    forward: Forward
+    partition: int | None
+    offset: int | None
+    reply: H.Headers
+    report: Callable[[Any, Any], None]
 
 
 @dataclass(frozen=True)
@@ -333,7 +347,10 @@ class Router(SupervisedLoop):
                 log.exception("routing %s[%d]@%d failed", *position)
                 self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, position, now)
         self._settle_terminals(producer, batch)
-        producer.flush(30)  # forwards, and the ROUTED receipts their delivery reports produce
+        producer.flush(30)  # forwards, terminal receipts, dead letters
+        if batch.routed:  # the ROUTED receipts of the acknowledged forwards, produced together: one receipts batch
+            self._produce_routed(producer, batch)
+            producer.flush(30)
         self._refused_for_good(producer, batch, now)
         return batch
 
@@ -441,8 +458,7 @@ class Router(SupervisedLoop):
             self.qps.take(instance, clock)
             delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
                              headers=msg.headers(), partition=outcome.partition,
-                             then=lambda acked: self._produce_routed(producer, batch, position, request, outcome,
-                                                                     acked, reply))
+                             then=functools.partial(_forwarded, batch, position, request, outcome, reply))
             loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
@@ -563,29 +579,40 @@ class Router(SupervisedLoop):
         if self.fence.unfenced > unfenced:
             self.stats.count(OTHER, "unfenced", self.fence.unfenced - unfenced)
 
-    def _produce_routed(self, producer: Producer, batch: _Batch, position: Position, request: RouteRequest,
-                        forward: Forward, slot: Message, reply: H.Headers) -> None:
-        """The ROUTED receipt (from the forward's delivery report, inside the flush), tagged with this worker's id
-        so its own state loop need not decode it again. It may not wait for queue room: a full queue fails it."""
-        if self._routed_writer is None:
-            value = encode_dict("Receipt", self._routed_receipt(request, forward, slot))
-        else:
-            decision, instance = forward.decision, forward.instance
-            value = self._routed_writer.encode(
-                message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
-                tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
-                deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms, reroutes=request.reroutes,
-                agent_id=instance.agent_id, instance_id=instance.instance_id, scores=decision.scores,
-                picked_instance=decision.picked_instance, topic=forward.topic, partition=slot.partition(),
-                offset=slot.offset(), weights=decision.weights, arm=decision.arm, admission=forward.admission,
-                callback=request.callback,
-            )
-        key = request.message_id.encode()
-        producer.produce(self.names.receipts, key=key, value=value,
-                         headers=[(H.MESSAGE_ID, key), *self._routed_headers, *reply],
-                         on_delivery=batch.acks.expect(position))
+    def _produce_routed(self, producer: Producer, batch: _Batch) -> None:
+        """The ROUTED receipts of the batch's acknowledged forwards (each carries its forward's inbox offset), tagged
+        with this worker's id so its own state loop need not decode them again."""
+        routed, batch.routed = batch.routed, []
+        writer, topic, tag = self._routed_writer, self.names.receipts, self._routed_headers
+        for r in routed:
+            request, forward = r.request, r.forward
+            if writer is None:
+                value = encode_dict("Receipt", self._routed_receipt(request, forward, r.partition, r.offset))
+            else:
+                decision, instance = forward.decision, forward.instance
+                value = writer.encode(
+                    message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
+                    tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
+                    deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms,
+                    reroutes=request.reroutes, agent_id=instance.agent_id, instance_id=instance.instance_id,
+                    scores=decision.scores, picked_instance=decision.picked_instance, topic=forward.topic,
+                    partition=r.partition, offset=r.offset, weights=decision.weights, arm=decision.arm,
+                    admission=forward.admission, callback=request.callback,
+                )
+            key = request.message_id.encode()
+            try:
+                try:
+                    producer.produce(topic, key=key, value=value, headers=[(H.MESSAGE_ID, key), *tag, *r.reply],
+                                     on_delivery=r.report)
+                except BufferError:  # the local queue is full: serve delivery reports, then try once more
+                    producer.poll(1.0)
+                    producer.produce(topic, key=key, value=value, headers=[(H.MESSAGE_ID, key), *tag, *r.reply],
+                                     on_delivery=r.report)
+            except Exception as exc:  # noqa: BLE001 - a receipt that cannot be queued fails its input record
+                r.report(exc, None)
 
-    def _routed_receipt(self, request: RouteRequest, forward: Forward, slot: Message) -> dict[str, Any]:
+    def _routed_receipt(self, request: RouteRequest, forward: Forward, partition: int | None,
+                        offset: int | None) -> dict[str, Any]:
         decision = forward.decision
         return _receipt(
             request,
@@ -597,8 +624,8 @@ class Router(SupervisedLoop):
                 "candidates": [s.as_dict() for s in decision.scores],
                 "picked_instance": decision.picked_instance,
                 "topic": forward.topic,
-                "partition": slot.partition(),
-                "offset": slot.offset(),
+                "partition": partition,
+                "offset": offset,
                 "weights": decision.weights_dict(),
                 "arm": decision.arm,
                 "admission": forward.admission,
@@ -684,6 +711,12 @@ class Router(SupervisedLoop):
     def _capability_of(self, topic: str) -> str:
         prefix = self.names.capability_prefix
         return topic[len(prefix):] if topic.startswith(prefix) else topic
+
+
+def _forwarded(batch: _Batch, position: Position, request: RouteRequest, forward: Forward, reply: H.Headers,
+               slot: Message) -> None:
+    """A forward's delivery report: its ROUTED receipt is due, produced with the batch's others after the flush."""
+    batch.routed.append(_Routed(request, forward, slot.partition(), slot.offset(), reply, batch.acks.expect(position)))
 
 
 def _commit_revoked(ledger: CommitLedger, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -19,43 +19,15 @@ from typing import Any
 from reach.core.factors import FACTORS, INDEX, NAMES, FactorWeights
 from reach.core.scoring import ScoreParts
 from reach.kafka.codec import default_codec
+from reach.kafka.receiptbytes import FIELDS as _FIELDS
+from reach.kafka.receiptbytes import NULL as _NULL
+from reach.kafka.receiptbytes import SOME as _SOME
+from reach.kafka.receiptbytes import StringCache, checked, optional_long, optional_string, string, varint
 from reach.records import Status
 
-_FIELDS = ("message_id", "generation", "trace_id", "tenant", "capability", "agent_id", "instance_id", "status",
-           "attempt", "at", "error", "retry_after_ms", "result", "step_status", "timings", "decision", "cost",
-           "due_at", "deadline", "delivery_timeout_ms", "reroutes", "reused_from", "channel", "callback",
-           "resolution", "progress", "input", "usage", "fanout")
 _DECISION = ("candidates", "picked_instance", "topic", "partition", "offset", "weights", "arm", "admission")
 _CANDIDATE_TAIL = ("parts", "arm")  # after instance_id, agent_id and the fixed doubles (score, then legacy parts)
 _DOUBLE = struct.Struct("<d")
-_NULL = b"\x00"
-_SOME = b"\x02"  # union branch 1 (after "null")
-
-
-def varint(n: int) -> bytes:
-    """Avro int/long: zigzag, then 7 bits per byte, least significant first."""
-    z = (n << 1) ^ (n >> 63)
-    if z < 0x80:
-        return bytes((z,))
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def string(s: str) -> bytes:
-    raw = s.encode()
-    return varint(len(raw)) + raw
-
-
-def optional_long(n: int | None) -> bytes:
-    return _NULL if n is None else _SOME + varint(n)
-
-
-def optional_string(s: str | None) -> bytes:
-    return _NULL if s is None else _SOME + string(s)
 
 
 class RoutedReceiptWriter:
@@ -66,7 +38,7 @@ class RoutedReceiptWriter:
         self._header = codec._load("Receipt").header  # noqa: SLF001 - the single-object header, fingerprint included
         symbols = _enum_symbols(codec.schema("Receipt"), "status")
         self._routed = varint(symbols.index(Status.ROUTED.value))
-        self._strings: dict[str, bytes] = {}
+        self._cached = StringCache()
         self._candidates: dict[tuple[str, str], bytes] = {}
         self._weights: dict[tuple[float, ...], bytes] = {}
         fixed = _candidate_doubles(codec.schema("Receipt"))  # score, fit, locality, load, affinity
@@ -85,13 +57,7 @@ class RoutedReceiptWriter:
         schema = default_codec().schema("Receipt")
         if [f["name"] for f in schema["fields"]] != list(_FIELDS) or _decision_fields(schema) != list(_DECISION):
             return None
-        sample = _sample()
-        try:
-            writer = cls()
-            same = writer.encode(**sample) == default_codec().encode_dict("Receipt", as_receipt(**sample))
-        except Exception:  # noqa: BLE001 - any mismatch means: do not use the fast path
-            return None
-        return writer if same else None
+        return checked(cls, [_sample()], as_receipt)
 
     def encode(
         self,
@@ -166,14 +132,6 @@ class RoutedReceiptWriter:
                 self._weights.clear()
             self._weights[key] = encoded
         return encoded
-
-    def _cached(self, text: str) -> bytes:
-        found = self._strings.get(text)
-        if found is None:
-            if len(self._strings) > 10_000:
-                self._strings.clear()
-            found = self._strings[text] = string(text)
-        return found
 
     def _candidate(self, instance_id: str, agent_id: str) -> bytes:
         key = (instance_id, agent_id)

@@ -88,6 +88,7 @@ class StatusFold(SupervisedLoop):
         self._stores: dict[int, PartitionStore] = {}
         self._ledger = CommitLedger()  # one async commit in flight; a restarted loop starts a fresh one
         self._reply_topics: dict[str, float] = {}  # topics seen to exist, and when (a miss is never cached)
+        self._replies_family: set[str] = set()  # reply_to headers seen to name a <ns>.replies.* topic
         self._sweep_every = max(1.0, min(60.0, retention_ms / 2000))
         self._next_sweep = 0.0
         self.partitions = 0
@@ -271,8 +272,9 @@ class StatusFold(SupervisedLoop):
         if callback is not None:
             topic, key, record = self._callback_record(producer, callback)
             callbacks.append((position, topic, key, record, key))
-        self._metrics.observe(receipt, current, after)
-        if after != current:
+        changed = after is not current and after != current
+        self._metrics.observe(receipt, current, after, changed=changed)
+        if changed:
             rows[mid] = (partition, after)
         if reply is not None and after.reply_to:
             replies.append(((msg.topic() or "", partition, msg.offset() or 0), after.reply_to, mid, reply))
@@ -335,7 +337,12 @@ class StatusFold(SupervisedLoop):
 
     def _reply_to(self, msg: Message) -> str | None:
         topic = _header(msg, H.REPLY_TO)
-        if topic is None or self.names.family_of(topic) == "replies":
+        if topic is None or topic in self._replies_family:
+            return topic
+        if self.names.family_of(topic) == "replies":
+            if len(self._replies_family) > 10_000:
+                self._replies_family.clear()
+            self._replies_family.add(topic)
             return topic
         self._metrics.replies.labels("refused").inc()
         log.warning("status: refused reply_to %r (only %s.replies.* topics get replies)", topic[:200],

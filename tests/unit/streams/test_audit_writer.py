@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import pytest
 from confluent_kafka import Message
 
-from reach.kafka import codec, headers
+from reach.kafka import clients, codec, headers
 from reach.names import Names
 from reach.records import (
     AgentRegistration,
@@ -18,7 +19,8 @@ from reach.records import (
     InstanceAction,
     InstanceOverride,
 )
-from reach.streams.audit.writer import AuditDriver
+from reach.settings import KafkaSettings
+from reach.streams.audit.writer import AuditDriver, AuditWriter
 from tests.unit.streams.kafka_fakes import FakeMessage
 
 NAMES = Names("t")
@@ -122,3 +124,19 @@ def test_a_revoked_partitions_instances_are_left_to_its_new_owner() -> None:
     driver.batch(msgs((REG, 0, reg("1.0", 1_000), "i-1")))
     driver.revoked([REG])
     assert driver.evictions([REG], now_ms=60_000) == []
+
+
+def test_the_writer_tails_its_quiet_topics_with_the_idle_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def consumer(_group: str, _kafka: KafkaSettings, *, profile: str = "hot", **_: Any) -> Any:
+        asked.append(profile)
+        raise Stop
+
+    monkeypatch.setattr(clients, "consumer", consumer)
+    with pytest.raises(Stop):
+        AuditWriter(names=NAMES, kafka=KafkaSettings())._loop()
+    assert asked == ["idle"]

@@ -148,3 +148,55 @@ def test_a_failing_partition_backs_off_alone_and_recovers() -> None:
     held.cleared(a)
     assert held.hold(a, 1.0) == 0.1, "after a success the backoff starts over"
     assert sorted(held.due(1.2)) == [a, b]
+
+
+class _Ordered(FakeProducer):
+    """A FakeProducer that notes the order of produce calls and of flushes."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.calls: list[str] = []
+
+    def produce(self, topic: str, value: bytes, key: Any = None, headers: Any = None,
+                on_delivery: Any = None, partition: int | None = None) -> None:
+        self.calls.append(topic)
+        super().produce(topic, value, key, headers, on_delivery, partition)
+
+    def flush(self, _timeout: float = 0) -> int:
+        self.calls.append("flush")
+        return super().flush(_timeout)
+
+
+def test_the_batchs_routed_receipts_are_produced_together_after_its_forwards(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    producer = _Ordered()
+    batch = [record(0), record(1), record(0, partition=1)]
+    acks = r._process(cast(Any, batch), cast(Any, producer)).acks
+    assert producer.calls == [INBOX] * 3 + ["flush"] + [NAMES.receipts] * 3 + ["flush"]
+    assert acks.commits() == {(CAP, 0): 2, (CAP, 1): 1}
+    routed = receipts(producer)
+    assert [x.message_id for x in routed] == [envelope_id(m) for m in batch]
+    assert all(x.status is Status.ROUTED and x.decision and x.decision.topic == INBOX for x in routed)
+
+
+def test_a_refused_routed_receipt_holds_its_record_though_the_forward_landed(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    second = record(1)
+    mid = envelope_id(second)
+    producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
+                            if topic == NAMES.receipts and mid.encode() in value else None)
+    acks = r._process(cast(Any, [record(0), second, record(2)]), cast(Any, producer)).acks
+    assert len(producer.to(INBOX)) == 3
+    assert acks.commits() == {(CAP, 0): 1} and acks.rewinds() == {(CAP, 0): 1}
+
+
+def test_a_routed_receipt_that_cannot_be_queued_fails_its_record_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    r = router(monkeypatch)
+    first = record(0)
+    mid = envelope_id(first)
+    producer = FakeProducer(raise_on=lambda topic, value: BufferError("queue full")
+                            if topic == NAMES.receipts and mid.encode() in value else None)
+    other = record(0, partition=1)
+    acks = r._process(cast(Any, [first, other]), cast(Any, producer)).acks
+    assert acks.commits() == {(CAP, 1): 1} and acks.rewinds() == {(CAP, 0): 0}
+    assert [x.message_id for x in receipts(producer)] == [envelope_id(other)]

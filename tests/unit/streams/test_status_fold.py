@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, cast
 
@@ -154,3 +155,23 @@ def test_a_partition_is_level_when_read_to_its_last_fetched_high_watermark_or_ha
     # 0 read to its high; 1 behind; 2 nothing read since it began at its high; 3 began below its high
     assert sorted(fold._level(cast(Any, consumer))) == [0, 2]
     assert fold._level(cast(Any, Level(positions={0: 10}, highs={}))) == []  # no fetch answered yet
+
+
+def test_a_batch_with_several_receipts_of_one_message_writes_one_row_change(tmp_path: Path) -> None:
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
+    steps = [receipt(0, "m1", Status.ROUTED), receipt(1, "m1", Status.STARTED), receipt(2, "m2", Status.STARTED),
+             receipt(3, "m1", Status.COMPLETED)]
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, steps))
+    changes = [json.loads(v) for v in producer.to(NAMES.status)]
+    assert sorted((c["message_id"], c["status"]) for c in changes) == [("m1", "COMPLETED"), ("m2", "STARTED")]
+    row = fold.row("m1")
+    assert row is not None and [s.status for s in row.timeline] == [Status.ROUTED, Status.STARTED, Status.COMPLETED]
+
+
+def test_the_fold_counts_receipts_with_labelled_children_kept_across_batches(tmp_path: Path) -> None:
+    fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
+    fold._batch(cast(Any, consumer), cast(Any, Producer()), cast(Any, [receipt(0, "m1", Status.STARTED)]))
+    fold._batch(cast(Any, consumer), cast(Any, Producer()), cast(Any, [receipt(1, "m2", Status.STARTED),
+                                                                      receipt(2, "m2", Status.STARTED)]))
+    sample = fold._metrics.registry.get_sample_value
+    assert sample("agentreach_receipts_total", {"capability": "demo.echo", "status": "STARTED"}) == 3
