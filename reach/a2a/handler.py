@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -42,11 +43,12 @@ from a2a.utils.errors import (
 )
 from starlette.exceptions import HTTPException
 
-from reach.a2a import tasks
-from reach.a2a.ports import Host, Refused
+from reach.a2a import push, tasks
+from reach.a2a.ports import Host, PushBook, Refused
 from reach.a2a.states import FINAL, INTERRUPTED, state_name, task_state
 from reach.callers import CallerApp
-from reach.envelopes import new_id
+from reach.envelopes import new_id, now_ms
+from reach.errors import InfraUnavailable
 
 APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token named
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
@@ -58,9 +60,10 @@ CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it 
 class ReachRequestHandler(RequestHandler):
     """One per gateway process; the caller and capability come in the call context (reach.gateway.routes_a2a)."""
 
-    def __init__(self, host: Host, *, cancel: Cancel | None = None) -> None:
+    def __init__(self, host: Host, *, cancel: Cancel | None = None, push: PushBook | None = None) -> None:
         self._host = host
         self._cancel = cancel
+        self._push = push
 
     # --- send ---------------------------------------------------------------------------------------------
 
@@ -88,11 +91,13 @@ class ReachRequestHandler(RequestHandler):
         """Admit and publish the message; a Task the caller can follow (or a rejected one: never on the bus)."""
         app = _caller(context)
         message = params.message
+        config = None
         if params.configuration.HasField("task_push_notification_config"):
-            raise PushNotificationNotSupportedError(message="push notifications are not offered: stream the task "
-                                                            "(SendStreamingMessage / SubscribeToTask) or poll GetTask")
+            config = params.configuration.task_push_notification_config
+            self._checked_push(config, "0")  # a bad config refuses the message before it is sent
         if message.task_id:  # the answer to a task waiting for input (INPUT_REQUIRED): its next turn
-            return await self._answer(app, message)
+            task = await self._answer(app, message)
+            return await self._with_push(app, task, config)
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)
@@ -119,8 +124,8 @@ class ReachRequestHandler(RequestHandler):
                                 headers=refusal.headers) from None
         # acknowledged by the broker: submitted, whatever the status table has folded by now (a stream then
         # replays the whole timeline, so its updates always read submitted -> working -> final)
-        return tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id,
-                              "status": "ACCEPTED"})
+        task = tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id, "status": "ACCEPTED"})
+        return await self._with_push(app, task, config)
 
     async def _answer(self, app: CallerApp, message: Message) -> Task:
         """The message answers the task's question: checked against its schema, it starts the task's next turn
@@ -242,28 +247,97 @@ class ReachRequestHandler(RequestHandler):
             row = body if code == 200 else row
         return tasks.task_of(row)
 
-    # --- not offered ----------------------------------------------------------------------------------------
+    # --- list -------------------------------------------------------------------------------------------------
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
         raise UnsupportedOperationError(message="ListTasks is not offered: list a context's tasks with "
                                                 "GET /v1/traces/<context_id>")
 
+    # --- push notifications (reach.a2a.push, decisions/0042) --------------------------------------------------
+
+    def _book(self) -> PushBook:
+        if self._push is None:
+            raise PushNotificationNotSupportedError(message="push notifications are not offered on this gateway (no "
+                                                            "<ns>.push topic: `reach topics apply`); stream the "
+                                                            "task (SubscribeToTask) or poll GetTask")
+        return self._push
+
+    def _checked_push(self, config: TaskPushNotificationConfig, default_id: str) -> push.PushConfig:
+        book = self._book()
+        try:
+            checked = push.checked(config, config_id=config.id or default_id, from_step=0, now=now_ms())
+            host = urlsplit(checked.url).hostname or ""
+            why = None if book.allow_private else push.literal_refusal(host)
+        except push.BadPushConfig as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        if why is not None:
+            raise InvalidParamsError(message=f"push url host {host[:100]} is {why}: push notifications go to public "
+                                             "addresses only (REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE lets an operator "
+                                             "allow private ones)")
+        return checked
+
+    async def _keep(self, app: CallerApp, task_id: str, config: push.PushConfig) -> None:
+        """Keep the config (its whole set, acknowledged) and hand the task's row to the sender to catch up."""
+        book = self._book()
+        current = book.get(task_id) or push.TaskPush(task_id=task_id, tenant=app.tenant)
+        try:
+            await book.put(current.put(config))
+        except push.BadPushConfig as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        except InfraUnavailable as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
+        code, row = await self._host.row(app, task_id)
+        if code == 200:
+            book.offer(row)
+
+    async def _with_push(self, app: CallerApp, task: Task, config: TaskPushNotificationConfig | None) -> Task:
+        if config is not None and task.status.state != TaskState.TASK_STATE_REJECTED:
+            await self._keep(app, task.id, self._checked_push(config, task.id))
+        return task
+
     async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
                                                       context: ServerCallContext) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        await self._found(params.task_id, context)  # the caller's own task (another tenant's reads as absent)
+        config = self._checked_push(params, params.task_id)
+        await self._keep(_caller(context), params.task_id, config)
+        return config.to_proto(params.task_id)
+
+    async def _configs(self, task_id: str, context: ServerCallContext) -> push.TaskPush:
+        book = self._book()
+        await self._found(task_id, context)
+        found = book.get(task_id)
+        return found if found is not None and found.tenant == _caller(context).tenant else push.TaskPush(
+            task_id=task_id, tenant=_caller(context).tenant)
 
     async def on_get_task_push_notification_config(self, params: GetTaskPushNotificationConfigRequest,
                                                    context: ServerCallContext) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        config = (await self._configs(params.task_id, context)).get(params.id or params.task_id)
+        if config is None:
+            raise InvalidParamsError(message=f"task {params.task_id[:100]} has no push config "
+                                             f"{(params.id or params.task_id)[:100]!r}; list them with "
+                                             "ListTaskPushNotificationConfigs")
+        return config.to_proto(params.task_id)
 
     async def on_list_task_push_notification_configs(
             self, params: ListTaskPushNotificationConfigsRequest,
             context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        configs = (await self._configs(params.task_id, context)).configs
+        start = int(params.page_token) if params.page_token.isdigit() else 0
+        size = params.page_size if params.page_size > 0 else push.MAX_CONFIGS
+        page = configs[start:start + size]
+        more = start + size < len(configs)
+        return ListTaskPushNotificationConfigsResponse(configs=[c.to_proto(params.task_id) for c in page],
+                                                       next_page_token=str(start + size) if more else "")
 
     async def on_delete_task_push_notification_config(self, params: DeleteTaskPushNotificationConfigRequest,
                                                       context: ServerCallContext) -> None:
-        raise PushNotificationNotSupportedError
+        current = await self._configs(params.task_id, context)
+        if current.get(params.id or params.task_id) is None:
+            return  # deleting what is not there: done, as asked
+        try:
+            await self._book().put(current.without(params.id or params.task_id))
+        except InfraUnavailable as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
 
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
                                          context: ServerCallContext) -> AgentCard:

@@ -164,19 +164,27 @@ def updates(row: Mapping[str, Any], sent: int, last: TaskState | None
     """Stream events for the timeline entries after the first `sent`: one status update per change of A2A
     state (a retry's ATTEMPT_FAILED -> RETRY_SCHEDULED -> STARTED reads working -> submitted -> working),
     the result artifact before the final update. Returns the events, the new count, the last state sent."""
+    indexed, sent, last = indexed_updates(row, sent, last)
+    return [event for _, event in indexed], sent, last
+
+
+def indexed_updates(row: Mapping[str, Any], sent: int, last: TaskState | None
+                    ) -> tuple[list[tuple[int, TaskStatusUpdateEvent | TaskArtifactUpdateEvent]], int,
+                               TaskState | None]:
+    """`updates`, each event with the index of the timeline entry it stands for."""
     task_id, context_id = str(row["message_id"]), str(row.get("trace_id", ""))
     timeline = list(row.get("timeline") or [])
     now = task_state(str(row.get("status", "")))
     final = now in FINAL
-    events: list[TaskStatusUpdateEvent | TaskArtifactUpdateEvent] = []
+    events: list[tuple[int, TaskStatusUpdateEvent | TaskArtifactUpdateEvent]] = []
     for index in range(sent, len(timeline)):
         step = timeline[index]
         if now in INTERRUPTED and index == len(timeline) - 1 and task_state(str(step.get("status", ""))) == now:
             step_state = now  # the question the task waits on: the row's status message carries it
-            events.append(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status_of(row),
-                                                metadata=_struct({"reach_status": step.get("status"),
-                                                                  "attempt": step.get("attempt"),
-                                                                  "generation": step.get("generation")})))
+            events.append((index, TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status_of(row),
+                                                        metadata=_struct({"reach_status": step.get("status"),
+                                                                          "attempt": step.get("attempt"),
+                                                                          "generation": step.get("generation")}))))
             last = step_state
             continue
         done = final and index == len(timeline) - 1
@@ -186,13 +194,13 @@ def updates(row: Mapping[str, Any], sent: int, last: TaskState | None
         if done:
             artifact = result_artifact(row)
             if artifact is not None:
-                events.append(TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact,
-                                                      last_chunk=True))
+                events.append((index, TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id,
+                                                              artifact=artifact, last_chunk=True)))
             status = status_of(row)
         else:
             status = TaskStatus(state=state, message=step_message(task_id, context_id, index, step))
-        events.append(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status,
-                                            metadata=_struct({"reach_status": step.get("status"),
-                                                              "attempt": step.get("attempt")})))
+        events.append((index, TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status,
+                                                    metadata=_struct({"reach_status": step.get("status"),
+                                                                      "attempt": step.get("attempt")}))))
         last = state
     return events, max(sent, len(timeline)), last

@@ -225,7 +225,8 @@ def socket_url(scope: Scope) -> str:
 def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[BaseRoute]:
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
-    dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission)),
+    push = admission.deps.push
+    dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission), push=push),
                                    context_builder=ReachContextBuilder())
     catalog = admission.deps.catalog
 
@@ -265,11 +266,12 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
 
     async def mesh_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.mesh_card(base_url(request), live))
+        return _served(cards.mesh_card(base_url(request), live, push=push is not None))
 
     async def capability_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.capability_card(base_url(request), request.path_params["capability"], live))
+        return _served(cards.capability_card(base_url(request), request.path_params["capability"], live,
+                                                    push=push is not None))
 
     return [LabelledRoute(CARD, mesh_card, methods=["GET"]), LabelledRoute(cards.MESH_PATH, rpc, methods=["POST"]),
             LabelledRoute(cards.CAPABILITY_PATH, rpc, methods=["POST"]),
