@@ -47,6 +47,7 @@ from reach.a2a import push, tasks
 from reach.a2a.ports import Host, PushBook, Refused
 from reach.a2a.states import FINAL, INTERRUPTED, state_name, task_state
 from reach.callers import CallerApp
+from reach.core.progress import Cursor
 from reach.envelopes import new_id, now_ms
 from reach.errors import InfraUnavailable
 
@@ -217,13 +218,15 @@ class ReachRequestHandler(RequestHandler):
         give_up = loop.time() + self._host.stream_max_s
         last: TaskState | None = task.status.state
         turn = _generation(task)  # an answer's stream follows its own turn: earlier turns are not sent again
+        cursor, opened = Cursor(generation=turn), False
         while loop.time() < give_up:
             code, row = await self._row(task.id, context)
             if code == 200 and int(row.get("generation") or 0) >= turn:
                 if turn:
                     sent = max(sent, tasks.first_step_of(row, turn))
+                partial, cursor, opened = tasks.chunk_events(row, cursor, opened=opened)
                 events, sent, last = tasks.updates(row, sent, last)
-                for event in events:
+                for event in [*partial, *events]:  # the chunks before the entry that ends the task
                     yield event
                 state = task_state(str(row.get("status", "")))
                 if state in FINAL or state in INTERRUPTED and last == state:
