@@ -55,6 +55,8 @@ APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token nam
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
 REJECTING = (403, 404, 422)  # refusals that are the message's fault: a rejected task, as the agent would answer
 Cancel = Callable[[CallerApp, str], Awaitable[None]]
+MAX_LISTED = 1_000  # ListTasks reads at most this many tasks of one context
+MAX_PAGE = 100
 CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it returns the task as it is
 
 
@@ -253,8 +255,35 @@ class ReachRequestHandler(RequestHandler):
     # --- list -------------------------------------------------------------------------------------------------
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        raise UnsupportedOperationError(message="ListTasks is not offered: list a context's tasks with "
-                                                "GET /v1/traces/<context_id>")
+        """The caller's tasks of one context (its trace), oldest first, filtered by state and status time, paged;
+        another tenant's tasks of the context are not listed. Listing without a context is not offered: the status
+        table is indexed by message and trace, not by tenant."""
+        app = _caller(context)
+        if not params.context_id:
+            raise UnsupportedOperationError(message="ListTasks needs a context_id (the status table lists a "
+                                                    "context's tasks, not all of a tenant's)")
+        code, body = await self._host.trace(params.context_id)
+        if code == 404:
+            return ListTasksResponse(page_size=params.page_size, total_size=0)
+        if code != 200:
+            raise HTTPException(503, "the status views do not answer", headers={"Retry-After": "1"})
+        after = params.status_timestamp_after.ToMilliseconds() if params.HasField("status_timestamp_after") else 0
+        found: list[Task] = []
+        for message_id in list(body.get("message_ids") or [])[:MAX_LISTED]:
+            row_code, row = await self._host.row(app, str(message_id))
+            if row_code != 200 or int(row.get("updated_at") or 0) < after:
+                continue
+            task = tasks.task_of(row, params.history_length if params.HasField("history_length") else None)
+            if params.status and task.status.state != params.status:
+                continue
+            if not params.include_artifacts:
+                del task.artifacts[:]
+            found.append(task)
+        size = params.page_size if 0 < params.page_size <= MAX_PAGE else MAX_PAGE
+        start = int(params.page_token) if params.page_token.isdigit() else 0
+        more = start + size < len(found)
+        return ListTasksResponse(tasks=found[start:start + size], next_page_token=str(start + size) if more else "",
+                                 page_size=size, total_size=len(found))
 
     # --- push notifications (reach.a2a.push, decisions/0042) --------------------------------------------------
 
