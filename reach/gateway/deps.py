@@ -138,3 +138,4 @@ class Dependencies:
     budgets: Budgets | None = None  # apps' spend limits (reach.gateway.budgets); None: not enforced
     receipts: ReceiptSink | None = None  # provider delivery reports (reach.gateway.routes_reports); None: off
     push: PushBook | None = None  # A2A push notification configs (reach.a2a.pushbook); None: push is off
+    namespace: str | None = None  # the bus's topic prefix: the cards name the A2A-over-Kafka interface with it

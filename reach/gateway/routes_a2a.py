@@ -225,7 +225,7 @@ def socket_url(scope: Scope) -> str:
 def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[BaseRoute]:
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
-    push = admission.deps.push
+    push, bus = admission.deps.push, admission.deps.namespace
     dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission), push=push),
                                    context_builder=ReachContextBuilder())
     catalog = admission.deps.catalog
@@ -266,12 +266,12 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
 
     async def mesh_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.mesh_card(base_url(request), live, push=push is not None))
+        return _served(cards.mesh_card(base_url(request), live, push=push is not None, bus=bus))
 
     async def capability_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
         return _served(cards.capability_card(base_url(request), request.path_params["capability"], live,
-                                                    push=push is not None))
+                                                    push=push is not None, bus=bus))
 
     return [LabelledRoute(CARD, mesh_card, methods=["GET"]), LabelledRoute(cards.MESH_PATH, rpc, methods=["POST"]),
             LabelledRoute(cards.CAPABILITY_PATH, rpc, methods=["POST"]),

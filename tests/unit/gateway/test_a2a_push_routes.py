@@ -1,7 +1,8 @@
 """A2A push notification configs at the gateway over in-memory fakes (reach.a2a.pushbook.MemoryPushBook), driven by
 the official a2a-sdk client: a send with a config keeps it and hands the task's row to the sender; set, get, list
 (paged) and delete; another tenant's task reads as absent; a non-public URL and the config past the per-task cap
-are refused with the reason; the card says push notifications are offered."""
+are refused with the reason; the card says push notifications are offered and names the A2A-over-Kafka
+interface."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from a2a.types.a2a_pb2 import (
 )
 from a2a.utils.errors import A2AError
 
-from reach.a2a import push
+from reach.a2a import cards, push
 from reach.a2a.bearer import a2a_token
 from reach.a2a.pushbook import MemoryPushBook
 from reach.callers import KeyEntry
@@ -36,7 +37,8 @@ URL = "https://receiver.example/a2a"
 
 def run(fakes: Fakes, book: MemoryPushBook, scenario: Callable[[Callable[..., Awaitable[Any]]], Awaitable[None]]
         ) -> None:
-    deps = dataclasses.replace(fakes.deps(), status=fakes.status, directory=fakes.directory, push=book)
+    deps = dataclasses.replace(fakes.deps(), status=fakes.status, directory=fakes.directory, push=book,
+                               namespace="reach")
     gateway = build_gateway(deps, HttpSettings(sse_poll=0.01, sse_find=0.05, invoke_timeout_ms=2_000),
                             closure=ClosureSettings())
 
@@ -52,6 +54,10 @@ def run(fakes: Fakes, book: MemoryPushBook, scenario: Callable[[Callable[..., Aw
         await scenario(connect)
         card = (await http.get("/.well-known/agent-card.json")).json()
         assert card["capabilities"]["pushNotifications"] is True
+        # JSON-RPC first (what the SDK client picked above), then the bus itself
+        assert [(i["protocolBinding"], i["url"]) for i in card["supportedInterfaces"]][1:] == [
+            (cards.KAFKA_BINDING, "kafka:reach")]
+        assert card["supportedInterfaces"][0]["protocolBinding"] == "JSONRPC"
 
     asyncio.run(main())
 
