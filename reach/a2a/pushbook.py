@@ -68,6 +68,8 @@ class KafkaPushBook(MemoryPushBook):
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._consumer: Consumer | None = None
+        self._probe: Consumer | None = None  # asks for end offsets: the follower's consumer is busy polling
+        self._probe_lock = threading.Lock()
         self._offers: Callable[[dict[str, Any]], None] | None = None
 
     def listen(self, offers: Callable[[dict[str, Any]], None]) -> None:
@@ -92,6 +94,7 @@ class KafkaPushBook(MemoryPushBook):
             raise
         consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
         self._consumer = consumer
+        self._probe = self._open()
         self._positions = dict.fromkeys(parts, 0)
         self._thread = threading.Thread(target=self._follow, name="reach-a2a-push", daemon=True)
         self._thread.start()
@@ -100,10 +103,11 @@ class KafkaPushBook(MemoryPushBook):
     def sync(self, timeout: float = 10.0) -> None:
         """Return once the follower has read every record the topic held when called; InfraUnavailable if not in
         `timeout`."""
-        consumer = self._consumer
-        if consumer is None:
+        probe = self._probe
+        if probe is None:
             return
-        ends = {p: topicreader.watermarks(consumer, self.topic, p, timeout)[1] for p in list(self._positions)}
+        with self._probe_lock:
+            ends = {p: topicreader.watermarks(probe, self.topic, p, timeout)[1] for p in list(self._positions)}
         with self._caught_up:
             if not self._caught_up.wait_for(lambda: all(self._positions.get(p, 0) >= end for p, end in ends.items()),
                                             timeout):
@@ -164,6 +168,10 @@ class KafkaPushBook(MemoryPushBook):
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._producer.flush(5)
+        if self._probe is not None:
+            with self._probe_lock:
+                self._probe.close()
+                self._probe = None
 
 
 def _settle(future: asyncio.Future[None], err: KafkaError | None) -> None:
