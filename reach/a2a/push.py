@@ -29,6 +29,7 @@ from a2a.types.a2a_pb2 import StreamResponse, TaskArtifactUpdateEvent, TaskPushN
 from google.protobuf.json_format import MessageToDict
 
 from reach.a2a import tasks
+from reach.core.progress import Chunks
 from reach.errors import ReachError
 from reach.records import Envelope, RoutingHints
 
@@ -57,6 +58,8 @@ class PushConfig:
     token: str = ""
     from_step: int = 0  # the absolute timeline step (dropped steps counted) from which changes are sent
     created_at: int = 0
+    states: bool = True  # the task's changes of state (A2A StreamResponse bodies)
+    progress: bool = False  # the handler's progress and partial results (the gateway's `callback_progress`)
 
     def to_proto(self, task_id: str) -> TaskPushNotificationConfig:
         return TaskPushNotificationConfig(id=self.id, task_id=task_id, url=self.url, token=self.token)
@@ -150,6 +153,11 @@ class Notification:
 def notifications(row: Mapping[str, Any], config: PushConfig) -> list[Notification]:
     """Every notification the row owes `config` so far, in order (each time the same ids: the sender keeps a
     cursor of the ones it produced, the channel's lease drops any produced twice)."""
+    out = _state_notifications(row, config) if config.states else []
+    return out + _progress_notifications(row, config) if config.progress else out
+
+
+def _state_notifications(row: Mapping[str, Any], config: PushConfig) -> list[Notification]:
     dropped = int(row.get("dropped_steps") or 0)
     start = max(0, config.from_step - dropped)
     events, _, _ = tasks.indexed_updates(row, start, None)
@@ -165,10 +173,34 @@ def notifications(row: Mapping[str, Any], config: PushConfig) -> list[Notificati
     return out
 
 
+def _progress_notifications(row: Mapping[str, Any], config: PushConfig) -> list[Notification]:
+    """The handler's chunks the row holds (one notification each, by generation, attempt and seq) and its last
+    fraction and note (one per time it changed), as the `event: chunk` / `event: progress` frames of the SSE
+    route carry them."""
+    raw = row.get("progress")
+    if raw is None:
+        return []
+    progress = Chunks.model_validate(raw)
+    task_id, generation = str(row["message_id"]), int(row.get("generation") or 0)
+    tag = hashlib.sha256(config.id.encode()).hexdigest()[:8]
+    head = {"message_id": task_id, "trace_id": row.get("trace_id"), "capability": row.get("capability"),
+            "generation": generation, "attempt": progress.attempt}
+    out = []
+    if progress.fraction is not None or progress.note is not None:
+        out.append(Notification(f"{task_id}-pp{tag}-{generation}.{progress.attempt}.{progress.at}", -1,
+                                {**head, "event": "progress", "fraction": progress.fraction, "note": progress.note}))
+    for chunk in progress.chunks:
+        data = json.loads(chunk.data) if chunk.kind == "json" else chunk.data
+        out.append(Notification(f"{task_id}-pc{tag}-{generation}.{progress.attempt}.{chunk.seq}", -1,
+                                {**head, "event": "chunk", "seq": chunk.seq, "kind": chunk.kind, "data": data,
+                                 "append": chunk.append}))
+    return out
+
+
 def payload(notification: Notification, config: PushConfig, task_id: str) -> dict[str, Any]:
-    """The channel.webhook request: the receiver, the StreamResponse as the body, the token header."""
+    """The channel.webhook request: the receiver, the notification's body, the token header."""
     out: dict[str, Any] = {"endpoint": config.url, "body": notification.body,
-                           "subject": f"A2A task {task_id[:100]} update"}
+                           "subject": f"Reach: {task_id[:100]} update"}
     if config.token:
         out["headers"] = {TOKEN_HEADER: config.token}
     return out

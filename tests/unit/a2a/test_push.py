@@ -4,6 +4,7 @@ webhook envelope they become; and the stream artifact's chunk events (reach.a2a.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -110,3 +111,21 @@ def test_chunks_open_the_stream_artifact_then_append_in_order() -> None:
     assert [(e.artifact.parts[0].text, e.append) for e in events] == [("z", False)]  # a retry starts over
     nothing, same, _ = tasks.chunk_events(row("ACCEPTED"), cursor, opened=True)
     assert nothing == [] and same == cursor
+
+
+def test_a_progress_config_gets_the_chunks_and_the_last_fraction_not_the_states() -> None:
+    chunks = [{"seq": 0, "kind": "text", "data": "a ", "append": True},
+              {"seq": 1, "kind": "json", "data": '{"n": 1}', "append": True}]
+    progressing = {**row("ACCEPTED", "STARTED"), "capability": "demo.write",
+                   "progress": {"attempt": 1, "fraction": 0.5, "note": "half", "at": 77, "chunks": chunks,
+                                "next_seq": 2}}
+    config = push.PushConfig(id="cb", url=CONFIG.url, states=False, progress=True)
+    owed = push.notifications(progressing, config)
+    assert [n.body["event"] for n in owed] == ["progress", "chunk", "chunk"]
+    assert owed[0].body["fraction"] == 0.5 and owed[0].body["note"] == "half"
+    assert [n.body["data"] for n in owed[1:]] == ["a ", {"n": 1}]
+    assert owed[1].body["message_id"] == "m1" and owed[1].body["capability"] == "demo.write"
+    assert [n.message_id for n in push.notifications(progressing, config)] == [n.message_id for n in owed]
+    both = push.notifications(progressing, dataclasses.replace(config, states=True))
+    assert len(both) == len(owed) + 2  # submitted and working too
+    assert push.notifications(row("ACCEPTED"), config) == []
