@@ -2,7 +2,8 @@
 channel agent, with loopback receivers: the official a2a-sdk client sends with a push config; a receiver that fails
 its first two deliveries gets every status change of the task exactly once after the retries, signed and with the
 A2A token; one that always fails ends in a dead letter with the reason; the configs are set, got, listed and
-deleted through the SDK and survive a gateway restart."""
+deleted through the SDK and survive a gateway restart; the gateway's `callback_progress` sends the writer's chunks
+to the callback URL, each once."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 from pydantic import SecretStr
 
+from examples.writer_agent import agent as writer_agent
+from examples.writer_agent import parts
 from reach import control
 from reach.a2a import push
 from reach.a2a.bearer import a2a_token
@@ -69,8 +72,8 @@ class Flaky(Receiver):
             self.answered.append((status, hit))
         return status, {"id": "x"} if status == 200 else {"error": "down"}
 
-    def delivered(self) -> list[Hit]:
-        return [hit for status, hit in list(self.answered) if status == 200]
+    def delivered(self, path: str = "/hook") -> list[Hit]:
+        return [hit for status, hit in list(self.answered) if status == 200 and hit.path == path]
 
 
 def echo_agent() -> Agent:
@@ -89,7 +92,7 @@ def serving(app: StreamApp) -> bool:
     except (httpx.HTTPError, ValueError):
         return False
     ready = {r["agent_id"] for r in rows if r["state"] == "READY"}
-    return {"agent://demo/echo", "agent://channels/webhook"} <= ready
+    return {"agent://demo/echo", "agent://demo/writer", "agent://channels/webhook"} <= ready
 
 
 def row(app: StreamApp, mid: str) -> dict[str, Any] | None:
@@ -132,8 +135,9 @@ def test_push_notifications_are_delivered_once_after_retries_and_dead_lettered_w
                             kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
                             closure=ClosureSettings())
     token = a2a_token(gateway.apps["shop"]["key_id"], gateway.apps["shop"]["secret"].encode())
-    with listening(Flaky(2)) as flaky, listening(Flaky(10_000)) as down, running(echo_agent()), running(webhook):
-        wait_for(lambda: serving(stream_app), 60, "the echo and webhook agents READY", interval=0.5)
+    with listening(Flaky(2)) as flaky, listening(Flaky(10_000)) as down, running(echo_agent()), running(webhook), \
+            running(writer_agent):
+        wait_for(lambda: serving(stream_app), 60, "the echo, writer and webhook agents READY", interval=0.5)
 
         async def send_both() -> tuple[str, str]:
             client = await client_of(gateway.url, token)
@@ -174,6 +178,21 @@ def test_push_notifications_are_delivered_once_after_retries_and_dead_lettered_w
         # the last reason: the receiver's 500, or the channel's health for that receiver, opened by its 500s
         assert "HTTP_500" in reason or "CHANNEL_OPEN" in reason, reason
         assert [status for status, _ in down.answered].count(500) >= 2
+
+        # the gateway's callback_progress: the writer's chunks reach the callback URL as they come, then the ending
+        sent = gateway.post("/v1/envelopes", {"capability": "demo.write", "payload": {"topic": "Kafka"},
+                                              "callback": f"{flaky.url}/progress", "callback_progress": True})
+        assert sent.status_code == 202, sent.text
+        mid = sent.json()["message_id"]
+        ending = wait_for(lambda: [b for b in map(json.loads, (h.body for h in flaky.delivered("/progress")))
+                                   if b.get("status") == "COMPLETED"], 90, "the callback of the streamed answer")
+        assert ending[0]["message_id"] == mid
+        wait_for(lambda: len({json.loads(h.body).get("seq") for h in flaky.delivered("/progress")
+                              if json.loads(h.body).get("event") == "chunk"}) == 5, 30, "the 5 chunks")
+        chunk_bodies = [b for b in map(json.loads, (h.body for h in flaky.delivered("/progress")))
+                        if b.get("event") == "chunk"]
+        by_seq = {b["seq"]: b["data"] for b in chunk_bodies}
+        assert [by_seq[i] for i in sorted(by_seq)] == parts("Kafka") and len(chunk_bodies) == 5  # each once
         assert letter["trace_id"] == row(stream_app, down_id)["trace_id"]  # type: ignore[index]
 
     # the configs through the SDK, and after a gateway restart
