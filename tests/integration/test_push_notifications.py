@@ -38,7 +38,6 @@ from examples.writer_agent import parts
 from reach import control
 from reach.a2a import push
 from reach.a2a.bearer import a2a_token
-from reach.agent import Agent
 from reach.channels import webhooksig
 from reach.channels.agent import channel_agent
 from reach.channels.settings import ChannelSettings, ClosureSettings
@@ -48,6 +47,7 @@ from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.integration.agent_support import running, wait_for
 from tests.integration.channel_servers import Hit, Receiver, listening
 from tests.integration.stream_app import StreamApp
+from tests.integration.test_channels import echo_agent
 from tests.integration.test_gateway_http import Gateway, create_app
 from tests.integration.test_multi_turn import Token
 
@@ -74,16 +74,6 @@ class Flaky(Receiver):
 
     def delivered(self, path: str = "/hook") -> list[Hit]:
         return [hit for status, hit in list(self.answered) if status == 200 and hit.path == path]
-
-
-def echo_agent() -> Agent:
-    agent = Agent("agent://demo/echo", max_concurrency=4)
-
-    @agent.capability("demo.echo", version="1.0.0", input_schema={"type": "object"})
-    async def echo(payload: dict[str, Any]) -> dict[str, Any]:
-        return payload
-
-    return agent
 
 
 def serving(app: StreamApp) -> bool:
