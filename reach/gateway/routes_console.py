@@ -290,7 +290,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
                 raise InfraUnavailable(str(index.get("message", "the status views do not answer")))
         elif code != 200:
             raise InfraUnavailable(str(row.get("message", "the status views do not answer")))
-        messages = []
+        messages: list[dict[str, Any]] = []
         for mid in ids:
             mcode, mrow = (code, row) if mid == query else await status.message(mid)
             if mcode != 200:
