@@ -22,7 +22,7 @@ from reach.a2a import push
 from reach.a2a.pushbook import KafkaPushBook
 from reach.envelopes import now_ms, routing_key
 from reach.errors import InfraUnavailable
-from reach.kafka import clients, codec
+from reach.kafka import clients, codec, delivery
 from reach.names import Names
 from reach.settings import KafkaSettings
 
@@ -48,6 +48,7 @@ class PushSender:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.produced = 0
+        self.refused = 0  # notifications the broker refused for good (too large, no webhook topic)
         book.listen(self._offers.put)
 
     def start(self) -> None:
@@ -91,28 +92,29 @@ class PushSender:
             consumer.close()
 
     def _send(self, producer: Producer, rows: list[dict[str, Any]]) -> None:
-        """Produce every notification the rows owe, and wait for the acks; an outage is retried until it passes."""
+        """Produce every notification the rows owe, and wait for the acks; an outage is retried until it passes, a
+        refusal no retry cures (too large, no such topic) is logged and counted, and the sender moves on."""
         while not self._stop.is_set():
             queued: list[tuple[tuple[str, str], str]] = []
-            errors: list[str] = []
+            errors: list[Any] = []
             for row in rows:
                 queued += self._queue(producer, row, errors)
             if producer.flush(30):
                 errors.append("not acknowledged within 30 s")
-            if not errors:
+            if all(delivery.permanent(e) for e in errors):
                 for key, mid in queued:
                     self._sent.setdefault(key, set()).add(mid)
-                self.produced += len(queued)
+                self.produced += len(queued) - len(errors)
+                self.refused += len(errors)
+                if errors:
+                    log.warning("push sender: %d notifications refused by the broker for good (%s); not sent",
+                                len(errors), delivery.describe(errors[0]))
                 self._forget()
                 return
-            if all("UNKNOWN_TOPIC" in e for e in errors):
-                log.warning("push sender: %s does not exist (no webhook channel agent ever ran); %d notifications "
-                            "not sent", self._topic, len(queued))
-                return
-            log.warning("push sender: notifications not acknowledged (%s); trying again", errors[0])
+            log.warning("push sender: notifications not acknowledged (%s); trying again", delivery.describe(errors[0]))
             self._stop.wait(RETRY_S)
 
-    def _queue(self, producer: Producer, row: dict[str, Any], errors: list[str]) -> list[tuple[tuple[str, str], str]]:
+    def _queue(self, producer: Producer, row: dict[str, Any], errors: list[Any]) -> list[tuple[tuple[str, str], str]]:
         task_id = str(row.get("message_id", ""))
         task = self._book.get(task_id)
         if task is None or row.get("tenant") != task.tenant:
@@ -129,13 +131,13 @@ class PushSender:
 
                 def report(err: KafkaError | None, _msg: Message) -> None:
                     if err is not None:
-                        errors.append(str(err))
+                        errors.append(err)
 
                 try:
                     producer.produce(self._topic, key=routing_key(envelope).encode(), value=codec.encode(envelope),
                                      on_delivery=report)
                 except (BufferError, KafkaException) as exc:
-                    errors.append(str(exc))
+                    errors.append(exc)
                     continue
                 queued.append((key, notification.message_id))
         return queued
