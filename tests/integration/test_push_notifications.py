@@ -213,3 +213,48 @@ def test_push_notifications_are_delivered_once_after_retries_and_dead_lettered_w
         assert asyncio.run(after_restart()) == ["flaky"]
     finally:
         again.stop()
+
+
+def test_a_task_running_across_a_gateway_restart_reports_every_change_once(
+        gateway: Gateway, stream_app: StreamApp, tmp_path: Path) -> None:
+    """The sender's offsets are its group's: a gateway stopped right after the send, and another started, still
+    delivers each of the task's changes once (those folded while no gateway ran included)."""
+    webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr(SECRET), timeout_s=2,
+                                                                webhook_allow_private=True),
+                            kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
+                            closure=ClosureSettings())
+    token = a2a_token(gateway.apps["shop"]["key_id"], gateway.apps["shop"]["secret"].encode())
+    with listening(Flaky(0)) as receiver, running(echo_agent()), running(webhook), running(writer_agent):
+        wait_for(lambda: serving(stream_app), 60, "the echo, writer and webhook agents READY", interval=0.5)
+
+        async def warm_up() -> None:  # one task end to end: the sender's group has committed offsets
+            client = await client_of(gateway.url, token)
+            [e async for e in client.send_message(request("warm", f"{receiver.url}/warm", "w"))]
+
+        asyncio.run(warm_up())
+        wait_for(lambda: len(receiver.delivered("/warm")) >= 4, 60, "the warm-up's notifications")
+
+        async def send_writer() -> str:
+            client = await client_of(gateway.url, token)
+            sent = request("", f"{receiver.url}/hook", "restart")
+            sent.message.metadata.update({"skill": "demo.write"})
+            sent.message.parts[0].data.Clear()
+            sent.message.parts[0].data.struct_value.update({"topic": "Kafka"})
+            sent.configuration.return_immediately = True
+            [first] = [e async for e in client.send_message(sent)]
+            return str(first.task.id)
+
+        task_id = asyncio.run(send_writer())
+        gateway.stop()  # the writer takes a second: most of its changes are folded while no gateway runs
+        again = Gateway(tmp_path, gateway.apps)
+        again.start()
+        try:
+            final = wait_for(lambda: (r := row(stream_app, task_id)) and r["status"] == "COMPLETED" and r, 60,
+                             "the writer's task COMPLETED")
+            wanted = {n.message_id for n in push.notifications(final, push.PushConfig(id="restart", url=""))}
+            wait_for(lambda: {h.headers["Reach-Message-Id"] for h in receiver.delivered()} >= wanted, 90,
+                     "every change of the task at the receiver")
+            ids = [h.headers["Reach-Message-Id"] for h in receiver.delivered()]
+            assert sorted(ids) == sorted(wanted), ids  # each once, though two gateways produced some of them
+        finally:
+            again.stop()
