@@ -55,7 +55,7 @@ APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token nam
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
 REJECTING = (403, 404, 422)  # refusals that are the message's fault: a rejected task, as the agent would answer
 Cancel = Callable[[CallerApp, str], Awaitable[None]]
-MAX_LISTED = 1_000  # ListTasks reads at most this many tasks of one context
+MAX_LISTED = 200  # ListTasks reads at most this many tasks of one context (one read token per call)
 MAX_PAGE = 100
 CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it returns the task as it is
 
@@ -262,6 +262,11 @@ class ReachRequestHandler(RequestHandler):
         if not params.context_id:
             raise UnsupportedOperationError(message="ListTasks needs a context_id (the status table lists a "
                                                     "context's tasks, not all of a tenant's)")
+        try:  # a read, metered like GetTask
+            await self._host.take_read(app)
+        except Refused as refusal:
+            raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
+                                headers=refusal.headers) from None
         code, body = await self._host.trace(params.context_id)
         if code == 404:
             return ListTasksResponse(page_size=params.page_size, total_size=0)

@@ -83,6 +83,10 @@ class Host(Protocol):
         """The message's row as `app` may see it (another tenant's reads as absent)."""
         ...
 
+    async def take_read(self, app: CallerApp) -> None:
+        """One token of the app's read quota; Refused (429 with Retry-After, 503) when there is none (ListTasks)."""
+        ...
+
     async def find(self, app: CallerApp, message_id: str) -> Row:
         """`row`, waiting up to find_s for a message the status table has not folded yet; Refused (429) when the
         app's read quota is used up (GetTask and SubscribeToTask read through here)."""

@@ -142,6 +142,12 @@ class AdmissionHost:
     async def row(self, app: CallerApp, message_id: str) -> Row:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))
 
+    async def take_read(self, app: CallerApp) -> None:
+        try:
+            await self._admission.take_read(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+
     async def find(self, app: CallerApp, message_id: str) -> Row:
         try:  # GetTask and SubscribeToTask: reads, metered like the /v1 ones
             await self._admission.take_read(app)

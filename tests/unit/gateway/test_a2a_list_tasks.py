@@ -1,5 +1,6 @@
 """A2A ListTasks over in-memory fakes with the official SDK client: a context's tasks of the caller's tenant,
-paged, filtered by state; another tenant lists none of them; without a context it is not offered."""
+paged, filtered by state; another tenant lists none of them; without a context it is not offered; each call
+takes a read of the app's quota."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from a2a.client import A2AClientError
 from a2a.types.a2a_pb2 import ListTasksRequest, TaskState
 from a2a.utils.errors import A2AError
 
@@ -52,5 +54,17 @@ def test_a_contexts_tasks_are_listed_for_their_tenant_paged_and_filtered(fakes: 
         rival = await connect(token=a2a_token("key2", b"secret-2"))
         theirs = await rival.list_tasks(ListTasksRequest(context_id="chat-1"))
         assert list(theirs.tasks) == []  # another tenant's tasks are not listed
+
+    run(fakes, scenario)
+
+
+def test_listing_takes_a_read_of_the_apps_quota(fakes: Fakes) -> None:
+    fakes.quotas.read_shape = (0.001, 1)  # one read, then none for a long while
+
+    async def scenario(connect: Callable[..., Awaitable[Any]]) -> None:
+        client = await connect()
+        await client.list_tasks(ListTasksRequest(context_id="chat-1"))
+        with pytest.raises(A2AClientError, match="429"):
+            await client.list_tasks(ListTasksRequest(context_id="chat-1"))
 
     run(fakes, scenario)
