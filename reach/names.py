@@ -107,6 +107,11 @@ class Names:
         return self.topic("cancels")
 
     @property
+    def push(self) -> str:
+        """A2A push notification configs keyed by task id (compacted): reach.a2a.push."""
+        return self.topic("push")
+
+    @property
     def intents(self) -> str:
         """Envelopes naming an intent (capability intent.resolve), read by the resolver in front of the router."""
         return self.topic("intents")

@@ -32,6 +32,7 @@ CAPABILITY_PATH = "/a2a/cap/{capability}/"
 JSON = "application/json"
 TEXT = "text/plain"
 CARD_VERSION = "1"
+KAFKA_BINDING = "urn:agent-reach:a2a-kafka:v1"  # the A2A-over-Kafka binding (docs/a2a.md#the-a2a-over-kafka-binding)
 
 
 def _newest(capabilities: Iterable[Capability]) -> dict[str, list[Capability]]:
@@ -74,34 +75,47 @@ def skill(versions: list[Capability]) -> AgentSkill:
                       input_modes=[JSON, TEXT] if _takes_text(newest.input_schema) else [JSON], output_modes=[JSON])
 
 
-def _card(*, name: str, description: str, url: str, skills: list[AgentSkill]) -> AgentCard:
+def interfaces(url: str, bus: str | None) -> list[AgentInterface]:
+    """JSON-RPC at `url`, then the bus itself (`kafka:<namespace>`; the brokers are the platform's, never on a card)."""
+    found = [AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC.value,
+                            protocol_version=PROTOCOL_VERSION_1_0)]
+    if bus:
+        found.append(AgentInterface(url=f"kafka:{bus}", protocol_binding=KAFKA_BINDING,
+                                    protocol_version=PROTOCOL_VERSION_1_0))
+    return found
+
+
+def _card(*, name: str, description: str, url: str, skills: list[AgentSkill], push: bool,
+          bus: str | None) -> AgentCard:
     scheme = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
         scheme="bearer", bearer_format="<key_id>.rat_<hex>",
         description="the A2A token of a gateway app key (`reach apps create` prints it): "
                     "`Authorization: Bearer <key_id>.rat_<hex>`"))
     return AgentCard(
         name=name, description=description, version=CARD_VERSION,
-        supported_interfaces=[AgentInterface(url=url, protocol_binding=TransportProtocol.JSONRPC.value,
-                                             protocol_version=PROTOCOL_VERSION_1_0)],
+        supported_interfaces=interfaces(url, bus),
         provider=AgentProvider(organization="Agent-Reach", url=url),
-        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push),
         security_schemes={SCHEME: scheme},
         security_requirements=[SecurityRequirement(schemes={SCHEME: StringList()})],
         default_input_modes=[JSON, TEXT], default_output_modes=[JSON], skills=skills)
 
 
-def mesh_card(base_url: str, capabilities: Iterable[Capability]) -> AgentCard:
-    """The whole mesh as one agent: a message picks its skill with `metadata.skill`."""
+def mesh_card(base_url: str, capabilities: Iterable[Capability], *, push: bool = False,
+              bus: str | None = None) -> AgentCard:
+    """The whole mesh as one agent: a message picks its skill with `metadata.skill`; `push`: push notification
+    configs are kept (the gateway has its `<ns>.push` topic); `bus`: the namespace of the A2A-over-Kafka interface."""
     skills = [skill(versions) for versions in _newest(capabilities).values()]
-    return _card(name="Agent-Reach mesh", url=base_url.rstrip("/") + MESH_PATH, skills=skills,
+    return _card(name="Agent-Reach mesh", url=base_url.rstrip("/") + MESH_PATH, skills=skills, push=push, bus=bus,
                  description="Every live Agent-Reach capability as a skill; set the message's metadata.skill to "
                              "the capability. Routing, retries, breakers and receipts happen on the bus.")
 
 
-def capability_card(base_url: str, capability: str, capabilities: Iterable[Capability]) -> AgentCard | None:
+def capability_card(base_url: str, capability: str, capabilities: Iterable[Capability], *,
+                    push: bool = False, bus: str | None = None) -> AgentCard | None:
     """One capability as an agent with one skill; None when no live instance serves it."""
     versions = _newest(c for c in capabilities if c.name == capability).get(capability)
     if not versions:
         return None
-    return _card(name=capability, description=_description(versions), skills=[skill(versions)],
+    return _card(name=capability, description=_description(versions), skills=[skill(versions)], push=push, bus=bus,
                  url=base_url.rstrip("/") + CAPABILITY_PATH.format(capability=capability))

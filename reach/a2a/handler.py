@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
@@ -42,25 +43,30 @@ from a2a.utils.errors import (
 )
 from starlette.exceptions import HTTPException
 
-from reach.a2a import tasks
-from reach.a2a.ports import Host, Refused
+from reach.a2a import push, tasks
+from reach.a2a.ports import Host, PushBook, Refused
 from reach.a2a.states import FINAL, INTERRUPTED, state_name, task_state
 from reach.callers import CallerApp
-from reach.envelopes import new_id
+from reach.core.progress import Cursor
+from reach.envelopes import new_id, now_ms
+from reach.errors import InfraUnavailable
 
 APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token named
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
 REJECTING = (403, 404, 422)  # refusals that are the message's fault: a rejected task, as the agent would answer
 Cancel = Callable[[CallerApp, str], Awaitable[None]]
+MAX_LISTED = 200  # ListTasks reads at most this many tasks of one context (one read token per call)
+MAX_PAGE = 100
 CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it returns the task as it is
 
 
 class ReachRequestHandler(RequestHandler):
     """One per gateway process; the caller and capability come in the call context (reach.gateway.routes_a2a)."""
 
-    def __init__(self, host: Host, *, cancel: Cancel | None = None) -> None:
+    def __init__(self, host: Host, *, cancel: Cancel | None = None, push: PushBook | None = None) -> None:
         self._host = host
         self._cancel = cancel
+        self._push = push
 
     # --- send ---------------------------------------------------------------------------------------------
 
@@ -88,11 +94,13 @@ class ReachRequestHandler(RequestHandler):
         """Admit and publish the message; a Task the caller can follow (or a rejected one: never on the bus)."""
         app = _caller(context)
         message = params.message
+        config = None
         if params.configuration.HasField("task_push_notification_config"):
-            raise PushNotificationNotSupportedError(message="push notifications are not offered: stream the task "
-                                                            "(SendStreamingMessage / SubscribeToTask) or poll GetTask")
+            config = params.configuration.task_push_notification_config
+            self._checked_push(config, "0")  # a bad config refuses the message before it is sent
         if message.task_id:  # the answer to a task waiting for input (INPUT_REQUIRED): its next turn
-            return await self._answer(app, message)
+            task = await self._answer(app, message)
+            return await self._with_push(app, task, config)
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)
@@ -119,8 +127,8 @@ class ReachRequestHandler(RequestHandler):
                                 headers=refusal.headers) from None
         # acknowledged by the broker: submitted, whatever the status table has folded by now (a stream then
         # replays the whole timeline, so its updates always read submitted -> working -> final)
-        return tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id,
-                              "status": "ACCEPTED"})
+        task = tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id, "status": "ACCEPTED"})
+        return await self._with_push(app, task, config)
 
     async def _answer(self, app: CallerApp, message: Message) -> Task:
         """The message answers the task's question: checked against its schema, it starts the task's next turn
@@ -212,13 +220,15 @@ class ReachRequestHandler(RequestHandler):
         give_up = loop.time() + self._host.stream_max_s
         last: TaskState | None = task.status.state
         turn = _generation(task)  # an answer's stream follows its own turn: earlier turns are not sent again
+        cursor, opened = Cursor(generation=turn), False
         while loop.time() < give_up:
             code, row = await self._row(task.id, context)
             if code == 200 and int(row.get("generation") or 0) >= turn:
                 if turn:
                     sent = max(sent, tasks.first_step_of(row, turn))
+                partial, cursor, opened = tasks.chunk_events(row, cursor, opened=opened)
                 events, sent, last = tasks.updates(row, sent, last)
-                for event in events:
+                for event in [*partial, *events]:  # the chunks before the entry that ends the task
                     yield event
                 state = task_state(str(row.get("status", "")))
                 if state in FINAL or state in INTERRUPTED and last == state:
@@ -242,28 +252,129 @@ class ReachRequestHandler(RequestHandler):
             row = body if code == 200 else row
         return tasks.task_of(row)
 
-    # --- not offered ----------------------------------------------------------------------------------------
+    # --- list -------------------------------------------------------------------------------------------------
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        raise UnsupportedOperationError(message="ListTasks is not offered: list a context's tasks with "
-                                                "GET /v1/traces/<context_id>")
+        """The caller's tasks of one context (its trace), oldest first, filtered by state and status time, paged;
+        another tenant's tasks of the context are not listed. Listing without a context is not offered: the status
+        table is indexed by message and trace, not by tenant."""
+        app = _caller(context)
+        if not params.context_id:
+            raise UnsupportedOperationError(message="ListTasks needs a context_id (the status table lists a "
+                                                    "context's tasks, not all of a tenant's)")
+        try:  # a read, metered like GetTask
+            await self._host.take_read(app)
+        except Refused as refusal:
+            raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
+                                headers=refusal.headers) from None
+        code, body = await self._host.trace(params.context_id)
+        if code == 404:
+            return ListTasksResponse(page_size=params.page_size, total_size=0)
+        if code != 200:
+            raise HTTPException(503, "the status views do not answer", headers={"Retry-After": "1"})
+        after = params.status_timestamp_after.ToMilliseconds() if params.HasField("status_timestamp_after") else 0
+        found: list[Task] = []
+        for message_id in list(body.get("message_ids") or [])[:MAX_LISTED]:
+            row_code, row = await self._host.row(app, str(message_id))
+            if row_code != 200 or int(row.get("updated_at") or 0) < after:
+                continue
+            task = tasks.task_of(row, params.history_length if params.HasField("history_length") else None)
+            if params.status and task.status.state != params.status:
+                continue
+            if not params.include_artifacts:
+                del task.artifacts[:]
+            found.append(task)
+        size = params.page_size if 0 < params.page_size <= MAX_PAGE else MAX_PAGE
+        start = int(params.page_token) if params.page_token.isdigit() else 0
+        more = start + size < len(found)
+        return ListTasksResponse(tasks=found[start:start + size], next_page_token=str(start + size) if more else "",
+                                 page_size=size, total_size=len(found))
+
+    # --- push notifications (reach.a2a.push, decisions/0042) --------------------------------------------------
+
+    def _book(self) -> PushBook:
+        if self._push is None:
+            raise PushNotificationNotSupportedError(message="push notifications are not offered on this gateway (no "
+                                                            "<ns>.push topic: `reach topics apply`); stream the "
+                                                            "task (SubscribeToTask) or poll GetTask")
+        return self._push
+
+    def _checked_push(self, config: TaskPushNotificationConfig, default_id: str) -> push.PushConfig:
+        book = self._book()
+        try:
+            checked = push.checked(config, config_id=config.id or default_id, from_step=0, now=now_ms())
+            host = urlsplit(checked.url).hostname or ""
+            why = None if book.allow_private else push.literal_refusal(host)
+        except push.BadPushConfig as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        if why is not None:
+            raise InvalidParamsError(message=f"push url host {host[:100]} is {why}: push notifications go to public "
+                                             "addresses only (REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE lets an operator "
+                                             "allow private ones)")
+        return checked
+
+    async def _keep(self, app: CallerApp, task_id: str, config: push.PushConfig) -> None:
+        """Keep the config (its whole set, acknowledged) and hand the task's row to the sender to catch up."""
+        book = self._book()
+        current = book.get(task_id) or push.TaskPush(task_id=task_id, tenant=app.tenant)
+        try:
+            await book.put(current.put(config))
+        except push.BadPushConfig as exc:
+            raise InvalidParamsError(message=str(exc)) from None
+        except InfraUnavailable as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
+        code, row = await self._host.row(app, task_id)
+        if code == 200:
+            book.offer(row)
+
+    async def _with_push(self, app: CallerApp, task: Task, config: TaskPushNotificationConfig | None) -> Task:
+        if config is not None and task.status.state != TaskState.TASK_STATE_REJECTED:
+            await self._keep(app, task.id, self._checked_push(config, task.id))
+        return task
 
     async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
                                                       context: ServerCallContext) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        await self._found(params.task_id, context)  # the caller's own task (another tenant's reads as absent)
+        config = self._checked_push(params, params.task_id)
+        await self._keep(_caller(context), params.task_id, config)
+        return config.to_proto(params.task_id)
+
+    async def _configs(self, task_id: str, context: ServerCallContext) -> push.TaskPush:
+        book = self._book()
+        await self._found(task_id, context)
+        found = book.get(task_id)
+        return found if found is not None and found.tenant == _caller(context).tenant else push.TaskPush(
+            task_id=task_id, tenant=_caller(context).tenant)
 
     async def on_get_task_push_notification_config(self, params: GetTaskPushNotificationConfigRequest,
                                                    context: ServerCallContext) -> TaskPushNotificationConfig:
-        raise PushNotificationNotSupportedError
+        config = (await self._configs(params.task_id, context)).get(params.id or params.task_id)
+        if config is None:
+            raise InvalidParamsError(message=f"task {params.task_id[:100]} has no push config "
+                                             f"{(params.id or params.task_id)[:100]!r}; list them with "
+                                             "ListTaskPushNotificationConfigs")
+        return config.to_proto(params.task_id)
 
     async def on_list_task_push_notification_configs(
             self, params: ListTaskPushNotificationConfigsRequest,
             context: ServerCallContext) -> ListTaskPushNotificationConfigsResponse:
-        raise PushNotificationNotSupportedError
+        configs = (await self._configs(params.task_id, context)).configs
+        start = int(params.page_token) if params.page_token.isdigit() else 0
+        size = params.page_size if params.page_size > 0 else push.MAX_CONFIGS
+        page = configs[start:start + size]
+        more = start + size < len(configs)
+        return ListTaskPushNotificationConfigsResponse(configs=[c.to_proto(params.task_id) for c in page],
+                                                       next_page_token=str(start + size) if more else "")
 
     async def on_delete_task_push_notification_config(self, params: DeleteTaskPushNotificationConfigRequest,
                                                       context: ServerCallContext) -> None:
-        raise PushNotificationNotSupportedError
+        current = await self._configs(params.task_id, context)
+        if current.get(params.id or params.task_id) is None:
+            return  # deleting what is not there: done, as asked
+        try:
+            await self._book().put(current.without(params.id or params.task_id))
+        except InfraUnavailable as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": "1"}) from None
 
     async def on_get_extended_agent_card(self, params: GetExtendedAgentCardRequest,
                                          context: ServerCallContext) -> AgentCard:

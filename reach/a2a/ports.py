@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from reach.a2a.push import TaskPush
 from reach.callers import CallerApp
 
 Row = tuple[int, dict[str, Any]]  # (HTTP status of the status views, the JSON body: a row or an error)
@@ -82,7 +83,29 @@ class Host(Protocol):
         """The message's row as `app` may see it (another tenant's reads as absent)."""
         ...
 
+    async def take_read(self, app: CallerApp) -> None:
+        """One token of the app's read quota; Refused (429 with Retry-After, 503) when there is none (ListTasks)."""
+        ...
+
     async def find(self, app: CallerApp, message_id: str) -> Row:
         """`row`, waiting up to find_s for a message the status table has not folded yet; Refused (429) when the
         app's read quota is used up (GetTask and SubscribeToTask read through here)."""
         ...
+
+
+class PushBook(Protocol):
+    """Where push notification configs are kept (reach.a2a.pushbook: the `<ns>.push` topic), and the sender's door
+    for a task's current row (a config set on a running task catches up with it)."""
+
+    @property
+    def allow_private(self) -> bool:
+        """Whether push URLs may name non-public addresses (REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE)."""
+        ...
+
+    def get(self, task_id: str) -> TaskPush | None: ...
+
+    async def put(self, task: TaskPush) -> None:
+        """Keep the task's set (none left: forget the task); acknowledged by the store before it returns."""
+        ...
+
+    def offer(self, row: dict[str, Any]) -> None: ...

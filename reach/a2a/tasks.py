@@ -25,10 +25,12 @@ from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
 from reach.a2a.states import FINAL, INTERRUPTED, task_state
+from reach.core.progress import Chunks, Cursor, news
 from reach.errors import ReachError
 
 MAX_CONTEXT_ID = 200  # it becomes the envelope's trace_id and session_key (Routing.session_key: 256)
 RESULT = "result"
+STREAM = "stream"  # the artifact a handler's partial results (ctx.emit) build up, one per generation and attempt
 
 
 class BadMessage(ReachError):
@@ -164,19 +166,27 @@ def updates(row: Mapping[str, Any], sent: int, last: TaskState | None
     """Stream events for the timeline entries after the first `sent`: one status update per change of A2A
     state (a retry's ATTEMPT_FAILED -> RETRY_SCHEDULED -> STARTED reads working -> submitted -> working),
     the result artifact before the final update. Returns the events, the new count, the last state sent."""
+    indexed, sent, last = indexed_updates(row, sent, last)
+    return [event for _, event in indexed], sent, last
+
+
+def indexed_updates(row: Mapping[str, Any], sent: int, last: TaskState | None
+                    ) -> tuple[list[tuple[int, TaskStatusUpdateEvent | TaskArtifactUpdateEvent]], int,
+                               TaskState | None]:
+    """`updates`, each event with the index of the timeline entry it stands for."""
     task_id, context_id = str(row["message_id"]), str(row.get("trace_id", ""))
     timeline = list(row.get("timeline") or [])
     now = task_state(str(row.get("status", "")))
     final = now in FINAL
-    events: list[TaskStatusUpdateEvent | TaskArtifactUpdateEvent] = []
+    events: list[tuple[int, TaskStatusUpdateEvent | TaskArtifactUpdateEvent]] = []
     for index in range(sent, len(timeline)):
         step = timeline[index]
         if now in INTERRUPTED and index == len(timeline) - 1 and task_state(str(step.get("status", ""))) == now:
             step_state = now  # the question the task waits on: the row's status message carries it
-            events.append(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status_of(row),
-                                                metadata=_struct({"reach_status": step.get("status"),
-                                                                  "attempt": step.get("attempt"),
-                                                                  "generation": step.get("generation")})))
+            events.append((index, TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status_of(row),
+                                                        metadata=_struct({"reach_status": step.get("status"),
+                                                                          "attempt": step.get("attempt"),
+                                                                          "generation": step.get("generation")}))))
             last = step_state
             continue
         done = final and index == len(timeline) - 1
@@ -186,13 +196,40 @@ def updates(row: Mapping[str, Any], sent: int, last: TaskState | None
         if done:
             artifact = result_artifact(row)
             if artifact is not None:
-                events.append(TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact,
-                                                      last_chunk=True))
+                events.append((index, TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id,
+                                                              artifact=artifact, last_chunk=True)))
             status = status_of(row)
         else:
             status = TaskStatus(state=state, message=step_message(task_id, context_id, index, step))
-        events.append(TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status,
-                                            metadata=_struct({"reach_status": step.get("status"),
-                                                              "attempt": step.get("attempt")})))
+        events.append((index, TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status,
+                                                    metadata=_struct({"reach_status": step.get("status"),
+                                                                      "attempt": step.get("attempt")}))))
         last = state
     return events, max(sent, len(timeline)), last
+
+
+def chunk_events(row: Mapping[str, Any], cursor: Cursor, *, opened: bool
+                 ) -> tuple[list[TaskArtifactUpdateEvent], Cursor, bool]:
+    """The handler's partial results past `cursor` as artifact update events of the `stream` artifact, in order:
+    the first this reader gets (or a replacing chunk, or a retried attempt's first) opens the artifact, the others
+    append to it. Returns the events, the cursor after them and whether the artifact is open for this reader."""
+    generation = int(row.get("generation") or 0)
+    if generation != cursor.generation:  # the next turn: its chunks are numbered afresh
+        cursor, opened = Cursor(generation=generation), False
+    raw = row.get("progress")
+    if raw is None:
+        return [], cursor, opened
+    attempt = cursor.attempt
+    chunks, _, cursor = news(Chunks.model_validate(raw), cursor)
+    if cursor.attempt != attempt:
+        opened = False
+    task_id, context_id = str(row["message_id"]), str(row.get("trace_id", ""))
+    events = []
+    for chunk in chunks:
+        part = Part(data=ParseDict(json.loads(chunk.data), Value())) if chunk.kind == "json" else Part(text=chunk.data)
+        artifact = Artifact(artifact_id=f"{task_id}:{STREAM}:{generation}", name=STREAM, parts=[part],
+                            metadata=_struct({"seq": chunk.seq, "attempt": cursor.attempt}))
+        events.append(TaskArtifactUpdateEvent(task_id=task_id, context_id=context_id, artifact=artifact,
+                                              append=opened and chunk.append, last_chunk=False))
+        opened = True
+    return events, cursor, opened

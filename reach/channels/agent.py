@@ -64,6 +64,9 @@ INPUT_SCHEMA: dict[str, Any] = {
         "reply_capability": {"type": "string", "maxLength": 200},
         "answer_for": {"type": "object", "required": ["message_id", "generation"],
                        "properties": {"message_id": {"type": "string"}, "generation": {"type": "integer"}}},
+        # extra headers of a webhook: only the names reach.channels.poster.EXTRA allows (an A2A push's token)
+        "headers": {"type": "object", "maxProperties": 4,
+                    "additionalProperties": {"type": "string", "maxLength": 1024}},
     },
 }
 
@@ -119,7 +122,7 @@ class ChannelService:
         body = {**payload["body"], "reply_to": reply} if reply else payload["body"]
         message = OutboundMessage(endpoint=endpoint, body=body, message_id=envelope.message_id,
                                   trace_id=envelope.trace_id, subject=payload.get("subject", ""), reply_url=reply,
-                                  tenant=envelope.tenant)
+                                  tenant=envelope.tenant, headers=tuple(sorted((payload.get("headers") or {}).items())))
         started = time.monotonic()
         outcome = await self.provider.send(message)
         self._observe(health, outcome, (time.monotonic() - started) * 1000, probing)
@@ -201,7 +204,7 @@ class ChannelService:
 def hand_over(envelope: Envelope, payload: dict[str, Any], backup: Target, *, source: str) -> Envelope:
     """The backup channel's envelope for `envelope` (id `<message_id>-bk`: the same on a retry, so deduped)."""
     body = {k: v for k, v in payload.items() if k in ("body", "subject", "callback_for", "answer_for",
-                                                       "reply_capability")}
+                                                       "reply_capability", "headers")}
     body.update(endpoint=backup.endpoint, handed_over_from=envelope.message_id)
     created = now_ms()
     mid = f"{envelope.message_id}-bk"

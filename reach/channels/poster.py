@@ -19,7 +19,7 @@ import httpx
 from reach.channels import guard, webhooksig
 from reach.channels.errors import ChannelMisconfigured
 from reach.channels.http import transport_failure
-from reach.channels.provider import Failure, OutboundMessage, SendOutcome, Sent, classify_status
+from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent, classify_status
 from reach.channels.settings import ChannelSettings
 from reach.signing import digest
 
@@ -27,6 +27,9 @@ SIGNATURE_HEADER = "Reach-Signature"
 MESSAGE_ID_HEADER = "Reach-Message-Id"
 TRACE_ID_HEADER = "Reach-Trace-Id"
 REPLY_TO_HEADER = "Reach-Reply-To"
+# the extra headers a request may give its POST (lower-case): an A2A push notification's token; any other is
+# refused, so a caller cannot set Host, Content-Type or a forged signature
+EXTRA = frozenset({"x-a2a-notification-token"})
 
 
 def compact(data: object) -> bytes:
@@ -71,6 +74,11 @@ class SignedPoster:
                    SIGNATURE_HEADER: self.signature(message, body, int(time.time()))}
         if message.reply_url:
             headers[REPLY_TO_HEADER] = message.reply_url
+        for name, value in message.headers:
+            if name.lower() not in EXTRA or "\r" in value or "\n" in value:
+                return Failure(FailureKind.PERMANENT, "BAD_HEADER", f"header {name[:60]!r} may not be set on a "
+                               f"request of channel.{self.channel} (allowed: {', '.join(sorted(EXTRA))}); not retried")
+            headers[name] = value
         if checked is not None:
             headers["Host"] = urlsplit(message.endpoint).netloc.rpartition("@")[2]
         try:

@@ -18,6 +18,7 @@ class OutboundMessage:
     subject: str = ""
     reply_url: str = ""  # where a reply joins the trace (POST, reach/channels/tokens.py); "" when replies are off
     tenant: str = ""  # whose message it is: webhooks are signed with the tenant's secret (reach/channels/webhooksig.py)
+    headers: tuple[tuple[str, str], ...] = ()  # extra request headers a webhook carries (reach.channels.poster.EXTRA)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ def gateway(
                                         "(default REACH_GATEWAY_TLS_KEY_FILE)"),
 ) -> None:
     """Serve POST /v1/envelopes, /v1/invoke and the status routes to signed apps (OpenAPI at /openapi.json)."""
-    from reach.channels.settings import ClosureSettings, ReportSettings
+    from reach.channels.settings import ChannelSettings, ClosureSettings, ReportSettings
     from reach.cli.common import check_redis_login
     from reach.gateway.httpsettings import HttpSettings
     from reach.gateway.server import serve
@@ -34,7 +34,9 @@ def gateway(
                                  tls_key_file=tls_key or listen.tls_key_file)
     config = GatewayConfig(reach=ReachSettings(), kafka=KafkaSettings(), redis=RedisSettings(),
                            gateway=listen, http=HttpSettings(), closure=ClosureSettings(),
-                           reports=ReportSettings())
+                           reports=ReportSettings(),
+                           # A2A push URLs follow the webhook channel's rule, which sends them
+                           push_allow_private=ChannelSettings().webhook_allow_private)
     clients.check_reachable(clients.admin(config.kafka))  # exit 4 in seconds, before the apps directory waits
     check_redis_login(config.redis)
     serve(door_guards(config), host=host or listen.host, port=port or listen.port, config=config)

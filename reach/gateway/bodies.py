@@ -50,6 +50,9 @@ class EnvelopeRequest(BaseModel):
                                  description="an http(s) URL carried on the envelope (Envelope.callback) for "
                                  "the caller: when the message ends, a channel agent POSTs its terminal outcome "
                                  "there as a signed webhook (public addresses only; see docs/channels.md)")
+    callback_progress: bool = Field(default=False, description="also POST the handler's progress and partial "
+                                    "results to `callback` as they come (`event: progress` / `event: chunk` "
+                                    "bodies, through the same webhook channel); needs `callback`")
 
 class CancelRequest(BaseModel):
     """POST /v1/messages/{id}:cancel: the signed body names the message it cancels (the path must match)."""

@@ -16,6 +16,7 @@ from reach.gateway.ports import Authenticator, Quotas
 from reach.records import Capability, Envelope, Receipt
 
 if TYPE_CHECKING:
+    from reach.a2a.ports import PushBook
     from reach.console.wiring import Console
     from reach.gateway.budgets import Budgets
     from reach.ops.turns import TurnStore
@@ -136,3 +137,5 @@ class Dependencies:
     console: Console | None = None  # the operator console at /console (reach.gateway.routes_console)
     budgets: Budgets | None = None  # apps' spend limits (reach.gateway.budgets); None: not enforced
     receipts: ReceiptSink | None = None  # provider delivery reports (reach.gateway.routes_reports); None: off
+    push: PushBook | None = None  # A2A push notification configs (reach.a2a.pushbook); None: push is off
+    namespace: str | None = None  # the bus's topic prefix: the cards name the A2A-over-Kafka interface with it

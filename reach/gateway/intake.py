@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from reach.a2a.push import PushConfig, TaskPush
 from reach.callers import AuthFailure, CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
@@ -30,6 +31,7 @@ from reach.intent.catalog import RESERVED as INTENT_CAPABILITY
 from reach.records import Envelope, RoutingHints
 
 STATUS_PATH = "/v1/messages/"
+PROGRESS_CONFIG = "callback-progress"  # the push config id of a `callback_progress` request
 CALLBACK_CHANNEL = CAPABILITY_PREFIX + "webhook"  # the gateway's `callback` is a URL: a webhook
 log = logging.getLogger("reach.gateway")
 
@@ -64,6 +66,7 @@ class Admitted:
     app: CallerApp
     envelope: Envelope
     idempotency_key: str | None
+    progress_to: str | None = None  # `callback_progress`: the callback URL also gets the progress (reach.a2a.push)
 
 
 def fingerprint(envelope: Envelope) -> str:
@@ -128,6 +131,8 @@ class Admission:
                     default_budget_ms: int = BUDGET_MS) -> Admitted:
         """Size, permission, quota, capability, schema; then the Envelope, stamped with the app's tenant."""
         checks.check_names(request.capability, request.version)
+        if request.callback_progress:
+            self._check_progress(request)
         payload = checks.encode_payload(request.payload)
         checks.check_may_call(app, request.capability)
         self._check_channel_names(app, request)
@@ -149,7 +154,8 @@ class Admission:
         if request.capability != INTENT_CAPABILITY:  # an intent's capability is known only once it is resolved
             checks.check_contract(versions, capability=request.capability, version_range=request.version,
                                   payload=payload, waits=waits)
-        return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key)
+        return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key,
+                        progress_to=request.callback if request.callback_progress else None)
 
     async def authorize_answer(self, app: CallerApp, capability: str) -> None:
         """An answer runs the message's next turn: the app must be allowed the capability, within its spend limits,
@@ -204,6 +210,26 @@ class Admission:
                                priority=hints.priority, canary=hints.canary)
         return envelope.model_copy(update={"routing": routing, "callback": request.callback})
 
+    def _check_progress(self, request: EnvelopeRequest) -> None:
+        if request.callback is None:
+            raise checks.Refusal(400, "bad_request", "callback_progress needs a callback: the URL the progress goes to",
+                                 "add callback, or leave callback_progress out")
+        if self.deps.push is None:
+            raise checks.Refusal(400, "bad_request", "progress callbacks are off on this gateway (its <ns>.push topic "
+                                 "does not exist)", "leave callback_progress out, or ask an operator to run "
+                                 "`reach topics apply`")
+
+    async def _keep_progress(self, env: Envelope, url: str) -> None:
+        """The message's progress goes to its callback URL: a push config (reach.a2a.push) sending only progress,
+        kept before the envelope is published; the ending still comes as the callback itself."""
+        assert self.deps.push is not None
+        config = PushConfig(id=PROGRESS_CONFIG, url=url, states=False, progress=True, created_at=env.created_at)
+        try:
+            await self.deps.push.put(TaskPush(task_id=env.message_id, tenant=env.tenant, configs=(config,)))
+        except InfraUnavailable as exc:
+            raise checks.Refusal(503, "unavailable", f"the progress callback was not kept: {exc}", "retry",
+                                 headers={"Retry-After": "1"}) from None
+
     async def publish(self, admitted: Admitted) -> Accepted:
         """202 material once the broker acknowledged; a repeated idempotency_key gets the first request's ids."""
         env, key, app = admitted.envelope, admitted.idempotency_key, admitted.app
@@ -221,6 +247,8 @@ class Admission:
                                     status_url=status_url(prior.message_id))
                 raise checks.Refusal(409, "in_flight", f"a request with idempotency_key {key!r} is still waiting for "
                                      "the broker's acknowledgement", "retry in a second with the same key")
+        if admitted.progress_to is not None and self.deps.push is not None:
+            await self._keep_progress(env, admitted.progress_to)  # before the message exists: no chunk comes first
         try:
             await self.deps.publisher.publish(env)
         except (InfraUnavailable, BrokerRefused) as exc:

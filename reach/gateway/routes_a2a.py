@@ -142,6 +142,12 @@ class AdmissionHost:
     async def row(self, app: CallerApp, message_id: str) -> Row:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))
 
+    async def take_read(self, app: CallerApp) -> None:
+        try:
+            await self._admission.take_read(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+
     async def find(self, app: CallerApp, message_id: str) -> Row:
         try:  # GetTask and SubscribeToTask: reads, metered like the /v1 ones
             await self._admission.take_read(app)
@@ -225,7 +231,8 @@ def socket_url(scope: Scope) -> str:
 def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[BaseRoute]:
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
-    dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission)),
+    push, bus = admission.deps.push, admission.deps.namespace
+    dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission), push=push),
                                    context_builder=ReachContextBuilder())
     catalog = admission.deps.catalog
 
@@ -265,11 +272,12 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
 
     async def mesh_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.mesh_card(base_url(request), live))
+        return _served(cards.mesh_card(base_url(request), live, push=push is not None, bus=bus))
 
     async def capability_card(request: Request) -> Response:
         live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.capability_card(base_url(request), request.path_params["capability"], live))
+        return _served(cards.capability_card(base_url(request), request.path_params["capability"], live,
+                                                    push=push is not None, bus=bus))
 
     return [LabelledRoute(CARD, mesh_card, methods=["GET"]), LabelledRoute(cards.MESH_PATH, rpc, methods=["POST"]),
             LabelledRoute(cards.CAPABILITY_PATH, rpc, methods=["POST"]),

@@ -37,6 +37,7 @@ from reach.core.factors import NAMES
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
+from reach.gateway.events import is_terminal
 from reach.intent.errors import HandoffConflict
 from reach.names import check_capability
 from reach.ops import apps as ops_apps
@@ -289,7 +290,7 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
                 raise InfraUnavailable(str(index.get("message", "the status views do not answer")))
         elif code != 200:
             raise InfraUnavailable(str(row.get("message", "the status views do not answer")))
-        messages = []
+        messages: list[dict[str, Any]] = []
         for mid in ids:
             mcode, mrow = (code, row) if mid == query else await status.message(mid)
             if mcode != 200:
@@ -298,10 +299,14 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             first = steps[0]["at"] if steps else int(time.time() * 1000)
             last = steps[-1]["at"] if steps else first
             receipts = await run_in_threadpool(backend.receipts_of, mid, first - 5_000, last + 5_000)
-            if not operator.admin:
-                mrow = {**mrow, "result": None}
+            if not operator.admin:  # the result and its partial results: admins only
+                progress = mrow.get("progress")
+                hidden = {**progress, "chunks": [{}] * len(progress.get("chunks") or [])} if progress else None
+                mrow = {**mrow, "result": None, "progress": hidden}
             messages.append({"row": mrow, "receipts": receipts})
-        return {"query": query, "trace_id": trace_id, "messages": messages, "shows_result": operator.admin}
+        running = any(not is_terminal(m["row"]) for m in messages)  # the page refreshes until each has ended
+        return {"query": query, "trace_id": trace_id, "messages": messages, "shows_result": operator.admin,
+                "running": running}
 
     async def redrive(form: Mapping[str, str], operator: Operator, *, dry_run: bool) -> dict[str, Any]:
         filters, error_code = _filters(form)

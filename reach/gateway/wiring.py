@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from reach import client as sdk
 from reach.a2a.cancelsink import KafkaCancels
+from reach.a2a.pushsender import open_push
 from reach.callers import AppDirectory
 from reach.channels.settings import ClosureSettings, ReportSettings
 from reach.gateway.budgets import Budgets
@@ -46,6 +47,7 @@ class GatewayConfig:
     http: HttpSettings
     closure: ClosureSettings
     reports: ReportSettings | None = None  # the providers' report secrets (POST /v1/reports/...); None: off
+    push_allow_private: bool = False  # A2A push URLs may name private addresses (REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE)
 
 
 @dataclass(frozen=True)
@@ -88,11 +90,15 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
     spend = door_client(config.redis.url(reach.home), timeout_s=timeout)
     budgets = Budgets(RedisSpendReader(spend, namespace=reach.namespace), warn=config.gateway.budget_warn,
                       cache_s=config.gateway.budget_cache_s, tenants=reach.tenant_spend_limits())
+    pushing = open_push(client.names, kafka, allow_private=config.push_allow_private)
+    push_closers = (pushing[1].close, pushing[0].close) if pushing is not None else ()
     return Dependencies(authenticator=guards.authenticator, quotas=guards.quotas, publisher=publisher,
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
                         directory=guards.directory, cancels=cancels, turns=turns, budgets=budgets, receipts=publisher,
-                        closers=(publisher.close, cancels.close, turns.close, replies.close, catalog.close,
-                                 status.aclose, idempotency.aclose, spend.aclose, console.close, *guards.closers))
+                        push=pushing[0] if pushing is not None else None, namespace=reach.namespace,
+                        closers=(*push_closers, publisher.close, cancels.close, turns.close, replies.close,
+                                 catalog.close, status.aclose, idempotency.aclose, spend.aclose, console.close,
+                                 *guards.closers))
 
 
 def open_console(*, reach: ReachSettings, kafka: KafkaSettings, redis: RedisSettings, gateway: GatewaySettings,

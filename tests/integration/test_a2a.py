@@ -170,7 +170,9 @@ def state(task: Task) -> str:
 
 def test_the_mesh_card_send_get_and_stream(mesh: Mesh) -> None:
     card = httpx.get(mesh.url + "/.well-known/agent-card.json").json()
-    assert card["capabilities"]["pushNotifications"] is False and card["capabilities"]["streaming"] is True
+    # push notification configs are kept (the namespace has its push topic), and the bus is a second interface
+    assert card["capabilities"]["pushNotifications"] is True and card["capabilities"]["streaming"] is True
+    assert [i["protocolBinding"] for i in card["supportedInterfaces"]] == ["JSONRPC", "urn:agent-reach:a2a-kafka:v1"]
     assert card["securitySchemes"][SCHEME]["httpAuthSecurityScheme"]["scheme"] == "bearer"
 
     async def scenario() -> None:

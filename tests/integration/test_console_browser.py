@@ -563,3 +563,34 @@ def test_an_admin_maps_and_unmaps_an_intent_from_the_console_and_a_viewer_is_ref
         "the mapping and its removal in the audit history", interval=0.5)
     assert [(e["actor"], e["after"] is None) for e in events] == [("console:admin-1", False),
                                                                    ("console:admin-1", True)]
+
+
+def test_the_message_page_follows_a_streamed_answer_to_its_end(stack: Stack, admin: Any) -> None:
+    from examples.writer_agent import agent as writer_agent
+    from examples.writer_agent import parts
+
+    with running(writer_agent):
+        wait_for(lambda: any(a["agent_id"] == "agent://demo/writer" and a["state"] == "READY"
+                             for a in stack.stream.get("/agents")), 60, "the writer READY", interval=0.5)
+        message_id = stack.client.send("demo.write", {"topic": "Kafka"})
+        page = admin
+        page.goto(f"/console/messages?q={message_id}")
+        section = page.locator(f"section[data-message='{message_id}']")
+        while not section.count():  # not folded yet: look again (bounded by the wait below)
+            wait_for(lambda: stack.stream.get(f"/messages/{message_id}").get("status"), 30, "the message folded")
+            page.goto(f"/console/messages?q={message_id}")
+        # the page refreshes itself while the message runs: no reload here, it reaches COMPLETED on its own
+        def completed() -> bool:
+            try:
+                steps = page.locator(f"section[data-message='{message_id}'] .step-status").all_inner_texts()
+            except Exception:  # noqa: BLE001 - read while the page reloads itself: look again
+                return False
+            return steps[-1:] == ["COMPLETED"]
+
+        wait_for(completed, 60, "the page to show COMPLETED", interval=0.5)
+        page.wait_for_load_state()
+        done = page.locator(f"section[data-message='{message_id}']")
+        assert [t.strip() for t in done.locator("li.chunk").all_inner_texts()] == [p.strip() for p in parts("Kafka")]
+        assert done.locator(".fraction").inner_text() == "100%"
+        assert page.locator("meta[http-equiv='refresh']").count() == 0  # ended: no more refreshing
+        _shot(page, "message-streamed")

@@ -58,6 +58,9 @@ def test_demo_runs_traffic_and_stops_everything_it_started(namespace: str, tmp_p
     # on a busy machine a few requests may be shed (OVERLOAD) or rerouted; the mix must still behave
     as_planned, finished = int(planned.group(1)), int(planned.group(2))
     assert finished > 0 and as_planned >= 0.95 * finished, out
+    for kind in ("streamed answer (5 chunks)", "two-turn conversation"):  # the writer streams; the interview asks
+        ended = re.search(rf"{re.escape(kind)}\W+\d+\W+COMPLETED\W+COMPLETED (\d+)", out)  # its by-kind row
+        assert ended and int(ended.group(1)) >= 1, f"no {kind} ended COMPLETED:\n{out}"
     assert f"export REACH_NAMESPACE={namespace}" in out and "reach dlq ls" in out
     assert "reach receipts sql -f docs/queries/success_rate.sql" in out
     sick = next(line for line in out.splitlines() if "demo/sick" in line)  # the sick instance, with its breaker

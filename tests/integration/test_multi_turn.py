@@ -198,3 +198,51 @@ def served(app: StreamApp) -> bool:
         return False
     ready = {r["agent_id"] for r in rows if r["state"] == "READY"}
     return {"agent://demo/interview", "agent://channels/webhook"} <= ready
+
+
+def test_a_person_answers_the_question_by_replying_to_its_email(
+        namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream_app: StreamApp) -> None:
+    """The same conversation by email (a real SMTP server on loopback, aiosmtpd): the question arrives as a mail
+    carrying the reply URL, the reply posted there answers it, and the greeting comes as the final mail."""
+    import email as mails
+
+    from reach.channels.agent import channel_agent
+    from reach.channels.settings import ChannelSettings, ClosureSettings
+    from reach.client import Client
+    from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+    from tests.integration.test_channels import smtp_server
+
+    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("REACH_CALLBACK_SECRET", "reply-secret-for-tests")
+    gw = Gateway(tmp_path, {})
+    monkeypatch.setenv("REACH_CALLBACK_BASE_URL", gw.url)
+    with smtp_server() as (inbox, port):
+        mailer = channel_agent("email", settings=ChannelSettings(smtp_host="127.0.0.1", smtp_port=port,
+                                                                 smtp_from="reach@test.local", timeout_s=5),
+                               kafka=KafkaSettings(), redis=RedisSettings(), reach=ReachSettings(),
+                               closure=ClosureSettings())
+        gw.start()
+        try:
+            with running(interview_agent), running(mailer), Client() as client:
+                def ready() -> bool:
+                    rows = httpx.get(stream_app.url + "/agents", timeout=5).json()
+                    return {"agent://demo/interview", "agent://channels/email"} <= {
+                        r["agent_id"] for r in rows if r["state"] == "READY"}
+
+                wait_for(ready, 60, "demo.interview and the email agent READY", interval=0.5)
+                mid = client.send("demo.interview", {}, budget_ms=120_000, callback="email:ada@example.com")
+
+                def mail(n: int) -> dict[str, Any]:
+                    _, raw = wait_for(lambda: inbox.messages[n:n + 1], 60, f"mail {n + 1} at the SMTP server")[0]
+                    body = mails.message_from_bytes(raw).get_payload(decode=True)
+                    return dict(json.loads(body))  # type: ignore[arg-type]
+
+                asked = mail(0)
+                assert asked["question"] == QUESTION and asked["message_id"] == mid and asked["reply_to"]
+                taken = httpx.post(asked["reply_to"], json={"name": "Ada"}, timeout=30)
+                assert taken.status_code == 202 and taken.json()["message_id"] == mid, taken.text
+                assert mail(1)["status"] == "COMPLETED"
+                row = httpx.get(f"{stream_app.url}/messages/{mid}", timeout=5).json()
+                assert json.loads(row["result"])["greeting"] == "Hello, Ada!" and row["generation"] == 1
+        finally:
+            gw.stop()

@@ -20,15 +20,17 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
+from reach.client import Client
 from reach.envelopes import now_ms
 from reach.names import Names
+from reach.settings import ReachSettings
 from reach.tooling.demo.dashboard import Dashboard, Frame
 from reach.tooling.demo.follower import ReceiptFollower
 from reach.tooling.demo.infra import Infra
 from reach.tooling.demo.processes import Children, environment, get_json, wait_until
 from reach.tooling.demo.signals import StopRequests
 from reach.tooling.demo.tally import Rate, Snapshot, Tally
-from reach.tooling.demo.traffic import REGIONS, Traffic
+from reach.tooling.demo.traffic import REGIONS, Answerer, Traffic
 from reach.tooling.local.process import free_port
 
 AGENTS = (("echo", "examples.echo_agent:agent", "agent://demo/echo"),
@@ -36,6 +38,9 @@ AGENTS = (("echo", "examples.echo_agent:agent", "agent://demo/echo"),
           ("audit", "examples.audit_agent:agent", "agent://demo/audit"),  # audit and notify subscribe to
           ("notify", "examples.notify_agent:agent", "agent://demo/notify"))  # demo.order.created: a fan-out
 """(name, module:attr, agent id) of the example agents; one instance of each per region."""
+CONVERSING = (("writer", "examples.writer_agent:agent", "agent://demo/writer"),
+              ("interview", "examples.interview_agent:agent", "agent://demo/interview"))
+"""Agents the demo runs one instance of, in the first region: a streamed answer and a two-turn conversation."""
 SICK = ("sick", "examples.sick_agent:agent", "agent://demo/sick")
 """One sick instance of demo.echo in the first region (REACH_SICK_FAIL_RATE, default 1.0): the breaker's subject."""
 DEMO_HEALTH = {"REACH_HEALTH_ERROR_RATE": "0.75", "REACH_HEALTH_EJECT_SUCCESS": "0.3"}
@@ -89,6 +94,7 @@ class _Run:
         self.stop_follower = threading.Event()
         self.threads: dict[str, threading.Thread] = {}
         self.traffic_s: float | None = None
+        self._client: Client | None = None
 
     # -- start ---------------------------------------------------------------------------------------
     def start(self, stop: StopRequests) -> None:
@@ -98,6 +104,8 @@ class _Run:
         for name, target, _ in AGENTS:
             for region in REGIONS:
                 self.children.spawn(f"{name}-{region}", ["agent", "run", target], REACH_AGENT_REGION=region)
+        for name, target, _ in CONVERSING:
+            self.children.spawn(name, ["agent", "run", target], REACH_AGENT_REGION=REGIONS[0])
         self.children.spawn(SICK[0], ["agent", "run", SICK[1]], REACH_AGENT_REGION=REGIONS[0],
                             REACH_SICK_FAIL_RATE=os.environ.get("REACH_SICK_FAIL_RATE", "1.0"))
         say(f"started the router (pid {router.pid}, http://127.0.0.1:{self.port}) and "
@@ -112,22 +120,32 @@ class _Run:
                       children=self.children, stopping=stopping) is None:
             return
         self.dashboard.seen_agents(get_json(self.url("/agents")))
+        answerer = Answerer(self._answer)
         follower = ReceiptFollower(names=self.names, tally=self.tally, since_ms=now_ms() - 1000,
-                                   kafka=self.infra.kafka())
+                                   kafka=self.infra.kafka(), heard=answerer.heard)
         traffic = Traffic(names=self.names, tally=self.tally, rate=self.rate, kafka=self.infra.kafka())
         self.threads["follower"] = threading.Thread(target=follower.run, args=(self.stop_follower,),
                                                     name="demo-receipts", daemon=True)
         self.threads["traffic"] = threading.Thread(target=traffic.run, args=(self.stop_traffic,),
                                                    name="demo-traffic", daemon=True)
+        self.threads["answerer"] = threading.Thread(target=answerer.run, args=(self.stop_follower,),
+                                                    name="demo-answerer", daemon=True)
         for thread in self.threads.values():
             thread.start()
         say(f"all agents READY; sending {self.rate:g} requests/s "
             "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs, order events "
-            "fanned out to audit and notify); "
+            "fanned out to audit and notify, a streamed answer and a two-turn conversation every 3 s); "
             "the sick echo instance fails its calls until its breaker opens")
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    def _answer(self, message_id: str, answer: dict[str, Any]) -> object:
+        """Answer a question as `reach answer` does (the status table of this run's router, its Redis)."""
+        if self._client is None:
+            self._client = Client(kafka=self.infra.kafka(), settings=ReachSettings(namespace=self.infra.namespace),
+                                  follow_control=False)
+        return self._client.answer(message_id, answer, status_url=self.url(""), redis_url=self.infra.redis_url)
 
     def _agents_ready(self) -> bool:
         rows = get_json(self.url("/agents")) or []
@@ -137,7 +155,8 @@ class _Run:
     @staticmethod
     def _expected() -> set[tuple[str, str]]:
         """(agent id, region) of every instance the demo starts."""
-        return {(agent_id, region) for _, _, agent_id in AGENTS for region in REGIONS} | {(SICK[2], REGIONS[0])}
+        return ({(agent_id, region) for _, _, agent_id in AGENTS for region in REGIONS} | {(SICK[2], REGIONS[0])}
+                | {(agent_id, REGIONS[0]) for _, _, agent_id in CONVERSING})
 
     # -- watch ---------------------------------------------------------------------------------------
     def watch(self, stop: StopRequests, duration: float | None) -> None:
@@ -186,8 +205,11 @@ class _Run:
             self.traffic_s = 0.0
         time.sleep(0.5 if self.threads else 0)  # receipts produced just before the stop still arrive
         self.stop_follower.set()
-        if "follower" in self.threads:
-            self.threads["follower"].join(10)
+        for name in ("follower", "answerer"):
+            if name in self.threads:
+                self.threads[name].join(10)
+        if self._client is not None:
+            self._client.close()
 
     # -- summary -------------------------------------------------------------------------------------
     def summarize(self) -> None:

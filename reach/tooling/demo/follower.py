@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from confluent_kafka import TopicPartition
 
@@ -18,8 +19,10 @@ from reach.tooling.demo.tally import Tally
 class ReceiptFollower:
     """A group-less consumer assigned to every receipts partition (no commits, nothing to clean up)."""
 
-    def __init__(self, *, names: Names, tally: Tally, since_ms: int, kafka: KafkaSettings | None = None) -> None:
+    def __init__(self, *, names: Names, tally: Tally, since_ms: int, kafka: KafkaSettings | None = None,
+                 heard: Callable[[Receipt], None] | None = None) -> None:
         self.tally = tally
+        self.heard = heard  # every receipt read, after the tally (the demo's answerer listens for questions)
         self.undecodable = 0
         self.consumer = open_reader("demo", kafka or KafkaSettings())
         topic = names.receipts
@@ -34,8 +37,12 @@ class ReceiptFollower:
                     if msg.error() or value is None:
                         continue
                     try:
-                        self.tally.add(codec.decode(value, Receipt))
+                        receipt = codec.decode(value, Receipt)
                     except CodecError:
                         self.undecodable += 1
+                        continue
+                    self.tally.add(receipt)
+                    if self.heard is not None:
+                        self.heard(receipt)
         finally:
             self.consumer.close()

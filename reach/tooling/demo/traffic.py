@@ -7,9 +7,11 @@ session_key, else message_id), and tells the tally what it sent.
 
 from __future__ import annotations
 
+import queue
 import random
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,13 +21,14 @@ from reach.envelopes import new_envelope, new_id, now_ms, routing_key
 from reach.kafka import clients, codec
 from reach.kafka import headers as h
 from reach.names import Names
-from reach.records import Status
+from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
 from reach.tooling.demo.tally import Sent, Tally
 
 ECHO, FLAKY, NOBODY = "demo.echo", "demo.flaky", "demo.nobody"
 ORDER = "demo.order.created"  # subscribe mode: fanned out to agent://demo/audit and agent://demo/notify
-CAPABILITIES = (ECHO, FLAKY, NOBODY, ORDER)
+WRITE, INTERVIEW = "demo.write", "demo.interview"  # a streamed answer; a question and its answer (two turns)
+CAPABILITIES = (ECHO, FLAKY, NOBODY, ORDER, WRITE, INTERVIEW)
 """Every capability topic the traffic writes to (created before the router starts)."""
 REGIONS = ("eu-west", "us-east")
 SESSIONS = 6
@@ -44,6 +47,8 @@ EXPECTED: dict[str, Status] = {
     "bad: undecodable bytes": Status.REJECTED,
     "bad: empty capability": Status.REJECTED,
     "bad: version range": Status.REJECTED,
+    "streamed answer (5 chunks)": Status.COMPLETED,
+    "two-turn conversation": Status.COMPLETED,
 }
 """Every kind of traffic and the terminal status it should end with (the summary checks them)."""
 
@@ -78,6 +83,10 @@ def plan(tick: int, rate: float, rng: random.Random) -> Planned:
     if tick % (2 * per_second) == (per_second + per_second // 2) % (2 * per_second):
         return Planned(kind="order event, fanned out to audit + notify", capability=ORDER,
                        payload={"order_id": f"o-{tick}", "amount": tick % 100})
+    if tick % (3 * per_second) == per_second // 4:  # one every 3 s: the writer streams its answer
+        return Planned(kind="streamed answer (5 chunks)", capability=WRITE, payload={"topic": f"tick {tick}"})
+    if tick % (3 * per_second) == per_second + per_second // 4:  # one every 3 s: the interview asks, the demo answers
+        return Planned(kind="two-turn conversation", capability=INTERVIEW, payload={})
     region = rng.choice((*REGIONS, None))
     draw = rng.random()
     if draw < 0.35:
@@ -147,3 +156,39 @@ class Traffic:
     def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self.delivery_errors.append(str(err))
+
+
+ATTEMPTS = 20
+
+
+class Answerer:
+    """The person of the two-turn conversations: answers each question demo.interview asks (INPUT_REQUIRED) with a
+    name, through the same use case as `reach answer`; the message then completes as its next generation."""
+
+    def __init__(self, answer: Callable[[str, dict[str, Any]], object]) -> None:
+        self._answer = answer
+        self._asked: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.answered = 0
+        self.refused: list[str] = []
+
+    def heard(self, receipt: Receipt) -> None:
+        """Every receipt the follower reads: a question of demo.interview is queued for an answer."""
+        if receipt.status is Status.INPUT_REQUIRED and receipt.capability == INTERVIEW:
+            self._asked.put(receipt.message_id)
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                message_id = self._asked.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            for attempt in range(ATTEMPTS):  # the follower may read the question before the status table folds it
+                try:
+                    self._answer(message_id, {"name": "Ada"})
+                    self.answered += 1
+                    break
+                except Exception as exc:  # noqa: BLE001 - the summary shows the conversation did not end as planned
+                    if attempt == ATTEMPTS - 1:
+                        self.refused.append(f"{message_id}: {exc}"[:300])
+                    elif stop.wait(0.25):
+                        return

@@ -1,0 +1,183 @@
+"""Where A2A push configs live: the compacted `<ns>.push` topic (reach.a2a.push), followed from the beginning by
+every gateway replica (decisions/0042).
+
+`KafkaPushBook.put` writes a task's whole set and waits for the broker's ack before it answers, then applies it
+here, so the replica that answered sees it at once; the others see it when their follower fetches it (within a
+poll). `sync` waits until the follower has read what the topic held when it was called: the sender calls it
+before a batch of status changes, so a config acknowledged before a change was folded is known when that change
+is sent. `MemoryPushBook` is its twin for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+from reach.a2a.push import TaskPush
+from reach.errors import InfraUnavailable
+from reach.kafka import clients, topicreader
+from reach.names import Names
+from reach.settings import KafkaSettings
+
+log = logging.getLogger("reach.a2a.push")
+POLL_S = 0.2
+
+
+class MemoryPushBook:
+    """The push configs in a dict (tests, and a gateway without the push topic: none)."""
+
+    def __init__(self, *, allow_private: bool = False) -> None:
+        self.allow_private = allow_private
+        self.tasks: dict[str, TaskPush] = {}
+        self.offered: list[dict[str, Any]] = []
+
+    def get(self, task_id: str) -> TaskPush | None:
+        return self.tasks.get(task_id)
+
+    async def put(self, task: TaskPush) -> None:
+        self._apply(task)
+
+    def _apply(self, task: TaskPush) -> None:
+        if task.configs:
+            self.tasks[task.task_id] = task
+        else:
+            self.tasks.pop(task.task_id, None)
+
+    def offer(self, row: dict[str, Any]) -> None:
+        self.offered.append(row)
+
+
+class KafkaPushBook(MemoryPushBook):
+    """The configs as `<ns>.push` says now; `offer` hands a task's row to the sender (a config set on a running
+    task catches up with its current row)."""
+
+    def __init__(self, *, names: Names, kafka: KafkaSettings, allow_private: bool = False,
+                 open_consumer: Callable[[], Consumer] | None = None) -> None:
+        super().__init__(allow_private=allow_private)
+        self.topic = names.push
+        self._open = open_consumer or (lambda: topicreader.open_reader("gateway-push", kafka, profile="idle"))
+        self._producer: Producer = clients.producer(kafka)
+        self._lock = threading.Lock()
+        self._caught_up = threading.Condition(self._lock)
+        self._positions: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._consumer: Consumer | None = None
+        self._probe: Consumer | None = None  # asks for end offsets: the follower's consumer is busy polling
+        self._probe_lock = threading.Lock()
+        self._offers: Callable[[dict[str, Any]], None] | None = None
+
+    def listen(self, offers: Callable[[dict[str, Any]], None]) -> None:
+        """Where `offer` hands rows (the sender)."""
+        self._offers = offers
+
+    def offer(self, row: dict[str, Any]) -> None:
+        if self._offers is not None:
+            self._offers(row)
+
+    def get(self, task_id: str) -> TaskPush | None:
+        with self._lock:
+            return self.tasks.get(task_id)
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Assign every partition from the beginning and follow; return once read to the end."""
+        consumer = self._open()
+        try:
+            parts = topicreader.partitions(consumer, self.topic, timeout)
+        except Exception:
+            consumer.close()
+            raise
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+        self._consumer = consumer
+        self._probe = self._open()
+        self._positions = dict.fromkeys(parts, 0)
+        self._thread = threading.Thread(target=self._follow, name="reach-a2a-push", daemon=True)
+        self._thread.start()
+        self.sync(timeout)
+
+    def sync(self, timeout: float = 10.0) -> None:
+        """Return once the follower has read every record the topic held when called; InfraUnavailable if not in
+        `timeout`."""
+        probe = self._probe
+        if probe is None:
+            return
+        with self._probe_lock:
+            ends = {p: topicreader.watermarks(probe, self.topic, p, timeout)[1] for p in list(self._positions)}
+        with self._caught_up:
+            if not self._caught_up.wait_for(lambda: all(self._positions.get(p, 0) >= end for p, end in ends.items()),
+                                            timeout):
+                raise InfraUnavailable(f"the push configs ({self.topic}) were not read to their end in "
+                                       f"{timeout:.0f} s; is the broker up?")
+
+    async def put(self, task: TaskPush) -> None:
+        """Write the task's set (a tombstone when empty) and wait for the broker's ack; then apply it here."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+
+        def report(err: KafkaError | None, _msg: object) -> None:
+            if not done.done():
+                loop.call_soon_threadsafe(_settle, done, err)
+
+        self._producer.produce(self.topic, key=task.task_id.encode(), value=task.encode(), on_delivery=report)
+        await loop.run_in_executor(None, self._producer.flush, 10)
+        if not done.done():
+            raise InfraUnavailable(f"the push config of {task.task_id[:100]} was not acknowledged in 10 s")
+        await done
+        with self._lock:
+            self._apply(task)
+
+    def _follow(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        try:
+            while not self._stop.is_set():
+                messages = clients.take(consumer, 500, POLL_S)
+                with self._caught_up:
+                    for msg in messages:
+                        if msg.error():
+                            continue
+                        self._read(msg.key(), msg.value(), f"{self.topic}@{msg.offset()}")
+                        self._positions[msg.partition() or 0] = (msg.offset() or 0) + 1
+                    for tp in consumer.position([TopicPartition(self.topic, p) for p in self._positions]):
+                        if tp.offset >= 0:
+                            self._positions[tp.partition] = max(self._positions[tp.partition], tp.offset)
+                    self._caught_up.notify_all()
+        except Exception:  # noqa: BLE001 - logged: the configs stop changing here until the gateway restarts
+            log.exception("the push configs stopped following %s", self.topic)
+        finally:
+            consumer.close()
+            self._consumer = None
+
+    def _read(self, key: bytes | None, value: bytes | None, where: str) -> None:
+        task_id = (key or b"").decode(errors="replace")
+        if value is None:
+            self.tasks.pop(task_id, None)
+            return
+        try:
+            self._apply(TaskPush.decode(value))
+        except (ValueError, KeyError, TypeError) as exc:  # one bad record must not stop the follower
+            log.warning("push config at %s skipped: %s", where, exc)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._producer.flush(5)
+        if self._probe is not None:
+            with self._probe_lock:
+                self._probe.close()
+                self._probe = None
+
+
+def _settle(future: asyncio.Future[None], err: KafkaError | None) -> None:
+    if future.done():
+        return
+    if err is None:
+        future.set_result(None)
+    else:
+        future.set_exception(InfraUnavailable(f"the push config was refused by the broker: {err}"))
