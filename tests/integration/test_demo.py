@@ -61,6 +61,12 @@ def test_demo_runs_traffic_and_stops_everything_it_started(namespace: str, tmp_p
     for kind in ("streamed answer (5 chunks)", "two-turn conversation"):  # the writer streams; the interview asks
         ended = re.search(rf"{re.escape(kind)}\W+\d+\W+COMPLETED\W+COMPLETED (\d+)", out)  # its by-kind row
         assert ended and int(ended.group(1)) >= 1, f"no {kind} ended COMPLETED:\n{out}"
+    legacy = re.search(r"legacy, served by its fallback \(echo\)\W+\d+\W+COMPLETED\W+COMPLETED (\d+)", out)
+    assert legacy and int(legacy.group(1)) >= 1, f"no demo.legacy request served by its fallback:\n{out}"
+    served = re.search(r"^fallback: \d+ requests handed on to their POLICY fallback demo\.echo \(UNROUTABLE \d+\), "
+                       r"served by demo\.echo: COMPLETED (\d+)", out, re.M)
+    assert served and int(served.group(1)) >= 1, out
+    assert "POLICY fallback: demo.legacy -> demo.echo" in out
     assert f"export REACH_NAMESPACE={namespace}" in out and "reach dlq ls" in out
     assert "reach receipts sql -f docs/queries/success_rate.sql" in out
     sick = next(line for line in out.splitlines() if "demo/sick" in line)  # the sick instance, with its breaker

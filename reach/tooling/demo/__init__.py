@@ -3,7 +3,8 @@
 Order of a run: broker and Redis (local unless REACH_BOOTSTRAP is set) -> topics of a fresh namespace
 -> the stream app (`reach router`), four example agents (echo, flaky, and audit and notify, which both subscribe
 to demo.order.created: a fan-out) in two regions and one sick instance of demo.echo (examples/sick_agent.py: its
-calls fail, so its breaker opens; the live table shows the breaker state of every instance) -> traffic for
+calls fail, so its breaker opens; the live table shows the breaker state of every instance); demo.legacy, which no
+agent serves, falls back to demo.echo (its POLICY, published before the router starts) -> traffic for
 `duration` seconds (or until Ctrl-C) -> drain what is in flight -> stop everything it started -> summary.
 """
 
@@ -22,7 +23,9 @@ from rich.live import Live
 
 from reach.client import Client
 from reach.envelopes import now_ms
+from reach.kafka import topics
 from reach.names import Names
+from reach.ops import policy as ops_policy
 from reach.settings import ReachSettings
 from reach.tooling.demo.dashboard import Dashboard, Frame
 from reach.tooling.demo.follower import ReceiptFollower
@@ -30,7 +33,7 @@ from reach.tooling.demo.infra import Infra
 from reach.tooling.demo.processes import Children, environment, get_json, wait_until
 from reach.tooling.demo.signals import StopRequests
 from reach.tooling.demo.tally import Rate, Snapshot, Tally
-from reach.tooling.demo.traffic import REGIONS, Answerer, Traffic
+from reach.tooling.demo.traffic import FALLBACKS, REGIONS, Answerer, Traffic
 from reach.tooling.local.process import free_port
 
 AGENTS = (("echo", "examples.echo_agent:agent", "agent://demo/echo"),
@@ -99,6 +102,7 @@ class _Run:
     # -- start ---------------------------------------------------------------------------------------
     def start(self, stop: StopRequests) -> None:
         say = self.console.print
+        self.set_fallbacks()
         router = self.children.spawn("router", ["router", "--interval", "10"], REACH_WEB_PORT=str(self.port),
                                      **{k: os.environ.get(k, v) for k, v in DEMO_HEALTH.items()})
         for name, target, _ in AGENTS:
@@ -134,8 +138,18 @@ class _Run:
             thread.start()
         say(f"all agents READY; sending {self.rate:g} requests/s "
             "(echo, flaky with retries and business errors, sessions, two regions, a few bad inputs, order events "
-            "fanned out to audit and notify, a streamed answer and a two-turn conversation every 3 s); "
+            "fanned out to audit and notify, demo.legacy served by its fallback demo.echo, a streamed answer and a "
+            "two-turn conversation every 3 s); "
             "the sick echo instance fails its calls until its breaker opens")
+
+    def set_fallbacks(self) -> None:
+        """Publish each FALLBACKS policy as `reach policy set --capability C --fallback F` does (the router reads
+        the control topic when it starts, so no request of C goes out before its fallback is in effect)."""
+        tiers = topics.load(self.infra.topics_file).retry_tiers()
+        for capability, to in FALLBACKS.items():
+            ops_policy.publish(capability, {"fallback": to}, by="reach-demo", names=self.names, tiers=tiers,
+                               kafka=self.infra.kafka())
+        self.console.print("POLICY fallback: " + ", ".join(f"{c} -> {to}" for c, to in FALLBACKS.items()))
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
@@ -237,6 +251,7 @@ class _Run:
         for outcome, note in (("completed_after_retry", "a flaky request that succeeded after retries"),
                               ("dead_lettered", "a dead-lettered request"), ("rejected", "a rejected bad input"),
                               ("fanned_out", "an order event and its deliveries to audit and notify"),
+                              ("fallback", "a demo.legacy request and the fallback's child that served it"),
                               ("unplanned", "a request that did not end as its kind expects")):
             if outcome in snap.examples:
                 lines.append(f"reach status {snap.examples[outcome]}    # {note}")

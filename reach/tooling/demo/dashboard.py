@@ -143,8 +143,11 @@ class Dashboard:
                 "(session affinity)", highlight=False)
         if snap.fanout:
             c.print("fan-out: order events delivered to each subscriber: " + "; ".join(
-                f"{agent} " + ", ".join(f"{status} {n}" for status, n in ended.most_common())
-                for agent, ended in sorted(snap.fanout.items())), highlight=False)
+                f"{agent} {_endings(ended)}" for agent, ended in sorted(snap.fanout.items())), highlight=False)
+        for to, served in sorted(snap.fallback.items()):
+            c.print(f"fallback: {sum(served.handed_on.values())} requests handed on to their POLICY fallback {to} "
+                    f"({_endings(served.handed_on)}), served by {to}: {_endings(served.ended) or 'none ended yet'}",
+                    highlight=False)
         c.print("look deeper (the records stay in the broker):", highlight=False)
         for line in commands:
             c.print(f"  {line}", highlight=False, markup=False)
@@ -161,9 +164,13 @@ class Dashboard:
             ended = snap.by_kind.get(kind, Counter())
             done = sum(ended.values())
             table.add_row(kind, str(sent), expected.value,
-                          ", ".join(f"{status} {n}" for status, n in ended.most_common()) or "-",
+                          _endings(ended) or "-",
                           f"{ended[expected.value]}/{done}")
         return table
+
+
+def _endings(counts: Counter[str]) -> str:
+    return ", ".join(f"{status} {n}" for status, n in counts.most_common())
 
 
 def _counts(row: Row) -> list[str]:

@@ -3,6 +3,8 @@
 The traffic generator registers what it sent (`sent`), the receipts follower feeds every receipt
 (`add`); the dashboard reads `snapshot()`. Like the status table, only the first terminal receipt of
 a (message_id, generation) counts; later ones (a redelivery republishing its cached result) are ignored.
+A request sent to a capability with a POLICY fallback ends, for its kind, with its fallback's child
+(`<message_id>-fb<generation>`, docs/decisions/0034): the parent's own ending only hands it on.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from reach.core import fallback
 from reach.records import Receipt, Status
 
 OUTCOME_COLUMNS = ("routed", "completed", "failed", "retried", "dead_lettered", "overload", "rejected",
@@ -32,12 +35,14 @@ _TERMINAL_COLUMN = {
 
 @dataclass(frozen=True)
 class Sent:
-    """What the generator published: the kind of traffic, when, its session, and how it should end."""
+    """What the generator published: the kind of traffic, when, its session, how it should end, and the POLICY
+    fallback of its capability (its kind then ends with the fallback's child)."""
 
     kind: str
     created_at: int
     session_key: str | None = None
     expect: str | None = None
+    fallback: str | None = None
 
 
 @dataclass
@@ -49,6 +54,14 @@ class Row:
 
     def p(self, quantile: float) -> int | None:
         return percentile(self.latencies_ms, quantile)
+
+
+@dataclass
+class Fallback:
+    """The requests handed to one fallback capability: the endings that handed them on, and how its children ended."""
+
+    handed_on: Counter[str] = field(default_factory=Counter)
+    ended: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -69,6 +82,7 @@ class Snapshot:
     as_planned: int
     unplanned: int
     fanout: dict[str, Counter[str]] = field(default_factory=dict)  # subscriber -> how its deliveries ended
+    fallback: dict[str, Fallback] = field(default_factory=dict)  # fallback capability -> the requests it served
 
 
 def percentile(values: list[int], quantile: float) -> int | None:
@@ -115,6 +129,7 @@ class Tally:
         self._as_planned = 0
         self._unplanned = 0
         self._fanout: dict[str, Counter[str]] = {}
+        self._fallback: dict[str, Fallback] = {}
 
     def sent(self, message_id: str, item: Sent) -> None:
         """The generator published `message_id` (call before producing, so no receipt can come first)."""
@@ -151,10 +166,16 @@ class Tally:
             outcome = outcome_of(receipt)
             self._count(outcome, cap, receipt.instance_id)
             self._examples.setdefault(outcome, receipt.message_id)
-            sent = self._sent.get(receipt.message_id)
-            if sent is None:
-                return
             ending = ending_of(receipt)
+            sent = self._sent.get(receipt.message_id)
+            if sent is not None and sent.fallback and fallback.serves(status):
+                self._handed_on(receipt, sent.fallback, ending)
+                return
+            if sent is None:
+                sent = self._parent_sent(receipt.message_id)  # a fallback's child ends its parent's kind
+                if sent is None:
+                    return
+                self._fallback.setdefault(sent.fallback or "", Fallback()).ended[ending] += 1
             self._kinds.setdefault(sent.kind, Counter())[ending] += 1
             if sent.expect is not None and ending == sent.expect:
                 self._as_planned += 1
@@ -172,6 +193,20 @@ class Tally:
                     self._examples.setdefault("completed_after_retry", receipt.message_id)
                 if sent.session_key and receipt.instance_id:
                     self._sessions.setdefault(sent.session_key, set()).add(receipt.instance_id)
+
+    def _handed_on(self, receipt: Receipt, to: str, ending: str) -> None:
+        """A request with a fallback ended as the fallback serves: its kind waits for the child's ending."""
+        self._fallback.setdefault(to, Fallback()).handed_on[ending] += 1
+        self._examples.setdefault("fallback", receipt.message_id)
+        child = fallback.child_id(receipt.message_id, receipt.generation)
+        if (child, 0) not in self._done:  # a child that ended first (its receipt on a faster partition) is done
+            self._pending.add(child)
+
+    def _parent_sent(self, message_id: str) -> Sent | None:
+        """What was sent for the parent of a fallback's child `<parent>-fb<generation>` (None for other messages)."""
+        parent, marker, generation = message_id.rpartition("-fb")
+        sent = self._sent.get(parent) if marker and generation.isdigit() else None
+        return sent if sent is not None and sent.fallback else None
 
     def _count(self, column: str, cap: Row, instance_id: str | None) -> None:
         self._totals[column] += 1
@@ -197,6 +232,7 @@ class Tally:
                 sessions={k: set(v) for k, v in self._sessions.items()}, examples=dict(self._examples),
                 as_planned=self._as_planned, unplanned=self._unplanned,
                 fanout={k: Counter(v) for k, v in self._fanout.items()},
+                fallback={k: Fallback(Counter(v.handed_on), Counter(v.ended)) for k, v in self._fallback.items()},
             )
 
 

@@ -28,7 +28,10 @@ from reach.tooling.demo.tally import Sent, Tally
 ECHO, FLAKY, NOBODY = "demo.echo", "demo.flaky", "demo.nobody"
 ORDER = "demo.order.created"  # subscribe mode: fanned out to agent://demo/audit and agent://demo/notify
 WRITE, INTERVIEW = "demo.write", "demo.interview"  # a streamed answer; a question and its answer (two turns)
-CAPABILITIES = (ECHO, FLAKY, NOBODY, ORDER, WRITE, INTERVIEW)
+LEGACY = "demo.legacy"  # no agent serves it: its requests end UNROUTABLE and go on to its POLICY fallback
+FALLBACKS = {LEGACY: ECHO}
+"""The POLICY `fallback` of each capability that has one, set by the demo before its traffic starts."""
+CAPABILITIES = (ECHO, FLAKY, NOBODY, ORDER, WRITE, INTERVIEW, LEGACY)
 """Every capability topic the traffic writes to (created before the router starts)."""
 REGIONS = ("eu-west", "us-east")
 SESSIONS = 6
@@ -43,6 +46,7 @@ EXPECTED: dict[str, Status] = {
     "flaky, always fails (2 attempts)": Status.DEAD_LETTERED,
     "nobody serves it": Status.UNROUTABLE,
     "order event, fanned out to audit + notify": Status.COMPLETED,
+    "legacy, served by its fallback (echo)": Status.COMPLETED,  # the tally ends it with its fallback's child
     "nobody serves it, expire_at set": Status.DEAD_LETTERED,
     "bad: undecodable bytes": Status.REJECTED,
     "bad: empty capability": Status.REJECTED,
@@ -70,8 +74,10 @@ class Planned:
 
 
 def plan(tick: int, rate: float, rng: random.Random) -> Planned:
-    """The tick-th request: about one bad input every 4 s and one unservable request every 2 s, the rest
-    a weighted mix of echo (some in sessions pinned to a region) and flaky requests."""
+    """The tick-th request: about one bad input every 4 s, one unservable request and one order event every 2 s,
+    one request to demo.legacy (served by its fallback) every 4 s, a streamed answer and a two-turn conversation
+    every 3 s, the rest a weighted mix of echo (some in sessions pinned to a region) and flaky requests. The slots
+    differ modulo `per_second` (1/2, -1, 3/4 and 1/4 of it), so at the default rate no kind hides another."""
     per_second = max(1, round(rate))
     if tick % (4 * per_second) == per_second // 2:
         return Planned(kind=_BAD[(tick // (4 * per_second)) % len(_BAD)], capability=ECHO, payload={"n": tick})
@@ -80,6 +86,9 @@ def plan(tick: int, rate: float, rng: random.Random) -> Planned:
         return Planned(kind="nobody serves it, expire_at set" if with_expiry else "nobody serves it",
                        capability=NOBODY, payload={"n": tick}, region=rng.choice(REGIONS),
                        expire_in_ms=600_000 if with_expiry else None)
+    if tick % (4 * per_second) == 3 * per_second + (3 * per_second) // 4:  # before the order slot: at 1 req/s
+        return Planned(kind="legacy, served by its fallback (echo)", capability=LEGACY,  # they share odd ticks
+                       payload={"n": tick, "text": "for the old system"})
     if tick % (2 * per_second) == (per_second + per_second // 2) % (2 * per_second):
         return Planned(kind="order event, fanned out to audit + notify", capability=ORDER,
                        payload={"order_id": f"o-{tick}", "amount": tick % 100})
@@ -145,7 +154,7 @@ class Traffic:
         elif planned.kind == "bad: version range":
             value = codec.encode(envelope.model_copy(update={"capability_version": "not a range"}))
         self.tally.sent(envelope.message_id, Sent(planned.kind, envelope.created_at, planned.session_key,
-                                                 EXPECTED[planned.kind].value))
+                                                 EXPECTED[planned.kind].value, FALLBACKS.get(planned.capability)))
         self.producer.produce(self.names.capability(planned.capability), value=value,
                               key=routing_key(envelope).encode(),
                               headers=[(h.MESSAGE_ID, envelope.message_id.encode())],

@@ -35,3 +35,20 @@ def test_summary_states_the_totals_and_how_to_look_deeper() -> None:
     assert "eu-west" in text and "25%" in text
     assert "completed 1" in text and "1/1 ended as their kind expects" in text
     assert "p50 12 ms" in text and "reach dlq ls" in text
+
+
+def test_the_summary_says_which_requests_their_fallback_served() -> None:
+    tally = Tally()
+    tally.sent("m1", Sent("legacy, served by its fallback (echo)", created_at=0, expect="COMPLETED",
+                          fallback="demo.echo"))
+    for message_id, capability, status in (("m1", "demo.legacy", Status.UNROUTABLE),
+                                           ("m1-fb0", "demo.echo", Status.COMPLETED)):
+        tally.add(Receipt(message_id=message_id, trace_id="t", tenant="d", capability=capability, status=status,
+                          at=12))
+    out = io.StringIO()
+    Dashboard(Console(file=out, width=200)).summary(tally.snapshot(), namespace="demo-x", traffic_s=20.0, rate=25.0,
+                                                    commands=[], log_dir="/tmp/logs")
+    text = out.getvalue()
+    assert ("fallback: 1 requests handed on to their POLICY fallback demo.echo (UNROUTABLE 1), served by demo.echo: "
+            "COMPLETED 1") in text
+    assert "1/1 ended as their kind expects" in text

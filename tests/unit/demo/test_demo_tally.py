@@ -103,3 +103,42 @@ def test_each_subscribers_deliveries_are_counted_from_the_fold_notes() -> None:
     assert tally.snapshot().examples["fanned_out"] == "m1"
     assert tally.snapshot().fanout == {"agent://demo/audit": {"COMPLETED": 1},
                                        "agent://demo/notify": {"COMPLETED": 1, "DEAD_LETTERED": 1}}
+
+
+def test_a_request_with_a_fallback_ends_its_kind_with_the_fallbacks_child() -> None:
+    tally = Tally()
+    kind = "legacy, served by its fallback (echo)"
+    tally.sent("m1", Sent(kind, created_at=100, expect="COMPLETED", fallback="demo.echo"))
+    tally.add(receipt(Status.UNROUTABLE, capability="demo.legacy", instance=None, at=200))
+    snap = tally.snapshot()
+    assert snap.by_kind == {} and snap.pending == 1, "the parent's UNROUTABLE only hands it on"
+    assert snap.totals["unroutable"] == 1 and snap.examples["fallback"] == "m1"
+    tally.add(receipt(Status.ROUTED, message_id="m1-fb0", instance=None, decision=Decision(picked_instance="i1")))
+    tally.add(receipt(Status.COMPLETED, message_id="m1-fb0", at=400))
+    snap = tally.snapshot()
+    assert snap.by_kind == {kind: {"COMPLETED": 1}} and (snap.as_planned, snap.unplanned) == (1, 0)
+    assert snap.pending == 0 and snap.latencies_ms == [300], "latency runs from the caller's created_at"
+    assert snap.fallback["demo.echo"].handed_on == {"UNROUTABLE": 1}
+    assert snap.fallback["demo.echo"].ended == {"COMPLETED": 1}
+    assert snap.by_capability["demo.echo"].counts["completed"] == 1
+
+
+def test_a_child_read_before_its_parent_still_ends_the_kind_and_leaves_nothing_pending() -> None:
+    tally = Tally()
+    tally.sent("m1", Sent("legacy", created_at=0, expect="COMPLETED", fallback="demo.echo"))
+    tally.add(receipt(Status.COMPLETED, message_id="m1-fb0"))  # receipts partitions are read side by side
+    tally.add(receipt(Status.UNROUTABLE, capability="demo.legacy", instance=None))
+    snap = tally.snapshot()
+    assert snap.by_kind == {"legacy": {"COMPLETED": 1}} and snap.pending == 0
+
+
+def test_endings_a_fallback_does_not_serve_and_ids_that_are_not_children_count_as_usual() -> None:
+    tally = Tally()
+    tally.sent("m1", Sent("legacy", created_at=0, expect="COMPLETED", fallback="demo.echo"))
+    tally.sent("m2", Sent("echo", created_at=0, expect="COMPLETED"))
+    tally.add(receipt(Status.REJECTED, capability="demo.legacy", instance=None))  # the same input: refused again
+    tally.add(receipt(Status.COMPLETED, message_id="m2-fb0"))  # m2 has no fallback: not its child
+    tally.add(receipt(Status.COMPLETED, message_id="m1-fbx"))  # not a derived child id
+    snap = tally.snapshot()
+    assert snap.by_kind == {"legacy": {"REJECTED": 1}} and snap.unplanned == 1
+    assert snap.fallback == {} and snap.pending == 1

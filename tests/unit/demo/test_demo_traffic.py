@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from reach.tooling.demo.traffic import EXPECTED, NOBODY, ORDER, REGIONS, plan
+from reach.tooling.demo.traffic import CAPABILITIES, ECHO, EXPECTED, FALLBACKS, LEGACY, NOBODY, ORDER, REGIONS, plan
 
 
 def test_a_minute_of_traffic_has_every_kind_and_bad_inputs_are_few() -> None:
@@ -46,3 +46,20 @@ def test_an_order_event_goes_out_every_two_seconds_to_be_fanned_out() -> None:
     orders = [p for p in (plan(tick, 25.0, rng) for tick in range(25 * 60)) if p.capability == ORDER]
     assert len(orders) == 30 and {p.kind for p in orders} == {"order event, fanned out to audit + notify"}
     assert all(isinstance(p.payload["order_id"], str) for p in orders)
+
+
+def test_a_legacy_request_goes_out_every_four_seconds_without_hiding_another_periodic_kind() -> None:
+    rng = random.Random(11)
+    planned = [plan(tick, 25.0, rng) for tick in range(25 * 60)]
+    legacy = [p for p in planned if p.capability == LEGACY]
+    assert len(legacy) == 15 and {p.kind for p in legacy} == {"legacy, served by its fallback (echo)"}
+    kinds = Counter(p.kind for p in planned)
+    assert kinds["order event, fanned out to audit + notify"] == 30
+    assert kinds["streamed answer (5 chunks)"] == kinds["two-turn conversation"] == 20  # one each every 3 s
+    assert FALLBACKS == {LEGACY: ECHO} and LEGACY in CAPABILITIES  # its topic exists before the router starts
+
+
+def test_at_one_request_a_second_the_legacy_slot_and_the_other_periodic_kinds_each_keep_a_tick() -> None:
+    rng = random.Random(2)
+    capabilities = [plan(tick, 1.0, rng).capability for tick in range(4)]
+    assert capabilities[1:] == [ORDER, NOBODY, LEGACY]
