@@ -149,6 +149,81 @@ def test_the_memory_mark_is_written_once_cached_and_read_again_after_a_failure()
     assert redis.reads == 3, "read when absent, after forget() and when older than max_age_s"
 
 
+class SlowRedis(FakeRedis):
+    """Each call takes a few loop turns, as a network round trip does; counts the calls in flight at once (each one
+    a pooled connection redis-py opens when none is free, and keeps)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+        self.inflight = 0
+        self.most = 0
+        self.fail: Exception | None = None
+
+    async def _turns(self) -> None:
+        self.inflight += 1
+        self.most = max(self.most, self.inflight)
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            if self.fail is not None:
+                raise self.fail
+        finally:
+            self.inflight -= 1
+
+    async def set(self, key: str, value: str, *, nx: bool = False) -> bool:
+        self.sets += 1
+        await self._turns()
+        return await super().set(key, value, nx=nx)
+
+    async def get(self, key: str) -> bytes | None:
+        await self._turns()
+        return await super().get(key)
+
+
+def test_a_burst_of_handlers_shares_one_read_of_the_memory_mark() -> None:
+    redis, ticks = SlowRedis(), [0.0]
+    mark = MemoryMark(redis, namespace="ns", max_age_s=1.0, clock=lambda: ticks[0],  # type: ignore[arg-type]
+                      wall=lambda: 1_000)
+
+    async def go() -> list[int]:
+        first = await asyncio.gather(*(mark.since() for _ in range(50)))
+        ticks[0] = 5.0  # stale: the next burst reads it again, once
+        return [*first, *await asyncio.gather(*(mark.since() for _ in range(50)))]
+
+    assert asyncio.run(go()) == [1_000] * 100
+    assert (redis.sets, redis.reads) == (2, 2), "one SET NX + GET per stale burst, not one per handler"
+    assert redis.most == 1, "one Redis connection in use at a time"
+
+
+def test_a_failed_shared_read_reaches_every_caller_and_the_next_call_reads_again() -> None:
+    redis = SlowRedis()
+    redis.fail = ConnectionError("redis down")
+    mark = MemoryMark(redis, namespace="ns", max_age_s=1.0, wall=lambda: 1_000)  # type: ignore[arg-type]
+
+    async def go() -> tuple[list[object], int]:
+        failed = await asyncio.gather(*(mark.since() for _ in range(5)), return_exceptions=True)
+        redis.fail = None
+        return failed, await mark.since()
+
+    failed, after = asyncio.run(go())
+    assert [type(e) for e in failed] == [ConnectionError] * 5 and after == 1_000
+    assert redis.sets == 2
+
+
+def test_a_cancelled_caller_leaves_the_shared_read_to_the_others() -> None:
+    redis = SlowRedis()
+    mark = MemoryMark(redis, namespace="ns", max_age_s=1.0, wall=lambda: 1_000)  # type: ignore[arg-type]
+
+    async def go() -> int:
+        quitter, stayer = asyncio.ensure_future(mark.since()), asyncio.ensure_future(mark.since())
+        await asyncio.sleep(0)
+        quitter.cancel()
+        return await stayer
+
+    assert asyncio.run(go()) == 1_000 and redis.sets == 1
+
+
 def test_the_kafka_ledger_keeps_what_this_process_records_once_loaded() -> None:
     from reach.agent.idempotency import KeyScope
     from reach.agent.keyledger import KafkaKeyLedger
