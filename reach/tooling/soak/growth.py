@@ -112,6 +112,8 @@ def judge(name: str, kind: Kind, points: Sequence[tuple[float, float]], *, durat
         return Verdict(name, kind, len(last), level, None, None, False, "fewer than 3 samples in the last half")
     rise = slope(last) * half
     allowed = bound.allowed(level or 0.0)
+    if points[0][0] >= half:  # started in the last half (a restart at its first second): its warm-up is not growth
+        return Verdict(name, kind, len(last), level, rise, allowed, False, "started in the last half")
     if last[-1][0] - last[0][0] < COVERAGE * half:
         return Verdict(name, kind, len(last), level, rise, allowed, False, "not alive through the last half")
     if bound.ttl_bound and half < ttl_s:

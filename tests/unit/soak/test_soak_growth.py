@@ -54,11 +54,20 @@ def test_one_more_topic_in_the_last_half_is_growth() -> None:
 
 
 def test_a_process_not_alive_through_the_last_half_is_shown_not_judged() -> None:
-    churned = series(lambda t: 100 + t, start=1800, end=1920)  # a churned agent's 2 minutes
+    churned = series(lambda t: 100 + t, start=1710, end=1920)  # a churned agent's last minutes
     verdict = judge("rss_mib agent churned pid 7", Kind.RSS, churned, duration_s=RUN_S)
     assert not verdict.judged and not verdict.grows
     assert verdict.why_not == "not alive through the last half"
     assert verdict.rise is not None  # its fit is still reported
+
+
+def test_a_process_started_at_the_last_half_is_not_judged_on_its_warm_up() -> None:
+    """A 4-minute soak restarts an agent at 120 s, the last half's first second: its first sample (15 MiB, just
+    started) against its working size read as growth."""
+    restarted = series(lambda t: 15 if t == 1800 else 105 + (t - 1800) / 1000, start=1800)
+    verdict = judge("rss_mib agent churned pid 8", Kind.RSS, restarted, duration_s=RUN_S)
+    assert not verdict.judged and not verdict.grows
+    assert verdict.why_not == "started in the last half"
 
 
 def test_ttl_bound_stores_are_judged_only_past_their_horizon() -> None:
