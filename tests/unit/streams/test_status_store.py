@@ -5,10 +5,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from reach.core.lifecycle import StatusRow, fold
 from reach.records import ErrorInfo, Receipt, Status
 from reach.streams.status import keys
-from reach.streams.status.store import WRITE_BUFFER_BYTES, PartitionStore
+from reach.streams.status import store as store_module
+from reach.streams.status.store import PartitionStore
 
 
 def row(mid: str, *steps: tuple[Status, int], trace: str = "t1", **kw: object) -> bytes:
@@ -72,13 +75,15 @@ def test_reads_racing_a_close_see_the_rows_or_nothing(tmp_path: Path) -> None:
     assert store.get_raw("m7") is None and store.trace("t1") == [] and store.timed(keys.DUE, 10**12) == []
 
 
-def test_rows_in_memory_stay_within_two_write_buffers(tmp_path: Path) -> None:
+def test_rows_in_memory_stay_within_two_write_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """RocksDB's default 64 MiB write buffers let a store hold ~128 MiB of rows in memory before a flush (a soak read
-    it as growth); the store's buffers are bounded, so 24 MiB of row writes never keep much more than two in memory."""
+    it as growth); the store's buffers are bounded (WRITE_BUFFER_BYTES, 8 MiB; 1 MiB here to keep the test short),
+    so 6 MiB of row writes never keep much more than two in memory."""
+    monkeypatch.setattr(store_module, "WRITE_BUFFER_BYTES", 1 << 20)
     store = PartitionStore(tmp_path / "p0")
     body = row("m", (Status.COMPLETED, 100), error=ErrorInfo(kind="AGENT", code="X", message="y" * 1_200))
     largest = 0
-    for batch in range(24 << 20 // (1_000 * len(body)) + 1):
-        store.write({f"m{batch}-{i}": body for i in range(1_000)})
+    for batch in range((6 << 20) // (500 * len(body)) + 1):
+        store.write({f"m{batch}-{i}": body for i in range(500)})
         largest = max(largest, store._db.property_int_value("rocksdb.size-all-mem-tables") or 0)
-    assert largest <= 3 * WRITE_BUFFER_BYTES, largest  # two buffers and slack for a flush behind; the default: ~80 MB
+    assert largest <= 3 << 20, largest  # two buffers and slack for a flush behind; the defaults: all 6 MiB
