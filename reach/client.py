@@ -17,7 +17,7 @@ from reach.controlfeed import ControlFeed, ControlSource
 from reach.envelopes import BUDGET_MS, new_envelope, now_ms, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.invoke import ReplyInbox
-from reach.kafka import clients, codec, topics
+from reach.kafka import clients, codec, topics, writeas
 from reach.kafka import headers as h
 from reach.names import Names
 from reach.records import Envelope, Policy, Receipt
@@ -44,6 +44,7 @@ class Client:
         self.kafka = kafka or KafkaSettings()
         self.settings = settings or ReachSettings()
         codec.use_schema_registry(self.settings.schema_registry_url)
+        writeas.use(self.settings.records_write_as)
         self.names = Names(self.settings.namespace)
         self.source = source
         self._producer: Producer | None = None

@@ -73,6 +73,7 @@ class ReachSettings(BaseSettings):
     status_retention: int = 7 * 24 * 3600
     stale_no_route: int = 24 * 3600
     schema_registry_url: str | None = None
+    records_write_as: str | None = None  # write records as this release reads them (reach.kafka.writeas, 0048)
     operator: str | None = None  # the name the CLI records on the control records it publishes (`reach audit`)
     currency: str = "USD"  # ISO 4217: what usage costs (micro-units) and cost limits are in (reach.core.usage)
     tenant_limits: dict[str, list[str]] = {}  # tenant -> ["tokens=2M/month", "cost=5.00/day"] (reach.core.spend)

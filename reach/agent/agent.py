@@ -330,13 +330,14 @@ class Agent:
     def run(self, *, install_signals: bool = True) -> None:
         """Run this instance until SIGTERM/SIGINT or `stop()`: register, consume, drain, tombstone."""
         from reach.agent.runner import Runner
-        from reach.kafka import codec
+        from reach.kafka import codec, writeas
         from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 
         self.validate()
         # an agent's entry point: its settings come from the environment here, and only here
         settings = ReachSettings()
         codec.use_schema_registry(settings.schema_registry_url)
+        writeas.use(settings.records_write_as)
         self._runner = Runner(self, kafka=KafkaSettings(), redis=RedisSettings(), settings=settings)
         self._runner.run(install_signals=install_signals)
 

@@ -27,7 +27,7 @@ from reach.cli.answer import answer as answer_command
 from reach.cli.cancel import cancel as cancel_command
 from reach.cli.common import run_guarded
 from reach.cli.gateway import gateway as gateway_command
-from reach.kafka import codec
+from reach.kafka import codec, writeas
 from reach.settings import ReachSettings
 
 app = typer.Typer(
@@ -39,7 +39,9 @@ app = typer.Typer(
 @app.callback()
 def _entry() -> None:
     # the CLI is an entry point (docs/architecture.md): the settings below it come from here, the codec's too
-    codec.use_schema_registry(ReachSettings().schema_registry_url)
+    settings = ReachSettings()
+    codec.use_schema_registry(settings.schema_registry_url)
+    writeas.use(settings.records_write_as)
 
 
 app.add_typer(local.app, name="local")

@@ -146,11 +146,13 @@ def _with_millis(node: Any) -> Any:
 
 
 class Codec:
-    """Encodes with the current schema of a record; decodes any version found in the schema root."""
+    """Encodes with the current schema of a record (or the version it is pinned to, `pin`); decodes any version
+    found in the schema root."""
 
     def __init__(self, root: Path = SCHEMA_ROOT) -> None:
         self._root = root
         self._families: dict[str, _Family] = {}
+        self._pins: dict[str, _Version] = {}  # record -> the older version its writers write (reach.kafka.writeas)
 
     def encode(self, record: AvroRecord) -> bytes:
         """Frame a model as single-object Avro with its current schema."""
@@ -169,7 +171,46 @@ class Codec:
             schemaless_writer(buf, family.current.parsed, record)
         except Exception as exc:  # fastavro raises assorted built-ins for a bad datum
             raise EncodeError(f"cannot encode {name}: {exc!r}; check the record against {name}.avsc") from exc
-        return buf.getvalue()
+        pinned = self._pins.get(name)
+        return buf.getvalue() if pinned is None else self._written_as(name, family, pinned, buf)
+
+    def _written_as(self, name: str, family: _Family, pinned: _Version, buf: BytesIO) -> bytes:
+        """The record as the pinned version's reader reads it from today's bytes (Avro resolution: fields it lacks
+        dropped, symbols it lacks as its enum's default), written with that version: bytes such a reader decodes."""
+        buf.seek(HEADER_SIZE)
+        try:
+            record = schemaless_reader(buf, family.current.parsed, pinned.parsed)
+            out = BytesIO()
+            out.write(MARKER + pinned.fingerprint)
+            schemaless_writer(out, pinned.parsed, record)
+        except Exception as exc:  # a value the older schema cannot express (a symbol its enum lacks, no default)
+            raise EncodeError(f"cannot write {name} as {pinned.path.name} (REACH_RECORDS_WRITE_AS): {exc!r}") from exc
+        return out.getvalue()
+
+    def pin(self, name: str, version: int | None) -> Path | None:
+        """Write `name` with `history/<name>/<version>.avsc` from now on (None: with the current schema again);
+        the file pinned, None when that version is the current schema (nothing to pin). SchemaNotFound for a
+        version that is not released."""
+        family = self._families.get(name) or self._load(name)
+        if version is None:
+            self._pins.pop(name, None)
+            return None
+        path = self._root / "history" / name / f"{version}.avsc"
+        if not path.is_file():
+            released = sorted(int(p.stem) for p in path.parent.glob("*.avsc") if p.stem.isdigit())
+            raise SchemaNotFound(f"{name} v{version} is not released (history/{name}/ holds "
+                                 f"{', '.join(map(str, released)) or 'none'})")
+        target = family.versions[fingerprint(json.loads(path.read_text(encoding="utf-8")))]
+        if target.fingerprint == family.current.fingerprint:
+            self._pins.pop(name, None)
+            return None
+        self._pins[name] = _Version(target.parsed, None, target.fingerprint, path)
+        return path
+
+    def pinned(self, name: str) -> bool:
+        """Whether `name` is written with an older version than its current schema (hand-written encoders of
+        today's layout must then leave it to `encode_dict`)."""
+        return name in self._pins
 
     def decode_dict(self, name: str, data: bytes) -> dict[str, Any]:
         """Read framed bytes into a dict shaped by the current schema (timestamps as epoch millis)."""

@@ -112,8 +112,8 @@ class FlatReceiptWriter:
     def create(cls) -> FlatReceiptWriter | None:
         """A writer whose output matches the codec on samples, else None (use the codec)."""
         schema = _codec.default_codec().schema("Receipt")
-        if [f["name"] for f in schema["fields"]] != list(FIELDS):
-            return None
+        if [f["name"] for f in schema["fields"]] != list(FIELDS) or _codec.default_codec().pinned("Receipt"):
+            return None  # pinned: the codec writes receipts as the older release reads them
         return checked(cls, _samples(), as_dict)
 
     def encode(
@@ -192,11 +192,15 @@ _checked = False
 
 
 def flat_writer() -> FlatReceiptWriter | None:
-    """The process's writer while records are written single-object (no Schema Registry), else None."""
+    """The process's writer while receipts are written single-object with today's schema, else None (a Schema
+    Registry, or receipts pinned to an older version by REACH_RECORDS_WRITE_AS: the codec writes those)."""
     global _writer, _checked
+    default = _codec.default_codec()
+    if _codec.wire_codec() is not default or default.pinned("Receipt"):
+        return None
     if not _checked:
         _writer, _checked = FlatReceiptWriter.create(), True
-    return _writer if _codec.wire_codec() is _codec.default_codec() else None
+    return _writer
 
 
 def encode_receipt(receipt: Receipt) -> bytes:

@@ -23,7 +23,7 @@ from reach.core.healthmodel.settings import HealthSettings
 from reach.core.spend import Period, Spent
 from reach.envelopes import now_ms
 from reach.intent.unroutable import IntentHandoff
-from reach.kafka import clients, codec, topics
+from reach.kafka import clients, codec, topics, writeas
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.settings import CanarySettings, HealthEnvSettings, KafkaSettings, ReachSettings, RedisSettings
@@ -97,6 +97,7 @@ def build_app(
     kafka = kafka or KafkaSettings()
     redis = redis or RedisSettings()
     codec.use_schema_registry(reach_settings.schema_registry_url)
+    writeas.use(reach_settings.records_write_as)
     names = Names(reach_settings.namespace)
     spec = topics.load(reach_settings.topics_file)
     partitions = spec.topics["receipts"].partitions

@@ -9,15 +9,19 @@ ledger agent>` of either release, and a client process of either release that se
 through its own `reach.client.Client` at 20/s.
 
 The order is the one docs/records.md prescribes (readers first): the previous release runs whole (router and
-status fold, two agents, its client); today's router replaces it, then each agent, then the client. Each
-replacement happens while the traffic flows. A rollback of the router under today's writers is not run: the
-previous router cannot read today's records (see the note in the test and docs/reliability.md). The fault suite's checker then holds every acknowledged message to one terminal receipt: 0 lost,
-no message with two different terminals.
+status fold, two agents, its client); today's router replaces it, then each agent, then the client; at the end the
+previous release's router comes back in front of today's agents and client (a rollback). Every process of today's
+release runs with REACH_RECORDS_WRITE_AS naming the previous release, as docs/operations.md "Rolling upgrades"
+tells an operator to (reach.kafka.writeas, docs/decisions/0048): it writes each record with the newest schema the
+previous release reads, so the rolled-back router reads today's envelopes, registrations and receipts. Each
+replacement happens while the traffic flows. The fault suite's checker then holds every acknowledged message to one
+terminal receipt: 0 lost, no message with two different terminals.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -30,7 +34,8 @@ from pathlib import Path
 import pytest
 
 from reach.envelopes import now_ms
-from reach.kafka import codec
+from reach.kafka import codec, writeas
+from reach.kafka.codec import HEADER_SIZE, SCHEMA_ROOT, fingerprint
 from reach.names import Names
 from reach.records import Receipt
 from reach.registry import read_registry
@@ -50,6 +55,8 @@ PREVIOUS_RELEASE = "d08872c4305bc8f22c9eee4f58ce92d255f98583"
 TODAY_AGENT = "reach.tooling.faults.ledger_agent:agent"
 PREVIOUS_AGENT = "reach.faults.ledger_agent:agent"  # the same agent, where that release kept it
 RATE = 20.0
+WRITE_AS = PREVIOUS_RELEASE[:7]
+"""REACH_RECORDS_WRITE_AS of today's processes: the release the operator may roll back to."""
 
 SENDER = """
 import sys, time
@@ -103,7 +110,7 @@ class Fleet:
         # today's processes import this checkout; the previous release's its own source tree (its venv's path entry)
         return {"PYTHONPATH": str(ROOT) if today else "", "REACH_WEB_PORT": str(self.port),
                 "REACH_HOME": str(self.tmp / "home"), "PYTHONFAULTHANDLER": "1",
-                ledger_agent.LEDGER_ENV: str(self.ledger)}
+                ledger_agent.LEDGER_ENV: str(self.ledger), **({writeas.ENV: WRITE_AS} if today else {})}
 
     def start(self, name: str, args: list[str], *, today: bool, module: bool = True) -> Child:
         label = f"{name} {'today' if today else 'previous'}"
@@ -139,6 +146,13 @@ def _sent(child: Child) -> list[Sent]:
     return out
 
 
+def _read_by_previous() -> set[bytes]:
+    """The Receipt fingerprints the previous release decodes: every released version up to the one it lists."""
+    newest = writeas.releases()[PREVIOUS_RELEASE]["records"]["Receipt"]
+    return {fingerprint(json.loads((SCHEMA_ROOT / "history" / "Receipt" / f"{v}.avsc").read_text()))
+            for v in range(1, newest + 1)}
+
+
 def _per_phase(sent: list[Sent], seen: list[Seen], phases: list[tuple[int, str]]) -> dict[str, dict[str, int]]:
     """Terminal outcomes by the phase each message was sent in (the first terminal receipt of each)."""
     first: dict[str, Seen] = {}
@@ -164,13 +178,20 @@ def fleet(namespace: str, tmp_path: Path) -> Iterator[Fleet]:
 
 PREVIOUS_WHOLE, ROUTER_UP, TODAY_ROUTER = "previous release whole", "router upgrade", "today's router"
 AGENT_SWAPS, CLIENT_SWAP = ("agent 1 upgrade", "agent 2 upgrade"), "client upgrade"
+ROUTER_DOWN, PREVIOUS_ROUTER = "router rollback", "previous router, today's agents and client"
 
 
 @pytest.mark.timeout(300)
 def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_once(namespace: str,
                                                                                   fleet: Fleet) -> None:
     names, kafka = Names(namespace), KafkaSettings()
-    tail = Tail(names.receipts, lambda b: codec.decode(b, Receipt))
+    written: set[bytes] = set()  # the writer schemas of every receipt on the topic
+
+    def receipt(raw: bytes) -> Receipt:
+        written.add(bytes(raw[2:HEADER_SIZE]))
+        return codec.decode(raw, Receipt)
+
+    tail = Tail(names.receipts, receipt)
     phases: list[tuple[int, str]] = []
 
     def live_agents(n: int) -> bool:
@@ -199,11 +220,11 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
         phase(CLIENT_SWAP, 4)  # today's client replaces the previous release's
         today_client, stop_today = fleet.sender(today=True)
         stop_previous.touch()
-        time.sleep(6)
-        # No rollback phase: the previous router cannot read today's records (Envelope v4, AgentRegistration v4,
-        # Receipt v9+ are not in its history) and rejects or cannot route them; with it, a run ended one message
-        # twice (COMPLETED by today's stack, REJECTED UNKNOWN_SCHEMA by the previous router re-reading it).
-        # docs/reliability.md "Rolling upgrade": roll routers first, and do not roll a router back under newer writers
+        time.sleep(4)
+        phase(ROUTER_DOWN)  # the previous release's router back in front of today's agents and client
+        router.stop()
+        router = fleet.router(today=False)
+        phase(PREVIOUS_ROUTER, 6)
         stop_today.touch()
         for proc in (client, today_client):
             proc.proc.wait(30)
@@ -233,9 +254,15 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
         # the previous release's agents and client against today's router and status fold: every request completes
         for name in (PREVIOUS_WHOLE, ROUTER_UP, TODAY_ROUTER):
             assert set(by_phase[name]) == {"COMPLETED"}, evidence
-        # agents replaced one at a time, then the client: served throughout (a replaced instance may leave a second
-        # with nowhere to route in a mixed fleet: UNROUTABLE, once, never lost)
-        for name in (*AGENT_SWAPS, CLIENT_SWAP):
+        # agents replaced one at a time, then the client, then the router rolled back: served throughout (a replaced
+        # instance may leave a second with nowhere to route in a mixed fleet: UNROUTABLE, once, never lost)
+        for name in (*AGENT_SWAPS, CLIENT_SWAP, ROUTER_DOWN, PREVIOUS_ROUTER):
             assert set(by_phase[name]) <= {"COMPLETED", "UNROUTABLE"}, evidence
+        # the rolled-back router reads today's envelopes and registrations (written as the previous release reads
+        # them): it routes today's requests to today's agents, it does not reject them (UNKNOWN_SCHEMA) nor find no
+        # instance for every one of them (NO_ROUTE) as it did before REACH_RECORDS_WRITE_AS
+        assert by_phase[PREVIOUS_ROUTER].get("COMPLETED", 0) > by_phase[PREVIOUS_ROUTER].get("UNROUTABLE", 0), evidence
+        # every receipt on the topic, whoever wrote it, is one the previous release's status fold reads
+        assert written <= _read_by_previous(), [fp.hex() for fp in written - _read_by_previous()]
     finally:
         tail.close()

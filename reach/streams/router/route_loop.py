@@ -48,7 +48,14 @@ from reach.errors import ConfigError, InvalidName
 from reach.kafka import clients, delivery, topics
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
-from reach.kafka.codec import DecodeError, RegistryUnavailable, UnknownSchema, decode_dict, encode_dict
+from reach.kafka.codec import (
+    DecodeError,
+    RegistryUnavailable,
+    UnknownSchema,
+    decode_dict,
+    default_codec,
+    encode_dict,
+)
 from reach.names import Names
 from reach.records import AgentRegistration, Canary, InstanceHealth, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
@@ -584,6 +591,8 @@ class Router(SupervisedLoop):
         with this worker's id so its own state loop need not decode them again."""
         routed, batch.routed = batch.routed, []
         writer, topic, tag = self._routed_writer, self.names.receipts, self._routed_headers
+        if writer is not None and default_codec().pinned("Receipt"):  # REACH_RECORDS_WRITE_AS: the codec writes them
+            writer = None
         for r in routed:
             request, forward = r.request, r.forward
             if writer is None:
@@ -654,9 +663,12 @@ class Router(SupervisedLoop):
             receipt = _receipt(request, Status.REJECTED, now, error=error)
             self._produce_terminal(batch, position, receipt, reply, counter="rejected", side=letter)
             return
+        message_id = _fallback_id(msg)
+        if self._ended_before(message_id, msg, reject, batch):
+            return
         letter()  # undecodable: no (message_id, generation) to fence; nothing else can end it either
         receipt = {
-            "message_id": _fallback_id(msg),
+            "message_id": message_id,
             "trace_id": "",
             "tenant": "",
             "capability": self._capability_of(msg.topic() or ""),
@@ -666,6 +678,20 @@ class Router(SupervisedLoop):
         }
         self._produce_receipt(producer, batch, position, receipt, reply)
         self.stats.count(batch.stats_key(receipt["capability"]), "rejected")
+
+    def _ended_before(self, message_id: str, msg: Message, reject: Reject, batch: _Batch) -> bool:
+        """Whether an envelope this router cannot decode (a newer writer's schema, a corrupt body) names a message
+        that already ended (its first terminal, generation 0, in the register): then it is not ended again, neither
+        REJECTED nor dead-lettered, only counted (`superseded`) and logged; a message a newer router completed is
+        not ended a second time by an older one re-reading its topic (docs/decisions/0048). Redis out: False."""
+        winner = self.fence.peek([(message_id, 0)])[0]
+        if winner is None:
+            return False
+        capability = self._capability_of(msg.topic() or "")
+        log.warning("%s[%d]@%d: envelope of %s does not decode (%s) but the message already ended; not ended again",
+                    msg.topic(), msg.partition(), msg.offset(), message_id, reject.code)
+        self.stats.count(batch.stats_key(capability), "superseded")
+        return True
 
     def _dead_letter(
         self,
