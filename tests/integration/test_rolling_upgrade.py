@@ -207,6 +207,8 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
         agents = [fleet.agent(today=False), fleet.agent(today=False)]
         wait_for(lambda: live_agents(2), 90, "two agents of the previous release owning inbox partitions")
         client, stop_previous = fleet.sender(today=False)
+        # the first phase's clock starts with the client's first request (a loaded machine starts it late)
+        wait_for(lambda: len(_sent(client)) > 0, 60, "the previous release's client sending")
         phase(PREVIOUS_WHOLE, 4)
         phase(ROUTER_UP)  # today's router and status fold replace the previous release's
         router.stop()
@@ -219,6 +221,7 @@ def test_a_rolling_upgrade_under_traffic_loses_nothing_and_ends_each_message_onc
             time.sleep(6)
         phase(CLIENT_SWAP, 4)  # today's client replaces the previous release's
         today_client, stop_today = fleet.sender(today=True)
+        wait_for(lambda: len(_sent(today_client)) > 0, 60, "today's client sending")
         stop_previous.touch()
         time.sleep(4)
         phase(ROUTER_DOWN)  # the previous release's router back in front of today's agents and client
