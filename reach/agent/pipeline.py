@@ -96,7 +96,7 @@ class Pipeline:
                  memory: Memory | None = None, ledger: KeyLedger | None = None,
                  runs: RecentRuns | None = None) -> None:
         # the runs this instance finished or is running: a redelivery never reruns them, Redis or not
-        self._runs = runs if runs is not None else RecentRuns(ttl_s=agent.result_ttl_s)
+        self._runs = runs if runs is not None else RecentRuns(max_runs=agent.recent_runs)
         self._memory = memory  # when Redis's memory began (a Redis that came back empty starts it again)
         self._ledger = ledger  # business keys' COMPLETED results on Kafka, asked while Redis's memory is young
         self._agent = agent

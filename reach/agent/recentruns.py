@@ -20,14 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from reach.agent.outcomes import Outcome
-from reach.core.retention import RESULT_TTL_S
 
-DEFAULT_MAX_RUNS = 50_000
-"""Runs remembered per instance: at 200 messages/s on one instance, the last ~4 minutes (redelivery after a
-rebalance or a failed commit comes within a session timeout, 45 s by default)."""
+DEFAULT_MAX_RUNS = 20_000
+"""Runs remembered per instance: at 200 messages/s on one instance, the last 100 s (a redelivery to the same
+instance comes after a rebalance or a failed commit, within a session timeout: 45 s by default)."""
 
-DEFAULT_MAX_BYTES = 32 * 1024 * 1024
-"""Terminal receipts kept, in bytes (a large result fills it sooner: the oldest runs go first)."""
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+"""What the entries may take, receipts and overhead counted (a large result fills it sooner: the oldest go first)."""
+
+DEFAULT_TTL_S = 300.0
+"""How long an ended run is remembered: past any redelivery to the same instance, and short enough that an idle or
+slow instance's record stops growing within minutes (a soak judges an agent's RSS over its last half, 0039)."""
 
 ENTRY_OVERHEAD_BYTES = 200
 """What an entry costs besides its receipt (key, tuple, dict slot), counted against DEFAULT_MAX_BYTES."""
@@ -70,7 +73,7 @@ class RecentRuns:
     when it stopped without one (shutdown); `find` for a delivery that has not started yet."""
 
     def __init__(self, *, max_runs: int = DEFAULT_MAX_RUNS, max_bytes: int = DEFAULT_MAX_BYTES,
-                 ttl_s: float = RESULT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
+                 ttl_s: float = DEFAULT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
         if max_runs < 0 or max_bytes < 0 or ttl_s < 0:
             raise ValueError(f"RecentRuns bounds must be >= 0; got max_runs={max_runs}, max_bytes={max_bytes}, "
                              f"ttl_s={ttl_s}")

@@ -35,7 +35,6 @@ from reach.agent.ownership import Ownership
 from reach.agent.pipeline import Pipeline
 from reach.agent.policy import AgentControl, Mode
 from reach.agent.publisher import Publisher, when_acked
-from reach.agent.recentruns import RecentRuns
 from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
@@ -160,8 +159,7 @@ class Runner:
                                   memory=MemoryMark(redis, namespace=self.names.namespace),
                                   ledger=KafkaKeyLedger(topic=self.names.idempotency, kafka=self._kafka,
                                                         capabilities=self.agent.capabilities)
-                                  if self._ledger_topic else None,
-                                  runs=RecentRuns(max_runs=self.agent.recent_runs, ttl_s=self.agent.result_ttl_s))
+                                  if self._ledger_topic else None)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,

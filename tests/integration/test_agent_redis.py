@@ -19,7 +19,7 @@ from reach.client import Client
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.names import Names
-from reach.records import Envelope, Status
+from reach.records import Envelope, Receipt, Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.tooling.faults.redis import RedisServer
@@ -109,6 +109,15 @@ def test_redis_restart_falls_back_to_the_status_table_and_comes_back(
     assert all(runs[e.message_id] == 1 for e in sent)
 
 
+def _completed_twice(receipts: Receipts, message_id: str) -> list[Receipt]:
+    """The two COMPLETED receipts of a message delivered twice (waited for)."""
+    def both() -> list[Receipt] | None:
+        done = [r for r in receipts.by_message().get(message_id, []) if r.status is Status.COMPLETED]
+        return done if len(done) == 2 else None
+
+    return wait_for(both, 30, f"two COMPLETED receipts of {message_id}")
+
+
 def test_with_redis_down_a_redelivery_to_the_instance_that_ran_it_runs_nothing_again(
         namespace: str, private_redis: RedisServer) -> None:
     """The fault suite's leader-sigkill repeats (docs/reliability.md): Redis unreachable while envelopes this
@@ -130,16 +139,12 @@ def test_with_redis_down_a_redelivery_to_the_instance_that_ran_it_runs_nothing_a
         private_redis.stop()
         client.publish(done, topic=inbox, partition=2)  # redeliveries while Redis is unreachable
         client.publish(slow, topic=inbox, partition=3)  # of a run still in flight on this instance
-        seen = wait_for(lambda: (lambda s: s if len([r for r in s.get(done.message_id, [])
-                                                     if r.status is Status.COMPLETED]) == 2 else None)(
-            receipts.by_message()), 30, "the finished message's COMPLETED sent again")
-        first, again = [r for r in seen[done.message_id] if r.status is Status.COMPLETED]
+        first, again = _completed_twice(receipts, done.message_id)
         assert again == first, "its recorded terminal receipt, byte for byte (no status_hit: no status table)"
         gate.set()
-        seen = wait_for(lambda: (lambda s: s if len([r for r in s.get(slow.message_id, [])
-                                                     if r.status is Status.COMPLETED]) == 2 else None)(
-            receipts.by_message()), 30, "the running message's outcome, for both deliveries")
-        assert [r.status for r in seen[slow.message_id]].count(Status.STARTED) == 1, "one run, waited for"
+        _completed_twice(receipts, slow.message_id)  # the running message's outcome, for both deliveries
+        started = [r for r in receipts.by_message()[slow.message_id] if r.status is Status.STARTED]
+        assert len(started) == 1, "one run, waited for"
         assert runs == Counter({done.message_id: 1, slow.message_id: 1}), "no handler ran twice"
         assert thread.is_alive()
 
