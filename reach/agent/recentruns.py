@@ -32,8 +32,9 @@ DEFAULT_TTL_S = 300.0
 """How long an ended run is remembered: past any redelivery to the same instance, and short enough that an idle or
 slow instance's record stops growing within minutes (a soak judges an agent's RSS over its last half, 0039)."""
 
-ENTRY_OVERHEAD_BYTES = 200
-"""What an entry costs besides its receipt (key, tuple, dict slot), counted against DEFAULT_MAX_BYTES."""
+ENTRY_OVERHEAD_BYTES = 400
+"""What an entry costs besides its receipt, counted against DEFAULT_MAX_BYTES: 316 bytes measured with tracemalloc
+(key tuple, entry tuple, Ran, dict slot) and a ULID message id (decision 0046)."""
 
 
 @dataclass(frozen=True, slots=True)
