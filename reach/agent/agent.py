@@ -16,6 +16,7 @@ from jsonschema.protocols import Validator
 from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
+from reach.agent.recentruns import DEFAULT_MAX_RUNS
 from reach.core.allowance import inherit
 from reach.core.loads import default_max_queue
 from reach.core.progress import Coalescer
@@ -209,6 +210,7 @@ class Agent:
         heartbeat_timeout_ms: int = DEFAULT_HEARTBEAT_TIMEOUT_MS,
         lease_margin_ms: int = 5_000,
         result_ttl_s: int = RESULT_TTL_S,
+        recent_runs: int = DEFAULT_MAX_RUNS,
         drain_grace_s: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
         instance_id: str | None = None,
@@ -239,6 +241,10 @@ class Agent:
         self.heartbeat_timeout_ms = _declared(heartbeat_timeout_ms, "heartbeat_timeout_ms")
         self.lease_margin_ms = lease_margin_ms
         self.result_ttl_s = result_ttl_s
+        if recent_runs < 0:
+            raise InvalidDeclaration(f"recent_runs must be >= 0 (0 keeps no record of runs), got {recent_runs}.")
+        # runs this instance remembers (reach.agent.recentruns): a redelivery of one never reruns it, Redis or not
+        self.recent_runs = recent_runs
         self.drain_grace_s = drain_grace_s
         self.consumer_config = dict(consumer_config or {})
         self.middleware: list[Middleware] = list(middleware or [])  # runs after the built-in retries and metrics

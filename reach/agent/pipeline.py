@@ -30,6 +30,7 @@ from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome, Verdict
 from reach.agent.policy import execution_timeout_ms
 from reach.agent.publisher import Sender
+from reach.agent.recentruns import Found, Ran, RecentRuns
 from reach.agent.redisguard import redis_call
 from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.signals import NeedsInput
@@ -81,8 +82,9 @@ class Processed:
 class Pipeline:
     """Runs on the SDK's event loop; `process` returns the acks it did not wait for (the caller checks them).
 
-    Redis is a cache of leases and results: when it fails, the pipeline backs off from it, asks `completed`
-    (the status table) whether the message already COMPLETED, and otherwise runs the handler (at least once)."""
+    Redis is a cache of leases and results: when it fails, the pipeline backs off from it, asks its own record of
+    recent runs (reach.agent.recentruns) and then `completed` (the status table) whether the message already ended,
+    and otherwise runs the handler (at least once)."""
 
     def __init__(self, agent: Agent, *, publisher: Sender, leases: LeaseStore, receipts_topic: str,
                  executor: Executor, middleware: list[Middleware], completed: Completed = _unknown,
@@ -91,7 +93,10 @@ class Pipeline:
                  cancelled: Callable[[str, str], bool] = lambda _id, _tenant: False,
                  admitted: Callable[[int], Awaitable[bool]] = _always,
                  progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None,
-                 memory: Memory | None = None, ledger: KeyLedger | None = None) -> None:
+                 memory: Memory | None = None, ledger: KeyLedger | None = None,
+                 runs: RecentRuns | None = None) -> None:
+        # the runs this instance finished or is running: a redelivery never reruns them, Redis or not
+        self._runs = runs if runs is not None else RecentRuns(max_runs=agent.recent_runs)
         self._memory = memory  # when Redis's memory began (a Redis that came back empty starts it again)
         self._ledger = ledger  # business keys' COMPLETED results on Kafka, asked while Redis's memory is young
         self._agent = agent
@@ -153,7 +158,9 @@ class Pipeline:
                 if self._memory is not None:
                     self._memory.forget()  # it may come back empty: read its mark again then
                 outage_since = now_ms() // 60_000 * 60_000  # the ledger is read again at most once a minute
-                return (await self._status_completed(envelope)
+                found = self._runs.find(mid, gen)  # ran here: no status table round trip (it may lag the receipts)
+                return (await self._ran_here(envelope, found)
+                        or await self._status_completed(envelope)
                         or await self._ledger_reused(envelope, scope, outage_since, claimed=False)
                         or await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope))
             if claim.ours:
@@ -227,12 +234,45 @@ class Pipeline:
                        origin: tuple[str, int, int] | None, timeout_ms: int, scope: KeyScope | None) -> Processed:
         """Run the handler of a claimed message (ours, or Redis is out): STARTED, the run, its outcome."""
         mid, gen = envelope.message_id, envelope.generation
-        policy = self._policy(envelope.capability)
-        lease_ms = timeout_ms + self._agent.lease_margin_ms
         if origin is not None and not await self._admitted(origin[1]):
             # the claim's answer may have waited out a freeze that cost the partition: its next owner runs it
             await self._redis(lambda: self._leases.release(mid, gen))
             return Processed(None)
+        found = self._runs.begin(mid, gen, envelope.attempt)
+        if found is not None:  # finished or running here (Redis is out, or forgot it): never run it twice
+            return await self._ran_here(envelope, found, release=True) or await self._started(
+                envelope, spec, payload, raw, origin, timeout_ms, scope)  # it was abandoned: run it
+        try:
+            return await self._run_started(envelope, spec, payload, raw, origin, timeout_ms, scope)
+        finally:
+            self._runs.abandon(mid, gen)  # no-op once its outcome was recorded (reach.agent.recentruns)
+
+    async def _ran_here(self, envelope: Envelope, found: Found | None, *, release: bool = False) -> Processed | None:
+        """A delivery of a run this instance finished or is running (waited for): its terminal re-sent through the
+        first-terminal register (one ending is kept), or nothing again for an attempt whose retry or question was
+        published and acknowledged; None when it ran nowhere here (or was abandoned)."""
+        mid, gen = envelope.message_id, envelope.generation
+        if found is not None and not isinstance(found, Ran):
+            log.info("%s is running on this instance; this delivery waits for its outcome", mid)
+            found = await found.wait()
+        if found is None or (found.ending is None and envelope.attempt > found.attempt):
+            return None
+        if found.ending is None:
+            log.info("%s attempt %d already ended here (%s); not running it again", mid, envelope.attempt,
+                     found.outcome.name)
+            if release:
+                await self._redis(lambda: self._leases.release(mid, gen))
+            return Processed(found.outcome)
+        log.info("%s already ended on this instance; its terminal receipt is sent again, the handler not run", mid)
+        ended = await claim_ending(self._outage, self._leases, mid, gen, found.ending)  # drops our lease too
+        return Processed(_outcome(codec.decode(ended, Receipt).status), (self._send_raw(mid, ended),))
+
+    async def _run_started(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
+                           origin: tuple[str, int, int] | None, timeout_ms: int,
+                           scope: KeyScope | None) -> Processed:
+        mid, gen = envelope.message_id, envelope.generation
+        policy = self._policy(envelope.capability)
+        lease_ms = timeout_ms + self._agent.lease_margin_ms
         if self._cancelled(mid, envelope.tenant):  # not started: skipped, its handler never runs
             return await self._finish(envelope, outcomes.canceled("the caller cancelled it before it started"), [],
                                       release=True, raw=raw, origin=origin, scope=scope)
@@ -363,6 +403,9 @@ class Pipeline:
                             usage=receipt.usage)
         for middleware in self._middleware:
             await middleware.after_outcome(finished)
+        # recorded once published (a non-terminal outcome's records acknowledged): a redelivery here never reruns it
+        self._runs.ended(envelope.message_id, envelope.generation,
+                         Ran(envelope.attempt, verdict.outcome, encoded if terminal else None))
         if release and not terminal:
             await self._redis(lambda: self._leases.release(envelope.message_id, envelope.generation))
         # A terminal receipt is not waited for here (no per-message ack wait): the runner commits the offset only

@@ -6,7 +6,8 @@ that error kind), DEAD_LETTERED or UNROUTABLE goes to C's fallback F as a child 
 caller's asks, the parent's absolute deadline (the budget that remains), the parent's callback (the caller hears the
 final outcome once), and a derived id `<message_id>-fb<generation>` (the caller's `created_at` kept): producing it
 again yields the same message, byte for byte.
-The router sends it for the endings it decides, the status fold for an agent's (docs/decisions/0034).
+The router sends it for the endings it decides, the status fold for an agent's (docs/decisions/0034) and for the
+timekeeper's and the delay tiers' that their receipts ask for (`asked`, docs/decisions/0046).
 """
 
 from __future__ import annotations
@@ -153,3 +154,16 @@ def sent(row: StatusRow, ask: Ask, outcome: dict[str, Any] | NotSent) -> StatusR
     ref = (FallbackRef(capability=ask.capability, note=outcome.reason) if isinstance(outcome, NotSent)
            else FallbackRef(capability=ask.capability, message_id=outcome["message_id"]))
     return row.model_copy(update={"fallback": ref, "fallback_pending": False})
+
+
+def asked(before: StatusRow | None, after: StatusRow, receipt: Receipt, *, ask: str | None) -> StatusRow:
+    """An ending the timekeeper or a delay tier decided (its receipt marked `ask`, the header FALLBACK_ASK: the
+    producer that ended it) goes to the fallback as an agent's does: the row is marked `fallback_pending`, which
+    `settle` then sends from the envelope at `envelope_at` (docs/decisions/0046). Only the generation's first ending
+    and only when the row knows where an envelope of it is (else nothing would end the wait)."""
+    if (not ask or not serves(after.status) or after.agent_id is not None or after.envelope_at is None
+            or receipt.generation != after.generation or not after.terminal or after.fallback is not None):
+        return after
+    if before is not None and before.terminal and before.generation == after.generation:
+        return after  # a replayed or later ending: asked once
+    return after.model_copy(update={"fallback_pending": True})

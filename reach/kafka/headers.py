@@ -20,6 +20,7 @@ ROUTER = "x-reach-router"              # the routing worker that wrote a ROUTED 
 REPLY_TO = "x-reach-reply-to"          # the envelope's reply_to, on the router's receipts (the status fold replies)
 FALLBACK = "x-reach-fallback"          # on a router's ending: `<capability> <child id>` it sent to the fallback
 FANOUT_OF = "x-reach-fanout-of"        # on the router's receipts of a fan-out delivery: the parent's message id
+FALLBACK_ASK = "x-reach-fallback-ask"  # on a timekeeper's or delay tier's ending: the status fold sends its fallback
 
 Headers = list[tuple[str, str | bytes | None]]
 """Kafka headers as confluent-kafka's producer takes them."""

@@ -19,7 +19,7 @@ from reach.client import Client
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.names import Names
-from reach.records import Envelope, Status
+from reach.records import Envelope, Receipt, Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.tooling.faults.redis import RedisServer
@@ -37,9 +37,9 @@ def private_redis(namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     server.stop()
 
 
-def _agent(runs: Counter[str], gate: threading.Event) -> Agent:
+def _agent(runs: Counter[str], gate: threading.Event, **kwargs: Any) -> Agent:
     agent = Agent(AGENT, ttl_ms=3000, max_concurrency=4, lease_margin_ms=500, drain_grace_s=10,
-                  execution_timeout_ms=3000)
+                  execution_timeout_ms=3000, **kwargs)
 
     @agent.capability("test.cache", version="1.0.0", input_schema={"type": "object"})
     def handle(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
@@ -70,7 +70,8 @@ def _keys(server: RedisServer, pattern: str) -> list[bytes]:
 def test_redis_restart_falls_back_to_the_status_table_and_comes_back(
         namespace: str, stream_app: StreamApp, private_redis: RedisServer) -> None:
     names, runs, gate = Names(namespace), Counter[str](), threading.Event()
-    agent = _agent(runs, gate)
+    # no record of its own runs: it answers as an instance that did not run the message would (the status table)
+    agent = _agent(runs, gate, recent_runs=0)
     with running(agent) as thread, Client() as client:
         wait_for(lambda: _ready(names, agent), 60, "READY")
         receipts = Receipts(names.receipts)
@@ -106,6 +107,46 @@ def test_redis_restart_falls_back_to_the_status_table_and_comes_back(
         receipts.wait_status([e.message_id for e in sent], Status.COMPLETED)
         assert thread.is_alive()
     assert all(runs[e.message_id] == 1 for e in sent)
+
+
+def _completed_twice(receipts: Receipts, message_id: str) -> list[Receipt]:
+    """The two COMPLETED receipts of a message delivered twice (waited for)."""
+    def both() -> list[Receipt] | None:
+        done = [r for r in receipts.by_message().get(message_id, []) if r.status is Status.COMPLETED]
+        return done if len(done) == 2 else None
+
+    return wait_for(both, 30, f"two COMPLETED receipts of {message_id}")
+
+
+def test_with_redis_down_a_redelivery_to_the_instance_that_ran_it_runs_nothing_again(
+        namespace: str, private_redis: RedisServer) -> None:
+    """The fault suite's leader-sigkill repeats (docs/reliability.md): Redis unreachable while envelopes this
+    instance finished, or is still running, are delivered again. No status table runs here: the instance's own
+    record of runs answers (reach.agent.recentruns)."""
+    names, runs, gate = Names(namespace), Counter[str](), threading.Event()
+    agent = _agent(runs, gate)
+    with running(agent) as thread, Client() as client:
+        wait_for(lambda: _ready(names, agent), 60, "READY")
+        receipts = Receipts(names.receipts)
+        inbox = names.inbox(AGENT)
+        done = client.envelope("test.cache", {"n": 1})
+        client.publish(done, topic=inbox, partition=0)
+        receipts.wait_status([done.message_id], Status.COMPLETED)
+        slow = client.envelope("test.cache", {"wait": True, "n": 2})
+        client.publish(slow, topic=inbox, partition=1)
+        receipts.wait_status([slow.message_id], Status.STARTED)
+
+        private_redis.stop()
+        client.publish(done, topic=inbox, partition=2)  # redeliveries while Redis is unreachable
+        client.publish(slow, topic=inbox, partition=3)  # of a run still in flight on this instance
+        first, again = _completed_twice(receipts, done.message_id)
+        assert again == first, "its recorded terminal receipt, byte for byte (no status_hit: no status table)"
+        gate.set()
+        _completed_twice(receipts, slow.message_id)  # the running message's outcome, for both deliveries
+        started = [r for r in receipts.by_message()[slow.message_id] if r.status is Status.STARTED]
+        assert len(started) == 1, "one run, waited for"
+        assert runs == Counter({done.message_id: 1, slow.message_id: 1}), "no handler ran twice"
+        assert thread.is_alive()
 
 
 def test_a_flush_mid_run_keeps_the_lease_and_loses_no_message(namespace: str, private_redis: RedisServer) -> None:

@@ -33,6 +33,7 @@ from reach.terminals import Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.delays")
 _STRIP = {headers.DUE_AT, headers.TARGET}
+FORWARD_REFUSED = "FORWARD_REFUSED"  # the broker refused the forward for good (too large, no such topic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +192,7 @@ class DelayForwarder(SupervisedLoop):
                 why = delivery.describe(acks.errors(position)[0])
                 acks.reset(position)
                 self._dead_letter(producer, acks, position, records[position].value() or b"",
-                                  Bad(dlq.REJECTED, "FORWARD_REFUSED", f"the broker refused the forward: {why}"))
+                                  Bad(dlq.REJECTED, FORWARD_REFUSED, f"the broker refused the forward: {why}"))
             producer.flush(30)
         commits = acks.commits()
         if commits:
@@ -220,9 +221,13 @@ class DelayForwarder(SupervisedLoop):
             if not claim.won:  # it ended meanwhile: that ending again, and no letter
                 delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key)
                 return
-            # won, or its own first DEAD_LETTERED of this record (read again): the letter, then the stored receipt
+            # won, or its own first DEAD_LETTERED of this record (read again): the letter, then the stored receipt,
+            # which asks the status fold for the capability's fallback (0046) unless the broker refused the record
+            # (a child of it would be refused the same way)
+            ask = [] if bad.code == FORWARD_REFUSED else [(headers.FALLBACK_ASK, b"delays")]
             delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
-            delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key)
+            delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key,
+                             headers=[(headers.MESSAGE_ID, key.encode()), *ask])
         self.dead_lettered += 1
         log.warning("delay tier: dead-lettered the record at %s: %s", origin, bad.message)
 

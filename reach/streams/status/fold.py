@@ -259,6 +259,7 @@ class StatusFold(SupervisedLoop):
         after, reply = settle_reply(current, after, receipt, value)
         position = (msg.topic() or "", partition, msg.offset() or 0)
         routed_child = fallback.parse_mark(_header(msg, H.FALLBACK))
+        after = fallback.asked(current, after, receipt, ask=_header(msg, H.FALLBACK_ASK))  # timekeeper, delay tier
         after, ask = fallback.settle(current, after, receipt, routed_child=routed_child,
                                      fallback_of=self._fallbacks.fallback_of)
         if ask is not None:  # before the callback: a child that was sent carries it on

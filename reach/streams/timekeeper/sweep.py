@@ -19,6 +19,7 @@ from typing import cast
 from confluent_kafka import Producer
 
 from reach import dlq
+from reach.core import fallback
 from reach.core.deadlines import Due, Task, due_tasks
 from reach.core.lifecycle import StatusRow
 from reach.core.retry import Action, Failure, Limits
@@ -147,7 +148,8 @@ class Timekeeper:
             why = "is below the log start (retention)" if raw is Fetch.GONE else "does not decode"
             error = ErrorInfo(kind="DELIVERY", code="ENVELOPE_GONE",
                               message=f"delivery timed out and the envelope at {row.inbox} {why}")
-            return _Plan.ending(self.names, position, _receipt(row, Status.FAILED, error=error))
+            # the fold looks for an earlier envelope of it (the row's envelope_at) and notes why none was sent
+            return replace(_Plan.ending(self.names, position, _receipt(row, Status.FAILED, error=error)), ask=True)
         late = ErrorInfo(kind="DELIVERY", code="DELIVERY_TIMEOUT",
                          message=f"{row.routed_instance} did not start it within {envelope.delivery_timeout_ms} ms")
         after = after_failure(Failure.DELIVERY, envelope, error=late, names=self.names, tiers=self.tiers,
@@ -157,7 +159,8 @@ class Timekeeper:
         terminal = None
         if after.receipt.status.is_terminal:  # EXPIRE or DEAD_LETTER: the receipt is the last record
             terminal = Terminal(envelope.message_id, envelope.generation, cast(bytes, after.records[-1].value))
-        return _Plan(position, after.records, terminal, after.action)
+        # retries exhausted (DEAD_LETTERED): the capability's fallback gets it, sent by the status fold (0046)
+        return _Plan(position, after.records, terminal, after.action, ask=fallback.serves(after.receipt.status))
 
     def _produce(self, producer: Producer, acks: Acks, plans: Sequence[_Plan],
                  decided: dict[Position, tuple[StatusRow, Envelope, bytes]], won: dict[Position, bytes]) -> None:
@@ -170,6 +173,8 @@ class Timekeeper:
             records = plan.records
             if claim is not None and claim.won:  # its own, or its own earlier ending of this row (same_ending)
                 records = (*records[:-1], replace(records[-1], value=claim.receipt))  # the receipt is the last
+                if plan.ask:  # its own ending (also while Redis is out: availability) asks for the fallback
+                    records = (*records[:-1], _asking(records[-1]))
             if claim is not None and not claim.won:
                 self.superseded += 1
                 decided.pop(plan.position, None)
@@ -225,6 +230,7 @@ class _Plan:
     records: tuple[Outgoing, ...]
     terminal: Terminal | None = None
     action: Action | None = None
+    ask: bool = False  # its ending asks the status fold for the capability's fallback (reach.core.fallback.asked)
 
     @classmethod
     def ending(cls, names: Names, position: Position, receipt: Receipt) -> _Plan:
@@ -242,6 +248,11 @@ def _own_letter(winner: bytes) -> bool:
         return False
     return ending.status is Status.DEAD_LETTERED and ending.error is not None and \
         ending.error.code in (dlq.RETRIES_EXHAUSTED, REFUSED_BY_BROKER)
+
+
+def _asking(record: Outgoing) -> Outgoing:
+    """A terminal receipt record marked for the fold's fallback (H.FALLBACK_ASK, the ender's name)."""
+    return replace(record, headers=[*record.headers, (H.FALLBACK_ASK, b"timekeeper")])
 
 
 def _receipt_record(names: Names, message_id: str, value: bytes) -> Outgoing:

@@ -141,3 +141,44 @@ def test_a_child_that_could_not_be_sent_is_named_with_why() -> None:
     row, _ = settled(r(Status.ROUTED, 1, **ROUTED), r(Status.FAILED, 2, **BY_AGENT))
     unsent = fallback.sent(row, Ask("demo.echo", INBOX), NotSent("gone"))
     assert unsent.fallback == FallbackRef(capability="demo.echo", note="gone") and not unsent.fallback_pending
+
+
+def asked_then_settled(*receipts: tuple[Receipt, str | None]) -> tuple[StatusRow, list[Ask]]:
+    """Fold like the status fold with the timekeeper's and delay tiers' header: asked, then settle."""
+    before: StatusRow | None = None
+    asks: list[Ask] = []
+    for receipt, ask_header in receipts:
+        after = fallback.asked(before, fold(before, receipt), receipt, ask=ask_header)
+        after, ask = fallback.settle(before, after, receipt, fallback_of={"demo.flaky": "demo.echo"}.get,
+                                     routed_child=None)
+        if ask is not None:
+            after = fallback.sent(after, ask, {"message_id": fallback.child_id("m1", receipt.generation)})
+            asks.append(ask)
+        before = after
+    assert before is not None
+    return before, asks
+
+
+LATE = dict(error=ErrorInfo(kind="DELIVERY", code="RETRIES_EXHAUSTED", message="3 of 3 attempts failed"))
+
+
+def test_a_timekeeper_or_delay_tier_ending_that_asks_is_sent_once_from_the_forwarded_envelope() -> None:
+    row, asks = asked_then_settled((r(Status.ROUTED, 1, **ROUTED), None),
+                                   (r(Status.DEAD_LETTERED, 2, **LATE), "timekeeper"),
+                                   (r(Status.DEAD_LETTERED, 2, **LATE), "timekeeper"))  # a repeat asks nothing
+    assert asks == [Ask("demo.echo", INBOX)] and row.fallback == FallbackRef(capability="demo.echo",
+                                                                             message_id="m1-fb0")
+
+
+@pytest.mark.parametrize("status", [Status.EXPIRED, Status.COMPLETED])
+def test_an_ending_the_rule_does_not_serve_asks_nothing_even_when_marked(status: Status) -> None:
+    row, asks = asked_then_settled((r(Status.ROUTED, 1, **ROUTED), None), (r(status, 2), "delays"))
+    assert asks == [] and not row.fallback_pending
+
+
+def test_a_marked_ending_with_no_forwarded_envelope_never_waits() -> None:
+    row, asks = asked_then_settled((r(Status.FAILED, 1, **LATE), "timekeeper"))
+    assert asks == [] and not row.fallback_pending and row.fallback is None
+    unmarked, asks = asked_then_settled((r(Status.ROUTED, 1, **ROUTED), None), (r(Status.DEAD_LETTERED, 2, **LATE),
+                                                                                  None))
+    assert asks == [] and unmarked.fallback is None, "no header, no agent: the router's kind of ending, as before"

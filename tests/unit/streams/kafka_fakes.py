@@ -86,14 +86,15 @@ class FakeProducer:
     hold: Callable[[str], bool] = lambda _t: False
     raise_on: Callable[[str, bytes], BaseException | None] = lambda _t, _v: None
     sent: list[tuple[str, bytes, Any]] = field(default_factory=list)
-    _queue: list[tuple[str, bytes, Any, Callable[..., None]]] = field(default_factory=list)
+    sent_headers: list[tuple[str, Any]] = field(default_factory=list)  # (topic, headers) of each record sent
+    _queue: list[tuple[str, bytes, Any, Callable[..., None], Any]] = field(default_factory=list)
 
     def produce(self, topic: str, value: bytes, key: Any = None, headers: Any = None,
                 on_delivery: Callable[..., None] | None = None, partition: int | None = None) -> None:
         exc = self.raise_on(topic, value)
         if exc is not None:
             raise exc
-        self._queue.append((topic, value, key, on_delivery or (lambda *_: None)))
+        self._queue.append((topic, value, key, on_delivery or (lambda *_: None), headers))
 
     def flush(self, _timeout: float = 0) -> int:
         while True:
@@ -102,10 +103,11 @@ class FakeProducer:
                 return len(self._queue)
             for item in ready:
                 self._queue.remove(item)
-                topic, value, key, report = item
+                topic, value, key, report, hdrs = item
                 err = self.refuse(topic, value)
                 if err is None:
                     self.sent.append((topic, value, key))
+                    self.sent_headers.append((topic, hdrs))
                 report(err, _Delivered(topic, key))
 
     def poll(self, _timeout: float = 0) -> int:

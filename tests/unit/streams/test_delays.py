@@ -165,3 +165,19 @@ def test_a_reread_after_a_failed_flush_writes_the_letter_its_own_first_claim_dec
     assert letter.error is not None and letter.error.code == "BAD_DUE_AT", "its own ending's letter, written"
     assert producer.to(NAMES.receipts) == [stored], "the stored receipt, byte for byte"
     assert consumer.committed_at() == {(TIER, 0): 1} and fwd.dead_lettered == 1
+
+
+def asking(producer: FakeProducer) -> list[bytes | None]:
+    """Per receipt produced: the FALLBACK_ASK header's value (the status fold sends the fallback), else None."""
+    return [dict(hdrs or ()).get(headers.FALLBACK_ASK) for topic, hdrs in producer.sent_headers
+            if topic == NAMES.receipts]
+
+
+def test_a_dead_lettered_retry_asks_for_the_fallback_unless_the_broker_refused_it() -> None:
+    producer = FakeProducer()
+    run([record(0, target=b"ns.control")], producer)
+    assert asking(producer) == [b"delays"], "a retry that can never run: its capability's fallback serves it"
+    refusing = FakeProducer(refuse=lambda topic, _v: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if topic == CAP
+                            else None)
+    run([record(0)], refusing)
+    assert asking(refusing) == [None], "too large for a topic: a child of it would be refused too"

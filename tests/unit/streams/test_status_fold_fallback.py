@@ -120,3 +120,45 @@ def test_the_routers_child_is_recorded_and_nothing_is_read(tmp_path: Path) -> No
     row = fold.row(MID)
     assert row is not None and row.fallback == FallbackRef(capability="demo.echo", message_id=f"{MID}-fb0")
     assert port.reads == 0 and producer.to(ECHO) == [] and producer.to(WEBHOOK) == []
+
+
+ROUTED = receipt(0, Status.ROUTED, instance_id="i1", decision=Decision(topic=INBOX[0], partition=0, offset=7))
+LATE = ErrorInfo(kind="DELIVERY", code="RETRIES_EXHAUSTED", message="3 of 3 attempts failed; last: DELIVERY_TIMEOUT")
+
+
+@pytest.mark.parametrize("ender", [b"timekeeper", b"delays"])
+def test_a_timekeeper_or_delay_tier_ending_that_asks_goes_to_the_fallback_once(tmp_path: Path, ender: bytes) -> None:
+    port = Fallbacks()
+    fold, consumer, producer = status_fold(tmp_path, port), FakeConsumer(assigned=OWNED), Producer()
+    ask = [(H.FALLBACK_ASK, ender)]
+    fold._batch(cast(Any, consumer), cast(Any, producer),
+                cast(Any, [ROUTED, receipt(1, Status.DEAD_LETTERED, headers=ask, error=LATE)]))
+    [child] = [codec.decode(v, Envelope) for v in producer.to(ECHO)]
+    assert (child.message_id, child.parent_id, child.trace_id) == (f"{MID}-fb0", MID, ENVELOPE.trace_id)
+    row = fold.row(MID)
+    assert row is not None and row.fallback == FallbackRef(capability="demo.echo", message_id=f"{MID}-fb0")
+    assert not row.fallback_pending and producer.to(WEBHOOK) == [], "the child carries the callback"
+    fold._batch(cast(Any, consumer), cast(Any, producer),
+                cast(Any, [receipt(2, Status.DEAD_LETTERED, headers=ask, error=LATE)]))
+    assert len(producer.to(ECHO)) == 1 and port.reads == 1, "a repeated ending asks no second child"
+
+
+def test_an_unmarked_ending_without_an_agent_sends_no_child_as_before(tmp_path: Path) -> None:
+    port = Fallbacks()
+    fold, producer = status_fold(tmp_path, port), Producer()
+    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
+                cast(Any, [ROUTED, receipt(1, Status.DEAD_LETTERED, error=LATE)]))
+    row = fold.row(MID)
+    assert row is not None and row.fallback is None and port.reads == 0 and producer.to(ECHO) == []
+    assert len(producer.to(WEBHOOK)) == 1, "the parent calls back itself"
+
+
+def test_an_asking_ending_of_a_message_never_forwarded_does_not_wait_for_an_envelope(tmp_path: Path) -> None:
+    port = Fallbacks()
+    fold, producer = status_fold(tmp_path, port), Producer()
+    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer), cast(Any, [
+        receipt(0, Status.FAILED, headers=[(H.FALLBACK_ASK, b"timekeeper")],
+                error=ErrorInfo(kind="DELIVERY", code="ENVELOPE_GONE", message="gone"))]))
+    row = fold.row(MID)
+    assert row is not None and not row.fallback_pending and row.fallback is None and port.reads == 0
+    assert len(producer.to(WEBHOOK)) == 1, "no wait: the parent's callback goes at once"

@@ -11,6 +11,7 @@ from confluent_kafka import KafkaError, KafkaException
 from reach.core.lifecycle import StatusRow, fold
 from reach.envelopes import new_envelope
 from reach.kafka import codec, topicreader
+from reach.kafka import headers as H
 from reach.names import Names
 from reach.records import DeadLetter, Decision, Receipt, Status
 from reach.settings import KafkaSettings, RedisSettings
@@ -237,3 +238,36 @@ def test_with_redis_out_the_timekeeper_still_acts(monkeypatch: pytest.MonkeyPatc
     slots.down = True
     assert tk.tick([routed_row(deadline=1_000)], now=5_000) == 1
     assert statuses(producer) == [Status.EXPIRED] and tk.fence.unfenced == 1
+
+
+def asks(producer: FakeProducer) -> list[bool]:
+    """Per receipt produced: whether it asks the status fold for the capability's fallback."""
+    return [any(k == H.FALLBACK_ASK and v == b"timekeeper" for k, v in hdrs or ())
+            for topic, hdrs in producer.sent_headers if topic == NAMES.receipts]
+
+
+def test_a_delivery_timeout_that_exhausts_the_retries_asks_for_the_fallback_only_when_it_won(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    won = FakeProducer()
+    tk, _ = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(EXHAUSTED))]), won)
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert statuses(won) == [Status.DEAD_LETTERED] and asks(won) == [True]
+    lost = FakeProducer()
+    tk, slots = fenced_keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(EXHAUSTED))]), lost)
+    tk.fence.peek = lambda slots_: [None] * len(slots_)  # type: ignore[method-assign]  # ended after the peek
+    slots.values[ENVELOPE.message_id, 0] = completed_bytes()
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert asks(lost) == [False], "the agent's COMPLETED republished: not the timekeeper's ending to send on"
+
+
+def test_an_expiry_and_a_refused_reroute_ask_for_no_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    producer = FakeProducer()
+    tk = keeper(monkeypatch, FakeReader([]), producer)
+    assert tk.tick([routed_row(deadline=1_000)], now=5_000) == 1
+    cap = NAMES.capability("demo.echo")
+    refusing = FakeProducer(refuse=lambda topic, _v: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if topic == cap
+                            else None)
+    tk = keeper(monkeypatch, FakeReader([FakeMessage(INBOX, 0, 5, codec.encode(ENVELOPE))]), refusing)
+    assert tk.tick([routed_row()], now=5_000) == 1
+    assert statuses(producer) == [Status.EXPIRED] and statuses(refusing) == [Status.DEAD_LETTERED]
+    assert asks(producer) == [False] and asks(refusing) == [False], "a child of a refused record is refused too"
