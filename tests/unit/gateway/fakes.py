@@ -22,7 +22,7 @@ from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.ports import QuotaDecision
 from reach.gateway.routes_status import unknown_message, unknown_trace
-from reach.records import Capability, Envelope, Receipt
+from reach.records import Capability, Envelope, Receipt, Status
 
 
 def sign(secret: bytes, body: bytes, *, method: str = "POST", target: str = "/v1/envelopes", t: int | None = None,
@@ -220,7 +220,17 @@ class FakeTurns:
     def __init__(self) -> None:
         self.inbox: dict[tuple[str, int, int], bytes] = {}
         self.claims: set[tuple[str, int]] = set()
-        self.published: list[tuple[Envelope, Receipt]] = []
+        self.receipts: list[Receipt] = []
+        self.envelopes: list[Envelope] = []
+        self.order: list[str] = []  # "receipt:<STATUS>" / "envelope", in the order they were produced
+        self.fail_receipts = 0  # the next this many receipts are not acknowledged
+        self.fail_envelope = False
+
+    @property
+    def published(self) -> list[tuple[Envelope, Receipt]]:
+        """Each next turn published: its envelope with the ACCEPTED receipt of its generation."""
+        accepted = {r.generation: r for r in self.receipts if r.status is Status.ACCEPTED}
+        return [(e, accepted[e.generation]) for e in self.envelopes]
 
     async def envelope_at(self, topic: str, partition: int, offset: int) -> bytes | None:
         return self.inbox.get((topic, partition, offset))
@@ -234,8 +244,18 @@ class FakeTurns:
     async def release(self, message_id: str, generation: int) -> None:
         self.claims.discard((message_id, generation))
 
-    async def publish(self, envelope: Envelope, receipt: Receipt) -> None:
-        self.published.append((envelope, receipt))
+    async def record(self, receipt: Receipt) -> None:
+        if self.fail_receipts:
+            self.fail_receipts -= 1
+            raise InfraUnavailable("receipt not acknowledged (test)")
+        self.order.append(f"receipt:{receipt.status.value}")
+        self.receipts.append(receipt)
+
+    async def publish(self, envelope: Envelope) -> None:
+        if self.fail_envelope:
+            raise InfraUnavailable("envelope not acknowledged (test)")
+        self.order.append("envelope")
+        self.envelopes.append(envelope)
 
 
 @dataclass
