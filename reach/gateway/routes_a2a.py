@@ -22,6 +22,8 @@ from reach.a2a import cards
 from reach.a2a.bearer import BearerAuthenticator
 from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
 from reach.a2a.ports import Refused, Row, Sent
+from reach.a2a.pushbook import MemoryPushBook
+from reach.a2a.pushsender import PushCollector
 from reach.callers import AppDirectory, AuthFailure, CallerApp
 from reach.cancels import CancelRecord
 from reach.core.turns import AnswerRefused
@@ -232,6 +234,8 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
     push, bus = admission.deps.push, admission.deps.namespace
+    if isinstance(push, MemoryPushBook):  # the push sender's counters on this gateway's /metrics
+        admission.metrics.registry.register(PushCollector(push))
     dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission), push=push),
                                    context_builder=ReachContextBuilder())
     catalog = admission.deps.catalog
