@@ -43,7 +43,7 @@ from a2a.utils.errors import (
 )
 from starlette.exceptions import HTTPException
 
-from reach.a2a import push, tasks
+from reach.a2a import cards, push, tasks
 from reach.a2a.ports import Host, PushBook, Refused
 from reach.a2a.states import FINAL, INTERRUPTED, state_name, task_state
 from reach.callers import CallerApp
@@ -97,10 +97,10 @@ class ReachRequestHandler(RequestHandler):
         config = None
         if params.configuration.HasField("task_push_notification_config"):
             config = params.configuration.task_push_notification_config
-            self._checked_push(config, "0")  # a bad config refuses the message before it is sent
+            self._checked_push(config, "0", context)  # a bad config refuses the message before it is sent
         if message.task_id:  # the answer to a task waiting for input (INPUT_REQUIRED): its next turn
             task = await self._answer(app, message)
-            return await self._with_push(app, task, config)
+            return await self._with_push(app, task, config, context)
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)
@@ -128,7 +128,7 @@ class ReachRequestHandler(RequestHandler):
         # acknowledged by the broker: submitted, whatever the status table has folded by now (a stream then
         # replays the whole timeline, so its updates always read submitted -> working -> final)
         task = tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id, "status": "ACCEPTED"})
-        return await self._with_push(app, task, config)
+        return await self._with_push(app, task, config, context)
 
     async def _answer(self, app: CallerApp, message: Message) -> Task:
         """The message answers the task's question: checked against its schema, it starts the task's next turn
@@ -166,7 +166,7 @@ class ReachRequestHandler(RequestHandler):
             code, body = await self._row(task.id, context)
             if code == 200 and int(body.get("generation") or 0) >= turn:
                 row = body
-                state = task_state(str(body.get("status", "")))
+                state = tasks.row_state(body)
                 if state in FINAL or state in INTERRUPTED:
                     break
             await asyncio.sleep(self._host.poll_s)
@@ -230,7 +230,7 @@ class ReachRequestHandler(RequestHandler):
                 events, sent, last = tasks.updates(row, sent, last)
                 for event in [*partial, *events]:  # the chunks before the entry that ends the task
                     yield event
-                state = task_state(str(row.get("status", "")))
+                state = tasks.row_state(row)
                 if state in FINAL or state in INTERRUPTED and last == state:
                     return  # ended, or waits for the caller's answer (which continues the task, not this stream)
             await asyncio.sleep(self._host.poll_s)
@@ -299,10 +299,14 @@ class ReachRequestHandler(RequestHandler):
                                                             "task (SubscribeToTask) or poll GetTask")
         return self._push
 
-    def _checked_push(self, config: TaskPushNotificationConfig, default_id: str) -> push.PushConfig:
+    def _checked_push(self, config: TaskPushNotificationConfig, default_id: str,
+                      context: ServerCallContext) -> push.PushConfig:
+        """The config to keep; it also gets progress events when the call activated the push-progress extension."""
         book = self._book()
+        progress = cards.PUSH_PROGRESS_EXTENSION in context.requested_extensions
         try:
-            checked = push.checked(config, config_id=config.id or default_id, from_step=0, now=now_ms())
+            checked = push.checked(config, config_id=config.id or default_id, from_step=0, now=now_ms(),
+                                   progress=progress)
             host = urlsplit(checked.url).hostname or ""
             why = None if book.allow_private else push.literal_refusal(host)
         except push.BadPushConfig as exc:
@@ -327,15 +331,16 @@ class ReachRequestHandler(RequestHandler):
         if code == 200:
             book.offer(row)
 
-    async def _with_push(self, app: CallerApp, task: Task, config: TaskPushNotificationConfig | None) -> Task:
+    async def _with_push(self, app: CallerApp, task: Task, config: TaskPushNotificationConfig | None,
+                         context: ServerCallContext) -> Task:
         if config is not None and task.status.state != TaskState.TASK_STATE_REJECTED:
-            await self._keep(app, task.id, self._checked_push(config, task.id))
+            await self._keep(app, task.id, self._checked_push(config, task.id, context))
         return task
 
     async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
                                                       context: ServerCallContext) -> TaskPushNotificationConfig:
         await self._found(params.task_id, context)  # the caller's own task (another tenant's reads as absent)
-        config = self._checked_push(params, params.task_id)
+        config = self._checked_push(params, params.task_id, context)
         await self._keep(_caller(context), params.task_id, config)
         return config.to_proto(params.task_id)
 
