@@ -4,6 +4,7 @@ card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -140,6 +141,9 @@ class AdmissionHost:
 
     async def trace(self, trace_id: str) -> Row:
         return await self._admission.deps.status.trace(trace_id)
+
+    async def tasks(self, app: CallerApp, query: Mapping[str, str]) -> Row:
+        return await self._admission.deps.status.tenant_tasks(app.tenant, query)
 
     async def row(self, app: CallerApp, message_id: str) -> Row:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +23,7 @@ from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.ports import QuotaDecision
 from reach.gateway.routes_status import unknown_message, unknown_trace
 from reach.records import Capability, Envelope, Receipt, Status
+from reach.streams.status import tenants
 
 
 def sign(secret: bytes, body: bytes, *, method: str = "POST", target: str = "/v1/envelopes", t: int | None = None,
@@ -158,6 +159,7 @@ class FakeStatus:
     def __init__(self) -> None:
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.traces: dict[str, list[str]] = {}
+        self.tenant_queries: list[dict[str, str]] = []
         self.reads = 0
 
     async def message(self, message_id: str) -> tuple[int, dict[str, Any]]:
@@ -172,6 +174,21 @@ class FakeStatus:
         if not ids:
             return unknown_trace(trace_id)
         return 200, {"trace_id": trace_id, "message_ids": ids}
+
+    async def tenant_tasks(self, tenant: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+        """The stream app's tenant index over the rows held here (reach.streams.status.tenants)."""
+        self.tenant_queries.append(dict(query))
+        hits = [tenants.Hit(int(row.get("updated_at") or 0), mid, str(row.get("status", "")), str(row.get("trace_id")))
+                for mid, script in self.rows.items() if script for row in script[:1] if row.get("tenant") == tenant]
+        asked = tenants.Query(statuses=frozenset(s for s in query.get("status", "").split(",") if s),
+                              context_id=query.get("context"), after_ms=int(query.get("after", "0")),
+                              page_size=int(query.get("page_size", "0")), page_token=query.get("page_token", ""))
+        try:
+            found = tenants.page(hits, asked)
+        except tenants.BadPageToken as exc:
+            return 400, {"error": "bad_request", "message": str(exc)}
+        return 200, {"tenant": tenant, "message_ids": found.message_ids, "next_page_token": found.next_page_token,
+                     "total_size": found.total_size, "page_size": found.page_size}
 
 
 class FakeCatalog:
