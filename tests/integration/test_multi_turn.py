@@ -21,7 +21,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 from examples.interview_agent import QUESTION
 from examples.interview_agent import agent as interview_agent
 from tests.integration.agent_support import reach_cli, running, wait_for
-from tests.integration.gateway_fixtures import Token, gateway, row_of, sdk_client, shop_token, until
+from tests.integration.gateway_fixtures import Token, gateway, sdk_client, shop_token, until
 from tests.integration.stream_app import StreamApp
 from tests.integration.test_gateway_http import Gateway
 
