@@ -98,6 +98,27 @@ def _cursor(page_token: str) -> tuple[int, str] | None:
                            "of the previous page, or none for the first") from None
 
 
+def query_of(params: Mapping[str, str]) -> Query:
+    """The Query of `/tenants/<t>/tasks?status=A,B&context=&after=&page_size=&page_token=`."""
+    def number(name: str) -> int:
+        text = params.get(name) or ""
+        return int(text) if text.isdigit() else 0
+
+    return Query(statuses=frozenset(s for s in (params.get("status") or "").split(",") if s),
+                 context_id=params.get("context") or None, after_ms=number("after"), page_size=number("page_size"),
+                 page_token=params.get("page_token") or "")
+
+
+def answer(tenant: str, hits: Iterable[Hit], query: Query) -> tuple[int, dict[str, Any]]:
+    """The view's answer: (200, the page) or (400, why the page token is refused)."""
+    try:
+        found = page(hits, query)
+    except BadPageToken as exc:
+        return 400, {"error": "bad_request", "message": str(exc)}
+    return 200, {"tenant": tenant, "message_ids": found.message_ids, "next_page_token": found.next_page_token,
+                 "total_size": found.total_size, "page_size": found.page_size}
+
+
 def page(hits: Iterable[Hit], query: Query) -> Page:
     """The query's page of the merged hits of every partition: matches sorted by (update, id) descending, after
     the cursor the page token names (a task updated since moves above it: it is not listed twice)."""

@@ -97,12 +97,7 @@ class StatusViews:
             if status != 200:
                 return 503, _unavailable(f"the status worker at {url}")
             hits += [tenants.Hit(int(at), str(mid), str(st), str(trace)) for at, mid, st, trace in body["hits"]]
-        try:
-            found = tenants.page(hits, query)
-        except tenants.BadPageToken as exc:
-            return 400, {"error": "bad_request", "message": str(exc)}
-        return 200, {"tenant": tenant, "message_ids": found.message_ids, "next_page_token": found.next_page_token,
-                     "total_size": found.total_size, "page_size": found.page_size}
+        return tenants.answer(tenant, hits, query)
 
     async def _all_owners(self) -> tuple[int, dict[Any, Any]]:
         """Every partition's owner, waiting up to wait_s for the ones being recovered or moved."""
@@ -141,10 +136,6 @@ def _unavailable(what: str) -> dict[str, Any]:
             "retry in a few seconds (`reach router` must be running with the status role somewhere)."}
 
 
-def _int(text: str | None) -> int:
-    return int(text) if text and text.isdigit() else 0
-
-
 def attach_status_views(app: Any, views: StatusViews) -> None:
     """Mount the views on the faust app's web server."""
 
@@ -156,10 +147,7 @@ def attach_status_views(app: Any, views: StatusViews) -> None:
     @app.page("/tenants/{tenant}/tasks")
     async def tenant_tasks(web: Any, request: Any, tenant: str) -> Any:
         """`?status=A,B&context=&after=&page_size=&page_token=` (docs/a2a.md#methods, ListTasks)."""
-        q = request.query
-        query = None if q.get("local") == "1" else tenants.Query(
-            statuses=frozenset(s for s in q.get("status", "").split(",") if s), context_id=q.get("context") or None,
-            after_ms=_int(q.get("after")), page_size=_int(q.get("page_size")), page_token=q.get("page_token", ""))
+        query = None if request.query.get("local") == "1" else tenants.query_of(request.query)
         status, body = await views.tenant_tasks(tenant, query)
         return web.json(body, status=status)
 

@@ -180,15 +180,7 @@ class FakeStatus:
         self.tenant_queries.append(dict(query))
         hits = [tenants.Hit(int(row.get("updated_at") or 0), mid, str(row.get("status", "")), str(row.get("trace_id")))
                 for mid, script in self.rows.items() if script for row in script[:1] if row.get("tenant") == tenant]
-        asked = tenants.Query(statuses=frozenset(s for s in query.get("status", "").split(",") if s),
-                              context_id=query.get("context"), after_ms=int(query.get("after", "0")),
-                              page_size=int(query.get("page_size", "0")), page_token=query.get("page_token", ""))
-        try:
-            found = tenants.page(hits, asked)
-        except tenants.BadPageToken as exc:
-            return 400, {"error": "bad_request", "message": str(exc)}
-        return 200, {"tenant": tenant, "message_ids": found.message_ids, "next_page_token": found.next_page_token,
-                     "total_size": found.total_size, "page_size": found.page_size}
+        return tenants.answer(tenant, hits, tenants.query_of(query))
 
 
 class FakeCatalog:
