@@ -84,5 +84,5 @@ def test_the_view_merges_every_workers_hits_into_one_page() -> None:
 def test_the_views_query_string_reads_as_a_query_and_bad_numbers_as_none() -> None:
     asked = tenants.query_of({"status": "COMPLETED,FAILED", "context": "c", "after": "5", "page_size": "x",
                               "page_token": ""})
-    assert asked == tenants.Query(statuses=frozenset({"COMPLETED", "FAILED"}), context_id="c", after_ms=5)
+    assert asked == tenants.Query(statuses=frozenset({"COMPLETED", "FAILED"}), context_id="c", after_ms=5, page_size=0)
     assert tenants.answer("acme", hits(), asked)[1]["message_ids"] == []  # the contexts are chat / other
