@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
     AgentCard,
+    AgentExtension,
     AgentInterface,
     AgentProvider,
     AgentSkill,
@@ -21,6 +22,7 @@ from a2a.types.a2a_pb2 import (
     StringList,
 )
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
+from google.protobuf.struct_pb2 import Struct
 
 from reach.a2a.bearer import SCHEME
 from reach.callers import CHANNEL_PREFIX
@@ -33,6 +35,35 @@ JSON = "application/json"
 TEXT = "text/plain"
 CARD_VERSION = "1"
 KAFKA_BINDING = "urn:agent-reach:a2a-kafka:v1"  # the A2A-over-Kafka binding (docs/a2a.md#the-a2a-over-kafka-binding)
+TURNS_EXTENSION = "urn:agent-reach:a2a:turns:v1"  # tasks may ask back: input-required / auth-required
+PUSH_PROGRESS_EXTENSION = "urn:agent-reach:a2a:push-progress:v1"  # a push config that also gets progress and chunks
+
+
+def extensions(push: bool) -> list[AgentExtension]:
+    """What the cards declare beyond the core protocol (docs/a2a.md#extensions): how a task asks back, and, when push
+    configs are kept, the opt-in to progress events for a config (activated with the `A2A-Extensions` header)."""
+    found = [AgentExtension(
+        uri=TURNS_EXTENSION, required=False,
+        description="A task may stop in input-required (the handler asks a question) or auth-required (it asks the "
+                    "caller to authorize something first). The status message holds the question as text and "
+                    "{\"answer_schema\": ...} as data; answer with SendMessage carrying the task id, one data part "
+                    "(or text parts) that satisfies the schema. The task then runs its next turn.",
+        params=_struct({"states": ["input-required", "auth-required"], "answer": "SendMessage with task_id"}))]
+    if push:
+        found.append(AgentExtension(
+            uri=PUSH_PROGRESS_EXTENSION, required=False,
+            description="Send the header `A2A-Extensions: " + PUSH_PROGRESS_EXTENSION + "` with "
+                        "CreateTaskPushNotificationConfig (or a SendMessage carrying task_push_notification_config) "
+                        "and that config also receives the handler's progress and partial results: one POST each, "
+                        "{\"event\": \"progress\" | \"chunk\", ...}, besides the status changes.",
+            params=_struct({"events": ["progress", "chunk"]})))
+    return found
+
+
+def _struct(values: dict[str, object]) -> Struct:
+    out = Struct()
+    out.update(values)
+    return out
 
 
 def _newest(capabilities: Iterable[Capability]) -> dict[str, list[Capability]]:
@@ -95,7 +126,7 @@ def _card(*, name: str, description: str, url: str, skills: list[AgentSkill], pu
         name=name, description=description, version=CARD_VERSION,
         supported_interfaces=interfaces(url, bus),
         provider=AgentProvider(organization="Agent-Reach", url=url),
-        capabilities=AgentCapabilities(streaming=True, push_notifications=push),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push, extensions=extensions(push)),
         security_schemes={SCHEME: scheme},
         security_requirements=[SecurityRequirement(schemes={SCHEME: StringList()})],
         default_input_modes=[JSON, TEXT], default_output_modes=[JSON], skills=skills)

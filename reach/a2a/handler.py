@@ -43,9 +43,9 @@ from a2a.utils.errors import (
 )
 from starlette.exceptions import HTTPException
 
-from reach.a2a import push, tasks
+from reach.a2a import cards, push, tasks
 from reach.a2a.ports import Host, PushBook, Refused
-from reach.a2a.states import FINAL, INTERRUPTED, state_name, task_state
+from reach.a2a.states import FINAL, INTERRUPTED, TASK_STATES, state_name, task_state
 from reach.callers import CallerApp
 from reach.core.progress import Cursor
 from reach.envelopes import new_id, now_ms
@@ -55,8 +55,6 @@ APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token nam
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
 REJECTING = (403, 404, 422)  # refusals that are the message's fault: a rejected task, as the agent would answer
 Cancel = Callable[[CallerApp, str], Awaitable[None]]
-MAX_LISTED = 200  # ListTasks reads at most this many tasks of one context (one read token per call)
-MAX_PAGE = 100
 CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it returns the task as it is
 
 
@@ -97,10 +95,10 @@ class ReachRequestHandler(RequestHandler):
         config = None
         if params.configuration.HasField("task_push_notification_config"):
             config = params.configuration.task_push_notification_config
-            self._checked_push(config, "0")  # a bad config refuses the message before it is sent
+            self._checked_push(config, "0", context)  # a bad config refuses the message before it is sent
         if message.task_id:  # the answer to a task waiting for input (INPUT_REQUIRED): its next turn
             task = await self._answer(app, message)
-            return await self._with_push(app, task, config)
+            return await self._with_push(app, task, config, context)
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)
@@ -128,7 +126,7 @@ class ReachRequestHandler(RequestHandler):
         # acknowledged by the broker: submitted, whatever the status table has folded by now (a stream then
         # replays the whole timeline, so its updates always read submitted -> working -> final)
         task = tasks.task_of({"message_id": accepted.message_id, "trace_id": accepted.trace_id, "status": "ACCEPTED"})
-        return await self._with_push(app, task, config)
+        return await self._with_push(app, task, config, context)
 
     async def _answer(self, app: CallerApp, message: Message) -> Task:
         """The message answers the task's question: checked against its schema, it starts the task's next turn
@@ -166,7 +164,7 @@ class ReachRequestHandler(RequestHandler):
             code, body = await self._row(task.id, context)
             if code == 200 and int(body.get("generation") or 0) >= turn:
                 row = body
-                state = task_state(str(body.get("status", "")))
+                state = tasks.row_state(body)
                 if state in FINAL or state in INTERRUPTED:
                     break
             await asyncio.sleep(self._host.poll_s)
@@ -230,7 +228,7 @@ class ReachRequestHandler(RequestHandler):
                 events, sent, last = tasks.updates(row, sent, last)
                 for event in [*partial, *events]:  # the chunks before the entry that ends the task
                     yield event
-                state = task_state(str(row.get("status", "")))
+                state = tasks.row_state(row)
                 if state in FINAL or state in INTERRUPTED and last == state:
                     return  # ended, or waits for the caller's answer (which continues the task, not this stream)
             await asyncio.sleep(self._host.poll_s)
@@ -255,40 +253,42 @@ class ReachRequestHandler(RequestHandler):
     # --- list -------------------------------------------------------------------------------------------------
 
     async def on_list_tasks(self, params: ListTasksRequest, context: ServerCallContext) -> ListTasksResponse:
-        """The caller's tasks of one context (its trace), oldest first, filtered by state and status time, paged;
-        another tenant's tasks of the context are not listed. Listing without a context is not offered: the status
-        table is indexed by message and trace, not by tenant."""
+        """The caller's tenant's tasks (of one context when `context_id` is given), newest update first, filtered by
+        state and status time, paged with the token of the last task listed; from the status table's tenant index
+        (reach.streams.status.tenants: a tenant's newest tasks, bounded per partition)."""
         app = _caller(context)
-        if not params.context_id:
-            raise UnsupportedOperationError(message="ListTasks needs a context_id (the status table lists a "
-                                                    "context's tasks, not all of a tenant's)")
         try:  # a read, metered like GetTask
             await self._host.take_read(app)
         except Refused as refusal:
             raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
                                 headers=refusal.headers) from None
-        code, body = await self._host.trace(params.context_id)
-        if code == 404:
-            return ListTasksResponse(page_size=params.page_size, total_size=0)
+        query = {"page_size": str(params.page_size), "page_token": params.page_token}
+        if params.context_id:
+            query["context"] = params.context_id
+        if params.status:
+            query["status"] = ",".join(sorted(s.value for s, state in TASK_STATES.items()
+                                              if state == params.status or state == TaskState.TASK_STATE_INPUT_REQUIRED
+                                              and params.status == TaskState.TASK_STATE_AUTH_REQUIRED))
+        if params.HasField("status_timestamp_after"):
+            query["after"] = str(params.status_timestamp_after.ToMilliseconds())
+        code, body = await self._host.tasks(app, query)
+        if code == 400:
+            raise InvalidParamsError(message=str(body.get("message", "bad ListTasks parameters")))
         if code != 200:
             raise HTTPException(503, "the status views do not answer", headers={"Retry-After": "1"})
-        after = params.status_timestamp_after.ToMilliseconds() if params.HasField("status_timestamp_after") else 0
         found: list[Task] = []
-        for message_id in list(body.get("message_ids") or [])[:MAX_LISTED]:
+        for message_id in body.get("message_ids") or []:
             row_code, row = await self._host.row(app, str(message_id))
-            if row_code != 200 or int(row.get("updated_at") or 0) < after:
-                continue
+            if row_code != 200:
+                continue  # ended its retention since the index was read
             task = tasks.task_of(row, params.history_length if params.HasField("history_length") else None)
             if params.status and task.status.state != params.status:
-                continue
+                continue  # input- and auth-required share INPUT_REQUIRED; or it changed since the index was read
             if not params.include_artifacts:
                 del task.artifacts[:]
             found.append(task)
-        size = params.page_size if 0 < params.page_size <= MAX_PAGE else MAX_PAGE
-        start = int(params.page_token) if params.page_token.isdigit() else 0
-        more = start + size < len(found)
-        return ListTasksResponse(tasks=found[start:start + size], next_page_token=str(start + size) if more else "",
-                                 page_size=size, total_size=len(found))
+        return ListTasksResponse(tasks=found, next_page_token=str(body.get("next_page_token") or ""),
+                                 page_size=int(body.get("page_size") or 0), total_size=int(body.get("total_size") or 0))
 
     # --- push notifications (reach.a2a.push, decisions/0042) --------------------------------------------------
 
@@ -299,10 +299,14 @@ class ReachRequestHandler(RequestHandler):
                                                             "task (SubscribeToTask) or poll GetTask")
         return self._push
 
-    def _checked_push(self, config: TaskPushNotificationConfig, default_id: str) -> push.PushConfig:
+    def _checked_push(self, config: TaskPushNotificationConfig, default_id: str,
+                      context: ServerCallContext) -> push.PushConfig:
+        """The config to keep; it also gets progress events when the call activated the push-progress extension."""
         book = self._book()
+        progress = cards.PUSH_PROGRESS_EXTENSION in context.requested_extensions
         try:
-            checked = push.checked(config, config_id=config.id or default_id, from_step=0, now=now_ms())
+            checked = push.checked(config, config_id=config.id or default_id, from_step=0, now=now_ms(),
+                                   progress=progress)
             host = urlsplit(checked.url).hostname or ""
             why = None if book.allow_private else push.literal_refusal(host)
         except push.BadPushConfig as exc:
@@ -327,15 +331,16 @@ class ReachRequestHandler(RequestHandler):
         if code == 200:
             book.offer(row)
 
-    async def _with_push(self, app: CallerApp, task: Task, config: TaskPushNotificationConfig | None) -> Task:
+    async def _with_push(self, app: CallerApp, task: Task, config: TaskPushNotificationConfig | None,
+                         context: ServerCallContext) -> Task:
         if config is not None and task.status.state != TaskState.TASK_STATE_REJECTED:
-            await self._keep(app, task.id, self._checked_push(config, task.id))
+            await self._keep(app, task.id, self._checked_push(config, task.id, context))
         return task
 
     async def on_create_task_push_notification_config(self, params: TaskPushNotificationConfig,
                                                       context: ServerCallContext) -> TaskPushNotificationConfig:
         await self._found(params.task_id, context)  # the caller's own task (another tenant's reads as absent)
-        config = self._checked_push(params, params.task_id)
+        config = self._checked_push(params, params.task_id, context)
         await self._keep(_caller(context), params.task_id, config)
         return config.to_proto(params.task_id)
 

@@ -79,6 +79,11 @@ class Host(Protocol):
         """The message ids of a trace, whoever's they are."""
         ...
 
+    async def tasks(self, app: CallerApp, query: Mapping[str, str]) -> Row:
+        """A page of the app's tenant's tasks from the status table's tenant index, newest update first: `message_ids`,
+        `next_page_token`, `total_size`, `page_size` (query: status, context, after, page_size, page_token)."""
+        ...
+
     async def row(self, app: CallerApp, message_id: str) -> Row:
         """The message's row as `app` may see it (another tenant's reads as absent)."""
         ...

@@ -113,8 +113,11 @@ def literal_refusal(host: str) -> str | None:
     return refused_address(host)
 
 
-def checked(proto: TaskPushNotificationConfig, *, config_id: str, from_step: int, now: int) -> PushConfig:
-    """The config to keep from what the caller sent; BadPushConfig saying what is wrong."""
+def checked(proto: TaskPushNotificationConfig, *, config_id: str, from_step: int, now: int,
+            progress: bool = False) -> PushConfig:
+    """The config to keep from what the caller sent; BadPushConfig saying what is wrong. `progress`: the caller
+    activated the push-progress extension (reach.a2a.cards.PUSH_PROGRESS_EXTENSION): the config also gets the
+    handler's progress and chunks."""
     url = proto.url
     parts = urlsplit(url)
     if len(url) > MAX_URL or parts.scheme not in ("http", "https") or not parts.hostname:
@@ -128,7 +131,8 @@ def checked(proto: TaskPushNotificationConfig, *, config_id: str, from_step: int
     if proto.HasField("authentication"):
         raise BadPushConfig("push authentication is not offered: receivers check the token "
                             f"({TOKEN_HEADER}) and the Reach-Signature of the webhook channel")
-    return PushConfig(id=config_id, url=url, token=proto.token, from_step=from_step, created_at=now)
+    return PushConfig(id=config_id, url=url, token=proto.token, from_step=from_step, created_at=now,
+                      progress=progress)
 
 
 def step_count(row: Mapping[str, Any]) -> int:

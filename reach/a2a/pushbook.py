@@ -6,6 +6,11 @@ here, so the replica that answered sees it at once; the others see it when their
 poll). `sync` waits until the follower has read what the topic held when it was called: the sender calls it
 before a batch of status changes, so a config acknowledged before a change was folded is known when that change
 is sent. `MemoryPushBook` is its twin for tests.
+
+Bounds (docs/a2a.md#push-notifications): the sender `expire`s the configs of a task it saw end more than a while ago
+(a tombstone on the topic, so every replica and the next start forget them too), and `sweep` forgets locally the
+configs whose newest was set longer ago than the topic keeps records (its retention deletes them there; without
+this, a replica that never saw the task end would hold them until it restarts).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from reach.a2a.push import TaskPush
 from reach.errors import InfraUnavailable
@@ -26,6 +31,7 @@ from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.a2a.push")
 POLL_S = 0.2
+MAX_AGE_MS = 7 * 24 * 3600 * 1000  # the push topic's retention (topics.yaml): older configs are gone from it too
 
 
 class MemoryPushBook:
@@ -35,6 +41,10 @@ class MemoryPushBook:
         self.allow_private = allow_private
         self.tasks: dict[str, TaskPush] = {}
         self.offered: list[dict[str, Any]] = []
+        self.expired: list[str] = []
+        self._changed: Callable[[str], None] | None = None
+        self._offers: Callable[[dict[str, Any]], None] | None = None
+        self.counts: Callable[[], dict[str, int]] | None = None  # the sender's counters (reach.a2a.pushsender)
 
     def get(self, task_id: str) -> TaskPush | None:
         return self.tasks.get(task_id)
@@ -45,11 +55,39 @@ class MemoryPushBook:
     def _apply(self, task: TaskPush) -> None:
         if task.configs:
             self.tasks[task.task_id] = task
+            if self._changed is not None:  # a config the sender may owe changes it has already read (the race of
+                self._changed(task.task_id)  # a config set while its change was being folded: decisions/0047)
         else:
             self.tasks.pop(task.task_id, None)
 
+    def on_change(self, changed: Callable[[str], None]) -> None:
+        """Called with a task id each time a set of configs is applied (put here, or read from the topic)."""
+        self._changed = changed
+
+    def listen(self, offers: Callable[[dict[str, Any]], None]) -> None:
+        """Where `offer` hands rows (the sender)."""
+        self._offers = offers
+
     def offer(self, row: dict[str, Any]) -> None:
         self.offered.append(row)
+        if self._offers is not None:
+            self._offers(row)
+
+    def sync(self, timeout: float = 10.0) -> None:
+        """Nothing to catch up with in memory."""
+
+    def expire(self, task_id: str) -> None:
+        """Forget the task's configs (its task ended a while ago)."""
+        self.expired.append(task_id)
+        self.tasks.pop(task_id, None)
+
+    def sweep(self, now_ms: int, max_age_ms: int = MAX_AGE_MS) -> int:
+        """Forget the tasks whose newest config is older than `max_age_ms` (here only); how many were forgotten."""
+        old = [t.task_id for t in list(self.tasks.values())
+               if max((c.created_at for c in t.configs), default=0) < now_ms - max_age_ms]
+        for task_id in old:
+            self.tasks.pop(task_id, None)
+        return len(old)
 
 
 class KafkaPushBook(MemoryPushBook):
@@ -70,11 +108,6 @@ class KafkaPushBook(MemoryPushBook):
         self._consumer: Consumer | None = None
         self._probe: Consumer | None = None  # asks for end offsets: the follower's consumer is busy polling
         self._probe_lock = threading.Lock()
-        self._offers: Callable[[dict[str, Any]], None] | None = None
-
-    def listen(self, offers: Callable[[dict[str, Any]], None]) -> None:
-        """Where `offer` hands rows (the sender)."""
-        self._offers = offers
 
     def offer(self, row: dict[str, Any]) -> None:
         if self._offers is not None:
@@ -83,6 +116,20 @@ class KafkaPushBook(MemoryPushBook):
     def get(self, task_id: str) -> TaskPush | None:
         with self._lock:
             return self.tasks.get(task_id)
+
+    def expire(self, task_id: str) -> None:
+        """A tombstone for the task's configs (not waited for: if it is lost, `sweep` bounds them), forgotten here."""
+        try:
+            self._producer.produce(self.topic, key=task_id.encode(), value=None)
+            self._producer.poll(0)
+        except (BufferError, KafkaException) as exc:
+            log.warning("push configs of %s not expired on %s: %s", task_id[:100], self.topic, exc)
+        with self._lock:
+            self.tasks.pop(task_id, None)
+
+    def sweep(self, now_ms: int, max_age_ms: int = MAX_AGE_MS) -> int:
+        with self._lock:
+            return super().sweep(now_ms, max_age_ms)
 
     def start(self, timeout: float = 30.0) -> None:
         """Assign every partition from the beginning and follow; return once read to the end."""

@@ -5,7 +5,14 @@ derived ids make a second production the same message, which the channel agent's
 
 Gateway replicas share the group: each sends for the status partitions it is assigned, and a restarted gateway
 resumes from its group's committed offsets, so no change is lost across a restart (decisions/0042). A config set
-on a running task is caught up by `offer`: the row as it was read right after the config was acknowledged.
+on a running task is caught up by `offer`: the row as it was read right after the config was acknowledged; and,
+since that read may come from a store the fold writes only after its changelog (so a change the sender read before
+the config arrived may not be in it), by the last changelog row the sender read of that task within RECENT_S, sent
+again when the book applies the config (decisions/0047; the derived ids make it the same messages).
+
+Per-row isolation: a changelog row that does not read (not JSON, or a row the notifications cannot be made from) is
+logged, counted (`skipped`) and passed over; it never stops the sender. A task seen to end is remembered, and its
+configs expired (reach.a2a.pushbook) LINGER_S later: the configs in every gateway's memory are bounded.
 """
 
 from __future__ import annotations
@@ -14,12 +21,18 @@ import json
 import logging
 import queue
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from reach.a2a import push
-from reach.a2a.pushbook import KafkaPushBook
+from reach.a2a.pushbook import KafkaPushBook, MemoryPushBook
+from reach.a2a.states import FINAL, task_state
 from reach.envelopes import now_ms, routing_key
 from reach.errors import InfraUnavailable
 from reach.kafka import clients, codec, delivery
@@ -27,8 +40,13 @@ from reach.names import Names
 from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.a2a.push")
-MAX_CURSORS = 20_000  # (task, config) pairs tracked here; past it the oldest are forgotten (sent again)
+MAX_CURSORS = 20_000  # tasks tracked here; past it the oldest are forgotten (their notifications would be sent again)
 RETRY_S = 1.0
+RECENT_S = 60.0  # how long the last changelog row of a task is kept for a config that arrives after it was read
+RECENT_BYTES = 16 << 20  # and at most this many bytes of such rows (the oldest dropped first)
+LINGER_S = 600.0  # a task's configs are expired this long after the sender saw it end
+MAX_ENDED = 100_000  # ended tasks waiting to be expired; past it the oldest are expired at once
+SWEEP_S = 60.0
 
 
 def group(names: Names) -> str:
@@ -38,18 +56,30 @@ def group(names: Names) -> str:
 class PushSender:
     """One per gateway process, on a daemon thread."""
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings, book: KafkaPushBook) -> None:
+    def __init__(self, *, names: Names, kafka: KafkaSettings, book: MemoryPushBook) -> None:
         self._names = names
         self._kafka = kafka
         self._book = book
         self._topic = names.capability(push.WEBHOOK)
-        self._sent: dict[tuple[str, str], set[str]] = {}  # (task, config) -> notification ids produced
+        self._sent: OrderedDict[str, dict[str, set[str]]] = OrderedDict()  # task -> config -> notification ids
         self._offers: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        self._changed: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._recent: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # task -> (read at, its last row)
+        self._recent_bytes = 0
+        self._ended: OrderedDict[str, float] = OrderedDict()  # task -> when the sender saw it end
+        self._next_sweep = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.produced = 0
         self.refused = 0  # notifications the broker refused for good (too large, no webhook topic)
+        self.skipped = 0  # changelog rows that did not read, passed over
+        self.expired = 0  # tasks whose configs were expired after they ended
         book.listen(self._offers.put)
+        book.on_change(self._changed.put)
+        book.counts = self.counts
+
+    def counts(self) -> dict[str, int]:
+        return {"produced": self.produced, "refused": self.refused, "skipped": self.skipped, "expired": self.expired}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="reach-a2a-push-sender", daemon=True)
@@ -76,20 +106,68 @@ class PushSender:
             consumer.subscribe([self._names.status])
             while not self._stop.is_set():
                 messages = [m for m in clients.take(consumer, 500, 0.2) if m.error() is None]
-                rows = [row for row in map(_row, messages) if row is not None]
-                while True:
-                    try:
-                        rows.append(self._offers.get_nowait())
-                    except queue.Empty:
-                        break
+                rows = self._pending(messages)
                 if rows:
                     self._book.sync()  # a config acknowledged before these changes were folded is known
                     self._send(producer, rows)
                 if messages:
                     consumer.commit(asynchronous=False)
+                self._expire(time.monotonic())
         finally:
             producer.flush(10)
             consumer.close()
+
+    def _pending(self, messages: list[Message]) -> list[dict[str, Any]]:
+        """The rows to send for: the changelog's (each kept a while as its task's last), the rows offered by a
+        config's set, and the kept last row of each task a config was just applied for."""
+        rows = []
+        for msg in messages:
+            row = self._read(msg.value(), f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
+            if row is not None:
+                rows.append(row)
+                self._remember(str(row.get("message_id", "")), msg.value() or b"")
+        rows += _drain(self._offers)
+        for task_id in dict.fromkeys(_drain(self._changed)):
+            kept = self._recent.get(task_id)
+            row = self._read(kept[1], f"the last row of {task_id[:100]}") if kept is not None else None
+            if row is not None:
+                rows.append(row)
+        return rows
+
+    def _read(self, value: bytes | None, where: str) -> dict[str, Any] | None:
+        if value is None:  # a tombstone: the row's retention
+            return None
+        try:
+            row = json.loads(value)
+        except ValueError as exc:
+            row = exc
+        if not isinstance(row, dict) or not isinstance(row.get("message_id"), str):
+            self.skipped += 1
+            log.warning("push sender: the status row at %s does not read (%.200s); skipped", where, row)
+            return None
+        return row
+
+    def _remember(self, task_id: str, raw: bytes) -> None:
+        """Keep the task's last changelog row for RECENT_S (and RECENT_BYTES in all)."""
+        old = self._recent.pop(task_id, None)
+        self._recent_bytes -= len(old[1]) if old is not None else 0
+        self._recent[task_id] = (time.monotonic(), raw)
+        self._recent_bytes += len(raw)
+        horizon = time.monotonic() - RECENT_S
+        while self._recent and (self._recent_bytes > RECENT_BYTES or next(iter(self._recent.values()))[0] < horizon):
+            _, (_, dropped) = self._recent.popitem(last=False)
+            self._recent_bytes -= len(dropped)
+
+    def _expire(self, now: float) -> None:
+        """Expire the configs of tasks that ended LINGER_S ago; every SWEEP_S, forget configs past the topic's age."""
+        while self._ended and (len(self._ended) > MAX_ENDED or next(iter(self._ended.values())) < now - LINGER_S):
+            task_id, _ = self._ended.popitem(last=False)
+            self._book.expire(task_id)
+            self._sent.pop(task_id, None)
+            self.expired += 1
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_S
+            self._book.sweep(now_ms())
 
     def _send(self, producer: Producer, rows: list[dict[str, Any]]) -> None:
         """Produce every notification the rows owe, and wait for the acks; an outage is retried until it passes, a
@@ -97,13 +175,21 @@ class PushSender:
         while not self._stop.is_set():
             queued: list[tuple[tuple[str, str], str]] = []
             errors: list[Any] = []
+            batch: set[str] = set()  # two rows of one task in a batch owe some of the same notifications
             for row in rows:
-                queued += self._queue(producer, row, errors)
+                try:
+                    added = self._queue(producer, row, errors, batch)
+                    queued += added
+                    batch.update(mid for _, mid in added)
+                except Exception as exc:  # noqa: BLE001 - one row the notifications cannot be made from: pass it
+                    self.skipped += 1
+                    log.warning("push sender: no notifications from the row of %.100s (%s: %.200s); skipped",
+                                row.get("message_id"), type(exc).__name__, exc)
             if producer.flush(30):
                 errors.append("not acknowledged within 30 s")
             if all(delivery.permanent(e) for e in errors):
-                for key, mid in queued:
-                    self._sent.setdefault(key, set()).add(mid)
+                for (task_id, config_id), mid in queued:
+                    self._sent.setdefault(task_id, {}).setdefault(config_id, set()).add(mid)
                 self.produced += len(queued) - len(errors)
                 self.refused += len(errors)
                 if errors:
@@ -114,17 +200,22 @@ class PushSender:
             log.warning("push sender: notifications not acknowledged (%s); trying again", delivery.describe(errors[0]))
             self._stop.wait(RETRY_S)
 
-    def _queue(self, producer: Producer, row: dict[str, Any], errors: list[Any]) -> list[tuple[tuple[str, str], str]]:
+    def _queue(self, producer: Producer, row: dict[str, Any], errors: list[Any],
+               batch: set[str]) -> list[tuple[tuple[str, str], str]]:
+        """Produce what the row owes its task's configs, but what was produced (or is in this `batch`) already."""
         task_id = str(row.get("message_id", ""))
         task = self._book.get(task_id)
         if task is None or row.get("tenant") != task.tenant:
             return []
+        if task_state(str(row.get("status", ""))) in FINAL:  # its configs are expired LINGER_S from now
+            self._ended.pop(task_id, None)
+            self._ended[task_id] = time.monotonic()
         queued = []
         for config in task.configs:
             key = (task_id, config.id)
-            done = self._sent.get(key, set())
+            done = self._sent.get(task_id, {}).get(config.id, set())
             for notification in push.notifications(row, config):
-                if notification.message_id in done:
+                if notification.message_id in done or notification.message_id in batch:
                     continue
                 envelope = push.envelope(notification, config, task, trace_id=str(row.get("trace_id") or task_id),
                                          now=now_ms())
@@ -143,21 +234,40 @@ class PushSender:
         return queued
 
     def _forget(self) -> None:
-        """Keep at most MAX_CURSORS (task, config) cursors, the oldest dropped (a later change of such a task sends its
+        """Keep the cursors of at most MAX_CURSORS tasks, the oldest dropped (a later change of such a task sends its
         notifications again, under the same ids: the channel's lease delivers each once)."""
         while len(self._sent) > MAX_CURSORS:
-            self._sent.pop(next(iter(self._sent)))
+            self._sent.popitem(last=False)
 
 
-def _row(msg: Message) -> dict[str, Any] | None:
-    value = msg.value()
-    if value is None:
-        return None
-    try:
-        row = json.loads(value)
-    except ValueError:
-        return None
-    return row if isinstance(row, dict) else None
+def _drain(source: queue.SimpleQueue[Any]) -> list[Any]:
+    out = []
+    while True:
+        try:
+            out.append(source.get_nowait())
+        except queue.Empty:
+            return out
+
+
+class PushCollector(Collector):
+    """The sender's counters on the gateway's /metrics (one registry per gateway); zeros while no sender runs."""
+
+    def __init__(self, book: MemoryPushBook) -> None:
+        self._book = book
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counts = self._book.counts() if self._book.counts is not None else dict.fromkeys(
+            ("produced", "refused", "skipped", "expired"), 0)
+        sent = CounterMetricFamily("agentreach_gateway_push_notifications", "A2A push notifications produced to the "
+                                   "webhook channel, and refused by the broker for good", labels=["outcome"])
+        sent.add_metric(["produced"], counts["produced"])
+        sent.add_metric(["refused"], counts["refused"])
+        yield sent
+        yield CounterMetricFamily("agentreach_gateway_push_rows_skipped", "Status changelog rows the push sender "
+                                  "could not read or make notifications from (logged, passed over)",
+                                  value=counts["skipped"])
+        yield CounterMetricFamily("agentreach_gateway_push_tasks_expired", "Tasks whose push configs were expired "
+                                  "after they ended", value=counts["expired"])
 
 
 def open_push(names: Names, kafka: KafkaSettings, *, allow_private: bool) -> tuple[KafkaPushBook, PushSender] | None:

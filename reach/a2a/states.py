@@ -38,8 +38,9 @@ TASK_STATES: dict[Status, TaskState] = {
 
 FINAL = frozenset({TaskState.TASK_STATE_COMPLETED, TaskState.TASK_STATE_FAILED, TaskState.TASK_STATE_REJECTED,
                    TaskState.TASK_STATE_CANCELED})
-INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED})
-"""States a blocking send returns at, besides the final ones: the task waits for the caller."""
+INTERRUPTED = frozenset({TaskState.TASK_STATE_INPUT_REQUIRED, TaskState.TASK_STATE_AUTH_REQUIRED})
+"""States a blocking send returns at, besides the final ones: the task waits for the caller (auth-required is an
+INPUT_REQUIRED row whose question asks for authorization: reach.a2a.tasks.row_state)."""
 
 
 def task_state(status: str) -> TaskState:

@@ -26,6 +26,7 @@ from google.protobuf.struct_pb2 import Struct, Value
 
 from reach.a2a.states import FINAL, INTERRUPTED, task_state
 from reach.core.progress import Chunks, Cursor, news
+from reach.core.turns import AUTH, kind_of
 from reach.errors import ReachError
 
 MAX_CONTEXT_ID = 200  # it becomes the envelope's trace_id and session_key (Routing.session_key: 256)
@@ -102,9 +103,19 @@ def step_message(task_id: str, context_id: str, index: int, step: Mapping[str, A
                                                               ("status", "attempt", "generation", "at", "agent_id")}))
 
 
-def status_of(row: Mapping[str, Any]) -> TaskStatus:
-    """The row's A2A status; a failure or refusal carries its error as the status message."""
+def row_state(row: Mapping[str, Any]) -> TaskState:
+    """The row's A2A state: its status's (reach.a2a.states), but a question asking for authorization (NeedsAuth, the
+    `x-reach-kind` of its schema) is auth-required rather than input-required."""
     state = task_state(str(row.get("status", "")))
+    if state == TaskState.TASK_STATE_INPUT_REQUIRED and kind_of((row.get("input") or {}).get("answer_schema")) == AUTH:
+        return TaskState.TASK_STATE_AUTH_REQUIRED
+    return state
+
+
+def status_of(row: Mapping[str, Any]) -> TaskStatus:
+    """The row's A2A status; a failure or refusal carries its error as the status message, a question (input- or
+    auth-required) the question as text and its answer's schema as data."""
+    state = row_state(row)
     status = TaskStatus(state=state)
     error = row.get("last_error") or {}
     if state in FINAL and state != TaskState.TASK_STATE_COMPLETED and error:
@@ -113,7 +124,7 @@ def status_of(row: Mapping[str, Any]) -> TaskStatus:
             context_id=str(row.get("trace_id", "")),
             parts=[Part(text=f"{row.get('status')}: {error.get('code')}: {error.get('message')}")]))
     asked = row.get("input") or {}
-    if state == TaskState.TASK_STATE_INPUT_REQUIRED and asked.get("question"):
+    if state in INTERRUPTED and asked.get("question"):
         status.message.CopyFrom(Message(
             message_id=f"{row['message_id']}:input:{row.get('generation', 0)}", role=Role.ROLE_AGENT,
             task_id=str(row["message_id"]), context_id=str(row.get("trace_id", "")),
@@ -176,12 +187,12 @@ def indexed_updates(row: Mapping[str, Any], sent: int, last: TaskState | None
     """`updates`, each event with the index of the timeline entry it stands for."""
     task_id, context_id = str(row["message_id"]), str(row.get("trace_id", ""))
     timeline = list(row.get("timeline") or [])
-    now = task_state(str(row.get("status", "")))
+    now = row_state(row)
     final = now in FINAL
     events: list[tuple[int, TaskStatusUpdateEvent | TaskArtifactUpdateEvent]] = []
     for index in range(sent, len(timeline)):
         step = timeline[index]
-        if now in INTERRUPTED and index == len(timeline) - 1 and task_state(str(step.get("status", ""))) == now:
+        if now in INTERRUPTED and index == len(timeline) - 1 and step.get("status") == "INPUT_REQUIRED":
             step_state = now  # the question the task waits on: the row's status message carries it
             events.append((index, TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status_of(row),
                                                         metadata=_struct({"reach_status": step.get("status"),

@@ -3,9 +3,18 @@
 from reach.agent.agent import Agent, Context
 from reach.agent.exceptions import AgentError, InvalidDeclaration, LeaseLost
 from reach.agent.outcomes import Outcome
-from reach.agent.signals import BusinessError, Canceled, NeedsInput, NoData, Reject, Retry, TransientError
+from reach.agent.signals import (
+    BusinessError,
+    Canceled,
+    NeedsAuth,
+    NeedsInput,
+    NoData,
+    Reject,
+    Retry,
+    TransientError,
+)
 
 __all__ = [
-    "Agent", "AgentError", "BusinessError", "Canceled", "Context", "InvalidDeclaration", "LeaseLost", "NeedsInput",
-    "NoData", "Outcome", "Reject", "Retry", "TransientError",
+    "Agent", "AgentError", "BusinessError", "Canceled", "Context", "InvalidDeclaration", "LeaseLost", "NeedsAuth",
+    "NeedsInput", "NoData", "Outcome", "Reject", "Retry", "TransientError",
 ]

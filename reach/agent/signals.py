@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from reach.core.turns import question_of
+from reach.core.turns import AUTH, question_of
 
 
 class NoData:
@@ -23,6 +23,18 @@ class NeedsInput:
 
     def __init__(self, question: str, schema: dict[str, Any] | bool | None = None) -> None:
         checked = question_of(question, schema)
+        self.question = checked.question
+        self.schema_text = checked.schema_text
+
+
+class NeedsAuth(NeedsInput):
+    """Return this to end the turn asking the caller to authorize something first (sign in, approve a charge, grant
+    a scope): a NeedsInput whose kind is authorization. The message waits in INPUT_REQUIRED as for NeedsInput and
+    the caller answers it the same way; A2A shows the task `auth-required`. `schema` is what the answer must be (a
+    token, a grant id, `{"approved": true}` ...); `question` says what to authorize and where (a sign-in URL)."""
+
+    def __init__(self, question: str, schema: dict[str, Any] | bool | None = None) -> None:
+        checked = question_of(question, schema, kind=AUTH)
         self.question = checked.question
         self.schema_text = checked.schema_text
 

@@ -30,6 +30,9 @@ MAX_SCHEMA_BYTES = 16 * 1024
 MAX_ANSWER_BYTES = 32 * 1024
 MAX_TURNS = 16
 MAX_CONVERSATION_BYTES = 64 * 1024
+KIND = "x-reach-kind"  # an annotation of the answer's schema: "auth" when the question asks for authorization
+AUTH = "auth"
+INPUT = "input"
 
 
 class BadQuestion(ReachError, ValueError):
@@ -66,9 +69,17 @@ class Turn:
     answer: Any
 
 
-def question_of(question: Any, schema: Any = None) -> Question:
+def question_of(question: Any, schema: Any = None, *, kind: str = INPUT) -> Question:
     """A checked question: non-empty text of at most 2,048 characters, and a valid JSON Schema (a dict or a
-    boolean; None accepts any JSON answer) of at most 16 KiB. BadQuestion names what is wrong."""
+    boolean; None accepts any JSON answer) of at most 16 KiB. BadQuestion names what is wrong. A question of `kind`
+    AUTH (NeedsAuth: the caller must authorize something before the handler goes on) says so in its schema, as the
+    annotation `"x-reach-kind": "auth"` (validators ignore it; the row and the receipts carry it unchanged, so the
+    kind needs no record field: decisions/0047)."""
+    if kind == AUTH:
+        if schema is False:
+            raise BadQuestion("NeedsAuth's schema is false: no answer could ever authorize it.")
+        schema = {KIND: AUTH} if schema is None or schema is True else (
+            {**schema, KIND: AUTH} if isinstance(schema, dict) else schema)
     if not isinstance(question, str) or not question.strip():
         raise BadQuestion(f"NeedsInput takes a question as non-empty text; got {question!r:.100}.")
     if len(question) > MAX_QUESTION_CHARS:
@@ -88,6 +99,17 @@ def question_of(question: Any, schema: Any = None) -> Question:
     if len(text.encode()) > MAX_SCHEMA_BYTES:
         raise BadQuestion(f"NeedsInput's schema takes {len(text.encode())} bytes; at most {MAX_SCHEMA_BYTES}.")
     return Question(question, text)
+
+
+def kind_of(schema_text: str | None) -> str:
+    """AUTH when the question's schema (JSON text) says it asks for authorization, else INPUT."""
+    if not schema_text or KIND not in schema_text:
+        return INPUT
+    try:
+        schema = json.loads(schema_text)
+    except ValueError:
+        return INPUT
+    return AUTH if isinstance(schema, dict) and schema.get(KIND) == AUTH else INPUT
 
 
 def answer_problem(schema_text: str, answer: Any) -> str | None:

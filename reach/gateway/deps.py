@@ -5,7 +5,7 @@ modules (publisher, replies, catalog, statusclient, idempotency) and unit tests 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -59,6 +59,11 @@ class StatusSource(Protocol):
     async def message(self, message_id: str) -> tuple[int, dict[str, Any]]: ...
 
     async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]: ...
+
+    async def tenant_tasks(self, tenant: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+        """A page of the tenant's tasks, newest update first (`/tenants/<tenant>/tasks`: reach.streams.status.tenants;
+        query: status, context, after, page_size, page_token)."""
+        ...
 
 
 class Catalog(Protocol):

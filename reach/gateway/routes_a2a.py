@@ -4,6 +4,7 @@ card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -22,6 +23,8 @@ from reach.a2a import cards
 from reach.a2a.bearer import BearerAuthenticator
 from reach.a2a.handler import APP, CAPABILITY, Cancel, ReachRequestHandler
 from reach.a2a.ports import Refused, Row, Sent
+from reach.a2a.pushbook import MemoryPushBook
+from reach.a2a.pushsender import PushCollector
 from reach.callers import AppDirectory, AuthFailure, CallerApp
 from reach.cancels import CancelRecord
 from reach.core.turns import AnswerRefused
@@ -139,6 +142,9 @@ class AdmissionHost:
     async def trace(self, trace_id: str) -> Row:
         return await self._admission.deps.status.trace(trace_id)
 
+    async def tasks(self, app: CallerApp, query: Mapping[str, str]) -> Row:
+        return await self._admission.deps.status.tenant_tasks(app.tenant, query)
+
     async def row(self, app: CallerApp, message_id: str) -> Row:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))
 
@@ -232,6 +238,8 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
     """The A2A endpoints; without an apps directory (no door) every call is refused 503."""
     bearer = BearerAuthenticator(directory) if directory is not None else None
     push, bus = admission.deps.push, admission.deps.namespace
+    if isinstance(push, MemoryPushBook):  # the push sender's counters on this gateway's /metrics
+        admission.metrics.registry.register(PushCollector(push))
     dispatcher = JsonRpcDispatcher(ReachRequestHandler(AdmissionHost(admission), cancel=_sender(admission), push=push),
                                    context_builder=ReachContextBuilder())
     catalog = admission.deps.catalog

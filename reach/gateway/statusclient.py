@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -24,9 +25,12 @@ class StatusClient:
     async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]:
         return await self._get(f"/traces/{quote(trace_id, safe='')}")
 
-    async def _get(self, path: str) -> tuple[int, dict[str, Any]]:
+    async def tenant_tasks(self, tenant: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+        return await self._get(f"/tenants/{quote(tenant, safe='')}/tasks", query)
+
+    async def _get(self, path: str, query: Mapping[str, str] | None = None) -> tuple[int, dict[str, Any]]:
         try:
-            resp = await self._http.get(path)
+            resp = await self._http.get(path, params=dict(query or {}))
             body = resp.json()
         except (httpx.HTTPError, ValueError) as exc:
             return 503, {"error": "unavailable", "message": f"the status views at {self.base_url} do not answer "
@@ -34,7 +38,7 @@ class StatusClient:
         if not isinstance(body, dict):
             return 503, {"error": "unavailable", "message": "the status views answered something that is not an "
                          "object", "hint": "check REACH_GATEWAY_STATUS_URL"}
-        if resp.status_code not in (200, 404, 503):
+        if resp.status_code not in (200, 400, 404, 503):
             return 503, {"error": "unavailable", "message": f"the status views answered {resp.status_code}",
                          "hint": "check REACH_WEB_TOKEN and REACH_GATEWAY_STATUS_URL"}
         return resp.status_code, body

@@ -2,13 +2,17 @@
 `reach answer` and A2A `message/send` with a task id (docs/agents.md#multi-turn-needsinput-ctxturns).
 
 The row must be waiting, of the caller's tenant and within its deadline, the answer must satisfy the question's
-schema (reach.core.turns); then one answer per waiting turn is claimed in Redis, the asking turn's envelope is read
-back from its inbox position and published again as the next generation with the answer in its conversation, and
-an ACCEPTED receipt records the answer on the status row (decisions/0036)."""
+schema (reach.core.turns); then one answer per waiting turn is claimed in Redis, an ACCEPTED receipt of the next
+generation records the answer on the status row, and the asking turn's envelope, read back from its inbox position,
+is published again as that generation with the answer in its conversation (decisions/0036). The receipt goes first,
+acknowledged, so the next turn's agent (whose STARTED / COMPLETED follow its envelope) can never be folded before
+the answer's ACCEPTED; an envelope that is then not acknowledged is answered by an INPUT_REQUIRED receipt of the
+new generation asking the same question again (the row waits, the caller may answer again) and a 503."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,13 +26,14 @@ from reach.kafka import clients, codec, topicreader
 from reach.kafka import headers as h
 from reach.kafka.codec import DecodeError
 from reach.names import Names
-from reach.records import Envelope, Receipt
+from reach.records import Envelope, InputRequest, Receipt, Status
 from reach.redisclient import sync_client, tag
 from reach.settings import KafkaSettings
 
 Rows = Callable[[str], Awaitable[tuple[int, dict[str, Any]]]]
 """The status table's answer for a message id: (HTTP status, the row or an error body)."""
 CLAIM_MIN_TTL_MS = 60_000
+log = logging.getLogger("reach.turns")
 
 
 class TurnStore(Protocol):
@@ -46,8 +51,12 @@ class TurnStore(Protocol):
         """The publish failed: the turn may be answered again."""
         ...
 
-    async def publish(self, envelope: Envelope, receipt: Receipt) -> None:
-        """The next turn's envelope (acknowledged), then its ACCEPTED receipt."""
+    async def record(self, receipt: Receipt) -> None:
+        """Produce a receipt and wait for the broker's ack (raises when it is not acknowledged)."""
+        ...
+
+    async def publish(self, envelope: Envelope) -> None:
+        """Produce the next turn's envelope and wait for the broker's ack (raises when it is not acknowledged)."""
         ...
 
 
@@ -98,12 +107,31 @@ async def answer(message_id: str, value: Any, *, tenant: str | None, rows: Rows,
     envelope, receipt = next_turn(asking.model_copy(update={"generation": generation}), answered,
                                   agent_id=row.get("agent_id"), instance_id=row.get("instance_id"), now_ms=now_ms,
                                   reply_to=reply_to)
-    try:
-        await store.publish(envelope, receipt)
+    try:  # the answer's ACCEPTED first: nothing of the next turn can be folded before it
+        await store.record(receipt)
     except BaseException:
         await store.release(message_id, generation)
         raise
+    try:
+        await store.publish(envelope)
+    except BaseException:
+        await _ask_again(store, receipt, row, now_ms)
+        await store.release(message_id, generation)
+        raise
     return Answered(message_id=message_id, generation=envelope.generation, turn=answered.turn)
+
+
+async def _ask_again(store: TurnStore, accepted: Receipt, row: dict[str, Any], now_ms: int) -> None:
+    """The next turn's envelope was not acknowledged after its ACCEPTED was: the row waits again for an answer (an
+    INPUT_REQUIRED of the new generation with the same question and asking envelope), so the caller's retry is taken
+    instead of a turn that never runs until its deadline. If this receipt fails too, the deadline ends the message."""
+    asked = InputRequest.model_validate(row["input"])
+    again = accepted.model_copy(update={"status": Status.INPUT_REQUIRED, "at": now_ms, "input": asked})
+    try:
+        await store.record(again)
+    except Exception:  # noqa: BLE001 - the envelope's failure is what the caller is told
+        log.warning("answer to %s: the next turn was not published and the question could not be asked again; "
+                    "the message ends at its deadline", accepted.message_id)
 
 
 def _decoded(raw: bytes | None) -> Envelope | None:
@@ -149,14 +177,20 @@ class BusTurns:
         except redis.RedisError:  # the claim then lapses at the message's deadline
             pass
 
-    async def publish(self, envelope: Envelope, receipt: Receipt) -> None:
-        await asyncio.to_thread(self._publish, envelope, receipt)
+    async def record(self, receipt: Receipt) -> None:
+        await asyncio.to_thread(self._record, receipt)
 
-    def _publish(self, envelope: Envelope, receipt: Receipt) -> None:
-        self._client.publish(envelope)  # acknowledged, or raises
+    def _record(self, receipt: Receipt) -> None:
+        failed: list[object] = []
         self._producer.produce(self._names.receipts, codec.encode(receipt), key=receipt.message_id.encode(),
-                               headers=[(h.MESSAGE_ID, receipt.message_id.encode())])
-        self._producer.flush(10)  # the receipt is a record of the answer; the envelope is what runs
+                               headers=[(h.MESSAGE_ID, receipt.message_id.encode())],
+                               on_delivery=lambda err, _msg: failed.append(err) if err is not None else None)
+        if self._producer.flush(10) or failed:
+            raise InfraUnavailable(f"the {receipt.status.value} receipt of {receipt.message_id} was not acknowledged: "
+                                   f"{failed[0] if failed else 'no answer from the broker in 10 s'}")
+
+    async def publish(self, envelope: Envelope) -> None:
+        await asyncio.to_thread(self._client.publish, envelope)  # acknowledged, or raises
 
     def close(self) -> None:
         self._producer.flush(10)

@@ -6,37 +6,21 @@ mid-stream gets the rest, in order, and the ending."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-from a2a.client import AuthInterceptor, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, StreamResponse, SubscribeToTaskRequest, TaskState
-from cryptography.fernet import Fernet
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
 from examples.writer_agent import agent as writer_agent
 from examples.writer_agent import parts
 from reach.a2a import tasks
-from reach.a2a.bearer import a2a_token
 from tests.integration.agent_support import running, wait_for
-from tests.integration.stream_app import StreamApp
-from tests.integration.test_gateway_http import Gateway, create_app
-from tests.integration.test_multi_turn import Token
+from tests.integration.gateway_fixtures import gateway, sdk_client, shop_token
+from tests.integration.test_gateway_http import Gateway
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def gateway(stream_app: StreamApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
-    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
-    gw = Gateway(tmp_path, {"shop": create_app("shop")})
-    gw.start()
-    yield gw
-    gw.stop()
+__all__ = ["gateway"]
 
 
 def write(topic: str) -> SendMessageRequest:
@@ -57,11 +41,7 @@ def final_state(events: list[StreamResponse]) -> int:
 
 
 async def streams(url: str, token: str) -> None:
-    def client() -> Any:
-        config = ClientConfig(streaming=True, httpx_client=httpx.AsyncClient(timeout=60))
-        return ClientFactory(config).create_from_url(url, interceptors=[AuthInterceptor(Token(token))])
-
-    first, second = await client(), await client()
+    first, second = await sdk_client(url, token, streaming=True), await sdk_client(url, token, streaming=True)
     expected = parts("Kafka")
     events = [e async for e in first.send_message(write("Kafka"))]
     assert [text for text, _ in chunks(events)] == expected
@@ -94,7 +74,7 @@ async def streams(url: str, token: str) -> None:
 
 
 def test_the_sdk_client_streams_the_writers_chunks_and_a_second_client_resubscribes(gateway: Gateway) -> None:
-    token = a2a_token(gateway.apps["shop"]["key_id"], gateway.apps["shop"]["secret"].encode())
+    token = shop_token(gateway)
     with running(writer_agent):
         def served() -> bool:
             resp = gateway.post("/v1/invoke", {"capability": "demo.write", "payload": {"topic": "warm"},

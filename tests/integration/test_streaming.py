@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.fernet import Fernet
 
 from examples.writer_agent import agent as writer_agent
 from examples.writer_agent import parts
@@ -22,10 +19,12 @@ from reach.invoke import StreamChunk, StreamProgress, StreamResult
 from reach.names import Names
 from reach.records import Status
 from tests.integration.agent_support import Receipts, reach_cli, running, wait_for
+from tests.integration.gateway_fixtures import gateway
 from tests.integration.stream_app import StreamApp
-from tests.integration.test_gateway_http import Gateway, create_app, sse_events
+from tests.integration.test_gateway_http import Gateway, sse_events
 
 pytestmark = pytest.mark.integration
+__all__ = ["gateway"]
 
 
 def ready(client: Client, capability: str, payload: Any) -> None:
@@ -38,15 +37,6 @@ def ready(client: Client, capability: str, payload: Any) -> None:
             return False
 
     wait_for(answered, 60, f"{capability} served", interval=0.5)
-
-
-@pytest.fixture
-def gateway(stream_app: StreamApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Gateway]:
-    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
-    gw = Gateway(tmp_path, {"shop": create_app("shop")})
-    gw.start()
-    yield gw
-    gw.stop()
 
 
 def test_the_writers_chunks_reach_the_client_the_cli_and_sse_in_order(namespace: str, gateway: Gateway) -> None:

@@ -39,7 +39,7 @@ from reach.names import Names
 from reach.records import Envelope, Receipt
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import DeliveryFailed, StreamsError
-from reach.streams.status import keys
+from reach.streams.status import keys, tenants
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
 from reach.streams.status.ports import Callbacks, Fallbacks, NoFallbacks
 from reach.streams.status.store import PartitionStore
@@ -117,6 +117,11 @@ class StatusFold(SupervisedLoop):
     def trace(self, trace_id: str) -> list[tuple[int, str]]:
         """(first seen at, message_id) of the trace's rows in the partitions this worker owns."""
         return [hit for store in list(self._stores.values()) for hit in store.trace(trace_id)]
+
+    def tenant_tasks(self, tenant: str) -> list[tenants.Hit]:
+        """The newest tasks of `tenant` (at most tenants.MAX_SCAN per partition) in the partitions this worker owns."""
+        return [tenants.hit(tenant, key, value) for store in list(self._stores.values())
+                for key, value in store.newest(tenants.prefix(tenant), tenants.MAX_SCAN)]
 
     def due_rows(self, now_ms: int) -> list[StatusRow]:
         """Open rows whose deadline or delivery timeout has come and that the fold has read past (read from the due

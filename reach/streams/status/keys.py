@@ -12,6 +12,8 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from reach.streams.status import tenants
+
 ROW = b"r"
 DUE = b"d"  # deadline, or delivery timeout while ROUTED: the timekeeper's watch
 TERMINAL = b"x"  # terminal_at: retention
@@ -82,4 +84,5 @@ def index_entries(row: Mapping[str, Any] | None) -> dict[bytes, bytes]:
         timeline = row.get("timeline") or []
         first = timeline[0]["at"] if timeline else row.get("updated_at", 0)
         entries[trace_prefix(row["trace_id"]) + mid] = time_bytes(first)
+    entries.update(tenants.entries(row))  # a tenant's tasks by update (A2A ListTasks)
     return entries

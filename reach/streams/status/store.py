@@ -95,6 +95,23 @@ class PartitionStore:
         return [(keys.read_time(value), key[len(prefix):].decode())
                 for key, value in self._range(prefix, prefix[:-1] + b"\x01", limit)]
 
+    def newest(self, prefix: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """At most `limit` (key, value) of `prefix`, from its last key backwards (newest first for a timed index)."""
+        found: list[tuple[bytes, bytes]] = []
+        with self._lock:
+            if self._closed:
+                return found
+            it = self._db.iter()
+            it.seek_for_prev(prefix + b"\xff" * 9)
+            while it.valid() and len(found) < limit:
+                key: bytes = it.key()
+                if not key.startswith(prefix):
+                    break
+                found.append((key, it.value()))
+                it.prev()
+            del it
+        return found
+
     def _range(self, start: bytes, end: bytes, limit: int) -> list[tuple[bytes, bytes]]:
         """At most `limit` (key, value) from `start` to before `end`, read whole under the lock."""
         found: list[tuple[bytes, bytes]] = []

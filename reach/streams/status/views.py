@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from reach.streams.status import tenants
 from reach.streams.status.fold import StatusFold
 from reach.streams.status.lookup import Owners, partition_of
 
@@ -67,21 +68,12 @@ class StatusViews:
             await asyncio.sleep(0.2)
 
     async def trace(self, trace_id: str, local_only: bool) -> tuple[int, dict[str, Any]]:
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.wait_s
         hits = self.fold.trace(trace_id) if self.fold is not None else []
         if local_only:
             return 200, {"trace_id": trace_id, "hits": hits}
-        fresh = False
-        while True:
-            owners = await self._owners(fresh)
-            if set(owners) >= set(range(self.partitions)):
-                break
-            if loop.time() > give_up:
-                missing = sorted(set(range(self.partitions)) - set(owners))
-                return 503, _unavailable(f"partitions {missing} of the status table")
-            fresh = True
-            await asyncio.sleep(0.2)
+        code, owners = await self._all_owners()
+        if code != 200:
+            return code, owners
         for url in sorted(set(owners.values()) - {self.url}):
             status, body = await self._get(f"{url}/traces/{quote(trace_id, safe='')}?local=1")
             if status != 200:
@@ -91,6 +83,36 @@ class StatusViews:
         if not ids:
             return 404, {"error": "not_found", "message": f"No trace {trace_id!r}."}
         return 200, {"trace_id": trace_id, "message_ids": ids}
+
+    async def tenant_tasks(self, tenant: str, query: tenants.Query | None) -> tuple[int, dict[str, Any]]:
+        """A page of the tenant's tasks from every worker's index (query None: this worker's hits only)."""
+        hits = list(self.fold.tenant_tasks(tenant)) if self.fold is not None else []
+        if query is None:
+            return 200, {"tenant": tenant, "hits": [h.as_list() for h in hits]}
+        code, owners = await self._all_owners()
+        if code != 200:
+            return code, owners
+        for url in sorted(set(owners.values()) - {self.url}):
+            status, body = await self._get(f"{url}/tenants/{quote(tenant, safe='')}/tasks?local=1")
+            if status != 200:
+                return 503, _unavailable(f"the status worker at {url}")
+            hits += [tenants.Hit(int(at), str(mid), str(st), str(trace)) for at, mid, st, trace in body["hits"]]
+        return tenants.answer(tenant, hits, query)
+
+    async def _all_owners(self) -> tuple[int, dict[Any, Any]]:
+        """Every partition's owner, waiting up to wait_s for the ones being recovered or moved."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.wait_s
+        fresh = False
+        while True:
+            owners = await self._owners(fresh)
+            if set(owners) >= set(range(self.partitions)):
+                return 200, owners
+            if loop.time() > give_up:
+                missing = sorted(set(range(self.partitions)) - set(owners))
+                return 503, _unavailable(f"partitions {missing} of the status table")
+            fresh = True
+            await asyncio.sleep(0.2)
 
     async def _owners(self, fresh: bool) -> dict[int, str]:
         try:
@@ -120,6 +142,13 @@ def attach_status_views(app: Any, views: StatusViews) -> None:
     @app.page("/messages/{message_id}")
     async def message(web: Any, request: Any, message_id: str) -> Any:
         status, body = await views.message(message_id, forwarded=bool(request.headers.get(FORWARDED)))
+        return web.json(body, status=status)
+
+    @app.page("/tenants/{tenant}/tasks")
+    async def tenant_tasks(web: Any, request: Any, tenant: str) -> Any:
+        """`?status=A,B&context=&after=&page_size=&page_token=` (docs/a2a.md#methods, ListTasks)."""
+        query = None if request.query.get("local") == "1" else tenants.query_of(request.query)
+        status, body = await views.tenant_tasks(tenant, query)
         return web.json(body, status=status)
 
     @app.page("/traces/{trace_id}")

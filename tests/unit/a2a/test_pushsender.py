@@ -36,6 +36,15 @@ class Book:
     def sync(self, timeout: float = 10.0) -> None:
         return None
 
+    def on_change(self, changed: Any) -> None:
+        return None
+
+    def expire(self, task_id: str) -> None:
+        return None
+
+    def sweep(self, now_ms: int) -> int:
+        return 0
+
 
 class Producer:
     """Records what is produced; `fail` is the error the next flush reports for every record (then cleared)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,8 @@ from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.ports import QuotaDecision
 from reach.gateway.routes_status import unknown_message, unknown_trace
-from reach.records import Capability, Envelope, Receipt
+from reach.records import Capability, Envelope, Receipt, Status
+from reach.streams.status import tenants
 
 
 def sign(secret: bytes, body: bytes, *, method: str = "POST", target: str = "/v1/envelopes", t: int | None = None,
@@ -158,6 +159,7 @@ class FakeStatus:
     def __init__(self) -> None:
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.traces: dict[str, list[str]] = {}
+        self.tenant_queries: list[dict[str, str]] = []
         self.reads = 0
 
     async def message(self, message_id: str) -> tuple[int, dict[str, Any]]:
@@ -172,6 +174,13 @@ class FakeStatus:
         if not ids:
             return unknown_trace(trace_id)
         return 200, {"trace_id": trace_id, "message_ids": ids}
+
+    async def tenant_tasks(self, tenant: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:
+        """The stream app's tenant index over the rows held here (reach.streams.status.tenants)."""
+        self.tenant_queries.append(dict(query))
+        hits = [tenants.Hit(int(row.get("updated_at") or 0), mid, str(row.get("status", "")), str(row.get("trace_id")))
+                for mid, script in self.rows.items() if script for row in script[:1] if row.get("tenant") == tenant]
+        return tenants.answer(tenant, hits, tenants.query_of(query))
 
 
 class FakeCatalog:
@@ -220,7 +229,17 @@ class FakeTurns:
     def __init__(self) -> None:
         self.inbox: dict[tuple[str, int, int], bytes] = {}
         self.claims: set[tuple[str, int]] = set()
-        self.published: list[tuple[Envelope, Receipt]] = []
+        self.receipts: list[Receipt] = []
+        self.envelopes: list[Envelope] = []
+        self.order: list[str] = []  # "receipt:<STATUS>" / "envelope", in the order they were produced
+        self.fail_receipts = 0  # the next this many receipts are not acknowledged
+        self.fail_envelope = False
+
+    @property
+    def published(self) -> list[tuple[Envelope, Receipt]]:
+        """Each next turn published: its envelope with the ACCEPTED receipt of its generation."""
+        accepted = {r.generation: r for r in self.receipts if r.status is Status.ACCEPTED}
+        return [(e, accepted[e.generation]) for e in self.envelopes]
 
     async def envelope_at(self, topic: str, partition: int, offset: int) -> bytes | None:
         return self.inbox.get((topic, partition, offset))
@@ -234,8 +253,18 @@ class FakeTurns:
     async def release(self, message_id: str, generation: int) -> None:
         self.claims.discard((message_id, generation))
 
-    async def publish(self, envelope: Envelope, receipt: Receipt) -> None:
-        self.published.append((envelope, receipt))
+    async def record(self, receipt: Receipt) -> None:
+        if self.fail_receipts:
+            self.fail_receipts -= 1
+            raise InfraUnavailable("receipt not acknowledged (test)")
+        self.order.append(f"receipt:{receipt.status.value}")
+        self.receipts.append(receipt)
+
+    async def publish(self, envelope: Envelope) -> None:
+        if self.fail_envelope:
+            raise InfraUnavailable("envelope not acknowledged (test)")
+        self.order.append("envelope")
+        self.envelopes.append(envelope)
 
 
 @dataclass
