@@ -46,6 +46,15 @@ def child_id(message_id: str, generation: int) -> str:
     return f"{message_id}-fb{generation}"
 
 
+def verified_parent(message_id: str, parent: str | None) -> str | None:
+    """`parent` when `message_id` is `child_id(parent, generation)` for some generation (a child the product made),
+    else None: an OF_HEADER anyone else set names nothing."""
+    head = f"{parent}-fb"
+    if not parent or not message_id.startswith(head) or not message_id[len(head):].isdigit():
+        return None
+    return parent if message_id == child_id(parent, int(message_id[len(head):])) else None
+
+
 def depth(envelope: Mapping[str, Any]) -> int:
     """How many fallbacks deep this envelope is (0: the caller's own request)."""
     text = (envelope.get("headers") or {}).get(DEPTH_HEADER, "0")

@@ -255,6 +255,9 @@ class StatusFold(SupervisedLoop):
                 raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
             raw = store.get_raw(mid)
             current = StatusRow.model_validate_json(raw) if raw is not None else None
+        if (forged := fanout.foreign(current, receipt)) is not None:  # a delivery's ending the router never made
+            log.warning("status: dropped a FANNED_OUT receipt for %s: %s", mid, forged)
+            return
         after = fold(current, receipt, reply_to=self._reply_to(msg))
         after, reply = settle_reply(current, after, receipt, value)
         position = (msg.topic() or "", partition, msg.offset() or 0)
