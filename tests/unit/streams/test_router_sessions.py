@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+from reach.core.sessionmap import scoped
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
@@ -37,7 +38,8 @@ def test_a_session_is_recorded_once_when_it_starts_not_per_request(monkeypatch: 
     r._process(cast(Any, batch), cast(Any, producer))
     producer.flush()
     [(topic, value, key)] = [s for s in producer.sent if s[0] == NAMES.sessions]
-    assert key == b"s-1" and json.loads(value)["instance_id"] == "i1"
+    assert key == b"default/s-1" and json.loads(value) == {"instance_id": "i1", "seen_at": json.loads(value)["seen_at"],
+                                                           "tenant": "default"}, "a session is its tenant's"
 
 
 def test_a_session_record_that_cannot_be_sent_costs_affinity_not_the_request(
@@ -54,9 +56,23 @@ def test_a_session_learned_from_the_topic_goes_to_its_instance(monkeypatch: pyte
     r = router(monkeypatch)
     _second_instance(r)
     now = now_ms()
-    r.state.sessions.learn("s-2", "i2", now - 1_000, now)
-    r.state.sessions.learn("s-1", "i1", now - 1_000, now)
+    r.state.sessions.learn(scoped("default", "s-2") or "", "i2", now - 1_000, now)
+    r.state.sessions.learn(scoped("default", "s-1") or "", "i1", now - 1_000, now)
     producer = FakeProducer()
     r._process(cast(Any, [record(n, session_key="s-2") for n in range(5)]
                      + [record(n, partition=1, session_key="s-1") for n in range(5)]), cast(Any, producer))
     assert _picked(producer) == ["i2"] * 5 + ["i1"] * 5
+
+
+def test_one_tenants_session_key_never_steers_another_tenants_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security finding (session affinity across tenants): tenant evil's session "s-1", stuck on i2, leaves tenant
+    acme's "s-1" where acme's own session sticks (i1)."""
+    r = router(monkeypatch)
+    _second_instance(r)
+    now = now_ms()
+    r.state.sessions.learn(scoped("evil", "s-1") or "", "i2", now - 1_000, now)
+    r.state.sessions.learn(scoped("acme", "s-1") or "", "i1", now - 1_000, now)
+    producer = FakeProducer()
+    r._process(cast(Any, [record(n, session_key="s-1", tenant="acme") for n in range(5)]
+                     + [record(5 + n, session_key="s-1", tenant="evil") for n in range(5)]), cast(Any, producer))
+    assert _picked(producer) == ["i1"] * 5 + ["i2"] * 5
