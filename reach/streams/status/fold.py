@@ -297,7 +297,7 @@ class StatusFold(SupervisedLoop):
         if envelope is not None and envelope.get("message_id") != row.message_id:
             made = fallback.NotSent(f"the record at {ask.at} is not the envelope of {row.message_id}")
         elif envelope is not None:
-            made = fallback.child(envelope, fallback=ask.capability, now=now_ms())
+            made = fallback.child(envelope, fallback=ask.capability, now=now_ms(), ended=row)
         topic = "" if isinstance(made, fallback.NotSent) else self.names.capability(ask.capability)
         if topic and not self._topic_exists(producer, topic):
             made = fallback.NotSent(f"topic {topic} does not exist (start an agent of {ask.capability})")
