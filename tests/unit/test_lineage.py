@@ -71,9 +71,14 @@ def test_client_publish_drops_reach_headers_a_caller_put_on_its_own_envelope() -
                                    "headers": {fanout.OF_HEADER: "m1"}})
     topic = sdk.names.capability("demo.echo")
     sdk._topics.add(topic)
+    from reach.core.turns import PREFER_HEADER, TURNS_HEADER
+
+    turn = {TURNS_HEADER: "[]", PREFER_HEADER: "i1"}  # a next turn (reach.ops.turns): its own message's marks
     sdk.publish(forged)
     sdk.publish(made)
-    assert [codec.decode(v, Envelope).headers for _t, v, _k in producer.sent] == [{"x": "1"}, {fanout.OF_HEADER: "m1"}]
+    sdk.publish(new_envelope("demo.echo", {}).model_copy(update={"headers": turn}))
+    assert [codec.decode(v, Envelope).headers for _t, v, _k in producer.sent] == [
+        {"x": "1"}, {fanout.OF_HEADER: "m1"}, turn]
 
 
 def test_children_in_flight_hold_what_they_were_given_so_parallel_children_never_share_a_rest() -> None:

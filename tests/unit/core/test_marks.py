@@ -3,7 +3,7 @@ and the status fold's survive only on the child they derived."""
 
 from __future__ import annotations
 
-from reach.core import fallback, fanout, marks
+from reach.core import fallback, fanout, marks, turns
 from reach.envelopes import new_envelope
 
 FORGED = {fanout.OF_HEADER: "victim", fallback.OF_HEADER: "victim", fallback.DEPTH_HEADER: "0",
@@ -19,11 +19,11 @@ def test_a_callers_reach_headers_are_dropped_by_new_envelope() -> None:
 def test_a_derived_child_keeps_the_marks_its_id_proves_and_nothing_else() -> None:
     delivery = fanout.delivery_id("m1", 2, "agent://demo/notify")
     assert marks.kept(FORGED, message_id=delivery, to_agent="agent://demo/notify") == {
-        "app-header": "kept"}, "the id derives from m1, not from the header's victim"
-    headers = {fanout.OF_HEADER: "m1", fallback.DEPTH_HEADER: "1", "reach-other": "x"}
-    assert marks.kept(headers, message_id=delivery, to_agent="agent://demo/notify") == {
-        fanout.OF_HEADER: "m1", fallback.DEPTH_HEADER: "1"}
-    assert marks.kept(headers, message_id=delivery, to_agent="agent://demo/audit") == {}, "another agent's id"
+        "Reach-Anything": "x", "app-header": "kept"}, "the id derives from m1, not from the header's victim"
+    headers = {fanout.OF_HEADER: "m1", fallback.DEPTH_HEADER: "1", turns.PREFER_HEADER: "i1"}
+    assert marks.kept(headers, message_id=delivery, to_agent="agent://demo/notify") == headers
+    assert marks.kept(headers, message_id=delivery, to_agent="agent://demo/audit") == {
+        turns.PREFER_HEADER: "i1"}, "another agent's id: the lineage marks go, a next turn's marks travel on"
     child = fallback.child_id("m1", 3)
     assert marks.kept({fallback.OF_HEADER: "m1", fallback.DEPTH_HEADER: "2"}, message_id=child, to_agent=None) == {
         fallback.OF_HEADER: "m1", fallback.DEPTH_HEADER: "2"}
