@@ -140,7 +140,7 @@ def dsn_report(raw: bytes) -> Report:
                         "changes no state", code="unsupported_report")
     recipient = recipients[chosen]
     status = DSN_STATES[actions[chosen]]
-    code = _field(recipient, "Status")
+    code = _field(recipient, "Status")[:32]  # RFC 3464: `5.1.1`; a longer one is cut, not carried
     error = None
     if status is Status.BOUNCED:
         diagnostic = " ".join(_field(recipient, "Diagnostic-Code").split())
