@@ -14,6 +14,7 @@ from confluent_kafka.admin import AdminClient
 from reach import invoke as invoke_
 from reach import lineage, tracing
 from reach.controlfeed import ControlFeed, ControlSource
+from reach.core.marks import kept
 from reach.envelopes import BUDGET_MS, new_envelope, now_ms, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
 from reach.invoke import ReplyInbox
@@ -77,7 +78,8 @@ class Client:
         fields.setdefault("source", self.source)
         run = lineage.current()
         if run is not None:  # sent from a handler: a child of its message, within what is left of its budget
-            fields = run.child_fields(fields, now_ms=now_ms(), default_budget_ms=BUDGET_MS)
+            return run.child(fields, lambda f: new_envelope(capability, payload, **f), now_ms=now_ms(),
+                             default_budget_ms=BUDGET_MS)
         if fields.get("trace_id") is None:
             fields["trace_id"] = tracing.current_trace_id()
         return new_envelope(capability, payload, **fields)
@@ -93,6 +95,9 @@ class Client:
         """Publish one envelope (default: to its capability topic, created from topics.yaml if missing)."""
         from reach.intent.catalog import RESERVED
 
+        marks = kept(envelope.headers, message_id=envelope.message_id, to_agent=envelope.to_agent)
+        if marks != envelope.headers:  # `reach-*` headers only as the product set them (reach.core.marks)
+            envelope = envelope.model_copy(update={"headers": marks})
         # an intent goes to the resolver in front of the router, never to a capability topic of its own
         target = topic or (self.names.intents if envelope.capability == RESERVED else
                            self.names.capability(envelope.capability))

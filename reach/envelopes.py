@@ -9,6 +9,7 @@ from typing import Any
 from ulid import ULID
 
 from reach.core.allowance import check_budget
+from reach.core.marks import kept
 from reach.core.timeouts import NOT_SET, check_timeout_ms
 from reach.core.versions import parse_range
 from reach.errors import InvalidName, ReachError
@@ -114,7 +115,7 @@ def new_envelope(
         idempotency_key=idempotency_key or message_id,
         reply_to=reply_to,
         callback=callback,
-        headers=headers or {},
+        headers=kept(headers, message_id=None, to_agent=None),  # a caller's `reach-*` marks are the product's
         session_snapshot=session_snapshot,
         max_tokens=max_tokens,
         max_cost_micros=max_cost_micros,

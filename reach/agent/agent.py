@@ -110,9 +110,10 @@ class Context:
     @property
     def budget_left(self) -> dict[str, int]:
         """What a child sent now inherits of this message's budget: `max_tokens` / `max_cost_micros` left after this
-        run's reports and its ended children's usage ({} when the message carries no budget)."""
+        run's reports, its ended children's usage and what its children in flight hold ({} when the message carries no
+        budget)."""
         parent = {"max_tokens": self.envelope.max_tokens, "max_cost_micros": self.envelope.max_cost_micros}
-        return inherit(parent, self._lineage().spent(), {})
+        return inherit(parent, self._lineage().committed(), {})
 
     def _usage(self, currency: str | None) -> Usage | None:
         """What the run reported, as the receipt's record (charged to the envelope's source), or None."""

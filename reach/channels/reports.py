@@ -24,12 +24,17 @@ from email import message_from_bytes
 from email.message import Message
 from email.parser import HeaderParser
 from email.policy import compat32
+from email.utils import collapse_rfc2231_value, decode_rfc2231
 from typing import Any
+from urllib.parse import unquote
 
 from reach.channels.errors import ChannelError
 from reach.records import ChannelDelivery, ErrorInfo, Receipt, Status
 
 MAX_REPORT_BYTES = 256 * 1024
+MAX_AT = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z in unix ms: a provider's `at` past it is no time
+MAX_CONTAINERS = 16  # multipart and message/* parts a DSN may have (a real one has two or three)
+_CONTAINER = re.compile(rb"content-type\s*:\s*(?:multipart|message)/", re.IGNORECASE)
 _ID = re.compile(r"[A-Za-z0-9._:~-]{1,200}")
 _REACH_MESSAGE_ID = re.compile(r"<([A-Za-z0-9._:~-]{1,200})@reach>")
 REPORTER = "reach://reports"  # the receipts' agent_id: written by the gateway for the provider, not by an agent
@@ -79,8 +84,8 @@ def _at(data: dict[str, Any]) -> int | None:
     at = data.get("at")
     if at is None:
         return None
-    if not isinstance(at, int) or isinstance(at, bool) or at <= 0:
-        raise BadReport(f"the report's `at` must be unix milliseconds; got {str(at)[:40]!r}")
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 < at <= MAX_AT:
+        raise BadReport(f"the report's `at` must be unix milliseconds (1 to {MAX_AT}); got {str(at)[:40]!r}")
     return at
 
 
@@ -114,9 +119,10 @@ def im_report(raw: bytes) -> Report:
 def dsn_report(raw: bytes) -> Report:
     """An RFC 3464 delivery status notification: the recipient's Action, and the original message's id from its
     returned headers (`Message-ID: <message_id@reach>`) or the DSN's Original-Envelope-Id."""
+    if len(_CONTAINER.findall(raw)) > MAX_CONTAINERS:
+        raise BadReport(f"the DSN has more than {MAX_CONTAINERS} multipart or message parts; a DSN has two or three")
     mail = message_from_bytes(raw, policy=compat32)
-    if mail.get_content_type() != "multipart/report" or \
-            (mail.get_param("report-type") or "").lower() != "delivery-status":  # type: ignore[union-attr]
+    if mail.get_content_type() != "multipart/report" or _param(mail, "report-type").lower() != "delivery-status":
         raise BadReport("not a DSN: expected Content-Type multipart/report; report-type=delivery-status (RFC 3464)")
     status_part = next((p for p in mail.walk() if p.get_content_type() == "message/delivery-status"), None)
     if status_part is None:
@@ -125,7 +131,7 @@ def dsn_report(raw: bytes) -> Report:
     if len(blocks) < 2:
         raise BadReport("the DSN's delivery-status has no per-recipient fields (RFC 3464 2.3)")
     per_message, recipients = blocks[0], blocks[1:]
-    actions = [(r.get("Action") or "").strip().lower() for r in recipients]
+    actions = [_field(r, "Action").lower() for r in recipients]
     chosen = next((i for i, a in enumerate(actions) if a == "failed"), None)
     if chosen is None:
         chosen = next((i for i, a in enumerate(actions) if a in DSN_STATES), None)
@@ -134,15 +140,32 @@ def dsn_report(raw: bytes) -> Report:
                         "changes no state", code="unsupported_report")
     recipient = recipients[chosen]
     status = DSN_STATES[actions[chosen]]
-    code = (recipient.get("Status") or "").strip()
+    code = _field(recipient, "Status")[:32]  # RFC 3464: `5.1.1`; a longer one is cut, not carried
     error = None
     if status is Status.BOUNCED:
-        diagnostic = " ".join((recipient.get("Diagnostic-Code") or "").split())
-        final = (recipient.get("Final-Recipient") or "").strip()
+        diagnostic = " ".join(_field(recipient, "Diagnostic-Code").split())
+        final = _field(recipient, "Final-Recipient")
         error = ErrorInfo(kind="DELIVERY", code=f"DSN_{code}" if code else "DSN_FAILED",
                           message=f"{final or 'the recipient'}: {diagnostic or 'delivery failed'}"[:500])
     message_id = _original_id(mail, per_message)
     return Report(message_id=message_id, status=status, provider_message_id=f"<{message_id}@reach>", error=error)
+
+
+def _field(block: Message, name: str) -> str:
+    """A header field as text: a field with non-ASCII bytes is a Header object under compat32, not a str."""
+    value = block.get(name)
+    return str(value).strip()[:1_000] if value is not None else ""
+
+
+def _param(mail: Message, name: str) -> str:
+    """A Content-Type parameter as text (an RFC 2231 `name*=` value comes back as a tuple)."""
+    value = mail.get_param(name)
+    if value is None and isinstance(extended := mail.get_param(name + "*"), str):  # kept raw by compat32
+        parts = decode_rfc2231(extended)
+        value = (parts[0], parts[1], unquote(parts[2])) if len(parts) == 3 else parts[-1]
+    if isinstance(value, tuple):
+        return str(collapse_rfc2231_value(value))
+    return value if isinstance(value, str) else ""
 
 
 def _blocks(part: Message) -> list[Message]:
@@ -165,10 +188,10 @@ def _original_id(mail: Message, per_message: Message) -> str:
         else:
             continue
         if isinstance(headers, Message):
-            found = _REACH_MESSAGE_ID.fullmatch((headers.get("Message-ID") or "").strip())
+            found = _REACH_MESSAGE_ID.fullmatch(_field(headers, "Message-ID"))
             if found:
                 return found.group(1)
-    envelope_id = (per_message.get("Original-Envelope-Id") or "").strip()
+    envelope_id = _field(per_message, "Original-Envelope-Id")
     if envelope_id:
         return _message_id(envelope_id, "Original-Envelope-Id")
     raise BadReport("the DSN names no Reach message: no returned Message-ID <id@reach> and no Original-Envelope-Id")
@@ -182,7 +205,13 @@ def parse(channel: str, raw: bytes) -> Report:
     """The report `raw` as channel `channel`'s provider sent it; BadReport saying what is wrong."""
     if len(raw) > MAX_REPORT_BYTES:
         raise BadReport(f"a report is at most {MAX_REPORT_BYTES:,} bytes; got {len(raw):,}")
-    return PARSERS[channel](raw)
+    try:
+        return PARSERS[channel](raw)
+    except BadReport:
+        raise
+    except (ValueError, TypeError, LookupError, AttributeError, RecursionError, UnicodeError) as exc:
+        # a hostile report (odd encodings, nesting, huge numbers) is the sender's mistake: 400, never a crash
+        raise BadReport(f"the report could not be read ({type(exc).__name__}: {str(exc)[:120]})") from None
 
 
 def receipt(report: Report, row: dict[str, Any], *, channel: str, now_ms: int) -> Receipt:

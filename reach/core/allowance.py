@@ -137,6 +137,14 @@ def inherit(parent: Mapping[str, int | None], spent: Spent, asked: Mapping[str, 
     return found
 
 
+def grant(parent: Mapping[str, int | None], child: Mapping[str, int | None]) -> Spent:
+    """What a child's budget fields hold of its parent's budget (reserved while the child runs): each field the
+    parent budgets, as much as the child was given; nothing for a field the parent does not budget."""
+    tokens = child.get("max_tokens") if parent.get("max_tokens") is not None else None
+    cost = child.get("max_cost_micros") if parent.get("max_cost_micros") is not None else None
+    return Spent(input_tokens=tokens or 0, cost_micros=cost or 0)
+
+
 def child_budget_ms(asked_ms: int, parent_deadline: int, now_ms: int) -> int:
     """The child's total budget: what it asks, ending no later than its parent's deadline (at least 1 ms: a child
     whose parent is out of time is sent and EXPIRES at the router, so the caller sees why)."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from reach.core.allowance import inherit, of_usage
 from reach.core.lifecycle import FallbackRef, StatusRow
 from reach.errors import InvalidName
 from reach.names import check_capability
@@ -46,14 +47,26 @@ def child_id(message_id: str, generation: int) -> str:
     return f"{message_id}-fb{generation}"
 
 
+def verified_parent(message_id: str, parent: str | None) -> str | None:
+    """`parent` when `message_id` is `child_id(parent, generation)` for some generation (a child the product made),
+    else None: an OF_HEADER anyone else set names nothing."""
+    head = f"{parent}-fb"
+    if not parent or not message_id.startswith(head) or not message_id[len(head):].isdigit():
+        return None
+    return parent if message_id == child_id(parent, int(message_id[len(head):])) else None
+
+
 def depth(envelope: Mapping[str, Any]) -> int:
     """How many fallbacks deep this envelope is (0: the caller's own request)."""
     text = (envelope.get("headers") or {}).get(DEPTH_HEADER, "0")
     return int(text) if str(text).isdigit() else 0
 
 
-def child(envelope: Mapping[str, Any], *, fallback: str, now: int) -> dict[str, Any] | NotSent:
-    """The child envelope (an Avro dict) sending `envelope`'s request to `fallback`, or why none is sent."""
+def child(envelope: Mapping[str, Any], *, fallback: str, now: int, ended: StatusRow | None = None) -> dict[
+        str, Any] | NotSent:
+    """The child envelope (an Avro dict) sending `envelope`'s request to `fallback`, or why none is sent. `ended`: the
+    row of the run that ended (an agent's ending): the child's budget is what is left after that run's usage and its
+    children's (docs/decisions/0045)."""
     try:
         check_capability(fallback)
     except InvalidName:  # a control record written past `reach policy set`: never a crash, never a topic name
@@ -80,7 +93,14 @@ def child(envelope: Mapping[str, Any], *, fallback: str, now: int) -> dict[str, 
         "reroutes": 0,
         "excluded_instances": [],
         "headers": {**(envelope.get("headers") or {}), OF_HEADER: parent, DEPTH_HEADER: str(hops + 1)},
+        **(_left(envelope, ended) if ended is not None else {}),
     }
+
+
+def _left(envelope: Mapping[str, Any], ended: StatusRow) -> dict[str, int]:
+    """The budget fields a fallback child gets: the request's, less what the run that failed spent."""
+    spent = of_usage(ended.usage) + of_usage(ended.children_usage)
+    return inherit({name: envelope.get(name) for name in ("max_tokens", "max_cost_micros")}, spent, {})
 
 
 def key_of(envelope: Mapping[str, Any]) -> str:

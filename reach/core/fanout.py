@@ -114,12 +114,30 @@ def split(capability: str, registrations: Iterable[AgentRegistration]) -> Split:
 
 def is_delivery(envelope: Mapping[str, Any]) -> bool:
     """Whether this envelope is one delivery of a fan-out (routed to its one agent, never fanned out again)."""
-    return bool((envelope.get("headers") or {}).get(OF_HEADER))
+    return parent_of(envelope) is not None
 
 
 def parent_of(envelope: Mapping[str, Any]) -> str | None:
-    parent = (envelope.get("headers") or {}).get(OF_HEADER)
-    return str(parent) if parent else None
+    """The parent a delivery reports to: the OF_HEADER's message id, only when the envelope's own id is the delivery
+    id derived from it for its `to_agent` (what the router made). A header anyone else set names nothing."""
+    return verified_parent(str(envelope.get("message_id") or ""), envelope.get("to_agent"),
+                           (envelope.get("headers") or {}).get(OF_HEADER))
+
+
+def verified_parent(message_id: str, to_agent: str | None, parent: str | None) -> str | None:
+    """`parent` when `message_id` is `delivery_id(parent, generation, to_agent)` for some generation, else None."""
+    if not parent or not to_agent or not derived_from(message_id, parent):
+        return None
+    return parent if message_id == delivery_id(parent, _parent_generation(message_id, parent), to_agent) else None
+
+
+def derived_from(message_id: str, parent: str) -> bool:
+    """Whether `message_id` has the form of a delivery id of `parent` (`<parent>-s<generation>-<agent path>`)."""
+    head = f"{parent}-s"
+    if not parent or not message_id.startswith(head):
+        return False
+    digits, dash, path = message_id[len(head):].partition("-")
+    return digits.isdigit() and bool(dash) and bool(path)
 
 
 def subscribers(envelope: Mapping[str, Any], parts: Split) -> list[str]:
@@ -146,11 +164,13 @@ def delivery_id(message_id: str, generation: int, agent_id: str) -> str:
     return f"{message_id}-s{generation}-{path}"
 
 
-def delivery(envelope: Mapping[str, Any], agent_id: str) -> dict[str, Any]:
+def delivery(envelope: Mapping[str, Any], agent_id: str, *, share: int = 1) -> dict[str, Any]:
     """The child envelope (an Avro dict) delivering the event `envelope` to the subscribing agent `agent_id`: same
     payload, trace, deadline and caller's asks (the caller's `created_at` kept, so it is the same bytes however
     often it is made); no reply_to and no callback (the parent answers once, when every delivery ended); an
-    idempotency key of the event is the subscriber's own (`<key> <agent id>`)."""
+    idempotency key of the event is the subscriber's own (`<key> <agent id>`); a budget (`max_tokens`,
+    `max_cost_micros`) split evenly among the `share` deliveries, so together they cannot spend more than the event
+    may (docs/decisions/0045)."""
     parent = envelope["message_id"]
     return {
         **envelope,
@@ -167,6 +187,8 @@ def delivery(envelope: Mapping[str, Any], agent_id: str) -> dict[str, Any]:
         "headers": {**(envelope.get("headers") or {}), OF_HEADER: parent},
         # business idempotency is per tenant and capability: each subscriber keeps its own key
         "idempotency_key": f"{key} {agent_id}" if (key := envelope.get("idempotency_key")) else None,
+        **{name: budget // max(1, share) for name in ("max_tokens", "max_cost_micros")
+           if isinstance(budget := envelope.get(name), int)},
     }
 
 
@@ -236,6 +258,8 @@ def settle(after: StatusRow, receipt: Receipt, *, parent: str | None) -> tuple[S
       delivery completed, else FAILED naming those that did not. Its `at` is the last delivery's ending, so a batch
       read again produces the same receipt (an exact duplicate the fold ignores)."""
     row = after
+    if parent and not derived_from(row.message_id, parent):
+        parent = None  # the router names only a delivery's own parent; anything else is not followed
     if parent and (row.fanout is None or row.fanout.of is None):
         row = row.model_copy(update={"fanout": (row.fanout or FanOutRow()).model_copy(update={"of": parent})})
     book = row.fanout
@@ -248,6 +272,20 @@ def settle(after: StatusRow, receipt: Receipt, *, parent: str | None) -> tuple[S
         row = row.model_copy(update={"fanout": book.model_copy(update={"settled": True})})
         return row, _parent_ending(row, book)
     return row, None
+
+
+def foreign(row: StatusRow | None, receipt: Receipt) -> str | None:
+    """Why the status fold drops a FANNED_OUT receipt instead of folding it into `row` (None: it folds it): one of
+    its deliveries is not an id derived from the message it names, or the row belongs to another tenant. A forged
+    delivery's ending can then neither take over another message's row nor end another tenant's fan-out."""
+    if receipt.status is not Status.FANNED_OUT or receipt.fanout is None:
+        return None
+    for d in receipt.fanout.deliveries:
+        if not derived_from(d.message_id, receipt.message_id):
+            return f"delivery {d.message_id[:120]!r} is not a delivery of {receipt.message_id[:120]!r}"
+    if row is not None and row.tenant != receipt.tenant:
+        return f"it comes from tenant {receipt.tenant[:60]!r}, the row is tenant {row.tenant[:60]!r}'s"
+    return None
 
 
 def _ended(row: StatusRow, parent: str) -> Receipt:

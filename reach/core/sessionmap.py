@@ -1,21 +1,28 @@
 """Session affinity as a bounded map (pure): session_key -> the instance serving it and when it was last seen.
 
 Held in memory by the routing worker whose capability partition the session's key lands on, and recorded on the
-compacted topic `<ns>.sessions` (keyed by session_key, the value `encode`'s JSON), which every router reads from the
-beginning on start and then tails: a restarted worker, or the worker a rebalance hands the partition to, knows
-the session's instance before it routes (docs/decisions/0041-idempotency-and-sessions-from-kafka.md).
+compacted topic `<ns>.sessions` (keyed by `scoped(tenant, session_key)`, the value `encode`'s JSON), which every
+router reads from the beginning on start and then tails: a restarted worker, or the worker a rebalance hands the
+partition to, knows the session's instance before it routes
+(docs/decisions/0041-idempotency-and-sessions-from-kafka.md).
 
 Bounded: at most `max_sessions` entries, the least recently used dropped first. Expiring: a session idle for more
 than `ttl_ms` is forgotten, here and when read back (the record says when it was last seen). A record is written
 when a session starts, when its instance changes, and when the last record of it is older than a quarter of the
 TTL: an active session costs one record per `ttl_ms / 4`, not one per request, and a recovered entry's last-seen
-time is at most that stale."""
+time is at most that stale.
+
+A session is its tenant's: the map and the topic are keyed by `scoped(tenant, session_key)` (`<tenant>/<key>`, the
+tenant's `%` and `/` escaped), and a record's value names its tenant, so one tenant's session key never steers
+another's requests. A record written before sessions were scoped (a bare session_key, no tenant in its value) is
+not learned: such a session's next request picks its instance afresh, and the record is compacted away."""
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 DEFAULT_TTL_MS = 600_000
 DEFAULT_MAX_SESSIONS = 200_000
@@ -87,17 +94,50 @@ class SessionMap:
         return len(self._entries)
 
 
-def encode(instance_id: str, seen_at: int) -> bytes:
+def scoped(tenant: str, session_key: str | None) -> str | None:
+    """The map's and the topic's key of a tenant's session (None: no session)."""
+    if not session_key:
+        return None
+    return _prefix(tenant) + session_key
+
+
+def _prefix(tenant: str) -> str:
+    return tenant.replace("%", "%25").replace("/", "%2F") + "/"
+
+
+def encode(instance_id: str, seen_at: int, tenant: str | None = None) -> bytes:
     """A sessions topic record's value."""
-    return json.dumps({"instance_id": instance_id, "seen_at": seen_at}, separators=(",", ":")).encode()
+    fields: dict[str, object] = {"instance_id": instance_id, "seen_at": seen_at}
+    if tenant is not None:
+        fields["tenant"] = tenant
+    return json.dumps(fields, separators=(",", ":")).encode()
+
+
+class Record(NamedTuple):
+    """A sessions topic record's value: where the session stuck, when, and whose session it is (None: a record from
+    before sessions were scoped by tenant)."""
+
+    instance_id: str
+    seen_at: int
+    tenant: str | None = None
+
+    def belongs(self, key: str) -> bool:
+        """Whether this record may be learned under the topic key `key`: its tenant's scoped key."""
+        return self.tenant is not None and key.startswith(_prefix(self.tenant))
+
+
+def decode_record(value: bytes) -> Record:
+    """A sessions topic record; ValueError when it is not one."""
+    data = json.loads(value)
+    if not isinstance(data, dict):
+        raise ValueError("a session record is a JSON object")
+    instance_id, seen_at, tenant = data.get("instance_id"), data.get("seen_at"), data.get("tenant")
+    if not isinstance(instance_id, str) or not instance_id or isinstance(seen_at, bool) or not isinstance(seen_at, int):
+        raise ValueError(f"a session record needs instance_id (text) and seen_at (epoch ms): {data!r}")
+    return Record(instance_id, seen_at, tenant if isinstance(tenant, str) else None)
 
 
 def decode(value: bytes) -> tuple[str, int]:
     """(instance_id, seen_at) of a sessions topic record; ValueError when it is not one."""
-    data = json.loads(value)
-    if not isinstance(data, dict):
-        raise ValueError("a session record is a JSON object")
-    instance_id, seen_at = data.get("instance_id"), data.get("seen_at")
-    if not isinstance(instance_id, str) or not instance_id or isinstance(seen_at, bool) or not isinstance(seen_at, int):
-        raise ValueError(f"a session record needs instance_id (text) and seen_at (epoch ms): {data!r}")
-    return instance_id, seen_at
+    record = decode_record(value)
+    return record.instance_id, record.seen_at

@@ -3,7 +3,9 @@
 Each tool the server lists becomes a capability `<prefix>.<tool>` whose input contract is the tool's input schema
 (its output contract the tool's output schema, when it declares one), served by the agent SDK like any other: leases,
 receipts, retries, breakers. A tool whose schema is not a valid JSON Schema, or whose name cannot become a capability
-name, is skipped with a warning. A call ends by its tool result: structured content (else the text, parsed as JSON
+name (or is longer than the product's names allow: MAX_TOOL_NAME, MAX_CAPABILITY), is skipped with a warning; at
+most MAX_PAGES pages of `tools/list` and MAX_TOOLS tools are read (a server that pages on and on is cut off, with a
+warning). A call ends by its tool result: structured content (else the text, parsed as JSON
 when it is JSON) is the COMPLETED result; a tool error (`isError`) is FAILED `TOOL_ERROR` with the tool's text, not
 retried; a broken or silent server is a TransientError, retried by the policy. The server's tool list is read once at
 start: restart the bridge to pick up a changed list (docs/mcp.md#bridge). The MCP session lives on a thread of its own
@@ -17,7 +19,7 @@ import logging
 import re
 import shlex
 import threading
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -33,6 +35,10 @@ log = logging.getLogger("reach.mcp.bridge")
 START_TIMEOUT_S = 30.0  # spawn (or connect), initialize and list the tools
 DEFAULT_CALL_TIMEOUT_S = 300.0
 MAX_TEXT = 1000  # of a tool error's text, in the FAILED receipt's message
+MAX_TOOL_NAME = 128  # MCP's advice for tool names; longer ones are skipped before any work is done on them
+MAX_CAPABILITY = 200  # `<ns>.cap.<capability>` must stay within Kafka's 249 characters, with room for the namespace
+MAX_PAGES = 100  # pages of tools/list read at start
+MAX_TOOLS = 1_000  # tools served by one bridge
 
 Transport = Callable[[], AbstractAsyncContextManager[Any]]
 """Opens the (read, write) streams of one MCP session (stdio_client or streamable_http_client)."""
@@ -48,13 +54,22 @@ class BridgeError(ReachError):
 
 
 def capability_name(prefix: str, tool: str) -> str | None:
-    """`<prefix>.<tool>` in the capability alphabet (camelCase and `_` become `-`, lower case), or None."""
+    """`<prefix>.<tool>` in the capability alphabet (camelCase and `_` become `-`, lower case), or None (also when
+    the tool's name or the capability name is longer than MAX_TOOL_NAME / MAX_CAPABILITY)."""
+    if len(tool) > MAX_TOOL_NAME:
+        return None
     dashed = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", tool)
     segment = re.sub(r"[^a-z0-9]+", "-", dashed.lower()).strip("-")
     try:
-        return check_capability(f"{prefix}.{segment}") if segment else None
+        name = check_capability(f"{prefix}.{segment}") if segment else None
     except ReachError:
         return None
+    return name if name is None or len(name) <= MAX_CAPABILITY else None
+
+
+def _shown(tool: str) -> str:
+    """A tool name as a log line shows it (a hostile server's name can be megabytes)."""
+    return repr(tool[:80] + ("..." if len(tool) > 80 else ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +93,11 @@ def plan(prefix: str, tools: list[types.Tool]) -> tuple[list[Bridged], list[str]
     for tool in tools:
         name = capability_name(prefix, tool.name)
         if name is None:
-            skipped.append(f"tool {tool.name!r}: no capability name can be made of it under {prefix!r}")
+            skipped.append(f"tool {_shown(tool.name)}: no capability name of at most {MAX_CAPABILITY} characters "
+                           f"can be made of it under {prefix!r} (tool names: at most {MAX_TOOL_NAME} characters)")
             continue
         if name in taken:
-            skipped.append(f"tool {tool.name!r}: its capability name {name} is already {taken[name]!r}'s")
+            skipped.append(f"tool {_shown(tool.name)}: its capability name {name} is already {taken[name]!r}'s")
             continue
         schemas: list[dict[str, Any] | None] = []
         try:
@@ -189,18 +205,32 @@ class ToolSession:
         self._stop = asyncio.Event()
         async with self._transport() as streams, ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
-            tools: list[types.Tool] = []
-            cursor: str | None = None
-            while True:
-                page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor)
-                                                if cursor else None)
-                tools.extend(page.tools)
-                cursor = page.next_cursor
-                if not cursor:
-                    break
+            tools = await list_tools(lambda cursor: session.list_tools(
+                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None))
             self._tools, self._session, self._loop = tools, session, asyncio.get_running_loop()
             self._ready.set()
             await self._stop.wait()
+
+
+async def list_tools(page: Callable[[str | None], Awaitable[types.ListToolsResult]], *, max_pages: int = MAX_PAGES,
+                     max_tools: int = MAX_TOOLS) -> list[types.Tool]:
+    """Every tool the server lists, page by page, up to `max_pages` pages and `max_tools` tools (a warning says what
+    was left unread): a server that pages forever or lists without end cannot hold the bridge's start."""
+    tools: list[types.Tool] = []
+    cursor: str | None = None
+    for _ in range(max_pages):
+        listed = await page(cursor)
+        room = max_tools - len(tools)
+        tools.extend(listed.tools[:room])
+        cursor = listed.next_cursor
+        if len(listed.tools) > room or (cursor and len(tools) >= max_tools):
+            log.warning("the MCP server lists more than %d tools: serving the first %d", max_tools, max_tools)
+            return tools
+        if not cursor:
+            return tools
+    log.warning("the MCP server's tool list goes on past %d pages: serving the %d tools of those pages", max_pages,
+                len(tools))
+    return tools
 
 
 def stdio_transport(command: str, env: Mapping[str, str] | None = None) -> Transport:

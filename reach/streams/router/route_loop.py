@@ -306,13 +306,15 @@ class Router(SupervisedLoop):
             clients.commit_now(consumer, ledger)  # what the flush acknowledged, before the group hands it over
             consumer.close()
 
-    def _record_session(self, producer: Producer, session_key: str | None, instance_id: str, now: int) -> None:
+    def _record_session(self, producer: Producer, session_key: str | None, instance_id: str, now: int, *,
+                        tenant: str) -> None:
         """Where a session sticks, on the compacted sessions topic (reach.core.sessionmap): not acknowledged before
         the commit, since a lost record costs affinity, never a message."""
         if self._sessions_topic is None or not session_key:
             return
         try:
-            producer.produce(self._sessions_topic, sessionmap.encode(instance_id, now), key=session_key.encode())
+            producer.produce(self._sessions_topic, sessionmap.encode(instance_id, now, tenant),
+                             key=session_key.encode())
         except (BufferError, KafkaException) as exc:
             log.debug("session record of %r not sent: %s", session_key, exc)
 
@@ -436,7 +438,8 @@ class Router(SupervisedLoop):
                              request=request, agents=plan.agents, reply=reply, now=now)
             self.stats.count(batch.stats_key(request.capability), "fanned_out")
             return
-        sticky = affinity.sticky(self.affinity, request.session_key, envelope.get("headers"), now)
+        session = sessionmap.scoped(request.tenant, request.session_key)  # a session is its tenant's
+        sticky = affinity.sticky(self.affinity, session, envelope.get("headers"), now)
         candidates = plan.candidates
         clock = time.monotonic()
         outcome: RouteOutcome = decide(
@@ -469,8 +472,8 @@ class Router(SupervisedLoop):
             loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
             self.state.loads.routed((request.message_id, request.generation, request.attempt),
                                     instance.instance_id, now)
-            if self.affinity.set(request.session_key, instance.instance_id, now):
-                self._record_session(producer, request.session_key, instance.instance_id, now)
+            if self.affinity.set(session, instance.instance_id, now):
+                self._record_session(producer, session, instance.instance_id, now, tenant=request.tenant)
             self.stats.count(stats_key, "routed")
         elif isinstance(outcome, Overload):
             receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD", outcome.message),

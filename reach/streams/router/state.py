@@ -210,12 +210,13 @@ class StateLoop:
             raise InvalidName(f"health key {key!r} is not the record's instance id {record.instance_id!r}")
         self._state.apply_health(instance_id, record)
 
-    def _session(self, session_key: str, stick: tuple[str, int] | None) -> None:
-        """Where a session stuck (a router's record, before a restart or a rebalance); a tombstone forgets it."""
+    def _session(self, session_key: str, stick: sessionmap.Record | None) -> None:
+        """Where a session stuck (a router's record, before a restart or a rebalance); a tombstone forgets it. A
+        record not of the tenant its key names (or from before sessions were scoped by tenant) is not learned."""
         if stick is None:
             self._state.sessions.forget(session_key)
-        else:
-            self._state.sessions.learn(session_key, stick[0], stick[1], int(time.time() * 1000))
+        elif stick.belongs(session_key):
+            self._state.sessions.learn(session_key, stick.instance_id, stick.seen_at, int(time.time() * 1000))
 
     def _receipt(self, receipt: dict[str, Any]) -> None:
         status = receipt["status"]
@@ -236,6 +237,6 @@ class StateLoop:
                 self._state.costs.add(receipt["instance_id"], receipt["at"], usage["cost_micros"])
 
 
-SESSION: Decoder = sessionmap.decode
+SESSION: Decoder = sessionmap.decode_record
 _DECODERS: dict[str, Decoder] = {"registry": REGISTRATION, "control": CONTROL, "health": HEALTH, "receipts": RECEIPT,
                                  "loads": LOAD, "sessions": SESSION}

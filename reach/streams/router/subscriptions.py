@@ -60,7 +60,7 @@ class FanOutStep:
         """The deliveries to the capability's topic, then the parent's FANNED_OUT receipt (no delivery clock: the
         parent is never rerouted; its deadline still expires it), all acknowledged before the record commits."""
         for agent in agents:
-            child = fanout.delivery(envelope, agent)
+            child = fanout.delivery(envelope, agent, share=len(agents))  # the event's budget split among them
             key = (child.get("routing") or {}).get("session_key") or child["message_id"]
             delivery.produce(producer, acks, position, topic, encode_dict("Envelope", child), key=str(key).encode(),
                              headers=[(H.MESSAGE_ID, child["message_id"].encode())])

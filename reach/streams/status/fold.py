@@ -260,6 +260,9 @@ class StatusFold(SupervisedLoop):
                 raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
             raw = store.get_raw(mid)
             current = StatusRow.model_validate_json(raw) if raw is not None else None
+        if (forged := fanout.foreign(current, receipt)) is not None:  # a delivery's ending the router never made
+            log.warning("status: dropped a FANNED_OUT receipt for %s: %s", mid, forged)
+            return
         after = fold(current, receipt, reply_to=self._reply_to(msg))
         after, reply = settle_reply(current, after, receipt, value)
         position = (msg.topic() or "", partition, msg.offset() or 0)
@@ -299,7 +302,7 @@ class StatusFold(SupervisedLoop):
         if envelope is not None and envelope.get("message_id") != row.message_id:
             made = fallback.NotSent(f"the record at {ask.at} is not the envelope of {row.message_id}")
         elif envelope is not None:
-            made = fallback.child(envelope, fallback=ask.capability, now=now_ms())
+            made = fallback.child(envelope, fallback=ask.capability, now=now_ms(), ended=row)
         topic = "" if isinstance(made, fallback.NotSent) else self.names.capability(ask.capability)
         if topic and not self._topic_exists(producer, topic):
             made = fallback.NotSent(f"topic {topic} does not exist (start an agent of {ask.capability})")

@@ -111,3 +111,32 @@ def test_a_bounce_joins_the_timeline_of_a_completed_send_once_and_keeps_its_stat
     assert once.status is Status.COMPLETED and twice == once
     assert [s.status for s in once.timeline][-1] is Status.BOUNCED
     assert once.timeline[-1].error is not None and once.timeline[-1].error.code == "DSN_5.1.1"
+
+
+DEEP = b'Content-Type: multipart/report; report-type=delivery-status; boundary="b0"\n\n' + b"".join(
+    b'--b%d\nContent-Type: multipart/mixed; boundary="b%d"\n\n' % (i, i + 1) for i in range(3_000))
+DEEP_MESSAGES = b"Content-Type: multipart/report; report-type=delivery-status; boundary=B\n\n--B\n" + \
+    b"Content-Type: message/rfc822\n\n" * 3_000
+
+
+@pytest.mark.parametrize(("channel", "raw"), [
+    ("email", dsn("m-1").replace(b"Action: failed", b"Action: f\xe9\xffiled")),  # non-ASCII header bytes
+    ("email", dsn("m-1").replace(b"Status: 5.1.1", b"Status: 5.\xff1.1")),
+    ("email", DEEP),
+    ("email", DEEP_MESSAGES),
+    ("sms", json.dumps({"reference": "m-1", "status": "delivered", "at": 2**64}).encode()),
+    ("im", json.dumps({"message_id": "m-1", "event": "read", "at": 2**63}).encode()),
+])
+def test_a_hostile_report_is_a_bad_report_never_a_crash(channel: str, raw: bytes) -> None:
+    """Security finding (hostile DSNs answered 500): every way a report fails to parse is a BadReport (4xx); what
+    does parse holds only text the receipts topic can encode."""
+    try:
+        found = reports.parse(channel, raw)
+    except BadReport:
+        return
+    assert found.error is not None and found.error.code.encode() and found.error.message.encode()
+
+
+def test_an_rfc_2231_report_type_is_read_as_the_dsn_it_is() -> None:
+    raw = dsn("m-1").replace(b"report-type=delivery-status;", b"report-type*=utf-8''delivery-status;")
+    assert reports.parse("email", raw).status is Status.BOUNCED

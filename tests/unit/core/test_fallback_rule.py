@@ -182,3 +182,19 @@ def test_a_marked_ending_with_no_forwarded_envelope_never_waits() -> None:
     unmarked, asks = asked_then_settled((r(Status.ROUTED, 1, **ROUTED), None), (r(Status.DEAD_LETTERED, 2, **LATE),
                                                                                   None))
     assert asks == [] and unmarked.fallback is None, "no header, no agent: the router's kind of ending, as before"
+
+
+def test_a_fallback_child_gets_what_is_left_after_the_run_that_failed() -> None:
+    """Security finding (budgets down the chain): the fallback child carried the request's whole budget although the
+    run that failed had spent part of it."""
+    from reach.records import Usage
+
+    failed = fold(None, Receipt(message_id="m1", generation=2, trace_id="t1", tenant="acme", capability="demo.flaky",
+                                status=Status.FAILED, at=4_000, agent_id="agent://demo/flaky",
+                                usage=Usage(input_tokens=300, output_tokens=100, cost_micros=40),
+                                timings={"children_input_tokens": 50, "children_cost_micros": 10, "children": 1}))
+    child = fallback.child(envelope(max_tokens=1_000, max_cost_micros=45), fallback="demo.echo", now=5_000,
+                           ended=failed)
+    assert isinstance(child, dict) and (child["max_tokens"], child["max_cost_micros"]) == (550, 0)
+    unbudgeted = fallback.child(envelope(), fallback="demo.echo", now=5_000, ended=failed)
+    assert isinstance(unbudgeted, dict) and unbudgeted["max_tokens"] is None

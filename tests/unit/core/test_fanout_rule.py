@@ -211,3 +211,11 @@ def test_a_delivery_to_a_full_subscriber_queues_where_a_request_is_shed() -> Non
     assert isinstance(shed, Overload)
     queued = decide(request, [full], weights={}, now_ms=2_000, queue_when_full=True)
     assert isinstance(queued, Forward) and queued.instance.instance_id == "n1"
+
+
+def test_the_deliveries_of_an_event_share_its_budget_instead_of_each_getting_all_of_it() -> None:
+    """Security finding (budgets down the chain): n deliveries each carried the event's whole budget."""
+    event = envelope(max_tokens=1_000, max_cost_micros=7)
+    children = [fanout.delivery(event, agent, share=3) for agent in (AUDIT, NOTIFY, "agent://demo/x")]
+    assert [(c["max_tokens"], c["max_cost_micros"]) for c in children] == [(333, 2)] * 3
+    assert fanout.delivery(envelope(), AUDIT, share=3).get("max_tokens") is None, "no budget: none is made up"

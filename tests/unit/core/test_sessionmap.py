@@ -47,3 +47,14 @@ def test_records_round_trip_and_bad_ones_are_refused() -> None:
                 b'{"instance_id": "i", "seen_at": true}', b"not json"):
         with pytest.raises(ValueError):
             decode(bad)
+
+
+def test_a_session_key_is_scoped_by_an_escaped_tenant_and_a_record_names_its_tenant() -> None:
+    from reach.core.sessionmap import Record, decode_record, scoped
+
+    assert scoped("acme", "s") == "acme/s" and scoped("acme", None) is None
+    assert scoped("a/b", "c") != scoped("a", "b/c"), "a tenant's / is escaped: no two sessions share a key"
+    assert decode_record(encode("i-1", 42, "acme")) == Record("i-1", 42, "acme")
+    assert decode_record(encode("i-1", 42)) == Record("i-1", 42, None)
+    assert Record("i", 1, "acme").belongs("acme/s") and not Record("i", 1, "acme").belongs("evil/s")
+    assert not Record("i", 1, None).belongs("acme/s"), "a record from before sessions were scoped"

@@ -132,3 +132,21 @@ def test_a_replayed_report_is_the_same_receipt(fakes: Fakes) -> None:
     for _ in range(2):
         report(client, "im", b'{"message_id": "m-im", "event": "read"}', b"im-s", t=t)
     assert len(sink.written) == 2 and sink.written[0] == sink.written[1]  # the status fold keeps one step
+
+
+@pytest.mark.parametrize(("channel", "body", "status", "error"), [
+    ("email", dsn("m-mail").replace(b"Action: failed", b"Action: f\xe9\xffiled"), 422, "unsupported_report"),
+    ("email", b'Content-Type: multipart/report; report-type=delivery-status; boundary="b0"\n\n' + b"".join(
+        b'--b%d\nContent-Type: multipart/mixed; boundary="b%d"\n\n' % (i, i + 1) for i in range(3_000)), 400,
+     "bad_report"),
+    ("sms", b'{"reference": "m-sms", "id": "sms-9", "status": "delivered", "at": 18446744073709551616}', 400,
+     "bad_report"),
+])
+def test_a_hostile_report_is_a_4xx_and_writes_nothing(fakes: Fakes, channel: str, body: bytes, status: int,
+                                                      error: str) -> None:
+    """Security finding (hostile DSNs answered 500; an `at` past 2^63 reached the receipts topic)."""
+    sink = FakeReceipts()
+    secret = {"sms": b"sms-s", "email": b"mail-s"}[channel]
+    code, answer = report(gateway(fakes, sink), channel, body, secret)
+    assert (code, answer["error"]) == (status, error), answer
+    assert sink.written == []

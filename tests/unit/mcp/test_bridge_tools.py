@@ -120,3 +120,38 @@ def test_a_command_that_is_no_mcp_server_is_a_clear_error() -> None:
         ToolSession(stdio_transport(f"{sys.executable} -c pass")).start(20)
     with pytest.raises(BridgeError, match="--command is empty"):
         stdio_transport("  ")
+
+
+def test_a_tool_name_longer_than_the_products_names_allow_is_skipped_with_a_short_reason() -> None:
+    """Security finding (bridged MCP tool names had no length cap): a capability name the topics cannot hold, or a
+    megabyte tool name, is skipped before any work is done on it, and the log line stays short."""
+    from reach.mcp.bridge import MAX_CAPABILITY, MAX_TOOL_NAME
+
+    longest = "a" * MAX_TOOL_NAME
+    served, skipped = plan("calc", [tool(longest), tool("b" * (MAX_TOOL_NAME + 1)), tool("c" * 1_000_000)])
+    assert [b.capability for b in served] == [f"calc.{longest}"]
+    assert len(skipped) == 2 and all(len(why) < 400 and "at most" in why for why in skipped)
+    prefix = "p" * (MAX_CAPABILITY - 10)
+    assert capability_name(prefix, "a" * 9) == f"{prefix}.{'a' * 9}"
+    assert capability_name(prefix, "a" * 10) is None, "a prefix and a tool that add up past the limit"
+
+
+def test_the_tool_list_is_read_for_at_most_max_pages_and_max_tools() -> None:
+    """Security finding (no pagination cap): a server whose tools/list pages forever, or lists without end, cannot
+    hold the bridge's start or its memory."""
+    from reach.mcp.bridge import list_tools
+
+    pages: list[str | None] = []
+
+    async def forever(cursor: str | None) -> types.ListToolsResult:
+        pages.append(cursor)
+        return types.ListToolsResult(tools=[tool(f"t{len(pages)}")], next_cursor="again")
+
+    listed = asyncio.run(list_tools(forever, max_pages=5, max_tools=100))
+    assert [t.name for t in listed] == ["t1", "t2", "t3", "t4", "t5"] and len(pages) == 5
+
+    async def wide(cursor: str | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool(f"w{i}") for i in range(50)], next_cursor=None if cursor else "2")
+
+    assert len(asyncio.run(list_tools(wide, max_pages=5, max_tools=70))) == 70
+    assert len(asyncio.run(list_tools(wide))) == 100, "within the caps, every page is read"

@@ -112,3 +112,16 @@ def test_an_event_no_subscriber_is_ready_for_ends_unroutable(monkeypatch: pytest
     r._process(cast(Any, [msg]), cast(Any, producer))
     [ending] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert ending.status is Status.UNROUTABLE and producer.to(ORDERS) == []
+
+
+def test_a_forged_fanout_header_on_an_id_the_router_did_not_derive_names_no_parent(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security finding (forged fan-out parent): an envelope produced with `reach-fanout-of` naming another message
+    is routed as what it is (an event, fanned out under its own id), and its receipts name no parent."""
+    r, producer = subscribed(monkeypatch), Producer()
+    _msg, envelope = event(to_agent=NOTIFY)
+    forged = envelope.model_copy(update={"headers": {fanout.OF_HEADER: "victim-message"}})
+    r._process(cast(Any, [FakeMessage(ORDERS, 0, 1, codec.encode(forged), b"k", [])]), cast(Any, producer))
+    assert [codec.decode(v, Envelope).parent_id for v in producer.to(ORDERS)] == [envelope.message_id]
+    assert producer.to(NAMES.inbox(NOTIFY)) == [], "not taken for a delivery"
+    assert all(H.FANOUT_OF not in dict(h or []) for t, h in producer.headers if t == NAMES.receipts)

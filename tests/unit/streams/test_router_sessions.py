@@ -9,6 +9,7 @@ from typing import Any, cast
 
 import pytest
 
+from reach.core.sessionmap import scoped
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
@@ -37,7 +38,8 @@ def test_a_session_is_recorded_once_when_it_starts_not_per_request(monkeypatch: 
     r._process(cast(Any, batch), cast(Any, producer))
     producer.flush()
     [(topic, value, key)] = [s for s in producer.sent if s[0] == NAMES.sessions]
-    assert key == b"s-1" and json.loads(value)["instance_id"] == "i1"
+    assert key == b"default/s-1" and json.loads(value) == {"instance_id": "i1", "seen_at": json.loads(value)["seen_at"],
+                                                           "tenant": "default"}, "a session is its tenant's"
 
 
 def test_a_session_record_that_cannot_be_sent_costs_affinity_not_the_request(
@@ -50,13 +52,30 @@ def test_a_session_record_that_cannot_be_sent_costs_affinity_not_the_request(
     assert _picked(producer) == ["i1"] and acks.rewinds() == {}
 
 
-def test_a_session_learned_from_the_topic_goes_to_its_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+def _routed_after_learning(monkeypatch: pytest.MonkeyPatch, learned: dict[tuple[str, str], str],
+                           batch: list[Any]) -> list[str | None]:
+    """The instances a batch is routed to by a router that learned `learned` ((tenant, session) -> instance)."""
     r = router(monkeypatch)
     _second_instance(r)
     now = now_ms()
-    r.state.sessions.learn("s-2", "i2", now - 1_000, now)
-    r.state.sessions.learn("s-1", "i1", now - 1_000, now)
+    for (tenant, session), instance in learned.items():
+        r.state.sessions.learn(scoped(tenant, session) or "", instance, now - 1_000, now)
     producer = FakeProducer()
-    r._process(cast(Any, [record(n, session_key="s-2") for n in range(5)]
-                     + [record(n, partition=1, session_key="s-1") for n in range(5)]), cast(Any, producer))
-    assert _picked(producer) == ["i2"] * 5 + ["i1"] * 5
+    r._process(cast(Any, batch), cast(Any, producer))
+    return _picked(producer)
+
+
+def test_a_session_learned_from_the_topic_goes_to_its_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    picked = _routed_after_learning(monkeypatch, {("default", "s-2"): "i2", ("default", "s-1"): "i1"},
+                                    [record(n, session_key="s-2") for n in range(5)]
+                                    + [record(n, partition=1, session_key="s-1") for n in range(5)])
+    assert picked == ["i2"] * 5 + ["i1"] * 5
+
+
+def test_one_tenants_session_key_never_steers_another_tenants_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security finding (session affinity across tenants): tenant evil's session "s-1", stuck on i2, leaves tenant
+    acme's "s-1" where acme's own session sticks (i1)."""
+    picked = _routed_after_learning(monkeypatch, {("evil", "s-1"): "i2", ("acme", "s-1"): "i1"},
+                                    [record(n, session_key="s-1", tenant="acme") for n in range(5)]
+                                    + [record(5 + n, session_key="s-1", tenant="evil") for n in range(5)])
+    assert picked == ["i1"] * 5 + ["i2"] * 5

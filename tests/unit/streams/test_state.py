@@ -153,10 +153,26 @@ def test_session_records_recover_affinity_bad_ones_are_skipped_and_a_tombstone_f
 
     state, fold = loop()
     now = int(time.time() * 1000)
-    fold._dispatch(NAMES.sessions, b"s-1", session("i-1", now - 1_000))
-    fold._dispatch(NAMES.sessions, b"s-2", b"not a session")
-    fold._dispatch(NAMES.sessions, b"s-3", session("i-3", now - 3_600_000))  # idle past the TTL: not recovered
+    fold._dispatch(NAMES.sessions, b"t/s-1", session("i-1", now - 1_000, "t"))
+    fold._dispatch(NAMES.sessions, b"t/s-2", b"not a session")
+    fold._dispatch(NAMES.sessions, b"t/s-3", session("i-3", now - 3_600_000, "t"))  # idle past the TTL: not recovered
     assert fold.bad_records == 1
-    assert state.sessions.get("s-1", now) == "i-1" and state.sessions.get("s-3", now) is None
-    fold._dispatch(NAMES.sessions, b"s-1", None)
-    assert state.sessions.get("s-1", now) is None
+    assert state.sessions.get("t/s-1", now) == "i-1" and state.sessions.get("t/s-3", now) is None
+    fold._dispatch(NAMES.sessions, b"t/s-1", None)
+    assert state.sessions.get("t/s-1", now) is None
+
+
+def test_a_session_record_of_another_tenant_or_from_before_tenants_is_not_learned() -> None:
+    """Security finding (session affinity across tenants): a record is learned only under its own tenant's key; one
+    written before sessions were scoped (a bare key, no tenant in its value) is read without error and skipped."""
+    import time
+
+    from reach.core.sessionmap import encode as session
+
+    state, fold = loop()
+    now = int(time.time() * 1000)
+    fold._dispatch(NAMES.sessions, b"s-1", session("i-1", now - 1_000))  # the record of an older router
+    fold._dispatch(NAMES.sessions, b"acme/s-2", session("i-2", now - 1_000, "evil"))
+    fold._dispatch(NAMES.sessions, b"a%2Fb/s-3", session("i-3", now - 1_000, "a/b"))
+    assert fold.bad_records == 0 and len(state.sessions) == 1
+    assert state.sessions.get("a%2Fb/s-3", now) == "i-3"

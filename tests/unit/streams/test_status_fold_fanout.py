@@ -61,3 +61,25 @@ def test_the_deliveries_endings_end_the_parent_once_and_reply_to_its_caller(tmp_
     assert len(producer.to(NAMES.receipts)) == 3, "nothing more is produced"
     [callback] = [codec.decode(v, Envelope) for v in producer.to(WEBHOOK)]
     assert callback.parent_id == PARENT and b"FAILED" in callback.payload, "the event's caller hears once, at its end"
+
+
+def test_a_forged_delivery_ending_neither_takes_over_another_tenants_row_nor_names_a_non_derived_parent(
+        tmp_path: Path) -> None:
+    """Security finding (forged fan-out parent): a FANNED_OUT step from another tenant, or one whose delivery id is
+    not derived from the message it names, is dropped; the queued message's row stays its own."""
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer(known={REPLIES, WEBHOOK})
+    queued = Receipt(message_id="victim", trace_id="t9", tenant="bank", capability="demo.pay", status=Status.ACCEPTED,
+                     at=1_000)
+    from_other = Receipt(message_id="victim", trace_id="t1", tenant="acme", capability=CAP, status=Status.FANNED_OUT,
+                         at=2_000, fanout=fanout.announced([AUDIT], "victim", 0))
+    not_derived = Receipt(message_id="victim", trace_id="t1", tenant="bank", capability=CAP, status=Status.FANNED_OUT,
+                          at=2_000, fanout=fanout.announced([AUDIT], "another", 0))
+    lying = Receipt(message_id="x-1", trace_id="t1", tenant="acme", capability=CAP, status=Status.COMPLETED, at=2_500,
+                    agent_id=AUDIT, instance_id="i")
+    batch = [message(0, queued), message(1, from_other), message(2, not_derived),
+             message(3, lying, [(H.FANOUT_OF, b"victim")])]
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
+    row = fold.row("victim")
+    assert row is not None and (row.status, row.tenant, row.fanout) == (Status.ACCEPTED, "bank", None)
+    assert row.timeline[-1].status is Status.ACCEPTED and len(row.timeline) == 1
+    assert producer.to(NAMES.receipts) == [], "an ending whose id is not derived from the header's id reports nothing"
