@@ -3,6 +3,10 @@
 # at the end, even when tests fail. Most tests wait on the broker rather than use the CPU, so they run
 # in REACH_TEST_WORKERS processes (pytest-xdist, a test file per process: its module fixtures stay
 # together); the tests marked `serial` (load and latency figures) run afterwards, alone on the machine.
+# Files are handed out in collection order (--no-loadscope-reorder): the integration files, whose tests take
+# seconds to a minute each, first, and the unit files' many quick tests last, where they even out the
+# workers' ends. xdist's default order (most tests first) left the one-test integration files, the longest,
+# for the end, where one worker ran them while the others had nothing left.
 # A run in which neither part collects a test (pytest exit 5) is a failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -10,7 +14,8 @@ export REACH_HOME="${REACH_TEST_HOME:-$PWD/.reach/test}"
 export REACH_CI=1   # the broker fixture fails instead of skipping when no broker answers
 run() {
   scripts/with-local.sh bash -c '
-    .venv/bin/pytest -q -raR -n "${REACH_TEST_WORKERS:-3}" --dist loadfile -m "not serial" --durations=25 "$@"
+    .venv/bin/pytest -q -raR -n "${REACH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder -m "not serial" \
+      --durations=25 "$@"
     parallel=$?
     .venv/bin/pytest -q -raR -m serial --durations=10 "$@"
     serial=$?
