@@ -12,20 +12,36 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.local_support import answer_to_plaintext, kafka_settings, local_up, reach, with_namespace
+from reach.tooling.local import LocalInfra
+from tests.integration.local_support import answer_to_plaintext, clean_env, kafka_settings, reach, with_namespace
 
 RECORDS = 20
 
 
+@contextmanager
+def tls_cluster(home: Path) -> Iterator[tuple[dict[str, str], dict[str, str]]]:
+    """`reach local up --tls --brokers 3` under `home`: (the clean environment, the exports it printed). Stopped
+    without the nodes' controlled shutdowns (three at once wait ~15 s on each other): the home is thrown away."""
+    base = clean_env(home)
+    try:
+        up = reach(base, "local", "up", "--tls", "--brokers", "3")
+        assert up.returncode == 0, up.stderr
+        yield base, dict(line.removeprefix("export ").split("=", 1) for line in up.stdout.splitlines())
+    finally:
+        LocalInfra(home).down(grace_s=3)
+
+
 @pytest.mark.timeout(420)  # three JVMs start with TLS (~40 s idle) beside the parallel part's other tests
 def test_a_tls_cluster_replicates_over_sasl_ssl_and_speaks_nothing_else(tmp_path: Path) -> None:
-    with local_up(tmp_path / "home", "--tls", "--brokers", "3") as (base, exports):
+    with tls_cluster(tmp_path / "home") as (base, exports):
         env = {**base, **exports}
         listeners = exports["REACH_BOOTSTRAP"].split(",")
         assert len(listeners) == 3 and exports["REACH_SECURITY_PROTOCOL"] == "SASL_SSL"

@@ -285,17 +285,18 @@ class LocalInfra:
             self._add_scram_user(st, listener, timeout)
         return self.status()
 
-    def down(self) -> list[str]:
-        """Stop only the processes this REACH_HOME started, cleanly (SIGTERM, then SIGKILL)."""
+    def down(self, *, grace_s: float = 60.0) -> list[str]:
+        """Stop only the processes this REACH_HOME started, cleanly (SIGTERM, then SIGKILL after `grace_s`: a
+        throwaway home whose data goes with it can give its brokers less than a controlled shutdown takes)."""
         st = self._state()
         stopped = []
         nodes = st.get("nodes", [])
         for node in nodes:  # all SIGTERMed first, so their controlled shutdowns overlap
             if process.alive(node.get("pid")):
                 os.kill(node["pid"], signal.SIGTERM)
-        if [process.stop(node.pop("pid", None), timeout=60) for node in nodes].count(True):
+        if [process.stop(node.pop("pid", None), timeout=grace_s) for node in nodes].count(True):
             stopped.append("kafka")
-        if process.stop(st.pop("kafka_pid", None), timeout=60):
+        if process.stop(st.pop("kafka_pid", None), timeout=grace_s):
             stopped.append("kafka")
         if process.stop(st.pop("redis_pid", None)):
             stopped.append("redis")
