@@ -47,8 +47,7 @@ def publish_health(names: Names, instance: Instance, **fields: object) -> Instan
 
 
 SICK = "agent://demo/sick"
-MIN_SAMPLE = 30  # requests in a phase before its share is compared (~160 at 40/s over a 4 s step)
-RESTORE_RATE = 40  # requests/s in the restore test: the 4 s steps see as many requests as 8 s steps at 20/s
+MIN_SAMPLE = 30  # requests in a phase before its share is compared (~160 at 20/s over an 8 s step)
 
 
 @contextmanager
@@ -114,7 +113,7 @@ def test_end_to_end_a_recovered_instance_is_probed_then_restored_gradually(
     sick_file.write_text(json.dumps({"fail_rate": 1.0}))
     health = TopicReader(names.health)
     receipts = Receipts(names.receipts)
-    with stack(tmp_path, monkeypatch, {"REACH_HEALTH_OPEN_MS": "3000", "REACH_HEALTH_RESTORE_STEP_MS": "4000",
+    with stack(tmp_path, monkeypatch, {"REACH_HEALTH_OPEN_MS": "3000", "REACH_HEALTH_RESTORE_STEP_MS": "8000",
                                        "REACH_HEALTH_EMIT_INTERVAL_MS": "500"},
                {"examples.echo_agent:agent": {}, "examples.sick_agent:agent": {"REACH_SICK_FILE": str(sick_file)}}
                ) as (_app, ready):
@@ -124,14 +123,14 @@ def test_end_to_end_a_recovered_instance_is_probed_then_restored_gradually(
             return [codec.decode(r.value, InstanceHealth) for r in health.poll(0.2)
                     if r.key == sick.encode() and r.value]
 
-        with traffic(per_second=RESTORE_RATE) as sent:
+        with traffic() as sent:
             wait_for(lambda: any(h.breaker is BreakerState.OPEN for h in timeline()), 60, "the sick breaker OPEN")
             sick_file.write_text(json.dumps({"fail_rate": 0.0}))
             wait_for(lambda: any(h.breaker is BreakerState.CLOSED and h.admit == 1.0 and h.restore_step is None
                                  and h.at > max(o.at for o in timeline() if o.breaker is BreakerState.OPEN)
                                  for h in timeline()), 90, "the sick instance fully restored")
             restored = max(h.at for h in timeline())
-            wait_for(lambda: now_ms() > restored + 3_000 and len(sent) > 0, 30, "traffic after the restore")
+            wait_for(lambda: now_ms() > restored + 5_000 and len(sent) > 0, 30, "traffic after the restore")
         records = sorted(timeline(), key=lambda h: h.at)
         routed = [r for rs in receipts.by_message().values() for r in rs if r.status is Status.ROUTED]
 
