@@ -17,10 +17,11 @@ def receipt_for(
     agent_id: str | None = None,
     instance_id: str | None = None,
     error: ErrorInfo | None = None,
+    at: int | None = None,
     **fields: Any,
 ) -> Receipt:
     """A receipt for `envelope` at this step (the envelope's trace, attempt and generation, and its callback
-    spec, which the status fold acts on when the message ends)."""
+    spec, which the status fold acts on when the message ends); `at` is now unless the caller took its time."""
     fields.setdefault("callback", envelope.callback)
     return Receipt(
         message_id=envelope.message_id,
@@ -32,7 +33,7 @@ def receipt_for(
         instance_id=instance_id,
         status=status,
         attempt=envelope.attempt,
-        at=now_ms(),
+        at=now_ms() if at is None else at,
         error=error,
         deadline=envelope.deadline,
         delivery_timeout_ms=envelope.delivery_timeout_ms,

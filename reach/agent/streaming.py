@@ -31,12 +31,13 @@ class ProgressStream:
     """One attempt's progress; used from the handler's event loop (async handlers)."""
 
     def __init__(self, envelope: Envelope, *, send: Send, agent_id: str, instance_id: str,
-                 coalescer: Coalescer | None = None) -> None:
+                 coalescer: Coalescer | None = None, clock: Callable[[], int] = now_ms) -> None:
         self._envelope = envelope
         self._send = send
         self._agent_id = agent_id
         self._instance_id = instance_id
         self._coalescer = coalescer or Coalescer(replace_first=envelope.attempt > 1)
+        self._clock = clock  # ms; the interval checks and each receipt's `at` read this one clock
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
         self.published = 0
@@ -61,7 +62,7 @@ class ProgressStream:
     async def _pump(self) -> None:
         if self._closed:
             return
-        wait_ms = self._coalescer.due_at() - now_ms()
+        wait_ms = self._coalescer.due_at() - self._clock()
         if wait_ms > 0 and self._coalescer.full:
             await asyncio.sleep(wait_ms / 1000)  # back-pressure: a chatty handler waits for the next receipt
             self._publish()
@@ -80,15 +81,18 @@ class ProgressStream:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        wait_ms = self._coalescer.due_at() - now_ms()
+        now = self._clock()
+        wait_ms = self._coalescer.due_at() - now
         if wait_ms > 0 and not final:
             self._timer = asyncio.get_running_loop().call_later(wait_ms / 1000, self._due)
             return
-        progress = self._coalescer.take(now_ms())
+        progress = self._coalescer.take(now)
         if progress is None:
             return
+        # the receipt says when it was taken: two receipts' `at` are never closer than the interval, however
+        # late a loaded machine gets from the take to the send
         receipt = receipt_for(self._envelope, Status.PROGRESS, agent_id=self._agent_id,
-                              instance_id=self._instance_id, progress=progress)
+                              instance_id=self._instance_id, progress=progress, at=now)
         try:
             self._send(receipt).add_done_callback(self._acked)
         except Exception as exc:  # noqa: BLE001 - progress is advisory; the outcome receipt is the record

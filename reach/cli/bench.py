@@ -83,7 +83,7 @@ def bench(
     topics_file = ReachSettings().topics_file
     if quick:
         config = BenchConfig.quick(modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
-                                   knee=KneeConfig.quick(setups=setups))
+                                   knee=KneeConfig.quick(setups=setups), split_router=split_router)
     else:
         knee = KneeConfig(low=knee_low, high=knee_high, resolution=knee_resolution, seconds=knee_seconds,
                           warmup=knee_warmup, repeats=knee_repeats, setups=setups)

@@ -48,8 +48,9 @@ def up(
                                       "(3: the scale-out shape) instead of the single Redis; REACH_REDIS_URL is then "
                                       "its redis+cluster:// URL. Use its own REACH_HOME."),
     tls: bool = typer.Option(False, "--tls", help="Encrypt and authenticate every hop: a local CA and certificate, "
-                             "the broker on SASL_SSL (SCRAM) only, Redis on TLS with an ACL user; the exports name "
-                             "the CA and credentials. Use its own REACH_HOME (it stays TLS)."),
+                             "the broker (each node with --brokers N) on SASL_SSL (SCRAM) only, Redis on TLS with an "
+                             "ACL user; the exports name the CA and credentials. Use its own REACH_HOME (it stays "
+                             "TLS)."),
 ) -> None:
     """Start the broker(s) and Redis (idempotent: a second call reports the running ones)."""
     infra = _infra()

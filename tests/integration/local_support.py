@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from reach.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,3 +48,24 @@ def with_namespace(env: dict[str, str]) -> dict[str, str]:
     applied = reach(ns, "topics", "apply")
     assert applied.returncode == 0, applied.stderr
     return ns
+
+
+def kafka_settings(env: dict[str, str]) -> KafkaSettings:
+    """Client settings from the exports of a `reach local up --sasl` or `--tls` (the CA only with --tls)."""
+    ca = env.get("REACH_SSL_CA_FILE")
+    return KafkaSettings(bootstrap=env["REACH_BOOTSTRAP"], security_protocol=env["REACH_SECURITY_PROTOCOL"],
+                         sasl_mechanism=env["REACH_SASL_MECHANISM"], sasl_username=env["REACH_SASL_USERNAME"],
+                         sasl_password=env["REACH_SASL_PASSWORD"], ssl_ca_file=Path(ca) if ca else None)
+
+
+API_VERSIONS = b"\x00\x00\x00\x0b\x00\x12\x00\x00\x00\x00\x00\x01\x00\x01x"  # v0, correlation 1, client "x"
+
+
+def answer_to_plaintext(port: int) -> bytes:
+    """The first byte a listener sends back to a plaintext Kafka ApiVersions request (b"" when it hangs up)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        raw.sendall(API_VERSIONS)
+        try:
+            return raw.recv(1)
+        except ConnectionResetError:
+            return b""

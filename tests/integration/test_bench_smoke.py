@@ -1,6 +1,9 @@
 """`reach bench --quick` keeps working: every mode reports throughput, percentiles and no lost message.
 
-Tiny counts on a shared machine: nothing here asserts on a timing.
+Tiny counts on a shared machine: nothing here asserts on a timing. CI leaves out the idle row and the split-router
+round trip (`--modes` without idle, `--no-split-router`): each starts a stack of its own to measure what the others
+already start and stop (router, agent, the status fold in a process of its own as test_router_roles.py runs it);
+`reach bench` keeps both.
 """
 
 from __future__ import annotations
@@ -20,15 +23,17 @@ MEASURED = {"raw", "faust", "route", "route 2 workers", "round trip 50/s", "roun
             "scoring 10", "scoring 100", "scoring 1000"}
 KNEES = {"knee noop", "knee echo x2"}
 INTENT = {"intent exact", "intent semantic"}  # the resolver's stages (the `intent` extra, installed by make setup)
+CI_MODES = "raw,faust,quix,route,roundtrip,knee,status-scale,scoring,gateway,intent"  # all but idle
 
 
-@pytest.mark.serial  # eight stacks start and stop: alone on the machine, and no other test disturbed by it
-@pytest.mark.timeout(600)  # 80 s at load average 7, 170 s at load average 10 (eight stacks start and stop)
+@pytest.mark.serial  # six stacks start and stop: alone on the machine, and no other test disturbed by it
+@pytest.mark.timeout(600)  # 126 s alone with eight stacks (CI, idle machine), 170 s at load average 10
 def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     env = {**os.environ, "REACH_BOOTSTRAP": infra.bootstrap, "REACH_REDIS_URL": infra.redis_url,
            "REACH_TOPICS_FILE": str(ROOT / "topics.yaml")}
-    done = subprocess.run([sys.executable, "-m", "reach", "bench", "--quick", "--json", str(out)], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "reach", "bench", "--quick", "--modes", CI_MODES, "--no-split-router",
+                           "--json", str(out)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "reach bench" in done.stdout
@@ -37,16 +42,12 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     modes = {m["mode"]: m for m in report["modes"]}
     # the gateway mode: both rows, or one row saying why no gateway answered (a build without `reach gateway`)
     gateway = {"gateway 50/s", "kafka send 50/s"} if "gateway 50/s" in modes else {"gateway"}
-    assert set(modes) == MEASURED | KNEES | INTENT | {"idle", "quix", "status-scale", "round trip split 50/s"} | gateway
+    assert set(modes) == MEASURED | KNEES | INTENT | {"quix", "status-scale"} | gateway
     if "gateway" in modes:
         assert modes["gateway"]["notes"].startswith("skipped: no gateway answering 202"), modes["gateway"]
     assert all(m["lost"] == 0 for m in modes.values())
     quix = modes["quix"]  # measured like faust, or says why its own environment could not be built
     assert quix["throughput"] > 0 or quix["notes"].startswith("skipped: "), quix
-    split = modes["round trip split 50/s"]  # route and status fold in two processes, once `reach router --role` exists
-    assert split["throughput"] > 0 or "not available on this build" in split["notes"], split
-    if split["throughput"] > 0:
-        assert {"router route", "router status"} <= set(split["cpu_by_process"])
     scale = modes["status-scale"]  # the status engine's figures, or "not available on this build"
     assert scale["figures"] or "not available on this build" in scale["notes"], scale
     for name in MEASURED:
@@ -61,10 +62,6 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     assert all(v is None or v > 0 for v in report["ratios"].values())
     assert report["ratios"]["route_over_faust"] and report["ratios"]["route_2_workers_over_1"]
     assert set(report["measured"]) == set(report["targets"])
-    idle = modes["idle"]["figures"]  # the stack without traffic, as a share of one core per process
-    assert {"cpu_pct router", "cpu_pct agent", "cpu_pct broker JVM"} <= set(idle)
-    assert idle["cpu_pct_of_a_core"] is not None and idle["cpu_pct_of_a_core"] >= 0
-    assert report["measured"]["idle_cpu_pct_of_a_core"] == idle["cpu_pct_of_a_core"]
 
     # the knee search ran its (tiny) bisection for both set-ups; whether 20/s passes on a busy machine is not asserted
     assert set(report["knee_rps"]) == {"noop", "echo x2"}

@@ -124,6 +124,9 @@ def _max_queue_seen(receipts: list[Receipt], instance_id: str) -> int:
 
 
 SLOW_OFFERED_PER_S = 24
+SLOW_OFFERED_S = 6
+"""Long enough that an unbounded queue would pass the bound by far: each instance is offered 12/s and starts 4/s,
+so without the bound ~48 would wait on each (8 s took ~60 before; the bound plus LATE_ROUTES is 28)."""
 SLOW_QUEUE_BOUND = 16
 """The slow agent's default queue bound: 4 x max_concurrency (4); a drain-based bound is not larger."""
 REPORT_LAG_S = 1.0
@@ -135,9 +138,10 @@ to each of the two instances during one report lag (12). It sheds only a busy in
 
 
 def test_beyond_capacity_requests_queue_to_the_bound_then_shed_with_a_drain_based_retry_after(namespace: str) -> None:
-    # Two slow instances (max_concurrency 4, 1 s per request: 8 completions/s in all) offered 24/s for 8 s.
+    # Two slow instances (max_concurrency 4, 1 s per request: 8 completions/s in all) offered 24/s for 6 s.
     outcome, records = offer(Names(namespace), "tests.integration.slow_agent:agent", SLOW, "test.slow",
-                             [{"n": i, "slow": 1.0} for i in range(8 * SLOW_OFFERED_PER_S)], rate=SLOW_OFFERED_PER_S)
+                             [{"n": i, "slow": 1.0} for i in range(SLOW_OFFERED_S * SLOW_OFFERED_PER_S)],
+                             rate=SLOW_OFFERED_PER_S)
     ids = list(outcome)
     completed = [r for r in outcome.values() if r.status is Status.COMPLETED]
     overloaded = [r for r in outcome.values() if r.status is Status.FAILED and r.error and r.error.code == "OVERLOAD"]
@@ -148,7 +152,7 @@ def test_beyond_capacity_requests_queue_to_the_bound_then_shed_with_a_drain_base
     for instance_id in served:
         deepest = _max_queue_seen(records, instance_id)
         # Bounded: the router's queue count is never short of the truth, so only what it routes while it still
-        # sees a free handler goes past the bound (LATE_ROUTES); an unbounded queue would have taken ~60 here.
+        # sees a free handler goes past the bound (LATE_ROUTES); an unbounded queue would have taken ~48 here.
         assert 4 < deepest <= SLOW_QUEUE_BOUND + LATE_ROUTES, (instance_id, deepest)
     measured = 0
     for receipt in overloaded:

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 from cryptography.fernet import Fernet
 
-from reach.settings import KafkaSettings
 from reach.tooling.bench.gateway_stack import ENVELOPES, GatewayStack, envelope_body, post
 from reach.tooling.local.process import free_port
 from tests.integration.agent_support import wait_for
-from tests.integration.local_support import ROOT, local_up, reach, with_namespace
+from tests.integration.local_support import ROOT, kafka_settings, local_up, reach, with_namespace
 
 # bounds for "does not hang": the CLI's own broker timeout is 10 s; a refused login must end well before it
 _HANG_GUARD_S = 60
@@ -89,17 +88,12 @@ def test_the_gateway_accepts_signed_requests_over_scram(sasl_env: dict[str, str]
     env = with_namespace(sasl_env)
     env["REACH_HOME"] = str(tmp_path / "gateway-home")  # its app secrets' at-rest key; the broker's state stays put
     # the gateway's Kafka clients (apps directory, registry, publisher, replies) all log in over SASL/SCRAM
-    with GatewayStack(env={k: v for k, v in env.items() if k.startswith("REACH_")}, kafka=_kafka(env)) as gateway:
+    children = {k: v for k, v in env.items() if k.startswith("REACH_")}
+    with GatewayStack(env=children, kafka=kafka_settings(env)) as gateway:
         body = envelope_body(payload={"text": "over scram"})
         status, answer = post(gateway.url + ENVELOPES, body, gateway.signed_app().headers(body))
         assert status == 202, answer
         assert json.loads(answer)["message_id"]
-
-
-def _kafka(env: dict[str, str]) -> KafkaSettings:
-    return KafkaSettings(bootstrap=env["REACH_BOOTSTRAP"], security_protocol=env["REACH_SECURITY_PROTOCOL"],
-                         sasl_mechanism=env["REACH_SASL_MECHANISM"], sasl_username=env["REACH_SASL_USERNAME"],
-                         sasl_password=env["REACH_SASL_PASSWORD"])
 
 
 @pytest.mark.parametrize("command", [("topics", "plan"), ("send", "demo.echo", "--payload", "{}"), ("router",),

@@ -23,15 +23,21 @@ from urllib.parse import quote
 import pytest
 from cryptography.fernet import Fernet
 
-from reach.settings import KafkaSettings
 from reach.tooling.bench import noop_agent
 from reach.tooling.bench.gateway_stack import GatewayStack, envelope_body, post
 from reach.tooling.local.certs import files_in
 from reach.tooling.local.process import free_port
-from tests.integration.local_support import ROOT, local_up, reach, with_namespace
+from tests.integration.local_support import (
+    API_VERSIONS,
+    ROOT,
+    answer_to_plaintext,
+    kafka_settings,
+    local_up,
+    reach,
+    with_namespace,
+)
 
 _HANG_GUARD_S = 60  # a refused client must end well before this (the CLI's own broker timeout is 10 s)
-_API_VERSIONS = b"\x00\x00\x00\x0b\x00\x12\x00\x00\x00\x00\x00\x01\x00\x01x"  # v0, correlation 1, client "x"
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +52,6 @@ def tls_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         yield {**base, **exports}
 
 
-def _kafka(env: dict[str, str]) -> KafkaSettings:
-    return KafkaSettings(bootstrap=env["REACH_BOOTSTRAP"], security_protocol=env["REACH_SECURITY_PROTOCOL"],
-                         sasl_mechanism=env["REACH_SASL_MECHANISM"], sasl_username=env["REACH_SASL_USERNAME"],
-                         sasl_password=env["REACH_SASL_PASSWORD"], ssl_ca_file=Path(env["REACH_SSL_CA_FILE"]))
-
-
 @pytest.mark.timeout(480)  # includes the module's `reach local up --tls` (~30 s idle, ~60 s at load average 9)
 def test_a_request_runs_end_to_end_over_https_sasl_ssl_and_redis_tls(tls_env: dict[str, str],
                                                                       tmp_path: Path) -> None:
@@ -64,7 +64,8 @@ def test_a_request_runs_end_to_end_over_https_sasl_ssl_and_redis_tls(tls_env: di
     children = {k: v for k, v in env.items() if k.startswith("REACH_")}
     children["REACH_HOME"] = str(tmp_path / "gateway-home")  # the apps' at-rest key; the broker's state stays put
     try:
-        with GatewayStack(env=children, kafka=_kafka(env), tls=files_in(Path(tls_env["REACH_HOME"]) / "tls")) as gw:
+        tls = files_in(Path(tls_env["REACH_HOME"]) / "tls")
+        with GatewayStack(env=children, kafka=kafka_settings(env), tls=tls) as gw:
             assert gw.url.startswith("https://")
             body = json.dumps({**json.loads(envelope_body()), "timeout_ms": 60_000}).encode()
             headers = gw.signed_app().headers(body, target="/v1/invoke")
@@ -133,17 +134,8 @@ def test_the_controller_listener_refuses_a_client_without_a_certificate(tls_env:
     context.load_cert_chain(*(str(p) for p in (files_in(home / "tls").cert, files_in(home / "tls").key)))
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:  # with the broker's certificate it answers
         with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            tls.sendall(_API_VERSIONS)
+            tls.sendall(API_VERSIONS)
             assert tls.recv(8)[4:8] == b"\x00\x00\x00\x01", "the ApiVersions answer (correlation id 1)"
     for listener in (port, int(tls_env["REACH_BOOTSTRAP"].rsplit(":", 1)[1])):  # neither speaks plaintext Kafka
-        assert _answer_to_plaintext(listener) in (b"", b"\x15"), "closed, or a TLS alert record, never a Kafka answer"
+        assert answer_to_plaintext(listener) in (b"", b"\x15"), "closed, or a TLS alert record, never a Kafka answer"
 
-
-def _answer_to_plaintext(port: int) -> bytes:
-    """The first byte a listener sends back to a plaintext Kafka ApiVersions request (b"" when it hangs up)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        raw.sendall(_API_VERSIONS)
-        try:
-            return raw.recv(1)
-        except ConnectionResetError:
-            return b""

@@ -15,7 +15,7 @@ from cryptography import x509
 from reach.errors import ConfigError, InfraUnavailable
 from reach.settings import KafkaSettings, RedisSettings
 from reach.tooling.local import certs
-from reach.tooling.local.infra import LocalInfra, LocalStatus, _probe_config, _server_properties
+from reach.tooling.local.infra import LocalInfra, LocalStatus, _cluster_properties, _probe_config, _server_properties
 from reach.tooling.local.redisnodes import redis_config
 from reach.tooling.local.tls import TlsSetup, broker_listeners
 
@@ -114,9 +114,24 @@ def test_the_probe_of_a_tls_home_speaks_sasl_ssl_whatever_the_environment(setup:
     assert conf["security.protocol"] == "SASL_SSL" and conf["ssl.ca.location"] == str(setup.files.ca)
 
 
+def test_each_node_of_a_tls_cluster_is_a_tls_broker_that_replicates_over_sasl_ssl(setup: TlsSetup) -> None:
+    voters = "1@127.0.0.1:9101,2@127.0.0.1:9102,3@127.0.0.1:9103"
+    props = _props(_cluster_properties(Path("/d"), node_id=2, port=9002, controller_port=9102, voters=voters,
+                                       brokers=3, tls=setup))
+    assert props["controller.quorum.voters"] == voters and props["node.id"] == "2"
+    assert props["listeners"] == "SASL_SSL://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102"
+    assert props["advertised.listeners"] == "SASL_SSL://127.0.0.1:9002"
+    assert props["inter.broker.listener.name"] == "SASL_SSL"  # replication between nodes is encrypted and logged in
+    assert props["listener.security.protocol.map"] == "CONTROLLER:SSL,SASL_SSL:SASL_SSL"
+    assert props["listener.name.controller.ssl.client.auth"] == "required"  # the quorum: mutual TLS, one CA
+    assert props["ssl.truststore.location"] == str(setup.files.ca)
+    assert props["offsets.topic.replication.factor"] == "3" and props["transaction.state.log.min.isr"] == "2"
+    assert "PLAINTEXT://" not in "\n".join(f"{k}={v}" for k, v in props.items() if "listener" in k)
+
+
 @pytest.mark.parametrize(("kwargs", "says"), [({"sasl": True}, "drop --sasl"),
-                                              ({"brokers": 3}, "single broker"),
-                                              ({"redis_cluster": 3}, "single broker")])
+                                              ({"redis_cluster": 3}, "single Redis"),
+                                              ({"redis_cluster": 3, "brokers": 3}, "Drop --redis-cluster")])
 def test_tls_refuses_shapes_it_does_not_run(tmp_path: Path, kwargs: dict[str, object], says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         LocalInfra(tmp_path).up(tls=True, **kwargs)  # type: ignore[arg-type]

@@ -253,8 +253,9 @@ class LocalInfra:
         with it); the PLAINTEXT listener stays, so the default path is unchanged. `brokers` > 1 starts a
         KRaft cluster of that many combined broker+controller nodes instead of the single broker. `redis_cluster`
         > 0 starts a Redis Cluster of that many masters instead of the single Redis (its URL is the
-        `redis+cluster://` one the exports name). `tls` starts the broker with a SASL_SSL listener only and Redis
-        with TLS and an ACL user, from a local CA (reach/tooling/local/tls.py); a home started so stays so."""
+        `redis+cluster://` one the exports name). `tls` starts the broker (or each node of `brokers` > 1, the
+        nodes replicating over SASL_SSL) with a SASL_SSL listener only and Redis with TLS and an ACL user, from a
+        local CA (reach/tooling/local/tls.py); a home started so stays so."""
         if brokers < 1 or brokers > MAX_BROKERS:
             raise ConfigError(f"--brokers {brokers}: expected 1 to {MAX_BROKERS} (3 is the replicated cluster).")
         if sasl and brokers > 1:
@@ -284,17 +285,18 @@ class LocalInfra:
             self._add_scram_user(st, listener, timeout)
         return self.status()
 
-    def down(self) -> list[str]:
-        """Stop only the processes this REACH_HOME started, cleanly (SIGTERM, then SIGKILL)."""
+    def down(self, *, grace_s: float = 60.0) -> list[str]:
+        """Stop only the processes this REACH_HOME started, cleanly (SIGTERM, then SIGKILL after `grace_s`: a
+        throwaway home whose data goes with it can give its brokers less than a controlled shutdown takes)."""
         st = self._state()
         stopped = []
         nodes = st.get("nodes", [])
         for node in nodes:  # all SIGTERMed first, so their controlled shutdowns overlap
             if process.alive(node.get("pid")):
                 os.kill(node["pid"], signal.SIGTERM)
-        if [process.stop(node.pop("pid", None), timeout=60) for node in nodes].count(True):
+        if [process.stop(node.pop("pid", None), timeout=grace_s) for node in nodes].count(True):
             stopped.append("kafka")
-        if process.stop(st.pop("kafka_pid", None), timeout=60):
+        if process.stop(st.pop("kafka_pid", None), timeout=grace_s):
             stopped.append("kafka")
         if process.stop(st.pop("redis_pid", None)):
             stopped.append("redis")
@@ -388,7 +390,8 @@ class LocalInfra:
             if not process.alive(node.pid):
                 self.start_node(node.node_id)
         deadline = time.monotonic() + timeout
-        while not _cluster_ready(str(st["bootstrap"]), brokers):
+        tls = self._tls(st)
+        while not _cluster_ready(str(st["bootstrap"]), brokers, tls):
             dead = [n.node_id for n in self.nodes() if not process.alive(n.pid)]
             if dead or time.monotonic() > deadline:
                 why = f"node(s) {dead} exited" if dead else f"did not form within {timeout:.0f}s"
@@ -407,15 +410,19 @@ class LocalInfra:
         ndir = self.home / "kafka" / f"node-{node_id}"
         ndir.mkdir(parents=True, exist_ok=True)
         voters = ",".join(f"{n['node_id']}@127.0.0.1:{n['controller_port']}" for n in nodes)
+        tls = self._tls(st)
         props = ndir / "server.properties"
+        props.touch(mode=0o600)  # with --tls it holds the node's SCRAM login and its private key
         props.write_text(_cluster_properties(ndir / "data", node_id=node_id, port=node["port"],
                                              controller_port=node["controller_port"], voters=voters,
-                                             brokers=len(nodes)))
+                                             brokers=len(nodes), tls=tls))
         classpath = f"{libs}/*"
         if not (ndir / "data" / "meta.properties").exists():
             st.setdefault("cluster_id", _cluster_id())
+            # every node's bootstrap metadata holds the SCRAM user: whichever controller leads serves it
             fmt = subprocess.run([java, "-cp", classpath, "kafka.tools.StorageTool", "format",
-                                  "-t", st["cluster_id"], "-c", str(props)], capture_output=True, text=True)
+                                  "-t", st["cluster_id"], "-c", str(props), *(tls.scram_arguments() if tls else [])],
+                                 capture_output=True, text=True)
             if fmt.returncode != 0:
                 raise InfraUnavailable(f"Formatting node {node_id}'s log dir failed:\n{fmt.stdout}{fmt.stderr}")
         node["pid"] = process.spawn(
@@ -468,8 +475,9 @@ class LocalInfra:
             return False
         if sasl:
             raise ConfigError("--tls already authenticates every client with SCRAM over SASL_SSL: drop --sasl.")
-        if brokers > 1 or redis_cluster:
-            raise ConfigError("--tls runs on the single broker and the single Redis: drop --brokers and "
+        if redis_cluster:
+            raise ConfigError("--tls runs with the single Redis: TLS on a Redis Cluster's client and bus ports, and a "
+                              "cluster URL with the CA for every Redis client, are not built (decision 0038). Drop "
                               "--redis-cluster, or drop --tls.")
         certs.ensure(self.home / "tls")
         for key in ("sasl_password", "redis_password"):
@@ -486,12 +494,12 @@ def _cluster_id() -> str:
     return cluster_id
 
 
-def _cluster_ready(bootstrap: str, brokers: int) -> bool:
+def _cluster_ready(bootstrap: str, brokers: int, tls: TlsSetup | None = None) -> bool:
     """Every node registered as a broker: a cluster short of one would place no replication-factor-N topic."""
     from confluent_kafka.admin import AdminClient
 
     try:
-        return len(AdminClient(_probe_config(bootstrap)).list_topics(timeout=2.0).brokers) >= brokers
+        return len(AdminClient(_probe_config(bootstrap, tls=tls)).list_topics(timeout=2.0).brokers) >= brokers
     except Exception:  # noqa: BLE001 - any failure means "not formed yet"
         return False
 
@@ -550,18 +558,21 @@ background.threads=2
 
 
 def _cluster_properties(data: Path, *, node_id: int, port: int, controller_port: int, voters: str,
-                        brokers: int) -> str:
+                        brokers: int, tls: TlsSetup | None = None) -> str:
     isr = min(2, brokers)
-    return f"""# Written by `reach local up --brokers {brokers}`; regenerated on every start.
-process.roles=broker,controller
-node.id={node_id}
-controller.quorum.voters={voters}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+    layout = f"""listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
 advertised.listeners=PLAINTEXT://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
+"""
+    if tls is not None:  # each node as the single TLS broker is: SASL_SSL (also between nodes), mutual-TLS controller
+        layout = broker_listeners(tls, port=port, controller_port=controller_port)
+    return f"""# Written by `reach local up --brokers {brokers}`; regenerated on every start.
+process.roles=broker,controller
+node.id={node_id}
+controller.quorum.voters={voters}
+{layout}log.dirs={data}
 auto.create.topics.enable=false
 num.partitions=1
 default.replication.factor={brokers}
