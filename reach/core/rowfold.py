@@ -69,9 +69,9 @@ def covers(row: Mapping[str, Any] | None, receipt: Mapping[str, Any], *,
         return False
     if row is None:
         return True
-    return (row["callback"] is None and row["fallback"] is None and not row["fallback_pending"]
+    return (shaped(row) and row["callback"] is None and row["fallback"] is None and not row["fallback_pending"]
             and row["fanout"] is None and row["progress"] is None and row["input"] is None and not row["turns"]
-            and row["status"] in _COVERED and shaped(row))
+            and row["status"] in _COVERED)
 
 
 def fold(row: Row | None, receipt: Mapping[str, Any], raw: bytes, *, reply_to: str | None) -> tuple[Row, bytes | None]:
