@@ -11,8 +11,8 @@ from typing import Any, cast
 from reach.core.lifecycle import StatusRow
 from reach.records import Status
 from reach.streams.status import keys
-from tests.unit.streams.test_status_fold import NAMES, OWNED, Producer, receipt, status_fold
 from tests.unit.streams.kafka_fakes import FakeConsumer
+from tests.unit.streams.test_status_fold import NAMES, OWNED, Producer, receipt, status_fold
 
 
 def _older_row(mid: str) -> bytes:
