@@ -8,9 +8,9 @@ the store holds, keys in `StatusRow`'s field order, so `orjson.dumps` of a folde
 
 The dict path covers a request's plain life (ACCEPTED, INTENT_RESOLVED, ROUTED, STARTED, retries and the
 endings) on rows with no callback, fallback, fan-out, progress, question or turns to keep: `covers` says when.
-Everything else, and any row whose shape is not this version's (a row an older version wrote, missing fields),
-goes through the models, where the row is validated. A hypothesis test keeps both paths equal row for row
-(tests/unit/core/test_rowfold.py).
+Everything else goes through the models. A row read from the store in another shape (one an older version wrote,
+missing fields) is validated into this version's shape first (`current`). A hypothesis test keeps both paths equal
+row for row (tests/unit/streams/test_status_rowfold.py).
 """
 
 from __future__ import annotations
@@ -53,6 +53,15 @@ def shaped(row: Mapping[str, Any]) -> bool:
     error, usage, children = row["last_error"], row["usage"], row["children_usage"]
     return ((error is None or tuple(error) == ERROR_FIELDS) and (usage is None or tuple(usage) == USAGE_FIELDS)
             and (children is None or tuple(children) == USAGE_FIELDS))
+
+
+def current(row: Row | None) -> Row | None:
+    """The row in this version's shape: as it is when `shaped`, else validated by `StatusRow` (a row an older version
+    wrote: missing fields take their defaults) and dumped again. Raises pydantic's ValidationError for a row that is
+    no StatusRow at all."""
+    if row is None or shaped(row):
+        return row
+    return StatusRow.model_validate(row).model_dump(mode="json")
 
 
 def covers(row: Mapping[str, Any] | None, receipt: Mapping[str, Any], *,

@@ -193,7 +193,7 @@ class StatusFold(SupervisedLoop):
 
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
         rows: dict[str, tuple[int, Row]] = {}
-        stored: dict[str, Row | None] = {}  # each changed row as its store holds it (the store's index bookkeeping)
+        stored: dict[str, Row | None] = {}  # each row read, as its store holds it (for the store's index bookkeeping)
         replies: list[_Reply] = []
         callbacks: list[_Out] = []
         first: dict[int, int] = {}
@@ -254,14 +254,14 @@ class StatusFold(SupervisedLoop):
         mid = receipt["message_id"]
         if mid in rows:
             current: Row | None = rows[mid][1]
-        elif mid in stored:
-            current = stored[mid]
         else:
-            store = self._stores.get(partition)
-            if store is None:
-                raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
-            raw = store.get_raw(mid)
-            current = stored[mid] = orjson.loads(raw) if raw is not None else None
+            if mid not in stored:
+                store = self._stores.get(partition)
+                if store is None:
+                    raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
+                raw = store.get_raw(mid)
+                stored[mid] = orjson.loads(raw) if raw is not None else None
+            current = rowfold.current(stored[mid])  # a row an older version wrote is validated into this shape
         position = (msg.topic() or "", partition, msg.offset() or 0)
         parent, mark = _header(msg, H.FANOUT_OF), _header(msg, H.FALLBACK)
         if parent is None and mark is None and rowfold.covers(current, receipt,
@@ -285,8 +285,7 @@ class StatusFold(SupervisedLoop):
     def _settle(self, msg: Message, position: Position, current: Row | None, receipt: Receipt, value: bytes,
                 callbacks: list[_Out], producer: Producer) -> tuple[Row, bytes | None]:
         """The receipt folded through the models (reach.core.lifecycle, fallback, fan-out, callbacks): what
-        `rowfold.covers` leaves out, and every row of an older shape (validated here). Returns `current` itself
-        when the row did not change."""
+        `rowfold.covers` leaves out. Returns `current` itself when the row did not change."""
         before = StatusRow.model_validate(current) if current is not None else None
         after = fold(before, receipt, reply_to=self._reply_to(msg))
         after, reply = settle_reply(before, after, receipt, value)

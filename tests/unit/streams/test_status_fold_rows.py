@@ -16,8 +16,8 @@ from tests.unit.streams.test_status_fold import NAMES, OWNED, Producer, receipt,
 
 
 def _older_row(mid: str) -> bytes:
-    """A ROUTED row as a version before v7 wrote it: no progress, envelope_at, fallback, input, turns, usage,
-    fan-out or children's usage, and steps without a channel."""
+    """A ROUTED row as a version before v5 wrote it: no callback, progress, envelope_at, fallback, input, turns,
+    usage, fan-out or children's usage, and steps without a channel."""
     return json.dumps({
         "message_id": mid, "trace_id": "t1", "tenant": "d", "capability": "demo.echo", "generation": 0,
         "status": "ROUTED", "attempt": 1, "agent_id": None, "instance_id": "i1", "last_error": None, "result": None,
@@ -26,7 +26,6 @@ def _older_row(mid: str) -> bytes:
         "timeline": [{"generation": 0, "attempt": 1, "status": "ROUTED", "at": 900, "agent_id": None,
                       "instance_id": "i1", "error": None}],
         "dropped_steps": 3, "result_truncated": False, "reply_to": None, "replied": False, "pending_reply": None,
-        "callback": None, "callback_sent": False,
     }).encode()
 
 
@@ -46,6 +45,10 @@ def test_a_row_an_older_version_wrote_is_read_and_folded(tmp_path: Path) -> None
     assert change == row.model_dump_json().encode(), "the changelog carries the row in this version's shape"
     assert fold._stores[0].timed(keys.DUE, 10**14) == [] and fold._stores[0].timed(keys.TERMINAL, 2_000) == [
         (1_002, "m1")]
+    sample = fold._metrics.registry.get_sample_value
+    assert sample("agentreach_messages_terminal_total", {"capability": "demo.echo", "status": "COMPLETED"}) == 1
+    assert sample("agentreach_deliveries_total", {"capability": "demo.echo", "outcome": "in_time"}) == 1
+    assert sample("agentreach_undecodable_receipts_total") == 0
 
 
 def test_the_indexes_follow_rows_the_fold_hands_over_parsed(tmp_path: Path) -> None:

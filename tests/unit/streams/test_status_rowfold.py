@@ -122,6 +122,7 @@ def test_a_row_of_an_older_shape_or_with_bookkeeping_goes_to_the_models() -> Non
     assert rowfold.covers(row, receipt, fallback_of=_no_fallback)
     older = {k: v for k, v in row.items() if k not in ("fanout", "children_usage")}  # written before v10
     assert not rowfold.shaped(older) and not rowfold.covers(older, receipt, fallback_of=_no_fallback)
+    assert rowfold.current(older) == row and rowfold.current(row) is row, "read into this version's shape"
     for field, value in [("callback", "webhook:https://example.test"), ("fallback_pending", True),
                          ("turns", [{"turn": 1, "generation": 1, "question": "q", "answer": "a", "at": 1}])]:
         assert not rowfold.covers({**row, field: value}, receipt, fallback_of=_no_fallback), field
