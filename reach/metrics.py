@@ -8,13 +8,13 @@ everything else is counted under one label, `other`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from reach.core.lifecycle import StatusRow
-from reach.records import Receipt, Status
+from reach.records import TERMINAL, Receipt, Status
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _DECISION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05)
@@ -23,6 +23,7 @@ _DECISION_BUCKETS = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0
 OTHER = "other"
 DELIVERY_KIND = "DELIVERY"  # the error kind of what the timekeeper writes when a ROUTED attempt did not start
 _MAX_REASONS = 50
+_TERMINAL = frozenset(s.value for s in TERMINAL)
 
 
 class Metrics:
@@ -92,52 +93,64 @@ class Metrics:
 
     def observe(self, receipt: Receipt, before: StatusRow | None, after: StatusRow, *,
                 changed: bool | None = None) -> None:
-        """Count one folded receipt; terminal counters move only on the row's first terminal transition.
-        `changed`: whether `after` differs from `before`, when the caller knows it already (one comparison)."""
+        """`observe_row` for models (the status fold itself folds dicts)."""
+        self.observe_row(receipt.model_dump(), None if before is None else before.model_dump(mode="json"),
+                         after.model_dump(mode="json"), changed=changed)
+
+    def observe_row(self, receipt: Mapping[str, Any], before: Mapping[str, Any] | None, after: Mapping[str, Any], *,
+                    changed: bool | None = None) -> None:
+        """Count one folded receipt (the dict fastavro decoded) and its row's change (rows as their JSON dicts);
+        terminal counters move only on the row's first terminal transition. `changed`: whether `after` differs from
+        `before`, when the caller knows it already (one comparison)."""
         if changed is None:
             changed = after is not before and after != before
-        cap = self.label(receipt.capability)
-        self._child(self.receipts, cap, receipt.status.value).inc()
-        if receipt.status is Status.RETRY_SCHEDULED and changed:
+        status = receipt["status"]
+        cap = self.label(receipt["capability"])
+        self._child(self.receipts, cap, str(status)).inc()
+        if status == Status.RETRY_SCHEDULED and changed:
             self.retries.labels(cap).inc()
-        if receipt.status is Status.ROUTED and receipt.decision is not None:
-            self.candidates.observe(len(receipt.decision.candidates))
-            decide_us = receipt.timings.get("decide_us")
+        decision = receipt["decision"]
+        if status == Status.ROUTED and decision is not None:
+            self.candidates.observe(len(decision["candidates"]))
+            decide_us = receipt["timings"].get("decide_us")
             if decide_us is not None:
                 self.decision.observe(decide_us / 1e6)
-        if receipt.status is Status.STARTED:
-            routed = _last_at(after, Status.ROUTED, receipt.generation, receipt.attempt)
-            if routed is not None and before is not None and receipt.at >= routed:
-                self._child(self.delivery, cap).observe((receipt.at - routed) / 1000)
+        if status == Status.STARTED:
+            routed = _last_at(after, Status.ROUTED, receipt["generation"], receipt["attempt"])
+            if routed is not None and before is not None and receipt["at"] >= routed:
+                self._child(self.delivery, cap).observe((receipt["at"] - routed) / 1000)
         if changed:
             self._closure(cap, receipt, before, after)
-        newly_terminal = after.terminal and (before is None or not before.terminal
-                                             or before.generation != after.generation)
+        terminal = after["status"] in _TERMINAL
+        newly_terminal = terminal and (before is None or before["status"] not in _TERMINAL
+                                       or before["generation"] != after["generation"])
         if not newly_terminal:
             return
-        self._child(self.terminal, cap, after.status.value).inc()
-        started = _last_at(after, Status.STARTED, after.generation, after.attempt)
-        if started is not None and after.terminal_at is not None:
-            self._child(self.execution, cap).observe(max(0, after.terminal_at - started) / 1000)
-        if after.status is Status.COMPLETED:
-            self._child(self.completed, cap, "true" if after.attempt == 1 else "false").inc()
-        if after.status is Status.DEAD_LETTERED:
-            reason = receipt.error.code if receipt.error else "UNKNOWN"
+        self._child(self.terminal, cap, str(after["status"])).inc()
+        started = _last_at(after, Status.STARTED, after["generation"], after["attempt"])
+        if started is not None and after["terminal_at"] is not None:
+            self._child(self.execution, cap).observe(max(0, after["terminal_at"] - started) / 1000)
+        if after["status"] == Status.COMPLETED:
+            self._child(self.completed, cap, "true" if after["attempt"] == 1 else "false").inc()
+        if after["status"] == Status.DEAD_LETTERED:
+            error = receipt["error"]
+            reason = error["code"] if error else "UNKNOWN"
             if reason not in self._reasons:  # error codes come from agents too: bounded like capabilities
                 reason = reason if len(self._reasons) < _MAX_REASONS else OTHER
                 self._reasons.add(reason)
             self.dead_letters.labels(cap, reason).inc()
 
-    def _closure(self, cap: str, receipt: Receipt, before: StatusRow | None, after: StatusRow) -> None:
+    def _closure(self, cap: str, receipt: Mapping[str, Any], before: Mapping[str, Any] | None,
+                 after: Mapping[str, Any]) -> None:
         """The delivery-success and callback-effective counters (docker/prometheus/alerts.yml), from a receipt that
         changed its row (a duplicate changes nothing, so it counts nothing)."""
         outcome = delivery_outcome(receipt, before)
         if outcome is not None:
             self._child(self.deliveries, cap, outcome).inc()
-        if receipt.status is Status.CALLBACKED:
+        if receipt["status"] == Status.CALLBACKED:
             self.callbacks_effective.labels(cap).inc()
-        if after.callback_sent and not (before is not None and before.callback_sent
-                                        and before.generation == after.generation):
+        if after["callback_sent"] and not (before is not None and before["callback_sent"]
+                                           and before["generation"] == after["generation"]):
             self.callbacks_due.labels(cap).inc()
 
     def _child(self, metric: Any, *values: str) -> Any:
@@ -170,30 +183,32 @@ class Metrics:
         return generate_latest(self.registry)
 
 
-def delivery_outcome(receipt: Receipt, before: StatusRow | None) -> str | None:
+def delivery_outcome(receipt: Mapping[str, Any], before: Mapping[str, Any] | None) -> str | None:
     """How one routed attempt's delivery ended, counted once per attempt: `in_time` / `late` at its STARTED (late:
     after the row's delivery_due_at, the timekeeper not yet acting), `timed_out` at the timekeeper's
     DELIVERY_TIMEOUT receipt. A STARTED read before its ROUTED counts at the ROUTED (it started before the router's
     receipt landed: in time); a STARTED after the timekeeper moved the row on counted as timed_out already. The
     timekeeper's receipts are the ones with an error of kind DELIVERY (a reroute, a retry, a dead letter or a lost
-    envelope, each because the attempt did not start in time)."""
-    gen, attempt = receipt.generation, receipt.attempt
-    routed = before is not None and before.status is Status.ROUTED and (before.generation, before.attempt) == (
+    envelope, each because the attempt did not start in time). Receipt and row as dicts (`Metrics.observe_row`)."""
+    gen, attempt, status = receipt["generation"], receipt["attempt"], receipt["status"]
+    routed = before is not None and before["status"] == Status.ROUTED and (before["generation"], before["attempt"]) == (
         gen, attempt)
-    if receipt.error is not None and receipt.error.kind == DELIVERY_KIND:
+    error = receipt["error"]
+    if error is not None and error["kind"] == DELIVERY_KIND:
         return "timed_out" if routed else None
-    if receipt.status is Status.STARTED:
+    if status == Status.STARTED:
         if not routed or before is None:
             return None
-        due = before.delivery_due_at
-        return "late" if due is not None and receipt.at > due else "in_time"
-    if receipt.status is Status.ROUTED and before is not None:
+        due = before["delivery_due_at"]
+        return "late" if due is not None and receipt["at"] > due else "in_time"
+    if status == Status.ROUTED and before is not None:
         started_first = _last_at(before, Status.STARTED, gen, attempt) is not None
         routed_before = _last_at(before, Status.ROUTED, gen, attempt) is not None
         return "in_time" if started_first and not routed_before else None
     return None
 
 
-def _last_at(row: StatusRow, status: Status, generation: int, attempt: int) -> int | None:
-    times = [s.at for s in row.timeline if s.status is status and s.generation == generation and s.attempt == attempt]
+def _last_at(row: Mapping[str, Any], status: Status, generation: int, attempt: int) -> int | None:
+    times = [s["at"] for s in row["timeline"]
+             if s["status"] == status and s["generation"] == generation and s["attempt"] == attempt]
     return times[-1] if times else None

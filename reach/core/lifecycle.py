@@ -11,6 +11,10 @@ not terminal and the receipt is of its generation.
 
 INPUT_REQUIRED (a handler's NeedsInput) is a turn's outcome, never terminal: the row keeps the question (`input`)
 until the answer starts the next generation, and the answered questions (`turns`) across generations.
+
+The status fold runs a request's plain receipts through `reach.core.rowfold`, the same fold on JSON dicts
+(docs/decisions/0050-status-fold-on-dicts.md): a change to the row or to `fold` / `settle_reply` is made there too,
+and tests/unit/streams/test_status_rowfold.py fails until both write the same rows.
 """
 
 from __future__ import annotations

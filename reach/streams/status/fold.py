@@ -24,11 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from pydantic import ValidationError
 
-from reach.core import fallback, fanout
+from reach.core import fallback, fanout, rowfold
 from reach.core.commits import CommitLedger
 from reach.core.lifecycle import StatusRow, fold, settle_reply
+from reach.core.rowfold import Row
 from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery, topicreader
 from reach.kafka import headers as H
@@ -194,7 +197,8 @@ class StatusFold(SupervisedLoop):
             self._close_stores(list(self._stores))
 
     def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
-        rows: dict[str, tuple[int, StatusRow]] = {}
+        rows: dict[str, tuple[int, Row]] = {}
+        stored: dict[str, Row | None] = {}  # each row read, as its store holds it (for the store's index bookkeeping)
         replies: list[_Reply] = []
         callbacks: list[_Out] = []
         first: dict[int, int] = {}
@@ -209,7 +213,7 @@ class StatusFold(SupervisedLoop):
             first.setdefault(partition, offset)
             last[partition] = offset
             try:
-                self._one(msg, partition, rows, replies, callbacks, producer)
+                self._one(msg, partition, rows, stored, replies, callbacks, producer)
             except RegistryUnavailable:  # infrastructure, not this receipt: commit nothing, read it all again
                 self._rewind(consumer, _first_offsets(messages))
                 raise
@@ -228,7 +232,7 @@ class StatusFold(SupervisedLoop):
         report = _tracker(delivered, errors)
         by_partition: dict[int, dict[str, bytes | None]] = {}
         for mid, (partition, row) in rows.items():
-            value = by_partition.setdefault(partition, {})[mid] = row.model_dump_json().encode()
+            value = by_partition.setdefault(partition, {})[mid] = orjson.dumps(row)
             producer.produce(self.names.status, key=mid.encode(), value=value, partition=partition,
                              on_delivery=report)
         self._flush(producer, errors)
@@ -236,39 +240,70 @@ class StatusFold(SupervisedLoop):
             self._rewind(consumer, first)
             raise DeliveryFailed("; ".join(sorted(set(errors))[:3]))
         for partition, changes in by_partition.items():
-            self._stores[partition].write(changes, changelog_next=delivered.get(partition))
+            self._stores[partition].write(changes, changelog_next=delivered.get(partition),
+                                          parsed={mid: (stored[mid], rows[mid][1]) for mid in changes})
         self._ledger.want({(self.names.receipts, p): o + 1 for p, o in last.items()})
         clients.send_commits(consumer, self._ledger, self._owned())
 
-    def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, StatusRow]],
+    def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, Row]], stored: dict[str, Row | None],
              replies: list[_Reply], callbacks: list[_Out], producer: Producer) -> None:
         value = msg.value()
         if value is None:
             return
         try:
-            receipt = codec.decode(value, Receipt)
+            receipt = codec.decode_dict("Receipt", value)  # the schema checks its types: no model on this path
         except DecodeError as exc:
             self._metrics.undecodable.inc()
             log.warning("status: skipped an undecodable receipt (%s)", exc)
             return
-        mid = receipt.message_id
+        mid = receipt["message_id"]
         if mid in rows:
-            current: StatusRow | None = rows[mid][1]
+            current: Row | None = rows[mid][1]
         else:
-            store = self._stores.get(partition)
-            if store is None:
-                raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
-            raw = store.get_raw(mid)
-            current = StatusRow.model_validate_json(raw) if raw is not None else None
-        if (forged := fanout.foreign(current, receipt)) is not None:  # a delivery's ending the router never made
-            log.warning("status: dropped a FANNED_OUT receipt for %s: %s", mid, forged)
-            return
-        after = fold(current, receipt, reply_to=self._reply_to(msg))
-        after, reply = settle_reply(current, after, receipt, value)
+            if mid not in stored:
+                store = self._stores.get(partition)
+                if store is None:
+                    raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
+                raw = store.get_raw(mid)
+                stored[mid] = orjson.loads(raw) if raw is not None else None
+            current = rowfold.current(stored[mid])  # a row an older version wrote is validated into this shape
         position = (msg.topic() or "", partition, msg.offset() or 0)
+        parent, mark, asked = _header(msg, H.FANOUT_OF), _header(msg, H.FALLBACK), _header(msg, H.FALLBACK_ASK)
+        if parent is None and mark is None and asked is None and rowfold.covers(current, receipt,
+                                                              fallback_of=self._fallbacks.fallback_of):
+            after, reply = rowfold.fold(current, receipt, value, reply_to=self._reply_to(msg))
+        else:
+            try:
+                model = Receipt.from_avro(receipt)
+            except ValidationError as exc:
+                self._metrics.undecodable.inc()
+                log.warning("status: skipped a receipt that breaks the record's rules (%s)", exc)
+                return
+            settled = self._settle(msg, position, current, model, value, callbacks, producer)
+            if settled is None:
+                return
+            after, reply = settled
+        changed = after is not current and after != current
+        self._metrics.observe_row(receipt, current, after, changed=changed)
+        if changed:
+            rows[mid] = (partition, after)
+        if reply is not None and after["reply_to"]:
+            replies.append((position, after["reply_to"], mid, reply))
+
+    def _settle(self, msg: Message, position: Position, current: Row | None, receipt: Receipt, value: bytes,
+                callbacks: list[_Out], producer: Producer) -> tuple[Row, bytes | None] | None:
+        """The receipt folded through the models (reach.core.lifecycle, fallback, fan-out, callbacks): what
+        `rowfold.covers` leaves out. Returns `current` itself when the row did not change, None when the receipt
+        is dropped (a forged fan-out step)."""
+        before = StatusRow.model_validate(current) if current is not None else None
+        if (forged := fanout.foreign(before, receipt)) is not None:  # a delivery's ending the router never made
+            log.warning("status: dropped a FANNED_OUT receipt for %s: %s", receipt.message_id, forged)
+            return None
+        after = fold(before, receipt, reply_to=self._reply_to(msg))
+        after, reply = settle_reply(before, after, receipt, value)
         routed_child = fallback.parse_mark(_header(msg, H.FALLBACK))
-        after = fallback.asked(current, after, receipt, ask=_header(msg, H.FALLBACK_ASK))  # timekeeper, delay tier
-        after, ask = fallback.settle(current, after, receipt, routed_child=routed_child,
+        after = fallback.asked(before, after, receipt, ask=_header(msg, H.FALLBACK_ASK))  # timekeeper, delay tier
+        after, ask = fallback.settle(before, after, receipt, routed_child=routed_child,
                                      fallback_of=self._fallbacks.fallback_of)
         if ask is not None:  # before the callback: a child that was sent carries it on
             after, child = self._fallback_child(producer, after, ask)
@@ -281,12 +316,9 @@ class StatusFold(SupervisedLoop):
         if callback is not None:
             topic, key, record = self._callback_record(producer, callback)
             callbacks.append((position, topic, key, record, key))
-        changed = after is not current and after != current
-        self._metrics.observe(receipt, current, after, changed=changed)
-        if changed:
-            rows[mid] = (partition, after)
-        if reply is not None and after.reply_to:
-            replies.append(((msg.topic() or "", partition, msg.offset() or 0), after.reply_to, mid, reply))
+        if current is not None and (after is before or after == before):
+            return current, reply
+        return after.model_dump(mode="json"), reply
 
     def _fallback_child(self, producer: Producer, row: StatusRow, ask: fallback.Ask) -> tuple[
             StatusRow, tuple[str, str, bytes, str] | None]:

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
 from rocksdict import Options, Rdict, WriteBatch
 
 from reach.streams.status import keys
 
 WRITE_BUFFER_BYTES = 8 << 20
+Parsed = tuple[dict[str, Any] | None, dict[str, Any] | None]
+"""(the row as the store holds it, the row written), as JSON dicts."""
 
 
 class PartitionStore:
@@ -51,28 +53,41 @@ class PartitionStore:
 
     def get(self, message_id: str) -> dict[str, Any] | None:
         raw = self.get_raw(message_id)
-        return json.loads(raw) if raw is not None else None
+        found: dict[str, Any] | None = orjson.loads(raw) if raw is not None else None
+        return found
 
-    def write(self, rows: Mapping[str, bytes | None], *, changelog_next: int | None = None) -> None:
-        """Put (JSON) or delete (None) rows with their index entries, atomically, with the changelog offset."""
+    def write(self, rows: Mapping[str, bytes | None], *, changelog_next: int | None = None,
+              parsed: Mapping[str, Parsed] | None = None) -> None:
+        """Put (JSON) or delete (None) rows with their index entries, atomically, with the changelog offset.
+
+        `parsed`: per message id, (the row as this store holds it now, the row as `rows` writes it), both as dicts,
+        when the writer has them already (the fold read and built them): the store then reads and parses neither."""
         batch = WriteBatch(raw_mode=True)
         count = self.rows
         for message_id, value in rows.items():
-            old_raw = self.get_raw(message_id)
-            old = keys.index_entries(json.loads(old_raw)) if old_raw is not None else {}
-            new = keys.index_entries(json.loads(value)) if value is not None else {}
+            known = parsed.get(message_id) if parsed is not None else None
+            if known is not None:
+                was, row = known
+                existed = was is not None
+            else:
+                old_raw = self.get_raw(message_id)
+                existed = old_raw is not None
+                was = orjson.loads(old_raw) if old_raw is not None else None
+                row = orjson.loads(value) if value is not None else None
+            old = keys.index_entries(was)
+            new = keys.index_entries(row) if value is not None else {}
             for key in old.keys() - new.keys():
                 batch.delete(key)
             for key, entry in new.items():
                 if old.get(key) != entry:
                     batch.put(key, entry)
             if value is None:
-                if old_raw is not None:
+                if existed:
                     batch.delete(keys.row_key(message_id))
                     count -= 1
             else:
                 batch.put(keys.row_key(message_id), value)
-                count += old_raw is None
+                count += not existed
         batch.put(keys.META_ROWS, str(count).encode())
         if changelog_next is not None:
             batch.put(keys.META_CHANGELOG, str(changelog_next).encode())

@@ -100,12 +100,12 @@ def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch:
     fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
     good = receipt(0)
 
-    def down(data: bytes, model: type[Receipt]) -> Receipt:
+    def down(name: str, data: bytes) -> dict[str, Any]:
         if data != good.value():
             raise RegistryUnavailable("the registry did not answer")
-        return codec.wire_codec().decode(data, model)
+        return codec.wire_codec().decode_dict(name, data)
 
-    monkeypatch.setattr("reach.streams.status.fold.codec.decode", down)
+    monkeypatch.setattr("reach.streams.status.fold.codec.decode_dict", down)
     later = receipt(5, "m3", partition=1)  # fetched in the same batch, behind the outage: read again too
     fold._stores[1] = PartitionStore(tmp_path / "p1")
     with pytest.raises(RegistryUnavailable):
