@@ -40,8 +40,9 @@ def create_app(name: str, *options: str) -> dict[str, Any]:
 class Gateway:
     """`python -m reach gateway --port P` on a free port; signs what it sends with the apps it was given."""
 
-    def __init__(self, log_dir: Path, apps: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, log_dir: Path, apps: dict[str, dict[str, Any]], env: dict[str, str] | None = None) -> None:
         self.apps = apps
+        self.env = env or {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log_dir / f"gateway-{self.port}.log"
@@ -49,7 +50,7 @@ class Gateway:
         self.http = httpx.Client(base_url=self.url, timeout=30)
 
     def start(self) -> None:
-        env = {**os.environ, "REACH_GATEWAY_BODY_TIMEOUT": "2"}
+        env = {**os.environ, "REACH_GATEWAY_BODY_TIMEOUT": "2", **self.env}
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "reach", "gateway", "--port", str(self.port)],
                                          cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
