@@ -21,7 +21,7 @@ from reach import lineage, tracing
 from reach.agent import outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
-from reach.agent.ending import claim_ending, publish_ending, publish_in_order
+from reach.agent.ending import Unfenced, claim_ending, publish_ending, publish_in_order
 from reach.agent.idempotency import DEFAULT_IDEMPOTENCY_WINDOW_MS, Claim, KeyScope, LeaseStore
 from reach.agent.keyledger import KeyLedger
 from reach.agent.memorymark import Memory
@@ -94,7 +94,9 @@ class Pipeline:
                  admitted: Callable[[int], Awaitable[bool]] = _always,
                  progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None,
                  memory: Memory | None = None, ledger: KeyLedger | None = None,
-                 runs: RecentRuns | None = None) -> None:
+                 runs: RecentRuns | None = None, unfenced: Unfenced | None = None) -> None:
+        # endings published while Redis was out, claimed once it answers (share the RetryStep's: one backlog)
+        self._unfenced = unfenced if unfenced is not None else Unfenced()
         # the runs this instance finished or is running: a redelivery never reruns them, Redis or not
         self._runs = runs if runs is not None else RecentRuns(max_runs=agent.recent_runs)
         self._memory = memory  # when Redis's memory began (a Redis that came back empty starts it again)
@@ -150,6 +152,8 @@ class Pipeline:
         lease_ms = timeout_ms + self._agent.lease_margin_ms
         scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now_ms())
         waited_until = now_ms() + timeout_ms  # how long this attempt waits for another message running its key
+        if self._unfenced:  # Redis was out: claim what went out unfenced first (reach.agent.ending)
+            await self._unfenced.settle(self._outage, self._leases)
         while True:
             if origin is not None and not await self._admitted(origin[1]):
                 return Processed(None)
@@ -264,7 +268,8 @@ class Pipeline:
                 await self._redis(lambda: self._leases.release(mid, gen))
             return Processed(found.outcome)
         log.info("%s already ended on this instance; its terminal receipt is sent again, the handler not run", mid)
-        ended = await claim_ending(self._outage, self._leases, mid, gen, found.ending)  # drops our lease too
+        ended = await claim_ending(self._outage, self._leases, mid, gen, found.ending,  # drops our lease too
+                                   unfenced=self._unfenced)
         return Processed(_outcome(codec.decode(ended, Receipt).status), (self._send_raw(mid, ended),))
 
     async def _run_started(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
@@ -388,7 +393,8 @@ class Pipeline:
             # wins (reach.terminals): when the router, the timekeeper or another run ended the message first, that
             # ending is published, not this one (the handler ran; its side effect is what it is).
             encoded = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation,
-                                         encoded, scope=scope, completed=receipt.status is Status.COMPLETED)
+                                         encoded, scope=scope, completed=receipt.status is Status.COMPLETED,
+                                         unfenced=self._unfenced)
         if verdict.outcome is Outcome.INPUT:
             # Cached as this attempt's decision before it is published (as a retry's is): a redelivery of the turn
             # republishes the question instead of running the handler again to ask it twice.
@@ -439,7 +445,8 @@ class Pipeline:
             step_status=ran.step_status or StepStatus.OK, result=ran.result, reused_from=ran.message_id,
             timings={"idempotency_hit": 1}))
         # no scope: the key already holds the result of the message that ran it, and this one never held the key
-        ended = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation, again)
+        ended = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation, again,
+                                   unfenced=self._unfenced)
         outcome = Outcome.COMPLETE if ended == again else _outcome(codec.decode(ended, Receipt).status)
         return Processed(outcome, (self._send_raw(envelope.message_id, ended),))
 
@@ -454,7 +461,8 @@ class Pipeline:
                 return Processed(Outcome.INPUT if last.status is Status.INPUT_REQUIRED else Outcome.RETRY)
             # a crash between caching a dead letter (or an expiry) and claiming it: claim now, publish the winner
             ended = await publish_ending(self._publisher, claim.retry, outage=self._outage, leases=self._leases,
-                                         message_id=envelope.message_id, generation=envelope.generation)
+                                         message_id=envelope.message_id, generation=envelope.generation,
+                                         unfenced=self._unfenced)
             return Processed(_outcome(codec.decode(ended, Receipt).status))
         receipt = codec.decode(claim.result or b"", Receipt)
         again = receipt.model_copy(update={"at": now_ms(), "timings": {**receipt.timings, "cache_hit": 1}})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from reach.agent.ending import publish_ending, publish_in_order
+from reach.agent.ending import Unfenced, publish_ending, publish_in_order
 from reach.agent.idempotency import LeaseStore
 from reach.agent.middleware import Finished, Middleware
 from reach.agent.outage import Outage
@@ -28,8 +28,9 @@ class RetryStep(Middleware):
 
     def __init__(self, *, agent_id: str, instance_id: str, publisher: Sender, names: Names, tiers: list[str],
                  leases: LeaseStore | None = None, policy: Callable[[str], Policy | None] = lambda _: None,
-                 redis_outage: Outage | None = None) -> None:
+                 redis_outage: Outage | None = None, unfenced: Unfenced | None = None) -> None:
         self._policy = policy
+        self._unfenced = unfenced if unfenced is not None else Unfenced()  # share the pipeline's
         self._outage = redis_outage or Outage()  # share the pipeline's: one outage, one backoff
         self._agent_id = agent_id
         self._instance_id = instance_id
@@ -63,6 +64,7 @@ class RetryStep(Middleware):
                 log.warning("could not cache the retry of %s (%s)", envelope.message_id, exc)
         if decided.receipt.status.is_terminal:  # dead letter or expiry: first terminal wins (reach.terminals)
             await publish_ending(self._publisher, decided.records, outage=self._outage, leases=leases,
-                                 message_id=envelope.message_id, generation=envelope.generation)
+                                 message_id=envelope.message_id, generation=envelope.generation,
+                                 unfenced=self._unfenced)
         else:
             await publish_in_order(self._publisher, decided.records)

@@ -21,6 +21,7 @@ from reach import heap, policyfields
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
 from reach.agent.cancelfeed import CancelFeed
+from reach.agent.ending import Unfenced
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
 from reach.agent.idempotency import Leases
@@ -140,9 +141,10 @@ class Runner:
                         result_ttl_s=self.agent.result_ttl_s)
         self._start_control()  # and the cancels: one feed
         redis_outage = Outage()  # one backoff for every Redis call: handlers' leases and the retry cache
+        unfenced = Unfenced()  # and one backlog of the endings published while it was out
         retries = RetryStep(agent_id=self.agent.agent_id, instance_id=self.agent.instance_id,
                             publisher=self.publisher, names=self.names, tiers=self._tiers, leases=leases,
-                            policy=self._policies.policy, redis_outage=redis_outage)
+                            policy=self._policies.policy, redis_outage=redis_outage, unfenced=unfenced)
         status = StatusCheck(f"http://{self._settings.web_host}:{self._settings.web_port}",
                              auth=auth_headers(self._settings))
 
@@ -153,7 +155,7 @@ class Runner:
         self._pipeline = Pipeline(self.agent, publisher=self.publisher, leases=leases,
                                   receipts_topic=self.names.receipts, executor=self._pool,
                                   middleware=[retries, self.metrics, *self.agent.middleware], completed=completed,
-                                  redis_outage=redis_outage, policy=self._policies.policy,
+                                  redis_outage=redis_outage, unfenced=unfenced, policy=self._policies.policy,
                                   cancelled=self._cancels.book.cancelled, admitted=self._ownership.admitted,
                                   currency=self._settings.currency,
                                   memory=MemoryMark(redis, namespace=self.names.namespace),

@@ -71,14 +71,10 @@ class StatusViews:
         hits = self.fold.trace(trace_id) if self.fold is not None else []
         if local_only:
             return 200, {"trace_id": trace_id, "hits": hits}
-        code, owners = await self._all_owners()
+        code, bodies = await self._from_peers(f"/traces/{quote(trace_id, safe='')}?local=1")
         if code != 200:
-            return code, owners
-        for url in sorted(set(owners.values()) - {self.url}):
-            status, body = await self._get(f"{url}/traces/{quote(trace_id, safe='')}?local=1")
-            if status != 200:
-                return 503, _unavailable(f"the status worker at {url}")
-            hits += [(at, mid) for at, mid in body["hits"]]
+            return code, bodies[0]
+        hits += [(at, mid) for body in bodies for at, mid in body["hits"]]
         ids = list(dict.fromkeys(mid for _, mid in sorted(hits)))
         if not ids:
             return 404, {"error": "not_found", "message": f"No trace {trace_id!r}."}
@@ -89,15 +85,26 @@ class StatusViews:
         hits = list(self.fold.tenant_tasks(tenant)) if self.fold is not None else []
         if query is None:
             return 200, {"tenant": tenant, "hits": [h.as_list() for h in hits]}
+        code, bodies = await self._from_peers(f"/tenants/{quote(tenant, safe='')}/tasks?local=1")
+        if code != 200:
+            return code, bodies[0]
+        hits += [tenants.Hit(int(at), str(mid), str(st), str(trace))
+                 for body in bodies for at, mid, st, trace in body["hits"]]
+        return tenants.answer(tenant, hits, query)
+
+    async def _from_peers(self, path: str) -> tuple[int, list[dict[str, Any]]]:
+        """`path` answered by every other worker that owns a partition (200 and their bodies), or the first
+        failure (its code and a one-body list with the error)."""
         code, owners = await self._all_owners()
         if code != 200:
-            return code, owners
+            return code, [owners]
+        bodies = []
         for url in sorted(set(owners.values()) - {self.url}):
-            status, body = await self._get(f"{url}/tenants/{quote(tenant, safe='')}/tasks?local=1")
+            status, body = await self._get(f"{url}{path}")
             if status != 200:
-                return 503, _unavailable(f"the status worker at {url}")
-            hits += [tenants.Hit(int(at), str(mid), str(st), str(trace)) for at, mid, st, trace in body["hits"]]
-        return tenants.answer(tenant, hits, query)
+                return 503, [_unavailable(f"the status worker at {url}")]
+            bodies.append(body)
+        return 200, bodies
 
     async def _all_owners(self) -> tuple[int, dict[Any, Any]]:
         """Every partition's owner, waiting up to wait_s for the ones being recovered or moved."""

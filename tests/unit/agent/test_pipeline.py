@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reach.agent import Agent, TransientError
+from reach.agent.ending import Unfenced
 from reach.agent.exceptions import RecordRefused
 from reach.agent.outage import Outage
 from reach.agent.outcomes import Outcome
@@ -43,10 +44,12 @@ class Clock:
 def pipeline(agent: Agent, sender: FakeSender, leases: FakeLeases, *,
              completed: Callable[[str, int], Any] | None = None, clock: Clock | None = None,
              policy: Policy | None = None, **durable: Any) -> Pipeline:
-    """A pipeline and its RetryStep sharing one Redis outage (1 s backoff on `clock`), as the runner wires them."""
+    """A pipeline and its RetryStep sharing one Redis outage (1 s backoff on `clock`) and one backlog of unfenced
+    endings, as the runner wires them."""
     outage = Outage(base_s=1.0, max_s=1.0, clock=clock or Clock())
+    durable.setdefault("unfenced", Unfenced())
     retry = RetryStep(agent_id=agent.agent_id, instance_id=agent.instance_id, publisher=sender, names=NAMES,
-                      tiers=["1s", "10s"], leases=leases, redis_outage=outage)
+                      tiers=["1s", "10s"], leases=leases, redis_outage=outage, unfenced=durable["unfenced"])
 
     async def unknown(_m: str, _g: int) -> AlreadyCompleted | None:
         return None
