@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make test`: unit + integration tests against a real Kafka broker and Redis started here and stopped
 # at the end, even when tests fail. Most tests wait on the broker rather than use the CPU, so they run
-# in REACH_TEST_WORKERS processes (default 5 on two cores: the run is bound by waits, not the CPU; a clean-clone
-# CI at 3 took 27 min idle and 29.5 min beside eight busy helpers; pytest-xdist, a test file per process: its
-# module fixtures stay together); the tests marked `serial` (load and latency figures) run afterwards, alone.
+# in REACH_TEST_WORKERS processes (default 3 on two cores: on the same code, idle, 3 ran the parallel part in
+# 15:17 with no rerun, 5 in 16:11 with a rerun and next time failed a test on a Redis timeout, decision 0049;
+# pytest-xdist, a test file per process: its module fixtures stay together); the tests marked `serial` (load
+# and latency figures) run afterwards, alone.
 # Files are handed out in collection order (--no-loadscope-reorder): the integration files, whose tests take
 # seconds to a minute each, first, and the unit files' many quick tests last, where they even out the
 # workers' ends. xdist's default order (most tests first) left the one-test integration files, the longest,
@@ -19,7 +20,7 @@ run() {
   local serial_files=""
   [ $# -eq 0 ] && serial_files="$(grep -rl --include='*.py' 'mark\.serial' tests | sort | tr '\n' ' ')"
   REACH_SERIAL_FILES="$serial_files" scripts/with-local.sh bash -c '
-    .venv/bin/pytest -q -raR -n "${REACH_TEST_WORKERS:-5}" --dist loadfile --no-loadscope-reorder -m "not serial" \
+    .venv/bin/pytest -q -raR -n "${REACH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder -m "not serial" \
       --durations=25 "$@"
     parallel=$?
     [ -n "$REACH_SERIAL_FILES" ] && set -- $REACH_SERIAL_FILES
