@@ -69,6 +69,8 @@ class Unfenced:
                 leases.finish(mid, gen, e.ending, scope=e.scope, completed=e.completed) for (mid, gen), e in batch)))
             if winners is None:
                 return
+            log.info("Redis answers again: %d ending(s) published while it was out are claimed in the register",
+                     len(batch))
             for ((mid, gen), e), winner in zip(batch, winners, strict=True):
                 if self._pending.get((mid, gen)) is e:
                     del self._pending[mid, gen]
