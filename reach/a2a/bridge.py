@@ -93,11 +93,15 @@ async def read_card(url: str, settings: BridgeSettings) -> AgentCard:
 
 
 async def call(client: Client, payload: Any, ctx: Context, poll_s: float) -> Any:
-    """Send, follow the task until it ends (cancelling it when the message is cancelled), return its result."""
+    """Send, follow the task until it ends or asks (cancelling it when the message is cancelled), return its
+    result or its question (NeedsInput / NeedsAuth); a next turn sends the caller's answer to the asking task."""
     env = ctx.envelope
+    turns = ctx.turns
+    remote_task = outcome.asked(turns)  # a next turn: the caller's answer goes to the task that asked
     request = SendMessageRequest(message=Message(
-        message_id=f"{env.message_id}-{env.generation}-{env.attempt}", role=Role.ROLE_USER,
-        context_id=env.routing.session_key or env.trace_id, parts=outcome.parts_of(payload)))
+        message_id=f"{env.message_id}-{env.generation}-{env.attempt}" + (f"-t{len(turns)}" if turns else ""),
+        role=Role.ROLE_USER, context_id=env.routing.session_key or env.trace_id, task_id=remote_task or "",
+        parts=outcome.parts_of(ctx.answer if remote_task else payload)))
     try:
         answer: Task | Message | None = None
         async for event in client.send_message(request):

@@ -4,18 +4,20 @@ and map transport failures to retries or rejections."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from a2a.client import A2AClientError, A2AClientTimeoutError
-from a2a.types.a2a_pb2 import Artifact, Part, StreamResponse, Task, TaskState, TaskStatus
+from a2a.types.a2a_pb2 import Artifact, Message, Part, StreamResponse, Task, TaskState, TaskStatus
 from google.protobuf.json_format import ParseDict
 from google.protobuf.struct_pb2 import Value
 
 from reach.a2a.bridge import call
 from reach.agent import Canceled, Reject, TransientError
 from reach.agent.agent import Context
+from reach.core.turns import Turn
 from reach.envelopes import new_envelope
 
 S = TaskState
@@ -77,3 +79,27 @@ def test_a_cancelled_message_cancels_the_remote_task() -> None:
 def test_transport_failures_retry_and_refusals_reject(error: BaseException, signal: type[Exception]) -> None:
     with pytest.raises(signal):
         asyncio.run(call(FakeClient(error), {"n": 1}, context(), 0.0))  # type: ignore[arg-type]
+
+
+def test_a_remote_question_asks_the_caller_and_the_answer_goes_to_the_same_remote_task() -> None:
+    from reach.a2a.outcome import TASK_KEY
+    from reach.agent import NeedsInput
+    from reach.core.turns import with_turn
+
+    asking = Task(id="t1", status=TaskStatus(state=S.TASK_STATE_INPUT_REQUIRED,
+                                            message=Message(parts=[Part(text="Which city?")])))
+    client = FakeClient(task(S.TASK_STATE_WORKING), asking)
+    question = asyncio.run(call(client, {"text": "weather"}, context(), 0.0))  # type: ignore[arg-type]
+    assert isinstance(question, NeedsInput) and question.question == "Which city?"
+
+    answered = FakeClient(task(S.TASK_STATE_COMPLETED, {"forecast": "rain"}))
+    env = new_envelope("ext.upper", {"text": "weather"}, session_key="chat-1")
+    schema = json.loads(question.schema_text)
+    env = env.model_copy(update={"headers": with_turn(env.headers, Turn(1, "Which city?", schema,
+                                                                        {"text": "Oslo"}))})
+    ctx = Context(envelope=env, agent_id="agent://a2a/ext-upper", instance_id="i1", _cancelled=lambda: False)
+    assert asyncio.run(call(answered, {"text": "weather"}, ctx, 0.0)) == {"forecast": "rain"}  # type: ignore[arg-type]
+    [request] = answered.sent
+    assert request.message.task_id == "t1" and request.message.parts[0].text == "Oslo"
+    assert request.message.message_id == f"{env.message_id}-0-1-t1" and request.message.context_id == "chat-1"
+    assert schema == {TASK_KEY: "t1"}
