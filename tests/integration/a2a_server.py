@@ -33,7 +33,8 @@ from reach.tooling.local.process import free_port
 
 class Upper(AgentExecutor):
     """Answers a text message with `{"upper": TEXT}` as the task's artifact; "fail" fails the task; "ask" stops it in
-    input-required ("Which city?") and the answer, sent to the same task, is what it upper-cases."""
+    input-required ("Which city?") and the answer, sent to the same task, is what it upper-cases (`"answered": true`
+    beside it: the task had asked)."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
@@ -49,8 +50,9 @@ class Upper(AgentExecutor):
         if text == "ask":
             await updater.requires_input(updater.new_agent_message(parts=[Part(text="Which city?")]))
             return
-        await updater.add_artifact(parts=[Part(data=ParseDict({"upper": text.upper()}, Value()))], name="result",
-                                   last_chunk=True)
+        answered = {"answered": True} if context.current_task is not None else {}  # the answer to its question
+        await updater.add_artifact(parts=[Part(data=ParseDict({"upper": text.upper(), **answered}, Value()))],
+                                   name="result", last_chunk=True)
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

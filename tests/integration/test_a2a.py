@@ -293,7 +293,8 @@ def test_a_bridged_agent_s_question_is_asked_of_the_caller_and_the_answer_reache
         return asked, done
 
     asked, done = asyncio.run(scenario())
-    assert state(done) == "TASK_STATE_COMPLETED" and result_of(done) == {"upper": "OSLO"}, done.status
+    assert state(done) == "TASK_STATE_COMPLETED", done.status
+    assert result_of(done) == {"upper": "OSLO", "answered": True}, "the remote task that asked got the answer"
     assert done.id == asked.id
     row = mesh.gateway.get(f"/v1/messages/{asked.id}").json()
     steps = [s["status"] for s in row["timeline"]]
