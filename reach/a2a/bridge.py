@@ -11,6 +11,11 @@ outcome (reach.a2a.outcome) becomes the receipt. A cancel of the message cancels
 | | | for a card whose interface URL is on another host than the card |
 | REACH_A2A_TIMEOUT | 30 (seconds) | one HTTP call to the remote agent |
 | REACH_A2A_POLL | 0.5 (seconds) | how often a task not final yet is read again (GetTask) |
+| REACH_A2A_TURN_KEY | (from the bearer, else per process) | seals the remote task a question names; the same on |
+| | | every instance of one bridge, so that any of them takes a next turn (docs/a2a.md) |
+
+A remote task that asks (input-required, auth-required) asks the caller (NeedsInput, NeedsAuth); the answer's turn
+goes to that task (reach.a2a.outcome.Seal).
 """
 
 from __future__ import annotations
