@@ -11,22 +11,29 @@ outcome (reach.a2a.outcome) becomes the receipt. A cancel of the message cancels
 | | | for a card whose interface URL is on another host than the card |
 | REACH_A2A_TIMEOUT | 30 (seconds) | one HTTP call to the remote agent |
 | REACH_A2A_POLL | 0.5 (seconds) | how often a task not final yet is read again (GetTask) |
+| REACH_A2A_TURN_KEY | (from the bearer, else per process) | seals the remote task a question names; the same on |
+| | | every instance of one bridge, so that any of them takes a next turn (docs/a2a.md) |
+
+A remote task that asks (input-required, auth-required) asks the caller (NeedsInput, NeedsAuth); the answer's turn
+goes to that task (reach.a2a.outcome.Seal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
 from typing import Any
 
 import httpx
 from a2a.client import A2ACardResolver, A2AClientError, A2AClientTimeoutError, Client, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import AgentCard, CancelTaskRequest, GetTaskRequest, Message, Role, SendMessageRequest, Task
-from a2a.utils.errors import A2AError, InvalidParamsError
+from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach.a2a import outcome
-from reach.agent import Agent, Canceled, Reject, TransientError
+from reach.agent import Agent, BusinessError, Canceled, Reject, TransientError
 from reach.agent.agent import Context
 from reach.errors import InfraUnavailable
 
@@ -42,6 +49,19 @@ class BridgeSettings(BaseSettings):
     bearer_origins: str = ""
     timeout: float = Field(default=30.0, gt=0)
     poll: float = Field(default=0.5, gt=0)
+    turn_key: SecretStr | None = None  # seals the remote task a question names (reach.a2a.outcome.Seal)
+
+    def seal_key(self) -> bytes:
+        """REACH_A2A_TURN_KEY; else one derived from the bearer; else this process's own (a next turn then needs
+        this instance: set the key on every instance of a bridge so that any of them can take it)."""
+        if self.turn_key is not None:
+            return self.turn_key.get_secret_value().encode()
+        if self.bearer is not None:
+            return hashlib.sha256(b"reach-a2a-turns\n" + self.bearer.get_secret_value().encode()).digest()
+        return _PROCESS_KEY
+
+
+_PROCESS_KEY = os.urandom(32)
 
 
 class RemoteUnreachable(InfraUnavailable):
@@ -92,19 +112,30 @@ async def read_card(url: str, settings: BridgeSettings) -> AgentCard:
                                     f"{url.rstrip('/')}/.well-known/agent-card.json; check --url") from None
 
 
-async def call(client: Client, payload: Any, ctx: Context, poll_s: float) -> Any:
-    """Send, follow the task until it ends (cancelling it when the message is cancelled), return its result."""
+async def call(client: Client, payload: Any, ctx: Context, poll_s: float, seal: outcome.Seal | None = None) -> Any:
+    """Send, follow the task until it ends or asks (cancelling it when the message is cancelled), return its
+    result or its question (NeedsInput / NeedsAuth, the task sealed by `seal`); a next turn sends the caller's answer
+    to the task that asked, in its context. A retried answer turn first reads that task: when it no longer waits,
+    an earlier attempt's answer reached it, and it is followed instead of answered twice."""
     env = ctx.envelope
-    request = SendMessageRequest(message=Message(
-        message_id=f"{env.message_id}-{env.generation}-{env.attempt}", role=Role.ROLE_USER,
-        context_id=env.routing.session_key or env.trace_id, parts=outcome.parts_of(payload)))
+    asked = seal.opened(ctx.turns) if seal is not None else None
+    if asked is None:
+        message = Message(message_id=f"{env.message_id}-{env.generation}-{env.attempt}", role=Role.ROLE_USER,
+                          context_id=env.routing.session_key or env.trace_id, parts=outcome.parts_of(payload))
+    else:  # each turn is a generation of its own: the id is the same on every attempt of this answer
+        message = Message(message_id=f"{env.message_id}-{env.generation}", role=Role.ROLE_USER, task_id=asked[0],
+                          context_id=asked[1], parts=outcome.parts_of(ctx.answer))
     try:
         answer: Task | Message | None = None
-        async for event in client.send_message(request):
-            if event.HasField("message"):
-                answer = event.message
-            elif event.HasField("task"):
-                answer = event.task
+        if asked is not None and env.attempt > 1:
+            current = await client.get_task(GetTaskRequest(id=asked[0]))
+            answer = current if current.status.state not in outcome.INTERRUPTED else None
+        if answer is None:
+            async for event in client.send_message(SendMessageRequest(message=message)):
+                if event.HasField("message"):
+                    answer = event.message
+                elif event.HasField("task"):
+                    answer = event.task
         while isinstance(answer, Task) and answer.status.state not in outcome.DONE:
             if ctx.cancelled:
                 await client.cancel_task(CancelTaskRequest(id=answer.id))
@@ -113,6 +144,9 @@ async def call(client: Client, payload: Any, ctx: Context, poll_s: float) -> Any
             answer = await client.get_task(GetTaskRequest(id=answer.id))
     except A2AClientTimeoutError as exc:
         raise TransientError(f"the remote agent did not answer in time: {exc}", code="A2A_TIMEOUT") from None
+    except TaskNotFoundError as exc:
+        raise BusinessError("A2A_TASK_GONE", f"the remote agent no longer has the task this turn answers ({exc}); "
+                            "every bridge instance must reach the same remote task store") from None
     except InvalidParamsError as exc:
         raise Reject(f"the remote agent refused the message: {exc}", code="A2A_INVALID_PARAMS") from None
     except A2AClientError as exc:
@@ -124,7 +158,7 @@ async def call(client: Client, payload: Any, ctx: Context, poll_s: float) -> Any
                              code="A2A_ERROR") from None
     if answer is None:
         raise TransientError("the remote agent answered nothing", code="A2A_EMPTY")
-    return outcome.result_of(answer)
+    return outcome.result_of(answer, seal)
 
 
 def bridge_agent(*, url: str, capability: str, version: str = "1.0.0", agent_id: str | None = None,
@@ -151,6 +185,7 @@ def bridge_agent(*, url: str, capability: str, version: str = "1.0.0", agent_id:
     @agent.capability(capability, version=version, tags=list(skill.tags) if skill else ["a2a"],
                       examples=list(skill.examples) if skill else None)
     async def remote(payload: Any, ctx: Context) -> Any:
-        return await call(clients[0][1], payload, ctx, settings.poll)
+        seal = outcome.Seal(settings.seal_key(), ctx.envelope.tenant, ctx.envelope.message_id)
+        return await call(clients[0][1], payload, ctx, settings.poll, seal)
 
     return agent

@@ -202,6 +202,8 @@ def indexed_updates(row: Mapping[str, Any], sent: int, last: TaskState | None
             continue
         done = final and index == len(timeline) - 1
         state = task_state(str(row.get("status"))) if done else task_state(str(step.get("status", "")))
+        if state == TaskState.TASK_STATE_INPUT_REQUIRED and not done and _asked_auth(row, step):
+            state = TaskState.TASK_STATE_AUTH_REQUIRED
         if state == TaskState.TASK_STATE_UNSPECIFIED or (state == last and not done) or state in FINAL and not done:
             continue
         if done:
@@ -217,6 +219,13 @@ def indexed_updates(row: Mapping[str, Any], sent: int, last: TaskState | None
                                                                       "attempt": step.get("attempt")}))))
         last = state
     return events, max(sent, len(timeline)), last
+
+
+def _asked_auth(row: Mapping[str, Any], step: Mapping[str, Any]) -> bool:
+    """Whether an answered question (an INPUT_REQUIRED step of generation g, answered by the turn that started g + 1)
+    asked for authorization; a turn older than the row keeps (its last 16) counts as input."""
+    started = int(step.get("generation") or 0) + 1
+    return any(t.get("generation") == started and t.get("auth") for t in row.get("turns") or [])
 
 
 def chunk_events(row: Mapping[str, Any], cursor: Cursor, *, opened: bool

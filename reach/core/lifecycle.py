@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from reach.core.allowance import children_of
 from reach.core.fanout import FanOutRow, carried, track
 from reach.core.progress import Chunks, fold_progress
+from reach.core.turns import AUTH, kind_of
 from reach.records import DELIVERY, ChannelDelivery, ErrorInfo, InputRequest, Receipt, Status, Usage
 
 # Within one attempt, a later step never moves the row back (ROUTED can arrive after STARTED:
@@ -87,6 +88,7 @@ class AnsweredTurn(BaseModel):
     question: str
     answer: str
     at: int
+    auth: bool = False  # the question asked for authorization (NeedsAuth): A2A's history shows it auth-required
 
 
 class StatusRow(BaseModel):
@@ -186,7 +188,8 @@ def _answered(row: StatusRow, receipt: Receipt, answered: InputRequest) -> Statu
     if any(t.turn == answered.turn for t in row.turns):
         return row
     turn = AnsweredTurn(turn=answered.turn, generation=receipt.generation, question=answered.question,
-                        answer=(answered.answer or "")[:MAX_ANSWER_CHARS], at=receipt.at)
+                        answer=(answered.answer or "")[:MAX_ANSWER_CHARS], at=receipt.at,
+                        auth=kind_of(answered.answer_schema) == AUTH)
     turns = sorted([*row.turns, turn], key=lambda t: t.turn)[-MAX_ROW_TURNS:]
     return row.model_copy(update={"turns": turns})
 

@@ -32,20 +32,27 @@ from reach.tooling.local.process import free_port
 
 
 class Upper(AgentExecutor):
-    """Answers a text message with `{"upper": TEXT}` as the task's artifact; "fail" fails the task."""
+    """Answers a text message with `{"upper": TEXT}` as the task's artifact; "fail" fails the task; "ask" stops it in
+    input-required ("Which city?") and the answer, sent to the same task, is what it upper-cases (`"answered": true`
+    beside it: the task had asked)."""
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
-        await event_queue.enqueue_event(Task(id=task_id, context_id=context_id,
-                                             status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED)))
+        if context.current_task is None:
+            await event_queue.enqueue_event(Task(id=task_id, context_id=context_id,
+                                                 status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED)))
         updater = TaskUpdater(event_queue=event_queue, task_id=task_id, context_id=context_id)
         await updater.start_work()
         text = context.get_user_input()
         if text == "fail":
             await updater.failed(updater.new_agent_message(parts=[Part(text="asked to fail")]))
             return
-        await updater.add_artifact(parts=[Part(data=ParseDict({"upper": text.upper()}, Value()))], name="result",
-                                   last_chunk=True)
+        if text == "ask":
+            await updater.requires_input(updater.new_agent_message(parts=[Part(text="Which city?")]))
+            return
+        answered = {"answered": True} if context.current_task is not None else {}  # the answer to its question
+        await updater.add_artifact(parts=[Part(data=ParseDict({"upper": text.upper(), **answered}, Value()))],
+                                   name="result", last_chunk=True)
         await updater.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

@@ -279,3 +279,23 @@ def test_an_sdk_built_a2a_server_is_bridged_onto_the_bus(mesh: Mesh) -> None:
     row = mesh.gateway.get(f"/v1/messages/{task.id}").json()  # the receipts, as the status table folded them
     assert row["agent_id"] == "agent://a2a/ext-upper" and row["status"] == "COMPLETED"
     assert [s["status"] for s in row["timeline"]][-2:] == ["STARTED", "COMPLETED"]
+
+
+def test_a_bridged_agent_s_question_is_asked_of_the_caller_and_the_answer_reaches_the_remote_task(mesh: Mesh) -> None:
+    async def scenario() -> tuple[Task, Task]:
+        client = await connect(mesh.url + "/a2a/cap/ext.upper/", mesh.token)
+        asked = final_task(await send(client, SendMessageRequest(message=Message(
+            message_id="", role=Role.ROLE_USER, parts=[Part(text="ask")]))))
+        assert state(asked) == "TASK_STATE_INPUT_REQUIRED", asked.status
+        assert asked.status.message.parts[0].text == "Which city?"
+        done = final_task(await send(client, SendMessageRequest(message=Message(
+            message_id="", role=Role.ROLE_USER, task_id=asked.id, parts=[Part(text="oslo")]))))
+        return asked, done
+
+    asked, done = asyncio.run(scenario())
+    assert state(done) == "TASK_STATE_COMPLETED", done.status
+    assert result_of(done) == {"upper": "OSLO", "answered": True}, "the remote task that asked got the answer"
+    assert done.id == asked.id
+    row = mesh.gateway.get(f"/v1/messages/{asked.id}").json()
+    steps = [s["status"] for s in row["timeline"]]
+    assert "INPUT_REQUIRED" in steps and steps[-1] == "COMPLETED" and row["agent_id"] == "agent://a2a/ext-upper"

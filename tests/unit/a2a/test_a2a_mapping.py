@@ -137,3 +137,20 @@ def test_a_question_is_input_required_with_the_question_and_ends_a_stream_at_it(
     for step in answered["timeline"][3:]:
         step["generation"] = 1
     assert tasks.first_step_of(answered, 1) == 3 and tasks.first_step_of(answered, 2) == 5
+
+
+def test_an_answered_authorization_question_stays_auth_required_in_the_history() -> None:
+    timeline = _row("COMPLETED", [("ROUTED", 1), ("STARTED", 1), ("INPUT_REQUIRED", 1), ("ACCEPTED", 1),
+                                  ("STARTED", 1), ("COMPLETED", 1)])["timeline"]
+    for step in timeline[3:]:
+        step["generation"] = 1
+    turn = {"turn": 1, "generation": 1, "question": "Approve the charge", "answer": '{"grant":"g"}', "at": 5}
+    auth = {**_row("COMPLETED", []), "generation": 1, "timeline": timeline, "turns": [{**turn, "auth": True}]}
+    events, _, _ = tasks.updates(auth, 0, S.TASK_STATE_SUBMITTED)
+    states = [S.Name(e.status.state) for e in events if e.HasField("status")]
+    assert "TASK_STATE_AUTH_REQUIRED" in states and "TASK_STATE_INPUT_REQUIRED" not in states, states
+    # a row folded before turns said so (no "auth"), or an input question: input-required, as before
+    plain = {**auth, "turns": [turn]}
+    events, _, _ = tasks.updates(plain, 0, S.TASK_STATE_SUBMITTED)
+    states = [S.Name(e.status.state) for e in events if e.HasField("status")]
+    assert "TASK_STATE_INPUT_REQUIRED" in states and "TASK_STATE_AUTH_REQUIRED" not in states, states
