@@ -115,8 +115,9 @@ async def read_card(url: str, settings: BridgeSettings) -> AgentCard:
 async def call(client: Client, payload: Any, ctx: Context, poll_s: float, seal: outcome.Seal | None = None) -> Any:
     """Send, follow the task until it ends or asks (cancelling it when the message is cancelled), return its
     result or its question (NeedsInput / NeedsAuth, the task sealed by `seal`); a next turn sends the caller's answer
-    to the task that asked, in its context. A retried answer turn first reads that task: when it no longer waits,
-    an earlier attempt's answer reached it, and it is followed instead of answered twice."""
+    to the task that asked, in its context. A retried answer turn first reads that task: when it no longer waits on
+    that question (it works, ended, or asks another), an earlier attempt's answer reached it, and it is followed
+    instead of answered twice."""
     env = ctx.envelope
     asked = seal.opened(ctx.turns) if seal is not None else None
     if asked is None:
@@ -127,9 +128,11 @@ async def call(client: Client, payload: Any, ctx: Context, poll_s: float, seal: 
                           context_id=asked[1], parts=outcome.parts_of(ctx.answer))
     try:
         answer: Task | Message | None = None
-        if asked is not None and env.attempt > 1:
+        if asked is not None and env.attempt > 1:  # the answer may have reached it: still asking the same question?
             current = await client.get_task(GetTaskRequest(id=asked[0]))
-            answer = current if current.status.state not in outcome.INTERRUPTED else None
+            waiting = (current.status.state in outcome.INTERRUPTED
+                       and outcome.question_of(current) == ctx.turns[-1].question)
+            answer = None if waiting else current
         if answer is None:
             async for event in client.send_message(SendMessageRequest(message=message)):
                 if event.HasField("message"):

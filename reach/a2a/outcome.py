@@ -91,6 +91,12 @@ def _why(task: Task) -> str:
     return text or f"the remote agent ended task {task.id} {TaskState.Name(task.status.state)}"
 
 
+def question_of(task: Task) -> str:
+    """The question an interrupted task asks: its status text, or which task asks when it has none."""
+    text = "".join(p.text for p in task.status.message.parts if p.HasField("text")).strip()
+    return (text or f"the remote agent's task {task.id[:MAX_TASK_ID_CHARS]} asks for more input")[:MAX_QUESTION_CHARS]
+
+
 def result_of(answer: Task | Message, seal: Seal | None = None) -> Any:
     """The step's result for a final answer, the question for an interrupted one (its task sealed by `seal`; without
     one the bridge cannot answer, BusinessError); raises the signal for any other end."""
@@ -110,9 +116,7 @@ def result_of(answer: Task | Message, seal: Seal | None = None) -> Any:
         if seal is None:
             raise BusinessError("A2A_" + TaskState.Name(state).removeprefix("TASK_STATE_"),
                                 f"the remote agent asks for more ({_why(answer)})")
-        text = "".join(p.text for p in answer.status.message.parts if p.HasField("text")).strip()
-        question = (text or f"the remote agent's task {answer.id[:MAX_TASK_ID_CHARS]} asks for more input")
         schema = {TASK_KEY: seal.reference(answer)}
         ask = NeedsAuth if state == S.TASK_STATE_AUTH_REQUIRED else NeedsInput
-        return ask(question[:MAX_QUESTION_CHARS], schema)
+        return ask(question_of(answer), schema)
     raise BusinessError("A2A_NOT_FINAL", f"task {answer.id} is still {TaskState.Name(state)}")

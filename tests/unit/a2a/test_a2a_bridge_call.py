@@ -127,7 +127,13 @@ def test_a_retried_answer_turn_follows_the_task_its_first_attempt_answered() -> 
                           task(S.TASK_STATE_COMPLETED, {"ok": 1}))
     assert asyncio.run(call(moved_on, {}, _answered(first, question, "Oslo", attempt=2), 0.0, seal)) == {"ok": 1}  # type: ignore[arg-type]
     assert moved_on.sent == []
-    # still waiting (attempt 1 never got there): attempt 2 sends the answer
+    # it asks another question now (attempt 1's answer got there): that question is the caller's, nothing is resent
+    again = _asking()
+    again.status.message.parts[0].text = "Which country?"
+    asks_again = FakeClient(task(S.TASK_STATE_WORKING), again)
+    second = asyncio.run(call(asks_again, {}, _answered(first, question, "Oslo", attempt=2), 0.0, seal))  # type: ignore[arg-type]
+    assert isinstance(second, NeedsInput) and second.question == "Which country?" and asks_again.sent == []
+    # still waiting on the same question (attempt 1 never got there): attempt 2 sends the answer
     waiting = FakeClient(task(S.TASK_STATE_COMPLETED, {"ok": 2}), _asking())
     assert asyncio.run(call(waiting, {}, _answered(first, question, "Oslo", attempt=2), 0.0, seal)) == {"ok": 2}  # type: ignore[arg-type]
     assert len(waiting.sent) == 1
