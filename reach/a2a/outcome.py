@@ -86,14 +86,19 @@ def value_of(parts: list[Part]) -> Any:
     return {"text": "".join(texts)} if texts else None
 
 
+def _status_text(task: Task) -> str:
+    """The text parts of a task's status message, joined."""
+    return "".join(p.text for p in task.status.message.parts if p.HasField("text"))
+
+
 def _why(task: Task) -> str:
-    text = "".join(p.text for p in task.status.message.parts if p.HasField("text"))
+    text = _status_text(task)
     return text or f"the remote agent ended task {task.id} {TaskState.Name(task.status.state)}"
 
 
 def question_of(task: Task) -> str:
     """The question an interrupted task asks: its status text, or which task asks when it has none."""
-    text = "".join(p.text for p in task.status.message.parts if p.HasField("text")).strip()
+    text = _status_text(task).strip()
     return (text or f"the remote agent's task {task.id[:MAX_TASK_ID_CHARS]} asks for more input")[:MAX_QUESTION_CHARS]
 
 
