@@ -27,6 +27,10 @@ TARGETS = {
     "round_trip_200_row_after_receipt_p99_ms": "<= 100",
     "router_hop_1000_p99_ms": "<= 20",
     "knee_noop_rps": ">= 2,000",
+    "knee_echo_x2_rps": ">= 1,000 (issue 23)",
+    "knee_noop_max_ms": "<= 1,000 (the slowest request of the step at the knee; issue 23: at 90% of it)",
+    "knee_noop_cpu_ms_per_request": "<= 0.8 (router, agents and broker JVM at the knee; issue 23)",
+    "round_trip_1000_broker_requests_per_request": "<= 3 (issue 23)",
     "route_2_workers_throughput": ">= 8,000 envelopes/s",
     "route_throughput": ">= 8,000 envelopes/s (stretch)",
     "route_over_faust": ">= 3",
@@ -36,7 +40,7 @@ TARGETS = {
     "gateway_accepted_rps": ">= 1,000 (one process)",
     "gateway_500_p99_ms": "<= 50",
 }
-"""Issue 10's targets that `reach bench` measures (the demo's latency is `reach demo`'s), and issue 13's."""
+"""Issue 10's targets that `reach bench` measures (the demo's latency is `reach demo`'s), issue 13's and issue 23's."""
 
 
 @dataclass
@@ -71,6 +75,7 @@ class Report:
             return getattr(lat, q) if lat else None
 
         noop = next((k for k in self.knees if k.setup == "noop"), None)
+        echo = next((k for k in self.knees if k.setup == "echo x2"), None)
         def done(mode: str) -> float | None:
             r = self.find(mode)
             return r.figures.get("completed_fraction") if r else None
@@ -94,6 +99,10 @@ class Report:
             "round_trip_200_row_after_receipt_p99_ms": step(rt200, "status row after receipt", "p99"),
             "router_hop_1000_p99_ms": step(rt1000, "router hop", "p99"),
             "knee_noop_rps": noop.knee_rps if noop else None,
+            "knee_echo_x2_rps": echo.knee_rps if echo else None,
+            "knee_noop_max_ms": knee_row.latency.max if knee_row and knee_row.latency else None,
+            "knee_noop_cpu_ms_per_request": _product_cpu_ms(knee_row),
+            "round_trip_1000_broker_requests_per_request": figure(rt1000, "broker_requests_per_request"),
             "route_2_workers_throughput": round(route2.throughput) if route2 else None,
             "route_throughput": round(route.throughput) if route else None,
             "route_over_faust": self.ratios()["route_over_faust"],
@@ -122,6 +131,15 @@ class Report:
 
     def write_json(self, path: Path) -> None:
         path.write_text(json.dumps(self.as_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def _product_cpu_ms(row: ModeResult | None) -> float | None:
+    """CPU ms per request of the product's processes in a row (everything but the bench's own sender and
+    collector, `bench` and what it spawned); None when a process's CPU could not be read (a remote broker)."""
+    if row is None or not row.cpu_by_process:
+        return None
+    product = [v for k, v in row.cpu_by_process.items() if k.split("/")[0] != "bench"]
+    return None if any(v is None for v in product) else round(sum(v for v in product if v is not None), 3)
 
 
 def conditions(**extra: Any) -> dict[str, Any]:

@@ -46,6 +46,20 @@ def test_every_target_has_a_measured_value_or_none() -> None:
                                  "route_2_workers_over_1": 1.333}
 
 
+def test_issue_23_figures_come_from_the_knee_step() -> None:
+    checks = report().checks()
+    assert checks["knee_noop_max_ms"] == 12  # the slowest request of the step that passed at the knee
+    assert checks["knee_noop_cpu_ms_per_request"] is None  # the broker JVM's CPU was not readable: no sum
+    assert checks["knee_echo_x2_rps"] is None and checks["round_trip_1000_broker_requests_per_request"] is None
+    step = Step(rate=300, verdict=search(300).runs[0].steps[0].verdict, workers_per_1k=1.0, drained=True,
+                settle_s=1.0, settled=True,
+                cpu_per_1k={"router": 1.4, "router/77": 0.1, "agent": 1.5, "broker JVM": 1.3, "bench": 0.4,
+                            "bench/78": 0.1})
+    found = Knee(knee=300, failed_at=330, resolution=0.1, tried=((300, True),))
+    measured = Search("noop", runs=[Run(found, [step], [1.0] * 3, [1.0] * 3, 60.0)])
+    assert Report([measured.row()], knees=[measured]).checks()["knee_noop_cpu_ms_per_request"] == 4.3  # no bench
+
+
 def test_the_json_has_knees_cpu_per_process_and_the_skip() -> None:
     data = report().as_dict()
     assert data["knee_rps"] == {"noop": 1_900}
