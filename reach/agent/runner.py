@@ -54,6 +54,9 @@ POLL_S = 0.1
 SESSION_TIMEOUT_MS = 10_000  # the inbox consumer's default; an agent's consumer_config may set another
 HEARTBEAT_INTERVAL_MS = 3_000  # librdkafka's default
 REDIS_TIMEOUT_S = 2.0  # a hung Redis must not hang handlers: it degrades to the status table instead
+# the asynchronous commit goes out at most this often (decision 0044, addendum): at a paced rate one commit in
+# flight alone sent about one OffsetCommit per message; revoke and shutdown still commit synchronously
+COMMIT_EVERY_S = 0.1
 
 
 def _session_times(config: dict[str, Any]) -> tuple[float, float]:
@@ -88,7 +91,7 @@ class Runner:
         self._stop = threading.Event()
         self._done: queue.SimpleQueue[Done] = queue.SimpleQueue()
         self._tracker = OffsetTracker()
-        self._ledger = CommitLedger()  # one commit in flight at a time (reach.core.commits)
+        self._ledger = CommitLedger(every_s=COMMIT_EVERY_S)  # one in flight, on a short timer (reach.core.commits)
         self._backlog: deque[tuple[Message, Envelope]] = deque()
         self._owned: set[int] = set()
         session_s, heartbeat_s = _session_times(agent.consumer_config)
@@ -346,8 +349,8 @@ class Runner:
             self._paused = False
 
     def _commit(self, *, asynchronous: bool) -> None:
-        """Asynchronous: the ledger's commit if none is in flight (its answer arrives in clients.on_commit);
-        synchronous (revoke, shutdown): every unconfirmed point now."""
+        """Asynchronous: the ledger's commit if none is in flight and its timer is up (the answer arrives in
+        clients.on_commit); synchronous (revoke, shutdown): every unconfirmed point now."""
         advanced = self._tracker.advanced()
         if advanced:
             self._ledger.want({(self.inbox, p): o for p, o in advanced.items()})

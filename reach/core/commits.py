@@ -13,6 +13,12 @@ that then goes idle is resent instead of forgotten. A newer commit supersedes an
 consumer no longer owns is forgotten, so an old offset never overwrites its new owner's commit. librdkafka
 answers every asynchronous commit; a commit unanswered for `stale_after_s` is still treated as lost, so a
 missing answer cannot stop committing for good.
+
+`every_s` spaces the asynchronous commits out as well: one is sent at most every `every_s` seconds, the next
+carrying every point reached meanwhile. At a paced rate the broker answers within milliseconds, so one commit in
+flight alone still meant about one OffsetCommit per record; the agent commits on a short timer (decision 0044,
+addendum). Waiting only delays a commit: a point is wanted once everything before it is acknowledged, whenever
+it goes out. The synchronous final commits (`unconfirmed`, reach.kafka.clients.commit_now) ignore the timer.
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ class _Commit:
 class CommitLedger:
     """What one consumer wants committed, what is in flight, and what the broker confirmed."""
 
-    def __init__(self, *, stale_after_s: float = STALE_AFTER_S) -> None:
+    def __init__(self, *, stale_after_s: float = STALE_AFTER_S, every_s: float = 0.0) -> None:
         self._parts: dict[TopicPart, _Commit] = {}
         self._flight: dict[TopicPart, int] = {}  # the commit sent and not answered yet
         self._sent_at = 0.0
+        self._last_sent: float | None = None  # when the last non-empty commit went out (the timer's start)
         self._stale_after_s = stale_after_s
+        self._every_s = every_s
 
     def want(self, commits: dict[TopicPart, int]) -> None:
         """Commit points (never lower than what was asked before: offsets only move forward)."""
@@ -50,11 +58,16 @@ class CommitLedger:
                 part.want = offset
 
     def take(self, now: float) -> dict[TopicPart, int]:
-        """The commit to send now: every wanted, unconfirmed point; nothing while a commit is in flight."""
+        """The commit to send now: every wanted, unconfirmed point; nothing while a commit is in flight, nor
+        within `every_s` of the last one sent."""
         if self._flight and now - self._sent_at < self._stale_after_s:
+            return {}
+        if self._last_sent is not None and now - self._last_sent < self._every_s:
             return {}
         out = self.unconfirmed()
         self._flight, self._sent_at = dict(out), now
+        if out:
+            self._last_sent = now
         return out
 
     def answered(self, tp: TopicPart, offset: int, *, ok: bool) -> None:

@@ -1,7 +1,7 @@
-"""The runner's commit, rebalance and dead-letter paths on a fake consumer: failed commits are sent again, a
-revoke waits for running handlers only (backlog that never started is left uncommitted for the new owner), a
-registry outage reads the record again instead of rejecting it, and a dead letter refused for good is written
-by reference."""
+"""The runner's commit, rebalance and dead-letter paths on a fake consumer: asynchronous commits go out on a
+short timer while revoke and shutdown commit at once, failed commits are sent again, a revoke waits for running
+handlers only (backlog that never started is left uncommitted for the new owner), a registry outage reads the
+record again instead of rejecting it, and a dead letter refused for good is written by reference."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from reach import dlq
 from reach.agent import Agent
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.outage import Outage
-from reach.agent.runner import Done, Runner
+from reach.agent.runner import COMMIT_EVERY_S, Done, Runner
 from reach.envelopes import new_envelope
 from reach.kafka import clients, codec
 from reach.kafka import headers as h
@@ -31,6 +31,7 @@ from tests.unit.streams.kafka_fakes import FakeMessage
 class FakeConsumer:
     def __init__(self) -> None:
         self.commits: list[list[tuple[int, int]]] = []
+        self.synchronous: list[bool] = []  # per commit: whether the caller waited for the broker's answer
         self.unassigned: list[int] = []
         self.seeks: list[tuple[int, int]] = []
         self.paused = False
@@ -43,6 +44,7 @@ class FakeConsumer:
 
     def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition] | None:
         self.commits.append([(tp.partition, tp.offset) for tp in offsets])
+        self.synchronous.append(not asynchronous)
         return None if asynchronous else offsets
 
     def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
@@ -93,7 +95,29 @@ def runner() -> tuple[Runner, FakeConsumer]:
     return r, consumer
 
 
-def test_a_failed_async_commit_is_sent_again_until_the_broker_confirms_it() -> None:
+class _Clock:
+    """The monotonic clock the commit timer reads (reach.kafka.clients), moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock()
+    monkeypatch.setattr(clients, "time", fake)
+    return fake
+
+
+def answer(r: Runner, consumer: FakeConsumer) -> None:
+    """The broker confirms the last commit."""
+    clients.on_commit(r._ledger, None, [TopicPartition(r.inbox, p, o) for p, o in consumer.commits[-1]])
+
+
+def test_a_failed_async_commit_is_sent_again_until_the_broker_confirms_it(clock: _Clock) -> None:
     r, consumer = runner()
     r._owned = {0}
     r._tracker.add(0, 5)
@@ -102,11 +126,45 @@ def test_a_failed_async_commit_is_sent_again_until_the_broker_confirms_it() -> N
     r._commit(asynchronous=True)
     assert consumer.commits == [[(0, 6)]], "sent once while in flight"
     clients.on_commit(r._ledger, KafkaError(KafkaError.REQUEST_TIMED_OUT), [TopicPartition(r.inbox, 0, 6)])
+    clock.now += COMMIT_EVERY_S
     r._commit(asynchronous=True)  # the partition is idle now: only the retry sends it
     assert consumer.commits == [[(0, 6)], [(0, 6)]]
     clients.on_commit(r._ledger, None, [TopicPartition(r.inbox, 0, 6)])
+    clock.now += COMMIT_EVERY_S
     r._commit(asynchronous=True)
     assert consumer.commits == [[(0, 6)], [(0, 6)]]
+
+
+def finish_every(r: Runner, consumer: FakeConsumer, clock: _Clock, step_s: float, turns: int) -> None:
+    """A message of partition 0 acknowledged per loop turn, `step_s` apart; the broker answers every commit."""
+    for offset in range(turns):
+        r._tracker.add(0, offset)
+        r._done.put(Done(0, offset))
+        sent = len(consumer.commits)
+        settle(r)
+        if len(consumer.commits) > sent:
+            answer(r, consumer)
+        clock.now += step_s
+
+
+def test_async_commits_go_out_on_a_short_timer_and_a_revoke_still_commits_at_once(clock: _Clock) -> None:
+    r, consumer = runner()
+    r._owned = {0, 1}
+    step = COMMIT_EVERY_S * 0.3
+    finish_every(r, consumer, clock, step, 10)
+    assert consumer.commits == [[(0, 1)], [(0, 5)], [(0, 9)]], "one commit per timer, carrying the newest point"
+    assert not any(consumer.synchronous)
+    r._on_revoke(consumer, [TopicPartition(r.inbox, 0)])  # type: ignore[arg-type]
+    assert consumer.commits[-1] == [(0, 10)] and consumer.synchronous[-1], "the timer is not up: committed anyway"
+
+
+def test_a_shutdown_commits_what_finished_without_waiting_for_the_timer(clock: _Clock) -> None:
+    r, consumer = runner()
+    r._owned = {0}
+    finish_every(r, consumer, clock, 0.0, 3)
+    assert consumer.commits == [[(0, 1)]]
+    r._drain()
+    assert consumer.commits[-1] == [(0, 3)] and consumer.synchronous[-1]
 
 
 def test_a_revoke_with_only_backlog_does_not_wait_and_commits_only_what_finished() -> None:

@@ -36,6 +36,29 @@ def test_a_failed_commit_is_sent_again_and_a_confirmed_one_is_not() -> None:
     assert ledger.take(0.2) == {} and ledger.unconfirmed() == {}
 
 
+def test_a_timer_spaces_the_commits_and_the_next_carries_every_point_reached_meanwhile() -> None:
+    ledger = CommitLedger(every_s=0.1)
+    sent = []
+    for turn in range(10):  # a point every 30 ms, each commit answered at once
+        now = turn * 0.03
+        ledger.want({(CAP, 0): turn + 1})
+        out = ledger.take(now)
+        if out:
+            sent.append((round(now, 2), out))
+            ledger.answered((CAP, 0), out[(CAP, 0)], ok=True)
+    assert sent == [(0.0, {(CAP, 0): 1}), (0.12, {(CAP, 0): 5}), (0.24, {(CAP, 0): 9})]
+    assert ledger.unconfirmed() == {(CAP, 0): 10}, "the final, synchronous commit does not wait for the timer"
+
+
+def test_a_failed_commit_waits_for_the_timer_too() -> None:
+    ledger = CommitLedger(every_s=0.1)
+    ledger.want({(CAP, 0): 2})
+    ledger.take(0.0)
+    ledger.answered((CAP, 0), 2, ok=False)
+    assert ledger.take(0.05) == {}
+    assert ledger.take(0.15) == {(CAP, 0): 2}
+
+
 def test_a_late_failure_of_an_older_commit_does_not_resend_a_confirmed_one() -> None:
     ledger = CommitLedger(stale_after_s=1.0)
     ledger.want({(CAP, 0): 2})
