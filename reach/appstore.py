@@ -94,7 +94,7 @@ class KafkaAppLog:
 
     def append(self, app: App) -> None:
         if self._producer is None:
-            self._producer = Producer(self._kafka.producer())
+            self._producer = Producer(self._kafka.producer(profile="hot"))
         errors: list[str] = []
 
         def _report(err: Any, _msg: Any) -> None:

@@ -155,7 +155,7 @@ class Client:
 
     def _producer_(self) -> Producer:
         if self._producer is None:
-            self._producer = clients.producer(self.kafka)
+            self._producer = clients.producer(self.kafka, profile="hot")
         return self._producer
 
     def ensure_topic(self, topic: str) -> None:

@@ -44,7 +44,7 @@ def policy_record(policy: Policy, *, scope: str = "*", by: str = "reach-cli") ->
 
 def publish(control: Control, *, names: Names, kafka: KafkaSettings, timeout: float = 15.0) -> None:
     """Publish one control record and wait until the broker has it."""
-    producer = Producer(kafka.producer())
+    producer = Producer(kafka.producer(profile="hot"))
     errors: list[str] = []
 
     def _report(err: Any, _msg: Any) -> None:

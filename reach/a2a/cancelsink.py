@@ -20,7 +20,7 @@ class KafkaCancels:
 
     def __init__(self, *, topic: str, kafka: KafkaSettings, producer: Producer | None = None) -> None:
         self.topic = topic
-        self._producer = producer or clients.producer(kafka)
+        self._producer = producer or clients.producer(kafka, profile="hot")
         self._lock = threading.Lock()
 
     def send(self, record: CancelRecord, timeout_s: float = ACK_TIMEOUT_S) -> None:

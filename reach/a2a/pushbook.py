@@ -99,7 +99,7 @@ class KafkaPushBook(MemoryPushBook):
         super().__init__(allow_private=allow_private)
         self.topic = names.push
         self._open = open_consumer or (lambda: topicreader.open_reader("gateway-push", kafka, profile="idle"))
-        self._producer: Producer = clients.producer(kafka)
+        self._producer: Producer = clients.producer(kafka, profile="hot")
         self._lock = threading.Lock()
         self._caught_up = threading.Condition(self._lock)
         self._positions: dict[int, int] = {}

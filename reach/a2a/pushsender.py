@@ -101,7 +101,7 @@ class PushSender:
     def _loop(self) -> None:
         consumer: Consumer = clients.consumer(group(self._names), self._kafka, profile="idle",
                                               **{"auto.offset.reset": "latest"})
-        producer: Producer = clients.producer(self._kafka)
+        producer: Producer = clients.producer(self._kafka, profile="hot")
         try:
             consumer.subscribe([self._names.status])
             while not self._stop.is_set():

@@ -282,7 +282,7 @@ def channel_agent(name: str, *, settings: ChannelSettings, kafka: KafkaSettings,
     async def start() -> None:
         chosen = sender
         if chosen is None:
-            publisher = Publisher(clients.producer(kafka))
+            publisher = Publisher(clients.producer(kafka, profile="hot"))
             own.append(publisher)
             chosen = publisher
         service.steps = DeliverySteps(chosen, names=names, agent_id=agent.agent_id, instance_id=agent.instance_id)

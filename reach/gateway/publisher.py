@@ -60,7 +60,7 @@ class KafkaPublisher:
         self._client = client
         self._ack_timeout = ack_timeout_s
         timeout_ms = max(1000, int(ack_timeout_s * 1000))
-        self._producer = producer or clients.producer(client.kafka, **{"message.timeout.ms": timeout_ms})
+        self._producer = producer or clients.producer(client.kafka, profile="hot", **{"message.timeout.ms": timeout_ms})
         self._ensured: set[str] = set()
         self._failing = False  # the last publish went unacknowledged: /healthz says so until one is acked
         self._served: list[Ack] = []  # filled by delivery callbacks, only ever on the poll thread

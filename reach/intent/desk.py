@@ -145,7 +145,7 @@ class HandoffDesk:
         return moved
 
     def _send(self, records: list[tuple[str, str, bytes, H.Headers]]) -> None:
-        producer = Producer(self.kafka.producer())
+        producer = Producer(self.kafka.producer(profile="hot"))
         errors: list[str] = []
 
         def report(err: Any, _msg: Any) -> None:

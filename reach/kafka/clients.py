@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from reach.core.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
 from reach.kafka import kafkaerrors, memory
-from reach.settings import ConsumerProfile, KafkaSettings
+from reach.settings import ConsumerProfile, KafkaSettings, ProducerProfile
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,8 @@ def admin(kafka: KafkaSettings, **overrides: Any) -> AdminClient:
     return AdminClient(conf) if bus is None else cast(AdminClient, memory.MemoryAdmin(memory.bus(bus), conf))
 
 
-def producer(kafka: KafkaSettings, **overrides: Any) -> Producer:
-    conf = kafka.producer(**overrides)
+def producer(kafka: KafkaSettings, *, profile: ProducerProfile = "hot", **overrides: Any) -> Producer:
+    conf = kafka.producer(profile=profile, **overrides)
     bus = memory.bus_name(conf)
     return Producer(conf) if bus is None else cast(Producer, memory.MemoryProducer(memory.bus(bus), conf))
 

@@ -133,7 +133,7 @@ def replay_letters(items: list[dlq.Letter], *, settings: ReachSettings, kafka: K
     """reach.dlq.replay over the real bus: publish + ACCEPTED receipt, then the ledger (`reach dlq replay` and
     the console's redrive)."""
     names = Names(settings.namespace)
-    producer = clients.producer(kafka)
+    producer = clients.producer(kafka, profile="hot")
     client = sdk.Client(kafka=kafka, settings=settings)
 
     def publish(envelope: Envelope) -> None:

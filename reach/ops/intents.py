@@ -53,7 +53,7 @@ def remove_mapping(phrase: str, *, names: Names, kafka: KafkaSettings, by: str =
     learned confidence in it: the key removed. The tombstones name `by` in a header (the audit history's actor)."""
     key = mappings.tombstone_key(phrase)
     learned = mappings.feedback_keys(phrase, control.read_control(names=names, kafka=kafka).records())
-    producer = Producer(kafka.producer())
+    producer = Producer(kafka.producer(profile="hot"))
     for removed in (key, *learned):
         producer.produce(names.control, key=removed.encode(), value=None, headers=[(headers.BY, by.encode())])
     if producer.flush(15):

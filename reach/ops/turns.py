@@ -156,7 +156,7 @@ class BusTurns:
         self._kafka = kafka
         self._names: Names = client.names
         self._redis = sync_client(redis_url, socket_timeout=2, socket_connect_timeout=2)
-        self._producer = clients.producer(kafka)
+        self._producer = clients.producer(kafka, profile="hot")
 
     async def envelope_at(self, topic: str, partition: int, offset: int) -> bytes | None:
         found = await asyncio.to_thread(topicreader.read_one, "answer", self._kafka, (topic, partition, offset))

@@ -162,7 +162,7 @@ class AuditWriter(SupervisedLoop):
         consumer = clients.consumer(audit_group(names), self._kafka, profile="idle", **{
             "client.id": f"reach-audit {self.worker_id}", "partition.assignment.strategy": "roundrobin",
             "on_commit": lambda err, tps: clients.on_commit(ledger, err, tps)})
-        producer = clients.producer(self._kafka)
+        producer = clients.producer(self._kafka, profile="feed")
 
         def assigned(c: Consumer, tps: list[TopicPartition]) -> None:
             committed = c.committed(tps, timeout=10) if tps else []

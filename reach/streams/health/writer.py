@@ -149,7 +149,7 @@ class HealthWriter(FedLoop):
             "client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
             "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
             "max.poll.interval.ms": 600_000})
-        producer = clients.producer(self._kafka)
+        producer = clients.producer(self._kafka, profile="feed")
         replay: Consumer | None = None
         self._release_all()  # a restarted loop owns nothing until its new group member is assigned
         try:

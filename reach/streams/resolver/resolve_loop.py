@@ -289,7 +289,8 @@ class Resolver(SupervisedLoop):
                                                   "client.id": self.client_id}))
         # feedback: from now on, no group
         outcomes = topicreader.open_reader("resolver-outcomes", self.kafka, profile="feed")
-        producer = Producer(self.kafka.producer(**{"message.max.bytes": dead_letter_bytes(self.settings)}))
+        producer = Producer(self.kafka.producer(profile="hot",
+                                                **{"message.max.bytes": dead_letter_bytes(self.settings)}))
         try:
             early = self.dual.early  # answers kept for pairs not tracked yet, their offsets already committed
             self.dual = self._restore_pairs(producer)  # what this id left pending, as the pairs topic has it

@@ -160,7 +160,8 @@ class StatusFold(SupervisedLoop):
             "partition.assignment.strategy": "roundrobin", "max.poll.interval.ms": 600_000,
             "on_commit": functools.partial(clients.on_commit, self._ledger),
         })
-        producer = clients.producer(self._kafka, **{"topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
+        producer = clients.producer(self._kafka, profile="hot",
+                                    **{"topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         try:
             meta = consumer.list_topics(self.names.receipts, timeout=15).topics.get(self.names.receipts)
             if meta is None or meta.error is not None or not meta.partitions:

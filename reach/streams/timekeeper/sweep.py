@@ -218,7 +218,7 @@ class Timekeeper:
 
     def _producer_(self) -> Producer:
         if self._producer is None:
-            self._producer = clients.producer(self._kafka)
+            self._producer = clients.producer(self._kafka, profile="hot")
         return self._producer
 
 

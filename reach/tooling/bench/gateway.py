@@ -130,7 +130,7 @@ def gateway_row(rate: float, load: LoadSummary, before: cpu.Reading, after: cpu.
 def _kafka_step(ws: Workspace, rate: float, config: GatewayConfig, broker: int | None) -> ModeResult:
     """The same envelopes straight to the capability topic, open loop, produce() -> broker ack."""
     topic = ws.names.capability(noop_agent.CAPABILITY)
-    producer = ws.producer()
+    producer = ws.producer(profile="hot")
     total, skip = schedule(rate, config.seconds, config.warmup)
     acked: list[float] = []
     failed = [0]

@@ -1,7 +1,8 @@
 """Mode `raw`: a plain confluent-kafka forwarder (consume(500) -> produce the same bytes -> flush -> commit).
 
 The practical limit for moving one message one hop in Python on this machine, with the same producer
-settings as the router (idempotent, acks=all, lz4, linger 2 ms) and the same commit-after-ack rule.
+settings as the router (the `hot` profile: idempotent, acks=all, lz4; the flush sends each batch at once)
+and the same commit-after-ack rule.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from reach.tooling.bench.workspace import Workspace, envelopes, message_id
 def forward(kafka: KafkaSettings, group: str, source: str, sink: str, stop: threading.Event) -> None:
     """Forward `source` to `sink` until `stop` is set; commit each batch after its records are acked."""
     consumer = Consumer(kafka.consumer(group))
-    producer = Producer(kafka.producer())
+    producer = Producer(kafka.producer(profile="hot"))
     consumer.subscribe([source])
     try:
         while not stop.is_set():

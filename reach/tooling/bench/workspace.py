@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from reach.envelopes import new_envelope, now_ms
 from reach.kafka import clients, codec, topics
 from reach.names import Names
-from reach.settings import ConsumerProfile, KafkaSettings
+from reach.settings import ConsumerProfile, KafkaSettings, ProducerProfile
 
 BUDGET_MS = 120_000
 """Every bench envelope's total budget: by created_at + BUDGET_MS it has a terminal status (EXPIRED at worst)."""
@@ -67,20 +67,20 @@ class Workspace:
             "capability": capability, "created_at": created, "deadline": created + BUDGET_MS,
         })
 
-    def producer(self, **overrides: Any) -> Producer:
-        return Producer(self.kafka.producer(**overrides))
+    def producer(self, *, profile: ProducerProfile = "hot", **overrides: Any) -> Producer:
+        return Producer(self.kafka.producer(profile=profile, **overrides))
 
     def sender(self) -> Producer:
         """The open-loop senders' one producer, kept warm across steps: a new producer's first records wait
         for its connections and producer id (~300-600 ms here), which put every step's first ~1% of
         requests past the p99 bound and hid the knee."""
         if self._sender is None:
-            self._sender = self.producer()
+            self._sender = self.producer(profile="hot")
         return self._sender
 
     def burst(self, items: Iterable[tuple[str, str, bytes]]) -> int:
         """Produce (topic, key, value) records as fast as the client allows; returns how many."""
-        producer = self.producer(**{"linger.ms": 20, "batch.num.messages": 2_000})
+        producer = self.producer(profile="feed", **{"batch.num.messages": 2_000})
         n = 0
         for topic, key, value in items:
             while True:

@@ -126,7 +126,7 @@ class Traffic:
         self.tally = tally
         self.rate = rate
         self.rng = random.Random(seed)
-        self.producer = clients.producer(kafka or KafkaSettings())
+        self.producer = clients.producer(kafka or KafkaSettings(), profile="hot")
         self.delivery_errors: list[str] = []
 
     def run(self, stop: threading.Event) -> None:

@@ -26,7 +26,7 @@ class Traffic:
                  extra: Callable[[int], tuple[str, bytes] | None] | None = None) -> None:
         self.topic, self.capability, self.rate = topic, capability, rate
         # log_level 2: a killed broker's connection-refused lines are the fault itself, not news
-        self._producer = Producer(kafka.producer(**{"message.timeout.ms": 120_000, "log_level": 2}))
+        self._producer = Producer(kafka.producer(profile="hot", **{"message.timeout.ms": 120_000, "log_level": 2}))
         self._extra = extra  # e.g. poison: (key, raw bytes) to send beside envelope n
         self._sent: dict[str, int] = {}
         self._acked: set[str] = set()
