@@ -321,18 +321,20 @@ CONSUMER_PROFILES: dict[ConsumerProfile, dict[str, Any]] = {
 
 ProducerProfile = Literal["hot", "feed"]
 
-# How long each kind of producer lets a record wait for company (decision 0052, scripts/producer_cost.py); every
-# producer names its profile. Both compress with lz4: alone in its batch a 180-byte receipt still takes 15% less
-# log (276 -> 235 bytes), a burst 73% less, and neither the producer's nor the broker's CPU told lz4 from none.
+# How long each kind of producer lets a record wait for company (decision 0052, scripts/producer_cost.py and the
+# paired knee run it records); every producer names its profile. Both compress with lz4: alone in its batch a
+# 180-byte receipt still takes 15% less log (276 -> 235 bytes), a burst 73% less, and neither the producer's nor
+# the broker's CPU told lz4 from none.
 # - hot: records someone waits for (a client, the next hop, an operator): the gateway's and the client's
 #   publishes, the agent's receipts, the router, resolver, delay tiers, timekeeper, status fold (its replies),
-#   cancels, one-off writes. At 300 records/s linger.ms 2 batched nothing (the same bytes per record as 0) and
-#   added 2 ms to every ack; at 1,500/s evenly spaced it saved 22-39% of the broker's CPU per record. A loop that
-#   flushes its batch pays no linger and batches the same at 0 or 20 (librdkafka's flush sends at once).
+#   cancels, one-off writes. linger.ms 2: a no-op agent's STARTED and COMPLETED, and the sender's envelopes, then
+#   share a produce request; at 0 the knee fell from 588 to 447 req/s (4.83 -> 7.17 broker requests and 0.78 ->
+#   1.21 ms of broker CPU per request) for ~2 ms less on an ack at low rates. A loop that flushes its batch pays
+#   no linger (librdkafka's flush sends at once).
 # - feed: records only a view reads, which may sit 20 ms (health records, the audit log): against 2 ms, a steady
-#   stream of them cost the broker 27% less CPU per record at 300/s (45-56% at 1,500/s) and 42-46% fewer log bytes.
+#   stream of them cost the broker 27% less CPU per record at 300/s (45% at 1,500/s) and 44% fewer log bytes.
 PRODUCER_PROFILES: dict[ProducerProfile, dict[str, Any]] = {
-    "hot": {"linger.ms": 0, "compression.type": "lz4"},
+    "hot": {"linger.ms": 2, "compression.type": "lz4"},
     "feed": {"linger.ms": 20, "compression.type": "lz4"},
 }
 

@@ -89,7 +89,7 @@ def envelope_routes(admission: Admission) -> APIRouter:
             except checks.Refusal as refusal:
                 return BatchItem(index=index, status=refusal.status, error=refusal.body)
 
-        # each item is published once admitted; the acks are awaited concurrently
+        # admitted items are published together: one linger window, acks awaited concurrently
         items = await asyncio.gather(*(one(i, item) for i, item in enumerate(body.items)))
         ok = sum(1 for item in items if item.status == 202)
         metrics.accept_seconds.labels("/v1/envelopes:batch").observe(time.perf_counter() - started)

@@ -74,7 +74,7 @@ def test_every_profile_keeps_the_delivery_settings(profile: str) -> None:
 
 def test_hot_sends_at_once_and_feed_waits_20_ms_for_company() -> None:
     kafka = KafkaSettings(bootstrap="b:9092")
-    assert kafka.producer(profile="hot")["linger.ms"] == 0
+    assert kafka.producer(profile="hot")["linger.ms"] == 2
     assert kafka.producer(profile="feed")["linger.ms"] == 20
     assert kafka.producer() == kafka.producer(profile="hot")
 
