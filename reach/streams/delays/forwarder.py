@@ -123,8 +123,8 @@ class DelayForwarder(SupervisedLoop):
         self._held.clear()  # a fresh consumer holds no partition
         consumer = clients.consumer(self.names.topic("delays"), self._kafka, profile="hot",  # resumed: read at once
                                     **{"partition.assignment.strategy": "cooperative-sticky"})
-        producer = clients.producer(self._kafka, profile="hot", **{"message.max.bytes": self._max_bytes,
-                                                    "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
+        producer = clients.producer(self._kafka, profile="hot", **{
+            "message.max.bytes": self._max_bytes, "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         consumer.subscribe(self.topics, on_revoke=self._revoked, on_lost=self._revoked)
         self._mark_ready()
         try:

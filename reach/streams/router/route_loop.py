@@ -254,8 +254,8 @@ class Router(SupervisedLoop):
                 "on_commit": functools.partial(clients.on_commit, ledger),
             },
         )
-        producer = clients.producer(self.kafka, profile="hot", **{"message.max.bytes": self._max_bytes,
-                                                   "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
+        producer = clients.producer(self.kafka, profile="hot", **{
+            "message.max.bytes": self._max_bytes, "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
         capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
                                         group=router_group(self.names),
                                         on_members=lambda n: setattr(self.qps, "workers", n),
