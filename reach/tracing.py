@@ -70,6 +70,15 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer("reach")
 
 
+def recording() -> bool:
+    """True once the application installed an SDK (Reach's tracer is no longer the API's proxy or no-op one).
+
+    Until then every span is a no-op whose context is its parent's: the agent then attaches the extracted context
+    instead of opening its two spans per message, which cost a quarter of its in-process time per message
+    (docs/decisions/0056-agent-batch-path.md)."""
+    return not isinstance(tracer(), (trace.ProxyTracer, trace.NoOpTracer))
+
+
 def invoke_agent_attributes(agent_id: str, capability: str) -> dict[str, Any]:
     """The OpenTelemetry GenAI attributes of the `invoke_agent` span a handler's run is (agent side)."""
     return {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.id": agent_id, "gen_ai.agent.name": agent_id,
