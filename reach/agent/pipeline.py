@@ -10,6 +10,7 @@ import inspect
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -60,7 +61,8 @@ LEASE_POLL_S = 0.25
 MAX_RECEIPT_BYTES = 1_000_000 - 64 * 1024
 T = TypeVar("T")
 Completed = Callable[[str, int], Awaitable[AlreadyCompleted | None]]
-KEY_BUSY_RETRY_MS = 1_000  # a key still running after this attempt's wait: try again after this long
+KEY_BUSY_RETRY_MS = 1_000
+TRACING_RECHECK_S = 1.0  # a key still running after this attempt's wait: try again after this long
 
 
 async def _unknown(_message_id: str, _generation: int) -> AlreadyCompleted | None:
@@ -119,6 +121,15 @@ class Pipeline:
         self._outage = redis_outage or Outage()
         self._lock = threading.Lock()
         self._lingering = 0
+        self._recording, self._tracing_at = False, -TRACING_RECHECK_S
+
+    def _tracing(self) -> bool:
+        """Whether spans are recorded (reach.tracing.recording), asked at most once a second: an SDK is installed
+        at start, and asking reads the environment."""
+        now = time.monotonic()
+        if now - self._tracing_at >= TRACING_RECHECK_S:
+            self._recording, self._tracing_at = tracing.recording(), now
+        return self._recording
 
     @property
     def lingering(self) -> int:
@@ -129,7 +140,7 @@ class Pipeline:
                       origin: tuple[str, int, int] | None = None) -> Processed:
         """Handle one envelope at least once, and in effect once per (message_id, generation)."""
         ctx = tracing.extract(headers, envelope)
-        if not tracing.recording():  # no SDK: a no-op span is its parent's context, so that context is enough
+        if not self._tracing():  # no SDK: a no-op span is its parent's context, so that context is enough
             token = otel_context.attach(ctx)
             try:
                 return await self._process(envelope, raw, origin)
@@ -318,7 +329,7 @@ class Pipeline:
             with (tracing.tracer().start_as_current_span(
                     f"invoke_agent {self._agent.agent_id}", kind=SpanKind.INTERNAL,
                     attributes=tracing.invoke_agent_attributes(self._agent.agent_id, envelope.capability))
-                  if tracing.recording() else contextlib.nullcontext()) as span:
+                  if self._tracing() else contextlib.nullcontext()) as span:
                 with lineage.running(context._lineage()):  # the client SDK's children inherit from this run
                     verdict, thread = await self._run(spec, payload, context, timer)
                 used = context._usage(self._currency)
