@@ -16,7 +16,6 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException, Message
 from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
@@ -52,6 +51,7 @@ from reach.failures import Outgoing
 from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.kafka.receiptbytes import encode_receipt
+from reach.kafka.types import KafkaException, Message
 from reach.receipts import receipt_for, started_bytes
 from reach.records import Envelope, ErrorInfo, InputRequest, Policy, Receipt, Status, StepStatus, Usage
 

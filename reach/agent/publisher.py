@@ -7,10 +7,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.kafka.headers import Headers
+from reach.kafka.types import KafkaError, KafkaException, Message, Producer
 
 # Errors about one record (its size, its bytes): that record fails; anything else is the broker's (infrastructure).
 _RECORD_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG,
