@@ -41,8 +41,16 @@ def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "
 
 def starts(receipts: list[Receipt]) -> list[Receipt]:
     """The receipts that mark a run's start: STARTED, or a terminal carrying `started_at` (a run that ended within
-    the SDK's grace sends no STARTED, reach.agent.startgate)."""
-    return [r for r in receipts if r.status is Status.STARTED or STARTED_AT in r.timings]
+    the SDK's grace sends no STARTED, reach.agent.startgate); a republished copy of that terminal (a cache hit, a
+    re-send) carries the same start and is not another run."""
+    out, seen = [], set()
+    for r in receipts:
+        if r.status is Status.STARTED:
+            out.append(r)
+        elif STARTED_AT in r.timings and (r.attempt, r.timings[STARTED_AT]) not in seen:
+            seen.add((r.attempt, r.timings[STARTED_AT]))
+            out.append(r)
+    return out
 
 
 def start_at(receipt: Receipt) -> int:
