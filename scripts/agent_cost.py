@@ -18,7 +18,8 @@ the mark in the past first, as a namespace in use has it.
 
 `--redis-trips` counts the agent's Redis round trips and commands per message (scripts/redis_trips: every write
 of redis-py's asyncio connections, one command or one whole pipeline, is one round trip; it wraps redis-py, so
-"before" trees are counted the same way). `receipts_per_msg` is every receipt on the receipts topic (STARTED,
+"before" trees are counted the same way), and the garbage collector's runs and µs per message by
+generation. `receipts_per_msg` is every receipt on the receipts topic (STARTED,
 COMPLETED, ...) divided by the messages.
 """
 
@@ -129,7 +130,8 @@ def main() -> None:
         "commits_per_msg": round(commits / max(1, len(done)), 3),
         "offset_records_per_msg": round(records / max(1, len(done)), 3), "loadavg": os.getloadavg(),
         "receipts_per_msg": round(seen / max(1, len(done)), 3),
-        **({f"redis_{k}_per_msg": round((trips1[k] - trips0[k]) / max(1, len(done)), 3) for k in trips0}
+        **({f"{'' if k.startswith('gc') else 'redis_'}{k}_per_msg": round((trips1[k] - trips0.get(k, 0))
+                                                                         / max(1, len(done)), 3) for k in trips1}
            if trips_file else {}),
         "namespace_in_use": args.namespace_in_use, "src": str(args.src) if args.src else "worktree",
     }))

@@ -7,6 +7,7 @@ command; the totals are written to the file every 0.2 s. It counts redis-py itse
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
@@ -17,7 +18,7 @@ _PATH = os.environ.get("REACH_COST_REDIS_TRIPS")
 if _PATH:
     from redis.asyncio.connection import AbstractConnection
 
-    _counts = {"round_trips": 0, "commands": 0}
+    _counts: dict[str, int] = {"round_trips": 0, "commands": 0}
     _send = AbstractConnection._send_packed_command
     _pack = AbstractConnection.pack_command
 
@@ -29,6 +30,18 @@ if _PATH:
         _counts["commands"] += 1
         return _pack(self, *args)
 
+    _gc_start = [0.0]
+
+    def _gc_timed(phase: str, info: dict[str, int]) -> None:
+        # the collector's own CPU time (its thread's), per generation: what the agent's garbage costs per message
+        if phase == "start":
+            _gc_start[0] = time.thread_time()
+        else:
+            key = f"gc{info['generation']}_us"
+            _counts[key] = _counts.get(key, 0) + int((time.thread_time() - _gc_start[0]) * 1e6)
+            _counts[f"gc{info['generation']}_runs"] = _counts.get(f"gc{info['generation']}_runs", 0) + 1
+
+    gc.callbacks.append(_gc_timed)
     AbstractConnection._send_packed_command = _counted_send  # type: ignore[method-assign]
     AbstractConnection.pack_command = _counted_pack  # type: ignore[method-assign]
 
