@@ -37,6 +37,9 @@ def when_acked(acks: list[Future[Message]], then: Callable[[BaseException | None
     if not acks:
         then(None)
         return
+    if len(acks) == 1:  # most messages now: the terminal receipt alone (reach.agent.startgate)
+        acks[0].add_done_callback(lambda future: then(future.exception()))
+        return
     pending = [len(acks)]
     failed: list[BaseException] = []
     lock = threading.Lock()
