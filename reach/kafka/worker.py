@@ -45,8 +45,8 @@ from typing import Any, Generic, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach.core.commits import CommitLedger, TopicPart
-from reach.errors import InfraUnavailable, ReachError
-from reach.kafka import clients, codec, delivery
+from reach.errors import InfraUnavailable, ReachError, TopicMissing
+from reach.kafka import clients, codec, delivery, topicreader
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
 from reach.kafka.backoff import PartitionBackoff
@@ -171,7 +171,10 @@ def decoder(spec: Decoder) -> Callable[[bytes], Any]:
     return spec
 
 
-INFRASTRUCTURE: tuple[type[BaseException], ...] = (KafkaException, RegistryUnavailable, InfraUnavailable)
+INFRASTRUCTURE: tuple[type[BaseException], ...] = (KafkaException, RegistryUnavailable, InfraUnavailable,
+                                                    TopicMissing)
+"""What restarts a worker (a fresh consumer from the committed offsets, after a growing backoff): the broker, the
+Schema Registry or Redis unreachable, or a topic not created yet (`reach topics apply`)."""
 
 
 class Worker(SupervisedLoop, Generic[T]):
@@ -241,6 +244,9 @@ class Worker(SupervisedLoop, Generic[T]):
             owned.difference_update(parts)
 
         try:
+            for topic in sub.topics:
+                if not topic.startswith("^"):
+                    topicreader.partitions(consumer, topic)  # TopicMissing: not applied yet, retried after the backoff
             self.opened()
             consumer.subscribe(list(sub.topics), on_assign=assigned, on_revoke=revoked, on_lost=lost)
             self._mark_ready()
