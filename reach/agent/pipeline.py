@@ -1,4 +1,4 @@
-"""One message through the SDK: validate, dedupe by lease, STARTED, handler, outcome receipt, acks."""
+"""One message through the SDK: validate, dedupe by lease, the handler (STARTED past a grace), outcome receipt."""
 
 from __future__ import annotations
 
