@@ -36,7 +36,7 @@ from reach.agent.recentruns import Found, Ran, RecentRuns
 from reach.agent.redisguard import redis_call
 from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.signals import NeedsInput
-from reach.agent.startgate import STARTED_AT, StartGate
+from reach.agent.startgate import STARTED_AT, Graces, StartGate
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.agent.streaming import ProgressStream
 from reach.core.allowance import Spent, as_timings
@@ -122,6 +122,7 @@ class Pipeline:
         self._lock = threading.Lock()
         self._lingering = 0
         self._recording, self._tracing_at = False, -TRACING_RECHECK_S
+        self._graces = Graces(agent.started_grace_ms / 1000)  # one loop timer for every run's grace
 
     def _tracing(self) -> bool:
         """Whether spans are recorded (reach.tracing.recording), asked at most once a second: an SDK is installed
@@ -311,7 +312,7 @@ class Pipeline:
         # receipt carries its start time instead
         gate = StartGate(lambda: self._send_raw(mid, started_bytes(envelope, agent_id=self._agent.agent_id,
                                                                    instance_id=self._agent.instance_id)),
-                         started_ms=started, grace_s=self._agent.started_grace_ms / 1000, acks=acks)
+                         started_ms=started, graces=self._graces, acks=acks)
         timer = RunTimer(RunClock.start(
             started_ms=started, timeout_ms=timeout_ms, heartbeat_ms=self._agent.heartbeat_timeout_ms,
             cap_ms=policy.execution_timeout_ms if policy else None, deadline=envelope.deadline), message_id=mid)

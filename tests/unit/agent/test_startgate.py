@@ -4,6 +4,8 @@ sends STARTED when the grace ends, and STARTED still comes first before anything
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from reach.agent import Agent, Context
 from reach.agent.exceptions import InvalidDeclaration
 from reach.agent.outcomes import Outcome
-from reach.agent.startgate import STARTED_AT
+from reach.agent.startgate import STARTED_AT, Graces, StartGate
 from reach.envelopes import now_ms
 from reach.records import Status
 from tests.unit.agent.fakes import FakeLeases, FakeSender
@@ -84,3 +86,32 @@ def test_a_grace_of_zero_sends_started_as_the_run_starts() -> None:
 def test_a_negative_grace_is_refused() -> None:
     with pytest.raises(InvalidDeclaration, match="started_grace_ms"):
         Agent("agent://test/unit", started_grace_ms=-1)
+
+
+def test_one_timer_sends_the_started_of_every_run_still_open_when_its_grace_ends() -> None:
+    sent: list[str] = []
+
+    def sender(name: str) -> Callable[[], Future[Any]]:
+        def send() -> Future[Any]:
+            sent.append(name)
+            done: Future[Any] = Future()
+            done.set_result(None)
+            return done
+        return send
+
+    graces = Graces(0.05)  # one per pipeline, which a test may run on more than one loop
+
+    async def runs() -> list[int | None]:
+        acks: list[Future[Any]] = []
+        gates = {name: StartGate(sender(name), started_ms=n, graces=graces, acks=acks)
+                 for n, name in enumerate(["a", "b", "c"])}
+        skipped = [gates["b"].skip()]  # b ended within its grace
+        await asyncio.sleep(0.2)
+        skipped += [gates["a"].skip(), gates["c"].skip()]  # too late: their STARTED went out
+        assert len(acks) == 2
+        return skipped
+
+    assert asyncio.run(runs()) == [1, None, None]
+    assert sent == ["a", "c"]
+    sent.clear()
+    assert asyncio.run(runs()) == [1, None, None] and sent == ["a", "c"], "a second loop is served as well"
