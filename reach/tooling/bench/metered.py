@@ -3,12 +3,14 @@
     python -m reach.tooling.bench.metered PORT reach-args...
 
 serves prometheus_client's default registry (where process-wide counters such as `reach_redis_round_trips_total`
-live) on 127.0.0.1:PORT, then runs `reach reach-args...` in the same process, so the bench reads what that very
-process counted. `read` scrapes it; a process that is gone or not answering reads as None, never as zero.
+live) on 127.0.0.1:PORT, then runs the `reach` entry point with reach-args in the same process (as `python -m reach`
+would), so the bench reads what that very process counted. `read` scrapes it; a process that is gone or not
+answering reads as None, never as zero.
 """
 
 from __future__ import annotations
 
+import runpy
 import sys
 import urllib.request
 from collections.abc import Mapping
@@ -22,12 +24,10 @@ COUNTERS = ("reach_redis_round_trips_total", "reach_records_decoded_total")
 def main(argv: list[str]) -> None:
     from prometheus_client import start_http_server
 
-    from reach import cli
-
     port, *args = argv
     start_http_server(int(port), addr="127.0.0.1")
     sys.argv = ["reach", *args]
-    cli.main()
+    runpy.run_module("reach", run_name="__main__", alter_sys=True)  # `python -m reach <args>`, in this process
 
 
 def parse(text: str, names: tuple[str, ...] = COUNTERS) -> dict[str, float]:
