@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import redis
-import redis.asyncio
+from prometheus_client import REGISTRY
 
+from reach.envelopes import new_envelope
+from reach.kafka import codec
+from reach.records import Envelope
 from reach.redisclient import sync_client
 from reach.tooling.bench import imports, metered, records
 
@@ -64,12 +67,42 @@ def test_a_process_that_did_not_answer_leaves_the_counters_out() -> None:
     assert metered.per_request(before, after, 10) == {}  # a partial sum would read too low
 
 
-def test_a_process_without_a_counter_counted_none_and_a_counter_nobody_has_is_absent() -> None:
-    before: dict[str, dict[str, float] | None] = {"router": {}, "agent": {"reach_redis_round_trips_total": 0.0}}
-    after: dict[str, dict[str, float] | None] = {"router": {}, "agent": {"reach_redis_round_trips_total": 20.0}}
+def test_a_figure_every_process_lacks_or_one_lacks_is_left_out() -> None:
+    before: dict[str, dict[str, float] | None] = {
+        "router": {"reach_redis_round_trips_total": 0.0},
+        "agent": {"reach_redis_round_trips_total": 0.0, "reach_bench_records_decoded_total": 5.0}}
+    after: dict[str, dict[str, float] | None] = {
+        "router": {"reach_redis_round_trips_total": 0.0},
+        "agent": {"reach_redis_round_trips_total": 20.0, "reach_bench_records_decoded_total": 45.0}}
     figures = metered.per_request(before, after, 10)
     assert figures["redis_round_trips_per_request"] == 2.0 and figures["redis_round_trips_per_request router"] == 0
-    assert "records_decoded_per_request" not in figures
+    assert "records_decoded_per_request" not in figures  # the router did not count: no partial sum
+
+
+def test_decodes_are_read_from_the_process_own_counter_before_the_wrapper_one() -> None:
+    def counts(own: float, wrapper: float) -> dict[str, float]:
+        return {"reach_redis_round_trips_total": 0.0, "reach_records_decoded_total": own,
+                "reach_bench_records_decoded_total": wrapper}
+
+    figures = metered.per_request({"agent": counts(0, 0)}, {"agent": counts(30, 90)}, 10)
+    assert figures["records_decoded_per_request"] == 3.0
+    wrapper_only = {"agent": {"reach_bench_records_decoded_total": 0.0}}
+    assert metered.per_request(wrapper_only, {"agent": {"reach_bench_records_decoded_total": 70.0}}, 10)[
+        "records_decoded_per_request"] == 7.0
+
+
+def test_the_wrapper_counts_what_the_codec_decodes_by_record() -> None:
+    original = codec.Codec.decode_dict
+    counter = metered.count_decodes()
+    try:
+        data = codec.encode(new_envelope("bench.a", {}))
+        before = REGISTRY.get_sample_value("reach_bench_records_decoded_total", {"record": "Envelope"}) or 0.0
+        codec.decode(data, Envelope)
+        codec.decode_dict("Envelope", data)
+        assert REGISTRY.get_sample_value("reach_bench_records_decoded_total", {"record": "Envelope"}) == before + 2
+    finally:
+        codec.Codec.decode_dict = original  # type: ignore[method-assign]
+        REGISTRY.unregister(counter)
 
 
 def test_the_import_rule_counts_runtime_modules_only(tmp_path: Path) -> None:
