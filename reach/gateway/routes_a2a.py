@@ -4,7 +4,8 @@ card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -153,6 +154,24 @@ class AdmissionHost:
             await self._admission.take_read(app)
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+
+    async def admit_push(self, app: CallerApp) -> None:
+        try:
+            await self._admission.gate.push(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+
+    @contextlib.contextmanager
+    def stream(self, app: CallerApp) -> Iterator[None]:
+        slots = self._admission.gate.streams
+        try:
+            slots.take(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+        try:
+            yield
+        finally:
+            slots.give_back(app)
 
     async def find(self, app: CallerApp, message_id: str) -> Row:
         try:  # GetTask and SubscribeToTask: reads, metered like the /v1 ones

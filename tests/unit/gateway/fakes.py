@@ -78,10 +78,14 @@ class FakeQuotas:
         self.reads: dict[str, TokenBucket] = {}
         self.read_shape = (read_rate, read_burst)
         self.taken = 0
+        self.read_tokens = 0  # read tokens asked for (taken or not)
+        self.capabilities: list[str] = []  # the capability of every write token taken
 
-    async def take_read(self, app: CallerApp) -> QuotaDecision:
+    async def take_read(self, app: CallerApp, cost: int = 1) -> QuotaDecision:
         rate, burst = self.read_shape
-        wait = self.reads.setdefault(app.app_id, TokenBucket(rate=rate, burst=burst)).take(self.clock())
+        self.read_tokens += min(cost, burst)
+        wait = self.reads.setdefault(app.app_id, TokenBucket(rate=rate, burst=burst)).take(self.clock(),
+                                                                                          min(cost, burst))
         return QuotaDecision(True) if wait == 0.0 else QuotaDecision(False, retry_after_s=wait, scope="read")
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
@@ -89,6 +93,7 @@ class FakeQuotas:
         wait = bucket.take(self.clock())
         if wait == 0.0:
             self.taken += 1
+            self.capabilities.append(capability)
             return QuotaDecision(True)
         return QuotaDecision(False, retry_after_s=wait, scope="app")
 
@@ -330,3 +335,6 @@ def stream_body(app: Any, method: str, path: str, headers: dict[str, str], *, ch
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return Streamed(status=int(start["status"]), body=body, reads=reads)
+
+
+LOOPBACK = ("127.0.0.1", 50000)  # a TestClient peer on the loopback interface: /metrics answers it without a token

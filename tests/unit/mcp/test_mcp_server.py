@@ -14,7 +14,7 @@ import pytest
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
 from reach.mcp import server as mcp_server
-from reach.mcp.ports import PENDING, Ended, Refused
+from reach.mcp.ports import PENDING, Ended, Refused, SessionLimits
 from reach.records import Capability
 from tests.unit.mcp.fakes import FakeConnection, FakeOutbound, context
 
@@ -50,6 +50,19 @@ class FakeHost:
     call_timeout_s: float = 5.0
     max_body_bytes: int = 1024
     auth: CallerApp | AuthFailure | Exception = APP
+    limits: SessionLimits = field(default_factory=SessionLimits)
+
+    async def read(self, app: CallerApp) -> None:
+        return None
+
+    def open_session(self, app: CallerApp, held: int) -> None:
+        return None
+
+    def origins(self, scope: Any) -> Sequence[str]:
+        return ("http://gw",)
+
+    def resource_metadata(self, scope: Any) -> str:
+        return "http://gw/.well-known/oauth-protected-resource/mcp"
 
     def authenticate(self, authorization: str | None) -> CallerApp | AuthFailure:
         if isinstance(self.auth, Exception):
