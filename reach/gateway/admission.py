@@ -221,3 +221,14 @@ class Gate:
             raise checks.Refusal(429, "too_many_sessions", f"app {app.app_id} already holds {self.sessions_per_app} "
                                  "MCP sessions open on this gateway", "end a session (DELETE /mcp) or reuse one; idle "
                                  "sessions close by themselves", headers={"Retry-After": "1"})
+
+
+def table() -> str:
+    """SURFACES as the Markdown table of docs/operations.md "Security" (a test keeps the two equal)."""
+    head = ["surface", "routes", "identity", *(c.value for c in Check if c is not Check.IDENTITY), "notes"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in SURFACES:
+        routes = ", ".join(f"`{m} {p}`" for m, p in s.routes) or f"`{s.prefix}/*`"
+        marks = ["yes" if c in s.checks else "-" for c in Check if c is not Check.IDENTITY]
+        lines.append("| " + " | ".join([s.name, routes, s.identity, *marks, s.note]) + " |")
+    return "\n".join(lines)
