@@ -18,6 +18,7 @@ import uvicorn
 from a2a.client import A2AClientError, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import SubscribeToTaskRequest, TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
+from pydantic import SecretStr
 
 from reach.a2a.bearer import a2a_token
 from reach.a2a.pushbook import MemoryPushBook
@@ -87,7 +88,7 @@ def test_metrics_need_the_token_or_a_loopback_peer() -> None:
     fakes = Fakes()
 
     async def main() -> None:
-        async with served(fakes, HttpSettings(metrics_token="m-token")) as base, \
+        async with served(fakes, HttpSettings(metrics_token=SecretStr("m-token"))) as base, \
                 httpx.AsyncClient(base_url=base, timeout=10) as http:
             await http.get("/v1/messages/x", headers=signed(b"secret-1", b"", "key1", method="GET",
                                                               target="/v1/messages/x"))

@@ -51,6 +51,7 @@ class FakeHost:
     max_body_bytes: int = 1024
     auth: CallerApp | AuthFailure | Exception = APP
     limits: SessionLimits = field(default_factory=SessionLimits)
+    registry_reads: int = 0
 
     async def read(self, app: CallerApp) -> None:
         return None
@@ -70,6 +71,7 @@ class FakeHost:
         return self.auth
 
     def capabilities(self, app: CallerApp) -> Sequence[Capability]:
+        self.registry_reads += 1
         return list(self.caps)
 
     async def send(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None) -> FakePending:
@@ -148,6 +150,20 @@ def test_the_watch_notifies_a_session_whose_tools_changed() -> None:
     assert asyncio.run(watch.check()) == 0  # once per change
     connection.exit_stack.close()  # the session ended
     assert len(watch) == 0
+
+
+def test_the_watch_reads_the_registry_once_per_app_group_not_once_per_session() -> None:
+    """Issue 37, finding 2: a pass recomputed every session's tool list on the event loop."""
+    host = FakeHost()
+    watch = mcp_server.ToolWatch(host)
+    other = CallerApp(app_id="a2", name="a2", tenant="globex", capabilities=(), rate=10, burst=10)
+    connections = [FakeConnection(session_id=f"s{i}") for i in range(500)]
+    for i, connection in enumerate(connections):
+        watch.watch(context(connection), APP if i % 2 else other, mcp_server.tools.fingerprint(host.caps))
+    assert asyncio.run(watch.check()) == 0
+    assert host.registry_reads == 2  # one per (tenant, capability list), however many sessions each has
+    host.caps.append(Capability(name="demo.late", version="1.0.0"))
+    assert asyncio.run(watch.check()) == 500 and host.registry_reads == 4
 
 
 def test_the_watch_drops_a_session_it_cannot_reach_and_skips_stateless_ones() -> None:
