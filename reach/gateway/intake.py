@@ -18,9 +18,9 @@ from reach.core.allowance import cost_micros
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
-from reach.gateway.admission import WEBHOOK, Gate, unavailable_as_503
 from reach.gateway.bodies import Accepted, EnvelopeRequest
 from reach.gateway.deps import Dependencies, Remembered
+from reach.gateway.gate import WEBHOOK, Gate, unavailable_as_503
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
 from reach.gateway.ports import Verified
@@ -76,7 +76,7 @@ def fingerprint(envelope: Envelope) -> str:
 class Admission:
     """The door's checks (reach.gateway.checks) with their I/O: the authenticator's nonce and the quota are
     asyncio Redis calls on the event loop (no thread hop per request), the registry is read in memory, the
-    ack is awaited. The per-app checks every surface shares are `gate` (reach.gateway.admission)."""
+    ack is awaited. The per-app checks every surface shares are `gate` (reach.gateway.gate)."""
 
     def __init__(self, deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics) -> None:
         self.deps = deps

@@ -222,7 +222,7 @@ def cancel_routes(admission: Admission) -> APIRouter:
         if not isinstance(document, dict) or set(document) != {"message_id"} or document["message_id"] != message_id:
             raise checks.Refusal(400, "bad_request", "the signed body must name the message it cancels, and only it: "
                                  f'{{"message_id": "{message_id}"}}', "sign that body and send it")
-        await admission.take_read(app)  # it reads the row first, as GetTask would (reach.gateway.admission)
+        await admission.take_read(app)  # it reads the row first, as GetTask would (reach.gateway.gate)
         code, row = owned(app, message_id, *await admission.deps.status.message(message_id))
         if code != 200:
             return JSONResponse({"error": row.get("error", "unavailable"), "message": row.get("message", ""),

@@ -1,6 +1,6 @@
 """MCP at the gateway: `/mcp`, streamable HTTP (reach.mcp.server.McpEndpoint, docs/mcp.md), over the port
 reach.mcp.ports.Host that `AdmissionHost` implements here with the door of `POST /v1/invoke` and the gateway's
-admission (reach.gateway.admission); and `/.well-known/oauth-protected-resource` (RFC 9728), the protected resource
+admission (reach.gateway.gate); and `/.well-known/oauth-protected-resource` (RFC 9728), the protected resource
 metadata the MCP authorization specification asks of a server."""
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from reach.callers import CallerApp
-from reach.gateway.admission import ROWS_PER_READ
 from reach.gateway.bodies import Health, MessageRow, TraceIndex
 from reach.gateway.events import find_row, receipt_stream
+from reach.gateway.gate import ROWS_PER_READ
 from reach.gateway.intake import Admission
 from reach.gateway.openapi import READ_ERRORS
 from reach.gateway.routes_envelopes import SIGNED, target_of

@@ -1,4 +1,4 @@
-"""Every route of the gateway is either open by its protocol (reach.gateway.admission.OPEN) or one of the untrusted
+"""Every route of the gateway is either open by its protocol (reach.gateway.gate.OPEN) or one of the untrusted
 surfaces admission declares (SURFACES), and every declared one refuses a caller without credentials before doing
 anything; the table in docs/operations.md "Security" is SURFACES."""
 
@@ -18,7 +18,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from reach.channels.settings import ClosureSettings
-from reach.gateway import admission
+from reach.gateway import gate
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from tests.unit.gateway.fakes import Fakes
@@ -40,7 +40,7 @@ def routes(found: Iterable[Any]) -> Iterator[tuple[str, str]]:
 
 
 def undeclared(app: FastAPI) -> list[tuple[str, str]]:
-    return [r for r in routes(app.routes) if r not in admission.OPEN and admission.surface_of(*r) is None]
+    return [r for r in routes(app.routes) if r not in gate.OPEN and gate.surface_of(*r) is None]
 
 
 def gateway(fakes: Fakes) -> FastAPI:
@@ -51,7 +51,7 @@ def gateway(fakes: Fakes) -> FastAPI:
 def test_every_route_is_open_or_a_declared_surface() -> None:
     app = gateway(Fakes())
     assert undeclared(app) == []
-    declared = {r for s in admission.SURFACES for r in s.routes}
+    declared = {r for s in gate.SURFACES for r in s.routes}
     assert declared <= set(routes(app.routes)), "a surface names a route the gateway no longer has"
 
 
@@ -61,7 +61,7 @@ def test_the_walk_fails_on_a_route_that_skips_admission() -> None:
     assert undeclared(app) == [("POST", "/v1/backdoor")]
 
 
-@pytest.mark.parametrize(("method", "path"), sorted({r for s in admission.SURFACES for r in s.routes}))
+@pytest.mark.parametrize(("method", "path"), sorted({r for s in gate.SURFACES for r in s.routes}))
 def test_a_declared_surface_refuses_a_caller_without_credentials(method: str, path: str) -> None:
     fakes = Fakes()
     app = gateway(fakes)
@@ -79,4 +79,4 @@ def test_a_declared_surface_refuses_a_caller_without_credentials(method: str, pa
 
 
 def test_the_security_table_in_operations_md_is_the_declared_surfaces() -> None:
-    assert admission.table() in OPERATIONS.read_text()
+    assert gate.table() in OPERATIONS.read_text()

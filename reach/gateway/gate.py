@@ -3,7 +3,7 @@ reach (its capability list), what it takes of its quotas (writes, reads), how mu
 streams, MCP sessions), and whether its spend limits still let it in.
 
 `SURFACES` is the table of every route a caller can reach and the checks it passes (docs/operations.md "Security"
-shows it; tests/unit/gateway/test_admission_surfaces.py walks the gateway's routes against it and fails on a route
+shows it; tests/unit/gateway/test_gate_surfaces.py walks the gateway's routes against it and fails on a route
 that is in neither `SURFACES` nor `OPEN`). `Gate` is the one implementation of the per-app checks; the door of /v1
 (reach.gateway.intake.Admission), A2A (reach.gateway.routes_a2a), MCP (reach.gateway.routes_mcp), push configs, the
 status reads and the event streams call it, so a rule changed here changes for every surface at once
