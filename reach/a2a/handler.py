@@ -56,6 +56,7 @@ APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token nam
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
 REJECTING = (403, 404, 422)  # refusals that are the message's fault: a rejected task, as the agent would answer
 Cancel = Callable[[CallerApp, str], Awaitable[None]]
+LIST_PAGE, LIST_MAX = 50, 100  # ListTasks' page when the call names none, and its largest (streams.status.tenants)
 CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it returns the task as it is
 
 
@@ -276,8 +277,8 @@ class ReachRequestHandler(RequestHandler):
         state and status time, paged with the token of the last task listed; from the status table's tenant index
         (reach.streams.status.tenants: a tenant's newest tasks, bounded per partition)."""
         app = _caller(context)
-        try:  # a read, metered like GetTask
-            await self._host.take_read(app)
+        try:  # a read of a page of rows, metered like a /v1 trace read of as many
+            await self._host.take_read(app, min(params.page_size, LIST_MAX) if params.page_size > 0 else LIST_PAGE)
         except Refused as refusal:
             raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
                                 headers=refusal.headers) from None

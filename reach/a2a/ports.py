@@ -89,8 +89,9 @@ class Host(Protocol):
         """The message's row as `app` may see it (another tenant's reads as absent)."""
         ...
 
-    async def take_read(self, app: CallerApp) -> None:
-        """One token of the app's read quota; Refused (429 with Retry-After, 503) when there is none (ListTasks)."""
+    async def take_read(self, app: CallerApp, rows: int = 1) -> None:
+        """The app's read quota for a read of `rows` status rows (the gateway's price: one token per 25, at least
+        one); Refused (429 with Retry-After, 503) when there is not enough (ListTasks)."""
         ...
 
     async def admit_push(self, app: CallerApp) -> None:

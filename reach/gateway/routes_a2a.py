@@ -149,9 +149,9 @@ class AdmissionHost:
     async def row(self, app: CallerApp, message_id: str) -> Row:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))
 
-    async def take_read(self, app: CallerApp) -> None:
+    async def take_read(self, app: CallerApp, rows: int = 1) -> None:
         try:
-            await self._admission.take_read(app)
+            await self._admission.take_read(app, rows)
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import uvicorn
 from a2a.client import A2AClientError, ClientConfig, ClientFactory
-from a2a.types.a2a_pb2 import SubscribeToTaskRequest, TaskPushNotificationConfig
+from a2a.types.a2a_pb2 import ListTasksRequest, SubscribeToTaskRequest, TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
 from pydantic import SecretStr
 
@@ -225,6 +225,20 @@ def test_a2a_streams_share_the_apps_stream_slots_with_v1_event_streams() -> None
                 with pytest.raises(A2AClientError, match="429"):
                     [e async for e in client.send_message(send_request("streamed"))]
                 assert fakes.publisher.sent == [], "a stream refused sends nothing"
+
+    asyncio.run(main())
+
+
+def test_a_list_of_tasks_pays_for_the_page_of_rows_it_reads() -> None:
+    """A ListTasks page reads a status row per task (up to 100): it pays one read token per 25, as a trace does."""
+    fakes = Fakes(quotas=FakeQuotas(read_rate=0.001, read_burst=5))
+
+    async def main() -> None:
+        async with served(fakes, HttpSettings(), status=fakes.status) as base:
+            client = await a2a(base, TOKEN1)
+            await client.list_tasks(ListTasksRequest(page_size=100))  # 4 of the 5 tokens
+            with pytest.raises(A2AClientError, match="429"):
+                await client.list_tasks(ListTasksRequest(page_size=100))
 
     asyncio.run(main())
 
