@@ -5,16 +5,13 @@ httpx, the official a2a-sdk client and raw MCP JSON-RPC. Each test failed on mai
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from a2a.client import A2AClientError, ClientConfig, ClientFactory
 from a2a.types.a2a_pb2 import ListTasksRequest, SubscribeToTaskRequest, TaskPushNotificationConfig
 from a2a.utils.errors import A2AError
@@ -26,8 +23,7 @@ from reach.callers import KeyEntry
 from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
-from reach.tooling.local.process import free_port
-from tests.unit.gateway.fakes import FakeQuotas, Fakes, app, sign
+from tests.unit.gateway.fakes import FakeQuotas, Fakes, app, served, sign
 from tests.unit.gateway.test_a2a_routes import Bearer, Following, send_request
 
 TOKEN1 = a2a_token("key1", b"secret-1")
@@ -37,23 +33,6 @@ ACCEPT = {"Accept": "application/json, text/event-stream"}
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
 RECEIVER = "https://receiver.example/hook"
-
-
-@asynccontextmanager
-async def served(fakes: Fakes, settings: HttpSettings, **deps: Any) -> AsyncIterator[str]:
-    """The gateway on a loopback uvicorn; yields its base URL."""
-    built = dataclasses.replace(fakes.deps(), directory=fakes.directory, **deps)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_gateway(built, settings, closure=ClosureSettings()),
-                                           host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 def signed(secret: bytes, body: bytes, key: str, *, method: str = "POST", target: str = "/v1/envelopes",
