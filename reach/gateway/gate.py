@@ -133,14 +133,6 @@ class Slots:
         else:
             self._open.pop(app.app_id, None)
 
-    @contextlib.contextmanager
-    def slot(self, app: CallerApp) -> Iterator[None]:
-        self.take(app)
-        try:
-            yield
-        finally:
-            self.give_back(app)
-
     async def holding(self, app: CallerApp, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """`stream` with a slot already taken, giving it back however the stream ends (done, timeout, client gone)."""
         try:
