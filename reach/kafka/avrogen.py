@@ -2,8 +2,9 @@
 
 fastavro's schemaless writer interprets the schema for every record (a Receipt: 28 fields, eight unions resolved
 by type checks, ~20 µs). `writer(schema)` turns the schema into the code a person would write for it (a varint per
-int, a null or branch marker per `["null", T]` union, a symbol index per enum, a loop per map and array) and
-compiles it, so a new field is a schema edit: the code follows (docs/decisions/0055-one-fold-generated-encoders.md).
+int, a null or branch marker per `["null", T]` union, a symbol index per enum, a loop per map and array; a record is
+one `b"".join` of its fields' expressions) and compiles it, so a new field is a schema edit: the code follows
+(docs/decisions/0055-one-fold-generated-encoders.md).
 Its output is fastavro's, byte for byte, for any value fastavro accepts (a hypothesis test holds it); what fastavro
 would refuse (a wrong type) is not checked here: the fast writers are handed models or dicts the product built.
 
@@ -47,11 +48,13 @@ def varint(n: int) -> bytes:
 
 def string(s: str) -> bytes:
     raw = s.encode()
-    return varint(len(raw)) + raw
+    n = len(raw)
+    return _SMALL[n << 1] + raw if n < 0x40 else varint(n) + raw
 
 
 def _raw_bytes(b: bytes) -> bytes:
-    return varint(len(b)) + b
+    n = len(b)
+    return _SMALL[n << 1] + b if n < 0x40 else varint(n) + b
 
 
 def _fields(value: Any) -> Mapping[str, Any]:
@@ -66,11 +69,12 @@ _HELPERS: dict[str, Any] = {
 
 
 class _Gen:
-    """Builds the source of one writer: a function per named record, the constants it closes over."""
+    """Builds the source of one writer: a function per named record and per map or array type, each returning the
+    bytes of its value as one `b"".join` of expressions, and the constants they read."""
 
     def __init__(self) -> None:
         self.named: dict[str, Any] = {}  # full name -> schema (named types are declared once, then referenced)
-        self.functions: dict[str, list[str]] = {}  # record full name -> its function's lines
+        self.functions: dict[str, list[str]] = {}  # function name -> its lines
         self.constants: dict[str, Any] = {}
         self._n = 0
 
@@ -78,91 +82,92 @@ class _Gen:
         """An expression for `value`: a literal for None, bytes, ints and strings, else a name the scope binds."""
         if value is None or isinstance(value, (bytes, int, str)):
             return repr(value)
-        self._n += 1
-        name = f"_k{self._n}"
+        name = self.temp("_k")
         self.constants[name] = value
         return name
 
-    def temp(self) -> str:
+    def temp(self, prefix: str = "t") -> str:
         self._n += 1
-        return f"t{self._n}"
+        return f"{prefix}{self._n}"
 
     def record(self, schema: Mapping[str, Any], namespace: str) -> str:
         """The name of the function writing this record (generated once per named record)."""
         full = _full(schema["name"], schema.get("namespace", namespace))
         fn = "_w_" + full.replace(".", "_")
-        if full in self.functions:
+        if fn in self.functions:
             return fn
         self.named[full] = schema
-        self.functions[full] = []  # taken: a recursive reference finds the name
+        self.functions[fn] = []  # taken: a recursive reference finds the name
         ns = full.rpartition(".")[0]
-        lines = [f"def {fn}(r, a):", "    if type(r) is not dict:", "        r = _f(r)"]
+        parts = []
         for field in schema["fields"]:
-            var = self.temp()
             key = repr(field["name"])
             if "default" in field and field["default"] is None:
-                lines.append(f"    {var} = r.get({key})")
+                read = f"r.get({key})"
             elif "default" in field:
-                lines.append(f"    {var} = r.get({key}, {self.const(field['default'])})")
+                read = f"r.get({key}, {self.const(field['default'])})"
             else:
-                lines.append(f"    {var} = r[{key}]")
-            lines += ["    " + line for line in self.value(field["type"], var, ns)]
-        self.functions[full] = lines
+                read = f"r[{key}]"
+            parts.append(self.value(field["type"], read, ns))
+        self.functions[fn] = [f"def {fn}(r):", "    if type(r) is not dict:", "        r = _f(r)",
+                              "    return b''.join((", *(f"        {part}," for part in parts), "    ))"]
         return fn
 
-    def value(self, schema: Any, var: str, ns: str) -> list[str]:
-        """Lines that append the encoding of `var` (of type `schema`) with `a(...)`."""
+    def value(self, schema: Any, read: str, ns: str) -> str:
+        """An expression for the bytes of the value `read` evaluates to (evaluated once), of type `schema`."""
         if isinstance(schema, str):
             if schema in _PRIMITIVE:
-                return self.primitive(schema, var)
-            full = _full(schema, ns)
-            named = self.named.get(full) or self.named.get(schema)
+                return self.primitive(schema, read)
+            named = self.named.get(_full(schema, ns)) or self.named.get(schema)
             if named is None:
                 raise Unsupported(f"unknown type {schema!r}")
-            return self.value(named, var, ns)
+            return self.value(named, read, ns)
         if isinstance(schema, list):
-            return self.union(schema, var, ns)
+            return self.union(schema, read, ns)
         kind = schema["type"]
         if kind == "record":
-            return [f"{self.record(schema, ns)}({var}, a)"]
+            return f"{self.record(schema, ns)}({read})"
         if kind == "enum":
-            full = _full(schema["name"], schema.get("namespace", ns))
-            self.named[full] = schema
+            self.named[_full(schema["name"], schema.get("namespace", ns))] = schema
             index = self.const({symbol: varint(i) for i, symbol in enumerate(schema["symbols"])})
-            return [f"a({index}[{var}])"]
+            return f"{index}[{read}]"
         if kind == "fixed":
             self.named[_full(schema["name"], schema.get("namespace", ns))] = schema
-            return [f"a({var})"]
-        if kind == "array":
-            item = self.temp()
-            return [f"if {var}:", f"    a(_v(len({var})))", f"    for {item} in {var}:",
-                    *("        " + line for line in self.value(schema["items"], item, ns)), "a(b'\\x00')"]
-        if kind == "map":
-            key, item = self.temp(), self.temp()
-            return [f"if {var}:", f"    a(_v(len({var})))", f"    for {key}, {item} in {var}.items():",
-                    f"        a(_s({key}))", *("        " + line for line in self.value(schema["values"], item, ns)),
-                    "a(b'\\x00')"]
+            return read
+        if kind in ("array", "map"):
+            return f"{self.block(schema, ns)}({read})"
         if kind in _PRIMITIVE:  # {"type": "long", "logicalType": ...}: written as the primitive
-            return self.primitive(kind, var)
+            return self.primitive(kind, read)
         raise Unsupported(f"type {kind!r} is not generated")
 
-    def union(self, branches: list[Any], var: str, ns: str) -> list[str]:
+    def block(self, schema: Mapping[str, Any], ns: str) -> str:
+        """A function writing an array or a map: one block (its count, its items), then the end marker."""
+        fn = self.temp("_c")
+        self.functions[fn] = []
+        if schema["type"] == "array":
+            loop, item = "for x in c:", self.value(schema["items"], "x", ns)
+        else:
+            loop, item = "for k, x in c.items():", f"_s(k) + {self.value(schema['values'], 'x', ns)}"
+        self.functions[fn] = [f"def {fn}(c):", "    if not c:", "        return b'\\x00'", "    out = [_v(len(c))]",
+                              f"    {loop}", f"        out.append({item})", "    out.append(b'\\x00')",
+                              "    return b''.join(out)"]
+        return fn
+
+    def union(self, branches: list[Any], read: str, ns: str) -> str:
         others = [b for b in branches if b != "null"]
         if len(others) != 1 or len(branches) != 2:
             raise Unsupported(f"union {branches!r}: only [null, T] and [T, null] are generated")
         null_at = branches.index("null")
-        marker = self.const(varint(1 - null_at))
-        return [f"if {var} is None:", f"    a({self.const(varint(null_at))})", "else:", f"    a({marker})",
-                *("    " + line for line in self.value(others[0], var, ns))]
+        var = self.temp()
+        return (f"({varint(null_at)!r} if ({var} := {read}) is None else "
+                f"{varint(1 - null_at)!r} + {self.value(others[0], var, ns)})")
 
     @staticmethod
-    def primitive(kind: str, var: str) -> list[str]:
+    def primitive(kind: str, read: str) -> str:
         return {
-            "null": [],
-            "boolean": [f"a(b'\\x01' if {var} else b'\\x00')"],
-            "int": [f"a(_v({var}))"], "long": [f"a(_v({var}))"],
-            "float": [f"a(_fl({var}))"], "double": [f"a(_d({var}))"],
-            "bytes": [f"a(_b({var}))"], "string": [f"a(_s({var}))"],
+            "null": "b''", "boolean": f"(b'\\x01' if {read} else b'\\x00')",
+            "int": f"_v({read})", "long": f"_v({read})", "float": f"_fl({read})", "double": f"_d({read})",
+            "bytes": f"_b({read})", "string": f"_s({read})",
         }[kind]
 
 
@@ -176,7 +181,7 @@ def source(schema: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     gen = _Gen()
     top = gen.record(schema, schema.get("namespace", ""))
     lines = [line for fn in gen.functions.values() for line in (*fn, "")]
-    lines += ["def write(record):", "    out = [_HEADER]", f"    {top}(record, out.append)", "    return b''.join(out)"]
+    lines += ["def write(record):", f"    return _HEADER + {top}(record)"]
     return "\n".join(lines) + "\n", gen.constants
 
 
