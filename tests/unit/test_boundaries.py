@@ -96,6 +96,11 @@ def test_the_core_never_imports_confluent_kafka() -> None:
            "reach.core never imports confluent_kafka (it is pure; the Kafka plumbing is reach.kafka)")
 
 
+def test_the_status_table_reads_kafka_only_through_reach_kafka() -> None:
+    _check(_files("reach/streams/status"), ("confluent_kafka",),
+           "reach.streams.status never imports confluent_kafka (the Kafka plumbing is reach.kafka)")
+
+
 @pytest.mark.parametrize(("source", "where", "expected"), [
     ("from reach.gateway import checks", "reach/a2a/handler.py", ["reach.gateway.checks"]),
     ("from ..gateway.ports import Quotas", "reach/a2a/handler.py", ["reach.gateway.ports.Quotas"]),

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pydantic import ValidationError
 
 from reach.core import fallback, fanout, lifecycle
@@ -35,6 +34,7 @@ from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery, topicreader
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
+from reach.kafka.clients import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.kafka.codec import DecodeError, RegistryUnavailable, decode_dict, encode_dict
 from reach.metrics import Metrics
 from reach.names import Names
