@@ -96,11 +96,6 @@ def test_the_core_never_imports_confluent_kafka() -> None:
            "reach.core never imports confluent_kafka (it is pure; the Kafka plumbing is reach.kafka)")
 
 
-def test_the_status_table_reads_kafka_only_through_reach_kafka() -> None:
-    _check(_files("reach/streams/status"), ("confluent_kafka",),
-           "reach.streams.status never imports confluent_kafka (the Kafka plumbing is reach.kafka)")
-
-
 @pytest.mark.parametrize(("source", "where", "expected"), [
     ("from reach.gateway import checks", "reach/a2a/handler.py", ["reach.gateway.checks"]),
     ("from ..gateway.ports import Quotas", "reach/a2a/handler.py", ["reach.gateway.ports.Quotas"]),
@@ -132,8 +127,6 @@ PENDING_CONFLUENT = frozenset({
     # the router (its own engineer)
     "reach/streams/router/captopics.py", "reach/streams/router/route_loop.py", "reach/streams/router/state.py",
     "reach/streams/router/subscriptions.py",
-    # the status fold (its own engineer)
-    "reach/streams/status/fold.py",
     # the agent SDK and the client side (their own engineers)
     "reach/agent/cancelfeed.py", "reach/agent/heartbeat.py", "reach/agent/inbox.py", "reach/agent/modes.py",
     "reach/agent/pipeline.py", "reach/agent/publisher.py", "reach/agent/runner.py", "reach/agent/streaming.py",

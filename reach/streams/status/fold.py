@@ -36,6 +36,7 @@ from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
 from reach.kafka.clients import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.kafka.codec import DecodeError, RegistryUnavailable, decode_dict, encode_dict
+from reach.kafka.supervised import SupervisedLoop
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Envelope, Receipt, Status
@@ -45,7 +46,6 @@ from reach.streams.status import keys, tenants
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
 from reach.streams.status.ports import Callbacks, Fallbacks, NoFallbacks
 from reach.streams.status.store import PartitionStore
-from reach.streams.supervised import SupervisedLoop
 
 FRONTIER_SLACK_MS = 1_000
 """A fetch response's high watermark is at most fetch.wait.max.ms (100) plus a round trip old: a level partition
