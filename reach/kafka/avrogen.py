@@ -68,15 +68,53 @@ _HELPERS: dict[str, Any] = {
 }
 
 
-class _Gen:
-    """Builds the source of one writer: a function per named record and per map or array type, each returning the
-    bytes of its value as one `b"".join` of expressions, and the constants they read."""
+class _Source:
+    """What both generators keep: the named types seen, the generated functions' lines, the constants they read."""
+
+    prefix = "_w_"
 
     def __init__(self) -> None:
         self.named: dict[str, Any] = {}  # full name -> schema (named types are declared once, then referenced)
         self.functions: dict[str, list[str]] = {}  # function name -> its lines
         self.constants: dict[str, Any] = {}
         self._n = 0
+
+    def temp(self, prefix: str = "t") -> str:
+        self._n += 1
+        return f"{prefix}{self._n}"
+
+    def start(self, schema: Mapping[str, Any], namespace: str) -> tuple[str, str, bool]:
+        """The function name of a named record, its namespace, and whether it is new (its name now taken, so a
+        recursive reference finds it)."""
+        full = _full(schema["name"], schema.get("namespace", namespace))
+        fn = self.prefix + full.replace(".", "_")
+        if fn in self.functions:
+            return fn, "", False
+        self.named[full] = schema
+        self.functions[fn] = []
+        return fn, full.rpartition(".")[0], True
+
+    def resolved(self, schema: Any, ns: str) -> Any:
+        """A reference to a named type as that type's schema (anything else as it is)."""
+        if not isinstance(schema, str) or schema in _PRIMITIVE:
+            return schema
+        named = self.named.get(_full(schema, ns)) or self.named.get(schema)
+        if named is None:
+            raise Unsupported(f"unknown type {schema!r}")
+        return named
+
+
+def _branch(union: list[Any]) -> Any:
+    """The non-null branch of a `[null, T]` or `[T, null]` union; Unsupported for any other union."""
+    others = [b for b in union if b != "null"]
+    if len(others) != 1 or len(union) != 2:
+        raise Unsupported(f"union {union!r}: only [null, T] and [T, null] are generated")
+    return others[0]
+
+
+class _Gen(_Source):
+    """Builds the source of one writer: a function per named record and per map or array type, each returning the
+    bytes of its value as one `b"".join` of expressions, and the constants they read."""
 
     def const(self, value: Any) -> str:
         """An expression for `value`: a literal for None, bytes, ints and strings, else a name the scope binds."""
@@ -86,19 +124,11 @@ class _Gen:
         self.constants[name] = value
         return name
 
-    def temp(self, prefix: str = "t") -> str:
-        self._n += 1
-        return f"{prefix}{self._n}"
-
     def record(self, schema: Mapping[str, Any], namespace: str) -> str:
         """The name of the function writing this record (generated once per named record)."""
-        full = _full(schema["name"], schema.get("namespace", namespace))
-        fn = "_w_" + full.replace(".", "_")
-        if fn in self.functions:
+        fn, ns, new = self.start(schema, namespace)
+        if not new:
             return fn
-        self.named[full] = schema
-        self.functions[fn] = []  # taken: a recursive reference finds the name
-        ns = full.rpartition(".")[0]
         parts = []
         for field in schema["fields"]:
             key = repr(field["name"])
@@ -115,13 +145,9 @@ class _Gen:
 
     def value(self, schema: Any, read: str, ns: str) -> str:
         """An expression for the bytes of the value `read` evaluates to (evaluated once), of type `schema`."""
+        schema = self.resolved(schema, ns)
         if isinstance(schema, str):
-            if schema in _PRIMITIVE:
-                return self.primitive(schema, read)
-            named = self.named.get(_full(schema, ns)) or self.named.get(schema)
-            if named is None:
-                raise Unsupported(f"unknown type {schema!r}")
-            return self.value(named, read, ns)
+            return self.primitive(schema, read)
         if isinstance(schema, list):
             return self.union(schema, read, ns)
         kind = schema["type"]
@@ -154,13 +180,11 @@ class _Gen:
         return fn
 
     def union(self, branches: list[Any], read: str, ns: str) -> str:
-        others = [b for b in branches if b != "null"]
-        if len(others) != 1 or len(branches) != 2:
-            raise Unsupported(f"union {branches!r}: only [null, T] and [T, null] are generated")
+        some = _branch(branches)
         null_at = branches.index("null")
         var = self.temp()
         return (f"({varint(null_at)!r} if ({var} := {read}) is None else "
-                f"{varint(1 - null_at)!r} + {self.value(others[0], var, ns)})")
+                f"{varint(1 - null_at)!r} + {self.value(some, var, ns)})")
 
     @staticmethod
     def primitive(kind: str, read: str) -> str:
@@ -192,3 +216,128 @@ def writer(schema: Mapping[str, Any], *, header: bytes = b"") -> Writer:
     scope: dict[str, Any] = {**_HELPERS, **constants, "_HEADER": header}
     exec(compile(text, f"<avro writer {schema.get('name')}>", "exec"), scope)  # noqa: S102 - our own generated code
     return scope["write"]  # type: ignore[no-any-return]
+
+
+# -- readers ------------------------------------------------------------------------------------------------------
+
+
+Reader = Callable[[bytes, int], Any]
+
+
+class Corrupt(ValueError):
+    """The bytes do not hold a record of the schema (truncated, a bad union branch or enum index)."""
+
+
+def _long(b: bytes, i: int) -> tuple[int, int]:
+    """A zigzag varint at `i`: its value and the position after it."""
+    n = shift = 0
+    while True:
+        z = b[i]
+        i += 1
+        n |= (z & 0x7F) << shift
+        if z < 0x80:
+            return (n >> 1) ^ -(n & 1), i
+        shift += 7
+        if shift > 63:
+            raise Corrupt("a varint longer than ten bytes")
+
+
+def _end(b: bytes, i: int, n: int) -> int:
+    """The end of `n` bytes starting at `i`; Corrupt past the buffer or for a negative length."""
+    e = i + n
+    if n < 0 or e > len(b):
+        raise Corrupt(f"a length of {n} at {i} runs past the record's {len(b)} bytes")
+    return e
+
+
+_READ_HELPERS: dict[str, Any] = {"_long": _long, "_end": _end, "_unpack_d": struct.Struct("<d").unpack_from,
+                                 "_unpack_f": struct.Struct("<f").unpack_from, "Corrupt": Corrupt}
+
+
+class _ReadGen(_Source):
+    """Builds the source of one reader: a function per named record, map and array, `(bytes, pos) -> (value, pos)`."""
+
+    prefix = "_r_"
+
+    def record(self, schema: Mapping[str, Any], namespace: str) -> str:
+        fn, ns, new = self.start(schema, namespace)
+        if not new:
+            return fn
+        lines, names = [], []
+        for field in schema["fields"]:
+            var = self.temp("v")
+            lines += self.value(field["type"], var, ns)
+            names.append(f"{field['name']!r}: {var}")
+        self.functions[fn] = [f"def {fn}(b, i):", *("    " + line for line in lines),
+                              "    return {" + ", ".join(names) + "}, i"]
+        return fn
+
+    def value(self, schema: Any, var: str, ns: str) -> list[str]:
+        """Lines that read a value of `schema` at `i` into `var` and move `i` past it."""
+        schema = self.resolved(schema, ns)
+        if isinstance(schema, str):
+            return self.primitive(schema, var)
+        if isinstance(schema, list):
+            branch = _branch(schema)
+            null, some = (0, 2) if schema[0] == "null" else (2, 0)
+            return ["z = b[i]", "i += 1", f"if z == {null}:", f"    {var} = None", f"elif z == {some}:",
+                    *("    " + line for line in self.value(branch, var, ns)),
+                    "else:", "    raise Corrupt(f'union branch {z} at {i - 1}')"]
+        kind = schema["type"]
+        if kind == "record":
+            return [f"{var}, i = {self.record(schema, ns)}(b, i)"]
+        if kind == "enum":
+            self.named[_full(schema["name"], schema.get("namespace", ns))] = schema
+            symbols = self.temp("_y")
+            self.constants[symbols] = tuple(schema["symbols"])
+            return [f"{var}, i = _long(b, i)", f"if not 0 <= {var} < {len(schema['symbols'])}:",
+                    f"    raise Corrupt(f'enum index {{{var}}}')", f"{var} = {symbols}[{var}]"]
+        if kind in ("array", "map"):
+            return [f"{var}, i = {self.block(schema, ns)}(b, i)"]
+        if kind in _PRIMITIVE:
+            return self.primitive(kind, var)
+        raise Unsupported(f"type {kind!r} is not generated")
+
+    def block(self, schema: Mapping[str, Any], ns: str) -> str:
+        fn = self.temp("_rc")
+        self.functions[fn] = []
+        if schema["type"] == "array":
+            start, item, add = "out = []", self.value(schema["items"], "x", ns), "out.append(x)"
+        else:
+            start, add = "out = {}", "out[k] = x"
+            item = [*self.primitive("string", "k"), *self.value(schema["values"], "x", ns)]
+        self.functions[fn] = [
+            f"def {fn}(b, i):", f"    {start}", "    while True:", "        n, i = _long(b, i)", "        if n == 0:",
+            "            return out, i", "        if n < 0:  # a block with its size in bytes", "            n = -n",
+            "            _size, i = _long(b, i)", "        for _ in range(n):",
+            *("            " + line for line in item), f"            {add}"]
+        return fn
+
+    @staticmethod
+    def primitive(kind: str, var: str) -> list[str]:
+        if kind in ("int", "long"):
+            return ["z = b[i]", "if z < 0x80:", f"    {var} = (z >> 1) ^ -(z & 1)", "    i += 1", "else:",
+                    f"    {var}, i = _long(b, i)"]
+        if kind in ("string", "bytes"):
+            take = "b[i:e].decode()" if kind == "string" else "bytes(b[i:e])"
+            return ["n = b[i]", "if n < 0x80:", "    n = (n >> 1) ^ -(n & 1)", "    i += 1", "else:",
+                    "    n, i = _long(b, i)", "e = _end(b, i, n)", f"{var} = {take}", "i = e"]
+        return {
+            "null": [f"{var} = None"],
+            "boolean": [f"{var} = b[i] != 0", "i += 1"],
+            "double": [f"{var}, = _unpack_d(b, i)", "i += 8"],
+            "float": [f"{var}, = _unpack_f(b, i)", "i += 4"],
+        }[kind]
+
+
+def reader(schema: Mapping[str, Any]) -> Callable[[bytes, int], Any]:
+    """A function reading a record of `schema` (as fastavro's schemaless reader does, into a dict) from `bytes`
+    starting at a position; it raises Corrupt, IndexError, struct.error or UnicodeDecodeError for bytes that are no
+    such record, and does not check that the record ends the buffer (the caller does: `read(b, i) -> (dict, end)`).
+    Unsupported when the schema is not generated."""
+    gen = _ReadGen()
+    top = gen.record(schema, schema.get("namespace", ""))
+    text = "\n".join(line for fn in gen.functions.values() for line in (*fn, "")) + f"\nread = {top}\n"
+    scope: dict[str, Any] = {**_READ_HELPERS, **gen.constants}
+    exec(compile(text, f"<avro reader {schema.get('name')}>", "exec"), scope)  # noqa: S102 - our own generated code
+    return scope["read"]  # type: ignore[no-any-return]

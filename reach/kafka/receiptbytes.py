@@ -8,6 +8,9 @@ the codec on samples and returns None when they differ: callers then use the cod
 framing and today's schema: with a Schema Registry the wire codec frames records, and with receipts pinned to an
 older release (REACH_RECORDS_WRITE_AS) the codec writes them; callers use it then.
 
+`decode_receipt` is the same for reading: the reader generated from the schema for today's receipts (about half of
+fastavro's cost), the codec for any other.
+
 The primitives below (`varint`, `string`, `StringCache`, `checked` ...) are also those of the router's ROUTED writer
 (reach.streams.router.routed_receipt), which `FIELDS` is the layout of.
 """
@@ -31,7 +34,7 @@ NULL = b"\x00"
 SOME = b"\x02"  # union branch 1 (after "null")
 
 __all__ = ["FIELDS", "NULL", "SOME", "ReceiptWriter", "StringCache", "as_dict", "checked", "encode_receipt",
-           "flat_writer", "optional_bytes", "optional_long", "optional_string", "string", "varint"]
+           "decode_receipt", "flat_writer", "optional_bytes", "optional_long", "optional_string", "string", "varint"]
 
 
 def optional_long(n: int | None) -> bytes:
@@ -125,6 +128,28 @@ def encode_receipt(receipt: Receipt) -> bytes:
     """`codec.encode(receipt)`, by the generated writer when it can."""
     writer = flat_writer()
     return writer.encode_receipt(receipt) if writer is not None else _codec.encode(receipt)
+
+
+_reader: tuple[bytes, avrogen.Reader] | None = None
+
+
+def decode_receipt(data: bytes) -> dict[str, Any]:
+    """`codec.decode_dict("Receipt", data)`: a receipt written with today's schema (single-object framing) by the
+    reader generated from Receipt.avsc, any other (an older version, a Schema Registry's framing, bytes that do not
+    decode) by the codec, which also raises its DecodeError for bytes that are no receipt."""
+    global _reader
+    if _reader is None:
+        default = _codec.default_codec()
+        _reader = (default._load("Receipt").header, avrogen.reader(default.schema("Receipt")))  # noqa: SLF001
+    header, read = _reader
+    if data[:_codec.HEADER_SIZE] == header and _codec.wire_codec() is _codec.default_codec():
+        try:
+            record, end = read(data, _codec.HEADER_SIZE)
+        except Exception:  # noqa: BLE001 - corrupt bytes: the codec says how (CorruptBody)
+            end = -1
+        if end == len(data):
+            return record  # type: ignore[no-any-return]
+    return _codec.decode_dict("Receipt", data)
 
 
 def as_dict(**fields: Any) -> dict[str, Any]:

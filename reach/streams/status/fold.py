@@ -31,7 +31,7 @@ from reach.core import fallback, fanout, lifecycle
 from reach.core.commits import CommitLedger
 from reach.core.lifecycle import Row, StatusRow
 from reach.envelopes import now_ms
-from reach.kafka import clients, codec, delivery, topicreader
+from reach.kafka import clients, codec, delivery, receiptbytes, topicreader
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
 from reach.kafka.clients import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -252,7 +252,7 @@ class StatusFold(SupervisedLoop):
         if value is None:
             return
         try:
-            receipt = codec.decode_dict("Receipt", value)  # the schema checks its types: no model on this path
+            receipt = receiptbytes.decode_receipt(value)  # the schema checks its types: no model on this path
         except DecodeError as exc:
             self._metrics.undecodable.inc()
             log.warning("status: skipped an undecodable receipt (%s)", exc)

@@ -1,6 +1,6 @@
 """The receipt writer generated from Receipt.avsc (reach.kafka.avrogen) writes exactly fastavro's bytes: for every
 field and nested record, from a model, a decoded dict or keyword arguments; a field added to the schema is written
-without a code change."""
+without a code change. The generated reader reads what fastavro reads and refuses what it refuses."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reach.kafka import avrogen, codec
-from reach.kafka.receiptbytes import ReceiptWriter, as_dict, encode_receipt, flat_writer
+from reach.kafka.receiptbytes import ReceiptWriter, as_dict, decode_receipt, encode_receipt, flat_writer
 from reach.receipts import receipt_for, started_bytes
 from reach.records import (
     CandidateScore,
@@ -62,6 +62,7 @@ DOUBLES = st.floats(allow_nan=False)
 NESTED = st.fixed_dictionaries({}, optional={
     "decision": _optional(st.builds(
         Decision, candidates=st.lists(st.builds(CandidateScore, instance_id=TEXT, agent_id=TEXT, score=DOUBLES,
+                                                fit=DOUBLES, locality=DOUBLES, load=DOUBLES, affinity=DOUBLES,
                                                 parts=st.dictionaries(TEXT, DOUBLES, max_size=3),
                                                 arm=_optional(TEXT)), max_size=3),
         picked_instance=_optional(TEXT), topic=_optional(TEXT), partition=_optional(INTS), offset=_optional(LONGS),
@@ -110,6 +111,33 @@ def test_every_receipt_with_nested_records_is_written_as_fastavro_writes_it(fiel
     generic = codec.encode(receipt)
     assert writer.encode_receipt(receipt) == generic, "from the model"
     assert writer.encode_dict(codec.decode_dict("Receipt", generic)) == generic, "from the decoded dict"
+
+
+@settings(max_examples=300, deadline=None)
+@given(fields=FIELDS, nested=NESTED, cut=st.integers(0, 400), extra=st.binary(min_size=1, max_size=3))
+def test_the_generated_reader_reads_what_fastavro_reads_and_refuses_what_it_refuses(
+        fields: dict[str, Any], nested: dict[str, Any], cut: int, extra: bytes) -> None:
+    raw = codec.encode(Receipt(**fields, **nested))
+    assert decode_receipt(raw) == codec.decode_dict("Receipt", raw)
+    for broken in (raw[:max(codec.HEADER_SIZE, len(raw) - 1 - cut)], raw + extra):
+        with pytest.raises(codec.DecodeError):
+            codec.decode_dict("Receipt", broken)
+        with pytest.raises(codec.DecodeError):
+            decode_receipt(broken)
+
+
+def test_a_receipt_of_an_older_version_is_read_by_the_codec() -> None:
+    from pathlib import Path
+
+    from reach.kafka.codec import SCHEMA_ROOT, Codec
+
+    oldest = min((SCHEMA_ROOT / "history" / "Receipt").glob("*.avsc"), key=lambda p: int(p.stem))
+    older = Codec()
+    older.pin("Receipt", int(Path(oldest).stem))
+    raw = older.encode(Receipt(message_id="m", trace_id="t", tenant="d", capability="c", status=Status.STARTED, at=1))
+    assert raw[:codec.HEADER_SIZE] != codec.encode(Receipt(message_id="m", trace_id="t", tenant="d", capability="c",
+                                                           status=Status.STARTED, at=1))[:codec.HEADER_SIZE]
+    assert decode_receipt(raw) == codec.decode_dict("Receipt", raw)
 
 
 def test_a_field_added_to_the_schema_is_written_without_a_code_change() -> None:
