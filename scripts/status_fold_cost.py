@@ -15,7 +15,8 @@ docs/decisions/0044's figures). `--src DIR` runs the fold from another source tr
 tar -x -C DIR`), for a before/after comparison with the same driver. `--no-started`: a request's run skipped its
 STARTED receipt (its COMPLETED carries `started_at`, docs/decisions/0055), two receipts a request. `--repeats N`: the
 fold run N times on fresh stores, the best kept. Besides CPU, it counts per request the receipts decoded
-(`receiptbytes.decode_receipt` calls where the tree has it, else `Codec.decode_dict` calls), the changelog records and the replies the fold produced. Prints one JSON line.
+(`receiptbytes.decode_receipt` calls where the tree has it, else `Codec.decode_dict` calls), the changelog records
+and the replies the fold produced. Prints one JSON line.
 """
 
 from __future__ import annotations
