@@ -9,8 +9,10 @@ Cases: `started` (`reach.receipts.started_bytes`, the agent's STARTED), `complet
 of a COMPLETED model with a result and timings), `completed_usage` (the same with a `usage` record: a nested record),
 `routed` (the router's `RoutedReceiptWriter.encode`, three candidates), `routed_generated` (where it exists: the
 generated writer on the dict `as_receipt` builds for the same ROUTED receipt, the dict's building included) and
-`fastavro_*` (`codec.encode` of the same models: the reference). `--src DIR` runs the encoders of another source
-tree (e.g. main), for a before/after comparison with the same driver. Prints one JSON line.
+`fastavro_*` (`codec.encode` of the same models: the reference); `decode_*`: reading those receipts back as the
+status fold does (`receiptbytes.decode_receipt` where the tree has it, else `codec.decode_dict`). `--src DIR`
+runs the encoders of another source tree (e.g. main), for a before/after comparison with the same driver.
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -77,6 +79,12 @@ def cases() -> dict[str, Callable[[], object]]:
         generated = ReceiptWriter.create()
         assert generated is not None
         out["routed_generated"] = lambda: generated.encode_dict(as_receipt(**routed))
+    from reach.kafka import receiptbytes
+
+    read = getattr(receiptbytes, "decode_receipt", None) or (lambda data: codec.decode_dict("Receipt", data))
+    raw, raw_usage = codec.encode(completed), codec.encode(with_usage)
+    out["decode_completed"] = lambda: read(raw)
+    out["decode_completed_usage"] = lambda: read(raw_usage)
     return {
         **out,
         "started": lambda: started_bytes(envelope, agent_id="agent://demo/echo", instance_id="i0"),
