@@ -1,4 +1,4 @@
-"""Avro writers generated from a record's .avsc: straight-line Python per field, made once per process.
+"""Avro writers and readers generated from a record's .avsc: straight-line Python per field, made once per process.
 
 fastavro's schemaless writer interprets the schema for every record (a Receipt: 28 fields, eight unions resolved
 by type checks, ~20 µs). `writer(schema)` turns the schema into the code a person would write for it (a varint per
@@ -11,6 +11,9 @@ would refuse (a wrong type) is not checked here: the fast writers are handed mod
 A record is read by key from a mapping, or from a pydantic model's fields (`__dict__`), so one writer takes a
 decoded dict, keyword arguments and a `Receipt`; a field a mapping lacks takes its schema default, as in fastavro.
 Unions of more than one non-null branch are not generated (`Unsupported`): the caller keeps the codec.
+
+`reader(schema)` is the same for reading: a dict per record, in schema order, as fastavro's schemaless reader returns
+it, for bytes written with exactly that schema (no resolution between versions: the codec reads older ones).
 """
 
 from __future__ import annotations
