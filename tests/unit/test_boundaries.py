@@ -127,8 +127,6 @@ PENDING_CONFLUENT = frozenset({
     # the router (its own engineer)
     "reach/streams/router/captopics.py", "reach/streams/router/route_loop.py", "reach/streams/router/state.py",
     "reach/streams/router/subscriptions.py",
-    # the status fold (its own engineer)
-    "reach/streams/status/fold.py",
     # the client side (its own engineer; the agent SDK takes its names from reach.kafka.types)
     "reach/client.py", "reach/invoke.py",
     "reach/gateway/catalog.py", "reach/gateway/directory.py", "reach/gateway/publisher.py",
