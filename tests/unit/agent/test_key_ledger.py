@@ -14,7 +14,6 @@ from reach.agent.outcomes import Outcome
 from reach.agent.pipeline import Pipeline, key_scope
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import now_ms
-from reach.records import Status
 from tests.unit.agent.fakes import FakeLeases, FakeSender
 from tests.unit.agent.test_business_idempotency import Counting, agent_for, completed, env, run_all
 from tests.unit.agent.test_pipeline import pipeline
