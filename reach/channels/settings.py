@@ -73,6 +73,7 @@ class ChannelSettings(BaseSettings):
     smtp_starttls: bool = False
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
+    smtp_login_in_clear: bool = False  # log in (username, password) without STARTTLS: a lab server's choice only
     smtp_from: str = "reach@localhost"
     sms_url: str | None = None
     sms_token: SecretStr | None = None
