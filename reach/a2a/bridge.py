@@ -240,6 +240,7 @@ def bridge_agent(*, url: str, capability: str, version: str = "1.0.0", agent_id:
                       examples=list(skill.examples) if skill else None)
     async def remote(payload: Any, ctx: Context) -> Any:
         seal = outcome.Seal(settings.seal_key(), ctx.envelope.tenant, ctx.envelope.message_id)
+        ctx.ignore_returned_usage()  # the remote's `usage` claim stays in the result, never the caller's charge
         return await call(clients[0][1], payload, ctx, settings.poll, seal)
 
     return agent

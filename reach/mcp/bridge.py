@@ -28,6 +28,7 @@ from typing import Any
 import mcp_types as types
 
 from reach.agent import Agent, BusinessError, InvalidDeclaration, TransientError
+from reach.agent.agent import Context
 from reach.bodylimit import MARK
 from reach.errors import ReachError
 from reach.names import check_agent_id, check_capability
@@ -268,8 +269,9 @@ def http_transport(url: str, authorization: str | None = None) -> Transport:
 # -- the agent -----------------------------------------------------------------------------------------
 
 
-def _handler(session: ToolSession, bridged: Bridged) -> Callable[[Any], Any]:
-    async def call(payload: Any) -> Any:
+def _handler(session: ToolSession, bridged: Bridged) -> Callable[[Any, Context], Any]:
+    async def call(payload: Any, ctx: Context) -> Any:
+        ctx.ignore_returned_usage()  # the server's `usage` claim stays in the result, never the caller's charge
         arguments = payload if isinstance(payload, dict) else {}
         try:
             result = await asyncio.wrap_future(session.call(bridged.tool, arguments))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from reach.core.commits import CommitLedger, TopicPart
+from reach.core.usage import billable
 from reach.errors import InfraUnavailable, TopicMissing
 from reach.kafka import clients, codec, topicreader
 from reach.kafka.codec import DecodeError, RegistryUnavailable
@@ -41,12 +42,10 @@ def charges(receipt: Receipt, *, currency: str) -> list[Charge]:
     usage = receipt.usage
     if usage is None or not (receipt.status.is_terminal or receipt.status is Status.INPUT_REQUIRED):
         return []  # a turn that asks (INPUT_REQUIRED) ends its generation and ran the handler: it is charged
-    cost = usage.cost_micros or 0
-    if cost and usage.currency not in (None, currency):
-        log.warning("usage of %s: cost in %s, not %s (REACH_CURRENCY): its cost is not counted",
-                    receipt.message_id, usage.currency, currency)
-        cost = 0
-    tokens = usage.input_tokens + usage.output_tokens
+    amounts = billable(usage, currency=currency)  # negative amounts count 0, absurd ones their bound
+    for problem in amounts.problems:
+        log.warning("usage of %s: %s", receipt.message_id, problem)
+    tokens, cost = amounts.tokens, amounts.cost_micros
     if tokens <= 0 and cost <= 0:
         return []
     scopes = [tenant_scope(receipt.tenant)]
