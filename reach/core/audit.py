@@ -295,6 +295,25 @@ def app_events(key: str, before: View | None, after: App | None, *, ts_ms: int, 
                        before=dumps(before), after=dumps(new), source=source)]
 
 
+ASSERTED = "asserted"
+"""An actor the writer of the record named itself: the CLI's `reach-cli:<name>` (REACH_OPERATOR, else the OS user;
+anyone with write access to the control topics can name anyone), an app id on its own record, an instance on what
+it reports."""
+AUTHENTICATED = "authenticated"
+"""An actor the product checked: `console:<operator>`, an operator logged in to the console with its token."""
+PLATFORM = "platform"
+"""`reach`: a change the platform made on its own (breakers, ejections, evictions)."""
+
+
+def actor_source(actor: str) -> str:
+    """How far the audit history's `actor` can be believed: AUTHENTICATED, PLATFORM or ASSERTED (decision 0060)."""
+    if actor == AUTOMATIC:
+        return PLATFORM
+    if actor.startswith("console:") and len(actor) > len("console:"):
+        return AUTHENTICATED
+    return ASSERTED
+
+
 class BadAuditQuery(ValueError):
     """A time range or a kind the audit listing cannot use; the message says what it accepts."""
 
