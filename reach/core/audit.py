@@ -314,6 +314,18 @@ def actor_source(actor: str) -> str:
     return ASSERTED
 
 
+OPERATIONS = frozenset({AuditKind.REDRIVE, AuditKind.HANDOFF, AuditKind.CANCEL})
+"""Kinds the operations layer appends itself (no record to diff): nothing a seeded book keeps a view of."""
+
+
+def operation(kind: AuditKind, message_id: str, *, actor: str, at: int, after: dict[str, Any]) -> AuditEvent:
+    """An operation on one message (a redrive, a handoff move, a cancel) as the audit event the operations layer
+    appends: subject the message id, `after` what was done (never a payload or an answer's text)."""
+    if kind not in OPERATIONS:
+        raise ValueError(f"{kind} is not an operation kind ({', '.join(sorted(OPERATIONS))})")
+    return AuditEvent(at=at, kind=kind, subject=message_id, actor=actor, after=dumps(after), source="ops")
+
+
 class BadAuditQuery(ValueError):
     """A time range or a kind the audit listing cannot use; the message says what it accepts."""
 
