@@ -61,6 +61,7 @@ class Context:
     _progress: ProgressStream | None = field(default=None, repr=False)
     _meter: Meter = field(default_factory=Meter, repr=False)
     _run: Run | None = field(default=None, repr=False)
+    _returned_usage: bool = field(default=True, repr=False)
 
     async def progress(self, fraction: float | None, note: str | None = None) -> None:
         """Report how far the handler is: `fraction` in [0, 1] (or None), an optional short note. Coalesced
@@ -90,10 +91,16 @@ class Context:
             log.warning("ctx.usage for %s: %s", self.envelope.message_id, problem)
         self._meter.add(report)
 
+    def ignore_returned_usage(self) -> None:
+        """Charge only what this run reports with ctx.usage: a `usage` object in the returned value is left in the
+        result, unread. The product's bridges call it: their result is a remote peer's, and a peer's claim
+        (`{"usage": {"cost": 1e12}}`) is no charge of the caller's (decision 0060)."""
+        self._returned_usage = False
+
     def _returned(self, value: Any) -> None:
         """The usage a handler returned (a `usage` object in its result, reach.core.usage.from_result), unless it
-        reported some with ctx.usage (then that stands)."""
-        if self._meter.reported:
+        reported some with ctx.usage (then that stands) or said it returns a peer's result (ignore_returned_usage)."""
+        if self._meter.reported or not self._returned_usage:
             return
         report = from_result(value)
         if report is None:
