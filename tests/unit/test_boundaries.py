@@ -135,9 +135,7 @@ PENDING_CONFLUENT = frozenset({
     "reach/client.py", "reach/invoke.py",
     "reach/gateway/catalog.py", "reach/gateway/directory.py", "reach/gateway/publisher.py",
     # loops not on the worker yet
-    "reach/a2a/cancelsink.py", "reach/a2a/pushbook.py", "reach/a2a/pushsender.py", "reach/analytics.py",
-    "reach/appstore.py", "reach/control.py", "reach/controlfeed.py", "reach/intent/desk.py", "reach/ops/intents.py",
-    "reach/streams/audit/writer.py", "reach/streams/canary/controller.py", "reach/streams/delays/forwarder.py",
+    "reach/a2a/pushsender.py", "reach/streams/audit/writer.py", "reach/streams/canary/controller.py", "reach/streams/delays/forwarder.py",
     "reach/streams/feed.py", "reach/streams/gauges.py", "reach/streams/groupadmin.py",
     "reach/streams/health/writer.py", "reach/streams/lag.py", "reach/streams/resolver/resolve_loop.py",
     "reach/streams/timekeeper/sweep.py",
