@@ -11,6 +11,7 @@ from confluent_kafka import (
     OFFSET_END,
     OFFSET_INVALID,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
@@ -18,5 +19,5 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-__all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "Consumer", "KafkaError", "KafkaException", "Message",
-           "Producer", "TopicPartition"]
+__all__ = ["OFFSET_BEGINNING", "OFFSET_END", "OFFSET_INVALID", "Consumer", "ConsumerGroupTopicPartitions", "KafkaError",
+           "KafkaException", "Message", "Producer", "TopicPartition"]

@@ -150,11 +150,7 @@ PENDING_CONFLUENT = frozenset({
     "reach/streams/audit/writer.py",
     "reach/streams/canary/controller.py",
     "reach/streams/delays/forwarder.py",
-    "reach/streams/feed.py",
-    "reach/streams/gauges.py",
-    "reach/streams/groupadmin.py",
     "reach/streams/health/writer.py",
-    "reach/streams/lag.py",
     "reach/streams/resolver/resolve_loop.py",
     "reach/streams/timekeeper/sweep.py",
 })
