@@ -149,7 +149,6 @@ PENDING_CONFLUENT = frozenset({
     "reach/a2a/pushsender.py",
     "reach/streams/audit/writer.py",
     "reach/streams/canary/controller.py",
-    "reach/streams/delays/forwarder.py",
     "reach/streams/health/writer.py",
     "reach/streams/resolver/resolve_loop.py",
     "reach/streams/timekeeper/sweep.py",

@@ -47,7 +47,9 @@ def _profiles_named(tree: ast.AST) -> list[str]:
     """The profile of every `.producer(...)` call, and of every worker's `Subscription(...)` (its producer)."""
     named = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "Subscription":
+        name = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else (
+            node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None)
+        if isinstance(node, ast.Call) and name == "Subscription":
             chosen = next((k.value for k in node.keywords if k.arg == "producer_profile"), ast.Constant("hot"))
             named.append(str(chosen.value) if isinstance(chosen, ast.Constant) else PASSED_ON)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "producer":
