@@ -109,7 +109,8 @@ def run(bootstrap: str, rate: float, window_ms: int, warmup: float, seconds: flo
     batches = Batches()
     worker = Forward(kafka, sub, target)
     worker.metrics.append(batches)
-    writer = multiprocessing.get_context("spawn").Process(target=fill, args=(bootstrap, source, rate, warmup + seconds + 2))
+    writer = multiprocessing.get_context("spawn").Process(target=fill,
+                                                          args=(bootstrap, source, rate, warmup + seconds + 2))
     with worker:
         worker.wait_ready(30)
         writer.start()
