@@ -151,7 +151,6 @@ PENDING_CONFLUENT = frozenset({
     "reach/streams/canary/controller.py",
     "reach/streams/health/writer.py",
     "reach/streams/resolver/resolve_loop.py",
-    "reach/streams/timekeeper/sweep.py",
 })
 
 
