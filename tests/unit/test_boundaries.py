@@ -148,7 +148,6 @@ PENDING_CONFLUENT = frozenset({
     # loops not on the worker yet
     "reach/a2a/pushsender.py",
     "reach/streams/audit/writer.py",
-    "reach/streams/canary/controller.py",
     "reach/streams/health/writer.py",
     "reach/streams/resolver/resolve_loop.py",
 })
