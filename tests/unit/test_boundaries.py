@@ -129,8 +129,6 @@ PENDING_CONFLUENT = frozenset({
     "reach/streams/router/route_loop.py",
     "reach/streams/router/state.py",
     "reach/streams/router/subscriptions.py",
-    # the status fold (its own engineer)
-    "reach/streams/status/fold.py",
     # the agent SDK and the client side (their own engineers)
     "reach/agent/cancelfeed.py",
     "reach/agent/heartbeat.py",
