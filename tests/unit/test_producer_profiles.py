@@ -36,6 +36,8 @@ CALL_SITES = {
     "streams/timekeeper/sweep.py": ["hot"],
     "streams/usage/counter.py": ["hot"],
     "tooling/bench/gateway.py": ["hot"],
+    "tooling/bench/peer_client.py": ["hot"],
+    "tooling/bench/peer_worker.py": ["hot"],
     "tooling/bench/raw.py": ["hot"],
     "tooling/bench/workspace.py": [PASSED_ON, "hot", "feed"],
     "tooling/demo/traffic.py": ["hot"],
