@@ -163,6 +163,20 @@ class LoadTracker:
             self._drop(key)
             self._add(key, _Entry(instance_id, running=False, at=at_ms))
 
+    def routed_many(self, routes: Iterable[tuple[MessageKey, str]], at_ms: int) -> None:
+        """The routing decisions of one batch of this worker's, (message key, instance_id) each: `routed` for each,
+        under one hold of the lock."""
+        with self._lock:
+            finished = self._finished
+            for key, instance_id in routes:
+                if key in finished:
+                    continue
+                current = self._entry(key)
+                if current is not None and current.running:
+                    continue
+                self._drop(key)
+                self._add(key, _Entry(instance_id, running=False, at=at_ms))
+
     def started(self, key: MessageKey, instance_id: str, at_ms: int) -> None:
         """A STARTED receipt: the message leaves the queue and occupies a handler of `instance_id`."""
         with self._lock:

@@ -44,6 +44,8 @@ TIE_BAND = 0.05
 _INF = math.inf
 _AFFINITY = INDEX["affinity"]
 _LEGACY_AT = tuple((name, INDEX[name]) for name in LEGACY)
+_STABLE = tuple(i for i, factor in enumerate(FACTORS) if factor.batch_stable)
+_CHANGING = tuple((i, factor.values) for i, factor in enumerate(FACTORS) if not factor.batch_stable)
 _new = tuple.__new__  # ScoreParts without its generated __new__'s argument handling: 0.2 vs 0.35 µs
 
 
@@ -96,11 +98,24 @@ class ScoredDecision:
         return dict(self.weights)
 
 
+def stable_columns(request: RouteRequest, candidates: Sequence[Candidate],
+                   context: ScoringContext) -> tuple[list[float], ...]:
+    """The values of the `batch_stable` factors (FACTORS order), which `score` takes as `stable` for every request of
+    the same shape among the same candidates within a batch."""
+    return tuple(FACTORS[i].values(request, candidates, context) for i in _STABLE)
+
+
 def _scored(
-    request: RouteRequest, candidates: Sequence[Candidate], weights: FactorWeights, context: ScoringContext
+    request: RouteRequest, candidates: Sequence[Candidate], weights: FactorWeights, context: ScoringContext,
+    stable: Sequence[list[float]] | None = None,
 ) -> tuple[tuple[ScoreParts, ...], list[float], list[float]]:
     """Every candidate's parts, its effective weight and its unmultiplied total."""
-    columns = [factor.values(request, candidates, context) for factor in FACTORS]
+    if stable is None:
+        columns = [factor.values(request, candidates, context) for factor in FACTORS]
+    else:
+        columns = list(stable)  # the changing factors go in at their places (ascending)
+        for i, values in _CHANGING:
+            columns.insert(i, values(request, candidates, context))
     vector, health, arms = weights.vector, context.health, context.arms
     scores: list[ScoreParts] = []
     multipliers: list[float] = []
@@ -137,16 +152,19 @@ def score(
     weights: Mapping[str, float] | Weights,
     context: ScoringContext,
     rng: random.Random,
+    *,
+    stable: Sequence[list[float]] | None = None,
 ) -> ScoredDecision:
     """Score every candidate and pick one; `candidates` must not be empty.
 
     `weights` maps factor name -> weight (the router passes ControlView.weights(), a FactorWeights resolved
     once per control record; a missing factor weighs its default); `rng` only breaks ties within TIE_BAND.
+    `stable`: the `stable_columns` of these candidates for a request of this shape, when already computed.
     """
     if not candidates:
         raise ValueError("score() needs at least one candidate; the filter decides what no candidate means")
     resolved = as_factor_weights(weights)
-    scores, multipliers, totals = _scored(request, candidates, resolved, context)
+    scores, multipliers, totals = _scored(request, candidates, resolved, context, stable)
     live = [i for i, m in enumerate(multipliers) if m > 0]
     sticky = sticky_instance(request, context)
     if sticky is not None and resolved.vector[_AFFINITY] > 0:

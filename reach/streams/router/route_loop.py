@@ -17,21 +17,21 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
-from reach.core import allowance, fallback, fanout, sessionmap
-from reach.core.canarybook import canaries
+from reach.core import allowance, fallback, sessionmap
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
 from reach.core.factors import FactorWeights
 from reach.core.lifecycle import FallbackRef
-from reach.core.loads import InstanceLoad
+from reach.core.loads import MessageKey
 from reach.core.routing import (
+    Decider,
     Expired,
     Forward,
     NoRoute,
@@ -39,7 +39,6 @@ from reach.core.routing import (
     Reject,
     RouteOutcome,
     Unavailable,
-    decide,
     parse_request,
 )
 from reach.core.timeouts import stretched
@@ -57,7 +56,7 @@ from reach.kafka.codec import (
     encode_dict,
 )
 from reach.names import Names
-from reach.records import AgentRegistration, Canary, InstanceHealth, Status
+from reach.records import Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.feed import Feed
 from reach.streams.router import affinity
@@ -69,6 +68,7 @@ from reach.streams.router.routed_receipt import RoutedReceiptWriter
 from reach.streams.router.state import RouterState, StateLoop
 from reach.streams.router.stats import OTHER, RouterStats
 from reach.streams.router.subscriptions import FanOutStep, receipt_headers
+from reach.streams.router.table import RouteTable, RouteTables
 from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
@@ -109,6 +109,9 @@ class PartitionBackoff:
         return ready
 
 
+_EMPTY_TABLE = RouteTable(live=(), by_capability={}, canaries={}, disabled=frozenset(), stamp=(-1, -1), until=None)
+
+
 @dataclass
 class _Batch:
     """What one consumed batch caused: the acknowledgement ledger, and per-capability settings read once."""
@@ -116,13 +119,12 @@ class _Batch:
     acks: Acks = field(default_factory=Acks)
     records: dict[Position, Message] = field(default_factory=dict)
     stalled: set[tuple[str, int]] = field(default_factory=set)  # partitions read again from a failed record
-    capabilities: dict[str, tuple[FactorWeights, bool]] = field(default_factory=dict)  # weights, validate_at_router
+    table: RouteTable = field(default_factory=lambda: _EMPTY_TABLE)  # the per-capability settings it routed with
+    decider: Decider = field(default_factory=lambda: Decider(now_ms=0))  # the batch's decisions, in order
+    routes: list[tuple[MessageKey, str]] = field(default_factory=list)  # (message key, instance) of each forward
     known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
-    health: Mapping[str, InstanceHealth] = field(default_factory=dict)  # the health writer's records, by instance_id
-    canaries: dict[str, Canary] = field(default_factory=dict)  # by agent_id
     terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
     won: dict[Position, bytes] = field(default_factory=dict)  # the receipt each record claimed its slot with
-    splits: dict[str, fanout.Split] = field(default_factory=dict)  # capability -> its live instances by mode
     routed: list[_Routed] = field(default_factory=list)  # acknowledged forwards whose ROUTED receipt is due
 
     def stats_key(self, capability: str) -> str:
@@ -198,6 +200,7 @@ class Router(SupervisedLoop):
         self.names = Names(self.settings.namespace)
         self.fence = fence or fence_from_settings("router", namespace=self.settings.namespace, redis_settings=redis)
         self.state = RouterState()
+        self._tables = RouteTables(self.state)
         self.handoff = handoff
         self.stats = RouterStats()
         self.affinity = self.state.sessions  # recovered from the sessions topic by the state loop
@@ -321,16 +324,12 @@ class Router(SupervisedLoop):
     def _process(self, messages: list[Message], producer: Producer) -> _Batch:
         batch = _Batch()
         now = now_ms()
-        live = self.state.live(now)
-        loads = self.state.loads.view(live, now_ms=now)
-        by_capability: dict[str, list[AgentRegistration]] = {}
-        for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
-            for name in {c.name for c in reg.capabilities}:
-                by_capability.setdefault(name, []).append(reg)
-        batch.known = frozenset(by_capability)
-        batch.health = self.state.health
-        batch.canaries = canaries(self.state.control.records())
-        disabled = self.state.control.disabled()
+        table = self._tables.at(now)
+        batch.table = table
+        batch.known = table.known
+        batch.decider = Decider(now_ms=now, loads=self.state.loads.view(table.live, now_ms=now),
+                                disabled=table.disabled, health=self.state.health, canaries=table.canaries,
+                                costs=self.state.costs.means, rng=self._rng)
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -347,14 +346,15 @@ class Router(SupervisedLoop):
             if value is None:
                 continue  # a tombstone on a capability topic carries no request
             try:
-                self._route_one(msg, value, producer, batch, position, live=by_capability, loads=loads,
-                                disabled=disabled, now=now)
+                self._route_one(msg, value, producer, batch, position, now=now)
             except RegistryUnavailable as exc:  # infrastructure: not this record's fault, read it again later
                 batch.acks.fail(position, exc)
                 batch.stalled.add(tp)
             except Exception as exc:  # noqa: BLE001 - a router bug must not block the partition
                 log.exception("routing %s[%d]@%d failed", *position)
                 self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, position, now)
+        if batch.routes:
+            self.state.loads.routed_many(batch.routes, now)  # the next batch's view counts them queued
         self._settle_terminals(producer, batch)
         producer.flush(30)  # forwards, terminal receipts, dead letters
         if batch.routed:  # the ROUTED receipts of the acknowledged forwards, produced together: one receipts batch
@@ -388,9 +388,6 @@ class Router(SupervisedLoop):
         batch: _Batch,
         position: Position,
         *,
-        live: dict[str, list[AgentRegistration]],
-        loads: dict[str, InstanceLoad],
-        disabled: frozenset[str],
         now: int,
     ) -> None:
         try:
@@ -426,13 +423,9 @@ class Router(SupervisedLoop):
             receipt = _receipt(request, Status.FAILED, now, error=_error("BUDGET", "BUDGET_EXCEEDED", drained))
             self._produce_terminal(batch, position, receipt, reply, counter="budget_exceeded")
             return
-        settings = batch.capabilities.get(request.capability)
-        if settings is None:
-            control = self.state.control
-            settings = (control.weights(request.capability), control.policy(request.capability).validate_at_router)
-            batch.capabilities[request.capability] = settings
-        weights, validate = settings
-        plan = self.fanout.plan(envelope, live.get(request.capability, ()), batch.splits)
+        weights, validate = batch.table.settings_of(self.state, request.capability)
+        plan = self.fanout.plan(envelope, batch.table.by_capability.get(request.capability, ()),
+                                 batch.table.splits)
         if plan.agents:  # an event on a subscribe capability: one delivery per subscribing agent
             self.fanout.send(producer, batch.acks, position, topic=msg.topic() or "", envelope=envelope,
                              request=request, agents=plan.agents, reply=reply, now=now)
@@ -442,21 +435,14 @@ class Router(SupervisedLoop):
         sticky = affinity.sticky(self.affinity, session, envelope.get("headers"), now)
         candidates = plan.candidates
         clock = time.monotonic()
-        outcome: RouteOutcome = decide(
+        outcome: RouteOutcome = batch.decider.decide(
             request,
             candidates,
             weights=weights,
-            now_ms=now,
-            loads=loads,
-            disabled=disabled,
             affinity={request.session_key: sticky} if request.session_key and sticky else None,
-            rng=self._rng,
             payload=envelope["payload"] if validate else None,
-            health=batch.health,
-            canaries=batch.canaries,
             throttled=self.qps.throttled(candidates, clock),
             queue_when_full=plan.delivery,  # a subscriber's deliveries queue in its inbox, never shed
-            costs=self.state.costs.means,
         )
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):
@@ -469,9 +455,7 @@ class Router(SupervisedLoop):
             delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
                              headers=msg.headers(), partition=outcome.partition,
                              then=functools.partial(_forwarded, batch, position, request, outcome, reply))
-            loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
-            self.state.loads.routed((request.message_id, request.generation, request.attempt),
-                                    instance.instance_id, now)
+            batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))
             if self.affinity.set(session, instance.instance_id, now):
                 self._record_session(producer, session, instance.instance_id, now, tenant=request.tenant)
             self.stats.count(stats_key, "routed")
@@ -491,7 +475,8 @@ class Router(SupervisedLoop):
         elif (isinstance(outcome, NoRoute) and self.handoff.enabled
               and self.state.control.policy(request.capability).handoff):
             for topic, key, out, headers in self.handoff.outputs(envelope, value, candidates, why=outcome.message,
-                                                                 disabled=disabled, names=self.names, at=now):
+                                                                 disabled=batch.table.disabled, names=self.names,
+                                                                 at=now):
                 delivery.produce(producer, batch.acks, position, topic, out, key=key, headers=headers)
             self.stats.count(stats_key, "handed_off")  # a human answers it (docs/intent.md), not UNROUTABLE
         elif isinstance(outcome, NoRoute):
