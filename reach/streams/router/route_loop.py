@@ -18,10 +18,8 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
-
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from reach import dlq
 from reach.core import allowance, fallback, sessionmap
@@ -47,6 +45,7 @@ from reach.errors import ConfigError, InvalidName
 from reach.kafka import clients, delivery, topics
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
+from reach.kafka.clients import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.kafka.codec import (
     DecodeError,
     RegistryUnavailable,
@@ -68,7 +67,7 @@ from reach.streams.router.routed_receipt import RoutedReceiptWriter
 from reach.streams.router.state import RouterState, StateLoop
 from reach.streams.router.stats import OTHER, RouterStats
 from reach.streams.router.subscriptions import FanOutStep, receipt_headers
-from reach.streams.router.table import RouteTable, RouteTables
+from reach.streams.router.routetable import RouteTable, RouteTables
 from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
@@ -109,23 +108,22 @@ class PartitionBackoff:
         return ready
 
 
-_EMPTY_TABLE = RouteTable(live=(), by_capability={}, canaries={}, disabled=frozenset(), stamp=(-1, -1), until=None)
-
-
-@dataclass
 class _Batch:
-    """What one consumed batch caused: the acknowledgement ledger, and per-capability settings read once."""
+    """What one consumed batch caused: the acknowledgement ledger, the table and the decisions it routed with."""
 
-    acks: Acks = field(default_factory=Acks)
-    records: dict[Position, Message] = field(default_factory=dict)
-    stalled: set[tuple[str, int]] = field(default_factory=set)  # partitions read again from a failed record
-    table: RouteTable = field(default_factory=lambda: _EMPTY_TABLE)  # the per-capability settings it routed with
-    decider: Decider = field(default_factory=lambda: Decider(now_ms=0))  # the batch's decisions, in order
-    routes: list[tuple[MessageKey, str]] = field(default_factory=list)  # (message key, instance) of each forward
-    known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
-    terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
-    won: dict[Position, bytes] = field(default_factory=dict)  # the receipt each record claimed its slot with
-    routed: list[_Routed] = field(default_factory=list)  # acknowledged forwards whose ROUTED receipt is due
+    __slots__ = ("acks", "decider", "known", "records", "routed", "routes", "stalled", "table", "terminals", "won")
+
+    def __init__(self, table: RouteTable, decider: Decider) -> None:
+        self.acks = Acks()
+        self.records: dict[Position, Message] = {}
+        self.stalled: set[tuple[str, int]] = set()  # partitions read again from a failed record
+        self.table = table  # the per-capability settings, from the views
+        self.known = table.known  # capabilities with a live instance: the only ones with their own stats
+        self.decider = decider  # the batch's decisions, in order
+        self.routes: list[tuple[MessageKey, str]] = []  # (message key, instance) of each forward
+        self.terminals: list[_Ending] = []  # terminal receipts waiting for the batch's one claim
+        self.won: dict[Position, bytes] = {}  # the receipt each record claimed its slot with
+        self.routed: list[_Routed] = []  # acknowledged forwards whose ROUTED receipt is due
 
     def stats_key(self, capability: str) -> str:
         """Where the router's counts of a capability go: its own only while a live instance serves it."""
@@ -185,6 +183,7 @@ class Router(SupervisedLoop):
         kafka: KafkaSettings,
         reach: ReachSettings,
         batch_size: int = 500,
+        batch_window_ms: float | None = None,
         metadata_refresh_ms: int = 2_000,
         rng: random.Random | None = None,
         redis: RedisSettings,
@@ -208,6 +207,8 @@ class Router(SupervisedLoop):
         self.qps = QpsLimits()
         self.fanout = FanOutStep(self.names.receipts)  # subscribe-mode capabilities (docs/decisions/0040)
         self._batch_size = batch_size
+        window = reach.router_batch_window_ms if batch_window_ms is None else batch_window_ms
+        self._batch_window = max(window, 0) / 1000  # seconds
         self._metadata_refresh_ms = metadata_refresh_ms
         self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
         self._rng = rng or random.Random()
@@ -280,7 +281,8 @@ class Router(SupervisedLoop):
                         consumer.resume([TopicPartition(t, p) for t, p in due])
                     except KafkaException:
                         pass  # revoked meanwhile: its next owner reads it from the committed offset
-                messages = clients.take(consumer, self._batch_size, 0.2)  # serves on_commit answers too
+                # serves on_commit answers too; the window lets a batch gather at moderate rates (0054)
+                messages = clients.take(consumer, self._batch_size, 0.2, window_s=self._batch_window)
                 if not messages:
                     producer.poll(0)
                     clients.send_commits(consumer, ledger)  # an idle partition's failed last commit is sent again
@@ -322,14 +324,11 @@ class Router(SupervisedLoop):
             log.debug("session record of %r not sent: %s", session_key, exc)
 
     def _process(self, messages: list[Message], producer: Producer) -> _Batch:
-        batch = _Batch()
         now = now_ms()
         table = self._tables.at(now)
-        batch.table = table
-        batch.known = table.known
-        batch.decider = Decider(now_ms=now, loads=self.state.loads.view(table.live, now_ms=now),
-                                disabled=table.disabled, health=self.state.health, canaries=table.canaries,
-                                costs=self.state.costs.means, rng=self._rng)
+        batch = _Batch(table, Decider(now_ms=now, loads=self.state.loads.view(table.live, now_ms=now),
+                                      disabled=table.disabled, health=self.state.health, canaries=table.canaries,
+                                      costs=self.state.costs.means, rng=self._rng))
         for msg in messages:
             err = msg.error()
             if err is not None:

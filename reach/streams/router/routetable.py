@@ -25,17 +25,13 @@ class RouteTable:
 
     live: tuple[AgentRegistration, ...]
     by_capability: Mapping[str, tuple[AgentRegistration, ...]]
+    known: frozenset[str]  # capabilities with a live instance
     canaries: Mapping[str, Canary]
     disabled: frozenset[str]
     stamp: tuple[int, int]  # (registry version, control version) it was derived at
     until: int | None  # ms after which a live instance may have gone silent; None: no live instance
     settings: dict[str, tuple[FactorWeights, bool]] = field(default_factory=dict)  # weights, validate_at_router
     splits: dict[str, fanout.Split] = field(default_factory=dict)  # capability -> its live instances by mode
-
-    @property
-    def known(self) -> frozenset[str]:
-        """Capabilities with a live instance."""
-        return frozenset(self.by_capability)
 
     def settings_of(self, state: RouterState, capability: str) -> tuple[FactorWeights, bool]:
         """The capability's weights and whether its policy validates payloads at the router."""
@@ -68,6 +64,7 @@ class RouteTables:
                 by_capability.setdefault(name, []).append(reg)
         table = self._table = RouteTable(
             live=tuple(live), by_capability={name: tuple(regs) for name, regs in by_capability.items()},
+            known=frozenset(by_capability),
             canaries=canaries(state.control.records()), disabled=state.control.disabled(), stamp=stamp,
             until=state.registry.live_until(live))
         return table
