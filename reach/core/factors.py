@@ -63,7 +63,8 @@ class Factor:
     batch_stable: bool = True
     """Its values read only the request's shape (capability, version range, tags, region, priority, tenant), the
     candidate set and the context's health and costs: fixed within a batch, so the router computes them once per
-    shape (reach.core.routing.Decider). False for what changes within a batch: loads, sessions."""
+    shape (reach.core.routing.Decider). False for what changes within a batch: loads, sessions; such a factor's value
+    of one candidate must not depend on the others (a ScoreBoard scores one candidate again alone)."""
 
 
 # -- the maths of each factor -------------------------------------------------------------------------

@@ -13,9 +13,9 @@ from typing import Any
 from reach.core import allowance
 from reach.core.admission import admit
 from reach.core.candidates import OPEN_RETRY_AFTER_MS, Candidate, Matched, RouteRequest, Selection, match, shed
-from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights
+from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights, sticky_instance
 from reach.core.loads import InstanceLoad, retry_after_ms
-from reach.core.scoring import ScoredDecision, ScoreParts, score, score_all, stable_columns
+from reach.core.scoring import ScoreBoard, ScoredDecision, ScoreParts, score, score_all
 from reach.core.versions import BadVersion, parse_range
 from reach.names import check_capability
 from reach.records import AgentRegistration, Canary, InstanceHealth, Weights
@@ -156,7 +156,7 @@ class _Shape:
     seen: list[InstanceLoad | None]  # the load each candidate was built with (None: its heartbeat's)
     opened: Mapping[str, int | None]
     admits_all: bool  # no canary among their agents, every health record admits everyone
-    columns: dict[tuple[object, ...], tuple[list[float], ...]]
+    boards: dict[tuple[object, ...], ScoreBoard]  # by (region, priority, candidate ids)
 
 
 class Decider:
@@ -166,9 +166,10 @@ class Decider:
     `decide` takes the request and what is its own. What does not change within the batch is computed once per
     request shape (capability, version range, tenant, to_agent, tags, exclusions, and the registrations it is routed
     among): the matching instances, OPEN ones, admission's no-op case and the factor columns that read no load
-    (reach.core.factors `batch_stable`). A Forward adds one queued request to its instance in `loads`, which the
-    Decider owns from then on, so a decision sees the batch's earlier ones. The same registrations object must mean
-    the same registrations for the Decider's life (the router's per-capability tuples of one batch)."""
+    (reach.core.factors `batch_stable`); a ScoreBoard scores again only the candidates whose load moved. A Forward
+    adds one queued request to its instance in `loads`, which the Decider owns from then on, so a decision sees the
+    batch's earlier ones. The same registrations object must mean the same registrations for the Decider's life (the
+    router's per-capability tuples of one batch)."""
 
     def __init__(self, *, now_ms: int, loads: dict[str, InstanceLoad] | None = None,
                  disabled: Collection[str] = frozenset(), health: Mapping[str, InstanceHealth] | None = None,
@@ -230,11 +231,15 @@ class Decider:
                 f"no READY instance{target} serves {request.capability}{detail} for tenant {request.tenant!r}",
             )
         chosen = selection.candidates
+        resolved = as_factor_weights(weights)
         key = (request.region, request.priority, *(c.registration.instance_id for c in chosen))
-        stable = shape.columns.get(key)
-        if stable is None:
-            stable = shape.columns[key] = stable_columns(request, chosen, context)
-        decision = score(request, chosen, weights, context, self._rng, stable=stable)
+        board = shape.boards.get(key)
+        if board is None or board.weights is not resolved:
+            board = shape.boards[key] = ScoreBoard(request, chosen, resolved, context)
+        if arms or sticky_instance(request, context) is not None:  # the board keeps neither
+            decision = score(request, chosen, resolved, context, self._rng, stable=board.stable)
+        else:
+            decision = score(request, chosen, resolved, context, self._rng, board=board)
         if payload is not None:
             problem = validation_error(decision.picked.capability.input_schema, payload, request.content_type)
             if problem is not None:
