@@ -82,7 +82,7 @@ class InstanceLoad(NamedTuple):
 
     def plus_routed(self) -> InstanceLoad:
         """The same load with one more request queued (the router's own decision, within a batch)."""
-        return self._replace(queue=self.queue + 1)
+        return InstanceLoad(self.occupancy, self.queue + 1, self.capacity, self.max_queue, self.drain_rate)
 
 
 def retry_after_ms(loads: Iterable[InstanceLoad]) -> int:

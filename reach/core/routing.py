@@ -277,7 +277,9 @@ class Decider:
             load = loads.get(candidate.registration.instance_id)
             if load is not seen[i]:
                 seen[i] = load
-                matched[i] = candidate._replace(load=load or InstanceLoad.of(candidate.registration))
+                registration = candidate.registration
+                matched[i] = Candidate(registration, candidate.capability, candidate.version,
+                                       load or InstanceLoad.of(registration))
         return tuple(matched)
 
 

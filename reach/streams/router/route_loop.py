@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from reach import dlq
 from reach.core import allowance, fallback, sessionmap
@@ -64,10 +64,10 @@ from reach.streams.router.captopics import CapabilityTopics
 from reach.streams.router.ports import Handoff
 from reach.streams.router.qps import QpsLimits
 from reach.streams.router.routed_receipt import RoutedReceiptWriter
+from reach.streams.router.routetable import RouteTable, RouteTables
 from reach.streams.router.state import RouterState, StateLoop
 from reach.streams.router.stats import OTHER, RouterStats
 from reach.streams.router.subscriptions import FanOutStep, receipt_headers
-from reach.streams.router.routetable import RouteTable, RouteTables
 from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
@@ -130,10 +130,9 @@ class _Batch:
         return capability if capability in self.known else OTHER
 
 
-@dataclass(frozen=True)
-class _Routed:
+class _Routed(NamedTuple):
     """An acknowledged forward: where it landed, and the ROUTED receipt's delivery report (its input stays unacked
-    until that receipt is acknowledged too)."""
+    until that receipt is acknowledged too). A NamedTuple: one per forward."""
 
     request: RouteRequest
     forward: Forward
