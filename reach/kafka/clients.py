@@ -13,10 +13,6 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-# The client types, for the loops' annotations, their seeks and pauses and the error codes they look at: imported from
-# here, so that a module outside reach.kafka need not import confluent_kafka.
-__all__ = ["AdminClient", "Consumer", "KafkaError", "KafkaException", "Message", "Producer", "TopicPartition"]
-
 from reach.core.commits import CommitLedger, TopicPart
 from reach.errors import InfraUnavailable
 from reach.kafka import kafkaerrors, memory

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from reach.errors import InvalidName
 from reach.kafka import clients
-from reach.kafka.clients import KafkaException
+from reach.kafka.types import KafkaException
 from reach.names import Names
 from reach.settings import KafkaSettings
 from reach.streams import groupadmin
@@ -52,7 +52,7 @@ it for a few seconds, a member that died without leaving for up to its session t
 
 
 class Subscriber(Protocol):
-    """What the topic watcher needs of a consumer (reach.kafka.clients.Consumer, or an in-memory fake)."""
+    """What the topic watcher needs of a consumer (reach.kafka.types.Consumer, or an in-memory fake)."""
 
     def subscribe(self, topics: list[str], on_assign: Callable[[Any, list[Any]], None] | None = ...,
                   on_revoke: Callable[[Any, list[Any]], None] | None = ...) -> None: ...

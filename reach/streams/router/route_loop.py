@@ -45,7 +45,6 @@ from reach.errors import ConfigError, InvalidName
 from reach.kafka import clients, delivery, topics
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
-from reach.kafka.clients import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.kafka.codec import (
     DecodeError,
     RegistryUnavailable,
@@ -54,6 +53,7 @@ from reach.kafka.codec import (
     default_codec,
     encode_dict,
 )
+from reach.kafka.types import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.names import Names
 from reach.records import Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings

@@ -26,7 +26,7 @@ from reach.core.loads import LoadTracker
 from reach.core.views.registryview import RegistryView
 from reach.errors import InvalidName
 from reach.kafka import headers as H
-from reach.kafka.clients import Message
+from reach.kafka.types import Message
 from reach.names import Names
 from reach.records import TERMINAL, AgentRegistration, InstanceHealth, Status
 from reach.settings import KafkaSettings

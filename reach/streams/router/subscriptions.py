@@ -15,8 +15,8 @@ from reach.core.candidates import RouteRequest
 from reach.kafka import delivery
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
-from reach.kafka.clients import Producer
 from reach.kafka.codec import encode_dict
+from reach.kafka.types import Producer
 from reach.records import AgentRegistration, Status
 
 log = logging.getLogger("reach.router")
