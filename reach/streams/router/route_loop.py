@@ -45,6 +45,7 @@ from reach.errors import ConfigError, InvalidName
 from reach.kafka import clients, delivery, topics
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
+from reach.kafka.backoff import PartitionBackoff
 from reach.kafka.codec import (
     DecodeError,
     RegistryUnavailable,
@@ -53,6 +54,7 @@ from reach.kafka.codec import (
     default_codec,
     encode_dict,
 )
+from reach.kafka.supervised import SupervisedLoop
 from reach.kafka.types import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.names import Names
 from reach.records import Status
@@ -68,7 +70,6 @@ from reach.streams.router.routetable import RouteTable, RouteTables
 from reach.streams.router.state import RouterState, StateLoop
 from reach.streams.router.stats import OTHER, RouterStats
 from reach.streams.router.subscriptions import FanOutStep, receipt_headers
-from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
@@ -80,32 +81,6 @@ MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 def router_group(names: Names) -> str:
     """The hot path's consumer group; the faust app itself is group `<ns>.router` (its app id)."""
     return f"{names.router_app_id}.capabilities"
-
-
-class PartitionBackoff:
-    """When each input partition whose records were not acknowledged may be read again (doubling, capped)."""
-
-    def __init__(self, *, first_s: float = 0.1, most_s: float = 5.0) -> None:
-        self._first, self._most = first_s, most_s
-        self._delay: dict[tuple[str, int], float] = {}
-        self._until: dict[tuple[str, int], float] = {}
-
-    def hold(self, tp: tuple[str, int], now: float) -> float:
-        """Hold a partition after a failure; returns how long."""
-        delay = min(self._delay.get(tp, self._first / 2) * 2, self._most)
-        self._delay[tp], self._until[tp] = delay, now + delay
-        return delay
-
-    def cleared(self, tp: tuple[str, int]) -> None:
-        """A batch of the partition was acknowledged: the next failure starts from the first delay again."""
-        self._delay.pop(tp, None)
-
-    def due(self, now: float) -> list[tuple[str, int]]:
-        """Held partitions whose wait is over (each returned once)."""
-        ready = [tp for tp, until in self._until.items() if until <= now]
-        for tp in ready:
-            del self._until[tp]
-        return ready
 
 
 class _Batch:

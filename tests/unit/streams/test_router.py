@@ -138,7 +138,7 @@ def test_stats_of_capabilities_nobody_serves_share_one_key(monkeypatch: pytest.M
 
 
 def test_a_failing_partition_backs_off_alone_and_recovers() -> None:
-    from reach.streams.router.route_loop import PartitionBackoff
+    from reach.kafka.backoff import PartitionBackoff
 
     held = PartitionBackoff(first_s=0.1, most_s=0.4)
     a, b = ("cap", 0), ("cap", 1)
