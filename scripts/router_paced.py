@@ -81,8 +81,6 @@ def main() -> None:
         child()
         return
     from reach.envelopes import now_ms
-    from reach.kafka.codec import decode_dict
-    from reach.records import Status
     from reach.tooling.bench import fleet
     from reach.tooling.bench.route import _wait_assigned
     from reach.tooling.bench.workspace import Workspace, message_id
@@ -100,9 +98,14 @@ def main() -> None:
         if proc.stdout.readline().strip() != "ready":
             raise SystemExit("the routing worker did not start")
         _wait_assigned(ws, [_Child(proc)], 1)  # type: ignore[list-item]
+        sender = ws.sender()
+        warm = ws.end_offsets([ws.names.receipts], ws.consumer())
+        for cap in fleet.CAPABILITIES:  # one routed envelope per capability: the worker reads every topic
+            sender.produce(ws.names.capability(cap), ws.envelope(message_id("warm", len(cap)), cap), key=cap)
+        sender.flush(30)
+        _routed(ws, warm, len(fleet.CAPABILITIES))
         receipts_start = ws.end_offsets([ws.names.receipts], ws.consumer())
         total = int(args.rate * args.seconds)
-        sender = ws.sender()
         before, started = cpu_s(proc.pid), time.monotonic()
         for seq in range(total):
             due = started + seq / args.rate
@@ -113,14 +116,7 @@ def main() -> None:
             sender.produce(ws.names.capability(cap), ws.envelope(mid, cap, now_ms()), key=mid)
             sender.poll(0)
         sender.flush(30)
-        routed: set[str] = set()
-        deadline = time.monotonic() + 60
-        while len(routed) < total and time.monotonic() < deadline:
-            for rec in ws.read([ws.names.receipts], start=receipts_start):
-                if decode_dict("Receipt", rec.value or b"")["status"] == Status.ROUTED.value:
-                    routed.add(rec.key.decode() if rec.key else "")
-            if len(routed) < total:
-                time.sleep(0.5)
+        routed = _routed(ws, receipts_start, total)
         used = cpu_s(proc.pid) - before
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -129,11 +125,25 @@ def main() -> None:
     ws.delete()
     print(json.dumps({
         "src": str(src), "rate": args.rate, "seconds": args.seconds, "window_ms": args.window_ms,
-        "envelopes": total, "routed": len(routed),
+        "envelopes": total, "routed": routed,
         "cpu_us_per_envelope": round(used / total * 1e6, 1),
         "records_per_batch": round(counts["records"] / max(counts["batches"], 1), 2),
         "produce_flushes_per_envelope": round(2 * counts["batches"] / max(counts["records"], 1), 3),
         "load_avg_1m": round(os.getloadavg()[0], 2)}))
+
+
+def _routed(ws: Any, start: dict[tuple[str, int], int], count: int, timeout: float = 60.0) -> int:
+    """Wait until `count` ROUTED receipts are on the receipts topic after `start`; how many there are."""
+    from reach.kafka.codec import decode_dict
+    from reach.records import Status
+
+    deadline = time.monotonic() + timeout
+    while True:
+        routed = {rec.key for rec in ws.read([ws.names.receipts], start=start)
+                  if decode_dict("Receipt", rec.value or b"")["status"] == Status.ROUTED.value}
+        if len(routed) >= count or time.monotonic() > deadline:
+            return len(routed)
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -244,6 +244,7 @@ class Router(SupervisedLoop):
         capabilities.start()
         self._mark_ready()
         held = PartitionBackoff()
+        window = 0.0  # the batch window, opened while batches hold more than one record (a rate worth waiting for)
         try:
             while not self._stop.is_set():
                 if not capabilities.refresh(consumer):
@@ -256,7 +257,8 @@ class Router(SupervisedLoop):
                     except KafkaException:
                         pass  # revoked meanwhile: its next owner reads it from the committed offset
                 # serves on_commit answers too; the window lets a batch gather at moderate rates (0054)
-                messages = clients.take(consumer, self._batch_size, 0.2, window_s=self._batch_window)
+                messages = clients.take(consumer, self._batch_size, 0.2, window_s=window)
+                window = self._batch_window if len(messages) > 1 else 0.0  # one record: no wait at low rates
                 if not messages:
                     producer.poll(0)
                     clients.send_commits(consumer, ledger)  # an idle partition's failed last commit is sent again
