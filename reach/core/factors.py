@@ -60,6 +60,11 @@ class Factor:
     values: FactorValues
     default: float
     meaning: str  # what 1.0 and 0.0 mean, for `reach weights set --help` and the docs table
+    batch_stable: bool = True
+    """Its values read only the request's shape (capability, version range, tags, region, priority, tenant), the
+    candidate set and the context's health and costs: fixed within a batch, so the router computes them once per
+    shape (reach.core.routing.Decider). False for what changes within a batch: loads, sessions; such a factor's value
+    of one candidate must not depend on the others (a ScoreBoard scores one candidate again alone)."""
 
 
 # -- the maths of each factor -------------------------------------------------------------------------
@@ -200,8 +205,9 @@ def _cost(request: RouteRequest, candidates: Sequence[Candidate], context: Scori
 FACTORS: tuple[Factor, ...] = (
     Factor("fit", _fit, 0.4, "0.7 x version closeness to the range's lower bound + 0.3 x share of requested tags"),
     Factor("locality", _locality, 0.2, "1 same region or none requested, 0.5 instance reports none, 0 other region"),
-    Factor("load", _load, 0.3, "1 - (running + queued) / (max_concurrency + max_queue)"),
-    Factor("affinity", _affinity, 0.1, "1 for the instance already serving the session_key; > 0 keeps sessions"),
+    Factor("load", _load, 0.3, "1 - (running + queued) / (max_concurrency + max_queue)", batch_stable=False),
+    Factor("affinity", _affinity, 0.1, "1 for the instance already serving the session_key; > 0 keeps sessions",
+           batch_stable=False),
     Factor("health", _health, 0.0, "1-minute success rate from the health table; 1 when not measured yet"),
     Factor("priority", _priority, 0.0, "1 / (1 + distance from the request priority to the instance priority_class)"),
     Factor("cost", _cost, 0.0, "1 cheapest to 0 dearest cost per call among the candidates: observed (usage, "

@@ -82,7 +82,7 @@ class InstanceLoad(NamedTuple):
 
     def plus_routed(self) -> InstanceLoad:
         """The same load with one more request queued (the router's own decision, within a batch)."""
-        return self._replace(queue=self.queue + 1)
+        return InstanceLoad(self.occupancy, self.queue + 1, self.capacity, self.max_queue, self.drain_rate)
 
 
 def retry_after_ms(loads: Iterable[InstanceLoad]) -> int:
@@ -162,6 +162,20 @@ class LoadTracker:
                 return  # its STARTED receipt overtook the ROUTED receipt
             self._drop(key)
             self._add(key, _Entry(instance_id, running=False, at=at_ms))
+
+    def routed_many(self, routes: Iterable[tuple[MessageKey, str]], at_ms: int) -> None:
+        """The routing decisions of one batch of this worker's, (message key, instance_id) each: `routed` for each,
+        under one hold of the lock."""
+        with self._lock:
+            finished = self._finished
+            for key, instance_id in routes:
+                if key in finished:
+                    continue
+                current = self._entry(key)
+                if current is not None and current.running:
+                    continue
+                self._drop(key)
+                self._add(key, _Entry(instance_id, running=False, at=at_ms))
 
     def started(self, key: MessageKey, instance_id: str, at_ms: int) -> None:
         """A STARTED receipt: the message leaves the queue and occupies a handler of `instance_id`."""

@@ -12,10 +12,10 @@ from typing import Any
 
 from reach.core import allowance
 from reach.core.admission import admit
-from reach.core.candidates import OPEN_RETRY_AFTER_MS, RouteRequest, Selection, match, shed
-from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights
+from reach.core.candidates import OPEN_RETRY_AFTER_MS, Candidate, Matched, RouteRequest, Selection, match, shed
+from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights, sticky_instance
 from reach.core.loads import InstanceLoad, retry_after_ms
-from reach.core.scoring import ScoredDecision, ScoreParts, score, score_all
+from reach.core.scoring import ScoreBoard, ScoredDecision, ScoreParts, score, score_all
 from reach.core.versions import BadVersion, parse_range
 from reach.names import check_capability
 from reach.records import AgentRegistration, Canary, InstanceHealth, Weights
@@ -133,51 +133,154 @@ def decide(
     queue_when_full: bool = False,
     costs: Mapping[str, float] | None = None,
 ) -> RouteOutcome:
-    """Decide where a request goes: filter (`health`: OPEN is out), admit (canary arm by agent id in
-    `canaries`, HALF_OPEN / restore shares), shed (health weight 0, full queues, `throttled`: instance ->
-    ms until its qps bucket refills), score (`costs`: observed cost per successful call by instance_id, micro-units,
-    reach.core.costbook). Pass `payload` only when the capability's policy validates at the router.
-    `queue_when_full`: when every candidate is full, pick among them rather than fail with OVERLOAD
-    (a fan-out delivery queues in its subscriber's inbox, reach.core.fanout)."""
-    if request.deadline is not None and request.deadline <= now_ms:
-        return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
-    health = health or {}
-    matched = match(request, registrations, loads=loads, disabled=disabled, health=health, now_ms=now_ms)
-    unavailable = matched.unavailable_ms(now_ms)
-    if unavailable is not None:
-        return Unavailable(unavailable, _unavailable_message(request, sorted(matched.open)))
-    admission = admit(request, matched.candidates, health=health, canaries=canaries or {})
-    if not admission.candidates and admission.refused:
-        names = sorted(c.instance_id for c in admission.refused) + sorted(matched.open)
-        return Unavailable(OPEN_RETRY_AFTER_MS, _unavailable_message(request, names))
-    selection = shed(admission.candidates, health=health, throttled=throttled)
-    if queue_when_full and selection.all_overloaded:
-        selection = Selection(candidates=selection.overloaded, overloaded=())
-    context = ScoringContext(health=health, affinity=affinity or {}, arms=admission.arms, costs=costs or {})
-    if selection.all_overloaded:
-        scores = score_all(request, selection.overloaded, weights, context)
-        return Overload(_overload_retry_after(selection), scores, as_factor_weights(weights),
-                        overload_message(selection))
-    if not selection.candidates:
-        future = request.expire_at is not None and request.expire_at > now_ms
-        detail = f" {request.version_range}" if request.version_range != "*" else ""
-        target = f" of {request.to_agent}" if request.to_agent else ""
-        return NoRoute(
-            future,
-            f"no READY instance{target} serves {request.capability}{detail} for tenant {request.tenant!r}",
-        )
-    decision = score(request, selection.candidates, weights, context, rng or random.Random())
-    if payload is not None:
-        problem = validation_error(decision.picked.capability.input_schema, payload, request.content_type)
-        if problem is not None:
-            return Reject("INVALID_INPUT", problem)
-    reg = decision.picked.registration
-    picked_health = health.get(reg.instance_id)
-    factor = 1.0
-    if len(selection.candidates) == 1 and picked_health is not None and picked_health.timeout_factor > 1:
-        factor = picked_health.timeout_factor  # slow, but the sole candidate: it serves with more time
-    return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key),
-                   admission=admission.note, timeout_factor=factor)
+    """Decide where one request goes: a `Decider` of one decision (the router decides a batch with one Decider).
+
+    Filter (`health`: OPEN is out), admit (canary arm by agent id in `canaries`, HALF_OPEN / restore shares), shed
+    (health weight 0, full queues, `throttled`: instance -> ms until its qps bucket refills), score (`costs`: observed
+    cost per successful call by instance_id, micro-units, reach.core.costbook). Pass `payload` only when the
+    capability's policy validates at the router. `queue_when_full`: when every candidate is full, pick among them
+    rather than fail with OVERLOAD (a fan-out delivery queues in its subscriber's inbox, reach.core.fanout)."""
+    decider = Decider(now_ms=now_ms, loads=dict(loads or {}), disabled=disabled, health=health, canaries=canaries,
+                      costs=costs, rng=rng)
+    return decider.decide(request, registrations, weights=weights, affinity=affinity, payload=payload,
+                          throttled=throttled, queue_when_full=queue_when_full)
+
+
+@dataclass(slots=True)
+class _Shape:
+    """What the batch's requests of one shape share: the instances that match them (with the loads last seen), the
+    OPEN ones, whether admission can leave anyone out, and the factor columns that read no load, by candidate set."""
+
+    registrations: object  # held: the cache key carries its id
+    matched: list[Candidate]
+    seen: list[InstanceLoad | None]  # the load each candidate was built with (None: its heartbeat's)
+    opened: Mapping[str, int | None]
+    admits_all: bool  # no canary among their agents, every health record admits everyone
+    boards: dict[tuple[object, ...], ScoreBoard]  # by (region, priority, candidate ids)
+
+
+class Decider:
+    """The routing decisions of one batch, taken in order with `decide`: pure, no I/O.
+
+    The constructor takes what every decision of the batch reads (the clock, loads, control, health, canaries, costs);
+    `decide` takes the request and what is its own. What does not change within the batch is computed once per
+    request shape (capability, version range, tenant, to_agent, tags, exclusions, and the registrations it is routed
+    among): the matching instances, OPEN ones, admission's no-op case and the factor columns that read no load
+    (reach.core.factors `batch_stable`); a ScoreBoard scores again only the candidates whose load moved. A Forward
+    adds one queued request to its instance in `loads`, which the Decider owns from then on, so a decision sees the
+    batch's earlier ones. The same registrations object must mean the same registrations for the Decider's life (the
+    router's per-capability tuples of one batch)."""
+
+    def __init__(self, *, now_ms: int, loads: dict[str, InstanceLoad] | None = None,
+                 disabled: Collection[str] = frozenset(), health: Mapping[str, InstanceHealth] | None = None,
+                 canaries: Mapping[str, Canary] | None = None, costs: Mapping[str, float] | None = None,
+                 rng: random.Random | None = None) -> None:
+        self.now_ms = now_ms
+        self.loads: dict[str, InstanceLoad] = {} if loads is None else loads
+        self._disabled = disabled
+        self._health: Mapping[str, InstanceHealth] = health or {}
+        self._canaries: Mapping[str, Canary] = canaries or {}
+        self._costs: Mapping[str, float] = costs or {}
+        self._rng = rng or random.Random()
+        self._shapes: dict[tuple[object, ...], _Shape] = {}
+
+    def decide(
+        self,
+        request: RouteRequest,
+        registrations: Iterable[AgentRegistration],
+        *,
+        weights: Mapping[str, float] | Weights,
+        affinity: Mapping[str, str] | None = None,
+        payload: bytes | None = None,
+        throttled: Mapping[str, int] | None = None,
+        queue_when_full: bool = False,
+    ) -> RouteOutcome:
+        """Where `request` goes among `registrations` (see `decide`)."""
+        now_ms = self.now_ms
+        if request.deadline is not None and request.deadline <= now_ms:
+            return Expired(f"the budget ended {now_ms - request.deadline} ms before the router saw the request")
+        health = self._health
+        shape = self._shape(request, registrations)
+        candidates = self._current(shape)
+        if not candidates and shape.opened:
+            unavailable = Matched(candidates, shape.opened).unavailable_ms(now_ms)
+            if unavailable is not None:
+                return Unavailable(unavailable, _unavailable_message(request, sorted(shape.opened)))
+        if shape.admits_all:
+            admitted, note, arms = candidates, None, None
+        else:
+            admission = admit(request, candidates, health=health, canaries=self._canaries)
+            if not admission.candidates and admission.refused:
+                names = sorted(c.instance_id for c in admission.refused) + sorted(shape.opened)
+                return Unavailable(OPEN_RETRY_AFTER_MS, _unavailable_message(request, names))
+            admitted, note, arms = admission.candidates, admission.note, admission.arms
+        selection = shed(admitted, health=health, throttled=throttled)
+        if queue_when_full and selection.all_overloaded:
+            selection = Selection(candidates=selection.overloaded, overloaded=())
+        context = ScoringContext(health=health, affinity=affinity or {}, arms=arms or {}, costs=self._costs)
+        if selection.all_overloaded:
+            scores = score_all(request, selection.overloaded, weights, context)
+            return Overload(_overload_retry_after(selection), scores, as_factor_weights(weights),
+                            overload_message(selection))
+        if not selection.candidates:
+            future = request.expire_at is not None and request.expire_at > now_ms
+            detail = f" {request.version_range}" if request.version_range != "*" else ""
+            target = f" of {request.to_agent}" if request.to_agent else ""
+            return NoRoute(
+                future,
+                f"no READY instance{target} serves {request.capability}{detail} for tenant {request.tenant!r}",
+            )
+        chosen = selection.candidates
+        resolved = as_factor_weights(weights)
+        key = (request.region, request.priority, *(c.registration.instance_id for c in chosen))
+        board = shape.boards.get(key)
+        if board is None or board.weights is not resolved:
+            board = shape.boards[key] = ScoreBoard(request, chosen, resolved, context)
+        if arms or sticky_instance(request, context) is not None:  # the board keeps neither
+            decision = score(request, chosen, resolved, context, self._rng, stable=board.stable)
+        else:
+            decision = score(request, chosen, resolved, context, self._rng, board=board)
+        if payload is not None:
+            problem = validation_error(decision.picked.capability.input_schema, payload, request.content_type)
+            if problem is not None:
+                return Reject("INVALID_INPUT", problem)
+        picked = decision.picked
+        reg = picked.registration
+        picked_health = health.get(reg.instance_id)
+        factor = 1.0
+        if len(chosen) == 1 and picked_health is not None and picked_health.timeout_factor > 1:
+            factor = picked_health.timeout_factor  # slow, but the sole candidate: it serves with more time
+        self.loads[reg.instance_id] = picked.load.plus_routed()  # the batch's next decisions see it
+        return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key),
+                       admission=note, timeout_factor=factor)
+
+    def _shape(self, request: RouteRequest, registrations: Iterable[AgentRegistration]) -> _Shape:
+        key = (id(registrations), request.capability, request.version_range, request.tenant, request.to_agent,
+               request.tags, request.excluded_instances)
+        shape = self._shapes.get(key)
+        if shape is None:
+            health, loads = self._health, self.loads
+            matched = match(request, registrations, loads=loads, disabled=self._disabled, health=health,
+                            now_ms=self.now_ms)
+            canaries = self._canaries
+            admits_all = not any(c.agent_id in canaries for c in matched.candidates) and all(
+                (h := health.get(c.instance_id)) is None or h.admit >= 1.0 for c in matched.candidates)
+            shape = self._shapes[key] = _Shape(
+                registrations, list(matched.candidates), [loads.get(c.instance_id) for c in matched.candidates],
+                matched.open, admits_all, {})
+        return shape
+
+    def _current(self, shape: _Shape) -> tuple[Candidate, ...]:
+        """The shape's candidates with their loads now (the batch's decisions so far included)."""
+        loads, seen, matched = self.loads, shape.seen, shape.matched
+        for i, candidate in enumerate(matched):
+            load = loads.get(candidate.registration.instance_id)
+            if load is not seen[i]:
+                seen[i] = load
+                registration = candidate.registration
+                matched[i] = Candidate(registration, candidate.capability, candidate.version,
+                                       load or InstanceLoad.of(registration))
+        return tuple(matched)
 
 
 def _unavailable_message(request: RouteRequest, instances: list[str]) -> str:

@@ -38,12 +38,14 @@ from reach.core.factors import (
     effective_weight,
     sticky_instance,
 )
-from reach.records import Weights
+from reach.records import InstanceHealth, Weights
 
 TIE_BAND = 0.05
 _INF = math.inf
 _AFFINITY = INDEX["affinity"]
 _LEGACY_AT = tuple((name, INDEX[name]) for name in LEGACY)
+_STABLE = tuple(i for i, factor in enumerate(FACTORS) if factor.batch_stable)
+_CHANGING = tuple((i, factor.values) for i, factor in enumerate(FACTORS) if not factor.batch_stable)
 _new = tuple.__new__  # ScoreParts without its generated __new__'s argument handling: 0.2 vs 0.35 µs
 
 
@@ -96,29 +98,84 @@ class ScoredDecision:
         return dict(self.weights)
 
 
+def stable_columns(request: RouteRequest, candidates: Sequence[Candidate],
+                   context: ScoringContext) -> tuple[list[float], ...]:
+    """The values of the `batch_stable` factors (FACTORS order), which `score` takes as `stable` for every request of
+    the same shape among the same candidates within a batch."""
+    return tuple(FACTORS[i].values(request, candidates, context) for i in _STABLE)
+
+
 def _scored(
-    request: RouteRequest, candidates: Sequence[Candidate], weights: FactorWeights, context: ScoringContext
+    request: RouteRequest, candidates: Sequence[Candidate], weights: FactorWeights, context: ScoringContext,
+    stable: Sequence[list[float]] | None = None,
 ) -> tuple[tuple[ScoreParts, ...], list[float], list[float]]:
     """Every candidate's parts, its effective weight and its unmultiplied total."""
-    columns = [factor.values(request, candidates, context) for factor in FACTORS]
+    if stable is None:
+        columns = [factor.values(request, candidates, context) for factor in FACTORS]
+    else:
+        columns = list(stable)  # the changing factors go in at their places (ascending)
+        for i, values in _CHANGING:
+            columns.insert(i, values(request, candidates, context))
     vector, health, arms = weights.vector, context.health, context.arms
     scores: list[ScoreParts] = []
     multipliers: list[float] = []
     totals: list[float] = []
     rows = zip(*columns, strict=False)  # equal lengths by construction; strict=True costs per row
     for candidate, row in zip(candidates, rows, strict=False):
-        reg = candidate.registration
-        instance_id = reg.instance_id
-        total = sum(map(mul, vector, row))
-        if health:
-            multiplier = effective_weight(reg, health.get(instance_id))
-        else:  # effective_weight's rule for the declared weight alone, inline: the common case
-            multiplier = reg.weight if 0.0 <= reg.weight < _INF else 1.0
-        scores.append(_new(ScoreParts, (instance_id, reg.agent_id, total * multiplier, row,
-                                        arms.get(instance_id) if arms else None)))
+        parts, multiplier, total = _one(candidate, row, vector, health, arms)
+        scores.append(parts)
         multipliers.append(multiplier)
         totals.append(total)
     return tuple(scores), multipliers, totals
+
+
+def _one(candidate: Candidate, row: tuple[float, ...], vector: tuple[float, ...],
+         health: Mapping[str, InstanceHealth], arms: Mapping[str, str]) -> tuple[ScoreParts, float, float]:
+    """One candidate's parts, effective weight and unmultiplied total, from its factor values."""
+    reg = candidate.registration
+    instance_id = reg.instance_id
+    total = sum(map(mul, vector, row))
+    if health:
+        multiplier = effective_weight(reg, health.get(instance_id))
+    else:  # effective_weight's rule for the declared weight alone, inline: the common case
+        multiplier = reg.weight if 0.0 <= reg.weight < _INF else 1.0
+    parts = _new(ScoreParts, (instance_id, reg.agent_id, total * multiplier, row,
+                              arms.get(instance_id) if arms else None))
+    return parts, multiplier, total
+
+
+class ScoreBoard:
+    """The scores of one candidate set, kept current across the requests of one shape within a batch.
+
+    Between two such requests only a candidate's load changes (the router's own decisions: the picked one has one
+    more queued), so `current` scores again only the candidates whose Candidate value changed; the others keep their
+    row. For requests without a sticky session and without canary arms (the affinity column is then all 0 and no
+    score carries an arm); `stable` serves the others of the shape."""
+
+    __slots__ = ("_candidates", "_multipliers", "_scores", "_totals", "stable", "weights")
+
+    def __init__(self, request: RouteRequest, candidates: Sequence[Candidate], weights: FactorWeights,
+                 context: ScoringContext) -> None:
+        self.weights = weights
+        self.stable = stable_columns(request, candidates, context)
+        scores, self._multipliers, self._totals = _scored(request, candidates, weights, context, self.stable)
+        self._scores = list(scores)
+        self._candidates = list(candidates)
+
+    def current(self, request: RouteRequest, candidates: Sequence[Candidate],
+                context: ScoringContext) -> tuple[tuple[ScoreParts, ...], list[float], list[float]]:
+        """What `_scored` gives for `candidates` (the board's set, in its order, loads now)."""
+        known, stable, vector = self._candidates, self.stable, self.weights.vector
+        for i, candidate in enumerate(candidates):
+            if candidate is known[i]:
+                continue
+            known[i] = candidate
+            row = [column[i] for column in stable]
+            for at, values in _CHANGING:
+                row.insert(at, values(request, (candidate,), context)[0])
+            self._scores[i], self._multipliers[i], self._totals[i] = _one(candidate, tuple(row), vector,
+                                                                          context.health, context.arms)
+        return tuple(self._scores), self._multipliers, self._totals
 
 
 def score_all(
@@ -137,16 +194,24 @@ def score(
     weights: Mapping[str, float] | Weights,
     context: ScoringContext,
     rng: random.Random,
+    *,
+    stable: Sequence[list[float]] | None = None,
+    board: ScoreBoard | None = None,
 ) -> ScoredDecision:
     """Score every candidate and pick one; `candidates` must not be empty.
 
     `weights` maps factor name -> weight (the router passes ControlView.weights(), a FactorWeights resolved
     once per control record; a missing factor weighs its default); `rng` only breaks ties within TIE_BAND.
+    `stable`: the `stable_columns` of these candidates for a request of this shape, when already computed; `board`:
+    their ScoreBoard, for a request it serves (no sticky session, no arms).
     """
     if not candidates:
         raise ValueError("score() needs at least one candidate; the filter decides what no candidate means")
     resolved = as_factor_weights(weights)
-    scores, multipliers, totals = _scored(request, candidates, resolved, context)
+    if board is not None:
+        scores, multipliers, totals = board.current(request, candidates, context)
+    else:
+        scores, multipliers, totals = _scored(request, candidates, resolved, context, stable)
     live = [i for i, m in enumerate(multipliers) if m > 0]
     sticky = sticky_instance(request, context)
     if sticky is not None and resolved.vector[_AFFINITY] > 0:

@@ -36,7 +36,13 @@ class Acks:
 
     def _entry(self, position: Position) -> _Input:
         topic, partition, offset = position
-        return self._inputs.setdefault((topic, partition), {}).setdefault(offset, _Input())
+        records = self._inputs.get((topic, partition))
+        if records is None:
+            records = self._inputs[(topic, partition)] = {}
+        entry = records.get(offset)
+        if entry is None:
+            entry = records[offset] = _Input()
+        return entry
 
     def expect(self, position: Position) -> Callable[[Any, Any], None]:
         """A delivery callback `(err, msg)` for one record produced on behalf of `position`."""

@@ -124,11 +124,6 @@ def test_no_shell_module_shares_its_name_with_a_core_module() -> None:
 # Runtime files that still import confluent_kafka, each being moved onto reach.kafka (issue 36; decision 0053).
 # The list only shrinks: the test below fails when a file here no longer imports it, so remove it then.
 PENDING_CONFLUENT = frozenset({
-    # the router (its own engineer)
-    "reach/streams/router/captopics.py",
-    "reach/streams/router/route_loop.py",
-    "reach/streams/router/state.py",
-    "reach/streams/router/subscriptions.py",
     # the client side (its own engineer)
     "reach/client.py",
     "reach/invoke.py",

@@ -54,6 +54,7 @@ class ControlView:
         self.skipped = 0  # records of a kind or action newer than this reader's schema
         self.unknown_factors = 0  # WEIGHTS records naming factors this reader does not score (kept, ignored)
         self._unknown_logged: set[str] = set()
+        self.version = 0  # moves on every record applied: what a reader derived from the view holds while it stays
 
     def apply(self, key: str, control: Control | None) -> bool:
         """Apply one record of the control topic (None is a tombstone; unusable weights count as one and are
@@ -69,6 +70,7 @@ class ControlView:
         if weights is not None and problem is None and weights.unknown:
             self._note_unknown(key, weights.unknown)
         with self._lock:
+            self.version += 1
             if problem is not None:
                 self.refused += 1
                 log.warning("control record %s ignored: %s", key, problem)

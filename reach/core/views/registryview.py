@@ -22,9 +22,13 @@ class RegistryView:
 
     def __init__(self) -> None:
         self._by_instance: dict[str, AgentRegistration] = {}
+        self.version = 0
+        """Moves on every record applied: a reader's cache of `live` holds while it is the same (and no live
+        instance's silence reaches 2 x ttl: `live_until`)."""
 
     def apply(self, instance_id: str, registration: AgentRegistration | None) -> None:
         """Take one registry record; None (a tombstone) removes the instance."""
+        self.version += 1
         if registration is None:
             self._by_instance.pop(instance_id, None)
         else:
@@ -42,6 +46,11 @@ class RegistryView:
     def live(self, now_ms: int) -> list[AgentRegistration]:
         """Registrations that may take work: READY and heard from within 2 x ttl."""
         return [i.registration for i in self.instances(now_ms) if i.effective_state is AgentState.READY]
+
+    @staticmethod
+    def live_until(live: list[AgentRegistration]) -> int | None:
+        """The first time (ms) one of these live registrations turns OFFLINE by silence, unless heard from again."""
+        return min((reg.heartbeat_at + 2 * reg.ttl_ms for reg in live), default=None)
 
     def __len__(self) -> int:
         return len(self._by_instance)

@@ -22,10 +22,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaException
-
 from reach.errors import InvalidName
 from reach.kafka import clients
+from reach.kafka.types import KafkaException
 from reach.names import Names
 from reach.settings import KafkaSettings
 from reach.streams import groupadmin
@@ -53,7 +52,7 @@ it for a few seconds, a member that died without leaving for up to its session t
 
 
 class Subscriber(Protocol):
-    """What the topic watcher needs of a consumer (confluent_kafka.Consumer, or an in-memory fake)."""
+    """What the topic watcher needs of a consumer (reach.kafka.types.Consumer, or an in-memory fake)."""
 
     def subscribe(self, topics: list[str], on_assign: Callable[[Any, list[Any]], None] | None = ...,
                   on_revoke: Callable[[Any, list[Any]], None] | None = ...) -> None: ...

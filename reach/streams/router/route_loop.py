@@ -1,15 +1,16 @@
-"""The router's hot path: a confluent-kafka consumer on every capability topic of the namespace.
+"""The router's hot path: a consumer on every capability topic of the namespace.
 
-Per batch: consume up to `batch_size` envelopes, decode only the routing fields, decide (pure
-`reach.core.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
-that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so the forwards'
-delivery reports (inside that flush) only note them; then the batch's ROUTED receipts are produced together
-and flushed (one receipts batch per poll batch, decision 0044). Failures are per record (reach.kafka.acks):
-each input partition is committed up to its first record whose outputs are not all acknowledged and read
-again from there; the other partitions of the batch move on. A record the broker refuses for good (too large) is
-dead-lettered; a Schema Registry outage is infrastructure (not committed, read again after a backoff).
+Per batch: consume up to `batch_size` envelopes (waiting up to the batch window for more once batches hold more
+than one, decision 0054), decode each envelope once (the payload is never read), decide the batch with one
+`reach.core.routing.Decider` (pure; the routing table of reach.streams.router.routetable is kept across batches),
+then produce forwards of the original bytes, dead letters and the receipts that do not need an offset, and flush
+once. Each ROUTED receipt carries the inbox offset, so the forwards' delivery reports (inside that flush) only note
+them; then the batch's ROUTED receipts are produced together and flushed (one receipts batch per poll batch,
+decision 0044; why not one pass: decision 0054). Failures are per record (reach.kafka.acks): each input partition
+is committed up to its first record whose outputs are not all acknowledged and read again from there; the other
+partitions of the batch move on. A record the broker refuses for good (too large) is dead-lettered; a Schema
+Registry outage is infrastructure (not committed, read again after a backoff).
 """
-
 from __future__ import annotations
 
 import functools
@@ -17,21 +18,19 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, cast
-
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
 
 from reach import dlq
-from reach.core import allowance, fallback, fanout, sessionmap
-from reach.core.canarybook import canaries
+from reach.core import allowance, fallback, sessionmap
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
 from reach.core.factors import FactorWeights
 from reach.core.lifecycle import FallbackRef
-from reach.core.loads import InstanceLoad
+from reach.core.loads import MessageKey
 from reach.core.routing import (
+    Decider,
     Expired,
     Forward,
     NoRoute,
@@ -39,7 +38,6 @@ from reach.core.routing import (
     Reject,
     RouteOutcome,
     Unavailable,
-    decide,
     parse_request,
 )
 from reach.core.timeouts import stretched
@@ -48,6 +46,7 @@ from reach.errors import ConfigError, InvalidName
 from reach.kafka import clients, delivery, topics
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
+from reach.kafka.backoff import PartitionBackoff
 from reach.kafka.codec import (
     DecodeError,
     RegistryUnavailable,
@@ -56,8 +55,10 @@ from reach.kafka.codec import (
     default_codec,
     encode_dict,
 )
+from reach.kafka.supervised import SupervisedLoop
+from reach.kafka.types import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.names import Names
-from reach.records import AgentRegistration, Canary, InstanceHealth, Status
+from reach.records import Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.feed import Feed
 from reach.streams.router import affinity
@@ -66,10 +67,10 @@ from reach.streams.router.captopics import CapabilityTopics
 from reach.streams.router.ports import Handoff
 from reach.streams.router.qps import QpsLimits
 from reach.streams.router.routed_receipt import RoutedReceiptWriter
+from reach.streams.router.routetable import RouteTable, RouteTables
 from reach.streams.router.state import RouterState, StateLoop
 from reach.streams.router.stats import OTHER, RouterStats
 from reach.streams.router.subscriptions import FanOutStep, receipt_headers
-from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
@@ -83,57 +84,31 @@ def router_group(names: Names) -> str:
     return f"{names.router_app_id}.capabilities"
 
 
-class PartitionBackoff:
-    """When each input partition whose records were not acknowledged may be read again (doubling, capped)."""
-
-    def __init__(self, *, first_s: float = 0.1, most_s: float = 5.0) -> None:
-        self._first, self._most = first_s, most_s
-        self._delay: dict[tuple[str, int], float] = {}
-        self._until: dict[tuple[str, int], float] = {}
-
-    def hold(self, tp: tuple[str, int], now: float) -> float:
-        """Hold a partition after a failure; returns how long."""
-        delay = min(self._delay.get(tp, self._first / 2) * 2, self._most)
-        self._delay[tp], self._until[tp] = delay, now + delay
-        return delay
-
-    def cleared(self, tp: tuple[str, int]) -> None:
-        """A batch of the partition was acknowledged: the next failure starts from the first delay again."""
-        self._delay.pop(tp, None)
-
-    def due(self, now: float) -> list[tuple[str, int]]:
-        """Held partitions whose wait is over (each returned once)."""
-        ready = [tp for tp, until in self._until.items() if until <= now]
-        for tp in ready:
-            del self._until[tp]
-        return ready
-
-
-@dataclass
 class _Batch:
-    """What one consumed batch caused: the acknowledgement ledger, and per-capability settings read once."""
+    """What one consumed batch caused: the acknowledgement ledger, the table and the decisions it routed with."""
 
-    acks: Acks = field(default_factory=Acks)
-    records: dict[Position, Message] = field(default_factory=dict)
-    stalled: set[tuple[str, int]] = field(default_factory=set)  # partitions read again from a failed record
-    capabilities: dict[str, tuple[FactorWeights, bool]] = field(default_factory=dict)  # weights, validate_at_router
-    known: frozenset[str] = frozenset()  # capabilities with a live instance: the only ones with their own stats
-    health: Mapping[str, InstanceHealth] = field(default_factory=dict)  # the health writer's records, by instance_id
-    canaries: dict[str, Canary] = field(default_factory=dict)  # by agent_id
-    terminals: list[_Ending] = field(default_factory=list)  # terminal receipts waiting for the batch's one claim
-    won: dict[Position, bytes] = field(default_factory=dict)  # the receipt each record claimed its slot with
-    splits: dict[str, fanout.Split] = field(default_factory=dict)  # capability -> its live instances by mode
-    routed: list[_Routed] = field(default_factory=list)  # acknowledged forwards whose ROUTED receipt is due
+    __slots__ = ("acks", "decider", "known", "records", "routed", "routes", "stalled", "table", "terminals", "won")
+
+    def __init__(self, table: RouteTable, decider: Decider) -> None:
+        self.acks = Acks()
+        self.records: dict[Position, Message] = {}
+        self.stalled: set[tuple[str, int]] = set()  # partitions read again from a failed record
+        self.table = table  # the per-capability settings, from the views
+        self.known = table.known  # capabilities with a live instance: the only ones with their own stats
+        self.decider = decider  # the batch's decisions, in order
+        self.routes: list[tuple[MessageKey, str]] = []  # (message key, instance) of each forward
+        self.terminals: list[_Ending] = []  # terminal receipts waiting for the batch's one claim
+        self.won: dict[Position, bytes] = {}  # the receipt each record claimed its slot with
+        self.routed: list[_Routed] = []  # acknowledged forwards whose ROUTED receipt is due
 
     def stats_key(self, capability: str) -> str:
         """Where the router's counts of a capability go: its own only while a live instance serves it."""
         return capability if capability in self.known else OTHER
 
 
-@dataclass(frozen=True)
-class _Routed:
+class _Routed(NamedTuple):
     """An acknowledged forward: where it landed, and the ROUTED receipt's delivery report (its input stays unacked
-    until that receipt is acknowledged too)."""
+    until that receipt is acknowledged too). A NamedTuple: one per forward."""
 
     request: RouteRequest
     forward: Forward
@@ -183,6 +158,7 @@ class Router(SupervisedLoop):
         kafka: KafkaSettings,
         reach: ReachSettings,
         batch_size: int = 500,
+        batch_window_ms: float | None = None,
         metadata_refresh_ms: int = 2_000,
         rng: random.Random | None = None,
         redis: RedisSettings,
@@ -198,6 +174,7 @@ class Router(SupervisedLoop):
         self.names = Names(self.settings.namespace)
         self.fence = fence or fence_from_settings("router", namespace=self.settings.namespace, redis_settings=redis)
         self.state = RouterState()
+        self._tables = RouteTables(self.state)
         self.handoff = handoff
         self.stats = RouterStats()
         self.affinity = self.state.sessions  # recovered from the sessions topic by the state loop
@@ -205,6 +182,8 @@ class Router(SupervisedLoop):
         self.qps = QpsLimits()
         self.fanout = FanOutStep(self.names.receipts)  # subscribe-mode capabilities (docs/decisions/0040)
         self._batch_size = batch_size
+        window = reach.router_batch_window_ms if batch_window_ms is None else batch_window_ms
+        self._batch_window = max(window, 0) / 1000  # seconds
         self._metadata_refresh_ms = metadata_refresh_ms
         self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
         self._rng = rng or random.Random()
@@ -266,6 +245,7 @@ class Router(SupervisedLoop):
         capabilities.start()
         self._mark_ready()
         held = PartitionBackoff()
+        window = 0.0  # the batch window, opened while batches hold more than one record (a rate worth waiting for)
         try:
             while not self._stop.is_set():
                 if not capabilities.refresh(consumer):
@@ -277,7 +257,9 @@ class Router(SupervisedLoop):
                         consumer.resume([TopicPartition(t, p) for t, p in due])
                     except KafkaException:
                         pass  # revoked meanwhile: its next owner reads it from the committed offset
-                messages = clients.take(consumer, self._batch_size, 0.2)  # serves on_commit answers too
+                # serves on_commit answers too; the window lets a batch gather at moderate rates (0054)
+                messages = clients.take(consumer, self._batch_size, 0.2, window_s=window)
+                window = self._batch_window if len(messages) > 1 else 0.0  # one record: no wait at low rates
                 if not messages:
                     producer.poll(0)
                     clients.send_commits(consumer, ledger)  # an idle partition's failed last commit is sent again
@@ -319,18 +301,11 @@ class Router(SupervisedLoop):
             log.debug("session record of %r not sent: %s", session_key, exc)
 
     def _process(self, messages: list[Message], producer: Producer) -> _Batch:
-        batch = _Batch()
         now = now_ms()
-        live = self.state.live(now)
-        loads = self.state.loads.view(live, now_ms=now)
-        by_capability: dict[str, list[AgentRegistration]] = {}
-        for reg in live:  # select() filters by capability anyway; this keeps its loop to the instances that can match
-            for name in {c.name for c in reg.capabilities}:
-                by_capability.setdefault(name, []).append(reg)
-        batch.known = frozenset(by_capability)
-        batch.health = self.state.health
-        batch.canaries = canaries(self.state.control.records())
-        disabled = self.state.control.disabled()
+        table = self._tables.at(now)
+        batch = _Batch(table, Decider(now_ms=now, loads=self.state.loads.view(table.live, now_ms=now),
+                                      disabled=table.disabled, health=self.state.health, canaries=table.canaries,
+                                      costs=self.state.costs.means, rng=self._rng))
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -347,14 +322,15 @@ class Router(SupervisedLoop):
             if value is None:
                 continue  # a tombstone on a capability topic carries no request
             try:
-                self._route_one(msg, value, producer, batch, position, live=by_capability, loads=loads,
-                                disabled=disabled, now=now)
+                self._route_one(msg, value, producer, batch, position, now=now)
             except RegistryUnavailable as exc:  # infrastructure: not this record's fault, read it again later
                 batch.acks.fail(position, exc)
                 batch.stalled.add(tp)
             except Exception as exc:  # noqa: BLE001 - a router bug must not block the partition
                 log.exception("routing %s[%d]@%d failed", *position)
                 self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, position, now)
+        if batch.routes:
+            self.state.loads.routed_many(batch.routes, now)  # the next batch's view counts them queued
         self._settle_terminals(producer, batch)
         producer.flush(30)  # forwards, terminal receipts, dead letters
         if batch.routed:  # the ROUTED receipts of the acknowledged forwards, produced together: one receipts batch
@@ -388,9 +364,6 @@ class Router(SupervisedLoop):
         batch: _Batch,
         position: Position,
         *,
-        live: dict[str, list[AgentRegistration]],
-        loads: dict[str, InstanceLoad],
-        disabled: frozenset[str],
         now: int,
     ) -> None:
         try:
@@ -426,13 +399,9 @@ class Router(SupervisedLoop):
             receipt = _receipt(request, Status.FAILED, now, error=_error("BUDGET", "BUDGET_EXCEEDED", drained))
             self._produce_terminal(batch, position, receipt, reply, counter="budget_exceeded")
             return
-        settings = batch.capabilities.get(request.capability)
-        if settings is None:
-            control = self.state.control
-            settings = (control.weights(request.capability), control.policy(request.capability).validate_at_router)
-            batch.capabilities[request.capability] = settings
-        weights, validate = settings
-        plan = self.fanout.plan(envelope, live.get(request.capability, ()), batch.splits)
+        weights, validate = batch.table.settings_of(self.state, request.capability)
+        plan = self.fanout.plan(envelope, batch.table.by_capability.get(request.capability, ()),
+                                 batch.table.splits)
         if plan.agents:  # an event on a subscribe capability: one delivery per subscribing agent
             self.fanout.send(producer, batch.acks, position, topic=msg.topic() or "", envelope=envelope,
                              request=request, agents=plan.agents, reply=reply, now=now)
@@ -442,21 +411,14 @@ class Router(SupervisedLoop):
         sticky = affinity.sticky(self.affinity, session, envelope.get("headers"), now)
         candidates = plan.candidates
         clock = time.monotonic()
-        outcome: RouteOutcome = decide(
+        outcome: RouteOutcome = batch.decider.decide(
             request,
             candidates,
             weights=weights,
-            now_ms=now,
-            loads=loads,
-            disabled=disabled,
             affinity={request.session_key: sticky} if request.session_key and sticky else None,
-            rng=self._rng,
             payload=envelope["payload"] if validate else None,
-            health=batch.health,
-            canaries=batch.canaries,
             throttled=self.qps.throttled(candidates, clock),
             queue_when_full=plan.delivery,  # a subscriber's deliveries queue in its inbox, never shed
-            costs=self.state.costs.means,
         )
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):
@@ -469,9 +431,7 @@ class Router(SupervisedLoop):
             delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
                              headers=msg.headers(), partition=outcome.partition,
                              then=functools.partial(_forwarded, batch, position, request, outcome, reply))
-            loads[instance.instance_id] = outcome.decision.picked.load.plus_routed()  # the next decision sees it
-            self.state.loads.routed((request.message_id, request.generation, request.attempt),
-                                    instance.instance_id, now)
+            batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))
             if self.affinity.set(session, instance.instance_id, now):
                 self._record_session(producer, session, instance.instance_id, now, tenant=request.tenant)
             self.stats.count(stats_key, "routed")
@@ -491,7 +451,8 @@ class Router(SupervisedLoop):
         elif (isinstance(outcome, NoRoute) and self.handoff.enabled
               and self.state.control.policy(request.capability).handoff):
             for topic, key, out, headers in self.handoff.outputs(envelope, value, candidates, why=outcome.message,
-                                                                 disabled=disabled, names=self.names, at=now):
+                                                                 disabled=batch.table.disabled, names=self.names,
+                                                                 at=now):
                 delivery.produce(producer, batch.acks, position, topic, out, key=key, headers=headers)
             self.stats.count(stats_key, "handed_off")  # a human answers it (docs/intent.md), not UNROUTABLE
         elif isinstance(outcome, NoRoute):

@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import Message
-
 from reach.control import ControlView
 from reach.core import sessionmap
 from reach.core.commits import TopicPart
@@ -28,6 +26,7 @@ from reach.core.loads import LoadTracker
 from reach.core.views.registryview import RegistryView
 from reach.errors import InvalidName
 from reach.kafka import headers as H
+from reach.kafka.types import Message
 from reach.names import Names
 from reach.records import TERMINAL, AgentRegistration, InstanceHealth, Status
 from reach.settings import KafkaSettings

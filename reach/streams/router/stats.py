@@ -42,7 +42,10 @@ class RouterStats:
             key = capability or OTHER
             if key not in self._by_cap and len(self._by_cap) >= self._max:
                 key = OTHER  # bounded: request fields never grow the counters without end
-            self._by_cap.setdefault(key, Counter())[outcome] += n
+            counts = self._by_cap.get(key)
+            if counts is None:
+                counts = self._by_cap[key] = Counter()
+            counts[outcome] += n
 
     def snapshot(self) -> Snapshot:
         with self._lock:

@@ -10,14 +10,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Producer
-
 from reach.core import fanout
 from reach.core.candidates import RouteRequest
 from reach.kafka import delivery
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
 from reach.kafka.codec import encode_dict
+from reach.kafka.types import Producer
 from reach.records import AgentRegistration, Status
 
 log = logging.getLogger("reach.router")

@@ -138,7 +138,7 @@ def test_stats_of_capabilities_nobody_serves_share_one_key(monkeypatch: pytest.M
 
 
 def test_a_failing_partition_backs_off_alone_and_recovers() -> None:
-    from reach.streams.router.route_loop import PartitionBackoff
+    from reach.kafka.backoff import PartitionBackoff
 
     held = PartitionBackoff(first_s=0.1, most_s=0.4)
     a, b = ("cap", 0), ("cap", 1)
@@ -200,3 +200,30 @@ def test_a_routed_receipt_that_cannot_be_queued_fails_its_record_only(monkeypatc
     acks = r._process(cast(Any, [first, other]), cast(Any, producer)).acks
     assert acks.commits() == {(CAP, 1): 1} and acks.rewinds() == {(CAP, 0): 0}
     assert [x.message_id for x in receipts(producer)] == [envelope_id(other)]
+
+
+def test_the_routing_table_follows_the_registry_and_the_silence_of_instances(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The per-capability table is kept from batch to batch (0054), never past a registry record or an instance's
+    2 x ttl of silence."""
+    r = router(monkeypatch)
+    clock = [now_ms()]
+    monkeypatch.setattr("reach.streams.router.route_loop.now_ms", lambda: clock[0])
+
+    def statuses(offset: int) -> list[Status]:
+        producer = FakeProducer()
+        r._process(cast(Any, [record(offset)]), cast(Any, producer))
+        return [x.status for x in receipts(producer)]
+
+    assert statuses(0) == [Status.ROUTED]
+    r.state.apply_registration("i1", None)  # a tombstone: the next batch must not route to it
+    assert statuses(1) == [Status.UNROUTABLE]
+    heard = clock[0]
+    r.state.apply_registration("i1", AgentRegistration(
+        agent_id="agent://demo/echo", instance_id="i1", build_version="1",
+        capabilities=[Capability(name="demo.echo", version="1.0.0")], state=AgentState.READY,
+        heartbeat_at=heard, ttl_ms=1_000, max_concurrency=10_000, assigned_partitions=[0], inbox_topic=INBOX))
+    assert statuses(2) == [Status.ROUTED]
+    clock[0] = heard + 2_000  # the last moment it counts as live
+    assert statuses(3) == [Status.ROUTED]
+    clock[0] = heard + 2_001  # silent for more than 2 x ttl: OFFLINE, with no record applied
+    assert statuses(4) == [Status.UNROUTABLE]
