@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import threading
 import time
 from typing import Any
-
-from ulid import ULID
 
 from reach.core.allowance import check_budget
 from reach.core.marks import kept
@@ -30,8 +31,26 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_RFC4648_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+_RANDOM_MAX = (1 << 80) - 1
+_last_id = [0, 0]  # (millisecond, randomness) of the last id: ids made within one millisecond count up
+_id_lock = threading.Lock()
+
+
 def new_id() -> str:
-    return str(ULID())
+    """A ULID (48-bit millisecond time, 80 random bits, Crockford base32), monotonic within a millisecond as
+    python-ulid's `ULID()` is; ~1 µs instead of ~7 (the base32 by `base64.b32encode`, then translated)."""
+    ms = time.time_ns() // 1_000_000
+    with _id_lock:
+        last_ms, last_random = _last_id
+        if ms == last_ms and last_random < _RANDOM_MAX:
+            randomness = last_random + 1
+        else:
+            randomness = int.from_bytes(os.urandom(10), "big")
+        _last_id[0], _last_id[1] = ms, randomness
+    # 26 base32 digits hold 130 bits: two zero bits, then the 128 of the id (17 bytes, shifted to the left)
+    wide = (((ms << 80) | randomness) << 6).to_bytes(17, "big")
+    return base64.b32encode(wide)[:26].translate(_RFC4648_TO_CROCKFORD).decode()
 
 
 def encode_payload(payload: Any) -> tuple[bytes, str]:
@@ -106,6 +125,7 @@ def new_envelope(
         payload=body,
         content_type=content_type,
         routing=RoutingHints(region=region, session_key=session_key, tags=tags or [], priority=priority),
+        excluded_instances=[],  # given: pydantic deep-copies a mutable default per model
         created_at=created,
         deadline=created + budget_ms,
         delivery_timeout_ms=delivery_timeout_ms,
@@ -115,7 +135,8 @@ def new_envelope(
         idempotency_key=idempotency_key or message_id,
         reply_to=reply_to,
         callback=callback,
-        headers=kept(headers, message_id=None, to_agent=None),  # a caller's `reach-*` marks are the product's
+        # a caller's `reach-*` marks are the product's
+        headers=kept(headers, message_id=None, to_agent=None) if headers else {},
         session_snapshot=session_snapshot,
         max_tokens=max_tokens,
         max_cost_micros=max_cost_micros,

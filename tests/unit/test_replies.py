@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from reach.gateway.replies import _Waiter
+from reach.replyhub import _Waiter
 from reach.kafka import codec
 from reach.records import Receipt, Status
 from reach.replypump import Record, ReplyPump
