@@ -60,6 +60,10 @@ def encode_payload(payload: Any) -> tuple[bytes, str]:
     return json.dumps(payload, separators=(",", ":")).encode(), "application/json"
 
 
+_PROTOTYPES: dict[tuple[Any, ...], Envelope] = {}
+_PROTOTYPES_MOST = 1_024
+
+
 def new_envelope(
     capability: str,
     payload: Any,
@@ -91,7 +95,83 @@ def new_envelope(
 ) -> Envelope:
     """A valid Envelope, or a ReachError saying which argument is wrong. `execution_timeout_ms` 0 (the default)
     leaves the run's timeout to the agent's declaration; a value asks for less (reach.core.timeouts). `max_tokens` /
-    `max_cost_micros` budget the request and every request it causes (reach.core.allowance; None: no budget)."""
+    `max_cost_micros` budget the request and every request it causes (reach.core.allowance; None: no budget).
+
+    Envelopes that differ only in their ids, payload and timestamps (a publisher's stream of requests) are checked
+    and validated once: later ones are copies of a prototype with those fields replaced (~5 µs instead of ~20;
+    decision 0057)."""
+    try:
+        key = (capability, version, session_key, to_agent, region, tuple(tags) if tags else (), priority, tenant,
+               source, parent_id, intent, budget_ms, delivery_timeout_ms, execution_timeout_ms, expire_at,
+               max_attempts, reply_to, callback, tuple(headers.items()) if headers else (), session_snapshot,
+               max_tokens, max_cost_micros)
+        prototype = _PROTOTYPES.get(key)
+    except TypeError:  # an unhashable argument: validate it the long way (and say what is wrong with it)
+        key, prototype = None, None
+    if prototype is None:
+        envelope = _validated(capability, payload, version=version, session_key=session_key, to_agent=to_agent,
+                              region=region, tags=tags, priority=priority, tenant=tenant, source=source,
+                              trace_id=trace_id, parent_id=parent_id, intent=intent, budget_ms=budget_ms,
+                              delivery_timeout_ms=delivery_timeout_ms, execution_timeout_ms=execution_timeout_ms,
+                              expire_at=expire_at, max_attempts=max_attempts, idempotency_key=idempotency_key,
+                              reply_to=reply_to, callback=callback, headers=headers,
+                              max_payload_bytes=max_payload_bytes, session_snapshot=session_snapshot,
+                              max_tokens=max_tokens, max_cost_micros=max_cost_micros)
+        if key is not None:
+            if len(_PROTOTYPES) >= _PROTOTYPES_MOST:
+                _PROTOTYPES.clear()
+            _PROTOTYPES[key] = envelope
+        return envelope
+    body, content_type = encode_payload(payload)
+    if len(body) > max_payload_bytes:
+        raise _too_large(body, max_payload_bytes)
+    created = now_ms()
+    message_id = new_id()
+    routing = prototype.routing
+    return prototype.model_copy(update={
+        "message_id": message_id, "trace_id": trace_id or new_id(), "payload": body, "content_type": content_type,
+        "created_at": created, "deadline": created + budget_ms, "idempotency_key": idempotency_key or message_id,
+        # fresh containers: no two envelopes share a mutable list or dict
+        "routing": routing.model_copy(update={"tags": list(routing.tags)}) if routing.tags else routing,
+        "headers": dict(prototype.headers), "excluded_instances": [],
+    })
+
+
+def _too_large(body: bytes, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"Payload is {len(body):,} bytes; the limit is {limit:,}. "
+                           "Send a reference (a URL or object key) instead of the data.")
+
+
+def _validated(
+    capability: str,
+    payload: Any,
+    *,
+    version: str = "*",
+    session_key: str | None = None,
+    to_agent: str | None = None,
+    region: str | None = None,
+    tags: list[str] | None = None,
+    priority: int = 0,
+    tenant: str = "default",
+    source: str = "reach-client",
+    trace_id: str | None = None,
+    parent_id: str | None = None,
+    intent: str | None = None,
+    budget_ms: int = BUDGET_MS,
+    delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS,
+    execution_timeout_ms: int = EXECUTION_TIMEOUT_MS,
+    expire_at: int | None = None,
+    max_attempts: int = 0,
+    idempotency_key: str | None = None,
+    reply_to: str | None = None,
+    callback: str | None = None,
+    headers: dict[str, str] | None = None,
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    session_snapshot: str | None = None,
+    max_tokens: int | None = None,
+    max_cost_micros: int | None = None,
+) -> Envelope:
+    """`new_envelope` the long way: every argument checked, the model validated."""
     check_capability(capability)
     from reach.intent.catalog import RESERVED
 
@@ -106,10 +186,7 @@ def new_envelope(
         check_agent_id(to_agent)
     body, content_type = encode_payload(payload)
     if len(body) > max_payload_bytes:
-        raise PayloadTooLarge(
-            f"Payload is {len(body):,} bytes; the limit is {max_payload_bytes:,}. "
-            "Send a reference (a URL or object key) instead of the data."
-        )
+        raise _too_large(body, max_payload_bytes)
     created = now_ms()
     message_id = new_id()
     return Envelope(

@@ -39,6 +39,7 @@ TARGETS = {
     "scoring_100_p99_ms": "<= 0.5",
     "gateway_accepted_rps": ">= 1,000 (one process)",
     "gateway_500_p99_ms": "<= 50",
+    "sdk_publish_rps": ">= 20,000 envelopes/s from one SDK process, every ack checked (issue 36)",
 }
 """Issue 10's targets that `reach bench` measures (the demo's latency is `reach demo`'s), issue 13's and issue 23's."""
 
@@ -113,14 +114,23 @@ class Report:
                                          if r.mode.startswith("gateway ") and not r.skipped), default=None),
             "gateway_500_p99_ms": (round(gw500.latency.p99, 1) if (gw500 := self.find("gateway 500/s"))
                                    and gw500.latency else None),
+            "sdk_publish_rps": self.sdk_publish_rps(),
         }
+
+    def sdk_publish_rps(self) -> float | None:
+        """The best rate of the SDK's pipelined publishers (`send_many`, AsyncClient) with nothing unacknowledged."""
+        from reach.tooling.bench.publish import SDK_ROWS
+
+        rates = [r.throughput for m in SDK_ROWS if (r := self.find(m)) is not None and not r.lost]
+        return round(max(rates)) if rates else None
 
     def as_dict(self) -> dict[str, Any]:
         return {"conditions": self.conditions, "modes": [r.as_dict() for r in self.results],
                 "knee_rps": {s.setup: s.knee_rps for s in self.knees}, "knee": [s.as_dict() for s in self.knees],
                 "cpu_per_1k_by_process": {r.mode: r.cpu_by_process for r in self.results if r.cpu_by_process},
                 "status_scale": self._status_scale(),
-                "ratios": self.ratios(), "targets": TARGETS, "measured": self.checks()}
+                "ratios": self.ratios(), "targets": TARGETS, "measured": self.checks(),
+                "sdk_publish_rps": self.sdk_publish_rps()}
 
     def _status_scale(self) -> dict[str, Any] | None:
         """The status-scale figures; a skipped run says why; None when the mode did not run."""

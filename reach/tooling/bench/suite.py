@@ -12,13 +12,15 @@ from typing import Any
 
 from reach.settings import KafkaSettings
 from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, quix, raw, round_trip, route, scoring
+from reach.tooling.bench import publish as publish_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
 from reach.tooling.bench.report import Report, conditions
 from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
-MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway", "intent")
+MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway", "intent",
+         "publish")
 STATUS_SCALE = "reach.tooling.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -77,6 +79,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("scoring", lambda: scoring.run(calls=config.scoring_calls)),
             ("gateway", lambda: _gateway(config, kafka)),
             ("intent", lambda: intent.run()),
+            ("publish", lambda: _publish(config, kafka)),
         ]
         for name, step in steps:
             if name in config.modes:
@@ -138,6 +141,15 @@ def _gateway(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResul
     ws = Workspace(kafka=kafka, topics_file=config.topics_file)
     try:
         return gateway.run(ws, config.gateway)
+    finally:
+        ws.delete()
+
+
+def _publish(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:
+    """In a namespace of its own: the SDK's publishers and the plain producer write to one capability topic."""
+    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+    try:
+        return publish_mode.run(ws, messages=config.messages, warmup=config.warmup)
     finally:
         ws.delete()
 
