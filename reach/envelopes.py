@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import threading
@@ -31,15 +30,18 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-_RFC4648_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", b"0123456789ABCDEFGHJKMNPQRSTVWXYZ")
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # every 10 bits as two base32 digits
 _RANDOM_MAX = (1 << 80) - 1
 _last_id = [0, 0]  # (millisecond, randomness) of the last id: ids made within one millisecond count up
+_last_time: list[Any] = [-1, ""]  # (millisecond, its 10 digits)
 _id_lock = threading.Lock()
 
 
 def new_id() -> str:
     """A ULID (48-bit millisecond time, 80 random bits, Crockford base32), monotonic within a millisecond as
-    python-ulid's `ULID()` is; ~1 µs instead of ~7 (the base32 by `base64.b32encode`, then translated)."""
+    python-ulid's `ULID()` is; ~1 µs instead of ~7: the time's 10 digits are made once per millisecond, the
+    randomness's 16 by eight lookups of 10 bits."""
     ms = time.time_ns() // 1_000_000
     with _id_lock:
         last_ms, last_random = _last_id
@@ -48,16 +50,23 @@ def new_id() -> str:
         else:
             randomness = int.from_bytes(os.urandom(10), "big")
         _last_id[0], _last_id[1] = ms, randomness
-    # 26 base32 digits hold 130 bits: two zero bits, then the 128 of the id (17 bytes, shifted to the left)
-    wide = (((ms << 80) | randomness) << 6).to_bytes(17, "big")
-    return base64.b32encode(wide)[:26].translate(_RFC4648_TO_CROCKFORD).decode()
+        if _last_time[0] != ms:
+            _last_time[0], _last_time[1] = ms, "".join([_PAIRS[(ms >> s) & 1023] for s in (40, 30, 20, 10, 0)])
+        stamp: str = _last_time[1]
+    r = randomness
+    return stamp + "".join([_PAIRS[r >> 70], _PAIRS[(r >> 60) & 1023], _PAIRS[(r >> 50) & 1023],
+                            _PAIRS[(r >> 40) & 1023], _PAIRS[(r >> 30) & 1023], _PAIRS[(r >> 20) & 1023],
+                            _PAIRS[(r >> 10) & 1023], _PAIRS[r & 1023]])
+
+
+_JSON = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps builds one per call otherwise
 
 
 def encode_payload(payload: Any) -> tuple[bytes, str]:
     """JSON-encode anything that is not already bytes; returns (bytes, content_type)."""
     if isinstance(payload, (bytes, bytearray)):
         return bytes(payload), "application/octet-stream"
-    return json.dumps(payload, separators=(",", ":")).encode(), "application/json"
+    return _JSON(payload).encode(), "application/json"
 
 
 _PROTOTYPES: dict[tuple[Any, ...], Envelope] = {}

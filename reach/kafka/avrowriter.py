@@ -45,11 +45,16 @@ def varint(n: int) -> bytes:
 
 def _string(value: str) -> bytes:
     raw = value.encode()
-    return varint(len(raw)) + raw
+    n = len(raw)
+    return (_SMALL[n << 1] if n < 64 else varint(n)) + raw
 
 
 def _bytes(value: bytes) -> bytes:
-    return varint(len(value)) + value
+    n = len(value)
+    return (_SMALL[n << 1] if n < 64 else varint(n)) + value
+
+
+_SMALL_INTS = {n: varint(n) for n in range(-64, 64)}  # one byte each: counters, attempts, priorities
 
 
 def _array(item: Write) -> Write:
@@ -70,7 +75,8 @@ def _map(value_writer: Write) -> Write:
     return write
 
 
-_PRIMITIVES = {"string": "_string({})", "bytes": "_bytes({})", "int": "varint({})", "long": "varint({})",
+_PRIMITIVES = {"string": "_string({})", "bytes": "_bytes({})", "int": "(_small_ints.get({0}) or varint({0}))",
+               "long": "(_small_ints.get({0}) or varint({0}))",
                "boolean": "(b'\\x01' if {} else NULL)", "double": "_double({})", "float": "_float({})",
                "null": "b''"}
 
@@ -80,6 +86,7 @@ class _Source:
 
     def __init__(self) -> None:
         self.names: dict[str, Any] = {"varint": varint, "_string": _string, "_bytes": _bytes, "NULL": NULL,
+                                      "_small_ints": _SMALL_INTS,
                                       "SOME": SOME, "_double": _DOUBLE, "_float": _FLOAT}
 
     def bind(self, value: Any) -> str:
