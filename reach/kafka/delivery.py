@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
@@ -33,14 +33,22 @@ def describe(error: Any) -> str:
     return err.str() if isinstance(err, KafkaError) else str(err)
 
 
-def produce(producer: Producer, acks: Acks, position: Position, topic: str, value: bytes, *,
-            key: bytes | str | None = None, headers: Any = None, partition: int | None = None,
-            then: Callable[[Message], None] | None = None) -> bool:
-    """Produce one record caused by the input at `position`; False when it could not even be queued.
+def produce(producer: Producer, acks: Acks, position: Position | Sequence[Position], topic: str,
+            value: bytes | None, *, key: bytes | str | None = None, headers: Any = None,
+            partition: int | None = None, then: Callable[[Message], None] | None = None) -> bool:
+    """Produce one record caused by the input at `position` (or by each of several inputs); False when it could
+    not even be queued.
 
     `then(msg)` runs on a successful delivery before the record counts as acknowledged (the router
     writes a ROUTED receipt from its forward's delivery report). A full queue is waited out once."""
-    report = acks.expect(position)
+    if isinstance(position, tuple):
+        report = acks.expect(position)
+    else:
+        reports = [acks.expect(p) for p in position]
+
+        def report(err: Any, msg: Any) -> None:
+            for each in reports:
+                each(err, msg)
 
     def delivered(err: Any, msg: Message) -> None:
         if err is None and then is not None:

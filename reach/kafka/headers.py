@@ -21,6 +21,7 @@ REPLY_TO = "x-reach-reply-to"          # the envelope's reply_to, on the router'
 FALLBACK = "x-reach-fallback"          # on a router's ending: `<capability> <child id>` it sent to the fallback
 FANOUT_OF = "x-reach-fanout-of"        # on the router's receipts of a fan-out delivery: the parent's message id
 FALLBACK_ASK = "x-reach-fallback-ask"  # on a timekeeper's or delay tier's ending: the status fold sends its fallback
+STATUS = "x-reach-status"              # a receipt's status name: readers that want some statuses skip the rest
 
 Headers = list[tuple[str, str | bytes | None]]
 """Kafka headers as confluent-kafka's producer takes them."""
@@ -63,6 +64,19 @@ def integer(headers: Pairs, name: str) -> int | None:
     if not 0 < len(digits) <= _INT_DIGITS or not digits.lstrip(b"-").isdigit() or digits.count(b"-") > 1:
         raise HeaderError(f"header {name}: expected a decimal integer, got {value[:40]!r}", name=name, raw=value)
     return int(digits)
+
+
+def receipt_status(headers: Pairs) -> str | None:
+    """The status a receipt's producer said it carries (STATUS), or None when it did not say (decode to know).
+
+    Only a filter: a reader skips a receipt whose status it does not want, and decodes one without the header."""
+    value = _last(headers, STATUS)
+    return None if value is None else value.decode("ascii", errors="replace")
+
+
+def status_header(status: str) -> tuple[str, bytes]:
+    """The STATUS header of a receipt with `status` (its Status name)."""
+    return (STATUS, status.encode("ascii"))
 
 
 def _last(headers: Pairs, name: str) -> bytes | None:

@@ -5,29 +5,31 @@ counted by one worker. For every terminal receipt that carries usage (Receipt v9
 (the usage's source `gateway:<app_id>`) and its tenant, through reach.spendbook, whose guard on (message_id,
 generation) counts a receipt once however often it is read: a worker restarted before its commit, a rebalance,
 the agent republishing its cached terminal. Offsets are committed after Redis answered (commit after count); a
-Redis outage restarts the loop from the last commit. docs/decisions/0035-usage-and-spend-limits.md."""
+Redis outage restarts the loop from the last commit. docs/decisions/0035-usage-and-spend-limits.md.
+
+It reads only the receipts that can charge: a receipt whose `x-reach-status` header names a status that ends no
+generation, or that a router wrote (ROUTED, `x-reach-router`), is skipped before it is decoded; one without
+either header is decoded. It runs on the batch worker (reach.kafka.worker, decision 0053)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
-
-from reach.core.commits import CommitLedger, TopicPart
-from reach.errors import InfraUnavailable, TopicMissing
-from reach.kafka import clients, codec, topicreader
-from reach.kafka.codec import DecodeError, RegistryUnavailable
+from reach.kafka import headers as H
+from reach.kafka.worker import INFRASTRUCTURE, Output, Record, Subscription, Worker
 from reach.names import Names
 from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
-from reach.spendbook import Charge, RedisSpendBook, app_scope, tenant_scope
+from reach.spendbook import Charge, app_scope, tenant_scope
 from reach.streams.exceptions import NotReady
-from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.usage")
 APP_SOURCE = "gateway:"  # reach.gateway.intake.source_of: the envelopes of a gateway app
+CHARGING = frozenset(s.name for s in Status if s.is_terminal or s is Status.INPUT_REQUIRED)
+"""The statuses whose receipts may carry usage (they end a generation)."""
 
 
 def usage_group(names: Names) -> str:
@@ -56,74 +58,62 @@ def charges(receipt: Receipt, *, currency: str) -> list[Charge]:
                    tokens=tokens, cost_micros=cost) for s in scopes]
 
 
-def batch_charges(messages: list[Message], *, currency: str) -> tuple[list[Charge], dict[TopicPart, int]]:
-    """The charges of a batch and the commit points once they are counted; an undecodable receipt is skipped (the
-    status fold dead-letters nothing here: it is not this counter's to judge)."""
-    found: list[Charge] = []
-    commits: dict[TopicPart, int] = {}
-    for msg in messages:
-        if msg.error() is not None:
-            continue
-        commits[msg.topic() or "", msg.partition() or 0] = (msg.offset() or 0) + 1
-        try:
-            receipt = codec.decode(msg.value() or b"", Receipt)
-        except DecodeError:
-            continue
-        found.extend(charges(receipt, currency=currency))
-    return found, commits
+def batch_charges(receipts: Iterable[Receipt | None], *, currency: str) -> list[Charge]:
+    """The charges of a batch of decoded receipts (None: a tombstone, nothing to charge)."""
+    return [c for r in receipts if r is not None for c in charges(r, currency=currency)]
 
 
-class UsageCounter(SupervisedLoop):
-    """The Kafka shell: reads receipts, records their charges, commits after Redis answered."""
+def cannot_charge(record: Record[Receipt]) -> bool:
+    """True when a receipt's headers show it cannot charge (a status that ends no generation, a router's ROUTED):
+    skipped without decoding. False when they do not say."""
+    pairs = record.headers
+    status = H.receipt_status(pairs)
+    if status is not None:
+        return status not in CHARGING
+    return any(name == H.ROUTER for name, _ in pairs)
+
+
+class Book(Protocol):
+    """Where charges are recorded (reach.spendbook.RedisSpendBook): once per (scope, message_id, generation)."""
+
+    def record(self, charges: Sequence[Charge]) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class UsageCounter(Worker[Receipt]):
+    """The loop: reads receipts, records their charges, commits after Redis answered."""
 
     thread_name = "reach-usage"
-    restart_on = (KafkaException, NotReady, RegistryUnavailable, InfraUnavailable)
+    restart_on = (*INFRASTRUCTURE, NotReady)
     log = log
 
-    def __init__(self, *, names: Names, kafka: KafkaSettings, book: Callable[[], RedisSpendBook],
+    def __init__(self, *, names: Names, kafka: KafkaSettings, book: Callable[[], Book],
                  currency: str) -> None:
-        super().__init__()
-        self._names = names
-        self._kafka = kafka
-        self._book = book
-        self._currency = currency
         self.worker_id = uuid.uuid4().hex[:12]
+        super().__init__(kafka=kafka, subscription=Subscription(
+            group=usage_group(names), topics=[names.receipts], decode=Receipt, skip=cannot_charge, profile="feed",
+            consumer_config={"client.id": f"reach-usage {self.worker_id}", "auto.offset.reset": "earliest"}))
+        self._book_factory = book
+        self._book: Book | None = None
+        self._currency = currency
         self.counted = 0
 
-    def _loop(self) -> None:
-        names, ledger, owned = self._names, CommitLedger(), set[TopicPart]()
-        consumer = clients.consumer(usage_group(names), self._kafka, profile="feed", **{
-            "client.id": f"reach-usage {self.worker_id}", "auto.offset.reset": "earliest",
-            "on_commit": lambda err, tps: clients.on_commit(ledger, err, tps)})
-        book = self._book()
+    def opened(self) -> None:
+        self._book = self._book_factory()
 
-        def assigned(_c: Consumer, tps: list[TopicPartition]) -> None:
-            owned.update((tp.topic, tp.partition) for tp in tps)
+    def closed(self) -> None:
+        if self._book is not None:
+            self._book.close()
+            self._book = None
 
-        def revoked(c: Consumer, tps: list[TopicPartition]) -> None:
-            parts = [(tp.topic, tp.partition) for tp in tps]
-            clients.commit_now(c, ledger, parts)
-            ledger.forget(parts)
-            owned.difference_update(parts)
+    def handle(self, records: list[Record[Receipt]]) -> Iterable[Output]:
+        assert self._book is not None
+        # before the commit: a crash in between counts nothing twice (the book's guard)
+        self.counted += self._book.record(batch_charges((r.value for r in records), currency=self._currency))
+        return ()
 
-        def lost(_c: Consumer, tps: list[TopicPartition]) -> None:
-            parts = [(tp.topic, tp.partition) for tp in tps]
-            ledger.forget(parts)
-            owned.difference_update(parts)
-
-        try:
-            try:
-                topicreader.partitions(consumer, names.receipts)
-            except TopicMissing as exc:  # not applied yet: try again after the backoff
-                raise NotReady(str(exc)) from None
-            consumer.subscribe([names.receipts], on_assign=assigned, on_revoke=revoked, on_lost=lost)
-            self._mark_ready()
-            while not self._stop.is_set():
-                found, commits = batch_charges(clients.take(consumer, 500, 0.5), currency=self._currency)
-                self.counted += book.record(found)  # before the commit: a crash in between counts nothing twice
-                ledger.want({tp: o for tp, o in commits.items() if tp in owned})
-                clients.send_commits(consumer, ledger, owned)
-            clients.commit_now(consumer, ledger)
-        finally:
-            consumer.close()
-            book.close()
+    def failed(self, record: Record[Receipt], error: BaseException) -> Iterable[Output]:
+        """An undecodable receipt is skipped: the status fold judges receipts, not this counter."""
+        log.debug("usage counter: %r skipped: %s", record, error)
+        return ()

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
+from typing import Any
+from unittest import mock
 
 from reach.core.spend import Period, Spent
-from reach.kafka import codec
+from reach.kafka import clients, codec, memory
+from reach.kafka import headers as H
+from reach.names import Names
 from reach.records import Receipt, Status, Usage
+from reach.settings import KafkaSettings
 from reach.spendbook import MemorySpendBook
-from reach.streams.usage.counter import batch_charges, charges
-from tests.unit.streams.kafka_fakes import FakeMessage
+from reach.streams.status.lookup import partition_of
+from reach.streams.usage.counter import UsageCounter, batch_charges, charges, usage_group
 
 AT = 1_796_292_000_000
 
@@ -54,16 +61,55 @@ def test_a_cost_in_another_currency_is_not_counted_its_tokens_are() -> None:
     assert (tenant.tokens, tenant.cost_micros) == (150, 0)
 
 
-def test_a_batch_read_twice_counts_once_and_commits_past_every_record() -> None:
-    def msg(offset: int, value: bytes) -> FakeMessage:
-        return FakeMessage("ns.receipts", 0, offset, value)
-
-    batch = [msg(0, codec.encode(receipt("m1", Status.STARTED))), msg(1, codec.encode(receipt("m1", usage=USED))),
-             msg(2, b"not a receipt"), msg(3, codec.encode(receipt("m1", usage=USED)))]  # republished terminal
-    found, commits = batch_charges(batch, currency="USD")  # type: ignore[arg-type]
-    assert commits == {("ns.receipts", 0): 4}
+def test_a_batch_read_twice_counts_once() -> None:
+    batch = [receipt("m1", Status.STARTED), receipt("m1", usage=USED), None, receipt("m1", usage=USED)]  # republished
     book = MemorySpendBook()
-    assert book.record(found) == 2  # tenant and app, once each
-    again, _ = batch_charges(batch, currency="USD")  # type: ignore[arg-type]  # a restart before the commit
-    assert book.record(again) == 0
+    assert book.record(batch_charges(batch, currency="USD")) == 2  # tenant and app, once each
+    assert book.record(batch_charges(batch, currency="USD")) == 0  # a restart before the commit
     assert asyncio.run(book.spent("app:app_1", [Period.DAY], AT)) == {Period.DAY: Spent(150, 2_000)}
+
+
+class Book(MemorySpendBook):
+    def close(self) -> None:
+        pass
+
+
+def test_the_counter_decodes_only_receipts_that_can_charge_and_commits_past_every_record() -> None:
+    """On the memory bus: a STARTED with its status header and a router's ROUTED are not decoded, an undecodable
+    receipt is skipped, a republished terminal is charged once, and every offset is committed."""
+    name = f"usage-{uuid.uuid4().hex[:8]}"
+    kafka = KafkaSettings(bootstrap=memory.SCHEME + name)
+    names = Names("ns")
+    bus = memory.bus(name)
+    bus.create_topic(names.receipts, 2)
+    decoded: list[bytes] = []
+    real = codec.decode
+
+    def counting(data: bytes, model: Any) -> Any:
+        decoded.append(data)
+        return real(data, model)
+
+    producer = clients.producer(kafka)
+    sent: list[tuple[bytes, H.Headers | None]] = [
+        (codec.encode(receipt("m1", Status.STARTED)), [H.status_header("STARTED")]),
+        (codec.encode(receipt("m1", Status.ROUTED)), [(H.ROUTER, b"r1")]),
+        (b"not a receipt", None),
+        (codec.encode(receipt("m1", usage=USED)), [H.status_header("COMPLETED")]),
+        (codec.encode(receipt("m1", usage=USED)), None),  # an older producer: no header, decoded
+    ]
+    for value, headers in sent:
+        producer.produce(names.receipts, value=value, key=b"m1", headers=headers)
+    producer.flush(1)
+    book = Book()
+    counter = UsageCounter(names=names, kafka=kafka, book=lambda: book, currency="USD")
+    try:
+        with mock.patch.object(codec, "decode", counting), counter:
+            deadline = time.monotonic() + 5
+            part = partition_of("m1", 2)
+            while bus.committed(usage_group(names), (names.receipts, part)) != 5:
+                assert time.monotonic() < deadline, "every offset committed"
+                time.sleep(0.01)
+    finally:
+        memory.forget(name)
+    assert counter.counted == 2
+    assert decoded == [b"not a receipt", sent[3][0], sent[4][0]], "the STARTED and the ROUTED were not decoded"

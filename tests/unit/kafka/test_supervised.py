@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from reach.streams.supervised import SupervisedLoop
+from reach.kafka.supervised import SupervisedLoop
 
 LOG = logging.getLogger("reach.test.supervised")
 
@@ -156,3 +156,9 @@ def test_restart_traceback_logs_each_restart_with_its_traceback(loops: list[Flak
     assert loop.wait_ready(10)
     [restart] = [r for r in caplog.records if r.getMessage().startswith("test loop restarting in")]
     assert restart.levelno == logging.ERROR and restart.exc_info is not None
+
+
+def test_the_loops_old_import_names_the_same_class() -> None:
+    from reach.streams import supervised
+
+    assert supervised.SupervisedLoop is SupervisedLoop

@@ -1,0 +1,402 @@
+"""The batch worker every consumer loop runs on: read a batch, decode once, handle, produce, wait for acks, commit.
+
+A loop subclasses `Worker`, names what it reads in a `Subscription` and implements `handle(records)`; the worker
+owns everything about Kafka (decision 0053). Its contract, per batch:
+
+1. **Read.** `clients.take`: wait up to `poll_s` for a first record, drain what is buffered, then (with
+   `window_ms`) wait that long more for the batch to fill to `max_records`. Partition EOFs and errors are skipped.
+2. **Decode once.** Each record's value is decoded by its topic's `Decoder` (a record model, a record name for
+   `codec.decode_dict`, or a function) before the handler sees it; `skip(record)` runs first, on headers and key
+   only, and a skipped record is committed without being decoded. Tombstones are handed over undecoded (None).
+3. **Handle.** `handle(records)` returns the `Output`s to produce and does the state writes the loop needs (they
+   happen before the commit). An output names the input that caused it (`cause`); without one it is caused by
+   every record of the batch. An exception in `restart_on` is infrastructure (below); any other is the records':
+   the batch is handled again record by record, and a record that raises alone, or does not decode, goes to
+   `failed(record, error)`, whose outputs (a dead letter, a REJECTED receipt) are produced instead, and the loop
+   moves on. So `handle` must tolerate seeing a record again whose batch raised (idempotent state writes).
+4. **Produce and wait.** Every output is produced with a delivery report (reach.kafka.acks) and the producer is
+   flushed (at most `flush_s`): nothing of a batch is in flight when the next one is read, so produces are
+   bounded by one batch. An output the broker refuses for good (too large, no such topic) sends its input to
+   `failed(record, Refused)` once; if that hook raises, or an outage leaves outputs unacknowledged, the input
+   stays unacknowledged.
+5. **Commit.** Per partition, up to the first record whose outputs are not all acknowledged
+   (`Acks.commits`), through the one-in-flight `CommitLedger` (`clients.send_commits`). A partition with an
+   unacknowledged record is sought back to it and paused, then resumed after a delay that doubles per failure
+   (reach.kafka.backoff); the other partitions move on.
+6. **Rebalance.** On revoke, a synchronous final commit of what was acknowledged (`clients.commit_now`); on lost,
+   the partitions are forgotten. A revoke happens inside the poll, when nothing of a batch is pending.
+7. **Restart.** An exception in `restart_on` (Kafka, the Schema Registry, Redis: `InfraUnavailable`) ends the run;
+   the `finally` flushes and commits only what was acknowledged, and the supervised loop
+   (reach.kafka.supervised) starts a fresh consumer after a growing backoff. Anything else stops the worker.
+8. **Metrics.** Each `WorkerMetrics` in `metrics` is told of every batch, failed record and rewind (no-op hooks).
+
+The same code runs on the in-memory bus (a `memory://` bootstrap builds reach.kafka.memory's clients).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from reach.core.commits import CommitLedger, TopicPart
+from reach.errors import InfraUnavailable, ReachError, TopicMissing
+from reach.kafka import clients, codec, delivery, topicreader
+from reach.kafka import headers as H
+from reach.kafka.acks import Acks, Position
+from reach.kafka.backoff import PartitionBackoff
+from reach.kafka.codec import DecodeError, RegistryUnavailable
+from reach.kafka.supervised import SupervisedLoop
+from reach.records import AvroRecord
+from reach.settings import ConsumerProfile, KafkaSettings, ProducerProfile
+
+log = logging.getLogger("reach.worker")
+
+T = TypeVar("T")
+
+Decoder = type[AvroRecord] | str | Callable[[bytes], Any] | None
+"""How a topic's values are decoded: a record model (codec.decode), a record name (codec.decode_dict, a dict), a
+function of the bytes, or None (the bytes as they are)."""
+
+
+class Record(Generic[T]):
+    """One consumed record: where it was read, its key and headers, and its value decoded once (`value`)."""
+
+    __slots__ = ("_headers", "key", "offset", "partition", "raw", "topic", "value")
+
+    def __init__(self, msg: Message) -> None:
+        self.topic: str = msg.topic() or ""
+        self.partition: int = msg.partition() or 0
+        self.offset: int = msg.offset() or 0
+        self.key: bytes | None = msg.key()
+        self.raw: bytes | None = msg.value()
+        self._headers: Any = msg.headers()
+        self.value: T | None = None
+
+    @property
+    def position(self) -> Position:
+        return (self.topic, self.partition, self.offset)
+
+    @property
+    def headers(self) -> H.Pairs:
+        """The record's headers as (name, bytes) pairs."""
+        return H.pairs(self._headers)
+
+    def __repr__(self) -> str:
+        return f"Record({self.topic}[{self.partition}]@{self.offset})"
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """A record to produce on behalf of `cause` (None: of every record of the batch)."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | str | None = None
+    headers: H.Headers | None = None
+    partition: int | None = None
+    cause: Position | None = None
+
+
+class Refused(ReachError):
+    """The broker refused an output of this record for good (too large, unknown or forbidden topic)."""
+
+    def __init__(self, record: Record[Any], errors: list[Any]) -> None:
+        super().__init__(f"the broker refused a record that {record!r} caused: "
+                         f"{', '.join(map(delivery.describe, errors))}")
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What a worker reads and how: its group, topics, decoders, batch shape and client settings."""
+
+    group: str
+    topics: Sequence[str]
+    decode: Decoder | Mapping[str, Decoder] = None
+    skip: Callable[[Record[Any]], bool] | None = None
+    profile: ConsumerProfile = "hot"
+    producer_profile: ProducerProfile = "hot"
+    max_records: int = 500
+    poll_s: float = 0.2
+    window_ms: int = 0
+    flush_s: float = 30.0
+    commit_every_s: float = 0.0
+    consumer_config: Mapping[str, Any] = field(default_factory=dict)
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchStats:
+    """What one batch did, for metrics hooks."""
+
+    records: int
+    decoded: int
+    skipped: int
+    failed: int
+    outputs: int
+    rewound: int
+    seconds: float
+
+
+class WorkerMetrics:
+    """Metrics hooks of a worker (no-ops): subclass and override what you count."""
+
+    def batch(self, worker: str, stats: BatchStats) -> None:
+        """A batch was handled, produced, acknowledged (or not) and its commit points handed to the ledger."""
+
+    def failed(self, worker: str, record: Record[Any], error: BaseException) -> None:
+        """A record went to the `failed` hook (it did not decode, its handling raised, or its outputs were
+        refused for good)."""
+
+    def rewound(self, worker: str, tp: TopicPart, offset: int, delay_s: float) -> None:
+        """A partition was sought back to its first unacknowledged record and paused for `delay_s`."""
+
+
+def decoder(spec: Decoder) -> Callable[[bytes], Any]:
+    """The decode function of a `Decoder`."""
+    if spec is None:
+        return lambda data: data
+    if isinstance(spec, str):
+        return functools.partial(codec.decode_dict, spec)
+    if isinstance(spec, type) and issubclass(spec, AvroRecord):
+        model = spec
+        return lambda data: codec.decode(data, model)
+    assert callable(spec)
+    return spec
+
+
+INFRASTRUCTURE: tuple[type[BaseException], ...] = (KafkaException, RegistryUnavailable, InfraUnavailable,
+                                                    TopicMissing)
+"""What restarts a worker (a fresh consumer from the committed offsets, after a growing backoff): the broker, the
+Schema Registry or Redis unreachable, or a topic not created yet (`reach topics apply`)."""
+
+
+class Worker(SupervisedLoop, Generic[T]):
+    """A supervised batch loop over one subscription; subclasses implement `handle` (and usually `failed`)."""
+
+    restart_on = INFRASTRUCTURE
+    thread_name = "reach-worker"
+
+    def __init__(self, *, kafka: KafkaSettings, subscription: Subscription,
+                 metrics: Sequence[WorkerMetrics] = ()) -> None:
+        super().__init__()
+        self.kafka = kafka
+        self.subscription = subscription
+        self.metrics = list(metrics)
+        spec = subscription.decode
+        if isinstance(spec, Mapping):
+            decoders = {topic: decoder(d) for topic, d in spec.items()}
+            self._decode: Callable[[str], Callable[[bytes], Any]] = lambda topic: decoders.get(topic, decoder(None))
+        else:
+            single = decoder(spec)
+            self._decode = lambda _topic: single
+
+    # -- what a loop implements ----------------------------------------------------------------------
+
+    def handle(self, records: list[Record[T]]) -> Iterable[Output]:
+        """Decide a batch: the outputs to produce (state writes happen in here, before the commit)."""
+        raise NotImplementedError
+
+    def failed(self, record: Record[T], error: BaseException) -> Iterable[Output]:
+        """A record that did not decode, whose handling raised, or whose outputs were refused for good: the
+        outputs that stand for it (a dead letter, a receipt). By default it is logged and skipped."""
+        log.warning("%s: %r skipped: %s", self.label or self.thread_name, record, error)
+        return ()
+
+    def opened(self) -> None:
+        """Called at the start of every run, before subscribing (open stores; raise NotReady-like errors)."""
+
+    def closed(self) -> None:
+        """Called at the end of every run, after the final commit."""
+
+    def idle(self) -> None:
+        """Called when a poll found nothing (timers)."""
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        sub = self.subscription
+        ledger = CommitLedger(every_s=sub.commit_every_s)
+        owned: set[TopicPart] = set()
+        held = PartitionBackoff()
+        consumer = clients.consumer(sub.group, self.kafka, profile=sub.profile, **{
+            **sub.consumer_config, "on_commit": functools.partial(clients.on_commit, ledger)})
+        producer = clients.producer(self.kafka, profile=sub.producer_profile, **sub.producer_config)
+
+        def assigned(_c: Consumer, tps: list[TopicPartition]) -> None:
+            owned.update((tp.topic, tp.partition) for tp in tps)
+
+        def revoked(c: Consumer, tps: list[TopicPartition]) -> None:
+            parts = [(tp.topic, tp.partition) for tp in tps]
+            clients.commit_now(c, ledger, parts)  # what was acknowledged, before the partitions go
+            lost(c, tps)
+
+        def lost(_c: Consumer, tps: list[TopicPartition]) -> None:
+            parts = [(tp.topic, tp.partition) for tp in tps]
+            ledger.forget(parts)
+            held.forget(parts)
+            owned.difference_update(parts)
+
+        try:
+            for topic in sub.topics:
+                if not topic.startswith("^"):
+                    topicreader.partitions(consumer, topic)  # TopicMissing: not applied yet, retried after the backoff
+            self.opened()
+            consumer.subscribe(list(sub.topics), on_assign=assigned, on_revoke=revoked, on_lost=lost)
+            self._mark_ready()
+            while not self._stop.is_set():
+                due = held.due(time.monotonic())
+                if due:
+                    try:
+                        consumer.resume([TopicPartition(t, p) for t, p in due])
+                    except KafkaException:
+                        pass  # revoked meanwhile: its next owner reads it from the committed offset
+                messages = clients.take(consumer, sub.max_records, sub.poll_s, window_s=sub.window_ms / 1000)
+                if messages:
+                    ledger.want(self._batch(messages, consumer, producer, held))
+                else:
+                    producer.poll(0)
+                    self.idle()
+                clients.send_commits(consumer, ledger, owned)  # also resends an idle partition's failed commit
+        finally:
+            try:
+                producer.flush(sub.flush_s)  # a batch cut short commits nothing past what was acknowledged
+                clients.commit_now(consumer, ledger)
+            finally:
+                consumer.close()
+                self.closed()
+
+    def _batch(self, messages: list[Message], consumer: Consumer, producer: Producer,
+               held: PartitionBackoff) -> dict[TopicPart, int]:
+        """Handle one batch; the commit points it reached."""
+        started = time.monotonic()
+        acks = Acks()
+        records: list[Record[T]] = []
+        by_position: dict[Position, Record[T]] = {}
+        undecodable: list[tuple[Record[T], BaseException]] = []
+        skipped = 0
+        skip = self.subscription.skip
+        for msg in messages:
+            err = msg.error()
+            if err is not None:
+                if err.code() != KafkaError._PARTITION_EOF:
+                    log.warning("%s: consumer: %s", self.label or self.thread_name, err)
+                continue
+            record: Record[T] = Record(msg)
+            acks.seen(record.position)
+            by_position[record.position] = record
+            if skip is not None and skip(record):
+                skipped += 1
+                continue
+            if record.raw is not None:
+                try:
+                    record.value = self._decode(record.topic)(record.raw)
+                except DecodeError as exc:
+                    undecodable.append((record, exc))
+                    continue
+            records.append(record)
+        every = _first_per_partition(by_position)
+        outputs = self._handled(records, acks) if records else []
+        for bad, why in undecodable:
+            outputs += self._failed(bad, why, acks)
+        for out in outputs:
+            self._produce(producer, acks, out, every)
+        producer.flush(self.subscription.flush_s)
+        refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
+        if refused:  # dead-letter (or whatever `failed` says) instead, so they never hold their partition
+            for position in refused:
+                record = by_position[position]
+                error = Refused(record, acks.errors(position))
+                acks.reset(position)
+                for out in self._failed(record, error, acks):
+                    self._produce(producer, acks, out, [position])
+            producer.flush(self.subscription.flush_s)
+        commits = self._settle(acks, consumer, held)
+        stats = BatchStats(records=len(by_position), decoded=len(records), skipped=skipped,
+                           failed=len(undecodable), outputs=len(outputs), rewound=len(acks.rewinds()),
+                           seconds=time.monotonic() - started)
+        for hook in self.metrics:
+            hook.batch(self.label or self.thread_name, stats)
+        return commits
+
+    def _handled(self, records: list[Record[T]], acks: Acks) -> list[Output]:
+        """The batch's outputs; when the batch raises, record by record, a record that raises alone failed."""
+        try:
+            return list(self.handle(records))
+        except self.restart_on:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a record's fault: isolate it
+            if len(records) == 1:
+                return self._failed(records[0], exc, acks)
+            log.warning("%s: a batch of %d raised (%r): handling its records one by one",
+                        self.label or self.thread_name, len(records), exc)
+        outputs: list[Output] = []
+        for record in records:
+            try:
+                outputs += [o if o.cause is not None else _caused_by(o, record) for o in self.handle([record])]
+            except self.restart_on:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a record's fault: isolate it
+                outputs += self._failed(record, exc, acks)
+        return outputs
+
+    def _failed(self, record: Record[T], error: BaseException, acks: Acks) -> list[Output]:
+        """The `failed` hook's outputs, each caused by `record`; if the hook raises, the record stays unacked."""
+        name = self.label or self.thread_name
+        for hook in self.metrics:
+            hook.failed(name, record, error)
+        try:
+            return [o if o.cause is not None else _caused_by(o, record) for o in self.failed(record, error)]
+        except self.restart_on:
+            raise
+        except Exception as exc:  # noqa: BLE001 - not even a dead letter: read it again later
+            log.exception("%s: the failed hook of %r raised", name, record)
+            acks.fail(record.position, exc)
+            return []
+
+    def _produce(self, producer: Producer, acks: Acks, out: Output, every: list[Position]) -> None:
+        cause: Position | list[Position] = out.cause if out.cause is not None else every
+        delivery.produce(producer, acks, cause, out.topic, out.value, key=out.key, headers=out.headers,
+                         partition=out.partition)
+
+    def _settle(self, acks: Acks, consumer: Consumer, held: PartitionBackoff) -> dict[TopicPart, int]:
+        """The commit points; partitions with an unacknowledged record sought back and paused."""
+        commits = acks.commits()
+        rewinds = acks.rewinds()
+        for tp in commits.keys() - rewinds.keys():
+            held.cleared(tp)
+        if not rewinds:
+            return commits
+        first = acks.unacked()[0]
+        log.warning("%s: reading %d partition(s) again from their first unacknowledged record, e.g. %s: %s",
+                    self.label or self.thread_name, len(rewinds), first,
+                    ", ".join(map(delivery.describe, acks.errors(first))) or "not acknowledged in time")
+        now = time.monotonic()
+        for (topic, partition), offset in rewinds.items():
+            consumer.seek(TopicPartition(topic, partition, offset))
+            consumer.pause([TopicPartition(topic, partition)])
+            delay = held.hold((topic, partition), now)
+            for hook in self.metrics:
+                hook.rewound(self.label or self.thread_name, (topic, partition), offset, delay)
+        return commits
+
+
+def _caused_by(out: Output, record: Record[Any]) -> Output:
+    return Output(out.topic, out.value, key=out.key, headers=out.headers, partition=out.partition,
+                  cause=record.position)
+
+
+def _first_per_partition(records: Mapping[Position, Record[Any]]) -> list[Position]:
+    """The first record of each partition in a batch: an output of the whole batch holds each partition there."""
+    first: dict[TopicPart, Position] = {}
+    for topic, partition, offset in records:
+        known = first.get((topic, partition))
+        if known is None or offset < known[2]:
+            first[topic, partition] = (topic, partition, offset)
+    return list(first.values())
