@@ -129,11 +129,9 @@ PENDING_CONFLUENT = frozenset({
     "reach/streams/router/subscriptions.py",
     # the status fold (its own engineer)
     "reach/streams/status/fold.py",
-    # the agent SDK and the client side (their own engineers)
+    # the agent SDK (its own engineer)
     "reach/agent/cancelfeed.py", "reach/agent/heartbeat.py", "reach/agent/inbox.py", "reach/agent/modes.py",
     "reach/agent/pipeline.py", "reach/agent/publisher.py", "reach/agent/runner.py", "reach/agent/streaming.py",
-    "reach/client.py", "reach/invoke.py",
-    "reach/gateway/catalog.py", "reach/gateway/directory.py", "reach/gateway/publisher.py",
     # loops not on the worker yet
     "reach/a2a/cancelsink.py", "reach/a2a/pushbook.py", "reach/a2a/pushsender.py", "reach/analytics.py",
     "reach/appstore.py", "reach/control.py", "reach/controlfeed.py", "reach/intent/desk.py", "reach/ops/intents.py",
