@@ -122,12 +122,16 @@ class Client:
         run), it is that message's child: its parent_id and trace, its deadline at the latest, and what is left of its
         `max_tokens` / `max_cost_micros` (docs/agents.md, Budgets down the chain). A `callback` (JSON or short form
         `webhook:URL`, with `callback_fields`: JSONPath strings) is checked here: a bad one raises BadCallback."""
+        return self._envelope(capability, payload, fields, policy_defaults(self.policy(capability)))
+
+    def _envelope(self, capability: str, payload: Any, fields: dict[str, Any], defaults: dict[str, int]) -> Envelope:
+        """`envelope` with the capability's POLICY defaults given (a batch reads them once per capability)."""
         callback, callback_fields = fields.pop("callback", None), fields.pop("callback_fields", None)
         if callback is not None or callback_fields:
             from reach.channels.spec import callback_text
 
             fields["callback"] = callback_text(callback, callback_fields)
-        for name, value in policy_defaults(self.policy(capability)).items():
+        for name, value in defaults.items():
             fields.setdefault(name, value)
         fields.setdefault("source", self.source)
         run = lineage.current()
@@ -151,8 +155,9 @@ class Client:
         once for every acknowledgement; one Sent per request, in order. A request that cannot be built (a bad
         name, a payload over the limit) raises before anything is sent; a refused or unacknowledged envelope
         does not raise: its Sent carries the SendFailed, the others are sent all the same."""
-        envelopes = [self.envelope(r.capability, r.payload, **r.fields) if isinstance(r, Request)
-                     else self.envelope(r[0], r[1]) for r in requests]
+        asked = [r if isinstance(r, Request) else Request(r[0], r[1]) for r in requests]
+        defaults = {cap: policy_defaults(self.policy(cap)) for cap in {r.capability for r in asked}}  # once each
+        envelopes = [self._envelope(r.capability, r.payload, dict(r.fields), defaults[r.capability]) for r in asked]
         return self.publish_many(envelopes, timeout=timeout)
 
     def publish_many(self, envelopes: Sequence[Envelope], *, topic: str | None = None,
