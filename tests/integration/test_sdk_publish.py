@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.partitioner import murmur2  # Java's murmur2: where librdkafka's murmur2_random puts a key
 
 from reach.agent import Agent
 from reach.aioclient import AsyncClient
@@ -59,10 +60,15 @@ def test_send_many_reports_exactly_the_envelope_the_broker_refused(namespace: st
     topics.ensure_topic(admin, small, family.model_copy(update={"configs": {**family.configs,
                                                                             "max.message.bytes": "2048"}}))
     big = os.urandom(8_192)  # incompressible: lz4 cannot bring it under the topic's limit
+    # the broker refuses a whole batch: the neighbour on the small topic goes to another partition than the big one
+    def part(key: str) -> int:
+        return (murmur2(key.encode()) & 0x7FFFFFFF) % family.partitions
+
+    neighbour = next(k for k in (f"n{i}" for i in range(100)) if part(k) != part("big"))
     with Client() as client:
         sent = client.send_many([Request("test.fine", {"i": 0}), Request("test.fine", {"i": 1}),
-                                 Request("test.small", big), Request("test.fine", {"i": 2}),
-                                 ("test.small", {"i": 3})])
+                                 Request("test.small", big, {"session_key": "big"}), Request("test.fine", {"i": 2}),
+                                 Request("test.small", {"i": 3}, {"session_key": neighbour})])
         assert client.send("test.fine", {"i": 4})  # the sync send, unchanged: it returned once acknowledged
     assert [s.ok for s in sent] == [True, True, False, True, True]
     refused = sent[2].error
