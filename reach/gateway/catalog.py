@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from reach.core.views.registryview import RegistryView
 from reach.errors import InfraUnavailable, ReachError
-from reach.kafka import clients, topicreader
+from reach.kafka import clients, topicreader, types
 from reach.names import Names
 from reach.records import Capability, CapabilityMode
 from reach.registry import apply_record
@@ -81,7 +81,7 @@ class RegistryCatalog:
             try:
                 self._follow()
                 return
-            except (clients.KafkaException, ReachError) as exc:  # NOT_LEADER after topic creation, a missing topic
+            except (types.KafkaException, ReachError) as exc:  # NOT_LEADER after topic creation, a missing topic
                 self.error = exc
                 log.warning("registry reader restarting in %.1fs: %s", backoff, exc)
                 self._stop.wait(backoff)
@@ -93,7 +93,7 @@ class RegistryCatalog:
         try:
             parts = topicreader.partitions(consumer, topic)
             ends = {p: topicreader.watermarks(consumer, topic, p)[1] for p in parts}
-            clients.assign(consumer, topic, dict.fromkeys(parts, clients.BEGINNING))
+            clients.assign(consumer, topic, dict.fromkeys(parts, types.OFFSET_BEGINNING))
             todo = {p for p, end in ends.items() if end > 0}
             while not self._stop.is_set():
                 batch = clients.take(consumer, 500, 0.2)

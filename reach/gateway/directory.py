@@ -14,7 +14,7 @@ from reach.apps import AppTable
 from reach.appstore import kafka_guarded
 from reach.callers import KeyEntry
 from reach.errors import InfraUnavailable
-from reach.kafka import clients, topicreader
+from reach.kafka import clients, topicreader, types
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.secretbox import SecretBox
@@ -29,14 +29,14 @@ class KafkaAppDirectory:
     """Live keys by key id, as the apps topic says now (satisfies reach.callers.AppDirectory)."""
 
     def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings,
-                 open_consumer: Callable[[], clients.Consumer] | None = None, table: AppTable | None = None) -> None:
+                 open_consumer: Callable[[], types.Consumer] | None = None, table: AppTable | None = None) -> None:
         self._topic = names.apps
         self._open = open_consumer or (lambda: topicreader.open_reader("gateway-apps", kafka, profile="idle"))
         self.table = table or AppTable(box)  # the console passes an OperatorTable
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._consumer: clients.Consumer | None = None
+        self._consumer: types.Consumer | None = None
         self._ends: dict[int, int] = {}
 
     @property
@@ -61,7 +61,7 @@ class KafkaAppDirectory:
         except Exception:
             consumer.close()
             raise
-        clients.assign(consumer, self._topic, dict.fromkeys(parts, clients.BEGINNING))
+        clients.assign(consumer, self._topic, dict.fromkeys(parts, types.OFFSET_BEGINNING))
         self._consumer = consumer
         self._thread = threading.Thread(target=self._follow, name="reach-gateway-apps", daemon=True)
         self._thread.start()
@@ -75,7 +75,7 @@ class KafkaAppDirectory:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
-    def _caught_up(self, consumer: clients.Consumer) -> bool:
+    def _caught_up(self, consumer: types.Consumer) -> bool:
         positions = clients.positions(consumer, self._topic, self._ends)
         return all(self._ends[p] == 0 or offset >= self._ends[p] for p, offset in positions.items())
 

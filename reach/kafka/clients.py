@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from reach.core.commits import CommitLedger, TopicPart
@@ -42,12 +42,8 @@ def consumer(group_id: str, kafka: KafkaSettings, *, profile: ConsumerProfile = 
     return Consumer(conf) if bus is None else cast(Consumer, memory.MemoryConsumer(memory.bus(bus), conf))
 
 
-BEGINNING = OFFSET_BEGINNING
-"""The logical offset of a partition's first record (for `assign`)."""
-
-
 def assign(consumer: Consumer, topic: str, offsets: dict[int, int]) -> None:
-    """Read `topic`'s partitions from the given offsets (partition -> offset, or BEGINNING), with no group."""
+    """Read `topic`'s partitions from the given offsets (partition -> offset, or types.OFFSET_BEGINNING), no group."""
     consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
 
 

@@ -17,7 +17,7 @@ from reach.aioclient import AsyncClient
 from reach.client import Client, Request, SendRefused
 from reach.envelopes import now_ms
 from reach.invoke import InvokeUnroutable
-from reach.kafka import clients, codec, topicreader, topics
+from reach.kafka import clients, codec, topicreader, topics, types
 from reach.names import Names
 from reach.records import Envelope
 from reach.settings import KafkaSettings, ReachSettings
@@ -38,7 +38,7 @@ def _written(topic: str) -> dict[str, Envelope]:
     try:
         parts = topicreader.partitions(reader, topic)
         ends = {p: end for p in parts if (end := topicreader.watermarks(reader, topic, p)[1]) > 0}
-        clients.assign(reader, topic, dict.fromkeys(parts, clients.BEGINNING))
+        clients.assign(reader, topic, dict.fromkeys(parts, types.OFFSET_BEGINNING))
         deadline = time.monotonic() + 30
         while any(clients.positions(reader, topic, ends)[p] < end for p, end in ends.items()):
             assert time.monotonic() < deadline, f"{topic} not read to its end within 30 s"

@@ -127,11 +127,6 @@ PENDING_CONFLUENT = frozenset({
     # the router (its own engineer)
     "reach/streams/router/captopics.py", "reach/streams/router/route_loop.py", "reach/streams/router/state.py",
     "reach/streams/router/subscriptions.py",
-    # the status fold (its own engineer)
-    "reach/streams/status/fold.py",
-    # the agent SDK (its own engineer)
-    "reach/agent/cancelfeed.py", "reach/agent/heartbeat.py", "reach/agent/inbox.py", "reach/agent/modes.py",
-    "reach/agent/pipeline.py", "reach/agent/publisher.py", "reach/agent/runner.py", "reach/agent/streaming.py",
     # loops not on the worker yet
     "reach/a2a/cancelsink.py", "reach/a2a/pushbook.py", "reach/a2a/pushsender.py", "reach/analytics.py",
     "reach/appstore.py", "reach/control.py", "reach/controlfeed.py", "reach/intent/desk.py", "reach/ops/intents.py",
