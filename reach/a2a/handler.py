@@ -8,7 +8,8 @@ status updates from the receipts until terminal; cancel -> a cancel record (reac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -55,6 +56,7 @@ APP = "reach.app"  # ServerCallContext.state: the CallerApp the bearer token nam
 CAPABILITY = "reach.capability"  # ServerCallContext.state: the capability of a /a2a/cap/<capability>/ endpoint
 REJECTING = (403, 404, 422)  # refusals that are the message's fault: a rejected task, as the agent would answer
 Cancel = Callable[[CallerApp, str], Awaitable[None]]
+LIST_PAGE, LIST_MAX = 50, 100  # ListTasks' page when the call names none, and its largest (streams.status.tenants)
 CANCEL_WAIT_S = 5.0  # how long cancel waits for the canceled receipt before it returns the task as it is
 
 
@@ -96,6 +98,7 @@ class ReachRequestHandler(RequestHandler):
         if params.configuration.HasField("task_push_notification_config"):
             config = params.configuration.task_push_notification_config
             self._checked_push(config, "0", context)  # a bad config refuses the message before it is sent
+            await self._admit_push(app)
         if message.task_id:  # the answer to a task waiting for input (INPUT_REQUIRED): its next turn
             task = await self._answer(app, message)
             return await self._with_push(app, task, config, context)
@@ -172,9 +175,25 @@ class ReachRequestHandler(RequestHandler):
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
-        task = await self._send(params, context)
-        async for event in self._follow(task, context, sent=0):
-            yield event
+        with self._stream_slot(context):  # taken before the send: a stream refused sends nothing
+            task = await self._send(params, context)
+            async for event in self._follow(task, context, sent=0):
+                yield event
+
+    @contextlib.contextmanager
+    def _stream_slot(self, context: ServerCallContext) -> Iterator[None]:
+        """One of the app's event stream slots (shared with /v1's event streams) while the stream runs; HTTP 429
+        when the app holds them all."""
+        try:
+            slot = self._host.stream(_caller(context))
+            slot.__enter__()
+        except Refused as refusal:
+            raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
+                                headers=refusal.headers) from None
+        try:
+            yield
+        finally:
+            slot.__exit__(None, None, None)
 
     # --- read -----------------------------------------------------------------------------------------------
 
@@ -200,13 +219,14 @@ class ReachRequestHandler(RequestHandler):
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
-        row = await self._found(params.id, context)
-        task = tasks.task_of(row)
-        if task.status.state in FINAL:
-            raise UnsupportedOperationError(message=f"task {params.id} is already {state_name(task.status.state)};"
-                                                    " get it with GetTask")
-        async for event in self._follow(task, context, sent=len(task.history)):
-            yield event
+        with self._stream_slot(context):
+            row = await self._found(params.id, context)
+            task = tasks.task_of(row)
+            if task.status.state in FINAL:
+                raise UnsupportedOperationError(message=f"task {params.id} is already "
+                                                        f"{state_name(task.status.state)}; get it with GetTask")
+            async for event in self._follow(task, context, sent=len(task.history)):
+                yield event
 
     async def _follow(self, task: Task, context: ServerCallContext, *, sent: int) -> AsyncGenerator[Event]:
         """The task, then its status updates from the receipts until a final one (or sse_max: the stream ends
@@ -257,8 +277,8 @@ class ReachRequestHandler(RequestHandler):
         state and status time, paged with the token of the last task listed; from the status table's tenant index
         (reach.streams.status.tenants: a tenant's newest tasks, bounded per partition)."""
         app = _caller(context)
-        try:  # a read, metered like GetTask
-            await self._host.take_read(app)
+        try:  # a read of a page of rows, metered like a /v1 trace read of as many
+            await self._host.take_read(app, min(params.page_size, LIST_MAX) if params.page_size > 0 else LIST_PAGE)
         except Refused as refusal:
             raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
                                 headers=refusal.headers) from None
@@ -317,6 +337,19 @@ class ReachRequestHandler(RequestHandler):
                                              "allow private ones)")
         return checked
 
+    async def _admit_push(self, app: CallerApp) -> None:
+        """The gateway's admission of a push config: every change of the task becomes a webhook the app sent, so it
+        needs the app's right to channel.webhook, its spend limits and a token of its quota (issue 37, finding 1)."""
+        try:
+            await self._host.admit_push(app)
+        except Refused as refusal:
+            if refusal.status == 403:
+                raise InvalidParamsError(message=f"{refusal.error}: {refusal.message}; push notifications are "
+                                                 "webhooks, so the app needs channel.webhook in its capability "
+                                                 "list (`reach apps update`)") from None
+            raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
+                                headers=refusal.headers) from None
+
     async def _keep(self, app: CallerApp, task_id: str, config: push.PushConfig) -> None:
         """Keep the config (its whole set, acknowledged) and hand the task's row to the sender to catch up."""
         book = self._book()
@@ -341,6 +374,7 @@ class ReachRequestHandler(RequestHandler):
                                                       context: ServerCallContext) -> TaskPushNotificationConfig:
         await self._found(params.task_id, context)  # the caller's own task (another tenant's reads as absent)
         config = self._checked_push(params, params.task_id, context)
+        await self._admit_push(_caller(context))
         await self._keep(_caller(context), params.task_id, config)
         return config.to_proto(params.task_id)
 

@@ -7,6 +7,7 @@ through `Host.submit`, reads status rows through `Host.message` / `Host.trace` (
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -88,8 +89,19 @@ class Host(Protocol):
         """The message's row as `app` may see it (another tenant's reads as absent)."""
         ...
 
-    async def take_read(self, app: CallerApp) -> None:
-        """One token of the app's read quota; Refused (429 with Retry-After, 503) when there is none (ListTasks)."""
+    async def take_read(self, app: CallerApp, rows: int = 1) -> None:
+        """The app's read quota for a read of `rows` status rows (the gateway's price: one token per 25, at least
+        one); Refused (429 with Retry-After, 503) when there is not enough (ListTasks)."""
+        ...
+
+    async def admit_push(self, app: CallerApp) -> None:
+        """The gateway's admission of one push config (a webhook per change of the task): Refused 403 when the app
+        may not call channel.webhook, 429 over its spend limits or its quota, 503."""
+        ...
+
+    def stream(self, app: CallerApp) -> AbstractContextManager[None]:
+        """Hold one of the app's event stream slots while a stream follows a task (shared with the gateway's own
+        event streams); Refused 429 when the app holds them all."""
         ...
 
     async def find(self, app: CallerApp, message_id: str) -> Row:

@@ -156,6 +156,7 @@ class TraceIndex(BaseModel):
 
     trace_id: str
     message_ids: list[str]
+    truncated: bool = False  # the trace has more members than one read looks at (REACH_GATEWAY_TRACE_ROWS)
 
 
 class Health(BaseModel):

@@ -23,6 +23,18 @@
 | REACH_GATEWAY_PUBLIC_URL               | (the socket)       | the URL callers reach this gateway at, as A2A cards  |
 |                                        |                    | advertise it; default: the address of the socket the |
 |                                        |                    | request came in on (never the caller's Host header)  |
+| REACH_GATEWAY_TRACE_ROWS               | 500                | most status rows one `GET /v1/traces/{id}` reads     |
+|                                        |                    | (one read token per 25 of them)                      |
+| REACH_GATEWAY_MCP_SESSIONS_PER_APP     | 16                 | MCP sessions one app may hold on one gateway process |
+| REACH_GATEWAY_MCP_SESSIONS             | 1000               | MCP sessions on one gateway process, all apps        |
+| REACH_GATEWAY_MCP_IDLE                 | 300 (seconds)      | an MCP session without a request for this long ends  |
+| REACH_GATEWAY_MCP_ORIGINS              | (none)             | browser origins allowed to call /mcp (comma list);   |
+|                                        |                    | the public URL's origin always is; a request with    |
+|                                        |                    | another `Origin` header is 403                       |
+| REACH_GATEWAY_MCP_AUTHORIZATION_SERVERS| (the public URL)   | `authorization_servers` of /mcp's protected resource |
+|                                        |                    | metadata (comma list)                                |
+| REACH_GATEWAY_METRICS_TOKEN            | (none)             | bearer token `GET /metrics` needs; unset, /metrics   |
+|                                        |                    | answers loopback peers only                          |
 
 Where it listens (REACH_GATEWAY_HOST / REACH_GATEWAY_PORT) and how it checks callers are in
 reach.gateway.settings (GatewaySettings).
@@ -32,7 +44,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from reach.envelopes import MAX_PAYLOAD_BYTES
@@ -59,6 +71,17 @@ class HttpSettings(BaseSettings):
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)
     body_timeout: float = Field(default=10.0, gt=0)
     public_url: str | None = None
+    trace_rows: int = Field(default=500, ge=1)
+    mcp_sessions_per_app: int = Field(default=16, ge=1)
+    mcp_sessions: int = Field(default=1000, ge=1)
+    mcp_idle: float = Field(default=300.0, gt=0)
+    mcp_origins: str = ""
+    mcp_authorization_servers: str = ""
+    metrics_token: SecretStr | None = None
+
+    def listed(self, value: str) -> tuple[str, ...]:
+        """A comma list setting as its items (blanks dropped, a trailing `/` of a URL too)."""
+        return tuple(item.strip().rstrip("/") for item in value.split(",") if item.strip())
 
     @field_validator("public_url")
     @classmethod

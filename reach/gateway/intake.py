@@ -6,7 +6,6 @@ import contextlib
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -16,13 +15,12 @@ from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
 from reach.core.allowance import FIELDS as BUDGET_FIELDS
 from reach.core.allowance import cost_micros
-from reach.core.spend import Exceeded
 from reach.envelopes import BUDGET_MS, new_envelope
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.bodies import Accepted, EnvelopeRequest
-from reach.gateway.budgets import refusal
 from reach.gateway.deps import Dependencies, Remembered
+from reach.gateway.gate import WEBHOOK, Gate, unavailable_as_503
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.metrics import GatewayMetrics
 from reach.gateway.ports import Verified
@@ -32,18 +30,9 @@ from reach.records import Envelope, RoutingHints
 
 STATUS_PATH = "/v1/messages/"
 PROGRESS_CONFIG = "callback-progress"  # the push config id of a `callback_progress` request
-CALLBACK_CHANNEL = CAPABILITY_PREFIX + "webhook"  # the gateway's `callback` is a URL: a webhook
+CALLBACK_CHANNEL = WEBHOOK  # the gateway's `callback` is a URL: a webhook
 log = logging.getLogger("reach.gateway")
-
-
-@contextlib.contextmanager
-def unavailable_as_503() -> Iterator[None]:
-    """Redis (nonces, quotas, idempotency) not answering refuses the request instead of admitting it unmetered."""
-    try:
-        yield
-    except InfraUnavailable as exc:
-        raise checks.Refusal(503, "unavailable", str(exc), "retry in a few seconds",
-                             headers={"Retry-After": "1"}) from None
+RELEASING = frozenset({400, 413})  # refusals decided by the request's own bytes: its nonce is given back
 
 
 def status_url(message_id: str) -> str:
@@ -87,12 +76,14 @@ def fingerprint(envelope: Envelope) -> str:
 class Admission:
     """The door's checks (reach.gateway.checks) with their I/O: the authenticator's nonce and the quota are
     asyncio Redis calls on the event loop (no thread hop per request), the registry is read in memory, the
-    ack is awaited."""
+    ack is awaited. The per-app checks every surface shares are `gate` (reach.gateway.gate)."""
 
     def __init__(self, deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics) -> None:
         self.deps = deps
         self.settings = settings
         self.metrics = metrics
+        self.gate = Gate(deps, metrics, streams_per_app=settings.sse_per_app,
+                         sessions_per_app=settings.mcp_sessions_per_app)
         # a claim outlives the longest wait for an ack; a claim orphaned by a crash frees itself that soon
         self._pending_ttl = int(settings.ack_timeout * 2) + 5
 
@@ -113,19 +104,19 @@ class Admission:
         return outcome
 
     async def refused_after_auth(self, verified: Verified | None, refusal: checks.Refusal) -> None:
-        """A verified request refused with a 4xx (quota, permission, capability, schema: nothing was done) gives
-        its nonce back, so refused requests hold no Redis memory (issue 28, finding 4). A 401 never does (a
-        replay must not free the original's nonce), nor a 5xx (the broker may have the envelope)."""
-        if verified is None or not 400 <= refusal.status < 500 or refusal.status == 401:
+        """A verified request refused for what its own bytes say (400 malformed, 413 too large: the same request is
+        refused the same way whenever it comes again) gives its nonce back, so such refusals hold no Redis memory
+        (issue 28, finding 4). Every other refusal keeps it for the signature window: a refusal that time or an
+        operator can change (429 quota or spend, 403, 404, 409, 422, 5xx) would let a captured request be replayed
+        once it would pass (issue 37, finding 6); a 401 never frees the original's nonce."""
+        if verified is None or refusal.status not in RELEASING:
             return
         with contextlib.suppress(InfraUnavailable):  # unreleased, the nonce expires with its window
             await self.deps.authenticator.release(verified)
 
-    async def take_read(self, app: CallerApp) -> None:
-        """A read's token (429 + Retry-After when the app's read bucket is empty, 503 when Redis does not answer)."""
-        with unavailable_as_503():
-            decision = await self.deps.quotas.take_read(app)
-        checks.check_quota(decision, app, "")
+    async def take_read(self, app: CallerApp, rows: int = 1) -> None:
+        """A read's tokens (429 + Retry-After when the app's read bucket is empty, 503 when Redis does not answer)."""
+        await self.gate.read(app, rows)
 
     async def admit(self, app: CallerApp, request: EnvelopeRequest, *, reply_to: str | None = None,
                     default_budget_ms: int = BUDGET_MS) -> Admitted:
@@ -134,7 +125,7 @@ class Admission:
         if request.callback_progress:
             self._check_progress(request)
         payload = checks.encode_payload(request.payload)
-        checks.check_may_call(app, request.capability)
+        self.gate.may_call(app, request.capability)
         self._check_channel_names(app, request)
         if request.capability == INTENT_CAPABILITY and app.capabilities:
             # the resolver picks the capability and knows nothing of the app: an app held to a list of
@@ -145,11 +136,7 @@ class Admission:
         now = self.deps.clock_ms()
         await self._check_budget(app, now)
         versions = self.deps.catalog.versions(request.capability, app.tenant, now)
-        with unavailable_as_503():
-            decision = await self.deps.quotas.take(app, request.capability)
-        if not decision.allowed:
-            self.metrics.quota_hit(app.app_id, request.capability, decision.scope, bool(versions))
-        checks.check_quota(decision, app, request.capability)
+        await self.gate.write(app, request.capability, known=bool(versions))
         waits = request.expire_at is not None and request.expire_at > now
         if request.capability != INTENT_CAPABILITY:  # an intent's capability is known only once it is resolved
             checks.check_contract(versions, capability=request.capability, version_range=request.version,
@@ -160,23 +147,13 @@ class Admission:
     async def authorize_answer(self, app: CallerApp, capability: str) -> None:
         """An answer runs the message's next turn: the app must be allowed the capability, within its spend limits,
         and it takes a token of the capability's quota, as a send does (403 / 429 otherwise)."""
-        checks.check_may_call(app, capability)
-        await self._check_budget(app, self.deps.clock_ms())
-        with unavailable_as_503():
-            decision = await self.deps.quotas.take(app, capability)
-        checks.check_quota(decision, app, capability)
+        self.gate.may_call(app, capability)
+        await self.gate.spend(app, self.deps.clock_ms())
+        await self.gate.write(app, capability)
 
     async def _check_budget(self, app: CallerApp, now: int) -> None:
         """429 budget_exceeded once one of the app's spend limits is reached (reach.gateway.budgets)."""
-        budgets = self.deps.budgets
-        if budgets is None or not budgets.limited(app):
-            return
-        with unavailable_as_503():
-            verdict = await budgets.judge(app, now)
-        exceeded = isinstance(verdict, Exceeded)
-        self.metrics.budget(app.app_id, app.tenant, verdict.uses, warn=budgets.warn, refused=exceeded)
-        if isinstance(verdict, Exceeded):
-            raise refusal(app, verdict, now)
+        await self.gate.spend(app, now)
 
     @staticmethod
     def _check_channel_names(app: CallerApp, request: EnvelopeRequest) -> None:
@@ -184,7 +161,7 @@ class Admission:
         may call: an app limited to `channel.webhook` must not mint a token that replies to `billing.refund`,
         and an app with a capability list sets a `callback` only when it lists `channel.webhook`."""
         if request.callback is not None and app.capabilities:
-            checks.check_may_call(app, CALLBACK_CHANNEL)
+            Gate.may_call(app, CALLBACK_CHANNEL)
         if request.capability.startswith(CAPABILITY_PREFIX):
             for named in named_capabilities(request.payload):
                 if not app.may_call(named):

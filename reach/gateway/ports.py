@@ -43,9 +43,10 @@ class Quotas(Protocol):
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision: ...
 
-    async def take_read(self, app: CallerApp) -> QuotaDecision:
-        """One token of the app's read bucket (status and trace reads, event streams, A2A get / subscribe),
-        apart from its request bucket: reads never use up the quota of sends."""
+    async def take_read(self, app: CallerApp, cost: int = 1) -> QuotaDecision:
+        """`cost` tokens (at most the burst) of the app's read bucket (status and trace reads, event streams, A2A get
+        / subscribe, MCP sessions and tool lists), apart from its request bucket: reads never use up the quota of
+        sends."""
         ...
 
 

@@ -39,9 +39,10 @@ def _no_cap(_capability: str) -> Limit | None:
     return None
 
 
-# KEYS[1] the app's bucket, KEYS[2] the capability's; ARGV rate and burst of each (cap rate 0: no cap).
-# A bucket is a hash {tokens, stamp}; a missing one is full. Neither bucket is spent unless both have a
-# token. Returns {allowed, scope (1 app, 2 capability, 0 none), retry-after in microseconds}.
+# KEYS[1] the app's bucket, KEYS[2] the capability's; ARGV rate and burst of each (cap rate 0: no cap), and
+# ARGV[5] the tokens the app's bucket gives (default 1; a read of many rows costs more). A bucket is a hash
+# {tokens, stamp}; a missing one is full. Neither bucket is spent unless both have enough. Returns {allowed,
+# scope (1 app, 2 capability, 0 none), retry-after in microseconds}.
 TAKE_LUA = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -52,23 +53,24 @@ local function fill(key, rate, burst)
   if now > stamp then tokens = tokens + (now - stamp) * rate end
   return math.min(burst, tokens)
 end
-local function wait(tokens, rate) return math.ceil((1 - tokens) / rate * 1000000) end
+local function wait(tokens, rate, need) return math.ceil((need - tokens) / rate * 1000000) end
 local function save(key, tokens, rate, burst)
   redis.call('HSET', key, 'tokens', string.format('%.17g', tokens), 'stamp', string.format('%.6f', now))
   redis.call('PEXPIRE', key, math.ceil(burst / rate * 1000) + 1000)
 end
 local app_rate, app_burst = tonumber(ARGV[1]), tonumber(ARGV[2])
 local cap_rate, cap_burst = tonumber(ARGV[3]), tonumber(ARGV[4])
+local cost = math.min(tonumber(ARGV[5] or '1') or 1, app_burst)
 local app = fill(KEYS[1], app_rate, app_burst)
 local cap = 1
 if cap_rate > 0 then cap = fill(KEYS[2], cap_rate, cap_burst) end
-if app < 1 then
-  local w = wait(app, app_rate)
-  if cap < 1 then w = math.max(w, wait(cap, cap_rate)) end
+if app < cost then
+  local w = wait(app, app_rate, cost)
+  if cap < 1 then w = math.max(w, wait(cap, cap_rate, 1)) end
   return {0, 1, w}
 end
-if cap < 1 then return {0, 2, wait(cap, cap_rate)} end
-save(KEYS[1], app - 1, app_rate, app_burst)
+if cap < 1 then return {0, 2, wait(cap, cap_rate, 1)} end
+save(KEYS[1], app - cost, app_rate, app_burst)
 if cap_rate > 0 then save(KEYS[2], cap - 1, cap_rate, cap_burst) end
 return {1, 0, 0}
 """
@@ -103,10 +105,10 @@ class RedisQuotas:
         """The KEYS of a request take: the app's bucket and the capability's (one slot: one hash tag)."""
         return [f"{self._prefix}app:{app_id}", f"{self._prefix}cap:{capability}"]
 
-    async def take_read(self, app: CallerApp) -> QuotaDecision:
+    async def take_read(self, app: CallerApp, cost: int = 1) -> QuotaDecision:
         keys = self.read_keys(app.app_id)
         with guarded("taking a read quota token"):
-            reply: Any = await self._take(keys, [repr(self._read.rate), self._read.burst, "0.0", 0])
+            reply: Any = await self._take(keys, [repr(self._read.rate), self._read.burst, "0.0", 0, max(1, cost)])
         allowed, _scope, wait_us = (int(x) for x in reply)
         return ALLOWED if allowed else QuotaDecision(allowed=False, retry_after_s=wait_us / 1e6, scope="read")
 
@@ -133,13 +135,14 @@ class MemoryQuotas:
         self._caps: dict[str, TokenBucket] = {}
         self._reads: dict[str, TokenBucket] = {}
 
-    async def take_read(self, app: CallerApp) -> QuotaDecision:
+    async def take_read(self, app: CallerApp, cost: int = 1) -> QuotaDecision:
         now = self._clock()
         bucket = self._bucket(self._reads, app.app_id, self._read)
-        wait = bucket.peek(now)
+        need = float(min(max(1, cost), self._read.burst))
+        wait = bucket.peek(now, need)
         if wait > 0:
             return QuotaDecision(allowed=False, retry_after_s=wait, scope="read")
-        bucket.take(now)
+        bucket.take(now, need)
         return ALLOWED
 
     @staticmethod

@@ -4,7 +4,8 @@ card (one capability), JSON-RPC answered by the SDK's dispatcher over reach.a2a.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -148,11 +149,29 @@ class AdmissionHost:
     async def row(self, app: CallerApp, message_id: str) -> Row:
         return owned(app, message_id, *await self._admission.deps.status.message(message_id))
 
-    async def take_read(self, app: CallerApp) -> None:
+    async def take_read(self, app: CallerApp, rows: int = 1) -> None:
         try:
-            await self._admission.take_read(app)
+            await self._admission.take_read(app, rows)
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+
+    async def admit_push(self, app: CallerApp) -> None:
+        try:
+            await self._admission.gate.push(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+
+    @contextlib.contextmanager
+    def stream(self, app: CallerApp) -> Iterator[None]:
+        slots = self._admission.gate.streams
+        try:
+            slots.take(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+        try:
+            yield
+        finally:
+            slots.give_back(app)
 
     async def find(self, app: CallerApp, message_id: str) -> Row:
         try:  # GetTask and SubscribeToTask: reads, metered like the /v1 ones
@@ -203,6 +222,7 @@ def cancel_routes(admission: Admission) -> APIRouter:
         if not isinstance(document, dict) or set(document) != {"message_id"} or document["message_id"] != message_id:
             raise checks.Refusal(400, "bad_request", "the signed body must name the message it cancels, and only it: "
                                  f'{{"message_id": "{message_id}"}}', "sign that body and send it")
+        await admission.take_read(app)  # it reads the row first, as GetTask would (reach.gateway.gate)
         code, row = owned(app, message_id, *await admission.deps.status.message(message_id))
         if code != 200:
             return JSONResponse({"error": row.get("error", "unavailable"), "message": row.get("message", ""),

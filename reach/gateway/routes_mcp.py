@@ -1,10 +1,18 @@
 """MCP at the gateway: `/mcp`, streamable HTTP (reach.mcp.server.McpEndpoint, docs/mcp.md), over the port
-reach.mcp.ports.Host that `AdmissionHost` implements here with the door of `POST /v1/invoke`."""
+reach.mcp.ports.Host that `AdmissionHost` implements here with the door of `POST /v1/invoke` and the gateway's
+admission (reach.gateway.gate); and `/.well-known/oauth-protected-resource` (RFC 9728), the protected resource
+metadata the MCP authorization specification asks of a server."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute
+from starlette.types import Scope
 
 from reach.a2a.bearer import BearerAuthenticator
 from reach.callers import AppDirectory, AuthFailure, CallerApp
@@ -13,13 +21,14 @@ from reach.gateway import answers, checks
 from reach.gateway.bodies import Accepted, InvokeAnswer, InvokeRequest
 from reach.gateway.deps import Waiter
 from reach.gateway.intake import Admission
-from reach.gateway.routes_a2a import LabelledRoute, _sender
+from reach.gateway.routes_a2a import LabelledRoute, _sender, socket_url
 from reach.gateway.routes_envelopes import _from_status
-from reach.mcp.ports import PENDING, Ended, Pending, Refused
+from reach.mcp.ports import PENDING, Ended, Pending, Refused, SessionLimits
 from reach.mcp.server import McpEndpoint
 from reach.records import Capability
 
 PATH = "/mcp"
+METADATA = "/.well-known/oauth-protected-resource"  # RFC 9728; also at METADATA + PATH (the path-suffixed form)
 
 
 def _ended(answer: InvokeAnswer) -> Ended:
@@ -110,10 +119,61 @@ class AdmissionHost:
         if self._cancel is not None:
             await self._cancel(app, message_id)
 
+    async def read(self, app: CallerApp) -> None:
+        try:
+            await self._admission.gate.read(app)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.body.hint,
+                          refusal.headers) from None
+
+    def open_session(self, app: CallerApp, held: int) -> None:
+        try:
+            self._admission.gate.session(app, held)
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.body.hint,
+                          refusal.headers) from None
+
+    @property
+    def limits(self) -> SessionLimits:
+        settings = self._admission.settings
+        return SessionLimits(per_app=settings.mcp_sessions_per_app, total=settings.mcp_sessions,
+                             idle_s=settings.mcp_idle)
+
+    def base_url(self, scope: Scope) -> str:
+        """The gateway as callers reach it: REACH_GATEWAY_PUBLIC_URL, else the socket (never the Host header)."""
+        return self._admission.settings.public_url or socket_url(scope)
+
+    def origins(self, scope: Scope) -> Sequence[str]:
+        settings = self._admission.settings
+        own = urlsplit(self.base_url(scope))
+        return (f"{own.scheme}://{own.netloc}", *settings.listed(settings.mcp_origins))
+
+    def resource_metadata(self, scope: Scope) -> str:
+        return self.base_url(scope).rstrip("/") + METADATA + PATH
+
+    def metadata(self, scope: Scope) -> dict[str, Any]:
+        """The protected resource metadata (RFC 9728 section 2): this server as the resource, the app key as a
+        bearer token in the header only; the authorization servers are REACH_GATEWAY_MCP_AUTHORIZATION_SERVERS,
+        else the gateway itself, which issues the app keys (`reach apps create`; no OAuth flow)."""
+        settings = self._admission.settings
+        base = self.base_url(scope).rstrip("/")
+        return {"resource": base + PATH,
+                "authorization_servers": list(settings.listed(settings.mcp_authorization_servers)) or [base],
+                "bearer_methods_supported": ["header"], "resource_name": "Agent-Reach gateway (MCP)"}
+
 
 def mcp_endpoint(admission: Admission, directory: AppDirectory | None) -> McpEndpoint:
     return McpEndpoint(AdmissionHost(admission, directory))
 
 
-def mcp_route(endpoint: McpEndpoint) -> LabelledRoute:
-    return LabelledRoute(PATH, endpoint, methods=["GET", "POST", "DELETE"])
+def mcp_routes(endpoint: McpEndpoint) -> list[BaseRoute]:
+    """`/mcp`, and its protected resource metadata at both well-known forms (public, as RFC 9728 has it)."""
+    host = endpoint.host
+    assert isinstance(host, AdmissionHost)
+
+    async def metadata(request: Request) -> Response:
+        return JSONResponse(host.metadata(request.scope), headers={"Cache-Control": "max-age=300"})
+
+    return [LabelledRoute(PATH, endpoint, methods=["GET", "POST", "DELETE"]),
+            LabelledRoute(METADATA, metadata, methods=["GET"]),
+            LabelledRoute(METADATA + PATH, metadata, methods=["GET"])]

@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
+import ipaddress
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from reach.callers import CallerApp
-from reach.gateway import checks
 from reach.gateway.bodies import Health, MessageRow, TraceIndex
 from reach.gateway.events import find_row, receipt_stream
+from reach.gateway.gate import ROWS_PER_READ
 from reach.gateway.intake import Admission
 from reach.gateway.openapi import READ_ERRORS
 from reach.gateway.routes_envelopes import SIGNED, target_of
 
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+TRACE_READS_AT_ONCE = 16  # status rows one trace read reads concurrently
 
 
 # One event of the stream, as OpenAPI 3.1 describes an event stream's `schema` (each event, not the whole body)
@@ -75,53 +77,50 @@ def owned(app: CallerApp, message_id: str, code: int, row: dict[str, Any]) -> tu
 
 
 async def own_trace(admission: Admission, app: CallerApp, trace_id: str) -> tuple[int, dict[str, Any]]:
-    """The trace's members of the app's tenant; 404 when it has none."""
+    """The trace's members of the app's tenant; 404 when it has none. At most REACH_GATEWAY_TRACE_ROWS members are
+    read (the first ones; `truncated` says there are more), each 25 rows one read token (the first was the
+    request's own), at most TRACE_READS_AT_ONCE at a time: one read token no longer buys thousands of row reads
+    (issue 37, finding 10)."""
     code, body = await admission.deps.status.trace(trace_id)
     if code != 200:
         return code, body
-    ids = [str(mid) for mid in body.get("message_ids", [])]
-    rows = await asyncio.gather(*(admission.deps.status.message(mid) for mid in ids))
+    every = [str(mid) for mid in body.get("message_ids", [])]
+    ids = every[:admission.settings.trace_rows]
+    if len(ids) > ROWS_PER_READ:
+        await admission.take_read(app, len(ids) - ROWS_PER_READ)
+    at_once = asyncio.Semaphore(TRACE_READS_AT_ONCE)
+
+    async def row(mid: str) -> tuple[int, dict[str, Any]]:
+        async with at_once:
+            return await admission.deps.status.message(mid)
+
+    rows = await asyncio.gather(*(row(mid) for mid in ids))
     if any(c not in (200, 404) for c, _ in rows):  # a worker not answering: not a reason to hide members
         return next((c, r) for c, r in rows if c not in (200, 404))
     mine = [mid for mid, (c, row) in zip(ids, rows, strict=True) if owned(app, mid, c, row)[0] == 200]
-    return (200, {"trace_id": trace_id, "message_ids": mine}) if mine else unknown_trace(trace_id)
+    if not mine:
+        return unknown_trace(trace_id)
+    more = {"truncated": True} if len(every) > len(ids) else {}
+    return 200, {"trace_id": trace_id, "message_ids": mine, **more}
 
 
-class StreamSlots:
-    """Event streams open per app in this process: each polls the status row until it ends, so their number is
-    bounded per app (REACH_GATEWAY_SSE_PER_APP) like the reads that open them are metered."""
-
-    def __init__(self, per_app: int) -> None:
-        self.per_app = per_app
-        self._open: dict[str, int] = {}
-
-    def take(self, app: CallerApp) -> None:
-        if self._open.get(app.app_id, 0) >= self.per_app:
-            raise checks.Refusal(429, "too_many_streams", f"app {app.app_id} already holds {self.per_app} event "
-                                 "streams open on this gateway", "close a stream, or poll GET /v1/messages/{id}",
-                                 headers={"Retry-After": "1"})
-        self._open[app.app_id] = self._open.get(app.app_id, 0) + 1
-
-    def give_back(self, app: CallerApp) -> None:
-        left = self._open.get(app.app_id, 1) - 1
-        if left > 0:
-            self._open[app.app_id] = left
-        else:
-            self._open.pop(app.app_id, None)
-
-    async def held(self, app: CallerApp, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-        """`stream`, giving the slot back however it ends (done, timeout, client gone)."""
-        try:
-            async for chunk in stream:
-                yield chunk
-        finally:
-            self.give_back(app)
+def metrics_allowed(request: Request, token: str | None) -> bool:
+    """`GET /metrics` names app ids, tenants, traffic and spend: with REACH_GATEWAY_METRICS_TOKEN set it needs
+    `Authorization: Bearer <token>`; unset, only a peer on the loopback interface gets it (issue 37, finding 9)."""
+    if token is not None:
+        given = request.headers.get("authorization") or ""
+        return hmac.compare_digest(given.encode(), f"Bearer {token}".encode())
+    peer = request.client.host if request.client is not None else ""
+    try:
+        return ipaddress.ip_address(peer).is_loopback
+    except ValueError:
+        return False
 
 
 def status_routes(admission: Admission) -> APIRouter:
     router = APIRouter(tags=["status"])
     deps, settings = admission.deps, admission.settings
-    slots = StreamSlots(settings.sse_per_app)
+    slots = admission.gate.streams  # shared with A2A's streams: one count of an app's open streams
 
     @router.get("/v1/messages/{message_id}", response_model=MessageRow, responses=READ_ERRORS,
                 summary="Where one message is")
@@ -160,7 +159,7 @@ def status_routes(admission: Admission) -> APIRouter:
             sent = 0
         stream = receipt_stream(deps.status, message_id, row, sent=max(0, sent), poll_s=settings.sse_poll,
                                 max_s=settings.sse_max, clock=time.monotonic)
-        return EventStream(slots.held(app, stream), headers=_SSE_HEADERS)
+        return EventStream(slots.holding(app, stream), headers=_SSE_HEADERS)
 
     @router.get("/healthz", response_model=Health, tags=["operations"],
                 responses={503: {"model": Health, "description": "not ready"}, 431: READ_ERRORS[431]})
@@ -171,9 +170,17 @@ def status_routes(admission: Admission) -> APIRouter:
         body = Health(ok=ok, **{k: "running" if v else "stopped" for k, v in parts.items()})
         return JSONResponse(body.model_dump(), status_code=200 if ok else 503)
 
+    token = settings.metrics_token.get_secret_value() if settings.metrics_token is not None else None
+
     @router.get("/metrics", tags=["operations"], response_class=Response,
-                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 431: READ_ERRORS[431]})
-    async def metrics() -> Response:
+                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, 401: READ_ERRORS[401],
+                           431: READ_ERRORS[431]})
+    async def metrics(request: Request) -> Response:
+        if not metrics_allowed(request, token):
+            return JSONResponse({"error": "unauthorized", "message": "the metrics name apps, tenants, traffic and "
+                                 "spend: they need the metrics token", "hint": "send Authorization: Bearer "
+                                 "$REACH_GATEWAY_METRICS_TOKEN, or scrape from the gateway's own host (loopback)"},
+                                status_code=401, headers={"WWW-Authenticate": 'Bearer realm="agent-reach-metrics"'})
         return Response(admission.metrics.exposition(), media_type="text/plain; version=0.0.4")
 
     return router

@@ -27,7 +27,7 @@ from reach.gateway.routes_callbacks import callback_routes
 from reach.gateway.routes_console import console_routes
 from reach.gateway.routes_envelopes import ENVELOPES, envelope_routes
 from reach.gateway.routes_input import input_routes
-from reach.gateway.routes_mcp import mcp_endpoint, mcp_route
+from reach.gateway.routes_mcp import mcp_endpoint, mcp_routes
 from reach.gateway.routes_reports import report_routes
 from reach.gateway.routes_status import status_routes
 
@@ -152,7 +152,7 @@ def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMe
     app.include_router(cancel_routes(admission))
     app.include_router(input_routes(admission))
     app.router.routes.extend(a2a_routes(admission, deps.directory))
-    app.router.routes.append(mcp_route(mcp))
+    app.router.routes.extend(mcp_routes(mcp))
 
     @app.exception_handler(Refusal)
     async def on_refusal(request: Request, exc: Refusal) -> JSONResponse:

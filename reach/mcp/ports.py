@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from starlette.types import Scope
+
 from reach.callers import AuthFailure, CallerApp
 from reach.records import Capability
 
@@ -40,6 +42,15 @@ class Ended:
     result: Any = None
     reason: str | None = None  # what happened, unless COMPLETED (the receipt's error kind/code/message)
     hint: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """Sessions are memory and a watch each: bounded per app and per replica, and closed when idle."""
+
+    per_app: int = 16
+    total: int = 1000
+    idle_s: float = 300.0
 
 
 class Pending(Protocol):
@@ -85,4 +96,26 @@ class Host(Protocol):
 
     async def cancel(self, app: CallerApp, message_id: str) -> None:
         """Produce the app's cancel record for the message (tenant-scoped)."""
+        ...
+
+    async def read(self, app: CallerApp) -> None:
+        """One token of the app's read quota (a session opened, a tool list, a notification stream); Refused 429
+        when it is used up, 503 when the quota store does not answer."""
+        ...
+
+    def open_session(self, app: CallerApp, held: int) -> None:
+        """Refused 429 when the app, holding `held` sessions on this replica, may open no more."""
+        ...
+
+    @property
+    def limits(self) -> SessionLimits:
+        """How many sessions (per app, all apps) and how long one may idle."""
+        ...
+
+    def origins(self, scope: Scope) -> Sequence[str]:
+        """The `Origin` values a browser may call /mcp from (the gateway's own among them)."""
+        ...
+
+    def resource_metadata(self, scope: Scope) -> str:
+        """The URL of this resource's OAuth protected resource metadata (RFC 9728), for `WWW-Authenticate`."""
         ...

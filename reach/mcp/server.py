@@ -1,9 +1,14 @@
 """The MCP server over the port (reach.mcp.ports.Host): tools/list and tools/call with the official SDK's
 lowlevel Server, served as streamable HTTP by `McpEndpoint`, the ASGI app the gateway mounts at /mcp.
 
-Every HTTP request is authenticated (`Authorization: Bearer <key_id>.<secret>`, the app keys A2A takes) before
-the SDK sees it; a session is bound to the app that opened it (the SDK answers 404 to another app's use of its
-id), and each request acts as the app its own token names, so a revoked key stops working mid-session."""
+Every HTTP request is authenticated (`Authorization: Bearer <key_id>.rat_<hex>`, the app keys A2A takes) before
+the SDK sees it, as the MCP authorization specification asks of a resource server: a request without a valid token
+gets 401 with `WWW-Authenticate: Bearer resource_metadata="<.well-known/oauth-protected-resource URL>"`, a browser
+`Origin` other than the allowed ones gets 403 (DNS rebinding), and the token is checked against this gateway's own
+apps (its audience). A session is bound to the app that opened it (the SDK answers 404 to another app's use of its
+id), and each request acts as the app its own token names, so a revoked key stops working mid-session. Opening a
+session, a tool list and a notification stream each take a read token of the app; an app holds at most
+`SessionLimits.per_app` sessions on a replica (docs/decisions/0059-one-admission-for-every-surface.md)."""
 
 from __future__ import annotations
 
@@ -28,15 +33,15 @@ from starlette.types import Receive, Scope, Send
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
 from reach.mcp import tools
-from reach.mcp.ports import Host, Refused
+from reach.mcp.ports import Host, Refused, SessionLimits
 
 APP = "reach.app"  # the ASGI scope key of the CallerApp the request's bearer token named
 IDEMPOTENCY_META = "agent-reach/idempotency_key"  # tools/call `_meta`: the request's idempotency_key
 MAX_IDEMPOTENCY_KEY = 200
 WATCH_S = 2.0  # how often the watched sessions' tool lists are compared with the registry
-SESSION_IDLE_S = 30 * 60.0
-MAX_SESSIONS = 1000  # per gateway replica: sessions are memory (and a watch) each
+WATCH_YIELD_EVERY = 200  # sessions compared between two yields to the event loop
 SERVER_NAME = "agent-reach"
+QUOTA_ERROR = -32029  # the JSON-RPC error of a tool list refused by the app's read quota
 log = logging.getLogger("reach.mcp")
 
 
@@ -70,10 +75,18 @@ class ToolWatch:
         self._watched[key] = _Watch(app, seen, connection)
 
     async def check(self) -> int:
-        """One pass; the number of sessions notified."""
+        """One pass; the number of sessions notified. The tool list is computed once per (tenant, capability list)
+        in a pass, not once per session, and the loop yields every WATCH_YIELD_EVERY sessions: a thousand sessions
+        of one app cost one registry read, and never hold the event loop for the whole pass."""
         notified = 0
-        for key, watch in list(self._watched.items()):
-            now = tools.fingerprint(self._host.capabilities(watch.app))
+        current: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str, str, str], ...]] = {}
+        for count, (key, watch) in enumerate(list(self._watched.items()), start=1):
+            if count % WATCH_YIELD_EVERY == 0:
+                await anyio.sleep(0)
+            group = (watch.app.tenant, tuple(watch.app.capabilities))
+            now = current.get(group)
+            if now is None:
+                now = current[group] = tools.fingerprint(self._host.capabilities(watch.app))
             if now == watch.seen:
                 continue
             watch.seen = now
@@ -142,6 +155,10 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         app = caller(ctx)
+        try:  # a read, metered like the /v1 ones
+            await host.read(app)
+        except Refused as refusal:
+            raise MCPError(QUOTA_ERROR, f"{refusal.error}: {refusal.message}") from None
         caps = host.capabilities(app)
         watch.watch(ctx, app, tools.fingerprint(caps))
         return types.ListToolsResult(tools=tools.tools(caps))
@@ -168,23 +185,51 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
                                     "receipts, retries and routing; its result is the tool's structured content.")
 
 
-def _unauthenticated(failure: AuthFailure) -> JSONResponse:
-    return JSONResponse({"error": failure.code or "unauthorized", "message": failure.reason,
-                         "hint": "send Authorization: Bearer <key_id>.<secret> of a gateway app key"},
-                        status_code=401, headers={"WWW-Authenticate": 'Bearer realm="agent-reach"'})
+def _refused(status: int, error: str, message: str, hint: str,
+             headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message, "hint": hint}, status_code=status, headers=headers)
+
+
+def challenge(metadata_url: str, failure: AuthFailure | None = None) -> str:
+    """`WWW-Authenticate` of a 401 (RFC 6750, RFC 9728 section 5.1): where the protected resource metadata is, and
+    `invalid_token` when a token was sent and refused."""
+    value = f'Bearer realm="agent-reach", resource_metadata="{metadata_url}"'
+    if failure is not None and failure.code not in ("missing", None):
+        value += ', error="invalid_token"'
+    return value
+
+
+class SessionManager(StreamableHTTPSessionManager):
+    """The SDK's session manager, with sessions counted per app: a new one is refused (503, as the SDK's own cap)
+    when its app holds `per_app` already, decided under the SDK's session lock so two opening requests at once
+    cannot both pass."""
+
+    def __init__(self, *, per_app: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.per_app = per_app
+
+    def held(self, app_id: str) -> int:
+        """The sessions `app_id` holds open on this replica (the SDK keeps each session's owner)."""
+        return sum(1 for owner in self._session_owners.values() if owner["client_id"] == app_id)
+
+    def _admit_session(self, requestor: Any) -> Any:
+        if requestor is not None and self.held(requestor["client_id"]) >= self.per_app:
+            return None
+        return super()._admit_session(requestor)
 
 
 class McpEndpoint:
-    """The ASGI app at /mcp: authenticate, then the SDK's streamable HTTP session manager. `run()` must be
-    entered for the app's lifetime (the gateway's lifespan does)."""
+    """The ASGI app at /mcp: the Origin, the token, the app's session and read quota, then the SDK's streamable HTTP
+    session manager. `run()` must be entered for the app's lifetime (the gateway's lifespan does)."""
 
-    def __init__(self, host: Host, *, watch_s: float = WATCH_S, max_sessions: int = MAX_SESSIONS,
-                 idle_s: float = SESSION_IDLE_S) -> None:
+    def __init__(self, host: Host, *, watch_s: float = WATCH_S, limits: SessionLimits | None = None) -> None:
         self.host = host
+        limits = limits or host.limits
         self.watch = ToolWatch(host, watch_s)
         self.server = build_server(host, self.watch)
-        self.manager = StreamableHTTPSessionManager(app=self.server, max_request_body_size=host.max_body_bytes,
-                                                    session_idle_timeout=idle_s, max_sessions=max_sessions)
+        self.manager = SessionManager(app=self.server, max_request_body_size=host.max_body_bytes,
+                                      session_idle_timeout=limits.idle_s, max_sessions=limits.total,
+                                      per_app=limits.per_app)
 
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
@@ -194,19 +239,41 @@ class McpEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-        try:
-            outcome = self.host.authenticate(authorization)
-        except InfraUnavailable as exc:
-            response = JSONResponse({"error": "unavailable", "message": str(exc)}, status_code=503,
-                                    headers={"Retry-After": "1"})
+        response = await self._admit(scope)
+        if response is not None:
             await response(scope, receive, send)
             return
+        await self.manager.handle_request(scope, receive, send)
+
+    async def _admit(self, scope: Scope) -> JSONResponse | None:
+        """None when the request may reach the SDK (the scope then names its app); else the refusal."""
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"] if k in _ASKED}
+        origin = headers.get("origin")
+        if origin is not None and origin.rstrip("/") not in self.host.origins(scope):
+            return _refused(403, "forbidden_origin", f"a browser page of {origin[:200]} may not call this MCP "
+                            "server", "call it from the gateway's own origin or one in REACH_GATEWAY_MCP_ORIGINS")
+        try:
+            outcome = self.host.authenticate(headers.get("authorization"))
+        except InfraUnavailable as exc:
+            return _refused(503, "unavailable", str(exc), "retry in a few seconds", {"Retry-After": "1"})
         if isinstance(outcome, AuthFailure):
-            await _unauthenticated(outcome)(scope, receive, send)
-            return
+            return _refused(401, outcome.code or "unauthorized", outcome.reason,
+                            "send Authorization: Bearer <key_id>.rat_<hex> of a gateway app key (the a2a_token "
+                            "`reach apps create` prints)",
+                            {"WWW-Authenticate": challenge(self.host.resource_metadata(scope), outcome)})
         scope[APP] = outcome
         scope.setdefault("state", {})["app_id"] = outcome.app_id  # the request metrics label by it
         # the SDK binds a session to the principal that opened it: another app's requests get 404 for its id
         scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=outcome.app_id, scopes=[]))
-        await self.manager.handle_request(scope, receive, send)
+        opening = scope["method"] == "POST" and "mcp-session-id" not in headers
+        try:
+            if opening:
+                self.host.open_session(outcome, self.manager.held(outcome.app_id))
+            if opening or scope["method"] == "GET":  # a session or a notification stream: a read each
+                await self.host.read(outcome)
+        except Refused as refusal:
+            return _refused(refusal.status, refusal.error, refusal.message, refusal.hint or "", refusal.headers)
+        return None
+
+
+_ASKED = (b"origin", b"authorization", b"mcp-session-id")

@@ -317,6 +317,19 @@ def test_two_replicas_share_one_read_bucket_apart_from_the_request_bucket(namesp
     assert run(one.take(reader, "search.web")).allowed, "reads never spend the app's request token"
 
 
+def test_a_read_of_many_rows_takes_as_many_tokens_of_the_shared_read_bucket(namespace: str) -> None:
+    """Issue 37, finding 10: a trace read pays for the rows it reads, on the bucket every replica shares."""
+    url = os.environ["REACH_REDIS_URL"]
+    one, two = (RedisQuotas(client=door_client(url), namespace=namespace, read_limit=Limit(rate=0.001, burst=10))
+                for _ in range(2))
+    reader = CallerApp(app_id="app_rows", name="r", tenant="t", capabilities=(), rate=0.001, burst=1)
+    assert run(one.take_read(reader, 4)).allowed and run(two.take_read(reader, 4)).allowed
+    refused = run(one.take_read(reader, 4))  # 2 tokens left: a 4-token read takes none of them
+    assert not refused.allowed and refused.scope == "read" and refused.retry_after_s > 1000
+    assert run(two.take_read(reader, 2)).allowed and not run(one.take_read(reader)).allowed
+    assert run(one.take_read(reader, 50)).allowed is False, "a cost over the burst is the whole burst, never free"
+
+
 def test_a_released_nonce_takes_no_redis_key(namespace: str, client: Redis) -> None:
     store = RedisNonceStore(client=client, namespace=namespace)
     assert run(store.claim("app_r", "n-released-01", 360))

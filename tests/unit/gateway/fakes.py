@@ -4,26 +4,33 @@ the signature check itself is the real SignatureAuthenticator over the in-memory
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import uvicorn
 from fastapi.testclient import TestClient
 
 from reach import signing
 from reach.callers import CallerApp, KeyEntry
+from reach.channels.settings import ClosureSettings
 from reach.core.tokenbucket import TokenBucket
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.deps import Dependencies, Remembered
+from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.ports import QuotaDecision
 from reach.gateway.routes_status import unknown_message, unknown_trace
+from reach.gateway.service import build_gateway
 from reach.records import Capability, Envelope, Receipt, Status
 from reach.streams.status import tenants
+from reach.tooling.local.process import free_port
 
 
 def sign(secret: bytes, body: bytes, *, method: str = "POST", target: str = "/v1/envelopes", t: int | None = None,
@@ -78,10 +85,14 @@ class FakeQuotas:
         self.reads: dict[str, TokenBucket] = {}
         self.read_shape = (read_rate, read_burst)
         self.taken = 0
+        self.read_tokens = 0  # read tokens asked for (taken or not)
+        self.capabilities: list[str] = []  # the capability of every write token taken
 
-    async def take_read(self, app: CallerApp) -> QuotaDecision:
+    async def take_read(self, app: CallerApp, cost: int = 1) -> QuotaDecision:
         rate, burst = self.read_shape
-        wait = self.reads.setdefault(app.app_id, TokenBucket(rate=rate, burst=burst)).take(self.clock())
+        self.read_tokens += min(cost, burst)
+        wait = self.reads.setdefault(app.app_id, TokenBucket(rate=rate, burst=burst)).take(self.clock(),
+                                                                                          min(cost, burst))
         return QuotaDecision(True) if wait == 0.0 else QuotaDecision(False, retry_after_s=wait, scope="read")
 
     async def take(self, app: CallerApp, capability: str) -> QuotaDecision:
@@ -89,6 +100,7 @@ class FakeQuotas:
         wait = bucket.take(self.clock())
         if wait == 0.0:
             self.taken += 1
+            self.capabilities.append(capability)
             return QuotaDecision(True)
         return QuotaDecision(False, retry_after_s=wait, scope="app")
 
@@ -330,3 +342,23 @@ def stream_body(app: Any, method: str, path: str, headers: dict[str, str], *, ch
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return Streamed(status=int(start["status"]), body=body, reads=reads)
+
+
+LOOPBACK = ("127.0.0.1", 50000)  # a TestClient peer on the loopback interface: /metrics answers it without a token
+
+
+@asynccontextmanager
+async def served(fakes: Fakes, settings: HttpSettings, **deps: Any) -> AsyncIterator[str]:
+    """The gateway on a loopback uvicorn; yields its base URL."""
+    built = dataclasses.replace(fakes.deps(), directory=fakes.directory, **deps)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(build_gateway(built, settings, closure=ClosureSettings()),
+                                           host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -14,7 +14,7 @@ from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Capability
-from tests.unit.gateway.fakes import Fakes, app
+from tests.unit.gateway.fakes import LOOPBACK, Fakes, app
 from tests.unit.gateway.test_service import post
 
 SECRET = b"reply-secret"
@@ -33,7 +33,8 @@ def fakes() -> Fakes:
 
 
 def test_a_reply_token_may_name_only_a_capability_the_app_may_call(fakes: Fakes) -> None:
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     payload = {"endpoint": "https://me.example/inbox", "body": {"text": "refund?"}}
     for named in ({"reply_capability": "billing.refund"},
                   {"callback_for": {"message_id": "x", "generation": 0, "capability": "billing.refund"}}):
@@ -48,7 +49,8 @@ def test_a_reply_token_may_name_only_a_capability_the_app_may_call(fakes: Fakes)
 
 
 def test_a_callback_needs_channel_webhook_on_an_app_with_a_capability_list(fakes: Fakes) -> None:
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     request = {"capability": "demo.echo", "payload": {"text": "x"}, "callback": "https://me.example/done"}
     resp = post(client, "/v1/envelopes", request, key="echo", secret=b"s-echo")
     assert (resp.status_code, resp.json()["error"]) == (403, "forbidden") and "channel.webhook" in resp.text
@@ -61,7 +63,8 @@ def test_replies_are_metered_per_tenant(fakes: Fakes, monkeypatch: pytest.Monkey
     monkeypatch.setenv("REACH_CALLBACK_SECRET", SECRET.decode())
     monkeypatch.setenv("REACH_CALLBACK_RATE", "0.001")
     monkeypatch.setenv("REACH_CALLBACK_BURST", "2")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
 
     def token(message_id: str, tenant: str = "acme") -> str:
         return mint(SECRET, ReplyClaims(message_id=message_id, trace_id="t", tenant=tenant,

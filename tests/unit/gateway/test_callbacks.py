@@ -13,7 +13,7 @@ from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Capability
-from tests.unit.gateway.fakes import Fakes
+from tests.unit.gateway.fakes import LOOPBACK, Fakes
 
 SECRET = b"reply-secret"
 
@@ -27,7 +27,8 @@ def fakes() -> Fakes:
 def client(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> TestClient:
     monkeypatch.setenv("REACH_CALLBACK_SECRET", SECRET.decode())
     monkeypatch.setenv("REACH_CALLBACK_REPLY_CAPABILITIES", "support.answer, nobody.here")
-    return TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    return TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
 
 
 def token(*, capability: str | None = "demo.echo", expires_in_ms: int = 60_000, secret: bytes = SECRET,
@@ -107,7 +108,8 @@ def test_bad_bodies_and_no_capability(client: TestClient, fakes: Fakes) -> None:
 def test_a_default_capability_from_settings(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REACH_CALLBACK_SECRET", SECRET.decode())
     monkeypatch.setenv("REACH_CALLBACK_DEFAULT_CAPABILITY", "demo.echo")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     assert reply(client, token(capability=None), {"text": "x"}).status_code == 202
 
 
@@ -121,7 +123,8 @@ def test_a_failed_publish_is_503_and_the_token_stays_usable(client: TestClient, 
 
 def test_without_a_secret_the_gateway_takes_no_replies(fakes: Fakes, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REACH_CALLBACK_SECRET", raising=False)
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     answer = reply(client, token(), {"text": "x"})
     assert (answer.status_code, answer.json()["error"]) == (404, "callbacks_off")
     assert "REACH_CALLBACK_SECRET" in answer.json()["message"]

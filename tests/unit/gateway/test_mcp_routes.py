@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,19 +10,15 @@ from typing import Any
 import httpx
 import httpx2
 import mcp_types as types
-import uvicorn
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from reach.a2a.bearer import a2a_token
 from reach.callers import KeyEntry
-from reach.channels.settings import ClosureSettings
 from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
-from reach.gateway.service import build_gateway
 from reach.records import Envelope, ErrorInfo, Receipt, Status
-from reach.tooling.local.process import free_port
-from tests.unit.gateway.fakes import Fakes, app
+from tests.unit.gateway.fakes import Fakes, app, served
 
 BEARER1 = "Bearer " + a2a_token("key1", b"secret-1")
 NARROW = KeyEntry("key2", app("app2", capabilities=("demo.echo",)), b"secret-2")
@@ -49,19 +44,8 @@ def answering(fakes: Fakes) -> None:
 
 @asynccontextmanager
 async def gateway(fakes: Fakes) -> AsyncIterator[str]:
-    deps = dataclasses.replace(fakes.deps(), directory=fakes.directory)
-    port = free_port()
-    gateway = build_gateway(deps, HttpSettings(), closure=ClosureSettings())
-    server = uvicorn.Server(uvicorn.Config(gateway, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        server.should_exit = True
-        await task
+    async with served(fakes, HttpSettings()) as base:
+        yield base + "/mcp"
 
 
 @asynccontextmanager

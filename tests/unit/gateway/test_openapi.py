@@ -15,7 +15,7 @@ from reach.envelopes import now_ms
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Status
-from tests.unit.gateway.fakes import Fakes, app, sign, signed_get
+from tests.unit.gateway.fakes import LOOPBACK, Fakes, app, sign, signed_get
 from tests.unit.gateway.test_service import _receipt
 
 
@@ -42,7 +42,8 @@ def test_answers_conform_to_the_document() -> None:
     fakes.status.rows["m1"] = [{"message_id": "m1", "status": "COMPLETED", "tenant": "acme", "timeline": [
         {"status": "COMPLETED", "at": 1, "generation": 0, "attempt": 1}], "trace_id": "t1", "result": "1"}]
     fakes.status.traces["t1"] = ["m1"]
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     doc = client.get("/openapi.json").json()
 
     def post(path: str, body: Any, key: str = "key1", secret: bytes = b"secret-1", raw: bytes | None = None) -> None:
@@ -85,7 +86,8 @@ def test_the_event_stream_declares_json_errors_and_the_shape_of_each_event() -> 
     fakes = Fakes()
     fakes.status.rows["m1"] = [{"message_id": "m1", "status": "COMPLETED", "tenant": "acme", "timeline": [
         {"status": "ROUTED", "at": 1}, {"status": "COMPLETED", "at": 2}]}]
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01), closure=ClosureSettings()),
+                        client=LOOPBACK)
     doc = client.get("/openapi.json").json()
     path = "/v1/messages/{message_id}/events"
     check(doc, path, "get", signed_get(client, "/v1/messages/nope/events"))  # a 404 is JSON, and declared so

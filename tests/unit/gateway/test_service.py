@@ -14,7 +14,7 @@ from reach.channels.settings import ClosureSettings
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
-from tests.unit.gateway.fakes import Fakes, app, echo_capability, sign, signed_get, stream_body
+from tests.unit.gateway.fakes import LOOPBACK, Fakes, app, echo_capability, sign, signed_get, stream_body
 
 
 def post(client: TestClient, path: str, body: Any, *, secret: bytes = b"secret-1", key: str = "key1",
@@ -31,7 +31,8 @@ def fakes() -> Fakes:
 
 @pytest.fixture
 def client(fakes: Fakes) -> TestClient:
-    return TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    return TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
 
 
 def test_accepted_after_the_ack_with_tenant_and_source_from_the_app(client: TestClient, fakes: Fakes) -> None:
@@ -112,7 +113,8 @@ def test_not_json_is_400(client: TestClient) -> None:
 
 def test_forbidden_capability_is_403(fakes: Fakes) -> None:
     fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("other.cap",)), b"s2")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="key2",
                 secret=b"s2")
     assert resp.status_code == 403 and resp.json()["error"] == "forbidden"
@@ -120,7 +122,8 @@ def test_forbidden_capability_is_403(fakes: Fakes) -> None:
 
 def test_over_quota_is_429_with_retry_after_and_counted(fakes: Fakes) -> None:
     fakes.directory.keys["slow"] = KeyEntry("slow", app("slowapp", rate=0.5, burst=2), b"s3")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     codes = [post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}}, key="slow",
                   secret=b"s3") for _ in range(3)]
     assert [r.status_code for r in codes] == [202, 202, 429]
@@ -148,7 +151,8 @@ def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: 
     strict = echo_capability("1.0.0")
     loose = echo_capability("1.1.0", '{"type":"object"}')
     fakes.catalog.capabilities = [strict]
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": 5}})
     assert resp.status_code == 422
     assert resp.json()["error"] == "invalid_payload" and "at text" in resp.json()["message"]
@@ -161,7 +165,8 @@ def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: 
 def test_the_door_checks_in_order(fakes: Fakes) -> None:
     """Over quota AND unknown capability: 429 first (the quota is spent before the registry is consulted)."""
     fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s4")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     first = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
     second = post(client, "/v1/envelopes", {"capability": "nobody.serves", "payload": {}}, key="tiny", secret=b"s4")
     assert (first.status_code, second.status_code) == (404, 429)
@@ -260,7 +265,8 @@ def test_invoke_stops_at_the_agents_question(client: TestClient, fakes: Fakes) -
 
 
 def test_invoke_wait_is_capped(fakes: Fakes) -> None:
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(invoke_timeout_max_ms=30), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(invoke_timeout_max_ms=30), closure=ClosureSettings()),
+                        client=LOOPBACK)
     resp = post(client, "/v1/invoke", {"capability": "demo.echo", "payload": {"text": "x"}, "timeout_ms": 600_000})
     assert resp.status_code == 504 and "30 ms" in resp.json()["message"]
 
@@ -287,7 +293,8 @@ def test_status_reads_need_a_signature_over_the_empty_body(client: TestClient, f
 
 def test_another_tenants_rows_read_as_absent_and_a_trace_shows_only_the_callers(fakes: Fakes) -> None:
     fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", tenant="globex"), b"s2")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(sse_find=0, sse_poll=0.01), closure=ClosureSettings()),
+                        client=LOOPBACK)
     fakes.status.rows["mine"] = [{"message_id": "mine", "tenant": "acme", "status": "COMPLETED", "timeline": []}]
     fakes.status.rows["theirs"] = [{"message_id": "theirs", "tenant": "globex", "status": "COMPLETED",
                                     "timeline": []}]
@@ -306,7 +313,8 @@ def test_another_tenants_rows_read_as_absent_and_a_trace_shows_only_the_callers(
 
 def test_channel_capabilities_are_refused_unless_the_app_lists_them(fakes: Fakes) -> None:
     fakes.directory.keys["key2"] = KeyEntry("key2", app("app2", capabilities=("channel.webhook",)), b"s2")
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     hook = {"capability": "channel.webhook", "payload": {"endpoint": "http://169.254.169.254/", "body": {}}}
     for capability in ("channel.webhook", "channel.email"):
         resp = post(client, "/v1/envelopes", {**hook, "capability": capability})  # app1: every capability...
@@ -375,11 +383,12 @@ def test_redis_not_answering_is_503_never_admitted_unmetered(fakes: Fakes) -> No
         def take(self, app: CallerApp, capability: str) -> QuotaDecision:
             raise InfraUnavailable("Redis did not answer (fake)")
 
-        def take_read(self, app: CallerApp) -> QuotaDecision:
+        def take_read(self, app: CallerApp, cost: int = 1) -> QuotaDecision:
             raise InfraUnavailable("Redis did not answer (fake)")
 
     fakes.quotas = DownQuotas()  # type: ignore[assignment]
-    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()),
+                        client=LOOPBACK)
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "x"}})
     assert resp.status_code == 503 and resp.headers["Retry-After"] == "1"
     assert resp.json()["error"] == "unavailable" and fakes.publisher.sent == []
@@ -443,9 +452,10 @@ def test_a_missing_or_malformed_signature_is_refused_before_the_body_is_read(fak
     assert fakes.publisher.sent == []
 
 
-def test_a_request_refused_after_the_signature_check_gives_its_nonce_back(client: TestClient, fakes: Fakes) -> None:
-    """Issue 28, finding 4: nonces of refused requests (over quota, forbidden, unknown capability) held Redis
-    memory for the whole window."""
+def test_a_request_refused_for_its_own_bytes_gives_its_nonce_back_and_any_other_refusal_keeps_it(
+        client: TestClient, fakes: Fakes) -> None:
+    """Issue 28, finding 4: nonces of refused requests held Redis memory for the whole window; issue 37, finding 6:
+    giving back the nonce of a refusal that time can change (429) let a captured request be replayed once."""
     fakes.directory.keys["tiny"] = KeyEntry("tiny", app("tiny", rate=0.01, burst=1), b"s2")
     raw = json.dumps({"capability": "demo.echo", "payload": {"text": "x"}}).encode()
 
@@ -455,10 +465,9 @@ def test_a_request_refused_after_the_signature_check_gives_its_nonce_back(client
 
     assert send("n-accepted-01").status_code == 202
     assert send("n-over-quota").status_code == 429
-    unknown = json.dumps({"capability": "nobody.serves", "payload": {}}).encode()
-    assert send("n-unknown-01", unknown).status_code in (404, 429)
+    assert send("n-malformed-1", b'{"capability": 7}').status_code == 400
     assert send("n-accepted-01").json()["error"] == "replay", "a replay never frees the original's nonce"
-    assert {n for _, n in fakes.nonces.seen} == {"n-accepted-01"}
+    assert {n for _, n in fakes.nonces.seen} == {"n-accepted-01", "n-over-quota"}
 
 
 def test_a_request_carries_its_budget_and_a_bad_one_is_a_400(client: TestClient, fakes: Fakes) -> None:

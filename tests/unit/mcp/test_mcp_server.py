@@ -14,7 +14,7 @@ import pytest
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
 from reach.mcp import server as mcp_server
-from reach.mcp.ports import PENDING, Ended, Refused
+from reach.mcp.ports import PENDING, Ended, Refused, SessionLimits
 from reach.records import Capability
 from tests.unit.mcp.fakes import FakeConnection, FakeOutbound, context
 
@@ -50,6 +50,20 @@ class FakeHost:
     call_timeout_s: float = 5.0
     max_body_bytes: int = 1024
     auth: CallerApp | AuthFailure | Exception = APP
+    limits: SessionLimits = field(default_factory=SessionLimits)
+    registry_reads: int = 0
+
+    async def read(self, app: CallerApp) -> None:
+        return None
+
+    def open_session(self, app: CallerApp, held: int) -> None:
+        return None
+
+    def origins(self, scope: Any) -> Sequence[str]:
+        return ("http://gw",)
+
+    def resource_metadata(self, scope: Any) -> str:
+        return "http://gw/.well-known/oauth-protected-resource/mcp"
 
     def authenticate(self, authorization: str | None) -> CallerApp | AuthFailure:
         if isinstance(self.auth, Exception):
@@ -57,6 +71,7 @@ class FakeHost:
         return self.auth
 
     def capabilities(self, app: CallerApp) -> Sequence[Capability]:
+        self.registry_reads += 1
         return list(self.caps)
 
     async def send(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None) -> FakePending:
@@ -135,6 +150,20 @@ def test_the_watch_notifies_a_session_whose_tools_changed() -> None:
     assert asyncio.run(watch.check()) == 0  # once per change
     connection.exit_stack.close()  # the session ended
     assert len(watch) == 0
+
+
+def test_the_watch_reads_the_registry_once_per_app_group_not_once_per_session() -> None:
+    """Issue 37, finding 2: a pass recomputed every session's tool list on the event loop."""
+    host = FakeHost()
+    watch = mcp_server.ToolWatch(host)
+    other = CallerApp(app_id="a2", name="a2", tenant="globex", capabilities=(), rate=10, burst=10)
+    connections = [FakeConnection(session_id=f"s{i}") for i in range(500)]
+    for i, connection in enumerate(connections):
+        watch.watch(context(connection), APP if i % 2 else other, mcp_server.tools.fingerprint(host.caps))
+    assert asyncio.run(watch.check()) == 0
+    assert host.registry_reads == 2  # one per (tenant, capability list), however many sessions each has
+    host.caps.append(Capability(name="demo.late", version="1.0.0"))
+    assert asyncio.run(watch.check()) == 500 and host.registry_reads == 4
 
 
 def test_the_watch_drops_a_session_it_cannot_reach_and_skips_stateless_ones() -> None:
