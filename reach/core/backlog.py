@@ -7,8 +7,10 @@ wait (ms until the request starts) = what must start before it, beyond the insta
 p50 gives the same quotient; before either, the rate the default queue bound already promises: max_queue
 requests started within the delivery timeout (reach.core.loads `default_max_queue`). finish = wait + the
 health record's p50 (0 when it has none). The request queues when finish fits in its remaining budget
-(deadline - now; no deadline: the default budget). The ROUTED receipt's delivery timeout then grows by the
-wait, so the timekeeper does not reroute a request for waiting in the queue the router put it in.
+(deadline - now; no deadline: the default budget). A forward into a queue (`expected_wait_ms` > 0, any forward, not
+only past full candidates: in a burst's first moments the router sees handlers free that its own forwards fill) has
+its ROUTED receipt's delivery timeout grown to cover its budget (`queued_delivery_timeout_ms`), so the timekeeper
+does not reroute a request for waiting in the queue the router put it in.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def start_wait_ms(load: InstanceLoad, rate: float) -> float | None:
     return None if rate <= 0 else 1000 * ahead / rate
 
 
+def expected_wait_ms(candidate: Candidate, health: InstanceHealth | None, delivery_timeout_ms: int | None) -> int:
+    """ms until a request forwarded to `candidate` starts there (0 when a handler is free or it drains nothing):
+    what the ROUTED receipt's delivery timeout grows by, for every forward, since the router's view of a burst's
+    first moments shows handlers free that its own forwards already fill."""
+    timeout = delivery_timeout_ms or DEFAULT_DELIVERY_TIMEOUT_MS
+    wait = start_wait_ms(candidate.load, drain_rate(candidate.load, health, timeout))
+    return int(wait or 0)
+
+
 def queue_behind(candidates: Iterable[Candidate], *, budget_ms: int, health: Mapping[str, InstanceHealth],
                  delivery_timeout_ms: int | None) -> Queued | None:
     """The full candidate whose queue starts the request soonest, when it also finishes there within `budget_ms`;
@@ -69,9 +80,12 @@ def remaining_budget_ms(deadline: int | None, now_ms: int) -> int:
     return DEFAULT_BUDGET_MS if deadline is None else deadline - now_ms
 
 
-def queued_delivery_timeout_ms(asked_ms: int | None, wait_ms: int) -> int | None:
-    """The ROUTED receipt's delivery timeout (ROUTED -> STARTED, the timekeeper's): the request's own, plus the wait
-    the router estimated when it queued the request behind a full instance; not set stays not set."""
+def queued_delivery_timeout_ms(asked_ms: int | None, wait_ms: int, budget_left_ms: int | None) -> int | None:
+    """The ROUTED receipt's delivery timeout (ROUTED -> STARTED, the timekeeper's) for a request forwarded into a
+    queue (`wait_ms` > 0): its own plus the wait, and at least what is left of its budget. The inbox is several
+    partitions, not one line, so requests routed after it may start before it: its own turn cannot be estimated,
+    but the router queues nothing the budget does not cover, so it starts within its budget or ends EXPIRED. Not
+    queued, or no delivery timeout set: the request's own."""
     if not asked_ms or wait_ms <= 0:
         return asked_ms
-    return asked_ms + wait_ms
+    return max(asked_ms + wait_ms, budget_left_ms or 0)

@@ -12,7 +12,7 @@ from typing import Any
 
 from reach.core import allowance
 from reach.core.admission import admit
-from reach.core.backlog import Queued, queue_behind, remaining_budget_ms
+from reach.core.backlog import Queued, expected_wait_ms, queue_behind, queued_delivery_timeout_ms, remaining_budget_ms
 from reach.core.candidates import OPEN_RETRY_AFTER_MS, Candidate, Matched, RouteRequest, Selection, match, shed
 from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights, sticky_instance
 from reach.core.loads import InstanceLoad, retry_after_ms
@@ -28,15 +28,15 @@ class Forward:
 
     The original bytes, except when `timeout_factor` > 1 (a slow instance serving as the sole candidate):
     then the envelope goes re-encoded with its execution timeout multiplied by it. `arm` and `admission`
-    are Decision.arm and Decision.admission of the ROUTED receipt; `queue_wait_ms` > 0 lengthens its delivery
-    timeout (the request queues behind a full instance, reach.core.backlog)."""
+    are Decision.arm and Decision.admission of the ROUTED receipt; `delivery_timeout_ms`, when set, its delivery timeout
+    (the request waits in the instance's queue: not the request's own, reach.core.backlog)."""
 
     decision: ScoredDecision
     topic: str
     partition: int
     admission: str | None = None  # Decision.admission: who admission left out before scoring and why, if any
     timeout_factor: float = 1.0
-    queue_wait_ms: int = 0  # every candidate was full: the estimated wait in its queue (reach.core.backlog)
+    delivery_timeout_ms: int | None = None  # the ROUTED receipt's when it queues (reach.core.backlog), else None
 
     @property
     def arm(self) -> str | None:
@@ -258,8 +258,11 @@ class Decider:
         if len(chosen) == 1 and picked_health is not None and picked_health.timeout_factor > 1:
             factor = picked_health.timeout_factor  # slow, but the sole candidate: it serves with more time
         self.loads[reg.instance_id] = picked.load.plus_routed()  # the batch's next decisions see it
+        wait = expected_wait_ms(picked, picked_health, request.delivery_timeout_ms)
+        delivery = queued_delivery_timeout_ms(request.delivery_timeout_ms, wait,
+                                              remaining_budget_ms(request.deadline, now_ms)) if wait else None
         return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key),
-                       admission=note, timeout_factor=factor, queue_wait_ms=queued.wait_ms if queued else 0)
+                       admission=note, timeout_factor=factor, delivery_timeout_ms=delivery)
 
     def _shape(self, request: RouteRequest, registrations: Iterable[AgentRegistration]) -> _Shape:
         key = (id(registrations), request.capability, request.version_range, request.tenant, request.to_agent,

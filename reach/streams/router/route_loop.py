@@ -23,7 +23,6 @@ from typing import Any, NamedTuple, cast
 
 from reach import dlq
 from reach.core import allowance, fallback, sessionmap
-from reach.core.backlog import queued_delivery_timeout_ms
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
 from reach.core.factors import FactorWeights
@@ -567,7 +566,7 @@ class Router(SupervisedLoop):
                     message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
                     tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
                     deadline=request.deadline,
-                    delivery_timeout_ms=queued_delivery_timeout_ms(request.delivery_timeout_ms, forward.queue_wait_ms),
+                    delivery_timeout_ms=forward.delivery_timeout_ms or request.delivery_timeout_ms,
                     reroutes=request.reroutes, agent_id=instance.agent_id, instance_id=instance.instance_id,
                     scores=decision.scores, picked_instance=decision.picked_instance, topic=forward.topic,
                     partition=r.partition, offset=r.offset, weights=decision.weights, arm=decision.arm,
@@ -606,8 +605,7 @@ class Router(SupervisedLoop):
             },
         )
         # queued behind a full instance (reach.core.backlog): the wait in its queue is no late delivery
-        receipt["delivery_timeout_ms"] = queued_delivery_timeout_ms(request.delivery_timeout_ms,
-                                                                    forward.queue_wait_ms)
+        receipt["delivery_timeout_ms"] = forward.delivery_timeout_ms or request.delivery_timeout_ms
         return receipt
 
     def _reject(

@@ -45,7 +45,7 @@ def test_every_candidate_full_and_a_budget_that_covers_the_wait_forwards_to_the_
     loads = {"a": full(20, 4.0), "b": full(16, 8.0)}
     out = run(req(10_000), four("a"), four("b"), loads=loads)
     assert isinstance(out, Forward)
-    assert out.instance.instance_id == "b" and out.queue_wait_ms == 2_125
+    assert out.instance.instance_id == "b" and out.delivery_timeout_ms == 10_000
 
 
 def test_a_budget_no_candidate_can_meet_ends_overload_with_the_drain_based_retry_after() -> None:
@@ -91,10 +91,8 @@ def test_a_batch_queues_until_the_budget_no_longer_covers_the_wait_then_sheds() 
     decider = Decider(now_ms=NOW, loads={"a": full(16, 4.0)}, rng=random.Random(0))
     registrations = (four("a"),)
     outcomes = [decider.decide(req(6_000, message_id=f"m{i}"), registrations, weights=Weights()) for i in range(12)]
-    forwarded = [o for o in outcomes if isinstance(o, Forward)]
     # 17 ahead at 4/s start in 4.25 s; each forward adds one: the 8th starts in 6.0 s, the 9th would in 6.25 s
-    assert [o.queue_wait_ms for o in forwarded] == [4_250, 4_500, 4_750, 5_000, 5_250, 5_500, 5_750, 6_000]
-    assert all(isinstance(o, Overload) for o in outcomes[len(forwarded):])
+    assert [type(o) for o in outcomes] == [Forward] * 8 + [Overload] * 4
 
 
 def test_an_instance_over_its_qps_limit_is_not_queued_behind() -> None:
@@ -102,7 +100,12 @@ def test_an_instance_over_its_qps_limit_is_not_queued_behind() -> None:
     assert isinstance(out, Overload) and out.retry_after_ms == 250
 
 
-def test_the_routed_delivery_timeout_grows_by_the_estimated_wait() -> None:
-    assert queued_delivery_timeout_ms(5_000, 2_125) == 7_125
-    assert queued_delivery_timeout_ms(5_000, 0) == 5_000, "not queued behind a full instance: unchanged"
-    assert queued_delivery_timeout_ms(None, 2_125) is None, "not set stays not set"
+def test_a_forward_into_a_queue_gets_a_delivery_timeout_that_covers_its_budget() -> None:
+    assert queued_delivery_timeout_ms(5_000, 2_125, 30_000) == 30_000
+    assert queued_delivery_timeout_ms(5_000, 2_125, 1_000) == 7_125, "never shorter than its own plus the wait"
+    assert queued_delivery_timeout_ms(5_000, 0, 30_000) == 5_000, "a handler is free: its own"
+    assert queued_delivery_timeout_ms(None, 2_125, 30_000) is None, "not set stays not set"
+    queued = run(req(10_000), four("a"), loads={"a": full(16, 8.0)})
+    assert isinstance(queued, Forward) and queued.delivery_timeout_ms == 10_000
+    free = run(req(10_000), four("a"), loads={"a": InstanceLoad(3, 0, 4, 16, drain_rate=8.0)})
+    assert isinstance(free, Forward) and free.delivery_timeout_ms is None

@@ -52,7 +52,7 @@ def test_overload_when_all_above_threshold_and_the_budget_does_not_cover_the_que
     assert out.retry_after_ms == UNMEASURED_RETRY_AFTER_MS, "no drain rate measured yet"
     assert "a running 10/10, queue 0/0, draining not measured yet" in out.message
     queued = run(req(deadline=NOW + 600), reg("a", inflight=10), reg("b", inflight=10))
-    assert isinstance(queued, Forward) and queued.queue_wait_ms == 500, "a budget that covers the wait queues"
+    assert isinstance(queued, Forward), "a budget that covers the wait queues"
 
 
 def test_overload_retry_after_comes_from_the_soonest_drain() -> None:
