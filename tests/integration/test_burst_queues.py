@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Any, cast
 
 import pytest
 
@@ -36,8 +37,8 @@ def test_a_burst_queues_and_completes_and_only_a_budget_the_queue_cannot_meet_is
         namespace: str, stream_app: StreamApp) -> None:
     slow = spawn("tests.integration.slow_agent:agent")
     try:
-        wait_for(lambda: any(a["agent_id"] == SLOW and a["state"] == "READY" for a in stream_app.get("/agents")), 60,
-                 "slow agent READY")
+        agents = lambda: cast(list[dict[str, Any]], stream_app.get("/agents"))  # noqa: E731
+        wait_for(lambda: any(a["agent_id"] == SLOW and a["state"] == "READY" for a in agents()), 60, "slow agent READY")
         receipts = Receipts(f"{namespace}.receipts")
         with Client() as client:
             # READY is the heartbeat, not the consumer's assignment: one request first, so the burst is not spent
