@@ -13,7 +13,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from reach.core.lifecycle import StatusRow
+from reach.core.lifecycle import STARTED_AT, StatusRow
 from reach.records import TERMINAL, Receipt, Status
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -184,23 +184,25 @@ class Metrics:
 
 
 def delivery_outcome(receipt: Mapping[str, Any], before: Mapping[str, Any] | None) -> str | None:
-    """How one routed attempt's delivery ended, counted once per attempt: `in_time` / `late` at its STARTED (late:
-    after the row's delivery_due_at, the timekeeper not yet acting), `timed_out` at the timekeeper's
-    DELIVERY_TIMEOUT receipt. A STARTED read before its ROUTED counts at the ROUTED (it started before the router's
-    receipt landed: in time); a STARTED after the timekeeper moved the row on counted as timed_out already. The
-    timekeeper's receipts are the ones with an error of kind DELIVERY (a reroute, a retry, a dead letter or a lost
-    envelope, each because the attempt did not start in time). Receipt and row as dicts (`Metrics.observe_row`)."""
+    """How one routed attempt's delivery ended, counted once per attempt: `in_time` / `late` at its STARTED, or at
+    the outcome that carries its start when the run skipped STARTED (`started_at` in its timings) (late: after the
+    row's delivery_due_at, the timekeeper not yet acting), `timed_out` at the timekeeper's DELIVERY_TIMEOUT receipt.
+    A STARTED read before its ROUTED counts at the ROUTED (it started before the router's receipt landed: in time); a
+    STARTED after the timekeeper moved the row on counted as timed_out already. The timekeeper's receipts are the
+    ones with an error of kind DELIVERY (a reroute, a retry, a dead letter or a lost envelope, each because the
+    attempt did not start in time). Receipt and row as dicts (`Metrics.observe_row`)."""
     gen, attempt, status = receipt["generation"], receipt["attempt"], receipt["status"]
     routed = before is not None and before["status"] == Status.ROUTED and (before["generation"], before["attempt"]) == (
         gen, attempt)
     error = receipt["error"]
     if error is not None and error["kind"] == DELIVERY_KIND:
         return "timed_out" if routed else None
-    if status == Status.STARTED:
+    started = receipt["at"] if status == Status.STARTED else receipt["timings"].get(STARTED_AT)
+    if started is not None:  # a STARTED receipt, or an outcome whose run skipped it (its start in its timings)
         if not routed or before is None:
             return None
         due = before["delivery_due_at"]
-        return "late" if due is not None and receipt["at"] > due else "in_time"
+        return "late" if due is not None and started > due else "in_time"
     if status == Status.ROUTED and before is not None:
         started_first = _last_at(before, Status.STARTED, gen, attempt) is not None
         routed_before = _last_at(before, Status.ROUTED, gen, attempt) is not None

@@ -44,7 +44,7 @@ def receipt_for(
 
 def started_bytes(envelope: Envelope, *, agent_id: str, instance_id: str) -> bytes:
     """`codec.encode(receipt_for(envelope, Status.STARTED, ...))` without building the model (the agent's hot
-    path; reach.kafka.receiptbytes), by the codec when the flat writer does not apply."""
+    path; the writer reach.kafka.receiptbytes generates from Receipt.avsc), by the codec when it does not apply."""
     writer = flat_writer()
     if writer is None:
         return codec.encode(receipt_for(envelope, Status.STARTED, agent_id=agent_id, instance_id=instance_id))

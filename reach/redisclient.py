@@ -5,12 +5,18 @@ The URL alone chooses, so the one setting REACH_REDIS_URL (or the URL `reach loc
 (agent leases and result cache, the first-terminal fence, gateway quotas, nonces and idempotency, handoff claims,
 the channel board). Every key a Lua script touches carries one hash tag (`{...}`, see `tag`), so each script runs
 on one slot; a read over many slots goes through `mget` here, per slot on a cluster
-(docs/decisions/0031-redis-cluster-and-bounded-result-cache.md). Imports none of its users."""
+(docs/decisions/0031-redis-cluster-and-bounded-result-cache.md). Imports none of its users.
+
+Every single-node client made here counts its round trips in `reach_redis_round_trips_total` (prometheus_client's
+default registry, one count per process): one per packed write a connection sends, so a pipeline or a batch of
+scripts sent together is one, and a connection's handshake and health-check PINGs count as what they are
+(docs/decisions/0058-peers-and-per-request-figures.md). A cluster client is not counted yet."""
 
 from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
+from functools import cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +24,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
+from prometheus_client import Counter
 from redis.crc import key_slot
 
 from reach.errors import InfraUnavailable
@@ -41,11 +48,51 @@ def node_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, "", parts.query, ""))
 
 
+ROUND_TRIPS = Counter("reach_redis_round_trips_total",
+                      "Round trips to Redis this process made: packed writes sent (a pipeline is one)")
+
+
+class _CountedSync:
+    """Mixed into a blocking connection class: each packed write sent is one round trip."""
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        ROUND_TRIPS.inc()
+        super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+class _CountedAsync:
+    """Mixed into an asyncio connection class: each packed write sent is one round trip."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        ROUND_TRIPS.inc()
+        await super().send_packed_command(command, check_health)  # type: ignore[misc]
+
+
+@cache
+def _counted(connection_class: type, mixin: type) -> type:
+    """`connection_class` with its writes counted (one subclass per class: plain, TLS, unix socket)."""
+    if issubclass(connection_class, mixin):
+        return connection_class
+    return type(f"Counted{connection_class.__name__}", (mixin, connection_class), {})
+
+
+def count_round_trips(client: SyncRedis | AsyncRedis) -> None:
+    """Count a single-node client's round trips in ROUND_TRIPS (its pool makes counted connections from now on;
+    call it before the first command). A cluster client is left as it is."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or not hasattr(pool, "connection_class"):
+        return
+    mixin = _CountedAsync if isinstance(client, redis.asyncio.Redis) else _CountedSync
+    pool.connection_class = _counted(pool.connection_class, mixin)
+
+
 def sync_client(url: str, **options: Any) -> SyncRedis:
     """A blocking client for `url`: redis.Redis, or redis.cluster.RedisCluster for a cluster URL."""
     if is_cluster(url):
         return redis.cluster.RedisCluster.from_url(node_url(url), **options)
-    return redis.Redis.from_url(url, **options)
+    client = redis.Redis.from_url(url, **options)
+    count_round_trips(client)
+    return client
 
 
 def async_client(url: str, **options: Any) -> AsyncRedis:
@@ -53,7 +100,9 @@ def async_client(url: str, **options: Any) -> AsyncRedis:
     (`max_connections` is then per node)."""
     if is_cluster(url):
         return redis.asyncio.cluster.RedisCluster.from_url(node_url(url), **options)
-    return redis.asyncio.Redis.from_url(url, **options)
+    client = redis.asyncio.Redis.from_url(url, **options)
+    count_round_trips(client)
+    return client
 
 
 def where(url: str) -> str:

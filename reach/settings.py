@@ -21,8 +21,9 @@
 | REACH_CURRENCY            | USD                         | ISO 4217 currency of usage costs and cost limits    |
 | REACH_TENANT_LIMITS       | {}                          | JSON {tenant: ["tokens=2M/month","cost=5.00/day"]}: |
 |                           |                             | spend limits per tenant (gateway and router)        |
-| REACH_ROUTER_BATCH_WINDOW_MS | 0                        | how long the router waits after a record for more,  |
-|                           |                             | to route them as one batch (docs/decisions/0054)    |
+| REACH_ROUTER_BATCH_WINDOW_MS | 5                        | how long the router waits after a record for more,  |
+|                           |                             | to route them as one batch, once batches hold more  |
+|                           |                             | than one record (0: never; docs/decisions/0054)     |
 | REACH_CANARY_MIN_CALLS    | 10                          | canary-arm calls a step needs before it is judged   |
 | REACH_CANARY_TICK_MS      | 1000                        | how often the canary controller applies the rule    |
 | REACH_CANARY_REPORT_MS    | 5000                        | how often it rewrites a running canary's progress   |
@@ -79,7 +80,7 @@ class ReachSettings(BaseSettings):
     operator: str | None = None  # the name the CLI records on the control records it publishes (`reach audit`)
     currency: str = "USD"  # ISO 4217: what usage costs (micro-units) and cost limits are in (reach.core.usage)
     tenant_limits: dict[str, list[str]] = {}  # tenant -> ["tokens=2M/month", "cost=5.00/day"] (reach.core.spend)
-    router_batch_window_ms: float = 0.0  # the router's batch window (reach.kafka.clients.take, decision 0054)
+    router_batch_window_ms: float = 5.0  # the router's batch window (reach.kafka.clients.take, decision 0054)
 
     @field_validator("web_token")
     @classmethod

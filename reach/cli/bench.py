@@ -1,5 +1,5 @@
-"""`reach bench`: raw Kafka, plain faust, Quix Streams, the router, the round trip, the knee search, scoring and
-the ingress gateway."""
+"""`reach bench`: raw Kafka, plain faust, Quix Streams, the router, the round trip, the knee search, Reach beside
+plain Kafka and FastStream request-reply (peers), scoring and the ingress gateway."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def bench(
                                       "in two processes (`reach router --role`)"),
     seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option("all", "--modes",
-                              help="which modes to run: idle,raw,faust,quix,route,roundtrip,knee,status-scale,scoring,"
-                              "gateway,intent"),
+                              help="which modes to run: idle,raw,faust,quix,route,roundtrip,knee,peers,status-scale,"
+                              "scoring,gateway,intent"),
     batch_size: int = typer.Option(500, "--batch-size", help="the router's consume batch"),
     route_workers: str = typer.Option("1,2", "--route-workers", help="routing worker processes per route burst"),
     knee_low: float = typer.Option(50.0, "--knee-low", help="knee search: a rate known to pass, envelopes/s"),
@@ -47,6 +47,12 @@ def bench(
     knee_setups: str = typer.Option("noop,echo x2", "--knee-setups",
                                     help="knee search: which set-ups (noop, echo x2, noop x2, noop split, "
                                     "noop redis-cluster: on a private 3-master Redis Cluster)"),
+    peers: str = typer.Option("plain,faststream", "--peers",
+                              help="peers: the request-replies measured beside Reach's no-op knee"),
+    peers_high: float = typer.Option(50_000.0, "--peers-high",
+                                     help="peers: a rate known to fail for them (their knee search's upper bound)"),
+    peers_workers: int = typer.Option(16, "--peers-workers", min=1,
+                                      help="peers: FastStream's concurrent handlers (max_workers)"),
     status_messages: int = typer.Option(500_000, "--status-messages",
                                         help="status-scale: messages folded (4 receipts each)"),
     gateway_rates: str = typer.Option("250,500,1000", "--gateway-rates",
@@ -60,6 +66,7 @@ def bench(
     from reach.settings import ReachSettings
     from reach.tooling.bench.gateway import GatewayConfig
     from reach.tooling.bench.knee import KneeConfig
+    from reach.tooling.bench.peers import PEERS, PeersConfig
     from reach.tooling.bench.report import render
     from reach.tooling.bench.round_trip import SETUPS
     from reach.tooling.bench.suite import MODES, BenchConfig, run
@@ -73,17 +80,23 @@ def bench(
     workers = tuple(int(w) for w in _numbers("--route-workers", route_workers))
     chosen = MODES if modes.strip() == "all" else tuple(m.strip() for m in modes.split(",") if m.strip())
     setups = tuple(s.strip() for s in knee_setups.split(",") if s.strip())
-    unknown = [m for m in chosen if m not in MODES] + [s for s in setups if s not in SETUPS]
+    compared = tuple(p.strip() for p in peers.split(",") if p.strip())
+    unknown = ([m for m in chosen if m not in MODES] + [s for s in setups if s not in SETUPS]
+               + [p for p in compared if p not in PEERS])
     if unknown or not offered or messages < 1 or not workers or min(workers) < 1:
-        raise _usage(f"unknown mode(s) or set-up(s) {unknown} (modes: {', '.join(MODES)}; set-ups: "
-                     f"{', '.join(SETUPS)}), or no rates, or --messages < 1, or a worker count < 1")
+        raise _usage(f"unknown mode(s), set-up(s) or peer(s) {unknown} (modes: {', '.join(MODES)}; set-ups: "
+                     f"{', '.join(SETUPS)}; peers: {', '.join(PEERS)}), or no rates, or --messages < 1, or a worker "
+                     "count < 1")
+    if peers_high <= knee_low:
+        raise _usage("--peers-high must be above --knee-low")
     if not 0 < knee_low < knee_high or knee_resolution <= 0 or knee_repeats < 1 or knee_seconds <= 0:
         raise _usage("the knee search needs 0 < --knee-low < --knee-high, --knee-resolution > 0, "
                      "--knee-repeats >= 1 and --knee-seconds > 0")
     topics_file = ReachSettings().topics_file
     if quick:
         config = BenchConfig.quick(modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
-                                   knee=KneeConfig.quick(setups=setups), split_router=split_router)
+                                   knee=KneeConfig.quick(setups=setups), split_router=split_router,
+                                   peers=PeersConfig.quick(peers=compared, workers=peers_workers))
     else:
         knee = KneeConfig(low=knee_low, high=knee_high, resolution=knee_resolution, seconds=knee_seconds,
                           warmup=knee_warmup, repeats=knee_repeats, setups=setups)
@@ -91,7 +104,7 @@ def bench(
                              rate_seconds=seconds,
                              modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
                              knee=knee, status_messages=status_messages, split_router=split_router,
-                             gateway=gateway)
+                             gateway=gateway, peers=PeersConfig(peers=compared, high=peers_high, workers=peers_workers))
     report = run(config, progress=lambda msg: err_console.print(f"[dim]bench: {msg}[/]"))
     render(report, console)
     if json_file is not None:

@@ -219,33 +219,24 @@ def mode_conflict(mine: AgentRegistration, others: Iterable[AgentRegistration]) 
 # -- the status fold's side --------------------------------------------------------------------------------------
 
 
-def track(row: StatusRow, receipt: Receipt) -> StatusRow:
-    """The row after a FANNED_OUT receipt of its generation: the router's names every delivery, the fold's says how
-    one ended (a delivery's later generation, a replay, updates it)."""
-    if receipt.status is not Status.FANNED_OUT or receipt.fanout is None or receipt.generation != row.generation:
-        return row
-    book = row.fanout or FanOutRow()
+def track(book: FanOutRow | None, receipt: Mapping[str, Any]) -> FanOutRow:
+    """A row's fan-out after a FANNED_OUT receipt of its generation (the receipt as a dict): the router's names every
+    delivery, the fold's says how one ended (a delivery's later generation, a replay, updates it)."""
+    book = book or FanOutRow()
+    error = None if receipt["error"] is None else ErrorInfo.model_validate(receipt["error"])
     ends = {d.message_id: d for d in book.deliveries}
-    for d in receipt.fanout.deliveries:
+    named = FanOut.model_validate(receipt["fanout"]).deliveries
+    for d in named:
         known = ends.get(d.message_id)
         agent = known.agent_id if known is not None else d.agent_id
         if d.status is None:
             ends[d.message_id] = known or Delivery(agent_id=agent, message_id=d.message_id)
         else:
-            ends[d.message_id] = Delivery(agent_id=agent, message_id=d.message_id, status=d.status, at=receipt.at,
-                                          error=receipt.error)
-    is_router = all(d.status is None for d in receipt.fanout.deliveries)
+            ends[d.message_id] = Delivery(agent_id=agent, message_id=d.message_id, status=d.status,
+                                          at=receipt["at"], error=error)
+    is_router = all(d.status is None for d in named)
     deliveries = tuple(sorted(ends.values(), key=lambda d: d.agent_id))
-    return row.model_copy(update={"fanout": book.model_copy(update={
-        "deliveries": deliveries, "announced": book.announced or is_router})})
-
-
-def carried(previous: FanOutRow | None, same_generation: bool) -> FanOutRow | None:
-    """What a row's fan-out keeps when its current receipt changes: all of it within a generation; across
-    generations only a delivery's parent (a replayed delivery still reports to it)."""
-    if previous is None or same_generation:
-        return previous
-    return FanOutRow(of=previous.of) if previous.of else None
+    return book.model_copy(update={"deliveries": deliveries, "announced": book.announced or is_router})
 
 
 def settle(after: StatusRow, receipt: Receipt, *, parent: str | None) -> tuple[StatusRow, Receipt | None]:

@@ -38,6 +38,7 @@ from reach.core.commits import TopicPart
 from reach.core.views.controlview import ControlView
 from reach.kafka import clients
 from reach.kafka.codec import RegistryUnavailable, decode, decode_dict
+from reach.kafka.receiptbytes import decode_receipt
 from reach.names import Names
 from reach.records import AgentRegistration, Control, InstanceHealth, LoadReport
 from reach.settings import ConsumerProfile, KafkaSettings
@@ -80,7 +81,15 @@ REGISTRATION = Model(AgentRegistration)
 CONTROL = Model(Control)
 HEALTH = Model(InstanceHealth)
 LOAD = Model(LoadReport)
-RECEIPT = Plain("Receipt")
+class _Receipts(Plain):
+    """Receipts into dicts by the reader generated from Receipt.avsc (the codec for older versions and a registry's
+    framing: reach.kafka.receiptbytes.decode_receipt)."""
+
+    def __call__(self, value: bytes) -> Any:
+        return decode_receipt(value)
+
+
+RECEIPT = _Receipts("Receipt")
 
 Decoder = Callable[[bytes], Any]
 Accept = Callable[[Message], bool]

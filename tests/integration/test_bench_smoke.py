@@ -22,12 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 MEASURED = {"raw", "faust", "route", "route 2 workers", "round trip 50/s", "round trip 200/s",
             "scoring 10", "scoring 100", "scoring 1000"}
 KNEES = {"knee noop", "knee echo x2"}
+PEERS = {"knee plain", "knee faststream"}  # the peers mode beside the knee's own no-op search (reused, same run)
 INTENT = {"intent exact", "intent semantic"}  # the resolver's stages (the `intent` extra, installed by make setup)
-CI_MODES = "raw,faust,quix,route,roundtrip,knee,status-scale,scoring,gateway,intent"  # all but idle
+CI_MODES = "raw,faust,quix,route,roundtrip,knee,peers,status-scale,scoring,gateway,intent"  # all but idle
 
 
 @pytest.mark.serial  # six stacks start and stop: alone on the machine, and no other test disturbed by it
-@pytest.mark.timeout(600)  # 126 s alone with eight stacks (CI, idle machine), 170 s at load average 10
+@pytest.mark.timeout(600)  # 126 s alone with eight stacks (CI, idle machine); with the peers 395 s at load 9-13
 def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     env = {**os.environ, "REACH_BOOTSTRAP": infra.bootstrap, "REACH_REDIS_URL": infra.redis_url,
@@ -42,7 +43,7 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     modes = {m["mode"]: m for m in report["modes"]}
     # the gateway mode: both rows, or one row saying why no gateway answered (a build without `reach gateway`)
     gateway = {"gateway 50/s", "kafka send 50/s"} if "gateway 50/s" in modes else {"gateway"}
-    assert set(modes) == MEASURED | KNEES | INTENT | {"quix", "status-scale"} | gateway
+    assert set(modes) == MEASURED | KNEES | PEERS | INTENT | {"quix", "status-scale"} | gateway
     if "gateway" in modes:
         assert modes["gateway"]["notes"].startswith("skipped: no gateway answering 202"), modes["gateway"]
     assert all(m["lost"] == 0 for m in modes.values())
@@ -64,7 +65,7 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     assert set(report["measured"]) == set(report["targets"])
 
     # the knee search ran its (tiny) bisection for both set-ups; whether 20/s passes on a busy machine is not asserted
-    assert set(report["knee_rps"]) == {"noop", "echo x2"}
+    assert set(report["knee_rps"]) == {"noop", "echo x2", "plain", "faststream"}
     for search in report["knee"]:
         assert search["skipped"] is None and search["lost"] == 0, search["setup"]
         (only,) = search["runs"]
@@ -79,3 +80,22 @@ def test_quick_bench_reports_every_mode_without_loss(infra: Infra, tmp_path: Pat
     assert report["measured"]["round_trip_200_broker_requests_per_request"] == spent["broker_requests_per_request"]
     rt = modes["round trip 200/s"]["cpu_by_process"]
     assert {"router", "agent", "broker JVM", "bench"} <= set(rt) and rt["router"] is not None
+    # records produced by topic family (end offsets) and the processes' own Redis round trips, per request
+    assert spent["records_produced_cap_per_request"] == 1.0 and spent["records_produced_receipts_per_request"] >= 2
+    assert spent["records_produced_per_request"] >= 4 and spent["redis_round_trips_per_request agent"] > 0, spent
+
+    # the peers: plain confluent-kafka and FastStream request-reply, judged like Reach, in the same run
+    peers = report["peers"]
+    assert set(peers["knee_rps"]) == {"noop", "plain", "faststream"} and not peers["skipped"], peers
+    assert set(peers["ratios"]) == {"reach_over_plain", "reach_over_faststream"}
+    for peer in ("plain", "faststream"):
+        assert modes[f"knee {peer}"]["lost"] == 0 and modes[f"knee {peer}"]["duplicated"] == 0, peer
+        cpu = peers["cpu_ms_per_request_at_knee"][peer]
+        assert {"client", "worker", "broker JVM"} == set(cpu) and cpu["worker"] > 0, cpu
+        at_knee = peers["figures_at_knee"][peer]  # a request and its reply: two records
+        assert at_knee["records_produced_requests_per_request"] == 1.0, at_knee
+        assert at_knee["records_produced_replies_per_request"] == 1.0, at_knee
+    issue_36 = {row["key"]: row for row in report["issue_36"]}
+    assert issue_36["runtime_modules_importing_confluent_kafka"]["measured"] == len(
+        report["runtime_modules_importing_confluent_kafka"])
+    assert issue_36["knee_noop_records_produced_per_request"]["measured"] is not None

@@ -1,15 +1,16 @@
-"""The router's hot path: a confluent-kafka consumer on every capability topic of the namespace.
+"""The router's hot path: a consumer on every capability topic of the namespace.
 
-Per batch: consume up to `batch_size` envelopes, decode only the routing fields, decide (pure
-`reach.core.routing.decide`), then produce forwards of the original bytes, dead letters and the receipts
-that do not need an offset, and flush once. Each ROUTED receipt carries the inbox offset, so the forwards'
-delivery reports (inside that flush) only note them; then the batch's ROUTED receipts are produced together
-and flushed (one receipts batch per poll batch, decision 0044). Failures are per record (reach.kafka.acks):
-each input partition is committed up to its first record whose outputs are not all acknowledged and read
-again from there; the other partitions of the batch move on. A record the broker refuses for good (too large) is
-dead-lettered; a Schema Registry outage is infrastructure (not committed, read again after a backoff).
+Per batch: consume up to `batch_size` envelopes (waiting up to the batch window for more once batches hold more
+than one, decision 0054), decode each envelope once (the payload is never read), decide the batch with one
+`reach.core.routing.Decider` (pure; the routing table of reach.streams.router.routetable is kept across batches),
+then produce forwards of the original bytes, dead letters and the receipts that do not need an offset, and flush
+once. Each ROUTED receipt carries the inbox offset, so the forwards' delivery reports (inside that flush) only note
+them; then the batch's ROUTED receipts are produced together and flushed (one receipts batch per poll batch,
+decision 0044; why not one pass: decision 0054). Failures are per record (reach.kafka.acks): each input partition
+is committed up to its first record whose outputs are not all acknowledged and read again from there; the other
+partitions of the batch move on. A record the broker refuses for good (too large) is dead-lettered; a Schema
+Registry outage is infrastructure (not committed, read again after a backoff).
 """
-
 from __future__ import annotations
 
 import functools

@@ -1,6 +1,6 @@
 """The status fold: a confluent-kafka loop over `<ns>.receipts` writing rows, changelog and replies per batch.
 
-Per batch: decode each receipt, fold it (pure `reach.core.lifecycle.fold` and `settle_reply`) onto the row
+Per batch: decode each receipt, fold it (pure `reach.core.lifecycle.apply`, on dicts) onto the row
 as it stands in this batch; produce each reply to its `<ns>.replies.*` topic and flush; then one
 changelog record per changed row to the status partition of the same number, and flush; only when
 the broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
@@ -25,33 +25,33 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pydantic import ValidationError
 
-from reach.core import fallback, fanout, rowfold
+from reach.core import fallback, fanout, lifecycle
 from reach.core.commits import CommitLedger
-from reach.core.lifecycle import StatusRow, fold, settle_reply
-from reach.core.rowfold import Row
+from reach.core.lifecycle import Row, StatusRow
 from reach.envelopes import now_ms
-from reach.kafka import clients, codec, delivery, topicreader
+from reach.kafka import clients, codec, delivery, receiptbytes, topicreader
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
+from reach.kafka.clients import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.kafka.codec import DecodeError, RegistryUnavailable, decode_dict, encode_dict
+from reach.kafka.supervised import SupervisedLoop
 from reach.metrics import Metrics
 from reach.names import Names
-from reach.records import Envelope, Receipt
+from reach.records import Envelope, Receipt, Status
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import DeliveryFailed, StreamsError
 from reach.streams.status import keys, tenants
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
 from reach.streams.status.ports import Callbacks, Fallbacks, NoFallbacks
 from reach.streams.status.store import PartitionStore
-from reach.streams.supervised import SupervisedLoop
 
 FRONTIER_SLACK_MS = 1_000
 """A fetch response's high watermark is at most fetch.wait.max.ms (100) plus a round trip old: a level partition
 has folded what was appended up to a second before."""
 log = logging.getLogger("reach.status")
+_TERMINAL = frozenset(s.value for s in Status if s.is_terminal)
 _Reply = tuple[Position, str, str, bytes]
 """(the receipt's position, reply topic, message id, reply bytes)."""
 _Out = tuple[Position, str, str, bytes, str]
@@ -252,7 +252,7 @@ class StatusFold(SupervisedLoop):
         if value is None:
             return
         try:
-            receipt = codec.decode_dict("Receipt", value)  # the schema checks its types: no model on this path
+            receipt = receiptbytes.decode_receipt(value)  # the schema checks its types: no model on this path
         except DecodeError as exc:
             self._metrics.undecodable.inc()
             log.warning("status: skipped an undecodable receipt (%s)", exc)
@@ -267,23 +267,19 @@ class StatusFold(SupervisedLoop):
                     raise StreamsError(f"receipts partition {partition} is not assigned to this worker")
                 raw = store.get_raw(mid)
                 stored[mid] = orjson.loads(raw) if raw is not None else None
-            current = rowfold.current(stored[mid])  # a row an older version wrote is validated into this shape
+            current = lifecycle.current(stored[mid])  # a row an older version wrote is validated into this shape
         position = (msg.topic() or "", partition, msg.offset() or 0)
         parent, mark, asked = _header(msg, H.FANOUT_OF), _header(msg, H.FALLBACK), _header(msg, H.FALLBACK_ASK)
-        if parent is None and mark is None and asked is None and rowfold.covers(current, receipt,
-                                                              fallback_of=self._fallbacks.fallback_of):
-            after, reply = rowfold.fold(current, receipt, value, reply_to=self._reply_to(msg))
-        else:
-            try:
-                model = Receipt.from_avro(receipt)
-            except ValidationError as exc:
-                self._metrics.undecodable.inc()
-                log.warning("status: skipped a receipt that breaks the record's rules (%s)", exc)
-                return
-            settled = self._settle(msg, position, current, model, value, callbacks, producer)
+        if receipt["status"] == "FANNED_OUT" and (forged := _forged(current, receipt)) is not None:
+            log.warning("status: dropped a FANNED_OUT receipt for %s: %s", mid, forged)
+            return
+        after, reply = lifecycle.apply(current, receipt, value, reply_to=self._reply_to(msg))
+        if parent is not None or mark is not None or asked is not None or self._bookkeeps(after):
+            settled = self._settle(position, current, after, receipt, callbacks, producer, parent=parent, mark=mark,
+                                   asked=asked)
             if settled is None:
                 return
-            after, reply = settled
+            after = settled
         changed = after is not current and after != current
         self._metrics.observe_row(receipt, current, after, changed=changed)
         if changed:
@@ -291,35 +287,42 @@ class StatusFold(SupervisedLoop):
         if reply is not None and after["reply_to"]:
             replies.append((position, after["reply_to"], mid, reply))
 
-    def _settle(self, msg: Message, position: Position, current: Row | None, receipt: Receipt, value: bytes,
-                callbacks: list[_Out], producer: Producer) -> tuple[Row, bytes | None] | None:
-        """The receipt folded through the models (reach.core.lifecycle, fallback, fan-out, callbacks): what
-        `rowfold.covers` leaves out. Returns `current` itself when the row did not change, None when the receipt
-        is dropped (a forged fan-out step)."""
-        before = StatusRow.model_validate(current) if current is not None else None
-        if (forged := fanout.foreign(before, receipt)) is not None:  # a delivery's ending the router never made
-            log.warning("status: dropped a FANNED_OUT receipt for %s: %s", receipt.message_id, forged)
+    def _bookkeeps(self, row: Row) -> bool:
+        """Whether the row has fallback, fan-out or callback bookkeeping to settle (through the models, `_settle`):
+        a callback spec, a fan-out, a fallback to send or waiting, or an ending its capability's fallback serves."""
+        return (row["callback"] is not None or row["fanout"] is not None or row["fallback_pending"]
+                or (row["status"] in _TERMINAL and row["fallback"] is None
+                    and self._fallbacks.fallback_of(row["capability"]) is not None))
+
+    def _settle(self, position: Position, current: Row | None, folded: Row, receipt: dict[str, Any],
+                callbacks: list[_Out], producer: Producer, *, parent: str | None, mark: str | None,
+                asked: str | None) -> Row | None:
+        """The folded row with its fallback, fan-out and callback bookkeeping (reach.core.fallback, fanout, the
+        Callbacks port, on the models); the records that produces join `callbacks`. Returns `folded` itself when
+        nothing changed, None when the receipt breaks the record's rules (skipped)."""
+        try:
+            model = Receipt.from_avro(receipt)
+        except ValidationError as exc:
+            self._metrics.undecodable.inc()
+            log.warning("status: skipped a receipt that breaks the record's rules (%s)", exc)
             return None
-        after = fold(before, receipt, reply_to=self._reply_to(msg))
-        after, reply = settle_reply(before, after, receipt, value)
-        routed_child = fallback.parse_mark(_header(msg, H.FALLBACK))
-        after = fallback.asked(before, after, receipt, ask=_header(msg, H.FALLBACK_ASK))  # timekeeper, delay tier
-        after, ask = fallback.settle(before, after, receipt, routed_child=routed_child,
+        before = StatusRow.model_validate(current) if current is not None else None
+        start = StatusRow.model_validate(folded)
+        after = fallback.asked(before, start, model, ask=asked)  # timekeeper, delay tier
+        after, ask = fallback.settle(before, after, model, routed_child=fallback.parse_mark(mark),
                                      fallback_of=self._fallbacks.fallback_of)
         if ask is not None:  # before the callback: a child that was sent carries it on
             after, child = self._fallback_child(producer, after, ask)
             if child is not None:
                 callbacks.append((position, *child))
-        after, told = fanout.settle(after, receipt, parent=_header(msg, H.FANOUT_OF))
+        after, told = fanout.settle(after, model, parent=parent)
         if told is not None:  # a delivery's ending to its parent, or a parent's ending (docs/decisions/0040)
             callbacks.append((position, self.names.receipts, told.message_id, codec.encode(told), told.message_id))
-        after, callback = self._callbacks.settle(after, receipt, now=now_ms())
+        after, callback = self._callbacks.settle(after, model, now=now_ms())
         if callback is not None:
             topic, key, record = self._callback_record(producer, callback)
             callbacks.append((position, topic, key, record, key))
-        if current is not None and (after is before or after == before):
-            return current, reply
-        return after.model_dump(mode="json"), reply
+        return folded if after is start or after == start else after.model_dump(mode="json")
 
     def _fallback_child(self, producer: Producer, row: StatusRow, ask: fallback.Ask) -> tuple[
             StatusRow, tuple[str, str, bytes, str] | None]:
@@ -598,6 +601,16 @@ def _header(msg: Message, name: str) -> str | None:
         if key == name and value:
             return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
     return None
+
+
+def _forged(current: Row | None, receipt: dict[str, Any]) -> str | None:
+    """Why a FANNED_OUT receipt is not folded (reach.core.fanout.foreign), None when it is; a receipt that breaks the
+    record's rules says so too."""
+    try:
+        model = Receipt.from_avro(receipt)
+    except ValidationError as exc:
+        return f"it breaks the record's rules ({exc})"
+    return fanout.foreign(StatusRow.model_validate(current) if current is not None else None, model)
 
 
 def _first_offsets(messages: list[Message]) -> dict[int, int]:

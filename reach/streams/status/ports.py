@@ -4,8 +4,8 @@
 A row whose request asked for a callback gets its callback envelope (or a rejection receipt) when it ends; the
 channels package knows how (`reach.channels.closure.ChannelCallbacks`), the stream app's wiring passes it in.
 `NoCallbacks` is the port of a fold that sends none (tools that fold receipts only to read them). The fold asks
-`settle` only about receipts it folds through the models: a receipt and row with no callback spec, the common case,
-are folded on dicts (reach.core.rowfold.covers) and have no callback to settle.
+`settle` only about rows with a callback spec (or fallback or fan-out bookkeeping): a row without one, the common
+case, has no callback to settle.
 
 An agent's ending that its capability's POLICY `fallback` serves is sent to the fallback by the fold
 (reach.core.fallback, docs/decisions/0034): `Fallbacks` says which capability that is and reads the envelope the

@@ -6,6 +6,11 @@ counts (by API, summed over versions) through the JDK's attach API (`BrokerReque
 single-file program attached to the local broker's pid for the whole bench), and Redis's `INFO commandstats`
 calls. A reading is a few MBean reads in the broker and one INFO in Redis. A remote broker, or a machine without
 `java`, reads as None: the figures are left out, never guessed.
+
+Two more figures come from the processes and the topics, when the stack gives their sources: Redis round trips
+(the processes' own `reach_redis_round_trips_total`, served by `reach.tooling.bench.metered`: the server's
+command counts are every client's, other users of a shared Redis included) and records produced, by topic family
+(`reach.tooling.bench.records`). The window's edges are read so that the readers' own requests fall outside it.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from pathlib import Path
 
 import redis
 import redis.cluster
+from confluent_kafka.admin import AdminClient
 
 from reach.redisclient import SyncRedis, sync_client
+from reach.tooling.bench import metered, records
 
 log = logging.getLogger(__name__)
 
@@ -117,17 +124,43 @@ def redis_commands(client: SyncRedis | None) -> dict[str, int] | None:
 class Reading:
     broker: dict[str, int] | None = None
     redis: dict[str, int] | None = None
+    counters: dict[str, dict[str, float] | None] | None = None  # label -> the metered process's counters
+    offsets: records.Offsets | None = None  # topic -> end offset, the namespace's topics
+
+
+@dataclass(frozen=True, slots=True)
+class Topics:
+    """Where records are counted: the namespace's topics, through an admin client."""
+
+    admin: AdminClient
+    namespace: str
 
 
 class Costs:
-    """The readers of one bench stack: the broker's counter and one Redis connection (connecting counts too)."""
+    """The readers of one bench stack: the broker's counter, one Redis connection (connecting counts too), the
+    metered processes' ports and the namespace's topics."""
 
-    def __init__(self, broker_pid: int | None, redis_url: str | None) -> None:
+    def __init__(self, broker_pid: int | None, redis_url: str | None, *, ports: dict[str, int] | None = None,
+                 topics: Topics | None = None) -> None:
         self.broker = BrokerCounter(broker_pid)
         self.redis = sync_client(redis_url, socket_timeout=5) if redis_url else None
+        self.ports = ports or {}
+        self.topics = topics
 
-    def read(self) -> Reading:
-        return Reading(self.broker.read(), redis_commands(self.redis))
+    def read(self, *, opening: bool = True) -> Reading:
+        """A reading; `opening` (a window's start) reads offsets and counters first, a closing one last, so the
+        ListOffsets and Metadata requests of the reading itself stay out of the broker's counts."""
+        if opening:
+            offsets, counters = self._offsets(), self._counters()
+            return Reading(self.broker.read(), redis_commands(self.redis), counters, offsets)
+        broker, redis_calls = self.broker.read(), redis_commands(self.redis)
+        return Reading(broker, redis_calls, self._counters(), self._offsets())
+
+    def _counters(self) -> dict[str, dict[str, float] | None] | None:
+        return metered.read_all(self.ports) if self.ports else None
+
+    def _offsets(self) -> records.Offsets | None:
+        return records.end_offsets(self.topics.admin, self.topics.namespace) if self.topics else None
 
     def close(self) -> None:
         self.broker.close()
@@ -135,12 +168,18 @@ class Costs:
             self.redis.close()
 
 
-def per_request(before: Reading, after: Reading, requests: int) -> dict[str, float | None]:
-    """Broker requests (total and by type) and Redis commands per request between two readings, and the
-    Redis memory it grew by per 1,000 requests; the figures that cannot be read are absent."""
+def per_request(before: Reading, after: Reading, requests: int,
+                namespace: str | None = None) -> dict[str, float | None]:
+    """Broker requests (total and by type) and Redis commands per request between two readings, the Redis
+    memory it grew by per 1,000 requests, the processes' Redis round trips and the records produced per request
+    (by topic family of `namespace`); the figures that cannot be read are absent."""
     if requests <= 0:
         return {}
     out: dict[str, float | None] = {}
+    if before.counters is not None and after.counters is not None:
+        out.update(metered.per_request(before.counters, after.counters, requests))
+    if namespace is not None:
+        out.update(records.per_request(before.offsets, after.offsets, requests, namespace))
     if before.broker is not None and after.broker is not None:
         spent = _delta(before.broker, after.broker)
         out["broker_requests_per_request"] = round(sum(spent.values()) / requests, 3)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -112,7 +113,7 @@ class Search:
         mode = f"knee {self.setup}"
         if self.skipped:
             return ModeResult.skip(mode, self.skipped)
-        at = self._knee_step()
+        at = self.knee_step()
         knee = self.knee_rps
         runs = "; ".join(f"{r.knee.bracket} at load {r.loadavg_before[0]:.1f}" for r in self.runs)
         return ModeResult(
@@ -126,7 +127,7 @@ class Search:
             + f" (lowest of {len(self.runs)}; resolution {self.runs[0].knee.resolution:.0%}): {runs}",
         )
 
-    def _knee_step(self) -> Step | None:
+    def knee_step(self) -> Step | None:
         """The passing step at the knee; with no knee in range, the lowest rate tried (how far off it was)."""
         knee = self.knee_rps
         steps = [s for r in self.runs for s in r.steps]
@@ -172,9 +173,9 @@ def _search(ws: Workspace, app: StreamApp, collector: Collector, setup: Setup, c
                 steps.append(step)
                 return step.verdict.passed
 
-            load = _load()
+            before = load()
             knee = search(passes, low=config.low, high=config.high, resolution=config.resolution)
-            result.runs.append(Run(knee, steps, load, _load(), time.monotonic() - started))
+            result.runs.append(Run(knee, steps, before, load(), time.monotonic() - started))
         # a message still open has its terminal status by its deadline (EXPIRED at worst): wait that long, no less
         last_deadline = (max(pending.values(), default=0) + BUDGET_MS) / 1000 + 15 - time.time()
         _wait_terminal(collector, book, pending, max(config.drain_timeout, last_deadline), idle_cutoff=None)
@@ -193,9 +194,9 @@ def _step(ws: Workspace, collector: Collector, book: ReceiptBook, running: Stack
     time.sleep(0.5)  # let the last sends finish before this process starts decoding receipts
     drained = _wait_terminal(collector, book, created, config.drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), len(created))
-    spent = costs.per_request(spent_before, running.read_costs(), len(created))
+    spent = costs.per_request(spent_before, running.read_costs(opening=False), len(created), ws.namespace)
     pending.update({m: created[m] for m in book.missing(created)})  # looked at again after the last step
-    settle_s, settled = _settle(running, config.settle_timeout)
+    settle_s, settled = settle(running.workers(), config.settle_timeout)
     return Step(rate, judge(book, created), per_process, workers_cpu(per_process, set(running.workers())), drained,
                 settle_s, settled, spent)
 
@@ -220,13 +221,14 @@ def _wait_terminal(collector: Collector, book: ReceiptBook, created: dict[str, i
     return False
 
 
-def _settle(running: Stack, timeout: float, *, idle_cores: float = 0.25, window: float = 1.0) -> tuple[float, bool]:
-    """Wait until Reach's processes together use under `idle_cores` over `window`: (seconds waited, idle)."""
+def settle(processes: Mapping[str, int | None], timeout: float, *, idle_cores: float = 0.25,
+           window: float = 1.0) -> tuple[float, bool]:
+    """Wait until `processes` together use under `idle_cores` over `window`: (seconds waited, idle)."""
     started = time.monotonic()
-    before = cpu.read(running.workers())
+    before = cpu.read(processes)
     while time.monotonic() - started < timeout:
         time.sleep(window)
-        after = cpu.read(running.workers())
+        after = cpu.read(processes)
         used = sum((after.get(k) or 0.0) - (v or 0.0) for k, v in before.items())
         if used < idle_cores * window:
             return time.monotonic() - started, True
@@ -234,5 +236,5 @@ def _settle(running: Stack, timeout: float, *, idle_cores: float = 0.25, window:
     return time.monotonic() - started, False
 
 
-def _load() -> list[float]:
+def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]

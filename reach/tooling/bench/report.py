@@ -11,7 +11,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from reach.tooling.bench.knee import Search
+from reach.tooling.bench import imports, peers
+from reach.tooling.bench.knee import Search, Step
 from reach.tooling.bench.results import ModeResult
 
 TARGETS = {
@@ -41,6 +42,45 @@ TARGETS = {
     "gateway_500_p99_ms": "<= 50",
 }
 """Issue 10's targets that `reach bench` measures (the demo's latency is `reach demo`'s), issue 13's and issue 23's."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """One row of issue 36's targets: what is measured, the target, the `measured` key and the command."""
+
+    key: str
+    measure: str
+    target: str
+    command: str
+
+
+ISSUE_36 = (
+    Target("knee_noop_rps", "`knee_rps`, no-op agent", ">= 2,000 (stretch 5,000)",
+           "reach bench --modes knee --knee-setups noop"),
+    Target("knee_echo_x2_rps", "`knee_rps`, echo x2", ">= 1,500", 'reach bench --modes knee --knee-setups "echo x2"'),
+    Target("knee_noop_cpu_ms_per_request", "product CPU per request at the knee (router + agent + broker JVM), ms",
+           "<= 0.8 (stretch 0.3)", "reach bench --modes knee --knee-setups noop"),
+    Target("knee_noop_broker_requests_per_request", "broker requests per request at the knee", "<= 2",
+           "reach bench --modes knee --knee-setups noop"),
+    Target("knee_noop_redis_round_trips_per_request", "Redis round trips per request at the knee", "<= 0.5",
+           "reach bench --modes knee --knee-setups noop"),
+    Target("peers_reach_over_faststream", "Reach knee / FastStream request-reply knee, same run", ">= 4",
+           "reach bench --modes peers"),
+    Target("peers_reach_over_plain", "Reach knee / plain Kafka request-reply knee, same run", ">= 0.1 (1/10)",
+           "reach bench --modes peers"),
+    Target("sdk_publish_rps", "envelopes/s one SDK process publishes, acknowledged", ">= 20,000",
+           "reach bench --modes publish"),
+    Target("runtime_modules_importing_confluent_kafka",
+           "runtime modules outside reach/kafka importing confluent_kafka", "0", "any `reach bench` run (static)"),
+    Target("knee_noop_records_produced_per_request", "records produced per request at the knee (reported)",
+           "(what the semantics need)", "reach bench --modes knee --knee-setups noop"),
+    Target("knee_noop_records_decoded_per_request", "records decoded per request at the knee (reported)",
+           "(what the semantics need)", "reach bench --modes knee --knee-setups noop"),
+)
+"""Issue 36's targets table (docs/performance.md, "Issue 36"): the report and `--json` carry it as measured."""
+
+CLIENTS = frozenset({"bench", "client"})
+"""The load generators' processes: their CPU is shown, never counted as the product's."""
 
 
 @dataclass
@@ -115,12 +155,58 @@ class Report:
                                    and gw500.latency else None),
         }
 
+    def peers(self) -> dict[str, Any] | None:
+        """Reach's no-op knee beside the peers' (mode `peers`): knees, ratios and each one's figures at its knee;
+        None when no peer ran."""
+        if not any(s.setup in peers.PEERS for s in self.knees):
+            return None
+        shown = [s for s in self.knees if s.setup in (peers.REACH, *peers.PEERS)]
+        knees = {s.setup: s.knee_rps for s in shown}
+        at = {s.setup: knee_step(s) for s in shown}
+        return {"knee_rps": knees, "ratios": peers.ratios(knees),
+                "skipped": {s.setup: s.skipped for s in shown if s.skipped},
+                "cpu_ms_per_request_at_knee": {k: (dict(v.cpu_per_1k) if v else None) for k, v in at.items()},
+                "product_cpu_ms_per_request_at_knee": {k: product_cpu_ms(v.cpu_per_1k) if v else None
+                                                       for k, v in at.items()},
+                "figures_at_knee": {k: (dict(v.costs) if v else None) for k, v in at.items()},
+                "loadavg_1_5_15_before": {s.setup: [r.loadavg_before for r in s.runs] for s in shown}}
+
+    def issue_36(self) -> list[dict[str, Any]]:
+        """Issue 36's targets with what this run measured (None: its mode did not run)."""
+        measured = self.issue_36_measured()
+        return [{"key": t.key, "measure": t.measure, "target": t.target, "measured": measured.get(t.key),
+                 "command": t.command} for t in ISSUE_36]
+
+    def issue_36_measured(self) -> dict[str, float | None]:
+        noop = self.find("knee noop")
+        ratios = peers.ratios({s.setup: s.knee_rps for s in self.knees})
+        checks = self.checks()
+
+        def figure(name: str) -> float | None:
+            return noop.figures.get(name) if noop else None
+
+        published = [r.figures["sdk_publish_rps"] for r in self.results
+                     if r.figures.get("sdk_publish_rps") is not None]
+        return {
+            "knee_noop_rps": checks["knee_noop_rps"], "knee_echo_x2_rps": checks["knee_echo_x2_rps"],
+            "knee_noop_cpu_ms_per_request": checks["knee_noop_cpu_ms_per_request"],
+            "knee_noop_broker_requests_per_request": figure("broker_requests_per_request"),
+            "knee_noop_redis_round_trips_per_request": figure("redis_round_trips_per_request"),
+            "peers_reach_over_faststream": ratios["reach_over_faststream"] if self.peers() else None,
+            "peers_reach_over_plain": ratios["reach_over_plain"] if self.peers() else None,
+            "sdk_publish_rps": max(published) if published else None,  # type: ignore[type-var]
+            "runtime_modules_importing_confluent_kafka": len(imports.offenders()),
+            "knee_noop_records_produced_per_request": figure("records_produced_per_request"),
+            "knee_noop_records_decoded_per_request": figure("records_decoded_per_request"),
+        }
+
     def as_dict(self) -> dict[str, Any]:
         return {"conditions": self.conditions, "modes": [r.as_dict() for r in self.results],
                 "knee_rps": {s.setup: s.knee_rps for s in self.knees}, "knee": [s.as_dict() for s in self.knees],
                 "cpu_per_1k_by_process": {r.mode: r.cpu_by_process for r in self.results if r.cpu_by_process},
-                "status_scale": self._status_scale(),
-                "ratios": self.ratios(), "targets": TARGETS, "measured": self.checks()}
+                "status_scale": self._status_scale(), "peers": self.peers(),
+                "ratios": self.ratios(), "targets": TARGETS, "measured": self.checks(),
+                "issue_36": self.issue_36(), "runtime_modules_importing_confluent_kafka": list(imports.offenders())}
 
     def _status_scale(self) -> dict[str, Any] | None:
         """The status-scale figures; a skipped run says why; None when the mode did not run."""
@@ -134,12 +220,23 @@ class Report:
 
 
 def _product_cpu_ms(row: ModeResult | None) -> float | None:
-    """CPU ms per request of the product's processes in a row (everything but the bench's own sender and
-    collector, `bench` and what it spawned); None when a process's CPU could not be read (a remote broker)."""
-    if row is None or not row.cpu_by_process:
+    """CPU ms per request of the product's processes in a row (everything but the load generators: the bench's
+    own sender and collector, a peer's client, and what they spawned); None when a process's CPU could not be
+    read (a remote broker)."""
+    return product_cpu_ms(row.cpu_by_process) if row is not None else None
+
+
+def product_cpu_ms(by_process: dict[str, float | None]) -> float | None:
+    """The sum over the processes that are not load generators (CPU s per 1,000 = ms per request)."""
+    if not by_process:
         return None
-    product = [v for k, v in row.cpu_by_process.items() if k.split("/")[0] != "bench"]
+    product = [v for k, v in by_process.items() if k.split("/")[0] not in CLIENTS]
     return None if any(v is None for v in product) else round(sum(v for v in product if v is not None), 3)
+
+
+def knee_step(search: Search) -> Step | None:
+    """The passing step at a search's knee (or its lowest rate when none passed): the figures shown for it."""
+    return search.knee_step()
 
 
 def conditions(**extra: Any) -> dict[str, Any]:
@@ -178,6 +275,8 @@ def render(report: Report, console: Console | None = None) -> None:
     _cpu_table(report, console)
     _cost_table(report, console)
     _knee_table(report, console)
+    _peers_table(report, console)
+    _issue_36_table(report, console)
     measured = report.checks()
     for key, target in TARGETS.items():
         console.print(f"  {key:<24} {target:<22} measured {measured.get(key)}")
@@ -208,7 +307,9 @@ def _cpu_table(report: Report, console: Console) -> None:
     console.print(table)
 
 
-COST_COLUMNS = (("broker req", "broker_requests_per_request"), ("Produce", "broker_Produce_per_request"),
+COST_COLUMNS = (("records", "records_produced_per_request"), ("decoded", "records_decoded_per_request"),
+                ("Redis RT", "redis_round_trips_per_request"), ("broker req", "broker_requests_per_request"),
+                ("Produce", "broker_Produce_per_request"),
                 ("Fetch", "broker_Fetch_per_request"), ("OffsetCommit", "broker_OffsetCommit_per_request"),
                 ("Heartbeat", "broker_Heartbeat_per_request"), ("Metadata", "broker_Metadata_per_request"),
                 ("other", "broker_other_per_request"), ("Redis cmds", "redis_commands_per_request"),
@@ -217,11 +318,12 @@ COST_COLUMNS = (("broker req", "broker_requests_per_request"), ("Produce", "brok
 
 def _cost_table(report: Report, console: Console) -> None:
     """Broker requests (by type) and Redis commands per request, for the modes that read them."""
-    rows = [r for r in report.results if "broker_requests_per_request" in r.figures
-            or "redis_commands_per_request" in r.figures]
+    rows = [r for r in report.results if any(key in r.figures for _, key in COST_COLUMNS)]
     if not rows:
         return
-    table = Table(title="per request: broker requests by type (read from the broker) and Redis commands")
+    table = Table(title="per request: records produced (topic end offsets) and decoded, Redis round trips (the "
+                  "processes' own count), broker requests by type (read from the broker), Redis commands (INFO: "
+                  "every client of that Redis)")
     table.add_column("mode")
     for title, _ in COST_COLUMNS:
         table.add_column(title, justify="right")
@@ -246,6 +348,50 @@ def _knee_table(report: Report, console: Console) -> None:
                           run.knee.bracket, f"{run.knee.resolution:.0%}", str(len(run.steps)),
                           f"{run.loadavg_before[0]:.2f} -> {run.loadavg_after[0]:.2f}" if run.loadavg_after else "",
                           f"{run.seconds:.0f}")
+    console.print(table)
+
+
+def _peers_table(report: Report, console: Console) -> None:
+    """Reach's no-op knee beside the peers': the knee, the latency there, CPU per request by process, records and
+    broker requests per request, and the ratios."""
+    found = report.peers()
+    if found is None:
+        return
+    table = Table(title="peers: request-reply knees in the same run, same criterion (CPU ms per request at the knee)")
+    for col in ("set-up", "knee_rps", "p99 ms", "client/bench", "worker(s)", "broker JVM", "product CPU",
+                "records", "broker req"):
+        table.add_column(col, justify="left" if col == "set-up" else "right")
+    for search in (s for s in report.knees if s.setup in (peers.REACH, *peers.PEERS)):
+        if search.skipped:
+            table.add_row(search.setup, "-", "", f"skipped: {search.skipped}", "", "", "", "", "")
+            continue
+        step = search.knee_step()
+        cpu = step.cpu_per_1k if step else {}
+        loads = [k for k in cpu if k.split("/")[0] in CLIENTS]
+        product = [k for k in cpu if k.split("/")[0] not in CLIENTS and k != "broker JVM"]
+        table.add_row("reach (noop)" if search.setup == peers.REACH else search.setup, _rps(search.knee_rps),
+                      _ms(step.verdict.latency.p99 if step and step.verdict.latency else None),
+                      _sum(cpu, loads), _sum(cpu, product), _sum(cpu, ["broker JVM"]),
+                      _ms(product_cpu_ms(cpu)) if cpu else "-",
+                      _ms(step.costs.get("records_produced_per_request") if step else None),
+                      _ms(step.costs.get("broker_requests_per_request") if step else None))
+    console.print(table)
+    console.print("  " + ", ".join(f"{k} {'-' if v is None else f'{v:.3g}'}" for k, v in found["ratios"].items()))
+
+
+def _sum(cpu: dict[str, float | None], labels: list[str]) -> str:
+    values = [cpu.get(k) for k in labels]
+    return "-" if not values else "n/a" if any(v is None for v in values) else _ms(sum(v or 0.0 for v in values))
+
+
+def _issue_36_table(report: Report, console: Console) -> None:
+    table = Table(title="issue 36: targets against this run (- : its mode did not run)")
+    for col in ("measure", "target", "measured", "command"):
+        table.add_column(col, justify="right" if col == "measured" else "left")
+    for row in report.issue_36():
+        value = row["measured"]
+        table.add_row(row["measure"], row["target"], "-" if value is None else f"{value:,.3g}" if value < 100
+                      else f"{value:,.0f}", row["command"])
     console.print(table)
 
 

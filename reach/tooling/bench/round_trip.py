@@ -24,12 +24,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from reach import redisclient
 from reach.errors import InfraUnavailable
 from reach.kafka import headers as H
 from reach.kafka.codec import decode_dict
 from reach.records import Status
 from reach.settings import RedisSettings
-from reach.tooling.bench import costs, cpu, noop_agent
+from reach.tooling.bench import costs, cpu, noop_agent, pacing
 from reach.tooling.bench.collector import Collector, Seen
 from reach.tooling.bench.results import ModeResult, latency, rate
 from reach.tooling.bench.slo import ReceiptBook
@@ -103,8 +104,8 @@ class Stack:
     broker: int | None
     meters: costs.Costs | None = None  # broker requests and Redis commands (reach.tooling.bench.costs)
 
-    def read_costs(self) -> costs.Reading:
-        return self.meters.read() if self.meters is not None else costs.Reading()
+    def read_costs(self, *, opening: bool = True) -> costs.Reading:
+        return self.meters.read(opening=opening) if self.meters is not None else costs.Reading()
 
     def processes(self) -> dict[str, int | None]:
         """Label -> pid of every process whose CPU a step reports (the bench itself: sender and collector)."""
@@ -124,6 +125,7 @@ class StreamApp:
     routers: dict[str, Child]
     env: dict[str, str]
     url: str
+    ports: dict[str, int]  # label -> the port its counters are served on (reach.tooling.bench.metered)
 
     @property
     def child(self) -> Child:
@@ -152,18 +154,19 @@ def stream_app(ws: Workspace, roles: tuple[str, ...] = ROLES_ALL, redis_url: str
     routers: dict[str, Child] = {}
     urls: dict[str, str] = {}
     envs: dict[str, dict[str, str]] = {}
+    ports: dict[str, int] = {}
     try:
         for role in roles:
             port = free_port()
             label = "router" if role == "all" else f"router {role}"
             envs[label] = {**base, "REACH_WEB_PORT": str(port)}
             urls[label] = f"http://127.0.0.1:{port}"
-            routers[label] = Child(label, ["reach", "router", "--interval", "5",
-                                           *([] if role == "all" else ["--role", role])], envs[label])
+            routers[label] = metered_child(label, ["router", "--interval", "5",
+                                                   *([] if role == "all" else ["--role", role])], envs[label], ports)
         for label, child in routers.items():
             child.wait_until(partial(_healthy, urls[label]), 120, f"healthy {label}")
         first = next(iter(routers))
-        yield StreamApp(routers, envs[first], urls[first])
+        yield StreamApp(routers, envs[first], urls[first], ports)
     finally:
         for child in routers.values():
             child.stop()
@@ -179,11 +182,15 @@ def stack(ws: Workspace, app: StreamApp, setup: Setup = NOOP) -> Iterator[Stack]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(setup.path), os.environ.get("PYTHONPATH")) if p)
     agents: list[Child] = []
     broker = cpu.broker_pid(ws.kafka.servers())
-    readers = costs.Costs(broker, app.env.get("REACH_REDIS_URL") or _redis_url())
+    ports = dict(app.ports)
+    redis_url = app.env.get("REACH_REDIS_URL") or _redis_url()
+    readers = costs.Costs(broker, redis_url, topics=costs.Topics(ws.admin, ws.namespace),
+                          ports=None if redisclient.is_cluster(redis_url or "") else ports)
     try:
         for i in range(setup.instances):
-            agents.append(Child(f"agent{i + 1}", ["reach", "agent", "run", setup.target, "--log-level", "WARNING"],
-                                env))
+            label = "agent" if setup.instances == 1 else f"agent {i + 1}"
+            agents.append(metered_child(f"agent{i + 1}", ["agent", "run", setup.target, "--log-level", "WARNING"],
+                                        env, ports, label=label))
         app.child.wait_until(lambda: _ready(app.url, setup.agent_id) >= setup.instances, 120,
                              f"{setup.instances} READY instance(s) of {setup.agent_id} in the registry")
         yield Stack(app.routers, agents, broker, readers)
@@ -191,6 +198,14 @@ def stack(ws: Workspace, app: StreamApp, setup: Setup = NOOP) -> Iterator[Stack]
         for agent in agents:
             agent.stop()
         readers.close()
+
+
+def metered_child(name: str, args: list[str], env: dict[str, str], ports: dict[str, int], *,
+                  label: str | None = None) -> Child:
+    """`reach <args>` with its process counters served on a free loopback port, recorded in `ports[label]`."""
+    port = free_port()
+    ports[label or name] = port
+    return Child(name, ["reach.tooling.bench.metered", str(port), *args], env)
 
 
 def _redis_url() -> str | None:
@@ -224,23 +239,12 @@ def send_open_loop(ws: Workspace, prefix: str, offered: float, count: int,
     producer = ws.sender()
     topic = ws.names.capability(capability)
     created: dict[str, int] = {}
-    start = time.time()
-    for seq in range(count):
-        due = start + seq / offered
-        wait = due - time.time()
-        if wait > 0.0005:
-            time.sleep(wait)
+    for seq, at in pacing.schedule(offered, count):
         mid = message_id(prefix, seq)
-        at = int(due * 1000)
         created[mid] = at
-        while True:
-            try:
-                producer.produce(topic, key=mid.encode(), value=ws.envelope(mid, capability, at),
-                                 headers=[(H.MESSAGE_ID, mid.encode())])
-                break
-            except BufferError:
-                producer.poll(0.01)
-        producer.poll(0)
+        value = ws.envelope(mid, capability, at)
+        pacing.produce(producer, partial(producer.produce, topic, key=mid.encode(), value=value,
+                                         headers=[(H.MESSAGE_ID, mid.encode())]))
     if producer.flush(60):
         raise RuntimeError("the open-loop sender's envelopes were not acknowledged within 60 s")
     return created
@@ -259,7 +263,7 @@ def run_rate(ws: Workspace, collector: Collector, running: Stack, *, offered: fl
     created = send_open_loop(ws, prefix, offered, count, setup.capability)
     drained = _wait_terminal(collector, prefix, count, drain_timeout)
     per_process = cpu.per_1k(before, cpu.read(running.processes()), count)
-    spent = costs.per_request(spent_before, running.read_costs(), count)
+    spent = costs.per_request(spent_before, running.read_costs(opening=False), count, ws.namespace)
     result = _analyse(collector.take(), created, mode=mode_name(setup, offered, roles), offered=offered,
                       per_process=per_process, workers=set(running.workers()), drained=drained)
     result.figures.update(spent)

@@ -74,6 +74,10 @@ def judge(book: ReceiptBook, created: Mapping[str, int]) -> Verdict:
     completed = {m: book.completed[m] - at for m, at in created.items()
                  if book.terminal.get(m) == Status.COMPLETED.value and m in book.completed}
     lat = latency(completed.values(), "created_at -> COMPLETED receipt at")
-    n = len(created)
-    passed = n > 0 and len(completed) >= MIN_COMPLETED * n and lat is not None and lat.p99 <= MAX_P99_MS
-    return Verdict(messages=n, completed=len(completed), outcomes=dict(outcomes), latency=lat, passed=passed)
+    return verdict(len(created), len(completed), dict(outcomes), lat)
+
+
+def verdict(messages: int, completed: int, outcomes: dict[str, int], lat: Latency | None) -> Verdict:
+    """The criterion applied to a step's counts and its completed requests' latency (a peer's replies too)."""
+    passed = messages > 0 and completed >= MIN_COMPLETED * messages and lat is not None and lat.p99 <= MAX_P99_MS
+    return Verdict(messages=messages, completed=completed, outcomes=outcomes, latency=lat, passed=passed)

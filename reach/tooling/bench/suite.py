@@ -6,19 +6,21 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from reach.settings import KafkaSettings
-from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, quix, raw, round_trip, route, scoring
+from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, peers, quix, raw, round_trip, route, scoring
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
+from reach.tooling.bench.peers import PeersConfig
 from reach.tooling.bench.report import Report, conditions
 from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
-MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "status-scale", "scoring", "gateway", "intent")
+MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
+         "intent")
 STATUS_SCALE = "reach.tooling.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -45,13 +47,15 @@ class BenchConfig:
     modes: tuple[str, ...] = MODES
     topics_file: Path = field(default_factory=lambda: Path("topics.yaml"))
     knee: KneeConfig = field(default_factory=KneeConfig)
+    peers: PeersConfig = field(default_factory=PeersConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
                 "rate_seconds": 1.0, "idle_seconds": 1.0, "idle_settle": 0.5, "scoring_calls": 100,
-                "knee": KneeConfig.quick(), "status_messages": 2_000, "gateway": GatewayConfig.quick()}
+                "knee": KneeConfig.quick(), "peers": PeersConfig.quick(), "status_messages": 2_000,
+                "gateway": GatewayConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -73,6 +77,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
                                          batch_size=config.batch_size, workers=n) for n in config.route_workers]),
             ("roundtrip", lambda: _round_trip(config, kafka)),
             ("knee", lambda: _knee(config, kafka, searches)),
+            ("peers", lambda: _peers(config, kafka, searches)),
             ("status-scale", lambda: _status_scale(config, kafka)),
             ("scoring", lambda: scoring.run(calls=config.scoring_calls)),
             ("gateway", lambda: _gateway(config, kafka)),
@@ -94,7 +99,8 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
         route_workers=list(config.route_workers),
         status_messages=config.status_messages, **knee_conf,
         gateway_rates=list(config.gateway.rates), gateway_seconds=config.gateway.seconds,
-        gateway_generators=config.gateway.generators,
+        gateway_generators=config.gateway.generators, peers=list(config.peers.peers), peers_high=config.peers.high,
+        peers_workers=config.peers.workers,
         seconds=round(time.monotonic() - started)))
 
 
@@ -150,6 +156,26 @@ def _knee(config: BenchConfig, kafka: KafkaSettings | None, searches: list[knee.
     finally:
         ws.delete()
     return [s.row() for s in searches]
+
+
+def _peers(config: BenchConfig, kafka: KafkaSettings | None, searches: list[knee.Search]) -> list[ModeResult]:
+    """Reach's no-op knee (the knee mode's, when it ran in this run) and each peer's, in namespaces of their own."""
+    rows: list[ModeResult] = []
+    if not any(s.setup == peers.REACH and s.runs for s in searches):
+        ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+        try:
+            reach = knee.run(ws, replace(config.knee, setups=(peers.REACH,)))
+        finally:
+            ws.delete()
+        searches.extend(reach)
+        rows.extend(s.row() for s in reach)
+    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+    try:
+        found = peers.run(ws, config.knee, config.peers)
+    finally:
+        ws.delete()
+    searches.extend(found)
+    return rows + [s.row() for s in found]
 
 
 def _status_scale(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:

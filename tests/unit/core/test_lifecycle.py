@@ -178,3 +178,18 @@ def test_a_turns_question_is_its_generations_reply_and_the_next_turn_gets_its_ow
                          (r(Status.ROUTED, 5, generation=1), "ns.replies.c2"),
                          (r(Status.COMPLETED, 6, generation=1, instance_id="i"), None))
     assert sent == [b"INPUT_REQUIRED@3", b"COMPLETED@6"] and row.reply_to == "ns.replies.c2"
+
+
+def test_an_ending_that_carries_its_start_stands_for_the_skipped_started() -> None:
+    from reach.core.lifecycle import STARTED_AT
+
+    done = r(Status.COMPLETED, 9, instance_id="i1", timings={STARTED_AT: 4, "run_ms": 5})
+    for row in (run(r(Status.ROUTED, 1, instance_id="i1"), done), run(done, r(Status.ROUTED, 1, instance_id="i1"))):
+        assert row.status is Status.COMPLETED and row.terminal_at == 9
+        assert [(s.status, s.at) for s in row.timeline] == [(Status.ROUTED, 1), (Status.STARTED, 4),
+                                                            (Status.COMPLETED, 9)]
+    had_started = run(r(Status.ROUTED, 1), r(Status.STARTED, 3), done)
+    assert [s.status for s in had_started.timeline] == [Status.ROUTED, Status.STARTED, Status.COMPLETED], \
+        "a run that did publish STARTED keeps its own step"
+    assert [s.status for s in run(r(Status.ROUTED, 1), r(Status.COMPLETED, 9)).timeline] == [
+        Status.ROUTED, Status.COMPLETED], "no start in its timings: no STARTED step is made up"

@@ -98,18 +98,19 @@ def test_a_synchronous_reply_error_is_counted_and_the_fold_moves_on(tmp_path: Pa
 
 def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
-    good = receipt(0)
-
-    def down(name: str, data: bytes) -> dict[str, Any]:
-        if data != good.value():
-            raise RegistryUnavailable("the registry did not answer")
-        return codec.wire_codec().decode_dict(name, data)
-
-    monkeypatch.setattr("reach.streams.status.fold.codec.decode_dict", down)
+    good, second = receipt(0), receipt(1, "m2")
     later = receipt(5, "m3", partition=1)  # fetched in the same batch, behind the outage: read again too
+
+    class Registry:  # receipts framed by a Schema Registry that stops answering after the first
+        def decode_dict(self, name: str, data: bytes) -> dict[str, Any]:
+            if data != good.value():
+                raise RegistryUnavailable("the registry did not answer")
+            return codec.default_codec().decode_dict(name, data)
+
+    monkeypatch.setattr(codec, "_wire", Registry())
     fold._stores[1] = PartitionStore(tmp_path / "p1")
     with pytest.raises(RegistryUnavailable):
-        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [good, receipt(1, "m2"), later]))
+        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [good, second, later]))
     assert consumer.commits == []
     assert consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0), TopicPartition(NAMES.receipts, 1, 5)]
     assert producer.sent == [] and fold.row("m1") is None, "nothing folded, replied or committed"

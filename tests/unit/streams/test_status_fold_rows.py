@@ -1,6 +1,6 @@
 """The status fold's row path on dicts (docs/decisions/0050): rows an older version wrote stay readable and are
-folded, the indexes follow rows the fold hands the store already parsed, and the changelog carries the model's
-JSON."""
+folded, the indexes follow rows the fold hands the store already parsed, the changelog carries the model's
+JSON, and an ending that carries its start (no STARTED receipt, 0055) reads as routed -> started -> completed."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import json
 from pathlib import Path
 from typing import Any, cast
 
-from reach.core.lifecycle import StatusRow
-from reach.records import Status
+import pytest
+
+from reach.core.lifecycle import STARTED_AT, StatusRow
+from reach.kafka import codec
+from reach.kafka import headers as H
+from reach.records import Decision, Receipt, Status
 from reach.streams.status import keys
-from tests.unit.streams.kafka_fakes import FakeConsumer
-from tests.unit.streams.test_status_fold import NAMES, OWNED, Producer, receipt, status_fold
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage
+from tests.unit.streams.test_status_fold import NAMES, OWNED, REPLIES, Producer, receipt, status_fold
 
 
 def _older_row(mid: str) -> bytes:
@@ -75,3 +79,36 @@ def test_a_duplicate_receipt_writes_nothing(tmp_path: Path) -> None:
     assert len(producer.to(NAMES.status)) == 1
     sample = fold._metrics.registry.get_sample_value
     assert sample("agentreach_messages_terminal_total", {"capability": "demo.echo", "status": "COMPLETED"}) == 1
+
+
+def _outcome(offset: int, mid: str, status: Status, at: int, **fields: Any) -> FakeMessage:
+    value = codec.encode(Receipt(message_id=mid, trace_id="t1", tenant="d", capability="demo.echo", status=status,
+                                 at=at, deadline=10**13, delivery_timeout_ms=60_000, instance_id="i1",
+                                 agent_id="agent://demo/echo", **fields))
+    return FakeMessage(NAMES.receipts, 0, offset, value, mid.encode(), [(H.REPLY_TO, REPLIES.encode())])
+
+
+def test_an_ending_that_carries_its_start_reads_as_routed_started_completed(tmp_path: Path) -> None:
+    """A run that ended within the agent's grace skipped STARTED: its COMPLETED carries `started_at`. The row shows
+    the STARTED step at that time, its run time is measured from it, and the timekeeper has nothing left to do."""
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
+    routed = _outcome(0, "m1", Status.ROUTED, 1_000, decision=Decision(topic="ns.inbox.demo", partition=0, offset=7))
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [routed]))
+    before = fold.row("m1")
+    assert before is not None and before.status is Status.ROUTED and before.delivery_due_at == 61_000
+    done = _outcome(1, "m1", Status.COMPLETED, 1_350, result=b'{"ok":1}', timings={STARTED_AT: 1_020, "run_ms": 330})
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [done]))
+
+    row = fold.row("m1")
+    assert row is not None and row.status is Status.COMPLETED and row.terminal_at == 1_350 and row.result == '{"ok":1}'
+    assert [(s.status, s.at, s.instance_id) for s in row.timeline] == [
+        (Status.ROUTED, 1_000, "i1"), (Status.STARTED, 1_020, "i1"), (Status.COMPLETED, 1_350, "i1")]
+    assert row.delivery_due_at is None and fold.due_rows(10**14) == [], "nothing for the timekeeper to reroute"
+    assert [r for r in producer.to(REPLIES)] == [done.value()], "the reply is the COMPLETED receipt, once"
+    sample = fold._metrics.registry.get_sample_value
+    assert sample("agentreach_execution_latency_seconds_sum", {"capability": "demo.echo"}) == pytest.approx(0.33)
+    assert sample("agentreach_deliveries_total", {"capability": "demo.echo", "outcome": "in_time"}) == 1
+
+    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [_outcome(2, "m1", Status.COMPLETED, 1_350,
+        result=b'{"ok":1}', timings={STARTED_AT: 1_020, "run_ms": 330})]))
+    assert fold.row("m1") == row, "the same ending read again changes nothing"
