@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak clean
+.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak image image-test chart-test clean
 
 setup: $(VENV)/.installed
 	@scripts/setup.sh
@@ -52,6 +52,25 @@ faults: setup
 MINUTES ?= 60
 soak: setup
 	@scripts/with-local.sh $(BIN)/reach soak --minutes $(MINUTES) --json .reach/soak.json --plot .reach/soak.png
+
+# The image (Dockerfile; docs/operations.md "Deploying on several machines"): built from a Debian-packaged base where no
+# image registry is reachable (scripts/image.sh), then run from it against the local broker with host networking.
+image:
+	@scripts/image.sh
+
+image-test: setup
+	@scripts/with-local.sh scripts/image-test.sh
+
+# The Helm chart: helm lint, helm template and every rendered manifest validated against Kubernetes' schemas (the
+# kubernetes-validate package ships them), with no network once helm is built (once, from the Go module proxy).
+HELM_VERSION := v3.21.4
+HELM := $(HOME)/.cache/agent-reach/bin/helm
+$(HELM):
+	@command -v go >/dev/null || { echo "chart-test needs Go to build helm $(HELM_VERSION) (apt-get install golang)"; exit 2; }
+	@GOBIN=$(dir $(HELM)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+chart-test: setup $(HELM)
+	@HELM=$(HELM) $(BIN)/python tests/chart/check_chart.py
 
 clean:
 	-@$(BIN)/reach local down 2>/dev/null

@@ -147,8 +147,28 @@ def load_table(rows: Iterator[dict[str, Any]], workdir: Path, *, table: str,
     return con
 
 
+def literal(text: str) -> str:
+    """`text` as a SQL string literal (quotes doubled): how a path enters DuckDB's SQL."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def seal(con: duckdb.DuckDBPyConnection, out: Path | None = None) -> None:
+    """Before a user's SQL runs: no file or network access from then on (no reads of other files, no COPY elsewhere,
+    no extension installs, no ATTACH), only `out` may be written; the settings are locked so that the SQL cannot
+    turn them back on (decision 0060). A connection sealed already stays as it is."""
+    locked = con.execute("SELECT current_setting('lock_configuration')").fetchone()
+    if locked is not None and locked[0] is True:
+        return
+    if out is not None:
+        con.execute(f"SET allowed_paths = [{literal(str(out.absolute()))}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
 def query(con: duckdb.DuckDBPyConnection, sql: str, *, view: str = "receipts",
           command: str = "reach receipts sql") -> tuple[list[str], list[tuple[Any, ...]]]:
+    """The user's `sql` over the loaded view, on a sealed connection (no file or network access)."""
+    seal(con)
     try:
         cursor = con.execute(sql)
     except duckdb.Error as exc:
@@ -159,10 +179,12 @@ def query(con: duckdb.DuckDBPyConnection, sql: str, *, view: str = "receipts",
 
 
 def export(con: duckdb.DuckDBPyConnection, sql: str, fmt: str, out: Path) -> None:
-    """Write the query's result to `out` as csv, json or parquet (DuckDB's COPY)."""
+    """Write the query's result to `out` as csv, json or parquet (DuckDB's COPY), on a connection sealed to all
+    files but `out`; the path enters the SQL as a quoted literal."""
     options = {"csv": "FORMAT CSV, HEADER", "json": "FORMAT JSON, ARRAY true", "parquet": "FORMAT PARQUET"}[fmt]
+    seal(con, out)
     try:
-        con.execute(f"COPY ({sql}) TO '{out}' ({options})")
+        con.execute(f"COPY ({sql}) TO {literal(str(out.absolute()))} ({options})")
     except duckdb.Error as exc:
         raise QueryError(f"The query did not run: {exc}") from None
 

@@ -687,6 +687,9 @@ class AuditKind(StrEnum):
     OPERATOR = "OPERATOR"
     UNKNOWN = "UNKNOWN"  # the enum default: a kind added after this reader's schema
     EVICTED = "EVICTED"  # no heartbeat for more than 2 x ttl: the registry reads the instance as OFFLINE (v2)
+    REDRIVE = "REDRIVE"  # a dead letter replayed by an operator (v3)
+    HANDOFF = "HANDOFF"  # a handoff taken, answered or re-routed by a person (v3)
+    CANCEL = "CANCEL"  # an operator's cancel of a message (v3)
 
 
 class AuditEvent(AvroRecord):

@@ -48,6 +48,14 @@ def node_url(url: str) -> str:
     return urlunsplit((scheme, parts.netloc, "", parts.query, ""))
 
 
+def tls_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` with the server's host name checked against its certificate on a TLS URL, whatever the redis-py
+    release's default (before 6.0 it was off); a URL's own `?ssl_check_hostname=` still decides (decision 0060)."""
+    if urlsplit(url).scheme.lower() in ("rediss", "rediss+cluster"):
+        return {"ssl_check_hostname": True, **options}
+    return options
+
+
 ROUND_TRIPS = Counter("reach_redis_round_trips_total",
                       "Round trips to Redis this process made: packed writes sent (a pipeline is one)")
 
@@ -88,6 +96,7 @@ def count_round_trips(client: SyncRedis | AsyncRedis) -> None:
 
 def sync_client(url: str, **options: Any) -> SyncRedis:
     """A blocking client for `url`: redis.Redis, or redis.cluster.RedisCluster for a cluster URL."""
+    options = tls_options(url, options)
     if is_cluster(url):
         return redis.cluster.RedisCluster.from_url(node_url(url), **options)
     client = redis.Redis.from_url(url, **options)
@@ -98,6 +107,7 @@ def sync_client(url: str, **options: Any) -> SyncRedis:
 def async_client(url: str, **options: Any) -> AsyncRedis:
     """An asyncio client for `url`: redis.asyncio.Redis, or redis.asyncio.cluster.RedisCluster for a cluster URL
     (`max_connections` is then per node)."""
+    options = tls_options(url, options)
     if is_cluster(url):
         return redis.asyncio.cluster.RedisCluster.from_url(node_url(url), **options)
     client = redis.asyncio.Redis.from_url(url, **options)

@@ -16,10 +16,16 @@ from reach.kafka import headers as h
 from reach.records import Envelope, Usage
 
 _HEX32 = re.compile(r"[0-9a-f]{32}")
+# A ULID as Reach writes it (26 upper-case Crockford digits, at most 128 bits): its integer is the base-32 number
+# these digits spell once mapped onto Python's own base-32 digits, ~15x cheaper than parsing it as a ULID object
+_ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+_CROCKFORD = str.maketrans("0123456789ABCDEFGHJKMNPQRSTVWXYZ", "0123456789abcdefghijklmnopqrstuv")
 
 
 def trace_int(trace_id: str) -> int:
     """The 128-bit W3C trace id of an envelope's trace_id (a ULID, 32 hex digits, or anything else hashed)."""
+    if _ULID.fullmatch(trace_id):
+        return int(trace_id.translate(_CROCKFORD), 32) or 1
     text = trace_id.lower()
     if _HEX32.fullmatch(text):
         value = int(text, 16)
@@ -68,6 +74,15 @@ def extract(headers: Iterable[tuple[str, bytes]] | None, envelope: Envelope) -> 
 def tracer() -> trace.Tracer:
     """The tracer Reach's own spans use (a no-op until the application installs an SDK)."""
     return trace.get_tracer("reach")
+
+
+def recording() -> bool:
+    """True once the application installed an SDK (Reach's tracer is no longer the API's proxy or no-op one).
+
+    Until then every span is a no-op whose context is its parent's: the agent then attaches the extracted context
+    instead of opening its two spans per message, which cost a quarter of its in-process time per message
+    (docs/decisions/0056-agent-batch-path.md)."""
+    return not isinstance(tracer(), (trace.ProxyTracer, trace.NoOpTracer))
 
 
 def invoke_agent_attributes(agent_id: str, capability: str) -> dict[str, Any]:

@@ -15,6 +15,12 @@ In a fresh namespace every envelope was created before Redis's memory of the nam
 at the first claim), so the agent asks the status table for each one (reach.core.retention.began_after); no
 status view runs here, so that is a refused connection and a warning per message. `--namespace-in-use` writes
 the mark in the past first, as a namespace in use has it.
+
+`--redis-trips` counts the agent's Redis round trips and commands per message (scripts/redis_trips: every write
+of redis-py's asyncio connections, one command or one whole pipeline, is one round trip; it wraps redis-py, so
+"before" trees are counted the same way), and the garbage collector's runs and µs per message by
+generation. `receipts_per_msg` is every receipt on the receipts topic (STARTED,
+COMPLETED, ...) divided by the messages.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import struct
 import sys
+import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -53,6 +61,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=None, help="envelopes a second (default: one burst)")
     parser.add_argument("--namespace-in-use", action="store_true",
                         help="Redis's memory of the namespace began before the envelopes (no status table asks)")
+    parser.add_argument("--redis-trips", action="store_true",
+                        help="count the agent's Redis round trips and commands (scripts/redis_trips)")
     args = parser.parse_args()
     ws = Workspace(topics_file=ROOT / "topics.yaml")
     inbox = ws.ensure(ws.names.inbox(noop_agent.AGENT_ID), "agent")
@@ -61,8 +71,15 @@ def main() -> None:
             redis.set(mark_key(ws.namespace), "1")
     env = {"REACH_NAMESPACE": ws.namespace, "REACH_BOOTSTRAP": ws.kafka.servers(),
            "REACH_REDIS_URL": RedisSettings().url(), "REACH_TOPICS_FILE": str(ws.topics_file)}
-    if args.src:
-        env["PYTHONPATH"] = str(args.src.resolve())
+    path = [str(args.src.resolve())] if args.src else []
+    trips_dir = tempfile.mkdtemp(prefix="reach-trips-") if args.redis_trips else None
+    trips_file = None
+    if trips_dir is not None:
+        trips_file = os.path.join(trips_dir, "trips.json")
+        env["REACH_COST_REDIS_TRIPS"] = trips_file
+        path.insert(0, str(ROOT / "scripts" / "redis_trips"))
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     agent = Child("agent", ["reach", "agent", "run", "reach.tooling.bench.noop_agent:agent"], env)
     try:
         agent.wait_until(lambda: any(r.assigned_partitions for r in read_registry(ws.kafka, ws.names).live(now_ms())),
@@ -75,6 +92,7 @@ def main() -> None:
         receipts.assign([TopicPartition(ws.names.receipts, p, 0) for p in meta.partitions])
         offsets = ws.consumer()
         start = _ends(offsets, OFFSETS_TOPIC)
+        trips0 = _trips(trips_file)
         cpu0, t0 = agent.cpu(), time.monotonic()
         items = ((inbox, mid, ws.envelope(mid, noop_agent.CAPABILITY))
                  for mid in (message_id("cost", i) for i in range(args.messages)))
@@ -83,20 +101,26 @@ def main() -> None:
         else:
             ws.burst(items)
         done: set[str] = set()
+        seen = 0
         deadline = time.monotonic() + 600
         while len(done) < args.messages and time.monotonic() < deadline and agent.alive():
             for msg in receipts.consume(1_000, 0.5):
                 if msg.error() is None and msg.value():
+                    seen += 1
                     receipt = codec.decode(msg.value() or b"", Receipt)
                     if receipt.status is Status.COMPLETED:
                         done.add(receipt.message_id)
         cpu, wall = agent.cpu() - cpu0, time.monotonic() - t0
+        time.sleep(0.5 if trips_file else 0)  # the counter's file is written every 0.2 s
+        trips1 = _trips(trips_file)
         receipts.close()
         commits, records = _commits(offsets, start, ws.names.agent_group(noop_agent.AGENT_ID))
         offsets.close()
     finally:
         agent.stop()
         ws.delete()
+        if trips_dir is not None:
+            shutil.rmtree(trips_dir, ignore_errors=True)
     net = max(0.0, cpu - idle_rate * wall)
     print(json.dumps({
         "messages": args.messages, "completed": len(done), "wall_s": round(wall, 2),
@@ -105,11 +129,23 @@ def main() -> None:
         "msgs_per_s": round(len(done) / wall, 1), "rate": args.rate,
         "commits_per_msg": round(commits / max(1, len(done)), 3),
         "offset_records_per_msg": round(records / max(1, len(done)), 3), "loadavg": os.getloadavg(),
+        "receipts_per_msg": round(seen / max(1, len(done)), 3),
+        **({f"{'' if k.startswith('gc') else 'redis_'}{k}_per_msg": round((trips1[k] - trips0.get(k, 0))
+                                                                         / max(1, len(done)), 3) for k in trips1}
+           if trips_file else {}),
         "namespace_in_use": args.namespace_in_use, "src": str(args.src) if args.src else "worktree",
     }))
 
 
 OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def _trips(path: str | None) -> dict[str, int]:
+    """The agent's Redis round trips and commands so far (written by scripts/redis_trips/sitecustomize.py)."""
+    if path is None:
+        return {}
+    with open(path) as counts:
+        return dict(json.load(counts))
 
 
 def _paced(producer: Producer, items: Iterable[tuple[str, str, bytes]], rate: float) -> None:

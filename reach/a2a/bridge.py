@@ -9,6 +9,8 @@ outcome (reach.a2a.outcome) becomes the receipt. A cancel of the message cancels
 | REACH_A2A_BEARER | (none) | `Authorization: Bearer` token for the remote agent, sent only to the origin of `--url` |
 | REACH_A2A_BEARER_ORIGINS | (none) | more origins the bearer may go to, comma-separated (`https://a2a.example.com`): |
 | | | for a card whose interface URL is on another host than the card |
+| REACH_A2A_ALLOW_PRIVATE | false | let the card's interface URL, on an origin other than those above, be a |
+| | | non-public address (the channels' SSRF guard, reach/channels/guard.py, refuses it otherwise) |
 | REACH_A2A_TIMEOUT | 30 (seconds) | one HTTP call to the remote agent |
 | REACH_A2A_POLL | 0.5 (seconds) | how often a task not final yet is read again (GetTask) |
 | REACH_A2A_TURN_KEY | (from the bearer, else per process) | seals the remote task a question names; the same on |
@@ -16,6 +18,11 @@ outcome (reach.a2a.outcome) becomes the receipt. A cancel of the message cancels
 
 A remote task that asks (input-required, auth-required) asks the caller (NeedsInput, NeedsAuth); the answer's turn
 goes to that task (reach.a2a.outcome.Seal).
+
+What the remote agent sends back (its card, each answer) is read up to PEER_ANSWER_BYTES (reach/bodylimit.py): a
+bigger one is FAILED `A2A_ANSWER_TOO_LARGE`. A request to an origin other than `--url`'s and REACH_A2A_BEARER_ORIGINS
+(a card names its own interface URL) goes only to a public address, checked and pinned by the channels' guard:
+else it is FAILED `A2A_FORBIDDEN_TARGET` (decision 0060).
 """
 
 from __future__ import annotations
@@ -35,6 +42,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from reach.a2a import outcome
 from reach.agent import Agent, BusinessError, Canceled, Reject, TransientError
 from reach.agent.agent import Context
+from reach.bodylimit import PEER_ANSWER_BYTES, AnswerTooLarge, bound
+from reach.channels import guard
+from reach.channels.provider import Failure
 from reach.errors import InfraUnavailable
 
 _CLIENT_ERRORS = ("HTTP Error 400", "HTTP Error 401", "HTTP Error 403", "HTTP Error 404")
@@ -49,6 +59,7 @@ class BridgeSettings(BaseSettings):
     bearer_origins: str = ""
     timeout: float = Field(default=30.0, gt=0)
     poll: float = Field(default=0.5, gt=0)
+    allow_private: bool = False  # the card's interface URL on another origin may be a non-public address
     turn_key: SecretStr | None = None  # seals the remote task a question names (reach.a2a.outcome.Seal)
 
     def seal_key(self) -> bytes:
@@ -82,6 +93,39 @@ def bearer_origins(url: str, settings: BridgeSettings) -> frozenset[str]:
     return frozenset(origin_of(o) for o in [url, *extra])
 
 
+class ForbiddenTarget(httpx.ConnectError):
+    """The card sends the bridge to a non-public address on an origin the operator did not name."""
+
+
+class GuardedTransport(httpx.AsyncBaseTransport):
+    """Requests to the trusted origins (`--url`'s and the bearer allow-list) go as they are; any other goes only to
+    a public address, resolved once and pinned (the channels' SSRF guard), unless private targets are allowed."""
+
+    def __init__(self, trusted: frozenset[str], *, allow_private: bool, inner: httpx.AsyncBaseTransport | None = None,
+                 resolver: guard.Resolver = guard.resolve) -> None:
+        self._trusted = trusted
+        self._allow_private = allow_private
+        self._inner = inner or httpx.AsyncHTTPTransport()
+        self._resolve = resolver
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if origin_of(request.url) not in self._trusted:
+            url = str(request.url)
+            checked = await guard.checked_target(url, resolver=self._resolve, allow_private=self._allow_private,
+                                                 channel="a2a bridge")
+            if isinstance(checked, Failure):
+                raise ForbiddenTarget(checked.reason.replace("REACH_CHANNEL_WEBHOOK_ALLOW_PRIVATE",
+                                                             "REACH_A2A_ALLOW_PRIVATE"), request=request)
+            if checked is not None:
+                pinned, extensions = guard.pinned(url, checked)
+                request.url = httpx.URL(pinned)  # the Host header keeps the card's host name
+                request.extensions.update(extensions)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class OriginBearer(httpx.Auth):
     """`Authorization: Bearer` on requests to the allowed origins only; other requests go without it."""
 
@@ -95,12 +139,15 @@ class OriginBearer(httpx.Auth):
         yield request
 
 
-def http_client(url: str, settings: BridgeSettings,
-                transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    """The bridge's HTTP client for the remote agent read at `url` (`transport`: a test's in-memory one)."""
-    auth = (OriginBearer(settings.bearer.get_secret_value(), bearer_origins(url, settings))
-            if settings.bearer else None)
-    return httpx.AsyncClient(timeout=settings.timeout, auth=auth, follow_redirects=False, transport=transport)
+def http_client(url: str, settings: BridgeSettings, transport: httpx.AsyncBaseTransport | None = None,
+                resolver: guard.Resolver = guard.resolve) -> httpx.AsyncClient:
+    """The bridge's HTTP client for the remote agent read at `url` (`transport`: a test's in-memory one, under the
+    guard), its answers read up to PEER_ANSWER_BYTES."""
+    origins = bearer_origins(url, settings)
+    auth = OriginBearer(settings.bearer.get_secret_value(), origins) if settings.bearer else None
+    guarded = GuardedTransport(origins, allow_private=settings.allow_private, inner=transport, resolver=resolver)
+    return bound(httpx.AsyncClient(timeout=settings.timeout, auth=auth, follow_redirects=False, transport=guarded),
+                 PEER_ANSWER_BYTES, f"the remote A2A agent {origin_of(url)}")
 
 
 async def read_card(url: str, settings: BridgeSettings) -> AgentCard:
@@ -153,6 +200,10 @@ async def call(client: Client, payload: Any, ctx: Context, poll_s: float, seal: 
     except InvalidParamsError as exc:
         raise Reject(f"the remote agent refused the message: {exc}", code="A2A_INVALID_PARAMS") from None
     except A2AClientError as exc:
+        if isinstance(exc.__cause__, AnswerTooLarge):  # another attempt would read the same flood
+            raise BusinessError("A2A_ANSWER_TOO_LARGE", str(exc.__cause__)) from None
+        if isinstance(exc.__cause__, ForbiddenTarget):
+            raise BusinessError("A2A_FORBIDDEN_TARGET", str(exc.__cause__)) from None
         if any(code in str(exc) for code in _CLIENT_ERRORS):
             raise Reject(f"the remote agent refused the call: {exc}", code="A2A_REFUSED") from None
         raise TransientError(f"the remote agent is unreachable: {exc}", code="A2A_UNREACHABLE") from None
@@ -189,6 +240,7 @@ def bridge_agent(*, url: str, capability: str, version: str = "1.0.0", agent_id:
                       examples=list(skill.examples) if skill else None)
     async def remote(payload: Any, ctx: Context) -> Any:
         seal = outcome.Seal(settings.seal_key(), ctx.envelope.tenant, ctx.envelope.message_id)
+        ctx.ignore_returned_usage()  # the remote's `usage` claim stays in the result, never the caller's charge
         return await call(clients[0][1], payload, ctx, settings.poll, seal)
 
     return agent

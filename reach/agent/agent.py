@@ -17,6 +17,7 @@ from reach.agent.contract import Schema, compile_schema
 from reach.agent.exceptions import InvalidCost, InvalidDeclaration
 from reach.agent.middleware import Middleware
 from reach.agent.recentruns import DEFAULT_MAX_RUNS
+from reach.agent.startgate import DEFAULT_GRACE_MS
 from reach.core.allowance import inherit
 from reach.core.loads import default_max_queue
 from reach.core.progress import Coalescer
@@ -60,6 +61,7 @@ class Context:
     _progress: ProgressStream | None = field(default=None, repr=False)
     _meter: Meter = field(default_factory=Meter, repr=False)
     _run: Run | None = field(default=None, repr=False)
+    _returned_usage: bool = field(default=True, repr=False)
 
     async def progress(self, fraction: float | None, note: str | None = None) -> None:
         """Report how far the handler is: `fraction` in [0, 1] (or None), an optional short note. Coalesced
@@ -89,10 +91,16 @@ class Context:
             log.warning("ctx.usage for %s: %s", self.envelope.message_id, problem)
         self._meter.add(report)
 
+    def ignore_returned_usage(self) -> None:
+        """Charge only what this run reports with ctx.usage: a `usage` object in the returned value is left in the
+        result, unread. The product's bridges call it: their result is a remote peer's, and a peer's claim
+        (`{"usage": {"cost": 1e12}}`) is no charge of the caller's (decision 0060)."""
+        self._returned_usage = False
+
     def _returned(self, value: Any) -> None:
         """The usage a handler returned (a `usage` object in its result, reach.core.usage.from_result), unless it
-        reported some with ctx.usage (then that stands)."""
-        if self._meter.reported:
+        reported some with ctx.usage (then that stands) or said it returns a peer's result (ignore_returned_usage)."""
+        if self._meter.reported or not self._returned_usage:
             return
         report = from_result(value)
         if report is None:
@@ -169,6 +177,9 @@ class Context:
         self._cost = None if value is None else float(value)
 
 
+MAX_RANGES_KEPT = 256
+
+
 @dataclass(frozen=True)
 class CapabilitySpec:
     """One declared capability: its public record, compiled validators and the handler."""
@@ -179,6 +190,8 @@ class CapabilitySpec:
     output_validator: Validator
     wants_context: bool
     is_async: bool = field(default=False)
+    # whether the version fits each range envelopes asked for (Agent.match), filled as they come
+    fits: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _wants_context(fn: Handler) -> bool:
@@ -212,6 +225,7 @@ class Agent:
         lease_margin_ms: int = 5_000,
         result_ttl_s: int = RESULT_TTL_S,
         recent_runs: int = DEFAULT_MAX_RUNS,
+        started_grace_ms: int = DEFAULT_GRACE_MS,
         drain_grace_s: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
         instance_id: str | None = None,
@@ -246,6 +260,11 @@ class Agent:
             raise InvalidDeclaration(f"recent_runs must be >= 0 (0 keeps no record of runs), got {recent_runs}.")
         # runs this instance remembers (reach.agent.recentruns): a redelivery of one never reruns it, Redis or not
         self.recent_runs = recent_runs
+        if started_grace_ms < 0:
+            raise InvalidDeclaration(f"started_grace_ms must be >= 0 (0 sends STARTED as each run starts), got "
+                                     f"{started_grace_ms}.")
+        # a run that ends within this long sends no STARTED: its terminal receipt carries the start (startgate)
+        self.started_grace_ms = started_grace_ms
         self.drain_grace_s = drain_grace_s
         self.consumer_config = dict(consumer_config or {})
         self.middleware: list[Middleware] = list(middleware or [])  # runs after the built-in retries and metrics
@@ -310,9 +329,16 @@ class Agent:
     def match(self, envelope: Envelope) -> CapabilitySpec | None:
         """The capability this instance serves for the envelope (name and version range), if any."""
         spec = self.capabilities.get(envelope.capability)
-        if spec is None or not satisfies(spec.record.version, envelope.capability_version or "*"):
+        if spec is None:
             return None
-        return spec
+        asked = envelope.capability_version or "*"
+        fits = spec.fits.get(asked)  # a semver parse per message was ~4% of the SDK's time per message
+        if fits is None:
+            fits = satisfies(spec.record.version, asked)
+            if len(spec.fits) >= MAX_RANGES_KEPT:  # ranges come from envelopes: keep a bounded few
+                spec.fits.clear()
+            spec.fits[asked] = fits
+        return spec if fits else None
 
     def registration(self, *, state: AgentState, heartbeat_at: int, inbox_topic: str, inflight: int,
                      assigned_partitions: list[int]) -> AgentRegistration:

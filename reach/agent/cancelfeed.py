@@ -16,8 +16,6 @@ import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
-
 from reach.cancels import WINDOW_MS, BadCancel, CancelBook, decode
 from reach.control import apply_record
 from reach.core.views.controlview import ControlView
@@ -25,6 +23,7 @@ from reach.envelopes import now_ms
 from reach.errors import ReachError, TopicMissing
 from reach.kafka import clients, topicreader
 from reach.kafka.codec import RegistryUnavailable
+from reach.kafka.types import Consumer, KafkaException, Message, TopicPartition
 from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.agent.cancels")

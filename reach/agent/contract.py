@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 from jsonschema import exceptions as jsonschema_errors
-from jsonschema import validators
 from jsonschema.protocols import Validator
 
 from reach.agent.exceptions import InvalidDeclaration
+from reach.core import patterns
 
 Schema = dict[str, Any] | bool | str | None
 
@@ -26,14 +26,13 @@ def compile_schema(schema: Schema, where: str) -> tuple[str, Validator]:
     if not isinstance(schema, (dict, bool)):
         raise InvalidDeclaration(f"{where}: a JSON Schema must be an object or a boolean, got "
                                  f"{type(schema).__name__}.")
-    cls = validators.validator_for(schema)
     try:
-        cls.check_schema(schema)
+        patterns.check_schema(schema)  # also refuses a pattern the linear-time engine cannot run
     except jsonschema_errors.SchemaError as exc:
         path = "/".join(str(p) for p in exc.path) or "(root)"
         raise InvalidDeclaration(f"{where}: invalid JSON Schema at {path}: {exc.message}. "
                                  "Check it against the JSON Schema specification it declares.") from None
-    return json.dumps(schema, separators=(",", ":"), sort_keys=True), cls(schema)
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True), patterns.validator(schema)
 
 
 def violation(validator: Validator, value: Any) -> str | None:

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from confluent_kafka import Message
-
 from reach.agent.agent import Agent
 from reach.agent.publisher import Publisher
 from reach.envelopes import now_ms
 from reach.kafka import codec
+from reach.kafka.types import Message
 from reach.records import AgentState
 
 

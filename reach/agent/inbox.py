@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from confluent_kafka import Message
-
 from reach import dlq
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka import headers as h
+from reach.kafka.types import Message
 from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
 
 UNDECODABLE = dlq.UNDECODABLE

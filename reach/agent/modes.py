@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from confluent_kafka import KafkaException
-
 from reach.agent.exceptions import InvalidDeclaration
 from reach.core import fanout
 from reach.errors import ReachError
+from reach.kafka.types import KafkaException
 from reach.names import Names
 from reach.records import AgentRegistration
 from reach.registry import read_registry

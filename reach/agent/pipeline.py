@@ -1,20 +1,22 @@
-"""One message through the SDK: validate, dedupe by lease, STARTED, handler, outcome receipt, acks."""
+"""One message through the SDK: validate, dedupe by lease, the handler (STARTED past a grace), outcome receipt."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
 import json
 import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from confluent_kafka import KafkaException, Message
+from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
 from reach import lineage, tracing
@@ -34,6 +36,7 @@ from reach.agent.recentruns import Found, Ran, RecentRuns
 from reach.agent.redisguard import redis_call
 from reach.agent.runtimer import RunTimer, until_due
 from reach.agent.signals import NeedsInput
+from reach.agent.startgate import STARTED_AT, Graces, StartGate
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.agent.streaming import ProgressStream
 from reach.core.allowance import Spent, as_timings
@@ -48,6 +51,7 @@ from reach.failures import Outgoing
 from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.kafka.receiptbytes import encode_receipt
+from reach.kafka.types import KafkaException, Message
 from reach.receipts import receipt_for, started_bytes
 from reach.records import Envelope, ErrorInfo, InputRequest, Policy, Receipt, Status, StepStatus, Usage
 
@@ -57,7 +61,8 @@ LEASE_POLL_S = 0.25
 MAX_RECEIPT_BYTES = 1_000_000 - 64 * 1024
 T = TypeVar("T")
 Completed = Callable[[str, int], Awaitable[AlreadyCompleted | None]]
-KEY_BUSY_RETRY_MS = 1_000  # a key still running after this attempt's wait: try again after this long
+KEY_BUSY_RETRY_MS = 1_000
+TRACING_RECHECK_S = 1.0  # a key still running after this attempt's wait: try again after this long
 
 
 async def _unknown(_message_id: str, _generation: int) -> AlreadyCompleted | None:
@@ -116,6 +121,16 @@ class Pipeline:
         self._outage = redis_outage or Outage()
         self._lock = threading.Lock()
         self._lingering = 0
+        self._recording, self._tracing_at = False, -TRACING_RECHECK_S
+        self._graces = Graces(agent.started_grace_ms / 1000)  # one loop timer for every run's grace
+
+    def _tracing(self) -> bool:
+        """Whether spans are recorded (reach.tracing.recording), asked at most once a second: an SDK is installed
+        at start, and asking reads the environment."""
+        now = time.monotonic()
+        if now - self._tracing_at >= TRACING_RECHECK_S:
+            self._recording, self._tracing_at = tracing.recording(), now
+        return self._recording
 
     @property
     def lingering(self) -> int:
@@ -126,23 +141,33 @@ class Pipeline:
                       origin: tuple[str, int, int] | None = None) -> Processed:
         """Handle one envelope at least once, and in effect once per (message_id, generation)."""
         ctx = tracing.extract(headers, envelope)
+        if not self._tracing():  # no SDK: a no-op span is its parent's context, so that context is enough
+            token = otel_context.attach(ctx)
+            try:
+                return await self._process(envelope, raw, origin)
+            finally:
+                otel_context.detach(token)
         with tracing.tracer().start_as_current_span(
             f"reach.handle {envelope.capability}", context=ctx, kind=SpanKind.CONSUMER,
             attributes={"reach.message_id": envelope.message_id, "reach.attempt": envelope.attempt},
         ):
-            spec = self._agent.match(envelope)
-            if spec is None:
-                verdict = outcomes.rejected("NO_MATCHING_CAPABILITY", (
-                    f"{self._agent.agent_id} does not serve {envelope.capability}@{envelope.capability_version}; "
-                    f"it serves {', '.join(f'{n}@{c.record.version}' for n, c in self._agent.capabilities.items())}"))
-                return await self._finish(envelope, verdict, [])
-            problem = timeout_problem(envelope.execution_timeout_ms, what="the envelope's execution_timeout_ms")
-            if problem is not None:  # a negative or absurd ask: refused, never run with a timeout nobody meant
-                return await self._finish(envelope, outcomes.rejected("BAD_TIMEOUT", problem), [])
-            payload, bad = _payload(envelope, spec)
-            if bad is not None:
-                return await self._finish(envelope, bad, [])
-            return await self._claimed(envelope, spec, payload, raw, origin)
+            return await self._process(envelope, raw, origin)
+
+    async def _process(self, envelope: Envelope, raw: bytes | None,
+                       origin: tuple[str, int, int] | None) -> Processed:
+        spec = self._agent.match(envelope)
+        if spec is None:
+            verdict = outcomes.rejected("NO_MATCHING_CAPABILITY", (
+                f"{self._agent.agent_id} does not serve {envelope.capability}@{envelope.capability_version}; "
+                f"it serves {', '.join(f'{n}@{c.record.version}' for n, c in self._agent.capabilities.items())}"))
+            return await self._finish(envelope, verdict, [])
+        problem = timeout_problem(envelope.execution_timeout_ms, what="the envelope's execution_timeout_ms")
+        if problem is not None:  # a negative or absurd ask: refused, never run with a timeout nobody meant
+            return await self._finish(envelope, outcomes.rejected("BAD_TIMEOUT", problem), [])
+        payload, bad = _payload(envelope, spec)
+        if bad is not None:
+            return await self._finish(envelope, bad, [])
+        return await self._claimed(envelope, spec, payload, raw, origin)
 
     async def _claimed(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
                        origin: tuple[str, int, int] | None) -> Processed:
@@ -281,15 +306,20 @@ class Pipeline:
         if self._cancelled(mid, envelope.tenant):  # not started: skipped, its handler never runs
             return await self._finish(envelope, outcomes.canceled("the caller cancelled it before it started"), [],
                                       release=True, raw=raw, origin=origin, scope=scope)
-        acks = [self._send_raw(mid, started_bytes(envelope, agent_id=self._agent.agent_id,
-                                                  instance_id=self._agent.instance_id))]
+        acks: list[Future[Message]] = []
         started = now_ms()
+        # STARTED only for a run still going after the grace (reach.agent.startgate): a short run's terminal
+        # receipt carries its start time instead
+        gate = StartGate(lambda: self._send_raw(mid, started_bytes(envelope, agent_id=self._agent.agent_id,
+                                                                   instance_id=self._agent.instance_id)),
+                         started_ms=started, graces=self._graces, acks=acks)
         timer = RunTimer(RunClock.start(
             started_ms=started, timeout_ms=timeout_ms, heartbeat_ms=self._agent.heartbeat_timeout_ms,
             cap_ms=policy.execution_timeout_ms if policy else None, deadline=envelope.deadline), message_id=mid)
         renewer = Renewal(lambda: self._renew(mid, gen, lease_ms, timer), every_s=lease_ms / 3000)
         thread: Future[Any] | None = None
-        stream = ProgressStream(envelope, send=self._send, agent_id=self._agent.agent_id,
+        stream = ProgressStream(envelope, send=functools.partial(self._send_started_first, gate),
+                                agent_id=self._agent.agent_id,
                                 instance_id=self._agent.instance_id,
                                 coalescer=Coalescer(interval_ms=self._progress_interval_ms,
                                                     replace_first=envelope.attempt > 1))
@@ -297,14 +327,18 @@ class Pipeline:
                           _cancelled=lambda: self._cancelled(mid, envelope.tenant), _heartbeat=timer.beat,
                           _progress=stream)
         try:
-            with tracing.tracer().start_as_current_span(
+            with (tracing.tracer().start_as_current_span(
                     f"invoke_agent {self._agent.agent_id}", kind=SpanKind.INTERNAL,
-                    attributes=tracing.invoke_agent_attributes(self._agent.agent_id, envelope.capability)) as span:
+                    attributes=tracing.invoke_agent_attributes(self._agent.agent_id, envelope.capability))
+                  if self._tracing() else contextlib.nullcontext()) as span:
                 with lineage.running(context._lineage()):  # the client SDK's children inherit from this run
                     verdict, thread = await self._run(spec, payload, context, timer)
                 used = context._usage(self._currency)
-                if used is not None:
+                if used is not None and span is not None:
                     span.set_attributes(tracing.usage_attributes(used))
+        except BaseException:
+            gate.skip()  # cancelled (shutdown): redelivered, so no STARTED for this run
+            raise
         finally:
             stream.close()  # what the handler left pending goes before its outcome receipt
             timer.end("its run already ended (it timed out, or its outcome was published)")
@@ -316,9 +350,14 @@ class Pipeline:
             with self._lock:
                 self._lingering += 1
             asyncio.get_running_loop().create_task(self._outlive(thread, renewer, mid, gen))
+        started_at = None
+        if thread is None and outcomes.receipt_status(verdict.outcome)[0].is_terminal:
+            started_at = gate.skip()  # ended within the grace: no STARTED, the terminal carries the start
+        else:
+            gate.send()  # a non-terminal outcome (a retry, a question) follows its STARTED, as before
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
                                   raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used,
-                                  children=context._lineage().children)
+                                  children=context._lineage().children, started_at=started_at)
 
     async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
                    timer: RunTimer) -> tuple[Verdict, Future[Any] | None]:
@@ -373,14 +412,14 @@ class Pipeline:
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
                       origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
                       cost: float | None = None, usage: Usage | None = None,
-                      children: Spent | None = None) -> Processed:
-        receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin, children)
+                      children: Spent | None = None, started_at: int | None = None) -> Processed:
+        receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin, children, started_at)
         encoded = encode_receipt(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
             verdict = outcomes.failed("INVALID_OUTPUT", "RESULT_TOO_LARGE", (
                 f"the handler's result takes {len(encoded)} bytes in its receipt; at most {MAX_RECEIPT_BYTES} fit. "
                 "Store large results elsewhere (object storage) and return a reference."))
-            receipt = self._receipt(envelope, verdict, run_ms, cost, usage, children=children)
+            receipt = self._receipt(envelope, verdict, run_ms, cost, usage, children=children, started_at=started_at)
             encoded = codec.encode(receipt)
         terminal = receipt.status.is_terminal
         if scope is not None and self._ledger is not None and receipt.status is Status.COMPLETED:
@@ -420,7 +459,8 @@ class Pipeline:
 
     def _receipt(self, envelope: Envelope, verdict: Verdict, run_ms: int | None,
                  cost: float | None = None, usage: Usage | None = None,
-                 origin: tuple[str, int, int] | None = None, children: Spent | None = None) -> Receipt:
+                 origin: tuple[str, int, int] | None = None, children: Spent | None = None,
+                 started_at: int | None = None) -> Receipt:
         status, step = outcomes.receipt_status(verdict.outcome)
         result = verdict.value if isinstance(verdict.value, bytes) else None
         asked = _asked(envelope, verdict.value, origin) if verdict.outcome is Outcome.INPUT else None
@@ -432,6 +472,8 @@ class Pipeline:
                            usage=usage if ends_turn else None,
                            retry_after_ms=verdict.retry_after_ms,
                            timings={**({} if run_ms is None else {"run_ms": run_ms}),
+                                    # STARTED was skipped (reach.agent.startgate): the fold reads the start here
+                                    **({} if started_at is None else {STARTED_AT: started_at}),
                                     # what the children it waited for spent: the status row sums it (0043)
                                     **(as_timings(children) if ends_turn and children is not None else {})})
 
@@ -480,6 +522,10 @@ class Pipeline:
 
     async def _redis(self, call: Callable[[], Awaitable[T]]) -> T | None:
         return await redis_call(self._outage, call)
+
+    def _send_started_first(self, gate: StartGate, receipt: Receipt) -> Future[Message]:
+        gate.send()  # a progress receipt never precedes the run's STARTED
+        return self._send(receipt)
 
     def _send(self, receipt: Receipt) -> Future[Message]:
         return self._send_raw(receipt.message_id, encode_receipt(receipt))

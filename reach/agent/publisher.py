@@ -7,10 +7,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
-
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.kafka.headers import Headers
+from reach.kafka.types import KafkaError, KafkaException, Message, Producer
 
 # Errors about one record (its size, its bytes): that record fails; anything else is the broker's (infrastructure).
 _RECORD_ERRORS = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG,
@@ -37,6 +36,9 @@ def when_acked(acks: list[Future[Message]], then: Callable[[BaseException | None
     Never on the last ack alone: a failure that came earlier must stop the commit (the offset stays)."""
     if not acks:
         then(None)
+        return
+    if len(acks) == 1:  # most messages now: the terminal receipt alone (reach.agent.startgate)
+        acks[0].add_done_callback(lambda future: then(future.exception()))
         return
     pending = [len(acks)]
     failed: list[BaseException] = []

@@ -15,8 +15,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
-
 from reach import heap, policyfields
 from reach.agent import inbox
 from reach.agent.agent import Agent, call_hook
@@ -43,6 +41,7 @@ from reach.core.commits import CommitLedger
 from reach.core.views.controlview import key_of
 from reach.errors import InfraUnavailable
 from reach.kafka import clients, codec, topics
+from reach.kafka.types import Consumer, Message, TopicPartition
 from reach.names import Names
 from reach.records import AgentState, ControlKind, Envelope
 from reach.redisclient import AsyncRedis, async_client

@@ -16,10 +16,9 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from confluent_kafka import Message
-
 from reach.core.progress import Coalescer
 from reach.envelopes import now_ms
+from reach.kafka.types import Message
 from reach.receipts import receipt_for
 from reach.records import Envelope, Receipt, Status
 

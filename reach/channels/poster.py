@@ -4,7 +4,9 @@ for IM, generic JSON for tickets, the plain body for webhooks).
 
 Each POST carries `Reach-Message-Id`, `Reach-Trace-Id`, `Reach-Tenant` and `Reach-Signature` (the tenant's
 webhook secret over tenant, URL and body: reach/channels/webhooksig.py), goes only to the address the guard
-checked (reach/channels/guard.py), and its answer is classified as a value (reach/channels/provider.py).
+checked (reach/channels/guard.py), and its answer is classified as a value (reach/channels/provider.py). The
+receiver's answer is read up to RECEIVER_ANSWER_BYTES (reach/bodylimit.py): a bigger one is a PERMANENT
+`ANSWER_TOO_LARGE`, never the shared channel agent's memory.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from reach.bodylimit import RECEIVER_ANSWER_BYTES, AnswerTooLarge, bound
 from reach.channels import guard, webhooksig
 from reach.channels.errors import ChannelMisconfigured
 from reach.channels.http import transport_failure
@@ -50,7 +53,9 @@ class SignedPoster:
         previous = settings.webhook_previous_secret.get_secret_value() if settings.webhook_previous_secret else ""
         self._secrets = [self._secret, *([previous.encode()] if previous else [])]
         self._legacy_v1 = settings.webhook_legacy_v1
-        self._client = httpx.AsyncClient(timeout=settings.timeout_s, transport=transport, follow_redirects=False)
+        self._client = bound(httpx.AsyncClient(timeout=settings.timeout_s, transport=transport,
+                                               follow_redirects=False),
+                             RECEIVER_ANSWER_BYTES, f"a channel.{channel} receiver")
         self._allow_private = settings.webhook_allow_private
         self._resolve = resolver
 
@@ -83,6 +88,8 @@ class SignedPoster:
             headers["Host"] = urlsplit(message.endpoint).netloc.rpartition("@")[2]
         try:
             response = await self._client.post(url, content=body, headers=headers, extensions=extensions)
+        except AnswerTooLarge as exc:  # it was posted: another attempt would post it again, to the same answer
+            return Failure(FailureKind.PERMANENT, "ANSWER_TOO_LARGE", f"{exc}; not retried")
         except httpx.HTTPError as exc:
             return transport_failure(exc, message.endpoint)
         failure = classify_status(response.status_code, retry_after=response.headers.get("Retry-After"))

@@ -12,6 +12,8 @@
 | REACH_CHANNEL_SMTP_STARTTLS        | false            | upgrade the connection with STARTTLS before sending     |
 | REACH_CHANNEL_SMTP_USERNAME        | (none)           | SMTP AUTH user (with the password)                      |
 | REACH_CHANNEL_SMTP_PASSWORD        | (none)           | SMTP AUTH password (secret)                             |
+| REACH_CHANNEL_SMTP_LOGIN_IN_CLEAR  | false            | allow AUTH without STARTTLS (a lab server only; refused |
+|                                    |                  | at start otherwise)                                     |
 | REACH_CHANNEL_SMTP_FROM            | reach@localhost  | the From address                                        |
 | REACH_CHANNEL_SMS_URL              | (none: required) | base URL of the SMS provider's JSON API                 |
 | REACH_CHANNEL_SMS_TOKEN            | (none)           | bearer token for it (secret)                            |
@@ -73,6 +75,7 @@ class ChannelSettings(BaseSettings):
     smtp_starttls: bool = False
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
+    smtp_login_in_clear: bool = False  # log in (username, password) without STARTTLS: a lab server's choice only
     smtp_from: str = "reach@localhost"
     sms_url: str | None = None
     sms_token: SecretStr | None = None

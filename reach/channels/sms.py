@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import httpx
 
+from reach.bodylimit import RECEIVER_ANSWER_BYTES, bound
 from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.http import transport_failure
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent, classify_status
@@ -55,7 +56,8 @@ class SmsProvider:
         headers = {"Authorization": f"Bearer {settings.sms_token.get_secret_value()}"} if settings.sms_token else {}
         self._base = settings.sms_url.rstrip("/")
         self._settings = settings
-        self._client = httpx.AsyncClient(timeout=settings.timeout_s, headers=headers, transport=transport)
+        self._client = bound(httpx.AsyncClient(timeout=settings.timeout_s, headers=headers, transport=transport),
+                             RECEIVER_ANSWER_BYTES, "the SMS provider")  # its answers: a transport failure past that
 
     async def send(self, message: OutboundMessage) -> SendOutcome:
         payload = {"to": message.endpoint, "from": self._settings.sms_sender, "text": text_of(message.body),

@@ -10,7 +10,7 @@ import smtplib
 import ssl
 from email.message import EmailMessage
 
-from reach.channels.errors import BadCallback
+from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.provider import Failure, FailureKind, OutboundMessage, SendOutcome, Sent
 from reach.channels.settings import ChannelSettings
 
@@ -65,6 +65,11 @@ class SmtpProvider:
     channel = "email"
 
     def __init__(self, settings: ChannelSettings) -> None:
+        if settings.smtp_username and not settings.smtp_starttls and not settings.smtp_login_in_clear:
+            raise ChannelMisconfigured(
+                "channel.email has REACH_CHANNEL_SMTP_USERNAME without REACH_CHANNEL_SMTP_STARTTLS=true: its login "
+                "would send the password in clear. Turn STARTTLS on (the server must offer it), or, for a lab "
+                "server on a trusted network only, set REACH_CHANNEL_SMTP_LOGIN_IN_CLEAR=true.")
         self._settings = settings
 
     async def send(self, message: OutboundMessage) -> SendOutcome:

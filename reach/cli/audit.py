@@ -46,7 +46,8 @@ def audit(
         return
     table = Table("when (UTC)", "kind", "subject", "actor", "before", "after")
     for row in rows:
-        table.add_row(_when(row["at"]), row["kind"], row["subject"], row["actor"], _short(row["before"]),
+        actor = row["actor"] if row["actor_source"] == "authenticated" else f"{row['actor']} ({row['actor_source']})"
+        table.add_row(_when(row["at"]), row["kind"], row["subject"], actor, _short(row["before"]),
                       _short(row["after"]))
     console.print(table)
 

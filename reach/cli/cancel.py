@@ -9,9 +9,12 @@ import typer
 
 from reach.a2a.cancelsink import KafkaCancels
 from reach.cancels import CancelRecord
-from reach.cli.common import console
+from reach.cli.common import console, operator_id
+from reach.core.audit import operation
 from reach.envelopes import now_ms
+from reach.kafka import auditlog
 from reach.names import Names
+from reach.records import AuditKind
 from reach.settings import KafkaSettings, ReachSettings
 
 
@@ -24,6 +27,9 @@ def cancel(
     record = CancelRecord(message_id=message_id, tenant=None, by=f"cli:{getpass.getuser()}", at=now_ms())
     sink = KafkaCancels(topic=Names(ReachSettings().namespace).cancels, kafka=KafkaSettings())
     sink.send(record)
+    settings = ReachSettings()
+    auditlog.append([operation(AuditKind.CANCEL, message_id, actor=operator_id(settings), at=record.at,
+                               after={"cancel": "sent"})], names=Names(settings.namespace), kafka=KafkaSettings())
     if as_json:
         print(json.dumps({"message_id": message_id, "cancel": "sent", "topic": sink.topic}))
     else:

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from reach import dlq
-from reach.cli.common import console, err_console
+from reach.cli.common import console, err_console, operator_id
 from reach.errors import ConfigError
 from reach.names import Names, check_capability
 from reach.ops import dlq as ops_dlq
@@ -101,7 +101,7 @@ def replay(capability: str = Capability, reason: str = Reason, agent: str = Agen
         print(json.dumps(dlq.Summary().as_dict()) if as_json else "No dead letters match; nothing to replay.")
         return
     summary = ops_dlq.replay_letters(letters, settings=settings, kafka=kafka, dry_run=dry_run, rate=rate,
-                                     to_capability=to_capability,
+                                     to_capability=to_capability, by=operator_id(settings),
                                      warn=lambda text: err_console.print(f"[red]{text}[/]"))
     if as_json:
         print(json.dumps({**summary.as_dict(), "dry_run": dry_run}))

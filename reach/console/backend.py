@@ -48,7 +48,7 @@ class Backend(Protocol):
 
     def letters(self, filters: dlq.Filters, error_code: str | None) -> list[dict[str, Any]]: ...
 
-    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None) -> dict[str, Any]: ...
+    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None, by: str) -> dict[str, Any]: ...
 
     def weights(self) -> dict[str, dict[str, Any]]: ...
 
@@ -187,12 +187,12 @@ class ConsoleBackend:
         return [{**ops_dlq.summary(item), **ops_dlq.contents(item)} for item in items
                 if not error_code or (item.record.error is not None and item.record.error.code == error_code)]
 
-    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None) -> dict[str, Any]:
+    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None, by: str) -> dict[str, Any]:
         items, _ = ops_dlq.letters(filters, names=self._names, kafka=self._kafka)
         if not items:
             return {**dlq.Summary().as_dict(), "dry_run": dry_run}
         summary = ops_dlq.replay_letters(items, settings=self._reach, kafka=self._kafka, dry_run=dry_run, rate=rate,
-                                         lookup=lambda mid: ops_dlq.status_row(mid, settings=self._reach,
+                                         by=by, lookup=lambda mid: ops_dlq.status_row(mid, settings=self._reach,
                                                                                base=self._status_url))
         return {**summary.as_dict(), "dry_run": dry_run, "skipped_completed_ids": summary.skipped_completed,
                 "skipped_in_progress_ids": summary.skipped_in_progress}

@@ -295,6 +295,37 @@ def app_events(key: str, before: View | None, after: App | None, *, ts_ms: int, 
                        before=dumps(before), after=dumps(new), source=source)]
 
 
+ASSERTED = "asserted"
+"""An actor the writer of the record named itself: the CLI's `reach-cli:<name>` (REACH_OPERATOR, else the OS user;
+anyone with write access to the control topics can name anyone), an app id on its own record, an instance on what
+it reports."""
+AUTHENTICATED = "authenticated"
+"""An actor the product checked: `console:<operator>`, an operator logged in to the console with its token."""
+PLATFORM = "platform"
+"""`reach`: a change the platform made on its own (breakers, ejections, evictions)."""
+
+
+def actor_source(actor: str) -> str:
+    """How far the audit history's `actor` can be believed: AUTHENTICATED, PLATFORM or ASSERTED (decision 0060)."""
+    if actor == AUTOMATIC:
+        return PLATFORM
+    if actor.startswith("console:") and len(actor) > len("console:"):
+        return AUTHENTICATED
+    return ASSERTED
+
+
+OPERATIONS = frozenset({AuditKind.REDRIVE, AuditKind.HANDOFF, AuditKind.CANCEL})
+"""Kinds the operations layer appends itself (no record to diff): nothing a seeded book keeps a view of."""
+
+
+def operation(kind: AuditKind, message_id: str, *, actor: str, at: int, after: dict[str, Any]) -> AuditEvent:
+    """An operation on one message (a redrive, a handoff move, a cancel) as the audit event the operations layer
+    appends: subject the message id, `after` what was done (never a payload or an answer's text)."""
+    if kind not in OPERATIONS:
+        raise ValueError(f"{kind} is not an operation kind ({', '.join(sorted(OPERATIONS))})")
+    return AuditEvent(at=at, kind=kind, subject=message_id, actor=actor, after=dumps(after), source="ops")
+
+
 class BadAuditQuery(ValueError):
     """A time range or a kind the audit listing cannot use; the message says what it accepts."""
 

@@ -332,10 +332,10 @@ def overload_message(selection: Selection) -> str:
 
 @lru_cache(maxsize=256)
 def _validator(schema_text: str) -> Any:
-    from jsonschema import Draft202012Validator
+    from reach.core import patterns
 
     schema = json.loads(schema_text or "{}")
-    return Draft202012Validator(schema)
+    return patterns.validator(schema)  # its regexes on RE2: a caller's string cannot freeze the loop
 
 
 def validation_error(schema_text: str, payload: bytes, content_type: str) -> str | None:

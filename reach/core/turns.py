@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import exceptions as jsonschema_errors
-from jsonschema import validators
 
+from reach.core import patterns
 from reach.errors import ReachError
 from reach.records import Envelope, InputRequest, Receipt, Status
 
@@ -89,7 +89,7 @@ def question_of(question: Any, schema: Any = None, *, kind: str = INPUT) -> Ques
         raise BadQuestion(f"NeedsInput's schema must be a JSON Schema (a dict or a boolean); got "
                           f"{type(schema).__name__}.")
     try:
-        validators.validator_for(schema).check_schema(schema)
+        patterns.check_schema(schema)  # a pattern RE2 cannot run is refused here (reach/core/patterns.py)
         text = json.dumps(schema, separators=(",", ":"), sort_keys=True)
     except jsonschema_errors.SchemaError as exc:
         path = "/".join(str(p) for p in exc.path) or "(root)"
@@ -116,8 +116,8 @@ def answer_problem(schema_text: str, answer: Any) -> str | None:
     """Why `answer` does not satisfy the question's schema (JSON text), or None when it does."""
     try:
         schema = json.loads(schema_text or "{}")
-        error = next(iter(validators.validator_for(schema)(schema).iter_errors(answer)), None)
-    except (ValueError, TypeError, jsonschema_errors.SchemaError, RecursionError) as exc:
+        error = next(iter(patterns.validator(schema).iter_errors(answer)), None)
+    except (ValueError, TypeError, jsonschema_errors.SchemaError, RecursionError, patterns.PatternError) as exc:
         return f"could not be checked against the question's schema ({type(exc).__name__})"
     if error is None:
         return None

@@ -128,6 +128,44 @@ class Meter:
                      source=source)
 
 
+@dataclass(frozen=True, slots=True)
+class Billable:
+    """What a receipt's usage may charge: tokens and cost, each at least 0 and at most the per-call bounds, and why
+    a part was not taken as it came."""
+
+    tokens: int
+    cost_micros: int
+    problems: tuple[str, ...] = ()
+
+
+def billable(used: Usage, *, currency: str) -> Billable:
+    """The amounts a usage counter charges for one receipt's usage. A receipt is read from Kafka, where anything with
+    write access can produce one: a negative count or cost (which would lower a spend) counts as 0, one above
+    MAX_TOKENS / MAX_COST_MICROS counts as that bound (a forged huge claim neither escapes the count nor overflows
+    it), and a cost in another currency than the deployment's is not counted (its tokens are: a limit in USD cannot
+    add up yen)."""
+    problems: list[str] = []
+
+    def bounded(value: int | None, what: str, most: int) -> int:
+        if value is None or value == 0:
+            return 0
+        if value < 0:
+            problems.append(f"{what} {value} is negative: counted as 0")
+            return 0
+        if value > most:
+            problems.append(f"{what} {value} is above {most:,} for one call: counted as {most:,}")
+            return most
+        return value
+
+    tokens = bounded(used.input_tokens, "input_tokens", MAX_TOKENS) + bounded(used.output_tokens, "output_tokens",
+                                                                                 MAX_TOKENS)
+    cost = bounded(used.cost_micros, "cost_micros", MAX_COST_MICROS)
+    if cost and used.currency not in (None, currency):
+        problems.append(f"cost in {used.currency}, not {currency} (REACH_CURRENCY): its cost is not counted")
+        cost = 0
+    return Billable(tokens=tokens, cost_micros=cost, problems=tuple(problems))
+
+
 def format_micros(micros: int) -> str:
     """Micro-units as an amount with two decimals at least: 1_250_000 -> 1.25, 1_234_567 -> 1.234567."""
     whole, rest = divmod(micros, 1_000_000)

@@ -9,7 +9,7 @@ import redis
 from redis.asyncio import BlockingConnectionPool, Redis
 
 from reach.errors import InfraUnavailable
-from reach.redisclient import AsyncRedis, async_client, is_cluster
+from reach.redisclient import AsyncRedis, async_client, is_cluster, tls_options
 
 MAX_CONNECTIONS = 64  # one command each at a time; ~0.2 ms a round trip, so far more than 1,000 calls/s
 CLUSTER_CONNECTIONS = 256  # per node: a cluster client refuses past it, so well above the blocking pool's
@@ -27,7 +27,7 @@ def door_client(url: str, *, timeout_s: float = 0.5) -> AsyncRedis:
                             socket_connect_timeout=timeout_s, health_check_interval=30)
     pool = BlockingConnectionPool.from_url(url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S,
                                            socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-                                           health_check_interval=30)
+                                           health_check_interval=30, **tls_options(url, {}))
     return Redis(connection_pool=pool)
 
 

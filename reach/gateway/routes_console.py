@@ -325,7 +325,8 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
             raise ValueError("rate must be > 0 messages per second")
         rate = min(asked, operator.redrive_rate)
         chosen = filters
-        result = await run_in_threadpool(lambda: backend.redrive(chosen, dry_run=dry_run, rate=rate))
+        result = await run_in_threadpool(lambda: backend.redrive(chosen, dry_run=dry_run, rate=rate,
+                                                                      by=f"console:{operator.name}"))
         return {**result, "rate": rate, "filters": {k: form.get(k, "") for k in
                                                       ("capability", "reason", "agent", "error_code", "since",
                                                        "until")}}

@@ -11,6 +11,9 @@ import httpx
 from reach.settings import ReachSettings
 from reach.webclient import auth_headers, views_url
 
+NO_ID: tuple[int, dict[str, Any]] = (404, {"error": "not_found", "message": "no id was given",
+                                           "hint": "name the message (or trace) by its id"})
+
 
 class StatusClient:
     """GET the stream app's views; a worker that does not answer reads as 503 (the caller may retry)."""
@@ -20,9 +23,13 @@ class StatusClient:
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(settings))
 
     async def message(self, message_id: str) -> tuple[int, dict[str, Any]]:
+        if not message_id:  # `/messages/` is no view: its answer is not JSON, which would read as the views down
+            return NO_ID
         return await self._get(f"/messages/{quote(message_id, safe='')}")
 
     async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]:
+        if not trace_id:
+            return NO_ID
         return await self._get(f"/traces/{quote(trace_id, safe='')}")
 
     async def tenant_tasks(self, tenant: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:

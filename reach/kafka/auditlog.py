@@ -1,11 +1,14 @@
 """Reading `<ns>.audit` back: the listing (reach.ops.audit) and the audit writer's own rebuild
-(reach.streams.audit) both read it here."""
+(reach.streams.audit) both read it here; and the operations layer's own events (redrives, handoff moves, cancels:
+reach.core.audit.operation) appended here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-from reach.kafka import codec, topicreader
+from reach.errors import InfraUnavailable
+from reach.kafka import clients, codec, topicreader
 from reach.kafka.codec import DecodeError
 from reach.names import Names
 from reach.records import AuditEvent
@@ -27,3 +30,14 @@ def read_events(*, names: Names, kafka: KafkaSettings, since_ms: int | None = No
                     skipped[0] += 1
     finally:
         reader.close()
+
+
+def append(events: Iterable[AuditEvent], *, names: Names, kafka: KafkaSettings, producer: Any = None) -> None:
+    """Append `events` to `<ns>.audit`, keyed by subject; waits for the broker when it made the producer itself
+    (`producer`: the caller's, which it flushes)."""
+    own = producer is None
+    out = clients.producer(kafka) if own else producer
+    for event in events:
+        out.produce(names.audit, codec.encode(event), key=event.subject.encode())
+    if own and out.flush(30):
+        raise InfraUnavailable(f"the broker did not acknowledge the audit events on {names.audit}")

@@ -28,6 +28,8 @@ from typing import Any
 import mcp_types as types
 
 from reach.agent import Agent, BusinessError, InvalidDeclaration, TransientError
+from reach.agent.agent import Context
+from reach.bodylimit import MARK
 from reach.errors import ReachError
 from reach.names import check_agent_id, check_capability
 
@@ -245,15 +247,20 @@ def stdio_transport(command: str, env: Mapping[str, str] | None = None) -> Trans
 
 
 def http_transport(url: str, authorization: str | None = None) -> Transport:
-    """Streamable HTTP at `url`, with `Authorization: <authorization>` on every request when given."""
+    """Streamable HTTP at `url`, with `Authorization: <authorization>` on every request when given; each answer is
+    read up to PEER_ANSWER_BYTES (reach/bodylimit.py): a bigger one fails its call (a JSON-RPC error naming the
+    limit, then MCP_UNAVAILABLE or, while starting, BridgeError), never the bridge's memory."""
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
+
+    from reach.bodylimit import PEER_ANSWER_BYTES, bound
 
     @asynccontextmanager
     async def connect() -> AsyncIterator[Any]:
         headers = {"Authorization": authorization} if authorization else {}
-        async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)) as http, \
-                streamable_http_client(url, http_client=http) as streams:
+        http = bound(httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0)),
+                     PEER_ANSWER_BYTES, f"the MCP server at {url[:200]}")
+        async with http, streamable_http_client(url, http_client=http) as streams:
             yield streams
 
     return connect
@@ -262,14 +269,17 @@ def http_transport(url: str, authorization: str | None = None) -> Transport:
 # -- the agent -----------------------------------------------------------------------------------------
 
 
-def _handler(session: ToolSession, bridged: Bridged) -> Callable[[Any], Any]:
-    async def call(payload: Any) -> Any:
+def _handler(session: ToolSession, bridged: Bridged) -> Callable[[Any, Context], Any]:
+    async def call(payload: Any, ctx: Context) -> Any:
+        ctx.ignore_returned_usage()  # the server's `usage` claim stays in the result, never the caller's charge
         arguments = payload if isinstance(payload, dict) else {}
         try:
             result = await asyncio.wrap_future(session.call(bridged.tool, arguments))
         except (BusinessError, TransientError):
             raise
         except Exception as exc:  # noqa: BLE001 - the server broke, went silent or refused the call: retryable
+            if MARK in str(exc):  # its answer was over the limit: another attempt would read the same flood
+                raise BusinessError("MCP_ANSWER_TOO_LARGE", f"MCP tool {bridged.tool!r}: {exc}"[:MAX_TEXT]) from None
             raise TransientError(f"MCP tool {bridged.tool!r} did not answer: {exc!r}"[:MAX_TEXT],
                                  code="MCP_UNAVAILABLE") from None
         return outcome(bridged.tool, result)

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from reach.core.audit import BadAuditQuery, check_range, matches, parse_kinds
+from reach.core.audit import BadAuditQuery, actor_source, check_range, matches, parse_kinds
 from reach.envelopes import now_ms
 from reach.errors import ConfigError
 from reach.kafka.auditlog import read_events
@@ -24,7 +24,7 @@ from reach.timeparse import parse_time
 def row(event: AuditEvent) -> dict[str, Any]:
     """One event as plain values; before and after parsed back from their JSON."""
     return {"at": event.at, "kind": str(event.kind), "subject": event.subject, "agent_id": event.agent_id,
-            "instance_id": event.instance_id, "actor": event.actor,
+            "instance_id": event.instance_id, "actor": event.actor, "actor_source": actor_source(event.actor),
             "before": json.loads(event.before) if event.before is not None else None,
             "after": json.loads(event.after) if event.after is not None else None, "source": event.source}
 
@@ -49,7 +49,7 @@ def history(*, names: Names, kafka: KafkaSettings, agent: str | None = None, sin
 # `reach audit sql`: one column per field, `at` as `ts` (AT is reserved in SQL); before/after as JSON.
 SQL_COLUMNS: dict[str, str] = {
     "ts": "TIMESTAMP", "kind": "VARCHAR", "subject": "VARCHAR", "agent_id": "VARCHAR", "instance_id": "VARCHAR",
-    "actor": "VARCHAR", "before": "JSON", "after": "JSON", "source": "VARCHAR",
+    "actor": "VARCHAR", "actor_source": "VARCHAR", "before": "JSON", "after": "JSON", "source": "VARCHAR",
 }
 
 
@@ -58,6 +58,6 @@ def sql_rows(events: Iterator[AuditEvent], stats: Any) -> Iterator[dict[str, Any
     for event in events:
         stats.rows += 1
         yield {"ts": event.at, "kind": str(event.kind), "subject": event.subject, "agent_id": event.agent_id,
-               "instance_id": event.instance_id, "actor": event.actor,
+               "instance_id": event.instance_id, "actor": event.actor, "actor_source": actor_source(event.actor),
                "before": json.loads(event.before) if event.before is not None else None,
                "after": json.loads(event.after) if event.after is not None else None, "source": event.source}

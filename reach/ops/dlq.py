@@ -11,13 +11,14 @@ from urllib.parse import quote
 
 from reach import client as sdk
 from reach import dlq
+from reach.core.audit import AUTOMATIC, operation
 from reach.core.lifecycle import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
-from reach.kafka import clients, codec, topicreader
+from reach.kafka import auditlog, clients, codec, topicreader
 from reach.names import Names
 from reach.receipts import receipt_for
-from reach.records import Envelope, Status
+from reach.records import AuditKind, Envelope, Status
 from reach.settings import KafkaSettings, ReachSettings
 from reach.webclient import NotFound, auth_headers, get_json
 
@@ -129,9 +130,10 @@ def show(letter_id: str, *, settings: ReachSettings, kafka: KafkaSettings,
 
 def replay_letters(items: list[dlq.Letter], *, settings: ReachSettings, kafka: KafkaSettings, dry_run: bool,
                    rate: float | None, to_capability: str | None = None,
-                   lookup: Callable[[str], StatusRow | None] | None = None, warn: Warn = _stderr) -> dlq.Summary:
-    """reach.dlq.replay over the real bus: publish + ACCEPTED receipt, then the ledger (`reach dlq replay` and
-    the console's redrive)."""
+                   lookup: Callable[[str], StatusRow | None] | None = None, warn: Warn = _stderr,
+                   by: str = AUTOMATIC) -> dlq.Summary:
+    """reach.dlq.replay over the real bus: publish + ACCEPTED receipt, then the ledger and a REDRIVE audit event by
+    `by` (`reach dlq replay` and the console's redrive)."""
     names = Names(settings.namespace)
     producer = clients.producer(kafka, profile="hot")
     client = sdk.Client(kafka=kafka, settings=settings)
@@ -144,6 +146,9 @@ def replay_letters(items: list[dlq.Letter], *, settings: ReachSettings, kafka: K
     def record(item: dlq.Letter) -> None:
         key, value = dlq.ledger_entry(item, now=now_ms())
         producer.produce(names.replays, value, key=key.encode())
+        redrive = operation(AuditKind.REDRIVE, item.message_id or key, actor=by, at=now_ms(),
+                            after={"letter": item.id, "to_capability": to_capability})
+        auditlog.append([redrive], names=names, kafka=kafka, producer=producer)
 
     try:
         done = dlq.replay(items, lookup=lookup or (lambda mid: status_row(mid, settings=settings)), publish=publish,

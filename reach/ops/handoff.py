@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from reach.core.audit import operation
+from reach.envelopes import now_ms
 from reach.intent.desk import HandoffDesk
 from reach.intent.handoff import Handoff
+from reach.kafka import auditlog
 from reach.names import Names
+from reach.records import AuditKind
 from reach.settings import KafkaSettings, RedisSettings
 
 OPEN = ("OPEN", "TAKEN")  # waiting for a human
@@ -29,12 +33,25 @@ def summary(h: Handoff) -> dict[str, Any]:
 
 
 def take(desk: HandoffDesk, message_id: str, *, by: str) -> Handoff:
-    """Claim a handoff (others see who has it)."""
-    return desk.take(message_id, by=by)
+    """Claim a handoff (others see who has it); a HANDOFF audit event by `by`."""
+    moved = desk.take(message_id, by=by)
+    _audit(desk, message_id, by=by, action="take")
+    return moved
 
 
 def resolve(desk: HandoffDesk, message_id: str, *, by: str, answer: str | None = None,
             capability: str | None = None) -> Handoff:
-    """Answer a handoff (COMPLETED, marked human) when `answer` is given, else re-route it to `capability`."""
-    return (desk.answer(message_id, answer, by=by) if answer is not None
-            else desk.reroute(message_id, str(capability), by=by))
+    """Answer a handoff (COMPLETED, marked human) when `answer` is given, else re-route it to `capability`; a
+    HANDOFF audit event by `by` (the answer's text stays out of it)."""
+    if answer is not None:
+        moved = desk.answer(message_id, answer, by=by)
+        _audit(desk, message_id, by=by, action="answer")
+    else:
+        moved = desk.reroute(message_id, str(capability), by=by)
+        _audit(desk, message_id, by=by, action="reroute", capability=capability)
+    return moved
+
+
+def _audit(desk: HandoffDesk, message_id: str, *, by: str, **done: Any) -> None:
+    event = operation(AuditKind.HANDOFF, message_id, actor=by, at=now_ms(), after=done)
+    auditlog.append([event], names=desk.names, kafka=desk.kafka)

@@ -17,6 +17,7 @@ from typing import TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from reach.agent import Agent
+from reach.agent.startgate import STARTED_AT
 from reach.kafka import codec
 from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
@@ -36,6 +37,30 @@ def wait_for(check: Callable[[], T | None], timeout: float = 30.0, what: str = "
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def starts(receipts: list[Receipt]) -> list[Receipt]:
+    """The receipts that mark a run's start: STARTED, or a terminal carrying `started_at` (a run that ended within
+    the SDK's grace sends no STARTED, reach.agent.startgate); a republished copy of that terminal (a cache hit, a
+    re-send) carries the same start and is not another run."""
+    out, seen = [], set()
+    for r in receipts:
+        if r.status is Status.STARTED:
+            out.append(r)
+        elif STARTED_AT in r.timings and (r.attempt, r.timings[STARTED_AT]) not in seen:
+            seen.add((r.attempt, r.timings[STARTED_AT]))
+            out.append(r)
+    return out
+
+
+def start_at(receipt: Receipt) -> int:
+    """When the run a start-marking receipt (see `starts`) stands for began."""
+    return receipt.timings.get(STARTED_AT, receipt.at)
+
+
+def with_starts(receipts: list[Receipt]) -> list[Status]:
+    """The receipts' statuses, a terminal that carries `started_at` preceded by the STARTED it stands for."""
+    return [s for r in receipts for s in ([Status.STARTED] if STARTED_AT in r.timings else []) + [r.status]]
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from reach.names import Names
 from reach.records import Status, StepStatus
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
-from tests.integration.agent_support import Receipts, running, wait_for
+from tests.integration.agent_support import Receipts, running, wait_for, with_starts
 
 
 def _agent(calls: list[Any], trace_ids: list[int]) -> Agent:
@@ -76,7 +76,7 @@ def test_outcomes_become_receipts(namespace: str) -> None:
     assert json.loads(echo.result) == {"do": "echo", "n": 1}
     assert echo.agent_id == agent.agent_id and echo.instance_id == agent.instance_id
     assert echo.trace_id == sent["echo"].trace_id
-    assert [r.status for r in seen[sent["echo"].message_id]] == [Status.STARTED, Status.COMPLETED]
+    assert with_starts(seen[sent["echo"].message_id]) == [Status.STARTED, Status.COMPLETED]
     nothing = last(sent["nothing"].message_id)
     assert (nothing.status, nothing.step_status, nothing.result) == (Status.COMPLETED, StepStatus.NO_DATA, None)
     refuse = last(sent["refuse"].message_id)

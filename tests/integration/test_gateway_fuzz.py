@@ -13,6 +13,7 @@ cancel body that names its path's message, reply tokens minted with the gateway'
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -104,7 +105,7 @@ def reply_token(message_id: str, trace_id: str) -> str:
 
 
 def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], known: dict[str, list[str]],
-         until: float | None = None) -> None:
+         until: float | None = None, only: list[Any] | None = None) -> None:
     """EXAMPLES generated cases of one operation, each sent signed and checked against the document; ids that
     earlier 202s returned (`known`) replace half the generated path ids, so the status routes answer 200 too.
     The examples run in rounds of CHUNK, each a hypothesis run of its own, until EXAMPLES ran or `until`
@@ -121,6 +122,9 @@ def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], 
         if isinstance(case.body, dict) and "capability" in case.body and data.draw(st.booleans()):
             # half the envelopes name the live capability, so fuzzing reaches past the 404 into publishing
             case.body["capability"] = noop_agent.CAPABILITY
+        params = case.body.get("params") if isinstance(case.body, dict) else None
+        if isinstance(params, dict) and "name" in params and data.draw(st.booleans()):
+            params["name"] = noop_agent.CAPABILITY  # half the MCP tool calls name the live tool
         for name in case.path_parameters or {}:
             if pool.get(name) and data.draw(st.booleans()):
                 case.path_parameters[name] = data.draw(st.sampled_from(pool[name]))
@@ -137,6 +141,9 @@ def fuzz(op: Any, send: Callable[[Any], httpx.Response], codes: dict[int, int], 
                 known.setdefault("trace_id", []).append(answer["trace_id"])
                 known.setdefault("token", []).append(reply_token(answer["message_id"], answer["trace_id"]))
         codes[response.status_code] = codes.get(response.status_code, 0) + 1
+        if only is not None:  # a document of the test's own (JSON-RPC): only that nothing is a server error
+            case.validate_response(response, checks=only)
+            return
         case.validate_response(response, checks=DOCUMENT if relayed(op, response) else CHECKS)
 
     ran = 0
@@ -193,3 +200,93 @@ def test_the_event_stream_matches_the_document(gateway: GatewayStack) -> None:
         response = signed_send(http, app, case, gateway.url)
         assert response.status_code == 200 and "event: terminal" in response.text, response.text[-500:]
         case.validate_response(response, checks=CHECKS)
+
+
+# -- A2A and /mcp: JSON-RPC over one POST each, not in /openapi.json; fuzzed from a document of their own -----------
+
+RPC_SECONDS = SECONDS / 2  # their share in CI's short run (0: no bound, as for the rest)
+A2A_METHODS = ["SendMessage", "SendStreamingMessage", "GetTask", "ListTasks", "CancelTask", "SubscribeToTask",
+               "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs",
+               "DeleteTaskPushNotificationConfig", "GetExtendedAgentCard", "message/send", "no/such"]
+MCP_METHODS = ["initialize", "ping", "tools/list", "tools/call", "resources/list", "prompts/list",
+               "notifications/initialized", "notifications/cancelled", "logging/setLevel", "no/such"]
+ANY_ANSWER = {"default": {"description": "any answer but a 5xx", "content": {"*/*": {"schema": {}}}}}
+
+
+def rpc_operation(methods: list[str], params: dict[str, Any], headers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One POST whose body is a JSON-RPC request: a known method (or not), params shaped like the real ones."""
+    body = {"type": "object", "required": ["jsonrpc", "method"], "properties": {
+        "jsonrpc": {"enum": ["2.0", "1.0"]}, "id": {"type": ["integer", "string", "null"]},
+        "method": {"enum": methods}, "params": params}}
+    return {"post": {"parameters": headers, "requestBody": {"required": True,
+                                                            "content": {"application/json": {"schema": body}}},
+                     "responses": ANY_ANSWER}}
+
+
+A2A_PARAMS = {"type": "object", "properties": {
+    "message": {"type": "object", "properties": {
+        "messageId": {"type": "string"}, "role": {"enum": ["ROLE_USER", "ROLE_AGENT", "x"]},
+        "taskId": {"type": "string"}, "contextId": {"type": "string"},
+        "parts": {"type": "array", "maxItems": 3, "items": {"type": "object", "properties": {
+            "text": {"type": "string"}, "data": {}}}}}},
+    "id": {"type": "string"}, "taskId": {"type": "string"}, "historyLength": {"type": "integer"},
+    "configuration": {"type": "object"},
+    "pushNotificationConfig": {"type": "object", "properties": {"url": {"type": "string"},
+                                                                "token": {"type": "string"}}}}}
+MCP_PARAMS = {"type": "object", "properties": {
+    "protocolVersion": {"enum": ["2025-11-25", "2025-06-18", "1999-01-01"]}, "capabilities": {"type": "object"},
+    "clientInfo": {"type": "object", "properties": {"name": {"type": "string"}, "version": {"type": "string"}}},
+    "name": {"type": "string"}, "arguments": {"type": "object"}, "cursor": {"type": "string"},
+    "requestId": {}, "level": {"type": "string"}}}
+
+
+def rpc_document() -> dict[str, Any]:
+    version = [{"name": "A2A-Version", "in": "header", "required": False, "schema": {"enum": ["1.0", "0.3", "9"]}}]
+    session = [{"name": "Mcp-Session-Id", "in": "header", "required": False, "schema": {"type": "string"}},
+               {"name": "MCP-Protocol-Version", "in": "header", "required": False,
+                "schema": {"enum": ["2025-11-25", "2025-06-18", "x"]}}]
+    return {"openapi": "3.0.3", "info": {"title": "A2A and MCP JSON-RPC, for fuzzing", "version": "1"},
+            "paths": {"/a2a/": rpc_operation(A2A_METHODS, A2A_PARAMS, version),
+                      f"/a2a/cap/{noop_agent.CAPABILITY}/": rpc_operation(A2A_METHODS, A2A_PARAMS, version),
+                      "/mcp": rpc_operation(MCP_METHODS, MCP_PARAMS, session)}}
+
+
+def bearer_send(http: httpx.Client, token: str, case: Any, base_url: str, session_id: str | None) -> httpx.Response:
+    """A generated JSON-RPC request with the app's A2A / MCP bearer token; half the MCP ones in a real session."""
+    kwargs = case.as_transport_kwargs(base_url=base_url)
+    headers = {k: str(v) for k, v in (kwargs.get("headers") or {}).items()}
+    headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+    if session_id and case.path == "/mcp" and next(ALTERNATE):  # every other one inside the real session
+        headers.update({"Mcp-Session-Id": session_id, "MCP-Protocol-Version": "2025-11-25"})
+    return http.post(kwargs["url"], json=kwargs.get("json"), headers=headers)
+
+
+ALTERNATE = itertools.cycle([True, False])
+
+
+def test_a2a_and_mcp_fuzzing_finds_no_5xx(gateway: GatewayStack) -> None:
+    """Generated JSON-RPC requests (known and unknown methods, params shaped like the real ones, a live capability
+    in half the messages) to the mesh and per-capability A2A endpoints and to /mcp: no 5xx."""
+    from reach.a2a.bearer import a2a_token
+
+    app = gateway.signed_app()
+    token = a2a_token(app.key_id, app.secret.encode())
+    schema = schemathesis.openapi.from_dict(rpc_document())
+    seen: dict[str, dict[int, int]] = {}
+    with httpx.Client(timeout=30) as http:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "fuzz", "version": "1"}}}
+        opened = http.post(gateway.url + "/mcp", json=init, headers={
+            "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"})
+        assert opened.status_code == 200, opened.text
+        session_id = opened.headers.get("mcp-session-id")
+        operations = [result.ok() for result in schema.get_all_operations()]
+        started = time.monotonic()
+        for n, op in enumerate(operations, 1):
+            until = started + RPC_SECONDS * n / len(operations) if RPC_SECONDS > 0 else None
+            fuzz(op, lambda case: bearer_send(http, token, case, gateway.url, session_id),
+                 seen.setdefault(op.path, {}), {}, until, only=[checks.not_a_server_error])
+    print(f"\nJSON-RPC fuzzing, up to {EXAMPLES} examples per endpoint in {RPC_SECONDS:g} s; status codes: {seen}")
+    assert set(seen) == {"/a2a/", f"/a2a/cap/{noop_agent.CAPABILITY}/", "/mcp"}
+    assert all(any(code == 200 for code in codes) for codes in seen.values()), seen  # past the door, each one
+    assert all(code < 500 for codes in seen.values() for code in codes), seen

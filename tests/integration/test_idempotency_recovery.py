@@ -24,7 +24,7 @@ from reach.records import Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.tooling.faults.redis import RedisServer
-from tests.integration.agent_support import Receipts, TopicReader, running, wait_for
+from tests.integration.agent_support import Receipts, TopicReader, running, starts, wait_for
 from tests.integration.stream_app import StreamApp
 from tests.integration.test_agent_redis import _keys
 
@@ -95,6 +95,6 @@ def test_a_key_completed_before_redis_came_back_empty_is_reused_not_run_again(
         records = wait_for(lambda: ledger.poll(), 10, "the key ledger's record")
     assert charges["o-1"] == 1, "the handler's side effect ran once"
     assert reused.reused_from == first and reused.result == ran.result
-    assert [r.status for r in seen[second]].count(Status.STARTED) == 0, "the second never started a run"
+    assert not starts(seen[second]), "the second never started a run"
     assert len(records) == 1, "one ledger record per keyed COMPLETED request, none for the unkeyed or the reuse"
     assert all(charges[f"o-{n}"] == 1 for n in range(2, 3 + len(unkeyed)))

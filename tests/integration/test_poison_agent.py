@@ -17,7 +17,7 @@ from reach.names import Names
 from reach.records import Envelope, Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
-from tests.integration.agent_support import Receipts, TopicReader, running, wait_for
+from tests.integration.agent_support import Receipts, TopicReader, running, starts, wait_for, with_starts
 
 AGENT = "agent://test/poison"
 
@@ -91,7 +91,7 @@ def test_a_result_too_large_for_a_receipt_fails_and_its_redelivery_does_not_cras
     failed = [r for r in seen[huge.message_id] if r.status is Status.FAILED]
     assert {r.error.code for r in failed if r.error} == {"RESULT_TOO_LARGE"}
     assert failed[1].timings.get("cache_hit") == 1, "the redelivery republished the cached FAILED"
-    assert [r.status for r in seen[huge.message_id]].count(Status.STARTED) == 1, "the handler ran once"
+    assert len(starts(seen[huge.message_id])) == 1, "the handler ran once"
 
 
 def test_a_handler_raising_cancelled_error_is_retried_not_committed_as_done(namespace: str) -> None:
@@ -140,7 +140,7 @@ def test_a_redelivered_failed_attempt_republishes_its_retry_instead_of_rerunning
     assert runs == [env.message_id], "the handler ran once"
     assert retries[0].value == retries[1].value, "the same next attempt, not a second decision"
     assert retries[0].headers["x-reach-due-at"] == retries[1].headers["x-reach-due-at"]
-    assert [r.status for r in seen[env.message_id]].count(Status.STARTED) == 1
+    assert len(starts(seen[env.message_id])) == 1
 
 
 def test_a_sync_handler_past_its_timeout_keeps_its_slot_so_new_work_does_not_time_out_unrun(namespace: str) -> None:
@@ -181,6 +181,6 @@ def test_a_sync_handler_past_its_timeout_keeps_its_slot_so_new_work_does_not_tim
         gate.set()
         seen = receipts.wait_status([second.message_id], Status.COMPLETED)
         assert thread.is_alive()
-    assert [r.status for r in seen[second.message_id]] == [Status.STARTED, Status.COMPLETED]
+    assert with_starts(seen[second.message_id]) == [Status.STARTED, Status.COMPLETED]
     [failed] = [r for r in seen[first.message_id] if r.status is Status.ATTEMPT_FAILED]
     assert failed.error and failed.error.code == "EXECUTION_TIMEOUT"

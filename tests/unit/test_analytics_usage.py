@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from reach import analytics
 from reach.records import Receipt, Status, Usage
 
@@ -71,3 +73,33 @@ def test_the_usage_view_shows_what_a_requests_children_spent(tmp_path: Path) -> 
     rows = analytics.query(con, "SELECT message_id, tokens, children_tokens, children_cost_micros, "
                                 "tokens + children_tokens FROM usage ORDER BY 1")[1]
     assert rows == [("p", 150, 300, 4_000, 450), ("q", 150, 0, 0, 150)]
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT * FROM read_csv('/etc/passwd')", "SELECT * FROM read_text('/etc/hostname')",
+    "COPY (SELECT 1) TO '/tmp/reach-sql-escape.csv'", "INSTALL httpfs", "ATTACH '/tmp/reach-sql-escape.db'",
+    "SET enable_external_access = true",
+])
+def test_a_users_sql_has_no_file_or_network_access(tmp_path: Path, statement: str) -> None:
+    """Issue 37: `reach receipts sql` / `reach audit sql` ran DuckDB with file and network access."""
+    con = analytics.load(iter([one()]), tmp_path)
+    with pytest.raises(analytics.QueryError):
+        analytics.query(con, statement)
+    assert not Path("/tmp/reach-sql-escape.csv").exists()
+    assert analytics.query(con, "SELECT count(*) FROM receipts")[1] == [(1,)]
+
+
+def one() -> dict[str, object]:
+    return {**analytics.flatten(receipt("m1", Status.COMPLETED)), "kafka_partition": 0, "kafka_offset": 0}
+
+
+def test_out_is_written_as_a_quoted_path_and_no_other_file(tmp_path: Path) -> None:
+    """The --out path was put into the SQL unquoted: a quote in it ended the literal."""
+    out = tmp_path / "it's here.csv"
+    con = analytics.load(iter([one()]), tmp_path)
+    analytics.export(con, "SELECT message_id FROM receipts", "csv", out)
+    assert out.read_text().splitlines() == ["message_id", "m1"]
+    other = tmp_path / "other.csv"
+    with pytest.raises(analytics.QueryError):
+        analytics.export(con, f"SELECT 1) TO '{other}' (FORMAT CSV); COPY (SELECT 1", "csv", out)
+    assert not other.exists()

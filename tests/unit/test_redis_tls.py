@@ -103,3 +103,24 @@ def test_check_credentials_lets_an_outage_pass(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(redisclient, "sync_client", _down)
     redisclient.check_credentials(URL)  # workers ride out a Redis that is not up yet
     assert calls == [URL]
+
+
+def test_a_tls_client_checks_the_servers_host_name_whatever_redis_pys_default() -> None:
+    """Issue 37, finding 12: `redis>=5.0` allowed a redis-py that does not check the host name by default."""
+    for client in (redisclient.sync_client(URL), redisclient.async_client(URL)):
+        assert client.connection_pool.connection_kwargs["ssl_check_hostname"] is True
+    plain = redisclient.sync_client("redis://127.0.0.1:6390/0")
+    assert "ssl_check_hostname" not in plain.connection_pool.connection_kwargs
+    chosen = redisclient.sync_client(URL + "?ssl_check_hostname=false")  # the operator's explicit word still decides
+    assert chosen.connection_pool.connection_kwargs["ssl_check_hostname"] is False
+
+
+def test_the_redis_floor_is_a_release_that_checks_host_names_by_default() -> None:
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    [req] = [Requirement(d) for d in pyproject["project"]["dependencies"] if Requirement(d).name == "redis"]
+    assert not req.specifier.contains(Version("5.3")) and req.specifier.contains(Version("6.0"))

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from reach.core.usage import billable
 from reach.kafka import headers as H
 from reach.kafka.worker import INFRASTRUCTURE, Output, Record, Subscription, Worker
 from reach.names import Names
@@ -43,12 +44,10 @@ def charges(receipt: Receipt, *, currency: str) -> list[Charge]:
     usage = receipt.usage
     if usage is None or not (receipt.status.is_terminal or receipt.status is Status.INPUT_REQUIRED):
         return []  # a turn that asks (INPUT_REQUIRED) ends its generation and ran the handler: it is charged
-    cost = usage.cost_micros or 0
-    if cost and usage.currency not in (None, currency):
-        log.warning("usage of %s: cost in %s, not %s (REACH_CURRENCY): its cost is not counted",
-                    receipt.message_id, usage.currency, currency)
-        cost = 0
-    tokens = usage.input_tokens + usage.output_tokens
+    amounts = billable(usage, currency=currency)  # negative amounts count 0, absurd ones their bound
+    for problem in amounts.problems:
+        log.warning("usage of %s: %s", receipt.message_id, problem)
+    tokens, cost = amounts.tokens, amounts.cost_micros
     if tokens <= 0 and cost <= 0:
         return []
     scopes = [tenant_scope(receipt.tenant)]

@@ -35,7 +35,7 @@ def test_a_run_finishing_after_the_message_expired_publishes_the_expiry() -> Non
     pipe = pipeline(agent_with(slow), sender, leases)
     run(pipe, env)
     assert runs == [1], "the handler ran (its side effect is what it is)"
-    assert statuses(sender) == [Status.STARTED, Status.EXPIRED]
+    assert statuses(sender) == [Status.EXPIRED]  # the run ended within the grace: no STARTED
     assert sender.on(NAMES.receipts)[-1].value == expired, "the winner's bytes"
     assert leases.results[env.message_id, env.generation] == expired
     assert not leases.leases, "the lease is dropped all the same"
@@ -121,7 +121,7 @@ def test_a_completed_run_that_lost_to_an_expiry_still_answers_its_idempotency_ke
 
     pipe = pipeline(agent_with(charge), sender, leases)
     run(pipe, first)
-    assert statuses(sender) == [Status.STARTED, Status.EXPIRED], "the message's outcome is the first terminal"
+    assert statuses(sender) == [Status.EXPIRED], "the message's outcome is the first terminal"
     assert run(pipe, second) is Outcome.COMPLETE
     assert runs == [1], "the key tracks the side effect: it happened once, the retry reuses it"
     reused = sender.receipts()[-1]

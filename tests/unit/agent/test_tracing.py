@@ -26,3 +26,9 @@ def test_extract_without_headers_uses_the_envelope_trace_id() -> None:
 
 def test_foreign_trace_ids_still_map_to_128_bits() -> None:
     assert 0 < tracing.trace_int("order-42") < 2**128
+
+
+def test_a_ulid_maps_to_the_same_trace_id_as_the_ulid_library_reads_it() -> None:
+    for text in [str(ULID()) for _ in range(500)] + ["00000000000000000000000000", "7ZZZZZZZZZZZZZZZZZZZZZZZZZ"]:
+        assert tracing.trace_int(text) == (int(ULID.from_str(text)) or 1)
+        assert tracing.trace_int(text.lower()) == (int(ULID.from_str(text)) or 1)  # the library's path

@@ -73,7 +73,7 @@ class FakeBackend:
     def letters(self, filters: dlq.Filters, error_code: str | None) -> list[dict[str, Any]]:
         return [{"id": "0:1", "message_id": "m1", "error": {"code": "E1"}}] if error_code == "E1" else []
 
-    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None) -> dict[str, Any]:
+    def redrive(self, filters: dlq.Filters, *, dry_run: bool, rate: float | None, by: str) -> dict[str, Any]:
         self.redrives.append((filters, dry_run, rate))
         return {**dlq.Summary(replayed=sorted(filters.ids)).as_dict(), "dry_run": dry_run}
 

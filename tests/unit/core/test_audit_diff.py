@@ -266,3 +266,13 @@ def test_a_change_of_an_apps_spend_limits_is_audited() -> None:
     [changed] = book.app("app-1", limited, ts_ms=NOW, source="")
     assert "limits" not in json.loads(changed.before or "")
     assert json.loads(changed.after or "")["limits"] == [{"kind": "tokens", "amount": 1000, "period": "day"}]
+
+
+def test_the_actor_says_how_far_it_can_be_believed() -> None:
+    """Issue 37, finding 11: the history's actor is what the record's writer named (REACH_OPERATOR, --by): only the
+    console's logged-in operator is authenticated, and the history says which is which."""
+    from reach.core.audit import ASSERTED, AUTHENTICATED, PLATFORM, actor_source
+
+    assert actor_source("console:ada") == AUTHENTICATED
+    assert [actor_source(a) for a in ("reach-cli:ada", "reach-cli", "console:", "app_1", "i-123")] == [ASSERTED] * 5
+    assert actor_source("reach") == PLATFORM

@@ -69,6 +69,15 @@ def test_a_batch_read_twice_counts_once() -> None:
     assert asyncio.run(book.spent("app:app_1", [Period.DAY], AT)) == {Period.DAY: Spent(150, 2_000)}
 
 
+def test_a_receipt_with_negative_amounts_never_lowers_a_spend() -> None:
+    """Issue 37, finding 8: a receipt produced straight to Kafka with negative usage lowered its tenant's spend."""
+    negative = USED.model_copy(update={"input_tokens": -1_000_000, "output_tokens": 0, "cost_micros": -5_000_000})
+    assert charges(receipt("m1", usage=negative), currency="USD") == []
+    cheaper = USED.model_copy(update={"cost_micros": -5_000_000})  # tokens charged, the cost would lower the spend
+    assert [(c.tokens, c.cost_micros) for c in charges(receipt("m2", usage=cheaper), currency="USD")] == [
+        (150, 0), (150, 0)]
+
+
 class Book(MemorySpendBook):
     def close(self) -> None:
         pass
