@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-from confluent_kafka import Consumer
 
 from reach.errors import ReachError
 from reach.kafka import codec, topicreader
 from reach.kafka.codec import DecodeError
+from reach.kafka.types import Consumer
 from reach.records import TERMINAL, Receipt
 
 

@@ -11,15 +11,16 @@ import getpass
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
-
-from confluent_kafka import KafkaException, Producer
+from typing import Protocol
 
 from reach import apps
 from reach.apps import AppError, NewKey, check_opens, decode_app
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.kafka import codec, topicreader
+from reach.kafka.acked import AckedProducer
+from reach.kafka.types import KafkaException
+from reach.kafka.worker import Output
 from reach.names import Names
 from reach.records import App, SpendLimit
 from reach.secretbox import SecretBox
@@ -67,7 +68,7 @@ class KafkaAppLog:
         self._names = names
         self._kafka = kafka
         self._timeout = timeout
-        self._producer: Producer | None = None
+        self._producer = AckedProducer(kafka)
 
     def read(self) -> dict[str, App]:
         """The newest record of every app; a bad record is logged and skipped (no secret is opened here)."""
@@ -93,20 +94,12 @@ class KafkaAppLog:
         return found
 
     def append(self, app: App) -> None:
-        if self._producer is None:
-            self._producer = Producer(self._kafka.producer(profile="hot"))
-        errors: list[str] = []
-
-        def _report(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
         with kafka_guarded(f"writing {self._names.apps}"):
-            self._producer.produce(self._names.apps, key=app.app_id.encode(), value=codec.encode(app),
-                                   on_delivery=_report)
-        if self._producer.flush(self._timeout) or errors:
+            errors = self._producer.send([Output(self._names.apps, codec.encode(app), key=app.app_id.encode())],
+                                         timeout=self._timeout)
+        if errors:
             raise InfraUnavailable(
-                f"The apps record of {app.app_id} was not acknowledged ({', '.join(errors) or 'timed out'}). "
+                f"The apps record of {app.app_id} was not acknowledged ({', '.join(errors)}). "
                 f"Check that the broker is up and `reach topics apply` created {self._names.apps}.")
 
 

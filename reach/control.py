@@ -6,9 +6,6 @@ The view they fold into, and the scoping rules, are reach.core.views.controlview
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from confluent_kafka import Producer
 
 from reach.core.views.controlview import DEFAULT_WEIGHTS as DEFAULT_WEIGHTS
 from reach.core.views.controlview import ControlView
@@ -16,7 +13,9 @@ from reach.core.views.controlview import key_of as key_of
 from reach.core.views.controlview import weights_problem as weights_problem
 from reach.envelopes import now_ms
 from reach.kafka import topicreader
+from reach.kafka.acked import send_acked
 from reach.kafka.codec import RegistryUnavailable, decode, encode
+from reach.kafka.worker import Output
 from reach.names import Names
 from reach.records import Control, ControlKind, InstanceAction, InstanceOverride, Policy, Weights
 from reach.settings import KafkaSettings
@@ -44,20 +43,12 @@ def policy_record(policy: Policy, *, scope: str = "*", by: str = "reach-cli") ->
 
 def publish(control: Control, *, names: Names, kafka: KafkaSettings, timeout: float = 15.0) -> None:
     """Publish one control record and wait until the broker has it."""
-    producer = Producer(kafka.producer(profile="hot"))
-    errors: list[str] = []
-
-    def _report(err: Any, _msg: Any) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    producer.produce(names.control, key=control.key.encode(), value=encode(control), on_delivery=_report)
-    remaining = producer.flush(timeout)
-    if remaining or errors:
+    errors = send_acked(kafka, [Output(names.control, encode(control), key=control.key.encode())], timeout=timeout)
+    if errors:
         from reach.errors import InfraUnavailable
 
         raise InfraUnavailable(
-            f"The control record {control.key} was not acknowledged ({', '.join(errors) or 'timed out'}). "
+            f"The control record {control.key} was not acknowledged ({', '.join(errors)}). "
             "Check that the broker is up and `reach topics apply` has run."
         )
 

@@ -11,12 +11,11 @@ import threading
 import time
 from typing import Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
 from reach.control import apply_record
 from reach.core.views.controlview import ControlView
 from reach.kafka import clients, topicreader
 from reach.kafka.codec import RegistryUnavailable
+from reach.kafka.types import OFFSET_BEGINNING, Consumer, TopicPartition
 from reach.names import Names
 from reach.settings import KafkaSettings
 

@@ -120,4 +120,4 @@ def _excluding(envelope: Envelope, instance: str | None) -> list[str]:
 
 def _receipt_record(names: Names, receipt: Receipt) -> Outgoing:
     return Outgoing(names.receipts, receipt.message_id, codec.encode(receipt),
-                    [(headers.MESSAGE_ID, receipt.message_id.encode())])
+                    [(headers.MESSAGE_ID, receipt.message_id.encode()), headers.status_header(receipt.status.name)])

@@ -24,6 +24,8 @@
 | REACH_ROUTER_BATCH_WINDOW_MS | 5                        | how long the router waits after a record for more,  |
 |                           |                             | to route them as one batch, once batches hold more  |
 |                           |                             | than one record (0: never; docs/decisions/0054)     |
+| REACH_AGENT_BATCH_WINDOW_MS | 5                         | the same window for an agent instance's inbox reads |
+|                           |                             | (0: never; docs/decisions/0056)                     |
 | REACH_CANARY_MIN_CALLS    | 10                          | canary-arm calls a step needs before it is judged   |
 | REACH_CANARY_TICK_MS      | 1000                        | how often the canary controller applies the rule    |
 | REACH_CANARY_REPORT_MS    | 5000                        | how often it rewrites a running canary's progress   |
@@ -81,6 +83,7 @@ class ReachSettings(BaseSettings):
     currency: str = "USD"  # ISO 4217: what usage costs (micro-units) and cost limits are in (reach.core.usage)
     tenant_limits: dict[str, list[str]] = {}  # tenant -> ["tokens=2M/month", "cost=5.00/day"] (reach.core.spend)
     router_batch_window_ms: float = 5.0  # the router's batch window (reach.kafka.clients.take, decision 0054)
+    agent_batch_window_ms: float = 5.0  # the agent inbox's batch window, opened the same way (decision 0056)
 
     @field_validator("web_token")
     @classmethod

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from confluent_kafka import KafkaError, Message, Producer
-
 from reach.cancels import CancelRecord
 from reach.errors import InfraUnavailable
 from reach.kafka import clients
+from reach.kafka.types import KafkaError, Message, Producer
 from reach.settings import KafkaSettings
 
 ACK_TIMEOUT_S = 10.0

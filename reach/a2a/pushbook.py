@@ -21,11 +21,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-
 from reach.a2a.push import TaskPush
 from reach.errors import InfraUnavailable
 from reach.kafka import clients, topicreader
+from reach.kafka.types import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from reach.names import Names
 from reach.settings import KafkaSettings
 

@@ -15,8 +15,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import Producer
-
 from reach import control
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
@@ -26,6 +24,8 @@ from reach.intent.errors import HandoffConflict, IntentError
 from reach.intent.handoff import Handoff, decode, encode
 from reach.kafka import codec, topicreader
 from reach.kafka import headers as H
+from reach.kafka.acked import send_acked
+from reach.kafka.worker import Output
 from reach.names import Names, check_capability
 from reach.records import IntentResolution, Receipt, Status
 from reach.registry import read_registry
@@ -145,17 +145,10 @@ class HandoffDesk:
         return moved
 
     def _send(self, records: list[tuple[str, str, bytes, H.Headers]]) -> None:
-        producer = Producer(self.kafka.producer(profile="hot"))
-        errors: list[str] = []
-
-        def report(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(str(err))
-
-        for topic, key, value, headers in records:
-            producer.produce(topic, value, key=key.encode(), headers=headers, on_delivery=report)
-        if producer.flush(15) or errors:
-            why = ", ".join(errors) or "timed out"
+        errors = send_acked(self.kafka, [Output(topic, value, key=key.encode(), headers=headers)
+                                         for topic, key, value, headers in records], timeout=15)
+        if errors:
+            why = ", ".join(errors)
             raise InfraUnavailable(f"The broker did not acknowledge the handoff step ({why}); nothing further was "
                                    "written, run the command again.")
 

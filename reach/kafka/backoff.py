@@ -22,6 +22,14 @@ class PartitionBackoff:
         self._delay[tp], self._until[tp] = delay, now + delay
         return delay
 
+    def hold_for(self, tp: TopicPart, now: float, seconds: float) -> None:
+        """Hold a partition for `seconds` because its head record is not due yet (no failure: the delay stays)."""
+        self._until[tp] = now + seconds
+
+    def next_due(self) -> float | None:
+        """When the first held partition is due (None: none is held)."""
+        return min(self._until.values(), default=None)
+
     def cleared(self, tp: TopicPart) -> None:
         """A batch of the partition was acknowledged: the next failure starts from the first delay again."""
         self._delay.pop(tp, None)

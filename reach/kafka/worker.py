@@ -10,10 +10,12 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
    only, and a skipped record is committed without being decoded. Tombstones are handed over undecoded (None).
 3. **Handle.** `handle(records)` returns the `Output`s to produce and does the state writes the loop needs (they
    happen before the commit). An output names the input that caused it (`cause`); without one it is caused by
-   every record of the batch. An exception in `restart_on` is infrastructure (below); any other is the records':
-   the batch is handled again record by record, and a record that raises alone, or does not decode, goes to
-   `failed(record, error)`, whose outputs (a dead letter, a REJECTED receipt) are produced instead, and the loop
-   moves on. So `handle` must tolerate seeing a record again whose batch raised (idempotent state writes).
+   every record of the batch. A `Hold(cause, seconds)` says a record is not due yet: its partition is sought back
+   to it and paused that long, nothing from it on is committed (the handler skips the records after it). An
+   exception in `restart_on` is infrastructure (below); any other is the records': the batch is handled again
+   record by record, and a record that raises alone, or does not decode, goes to `failed(record, error)`, whose
+   outputs (a dead letter, a REJECTED receipt) are produced instead, and the loop moves on. So `handle` must
+   tolerate seeing a record again whose batch raised (idempotent state writes).
 4. **Produce and wait.** Every output is produced with a delivery report (reach.kafka.acks) and the producer is
    flushed (at most `flush_s`): nothing of a batch is in flight when the next one is read, so produces are
    bounded by one batch. An output the broker refuses for good (too large, no such topic) sends its input to
@@ -101,6 +103,14 @@ class Output:
     headers: H.Headers | None = None
     partition: int | None = None
     cause: Position | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Not due yet: read `cause` (and what follows it in its partition) again in `seconds`."""
+
+    cause: Position
+    seconds: float
 
 
 class Refused(ReachError):
@@ -199,7 +209,7 @@ class Worker(SupervisedLoop, Generic[T]):
 
     # -- what a loop implements ----------------------------------------------------------------------
 
-    def handle(self, records: list[Record[T]]) -> Iterable[Output]:
+    def handle(self, records: list[Record[T]]) -> Iterable[Output | Hold]:
         """Decide a batch: the outputs to produce (state writes happen in here, before the commit)."""
         raise NotImplementedError
 
@@ -257,9 +267,13 @@ class Worker(SupervisedLoop, Generic[T]):
                         consumer.resume([TopicPartition(t, p) for t, p in due])
                     except KafkaException:
                         pass  # revoked meanwhile: its next owner reads it from the committed offset
-                messages = clients.take(consumer, sub.max_records, sub.poll_s, window_s=sub.window_ms / 1000)
+                wait = sub.poll_s
+                next_due = held.next_due()
+                if next_due is not None:
+                    wait = max(0.0, min(wait, next_due - time.monotonic()))
+                messages = clients.take(consumer, sub.max_records, wait, window_s=sub.window_ms / 1000)
                 if messages:
-                    ledger.want(self._batch(messages, consumer, producer, held))
+                    ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held))
                 else:
                     producer.poll(0)
                     self.idle()
@@ -272,9 +286,11 @@ class Worker(SupervisedLoop, Generic[T]):
                 consumer.close()
                 self.closed()
 
-    def _batch(self, messages: list[Message], consumer: Consumer, producer: Producer,
-               held: PartitionBackoff) -> dict[TopicPart, int]:
-        """Handle one batch; the commit points it reached."""
+    def process(self, messages: list[Message], *, consumer: Consumer, producer: Producer,
+                backoff: PartitionBackoff | None = None) -> dict[TopicPart, int]:
+        """Handle one batch read by `consumer`, producing with `producer`; the commit points it reached (the loop hands
+        them to its ledger). The loop's own step, and the seam a unit test drives with fakes."""
+        held = backoff or PartitionBackoff()
         started = time.monotonic()
         acks = Acks()
         records: list[Record[T]] = []
@@ -302,7 +318,14 @@ class Worker(SupervisedLoop, Generic[T]):
                     continue
             records.append(record)
         every = _first_per_partition(by_position)
-        outputs = self._handled(records, acks) if records else []
+        handled = self._handled(records, acks) if records else []
+        outputs = [o for o in handled if isinstance(o, Output)]
+        holds: dict[TopicPart, Hold] = {}
+        for hold in (h for h in handled if isinstance(h, Hold)):
+            acks.expect(hold.cause)  # never reported: nothing from it on commits
+            tp = (hold.cause[0], hold.cause[1])
+            if tp not in holds or hold.cause[2] < holds[tp].cause[2]:
+                holds[tp] = hold
         for bad, why in undecodable:
             outputs += self._failed(bad, why, acks)
         for out in outputs:
@@ -317,15 +340,15 @@ class Worker(SupervisedLoop, Generic[T]):
                 for out in self._failed(record, error, acks):
                     self._produce(producer, acks, out, [position])
             producer.flush(self.subscription.flush_s)
-        commits = self._settle(acks, consumer, held)
+        commits = self._settle(acks, consumer, held, holds)
         stats = BatchStats(records=len(by_position), decoded=len(records), skipped=skipped,
-                           failed=len(undecodable), outputs=len(outputs), rewound=len(acks.rewinds()),
+                           failed=len(undecodable), outputs=len(outputs), rewound=len(acks.rewinds()) - len(holds),
                            seconds=time.monotonic() - started)
         for hook in self.metrics:
             hook.batch(self.label or self.thread_name, stats)
         return commits
 
-    def _handled(self, records: list[Record[T]], acks: Acks) -> list[Output]:
+    def _handled(self, records: list[Record[T]], acks: Acks) -> list[Output | Hold]:
         """The batch's outputs; when the batch raises, record by record, a record that raises alone failed."""
         try:
             return list(self.handle(records))
@@ -333,13 +356,14 @@ class Worker(SupervisedLoop, Generic[T]):
             raise
         except Exception as exc:  # noqa: BLE001 - a record's fault: isolate it
             if len(records) == 1:
-                return self._failed(records[0], exc, acks)
+                return list(self._failed(records[0], exc, acks))
             log.warning("%s: a batch of %d raised (%r): handling its records one by one",
                         self.label or self.thread_name, len(records), exc)
-        outputs: list[Output] = []
+        outputs: list[Output | Hold] = []
         for record in records:
             try:
-                outputs += [o if o.cause is not None else _caused_by(o, record) for o in self.handle([record])]
+                outputs += [o if isinstance(o, Hold) or o.cause is not None else _caused_by(o, record)
+                            for o in self.handle([record])]
             except self.restart_on:
                 raise
             except Exception as exc:  # noqa: BLE001 - a record's fault: isolate it
@@ -365,19 +389,26 @@ class Worker(SupervisedLoop, Generic[T]):
         delivery.produce(producer, acks, cause, out.topic, out.value, key=out.key, headers=out.headers,
                          partition=out.partition)
 
-    def _settle(self, acks: Acks, consumer: Consumer, held: PartitionBackoff) -> dict[TopicPart, int]:
+    def _settle(self, acks: Acks, consumer: Consumer, held: PartitionBackoff,
+                holds: Mapping[TopicPart, Hold]) -> dict[TopicPart, int]:
         """The commit points; partitions with an unacknowledged record sought back and paused."""
         commits = acks.commits()
         rewinds = acks.rewinds()
         for tp in commits.keys() - rewinds.keys():
             held.cleared(tp)
+        now = time.monotonic()
+        for tp, hold in holds.items():
+            if rewinds.get(tp) == hold.cause[2]:  # not due yet, and nothing before it failed
+                del rewinds[tp]
+                consumer.pause([TopicPartition(*tp)])
+                consumer.seek(TopicPartition(*tp, hold.cause[2]))
+                held.hold_for(tp, now, hold.seconds)
         if not rewinds:
             return commits
-        first = acks.unacked()[0]
+        first = next(p for p in acks.unacked() if (p[0], p[1]) in rewinds)
         log.warning("%s: reading %d partition(s) again from their first unacknowledged record, e.g. %s: %s",
                     self.label or self.thread_name, len(rewinds), first,
                     ", ".join(map(delivery.describe, acks.errors(first))) or "not acknowledged in time")
-        now = time.monotonic()
         for (topic, partition), offset in rewinds.items():
             consumer.seek(TopicPartition(topic, partition, offset))
             consumer.pause([TopicPartition(topic, partition)])

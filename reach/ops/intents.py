@@ -6,14 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import Producer
-
 from reach import control, registry
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
 from reach.intent import catalog, mappings
 from reach.intent import stats as intent_stats
 from reach.kafka import codec, headers, topicreader
+from reach.kafka.acked import send_acked
+from reach.kafka.worker import Output
 from reach.names import Names
 from reach.records import Control, Receipt
 from reach.settings import KafkaSettings
@@ -53,11 +53,11 @@ def remove_mapping(phrase: str, *, names: Names, kafka: KafkaSettings, by: str =
     learned confidence in it: the key removed. The tombstones name `by` in a header (the audit history's actor)."""
     key = mappings.tombstone_key(phrase)
     learned = mappings.feedback_keys(phrase, control.read_control(names=names, kafka=kafka).records())
-    producer = Producer(kafka.producer(profile="hot"))
-    for removed in (key, *learned):
-        producer.produce(names.control, key=removed.encode(), value=None, headers=[(headers.BY, by.encode())])
-    if producer.flush(15):
-        raise InfraUnavailable(f"The tombstone for {key} was not acknowledged; check REACH_BOOTSTRAP.")
+    errors = send_acked(kafka, [Output(names.control, None, key=removed.encode(), headers=[(headers.BY, by.encode())])
+                                for removed in (key, *learned)], timeout=15)
+    if errors:
+        raise InfraUnavailable(f"The tombstone for {key} was not acknowledged ({', '.join(errors)}); check "
+                               "REACH_BOOTSTRAP.")
     return key
 
 

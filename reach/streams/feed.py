@@ -32,13 +32,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-
 from reach.core.commits import TopicPart
 from reach.core.views.controlview import ControlView
 from reach.kafka import clients
 from reach.kafka.codec import RegistryUnavailable, decode, decode_dict
 from reach.kafka.receiptbytes import decode_receipt
+from reach.kafka.types import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 from reach.names import Names
 from reach.records import AgentRegistration, Control, InstanceHealth, LoadReport
 from reach.settings import ConsumerProfile, KafkaSettings

@@ -5,11 +5,10 @@ from __future__ import annotations
 import logging
 import uuid
 
-from confluent_kafka import Consumer
-
 from reach.core.lifecycle import StatusRow, stale_no_route
 from reach.envelopes import now_ms
 from reach.kafka import clients
+from reach.kafka.types import Consumer
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.settings import KafkaSettings

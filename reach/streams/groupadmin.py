@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
-from confluent_kafka import TopicPartition
 from pydantic import SecretStr
 
 from reach.kafka import clients
 from reach.kafka.groups import Assignment, GroupDescription, GroupOffsets, Member
+from reach.kafka.types import ConsumerGroupTopicPartitions, TopicPartition
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
 
@@ -246,8 +246,6 @@ def shared(kafka: KafkaSettings) -> GroupAdmin:
 # -- the child -------------------------------------------------------------------------------------------------
 
 def _answer(admin: Any, op: str, group: str, timeout: float) -> dict[str, Any]:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-
     if op == "describe":
         desc = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout=timeout + 1)
         return {"group_id": group, "state": str(getattr(desc.state, "name", desc.state)), "members": [
@@ -264,9 +262,7 @@ def _answer(admin: Any, op: str, group: str, timeout: float) -> dict[str, Any]:
 
 
 def _admin_client(kafka: KafkaSettings) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(kafka.admin())
+    return clients.admin(kafka)
 
 
 def child_main(stdin: IO[str], stdout: IO[str], make_admin: Callable[[KafkaSettings], Any] = _admin_client) -> None:

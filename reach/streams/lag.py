@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
-
+from reach.kafka.types import Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from reach.streams.groupadmin import GroupRequests
 
 

@@ -19,15 +19,13 @@ CALL_SITES = {
     "a2a/pushbook.py": ["hot"],
     "a2a/pushsender.py": ["hot"],
     "agent/runner.py": ["hot"],
-    "appstore.py": ["hot"],
     "channels/agent.py": ["hot"],
     "client.py": ["hot"],
-    "control.py": ["hot"],
     "gateway/publisher.py": ["hot"],
-    "intent/desk.py": ["hot"],
+    "kafka/acked.py": ["hot"],
     "kafka/clients.py": [PASSED_ON],
+    "kafka/worker.py": [PASSED_ON],
     "ops/dlq.py": ["hot"],
-    "ops/intents.py": ["hot"],
     "ops/turns.py": ["hot"],
     "streams/audit/writer.py": ["feed"],
     "streams/delays/forwarder.py": ["hot"],
@@ -36,7 +34,10 @@ CALL_SITES = {
     "streams/router/route_loop.py": ["hot"],
     "streams/status/fold.py": ["hot"],
     "streams/timekeeper/sweep.py": ["hot"],
+    "streams/usage/counter.py": ["hot"],
     "tooling/bench/gateway.py": ["hot"],
+    "tooling/bench/peer_client.py": ["hot"],
+    "tooling/bench/peer_worker.py": ["hot"],
     "tooling/bench/raw.py": ["hot"],
     "tooling/bench/workspace.py": [PASSED_ON, "hot", "feed"],
     "tooling/demo/traffic.py": ["hot"],
@@ -45,14 +46,20 @@ CALL_SITES = {
 
 
 def _profiles_named(tree: ast.AST) -> list[str]:
+    """The profile of every `.producer(...)` call, and of every worker's `Subscription(...)` (its producer)."""
     named = []
     for node in ast.walk(tree):
+        name = node.func.id if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) else (
+            node.func.attr if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) else None)
+        if isinstance(node, ast.Call) and name == "Subscription":
+            chosen = next((k.value for k in node.keywords if k.arg == "producer_profile"), ast.Constant("hot"))
+            named.append(str(chosen.value) if isinstance(chosen, ast.Constant) else PASSED_ON)
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "producer":
             profile = next((k.value for k in node.keywords if k.arg == "profile"), None)
             if profile is None:
                 named.append("(none)")
             else:
-                named.append(profile.value if isinstance(profile, ast.Constant) else PASSED_ON)
+                named.append(str(profile.value) if isinstance(profile, ast.Constant) else PASSED_ON)
     return named
 
 

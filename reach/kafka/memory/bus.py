@@ -236,6 +236,12 @@ class Bus:
                     mine.add(tp)
             return mine
 
+    def owned_by_others(self, group: str, member_id: int) -> set[TP]:
+        """The partitions the group's other members still hold (asked outside the bus's lock: each takes its own)."""
+        with self.cond:
+            others = [m for mid, m in self.groups[group].members.items() if mid != member_id]
+        return {tp for m in others for tp in m.owned()}
+
     def commit(self, group: str, offsets: dict[TP, int]) -> None:
         with self.cond:
             self.groups.setdefault(group, _Group()).committed.update(offsets)

@@ -46,6 +46,7 @@ class MemoryConsumer:
         self._turn = 0
         self._touched = False
         self._settled = False  # the first rebalance always calls on_assign, even with nothing to assign
+        self._pending: set[TP] | None = None  # partitions to assign once their previous owners let go of them
         self._closed = False
 
     # -- group membership
@@ -92,18 +93,23 @@ class MemoryConsumer:
         if self._member is None:
             return
         epoch = self._bus.epoch(self.group)
-        if epoch == self._epoch:
+        if epoch != self._epoch:
+            self._epoch = epoch
+            target = self._bus.target(self.group, self._member)
+            current = self.owned()
+            revoked = current - target if self._cooperative else current
+            added = target - current if self._cooperative else target
+            if not self._cooperative and current == target and self._settled:
+                return
+            self._settled = True
+            if revoked:
+                self._call("revoke", revoked, lambda tps: self._drop(tps))
+            self._pending = added
+        if self._pending is None:
             return
-        self._epoch = epoch
-        target = self._bus.target(self.group, self._member)
-        current = self.owned()
-        revoked = current - target if self._cooperative else current
-        added = target - current if self._cooperative else target
-        if not self._cooperative and current == target and self._settled:
-            return
-        self._settled = True
-        if revoked:
-            self._call("revoke", revoked, lambda tps: self._drop(tps))
+        if self._pending & self._bus.owned_by_others(self.group, self._member):
+            return  # as the broker's join barrier: not before their previous owner revoked them (in its own poll)
+        added, self._pending = self._pending, None
         self._call("assign", added, lambda tps: self._add(tps))
 
     def _call(self, which: str, partitions: set[TP], default: Callable[[list[TopicPartition]], None]) -> None:

@@ -19,14 +19,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
 from reach.control import publish
 from reach.core.canarybook import CanaryBook
 from reach.core.commits import TopicPart
 from reach.envelopes import now_ms
-from reach.kafka import clients
 from reach.kafka.codec import RegistryUnavailable
+from reach.kafka.election import Election
+from reach.kafka.types import KafkaException
 from reach.names import Names
 from reach.records import Canary, Control, ControlKind, Receipt
 from reach.settings import CanarySettings, KafkaSettings
@@ -144,24 +143,15 @@ class CanaryController(FedLoop):
 
     def _loop(self) -> None:
         names = self._names
-        election = clients.consumer(canary_group(names), self._kafka, profile="idle", **{"session.timeout.ms": 6_000,
-                                                                       "heartbeat.interval.ms": 1_500})
         driver = self.driver
-
-        def assigned(c: Consumer, partitions: list[TopicPartition]) -> None:
-            driver.leader = any(tp.partition == 0 for tp in partitions)
-            c.assign(partitions)
-            c.pause(partitions)  # membership only: the feed reads control; this one would fetch it a second time
-
-        def revoked(_c: Consumer, _partitions: list[TopicPartition]) -> None:
-            driver.leader = False
-
+        # membership only (the leader holds control's partition 0): the feed reads control, this one never fetches it
+        election = Election(group=canary_group(names), topic=names.control, kafka=self._kafka)
         try:
-            election.subscribe([names.control], on_assign=assigned, on_revoke=revoked, on_lost=revoked)
             self._mark_ready()
             next_tick, warn_at = 0, time.monotonic() + CATCH_UP_WARN_S
             while not self._stop.is_set():
                 election.poll(0.2)  # membership and the assignment callbacks; its records are read by the feed
+                driver.leader = election.leader
                 if not driver.caught_up:  # the feed folded registry and control up to their ends, on its thread
                     driver.caught_up = self.feed.loaded.is_set()
                     if not driver.caught_up and time.monotonic() >= warn_at:

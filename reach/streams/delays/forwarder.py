@@ -4,31 +4,29 @@ Each record is read on its own (`next_step`): a due-at that is not epoch millis,
 is not UTF-8 or not a capability topic of the namespace, an undecodable envelope, or a forward the broker
 refuses for good (a target that does not exist, a record too large for it) is dead-lettered
 with its reason (and a DEAD_LETTERED receipt when the envelope decodes); the tier moves on. Offsets are
-committed per partition only up to the first record whose forward the broker has not acknowledged.
+committed per partition only up to the first record whose forward the broker has not acknowledged. It runs on the
+batch worker (reach.kafka.worker, decision 0053): a record not due yet is a `Hold`, which pauses its partition
+until then; a partition whose forward was not acknowledged is read again after a growing backoff.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import cast
-
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from reach import dlq
 from reach.envelopes import now_ms
 from reach.errors import InvalidName
-from reach.kafka import clients, codec, delivery, headers
-from reach.kafka.acks import Acks, Position
+from reach.kafka import codec, delivery, headers
+from reach.kafka import worker as w
 from reach.kafka.codec import DecodeError, RegistryUnavailable
 from reach.kafka.topics import DEAD_LETTER_BYTES
 from reach.names import Names
 from reach.receipts import receipt_for
 from reach.records import Envelope, ErrorInfo, Status
 from reach.settings import KafkaSettings, RedisSettings
-from reach.streams.exceptions import DeliveryFailed
-from reach.streams.supervised import SupervisedLoop
 from reach.terminals import Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.delays")
@@ -89,17 +87,16 @@ def _envelope(value: bytes) -> Envelope | None:
         return None
 
 
-class DelayForwarder(SupervisedLoop):
+class DelayForwarder(w.Worker[bytes]):
     """One consumer over every tier. A record not yet due pauses its partition (others keep moving) and is
     re-read when due; so a record is late by at most the wait behind an earlier, later-due record of the
     same tier partition (bounded by the tier's length) plus one poll interval.
 
-    start()/stop() from any thread. A failure (broker refused a forward, lost connection, a bug) restarts the
-    consumer, which resumes from the last commit: at least once, never a silent stop."""
+    start()/stop() from any thread. A forward not acknowledged is read again after a growing backoff (at least once);
+    an outage of the broker, the Schema Registry or Redis restarts the consumer from the last commit."""
 
     thread_name = "reach-delays"
     label = "delay tiers"
-    restart_on = (Exception,)  # the thread must outlive broker hiccups
     restart_traceback = True
     log = log
 
@@ -107,105 +104,57 @@ class DelayForwarder(SupervisedLoop):
                  clock: Callable[[], int] = now_ms, poll_s: float = 0.1,
                  max_bytes: int = DEAD_LETTER_BYTES, redis: RedisSettings,
                  fence: Fence | None = None) -> None:
-        super().__init__()
         self.names = names
-        self.fence = fence or fence_from_settings("delay tiers", namespace=names.namespace, redis_settings=redis)
-        self._max_bytes = max_bytes  # the producer must fit a dead letter of the largest capability record
         self.topics = [names.retry(t) for t in tiers]
-        self._kafka = kafka
+        # the producer must fit a dead letter of the largest capability record
+        super().__init__(kafka=kafka, subscription=w.Subscription(
+            group=names.topic("delays"), topics=self.topics, profile="hot", poll_s=poll_s,  # resumed: read at once
+            consumer_config={"partition.assignment.strategy": "cooperative-sticky"},
+            producer_config={"message.max.bytes": max_bytes,
+                             "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
+        self.fence = fence or fence_from_settings("delay tiers", namespace=names.namespace, redis_settings=redis)
         self._clock = clock
-        self._poll_s = poll_s
-        self._held: dict[tuple[str, int], int] = {}
         self.forwarded = 0
         self.dead_lettered = 0
 
-    def _loop(self) -> None:
-        self._held.clear()  # a fresh consumer holds no partition
-        consumer = clients.consumer(self.names.topic("delays"), self._kafka, profile="hot",  # resumed: read at once
-                                    **{"partition.assignment.strategy": "cooperative-sticky"})
-        producer = clients.producer(self._kafka, profile="hot", **{
-            "message.max.bytes": self._max_bytes, "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
-        consumer.subscribe(self.topics, on_revoke=self._revoked, on_lost=self._revoked)
-        self._mark_ready()
-        try:
-            while not self._stop.is_set():
-                self._resume_due(consumer)
-                batch = clients.take(consumer, 500, self._wait_s())
-                if batch:
-                    self._forward(consumer, producer, batch)
-        finally:
-            producer.flush(10)
-            consumer.close()
-
-    def _wait_s(self) -> float:
-        if not self._held:
-            return self._poll_s
-        return max(0.0, min(self._poll_s, (min(self._held.values()) - self._clock()) / 1000))
-
-    def _resume_due(self, consumer: Consumer) -> None:
+    def handle(self, records: list[w.Record[bytes]]) -> Iterable[w.Output | w.Hold]:
+        """Forward what is due, dead-letter what is bad; a record not due holds its partition (and what follows)."""
         now = self._clock()
-        due = [tp for tp, at in self._held.items() if at <= now]
-        if due:
-            consumer.resume([TopicPartition(t, p) for t, p in due])
-            for tp in due:
-                del self._held[tp]
-
-    def _forward(self, consumer: Consumer, producer: Producer, batch: list[Message]) -> None:
-        """Forward what is due, dead-letter what is bad, commit per partition only what the broker acknowledged."""
-        acks = Acks()
-        now = self._clock()
-        records: dict[Position, Message] = {}
-        stalled: set[tuple[str, int]] = set()
-        for msg in batch:
-            topic, part, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
-            if msg.error() or (topic, part) in self._held or (topic, part) in stalled:
+        out: list[w.Output | w.Hold] = []
+        held: set[tuple[str, int]] = set()
+        for record in records:
+            tp = (record.topic, record.partition)
+            if tp in held:
                 continue  # records fetched behind a held head wait with it
-            hdrs = cast(headers.Headers, msg.headers() or [])
+            hdrs = record.headers
             try:
-                step = next_step(hdrs, msg.value() or b"", self.names, now)
-            except RegistryUnavailable as exc:  # infrastructure: read this partition again from here
-                acks.fail((topic, part, offset), exc)
-                stalled.add((topic, part))
-                continue
+                step = next_step(cast(headers.Headers, hdrs), record.raw or b"", self.names, now)
+            except RegistryUnavailable:
+                raise  # infrastructure: read again from the last commit
             except Exception as exc:  # noqa: BLE001 - a bug on one record must not stall every tier
                 step = Bad(dlq.REJECTED, "DELAY_ERROR", f"the delay tier could not read this record: {exc!r}")
             if isinstance(step, Hold):
-                consumer.pause([TopicPartition(topic, part)])
-                consumer.seek(TopicPartition(topic, part, offset))
-                self._held[(topic, part)] = step.due
-                continue
-            position = (topic, part, offset)
-            records[position] = msg
-            if isinstance(step, Send):
-                keep = [(k, v) for k, v in hdrs if k not in _STRIP]
-                delivery.produce(producer, acks, position, step.target, msg.value() or b"", key=msg.key(),
-                                 headers=keep)
+                held.add(tp)
+                out.append(w.Hold(record.position, max(0.0, (step.due - now) / 1000)))
+            elif isinstance(step, Send):
+                keep: headers.Headers = [(k, v) for k, v in hdrs if k not in _STRIP]
+                out.append(w.Output(step.target, record.raw or b"", key=record.key, headers=keep,
+                                    cause=record.position))
                 self.forwarded += 1
             else:
-                self._dead_letter(producer, acks, position, msg.value() or b"", step)
-        if not records and not stalled:
-            return
-        producer.flush(30)
-        refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
-        if refused:  # a refusal no retry cures (e.g. too large for the target): dead-letter, then settle
-            for position in refused:
-                why = delivery.describe(acks.errors(position)[0])
-                acks.reset(position)
-                self._dead_letter(producer, acks, position, records[position].value() or b"",
-                                  Bad(dlq.REJECTED, FORWARD_REFUSED, f"the broker refused the forward: {why}"))
-            producer.flush(30)
-        commits = acks.commits()
-        if commits:
-            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=False)
-        rewinds = acks.rewinds()
-        if rewinds:  # not acknowledged (an outage past the flush, a refusal): read those partitions again
-            for (topic, part), offset in rewinds.items():
-                consumer.seek(TopicPartition(topic, part, offset))
-            first = acks.unacked()[0]
-            raise DeliveryFailed(f"delay tier: {len(acks.unacked())} record(s) not acknowledged, e.g. {first}: "
-                                 f"{', '.join(map(delivery.describe, acks.errors(first))) or 'still queued'}")
+                out += self._dead_letter(record, step)
+        return out
 
-    def _dead_letter(self, producer: Producer, acks: Acks, origin: Position, value: bytes, bad: Bad) -> None:
+    def failed(self, record: w.Record[bytes], error: BaseException) -> Iterable[w.Output]:
+        """A forward the broker refused for good (e.g. too large for the target), or a bug: dead-letter it."""
+        if isinstance(error, w.Refused):
+            why = f"the broker refused the forward: {delivery.describe(error.errors[0])}"
+            return self._dead_letter(record, Bad(dlq.REJECTED, FORWARD_REFUSED, why))
+        return self._dead_letter(record, Bad(dlq.REJECTED, "DELAY_ERROR",
+                                             f"the delay tier could not handle this record: {error!r}"))
+
+    def _dead_letter(self, record: w.Record[bytes], bad: Bad) -> list[w.Output]:
+        value, origin = record.raw or b"", record.position
         try:
             envelope = _envelope(value)
         except RegistryUnavailable:
@@ -214,23 +163,20 @@ class DelayForwarder(SupervisedLoop):
         letter, hdrs = dlq.letter(value, reason=bad.reason, error=error, origin=origin, envelope=envelope)
         key = envelope.message_id if envelope else f"{origin[0]}:{origin[1]}:{origin[2]}"
         if envelope is None:
-            delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
+            out = [w.Output(self.names.dlq, letter, key=key, headers=hdrs, cause=origin)]
         else:  # its row shows where it ended, not a retry that never comes; first terminal wins (reach.terminals)
             encoded = codec.encode(receipt_for(envelope, Status.DEAD_LETTERED, error=error))
             [claim] = self.fence.claim([Terminal(envelope.message_id, envelope.generation, encoded)], again=True)
             if not claim.won:  # it ended meanwhile: that ending again, and no letter
-                delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key)
-                return
+                return [w.Output(self.names.receipts, claim.receipt, key=key, cause=origin)]
             # won, or its own first DEAD_LETTERED of this record (read again): the letter, then the stored receipt,
             # which asks the status fold for the capability's fallback (0046) unless the broker refused the record
             # (a child of it would be refused the same way)
             ask = [] if bad.code == FORWARD_REFUSED else [(headers.FALLBACK_ASK, b"delays")]
-            delivery.produce(producer, acks, origin, self.names.dlq, letter, key=key, headers=hdrs)
-            delivery.produce(producer, acks, origin, self.names.receipts, claim.receipt, key=key,
-                             headers=[(headers.MESSAGE_ID, key.encode()), *ask])
+            out = [w.Output(self.names.dlq, letter, key=key, headers=hdrs, cause=origin),
+                   w.Output(self.names.receipts, claim.receipt, key=key,
+                            headers=[(headers.MESSAGE_ID, key.encode()), headers.status_header("DEAD_LETTERED"),
+                                     *ask], cause=origin)]
         self.dead_lettered += 1
         log.warning("delay tier: dead-lettered the record at %s: %s", origin, bad.message)
-
-    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._held.pop((tp.topic, tp.partition), None)
+        return out

@@ -565,4 +565,5 @@ class _IdWatch:
 def _headers(receipt: Receipt, envelope: dict[str, Any]) -> H.Headers:
     """The message id, and the envelope's reply_to for the status fold (it sends the first terminal there)."""
     reply = envelope.get("reply_to")
-    return [(H.MESSAGE_ID, receipt.message_id.encode()), *([(H.REPLY_TO, reply.encode())] if reply else [])]
+    return [(H.MESSAGE_ID, receipt.message_id.encode()), H.status_header(receipt.status.name),
+            *([(H.REPLY_TO, reply.encode())] if reply else [])]

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 
-from confluent_kafka import Producer
-
 from reach import dlq
 from reach.core import fallback
 from reach.core.deadlines import Due, Task, due_tasks
@@ -30,6 +28,7 @@ from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
 from reach.kafka.codec import DecodeError
 from reach.kafka.topicreader import Missing, read_one
+from reach.kafka.types import Producer
 from reach.names import Names
 from reach.records import Envelope, ErrorInfo, Policy, Receipt, Status
 from reach.settings import KafkaSettings, RedisSettings
@@ -236,7 +235,7 @@ class _Plan:
     def ending(cls, names: Names, position: Position, receipt: Receipt) -> _Plan:
         value = codec.encode(receipt)
         action = Action.EXPIRE if receipt.status is Status.EXPIRED else None
-        return cls(position, (_receipt_record(names, receipt.message_id, value),),
+        return cls(position, (_receipt_record(names, receipt.message_id, value, receipt.status),),
                    Terminal(receipt.message_id, receipt.generation, value), action)
 
 
@@ -255,8 +254,10 @@ def _asking(record: Outgoing) -> Outgoing:
     return replace(record, headers=[*record.headers, (H.FALLBACK_ASK, b"timekeeper")])
 
 
-def _receipt_record(names: Names, message_id: str, value: bytes) -> Outgoing:
-    return Outgoing(names.receipts, message_id, value, [(H.MESSAGE_ID, message_id.encode())])
+def _receipt_record(names: Names, message_id: str, value: bytes, status: Status | None = None) -> Outgoing:
+    """A receipt for the receipts topic; with its `status` when known here (readers skip on it, H.STATUS)."""
+    return Outgoing(names.receipts, message_id, value, [(H.MESSAGE_ID, message_id.encode()),
+                                                        *([H.status_header(status.name)] if status else [])])
 
 
 def _in_order(producer: Producer, acks: Acks, position: Position, records: Sequence[Outgoing]) -> None:

@@ -99,7 +99,8 @@ def _forward(hdrs: list[tuple[str, bytes]], value: bytes) -> FakeProducer:
                                redis=RedisSettings(),
                                fence=Fence(MemorySlots(), writer="delays"))
     producer = FakeProducer()
-    forwarder._forward(FakeConsumer(), producer, [FakeMessage("fz.retry.1s", 0, 7, value, b"k", hdrs)])  # type: ignore[arg-type]  # noqa: SLF001
+    forwarder.process([FakeMessage("fz.retry.1s", 0, 7, value, b"k", hdrs)],  # type: ignore[list-item]
+                      consumer=FakeConsumer(), producer=producer)  # type: ignore[arg-type]
     return producer
 
 

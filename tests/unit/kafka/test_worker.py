@@ -228,3 +228,20 @@ def test_a_batch_window_fills_the_batch(kafka: KafkaSettings) -> None:
     got = clients.take(consumer, 2, 1.0, window_s=2.0)
     assert [m.value() for m in got] == [b"a", b"b"], "the window waited for the second record"
     assert clients.take(consumer, 2, 0.01) == []
+
+
+def test_a_rebalance_commits_what_was_acknowledged_and_the_new_owner_reads_on_from_there(kafka: KafkaSettings) -> None:
+    first = Echo(kafka, commit_every_s=3600.0)  # after its first commit, only the revoke's final commit can land
+    with first:
+        _send(kafka, [b"v%d" % i for i in range(10)], key=lambda _i: b"same")
+        _until(lambda: _committed(kafka) == 10, "the first commit")
+        _send(kafka, [b"v%d" % i for i in range(10, 20)], key=lambda _i: b"same")
+        _until(lambda: sum(first.batches) == 20, "the first worker handled all 20")
+        assert _committed(kafka) == 10, "the second commit waits for the timer"
+        with Echo(kafka):  # joining rebalances the group: the first worker's partitions are revoked inside its poll
+            _until(lambda: _committed(kafka) == 20, "the revoke's final commit landed")
+            _send(kafka, [b"w%d" % i for i in range(10)])
+            _until(lambda: len(_read(kafka, "out")) >= 30, "the group reads on", timeout=15)
+    assert _committed(kafka) == 30, "each worker's final commit when it stops"
+    assert sorted(_read(kafka, "out")) == sorted([b"V%d" % i for i in range(20)] + [b"W%d" % i for i in range(10)]), \
+        "each record forwarded once: the new owner started from the final commit"

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 import pytest
 
 from reach.intent import mappings
+from reach.kafka.worker import Output
 from reach.names import Names
 from reach.ops import intents as ops
 from reach.records import Control
@@ -30,19 +31,13 @@ def test_learned_confidences_are_listed_with_their_tenant(control_topic: list[Co
 
 def test_removing_a_mapping_removes_the_tenants_learned_confidences(control_topic: list[Control],
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    sent: list[tuple[str, bytes, Any]] = []
+    sent: list[tuple[str, bytes | str | None, bytes | None]] = []
 
-    class Producer:
-        def __init__(self, _config: Any) -> None:
-            pass
+    def send_acked(_kafka: KafkaSettings, outputs: Iterable[Output], *, timeout: float) -> list[str]:
+        sent.extend((o.topic, o.key, o.value) for o in outputs)
+        return []
 
-        def produce(self, topic: str, *, key: bytes, value: None, headers: Any) -> None:
-            sent.append((topic, key, value))
-
-        def flush(self, _timeout: float) -> int:
-            return 0
-
-    monkeypatch.setattr(ops, "Producer", Producer)
+    monkeypatch.setattr(ops, "send_acked", send_acked)
     ops.set_mapping("rain soon", "weather.forecast", confidence=1.0, names=NAMES, kafka=KafkaSettings())
     for tenant in ("acme", "beta"):
         control_topic.append(mappings.feedback_record(tenant, "rain soon", "weather.forecast", confidence=0.5, by="r"))

@@ -1,4 +1,5 @@
-"""The delay forwarder on in-memory fakes: bad records are dead-lettered, unacked ones never committed."""
+"""The delay forwarder's batches on in-memory fakes (reach.kafka.worker's `process` seam): bad records are
+dead-lettered, unacked ones never committed and read again."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from confluent_kafka import KafkaError
 
 from reach.envelopes import new_envelope
 from reach.kafka import codec, headers
+from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.records import DeadLetter, Receipt, Status
 from reach.settings import KafkaSettings, RedisSettings
 from reach.streams.delays.forwarder import Bad, DelayForwarder, Hold, Send, next_step
-from reach.streams.exceptions import DeliveryFailed
 from reach.terminals import Fence, MemorySlots
 from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
 
@@ -31,12 +32,13 @@ def record(offset: int, *, due: bytes | None = b"0", target: bytes | None = None
 
 
 def run(batch: list[FakeMessage], producer: FakeProducer,
-        slots: MemorySlots | None = None) -> tuple[DelayForwarder, FakeConsumer]:
+        slots: MemorySlots | None = None) -> tuple[DelayForwarder, FakeConsumer, dict[tuple[str, int], int]]:
+    """One batch through the forwarder; the commit points it reached."""
     fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW,
                          fence=Fence(slots or MemorySlots(), writer="delay tiers"))
     consumer = FakeConsumer()
-    fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
-    return fwd, consumer
+    commits = fwd.process(cast(Any, batch), consumer=cast(Any, consumer), producer=cast(Any, producer))
+    return fwd, consumer, commits
 
 
 @pytest.mark.parametrize(("hdrs", "code"), [
@@ -60,8 +62,8 @@ def test_due_and_target_decide_hold_or_send() -> None:
 def test_a_bad_record_is_dead_lettered_and_the_batch_moves_on() -> None:
     producer = FakeProducer()
     batch = [record(0), record(1, due=b"not-a-number"), record(2, target=b"ns.control"), record(3)]
-    fwd, consumer = run(batch, producer)
-    assert consumer.committed_at() == {(TIER, 0): 4}
+    fwd, _, commits = run(batch, producer)
+    assert commits == {(TIER, 0): 4}
     assert len(producer.to(CAP)) == 2 and producer.to(NAMES.control) == []
     letters = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert [(d.origin_offset, d.error.code if d.error else None) for d in letters] == [(1, "BAD_DUE_AT"),
@@ -74,23 +76,16 @@ def test_a_bad_record_is_dead_lettered_and_the_batch_moves_on() -> None:
 
 def test_what_the_flush_leaves_queued_is_not_committed() -> None:
     producer = FakeProducer(hold=lambda topic: topic == CAP)
-    batch = [record(0), record(0, partition=1)]
-    consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
-    with pytest.raises(DeliveryFailed, match="not acknowledged"):
-        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
-    assert consumer.commits == [] and {(s.partition, s.offset) for s in consumer.seeks} == {(0, 0), (1, 0)}
+    _, consumer, commits = run([record(0), record(0, partition=1)], producer)
+    assert commits == {} and {(s.partition, s.offset) for s in consumer.seeks} == {(0, 0), (1, 0)}
 
 
 def test_an_outage_on_one_record_commits_the_records_before_it() -> None:
     second = record(1)
     producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
                             if value == second.value() else None)
-    consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
-    with pytest.raises(DeliveryFailed):
-        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), second, record(2)]))
-    assert consumer.committed_at() == {(TIER, 0): 1}
+    _, consumer, commits = run([record(0), second, record(2)], producer)
+    assert commits == {(TIER, 0): 1}
     assert [(s.partition, s.offset) for s in consumer.seeks] == [(0, 1)]
 
 
@@ -98,8 +93,8 @@ def test_a_forward_the_broker_refuses_for_good_is_dead_lettered() -> None:
     big = record(0)
     producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
                             if topic == CAP else None)
-    _, consumer = run([big, record(1)], producer)
-    assert consumer.committed_at() == {(TIER, 0): 2}
+    _, _, commits = run([big, record(1)], producer)
+    assert commits == {(TIER, 0): 2}
     letters = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert [d.error.code for d in letters if d.error] == ["FORWARD_REFUSED", "FORWARD_REFUSED"]
 
@@ -108,15 +103,11 @@ def test_a_synchronous_produce_error_fails_only_its_record() -> None:
     first = record(0)
     producer = FakeProducer(raise_on=lambda topic, value: BufferError("full")
                             if value == first.value() and topic == CAP else None)
-    consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
-    with pytest.raises(DeliveryFailed):
-        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [first, record(0, partition=1)]))
-    assert consumer.committed_at() == {(TIER, 1): 1} and [(s.partition, s.offset) for s in consumer.seeks] == [(0, 0)]
+    _, consumer, commits = run([first, record(0, partition=1)], producer)
+    assert commits == {(TIER, 1): 1} and [(s.partition, s.offset) for s in consumer.seeks] == [(0, 0)]
 
 
-def test_a_registry_outage_holds_the_partition_instead_of_dead_lettering(monkeypatch: pytest.MonkeyPatch) -> None:
-    from reach.kafka.codec import RegistryUnavailable
+def test_a_registry_outage_restarts_the_loop_instead_of_dead_lettering(monkeypatch: pytest.MonkeyPatch) -> None:
     from reach.streams.delays import forwarder as delays
 
     def down(_value: bytes, _model: object) -> object:
@@ -124,20 +115,18 @@ def test_a_registry_outage_holds_the_partition_instead_of_dead_lettering(monkeyp
 
     monkeypatch.setattr(delays.codec, "decode", down)
     producer = FakeProducer()
-    consumer = FakeConsumer()
-    fwd = DelayForwarder(names=NAMES, tiers=["1s"], kafka=KafkaSettings(), redis=RedisSettings(), clock=lambda: NOW)
-    with pytest.raises(DeliveryFailed):
-        fwd._forward(cast(Any, consumer), cast(Any, producer), cast(Any, [record(0), record(1)]))
-    assert producer.sent == [] and consumer.commits == []
+    with pytest.raises(RegistryUnavailable):  # infrastructure: the worker restarts from the last commit
+        run([record(0), record(1)], producer)
+    assert producer.sent == []
 
 
 def test_a_target_that_does_not_exist_is_dead_lettered() -> None:
     producer = FakeProducer(refuse=lambda topic, _v: KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
                             if topic == CAP else None)
-    _, consumer = run([record(0)], producer)
+    _, _, commits = run([record(0)], producer)
     [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert letter.error is not None and letter.error.code == "FORWARD_REFUSED"
-    assert consumer.committed_at() == {(TIER, 0): 1}
+    assert commits == {(TIER, 0): 1}
 
 
 def test_a_bad_record_of_a_message_that_ended_is_not_dead_lettered() -> None:
@@ -156,15 +145,15 @@ def test_a_reread_after_a_failed_flush_writes_the_letter_its_own_first_claim_dec
     bad = record(0, due=b"not-a-number")
     slots = MemorySlots()
     down = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT))  # the broker is out
-    with pytest.raises(DeliveryFailed):
-        run([bad], down, slots)
+    _, consumer, commits = run([bad], down, slots)
+    assert commits == {} and [(s.partition, s.offset) for s in consumer.seeks] == [(0, 0)], "read again"
     [stored] = slots.values.values()
     producer = FakeProducer()  # read again: the claim finds the tier's own first DEAD_LETTERED
-    fwd, consumer = run([bad], producer, slots)
+    fwd, _, commits = run([bad], producer, slots)
     [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert letter.error is not None and letter.error.code == "BAD_DUE_AT", "its own ending's letter, written"
     assert producer.to(NAMES.receipts) == [stored], "the stored receipt, byte for byte"
-    assert consumer.committed_at() == {(TIER, 0): 1} and fwd.dead_lettered == 1
+    assert commits == {(TIER, 0): 1} and fwd.dead_lettered == 1
 
 
 def asking(producer: FakeProducer) -> list[bytes | None]:
@@ -181,3 +170,13 @@ def test_a_dead_lettered_retry_asks_for_the_fallback_unless_the_broker_refused_i
                             else None)
     run([record(0)], refusing)
     assert asking(refusing) == [None], "too large for a topic: a child of it would be refused too"
+
+
+def test_a_record_not_due_holds_its_partition_and_what_follows_it() -> None:
+    producer = FakeProducer()
+    later = str(NOW + 5_000).encode()
+    _, consumer, commits = run([record(0), record(1, due=later), record(2), record(0, partition=1)], producer)
+    assert commits == {(TIER, 0): 1, (TIER, 1): 1}, "up to the held record; the other partition moves on"
+    assert len(producer.to(CAP)) == 2, "record 2 waits behind its held head"
+    assert [(s.partition, s.offset) for s in consumer.seeks] == [(0, 1)]
+    assert [(tp.topic, tp.partition) for tp in consumer.paused] == [(TIER, 0)]
