@@ -74,7 +74,7 @@ def test_a_burst_queues_and_completes_and_only_a_budget_the_queue_cannot_meet_is
     shed = _terminal(seen[hurried])
     assert shed is not None and shed.status is Status.FAILED and shed.error is not None, shed
     assert shed.error.code == "OVERLOAD" and shed.retry_after_ms is not None and shed.retry_after_ms > 0, shed
-    # what the decision record reports: created -> COMPLETED, and the longest delivery timeout a ROUTED receipt got
+    # what the decision record reports: ROUTED -> COMPLETED, and the longest delivery timeout a ROUTED receipt got
     latency = sorted(_terminal(seen[m]).at - next(r.at for r in seen[m] if r.status is Status.ROUTED)  # type: ignore[union-attr]
                      for m in ids)
     stretched = max(r.delivery_timeout_ms or 0 for m in ids for r in seen[m] if r.status is Status.ROUTED)
