@@ -1,15 +1,17 @@
-"""The client SDK: build envelopes and publish them to capability topics (send; invoke comes later)."""
+"""The client SDK: build envelopes and publish them to capability topics, each one acknowledged by the broker.
+
+`send` publishes one envelope and returns once the broker acknowledged it; `send_many` produces a batch and waits
+once for all of its acknowledgements, reporting each envelope's outcome (decision 0057). reach.aioclient's
+AsyncClient does the same on asyncio; `invoke` and its kin (reach.invoke) wait for the terminal reply."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self, cast
-
-from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient
 
 from reach import invoke as invoke_
 from reach import lineage, tracing
@@ -17,8 +19,9 @@ from reach.controlfeed import ControlFeed, ControlSource
 from reach.core.marks import kept
 from reach.envelopes import BUDGET_MS, new_envelope, now_ms, policy_defaults, routing_key
 from reach.errors import InfraUnavailable, ReachError
+from reach.intent.catalog import RESERVED
 from reach.invoke import ReplyInbox
-from reach.kafka import clients, codec, topics, writeas
+from reach.kafka import avrowriter, clients, codec, pipeline, topics, writeas
 from reach.kafka import headers as h
 from reach.names import Names
 from reach.records import Envelope, Policy, Receipt
@@ -28,11 +31,62 @@ if TYPE_CHECKING:
     from reach.ops.turns import Answered
 
 log = logging.getLogger("reach.client")
+NO_POLICY = Policy()  # no control topic followed: the built-in timeouts and budget
 CONTROL_RETRY_S = 30.0  # while the control topic cannot be read, built-in defaults apply; try again this often
 
 
+SEND_TIMEOUT_S = 30.0  # how long a send waits for the broker's acknowledgements
+
+
 class SendFailed(ReachError):
-    """The broker did not acknowledge an envelope."""
+    """The broker did not acknowledge an envelope: `.message_id`, `.topic`, and librdkafka's `.code`."""
+
+    def __init__(self, message: str, *, message_id: str, topic: str, code: str) -> None:
+        super().__init__(message)
+        self.message_id = message_id
+        self.topic = topic
+        self.code = code
+
+
+class SendRefused(SendFailed):
+    """The broker refused the envelope itself (too large for its topic, an unknown topic): nothing was written, and
+    sending it again unchanged is refused again."""
+
+
+class SendUnacknowledged(SendFailed, InfraUnavailable):
+    """No acknowledgement came in time (broker down or unreachable): the broker may or may not have the envelope.
+    Send it again with the same idempotency_key; agents run it once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One envelope of a `send_many`: a capability, its payload and `Client.envelope`'s other fields."""
+
+    capability: str
+    payload: Any
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What became of one envelope of a `send_many` / `publish_many`: acknowledged when `error` is None."""
+
+    message_id: str
+    topic: str
+    error: SendFailed | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def send_failure(message_id: str, failure: pipeline.ProduceError) -> SendFailed:
+    """The SendFailed of an envelope the pipeline did not get acknowledged: refused, or unacknowledged."""
+    cls = SendRefused if isinstance(failure, pipeline.Refused) else SendUnacknowledged
+    hint = ("fix the envelope (a smaller payload, an existing topic: `reach topics apply`)"
+            if cls is SendRefused else "send it again with the same idempotency_key")
+    return cls(f"{message_id} was not sent: {failure}; {hint}", message_id=message_id, topic=failure.topic,
+               code=failure.code)
 
 
 class Client:
@@ -48,8 +102,8 @@ class Client:
         writeas.use(self.settings.records_write_as)
         self.names = Names(self.settings.namespace)
         self.source = source
-        self._producer: Producer | None = None
-        self._admin: AdminClient | None = None
+        self._producer: pipeline.Producing | None = None
+        self._admin: Any = None
         self._topics: set[str] = set()
         self._follow_control = follow_control
         self._control: ControlSource | None = control  # given: already started by the caller
@@ -60,7 +114,7 @@ class Client:
         """The capability's control POLICY, from a follower of the control topic started on first use (one read
         of the topic, then tailed in the background; never a read per send). Built-in defaults while unreadable."""
         feed = self._control_feed()
-        return feed.view.policy(capability) if feed is not None else Policy()
+        return feed.view.policy(capability) if feed is not None else NO_POLICY
 
     def envelope(self, capability: str, payload: Any, **fields: Any) -> Envelope:
         """A new envelope; inside an active span it joins that span's trace. Timeouts and budget the caller does
@@ -68,12 +122,16 @@ class Client:
         run), it is that message's child: its parent_id and trace, its deadline at the latest, and what is left of its
         `max_tokens` / `max_cost_micros` (docs/agents.md, Budgets down the chain). A `callback` (JSON or short form
         `webhook:URL`, with `callback_fields`: JSONPath strings) is checked here: a bad one raises BadCallback."""
+        return self._envelope(capability, payload, fields, policy_defaults(self.policy(capability)))
+
+    def _envelope(self, capability: str, payload: Any, fields: dict[str, Any], defaults: dict[str, int]) -> Envelope:
+        """`envelope` with the capability's POLICY defaults given (a batch reads them once per capability)."""
         callback, callback_fields = fields.pop("callback", None), fields.pop("callback_fields", None)
         if callback is not None or callback_fields:
             from reach.channels.spec import callback_text
 
             fields["callback"] = callback_text(callback, callback_fields)
-        for name, value in policy_defaults(self.policy(capability)).items():
+        for name, value in defaults.items():
             fields.setdefault(name, value)
         fields.setdefault("source", self.source)
         run = lineage.current()
@@ -85,43 +143,59 @@ class Client:
         return new_envelope(capability, payload, **fields)
 
     def send(self, capability: str, payload: Any, **fields: Any) -> str:
-        """Build an envelope for `capability`, publish it to its capability topic; returns the message_id."""
+        """Build an envelope for `capability`, publish it to its capability topic and return its message_id once
+        the broker acknowledged it; SendRefused / SendUnacknowledged (both SendFailed) otherwise."""
         envelope = self.envelope(capability, payload, **fields)
         self.publish(envelope)
         return envelope.message_id
 
+    def send_many(self, requests: Iterable[Request | tuple[str, Any]], *,
+                  timeout: float = SEND_TIMEOUT_S) -> list[Sent]:
+        """Build an envelope per request (a Request, or a `(capability, payload)` pair), produce them all, wait
+        once for every acknowledgement; one Sent per request, in order. A request that cannot be built (a bad
+        name, a payload over the limit) raises before anything is sent; a refused or unacknowledged envelope
+        does not raise: its Sent carries the SendFailed, the others are sent all the same."""
+        asked = [r if isinstance(r, Request) else Request(r[0], r[1]) for r in requests]
+        defaults = {cap: policy_defaults(self.policy(cap)) for cap in {r.capability for r in asked}}  # once each
+        envelopes = [self._envelope(r.capability, r.payload, dict(r.fields), defaults[r.capability]) for r in asked]
+        return self.publish_many(envelopes, timeout=timeout)
+
+    def publish_many(self, envelopes: Sequence[Envelope], *, topic: str | None = None,
+                     timeout: float = SEND_TIMEOUT_S) -> list[Sent]:
+        """Publish built envelopes (default: each to its capability topic) with one wait for all acknowledgements;
+        one Sent per envelope, in order (see `send_many`)."""
+        records = [self.outbound(envelope, topic=topic) for envelope in envelopes]
+        outcomes = pipeline.deliver_all(self._producer_(), records, timeout_s=timeout)
+        return [Sent(e.message_id, r.topic, None if o is None else send_failure(e.message_id, o))
+                for e, r, o in zip(envelopes, records, outcomes, strict=True)]
+
     def publish(self, envelope: Envelope, *, topic: str | None = None, partition: int | None = None,
-                timeout: float = 30.0) -> None:
-        """Publish one envelope (default: to its capability topic, created from topics.yaml if missing)."""
-        from reach.intent.catalog import RESERVED
+                timeout: float = SEND_TIMEOUT_S) -> None:
+        """Publish one envelope (default: to its capability topic, created from topics.yaml if missing) and wait
+        for the broker's acknowledgement; SendRefused / SendUnacknowledged otherwise."""
+        record = self.outbound(envelope, topic=topic, partition=partition)
+        [outcome] = pipeline.deliver_all(self._producer_(), [record], timeout_s=timeout)
+        if outcome is not None:
+            raise send_failure(envelope.message_id, outcome)
 
-        marks = kept(envelope.headers, message_id=envelope.message_id, to_agent=envelope.to_agent)
-        if marks != envelope.headers:  # `reach-*` headers only as the product set them (reach.core.marks)
-            envelope = envelope.model_copy(update={"headers": marks})
+    def target(self, envelope: Envelope) -> str:
+        """The topic an envelope goes to: its capability topic (an intent: the resolver's intake)."""
         # an intent goes to the resolver in front of the router, never to a capability topic of its own
-        target = topic or (self.names.intents if envelope.capability == RESERVED else
-                           self.names.capability(envelope.capability))
+        return self.names.intents if envelope.capability == RESERVED else self.names.capability(envelope.capability)
+
+    def outbound(self, envelope: Envelope, *, topic: str | None = None,
+                 partition: int | None = None) -> pipeline.Outbound:
+        """The record that carries `envelope` (its topic ensured): keyed by session_key or message_id, Avro bytes,
+        trace headers. Only the `reach-*` headers the product set stay (reach.core.marks)."""
+        if envelope.headers:
+            marks = kept(envelope.headers, message_id=envelope.message_id, to_agent=envelope.to_agent)
+            if marks != envelope.headers:
+                envelope = envelope.model_copy(update={"headers": marks})
+        target = topic or self.target(envelope)
         self._ensure(target)
-        outcome: list[KafkaError | None] = []
-
-        def delivered(err: KafkaError | None, _msg: Message) -> None:
-            outcome.append(err)
-
-        headers = [*tracing.inject(envelope), (h.MESSAGE_ID, envelope.message_id.encode())]
-        kwargs: dict[str, Any] = {"key": routing_key(envelope).encode(), "value": codec.encode(envelope),
-                                  "headers": headers, "on_delivery": delivered}
-        if partition is not None:
-            kwargs["partition"] = partition
-        producer = self._producer_()
-        producer.produce(target, **kwargs)
-        deadline = time.monotonic() + timeout
-        while not outcome and time.monotonic() < deadline:
-            producer.poll(0.05)
-        if not outcome:
-            raise InfraUnavailable(f"No acknowledgement from the broker for {envelope.message_id} on {target} "
-                                   f"within {timeout:.0f}s. Check REACH_BOOTSTRAP.")
-        if outcome[0] is not None:
-            raise SendFailed(f"The broker refused {envelope.message_id} on {target}: {outcome[0]}")
+        headers: h.Headers = [*tracing.inject(envelope), (h.MESSAGE_ID, envelope.message_id.encode())]
+        return pipeline.Outbound(target, avrowriter.encode(envelope), routing_key(envelope).encode(), headers,
+                                 partition)
 
     def close(self) -> None:
         """Flush what is still queued; stop following the control topic."""
@@ -153,7 +227,7 @@ class Client:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _producer_(self) -> Producer:
+    def _producer_(self) -> pipeline.Producing:
         if self._producer is None:
             self._producer = clients.producer(self.kafka, profile="hot")
         return self._producer
@@ -161,6 +235,15 @@ class Client:
     def ensure_topic(self, topic: str) -> None:
         """Create a family topic (e.g. a capability topic) from topics.yaml when it is missing; cached."""
         self._ensure(topic)
+
+    def ensured(self, topic: str) -> bool:
+        """Whether `topic` is known to exist (ensured before): publishing to it needs no metadata round trip."""
+        return topic in self._topics
+
+    def control_ready(self) -> bool:
+        """Whether `policy` answers without reading the control topic first (followed already, not followed, or
+        waiting to retry): asyncio callers read it on a thread when not."""
+        return self._control is not None or not self._follow_control or time.monotonic() < self._control_retry_at
 
     def _ensure(self, topic: str) -> None:
         if topic in self._topics:

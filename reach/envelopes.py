@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 import time
 from typing import Any
 
-from ulid import ULID
-
 from reach.core.allowance import check_budget
 from reach.core.marks import kept
-from reach.core.timeouts import NOT_SET, check_timeout_ms
+from reach.core.timeouts import DEFAULT_BUDGET_MS, DEFAULT_DELIVERY_TIMEOUT_MS, NOT_SET, check_timeout_ms
 from reach.core.versions import parse_range
 from reach.errors import InvalidName, ReachError
 from reach.names import check_agent_id, check_capability
 from reach.records import Envelope, Policy, RoutingHints
 
 MAX_PAYLOAD_BYTES = 256 * 1024
-DELIVERY_TIMEOUT_MS = 5_000      # ROUTED -> STARTED: a healthy instance picks up work within a poll or two
+DELIVERY_TIMEOUT_MS = DEFAULT_DELIVERY_TIMEOUT_MS  # ROUTED -> STARTED (reach.core.timeouts)
 EXECUTION_TIMEOUT_MS = NOT_SET   # STARTED -> terminal: not set, the agent's declared timeout applies (0029)
-BUDGET_MS = 45_000               # created_at -> deadline: room for ~4 attempts with backoff
+BUDGET_MS = DEFAULT_BUDGET_MS    # created_at -> deadline (reach.core.timeouts)
 
 
 class PayloadTooLarge(ReachError):
@@ -30,15 +30,47 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # every 10 bits as two base32 digits
+_RANDOM_MAX = (1 << 80) - 1
+_last_id = [0, 0]  # (millisecond, randomness) of the last id: ids made within one millisecond count up
+_last_time: list[Any] = [-1, ""]  # (millisecond, its 10 digits)
+_id_lock = threading.Lock()
+
+
 def new_id() -> str:
-    return str(ULID())
+    """A ULID (48-bit millisecond time, 80 random bits, Crockford base32), monotonic within a millisecond as
+    python-ulid's `ULID()` is; ~1 µs instead of ~7: the time's 10 digits are made once per millisecond, the
+    randomness's 16 by eight lookups of 10 bits."""
+    ms = time.time_ns() // 1_000_000
+    with _id_lock:
+        last_ms, last_random = _last_id
+        if ms == last_ms and last_random < _RANDOM_MAX:
+            randomness = last_random + 1
+        else:
+            randomness = int.from_bytes(os.urandom(10), "big")
+        _last_id[0], _last_id[1] = ms, randomness
+        if _last_time[0] != ms:
+            _last_time[0], _last_time[1] = ms, "".join([_PAIRS[(ms >> s) & 1023] for s in (40, 30, 20, 10, 0)])
+        stamp: str = _last_time[1]
+    r = randomness
+    return stamp + "".join([_PAIRS[r >> 70], _PAIRS[(r >> 60) & 1023], _PAIRS[(r >> 50) & 1023],
+                            _PAIRS[(r >> 40) & 1023], _PAIRS[(r >> 30) & 1023], _PAIRS[(r >> 20) & 1023],
+                            _PAIRS[(r >> 10) & 1023], _PAIRS[r & 1023]])
+
+
+_JSON = json.JSONEncoder(separators=(",", ":")).encode  # one encoder: json.dumps builds one per call otherwise
 
 
 def encode_payload(payload: Any) -> tuple[bytes, str]:
     """JSON-encode anything that is not already bytes; returns (bytes, content_type)."""
     if isinstance(payload, (bytes, bytearray)):
         return bytes(payload), "application/octet-stream"
-    return json.dumps(payload, separators=(",", ":")).encode(), "application/json"
+    return _JSON(payload).encode(), "application/json"
+
+
+_PROTOTYPES: dict[tuple[Any, ...], Envelope] = {}
+_PROTOTYPES_MOST = 1_024
 
 
 def new_envelope(
@@ -72,7 +104,83 @@ def new_envelope(
 ) -> Envelope:
     """A valid Envelope, or a ReachError saying which argument is wrong. `execution_timeout_ms` 0 (the default)
     leaves the run's timeout to the agent's declaration; a value asks for less (reach.core.timeouts). `max_tokens` /
-    `max_cost_micros` budget the request and every request it causes (reach.core.allowance; None: no budget)."""
+    `max_cost_micros` budget the request and every request it causes (reach.core.allowance; None: no budget).
+
+    Envelopes that differ only in their ids, payload and timestamps (a publisher's stream of requests) are checked
+    and validated once: later ones are copies of a prototype with those fields replaced (~5 µs instead of ~20;
+    decision 0057)."""
+    try:
+        key = (capability, version, session_key, to_agent, region, tuple(tags) if tags else (), priority, tenant,
+               source, parent_id, intent, budget_ms, delivery_timeout_ms, execution_timeout_ms, expire_at,
+               max_attempts, reply_to, callback, tuple(headers.items()) if headers else (), session_snapshot,
+               max_tokens, max_cost_micros)
+        prototype = _PROTOTYPES.get(key)
+    except TypeError:  # an unhashable argument: validate it the long way (and say what is wrong with it)
+        key, prototype = None, None
+    if prototype is None:
+        envelope = _validated(capability, payload, version=version, session_key=session_key, to_agent=to_agent,
+                              region=region, tags=tags, priority=priority, tenant=tenant, source=source,
+                              trace_id=trace_id, parent_id=parent_id, intent=intent, budget_ms=budget_ms,
+                              delivery_timeout_ms=delivery_timeout_ms, execution_timeout_ms=execution_timeout_ms,
+                              expire_at=expire_at, max_attempts=max_attempts, idempotency_key=idempotency_key,
+                              reply_to=reply_to, callback=callback, headers=headers,
+                              max_payload_bytes=max_payload_bytes, session_snapshot=session_snapshot,
+                              max_tokens=max_tokens, max_cost_micros=max_cost_micros)
+        if key is not None:
+            if len(_PROTOTYPES) >= _PROTOTYPES_MOST:
+                _PROTOTYPES.clear()
+            _PROTOTYPES[key] = envelope
+        return envelope
+    body, content_type = encode_payload(payload)
+    if len(body) > max_payload_bytes:
+        raise _too_large(body, max_payload_bytes)
+    created = now_ms()
+    message_id = new_id()
+    routing = prototype.routing
+    return prototype.model_copy(update={
+        "message_id": message_id, "trace_id": trace_id or new_id(), "payload": body, "content_type": content_type,
+        "created_at": created, "deadline": created + budget_ms, "idempotency_key": idempotency_key or message_id,
+        # fresh containers: no two envelopes share a mutable list or dict
+        "routing": routing.model_copy(update={"tags": list(routing.tags)}) if routing.tags else routing,
+        "headers": dict(prototype.headers), "excluded_instances": [],
+    })
+
+
+def _too_large(body: bytes, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"Payload is {len(body):,} bytes; the limit is {limit:,}. "
+                           "Send a reference (a URL or object key) instead of the data.")
+
+
+def _validated(
+    capability: str,
+    payload: Any,
+    *,
+    version: str = "*",
+    session_key: str | None = None,
+    to_agent: str | None = None,
+    region: str | None = None,
+    tags: list[str] | None = None,
+    priority: int = 0,
+    tenant: str = "default",
+    source: str = "reach-client",
+    trace_id: str | None = None,
+    parent_id: str | None = None,
+    intent: str | None = None,
+    budget_ms: int = BUDGET_MS,
+    delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS,
+    execution_timeout_ms: int = EXECUTION_TIMEOUT_MS,
+    expire_at: int | None = None,
+    max_attempts: int = 0,
+    idempotency_key: str | None = None,
+    reply_to: str | None = None,
+    callback: str | None = None,
+    headers: dict[str, str] | None = None,
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    session_snapshot: str | None = None,
+    max_tokens: int | None = None,
+    max_cost_micros: int | None = None,
+) -> Envelope:
+    """`new_envelope` the long way: every argument checked, the model validated."""
     check_capability(capability)
     from reach.intent.catalog import RESERVED
 
@@ -87,10 +195,7 @@ def new_envelope(
         check_agent_id(to_agent)
     body, content_type = encode_payload(payload)
     if len(body) > max_payload_bytes:
-        raise PayloadTooLarge(
-            f"Payload is {len(body):,} bytes; the limit is {max_payload_bytes:,}. "
-            "Send a reference (a URL or object key) instead of the data."
-        )
+        raise _too_large(body, max_payload_bytes)
     created = now_ms()
     message_id = new_id()
     return Envelope(
@@ -106,6 +211,7 @@ def new_envelope(
         payload=body,
         content_type=content_type,
         routing=RoutingHints(region=region, session_key=session_key, tags=tags or [], priority=priority),
+        excluded_instances=[],  # given: pydantic deep-copies a mutable default per model
         created_at=created,
         deadline=created + budget_ms,
         delivery_timeout_ms=delivery_timeout_ms,
@@ -115,7 +221,8 @@ def new_envelope(
         idempotency_key=idempotency_key or message_id,
         reply_to=reply_to,
         callback=callback,
-        headers=kept(headers, message_id=None, to_agent=None),  # a caller's `reach-*` marks are the product's
+        # a caller's `reach-*` marks are the product's
+        headers=kept(headers, message_id=None, to_agent=None) if headers else {},
         session_snapshot=session_snapshot,
         max_tokens=max_tokens,
         max_cost_micros=max_cost_micros,

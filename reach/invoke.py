@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import TopicPartition
-
 from reach import lineage
 from reach.core.progress import Chunks, Cursor, news
 from reach.errors import InfraUnavailable, ReachError
@@ -94,6 +92,12 @@ def raise_for(receipt: Receipt) -> None:
     raise InvokeFailed(text, message_id=mid, receipt=receipt)
 
 
+def no_reply(message_id: str, timeout_ms: int) -> InvokeTimeout:
+    """The error of a wait that saw no terminal receipt within timeout_ms."""
+    return InvokeTimeout(f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still finish: "
+                         f"`reach status {message_id}` shows where it is.", message_id=message_id)
+
+
 def result_value(receipt: Receipt) -> Any:
     """A receipt's result: the JSON value when it parses, else the raw bytes; None without a result."""
     if receipt.result is None:
@@ -127,19 +131,15 @@ class ReplyInbox:
         topics.ensure_topic(admin, self.topic, spec)
         self._consumer = clients.consumer(f"{self.topic}.reader.{uuid.uuid4().hex[:6]}", client.kafka)
         # a reply topic created just now may have no leader yet: topicreader retries NOT_LEADER
-        self._consumer.assign([TopicPartition(self.topic, p, topicreader.watermarks(self._consumer, self.topic, p)[1])
-                               for p in topicreader.partitions(self._consumer, self.topic)])
+        clients.assign(self._consumer, self.topic, {p: topicreader.watermarks(self._consumer, self.topic, p)[1]
+                                                    for p in topicreader.partitions(self._consumer, self.topic)})
         self._pump = ReplyPump(partial(clients.take, self._consumer))
 
     def wait(self, message_id: str, *, generation: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Receipt:
         """The first terminal receipt of (message_id, generation); InvokeTimeout when none comes in time."""
         found = self._pump.wait((message_id, generation), timeout_ms / 1000)
         if found is None:
-            raise InvokeTimeout(
-                f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still finish: "
-                f"`reach status {message_id}` shows where it is.",
-                message_id=message_id,
-            )
+            raise no_reply(message_id, timeout_ms)
         return found
 
     def poll(self, message_id: str, *, generation: int = 0, timeout_s: float = 0.1) -> Receipt | None:
@@ -322,8 +322,7 @@ def stream_receipt(inbox: ReplyInbox, row_of: RowOf, message_id: str, *, generat
         if receipt is not None:
             break
         if clock() >= deadline:
-            raise InvokeTimeout(f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still "
-                                f"finish: `reach status {message_id}` shows where it is.", message_id=message_id)
+            raise no_reply(message_id, timeout_ms)
     settle = clock() + SETTLE_S
     while True:
         row = row_of(message_id)

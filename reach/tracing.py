@@ -22,12 +22,32 @@ _ULID = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 _CROCKFORD = str.maketrans("0123456789ABCDEFGHJKMNPQRSTVWXYZ", "0123456789abcdefghijklmnopqrstuv")
 
 
+_CROCKFORD_TO_DIGITS = str.maketrans("0123456789ABCDEFGHJKMNPQRSTVWXYZ", "0123456789abcdefghijklmnopqrstuv")
+
+
+def _ulid_int(text: str) -> int | None:
+    """A canonical (upper-case) ULID's 128-bit value by `int(_, 32)`, ~10x faster than ULID.from_str; None when
+    `text` is not one (python-ulid then decides)."""
+    if len(text) != 26 or text[0] > "7" or text != text.upper():
+        return None
+    digits = text.translate(_CROCKFORD_TO_DIGITS)
+    if digits != digits.lower():  # a letter Crockford's alphabet lacks (I, L, O, U) was left as it was
+        return None
+    try:
+        return int(digits, 32)
+    except ValueError:
+        return None
+
+
 def trace_int(trace_id: str) -> int:
     """The 128-bit W3C trace id of an envelope's trace_id (a ULID, 32 hex digits, or anything else hashed)."""
     if _ULID.fullmatch(trace_id):
         return int(trace_id.translate(_CROCKFORD), 32) or 1
     text = trace_id.lower()
-    if _HEX32.fullmatch(text):
+    fast = _ulid_int(trace_id)
+    if fast is not None:
+        value = fast
+    elif _HEX32.fullmatch(text):
         value = int(text, 16)
     else:
         try:

@@ -34,7 +34,7 @@ def bench(
     seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option("all", "--modes",
                               help="which modes to run: idle,raw,faust,quix,route,roundtrip,knee,peers,status-scale,"
-                              "scoring,gateway,intent"),
+                              "scoring,gateway,intent,publish"),
     batch_size: int = typer.Option(500, "--batch-size", help="the router's consume batch"),
     route_workers: str = typer.Option("1,2", "--route-workers", help="routing worker processes per route burst"),
     knee_low: float = typer.Option(50.0, "--knee-low", help="knee search: a rate known to pass, envelopes/s"),

@@ -6,11 +6,9 @@ import logging
 import threading
 from collections.abc import Sequence
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
-
 from reach.core.views.registryview import RegistryView
 from reach.errors import InfraUnavailable, ReachError
-from reach.kafka import clients, topicreader
+from reach.kafka import clients, topicreader, types
 from reach.names import Names
 from reach.records import Capability, CapabilityMode
 from reach.registry import apply_record
@@ -83,7 +81,7 @@ class RegistryCatalog:
             try:
                 self._follow()
                 return
-            except (KafkaException, ReachError) as exc:  # NOT_LEADER after topic creation, a missing topic
+            except (types.KafkaException, ReachError) as exc:  # NOT_LEADER after topic creation, a missing topic
                 self.error = exc
                 log.warning("registry reader restarting in %.1fs: %s", backoff, exc)
                 self._stop.wait(backoff)
@@ -95,7 +93,7 @@ class RegistryCatalog:
         try:
             parts = topicreader.partitions(consumer, topic)
             ends = {p: topicreader.watermarks(consumer, topic, p)[1] for p in parts}
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+            clients.assign(consumer, topic, dict.fromkeys(parts, types.OFFSET_BEGINNING))
             todo = {p for p, end in ends.items() if end > 0}
             while not self._stop.is_set():
                 batch = clients.take(consumer, 500, 0.2)
@@ -108,9 +106,9 @@ class RegistryCatalog:
                     if part in todo and (msg.offset() or 0) + 1 >= ends[part]:
                         todo.discard(part)
                 if todo and not batch:  # idle: a position at the end counts (the tail may be compacted away)
-                    for tp in consumer.position([TopicPartition(topic, p) for p in todo]):
-                        if tp.offset >= ends[tp.partition]:
-                            todo.discard(tp.partition)
+                    for part, offset in clients.positions(consumer, topic, todo).items():
+                        if offset >= ends[part]:
+                            todo.discard(part)
                 if not todo:
                     self.error = None
                     self.ready.set()

@@ -10,13 +10,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
 from reach.apps import AppTable
 from reach.appstore import kafka_guarded
 from reach.callers import KeyEntry
 from reach.errors import InfraUnavailable
-from reach.kafka import clients, topicreader
+from reach.kafka import clients, topicreader, types
 from reach.kafka.codec import RegistryUnavailable
 from reach.names import Names
 from reach.secretbox import SecretBox
@@ -31,14 +29,14 @@ class KafkaAppDirectory:
     """Live keys by key id, as the apps topic says now (satisfies reach.callers.AppDirectory)."""
 
     def __init__(self, *, names: Names, box: SecretBox, kafka: KafkaSettings,
-                 open_consumer: Callable[[], Consumer] | None = None, table: AppTable | None = None) -> None:
+                 open_consumer: Callable[[], types.Consumer] | None = None, table: AppTable | None = None) -> None:
         self._topic = names.apps
         self._open = open_consumer or (lambda: topicreader.open_reader("gateway-apps", kafka, profile="idle"))
         self.table = table or AppTable(box)  # the console passes an OperatorTable
         self._ready = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._consumer: Consumer | None = None
+        self._consumer: types.Consumer | None = None
         self._ends: dict[int, int] = {}
 
     @property
@@ -63,7 +61,7 @@ class KafkaAppDirectory:
         except Exception:
             consumer.close()
             raise
-        consumer.assign([TopicPartition(self._topic, p, OFFSET_BEGINNING) for p in parts])
+        clients.assign(consumer, self._topic, dict.fromkeys(parts, types.OFFSET_BEGINNING))
         self._consumer = consumer
         self._thread = threading.Thread(target=self._follow, name="reach-gateway-apps", daemon=True)
         self._thread.start()
@@ -77,9 +75,9 @@ class KafkaAppDirectory:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
 
-    def _caught_up(self, consumer: Consumer) -> bool:
-        positions = consumer.position([TopicPartition(self._topic, p) for p in self._ends])
-        return all(self._ends[tp.partition] == 0 or tp.offset >= self._ends[tp.partition] for tp in positions)
+    def _caught_up(self, consumer: types.Consumer) -> bool:
+        positions = clients.positions(consumer, self._topic, self._ends)
+        return all(self._ends[p] == 0 or offset >= self._ends[p] for p, offset in positions.items())
 
     @property
     def alive(self) -> bool:

@@ -1,82 +1,8 @@
-"""One reply topic per gateway process: a thread pumps it (reach.replypump) and resolves each waiter's asyncio
-future."""
+"""The gateway's reply topic: one per process (reach.replyhub.ReplyHub), named stably per host and port."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import threading
-
-from reach import client as sdk
-from reach.invoke import ReplyInbox, host_client_id
-from reach.records import Receipt
-from reach.replypump import Key, ReplyPump
-
-log = logging.getLogger("reach.gateway.replies")
-
-
-class _Waiter:
-    """A future on the caller's event loop; the pump calls the waiter (from its reader thread) to resolve it."""
-
-    def __init__(self, pump: ReplyPump, key: Key) -> None:
-        self._pump = pump
-        self._key = key
-        self._future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
-
-    def __call__(self, receipt: Receipt) -> None:
-        """From the reader thread (or at once, when the receipt was read before `expect`)."""
-        self._future.get_loop().call_soon_threadsafe(_resolve, self._future, receipt)
-
-    async def result(self, timeout_s: float) -> Receipt | None:
-        try:
-            return await asyncio.wait_for(asyncio.shield(self._future), timeout_s)
-        except TimeoutError:
-            return None
-        finally:
-            self.cancel()
-
-    def cancel(self) -> None:
-        self._pump.forget(self._key, self)
-
-
-class ReplyHub(ReplyInbox):
-    """reach.invoke's ReplyInbox (its topic, consumer and reply pump), pumped by one thread for every waiting
-    request instead of one blocking `wait` per call."""
-
-    def __init__(self, client: sdk.Client, *, client_id: str) -> None:
-        super().__init__(client, client_id=client_id)
-        self._stop = threading.Event()
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="reach-gateway-replies", daemon=True)
-        self._thread.start()
-
-    def expect(self, message_id: str, generation: int = 0) -> _Waiter:
-        """Register before publishing: a receipt that arrives before `result()` is awaited is kept."""
-        key = (message_id, generation)
-        waiter = _Waiter(self._pump, key)
-        self._pump.expect(key, waiter)
-        return waiter
-
-    def healthy(self) -> bool:
-        return self._thread.is_alive() and self.error is None
-
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                self._pump.pump(500, 0.2)
-        except BaseException as exc:  # noqa: BLE001 - surfaced through healthy() and /healthz
-            self.error = exc
-            log.exception("the reply reader stopped")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-        super().close()
-
-
-def _resolve(future: asyncio.Future[Receipt], receipt: Receipt) -> None:
-    if not future.done():
-        future.set_result(receipt)
+from reach.invoke import host_client_id
 
 
 def gateway_client_id(port: int) -> str:

@@ -22,12 +22,13 @@ from reach.gateway.idempotency import RedisIdempotency
 from reach.gateway.ports import Authenticator, Quotas
 from reach.gateway.publisher import KafkaPublisher
 from reach.gateway.redisconn import door_client
-from reach.gateway.replies import ReplyHub, gateway_client_id
+from reach.gateway.replies import gateway_client_id
 from reach.gateway.settings import GatewaySettings
 from reach.gateway.statusclient import StatusClient
 from reach.kafka import clients
 from reach.names import Names
 from reach.ops.turns import BusTurns
+from reach.replyhub import ReplyHub
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.spendbook import RedisSpendReader
 
@@ -77,7 +78,7 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
     client = sdk.Client(kafka=kafka, settings=reach, source="gateway")
     catalog = RegistryCatalog(names=client.names, kafka=kafka)
     catalog.start()
-    replies = ReplyHub(client, client_id=gateway_client_id(port))
+    replies = ReplyHub(client, client_id=gateway_client_id(port), name="reach-gateway-replies")
     publisher = KafkaPublisher(client, ack_timeout_s=http.ack_timeout)
     status = StatusClient(reach, http.status_url)
     timeout = config.gateway.redis_timeout  # the door's bound on one Redis call

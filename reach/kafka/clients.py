@@ -42,6 +42,16 @@ def consumer(group_id: str, kafka: KafkaSettings, *, profile: ConsumerProfile = 
     return Consumer(conf) if bus is None else cast(Consumer, memory.MemoryConsumer(memory.bus(bus), conf))
 
 
+def assign(consumer: Consumer, topic: str, offsets: dict[int, int]) -> None:
+    """Read `topic`'s partitions from the given offsets (partition -> offset, or types.OFFSET_BEGINNING), no group."""
+    consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
+
+
+def positions(consumer: Consumer, topic: str, partitions: Iterable[int]) -> dict[int, int]:
+    """Where the consumer stands in each of `topic`'s `partitions` (the offset it reads next)."""
+    return {tp.partition: tp.offset for tp in consumer.position([TopicPartition(topic, p) for p in partitions])}
+
+
 def in_memory(kafka: KafkaSettings) -> bool:
     """True when `kafka` names an in-process bus (REACH_BOOTSTRAP=memory://<name>, reach.kafka.memory)."""
     return bool(kafka.bootstrap and kafka.bootstrap.startswith(memory.SCHEME))

@@ -124,12 +124,6 @@ def test_no_shell_module_shares_its_name_with_a_core_module() -> None:
 # Runtime files that still import confluent_kafka, each being moved onto reach.kafka (issue 36; decision 0053).
 # The list only shrinks: the test below fails when a file here no longer imports it, so remove it then.
 PENDING_CONFLUENT = frozenset({
-    # the client side (its own engineer)
-    "reach/client.py",
-    "reach/invoke.py",
-    "reach/gateway/catalog.py",
-    "reach/gateway/directory.py",
-    "reach/gateway/publisher.py",
     # loops not on the worker yet
     "reach/a2a/pushsender.py",
     "reach/streams/audit/writer.py",

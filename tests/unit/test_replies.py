@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from reach.gateway.replies import _Waiter
 from reach.kafka import codec
 from reach.records import Receipt, Status
+from reach.replyhub import _Waiter
 from reach.replypump import Record, ReplyPump
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from reach.settings import KafkaSettings
 from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, peers, quix, raw, round_trip, route, scoring
+from reach.tooling.bench import publish as publish_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
 from reach.tooling.bench.peers import PeersConfig
@@ -20,7 +21,7 @@ from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
 MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
-         "intent")
+         "intent", "publish")
 STATUS_SCALE = "reach.tooling.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -82,6 +83,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("scoring", lambda: scoring.run(calls=config.scoring_calls)),
             ("gateway", lambda: _gateway(config, kafka)),
             ("intent", lambda: intent.run()),
+            ("publish", lambda: _publish(config, kafka)),
         ]
         for name, step in steps:
             if name in config.modes:
@@ -144,6 +146,15 @@ def _gateway(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResul
     ws = Workspace(kafka=kafka, topics_file=config.topics_file)
     try:
         return gateway.run(ws, config.gateway)
+    finally:
+        ws.delete()
+
+
+def _publish(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResult]:
+    """In a namespace of its own: the SDK's publishers and the plain producer write to one capability topic."""
+    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+    try:
+        return publish_mode.run(ws, messages=config.messages, warmup=config.warmup)
     finally:
         ws.delete()
 
