@@ -11,7 +11,12 @@ for minutes, and on the gateway that thread is its event loop. Here:
   `reach mcp bridge`'s import, NeedsInput).
 - `validator(schema)` is the draft's validator with every keyword that matches a regex run on RE2 instead of `re`
   (the same keyword code, its module's `re` replaced by RE2; the keyword tests hold each of them to it). A pattern
-  RE2 cannot compile raises `re2.error` while validating: the callers treat that as a broken schema.
+  RE2 cannot compile raises `re2.error` while validating: the callers treat that as a broken schema. jsonschema
+  moves into each subschema through `evolve()`, which picks the class of a subschema's own `$schema`: here that
+  class is made linear too, so a nested `$schema` (or a `$ref` to one) never reaches `re` (0060 addendum).
+- Nothing is ever fetched: `validator()` resolves `$ref` in an empty registry (the schema itself and the drafts'
+  meta-schemas), so a `$ref` to an http(s):// or file:// URL is an unresolvable reference, not a request; and
+  `check_schema` refuses such a `$ref` where the contract is declared (0060 addendum).
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import re2
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 from jsonschema import _format, _keywords, _legacy_keywords, _utils, validators
 from jsonschema import exceptions as jsonschema_errors
 from jsonschema.protocols import Validator
@@ -78,14 +87,33 @@ _KEYWORDS = {module.__name__: _rebound(module, {"re": _Linear, "_utils": _UTILS_
              for module in (_keywords, _legacy_keywords)}
 
 
+_STOCK: dict[type[Any], type[Any]] = {}  # a linear class -> the stock class it was made of
+
+
+def _evolve(self: Any, **changes: Any) -> Any:
+    """jsonschema's `evolve` (the validator of a subschema), with the subschema's own dialect made linear too."""
+    cls = type(self)
+    schema = changes.setdefault("schema", self.schema)
+    chosen = validators.validator_for(schema, default=_STOCK[cls])
+    for field in attrs.fields(cls):
+        if field.init and field.alias not in changes:
+            changes[field.alias] = getattr(self, field.name)
+    return _linear_class(chosen)(**changes)
+
+
 @functools.cache
 def _linear_class(cls: type[Validator]) -> type[Validator]:
+    if cls in _STOCK:
+        return cls
     linear: dict[str, Callable[..., Any]] = {}
     for keyword, check in cls.VALIDATORS.items():
         scope = _KEYWORDS.get(getattr(check, "__module__", ""))
         if scope is not None and scope.get(check.__name__) is not None:
             linear[keyword] = scope[check.__name__]
-    return validators.extend(cls, linear)  # type: ignore[no-any-return]
+    made: Any = validators.extend(cls, linear)
+    made.evolve = _evolve
+    _STOCK[made] = cls
+    return made  # type: ignore[no-any-return]
 
 
 def _is_regex(instance: object) -> bool:
@@ -110,8 +138,44 @@ def check_schema(schema: Any) -> None:
                            f"{problem(str(exc.instance))}); contracts take patterns without backreferences or "
                            "lookaround, and repetitions RE2 can hold")
         raise
+    outside = external_ref(schema)
+    if outside is not None:
+        raise jsonschema_errors.SchemaError(
+            f"the $ref {outside!r:.200} points outside the schema; contracts are self-contained (put the referenced "
+            "schema under $defs): nothing is fetched while validating", validator="$ref", validator_value=outside)
+
+
+_REFS = ("$ref", "$dynamicRef", "$recursiveRef")
+_DATA = ("enum", "const", "default", "examples")  # values, not schemas: a "$ref" in them is data
+
+
+def external_ref(schema: Any) -> str | None:
+    """The first `$ref` of `schema` that does not resolve inside it (or to a draft's meta-schema), or None."""
+    root = validator(schema)._resolver  # type: ignore[attr-defined]
+    specification = referencing.jsonschema.specification_with(
+        schema.get("$schema", "") if isinstance(schema, dict) else "", default=referencing.jsonschema.DRAFT202012)
+
+    def walk(node: Any, resolver: Any) -> str | None:
+        if isinstance(node, list):
+            return next((found for item in node if (found := walk(item, resolver)) is not None), None)
+        if not isinstance(node, dict):
+            return None
+        if node is not schema and specification.id_of(node):
+            resolver = resolver.in_subresource(specification.create_resource(node))
+        for key, value in node.items():
+            if key in _REFS and isinstance(value, str):
+                try:
+                    resolver.lookup(value)
+                except referencing.exceptions.Unresolvable:
+                    return value
+            elif key not in _DATA and (found := walk(value, resolver)) is not None:
+                return found
+        return None
+
+    return walk(schema, root)
 
 
 def validator(schema: Any) -> Validator:
-    """The validator of `schema`'s draft, its regexes run by RE2 (not checked: see check_schema)."""
-    return _linear_class(validators.validator_for(schema))(schema)
+    """The validator of `schema`'s draft, its regexes run by RE2 and its `$ref`s resolved without retrieving
+    anything (not checked: see check_schema)."""
+    return _linear_class(validators.validator_for(schema))(schema, registry=referencing.Registry())

@@ -65,7 +65,8 @@ ID, A, W, R, S, M, P = (Check.IDENTITY, Check.ALLOW_LIST, Check.WRITE_QUOTA, Che
 
 SURFACES: tuple[Surface, ...] = (
     Surface("/v1 sends", (("POST", "/v1/envelopes"), ("POST", "/v1/envelopes:batch"), ("POST", "/v1/invoke")),
-            _SIGNED, (ID, A, P, W), "a `callback` needs the right to channel.webhook; a batch takes a token per item"),
+            _SIGNED, (ID, A, P, W), "a `callback` needs the right to channel.webhook; `callback_progress` is a push "
+            "config (as A2A's: a write token of channel.webhook too); a batch takes a token per item"),
     Surface("/v1 answers", (("POST", "/v1/messages/{message_id}:input"),), _SIGNED, (ID, A, P, W, R),
             "judged like a send of the message's capability, and one read"),
     Surface("/v1 cancels", (("POST", "/v1/messages/{message_id}:cancel"),), _SIGNED, (ID, R),

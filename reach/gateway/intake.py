@@ -137,6 +137,8 @@ class Admission:
         await self._check_budget(app, now)
         versions = self.deps.catalog.versions(request.capability, app.tenant, now)
         await self.gate.write(app, request.capability, known=bool(versions))
+        if request.callback_progress:  # a push config, as an A2A one: channel.webhook's right and a token of its quota
+            await self.gate.push(app)
         waits = request.expire_at is not None and request.expire_at > now
         if request.capability != INTENT_CAPABILITY:  # an intent's capability is known only once it is resolved
             checks.check_contract(versions, capability=request.capability, version_range=request.version,

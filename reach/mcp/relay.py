@@ -3,7 +3,8 @@
 The local process holds no broker, Redis or secrets key: it opens one upstream session with the app key
 (`Authorization: Bearer <key_id>.<secret>`) and forwards tools/list and tools/call, so every call goes through
 the gateway's door like any other; the gateway's notifications/tools/list_changed is forwarded to the
-assistant, and an assistant's cancellation cancels the upstream call (the SDK sends notifications/cancelled)."""
+assistant, and an assistant's cancellation cancels the upstream call (the SDK sends notifications/cancelled).
+The gateway's answers are read up to PEER_ANSWER_BYTES (reach/bodylimit.py), as every client of a peer's is."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.server.context import ServerRequestContext
 from mcp.server.stdio import stdio_server
 
+from reach.bodylimit import PEER_ANSWER_BYTES, bound
 from reach.mcp import tools
 from reach.mcp.server import SERVER_NAME, ReachServer
 
@@ -53,15 +55,17 @@ class Relay:
         return ReachServer(SERVER_NAME, version="1", on_list_tools=self.list_tools, on_call_tool=self.call_tool)
 
 
-def http_client(token: str) -> httpx2.AsyncClient:
-    """The app key on every request; reads wait long (a tool call's answer and the notification stream)."""
-    return httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                              timeout=httpx2.Timeout(30.0, read=300.0))
+def http_client(token: str, url: str = "", transport: httpx2.AsyncBaseTransport | None = None) -> httpx2.AsyncClient:
+    """The app key on every request; reads wait long (a tool call's answer and the notification stream), and each
+    answer is read up to PEER_ANSWER_BYTES."""
+    return bound(httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, transport=transport,
+                                    timeout=httpx2.Timeout(30.0, read=300.0)),
+                 PEER_ANSWER_BYTES, f"the gateway at {url[:200]}")
 
 
 async def serve_stdio(url: str, token: str) -> None:
     """Relay stdio to `url` until the assistant closes stdin."""
-    async with http_client(token) as http, streamable_http_client(url, http_client=http) as (read, write):
+    async with http_client(token, url) as http, streamable_http_client(url, http_client=http) as (read, write):
         relay: Relay | None = None
 
         async def handler(message: IncomingMessage) -> None:

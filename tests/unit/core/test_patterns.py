@@ -6,13 +6,16 @@ generous while and what it answered, never how fast."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import multiprocessing
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import mcp_types as types
 import pytest
+import referencing.exceptions
 
 from reach.agent import InvalidDeclaration
 from reach.agent.contract import compile_schema, violation
@@ -102,3 +105,65 @@ def test_a_pattern_refused_at_declaration_but_registered_anyway_validates_nothin
     """A registration produced straight to Kafka skips the SDK: the door's check treats its schema as broken."""
     text = json.dumps({"type": "string", "pattern": r"(a)\1"})
     assert finished(lambda: validation_error(text, b'"aa"', "application/json")) is None
+
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+NESTED = {  # a subschema in another dialect: jsonschema's evolve() picked that dialect's stock class, on `re`
+    "nested $schema": {"properties": {"q": {"$schema": DRAFT7, "type": "string", "pattern": EVIL}}},
+    "$ref to a $defs entry with its own $schema": {
+        "$defs": {"evil": {"$schema": DRAFT7, "type": "string", "pattern": EVIL}}, "properties": {"q": {"$ref":
+                                                                                                       "#/$defs/evil"}}},
+}
+
+
+@pytest.mark.parametrize("which", sorted(NESTED))
+def test_a_subschema_in_another_dialect_matches_its_patterns_on_the_linear_engine(which: str) -> None:
+    """Second review, finding 1: a nested `$schema` sent the contract's regexes back to Python's `re`."""
+    text = json.dumps(NESTED[which])
+    problem = finished(lambda: validation_error(text, json.dumps({"q": HOSTILE}).encode(), "application/json"))
+    assert problem is not None and "violates the input schema" in problem
+    _, checker = compile_schema(NESTED[which], "demo.x input_schema")
+    assert violation(checker, {"q": HOSTILE}) is not None and violation(checker, {"q": "aaaa"}) is None
+    lookahead = json.loads(text.replace(json.dumps(EVIL), json.dumps("^(?=a)a$")))
+    assert validation_error(json.dumps(lookahead), b'{"q": "a"}', "application/json") is None  # RE2: broken schema
+
+
+class Counting(http.server.BaseHTTPRequestHandler):
+    gets = 0
+
+    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+        type(self).gets += 1
+        body = json.dumps({"type": "string"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
+        pass
+
+
+def test_a_ref_outside_the_schema_is_refused_at_declaration_and_never_fetched() -> None:
+    """Second review, finding 2: a `$ref` to a URL was fetched (no timeout) on every validation: SSRF and a hang."""
+    server = http.server.HTTPServer(("127.0.0.1", 0), Counting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/schema.json"
+        for schema in ({"type": "object", "properties": {"q": {"$ref": url}}}, {"$ref": url}):
+            with pytest.raises(InvalidDeclaration, match="points outside the schema"):
+                compile_schema(schema, "demo.x input_schema")
+            for tool in (types.Tool(name="add", input_schema=schema),
+                         types.Tool(name="add", input_schema={"type": "object"}, output_schema=schema)):
+                served, skipped = plan("calc", [tool])  # `reach mcp bridge` import (the SDK checks outputs on `re`)
+                assert served == [] and "points outside the schema" in skipped[0]
+            assert validation_error(json.dumps(schema), b'{"q": 1}', "application/json") is None  # broken: unfetched
+            with pytest.raises(referencing.exceptions.Unresolvable, match="Unresolvable"):
+                violation(patterns.validator(schema), {"q": 1})  # registered straight to Kafka: an error, no GET
+        assert Counting.gets == 0
+        local = {"$defs": {"s": {"type": "string"}}, "properties": {"q": {"$ref": "#/$defs/s"}},
+                 "$schema": DRAFT7, "not": {"$ref": DRAFT7}}
+        compile_schema(local, "demo.x input_schema")  # inside the schema, or a draft's meta-schema: declared
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,6 +5,7 @@ httpx, the official a2a-sdk client and raw MCP JSON-RPC. Each test failed on mai
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -317,3 +318,24 @@ def test_mcp_refuses_a_browser_origin_other_than_the_gateways_own_or_an_allowed_
         assert (await mcp_post(http, base + "/mcp", TOKEN1, INIT)).status_code == 200, "no Origin: not a browser"
 
     mcp_run(fakes, HttpSettings(mcp_origins="https://ide.example"), scenario)
+
+
+def test_a_v1_progress_callback_is_a_push_config_it_takes_a_webhook_quota_token_and_needs_the_right() -> None:
+    """Second review, finding 3: `callback_progress` kept a push config (a webhook per progress chunk) without the
+    token of channel.webhook's quota an A2A push config takes."""
+    from fastapi.testclient import TestClient
+
+    from tests.unit.gateway.test_service import post
+
+    fakes, book = Fakes(), MemoryPushBook()
+    fakes.directory.keys[NARROW.key_id] = NARROW
+    client = TestClient(build_gateway(dataclasses.replace(fakes.deps(), directory=fakes.directory, push=book),
+                                      HttpSettings(), closure=ClosureSettings()))
+    body = {"capability": "demo.echo", "payload": {"text": "x"}, "callback": RECEIVER, "callback_progress": True}
+    narrow = post(client, "/v1/envelopes", body, secret=b"secret-2", key="key2")
+    assert narrow.status_code == 403 and "channel.webhook" in narrow.text
+    assert fakes.publisher.sent == [] and book.tasks == {}  # nothing published, no push config kept
+    wide = post(client, "/v1/envelopes", body)
+    assert wide.status_code == 202, wide.text
+    assert book.get(wide.json()["message_id"]) is not None
+    assert fakes.quotas.capabilities == ["demo.echo", "channel.webhook"]  # the send's token and the push config's

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx2
 import mcp_types as types
+import pytest
 
-from reach.mcp.relay import Relay
+from reach.bodylimit import PEER_ANSWER_BYTES, AnswerTooLarge
+from reach.mcp.relay import Relay, http_client
 from tests.unit.mcp.fakes import FakeConnection, context
 
 
@@ -54,3 +58,22 @@ def test_an_upstream_failure_is_a_tool_error() -> None:
     assert result.is_error is True
     block = result.content[0]
     assert isinstance(block, types.TextContent) and block.text == "relay_error: HTTP 401 from the gateway"
+
+
+def test_the_relay_reads_the_gateways_answer_up_to_the_peer_limit() -> None:
+    """Second review, finding 4: `reach mcp stdio` read the gateway's answer whole, however big."""
+    big = b"x" * (PEER_ANSWER_BYTES + 1)
+
+    async def chunks(body: bytes) -> AsyncIterator[bytes]:  # streamed, as a server's answer is (no Content-Length)
+        for start in range(0, len(body), 1 << 20):
+            yield body[start:start + (1 << 20)]
+
+    async def main() -> None:
+        answers = httpx2.MockTransport(lambda request: httpx2.Response(
+            200, content=chunks(big if request.url.path == "/big" else b"{}")))
+        async with http_client("key.secret", "http://gw/mcp", transport=answers) as http:
+            assert (await http.post("http://gw/small")).content == b"{}"
+            with pytest.raises(AnswerTooLarge, match="answers are read up to"):
+                await http.post("http://gw/big")
+
+    asyncio.run(main())
