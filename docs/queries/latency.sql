@@ -1,8 +1,11 @@
 -- Delivery latency (ROUTED -> STARTED) and execution latency (STARTED -> end of attempt), p50/p95/p99 in ms.
+-- A run that ended within the agent's start grace sent no STARTED: its ending carries the start in timings.started_at.
 WITH attempts AS (
   SELECT capability, message_id, generation, attempt,
          min(ts) FILTER (WHERE status = 'ROUTED') AS routed,
-         min(ts) FILTER (WHERE status = 'STARTED') AS started,
+         coalesce(min(ts) FILTER (WHERE status = 'STARTED'),
+                  min(make_timestamp(CAST(json_extract(timings, '$.started_at') AS BIGINT) * 1000))
+                    FILTER (WHERE json_extract(timings, '$.started_at') IS NOT NULL)) AS started,
          min(ts) FILTER (WHERE status IN ('COMPLETED', 'FAILED', 'ATTEMPT_FAILED', 'REJECTED')) AS ended
   FROM receipts GROUP BY capability, message_id, generation, attempt
 )

@@ -53,7 +53,7 @@ def test_every_ending_calls_back_once(namespace: str, stream_app: StreamApp) -> 
     ensure(names, names.capability("demo.nobody"))
     ghost = Instance(names, "ghost-1", agent_id="agent://demo/ghost", capability="demo.ghost", version="1.0.0")
     busy = Instance(names, "busy-1", agent_id="agent://demo/busy", capability="demo.busy", version="1.0.0",
-                    inflight=10, max_concurrency=10)
+                    inflight=1, max_concurrency=1)
     ghost.heartbeat()  # registered, never consumes: what it is handed is never started
     busy.heartbeat()  # registered, every slot taken: the router answers OVERLOAD
     webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr("wh"), timeout_s=2,
@@ -75,7 +75,9 @@ def test_every_ending_calls_back_once(namespace: str, stream_app: StreamApp) -> 
                  interval=0.2)
         expired = client.send("demo.ghost", {"n": 1}, callback=hook, budget_ms=2_000, delivery_timeout_ms=30_000)
         unroutable = client.send("demo.nobody", {"n": 2}, callback=hook)
-        overload = client.send("demo.busy", {"n": 3}, callback=hook)
+        # its one slot taken and a budget no queue there meets (decision 0061): its unmeasured drain rate is its queue
+        # bound's per delivery timeout, so one more request waits >= 5 s there, past the 2 s budget
+        overload = client.send("demo.busy", {"n": 3}, callback=hook, budget_ms=2_000)
         first = client.send("test.hold", {"n": 4})
         wait_for(lambda: (row(stream_app, first) or {}).get("status") == "STARTED", 60, "the held request STARTED",
                  interval=0.2)

@@ -49,14 +49,18 @@ def inbox_size(topic: str) -> int:
 
 
 def test_all_overloaded_fails_fast_and_forwards_nothing(namespace: str) -> None:
+    """Every candidate full and no queue that starts the request within its budget (decision 0061): OVERLOAD.
+    Neither instance has a measured drain rate, so the router assumes its queue bound's (max_queue, at least
+    max_concurrency, per delivery timeout): one handler, busy, starts one more request >= 5 s from now, more than
+    the 2 s budget these requests have."""
     names = Names(namespace)
-    hot = Instance(names, "hot", inflight=9, max_concurrency=10)
-    full = Instance(names, "full", inflight=10, max_concurrency=10, partitions=[1])
+    hot = Instance(names, "hot", inflight=1, max_concurrency=1)
+    full = Instance(names, "full", inflight=1, max_concurrency=1, partitions=[1])
     hot.heartbeat()
     full.heartbeat()
     with running_router() as router:
         wait_for(lambda: sees(router, hot) and sees(router, full), what="instances registered")
-        ids = Sender(names).many(20)
+        ids = Sender(names).many(20, budget_ms=2_000)
         got = outcomes(names, ids)
         assert {r.status for r in got.values()} == {Status.FAILED}  # type: ignore[attr-defined]
         sample = next(iter(got.values()))
