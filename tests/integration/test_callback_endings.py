@@ -75,8 +75,7 @@ def test_every_ending_calls_back_once(namespace: str, stream_app: StreamApp) -> 
                  interval=0.2)
         expired = client.send("demo.ghost", {"n": 1}, callback=hook, budget_ms=2_000, delivery_timeout_ms=30_000)
         unroutable = client.send("demo.nobody", {"n": 2}, callback=hook)
-        # its one slot taken and a budget no queue there meets (decision 0061): its unmeasured drain rate is its queue
-        # bound's per delivery timeout, so one more request waits >= 5 s there, past the 2 s budget
+        # its one slot taken and no queue: the router answers OVERLOAD (its 2 s budget is shorter than a wait there)
         overload = client.send("demo.busy", {"n": 3}, callback=hook, budget_ms=2_000)
         first = client.send("test.hold", {"n": 4})
         wait_for(lambda: (row(stream_app, first) or {}).get("status") == "STARTED", 60, "the held request STARTED",

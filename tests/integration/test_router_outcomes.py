@@ -49,10 +49,8 @@ def inbox_size(topic: str) -> int:
 
 
 def test_all_overloaded_fails_fast_and_forwards_nothing(namespace: str) -> None:
-    """Every candidate full and no queue that starts the request within its budget (decision 0061): OVERLOAD.
-    Neither instance has a measured drain rate, so the router assumes its queue bound's (max_queue, at least
-    max_concurrency, per delivery timeout): one handler, busy, starts one more request >= 5 s from now, more than
-    the 2 s budget these requests have."""
+    """Every candidate busy past 80% of its handlers with its queue full: OVERLOAD, nothing forwarded. One handler
+    each, busy; the 2 s budget is no longer than what a queue behind either would take to start."""
     names = Names(namespace)
     hot = Instance(names, "hot", inflight=1, max_concurrency=1)
     full = Instance(names, "full", inflight=1, max_concurrency=1, partitions=[1])
