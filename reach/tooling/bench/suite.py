@@ -11,7 +11,20 @@ from pathlib import Path
 from typing import Any
 
 from reach.settings import KafkaSettings
-from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, peers, quix, raw, round_trip, route, scoring
+from reach.tooling.bench import (
+    faust_forward,
+    gateway,
+    idle,
+    intent,
+    knee,
+    peers,
+    quix,
+    raw,
+    round_trip,
+    route,
+    scoring,
+    swarm,
+)
 from reach.tooling.bench import publish as publish_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
@@ -21,7 +34,9 @@ from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
 MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
-         "intent", "publish")
+         "intent", "publish", "swarm")
+OPT_IN = ("swarm",)
+"""Modes `all` leaves out: named with --modes only (the swarm starts hundreds of agent instances)."""
 STATUS_SCALE = "reach.tooling.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -50,13 +65,14 @@ class BenchConfig:
     knee: KneeConfig = field(default_factory=KneeConfig)
     peers: PeersConfig = field(default_factory=PeersConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    swarm: swarm.SwarmConfig = field(default_factory=swarm.SwarmConfig)
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
                 "rate_seconds": 1.0, "idle_seconds": 1.0, "idle_settle": 0.5, "scoring_calls": 100,
                 "knee": KneeConfig.quick(), "peers": PeersConfig.quick(), "status_messages": 2_000,
-                "gateway": GatewayConfig.quick()}
+                "gateway": GatewayConfig.quick(), "swarm": swarm.SwarmConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -84,6 +100,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("gateway", lambda: _gateway(config, kafka)),
             ("intent", lambda: intent.run()),
             ("publish", lambda: _publish(config, kafka)),
+            ("swarm", lambda: _swarm(config, kafka, progress)),
         ]
         for name, step in steps:
             if name in config.modes:
@@ -103,6 +120,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
         gateway_rates=list(config.gateway.rates), gateway_seconds=config.gateway.seconds,
         gateway_generators=config.gateway.generators, peers=list(config.peers.peers), peers_high=config.peers.high,
         peers_workers=config.peers.workers,
+        **({f"swarm_{k}": v for k, v in asdict(config.swarm).items()} if "swarm" in config.modes else {}),
         seconds=round(time.monotonic() - started)))
 
 
@@ -155,6 +173,15 @@ def _publish(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResul
     ws = Workspace(kafka=kafka, topics_file=config.topics_file)
     try:
         return publish_mode.run(ws, messages=config.messages, warmup=config.warmup)
+    finally:
+        ws.delete()
+
+
+def _swarm(config: BenchConfig, kafka: KafkaSettings | None, progress: Callable[[str], None]) -> list[ModeResult]:
+    """In a namespace of its own: hundreds of inboxes and registrations no other mode should see."""
+    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
+    try:
+        return swarm.run(ws, config.swarm, progress)
     finally:
         ws.delete()
 
