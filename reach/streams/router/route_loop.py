@@ -303,7 +303,7 @@ class Router(SupervisedLoop):
     def _process(self, messages: list[Message], producer: Producer) -> _Batch:
         now = now_ms()
         table = self._tables.at(now)
-        batch = _Batch(table, Decider(now_ms=now, loads=self.state.loads.view(table.live, now_ms=now),
+        batch = _Batch(table, Decider(now_ms=now, loads=self.state.loads.on_demand(table.live_by_id, now_ms=now),
                                       disabled=table.disabled, health=self.state.health, canaries=table.canaries,
                                       costs=self.state.costs.means, rng=self._rng))
         for msg in messages:
