@@ -48,7 +48,7 @@ class Workspace:
         self._sender: Producer | None = None
 
     def ensure(self, topic: str, family: str = "cap", **configs: str) -> str:
-        """Create `topic` with the defaults of a topics.yaml family (cap: 4 partitions, agent: 8), plus `configs`."""
+        """Create `topic` with the defaults of a topics.yaml family (cap: 4 partitions, agent: 2), plus `configs`."""
         spec = self.spec.family(family)  # type: ignore[arg-type]
         if configs:
             spec = spec.model_copy(update={"configs": {**spec.configs, **configs}})
