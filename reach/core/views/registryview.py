@@ -6,8 +6,10 @@ inflight, so a router's route table is not derived again for each of thousands o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from reach.errors import ReachError
 from reach.records import AgentRegistration, AgentState
 
 
@@ -73,11 +75,21 @@ class RegistryView:
 
     def instances(self, now_ms: int) -> list[InstanceInfo]:
         """Every known instance, sorted by agent id then instance id."""
+        return self.select(now_ms)
+
+    def select(self, now_ms: int, *, capability: str | None = None, agent: str | None = None,
+               state: AgentState | None = None) -> list[InstanceInfo]:
+        """The instances of `instances`, narrowed: declaring `capability` (through the index, not a scan), with an
+        agent id containing `agent`, in effective `state`."""
+        regs = self.serving(capability) if capability else list(self._by_instance.values())
         out = []
-        for reg in sorted(self._by_instance.values(), key=lambda r: (r.agent_id, r.instance_id)):
+        for reg in sorted(regs, key=lambda r: (r.agent_id, r.instance_id)):
+            if agent and agent not in reg.agent_id:
+                continue
             age = max(0, now_ms - reg.heartbeat_at)
-            state = AgentState.OFFLINE if age > 2 * reg.ttl_ms else reg.state
-            out.append(InstanceInfo(reg, state, age, reg.inflight / max(1, reg.max_concurrency)))
+            effective = AgentState.OFFLINE if age > 2 * reg.ttl_ms else reg.state
+            if state is None or effective is state:
+                out.append(InstanceInfo(reg, effective, age, reg.inflight / max(1, reg.max_concurrency)))
         return out
 
     def live(self, now_ms: int) -> list[AgentRegistration]:
@@ -98,3 +110,44 @@ def _same_shape(old: AgentRegistration, new: AgentRegistration) -> bool:
     if old.state is not new.state or old.assigned_partitions != new.assigned_partitions:
         return False  # the usual changes, seen without comparing every field
     return old.model_copy(update={"heartbeat_at": new.heartbeat_at, "inflight": new.inflight}) == new
+
+
+class BadQuery(ReachError):
+    """A listing asked with a bad filter or page (a usage error, 400 over HTTP)."""
+
+
+PAGE = 100
+"""Instances per page when the asker names no limit: a fleet of thousands is paged, never listed whole."""
+MAX_PAGE = 5_000
+
+
+@dataclass(frozen=True)
+class Where:
+    """Which instances a listing shows (capability, a part of the agent id, effective state) and which page of them;
+    `reach agents`, `/agents` and the console's Agents page take the same fields (decision 0068)."""
+
+    capability: str | None = None
+    agent: str | None = None
+    state: AgentState | None = None
+    offset: int = 0
+    limit: int = PAGE
+
+    @classmethod
+    def of(cls, query: Mapping[str, str], *, limit: int = PAGE) -> Where:
+        """From query parameters (capability, agent, state, offset, limit); a bad one is BadQuery."""
+        try:
+            offset, limit = int(query.get("offset") or 0), int(query.get("limit") or limit)
+        except ValueError:
+            raise BadQuery("offset and limit must be whole numbers") from None
+        state = (query.get("state") or "").upper() or None
+        if state is not None and state not in AgentState.__members__:
+            raise BadQuery(f"state must be one of {', '.join(AgentState.__members__)}, not {state!r}")
+        if offset < 0 or not 0 < limit <= MAX_PAGE:
+            raise BadQuery(f"offset must be >= 0 and limit from 1 to {MAX_PAGE:,}")
+        return cls(capability=query.get("capability") or None, agent=query.get("agent") or None,
+                   state=AgentState[state] if state else None, offset=offset, limit=limit)
+
+    def page(self, view: RegistryView, now: int) -> tuple[list[InstanceInfo], int]:
+        """This page of the view's matching instances, and how many match in all."""
+        found = view.select(now, capability=self.capability, agent=self.agent, state=self.state)
+        return found[self.offset:self.offset + self.limit], len(found)

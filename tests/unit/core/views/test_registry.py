@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from reach.core.views.registryview import RegistryView
+import pytest
+
+from reach.core.views.registryview import BadQuery, RegistryView, Where
 from reach.records import AgentRegistration, AgentState, Capability
 
 
@@ -71,3 +73,18 @@ def test_instances_are_indexed_by_capability() -> None:
     assert [r.instance_id for r in view.serving("x.c")] == ["i1"]
     view.apply("i2", None)
     assert view.serving("x.b") == [] and view.capabilities() == ["x.c"]
+
+
+def test_a_listing_filters_by_capability_agent_and_state_and_pages() -> None:
+    view = RegistryView()
+    for i in range(5):
+        view.apply(f"i{i}", capable(f"i{i}", "x.a" if i % 2 else "x.b", at=1000 if i else 0))
+    where = Where.of({"capability": "x.b", "limit": "1", "offset": "1"})
+    page, total = where.page(view, 1000)
+    assert total == 3 and [i.registration.instance_id for i in page] == ["i2"]
+    offline, total = Where.of({"state": "offline"}).page(view, 1000)
+    assert total == 1 and offline[0].registration.instance_id == "i0"
+    assert Where.of({"agent": "nobody"}).page(view, 1000) == ([], 0)
+    for bad in ({"limit": "0"}, {"offset": "-1"}, {"limit": "x"}, {"state": "ASLEEP"}):
+        with pytest.raises(BadQuery):
+            Where.of(bad)
