@@ -226,7 +226,7 @@ def rss_mib(pids: list[int | None]) -> float | None:
 
 
 def decision_cost(regs: list[AgentRegistration], capabilities: int, calls: int, *,
-                  heartbeats: bool) -> Latency | None:
+                  heartbeats: bool) -> tuple[Latency, Latency] | None:
     """The router's per-batch work for one request, over these registrations: the route table at now, the loads
     of its live instances, one decide(); with `heartbeats`, one registration is re-applied (a heartbeat) before
     each call, so the table is derived again as it is when heartbeats arrive between batches."""
@@ -236,14 +236,16 @@ def decision_cost(regs: list[AgentRegistration], capabilities: int, calls: int, 
     state = RouterState()
     for reg in live:
         state.apply_registration(reg.instance_id, reg)
-    tables, rng, samples = RouteTables(state), random.Random(7), []
+    tables, rng = RouteTables(state), random.Random(7)
+    samples: list[float] = []
+    spent: list[float] = []  # the thread's CPU time: on a shared machine, wall time also counts waits for a core
     for i in range(calls + calls // 10):
         now = now_ms()
         if heartbeats:
             beat = live[i % len(live)]
             state.apply_registration(beat.instance_id, beat.model_copy(update={"heartbeat_at": now}))
         cap = swarm_worker.capability(i, capabilities)
-        t = time.perf_counter_ns()
+        t, c = time.perf_counter_ns(), time.thread_time_ns()
         table = tables.at(now)
         routing.decide(RouteRequest(message_id=str(i), capability=cap), table.by_capability.get(cap, ()),
                        weights=table.settings_of(state, cap)[0], now_ms=now,
@@ -251,9 +253,11 @@ def decision_cost(regs: list[AgentRegistration], capabilities: int, calls: int, 
                        health=state.health, rng=rng)
         if i >= calls // 10:  # the first tenth warms caches
             samples.append((time.perf_counter_ns() - t) / 1e6)
+            spent.append((time.thread_time_ns() - c) / 1e6)
     what = "route table + its candidates' loads + decide, " + ("a heartbeat before each" if heartbeats
                                                                else "no heartbeat")
-    return latency(samples, what)
+    wall, cpu_time = latency(samples, what), latency(spent, what + ", CPU time")
+    return (wall, cpu_time) if wall is not None and cpu_time is not None else None
 
 
 def _redis_trips(workers: list[Worker]) -> float | None:
@@ -391,7 +395,8 @@ def run(ws: Workspace, config: SwarmConfig, progress: Any = lambda _m: None) -> 
     for heartbeats in (False, True):
         found = decision_cost(regs, config.capabilities, config.decisions, heartbeats=heartbeats)
         if found is not None:
-            steps["decision" + (" under heartbeats" if heartbeats else "")] = found
+            name = "decision" + (" under heartbeats" if heartbeats else "")
+            steps[name], steps[name + " (CPU)"] = found
     hop = latency((at - created[m] for m, at in book.routed.items()), "created_at -> ROUTED receipt at")
     if hop is not None:
         steps["router hop"] = hop
