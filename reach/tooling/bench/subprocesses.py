@@ -79,7 +79,8 @@ class Commanded:
 
     def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
         self.name = name
-        self._log = tempfile.NamedTemporaryFile(prefix=f"reach-bench-{name}-", suffix=".log", delete=False)  # noqa: SIM115
+        prefix = f"reach-bench-{name.replace(' ', '-')}-"
+        self._log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)  # noqa: SIM115
         self.proc = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self._log, text=True, env={**os.environ, **env})
 

@@ -364,6 +364,7 @@ def run(ws: Workspace, config: SwarmConfig, progress: Any = lambda _m: None) -> 
             second = repeated[0] if repeated else Traffic()
             lost_repeated = _wait_terminal(collector, set(second.created), config.drain_timeout)
             trips2 = _redis_trips(workers)
+            figures["instance_restarts"] = sum(int(w.ask(op="stats")["restarts"]) for w in workers)
             regs = tail.registrations()  # before the workers leave: their tombstones empty the registry
         finally:
             for w in workers:

@@ -9,8 +9,12 @@ trips) on 127.0.0.1:PORT (reach.tooling.bench.metered reads them) and takes one 
 
     {"op": "stop", "ids": [...]}    those instances drain and leave at once (tombstones); answers their ids
     {"op": "start", "ids": [...]}   run those instances again (a rejoin); answers how many started
+    {"op": "stats"}                 answers how many times an instance failed and was started again
 
-SIGTERM (or stdin closing) stops every instance.
+Instances start STARTS_PER_S a second (a fleet rolled out, not hundreds of clients asking the broker for metadata in
+the same instant), and an instance whose run fails (the broker did not answer in time) starts again after a
+backoff, as its supervisor would restart it; `stats` counts those restarts. SIGTERM (or stdin closing) stops every
+instance.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from prometheus_client import start_http_server
@@ -29,6 +34,8 @@ from reach.agent import Agent
 AGENT_PREFIX = "agent://swarm/a"
 CAPABILITY_PREFIX = "swarm.c"
 TTL_MS = 15_000
+STARTS_PER_S = 10.0
+RESTART_S = (1.0, 30.0)  # backoff of an instance whose run failed: first, longest
 
 
 def agent_id(index: int) -> str:
@@ -54,23 +61,43 @@ class Swarm:
         self.capabilities = capabilities
         self.plan = {instance_id(i, k): i for i, n in specs for k in range(n)}
         self.running: dict[str, tuple[Agent, threading.Thread]] = {}
+        self.stopping: set[str] = set()
+        self.restarts = 0
         self.lock = threading.Lock()
 
-    def start(self, iid: str) -> None:
+    def agent(self, iid: str) -> Agent:
         index = self.plan[iid]
         agent = Agent(agent_id(index), instance_id=iid, region="local", max_concurrency=4, ttl_ms=TTL_MS,
                       build_version="swarm")
         agent.capability(capability(index, self.capabilities), version="1.0.0")(_noop)
+        return agent
+
+    def start(self, iid: str) -> None:
+        agent = self.agent(iid)
         thread = threading.Thread(target=self._run, args=(iid, agent), name=f"swarm-{iid}", daemon=True)
         with self.lock:
+            self.stopping.discard(iid)
             self.running[iid] = (agent, thread)
         thread.start()
 
     def _run(self, iid: str, agent: Agent) -> None:
+        backoff = RESTART_S[0]
         try:
-            agent.run(install_signals=False)
-        except Exception:  # noqa: BLE001 - one instance failing is reported, the others keep running
-            logging.getLogger("reach.bench.swarm").exception("instance %s stopped", iid)
+            while True:
+                try:
+                    agent.run(install_signals=False)
+                    return
+                except Exception as exc:  # noqa: BLE001 - one instance failing is restarted, the others keep running
+                    logging.getLogger("reach.bench.swarm").warning("instance %s stopped (%s); again in %.0f s",
+                                                                   iid, exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, RESTART_S[1])
+                with self.lock:
+                    if iid in self.stopping or self.running.get(iid, (None,))[0] is not agent:
+                        return
+                    agent = self.agent(iid)
+                    self.running[iid] = (agent, threading.current_thread())
+                    self.restarts += 1
         finally:
             with self.lock:
                 if self.running.get(iid, (None,))[0] is agent:
@@ -80,6 +107,7 @@ class Swarm:
         with self.lock:
             stopping = [(iid, self.running[iid]) for iid in (ids if ids is not None else sorted(self.running))
                         if iid in self.running]
+            self.stopping.update(iid for iid, _ in stopping)
         for _iid, (agent, _thread) in stopping:
             agent.stop()
         for _iid, (_agent, thread) in stopping:
@@ -94,14 +122,14 @@ def main(argv: list[str]) -> None:
     swarm = Swarm(int(capabilities), [(int(a), int(n)) for a, n in (s.split(":") for s in specs)])
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
-    for iid in swarm.plan:
-        swarm.start(iid)
 
     def commands() -> None:
         for line in sys.stdin:
             command = json.loads(line)
-            if command["op"] == "stop":
-                answer: dict[str, Any] = {"stopped": swarm.stop(list(command["ids"]))}
+            if command["op"] == "stats":
+                answer: dict[str, Any] = {"restarts": swarm.restarts}
+            elif command["op"] == "stop":
+                answer = {"stopped": swarm.stop(list(command["ids"]))}
             else:
                 ids = [i for i in command["ids"] if i in swarm.plan and i not in swarm.running]
                 for iid in ids:
@@ -112,6 +140,11 @@ def main(argv: list[str]) -> None:
         done.set()
 
     threading.Thread(target=commands, name="swarm-commands", daemon=True).start()
+    for iid in swarm.plan:
+        if done.is_set():
+            break
+        swarm.start(iid)
+        time.sleep(1 / STARTS_PER_S)
     done.wait()
     swarm.stop()
 
