@@ -92,7 +92,9 @@ def _ghost(stack: MemoryStack) -> AgentRegistration:
     topics.ensure_topic(admin, inbox, topics.load(stack.settings.topics_file).family("agent"))
     partitions = len(admin.list_topics(inbox).topics[inbox].partitions)
     reg = AgentRegistration(agent_id=agent_id, instance_id="ghost-1", build_version="test",
-                            capabilities=[Capability(name=CAPABILITY, version="1.0.0")], max_concurrency=10,
+                            capabilities=[Capability(name=CAPABILITY, version="1.0.0", input_schema='{"type": "object"}',
+                                                       output_schema='{"type": "object"}')],
+                            max_concurrency=10,
                             state=AgentState.READY, heartbeat_at=now_ms(), ttl_ms=60_000, inflight=0,
                             assigned_partitions=list(range(partitions)),
                             inbox_topic=inbox)
