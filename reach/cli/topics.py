@@ -54,7 +54,8 @@ def _show(changes: list[topics.Change], as_json: bool) -> None:
 @app.command()
 def plan(as_json: bool = typer.Option(False, "--json"),
          agents: int = typer.Option(0, "--agents", min=0,
-                                    help="also count this many more agent inboxes at the family's default size"),
+                                    help="also count this many more agent inboxes (sized by `agent://*` in "
+                                    "families.agent.sizes, else the family)"),
          ) -> None:
     """Print the diff between topics.yaml and the cluster (drift it will not fix and a namespace over its partition
     budget are shown in red)."""

@@ -310,6 +310,10 @@ def inbox_growth(admin: AdminClient, spec: TopicsFile, names: Names, timeout: fl
     return changes
 
 
+PROJECTED_AGENT = "agent://fleet/agent"
+"""The agent a projection sizes inboxes for: the family's size, or a `sizes` pattern matching every agent."""
+
+
 @dataclass(frozen=True)
 class Footprint:
     """A namespace's partitions on its cluster: what exists, what the plan adds, and its budget (decision 0068)."""
@@ -334,7 +338,7 @@ class Footprint:
 def footprint(admin: AdminClient, spec: TopicsFile, namespace: str, changes: list[Change], *,
               agents: int = 0, timeout: float = 15.0) -> Footprint:
     """Partitions and replicas of `<namespace>.*` on the cluster, plus the plan's creations and growth, plus
-    `agents` more inboxes at the agent family's default size (a projection)."""
+    `agents` more inboxes at the size of PROJECTED_AGENT (a projection)."""
     meta = admin.list_topics(timeout=timeout)
     brokers = max(len(meta.brokers), 1)
     per_broker: Counter[int] = Counter({b: 0 for b in meta.brokers})
@@ -351,7 +355,7 @@ def footprint(admin: AdminClient, spec: TopicsFile, namespace: str, changes: lis
         have = len(meta.topics[change.topic].partitions) if change.topic in meta.topics else 0
         partitions += change.spec.partitions - have
         added += (change.spec.partitions - have) * (change.spec.replication_factor or 1)
-    inbox = spec.family("agent").on_cluster(brokers)
+    inbox = spec.inbox(PROJECTED_AGENT).on_cluster(brokers)
     partitions += agents * inbox.partitions
     added += agents * inbox.partitions * (inbox.replication_factor or 1)
     replicas = sum(per_broker.values()) + added

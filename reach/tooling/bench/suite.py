@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -178,12 +179,14 @@ def _publish(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResul
 
 
 def _swarm(config: BenchConfig, kafka: KafkaSettings | None, progress: Callable[[str], None]) -> list[ModeResult]:
-    """In a namespace of its own: hundreds of inboxes and registrations no other mode should see."""
-    ws = Workspace(kafka=kafka, topics_file=config.topics_file)
-    try:
-        return swarm.run(ws, config.swarm, progress)
-    finally:
-        ws.delete()
+    """In a namespace of its own: hundreds of inboxes and registrations no other mode should see, with the fleet's
+    inboxes sized as decision 0068 sizes a fleet (2 partitions each, one instance's share)."""
+    with tempfile.TemporaryDirectory(prefix="reach-bench-swarm-") as home:
+        ws = Workspace(kafka=kafka, topics_file=swarm.sized_topics(config.topics_file, Path(home)))
+        try:
+            return swarm.run(ws, config.swarm, progress)
+        finally:
+            ws.delete()
 
 
 def _knee(config: BenchConfig, kafka: KafkaSettings | None, searches: list[knee.Search]) -> list[ModeResult]:

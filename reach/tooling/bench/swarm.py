@@ -30,9 +30,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import psutil
+import yaml
 from confluent_kafka import TopicPartition
 
 from reach.core import routing
@@ -52,6 +54,19 @@ from reach.tooling.bench.slo import ReceiptBook
 from reach.tooling.bench.subprocesses import Commanded
 from reach.tooling.bench.workspace import Workspace, message_id
 from reach.tooling.local.process import free_port
+
+INBOX_PARTITIONS = 2
+"""The swarm's inboxes: one partition per instance of an agent run at once (decision 0068)."""
+
+
+def sized_topics(topics_file: Path, into: Path) -> Path:
+    """A copy of `topics_file` whose agent family sizes the swarm's inboxes at INBOX_PARTITIONS (`sizes`)."""
+    data = yaml.safe_load(topics_file.read_text())
+    agent = data["families"]["agent"]
+    agent["sizes"] = {f"{swarm_worker.AGENT_PREFIX}*": INBOX_PARTITIONS, **(agent.get("sizes") or {})}
+    path = into / "topics.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
 
 
 @dataclass(frozen=True)
