@@ -74,6 +74,10 @@ from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
 
+COMMIT_EVERY_S = 0.1
+"""The hot path's commits go out at most this often (reach.core.commits; the agent's timer, decision 0044): at the
+knee one commit per batch was an OffsetCommit every few requests; a revoke and a stop still commit at once."""
+
 MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 """Envelopes above this size are REJECTED (OVERSIZE): the payload limit plus room for the routing fields."""
 
@@ -156,6 +160,7 @@ class Router(Worker[bytes]):
         super().__init__(kafka=kafka, subscription=Subscription(
             group=router_group(Names(reach.namespace)), topics=(), profile="hot", producer_profile="hot",
             max_records=batch_size, poll_s=0.2, window_ms=max(int(window), 0), window_when_busy=True, flush_s=30.0,
+            commit_every_s=COMMIT_EVERY_S,
             consumer_config={"topic.metadata.refresh.interval.ms": metadata_refresh_ms, "session.timeout.ms": 6_000,
                              "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin"},
             producer_config={"message.max.bytes": dead_letter_bytes(reach),

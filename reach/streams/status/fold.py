@@ -65,6 +65,9 @@ _Reply = tuple[Position, str, str, bytes]
 _Out = tuple[Position, str, str, bytes, str]
 """(the receipt's position, topic, key, value, message id): a callback or a fallback child."""
 _RECOVERY_BATCH = 5_000
+COMMIT_EVERY_S = 0.1
+"""The fold's commits go out at most this often (reach.core.commits): a re-read after a crash folds at most this
+much again (the fold is idempotent); a revoke and a stop commit at once."""
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT})
 
@@ -88,7 +91,7 @@ class StatusFold(Worker[bytes]):
                  batch_size: int = 1_000) -> None:
         super().__init__(kafka=kafka, subscription=Subscription(
             group=fold_group(names), topics=[names.receipts], profile="feed", producer_profile="hot",
-            max_records=batch_size, poll_s=0.2,
+            max_records=batch_size, poll_s=0.2, commit_every_s=COMMIT_EVERY_S,
             consumer_config={"client.id": OWNER_PREFIX + url, "session.timeout.ms": 6_000,
                              "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
                              "max.poll.interval.ms": 600_000},
