@@ -119,7 +119,7 @@ def envelope_routes(admission: Admission) -> APIRouter:
             code, answer = await _from_status(admission, accepted, timeout_ms)
         else:
             receipt = await waiter.result(timeout_ms / 1000)
-            code, answer = (answers.from_receipt(receipt) if receipt is not None
+            code, answer = (answers.from_endings(waiter.endings) if receipt is not None
                             else answers.timed_out(accepted.message_id, accepted.trace_id, timeout_ms))
         return JSONResponse(answer.model_dump(mode="json"), status_code=code)
 

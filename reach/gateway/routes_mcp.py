@@ -48,7 +48,7 @@ class _Reply:
         receipt = await self._waiter.result(timeout_s)
         if receipt is None:
             return Ended(self.message_id, self._accepted.trace_id, PENDING)
-        return _ended(answers.from_receipt(receipt)[1])
+        return _ended(answers.from_endings(self._waiter.endings)[1])
 
     def forget(self) -> None:
         self._waiter.cancel()

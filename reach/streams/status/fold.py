@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from reach.core import fallback, fanout, lifecycle
 from reach.core.commits import CommitLedger
-from reach.core.lifecycle import Row, StatusRow
+from reach.core.lifecycle import FallbackRef, Row, StatusRow
 from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery, receiptbytes, topicreader
 from reach.kafka import headers as H
@@ -52,8 +52,8 @@ FRONTIER_SLACK_MS = 1_000
 has folded what was appended up to a second before."""
 log = logging.getLogger("reach.status")
 _TERMINAL = frozenset(s.value for s in Status if s.is_terminal)
-_Reply = tuple[Position, str, str, bytes]
-"""(the receipt's position, reply topic, message id, reply bytes)."""
+_Reply = tuple[Position, str, str, bytes, str | None]
+"""(the receipt's position, reply topic, message id, reply bytes, the fallback child it names or None)."""
 _Out = tuple[Position, str, str, bytes, str]
 """(the receipt's position, topic, key, value, message id): a callback or a fallback child."""
 _RECOVERY_BATCH = 5_000
@@ -285,7 +285,7 @@ class StatusFold(SupervisedLoop):
         if changed:
             rows[mid] = (partition, after)
         if reply is not None and after["reply_to"]:
-            replies.append((position, after["reply_to"], mid, reply))
+            replies.append((position, after["reply_to"], mid, reply, _child_mark(after)))
 
     def _bookkeeps(self, row: Row) -> bool:
         """Whether the row has fallback, fan-out or callback bookkeeping to settle (through the models, `_settle`):
@@ -402,8 +402,8 @@ class StatusFold(SupervisedLoop):
         if not replies:
             return []
         acks = Acks()
-        queued = [(position, topic, mid) for position, topic, mid, value in replies
-                  if self._reply(producer, acks, position, topic, mid, value)]
+        queued = [(position, topic, mid) for position, topic, mid, value, child in replies
+                  if self._reply(producer, acks, position, topic, mid, value, child)]
         errors: list[str] = []
         self._flush(producer, errors)
         unacked = set(acks.unacked())
@@ -418,13 +418,15 @@ class StatusFold(SupervisedLoop):
         return errors
 
     def _reply(self, producer: Producer, acks: Acks, position: Position, topic: str, message_id: str,
-               value: bytes) -> bool:
-        """Queue one reply; False when it is settled already (no such topic, or refused at produce)."""
+               value: bytes, child: str | None = None) -> bool:
+        """Queue one reply; False when it is settled already (no such topic, or refused at produce). A reply whose
+        ending went on to a fallback names the child (`x-reach-fallback`), so a waiting caller follows the chain."""
         if not self._topic_exists(producer, topic):
             self._metrics.replies.labels("no_topic").inc()
             log.warning("status: no reply for %s: topic %s does not exist", message_id, topic)
             return False
-        if delivery.produce(producer, acks, position, topic, value, key=message_id.encode()):
+        headers = [(H.FALLBACK, child.encode())] if child else None
+        if delivery.produce(producer, acks, position, topic, value, key=message_id.encode(), headers=headers):
             return True
         error = acks.errors(position)[-1]
         if isinstance(error, BufferError):  # the local queue stayed full: an outage, the batch is read again
@@ -601,6 +603,14 @@ def _header(msg: Message, name: str) -> str | None:
         if key == name and value:
             return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
     return None
+
+
+def _child_mark(row: Row) -> str | None:
+    """The fallback child a row's ending went on to (`<capability> <child id>`), None when none was sent."""
+    ref = row.get("fallback") or {}
+    if not ref.get("message_id"):
+        return None
+    return fallback.mark(FallbackRef(capability=ref["capability"], message_id=ref["message_id"]))
 
 
 def _forged(current: Row | None, receipt: dict[str, Any]) -> str | None:
