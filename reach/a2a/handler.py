@@ -136,8 +136,7 @@ class ReachRequestHandler(RequestHandler):
         (reach.ops.turns). A task that is not waiting, unknown, past its deadline or a wrong answer is an error."""
         task_id = message.task_id
         try:
-            payload = tasks.payload_of(message)
-            sent = await self._host.answer(app, task_id, payload)
+            sent = await self._host.answer(app, task_id, tasks.answer_of(message))
         except tasks.BadMessage as exc:
             raise InvalidParamsError(message=str(exc)) from None
         except Refused as refusal:

@@ -56,6 +56,14 @@ def payload_of(message: Message) -> Any:
     return {"text": "".join(texts)}
 
 
+def answer_of(message: Message) -> Any:
+    """An answer's value: the one data part's value, else the text parts joined as one string (words: the question's
+    schema decides how they are read, reach.core.words)."""
+    payload = payload_of(message)
+    texts = [p.text for p in message.parts if p.HasField("text")]
+    return "".join(texts) if texts else payload
+
+
 def context_id_of(message: Message) -> str | None:
     """The message's context id, checked: it becomes a trace id and a session key."""
     context = message.context_id

@@ -132,7 +132,8 @@ class AdmissionHost:
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         except AnswerRefused as refused:
-            raise Refused(refused.status, refused.code, refused.message) from None
+            raise Refused(refused.status, refused.code, "; ".join(filter(None, (refused.message, refused.hint)))) \
+                from None
         code, row = await self._admission.deps.status.message(task_id)
         return Sent(message_id=task_id, trace_id=str(row.get("trace_id", "")) if code == 200 else "",
                     generation=taken.generation)
