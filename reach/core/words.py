@@ -62,8 +62,8 @@ def example(schema: Any, depth: int = 0) -> Any:
             return example(options[0], depth + 1)
     kind = _kind(schema)
     if kind == "object":
-        given = schema.get("properties")
-        properties: dict[str, Any] = given if isinstance(given, dict) else {}
+        declared = schema.get("properties")
+        properties: dict[str, Any] = declared if isinstance(declared, dict) else {}
         required = [r for r in schema.get("required") or [] if isinstance(r, str)]
         names = required or list(properties)[:3]
         return {name: example(properties.get(name, {"type": "string"}), depth + 1) for name in names}
