@@ -24,6 +24,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
+from reach.a2a import hints
 from reach.a2a.states import FINAL, INTERRUPTED, task_state
 from reach.core.progress import Chunks, Cursor, news
 from reach.core.turns import AUTH, kind_of
@@ -73,16 +74,6 @@ def context_id_of(message: Message) -> str | None:
         raise BadMessage(f"context_id is {len(context)} characters or not printable; expected at most "
                          f"{MAX_CONTEXT_ID} printable characters")
     return context
-
-
-def skill_of(message: Message, metadata: Struct | None = None) -> str | None:
-    """`metadata.skill` of the message (or of the request): the capability on the mesh endpoint."""
-    for source in (message.metadata, metadata):
-        if source is not None and "skill" in source.fields:
-            value = source.fields["skill"]
-            if value.HasField("string_value") and value.string_value:
-                return value.string_value
-    return None
 
 
 def _struct(values: Mapping[str, Any]) -> Struct:
@@ -158,7 +149,8 @@ def task_of(row: Mapping[str, Any], history_length: int | None = None) -> Task:
                 history=[step_message(task_id, context_id, i, s) for i, s in enumerate(timeline) if i >= first],
                 metadata=_struct({"capability": row.get("capability"), "attempt": row.get("attempt"),
                                   "generation": row.get("generation"),
-                                  "reach_status": row.get("status")}))
+                                  "reach_status": row.get("status"),
+                                  hints.BUDGET_EXTENSION: hints.usage_report(row)}))
     artifact = result_artifact(row)
     if artifact is not None:
         task.artifacts.append(artifact)
