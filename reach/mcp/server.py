@@ -22,10 +22,12 @@ import anyio
 import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
@@ -56,10 +58,12 @@ class ToolWatch:
     """Sessions that listed the tools; one loop compares each one's tools with the registry every `every_s` and
     sends notifications/tools/list_changed on the session's standalone stream when they changed."""
 
-    def __init__(self, host: Host, every_s: float = WATCH_S) -> None:
+    def __init__(self, host: Host, every_s: float = WATCH_S, listen: AppListen | None = None) -> None:
         self._host = host
-        self._every_s = every_s
+        self.every_s = every_s
         self._watched: dict[int, _Watch] = {}
+        self.listen = listen or AppListen()
+        self._heard: dict[Group, tuple[tuple[str, str, str, str], ...]] = {}  # each listened group's last list
 
     def __len__(self) -> int:
         return len(self._watched)
@@ -79,11 +83,11 @@ class ToolWatch:
         in a pass, not once per session, and the loop yields every WATCH_YIELD_EVERY sessions: a thousand sessions
         of one app cost one registry read, and never hold the event loop for the whole pass."""
         notified = 0
-        current: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str, str, str], ...]] = {}
+        current: dict[Group, tuple[tuple[str, str, str, str], ...]] = {}
         for count, (key, watch) in enumerate(list(self._watched.items()), start=1):
             if count % WATCH_YIELD_EVERY == 0:
                 await anyio.sleep(0)
-            group = (watch.app.tenant, tuple(watch.app.capabilities))
+            group = group_of(watch.app)
             now = current.get(group)
             if now is None:
                 now = current[group] = tools.fingerprint(self._host.capabilities(watch.app))
@@ -96,12 +100,65 @@ class ToolWatch:
             except Exception as exc:  # noqa: BLE001 - a session that went away stops being watched
                 log.debug("tools/list_changed not delivered (%s); unwatching", exc)
                 self._watched.pop(key, None)
-        return notified
+        return notified + await self._tell_listeners(current)
+
+    async def _tell_listeners(self, current: dict[Group, tuple[tuple[str, str, str, str], ...]]) -> int:
+        """Publish ToolsListChanged on the bus of each listened group whose tool list changed since the last pass
+        (2026-07-28 `subscriptions/listen`); the number of groups told."""
+        told = 0
+        for group, (app, bus) in self.listen.buses().items():
+            now = current.get(group)
+            if now is None:
+                now = current[group] = tools.fingerprint(self._host.capabilities(app))
+            before = self._heard.get(group)
+            self._heard[group] = now
+            if before is not None and before != now:
+                await bus.publish(ToolsListChanged())
+                told += 1
+        return told
 
     async def run(self) -> None:
         while True:
-            await anyio.sleep(self._every_s)
+            await anyio.sleep(self.every_s)
             await self.check()
+
+
+Group = tuple[str, tuple[str, ...]]
+"""Who sees the same tool list: (tenant, the app's capability allow-list)."""
+
+
+def group_of(app: CallerApp) -> Group:
+    return app.tenant, tuple(app.capabilities)
+
+
+class AppListen:
+    """`subscriptions/listen` (2026-07-28) per app group: the SDK's ListenHandler over one bus per group, so a tool
+    list change is told only to the listeners whose list changed (another tenant's change is not theirs to hear).
+    Served, it also makes `server/discover` advertise `tools.listChanged: true`."""
+
+    def __init__(self, *, max_per_group: int = 256) -> None:
+        self._max = max_per_group
+        self._groups: dict[Group, tuple[CallerApp, InMemorySubscriptionBus, ListenHandler]] = {}
+
+    def buses(self) -> dict[Group, tuple[CallerApp, InMemorySubscriptionBus]]:
+        """Each listened group's bus, with an app of it (whose tool list is the group's)."""
+        return {group: (app, bus) for group, (app, bus, _handler) in self._groups.items()}
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any],
+                       params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
+        return await self._handler(caller(ctx))(ctx, params)
+
+    def bus_for(self, app: CallerApp) -> InMemorySubscriptionBus:
+        """The bus the listeners of `app`'s group hear on (made on first use)."""
+        self._handler(app)
+        return self._groups[group_of(app)][1]
+
+    def _handler(self, app: CallerApp) -> ListenHandler:
+        group = group_of(app)
+        if group not in self._groups:
+            bus = InMemorySubscriptionBus()
+            self._groups[group] = (app, bus, ListenHandler(bus, max_subscriptions=self._max, max_buffered_events=16))
+        return self._groups[group][2]
 
 
 class ReachServer(Server[Any]):
@@ -180,7 +237,8 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
             group.cancel_scope.cancel()
 
     return ReachServer(SERVER_NAME, version="1", lifespan=lifespan, on_list_tools=list_tools,
-                       on_call_tool=call_tool,
+                       on_call_tool=call_tool, on_subscriptions_listen=watch.listen,
+                       cache_hints={"tools/list": CacheHint(ttl_ms=int(watch.every_s * 1000), scope="private")},
                        instructions="Agent-Reach capabilities as tools: each call is one message on the bus, with "
                                     "receipts, retries and routing; its result is the tool's structured content.")
 

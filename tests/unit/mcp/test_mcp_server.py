@@ -193,3 +193,32 @@ def test_the_endpoint_refuses_before_the_sdk_sees_the_request(auth: Any, status:
     assert answer.status_code == status and answer.json()["error"] == error
     if status == 401:
         assert answer.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_listeners_of_the_2026_revision_hear_a_change_of_their_own_groups_tools_only() -> None:
+    """subscriptions/listen (2026-07-28): one bus per (tenant, allow-list); a pass publishes ToolsListChanged on the
+    bus of a group whose tool list changed, once per change, and nothing on another tenant's."""
+    host = FakeHost()
+    watch = mcp_server.ToolWatch(host)
+    other = CallerApp(app_id="a2", name="a2", tenant="globex", capabilities=("demo.greet",), rate=10, burst=10)
+    heard: dict[str, list[Any]] = {"acme": [], "globex": []}
+    watch.listen.bus_for(APP).subscribe(heard["acme"].append)
+    watch.listen.bus_for(other).subscribe(heard["globex"].append)
+    assert asyncio.run(watch.check()) == 0, "the first pass learns each group's list"
+    host.caps.append(Capability(name="demo.late", version="1.0.0"))  # globex's allow-list does not include it
+
+    def visible(app: CallerApp) -> list[Capability]:
+        return [c for c in host.caps if not app.capabilities or c.name in app.capabilities]
+
+    host.capabilities = visible  # type: ignore[method-assign]
+    assert asyncio.run(watch.check()) == 1
+    assert [type(e).__name__ for e in heard["acme"]] == ["ToolsListChanged"] and heard["globex"] == []
+    assert asyncio.run(watch.check()) == 0, "once per change"
+
+
+def test_the_server_advertises_list_changed_and_hints_the_tool_list_for_the_watch_interval() -> None:
+    server = mcp_server.build_server(FakeHost(), mcp_server.ToolWatch(FakeHost(), every_s=2.0))
+    caps = server.get_capabilities(protocol_version="2026-07-28")
+    assert caps.tools is not None and caps.tools.list_changed is True
+    hint = server.cache_hints["tools/list"]
+    assert (hint.ttl_ms, hint.scope) == (2000, "private")
