@@ -34,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
-from reach.mcp import tools
+from reach.mcp import rounds, tools
 from reach.mcp.ports import Host, Refused, SessionLimits
 
 APP = "reach.app"  # the ASGI scope key of the CallerApp the request's bearer token named
@@ -185,15 +185,25 @@ def _idempotency_key(params: types.CallToolRequestParams) -> str | None:
     return key[:MAX_IDEMPOTENCY_KEY] if isinstance(key, str) and key else None
 
 
-async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call(host: Host, app: CallerApp,
+               params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
     """One tool call through the door; the result, or a tool error with the door's or the receipt's reason. A
-    call cancelled by the client (notifications/cancelled) cancels the message."""
+    call cancelled by the client (notifications/cancelled) cancels the message. A capability that asks a question
+    (INPUT_REQUIRED) answers with the 2026-07-28 Multi Round-Trip pattern (reach.mcp.rounds): an InputRequiredResult
+    whose elicitation carries the question; the client's retry with the answer continues the same message."""
     cap = tools.newest(host.capabilities(app)).get(params.name)
     if cap is None:
         return tools.unknown(params.name)
     try:
-        pending = await host.send(app, capability=cap.name, payload=tools.payload_of(cap, params.arguments),
-                                  idempotency_key=_idempotency_key(params))
+        if params.request_state is not None:  # a retry with the answer to the question the first round asked
+            message_id, wrapped = rounds.asked(params.request_state)
+            answer = rounds.answer_of(params.input_responses, wrapped=wrapped)
+            pending = await host.answer(app, message_id, answer)
+        else:
+            pending = await host.send(app, capability=cap.name, payload=tools.payload_of(cap, params.arguments),
+                                      idempotency_key=_idempotency_key(params))
+    except rounds.BadRound as exc:
+        raise MCPError(types.INVALID_PARAMS, str(exc)) from None
     except Refused as refusal:
         return tools.refused(refusal)
     except InfraUnavailable:
@@ -205,6 +215,8 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams) 
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await host.cancel(app, pending.message_id)
         raise
+    if ended.status == "INPUT_REQUIRED" and ended.question is not None:
+        return rounds.input_required(ended)
     return tools.result_of(ended)
 
 
@@ -221,10 +233,12 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
         return types.ListToolsResult(tools=tools.tools(caps))
 
     async def call_tool(ctx: ServerRequestContext[Any, Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
+                        params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         app = caller(ctx)
         try:
             return await call(host, app, params)
+        except MCPError:
+            raise
         except Exception:  # noqa: BLE001 - the log has it; the caller learns nothing of the internals
             log.exception("tools/call %s of %s failed", params.name[:200], app.app_id)
             return tools.error("internal_error: the call could not be completed; retry, or ask an operator")

@@ -244,9 +244,9 @@ def later_agent() -> Agent:
 
 
 @contextlib.asynccontextmanager
-async def modern(mesh: Mesh, token: str) -> AsyncIterator[Client]:
+async def modern(mesh: Mesh, token: str, **options: Any) -> AsyncIterator[Client]:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120))
-    async with http, Client(streamable_http_client(mesh.url, http_client=http)) as client:
+    async with http, Client(streamable_http_client(mesh.url, http_client=http), **options) as client:
         yield client
 
 
@@ -287,3 +287,27 @@ def test_the_2026_revision_refuses_headers_that_do_not_match_the_body(mesh: Mesh
     ok = httpx.post(mesh.url, json=call, headers={**base, "Mcp-Method": "tools/call", "Mcp-Name": "demo.echo"},
                     timeout=30)
     assert ok.status_code == 200 and "error" not in ok.text[:200], ok.text
+
+
+def test_the_2026_revision_answers_a_question_through_the_multi_round_trip(mesh: Mesh) -> None:
+    """INPUT_REQUIRED as an InputRequiredResult: the official Client hands the question to its elicitation callback and
+    retries the call with the answer; the same message runs its next turn and the call returns its result."""
+    from examples.interview_agent import agent as interview
+
+    asked: list[str] = []
+
+    async def answer(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def scenario() -> None:
+        async with modern(mesh, mesh.tokens["shop"], elicitation_callback=answer) as client:
+            result = await client.call_tool("demo.interview", {"greeting": "Hi"})
+            assert result.is_error is False, result
+            assert result.structured_content == {"greeting": "Hi, Ada!", "turns": 1}
+            assert asked == ["What is your name?"]
+
+    with running(interview):
+        wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
+                 interval=0.5)
+        asyncio.run(scenario())
