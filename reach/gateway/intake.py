@@ -83,7 +83,7 @@ class Admission:
         self.settings = settings
         self.metrics = metrics
         self.gate = Gate(deps, metrics, streams_per_app=settings.sse_per_app,
-                         sessions_per_app=settings.mcp_sessions_per_app)
+                         sessions_per_app=settings.mcp_sessions_per_app, waits_per_app=settings.waits_per_app)
         # a claim outlives the longest wait for an ack; a claim orphaned by a crash frees itself that soon
         self._pending_ttl = int(settings.ack_timeout * 2) + 5
 
