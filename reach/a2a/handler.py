@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -155,10 +156,13 @@ class ReachRequestHandler(RequestHandler):
                               "generation": sent.generation})
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
-        task = await self._send(params, context)
-        if params.configuration.return_immediately or task.status.state in FINAL:
-            return task
-        return await self._until_final(task, context)
+        if params.configuration.return_immediately:
+            return await self._send(params, context)
+        with self._slot(self._host.wait, context):  # taken before the send: a blocking send refused sends nothing
+            task = await self._send(params, context)
+            if task.status.state in FINAL:
+                return task
+            return await self._until_final(task, context)
 
     async def _until_final(self, task: Task, context: ServerCallContext) -> Task:
         """Poll the status row until it is terminal, or waits for input in the turn sent (or a later one), or the
@@ -179,17 +183,18 @@ class ReachRequestHandler(RequestHandler):
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
-        with self._stream_slot(context):  # taken before the send: a stream refused sends nothing
+        with self._slot(self._host.stream, context):  # taken before the send: a stream refused sends nothing
             task = await self._send(params, context)
             async for event in self._follow(task, context, sent=0):
                 yield event
 
     @contextlib.contextmanager
-    def _stream_slot(self, context: ServerCallContext) -> Iterator[None]:
-        """One of the app's event stream slots (shared with /v1's event streams) while the stream runs; HTTP 429
-        when the app holds them all."""
+    def _slot(self, kind: Callable[[CallerApp], AbstractContextManager[None]],
+              context: ServerCallContext) -> Iterator[None]:
+        """One of the app's slots of a `kind` (Host.stream: event streams, shared with /v1's; Host.wait: calls
+        waiting on a task's row) while the block runs; HTTP 429 when the app holds them all."""
         try:
-            slot = self._host.stream(_caller(context))
+            slot = kind(_caller(context))
             slot.__enter__()
         except Refused as refusal:
             raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
@@ -223,7 +228,7 @@ class ReachRequestHandler(RequestHandler):
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
-        with self._stream_slot(context):
+        with self._slot(self._host.stream, context):
             row = await self._found(params.id, context)
             task = tasks.task_of(row)
             if task.status.state in FINAL:
@@ -260,19 +265,20 @@ class ReachRequestHandler(RequestHandler):
     # --- cancel -------------------------------------------------------------------------------------------
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
-        row = await self._found(params.id, context)
-        if task_state(str(row.get("status", ""))) in FINAL:
-            raise TaskNotCancelableError(message=f"task {params.id} is already {row.get('status')}")
-        if self._cancel is None:
-            raise UnsupportedOperationError(message="this gateway cannot cancel (no cancels topic configured)")
-        await self._cancel(_caller(context), params.id)
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + CANCEL_WAIT_S
-        while loop.time() < give_up and task_state(str(row.get("status", ""))) not in FINAL:
-            await asyncio.sleep(self._host.poll_s)
-            code, body = await self._row(params.id, context)
-            row = body if code == 200 else row
-        return tasks.task_of(row)
+        with self._slot(self._host.wait, context):  # it waits for the canceled receipt: taken before the cancel
+            row = await self._found(params.id, context)
+            if task_state(str(row.get("status", ""))) in FINAL:
+                raise TaskNotCancelableError(message=f"task {params.id} is already {row.get('status')}")
+            if self._cancel is None:
+                raise UnsupportedOperationError(message="this gateway cannot cancel (no cancels topic configured)")
+            await self._cancel(_caller(context), params.id)
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + CANCEL_WAIT_S
+            while loop.time() < give_up and task_state(str(row.get("status", ""))) not in FINAL:
+                await asyncio.sleep(self._host.poll_s)
+                code, body = await self._row(params.id, context)
+                row = body if code == 200 else row
+            return tasks.task_of(row)
 
     # --- list -------------------------------------------------------------------------------------------------
 

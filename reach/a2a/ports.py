@@ -106,6 +106,11 @@ class Host(Protocol):
         event streams); Refused 429 when the app holds them all."""
         ...
 
+    def wait(self, app: CallerApp) -> AbstractContextManager[None]:
+        """Hold one of the app's wait slots while a call waits by re-reading a task's row (a blocking SendMessage,
+        CancelTask); Refused 429 when the app holds them all."""
+        ...
+
     async def find(self, app: CallerApp, message_id: str) -> Row:
         """`row`, waiting up to find_s for a message the status table has not folded yet; Refused (429) when the
         app's read quota is used up (GetTask and SubscribeToTask read through here)."""

@@ -116,7 +116,13 @@ def envelope_routes(admission: Admission) -> APIRouter:
             raise
         if accepted.message_id != envelope.message_id:  # a repeated idempotency_key: its reply went elsewhere
             waiter.cancel()
-            code, answer = await _from_status(admission, accepted, timeout_ms)
+            try:
+                with admission.gate.waits.hold(app):  # it re-reads the status row while it waits (reach.gateway.gate)
+                    code, answer = await _from_status(admission, accepted, timeout_ms)
+            except checks.Refusal as refusal:
+                raise checks.Refusal(refusal.status, refusal.body.error, f"{refusal.body.message}; the first "
+                                     f"request with this idempotency_key is {accepted.message_id}",
+                                     f"read {accepted.status_url}, or retry later", headers=refusal.headers) from None
         else:
             receipt = await waiter.result(timeout_ms / 1000)
             code, answer = (answers.from_endings(waiter.endings) if receipt is not None
