@@ -34,19 +34,24 @@ def is_terminal(row: dict[str, Any]) -> bool:
         return False
 
 
-def new_frames(row: dict[str, Any], sent: int) -> tuple[list[bytes], int, bool]:
-    """Frames for the entries after the first `sent`; the new count; whether the stream is done."""
+Step = tuple[str, Any, int | None]
+"""One step of a message as a stream sends it: the event (receipt, terminal, progress, chunk, timeout), its data,
+and the timeline index (receipts only). SSE writes it as a frame; gRPC's WatchSteps as a `Step` message."""
+
+
+def new_steps(row: dict[str, Any], sent: int) -> tuple[list[Step], int, bool]:
+    """Steps for the entries after the first `sent`; the new count; whether the stream is done."""
     timeline = row.get("timeline") or []
     done = is_terminal(row)
-    frames = []
+    steps: list[Step] = []
     for index in range(sent, len(timeline)):
         last = done and index == len(timeline) - 1
-        frames.append(frame("terminal" if last else "receipt", timeline[index], index))
-    return frames, max(sent, len(timeline)), done
+        steps.append(("terminal" if last else "receipt", timeline[index], index))
+    return steps, max(sent, len(timeline)), done
 
 
-def progress_frames(row: dict[str, Any], cursor: Cursor) -> tuple[list[bytes], Cursor]:
-    """`progress` and `chunk` frames for what the row shows past `cursor`, and the cursor after them."""
+def progress_steps(row: dict[str, Any], cursor: Cursor) -> tuple[list[Step], Cursor]:
+    """`progress` and `chunk` steps for what the row shows past `cursor`, and the cursor after them."""
     generation = int(row.get("generation") or 0)
     if generation != cursor.generation:  # the next turn of a multi-turn message: its chunks are numbered afresh
         cursor = Cursor(generation=generation)
@@ -54,12 +59,12 @@ def progress_frames(row: dict[str, Any], cursor: Cursor) -> tuple[list[bytes], C
     if raw is None:
         return [], cursor
     chunks, moved, cursor = news(Chunks.model_validate(raw), cursor)
-    frames = [frame("progress", {"fraction": cursor.fraction, "note": cursor.note})] if moved else []
+    steps: list[Step] = [("progress", {"fraction": cursor.fraction, "note": cursor.note}, None)] if moved else []
     for chunk in chunks:
         data = json.loads(chunk.data) if chunk.kind == "json" else chunk.data
-        frames.append(frame("chunk", {"seq": chunk.seq, "kind": chunk.kind, "data": data, "append": chunk.append,
-                                      "attempt": cursor.attempt}))
-    return frames, cursor
+        steps.append(("chunk", {"seq": chunk.seq, "kind": chunk.kind, "data": data, "append": chunk.append,
+                                "attempt": cursor.attempt}, None))
+    return steps, cursor
 
 
 async def find_row(status: StatusSource, message_id: str, *, wait_s: float,
@@ -74,32 +79,40 @@ async def find_row(status: StatusSource, message_id: str, *, wait_s: float,
         await asyncio.sleep(poll_s)
 
 
-async def receipt_stream(status: StatusSource, message_id: str, first: dict[str, Any], *, sent: int, poll_s: float,
-                         max_s: float, clock: Callable[[], float]) -> AsyncIterator[bytes]:
-    """Frames until the row is terminal or max_s passed (then `event: timeout`); keep-alive comments between."""
+async def step_stream(status: StatusSource, message_id: str, first: dict[str, Any], *, sent: int, poll_s: float,
+                      max_s: float, clock: Callable[[], float]) -> AsyncIterator[Step | None]:
+    """Steps until the row is terminal or max_s passed (then a `timeout` step); None after KEEP_ALIVE_S without one
+    (SSE writes a keep-alive comment)."""
     started = quiet_since = clock()
     row = first
     cursor = Cursor()
     while True:
-        partial, cursor = progress_frames(row, cursor)
-        frames, sent, done = new_frames(row, sent)
-        frames = partial + frames
-        for chunk in frames:
-            yield chunk
+        partial, cursor = progress_steps(row, cursor)
+        steps, sent, done = new_steps(row, sent)
+        steps = partial + steps
+        for step in steps:
+            yield step
         now = clock()
-        if frames:
+        if steps:
             quiet_since = now
         if done:
             return
         if now - started >= max_s:
-            yield frame("timeout", {"message_id": message_id, "status": row.get("status"),
-                                    "message": f"the stream closes after {max_s:g}s; reconnect with "
-                                    "Last-Event-ID to resume"})
+            yield ("timeout", {"message_id": message_id, "status": row.get("status"),
+                               "message": f"the stream closes after {max_s:g}s; reconnect with "
+                               "Last-Event-ID to resume"}, None)
             return
         if now - quiet_since >= KEEP_ALIVE_S:
-            yield b": keep-alive\n\n"
+            yield None
             quiet_since = now
         await asyncio.sleep(poll_s)
         code, body = await status.message(message_id)
         if code == 200:
             row = body  # a 503 (status partition moving) keeps the last row and tries again
+
+
+async def receipt_stream(status: StatusSource, message_id: str, first: dict[str, Any], *, sent: int, poll_s: float,
+                         max_s: float, clock: Callable[[], float]) -> AsyncIterator[bytes]:
+    """SSE frames until the row is terminal or max_s passed (then `event: timeout`); keep-alive comments between."""
+    async for step in step_stream(status, message_id, first, sent=sent, poll_s=poll_s, max_s=max_s, clock=clock):
+        yield b": keep-alive\n\n" if step is None else frame(*step)
