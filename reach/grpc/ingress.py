@@ -41,6 +41,8 @@ CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 401: grpc.StatusCode.UNAUTHENTIC
          409: grpc.StatusCode.ABORTED, 410: grpc.StatusCode.NOT_FOUND, 413: grpc.StatusCode.INVALID_ARGUMENT,
          422: grpc.StatusCode.FAILED_PRECONDITION, 429: grpc.StatusCode.RESOURCE_EXHAUSTED,
          503: grpc.StatusCode.UNAVAILABLE, 504: grpc.StatusCode.DEADLINE_EXCEEDED}
+MAX_STREAMS_PER_CONNECTION = 100  # calls in flight on one HTTP/2 connection (a client multiplexes more on more)
+IDLE_CONNECTION_S = 300.0
 SAFE_INTEGER = 2**53  # a protobuf Value number is a double: integral ones below this are integers in JSON
 M = TypeVar("M", bound=Message)
 
@@ -218,10 +220,15 @@ async def serving(admission: Admission, *, host: str, port: int,
     """The gRPC server on `host:port` (0: a free port; the port bound is yielded) with server reflection, on the
     running event loop, while the block runs; `tls` (certificate chain, key: PEM bytes) serves TLS. Calls in flight
     get up to 5 s to finish when it stops."""
-    limit = admission.settings.max_body_bytes
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
-                                      ("grpc.max_send_message_length", 4 * limit),
-                                      ("grpc.so_reuseport", 0)])
+    settings = admission.settings
+    limit = settings.max_body_bytes
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", limit),  # RESOURCE_EXHAUSTED past it, before a handler reads it
+        ("grpc.max_send_message_length", 4 * limit),
+        ("grpc.max_metadata_size", settings.max_header_bytes),  # as /v1's cap on the request head
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        ("grpc.max_connection_idle_ms", int(IDLE_CONNECTION_S * 1000)),  # an idle client's connection is closed
+        ("grpc.so_reuseport", 0)])  # a second gateway on the same port fails to start instead of sharing it
     server.add_generic_rpc_handlers((handlers(admission),))
     reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
