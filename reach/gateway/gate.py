@@ -60,6 +60,7 @@ class Surface:
 
 
 _SIGNED = "Reach-Signature v2 of an app key"
+GRPC = "gRPC"  # the "method" of a gRPC surface's routes: its paths are gRPC methods, served beside the HTTP routes
 _BEARER = "Bearer A2A token of an app key"
 ID, A, W, R, S, T, M, P = (Check.IDENTITY, Check.ALLOW_LIST, Check.WRITE_QUOTA, Check.READ_QUOTA, Check.STREAMS,
                            Check.WAITS, Check.SESSIONS, Check.SPEND)
@@ -85,6 +86,11 @@ SURFACES: tuple[Surface, ...] = (
     Surface("MCP", (("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp")), _BEARER, (ID, A, P, W, R, M),
             "initialize and tools/list take a read token, tools/call is a /v1 invoke; "
             "REACH_GATEWAY_MCP_SESSIONS_PER_APP sessions per app; Origin checked"),
+    Surface("gRPC", tuple((GRPC, f"/reach.v1.Gateway/{m}") for m in ("Send", "Invoke", "GetStatus", "WatchSteps")),
+            "Reach-Signature v2 of an app key, as metadata (reach-key, reach-signature) over the request's bytes",
+            (ID, A, P, W, R, S, T), "Send and Invoke as /v1 sends, GetStatus as a /v1 read, WatchSteps as a /v1 "
+            "event stream (a read and a stream slot); messages over REACH_GATEWAY_MAX_BODY_BYTES refused by gRPC; "
+            "`reach gateway --grpc-port` only"),
     Surface("channel replies", (("POST", "/v1/callbacks/{token}"),), "single-use reply token (REACH_CALLBACK_SECRET)",
             (ID, A, W), "the token's capability, the default or REACH_CALLBACK_REPLY_CAPABILITIES only; the tenant's "
             "reply bucket"),
@@ -238,7 +244,7 @@ def table() -> str:
     head = ["surface", "routes", "identity", *(c.value for c in Check if c is not Check.IDENTITY), "notes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in SURFACES:
-        routes = ", ".join(f"`{m} {p}`" for m, p in s.routes) or f"`{s.prefix}/*`"
+        routes = ", ".join(f"`{p}`" if m == GRPC else f"`{m} {p}`" for m, p in s.routes) or f"`{s.prefix}/*`"
         marks = ["yes" if c in s.checks else "-" for c in Check if c is not Check.IDENTITY]
         lines.append("| " + " | ".join([s.name, routes, s.identity, *marks, s.note]) + " |")
     return "\n".join(lines)
