@@ -2,10 +2,12 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+GRPCURL_VERSION := v1.9.3
+GRPCURL := $(HOME)/.cache/agent-reach/bin/grpcurl
 
-.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak image image-test chart-test clean
+.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak image image-test chart-test proto clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed $(GRPCURL)
 	@scripts/setup.sh
 
 $(VENV)/.installed: pyproject.toml
@@ -71,6 +73,16 @@ $(HELM):
 
 chart-test: setup $(HELM)
 	@HELM=$(HELM) $(BIN)/python tests/chart/check_chart.py
+
+# grpcurl for the gRPC ingress's test (tests/integration/test_grpc.py), built once from the Go module proxy as helm is;
+# without Go the test is skipped outside CI and fails under it.
+$(GRPCURL):
+	@if command -v go >/dev/null; then GOBIN=$(dir $(GRPCURL)) go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION); \
+	else echo "grpcurl not built: no Go (apt-get install golang); tests/integration/test_grpc.py needs it under CI"; fi
+
+# The gRPC ingress's code from proto/ (tests/unit/grpc/test_grpc_generated.py fails while it is stale).
+proto: setup
+	@$(BIN)/python -m grpc_tools.protoc -Iproto --python_out=. --pyi_out=. --grpc_python_out=. proto/reach/grpc/v1/gateway.proto
 
 clean:
 	-@$(BIN)/reach local down 2>/dev/null
