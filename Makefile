@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak image image-test chart-test clean
+.PHONY: setup demo test ci unit lint fuzz fuzz-api bench bench-smoke faults soak image image-test chart-test clean
 
 setup: $(VENV)/.installed
 	@scripts/setup.sh
@@ -21,6 +21,12 @@ demo: setup
 
 test: setup
 	@scripts/test.sh
+
+# CI (.ci/run; decision 0067): `make test` with the image and the chart checked beside its parallel part. What CI
+# runs in a short form, at full length: `make soak` (CI: 3 min), `make faults` (CI: leader SIGKILL and Redis restart
+# on the cluster), `make bench-smoke` (CI: without the peers and the echo knee), `make bench` (the figures).
+ci: setup $(HELM)
+	@REACH_TEST_EXTRAS="image chart" HELM=$(HELM) scripts/test.sh
 
 unit: setup
 	@$(BIN)/pytest -q tests/unit
@@ -40,6 +46,10 @@ fuzz-api: setup
 
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench
+
+# The bench smoke with what CI leaves out of it (decision 0067): the peers mode and the knee's echo x2 set-up.
+bench-smoke: setup
+	@REACH_CI=1 REACH_BENCH_SMOKE=full scripts/with-local.sh $(BIN)/pytest -q -m serial tests/integration/test_bench_smoke.py
 
 # The fault suite (docs/reliability.md): a 3-broker cluster under .reach/faults, every scenario, the table.
 faults: setup

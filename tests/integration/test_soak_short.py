@@ -24,8 +24,9 @@ from tests.integration.conftest import Infra
 ROOT = Path(__file__).resolve().parents[2]
 RATE = 35
 
-# three minutes of steady traffic whose growth is the figure: alone on the machine, after the parallel part
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+# three minutes of a light steady load (35/s) whose growth is the figure, not its latency: in a pytest process of its
+# own beside the parallel part (scripts/test.sh, decision 0067), where it took 3 of the serial part's 10.5 minutes
+pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
 
 @pytest.mark.timeout(480)
