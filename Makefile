@@ -47,7 +47,7 @@ fuzz-api: setup
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench
 
-# The bench smoke with what CI leaves out of it (decision 0067): the peers mode and the knee's echo x2 set-up.
+# The bench smoke with what CI leaves out of it (decision 0067): the peers, gateway and intent modes, the echo knee.
 bench-smoke: setup
 	@REACH_CI=1 REACH_BENCH_SMOKE=full scripts/with-local.sh $(BIN)/pytest -q -m serial tests/integration/test_bench_smoke.py
 
