@@ -62,11 +62,12 @@ class ScaleoutConfig:
     seconds: float = 20.0
     routers: tuple[int, ...] = (1, 2, 4)
     churn_seconds: float = 30.0  # 2 route processes; +1 at a third, -1 at two thirds
+    idle_seconds: float = 10.0  # the route processes' CPU without traffic, before each fixed-rate step
     drain_timeout: float = 90.0
 
     @classmethod
     def quick(cls) -> ScaleoutConfig:
-        return cls(rate=30.0, seconds=3.0, routers=(1, 2), churn_seconds=9.0, drain_timeout=60.0)
+        return cls(rate=30.0, seconds=3.0, routers=(1, 2), churn_seconds=9.0, idle_seconds=1.0, drain_timeout=60.0)
 
 
 @dataclass
@@ -152,8 +153,9 @@ def _step(ws: Workspace, config: ScaleoutConfig, route: int, *, churn: bool) -> 
             send_open_loop(ws, warm, rate, warm_count, LEDGER.capability)
             _wait_terminal(collector, warm, warm_count, config.drain_timeout)
             collector.take()
+            idle_cores = None if churn else _idle_cores(running, config.idle_seconds)
             processes = {**running.pids(), **{f"agent {i + 1}": a.pid for i, a in enumerate(agents.agents)}}
-            before = cpu.read(processes)
+            started, before = time.monotonic(), cpu.read(processes)
             timers = []
             if churn:  # +1 route process at a third of the send, -1 (one of the first two) at two thirds
                 timers = [threading.Timer(seconds / 3, lambda: running.start("router route 3", "route", wait=False)),
@@ -166,7 +168,8 @@ def _step(ws: Workspace, config: ScaleoutConfig, route: int, *, churn: bool) -> 
             for timer in timers:
                 timer.join()
             drained = _drain(collector, set(created), config.drain_timeout)
-            after = {**running.last_cpu, **cpu.read({**processes, **running.pids()})}
+            after = {**cpu.read({**processes, **running.pids()}), **running.last_cpu}  # a stopped one: its last
+            wall = time.monotonic() - started
             per_process = cpu.per_1k(before, after, count)
             workers = set(processes) | set(running.pids())
             result = _analyse(collector.take(), created, mode=mode, offered=rate, per_process=per_process,
@@ -174,9 +177,12 @@ def _step(ws: Workspace, config: ScaleoutConfig, route: int, *, churn: bool) -> 
         finally:
             collector.stop()
         result.figures.update(_figures(per_process, route_processes=3 if churn else route))
+        result.figures.update(_net_of_idle(result.figures["router_cpu_ms_per_request"], idle_cores, wall, count))
         result.figures["double_side_effects"] = double_side_effects(running.ledger, set(created))
         f = result.figures
-        said = [f"route CPU {_ms(f['router_cpu_ms_per_request'])} ms/request over "
+        said = [f"route CPU {_ms(f['router_cpu_ms_per_request'])} ms/request "
+                f"({_ms(f.get('router_marginal_cpu_ms_per_request'))} net of the idle "
+                f"{_ms(f.get('router_idle_cpu_ms_per_s'))} ms/s) over "
                 f"{int(f['route_processes'] or 0)} process(es) (each "
                 f"{_ms(f['router_cpu_ms_per_request_min'])}-{_ms(f['router_cpu_ms_per_request_max'])}), status "
                 f"{_ms(f['status_cpu_ms_per_request'])}, agents {_ms(f['agents_cpu_ms_per_request'])}; "
@@ -185,6 +191,31 @@ def _step(ws: Workspace, config: ScaleoutConfig, route: int, *, churn: bool) -> 
             said.insert(0, "2 route processes; a 3rd started at 1/3 of the send, the 2nd stopped (SIGTERM) at 2/3")
         result.notes = "; ".join(said + ([result.notes] if result.notes else []))
         return result
+
+
+def _idle_cores(running: Routers, seconds: float) -> float | None:
+    """CPU seconds per second the route processes spend with no traffic (polls, heartbeats, timers), summed."""
+    if seconds <= 0:
+        return None
+    routes = {k: v for k, v in running.pids().items() if k.startswith("router route")}
+    t, first = time.monotonic(), cpu.read(routes)
+    time.sleep(seconds)
+    spent = cpu.spent(first, cpu.read(routes))
+    if not spent or any(v is None for v in spent.values()):
+        return None
+    return sum(v or 0.0 for v in spent.values()) / (time.monotonic() - t)
+
+
+def _net_of_idle(total_ms: float | None, idle_cores: float | None, wall_s: float,
+                 count: int) -> dict[str, float | None]:
+    """The route processes' CPU per request without what they spend idle over the step's wall time: what one more
+    request costs, as against what one more process costs (its idle ms per second)."""
+    if total_ms is None or idle_cores is None or count <= 0:
+        return {"router_idle_cpu_ms_per_s": None if idle_cores is None else round(idle_cores * 1000, 2),
+                "router_marginal_cpu_ms_per_request": None}
+    marginal = (total_ms * count / 1000 - idle_cores * wall_s) / count * 1000
+    return {"router_idle_cpu_ms_per_s": round(idle_cores * 1000, 2),
+            "router_marginal_cpu_ms_per_request": round(marginal, 4), "step_wall_s": round(wall_s, 1)}
 
 
 def _drain(collector: Collector, created: set[str], timeout: float) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reach.tooling.bench.scaleout import _figures, double_side_effects
+from reach.tooling.bench.scaleout import _figures, _net_of_idle, double_side_effects
 
 
 def test_a_repeated_message_and_generation_is_a_double_side_effect(tmp_path: Path) -> None:
@@ -29,3 +29,10 @@ def test_a_process_that_could_not_be_read_makes_its_tier_unknown() -> None:
     f = _figures({"router route 1": None, "router route 2": 0.4, "router status": 0.3}, route_processes=2)
     assert f["router_cpu_ms_per_request"] is None and f["router_cpu_ms_per_request_max"] == 0.4
     assert f["agents_cpu_ms_per_request"] is None
+
+
+def test_the_marginal_cost_is_the_total_less_the_idle_spend_over_the_steps_wall_time() -> None:
+    # 3,000 requests at 1.0 ms each = 3 CPU s; 40 ms/s idle over 25 s = 1 CPU s: 2 CPU s for the requests
+    f = _net_of_idle(1.0, 0.04, 25.0, 3000)
+    assert f["router_idle_cpu_ms_per_s"] == 40.0 and f["router_marginal_cpu_ms_per_request"] == 0.6667
+    assert _net_of_idle(None, 0.04, 25.0, 3000)["router_marginal_cpu_ms_per_request"] is None
