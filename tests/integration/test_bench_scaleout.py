@@ -1,6 +1,8 @@
 """`reach bench --modes scaleout`'s churn step: a route process added and one removed (SIGTERM) under open-loop load,
-every process started through the `reach` CLI; every message ends once, and the ledger agent's handler ran once per
-message. Tiny counts; nothing here asserts on a timing or a CPU figure (docs/performance.md has the measured table)."""
+every process started through the `reach` CLI; every message ends, with one terminal status, and the ledger agent's
+handler ran once per message and generation. A receipt repeated identically (at least once) is allowed, as is OVERLOAD
+on a starved machine. Tiny counts; nothing here asserts on a timing or a CPU figure (docs/performance.md has the
+measured table)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,6 @@ def test_adding_and_removing_a_router_under_load_loses_nothing_and_repeats_no_si
     assert row.mode == "scaleout churn 30/s"
     assert row.messages == 360
     assert row.lost == 0, row.notes
-    assert row.duplicated == 0, row.notes  # no second terminal for any message (OVERLOAD on a starved machine is one)
+    assert row.figures["double_terminal"] == 0, row.notes  # one terminal per message and generation
     assert row.figures["double_side_effects"] == 0, row.notes
     assert row.figures["route_processes"] == 3.0  # two at the start, one added, one of the first two removed

@@ -31,7 +31,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+from reach.records import TERMINAL
 from reach.settings import KafkaSettings, RedisSettings
 from reach.tooling.bench import cpu
 from reach.tooling.bench.collector import Collector
@@ -42,6 +44,7 @@ from reach.tooling.bench.round_trip import (
     _analyse,
     _healthy,
     _wait_terminal,
+    decode_receipts,
     send_open_loop,
     stack,
 )
@@ -50,6 +53,7 @@ from reach.tooling.bench.workspace import Workspace
 from reach.tooling.faults import ledger_agent
 from reach.tooling.local.process import free_port
 
+TERMINAL_NAMES = frozenset(s.value for s in TERMINAL)
 LEDGER = Setup("ledger x2", ledger_agent.CAPABILITY, ledger_agent.AGENT_ID, "reach.tooling.faults.ledger_agent:agent",
                instances=2)
 
@@ -142,6 +146,16 @@ def double_side_effects(ledger: Path, created: set[str]) -> int:
     return sum(1 for (mid, _gen), n in runs.items() if n > 1 and mid in created)
 
 
+def double_terminal(receipts: list[dict[str, Any]], created: set[str]) -> int:
+    """Messages of this step with two different terminal statuses for one generation (a repeated identical
+    receipt, delivered at least once, is counted in `duplicated` instead)."""
+    ends: dict[tuple[str, int], set[str]] = {}
+    for r in receipts:
+        if r["message_id"] in created and r["status"] in TERMINAL_NAMES:
+            ends.setdefault((r["message_id"], int(r.get("generation") or 0)), set()).add(r["status"])
+    return sum(1 for statuses in ends.values() if len(statuses) > 1)
+
+
 def _step(ws: Workspace, config: ScaleoutConfig, route: int, *, churn: bool) -> ModeResult:
     rate, seconds = config.rate, (config.churn_seconds if churn else config.seconds)
     mode = f"scaleout churn {int(rate)}/s" if churn else f"scaleout {route} route {int(rate)}/s"
@@ -172,8 +186,10 @@ def _step(ws: Workspace, config: ScaleoutConfig, route: int, *, churn: bool) -> 
             wall = time.monotonic() - started
             per_process = cpu.per_1k(before, after, count)
             workers = set(processes) | set(running.pids())
-            result = _analyse(collector.take(), created, mode=mode, offered=rate, per_process=per_process,
+            seen = collector.take()
+            result = _analyse(seen, created, mode=mode, offered=rate, per_process=per_process,
                               workers=workers, drained=drained)
+            result.figures["double_terminal"] = double_terminal(decode_receipts(seen.receipts), set(created))
         finally:
             collector.stop()
         result.figures.update(_figures(per_process, route_processes=3 if churn else route))
@@ -186,7 +202,8 @@ def _step(ws: Workspace, config: ScaleoutConfig, route: int, *, churn: bool) -> 
                 f"{int(f['route_processes'] or 0)} process(es) (each "
                 f"{_ms(f['router_cpu_ms_per_request_min'])}-{_ms(f['router_cpu_ms_per_request_max'])}), status "
                 f"{_ms(f['status_cpu_ms_per_request'])}, agents {_ms(f['agents_cpu_ms_per_request'])}; "
-                f"{int(f['double_side_effects'] or 0)} double side effects"]
+                f"{int(f['double_side_effects'] or 0)} double side effects, {int(f['double_terminal'] or 0)} double "
+                "terminals"]
         if churn:
             said.insert(0, "2 route processes; a 3rd started at 1/3 of the send, the 2nd stopped (SIGTERM) at 2/3")
         result.notes = "; ".join(said + ([result.notes] if result.notes else []))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reach.tooling.bench.scaleout import _figures, _net_of_idle, double_side_effects
+from reach.tooling.bench.scaleout import _figures, _net_of_idle, double_side_effects, double_terminal
 
 
 def test_a_repeated_message_and_generation_is_a_double_side_effect(tmp_path: Path) -> None:
@@ -36,3 +36,15 @@ def test_the_marginal_cost_is_the_total_less_the_idle_spend_over_the_steps_wall_
     f = _net_of_idle(1.0, 0.04, 25.0, 3000)
     assert f["router_idle_cpu_ms_per_s"] == 40.0 and f["router_marginal_cpu_ms_per_request"] == 0.6667
     assert _net_of_idle(None, 0.04, 25.0, 3000)["router_marginal_cpu_ms_per_request"] is None
+
+
+def test_two_different_terminals_of_one_generation_are_a_double_terminal_and_a_repeat_is_not() -> None:
+    receipts = [{"message_id": "a", "generation": 1, "status": "ROUTED"},
+                {"message_id": "a", "generation": 1, "status": "COMPLETED"},
+                {"message_id": "a", "generation": 1, "status": "COMPLETED"},  # delivered twice, the same ending
+                {"message_id": "b", "generation": 1, "status": "COMPLETED"},
+                {"message_id": "b", "generation": 1, "status": "FAILED"},
+                {"message_id": "c", "generation": 1, "status": "FAILED"},
+                {"message_id": "c", "generation": 2, "status": "COMPLETED"}]  # a retry's new generation
+    assert double_terminal(receipts, {"a", "b", "c"}) == 1
+    assert double_terminal(receipts, {"a", "c"}) == 0
