@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 GRPCURL_VERSION := v1.9.3
 GRPCURL := $(HOME)/.cache/agent-reach/bin/grpcurl
 
-.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak image image-test chart-test proto clean
+.PHONY: setup demo test ci unit lint fuzz fuzz-api bench bench-smoke faults soak image image-test chart-test proto clean
 
 setup: $(VENV)/.installed $(GRPCURL)
 	@scripts/setup.sh
@@ -23,6 +23,12 @@ demo: setup
 
 test: setup
 	@scripts/test.sh
+
+# CI (.ci/run; decision 0067): `make test` with the image and the chart checked beside its parallel part. What CI
+# runs in a short form, at full length: `make soak` (CI: 3 min), `make faults` (CI: leader SIGKILL and Redis restart
+# on the cluster), `make bench-smoke` (CI: without the peers and the echo knee), `make bench` (the figures).
+ci: setup $(HELM)
+	@REACH_TEST_EXTRAS="image chart" HELM=$(HELM) scripts/test.sh
 
 unit: setup
 	@$(BIN)/pytest -q tests/unit
@@ -42,6 +48,10 @@ fuzz-api: setup
 
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench
+
+# The bench smoke with what CI leaves out of it (decision 0067): the peers, gateway and intent modes, the echo knee.
+bench-smoke: setup
+	@REACH_CI=1 REACH_BENCH_SMOKE=full scripts/with-local.sh $(BIN)/pytest -q -m serial tests/integration/test_bench_smoke.py
 
 # The fault suite (docs/reliability.md): a 3-broker cluster under .reach/faults, every scenario, the table.
 faults: setup
