@@ -27,6 +27,7 @@ from reach.tooling.bench import (
     swarm,
 )
 from reach.tooling.bench import publish as publish_mode
+from reach.tooling.bench import scaleout as scaleout_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
 from reach.tooling.bench.peers import PeersConfig
@@ -35,7 +36,7 @@ from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
 MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
-         "intent", "publish", "swarm")
+         "intent", "publish", "scaleout", "swarm")
 OPT_IN = ("swarm",)
 """Modes `all` leaves out: named with --modes only (the swarm starts hundreds of agent instances)."""
 STATUS_SCALE = "reach.tooling.bench.status_scale"
@@ -66,6 +67,7 @@ class BenchConfig:
     knee: KneeConfig = field(default_factory=KneeConfig)
     peers: PeersConfig = field(default_factory=PeersConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    scaleout: scaleout_mode.ScaleoutConfig = field(default_factory=scaleout_mode.ScaleoutConfig)
     swarm: swarm.SwarmConfig = field(default_factory=swarm.SwarmConfig)
 
     @classmethod
@@ -73,7 +75,8 @@ class BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
                 "rate_seconds": 1.0, "idle_seconds": 1.0, "idle_settle": 0.5, "scoring_calls": 100,
                 "knee": KneeConfig.quick(), "peers": PeersConfig.quick(), "status_messages": 2_000,
-                "gateway": GatewayConfig.quick(), "swarm": swarm.SwarmConfig.quick()}
+                "gateway": GatewayConfig.quick(), "scaleout": scaleout_mode.ScaleoutConfig.quick(),
+                "swarm": swarm.SwarmConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -101,6 +104,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("gateway", lambda: _gateway(config, kafka)),
             ("intent", lambda: intent.run()),
             ("publish", lambda: _publish(config, kafka)),
+            ("scaleout", lambda: scaleout_mode.run(config.scaleout, kafka=kafka, topics_file=config.topics_file)),
             ("swarm", lambda: _swarm(config, kafka, progress)),
         ]
         for name, step in steps:
@@ -120,7 +124,8 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
         status_messages=config.status_messages, **knee_conf,
         gateway_rates=list(config.gateway.rates), gateway_seconds=config.gateway.seconds,
         gateway_generators=config.gateway.generators, peers=list(config.peers.peers), peers_high=config.peers.high,
-        peers_workers=config.peers.workers,
+        peers_workers=config.peers.workers, scaleout_rate=config.scaleout.rate,
+        scaleout_seconds=config.scaleout.seconds, scaleout_routers=list(config.scaleout.routers),
         **({f"swarm_{k}": v for k, v in asdict(config.swarm).items()} if "swarm" in config.modes else {}),
         seconds=round(time.monotonic() - started)))
 
