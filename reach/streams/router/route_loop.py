@@ -243,7 +243,7 @@ class Router(Worker[bytes]):
         now = now_ms()
         table = self._tables.at(now)
         batch = self._batch = _Batch(table, Decider(
-            now_ms=now, loads=self.state.loads.view(table.live, now_ms=now), disabled=table.disabled,
+            now_ms=now, loads=self.state.loads.on_demand(table.live_by_id, now_ms=now), disabled=table.disabled,
             health=self.state.health, canaries=table.canaries, costs=self.state.costs.means, rng=self._rng))
         for record in records:
             tp = (record.topic, record.partition)
