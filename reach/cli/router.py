@@ -10,6 +10,7 @@ from types import FrameType
 
 import typer
 
+from reach import traceexport
 from reach.cli.common import check_redis_login
 from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients
@@ -35,6 +36,7 @@ def router(
 
     # a crash in native code (librdkafka, RocksDB) prints every thread's Python stack to stderr, not nothing
     faulthandler.enable(all_threads=True)
+    traceexport.configure("reach-resolver" if role == "resolve" else "reach-router")  # when OTEL_* asks for it
     if role == "resolve":
         from reach.cli.intents import run_resolver
 

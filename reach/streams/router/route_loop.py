@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
-from reach import dlq
+from reach import dlq, tracing
 from reach.core import allowance, fallback, sessionmap
 from reach.core.candidates import RouteRequest
 from reach.core.commits import CommitLedger
@@ -429,7 +429,7 @@ class Router(SupervisedLoop):
                     asked, outcome.timeout_factor)})
             self.qps.take(instance, clock)
             delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
-                             headers=msg.headers(), partition=outcome.partition,
+                             headers=tracing.routed(msg, envelope, outcome, since=clock), partition=outcome.partition,
                              then=functools.partial(_forwarded, batch, position, request, outcome, reply))
             batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))
             if self.affinity.set(session, instance.instance_id, now):
