@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
+from reach.tooling.otlpsink import OtlpReceiver, ReceivedSpan
 from reach.tracing import trace_int
 from tests.integration.agent_support import spawn, wait_for
 from tests.integration.channel_servers import Receiver, listening
-from tests.integration.otlp_receiver import OtlpReceiver, ReceivedSpan
 from tests.integration.stream_app import ROOT, StreamApp
 from tests.integration.test_channels_closure import ready
 from tests.integration.test_gateway_http import Gateway, create_app

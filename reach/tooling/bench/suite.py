@@ -13,6 +13,7 @@ from typing import Any
 from reach.settings import KafkaSettings
 from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, peers, quix, raw, round_trip, route, scoring
 from reach.tooling.bench import publish as publish_mode
+from reach.tooling.bench import tracing as tracing_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
 from reach.tooling.bench.peers import PeersConfig
@@ -21,7 +22,7 @@ from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
 MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
-         "intent", "publish")
+         "intent", "publish", "tracing")
 STATUS_SCALE = "reach.tooling.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -84,6 +85,8 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("gateway", lambda: _gateway(config, kafka)),
             ("intent", lambda: intent.run()),
             ("publish", lambda: _publish(config, kafka)),
+            ("tracing", lambda: tracing_mode.run(lambda: Workspace(kafka=kafka, topics_file=config.topics_file),
+                                                 rate=config.rates[0], seconds=config.rate_seconds)),
         ]
         for name, step in steps:
             if name in config.modes:

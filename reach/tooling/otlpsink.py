@@ -1,7 +1,8 @@
-"""A real OTLP/HTTP trace receiver on loopback for integration tests: `POST /v1/traces` with an
-ExportTraceServiceRequest (protobuf, optionally gzip), decoded by opentelemetry-proto, answered as a collector
-answers; the spans it received are read back by trace id. The exporter in the Reach processes talks to it exactly
-as it talks to the OpenTelemetry Collector's `otlphttp` receiver (same path, body and answer)."""
+"""A real OTLP/HTTP trace receiver on loopback: `POST /v1/traces` with an ExportTraceServiceRequest (protobuf,
+optionally gzip), decoded by opentelemetry-proto and answered as a collector answers. The exporter in the Reach
+processes talks to it exactly as it talks to the OpenTelemetry Collector's OTLP/HTTP receiver (same path, body
+and answer). tests/integration/test_traces.py reads the spans back by trace id; `reach bench --modes tracing`
+exports to it with `keep=False` (spans counted, not kept)."""
 
 from __future__ import annotations
 
@@ -44,9 +45,11 @@ def _attributes(pairs: Any) -> dict[str, Any]:
 class OtlpReceiver:
     """`with OtlpReceiver() as r:` serves on a free loopback port; `r.endpoint` is OTEL_EXPORTER_OTLP_ENDPOINT."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep: bool = True) -> None:
         self.spans: list[ReceivedSpan] = []
         self.requests = 0
+        self.received = 0  # spans, kept or not
+        self._keep_spans = keep
         self._lock = threading.Lock()
         receiver = self
 
@@ -80,6 +83,12 @@ class OtlpReceiver:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def _keep(self, request: ExportTraceServiceRequest) -> None:
+        if not self._keep_spans:
+            count = sum(len(scope.spans) for rs in request.resource_spans for scope in rs.scope_spans)
+            with self._lock:
+                self.requests += 1
+                self.received += count
+            return
         found = []
         for resource_spans in request.resource_spans:
             service = str(_attributes(resource_spans.resource.attributes).get("service.name", ""))
@@ -93,6 +102,7 @@ class OtlpReceiver:
                                for link in span.links]))
         with self._lock:
             self.requests += 1
+            self.received += len(found)
             self.spans.extend(found)
 
     def trace(self, trace_id: str) -> list[ReceivedSpan]:
