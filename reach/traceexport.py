@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 from collections.abc import Mapping
 
 from opentelemetry import trace
@@ -73,12 +72,12 @@ def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
     return OTLPSpanExporter()  # endpoint, headers, timeout and compression from OTEL_EXPORTER_OTLP_*
 
 
-def configure(service: str, env: Mapping[str, str] | None = None) -> bool:
+def configure(service: str, env: Mapping[str, str]) -> bool:
     """Install the SDK with the exporters OTEL_* asks for, `service.name` = `service` unless OTEL_SERVICE_NAME
     or OTEL_RESOURCE_ATTRIBUTES names one. False (nothing installed) when no exporter is asked for, or the
     application installed a tracer provider of its own (it keeps it). Spans still open at exit are flushed by
-    the SDK's own exit hook."""
-    env = os.environ if env is None else env
+    the SDK's own exit hook. `env` is the entry point's environment: it decides whether anything is installed
+    (the SDK then reads its own settings, endpoint to sampler, from the process's environment)."""
     names = exporters_asked(env)
     if not names:
         return False

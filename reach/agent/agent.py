@@ -372,7 +372,7 @@ class Agent:
         settings = ReachSettings()
         codec.use_schema_registry(settings.schema_registry_url)
         writeas.use(settings.records_write_as)
-        traceexport.configure("reach-agent")  # when OTEL_* asks for traces and the application installed no SDK
+        traceexport.configure("reach-agent", os.environ)  # when OTEL_* asks, and the application installed no SDK
         self._runner = Runner(self, kafka=KafkaSettings(), redis=RedisSettings(), settings=settings)
         self._runner.run(install_signals=install_signals)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import threading
 from types import FrameType
@@ -36,7 +37,7 @@ def router(
 
     # a crash in native code (librdkafka, RocksDB) prints every thread's Python stack to stderr, not nothing
     faulthandler.enable(all_threads=True)
-    traceexport.configure("reach-resolver" if role == "resolve" else "reach-router")  # when OTEL_* asks for it
+    traceexport.configure("reach-resolver" if role == "resolve" else "reach-router", os.environ)  # when OTEL_* asks
     if role == "resolve":
         from reach.cli.intents import run_resolver
 
