@@ -215,12 +215,14 @@ def intake(envelope: Envelope, topic: str) -> contextlib.AbstractContextManager[
 
 
 class Record(Protocol):
-    """A consumed Kafka record, as the router holds it (confluent-kafka's Message)."""
+    """A consumed Kafka record, as the router holds it (reach.kafka.worker.Record)."""
 
-    def headers(self) -> Any: ...
-    def topic(self) -> str | None: ...
-    def partition(self) -> int | None: ...
-    def offset(self) -> int | None: ...
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def raw_headers(self) -> Any: ...
 
 
 def routed(record: Record, envelope: dict[str, Any], outcome: object, *, since: float) -> Any:
@@ -228,12 +230,12 @@ def routed(record: Record, envelope: dict[str, Any], outcome: object, *, since: 
     `since`, a time.monotonic() reading, to now, a child of the span that produced it, ended at once) is what
     their `traceparent` names, and `x-reach-created-by` keeps the producer's span (the creation context). With
     spans off: the record's own headers, untouched."""
-    headers = record.headers()
+    headers = record.raw_headers
     if not on():
         return headers
     parent = trace.get_current_span(context_of(headers, envelope["trace_id"], envelope["message_id"]))
-    attributes = {**messaging("process", record.topic() or "", envelope["message_id"],
-                              partition=record.partition(), offset=record.offset()),
+    attributes = {**messaging("process", record.topic, envelope["message_id"], partition=record.partition,
+                              offset=record.offset),
                   **envelope_attributes(envelope), "reach.route.outcome": type(outcome).__name__}
     instance = getattr(outcome, "instance", None)
     if instance is not None:

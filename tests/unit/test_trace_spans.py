@@ -29,19 +29,8 @@ class Record:
     """A consumed record as the router holds it."""
 
     def __init__(self, headers: list[tuple[str, bytes]] | None) -> None:
-        self._headers = headers
-
-    def headers(self) -> list[tuple[str, bytes]] | None:
-        return self._headers
-
-    def topic(self) -> str:
-        return "ns.cap.a.b"
-
-    def partition(self) -> int:
-        return 3
-
-    def offset(self) -> int:
-        return 42
+        self.raw_headers = headers
+        self.topic, self.partition, self.offset = "ns.cap.a.b", 3, 42
 
 
 @pytest.fixture
