@@ -28,6 +28,7 @@ from reach.tooling.bench import (
 )
 from reach.tooling.bench import publish as publish_mode
 from reach.tooling.bench import scaleout as scaleout_mode
+from reach.tooling.bench import tracing as tracing_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
 from reach.tooling.bench.peers import PeersConfig
@@ -36,7 +37,7 @@ from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
 MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
-         "intent", "publish", "scaleout", "swarm")
+         "intent", "publish", "scaleout", "tracing", "swarm")
 OPT_IN = ("swarm",)
 """Modes `all` leaves out: named with --modes only (the swarm starts hundreds of agent instances)."""
 STATUS_SCALE = "reach.tooling.bench.status_scale"
@@ -105,6 +106,8 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("intent", lambda: intent.run()),
             ("publish", lambda: _publish(config, kafka)),
             ("scaleout", lambda: scaleout_mode.run(config.scaleout, kafka=kafka, topics_file=config.topics_file)),
+            ("tracing", lambda: tracing_mode.run(lambda: Workspace(kafka=kafka, topics_file=config.topics_file),
+                                                 rate=config.rates[0], seconds=config.rate_seconds)),
             ("swarm", lambda: _swarm(config, kafka, progress)),
         ]
         for name, step in steps:
