@@ -32,6 +32,18 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
    (reach.kafka.supervised) starts a fresh consumer after a growing backoff. Anything else stops the worker.
 8. **Metrics.** Each `WorkerMetrics` in `metrics` is told of every batch, failed record and rewind (no-op hooks).
 
+Optional hooks, no-ops unless a loop overrides them (decision 0064):
+- `owed()`: outputs no input record caused (a timer's records, work handed over by another thread), asked for on
+  every turn of the loop and produced with that turn's batch, or alone when no record came. Nothing is committed
+  for them, so an unacknowledged one holds no partition: the loop learns what got through from `acknowledged`
+  and offers the rest again.
+- `acknowledged(outputs)`: after a batch's flush, the outputs (of `handle`, `failed` and `owed`) the broker
+  acknowledged. For bookkeeping that must not run before the ack (what was sent, so a record read again after a
+  failed batch sends what is missing). Delivery reports are only tracked per output when a loop overrides it.
+- `assigned(partitions)` / `revoked(partitions)`: the rebalance, after the worker's own handling (`revoked` after
+  the final commit; also on lost). In them, and in `handle`, `committed(partitions)`, `pause(partitions)` and
+  `read_to_end(topic)` ask the run's consumer.
+
 The same code runs on the in-memory bus (a `memory://` bootstrap builds reach.kafka.memory's clients).
 """
 
@@ -199,6 +211,9 @@ class Worker(SupervisedLoop, Generic[T]):
         self.kafka = kafka
         self.subscription = subscription
         self.metrics = list(metrics)
+        self._consumer: Consumer | None = None
+        self._delivered: list[Output] = []
+        self._tracks_acks = type(self).acknowledged is not Worker.acknowledged
         spec = subscription.decode
         if isinstance(spec, Mapping):
             decoders = {topic: decoder(d) for topic, d in spec.items()}
@@ -228,6 +243,41 @@ class Worker(SupervisedLoop, Generic[T]):
     def idle(self) -> None:
         """Called when a poll found nothing (timers)."""
 
+    def owed(self) -> Iterable[Output]:
+        """Outputs caused by no input record, asked for on every turn (produced with the turn's batch, or alone);
+        none is committed for, so a loop offers an unacknowledged one again (see `acknowledged`)."""
+        return ()
+
+    def acknowledged(self, outputs: list[Output]) -> None:
+        """The outputs of a batch (and of `owed`) the broker acknowledged, after the batch's flush."""
+
+    def assigned(self, partitions: list[TopicPart]) -> None:
+        """Partitions given to this worker (called inside the poll that learnt of them, before their records)."""
+
+    def revoked(self, partitions: list[TopicPart]) -> None:
+        """Partitions taken away (after the final commit of what was acknowledged), or lost."""
+
+    # -- what a loop may ask of the run's consumer (in handle, owed and the rebalance hooks) ------------
+
+    def committed(self, partitions: list[TopicPart], timeout: float = 10.0) -> dict[TopicPart, int]:
+        """The group's committed offsets of `partitions` (negative: none yet)."""
+        found = self._consumer_now().committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+    def pause(self, partitions: list[TopicPart]) -> None:
+        """Stop reading `partitions` (membership only: their records are read elsewhere, or not at all)."""
+        self._consumer_now().pause([TopicPartition(t, p) for t, p in partitions])
+
+    def read_to_end(self, topic: str, partitions: Iterable[TopicPart]) -> list[TopicPart]:
+        """Those of `partitions` of `topic` whose position has reached the high watermark of the last fetch (local
+        calls, no broker round trip)."""
+        return clients.at_end(self._consumer_now(), topic, partitions)
+
+    def _consumer_now(self) -> Consumer:
+        if self._consumer is None:
+            raise RuntimeError("the worker's consumer is asked for outside a run")
+        return self._consumer
+
     # -- the loop ------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -238,9 +288,12 @@ class Worker(SupervisedLoop, Generic[T]):
         consumer = clients.consumer(sub.group, self.kafka, profile=sub.profile, **{
             **sub.consumer_config, "on_commit": functools.partial(clients.on_commit, ledger)})
         producer = clients.producer(self.kafka, profile=sub.producer_profile, **sub.producer_config)
+        self._consumer = consumer
 
         def assigned(_c: Consumer, tps: list[TopicPartition]) -> None:
-            owned.update((tp.topic, tp.partition) for tp in tps)
+            parts = [(tp.topic, tp.partition) for tp in tps]
+            owned.update(parts)
+            self.assigned(parts)
 
         def revoked(c: Consumer, tps: list[TopicPartition]) -> None:
             parts = [(tp.topic, tp.partition) for tp in tps]
@@ -252,6 +305,7 @@ class Worker(SupervisedLoop, Generic[T]):
             ledger.forget(parts)
             held.forget(parts)
             owned.difference_update(parts)
+            self.revoked(parts)
 
         try:
             for topic in sub.topics:
@@ -272,9 +326,11 @@ class Worker(SupervisedLoop, Generic[T]):
                 if next_due is not None:
                     wait = max(0.0, min(wait, next_due - time.monotonic()))
                 messages = clients.take(consumer, sub.max_records, wait, window_s=sub.window_ms / 1000)
-                if messages:
-                    ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held))
-                else:
+                owed = list(self.owed())
+                if messages or owed:
+                    ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held,
+                                             owed=owed))
+                if not messages:
                     producer.poll(0)
                     self.idle()
                 clients.send_commits(consumer, ledger, owned)  # also resends an idle partition's failed commit
@@ -283,16 +339,21 @@ class Worker(SupervisedLoop, Generic[T]):
                 producer.flush(sub.flush_s)  # a batch cut short commits nothing past what was acknowledged
                 clients.commit_now(consumer, ledger)
             finally:
+                self._consumer = None
                 consumer.close()
+                if owned:  # closed without a revoke callback (the in-memory bus): the run owns nothing now
+                    self.revoked(sorted(owned))
                 self.closed()
 
     def process(self, messages: list[Message], *, consumer: Consumer, producer: Producer,
-                backoff: PartitionBackoff | None = None) -> dict[TopicPart, int]:
-        """Handle one batch read by `consumer`, producing with `producer`; the commit points it reached (the loop hands
-        them to its ledger). The loop's own step, and the seam a unit test drives with fakes."""
+                backoff: PartitionBackoff | None = None, owed: Sequence[Output] = ()) -> dict[TopicPart, int]:
+        """Handle one batch read by `consumer` (and produce the `owed` outputs, caused by no record), producing with
+        `producer`; the commit points it reached (the loop hands them to its ledger). The loop's own step, and the
+        seam a unit test drives with fakes."""
         held = backoff or PartitionBackoff()
         started = time.monotonic()
         acks = Acks()
+        self._delivered = []
         records: list[Record[T]] = []
         by_position: dict[Position, Record[T]] = {}
         undecodable: list[tuple[Record[T], BaseException]] = []
@@ -330,6 +391,8 @@ class Worker(SupervisedLoop, Generic[T]):
             outputs += self._failed(bad, why, acks)
         for out in outputs:
             self._produce(producer, acks, out, every)
+        for out in owed:
+            self._produce(producer, acks, out, [])
         producer.flush(self.subscription.flush_s)
         refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
         if refused:  # dead-letter (or whatever `failed` says) instead, so they never hold their partition
@@ -340,6 +403,8 @@ class Worker(SupervisedLoop, Generic[T]):
                 for out in self._failed(record, error, acks):
                     self._produce(producer, acks, out, [position])
             producer.flush(self.subscription.flush_s)
+        if self._tracks_acks:
+            self.acknowledged(self._delivered)
         commits = self._settle(acks, consumer, held, holds)
         stats = BatchStats(records=len(by_position), decoded=len(records), skipped=skipped,
                            failed=len(undecodable), outputs=len(outputs), rewound=len(acks.rewinds()) - len(holds),
@@ -386,8 +451,9 @@ class Worker(SupervisedLoop, Generic[T]):
 
     def _produce(self, producer: Producer, acks: Acks, out: Output, every: list[Position]) -> None:
         cause: Position | list[Position] = out.cause if out.cause is not None else every
+        then = functools.partial(_append, self._delivered, out) if self._tracks_acks else None
         delivery.produce(producer, acks, cause, out.topic, out.value, key=out.key, headers=out.headers,
-                         partition=out.partition)
+                         partition=out.partition, then=then)
 
     def _settle(self, acks: Acks, consumer: Consumer, held: PartitionBackoff,
                 holds: Mapping[TopicPart, Hold]) -> dict[TopicPart, int]:
@@ -416,6 +482,10 @@ class Worker(SupervisedLoop, Generic[T]):
             for hook in self.metrics:
                 hook.rewound(self.label or self.thread_name, (topic, partition), offset, delay)
         return commits
+
+
+def _append(acked: list[Output], out: Output, _msg: Any) -> None:
+    acked.append(out)
 
 
 def _caused_by(out: Output, record: Record[Any]) -> Output:
