@@ -35,8 +35,8 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
 Optional hooks, no-ops unless a loop overrides them (decision 0064):
 - `owed()`: outputs no input record caused (a timer's records, work handed over by another thread), asked for on
   every turn of the loop and produced with that turn's batch, or alone when no record came. Nothing is committed
-  for them, so an unacknowledged one holds no partition: the loop learns what got through from `acknowledged`
-  and offers the rest again.
+  for them, so an unacknowledged one holds no partition: the loop learns what got through from `acknowledged`,
+  what the broker refused for good from `owed_refused(output, errors)`, and offers the rest again.
 - `acknowledged(outputs)`: after a batch's flush, the outputs (of `handle`, `failed` and `owed`) the broker
   acknowledged. For bookkeeping that must not run before the ack (what was sent, so a record read again after a
   failed batch sends what is missing). Delivery reports are only tracked per output when a loop overrides it.
@@ -248,6 +248,11 @@ class Worker(SupervisedLoop, Generic[T]):
         none is committed for, so a loop offers an unacknowledged one again (see `acknowledged`)."""
         return ()
 
+    def owed_refused(self, output: Output, errors: list[Any]) -> None:
+        """An output of `owed` the broker refused for good (too large, no such topic): never offer it again."""
+        log.warning("%s: %s refused for good: %s", self.label or self.thread_name, output.topic,
+                    ", ".join(map(delivery.describe, errors)))
+
     def acknowledged(self, outputs: list[Output]) -> None:
         """The outputs of a batch (and of `owed`) the broker acknowledged, after the batch's flush."""
 
@@ -391,9 +396,14 @@ class Worker(SupervisedLoop, Generic[T]):
             outputs += self._failed(bad, why, acks)
         for out in outputs:
             self._produce(producer, acks, out, every)
-        for out in owed:
-            self._produce(producer, acks, out, [])
+        spare = Acks()  # the owed outputs' own ledger: they hold no input
+        for n, out in enumerate(owed):
+            self._produce(producer, spare, out, [("", -1, n)])
         producer.flush(self.subscription.flush_s)
+        for n, out in enumerate(owed):
+            errors = spare.errors(("", -1, n))
+            if errors and all(delivery.permanent(e) for e in errors):
+                self.owed_refused(out, errors)
         refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
         if refused:  # dead-letter (or whatever `failed` says) instead, so they never hold their partition
             for position in refused:
