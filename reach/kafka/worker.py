@@ -81,7 +81,7 @@ function of the bytes, or None (the bytes as they are)."""
 class Record(Generic[T]):
     """One consumed record: where it was read, its key and headers, and its value decoded once (`value`)."""
 
-    __slots__ = ("_headers", "key", "offset", "partition", "raw", "topic", "value")
+    __slots__ = ("_headers", "_msg", "key", "offset", "partition", "raw", "topic", "value")
 
     def __init__(self, msg: Message) -> None:
         self.topic: str = msg.topic() or ""
@@ -90,11 +90,17 @@ class Record(Generic[T]):
         self.key: bytes | None = msg.key()
         self.raw: bytes | None = msg.value()
         self._headers: Any = msg.headers()
+        self._msg = msg
         self.value: T | None = None
 
     @property
     def position(self) -> Position:
         return (self.topic, self.partition, self.offset)
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The record's timestamp (epoch ms; the broker's or the producer's, as the topic keeps it)."""
+        return int(self._msg.timestamp()[1])
 
     @property
     def headers(self) -> H.Pairs:
