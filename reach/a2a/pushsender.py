@@ -41,7 +41,7 @@ from reach.errors import InfraUnavailable
 from reach.kafka import codec
 from reach.kafka.acks import Position
 from reach.kafka.types import KafkaException
-from reach.kafka.worker import Output, Record, Refused, Subscription, Worker
+from reach.kafka.worker import Delivered, Output, Record, Refused, Subscription, Worker
 from reach.names import Names
 from reach.settings import KafkaSettings
 
@@ -131,11 +131,11 @@ class PushSender(Worker[bytes]):
         self._expire(now)
         return outputs
 
-    def acknowledged(self, outputs: list[Output]) -> None:
+    def acknowledged(self, delivered: list[Delivered]) -> None:
         """Remember what the broker took; an offered row with a notification that did not get through (and was
         not refused for good) is offered again RETRY_S later."""
-        for out in outputs:
-            owing = self._owing.pop(id(out), None)
+        for done in delivered:
+            owing = self._owing.pop(id(done.output), None)
             if owing is None:  # not a notification
                 continue
             (task_id, config_id, mid), _ = owing

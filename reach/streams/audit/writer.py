@@ -9,7 +9,7 @@ appends the events of the records at or after the committed offset only, and com
 events before it are acknowledged by the broker (commit after ack). A restarted writer therefore appends
 nothing again; a change in flight when it stopped is appended once more only if the audit did not get it.
 
-It runs on the batch worker (reach.kafka.worker, decisions 0053 and 0064): the rebuild is its `assigned` hook, an
+It runs on the batch worker (reach.kafka.worker, decisions 0053 and 0064): the rebuild is its `on_assigned` hook, an
 event is an output caused by its record, an eviction (an instance silent in a registry partition read to its
 end) an output owed by no record. The book learns a record when it is handled, so a batch whose events are not
 all acknowledged restarts the writer (a fresh book, rebuilt from the audit topic) rather than reading the
@@ -30,7 +30,7 @@ from reach.kafka import codec, headers, topicreader
 from reach.kafka.acks import Position
 from reach.kafka.auditlog import read_events
 from reach.kafka.codec import RegistryUnavailable
-from reach.kafka.worker import INFRASTRUCTURE, Output, Record, Subscription, Worker
+from reach.kafka.worker import INFRASTRUCTURE, Delivered, Output, Record, Subscription, Worker
 from reach.names import Names
 from reach.records import AgentRegistration, App, AuditEvent, Control, InstanceHealth
 from reach.settings import KafkaSettings
@@ -149,7 +149,7 @@ class AuditWriter(Worker[bytes]):
         except TopicMissing as exc:  # not applied yet: try again after the backoff, never stop for good
             raise NotReady(str(exc)) from None
 
-    def assigned(self, partitions: list[TopicPart]) -> None:
+    def on_assigned(self, partitions: list[TopicPart]) -> None:
         """Rebuild the book: the audit topic's events, then the partitions' records before the committed offsets."""
         committed = self.committed(partitions) if partitions else {}
         history = read_events(names=self._names, kafka=self.kafka) if partitions else iter(())
@@ -164,7 +164,7 @@ class AuditWriter(Worker[bytes]):
         finally:
             reader.close()
 
-    def revoked(self, partitions: list[TopicPart]) -> None:
+    def on_lost(self, partitions: list[TopicPart]) -> None:
         self.driver.revoked(partitions)
 
     def handle(self, records: list[Record[bytes]]) -> Iterable[Output]:
@@ -178,11 +178,11 @@ class AuditWriter(Worker[bytes]):
         self._expected += len(evicted)
         return [self._append(event, None) for event in evicted]
 
-    def acknowledged(self, outputs: list[Output]) -> None:
+    def acknowledged(self, delivered: list[Delivered]) -> None:
         expected, self._expected = self._expected, 0
-        if len(outputs) < expected:  # the book already knows these records: rebuild it rather than read them again
-            raise InfraUnavailable(f"audit: {expected - len(outputs)} of {expected} event(s) not acknowledged")
-        self.appended += len(outputs)
+        if len(delivered) < expected:  # the book already knows these records: rebuild it rather than read them again
+            raise InfraUnavailable(f"audit: {expected - len(delivered)} of {expected} event(s) not acknowledged")
+        self.appended += len(delivered)
 
     def _append(self, event: AuditEvent, cause: Position | None) -> Output:
         return Output(self._names.audit, codec.encode(event), key=event.subject.encode(), cause=cause)

@@ -10,7 +10,7 @@ from typing import Any
 from reach.a2a import push
 from reach.a2a.pushsender import PushSender
 from reach.kafka import codec
-from reach.kafka.worker import Output, Record, Refused
+from reach.kafka.worker import Delivered, Output, Record, Refused
 from reach.names import Names
 from reach.records import Envelope
 from reach.settings import KafkaSettings
@@ -88,7 +88,7 @@ def sender(book: Any = None) -> PushSender:
 def batch(out: PushSender, recs: list[Record[bytes]], *, ack: bool = True) -> list[Output]:
     """One turn of the worker: the batch's outputs and the owed ones, acknowledged (or not)."""
     outputs = [*out.handle(recs), *out.owed()] if recs else list(out.owed())
-    out.acknowledged(outputs if ack else [])
+    out.acknowledged([Delivered(o, 0, n) for n, o in enumerate(outputs)] if ack else [])
     return outputs
 
 

@@ -15,6 +15,7 @@ from reach.a2a import push, pushsender
 from reach.a2a.pushbook import MemoryPushBook
 from reach.a2a.pushsender import PushCollector
 from reach.kafka import codec
+from reach.kafka.worker import Delivered
 from reach.records import Envelope
 from tests.unit.a2a.test_pushsender import ROW, batch, records, sender
 
@@ -67,7 +68,7 @@ def test_an_offered_row_not_acknowledged_is_offered_again_and_one_refused_for_go
     again = list(out.owed())
     assert len(again) == len(first) == 2, "offered again"
     out.owed_refused(again[0], ["too large"])
-    out.acknowledged(again[1:])
+    out.acknowledged([Delivered(o, 0, 0) for o in again[1:]])
     assert out.refused == 1 and out.produced == 1
     assert batch(out, []) == [], "settled: nothing offered again"
 
