@@ -125,7 +125,6 @@ def test_no_shell_module_shares_its_name_with_a_core_module() -> None:
 # The list only shrinks: the test below fails when a file here no longer imports it, so remove it then.
 PENDING_CONFLUENT = frozenset({
     # loops not on the worker yet
-    "reach/streams/health/writer.py",
     "reach/streams/resolver/resolve_loop.py",
 })
 
