@@ -140,17 +140,18 @@ class HealthWriter(FedLoop):
     def _loop(self) -> None:
         producer = clients.producer(self._kafka, profile="feed")
         self._release_all()  # a restarted loop owns nothing until its new group member is assigned
-        group = Membership(
-            group=health_group(self.names), topic=self.names.health, kafka=self._kafka, on_assigned=self._assigned,
-            on_revoked=lambda parts: self._revoked(producer, parts, flush=True),
-            on_lost=lambda parts: self._revoked(producer, parts, flush=False),
-            config={"client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
-                    "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
-                    "max.poll.interval.ms": 600_000})
+        group: Membership | None = None
         replay: Consumer | None = None
         try:
+            self._follow_meta()  # before joining: replayed calls are judged with the policies and builds
+            group = Membership(
+                group=health_group(self.names), topic=self.names.health, kafka=self._kafka,
+                on_assigned=self._assigned, on_revoked=lambda parts: self._revoked(producer, parts, flush=True),
+                on_lost=lambda parts: self._revoked(producer, parts, flush=False),
+                config={"client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
+                        "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
+                        "max.poll.interval.ms": 600_000})
             self.partitions = len(group.partitions())
-            self._follow_meta()
             self._mark_ready()
             next_tick = 0.0
             while not self._stop.is_set():
