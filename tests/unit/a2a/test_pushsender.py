@@ -5,11 +5,13 @@ what the broker did not acknowledge is owed again; a refusal no retry cures is c
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from typing import Any
 
-from reach.a2a import push
+from reach.a2a import push, pushsender
 from reach.a2a.pushsender import PushSender
-from reach.kafka import codec
+from reach.kafka import clients, codec, memory
 from reach.kafka.worker import Delivered, Output, Record, Refused
 from reach.names import Names
 from reach.records import Envelope
@@ -81,8 +83,8 @@ def records(*rows: dict[str, Any] | bytes | None, first: int = 0) -> list[Record
     return out
 
 
-def sender(book: Any = None) -> PushSender:
-    return PushSender(names=Names("reach"), kafka=KafkaSettings(), book=book or Book(TASK))
+def sender(book: Any = None, kafka: KafkaSettings | None = None) -> PushSender:
+    return PushSender(names=Names("reach"), kafka=kafka or KafkaSettings(), book=book or Book(TASK))
 
 
 def batch(out: PushSender, recs: list[Record[bytes]], *, ack: bool = True) -> list[Output]:
@@ -116,3 +118,25 @@ def test_a_refusal_for_good_is_counted_and_passed_over() -> None:
     assert list(out.failed(record, Refused(record, ["too large"] * 4))) == []  # the worker's call: nothing stands in
     assert out.refused == 4 and out.skipped == 0
     assert list(out.failed(record, ValueError("bad"))) == [] and out.skipped == 1
+
+
+def test_the_sender_runs_on_the_worker_and_commits_a_row_once_its_notifications_are_acknowledged() -> None:
+    name = f"push-{uuid.uuid4().hex[:8]}"
+    bus, names = memory.bus(name), Names("reach")
+    webhook = names.capability(push.WEBHOOK)
+    bus.create_topic(names.status, 1)
+    bus.create_topic(webhook, 1)
+    bus.commit(pushsender.group(names), {(names.status, 0): 0})  # a group that has read nothing yet
+    kafka = KafkaSettings(bootstrap=memory.SCHEME + name)
+    try:
+        producer = clients.producer(kafka)
+        producer.produce(names.status, json.dumps(ROW).encode(), key=b"m1")
+        producer.flush(1)
+        deadline = time.monotonic() + 10
+        with sender(kafka=kafka) as out:
+            while bus.committed(pushsender.group(names), (names.status, 0)) < 1:
+                assert time.monotonic() < deadline, "the row is committed once its notifications are acknowledged"
+                time.sleep(0.01)
+        assert out.produced == 4 and bus.watermarks((webhook, 0)) == (0, 4)
+    finally:
+        memory.forget(name)
