@@ -29,6 +29,8 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
      produced at all and their causes stay unacknowledged (read again).
    - *Untracked*: `tracked=False` is produced with the batch but its delivery holds nothing (a cache record whose
      loss costs a lookup, never a message).
+   - *Housekeeping*: `cause=()` is caused by no input (a retention tombstone): its failure holds nothing, and
+     `acknowledged` names it when it lands. `idle()` may return such outputs: they are produced the same way.
    Then `acknowledged(delivered)` runs with every output the broker acknowledged and where it landed, before
    the commit (the status fold writes its store rows at the changelog offsets there).
 5. **Commit.** Per partition, up to the first record whose outputs are not all acknowledged
@@ -45,9 +47,9 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
    (reach.kafka.supervised) starts a fresh consumer after a growing backoff. Anything else stops the worker.
 8. **Metrics.** Each `WorkerMetrics` in `metrics` is told of every batch, failed record and rewind (no-op hooks).
 
-Outputs owed by no record (decision 0064): `owed()` is asked on every turn of the loop for outputs no input record
-caused (a timer's records, work handed over by another thread); they are produced with that turn's batch, or alone
-when no record came. Nothing is committed for them, so an unacknowledged one holds no partition: the loop learns
+Outputs owed by no record (decision 0064): `owed()` is asked on every turn of the loop, busy or not (`idle()`'s
+housekeeping runs only when a poll found nothing), for outputs no input record caused (a timer's records, work
+handed over by another thread); they are produced with that turn's batch, or alone when no record came. Nothing is committed for them, so an unacknowledged one holds no partition: the loop learns
 what got through from `acknowledged`, what the broker refused for good from `owed_refused(output, errors)`, and
 offers the rest again. In the hooks and in `handle`, `committed(partitions)`, `pause(partitions)` and
 `read_to_end(topic, partitions)` ask the run's consumer (the audit writer's rebuild and evictions).
@@ -116,24 +118,31 @@ class Record(Generic[T]):
         """The record's headers as (name, bytes) pairs."""
         return H.pairs(self._headers)
 
+    @property
+    def raw_headers(self) -> Any:
+        """The headers as the client returned them: what a record passed on untouched (a forward) carries."""
+        return self._headers
+
     def __repr__(self) -> str:
         return f"Record({self.topic}[{self.partition}]@{self.offset})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Output:
     """A record to produce on behalf of `cause` (None: of every record of the batch).
 
     `then(partition, offset)`: the outputs computed from this one's delivery report, produced in the same flush
     (the cause is acknowledged once they are too). `phase`: produced only after every output of a lower phase of
-    the batch is acknowledged. `tracked=False`: its delivery holds nothing (module docstring, step 4)."""
+    the batch is acknowledged. `tracked=False`: its delivery holds nothing (module docstring, step 4). Not frozen:
+    a frozen dataclass's `__init__` sets each field through `object.__setattr__`, and the router makes two a
+    request; nothing changes one after it is made."""
 
     topic: str
     value: bytes | None
     key: bytes | str | None = None
     headers: H.Headers | None = None
     partition: int | None = None
-    cause: Position | None = None
+    cause: Position | tuple[()] | None = None
     then: Callable[[int, int], Iterable[Output]] | None = None
     phase: int = 0
     tracked: bool = True
@@ -256,7 +265,6 @@ class Worker(SupervisedLoop, Generic[T]):
         self.kafka = kafka
         self.subscription = subscription
         self.metrics = list(metrics)
-        self._consumer: Consumer | None = None
         spec = subscription.decode
         if isinstance(spec, Mapping):
             decoders = {topic: decoder(d) for topic, d in spec.items()}
@@ -265,6 +273,7 @@ class Worker(SupervisedLoop, Generic[T]):
             single = decoder(spec)
             self._decode = lambda _topic: single
         self._wants_delivered = type(self).acknowledged is not Worker.acknowledged
+        self.consumer: Consumer | None = None  # the current run's (a loop may read its positions in its hooks)
 
     # -- what a loop implements ----------------------------------------------------------------------
 
@@ -284,8 +293,10 @@ class Worker(SupervisedLoop, Generic[T]):
     def closed(self) -> None:
         """Called at the end of every run, after the final commit."""
 
-    def idle(self) -> None:
-        """Called when a poll found nothing (timers)."""
+    def idle(self) -> Iterable[Output] | None:
+        """Called when a poll found nothing (timers); outputs it returns are produced as housekeeping (`cause=()`),
+        flushed, and reported to `acknowledged`."""
+        return None
 
     def acknowledged(self, delivered: list[Delivered]) -> None:
         """After a batch's outputs settled, before its commit: every output the broker acknowledged and where it
@@ -338,9 +349,9 @@ class Worker(SupervisedLoop, Generic[T]):
         return clients.at_end(self._consumer_now(), topic, partitions)
 
     def _consumer_now(self) -> Consumer:
-        if self._consumer is None:
+        if self.consumer is None:
             raise RuntimeError("the worker's consumer is asked for outside a run")
-        return self._consumer
+        return self.consumer
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -352,7 +363,7 @@ class Worker(SupervisedLoop, Generic[T]):
         consumer = clients.consumer(sub.group, self.kafka, profile=sub.profile, **{
             **sub.consumer_config, "on_commit": functools.partial(clients.on_commit, ledger)})
         producer = clients.producer(self.kafka, profile=sub.producer_profile, **sub.producer_config)
-        self._consumer = consumer
+        self.consumer = consumer
 
         def assigned(_c: Consumer, tps: list[TopicPartition]) -> None:
             parts = [(tp.topic, tp.partition) for tp in tps]
@@ -403,15 +414,17 @@ class Worker(SupervisedLoop, Generic[T]):
                                              owed=owed))
                 if not messages:
                     producer.poll(0)
-                    self.idle()
+                    chores = list(self.idle() or ())
+                    if chores:
+                        self._housekeeping(producer, chores)
                 clients.send_commits(consumer, ledger, owned)  # also resends an idle partition's failed commit
         finally:
             try:
                 producer.flush(sub.flush_s)  # a batch cut short commits nothing past what was acknowledged
                 clients.commit_now(consumer, ledger)
             finally:
-                self._consumer = None
                 consumer.close()
+                self.consumer = None
                 if owned:  # closed without a revoke callback (the in-memory bus): the run owns nothing now
                     self.on_lost(sorted(owned))
                 self.closed()
@@ -474,7 +487,7 @@ class Worker(SupervisedLoop, Generic[T]):
             if blocked is not None:  # an earlier phase is not all acknowledged: this one is not produced
                 for out in phases[phase]:
                     if out.tracked:
-                        for cause in ([out.cause] if out.cause is not None else every):
+                        for cause in _causes(out, every):
                             acks.fail(cause, NotProduced(f"not produced: an output of {blocked} in an earlier "
                                                          "phase was not acknowledged"))
                 continue
@@ -534,6 +547,15 @@ class Worker(SupervisedLoop, Generic[T]):
             acks.fail(record.position, exc)
             return []
 
+    def _housekeeping(self, producer: Producer, outputs: list[Output]) -> None:
+        """Outputs of no input (from `idle`): produced, flushed, reported to `acknowledged`; a failure holds nothing."""
+        delivered: list[Delivered] = []
+        scratch = Acks()
+        for out in outputs:
+            self._produce(producer, scratch, dataclasses.replace(out, cause=()), [], delivered)
+        producer.flush(self.subscription.flush_s)
+        self.acknowledged(delivered)
+
     def _refused(self, producer: Producer, acks: Acks, by_position: Mapping[Position, Record[T]],
                  delivered: list[Delivered] | None) -> None:
         """Inputs with an output the broker refused for good go to `failed` (a dead letter, a REJECTED receipt)
@@ -559,7 +581,7 @@ class Worker(SupervisedLoop, Generic[T]):
                 log.debug("%s: an untracked record to %s was not queued: %s", self.label or self.thread_name,
                           out.topic, exc)
             return
-        cause: Position | list[Position] = out.cause if out.cause is not None else every
+        cause: Position | list[Position] = out.cause if out.cause else _causes(out, every)
         then: Callable[[Message], None] | None = None
         if out.then is not None or delivered is not None:
             def then(msg: Message) -> None:  # inside the flush: follow-ups join it, their cause waits for them
@@ -602,11 +624,18 @@ class Worker(SupervisedLoop, Generic[T]):
         return commits
 
 
+def _causes(out: Output, every: list[Position]) -> list[Position]:
+    """The inputs an output holds: its cause, every partition's first record (None), or none (housekeeping, ())."""
+    if out.cause is None:
+        return every
+    return [out.cause] if out.cause else []
+
+
 def _caused_by(out: Output, record: Record[Any]) -> Output:
     return _caused_at(out, record.position)
 
 
-def _caused_at(out: Output, position: Position) -> Output:
+def _caused_at(out: Output, position: Position | tuple[()]) -> Output:
     return dataclasses.replace(out, cause=position)
 
 
