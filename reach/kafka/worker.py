@@ -49,10 +49,11 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
 
 Outputs owed by no record (decision 0064): `owed()` is asked on every turn of the loop, busy or not (`idle()`'s
 housekeeping runs only when a poll found nothing), for outputs no input record caused (a timer's records, work
-handed over by another thread); they are produced with that turn's batch, or alone when no record came. Nothing is committed for them, so an unacknowledged one holds no partition: the loop learns
-what got through from `acknowledged`, what the broker refused for good from `owed_refused(output, errors)`, and
-offers the rest again. In the hooks and in `handle`, `committed(partitions)`, `pause(partitions)` and
-`read_to_end(topic, partitions)` ask the run's consumer (the audit writer's rebuild and evictions).
+handed over by another thread); they are produced with that turn's batch, or alone when no record came. Nothing
+is committed for them, so an unacknowledged one holds no partition: the loop learns what got through from
+`acknowledged`, what the broker refused for good from `owed_refused(output, errors)`, and offers the rest again.
+In the hooks and in `handle`, `committed(partitions)`, `pause(partitions)` and `read_to_end(topic, partitions)`
+ask the run's consumer (the audit writer's rebuild and evictions).
 
 The same code runs on the in-memory bus (a `memory://` bootstrap builds reach.kafka.memory's clients).
 """
@@ -409,9 +410,11 @@ class Worker(SupervisedLoop, Generic[T]):
                 if sub.window_when_busy:  # a rate worth waiting for: the last batch held more than one record
                     window = sub.window_ms / 1000 if len(messages) > 1 else 0.0
                 owed = list(self.owed())
-                if messages or owed:
+                if owed:
                     ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held,
                                              owed=owed))
+                elif messages:  # a loop that overrides `process` and owes nothing never sees `owed`
+                    ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held))
                 if not messages:
                     producer.poll(0)
                     chores = list(self.idle() or ())
