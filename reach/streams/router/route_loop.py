@@ -566,7 +566,8 @@ class Router(SupervisedLoop):
                 value = writer.encode(
                     message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
                     tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
-                    deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms,
+                    deadline=request.deadline,
+                    delivery_timeout_ms=forward.delivery_timeout_ms or request.delivery_timeout_ms,
                     reroutes=request.reroutes, agent_id=instance.agent_id, instance_id=instance.instance_id,
                     scores=decision.scores, picked_instance=decision.picked_instance, topic=forward.topic,
                     partition=r.partition, offset=r.offset, weights=decision.weights, arm=decision.arm,
@@ -587,7 +588,7 @@ class Router(SupervisedLoop):
     def _routed_receipt(self, request: RouteRequest, forward: Forward, partition: int | None,
                         offset: int | None) -> dict[str, Any]:
         decision = forward.decision
-        return _receipt(
+        receipt = _receipt(
             request,
             Status.ROUTED,
             now_ms(),
@@ -604,6 +605,9 @@ class Router(SupervisedLoop):
                 "admission": forward.admission,
             },
         )
+        # queued behind a full instance (reach.core.backlog): the wait in its queue is no late delivery
+        receipt["delivery_timeout_ms"] = forward.delivery_timeout_ms or request.delivery_timeout_ms
+        return receipt
 
     def _reject(
         self,
