@@ -12,7 +12,7 @@ from typing import Any
 
 from reach.core import allowance
 from reach.core.admission import admit
-from reach.core.backlog import Queued, expected_wait_ms, queue_behind, queued_delivery_timeout_ms, remaining_budget_ms
+from reach.core.backlog import Queued, Waits, queue_behind, remaining_budget_ms
 from reach.core.candidates import OPEN_RETRY_AFTER_MS, Candidate, Matched, RouteRequest, Selection, match, shed
 from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights, sticky_instance
 from reach.core.loads import InstanceLoad, retry_after_ms
@@ -187,6 +187,7 @@ class Decider:
         self._costs: Mapping[str, float] = costs or {}
         self._rng = rng or random.Random()
         self._shapes: dict[tuple[object, ...], _Shape] = {}
+        self._waits = Waits(self._health)  # the batch's queue waits (reach.core.backlog)
 
     def decide(
         self,
@@ -258,9 +259,8 @@ class Decider:
         if len(chosen) == 1 and picked_health is not None and picked_health.timeout_factor > 1:
             factor = picked_health.timeout_factor  # slow, but the sole candidate: it serves with more time
         self.loads[reg.instance_id] = picked.load.plus_routed()  # the batch's next decisions see it
-        wait = expected_wait_ms(picked, picked_health, request.delivery_timeout_ms)
-        delivery = queued_delivery_timeout_ms(request.delivery_timeout_ms, wait,
-                                              remaining_budget_ms(request.deadline, now_ms)) if wait else None
+        delivery = self._waits.delivery_timeout_ms(picked, request.delivery_timeout_ms,
+                                                   remaining_budget_ms(request.deadline, now_ms))
         return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key),
                        admission=note, timeout_factor=factor, delivery_timeout_ms=delivery)
 
