@@ -78,6 +78,7 @@ def test_a_burst_queues_and_completes_and_only_a_budget_the_queue_cannot_meet_is
     latency = sorted(_terminal(seen[m]).at - next(r.at for r in seen[m] if r.status is Status.ROUTED)  # type: ignore[union-attr]
                      for m in ids)
     stretched = max(r.delivery_timeout_ms or 0 for m in ids for r in seen[m] if r.status is Status.ROUTED)
+    own = sum(1 for m in ids for r in seen[m] if r.status is Status.ROUTED and r.delivery_timeout_ms == 5_000)
     print(f"burst {BURST} in {BURST_S} s: {dict(outcomes)}; routed -> COMPLETED p50 {latency[len(latency) // 2]} ms, "
-          f"max {latency[-1]} ms; longest ROUTED delivery timeout {stretched} ms; hurried: {shed.error.code}, "
-          f"retry_after_ms {shed.retry_after_ms}")
+          f"max {latency[-1]} ms; longest ROUTED delivery timeout {stretched} ms, {own} kept their own; "
+          f"hurried: {shed.error.code}, retry_after_ms {shed.retry_after_ms}")
