@@ -61,7 +61,7 @@ def measure(count: int, size: int, profiler: Any = None) -> float:
     from reach.settings import KafkaSettings, ReachSettings, RedisSettings
     from reach.streams.router.route_loop import Router
     from reach.terminals import Fence, MemorySlots
-    from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
+    from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, settle
 
     names = Names(os.environ["REACH_NAMESPACE"])
     router = Router(kafka=KafkaSettings(), reach=ReachSettings(), redis=RedisSettings(),
@@ -87,7 +87,7 @@ def measure(count: int, size: int, profiler: Any = None) -> float:
         if profiler is not None:
             profiler.enable()
         started = time.process_time()
-        router._process(batch, producer)  # type: ignore[arg-type]
+        settle(router, batch, producer)  # type: ignore[arg-type]
         cpu += time.process_time() - started
         if profiler is not None:
             profiler.disable()
