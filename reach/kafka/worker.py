@@ -114,13 +114,15 @@ class Record(Generic[T]):
         return f"Record({self.topic}[{self.partition}]@{self.offset})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Output:
     """A record to produce on behalf of `cause` (None: of every record of the batch).
 
     `then(partition, offset)`: the outputs computed from this one's delivery report, produced in the same flush
     (the cause is acknowledged once they are too). `phase`: produced only after every output of a lower phase of
-    the batch is acknowledged. `tracked=False`: its delivery holds nothing (module docstring, step 4)."""
+    the batch is acknowledged. `tracked=False`: its delivery holds nothing (module docstring, step 4). Not frozen:
+    a frozen dataclass's `__init__` sets each field through `object.__setattr__`, and the router makes two a
+    request; nothing changes one after it is made."""
 
     topic: str
     value: bytes | None

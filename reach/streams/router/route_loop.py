@@ -363,7 +363,7 @@ class Router(Worker[bytes]):
             self.qps.take(instance, clock)
             batch.outputs.append(Output(outcome.topic, value, key=msg.key, headers=msg.raw_headers,
                                         partition=outcome.partition, cause=position,
-                                        then=functools.partial(self._routed, request, outcome, reply)))
+                                        then=functools.partial(self._routed, position, request, outcome, reply)))
             batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))
             if self.affinity.set(session, instance.instance_id, now):
                 record = self._session(session, instance.instance_id, now, tenant=request.tenant)
@@ -485,7 +485,7 @@ class Router(Worker[bytes]):
         if self.fence.unfenced > unfenced:
             self.stats.count(OTHER, "unfenced", self.fence.unfenced - unfenced)
 
-    def _routed(self, request: RouteRequest, forward: Forward, reply: H.Headers, partition: int,
+    def _routed(self, position: Position, request: RouteRequest, forward: Forward, reply: H.Headers, partition: int,
                 offset: int) -> list[Output]:
         """A forward's follow-up, from its delivery report: the ROUTED receipt naming the inbox offset it landed at,
         tagged with this worker's id so its own state loop need not decode it again."""
@@ -508,7 +508,7 @@ class Router(Worker[bytes]):
             )
         key = request.message_id.encode()
         return [Output(self.names.receipts, value, key=key, headers=[(H.MESSAGE_ID, key), *self._routed_headers,
-                                                                     *reply])]
+                                                                     *reply], cause=position)]
 
     def _routed_receipt(self, request: RouteRequest, forward: Forward, partition: int | None,
                         offset: int | None) -> dict[str, Any]:
