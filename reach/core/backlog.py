@@ -11,8 +11,8 @@ health record's p50 (0 when it has none). The request queues when finish fits in
 only past full candidates: in a burst's first moments the router sees handlers free that its own forwards fill) has
 its ROUTED receipt's delivery timeout grown to cover its budget (`queued_delivery_timeout_ms`), so the timekeeper
 does not reroute a request for waiting in the queue the router put it in. However short the estimate, the growth
-stays: an inbox is several partitions, and a request estimated to start within 125 ms started after 6.3 s (a
-500 ms floor rerouted 6 of 80 requests of the burst test). `Waits` is the forward path's part: one per batch (the
+stays: an inbox is several partitions, and requests estimated to start within 500 ms started 6.3 s after ROUTED
+(a 500 ms floor rerouted 6 of 80 requests of the burst test). `Waits` is the forward path's part: one per batch (the
 Decider's), it computes each instance's drain rate once per batch and returns at once for a forward to an
 instance with a free handler.
 """
