@@ -412,6 +412,8 @@ class AgentRegistration(AvroRecord):
     inbox_topic: str
     priority_class: int = 0
     execution_timeout_ms: int = 0  # declared by the agent (v4); 0 = not declared
+    owner: str | None = None  # who answers for the agent: a channel target (v5)
+    depends_on: list[str] = []  # capabilities its handlers call, `name` or `name@range` (v5)
 
 
 class LoadReport(AvroRecord):
