@@ -669,7 +669,8 @@ def _receipt(request: RouteRequest, status: Status, at: int, **fields: Any) -> d
 def _existing(kafka: KafkaSettings, topic: str) -> str | None:
     """`topic` when the cluster has it (a namespace from before the sessions topic has not), else None."""
     try:
-        meta = clients.admin(kafka).list_topics(timeout=5).topics.get(topic)  # all: a named one may be auto-created
+        admin = clients.admin(kafka, **{"allow.auto.create.topics": False})  # a lookup never creates it
+        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
     except KafkaException:
         return None
     if meta is None or meta.error is not None or not meta.partitions:

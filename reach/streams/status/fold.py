@@ -242,6 +242,8 @@ class StatusFold(Worker[bytes]):
             self._changelog[partition] = self._changelog.get(partition, 0) + 1
             outputs.append(Output(self.names.status, value, key=mid.encode(), partition=partition,
                                   cause=first[partition], phase=1))
+        # retention runs under load too (idle() alone would never sweep a busy fold); a row this batch changed waits
+        outputs += [o for o in self._sweep() if isinstance(o.key, bytes) and o.key.decode() not in rows]
         return outputs
 
     def acknowledged(self, delivered: list[Delivered]) -> None:

@@ -176,3 +176,15 @@ def test_the_fold_counts_receipts_with_labelled_children_kept_across_batches(tmp
                                                                       receipt(2, "m2", Status.STARTED)]))
     sample = fold._metrics.registry.get_sample_value
     assert sample("agentreach_receipts_total", {"capability": "demo.echo", "status": "STARTED"}) == 3
+
+
+def test_retention_tombstones_old_terminal_rows_while_receipts_keep_coming(tmp_path: Path) -> None:
+    """The sweep is not left to idle moments: a fold that always has a batch still forgets rows past retention."""
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
+    fold_batch(fold, consumer, producer, [receipt(0, "old", Status.COMPLETED)])  # ended at 1,000 ms: long past
+    assert fold.row("old") is not None
+    fold._next_sweep = 0.0  # the sweep is due
+    fold_batch(fold, consumer, producer, [receipt(1, "new", Status.STARTED)])
+    assert fold.row("old") is None and fold.row("new") is not None
+    assert (NAMES.status, None, b"old") in producer.sent, "its tombstone went to the changelog first"
+    assert consumer.committed_at() == {(NAMES.receipts, 0): 2}
