@@ -488,6 +488,7 @@ class Policy(AvroModel):
     slow_threshold_ms: int | None = None
     handoff: bool = False  # v5: no route -> a human on <ns>.handoff instead of UNROUTABLE / DEAD_LETTERED
     fallback: str | None = None  # v7: the capability that serves a request of this scope that ended badly
+    dead_after_ms: int | None = None  # v8: a dead letter nobody redrove this long is DEAD (its owner is told)
 
 
 class CanaryState(StrEnum):
