@@ -10,16 +10,16 @@ from typing import Any
 
 from reach.core.allowance import check_budget
 from reach.core.marks import kept
-from reach.core.timeouts import NOT_SET, check_timeout_ms
+from reach.core.timeouts import DEFAULT_BUDGET_MS, DEFAULT_DELIVERY_TIMEOUT_MS, NOT_SET, check_timeout_ms
 from reach.core.versions import parse_range
 from reach.errors import InvalidName, ReachError
 from reach.names import check_agent_id, check_capability
 from reach.records import Envelope, Policy, RoutingHints
 
 MAX_PAYLOAD_BYTES = 256 * 1024
-DELIVERY_TIMEOUT_MS = 5_000      # ROUTED -> STARTED: a healthy instance picks up work within a poll or two
+DELIVERY_TIMEOUT_MS = DEFAULT_DELIVERY_TIMEOUT_MS  # ROUTED -> STARTED (reach.core.timeouts)
 EXECUTION_TIMEOUT_MS = NOT_SET   # STARTED -> terminal: not set, the agent's declared timeout applies (0029)
-BUDGET_MS = 45_000               # created_at -> deadline: room for ~4 attempts with backoff
+BUDGET_MS = DEFAULT_BUDGET_MS    # created_at -> deadline (reach.core.timeouts)
 
 
 class PayloadTooLarge(ReachError):

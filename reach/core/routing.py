@@ -12,6 +12,7 @@ from typing import Any
 
 from reach.core import allowance
 from reach.core.admission import admit
+from reach.core.backlog import Queued, Waits, queue_behind, remaining_budget_ms
 from reach.core.candidates import OPEN_RETRY_AFTER_MS, Candidate, Matched, RouteRequest, Selection, match, shed
 from reach.core.factors import FactorWeights, ScoringContext, as_factor_weights, sticky_instance
 from reach.core.loads import InstanceLoad, retry_after_ms
@@ -27,13 +28,15 @@ class Forward:
 
     The original bytes, except when `timeout_factor` > 1 (a slow instance serving as the sole candidate):
     then the envelope goes re-encoded with its execution timeout multiplied by it. `arm` and `admission`
-    are Decision.arm and Decision.admission of the ROUTED receipt."""
+    are Decision.arm and Decision.admission of the ROUTED receipt; `delivery_timeout_ms`, when set, its delivery timeout
+    (the request waits in the instance's queue: not the request's own, reach.core.backlog)."""
 
     decision: ScoredDecision
     topic: str
     partition: int
     admission: str | None = None  # Decision.admission: who admission left out before scoring and why, if any
     timeout_factor: float = 1.0
+    delivery_timeout_ms: int | None = None  # the ROUTED receipt's when it queues (reach.core.backlog), else None
 
     @property
     def arm(self) -> str | None:
@@ -47,7 +50,8 @@ class Forward:
 
 @dataclass(frozen=True, slots=True)
 class Overload:
-    """Every matching instance is busy and its queue full: fail fast with a hint from the drain rates."""
+    """Every matching instance is busy and its queue full, and none can start and finish the request within its
+    budget (reach.core.backlog): fail fast with a hint from the drain rates."""
 
     retry_after_ms: int
     scores: tuple[ScoreParts, ...]
@@ -183,6 +187,7 @@ class Decider:
         self._costs: Mapping[str, float] = costs or {}
         self._rng = rng or random.Random()
         self._shapes: dict[tuple[object, ...], _Shape] = {}
+        self._waits = Waits(self._health)  # the batch's queue waits (reach.core.backlog)
 
     def decide(
         self,
@@ -217,6 +222,9 @@ class Decider:
         selection = shed(admitted, health=health, throttled=throttled)
         if queue_when_full and selection.all_overloaded:
             selection = Selection(candidates=selection.overloaded, overloaded=())
+        queued = _queued(request, selection, health, now_ms) if selection.all_overloaded else None
+        if queued is not None:  # a burst queues: behind the full instance that starts it soonest
+            selection = Selection(candidates=(queued.candidate,), overloaded=())
         context = ScoringContext(health=health, affinity=affinity or {}, arms=arms or {}, costs=self._costs)
         if selection.all_overloaded:
             scores = score_all(request, selection.overloaded, weights, context)
@@ -251,8 +259,10 @@ class Decider:
         if len(chosen) == 1 and picked_health is not None and picked_health.timeout_factor > 1:
             factor = picked_health.timeout_factor  # slow, but the sole candidate: it serves with more time
         self.loads[reg.instance_id] = picked.load.plus_routed()  # the batch's next decisions see it
+        delivery = self._waits.delivery_timeout_ms(picked, request.delivery_timeout_ms,
+                                                   remaining_budget_ms(request.deadline, now_ms))
         return Forward(decision, reg.inbox_topic, inbox_partition(reg, request.routing_key),
-                       admission=note, timeout_factor=factor)
+                       admission=note, timeout_factor=factor, delivery_timeout_ms=delivery)
 
     def _shape(self, request: RouteRequest, registrations: Iterable[AgentRegistration]) -> _Shape:
         key = (id(registrations), request.capability, request.version_range, request.tenant, request.to_agent,
@@ -286,6 +296,15 @@ class Decider:
 def _unavailable_message(request: RouteRequest, instances: list[str]) -> str:
     return (f"every instance serving {request.capability} has its circuit breaker open ({', '.join(instances)}); "
             "retry after retry_after_ms, when the first may be probed again")
+
+
+def _queued(request: RouteRequest, selection: Selection, health: Mapping[str, InstanceHealth],
+            now_ms: int) -> Queued | None:
+    """Every candidate is full: the one to queue behind, when one meets the request's budget (instances over their
+    qps_limit are not queued behind: the bucket is the pace their operator set)."""
+    full = [c for c in selection.overloaded if c.instance_id not in selection.throttled]
+    return queue_behind(full, budget_ms=remaining_budget_ms(request.deadline, now_ms), health=health,
+                        delivery_timeout_ms=request.delivery_timeout_ms) if full else None
 
 
 def _overload_retry_after(selection: Selection) -> int:

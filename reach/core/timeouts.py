@@ -14,6 +14,8 @@ from reach.errors import ConfigError
 
 DEFAULT_EXECUTION_TIMEOUT_MS = 30_000  # declared by Agent() unless it says otherwise: one LLM call, P95 18 s
 DEFAULT_HEARTBEAT_TIMEOUT_MS = 30_000  # a heartbeating handler must beat at least this often
+DEFAULT_DELIVERY_TIMEOUT_MS = 5_000     # ROUTED -> STARTED: a healthy instance picks up work within a poll or two
+DEFAULT_BUDGET_MS = 45_000              # created_at -> deadline: room for ~4 attempts with backoff
 MAX_TIMEOUT_MS = 3_600_000             # above an hour a run is a workflow, not a request: refused as absurd
 NOT_SET = 0
 

@@ -500,7 +500,8 @@ class Router(Worker[bytes]):
             value = writer.encode(
                 message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
                 tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
-                deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms,
+                deadline=request.deadline,
+                delivery_timeout_ms=forward.delivery_timeout_ms or request.delivery_timeout_ms,
                 reroutes=request.reroutes, agent_id=instance.agent_id, instance_id=instance.instance_id,
                 scores=decision.scores, picked_instance=decision.picked_instance, topic=forward.topic,
                 partition=partition, offset=offset, weights=decision.weights, arm=decision.arm,
@@ -513,7 +514,7 @@ class Router(Worker[bytes]):
     def _routed_receipt(self, request: RouteRequest, forward: Forward, partition: int | None,
                         offset: int | None) -> dict[str, Any]:
         decision = forward.decision
-        return _receipt(
+        receipt = _receipt(
             request,
             Status.ROUTED,
             now_ms(),
@@ -530,6 +531,9 @@ class Router(Worker[bytes]):
                 "admission": forward.admission,
             },
         )
+        # queued behind a full instance (reach.core.backlog): the wait in its queue is no late delivery
+        receipt["delivery_timeout_ms"] = forward.delivery_timeout_ms or request.delivery_timeout_ms
+        return receipt
 
     def _reject(self, msg: Record[bytes], value: bytes, envelope: dict[str, Any] | None, reject: Reject,
                 batch: _Batch, now: int, *, by_reference: bool = False) -> None:
@@ -666,7 +670,8 @@ def _receipt(request: RouteRequest, status: Status, at: int, **fields: Any) -> d
 def _existing(kafka: KafkaSettings, topic: str) -> str | None:
     """`topic` when the cluster has it (a namespace from before the sessions topic has not), else None."""
     try:
-        meta = clients.admin(kafka).list_topics(timeout=5).topics.get(topic)  # all: a named one may be auto-created
+        admin = clients.admin(kafka, **{"allow.auto.create.topics": False})  # a lookup never creates it
+        meta = admin.list_topics(topic, timeout=5).topics.get(topic)
     except KafkaException:
         return None
     if meta is None or meta.error is not None or not meta.partitions:

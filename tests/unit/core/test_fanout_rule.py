@@ -206,8 +206,8 @@ def test_a_delivery_to_a_full_subscriber_queues_where_a_request_is_shed() -> Non
     from reach.core.routing import Forward, Overload, decide
 
     full = sub("n1", NOTIFY, inflight=10, max_concurrency=10, max_queue=0)
-    request = RouteRequest.from_envelope(fanout.delivery(envelope(), NOTIFY))
-    shed = decide(request, [full], weights={}, now_ms=2_000)
+    request = RouteRequest.from_envelope(fanout.delivery(envelope(), NOTIFY))._replace(deadline=2_100)
+    shed = decide(request, [full], weights={}, now_ms=2_000)  # 100 ms of budget left: it cannot wait its turn
     assert isinstance(shed, Overload)
     queued = decide(request, [full], weights={}, now_ms=2_000, queue_when_full=True)
     assert isinstance(queued, Forward) and queued.instance.instance_id == "n1"

@@ -45,18 +45,21 @@ def test_session_key_maps_to_a_stable_partition() -> None:
     assert len({inbox_partition(r, "session-9") for _ in range(10)}) == 1
 
 
-def test_overload_when_all_above_threshold() -> None:
-    out = run(req(), reg("a", inflight=9), reg("b", inflight=10))
+def test_overload_when_all_above_threshold_and_the_budget_does_not_cover_the_queue() -> None:
+    # unmeasured: each drains the rate its queue bound assumes, 10 per 5 s delivery timeout, so 500 ms to start
+    out = run(req(deadline=NOW + 400), reg("a", inflight=10), reg("b", inflight=10))
     assert isinstance(out, Overload) and len(out.scores) == 2
     assert out.retry_after_ms == UNMEASURED_RETRY_AFTER_MS, "no drain rate measured yet"
-    assert "a running 9/10, queue 0/0, draining not measured yet" in out.message
+    assert "a running 10/10, queue 0/0, draining not measured yet" in out.message
+    queued = run(req(deadline=NOW + 600), reg("a", inflight=10), reg("b", inflight=10))
+    assert isinstance(queued, Forward), "a budget that covers the wait queues"
 
 
 def test_overload_retry_after_comes_from_the_soonest_drain() -> None:
     loads = {"a": InstanceLoad(4, 20, 4, 16, drain_rate=4.0), "b": InstanceLoad(4, 16, 4, 16, drain_rate=2.0)}
-    out = run(req(), reg("a", max_concurrency=4, max_queue=16), reg("b", max_concurrency=4, max_queue=16),
-              loads=loads)
-    assert isinstance(out, Overload)
+    out = run(req(deadline=NOW + 5_000), reg("a", max_concurrency=4, max_queue=16),
+              reg("b", max_concurrency=4, max_queue=16), loads=loads)
+    assert isinstance(out, Overload), "a starts it in 21 / 4.0 s, b in 17 / 2.0 s: neither within 5 s"
     assert out.retry_after_ms == 500, "b frees one place in 1 / 2.0 s; a needs 5 / 4.0 s"
     assert "draining 4/s" in out.message and "queue 20/16" in out.message
 

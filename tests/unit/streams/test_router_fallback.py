@@ -94,20 +94,46 @@ def test_no_child_without_the_fallbacks_topic_or_when_the_budget_is_spent(monkey
     assert producer.to(CAP) == [], "a chain at its depth ends here"
 
 
-def test_an_overloaded_request_goes_to_the_fallback_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    r, producer = router(monkeypatch), Producer()
-    busy = NAMES.capability("demo.busy")
+BUSY = NAMES.capability("demo.busy")
+
+
+def busy_router(monkeypatch: pytest.MonkeyPatch) -> Router:
+    """A router whose one instance of demo.busy runs all its 10 handlers and has no queue room."""
+    r = router(monkeypatch)
     r.state.apply_registration("b1", AgentRegistration(
         agent_id="agent://demo/busy", instance_id="b1", build_version="1",
         capabilities=[Capability(name="demo.busy", version="1.0.0")], state=AgentState.READY, heartbeat_at=now_ms(),
         ttl_ms=600_000, max_concurrency=10, inflight=10, assigned_partitions=[0],
         inbox_topic=NAMES.inbox("agent://demo/busy")))
+    r.topics = cast(Any, SimpleNamespace(subscribed=frozenset({CAP, BUSY})))
+    return r
+
+
+def test_an_overloaded_request_goes_to_the_fallback_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    r, producer, busy = busy_router(monkeypatch), Producer(), BUSY
     record = control.policy_record(Policy(fallback="demo.echo"), scope="demo.busy")
     r.state.control.apply(record.key, record)
-    r.topics = cast(Any, SimpleNamespace(subscribed=frozenset({CAP, busy})))
-    envelope = new_envelope("demo.busy", {"n": 1})
+    # 300 ms of budget: too little to wait for one of its 10 handlers (reach.core.backlog), so it is shed
+    envelope = new_envelope("demo.busy", {"n": 1}, budget_ms=300)
     settle(r, cast(Any, [FakeMessage(busy, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
     [ending] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert ending.status is Status.FAILED and ending.error is not None and ending.error.kind == "OVERLOAD"
     [child] = [codec.decode(v, Envelope) for v in producer.to(CAP)]
     assert (child.message_id, child.capability) == (f"{envelope.message_id}-fb0", "demo.echo")
+
+
+def test_a_request_queued_behind_a_full_instance_gets_a_delivery_timeout_that_covers_its_budget(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Queued, not shed (reach.core.backlog): the ROUTED receipt's delivery timeout covers the request's budget, so
+    the timekeeper does not reroute the request for waiting its turn in the queue the router put it in."""
+    r, producer = busy_router(monkeypatch), Producer()
+    # drain not measured yet: its 10 handlers are assumed to start 10 per delivery timeout (5 s), so this one
+    # starts in ~500 ms, well within its 45 s budget
+    envelope = new_envelope("demo.busy", {"n": 1})
+    settle(r, cast(Any, [FakeMessage(BUSY, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
+    [routed] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
+    assert routed.status is Status.ROUTED and routed.instance_id == "b1"
+    assert routed.delivery_timeout_ms is not None and routed.delivery_timeout_ms > envelope.delivery_timeout_ms
+    assert envelope.deadline is not None and routed.at + routed.delivery_timeout_ms >= envelope.deadline
+    [forwarded] = [codec.decode(v, Envelope) for v in producer.to(NAMES.inbox("agent://demo/busy"))]
+    assert forwarded.message_id == envelope.message_id
