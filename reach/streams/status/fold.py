@@ -65,7 +65,7 @@ _Reply = tuple[Position, str, str, bytes]
 _Out = tuple[Position, str, str, bytes, str]
 """(the receipt's position, topic, key, value, message id): a callback or a fallback child."""
 _RECOVERY_BATCH = 5_000
-COMMIT_EVERY_S = 0.1
+COMMIT_EVERY_S = 0.0
 """The fold's commits go out at most this often (reach.core.commits): a re-read after a crash folds at most this
 much again (the fold is idempotent); a revoke and a stop commit at once."""
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
