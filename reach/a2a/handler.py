@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,7 +45,7 @@ from a2a.utils.errors import (
 )
 from starlette.exceptions import HTTPException
 
-from reach.a2a import cards, push, tasks
+from reach.a2a import cards, hints, push, tasks
 from reach.a2a.ports import Host, PushBook, Refused
 from reach.a2a.states import FINAL, INTERRUPTED, TASK_STATES, state_name, task_state
 from reach.callers import CallerApp
@@ -105,18 +106,23 @@ class ReachRequestHandler(RequestHandler):
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)
-        except tasks.BadMessage as exc:
+            key = hints.idempotency_key(context.state.get("headers"), message)
+            skill, budget = hints.skill_of(message, params.metadata), hints.budget_of(message)
+        except (tasks.BadMessage, hints.BadHint) as exc:
             raise InvalidParamsError(message=str(exc)) from None
-        capability = context.state.get(CAPABILITY) or tasks.skill_of(message, params.metadata)
+        capability = context.state.get(CAPABILITY) or (skill.capability if skill else None)
         if not capability:
-            raise InvalidParamsError(message="no skill: on the mesh endpoint set the message's metadata.skill to a "
-                                             "capability of the agent card (or use /a2a/cap/<capability>/)")
+            raise InvalidParamsError(message="no skill: on the mesh endpoint set metadata.skill_id to a skill of the "
+                                             "agent card (or use /a2a/cap/<capability>/)")
+        if skill is not None and skill.capability != capability:
+            raise InvalidParamsError(message=f"skill_id {skill.capability!r} is not this endpoint's {capability!r}: "
+                                             "send it to the mesh endpoint /a2a/, or leave skill_id out")
         if context_id is not None:
             await self._check_context(app, context_id)
-        key = f"a2a:{message.message_id}"[:200] if message.message_id else None
         try:
             accepted = await self._host.submit(app, capability=capability, payload=payload, idempotency_key=key,
-                                               context_id=context_id)
+                                               context_id=context_id, version=skill.version if skill else "*",
+                                               max_tokens=budget.max_tokens, max_cost=budget.max_cost)
         except Refused as refusal:
             if refusal.status in REJECTING:
                 return tasks.refused_task(new_id(), context_id or new_id(), TaskState.TASK_STATE_REJECTED,
@@ -136,8 +142,7 @@ class ReachRequestHandler(RequestHandler):
         (reach.ops.turns). A task that is not waiting, unknown, past its deadline or a wrong answer is an error."""
         task_id = message.task_id
         try:
-            payload = tasks.payload_of(message)
-            sent = await self._host.answer(app, task_id, payload)
+            sent = await self._host.answer(app, task_id, tasks.answer_of(message))
         except tasks.BadMessage as exc:
             raise InvalidParamsError(message=str(exc)) from None
         except Refused as refusal:
@@ -151,10 +156,13 @@ class ReachRequestHandler(RequestHandler):
                               "generation": sent.generation})
 
     async def on_message_send(self, params: SendMessageRequest, context: ServerCallContext) -> Task | Message:
-        task = await self._send(params, context)
-        if params.configuration.return_immediately or task.status.state in FINAL:
-            return task
-        return await self._until_final(task, context)
+        if params.configuration.return_immediately:
+            return await self._send(params, context)
+        with self._slot(self._host.wait, context):  # taken before the send: a blocking send refused sends nothing
+            task = await self._send(params, context)
+            if task.status.state in FINAL:
+                return task
+            return await self._until_final(task, context)
 
     async def _until_final(self, task: Task, context: ServerCallContext) -> Task:
         """Poll the status row until it is terminal, or waits for input in the turn sent (or a later one), or the
@@ -175,17 +183,18 @@ class ReachRequestHandler(RequestHandler):
 
     async def on_message_send_stream(self, params: SendMessageRequest,
                                      context: ServerCallContext) -> AsyncGenerator[Event]:
-        with self._stream_slot(context):  # taken before the send: a stream refused sends nothing
+        with self._slot(self._host.stream, context):  # taken before the send: a stream refused sends nothing
             task = await self._send(params, context)
             async for event in self._follow(task, context, sent=0):
                 yield event
 
     @contextlib.contextmanager
-    def _stream_slot(self, context: ServerCallContext) -> Iterator[None]:
-        """One of the app's event stream slots (shared with /v1's event streams) while the stream runs; HTTP 429
-        when the app holds them all."""
+    def _slot(self, kind: Callable[[CallerApp], AbstractContextManager[None]],
+              context: ServerCallContext) -> Iterator[None]:
+        """One of the app's slots of a `kind` (Host.stream: event streams, shared with /v1's; Host.wait: calls
+        waiting on a task's row) while the block runs; HTTP 429 when the app holds them all."""
         try:
-            slot = self._host.stream(_caller(context))
+            slot = kind(_caller(context))
             slot.__enter__()
         except Refused as refusal:
             raise HTTPException(refusal.status, f"{refusal.error}: {refusal.message}",
@@ -219,7 +228,7 @@ class ReachRequestHandler(RequestHandler):
 
     async def on_subscribe_to_task(self, params: SubscribeToTaskRequest,
                                    context: ServerCallContext) -> AsyncGenerator[Event]:
-        with self._stream_slot(context):
+        with self._slot(self._host.stream, context):
             row = await self._found(params.id, context)
             task = tasks.task_of(row)
             if task.status.state in FINAL:
@@ -256,19 +265,20 @@ class ReachRequestHandler(RequestHandler):
     # --- cancel -------------------------------------------------------------------------------------------
 
     async def on_cancel_task(self, params: CancelTaskRequest, context: ServerCallContext) -> Task | None:
-        row = await self._found(params.id, context)
-        if task_state(str(row.get("status", ""))) in FINAL:
-            raise TaskNotCancelableError(message=f"task {params.id} is already {row.get('status')}")
-        if self._cancel is None:
-            raise UnsupportedOperationError(message="this gateway cannot cancel (no cancels topic configured)")
-        await self._cancel(_caller(context), params.id)
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + CANCEL_WAIT_S
-        while loop.time() < give_up and task_state(str(row.get("status", ""))) not in FINAL:
-            await asyncio.sleep(self._host.poll_s)
-            code, body = await self._row(params.id, context)
-            row = body if code == 200 else row
-        return tasks.task_of(row)
+        with self._slot(self._host.wait, context):  # it waits for the canceled receipt: taken before the cancel
+            row = await self._found(params.id, context)
+            if task_state(str(row.get("status", ""))) in FINAL:
+                raise TaskNotCancelableError(message=f"task {params.id} is already {row.get('status')}")
+            if self._cancel is None:
+                raise UnsupportedOperationError(message="this gateway cannot cancel (no cancels topic configured)")
+            await self._cancel(_caller(context), params.id)
+            loop = asyncio.get_running_loop()
+            give_up = loop.time() + CANCEL_WAIT_S
+            while loop.time() < give_up and task_state(str(row.get("status", ""))) not in FINAL:
+                await asyncio.sleep(self._host.poll_s)
+                code, body = await self._row(params.id, context)
+                row = body if code == 200 else row
+            return tasks.task_of(row)
 
     # --- list -------------------------------------------------------------------------------------------------
 

@@ -17,8 +17,12 @@ def gateway(
                                          "(default REACH_GATEWAY_TLS_CERT_FILE); needs --tls-key"),
     tls_key: Path | None = typer.Option(None, "--tls-key", help="the PEM private key of --tls-cert "
                                         "(default REACH_GATEWAY_TLS_KEY_FILE)"),
+    grpc_port: int | None = typer.Option(None, "--grpc-port", min=1, max=65535,
+                                         help="also serve gRPC (reach.v1.Gateway, with server reflection) on this "
+                                         "port, same host and TLS (default REACH_GATEWAY_GRPC_PORT: off)"),
 ) -> None:
-    """Serve POST /v1/envelopes, /v1/invoke and the status routes to signed apps (OpenAPI at /openapi.json)."""
+    """Serve POST /v1/envelopes, /v1/invoke and the status routes to signed apps (OpenAPI at /openapi.json); with
+    --grpc-port, the same over gRPC (docs/grpc.md)."""
     from reach.channels.settings import ChannelSettings, ClosureSettings, ReportSettings
     from reach.cli.common import check_redis_login
     from reach.gateway.httpsettings import HttpSettings
@@ -39,4 +43,5 @@ def gateway(
                            push_allow_private=ChannelSettings().webhook_allow_private)
     clients.check_reachable(clients.admin(config.kafka))  # exit 4 in seconds, before the apps directory waits
     check_redis_login(config.redis)
-    serve(door_guards(config), host=host or listen.host, port=port or listen.port, config=config)
+    serve(door_guards(config), host=host or listen.host, port=port or listen.port, config=config,
+          grpc_port=grpc_port or listen.grpc_port)

@@ -42,6 +42,7 @@ class Check(StrEnum):
     WRITE_QUOTA = "write quota"
     READ_QUOTA = "read quota"
     STREAMS = "streams per app"
+    WAITS = "waits per app"
     SESSIONS = "sessions per app"
     SPEND = "spend"
 
@@ -59,14 +60,16 @@ class Surface:
 
 
 _SIGNED = "Reach-Signature v2 of an app key"
+GRPC = "gRPC"  # the "method" of a gRPC surface's routes: its paths are gRPC methods, served beside the HTTP routes
 _BEARER = "Bearer A2A token of an app key"
-ID, A, W, R, S, M, P = (Check.IDENTITY, Check.ALLOW_LIST, Check.WRITE_QUOTA, Check.READ_QUOTA, Check.STREAMS,
-                        Check.SESSIONS, Check.SPEND)
+ID, A, W, R, S, T, M, P = (Check.IDENTITY, Check.ALLOW_LIST, Check.WRITE_QUOTA, Check.READ_QUOTA, Check.STREAMS,
+                           Check.WAITS, Check.SESSIONS, Check.SPEND)
 
 SURFACES: tuple[Surface, ...] = (
     Surface("/v1 sends", (("POST", "/v1/envelopes"), ("POST", "/v1/envelopes:batch"), ("POST", "/v1/invoke")),
-            _SIGNED, (ID, A, P, W), "a `callback` needs the right to channel.webhook; `callback_progress` is a push "
-            "config (as A2A's: a write token of channel.webhook too); a batch takes a token per item"),
+            _SIGNED, (ID, A, P, W, T), "a `callback` needs the right to channel.webhook; `callback_progress` is a push "
+            "config (as A2A's: a write token of channel.webhook too); a batch takes a token per item; an invoke that "
+            "repeats an idempotency_key waits on the status table in one of the app's REACH_GATEWAY_WAITS_PER_APP"),
     Surface("/v1 answers", (("POST", "/v1/messages/{message_id}:input"),), _SIGNED, (ID, A, P, W, R),
             "judged like a send of the message's capability, and one read"),
     Surface("/v1 cancels", (("POST", "/v1/messages/{message_id}:cancel"),), _SIGNED, (ID, R),
@@ -75,13 +78,19 @@ SURFACES: tuple[Surface, ...] = (
             f"a trace takes one read per {ROWS_PER_READ} rows it reads, and reads at most REACH_GATEWAY_TRACE_ROWS"),
     Surface("/v1 event streams", (("GET", "/v1/messages/{message_id}/events"),), _SIGNED, (ID, R, S),
             "one slot of the app's REACH_GATEWAY_SSE_PER_APP, shared with A2A streams"),
-    Surface("A2A JSON-RPC", (("POST", "/a2a/"), ("POST", "/a2a/cap/{capability}/")), _BEARER, (ID, A, P, W, R, S),
-            "sends as /v1 sends; GetTask, ListTasks, push config reads as /v1 reads; SendStreamingMessage and "
-            "SubscribeToTask hold a stream slot; a push config needs the right to channel.webhook, a write token of "
-            "channel.webhook and the spend limits"),
+    Surface("A2A JSON-RPC", (("POST", "/a2a/"), ("POST", "/a2a/cap/{capability}/")), _BEARER,
+            (ID, A, P, W, R, S, T), "sends as /v1 sends; GetTask, ListTasks, push config reads as /v1 reads; "
+            "SendStreamingMessage and SubscribeToTask hold a stream slot; a blocking SendMessage and CancelTask hold "
+            "a wait slot; a push config needs the right to channel.webhook, a write token of channel.webhook and the "
+            "spend limits"),
     Surface("MCP", (("GET", "/mcp"), ("POST", "/mcp"), ("DELETE", "/mcp")), _BEARER, (ID, A, P, W, R, M),
             "initialize and tools/list take a read token, tools/call is a /v1 invoke; "
             "REACH_GATEWAY_MCP_SESSIONS_PER_APP sessions per app; Origin checked"),
+    Surface("gRPC", tuple((GRPC, f"/reach.v1.Gateway/{m}") for m in ("Send", "Invoke", "GetStatus", "WatchSteps")),
+            "Reach-Signature v2 of an app key, as metadata (reach-key, reach-signature) over the request's bytes",
+            (ID, A, P, W, R, S, T), "Send and Invoke as /v1 sends, GetStatus as a /v1 read, WatchSteps as a /v1 "
+            "event stream (a read and a stream slot); messages over REACH_GATEWAY_MAX_BODY_BYTES refused by gRPC; "
+            "`reach gateway --grpc-port` only"),
     Surface("channel replies", (("POST", "/v1/callbacks/{token}"),), "single-use reply token (REACH_CALLBACK_SECRET)",
             (ID, A, W), "the token's capability, the default or REACH_CALLBACK_REPLY_CAPABILITIES only; the tenant's "
             "reply bucket"),
@@ -134,6 +143,15 @@ class Slots:
         else:
             self._open.pop(app.app_id, None)
 
+    @contextlib.contextmanager
+    def hold(self, app: CallerApp) -> Iterator[None]:
+        """One slot while the block runs (429 when the app holds `per_app` already), given back however it ends."""
+        self.take(app)
+        try:
+            yield
+        finally:
+            self.give_back(app)
+
     async def holding(self, app: CallerApp, stream: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         """`stream` with a slot already taken, giving it back however the stream ends (done, timeout, client gone)."""
         try:
@@ -156,14 +174,19 @@ def unavailable_as_503() -> Iterator[None]:
 class Gate:
     """The per-app checks every surface passes: `may_call` (the capability list), `spend` (the spend limits), `write`
     (a token of the app's and the capability's quota), `read` (tokens of the app's read bucket), `push` (a webhook the
-    app asks for: A2A push configs), and the per-app slots of event streams and MCP sessions."""
+    app asks for: A2A push configs), and the per-app slots of event streams, waiting calls and MCP sessions."""
 
     def __init__(self, deps: Dependencies, metrics: GatewayMetrics, *, streams_per_app: int,
-                 sessions_per_app: int) -> None:
+                 sessions_per_app: int, waits_per_app: int = 32) -> None:
         self._deps = deps
         self._metrics = metrics
         self.streams = Slots(streams_per_app, what="event streams", error="too_many_streams",
                              hint="close a stream (SSE or A2A), or poll the status instead")
+        # a call that waits by re-reading the status row (a blocking A2A send or cancel, an invoke repeating an
+        # idempotency key) reads it every REACH_GATEWAY_SSE_POLL for as long as it waits: bounded like a stream
+        self.waits = Slots(waits_per_app, what="waiting calls", error="too_many_waits",
+                           hint="send without waiting (A2A: configuration.returnImmediately; /v1: POST /v1/envelopes) "
+                                "and read the status, or wait for a waiting call of the app to end")
         self.sessions_per_app = sessions_per_app
 
     @staticmethod
@@ -221,7 +244,7 @@ def table() -> str:
     head = ["surface", "routes", "identity", *(c.value for c in Check if c is not Check.IDENTITY), "notes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in SURFACES:
-        routes = ", ".join(f"`{m} {p}`" for m, p in s.routes) or f"`{s.prefix}/*`"
+        routes = ", ".join(f"`{p}`" if m == GRPC else f"`{m} {p}`" for m, p in s.routes) or f"`{s.prefix}/*`"
         marks = ["yes" if c in s.checks else "-" for c in Check if c is not Check.IDENTITY]
         lines.append("| " + " | ".join([s.name, routes, s.identity, *marks, s.note]) + " |")
     return "\n".join(lines)

@@ -16,6 +16,10 @@
 | REACH_GATEWAY_SSE_MAX                  | 600 (seconds)      | longest an event stream stays open                   |
 | REACH_GATEWAY_SSE_PER_APP              | 16                 | event streams one app may hold open on one gateway   |
 |                                        |                    | process at once (429 past it)                        |
+| REACH_GATEWAY_WAITS_PER_APP            | 32                 | calls one app may have waiting on the status table   |
+|                                        |                    | on one gateway process (a blocking A2A SendMessage   |
+|                                        |                    | or CancelTask, an invoke repeating an                |
+|                                        |                    | idempotency_key): 429 `too_many_waits` past it       |
 | REACH_GATEWAY_SSE_FIND                 | 5 (seconds)        | how long an event stream waits for a new message row |
 | REACH_GATEWAY_KEEP_ALIVE               | 5 (seconds)        | idle keep-alive connections are closed after this    |
 | REACH_GATEWAY_MAX_HEADER_BYTES         | 16384              | largest request head (431 past it)                   |
@@ -67,6 +71,7 @@ class HttpSettings(BaseSettings):
     sse_max: float = Field(default=600.0, gt=0)
     sse_find: float = Field(default=5.0, ge=0)
     sse_per_app: int = Field(default=16, ge=1)
+    waits_per_app: int = Field(default=32, ge=1)
     keep_alive: float = Field(default=5.0, gt=0)
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)
     body_timeout: float = Field(default=10.0, gt=0)

@@ -32,7 +32,11 @@ STATUS_PATH = "/v1/messages/"
 PROGRESS_CONFIG = "callback-progress"  # the push config id of a `callback_progress` request
 CALLBACK_CHANNEL = WEBHOOK  # the gateway's `callback` is a URL: a webhook
 log = logging.getLogger("reach.gateway")
-RELEASING = frozenset({400, 413})  # refusals decided by the request's own bytes: its nonce is given back
+# The refusals decided by the request's own bytes alone, so the same bytes are refused the same way whenever they
+# come again: their nonce is given back (issue 28, finding 4). Other 400s depend on what time or an operator can
+# change, and keep it: `refused_by_broker` (a topic's max.message.bytes can be raised), `progress_off` (the push
+# topic can be created), `invalid_answer` (the message's next question may take the same answer).
+RELEASING = frozenset({"bad_request", "bad_json", "payload_too_large", "answer_too_large"})
 
 
 def status_url(message_id: str) -> str:
@@ -83,7 +87,7 @@ class Admission:
         self.settings = settings
         self.metrics = metrics
         self.gate = Gate(deps, metrics, streams_per_app=settings.sse_per_app,
-                         sessions_per_app=settings.mcp_sessions_per_app)
+                         sessions_per_app=settings.mcp_sessions_per_app, waits_per_app=settings.waits_per_app)
         # a claim outlives the longest wait for an ack; a claim orphaned by a crash frees itself that soon
         self._pending_ttl = int(settings.ack_timeout * 2) + 5
 
@@ -104,12 +108,13 @@ class Admission:
         return outcome
 
     async def refused_after_auth(self, verified: Verified | None, refusal: checks.Refusal) -> None:
-        """A verified request refused for what its own bytes say (400 malformed, 413 too large: the same request is
-        refused the same way whenever it comes again) gives its nonce back, so such refusals hold no Redis memory
-        (issue 28, finding 4). Every other refusal keeps it for the signature window: a refusal that time or an
-        operator can change (429 quota or spend, 403, 404, 409, 422, 5xx) would let a captured request be replayed
-        once it would pass (issue 37, finding 6); a 401 never frees the original's nonce."""
-        if verified is None or refusal.status not in RELEASING:
+        """A verified request refused for what its own bytes say (400 malformed, 413 too large: `RELEASING`, the
+        same request is refused the same way whenever it comes again) gives its nonce back, so such refusals hold no
+        Redis memory (issue 28, finding 4). Every other refusal keeps it for the signature window: a refusal that
+        time or an operator can change (429 quota or spend, 403, 404, 409, 422, 5xx, and the 400s a broker, a
+        missing topic or a message's next question decide) would let a captured request be replayed once it would
+        pass (issue 37, finding 6 and L4); a 401 never frees the original's nonce."""
+        if verified is None or refusal.status not in (400, 413) or refusal.body.error not in RELEASING:
             return
         with contextlib.suppress(InfraUnavailable):  # unreleased, the nonce expires with its window
             await self.deps.authenticator.release(verified)
@@ -194,7 +199,7 @@ class Admission:
             raise checks.Refusal(400, "bad_request", "callback_progress needs a callback: the URL the progress goes to",
                                  "add callback, or leave callback_progress out")
         if self.deps.push is None:
-            raise checks.Refusal(400, "bad_request", "progress callbacks are off on this gateway (its <ns>.push topic "
+            raise checks.Refusal(400, "progress_off", "progress callbacks are off on this gateway (its <ns>.push topic "
                                  "does not exist)", "leave callback_progress out, or ask an operator to run "
                                  "`reach topics apply`")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from typing import Any
 
 from a2a.server.context import ServerCallContext
@@ -33,6 +34,7 @@ from reach.errors import InfraUnavailable, InvalidName
 from reach.gateway import checks
 from reach.gateway.bodies import CancelRequest, EnvelopeRequest, ErrorBody, Routing
 from reach.gateway.events import find_row, is_terminal
+from reach.gateway.gate import Slots
 from reach.gateway.intake import Admission, Admitted, source_of, status_url, unavailable_as_503
 from reach.gateway.openapi import READ_ERRORS, request_body
 from reach.gateway.routes_envelopes import read_limited, signed
@@ -104,10 +106,12 @@ class AdmissionHost:
         return self._admission.settings.sse_max
 
     async def submit(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None,
-                     context_id: str | None) -> Sent:
+                     context_id: str | None, version: str = "*", max_tokens: int | None = None,
+                     max_cost: float | None = None) -> Sent:
         try:
             request = EnvelopeRequest(capability=capability, payload=payload, idempotency_key=idempotency_key,
-                                      routing=Routing(session_key=context_id))
+                                      routing=Routing(session_key=context_id), version=version,
+                                      max_tokens=max_tokens, max_cost=max_cost)
             admitted = await self._admission.admit(app, request)
             if context_id is not None:  # the A2A context is the trace: get-task and /v1/traces/<context> find it
                 admitted = Admitted(admitted.app, admitted.envelope.model_copy(update={"trace_id": context_id}),
@@ -132,7 +136,8 @@ class AdmissionHost:
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         except AnswerRefused as refused:
-            raise Refused(refused.status, refused.code, refused.message) from None
+            raise Refused(refused.status, refused.code, "; ".join(filter(None, (refused.message, refused.hint)))) \
+                from None
         code, row = await self._admission.deps.status.message(task_id)
         return Sent(message_id=task_id, trace_id=str(row.get("trace_id", "")) if code == 200 else "",
                     generation=taken.generation)
@@ -161,17 +166,11 @@ class AdmissionHost:
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
 
-    @contextlib.contextmanager
-    def stream(self, app: CallerApp) -> Iterator[None]:
-        slots = self._admission.gate.streams
-        try:
-            slots.take(app)
-        except checks.Refusal as refusal:
-            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
-        try:
-            yield
-        finally:
-            slots.give_back(app)
+    def stream(self, app: CallerApp) -> AbstractContextManager[None]:
+        return _held(self._admission.gate.streams, app)
+
+    def wait(self, app: CallerApp) -> AbstractContextManager[None]:
+        return _held(self._admission.gate.waits, app)
 
     async def find(self, app: CallerApp, message_id: str) -> Row:
         try:  # GetTask and SubscribeToTask: reads, metered like the /v1 ones
@@ -180,6 +179,19 @@ class AdmissionHost:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         return owned(app, message_id, *await find_row(self._admission.deps.status, message_id,
                                                       wait_s=self.find_s, poll_s=self.poll_s))
+
+
+@contextlib.contextmanager
+def _held(slots: Slots, app: CallerApp) -> Iterator[None]:
+    """One of the app's slots (reach.gateway.gate) while the block runs; Refused 429 when it holds them all."""
+    try:
+        slots.take(app)
+    except checks.Refusal as refusal:
+        raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
+    try:
+        yield
+    finally:
+        slots.give_back(app)
 
 
 def _unauthenticated(failure: AuthFailure) -> JSONResponse:

@@ -103,27 +103,38 @@ def envelope_routes(admission: Admission) -> APIRouter:
         """200 with the agent's result when COMPLETED; the terminal status with an error body otherwise; 504
         when no terminal receipt came within timeout_ms (capped by REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS)."""
         app, document = await signed(request, admission, settings.max_body_bytes)
-        body = checks.parse_model(document, InvokeRequest)
-        timeout_ms = min(body.timeout_ms or settings.invoke_timeout_ms, settings.invoke_timeout_max_ms)
-        replies = admission.deps.replies
-        admitted = await admission.admit(app, body, reply_to=replies.topic, default_budget_ms=timeout_ms)
-        envelope = admitted.envelope
-        waiter = replies.expect(envelope.message_id, envelope.generation)
-        try:
-            accepted = await admission.publish(admitted)
-        except BaseException:
-            waiter.cancel()
-            raise
-        if accepted.message_id != envelope.message_id:  # a repeated idempotency_key: its reply went elsewhere
-            waiter.cancel()
-            code, answer = await _from_status(admission, accepted, timeout_ms)
-        else:
-            receipt = await waiter.result(timeout_ms / 1000)
-            code, answer = (answers.from_receipt(receipt) if receipt is not None
-                            else answers.timed_out(accepted.message_id, accepted.trace_id, timeout_ms))
+        code, answer = await invoke_answer(admission, app, checks.parse_model(document, InvokeRequest))
         return JSONResponse(answer.model_dump(mode="json"), status_code=code)
 
     return router
+
+
+async def invoke_answer(admission: Admission, app: CallerApp, body: InvokeRequest) -> tuple[int, answers.InvokeAnswer]:
+    """Admit, publish and wait for the terminal receipt (or the status row of the first request with the same
+    idempotency_key): how the invoke ended, as an HTTP status and its answer (/v1/invoke and gRPC Invoke)."""
+    settings = admission.settings
+    timeout_ms = min(body.timeout_ms or settings.invoke_timeout_ms, settings.invoke_timeout_max_ms)
+    replies = admission.deps.replies
+    admitted = await admission.admit(app, body, reply_to=replies.topic, default_budget_ms=timeout_ms)
+    envelope = admitted.envelope
+    waiter = replies.expect(envelope.message_id, envelope.generation)
+    try:
+        accepted = await admission.publish(admitted)
+    except BaseException:
+        waiter.cancel()
+        raise
+    if accepted.message_id != envelope.message_id:  # a repeated idempotency_key: its reply went elsewhere
+        waiter.cancel()
+        try:
+            with admission.gate.waits.hold(app):  # it re-reads the status row while it waits (reach.gateway.gate)
+                return await _from_status(admission, accepted, timeout_ms)
+        except checks.Refusal as refusal:
+            raise checks.Refusal(refusal.status, refusal.body.error, f"{refusal.body.message}; the first "
+                                 f"request with this idempotency_key is {accepted.message_id}",
+                                 f"read {accepted.status_url}, or retry later", headers=refusal.headers) from None
+    receipt = await waiter.result(timeout_ms / 1000)  # the fallback chain's final ending (decision 0069)
+    return (answers.from_endings(waiter.endings) if receipt is not None
+            else answers.timed_out(accepted.message_id, accepted.trace_id, timeout_ms))
 
 
 async def _from_status(admission: Admission, accepted: Accepted, timeout_ms: int) -> tuple[int, answers.InvokeAnswer]:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from reach.gateway.httpproto import head_limited
 from reach.gateway.httpsettings import HttpSettings
-from reach.gateway.service import build_gateway
+from reach.gateway.service import Beside, build_gateway
 from reach.gateway.wiring import GatewayConfig, Guards, build_dependencies
 
 
@@ -27,12 +27,19 @@ def uvicorn_config(app: FastAPI, *, host: str, port: int, http: HttpSettings,
     )
 
 
-def serve(guards: Guards, *, host: str, port: int, config: GatewayConfig) -> None:
-    """Block serving until SIGINT/SIGTERM; the dependencies close with the app."""
+def serve(guards: Guards, *, host: str, port: int, config: GatewayConfig, grpc_port: int | None = None) -> None:
+    """Block serving until SIGINT/SIGTERM; the dependencies close with the app. `grpc_port`: gRPC ingress too, on
+    the same host, with the same TLS (reach.grpc.ingress)."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     http = config.http
-    deps = build_dependencies(guards, port=port, config=config)
-    app = build_gateway(deps, http, closure=config.closure, reports=config.reports)
     listen = config.gateway
     tls = (listen.tls_cert_file, listen.tls_key_file) if listen.tls_cert_file and listen.tls_key_file else None
+    beside: list[Beside] = []
+    if grpc_port is not None:
+        from reach.grpc.ingress import serving  # only a gateway that serves gRPC loads grpcio
+
+        pem = (tls[0].read_bytes(), tls[1].read_bytes()) if tls is not None else None
+        beside.append(lambda admission: serving(admission, host=host, port=grpc_port, tls=pem))
+    deps = build_dependencies(guards, port=port, config=config)
+    app = build_gateway(deps, http, closure=config.closure, reports=config.reports, beside=beside)
     uvicorn.Server(uvicorn_config(app, host=host, port=port, http=http, tls=tls)).run()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -123,17 +123,25 @@ class HotPath:
         await response(scope, receive, send)
 
 
+Beside = Callable[[Admission], AbstractAsyncContextManager[Any]]
+"""Another ingress served beside the HTTP one, on its event loop and through its admission (reach.grpc.ingress)."""
+
+
 def build_gateway(deps: Dependencies, settings: HttpSettings, metrics: GatewayMetrics | None = None, *,
-                  closure: ClosureSettings, reports: ReportSettings | None = None) -> FastAPI:
+                  closure: ClosureSettings, reports: ReportSettings | None = None,
+                  beside: Sequence[Beside] = ()) -> FastAPI:
     """The HTTP service over its dependencies; `deps.closers` run when the app shuts down. Without `reports`
-    (the providers' report secrets) the report routes answer 404 `reports_off`."""
+    (the providers' report secrets) the report routes answer 404 `reports_off`. `beside`: ingresses that run while
+    the app does (started after the MCP sessions' manager, stopped before it), passing the same admission."""
     metrics = metrics or GatewayMetrics()
     admission = Admission(deps, settings, metrics)
     mcp = mcp_endpoint(admission, deps.directory)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        async with mcp.run():  # the MCP sessions end before the dependencies they call close
+        async with mcp.run(), AsyncExitStack() as others:  # MCP sessions end before the dependencies they call close
+            for ingress in beside:
+                await others.enter_async_context(ingress(admission))
             yield
         for close in deps.closers:
             done = close()

@@ -4,6 +4,8 @@
 |--------------------------------------|-------------|----------------------------------------------------------|
 | REACH_GATEWAY_HOST                   | 127.0.0.1   | address `reach gateway` binds                            |
 | REACH_GATEWAY_PORT                   | 8080        | port `reach gateway` binds                               |
+| REACH_GATEWAY_GRPC_PORT              | (none)      | also serve gRPC (reach.v1.Gateway, docs/grpc.md) on this |
+|                                      |             | port of the same host; unset: no gRPC                    |
 | REACH_GATEWAY_SECRETS_KEY            | (file)      | Fernet key(s) encrypting app secrets at rest, comma-     |
 |                                      |             | separated: the first encrypts, every one decrypts; unset:|
 |                                      |             | REACH_HOME/gateway-secrets.key (0600, made by the CLI)   |
@@ -47,6 +49,7 @@ class GatewaySettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
+    grpc_port: int | None = Field(default=None, ge=1, le=65535)
     secrets_key: SecretStr | None = None
     signature_max_age: int = Field(default=300, ge=1)
     signature_max_ahead: int = Field(default=60, ge=0)

@@ -13,6 +13,27 @@ from reach.webclient import auth_headers, views_url
 
 NO_ID: tuple[int, dict[str, Any]] = (404, {"error": "not_found", "message": "no id was given",
                                            "hint": "name the message (or trace) by its id"})
+UNROUTABLE_ID = frozenset("{}")  # the views' `{id}` route matches neither (aiohttp): their answer is a text 404
+
+
+def addressable(key: str) -> bool:
+    """Whether the views can be asked for `key` at all: not empty, UTF-8 (a JSON string may hold a lone surrogate),
+    no `{` or `}`, and not `.` or `..` (path steps: `/messages/..` is the views' root, which answers 200). No id the
+    bus makes is otherwise; asked anyway, the views' non-JSON answer read as them being down (a 503)."""
+    if not key or key in (".", "..") or not UNROUTABLE_ID.isdisjoint(key):
+        return False
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def absent(key: str) -> tuple[int, dict[str, Any]]:
+    if not key:
+        return NO_ID
+    return 404, {"error": "not_found", "message": f"no message or trace {key[:100]!r}: no id of the bus looks so",
+                 "hint": "name the message (or trace) by the id its send returned"}
 
 
 class StatusClient:
@@ -23,13 +44,13 @@ class StatusClient:
         self._http = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, headers=auth_headers(settings))
 
     async def message(self, message_id: str) -> tuple[int, dict[str, Any]]:
-        if not message_id:  # `/messages/` is no view: its answer is not JSON, which would read as the views down
-            return NO_ID
+        if not addressable(message_id):  # e.g. `/messages/`: no view, no JSON answer, which reads as the views down
+            return absent(message_id)
         return await self._get(f"/messages/{quote(message_id, safe='')}")
 
     async def trace(self, trace_id: str) -> tuple[int, dict[str, Any]]:
-        if not trace_id:
-            return NO_ID
+        if not addressable(trace_id):
+            return absent(trace_id)
         return await self._get(f"/traces/{quote(trace_id, safe='')}")
 
     async def tenant_tasks(self, tenant: str, query: Mapping[str, str]) -> tuple[int, dict[str, Any]]:

@@ -54,6 +54,9 @@ EVENTS = "/v1/messages/{message_id}/events"
 # waits that would turn a fuzz run into a sleep: a generated invoke or event stream ends within a second
 QUICK_WAITS = {"REACH_GATEWAY_INVOKE_TIMEOUT_MS": "500", "REACH_GATEWAY_INVOKE_TIMEOUT_MAX_MS": "1000",
                "REACH_GATEWAY_SSE_FIND": "0.2", "REACH_GATEWAY_SSE_MAX": "2"}
+# the door's bound on one Redis call (0.5 s by default) is a latency the shared machines miss under load: a nonce
+# claim that took longer answered 503 `unavailable` (right for the door, but a fuzz finding it is not)
+PATIENT_REDIS = {"REACH_GATEWAY_REDIS_TIMEOUT": "5"}
 CALLBACK_SECRET = "fuzz-reply-secret"  # so /v1/callbacks/{token} is on, and the hook can mint real tokens
 
 
@@ -62,7 +65,8 @@ def gateway(namespace: str, stream_app: StreamApp, tmp_path: Path) -> Iterator[G
     """A real gateway beside a real router (its status routes read the router's views) and the no-op agent."""
     env = child_env(namespace, KafkaSettings(), home=tmp_path / "home", redis_url=RedisSettings().url(),
                     topics_file=Path(os.environ["REACH_TOPICS_FILE"]))
-    env.update(REACH_WEB_PORT=str(stream_app.port), REACH_CALLBACK_SECRET=CALLBACK_SECRET, **QUICK_WAITS)
+    env.update(REACH_WEB_PORT=str(stream_app.port), REACH_CALLBACK_SECRET=CALLBACK_SECRET, **QUICK_WAITS,
+               **PATIENT_REDIS)
     with GatewayStack(env=env) as stack:
         yield stack
 

@@ -26,6 +26,7 @@ from reach.gateway.auth import SignatureAuthenticator
 from reach.gateway.deps import Dependencies, Remembered
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.ports import QuotaDecision
+from reach.gateway.publisher import BrokerRefused
 from reach.gateway.routes_status import unknown_message, unknown_trace
 from reach.gateway.service import build_gateway
 from reach.records import Capability, Envelope, Receipt, Status
@@ -111,12 +112,15 @@ class FakePublisher:
     def __init__(self) -> None:
         self.sent: list[Envelope] = []
         self.fail = False
+        self.refuse = False  # the broker refuses the record (as MSG_SIZE_TOO_LARGE under a topic's max.message.bytes)
         self.on_publish: Callable[[Envelope], None] | None = None
 
     async def publish(self, envelope: Envelope) -> None:
         await asyncio.sleep(0)
         if self.fail:
             raise InfraUnavailable("no acknowledgement (fake)")
+        if self.refuse:
+            raise BrokerRefused("the broker refused the envelope: MSG_SIZE_TOO_LARGE (fake)")
         self.sent.append(envelope)
         if self.on_publish is not None:
             self.on_publish(envelope)
@@ -130,10 +134,13 @@ class _FakeWaiter:
     replies: FakeReplies
     key: tuple[str, int]
     future: asyncio.Future[Receipt]
+    endings: list[Receipt] = field(default_factory=list)
 
     async def result(self, timeout_s: float) -> Receipt | None:
         try:
-            return await asyncio.wait_for(self.future, timeout_s)
+            receipt = await asyncio.wait_for(self.future, timeout_s)
+            self.endings.append(receipt)
+            return receipt
         except TimeoutError:
             return None
         finally:

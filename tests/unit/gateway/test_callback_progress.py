@@ -41,7 +41,7 @@ def test_without_a_callback_or_push_configs_it_is_refused() -> None:
     off = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
     resp = post(off, "/v1/envelopes", {"capability": "demo.echo", "payload": {}, "callback": HOOK,
                                        "callback_progress": True})
-    assert (resp.status_code, resp.json()["error"]) == (400, "bad_request") and "reach topics apply" in resp.text
+    assert (resp.status_code, resp.json()["error"]) == (400, "progress_off") and "reach topics apply" in resp.text
     on = TestClient(build_gateway(dataclasses.replace(fakes.deps(), push=MemoryPushBook()), HttpSettings(),
                                   closure=ClosureSettings()))
     resp = post(on, "/v1/envelopes", {"capability": "demo.echo", "payload": {}, "callback_progress": True})

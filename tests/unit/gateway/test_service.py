@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from reach.callers import KeyEntry
 from reach.channels.settings import ClosureSettings
+from reach.envelopes import new_envelope
 from reach.gateway.httpsettings import HttpSettings
 from reach.gateway.service import build_gateway
 from reach.records import Receipt, Status
@@ -468,6 +469,52 @@ def test_a_request_refused_for_its_own_bytes_gives_its_nonce_back_and_any_other_
     assert send("n-malformed-1", b'{"capability": 7}').status_code == 400
     assert send("n-accepted-01").json()["error"] == "replay", "a replay never frees the original's nonce"
     assert {n for _, n in fakes.nonces.seen} == {"n-accepted-01", "n-over-quota"}
+
+
+def test_a_400_that_time_or_an_operator_can_change_keeps_its_nonce(fakes: Fakes) -> None:
+    """Issue 37, L4: a 400 the broker decides (a topic's max.message.bytes), a missing push topic decides, or the
+    message's current question decides gave its nonce back, so the same signed bytes passed once the broker, the
+    operator or the next question let them: a captured request could be replayed. Each keeps its nonce now; the
+    same bytes under a fresh nonce show that they would pass later."""
+    import dataclasses
+
+    from reach.a2a.pushbook import MemoryPushBook
+    from reach.kafka import codec
+    from tests.unit.gateway.test_input_route import INBOX, waiting_row
+
+    def send(client: TestClient, nonce: str, body: dict[str, Any], path: str = "/v1/envelopes") -> httpx.Response:
+        raw = json.dumps(body).encode()
+        return client.post(path, content=raw, headers={"Reach-Key": "key1", "Reach-Signature": sign(
+            b"secret-1", raw, target=path, nonce=nonce)})
+
+    echo = {"capability": "demo.echo", "payload": {"text": "x"}}
+    client = TestClient(build_gateway(fakes.deps(), HttpSettings(), closure=ClosureSettings()))
+    fakes.publisher.refuse = True
+    assert send(client, "n-broker-refused", echo).json()["error"] == "refused_by_broker"
+    fakes.publisher.refuse = False  # the operator raised the topic's max.message.bytes
+    assert send(client, "n-broker-refused", echo).json()["error"] == "replay"
+    assert send(client, "n-broker-later", echo).status_code == 202
+
+    progress = {**echo, "callback": "https://me.example/p", "callback_progress": True}
+    assert send(client, "n-progress-off-1", progress).json()["error"] == "progress_off"
+    with_push = TestClient(build_gateway(dataclasses.replace(fakes.deps(), push=MemoryPushBook()), HttpSettings(),
+                                         closure=ClosureSettings()))  # the operator created the push topic
+    assert send(with_push, "n-progress-off-1", progress).json()["error"] == "replay"
+    assert send(with_push, "n-progress-later", progress).status_code == 202
+
+    asking = new_envelope("demo.interview", {}, tenant="acme")
+    fakes.turns.inbox[INBOX] = codec.encode(asking)
+    fakes.status.rows[asking.message_id] = [waiting_row(asking.message_id, input={
+        **waiting_row("")["input"], "answer_schema": json.dumps({"type": "object", "required": ["city"]})})]
+    mid, path = asking.message_id, f"/v1/messages/{asking.message_id}:input"
+    answer = {"message_id": mid, "answer": {"name": "Ada"}}
+    assert send(client, "n-invalid-answer", answer, path).json()["error"] == "invalid_answer"
+    fakes.status.rows[mid] = [waiting_row(mid)]  # the next question asks for a name: the same answer fits it
+    assert send(client, "n-invalid-answer", answer, path).json()["error"] == "replay"
+    assert send(client, "n-answer-later", answer, path).status_code == 202
+    assert {"n-broker-refused", "n-progress-off-1", "n-invalid-answer"} <= {n for _, n in fakes.nonces.seen}
+    assert send(client, "n-bad-json-1", {"capability": 7}).status_code == 400  # decided by its bytes: given back
+    assert ("app1", "n-bad-json-1") not in fakes.nonces.seen
 
 
 def test_a_request_carries_its_budget_and_a_bad_one_is_a_400(client: TestClient, fakes: Fakes) -> None:
