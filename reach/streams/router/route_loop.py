@@ -75,8 +75,8 @@ from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 log = logging.getLogger("reach.router")
 
 COMMIT_EVERY_S = 0.0
-"""The hot path's commits go out at most this often (reach.core.commits; the agent's timer, decision 0044): at the
-knee one commit per batch was an OffsetCommit every few requests; a revoke and a stop still commit at once."""
+"""How often the hot path's commits may go out (reach.core.commits): 0, every batch (one in flight). A 100 ms timer
+was tried and taken back out (decision 0063: the rolling-upgrade test ended messages twice with it)."""
 
 MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 """Envelopes above this size are REJECTED (OVERSIZE): the payload limit plus room for the routing fields."""
