@@ -193,7 +193,7 @@ class Client:
                 envelope = envelope.model_copy(update={"headers": marks})
         target = topic or self.target(envelope)
         self._ensure(target)
-        headers: h.Headers = [*tracing.inject(envelope), (h.MESSAGE_ID, envelope.message_id.encode())]
+        headers: h.Headers = [*tracing.inject(envelope, topic=target), (h.MESSAGE_ID, envelope.message_id.encode())]
         return pipeline.Outbound(target, avrogen.encode(envelope), routing_key(envelope).encode(), headers,
                                  partition)
 

@@ -155,6 +155,16 @@ class Names:
         path = check_agent_id(agent_id)[len(AGENT_PREFIX) :]
         return self.topic("agent." + path.replace("/", "."))
 
+    def inbox_agent(self, topic: str) -> str | None:
+        """`<ns>.agent.search.web` -> `agent://search/web` (segments hold no dots), None for any other topic."""
+        prefix = self.topic("agent.")
+        if not topic.startswith(prefix) or len(topic) == len(prefix):
+            return None
+        try:
+            return check_agent_id(AGENT_PREFIX + topic[len(prefix):].replace(".", "/"))
+        except InvalidName:
+            return None
+
     def replies(self, client_id: str) -> str:
         return self.topic(f"replies.{client_id}")
 

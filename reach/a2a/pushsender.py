@@ -1,14 +1,19 @@
 """The A2A push sender: follows the status table's changelog (`<ns>.status`, the rows the status fold writes per
 batch) in the group `<ns>.push` and turns each change of a task that has push configs into `channel.webhook`
 envelopes (reach.a2a.push.notifications), produced before the changelog offsets are committed (at least once; the
-derived ids make a second production the same message, which the channel agent's lease delivers once).
+derived ids make a second production the same message, which the channel agent's lease delivers once). It runs on
+the batch worker (reach.kafka.worker, decisions 0053 and 0064): a row's notifications are caused by its changelog
+record, so a record is committed only once they are acknowledged and read again after an outage; a notification
+is remembered as sent only once the broker acknowledged it (`acknowledged`), and one the broker refuses for good
+(too large, no webhook topic) is counted and passed over.
 
 Gateway replicas share the group: each sends for the status partitions it is assigned, and a restarted gateway
 resumes from its group's committed offsets, so no change is lost across a restart (decisions/0042). A config set
 on a running task is caught up by `offer`: the row as it was read right after the config was acknowledged; and,
 since that read may come from a store the fold writes only after its changelog (so a change the sender read before
 the config arrived may not be in it), by the last changelog row the sender read of that task within RECENT_S, sent
-again when the book applies the config (decisions/0047; the derived ids make it the same messages).
+again when the book applies the config (decisions/0047; the derived ids make it the same messages). Those rows
+come from no changelog record: they are the worker's `owed` outputs, offered again until acknowledged.
 
 Per-row isolation: a changelog row that does not read (not JSON, or a row the notifications cannot be made from) is
 logged, counted (`skipped`) and passed over; it never stops the sender. A task seen to end is remembered, and its
@@ -20,13 +25,11 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -35,41 +38,52 @@ from reach.a2a.pushbook import KafkaPushBook, MemoryPushBook
 from reach.a2a.states import FINAL, task_state
 from reach.envelopes import now_ms, routing_key
 from reach.errors import InfraUnavailable
-from reach.kafka import clients, codec, delivery
+from reach.kafka import codec
+from reach.kafka.acks import Position
+from reach.kafka.types import KafkaException
+from reach.kafka.worker import Delivered, Output, Record, Refused, Subscription, Worker
 from reach.names import Names
 from reach.settings import KafkaSettings
 
 log = logging.getLogger("reach.a2a.push")
 MAX_CURSORS = 20_000  # tasks tracked here; past it the oldest are forgotten (their notifications would be sent again)
-RETRY_S = 1.0
+RETRY_S = 1.0  # how soon an offered row whose notifications were not acknowledged is offered again
 RECENT_S = 60.0  # how long the last changelog row of a task is kept for a config that arrives after it was read
 RECENT_BYTES = 16 << 20  # and at most this many bytes of such rows (the oldest dropped first)
 LINGER_S = 600.0  # a task's configs are expired this long after the sender saw it end
 MAX_ENDED = 100_000  # ended tasks waiting to be expired; past it the oldest are expired at once
 SWEEP_S = 60.0
 
+Sent = tuple[str, str, str]
+"""(task id, config id, notification id): one notification owed to one config."""
+
 
 def group(names: Names) -> str:
     return names.topic("push")
 
 
-class PushSender:
-    """One per gateway process, on a daemon thread."""
+class PushSender(Worker[bytes]):
+    """One per gateway process, on the worker's thread: start() / close()."""
+
+    thread_name = "reach-a2a-push-sender"
+    log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, book: MemoryPushBook) -> None:
-        self._names = names
-        self._kafka = kafka
+        super().__init__(kafka=kafka, subscription=Subscription(
+            group=group(names), topics=[names.status], profile="idle", producer_profile="hot",
+            consumer_config={"auto.offset.reset": "latest"}))
         self._book = book
         self._topic = names.capability(push.WEBHOOK)
         self._sent: OrderedDict[str, dict[str, set[str]]] = OrderedDict()  # task -> config -> notification ids
         self._offers: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._changed: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._retry: list[dict[str, Any]] = []  # offered rows whose notifications were not all acknowledged
+        self._retry_at = 0.0
+        self._owing: dict[int, tuple[Sent, dict[str, Any] | None]] = {}  # id(output) -> what it sends, its offer
         self._recent: OrderedDict[str, tuple[float, bytes]] = OrderedDict()  # task -> (read at, its last row)
         self._recent_bytes = 0
         self._ended: OrderedDict[str, float] = OrderedDict()  # task -> when the sender saw it end
         self._next_sweep = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self.produced = 0
         self.refused = 0  # notifications the broker refused for good (too large, no webhook topic)
         self.skipped = 0  # changelog rows that did not read, passed over
@@ -81,58 +95,83 @@ class PushSender:
     def counts(self) -> dict[str, int]:
         return {"produced": self.produced, "refused": self.refused, "skipped": self.skipped, "expired": self.expired}
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="reach-a2a-push-sender", daemon=True)
-        self._thread.start()
-
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.stop()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._loop()
-            except Exception:  # noqa: BLE001 - a fresh consumer resumes from the committed offsets
-                log.exception("push sender: restarting in %.0fs", RETRY_S)
-                self._stop.wait(RETRY_S)
+    # -- what the worker asks ------------------------------------------------------------------------
 
-    def _loop(self) -> None:
-        consumer: Consumer = clients.consumer(group(self._names), self._kafka, profile="idle",
-                                              **{"auto.offset.reset": "latest"})
-        producer: Producer = clients.producer(self._kafka, profile="hot")
-        try:
-            consumer.subscribe([self._names.status])
-            while not self._stop.is_set():
-                messages = [m for m in clients.take(consumer, 500, 0.2) if m.error() is None]
-                rows = self._pending(messages)
-                if rows:
-                    self._book.sync()  # a config acknowledged before these changes were folded is known
-                    self._send(producer, rows)
-                if messages:
-                    consumer.commit(asynchronous=False)
-                self._expire(time.monotonic())
-        finally:
-            producer.flush(10)
-            consumer.close()
-
-    def _pending(self, messages: list[Message]) -> list[dict[str, Any]]:
-        """The rows to send for: the changelog's (each kept a while as its task's last), the rows offered by a
-        config's set, and the kept last row of each task a config was just applied for."""
+    def handle(self, records: list[Record[bytes]]) -> Iterable[Output]:
+        """The notifications the changelog rows owe, each caused by its row's record."""
         rows = []
-        for msg in messages:
-            row = self._read(msg.value(), f"{msg.topic()}[{msg.partition()}]@{msg.offset()}")
+        for record in records:
+            row = self._read(record.value, repr(record))
             if row is not None:
-                rows.append(row)
-                self._remember(str(row.get("message_id", "")), msg.value() or b"")
-        rows += _drain(self._offers)
+                rows.append((row, record.position))
+                self._remember(str(row.get("message_id", "")), record.value or b"")
+        if rows:
+            self._book.sync()  # a config acknowledged before these changes were folded is known
+        batch: set[str] = set()  # two rows of one task in a batch owe some of the same notifications
+        return [out for row, position in rows for out in self._notifications(row, batch, None, position)]
+
+    def owed(self) -> Iterable[Output]:
+        """The notifications of rows offered by a config's set, and of the kept last row of each task a config was
+        just applied for (no changelog record causes them); then what expired."""
+        now = time.monotonic()
+        rows = [(row, row) for row in _drain(self._offers)]
         for task_id in dict.fromkeys(_drain(self._changed)):
             kept = self._recent.get(task_id)
             row = self._read(kept[1], f"the last row of {task_id[:100]}") if kept is not None else None
             if row is not None:
-                rows.append(row)
-        return rows
+                rows.append((row, row))
+        if self._retry and now >= self._retry_at:
+            rows += [(row, row) for row in self._retry]
+            self._retry = []
+        batch: set[str] = set()
+        outputs = [out for row, offer in rows for out in self._notifications(row, batch, offer, None)]
+        self._expire(now)
+        return outputs
+
+    def acknowledged(self, delivered: list[Delivered]) -> None:
+        """Remember what the broker took; an offered row with a notification that did not get through (and was
+        not refused for good) is offered again RETRY_S later."""
+        for done in delivered:
+            owing = self._owing.pop(id(done.output), None)
+            if owing is None:  # not a notification
+                continue
+            (task_id, config_id, mid), _ = owing
+            self._sent.setdefault(task_id, {}).setdefault(config_id, set()).add(mid)
+            self.produced += 1
+        again = {id(offer): offer for _, offer in self._owing.values() if offer is not None}
+        if again:
+            log.warning("push sender: the notifications of %d offered row(s) not acknowledged; trying again",
+                        len(again))
+            self._retry += again.values()
+            self._retry_at = time.monotonic() + RETRY_S
+        self._owing.clear()
+        self._forget()
+
+    def owed_refused(self, output: Output, errors: list[Any]) -> None:
+        """An offered row's notification the broker refuses for good: counted, settled (never offered again)."""
+        super().owed_refused(output, errors)
+        owing = self._owing.pop(id(output), None)
+        if owing is not None:
+            self.refused += 1
+            (task_id, config_id, mid), _ = owing
+            self._sent.setdefault(task_id, {}).setdefault(config_id, set()).add(mid)
+
+    def failed(self, record: Record[bytes], error: BaseException) -> Iterable[Output]:
+        """A changelog row whose notifications the broker refused for good, or that raised: counted, passed over."""
+        if isinstance(error, Refused):
+            self.refused += len(error.errors)
+            log.warning("push sender: %d notifications of %r refused by the broker for good (%s); not sent",
+                        len(error.errors), record, error)
+        else:
+            self.skipped += 1
+            log.warning("push sender: no notifications from %r (%s: %.200s); skipped", record,
+                        type(error).__name__, error)
+        return ()
+
+    # -- what the loop decides -----------------------------------------------------------------------
 
     def _read(self, value: bytes | None, where: str) -> dict[str, Any] | None:
         if value is None:  # a tombstone: the row's retention
@@ -169,40 +208,20 @@ class PushSender:
             self._next_sweep = now + SWEEP_S
             self._book.sweep(now_ms())
 
-    def _send(self, producer: Producer, rows: list[dict[str, Any]]) -> None:
-        """Produce every notification the rows owe, and wait for the acks; an outage is retried until it passes, a
-        refusal no retry cures (too large, no such topic) is logged and counted, and the sender moves on."""
-        while not self._stop.is_set():
-            queued: list[tuple[tuple[str, str], str]] = []
-            errors: list[Any] = []
-            batch: set[str] = set()  # two rows of one task in a batch owe some of the same notifications
-            for row in rows:
-                try:
-                    added = self._queue(producer, row, errors, batch)
-                    queued += added
-                    batch.update(mid for _, mid in added)
-                except Exception as exc:  # noqa: BLE001 - one row the notifications cannot be made from: pass it
-                    self.skipped += 1
-                    log.warning("push sender: no notifications from the row of %.100s (%s: %.200s); skipped",
-                                row.get("message_id"), type(exc).__name__, exc)
-            if producer.flush(30):
-                errors.append("not acknowledged within 30 s")
-            if all(delivery.permanent(e) for e in errors):
-                for (task_id, config_id), mid in queued:
-                    self._sent.setdefault(task_id, {}).setdefault(config_id, set()).add(mid)
-                self.produced += len(queued) - len(errors)
-                self.refused += len(errors)
-                if errors:
-                    log.warning("push sender: %d notifications refused by the broker for good (%s); not sent",
-                                len(errors), delivery.describe(errors[0]))
-                self._forget()
-                return
-            log.warning("push sender: notifications not acknowledged (%s); trying again", delivery.describe(errors[0]))
-            self._stop.wait(RETRY_S)
+    def _notifications(self, row: dict[str, Any], batch: set[str], offer: dict[str, Any] | None,
+                       cause: Position | None) -> list[Output]:
+        """What the row owes its task's configs, but what was sent (or is in this `batch`) already. A row the
+        notifications cannot be made from is counted and passed over (it never stops the rows behind it)."""
+        try:
+            return self._owed_by(row, batch, offer, cause)
+        except Exception as exc:  # noqa: BLE001 - one row the notifications cannot be made from: pass it
+            self.skipped += 1
+            log.warning("push sender: no notifications from the row of %.100s (%s: %.200s); skipped",
+                        row.get("message_id"), type(exc).__name__, exc)
+            return []
 
-    def _queue(self, producer: Producer, row: dict[str, Any], errors: list[Any],
-               batch: set[str]) -> list[tuple[tuple[str, str], str]]:
-        """Produce what the row owes its task's configs, but what was produced (or is in this `batch`) already."""
+    def _owed_by(self, row: dict[str, Any], batch: set[str], offer: dict[str, Any] | None,
+                 cause: Position | None) -> list[Output]:
         task_id = str(row.get("message_id", ""))
         task = self._book.get(task_id)
         if task is None or row.get("tenant") != task.tenant:
@@ -210,28 +229,19 @@ class PushSender:
         if task_state(str(row.get("status", ""))) in FINAL:  # its configs are expired LINGER_S from now
             self._ended.pop(task_id, None)
             self._ended[task_id] = time.monotonic()
-        queued = []
+        outputs = []
         for config in task.configs:
-            key = (task_id, config.id)
             done = self._sent.get(task_id, {}).get(config.id, set())
             for notification in push.notifications(row, config):
                 if notification.message_id in done or notification.message_id in batch:
                     continue
                 envelope = push.envelope(notification, config, task, trace_id=str(row.get("trace_id") or task_id),
                                          now=now_ms())
-
-                def report(err: KafkaError | None, _msg: Message) -> None:
-                    if err is not None:
-                        errors.append(err)
-
-                try:
-                    producer.produce(self._topic, key=routing_key(envelope).encode(), value=codec.encode(envelope),
-                                     on_delivery=report)
-                except (BufferError, KafkaException) as exc:
-                    errors.append(exc)
-                    continue
-                queued.append((key, notification.message_id))
-        return queued
+                out = Output(self._topic, codec.encode(envelope), key=routing_key(envelope).encode(), cause=cause)
+                self._owing[id(out)] = ((task_id, config.id, notification.message_id), offer)
+                batch.add(notification.message_id)
+                outputs.append(out)
+        return outputs
 
     def _forget(self) -> None:
         """Keep the cursors of at most MAX_CURSORS tasks, the oldest dropped (a later change of such a task sends its

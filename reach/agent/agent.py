@@ -395,6 +395,7 @@ class Agent:
 
     def run(self, *, install_signals: bool = True) -> None:
         """Run this instance until SIGTERM/SIGINT or `stop()`: register, consume, drain, tombstone."""
+        from reach import traceexport
         from reach.agent.runner import Runner
         from reach.kafka import codec, writeas
         from reach.settings import KafkaSettings, ReachSettings, RedisSettings
@@ -404,6 +405,7 @@ class Agent:
         settings = ReachSettings()
         codec.use_schema_registry(settings.schema_registry_url)
         writeas.use(settings.records_write_as)
+        traceexport.configure("reach-agent", os.environ)  # when OTEL_* asks, and the application installed no SDK
         self._runner = Runner(self, kafka=KafkaSettings(), redis=RedisSettings(), settings=settings)
         self._runner.run(install_signals=install_signals)
 

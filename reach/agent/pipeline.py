@@ -149,7 +149,7 @@ class Pipeline:
                 otel_context.detach(token)
         with tracing.tracer().start_as_current_span(
             f"reach.handle {envelope.capability}", context=ctx, kind=SpanKind.CONSUMER,
-            attributes={"reach.message_id": envelope.message_id, "reach.attempt": envelope.attempt},
+            attributes=tracing.delivery_attributes(envelope, origin), links=tracing.created_by(headers),
         ):
             return await self._process(envelope, raw, origin)
 

@@ -194,7 +194,7 @@ class Runner:
         self._tiers = spec.retry_tiers()
         admin = clients.admin(self._kafka)
         clients.check_reachable(admin)
-        topics.ensure_topic(admin, self.inbox, spec.family("agent"))
+        topics.ensure_topic(admin, self.inbox, spec.inbox(self.agent.agent_id))  # sized by agent (0068)
         ledger = spec.resolved(self.names).get(self.names.idempotency)
         self._ledger_topic = ledger is not None  # a topics file without it: business keys live in Redis only
         if ledger is not None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
+from reach import tracing
 from reach.agent import Agent, BusinessError, Context, Reject, TransientError
 from reach.agent.publisher import Publisher, Sender
 from reach.channels import board
@@ -124,7 +125,8 @@ class ChannelService:
                                   trace_id=envelope.trace_id, subject=payload.get("subject", ""), reply_url=reply,
                                   tenant=envelope.tenant, headers=tuple(sorted((payload.get("headers") or {}).items())))
         started = time.monotonic()
-        outcome = await self.provider.send(message)
+        outcome = await tracing.client_call(self.provider.send(message), f"send {self.kind.name}",
+                                            {"reach.channel": self.kind.name})
         self._observe(health, outcome, (time.monotonic() - started) * 1000, probing)
         if isinstance(outcome, Failure):
             log.info("%s send of %s failed: %s %s", self.kind.name, envelope.message_id, outcome.code,

@@ -19,17 +19,27 @@ from reach.settings import KafkaSettings, ReachSettings
 
 
 def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
-           timeout: float = typer.Option(10.0, help="seconds to read the registry")) -> None:
-    """List agent instances; an instance silent for more than 2 x ttl shows OFFLINE.
+           timeout: float = typer.Option(10.0, help="seconds to read the registry"),
+           capability: str | None = typer.Option(None, "--capability", help="only instances declaring it"),
+           agent: str | None = typer.Option(None, "--agent", help="only agent ids containing this"),
+           state: str | None = typer.Option(None, "--state", help="only instances in this state (READY, OFFLINE...)"),
+           limit: int = typer.Option(ops_agents.PAGE, "--limit", help="instances per page"),
+           offset: int = typer.Option(0, "--offset", help="instances to skip (the next page: --offset + --limit)"),
+           ) -> None:
+    """List agent instances, a page at a time; an instance silent for more than 2 x ttl shows OFFLINE.
 
     running/queue come from each instance's last load report (about once a second), else its heartbeat."""
     kafka, names = KafkaSettings(), Names(ReachSettings().namespace)
-    rows = [row for _, row in ops_agents.instances(kafka, names, timeout=timeout)]
+    where = ops_agents.Where.of({"capability": capability or "", "agent": agent or "", "state": state or "",
+                                 "limit": str(limit), "offset": str(offset)})
+    listed, total = ops_agents.listing(kafka, names, timeout=timeout, where=where)
+    rows = [row for _, row in listed]
     if as_json:
         console.print_json(json.dumps(rows))
         return
     if not rows:
-        console.print("No agent instances registered. Start one with `reach agent run MODULE:ATTR`.")
+        console.print("No agent instances registered. Start one with `reach agent run MODULE:ATTR`." if not total
+                      else f"No instance on this page: {total:,} match; try --offset 0.")
         return
     table = Table("agent", "instance", "state", "capabilities", "region", "running", "queue", "drain/s", "heartbeat",
                   "breaker", "success 1m", "p95", "slow")
@@ -46,6 +56,9 @@ def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable 
                       f"{r['heartbeat_age_ms'] / 1000:.1f}s ago", breaker(r), share(r["success_1m"]),
                       "-" if r["p95_ms"] is None else f"{r['p95_ms']:.0f} ms", share(r["slow_ratio"]))
     console.print(table)
+    if total > len(rows):
+        more = f"; --offset {offset + len(rows)} for the next" if offset + len(rows) < total else ""
+        console.print(f"[dim]{offset + 1:,}-{offset + len(rows):,} of {total:,} instances{more}[/]")
 
 
 def _marked(capability: str, subscribes: Sequence[str]) -> str:

@@ -34,7 +34,7 @@ def bench(
     seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option("all", "--modes",
                               help="which modes to run: idle,raw,faust,quix,route,roundtrip,knee,peers,status-scale,"
-                              "scoring,gateway,intent,publish,scaleout"),
+                              "scoring,gateway,intent,publish,scaleout; swarm only when named"),
     batch_size: int = typer.Option(500, "--batch-size", help="the router's consume batch"),
     route_workers: str = typer.Option("1,2", "--route-workers", help="routing worker processes per route burst"),
     knee_low: float = typer.Option(50.0, "--knee-low", help="knee search: a rate known to pass, envelopes/s"),
@@ -60,6 +60,17 @@ def bench(
     gateway_seconds: float = typer.Option(6.0, "--gateway-seconds", help="gateway: measured seconds per rate"),
     gateway_generators: int = typer.Option(2, "--gateway-generators", min=1,
                                            help="gateway: load-generator processes sharing each rate"),
+    agents: int = typer.Option(50, "--agents", min=1, help="swarm: agents (agent://swarm/a<i>)"),
+    instances_per_agent: int = typer.Option(1, "--instances-per-agent", min=1, help="swarm: instances of each agent"),
+    swarm_processes: int = typer.Option(2, "--swarm-processes", min=1,
+                                        help="swarm: processes the instances are spread over"),
+    agents_per_capability: int = typer.Option(10, "--agents-per-capability", min=1,
+                                              help="swarm: agents serving each capability (the decision's pool)"),
+    swarm_rate: float = typer.Option(50.0, "--swarm-rate", help="swarm: envelopes/s over all capabilities"),
+    swarm_seconds: float = typer.Option(20.0, "--swarm-seconds", help="swarm: seconds of each traffic phase"),
+    repeat_share: float = typer.Option(0.2, "--repeat-share", min=0.0, max=1.0,
+                                       help="swarm: share of the second phase's envelopes reusing a business key"),
+    leave: int = typer.Option(100, "--leave", min=1, help="swarm: instances leaving at once (at most half)"),
     scaleout_rate: float = typer.Option(150.0, "--scaleout-rate",
                                         help="scaleout: the fixed offered rate for 1, 2 and 4 route processes"),
     scaleout_seconds: float = typer.Option(20.0, "--scaleout-seconds", help="scaleout: measured seconds per step"),
@@ -73,7 +84,8 @@ def bench(
     from reach.tooling.bench.report import render
     from reach.tooling.bench.round_trip import SETUPS
     from reach.tooling.bench.scaleout import ScaleoutConfig
-    from reach.tooling.bench.suite import MODES, BenchConfig, run
+    from reach.tooling.bench.suite import MODES, OPT_IN, BenchConfig, run
+    from reach.tooling.bench.swarm import SwarmConfig
 
     offered = _numbers("--rates", rates)
     gateway = GatewayConfig(rates=_numbers("--gateway-rates", gateway_rates), seconds=gateway_seconds,
@@ -82,7 +94,8 @@ def bench(
         raise _usage("--gateway-rates needs rates > 0 and --gateway-seconds > 0")
     echo = _numbers("--echo-rates", echo_rates)
     workers = tuple(int(w) for w in _numbers("--route-workers", route_workers))
-    chosen = MODES if modes.strip() == "all" else tuple(m.strip() for m in modes.split(",") if m.strip())
+    chosen = (tuple(m for m in MODES if m not in OPT_IN) if modes.strip() == "all"
+              else tuple(m.strip() for m in modes.split(",") if m.strip()))
     setups = tuple(s.strip() for s in knee_setups.split(",") if s.strip())
     compared = tuple(p.strip() for p in peers.split(",") if p.strip())
     unknown = ([m for m in chosen if m not in MODES] + [s for s in setups if s not in SETUPS]
@@ -98,11 +111,17 @@ def bench(
     if not 0 < knee_low < knee_high or knee_resolution <= 0 or knee_repeats < 1 or knee_seconds <= 0:
         raise _usage("the knee search needs 0 < --knee-low < --knee-high, --knee-resolution > 0, "
                      "--knee-repeats >= 1 and --knee-seconds > 0")
+    if swarm_rate <= 0 or swarm_seconds <= 0:
+        raise _usage("--swarm-rate and --swarm-seconds must be > 0")
+    swarm = SwarmConfig(agents=agents, instances_per_agent=instances_per_agent, processes=swarm_processes,
+                        agents_per_capability=agents_per_capability, rate=swarm_rate, seconds=swarm_seconds,
+                        repeat_share=repeat_share, leave=leave)
     topics_file = ReachSettings().topics_file
     if quick:
         config = BenchConfig.quick(modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
                                    knee=KneeConfig.quick(setups=setups), split_router=split_router,
-                                   peers=PeersConfig.quick(peers=compared, workers=peers_workers))
+                                   peers=PeersConfig.quick(peers=compared, workers=peers_workers),
+                                   swarm=SwarmConfig.quick())
     else:
         knee = KneeConfig(low=knee_low, high=knee_high, resolution=knee_resolution, seconds=knee_seconds,
                           warmup=knee_warmup, repeats=knee_repeats, setups=setups)
@@ -112,7 +131,8 @@ def bench(
                              knee=knee, status_messages=status_messages, split_router=split_router,
                              gateway=gateway, peers=PeersConfig(peers=compared, high=peers_high, workers=peers_workers),
                              scaleout=ScaleoutConfig(rate=scaleout_rate, seconds=scaleout_seconds,
-                                                     churn_seconds=max(scaleout_seconds * 1.5, 9.0)))
+                                                     churn_seconds=max(scaleout_seconds * 1.5, 9.0)),
+                             swarm=swarm)
     report = run(config, progress=lambda msg: err_console.print(f"[dim]bench: {msg}[/]"))
     render(report, console)
     if json_file is not None:

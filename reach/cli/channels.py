@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 
 import typer
 from rich.table import Table
 
+from reach import traceexport
 from reach.channels.catalog import BY_NAME, CHANNELS
 from reach.cli.common import console
 from reach.errors import ConfigError
@@ -75,6 +77,7 @@ def run(channel: str = typer.Option(..., "--channel", help=f"one of {', '.join(B
     agent = channel_agent(channel, settings=ChannelSettings(), kafka=KafkaSettings(), redis=RedisSettings(),
                           reach=ReachSettings(), closure=ClosureSettings())
     logging.getLogger("reach.channels").info("starting %s as instance %s", agent.agent_id, agent.instance_id)
+    traceexport.configure("reach-channel", os.environ)  # when OTEL_* asks (before Agent.run's own)
     agent.run()
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
 
+from reach import traceexport
 from reach.settings import ReachSettings
 
 
@@ -42,6 +44,7 @@ def gateway(
                            # A2A push URLs follow the webhook channel's rule, which sends them
                            push_allow_private=ChannelSettings().webhook_allow_private)
     clients.check_reachable(clients.admin(config.kafka))  # exit 4 in seconds, before the apps directory waits
+    traceexport.configure("reach-gateway", os.environ)  # spans exported when OTEL_* asks for them
     check_redis_login(config.redis)
     serve(door_guards(config), host=host or listen.host, port=port or listen.port, config=config,
           grpc_port=grpc_port or listen.grpc_port)

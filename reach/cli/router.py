@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import os
 import signal
 import threading
 from types import FrameType
 
 import typer
 
+from reach import traceexport
 from reach.cli.common import check_redis_login
 from reach.intent.unroutable import IntentHandoff
 from reach.kafka import clients
@@ -35,6 +37,7 @@ def router(
 
     # a crash in native code (librdkafka, RocksDB) prints every thread's Python stack to stderr, not nothing
     faulthandler.enable(all_threads=True)
+    traceexport.configure("reach-resolver" if role == "resolve" else "reach-router", os.environ)  # when OTEL_* asks
     if role == "resolve":
         from reach.cli.intents import run_resolver
 

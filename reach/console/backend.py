@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from reach import analytics, control, dlq
 from reach.appstore import AppStore, KafkaAppLog
 from reach.console import overview
+from reach.core.views.registryview import Where
 from reach.envelopes import now_ms
 from reach.errors import ConfigError
 from reach.intent import mappings
@@ -40,7 +41,7 @@ class Backend(Protocol):
 
     def overview(self, since_ms: int, until_ms: int, bucket_ms: int) -> dict[str, Any]: ...
 
-    def agents(self) -> list[dict[str, Any]]: ...
+    def agents(self, where: Where | None = None) -> list[dict[str, Any]]: ...
 
     def instance_action(self, instance_id: str, action: InstanceAction, by: str) -> None: ...
 
@@ -147,8 +148,9 @@ class ConsoleBackend:
             reader.close()
         return [{"group": g, "topic": t, "lag": n} for (t, g), n in sorted(lag.items(), key=lambda kv: kv[0][::-1])]
 
-    def agents(self) -> list[dict[str, Any]]:
-        listed = ops_agents.instances(self._kafka, self._names, timeout=5.0)
+    def agents(self, where: Where | None = None) -> list[dict[str, Any]]:
+        """The page `where` asks for (every instance without it)."""
+        listed = ops_agents.instances(self._kafka, self._names, timeout=5.0, where=where)
         running = {a: c for a, c in ops_canary.current(self._names, kafka=self._kafka).items()
                    if c.state is CanaryState.RUNNING}
         rows = []

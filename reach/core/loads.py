@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -250,6 +250,12 @@ class LoadTracker:
                 )
             return out
 
+    def on_demand(self, registrations: Mapping[str, AgentRegistration], *, now_ms: int | None = None) -> LoadsOnDemand:
+        """Like `view`, for instance_id -> registration, but each load is read when first asked for: a batch
+        reads its capabilities' candidates, not the whole fleet's (decision 0068). Prunes as `view` does."""
+        self.view((), now_ms=now_ms)
+        return LoadsOnDemand(self, registrations)
+
     def tracked(self) -> int:
         """How many instances the tracker holds (bounded by the fleet seen within FORGET_AFTER_MS)."""
         with self._lock:
@@ -303,3 +309,34 @@ class LoadTracker:
         elif entry.at > inst.base_at:
             inst.running_new -= 1
         return entry
+
+
+class LoadsOnDemand(dict[str, InstanceLoad]):
+    """instance_id -> load now (LoadTracker.on_demand), read from the tracker on the first `get`; a value set by
+    the reader (a decision's routed request) stays. Only `get`, `[]` and `in` know the unread instances."""
+
+    def __init__(self, tracker: LoadTracker, registrations: Mapping[str, AgentRegistration]) -> None:
+        super().__init__()
+        self._tracker = tracker
+        self._registrations = registrations
+
+    def get(self, key: str, default: InstanceLoad | None = None) -> InstanceLoad | None:  # type: ignore[override]
+        found = super().get(key)
+        if found is None:
+            registration = self._registrations.get(key)
+            if registration is None:
+                return default
+            found = self[key] = self._tracker.load(registration)
+        return found
+
+    def __getitem__(self, key: str) -> InstanceLoad:
+        found = self.get(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key: object) -> bool:
+        return super().__contains__(key) or key in self._registrations
+
+    def __bool__(self) -> bool:
+        return bool(self._registrations) or super().__len__() > 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 from reach import client as sdk
+from reach import tracing
 from reach.errors import InfraUnavailable, ReachError
 from reach.kafka import clients, codec, pipeline
 from reach.kafka import headers as h
@@ -40,8 +41,9 @@ class KafkaPublisher:
         topic = self._client.target(envelope)
         if not self._client.ensured(topic):  # metadata round trips: off the event loop, once per topic
             await asyncio.to_thread(self._client.ensure_topic, topic)
-        await self._acked(self._client.outbound(envelope, topic=topic), envelope.message_id,
-                          "retry with the same idempotency_key")
+        with tracing.intake(envelope, topic):  # the trace's root: a SERVER span around the send and its ack
+            await self._acked(self._client.outbound(envelope, topic=topic), envelope.message_id,
+                              "retry with the same idempotency_key")
 
     async def receipt(self, receipt: Receipt) -> None:
         """A receipt to `<ns>.receipts` keyed by its message id (a provider's delivery report), acknowledged."""

@@ -34,6 +34,7 @@ from reach.core.audit import LISTED_KINDS
 from reach.core.canarybook import DEFAULT_STEPS
 from reach.core.durations import parse_ms
 from reach.core.factors import NAMES
+from reach.core.views.registryview import Where
 from reach.errors import InfraUnavailable, ReachError
 from reach.gateway import checks
 from reach.gateway.deps import StatusSource
@@ -511,8 +512,9 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
     @router.get("/console/agents")
     @page()
     async def agents_page(request: Request, operator: Operator) -> Response:
-        return render(request, "agents", operator, {"rows": await run_in_threadpool(backend.agents),
-                                                    "done": request.query_params.get("done")})
+        where = Where.of(request.query_params)  # a page and a filter, never the whole fleet (decision 0068)
+        return render(request, "agents", operator, {"rows": await run_in_threadpool(backend.agents, where),
+                                                    "where": where, "done": request.query_params.get("done")})
 
     @router.post("/console/agents/action")
     @page(admin=True)
@@ -718,8 +720,8 @@ def console_routes(console: Console, status: StatusSource) -> APIRouter:
 
     @router.get("/console/api/agents")
     @api()
-    async def agents_api(_request: Request, _operator: Operator) -> Any:
-        return await run_in_threadpool(backend.agents)
+    async def agents_api(request: Request, _operator: Operator) -> Any:
+        return await run_in_threadpool(backend.agents, Where.of(request.query_params))
 
     @router.post("/console/api/agents/action")
     @api(admin=True)

@@ -1,4 +1,4 @@
 """The Kafka plumbing: the batch worker every consumer loop runs on (worker.py), client construction and commits,
 delivery and acknowledgements, the produce pipeline, the Avro codec (generated from the .avsc) and headers, topic
-reading and the topics file, librdkafka errors. Runtime modules outside reach.kafka never import confluent_kafka;
-the few loops not yet moved are listed in tests/unit/test_boundaries.py (PENDING_CONFLUENT), which holds the rule."""
+reading and the topics file, group membership (election.py), librdkafka errors. Runtime modules outside reach.kafka
+never import confluent_kafka (tests/unit/test_boundaries.py holds the rule)."""

@@ -76,6 +76,18 @@ def take(consumer: Consumer, max_messages: int, timeout: float, *, window_s: flo
     return out
 
 
+def at_end(consumer: Consumer, topic: str, partitions: Iterable[TopicPart]) -> list[TopicPart]:
+    """Those of `partitions` of `topic` whose position has reached the high watermark of the last fetch (local
+    calls: no broker round trip)."""
+    parts = [TopicPartition(t, p) for t, p in partitions if t == topic]
+    out = []
+    for tp in consumer.position(parts) if parts else []:
+        _, high = consumer.get_watermark_offsets(tp, cached=True)
+        if tp.offset >= 0 and high >= 0 and tp.offset >= high:
+            out.append((tp.topic, tp.partition))
+    return out
+
+
 def send_commits(consumer: Consumer, ledger: CommitLedger, owned: Iterable[TopicPart] | None = None) -> None:
     """Send the ledger's commit, if none is in flight, for partitions this consumer still owns.
 

@@ -8,6 +8,7 @@ from reach.errors import ReachError
 
 TRACEPARENT = "traceparent"            # W3C trace context (opentelemetry propagator)
 TRACESTATE = "tracestate"
+CREATED_BY = "x-reach-created-by"      # the W3C traceparent of the span that produced an envelope, kept across a hop
 ORIGIN_TOPIC = "x-reach-origin-topic"  # provenance of a dead letter
 ORIGIN_PARTITION = "x-reach-origin-partition"
 ORIGIN_OFFSET = "x-reach-origin-offset"

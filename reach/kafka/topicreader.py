@@ -129,12 +129,15 @@ def unread(consumer: Consumer, ends: dict[tuple[str, int], int]) -> dict[tuple[s
 
 
 def read_range(consumer: Consumer, topic: str, starts: dict[int, int], *, until_ms: int | None = None,
-               idle_timeout: float = 10.0) -> Iterator[Message]:
-    """Records from `starts` to the end offsets seen now (and before until_ms, by broker timestamp).
+               idle_timeout: float = 10.0, stops: dict[int, int] | None = None) -> Iterator[Message]:
+    """Records from `starts` to the end offsets seen now (and before until_ms, by broker timestamp; and before
+    `stops`, per partition, when given).
 
     A partition is done at its last record, or when idle with its position at or past the end (the tail
     of a compacted topic may hold no record). InfraUnavailable after `idle_timeout` without progress."""
     ends = {p: watermarks(consumer, topic, p, idle_timeout)[1] for p in starts}
+    if stops is not None:
+        ends = {p: min(end, stops.get(p, end)) for p, end in ends.items()}
     todo = {p for p in starts if starts[p] < ends[p]}
     if not todo:
         return

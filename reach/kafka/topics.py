@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,6 +63,8 @@ class TopicSpec(BaseModel):
     partitions: int = Field(gt=0, le=10_000)
     replication_factor: int | None = Field(default=None, gt=0)
     configs: dict[str, str] = Field(default_factory=dict)
+    # the agent family only: inbox partitions by agent id pattern (fnmatch), first match wins (decision 0068)
+    sizes: dict[str, int] = Field(default_factory=dict)
     # filled in from the file's `environments:` for a topic without its own replication_factor
     environments: tuple[Environment, ...] = Field(default=(), exclude=True)
 
@@ -87,6 +91,14 @@ class TopicSpec(BaseModel):
         return value
 
 
+class Budget(BaseModel):
+    """What one namespace may place on its cluster (topics.yaml `budget:`, decision 0068)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    replicas_per_broker: int = Field(gt=0)
+
+
 class TopicsFile(BaseModel):
     """The whole of topics.yaml."""
 
@@ -94,6 +106,7 @@ class TopicsFile(BaseModel):
 
     replication_factor: int = Field(default=1, gt=0)
     environments: dict[str, Environment] = Field(default_factory=dict)
+    budget: Budget | None = None
     topics: dict[str, TopicSpec]
     families: dict[Family, TopicSpec]
 
@@ -113,6 +126,13 @@ class TopicsFile(BaseModel):
         for fam in ("cap", "agent", "replies"):
             if fam not in self.families:
                 raise ValueError(f"missing topic family {fam!r}")
+        sized = [name for name, spec in [*self.topics.items(), *self.families.items()]
+                 if spec.sizes and name != "agent"]
+        if sized:
+            raise ValueError(f"`sizes` is for the agent family's inboxes only, not {', '.join(sized)}")
+        bad = {k: v for k, v in self.families["agent"].sizes.items() if not 0 < v <= 10_000}
+        if bad:
+            raise ValueError(f"agent sizes must be partition counts from 1 to 10,000: {bad}")
         cap, dead = record_bytes(self.families["cap"]), record_bytes(self.topics["dlq"])
         if dead < cap + PROVENANCE_BYTES:
             raise ValueError(
@@ -134,6 +154,15 @@ class TopicsFile(BaseModel):
 
     def family(self, family: Family) -> TopicSpec:
         return self._with_rf(self.families[family])
+
+    def inbox(self, agent_id: str) -> TopicSpec:
+        """The inbox spec of one agent: the agent family's, with the partitions of the first `sizes` pattern the
+        agent id matches (decision 0068: each partition is one instance's share, so 1-2 fit most agents)."""
+        spec = self.family("agent")
+        for pattern, partitions in spec.sizes.items():
+            if fnmatchcase(agent_id, pattern):
+                return spec.model_copy(update={"partitions": partitions})
+        return spec
 
     def replication(self, brokers: int) -> tuple[int, int | None]:
         """(replication factor, min.insync.replicas) on a cluster of `brokers` brokers: for topics the file does
@@ -220,7 +249,7 @@ def load(path: Path) -> TopicsFile:
 
 # -- plan and apply ------------------------------------------------------------------------------------
 
-Action = Literal["create", "alter", "add_partitions", "drift"]
+Action = Literal["create", "alter", "add_partitions", "drift", "over_budget"]
 
 
 @dataclass(frozen=True)
@@ -263,6 +292,76 @@ def plan(admin: AdminClient, wanted: dict[str, TopicSpec], timeout: float = 15.0
             detail = ", ".join(f"{k}: {current_configs[name].get(k)} -> {v}" for k, v in differ.items())
             changes.append(Change("alter", name, detail, configs=differ))
     return changes
+
+
+def inbox_growth(admin: AdminClient, spec: TopicsFile, names: Names, timeout: float = 15.0) -> list[Change]:
+    """Inboxes of the namespace with fewer partitions than their agent's size in topics.yaml (`families.agent.sizes`
+    or the default): grown by apply. An inbox with more is left as it is (an older, larger default)."""
+    meta = admin.list_topics(timeout=timeout)
+    changes = []
+    for name, topic in sorted(meta.topics.items()):
+        agent_id = names.inbox_agent(name)
+        if agent_id is None:
+            continue
+        wanted = spec.inbox(agent_id).on_cluster(len(meta.brokers))
+        if len(topic.partitions) < wanted.partitions:
+            changes.append(Change("add_partitions", name, f"partitions {len(topic.partitions)} -> "
+                                  f"{wanted.partitions} (inbox of {agent_id})", spec=wanted))
+    return changes
+
+
+PROJECTED_AGENT = "agent://fleet/agent"
+"""The agent a projection sizes inboxes for: the family's size, or a `sizes` pattern matching every agent."""
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """A namespace's partitions on its cluster: what exists, what the plan adds, and its budget (decision 0068)."""
+
+    namespace: str
+    brokers: int
+    partitions: int
+    replicas: int
+    max_replicas_per_broker: int  # the busiest broker's share, after the plan's creations spread evenly
+    budget: int | None  # replicas per broker, from topics.yaml `budget:`
+
+    @property
+    def over(self) -> bool:
+        return self.budget is not None and self.max_replicas_per_broker > self.budget
+
+    def describe(self) -> str:
+        limit = f" of a budget of {self.budget:,}" if self.budget is not None else " (no budget in topics.yaml)"
+        return (f"{self.namespace}.*: {self.partitions:,} partitions, {self.replicas:,} replicas on {self.brokers} "
+                f"broker(s); the busiest carries {self.max_replicas_per_broker:,}{limit}")
+
+
+def footprint(admin: AdminClient, spec: TopicsFile, namespace: str, changes: list[Change], *,
+              agents: int = 0, timeout: float = 15.0) -> Footprint:
+    """Partitions and replicas of `<namespace>.*` on the cluster, plus the plan's creations and growth, plus
+    `agents` more inboxes at the size of PROJECTED_AGENT (a projection)."""
+    meta = admin.list_topics(timeout=timeout)
+    brokers = max(len(meta.brokers), 1)
+    per_broker: Counter[int] = Counter({b: 0 for b in meta.brokers})
+    partitions = 0
+    for name, topic in meta.topics.items():
+        if name.startswith(namespace + "."):
+            for part in topic.partitions.values():
+                partitions += 1
+                per_broker.update(part.replicas)
+    added = 0
+    for change in changes:
+        if change.spec is None or change.action not in ("create", "add_partitions"):
+            continue
+        have = len(meta.topics[change.topic].partitions) if change.topic in meta.topics else 0
+        partitions += change.spec.partitions - have
+        added += (change.spec.partitions - have) * (change.spec.replication_factor or 1)
+    inbox = spec.inbox(PROJECTED_AGENT).on_cluster(brokers)
+    partitions += agents * inbox.partitions
+    added += agents * inbox.partitions * (inbox.replication_factor or 1)
+    replicas = sum(per_broker.values()) + added
+    busiest = max(per_broker.values(), default=0) + -(-added // brokers)
+    return Footprint(namespace, brokers, partitions, replicas, busiest,
+                     spec.budget.replicas_per_broker if spec.budget else None)
 
 
 def _create_detail(spec: TopicSpec) -> str:

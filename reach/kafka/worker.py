@@ -47,6 +47,14 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
    (reach.kafka.supervised) starts a fresh consumer after a growing backoff. Anything else stops the worker.
 8. **Metrics.** Each `WorkerMetrics` in `metrics` is told of every batch, failed record and rewind (no-op hooks).
 
+Outputs owed by no record (decision 0064): `owed()` is asked on every turn of the loop, busy or not (`idle()`'s
+housekeeping runs only when a poll found nothing), for outputs no input record caused (a timer's records, work
+handed over by another thread); they are produced with that turn's batch, or alone when no record came. Nothing
+is committed for them, so an unacknowledged one holds no partition: the loop learns what got through from
+`acknowledged`, what the broker refused for good from `owed_refused(output, errors)`, and offers the rest again.
+In the hooks and in `handle`, `committed(partitions)`, `pause(partitions)` and `read_to_end(topic, partitions)`
+ask the run's consumer (the audit writer's rebuild and evictions).
+
 The same code runs on the in-memory bus (a `memory://` bootstrap builds reach.kafka.memory's clients).
 """
 
@@ -85,7 +93,7 @@ function of the bytes, or None (the bytes as they are)."""
 class Record(Generic[T]):
     """One consumed record: where it was read, its key and headers, and its value decoded once (`value`)."""
 
-    __slots__ = ("_headers", "key", "offset", "partition", "raw", "topic", "value")
+    __slots__ = ("_headers", "_msg", "key", "offset", "partition", "raw", "topic", "value")
 
     def __init__(self, msg: Message) -> None:
         self.topic: str = msg.topic() or ""
@@ -94,11 +102,17 @@ class Record(Generic[T]):
         self.key: bytes | None = msg.key()
         self.raw: bytes | None = msg.value()
         self._headers: Any = msg.headers()
+        self._msg = msg
         self.value: T | None = None
 
     @property
     def position(self) -> Position:
         return (self.topic, self.partition, self.offset)
+
+    @property
+    def timestamp_ms(self) -> int:
+        """The record's timestamp (epoch ms; the broker's or the producer's, as the topic keeps it)."""
+        return int(self._msg.timestamp()[1])
 
     @property
     def headers(self) -> H.Pairs:
@@ -309,6 +323,37 @@ class Worker(SupervisedLoop, Generic[T]):
         (the loop waits a moment and asks again)."""
         return True
 
+    def owed(self) -> Iterable[Output]:
+        """Outputs caused by no input record, asked for on every turn (produced with the turn's batch, or alone);
+        none is committed for, so a loop offers an unacknowledged one again (see `acknowledged`)."""
+        return ()
+
+    def owed_refused(self, output: Output, errors: list[Any]) -> None:
+        """An output of `owed` the broker refused for good (too large, no such topic): never offer it again."""
+        log.warning("%s: %s refused for good: %s", self.label or self.thread_name, output.topic,
+                    ", ".join(map(delivery.describe, errors)))
+
+    # -- what a loop may ask of the run's consumer (in handle, owed and the rebalance hooks) ------------
+
+    def committed(self, partitions: list[TopicPart], timeout: float = 10.0) -> dict[TopicPart, int]:
+        """The group's committed offsets of `partitions` (negative: none yet)."""
+        found = self._consumer_now().committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+
+    def pause(self, partitions: list[TopicPart]) -> None:
+        """Stop reading `partitions` (membership only: their records are read elsewhere, or not at all)."""
+        self._consumer_now().pause([TopicPartition(t, p) for t, p in partitions])
+
+    def read_to_end(self, topic: str, partitions: Iterable[TopicPart]) -> list[TopicPart]:
+        """Those of `partitions` of `topic` whose position has reached the high watermark of the last fetch (local
+        calls, no broker round trip)."""
+        return clients.at_end(self._consumer_now(), topic, partitions)
+
+    def _consumer_now(self) -> Consumer:
+        if self.consumer is None:
+            raise RuntimeError("the worker's consumer is asked for outside a run")
+        return self.consumer
+
     # -- the loop ------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -364,9 +409,13 @@ class Worker(SupervisedLoop, Generic[T]):
                 messages = clients.take(consumer, sub.max_records, wait, window_s=window)
                 if sub.window_when_busy:  # a rate worth waiting for: the last batch held more than one record
                     window = sub.window_ms / 1000 if len(messages) > 1 else 0.0
-                if messages:
+                owed = list(self.owed())
+                if owed:
+                    ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held,
+                                             owed=owed))
+                elif messages:  # a loop that overrides `process` and owes nothing never sees `owed`
                     ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held))
-                else:
+                if not messages:
                     producer.poll(0)
                     chores = list(self.idle() or ())
                     if chores:
@@ -379,12 +428,15 @@ class Worker(SupervisedLoop, Generic[T]):
             finally:
                 consumer.close()
                 self.consumer = None
+                if owned:  # closed without a revoke callback (the in-memory bus): the run owns nothing now
+                    self.on_lost(sorted(owned))
                 self.closed()
 
     def process(self, messages: list[Message], *, consumer: Consumer, producer: Producer,
-                backoff: PartitionBackoff | None = None) -> dict[TopicPart, int]:
-        """Handle one batch read by `consumer`, producing with `producer`; the commit points it reached (the loop hands
-        them to its ledger). The loop's own step, and the seam a unit test drives with fakes."""
+                backoff: PartitionBackoff | None = None, owed: Sequence[Output] = ()) -> dict[TopicPart, int]:
+        """Handle one batch read by `consumer` (and produce the `owed` outputs, caused by no record), producing with
+        `producer`; the commit points it reached (the loop hands them to its ledger). The loop's own step, and the
+        seam a unit test drives with fakes."""
         held = backoff or PartitionBackoff()
         started = time.monotonic()
         acks = Acks()
@@ -427,6 +479,11 @@ class Worker(SupervisedLoop, Generic[T]):
         phases: dict[int, list[Output]] = {}
         for out in outputs:
             phases.setdefault(out.phase, []).append(out)
+        spare = Acks()  # the owed outputs' own ledger: they hold no input
+        for n, out in enumerate(owed):
+            self._produce(producer, spare, out, [("", -1, n)], delivered)
+        if owed and not phases:
+            producer.flush(self.subscription.flush_s)
         held_at = {hold.cause for hold in holds.values()}
         blocked: Position | None = None
         for phase in sorted(phases):
@@ -443,6 +500,10 @@ class Worker(SupervisedLoop, Generic[T]):
             self._refused(producer, acks, by_position, delivered)
             if len(phases) > 1:
                 blocked = next((p for p in acks.unacked() if p not in held_at), None)
+        for n, out in enumerate(owed):
+            errors = spare.errors(("", -1, n))
+            if errors and all(delivery.permanent(e) for e in errors):
+                self.owed_refused(out, errors)
         if delivered is not None:
             self.acknowledged(delivered)
         commits = self._settle(acks, consumer, held, holds)

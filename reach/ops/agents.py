@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from reach.core.healthmodel.fields import health_fields
+from reach.core.views.registryview import PAGE as PAGE
+from reach.core.views.registryview import BadQuery as BadQuery
+from reach.core.views.registryview import Where
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import codec, topicreader
@@ -73,12 +76,20 @@ def row(info: InstanceInfo, report: LoadReport | None, now: int,
     }
 
 
-def instances(kafka: KafkaSettings, names: Names, *, timeout: float) -> list[tuple[InstanceInfo, dict[str, Any]]]:
-    """Every registered instance with its row (load from its last report, else its heartbeat; health from
-    `<ns>.health`); the registry is read for at most `timeout` seconds."""
+def instances(kafka: KafkaSettings, names: Names, *, timeout: float,
+              where: Where | None = None) -> list[tuple[InstanceInfo, dict[str, Any]]]:
+    """Registered instances with their rows (load from its last report, else its heartbeat; health from
+    `<ns>.health`): every one, or the page `where` asks for; the registry is read for at most `timeout` seconds."""
+    return listing(kafka, names, timeout=timeout, where=where)[0]
+
+
+def listing(kafka: KafkaSettings, names: Names, *, timeout: float,
+            where: Where | None = None) -> tuple[list[tuple[InstanceInfo, dict[str, Any]]], int]:
+    """`instances`, and how many instances match in all (the page is `where`'s, every one without it)."""
     view = read_registry(kafka, names, timeout=timeout)
     now = now_ms()
-    reports = latest_reports(kafka, names, now) if len(view) else {}
-    health = latest_health(kafka, names) if len(view) else {}
+    shown, total = where.page(view, now) if where is not None else (view.instances(now), len(view))
+    reports = latest_reports(kafka, names, now) if shown else {}
+    health = latest_health(kafka, names) if shown else {}
     return [(i, row(i, reports.get(i.registration.instance_id), now, health.get(i.registration.instance_id)))
-            for i in view.instances(now)]
+            for i in shown], total

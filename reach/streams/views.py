@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from reach.core.healthmodel.fields import health_fields
+from reach.core.views.registryview import BadQuery, Where
 from reach.envelopes import now_ms
 from reach.metrics import Metrics
 from reach.records import AgentState
@@ -14,12 +15,15 @@ from reach.streams.router.route_loop import Router
 from reach.streams.status.fold import StatusFold
 
 
-def registry_rows(router: Router) -> list[dict[str, Any]]:
-    """The registry as `reach agents --json` shows it, with each instance's health (`reach.core.healthmodel.fields`)."""
+def registry_rows(router: Router, where: Where | None = None) -> tuple[list[dict[str, Any]], int]:
+    """The registry as `reach agents --json` shows it, with each instance's health (`reach.core.healthmodel.fields`):
+    the page `where` asks for (every instance without it), and how many match in all."""
     now = now_ms()
     health = router.state.health
     rows = []
-    for info in router.state.registry.instances(now):
+    shown, total = (where.page(router.state.registry, now) if where is not None
+                    else (router.state.registry.instances(now), len(router.state.registry)))
+    for info in shown:
         reg = info.registration
         rows.append({
             "agent_id": reg.agent_id, "instance_id": reg.instance_id, "state": info.effective_state.value,
@@ -28,7 +32,7 @@ def registry_rows(router: Router) -> list[dict[str, Any]]:
             "heartbeat_age_ms": info.heartbeat_age_ms, "assigned_partitions": reg.assigned_partitions,
             **health_fields(health.get(reg.instance_id)),
         })
-    return rows
+    return rows, total
 
 
 def update_registry_gauges(router: Router, metrics: Metrics) -> None:
@@ -76,7 +80,12 @@ def attach_views(app: Any, router: Router | None, metrics: Metrics, fold: Status
 
     @app.page("/agents")
     async def agents(web: Any, request: Any) -> Any:
-        return web.json(registry_rows(router))
+        try:  # a page of 500 unless asked (decision 0068); X-Total-Count says how many match
+            where = Where.of(request.query, limit=500)
+        except BadQuery as exc:
+            return web.json({"error": str(exc)}, status=400)
+        rows, total = registry_rows(router, where)
+        return web.json(rows, headers={"X-Total-Count": str(total)})
 
     @app.page("/routing")
     async def stats_view(web: Any, request: Any) -> Any:

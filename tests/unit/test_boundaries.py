@@ -121,17 +121,6 @@ def test_no_shell_module_shares_its_name_with_a_core_module() -> None:
     assert not twins, f"shell modules named like a reach.core module: {twins}"
 
 
-# Runtime files that still import confluent_kafka, each being moved onto reach.kafka (issue 36; decision 0053).
-# The list only shrinks: the test below fails when a file here no longer imports it, so remove it then.
-PENDING_CONFLUENT = frozenset({
-    # loops not on the worker yet
-    "reach/a2a/pushsender.py",
-    "reach/streams/audit/writer.py",
-    "reach/streams/health/writer.py",
-    "reach/streams/resolver/resolve_loop.py",
-})
-
-
 def _runtime() -> list[Path]:
     """reach/ minus reach/kafka (the one Kafka layer) and reach/tooling (it measures Kafka itself: the bench's plain
     confluent-kafka peer must stay plain)."""
@@ -140,15 +129,5 @@ def _runtime() -> list[Path]:
 
 
 def test_no_runtime_module_outside_reach_kafka_imports_confluent_kafka() -> None:
-    files = [p for p in _runtime() if str(p.relative_to(ROOT)) not in PENDING_CONFLUENT]
-    _check(files, ("confluent_kafka",), "runtime modules read and write Kafka through reach.kafka (its worker, "
-           "clients, topicreader; types from reach.kafka.types), never confluent_kafka itself")
-
-
-def test_the_pending_list_names_only_files_that_still_import_confluent_kafka() -> None:
-    files = [ROOT / name for name in sorted(PENDING_CONFLUENT)]
-    missing = [str(p.relative_to(ROOT)) for p in files if not p.is_file()]
-    assert not missing, f"PENDING_CONFLUENT names files that do not exist: {missing}"
-    importing = {line.split(":", 1)[0] for line in _crossings(files, ("confluent_kafka",))}
-    done = sorted(str(p.relative_to(ROOT)) for p in files if str(p.relative_to(ROOT)) not in importing)
-    assert not done, f"these no longer import confluent_kafka: remove them from PENDING_CONFLUENT: {done}"
+    _check(_runtime(), ("confluent_kafka",), "runtime modules read and write Kafka through reach.kafka (its worker, "
+           "clients, topicreader, election; types from reach.kafka.types), never confluent_kafka itself")

@@ -8,6 +8,12 @@ records of its partitions before the group's committed offset, for the keys the 
 appends the events of the records at or after the committed offset only, and commits a record's offset once the
 events before it are acknowledged by the broker (commit after ack). A restarted writer therefore appends
 nothing again; a change in flight when it stopped is appended once more only if the audit did not get it.
+
+It runs on the batch worker (reach.kafka.worker, decisions 0053 and 0064): the rebuild is its `on_assigned` hook, an
+event is an output caused by its record, an eviction (an instance silent in a registry partition read to its
+end) an output owed by no record. The book learns a record when it is handled, so a batch whose events are not
+all acknowledged restarts the writer (a fresh book, rebuilt from the audit topic) rather than reading the
+records again into a book that already knows them.
 """
 
 from __future__ import annotations
@@ -15,26 +21,22 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable
-from typing import Any
-
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 
 from reach.core.audit import AuditBook
-from reach.core.commits import CommitLedger, TopicPart
+from reach.core.commits import TopicPart
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable, TopicMissing
-from reach.kafka import clients, codec, headers, topicreader
+from reach.kafka import codec, headers, topicreader
+from reach.kafka.acks import Position
 from reach.kafka.auditlog import read_events
 from reach.kafka.codec import RegistryUnavailable
+from reach.kafka.worker import INFRASTRUCTURE, Delivered, Output, Record, Subscription, Worker
 from reach.names import Names
 from reach.records import AgentRegistration, App, AuditEvent, Control, InstanceHealth
 from reach.settings import KafkaSettings
 from reach.streams.exceptions import NotReady
-from reach.streams.supervised import SupervisedLoop
 
 log = logging.getLogger("reach.audit")
-
-ACK_TIMEOUT_S = 15.0
 
 
 def audit_group(names: Names) -> str:
@@ -42,7 +44,7 @@ def audit_group(names: Names) -> str:
 
 
 class AuditDriver:
-    """The writer's decisions between reads (no Kafka): which records are new, their events, the commit points."""
+    """The writer's decisions between reads (no Kafka): which records are new, their events, the evictions."""
 
     def __init__(self, names: Names) -> None:
         self.names = names
@@ -66,24 +68,20 @@ class AuditDriver:
             self.resume.pop(tp, None)
         self._partition_of = {k: tp for k, tp in self._partition_of.items() if tp in self.resume}
 
-    def batch(self, messages: list[Message]) -> tuple[list[AuditEvent], dict[TopicPart, int]]:
-        """The events to append for a batch, and the commit points once they are acknowledged."""
-        events: list[AuditEvent] = []
-        commits: dict[TopicPart, int] = {}
-        for msg in messages:
-            if msg.error() is not None:
-                continue
-            tp, offset = (msg.topic() or "", msg.partition() or 0), msg.offset() or 0
+    def batch(self, records: list[Record[bytes]]) -> list[tuple[Position, AuditEvent]]:
+        """The events to append for a batch, each with the record it comes from (records before a partition's
+        resume point only teach the book)."""
+        events: list[tuple[Position, AuditEvent]] = []
+        for record in records:
+            tp = (record.topic, record.partition)
             start = self.resume.get(tp)
             if start is None:
                 continue  # no longer this writer's
             if tp[0] == self.names.registry:
-                self._partition_of[(msg.key() or b"").decode(errors="replace")] = tp
-            made = self.record(msg, replay=offset < start)
-            if offset >= start:
-                events.extend(made)
-                commits[tp] = offset + 1
-        return events, commits
+                self._partition_of[(record.key or b"").decode(errors="replace")] = tp
+            made = self.record(record, replay=record.offset < start)
+            events += [(record.position, event) for event in made]
+        return events
 
     def evictions(self, read_to_end: Iterable[TopicPart], *, now_ms: int) -> list[AuditEvent]:
         """EVICTED for the silent instances of the owned registry partitions read to their end (before that, a
@@ -91,12 +89,12 @@ class AuditDriver:
         done = {tp for tp in read_to_end if tp in self.resume}
         return self.book.evictions([k for k, tp in self._partition_of.items() if tp in done], now_ms=now_ms)
 
-    def record(self, msg: Message, *, replay: bool = False) -> list[AuditEvent]:
+    def record(self, record: Record[bytes], *, replay: bool = False) -> list[AuditEvent]:
         """The events of one record (none when `replay`: only the book learns it); a bad one (undecodable,
         refused by its model) is logged and skipped."""
-        topic, key, value = msg.topic() or "", (msg.key() or b"").decode(errors="replace"), msg.value()
-        where = f"{topic}[{msg.partition()}]@{msg.offset()}"
-        ts_ms = msg.timestamp()[1]
+        topic, key, value = record.topic, (record.key or b"").decode(errors="replace"), record.raw
+        where = f"{topic}[{record.partition}]@{record.offset}"
+        ts_ms = record.timestamp_ms
         stream = self._streams.get(topic)
         try:
             if stream == "registry":
@@ -104,7 +102,7 @@ class AuditDriver:
                 return self.book.registration(key, reg, ts_ms=ts_ms, source=where, replay=replay)
             if stream == "control":
                 control = codec.decode(value, Control) if value is not None else None
-                return self.book.control(key, control, ts_ms=ts_ms, source=where, removed_by=_by(msg),
+                return self.book.control(key, control, ts_ms=ts_ms, source=where, removed_by=_by(record),
                                          replay=replay)
             if stream == "health":
                 health = codec.decode(value, InstanceHealth) if value is not None else None
@@ -119,103 +117,72 @@ class AuditDriver:
         return []
 
 
-def _read_to_end(consumer: Consumer, topic: str, owned: Iterable[TopicPart]) -> list[TopicPart]:
-    """The owned partitions of `topic` whose position has reached the high watermark of the last fetch (local
-    calls: no broker round trip)."""
-    parts = [TopicPartition(t, p) for t, p in owned if t == topic]
-    out = []
-    for tp in consumer.position(parts) if parts else []:
-        _, high = consumer.get_watermark_offsets(tp, cached=True)
-        if tp.offset >= 0 and high >= 0 and tp.offset >= high:
-            out.append((tp.topic, tp.partition))
-    return out
-
-
-def _by(msg: Message) -> str | None:
+def _by(record: Record[bytes]) -> str | None:
     """The x-reach-by header of a tombstone: who removed the record."""
-    for header in msg.headers() or []:
-        name, value = header[0], header[1]
-        if name == headers.BY and value:
-            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-    return None
+    return headers.text(record.headers, headers.BY) or None
 
 
-class AuditWriter(SupervisedLoop):
-    """The Kafka shell around an AuditDriver: start()/stop() from any thread."""
+class AuditWriter(Worker[bytes]):
+    """The worker around an AuditDriver: start()/stop() from any thread."""
 
     thread_name = "reach-audit"
-    restart_on = (KafkaException, NotReady, RegistryUnavailable, InfraUnavailable)
+    restart_on = (*INFRASTRUCTURE, NotReady)
     log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings) -> None:
-        super().__init__()
-        self._names = names
-        self._kafka = kafka
         self.worker_id = uuid.uuid4().hex[:12]
+        # idle (decision 0044): four quiet topics; the feed profile's 50 ms wait cost ~20 fetches/s for nothing
+        super().__init__(kafka=kafka, subscription=Subscription(
+            group=audit_group(names), topics=[names.registry, names.control, names.health, names.apps],
+            profile="idle", producer_profile="feed", poll_s=0.5, flush_s=15.0,
+            consumer_config={"client.id": f"reach-audit {self.worker_id}", "auto.offset.reset": "earliest",
+                             "partition.assignment.strategy": "roundrobin"}))
+        self._names = names
         self.driver = AuditDriver(names)
         self.appended = 0
+        self._expected = 0  # events handed to the worker in this batch
 
-    def _loop(self) -> None:
-        names, driver, ledger = self._names, AuditDriver(self._names), CommitLedger()
-        self.driver = driver  # a restarted loop reads everything again
-        # idle (decision 0044): four quiet topics; the feed profile's 50 ms wait cost ~20 fetches/s for nothing
-        consumer = clients.consumer(audit_group(names), self._kafka, profile="idle", **{
-            "client.id": f"reach-audit {self.worker_id}", "partition.assignment.strategy": "roundrobin",
-            "on_commit": lambda err, tps: clients.on_commit(ledger, err, tps)})
-        producer = clients.producer(self._kafka, profile="feed")
-
-        def assigned(c: Consumer, tps: list[TopicPartition]) -> None:
-            committed = c.committed(tps, timeout=10) if tps else []
-            history = read_events(names=names, kafka=self._kafka) if tps else iter(())
-            driver.assigned({(tp.topic, tp.partition): tp.offset for tp in committed}, history)
-            c.assign([TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING) for tp in tps])
-
-        def revoked(c: Consumer, tps: list[TopicPartition]) -> None:
-            parts = [(tp.topic, tp.partition) for tp in tps]
-            clients.commit_now(c, ledger, parts)
-            ledger.forget(parts)
-            driver.revoked(parts)
-            c.unassign()
-
-        def lost(c: Consumer, tps: list[TopicPartition]) -> None:
-            parts = [(tp.topic, tp.partition) for tp in tps]
-            ledger.forget(parts)
-            driver.revoked(parts)
-
+    def opened(self) -> None:
+        self.driver = AuditDriver(self._names)  # a restarted loop reads everything again
         try:
-            for topic in (names.audit, names.registry, names.control, names.health, names.apps):
-                try:
-                    topicreader.partitions(consumer, topic)
-                except TopicMissing as exc:  # not applied yet: try again after the backoff, never stop for good
-                    raise NotReady(str(exc)) from None
-            consumer.subscribe([names.registry, names.control, names.health, names.apps],
-                               on_assign=assigned, on_revoke=revoked, on_lost=lost)
-            self._mark_ready()
-            while not self._stop.is_set():
-                events, commits = driver.batch(clients.take(consumer, 500, 0.5))
-                events += driver.evictions(_read_to_end(consumer, names.registry, driver.resume), now_ms=now_ms())
-                if events:
-                    self._append(producer, events)
-                ledger.want(commits)
-                clients.send_commits(consumer, ledger, driver.resume.keys())
-            clients.commit_now(consumer, ledger)
+            topicreader.partitions(self._consumer_now(), self._names.audit)
+        except TopicMissing as exc:  # not applied yet: try again after the backoff, never stop for good
+            raise NotReady(str(exc)) from None
+
+    def on_assigned(self, partitions: list[TopicPart]) -> None:
+        """Rebuild the book: the audit topic's events, then the partitions' records before the committed offsets."""
+        committed = self.committed(partitions) if partitions else {}
+        history = read_events(names=self._names, kafka=self.kafka) if partitions else iter(())
+        self.driver.assigned(committed, history)
+        reader = topicreader.open_reader("audit-rebuild", self.kafka)
+        try:
+            for (topic, partition), offset in sorted(committed.items()):
+                low = topicreader.watermarks(reader, topic, partition)[0]
+                if offset > low:
+                    self.driver.batch([Record(m) for m in topicreader.read_range(
+                        reader, topic, {partition: low}, stops={partition: offset})])
         finally:
-            producer.flush(5)
-            consumer.close()
+            reader.close()
 
-    def _append(self, producer: Producer, events: list[AuditEvent]) -> None:
-        """Append and wait for the broker's acknowledgement; InfraUnavailable (a restart from the last
-        commit) when it does not come."""
-        errors: list[Any] = []
+    def on_lost(self, partitions: list[TopicPart]) -> None:
+        self.driver.revoked(partitions)
 
-        def report(err: Any, _msg: Any) -> None:
-            if err is not None:
-                errors.append(err)
+    def handle(self, records: list[Record[bytes]]) -> Iterable[Output]:
+        outputs = [self._append(event, cause) for cause, event in self.driver.batch(records)]
+        self._expected += len(outputs)
+        return outputs
 
-        for event in events:
-            producer.produce(self._names.audit, key=event.subject.encode(), value=codec.encode(event),
-                             on_delivery=report)
-        if producer.flush(ACK_TIMEOUT_S) or errors:
-            raise InfraUnavailable(f"audit: {len(events)} event(s) not acknowledged: "
-                                   f"{errors[0] if errors else 'timed out'}")
-        self.appended += len(events)
+    def owed(self) -> Iterable[Output]:
+        owned = self.driver.resume.keys()
+        evicted = self.driver.evictions(self.read_to_end(self._names.registry, owned), now_ms=now_ms())
+        self._expected += len(evicted)
+        return [self._append(event, None) for event in evicted]
+
+    def acknowledged(self, delivered: list[Delivered]) -> None:
+        expected, self._expected = self._expected, 0
+        if len(delivered) < expected:  # the book already knows these records: rebuild it rather than read them again
+            raise InfraUnavailable(f"audit: {expected - len(delivered)} of {expected} event(s) not acknowledged")
+        self.appended += len(delivered)
+
+    def _append(self, event: AuditEvent, cause: Position | None) -> Output:
+        return Output(self._names.audit, codec.encode(event), key=event.subject.encode(), cause=cause)

@@ -9,7 +9,8 @@ fill windows (that record already decided on them). On revocation it flushes wha
 letting go (the eager protocol revokes before anyone is assigned), so the next owner restores from a
 partition holding its last word; two writers never both write one instance across a rebalance. Control
 (POLICY slow_threshold_ms) and the registry (build versions) are followed from the beginning. A bad
-record is counted and skipped. Loop style: reach.streams.status.fold (confluent-kafka, `clients.take`).
+record is counted and skipped. The group is membership only (reach.kafka.election.Membership: the partitions
+assigned are paused, this writer never reads its own records); the replay reads through reach.kafka.topicreader.
 
 The live receipts, control and registry come from the process's feed (reach.streams.feed), decoded once for
 every view of the process; receipts only while this writer owns a partition, and never a router's ROUTED
@@ -27,16 +28,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import (
-    OFFSET_END,
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
-
 from reach.core.commits import TopicPart
 from reach.core.healthmodel.settings import HealthSettings
 from reach.core.healthmodel.table import HealthTable
@@ -46,6 +37,8 @@ from reach.errors import ReachError
 from reach.kafka import clients, codec, topicreader
 from reach.kafka import headers as H
 from reach.kafka.codec import RegistryUnavailable
+from reach.kafka.election import Membership
+from reach.kafka.types import Consumer, KafkaError, KafkaException, Message, Producer
 from reach.names import Names
 from reach.records import InstanceHealth
 from reach.settings import KafkaSettings
@@ -145,24 +138,24 @@ class HealthWriter(FedLoop):
     # -- the loop ------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        group = clients.consumer(health_group(self.names), self._kafka, profile="idle", **{
-            "client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
-            "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
-            "max.poll.interval.ms": 600_000})
         producer = clients.producer(self._kafka, profile="feed")
-        replay: Consumer | None = None
         self._release_all()  # a restarted loop owns nothing until its new group member is assigned
+        group: Membership | None = None
+        replay: Consumer | None = None
         try:
-            self.partitions = len(topicreader.partitions(group, self.names.health))
-            self._follow_meta()
-            group.subscribe([self.names.health],
-                            on_assign=lambda c, tps: self._assigned(c, tps),
-                            on_revoke=lambda c, tps: self._revoked(producer, tps, flush=True),
-                            on_lost=lambda c, tps: self._revoked(producer, tps, flush=False))
+            self._follow_meta()  # before joining: replayed calls are judged with the policies and builds
+            group = Membership(
+                group=health_group(self.names), topic=self.names.health, kafka=self._kafka,
+                on_assigned=self._assigned, on_revoked=lambda parts: self._revoked(producer, parts, flush=True),
+                on_lost=lambda parts: self._revoked(producer, parts, flush=False),
+                config={"client.id": f"reach-health {uuid.uuid4().hex[:8]}", "session.timeout.ms": 6_000,
+                        "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
+                        "max.poll.interval.ms": 600_000})
+            self.partitions = len(group.partitions())
             self._mark_ready()
             next_tick = 0.0
             while not self._stop.is_set():
-                group.consume(500, 0)  # serves the rebalance callbacks; the records are this writer's own
+                group.poll(0)  # serves the rebalance callbacks; the records are this writer's own
                 if self._overflowed:
                     self._overflowed = False
                     self._replay_pending = bool(self.owned)
@@ -237,9 +230,9 @@ class HealthWriter(FedLoop):
 
     def _replayed_by_position(self, feed: Consumer) -> None:
         """Idle during a replay: a position at or past the end offset also ends it (the last record may be gone)."""
-        for tp in feed.position([TopicPartition(self.names.receipts, p) for p in self._replay_to]):
-            if tp.offset >= self._replay_to.get(tp.partition, 0):
-                self._replay_to.pop(tp.partition, None)
+        for partition, offset in clients.positions(feed, self.names.receipts, list(self._replay_to)).items():
+            if offset >= self._replay_to.get(partition, 0):
+                self._replay_to.pop(partition, None)
 
     def _follow_meta(self, timeout: float = 15.0) -> None:
         """Control and registry from the beginning, read up to their ends of now before the writer joins its
@@ -324,7 +317,7 @@ class HealthWriter(FedLoop):
             if not self._replay_to:
                 reader.close()
                 return None
-            reader.assign([TopicPartition(self.names.receipts, p, starts[p]) for p in self._replay_to])
+            clients.assign(reader, self.names.receipts, {p: starts[p] for p in self._replay_to})
         except BaseException:
             reader.close()
             raise
@@ -363,17 +356,15 @@ class HealthWriter(FedLoop):
 
     # -- rebalance -----------------------------------------------------------------------------------
 
-    def _assigned(self, consumer: Consumer | None, partitions: list[TopicPartition]) -> None:
+    def _assigned(self, partitions: list[int]) -> None:
+        """Health partitions given to this writer: each restored from its records before it is owned (the group
+        pauses them then: the records that follow are this writer's own)."""
         # pending before `owned` grows: another thread never sees the partitions owned and no replay due
         self._replay_pending = bool(partitions) or self._replay_pending
-        for tp in partitions:
-            restored = self.restore_records(self._read_partition(tp.partition))
-            self.owned.add(tp.partition)
-            log.info("health partition %d owned: %d instances restored", tp.partition, restored)
-        if consumer is not None:  # membership only: the records that follow are this writer's own
-            held = [TopicPartition(tp.topic, tp.partition, OFFSET_END) for tp in partitions]
-            consumer.assign(held)
-            consumer.pause(held)  # else each of its own publishes completes a fetch it would only discard
+        for partition in partitions:
+            restored = self.restore_records(self._read_partition(partition))
+            self.owned.add(partition)
+            log.info("health partition %d owned: %d instances restored", partition, restored)
 
     def restore_records(self, records: list[tuple[bytes | None, bytes | None]]) -> int:
         """Fold a health partition's records (key, value) in offset order; the last per key wins."""
@@ -409,13 +400,13 @@ class HealthWriter(FedLoop):
         finally:
             reader.close()
 
-    def _revoked(self, producer: Producer, partitions: list[TopicPartition], *, flush: bool) -> None:
+    def _revoked(self, producer: Producer, partitions: list[int], *, flush: bool) -> None:
         if flush:
             left = producer.flush(15)  # the next owner restores from what this writer produced
             if left:
                 log.warning("health: %d records unacknowledged when giving partitions up", left)
-        for tp in partitions:
-            self.owned.discard(tp.partition)
+        for partition in partitions:
+            self.owned.discard(partition)
         self.table.drop(self.owns)
         for instance_id in [i for i in self._latest if not self.owns(i)]:
             del self._latest[instance_id]

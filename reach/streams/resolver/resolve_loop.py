@@ -23,7 +23,6 @@ from collections import ChainMap, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -44,6 +43,7 @@ from reach.kafka import clients, delivery, topicreader
 from reach.kafka import headers as H
 from reach.kafka.acks import Acks, Position
 from reach.kafka.codec import DecodeError, RegistryUnavailable, decode, decode_dict, encode, encode_dict
+from reach.kafka.types import OFFSET_END, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.names import Names
 from reach.records import ErrorInfo, Receipt, Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
@@ -281,22 +281,21 @@ class Resolver(SupervisedLoop):
     # -- the loop --------------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        consumer = Consumer(self.kafka.consumer(self.names.resolver_group, profile="hot",
-                                                **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500}))
-        replies = Consumer(self.kafka.consumer(self.reply_group, profile="hot",
-                                               **{"session.timeout.ms": REPLY_SESSION_MS,
-                                                  "heartbeat.interval.ms": 1_500,
-                                                  "client.id": self.client_id}))
+        consumer = clients.consumer(self.names.resolver_group, self.kafka, profile="hot",
+                                    **{"session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500})
+        replies = clients.consumer(self.reply_group, self.kafka, profile="hot",
+                                   **{"session.timeout.ms": REPLY_SESSION_MS, "heartbeat.interval.ms": 1_500,
+                                      "client.id": self.client_id})
         # feedback: from now on, no group
         outcomes = topicreader.open_reader("resolver-outcomes", self.kafka, profile="feed")
-        producer = Producer(self.kafka.producer(profile="hot",
-                                                **{"message.max.bytes": dead_letter_bytes(self.settings)}))
+        producer = clients.producer(self.kafka, profile="hot",
+                                    **{"message.max.bytes": dead_letter_bytes(self.settings)})
         try:
             early = self.dual.early  # answers kept for pairs not tracked yet, their offsets already committed
             self.dual = self._restore_pairs(producer)  # what this id left pending, as the pairs topic has it
             self._settle(producer, self.dual.answered_all(early))
-            outcomes.assign([TopicPartition(self.names.receipts, p, OFFSET_END)
-                             for p in topicreader.partitions(outcomes, self.names.receipts)])
+            clients.assign(outcomes, self.names.receipts,
+                           dict.fromkeys(topicreader.partitions(outcomes, self.names.receipts), OFFSET_END))
             replies.subscribe([self.reply_topic])
             consumer.subscribe([self.names.intents])
             self._mark_ready()  # a restart after an infrastructure error has recovered

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from reach import dlq
+from reach import dlq, tracing
 from reach.core import allowance, fallback, sessionmap
 from reach.core.candidates import RouteRequest
 from reach.core.factors import FactorWeights
@@ -243,7 +243,7 @@ class Router(Worker[bytes]):
         now = now_ms()
         table = self._tables.at(now)
         batch = self._batch = _Batch(table, Decider(
-            now_ms=now, loads=self.state.loads.view(table.live, now_ms=now), disabled=table.disabled,
+            now_ms=now, loads=self.state.loads.on_demand(table.live_by_id, now_ms=now), disabled=table.disabled,
             health=self.state.health, canaries=table.canaries, costs=self.state.costs.means, rng=self._rng))
         for record in records:
             tp = (record.topic, record.partition)
@@ -361,7 +361,8 @@ class Router(Worker[bytes]):
                 value = encode_dict("Envelope", {**envelope, "execution_timeout_ms": stretched(
                     asked, outcome.timeout_factor)})
             self.qps.take(instance, clock)
-            batch.outputs.append(Output(outcome.topic, value, key=msg.key, headers=msg.raw_headers,
+            batch.outputs.append(Output(outcome.topic, value, key=msg.key,
+                                        headers=tracing.routed(msg, envelope, outcome, since=clock),
                                         partition=outcome.partition, cause=position,
                                         then=functools.partial(self._routed, position, request, outcome, reply)))
             batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))

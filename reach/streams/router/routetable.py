@@ -2,7 +2,8 @@
 
 The live registrations by capability, who serves a capability in which mode (fan-out), each capability's weights and
 whether it validates at the router, the canaries and the instances held out by control: derived from the registry
-and control views, rebuilt only when either applied a record (their `version`) or a live instance's silence reached
+and control views, rebuilt only when either applied a record that changes them (the registry's `shape_version`, which
+a plain heartbeat does not move; control's `version`) or a live instance's silence reached
 2 x ttl. Before this, each batch rebuilt them: at one or two records a batch (moderate rates), that was a third of the
 routing thread's time (docs/decisions/0054). Loads and health change with every receipt; they are read per batch.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from reach.core import fanout
 from reach.core.canarybook import canaries
@@ -33,6 +35,11 @@ class RouteTable:
     settings: dict[str, tuple[FactorWeights, bool]] = field(default_factory=dict)  # weights, validate_at_router
     splits: dict[str, fanout.Split] = field(default_factory=dict)  # capability -> its live instances by mode
 
+    @cached_property
+    def live_by_id(self) -> dict[str, AgentRegistration]:
+        """instance_id -> live registration: what a batch's on-demand loads read from (reach.core.loads)."""
+        return {reg.instance_id: reg for reg in self.live}
+
     def settings_of(self, state: RouterState, capability: str) -> tuple[FactorWeights, bool]:
         """The capability's weights and whether its policy validates payloads at the router."""
         found = self.settings.get(capability)
@@ -53,7 +60,7 @@ class RouteTables:
     def at(self, now: int) -> RouteTable:
         """The table for a batch at `now` (ms): the last one while it still holds, else a fresh derivation."""
         state = self._state
-        stamp = (state.registry.version, state.control.version)
+        stamp = (state.registry.shape_version, state.control.version)  # not moved by plain heartbeats (0068)
         table = self._table
         if table is not None and table.stamp == stamp and (table.until is None or now <= table.until):
             return table

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,7 @@ class StatusFold(Worker[bytes]):
         self._close_stores(list(self._stores))
 
     def process(self, messages: list[Message], *, consumer: Consumer, producer: Producer,
-                backoff: PartitionBackoff | None = None) -> dict[TopicPart, int]:
+                backoff: PartitionBackoff | None = None, owed: Sequence[Output] = ()) -> dict[TopicPart, int]:
         """The worker's batch, and the frontier of what it folded: right after the drain, what this batch reaches."""
         read_at, level = now_ms(), self._level(consumer)
         self._held = set()
@@ -193,7 +194,7 @@ class StatusFold(Worker[bytes]):
         for msg in messages:
             if msg.error() is None:
                 last[msg.partition() or 0] = msg.offset() or 0
-        commits = super().process(messages, consumer=consumer, producer=producer, backoff=backoff)
+        commits = super().process(messages, consumer=consumer, producer=producer, backoff=backoff, owed=owed)
         # a partition read again (held, or an output not acknowledged) has not folded what it read
         self._advance(read_at, [p for p in level if p not in last
                                 or commits.get((self.names.receipts, p), -1) > last[p]])

@@ -14,16 +14,10 @@ JVM, broker requests and records produced per request, as the knee does for Reac
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from reach.tooling.bench import costs, cpu
@@ -31,7 +25,7 @@ from reach.tooling.bench.bisection import search
 from reach.tooling.bench.knee import KneeConfig, Run, Search, Step, load, settle
 from reach.tooling.bench.results import Latency
 from reach.tooling.bench.slo import verdict
-from reach.tooling.bench.subprocesses import Child
+from reach.tooling.bench.subprocesses import Child, Commanded
 from reach.tooling.bench.workspace import Workspace
 
 PEERS = ("plain", "faststream")
@@ -59,45 +53,11 @@ def missing(peer: str) -> str | None:
     return None
 
 
-class PeerClient:
+class PeerClient(Commanded):
     """The client process, driven by one JSON command a line (reach.tooling.bench.peer_client)."""
 
     def __init__(self, requests: str, replies: str, env: dict[str, str]) -> None:
-        self._log = tempfile.NamedTemporaryFile(prefix="reach-bench-peer-client-", suffix=".log", delete=False)  # noqa: SIM115
-        self.proc = subprocess.Popen([sys.executable, "-m", "reach.tooling.bench.peer_client", requests, replies],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     env={**os.environ, **env})
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def ask(self, **command: Any) -> dict[str, Any]:
-        assert self.proc.stdin is not None and self.proc.stdout is not None
-        try:
-            self.proc.stdin.write(json.dumps(command) + "\n")
-            self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
-        except OSError:
-            line = ""
-        if not line:
-            raise RuntimeError(f"the peers' client exited:\n{self.tail()}")
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(Path(self._log.name).read_text(errors="replace").splitlines()[-lines:])
-
-    def stop(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log.close()
-        Path(self._log.name).unlink(missing_ok=True)
+        super().__init__("peers' client", ["reach.tooling.bench.peer_client", requests, replies], env)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -11,6 +12,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from reach.tooling.bench.results import process_cpu
 
@@ -69,3 +71,46 @@ class Child:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+
+class Commanded:
+    """A `python -m <args>` child driven by one JSON command a line on stdin, answering one JSON line on stdout;
+    its stderr goes to a log file. Closing stdin asks it to finish."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        prefix = f"reach-bench-{name.replace(' ', '-')}-"
+        self._log = tempfile.NamedTemporaryFile(prefix=prefix, suffix=".log", delete=False)  # noqa: SIM115
+        self.proc = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self._log, text=True, env={**os.environ, **env})
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def ask(self, **command: Any) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(json.dumps(command) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except OSError:
+            line = ""
+        if not line:
+            raise RuntimeError(f"the {self.name} exited:\n{self.tail()}")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def tail(self, lines: int = 30) -> str:
+        return "\n".join(Path(self._log.name).read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 20.0) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -11,9 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from reach.settings import KafkaSettings
-from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, peers, quix, raw, round_trip, route, scoring
+from reach.tooling.bench import (
+    faust_forward,
+    gateway,
+    idle,
+    intent,
+    knee,
+    peers,
+    quix,
+    raw,
+    round_trip,
+    route,
+    scoring,
+    swarm,
+)
 from reach.tooling.bench import publish as publish_mode
 from reach.tooling.bench import scaleout as scaleout_mode
+from reach.tooling.bench import tracing as tracing_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
 from reach.tooling.bench.peers import PeersConfig
@@ -22,7 +37,9 @@ from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
 MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
-         "intent", "publish", "scaleout")
+         "intent", "publish", "scaleout", "tracing", "swarm")
+OPT_IN = ("swarm",)
+"""Modes `all` leaves out: named with --modes only (the swarm starts hundreds of agent instances)."""
 STATUS_SCALE = "reach.tooling.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -52,13 +69,15 @@ class BenchConfig:
     peers: PeersConfig = field(default_factory=PeersConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     scaleout: scaleout_mode.ScaleoutConfig = field(default_factory=scaleout_mode.ScaleoutConfig)
+    swarm: swarm.SwarmConfig = field(default_factory=swarm.SwarmConfig)
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
                 "rate_seconds": 1.0, "idle_seconds": 1.0, "idle_settle": 0.5, "scoring_calls": 100,
                 "knee": KneeConfig.quick(), "peers": PeersConfig.quick(), "status_messages": 2_000,
-                "gateway": GatewayConfig.quick(), "scaleout": scaleout_mode.ScaleoutConfig.quick()}
+                "gateway": GatewayConfig.quick(), "scaleout": scaleout_mode.ScaleoutConfig.quick(),
+                "swarm": swarm.SwarmConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -87,6 +106,9 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("intent", lambda: intent.run()),
             ("publish", lambda: _publish(config, kafka)),
             ("scaleout", lambda: scaleout_mode.run(config.scaleout, kafka=kafka, topics_file=config.topics_file)),
+            ("tracing", lambda: tracing_mode.run(lambda: Workspace(kafka=kafka, topics_file=config.topics_file),
+                                                 rate=config.rates[0], seconds=config.rate_seconds)),
+            ("swarm", lambda: _swarm(config, kafka, progress)),
         ]
         for name, step in steps:
             if name in config.modes:
@@ -107,6 +129,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
         gateway_generators=config.gateway.generators, peers=list(config.peers.peers), peers_high=config.peers.high,
         peers_workers=config.peers.workers, scaleout_rate=config.scaleout.rate,
         scaleout_seconds=config.scaleout.seconds, scaleout_routers=list(config.scaleout.routers),
+        **({f"swarm_{k}": v for k, v in asdict(config.swarm).items()} if "swarm" in config.modes else {}),
         seconds=round(time.monotonic() - started)))
 
 
@@ -161,6 +184,17 @@ def _publish(config: BenchConfig, kafka: KafkaSettings | None) -> list[ModeResul
         return publish_mode.run(ws, messages=config.messages, warmup=config.warmup)
     finally:
         ws.delete()
+
+
+def _swarm(config: BenchConfig, kafka: KafkaSettings | None, progress: Callable[[str], None]) -> list[ModeResult]:
+    """In a namespace of its own: hundreds of inboxes and registrations no other mode should see, with the fleet's
+    inboxes sized as decision 0068 sizes a fleet (2 partitions each, one instance's share)."""
+    with tempfile.TemporaryDirectory(prefix="reach-bench-swarm-") as home:
+        ws = Workspace(kafka=kafka, topics_file=swarm.sized_topics(config.topics_file, Path(home)))
+        try:
+            return swarm.run(ws, config.swarm, progress)
+        finally:
+            ws.delete()
 
 
 def _knee(config: BenchConfig, kafka: KafkaSettings | None, searches: list[knee.Search]) -> list[ModeResult]:

@@ -48,7 +48,7 @@ class Workspace:
         self._sender: Producer | None = None
 
     def ensure(self, topic: str, family: str = "cap", **configs: str) -> str:
-        """Create `topic` with the defaults of a topics.yaml family (cap: 4 partitions, agent: 8), plus `configs`."""
+        """Create `topic` with the defaults of a topics.yaml family (cap: 4 partitions, agent: 2), plus `configs`."""
         spec = self.spec.family(family)  # type: ignore[arg-type]
         if configs:
             spec = spec.model_copy(update={"configs": {**spec.configs, **configs}})
@@ -59,11 +59,14 @@ class Workspace:
         """A forwarder's output topic, stamped by the broker on append (Quix keeps the input's timestamp)."""
         return self.ensure(topic, **{"message.timestamp.type": "LogAppendTime"})
 
-    def envelope(self, message_id: str, capability: str, created_at: int | None = None) -> bytes:
-        """A valid Envelope (the router decodes it; raw and faust forward its bytes unread)."""
+    def envelope(self, message_id: str, capability: str, created_at: int | None = None, *,
+                 idempotency_key: str | None = None) -> bytes:
+        """A valid Envelope (the router decodes it; raw and faust forward its bytes unread); its business key is
+        `idempotency_key`, else its own message id."""
         created = now_ms() if created_at is None else created_at
         return codec.encode_dict("Envelope", {
-            **self._template, "message_id": message_id, "idempotency_key": message_id, "trace_id": message_id,
+            **self._template, "message_id": message_id, "idempotency_key": idempotency_key or message_id,
+            "trace_id": message_id,
             "capability": capability, "created_at": created, "deadline": created + BUDGET_MS,
         })
 

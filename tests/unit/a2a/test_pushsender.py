@@ -1,17 +1,18 @@
-"""The push sender's produce step over a fake producer: a task's notifications go to the webhook channel's topic
-keyed by the task, each once across calls; an outage is retried; a refusal no retry cures is counted and skipped
-(it never blocks the notifications behind it)."""
+"""The push sender's decisions on the worker's seam (handle / owed / acknowledged, no Kafka): a task's notifications go
+to the webhook channel's topic keyed by the task, each caused by its changelog record and sent once across batches;
+what the broker did not acknowledge is owed again; a refusal no retry cures is counted and settled."""
 
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from typing import Any
 
-from confluent_kafka import KafkaError
-
-from reach.a2a import push
+from reach.a2a import push, pushsender
 from reach.a2a.pushsender import PushSender
-from reach.kafka import codec
+from reach.kafka import clients, codec, memory
+from reach.kafka.worker import Delivered, Output, Record, Refused
 from reach.names import Names
 from reach.records import Envelope
 from reach.settings import KafkaSettings
@@ -46,50 +47,96 @@ class Book:
         return 0
 
 
-class Producer:
-    """Records what is produced; `fail` is the error the next flush reports for every record (then cleared)."""
+class Msg:
+    """A changelog record as the consumer hands it over."""
 
-    def __init__(self, fail: list[KafkaError | None]) -> None:
-        self.fail = fail
-        self.pending: list[Any] = []
-        self.acked: list[tuple[str, bytes, bytes]] = []
+    def __init__(self, value: bytes | None, offset: int = 0) -> None:
+        self._value, self._offset = value, offset
 
-    def produce(self, topic: str, *, key: bytes, value: bytes, on_delivery: Any) -> None:
-        self.pending.append((topic, key, value, on_delivery))
+    def value(self) -> bytes | None:
+        return self._value
 
-    def flush(self, _timeout: float) -> int:
-        error = self.fail.pop(0) if self.fail else None
-        for topic, key, value, report in self.pending:
-            report(error, None)
-            if error is None:
-                self.acked.append((topic, key, value))
-        self.pending = []
+    def key(self) -> bytes | None:
+        return None
+
+    def headers(self) -> None:
+        return None
+
+    def topic(self) -> str:
+        return "reach.status"
+
+    def partition(self) -> int:
         return 0
 
-
-def sender() -> PushSender:
-    made = PushSender(names=Names("reach"), kafka=KafkaSettings(), book=Book(TASK))  # type: ignore[arg-type]
-    made._stop.wait = lambda _s=None: False  # type: ignore[method-assign]  # no pause between attempts
-    return made
+    def offset(self) -> int:
+        return self._offset
 
 
-def test_each_notification_is_produced_once_to_the_webhook_topic_keyed_by_the_task() -> None:
-    out, producer = sender(), Producer([])
-    out._send(producer, [ROW])  # type: ignore[arg-type]
-    out._send(producer, [ROW, {**ROW, "tenant": "globex"}])  # type: ignore[arg-type]  # again; another tenant's
-    assert len(producer.acked) == len(push.notifications(ROW, TASK.configs[0])) == out.produced == 4
-    assert {topic for topic, _, _ in producer.acked} == {"reach.cap.channel.webhook"}
-    assert {key for _, key, _ in producer.acked} == {b"push:m1"}
-    first = codec.decode(producer.acked[0][2], Envelope)
-    assert json.loads(first.payload)["headers"] == {push.TOKEN_HEADER: "tk"}
+def records(*rows: dict[str, Any] | bytes | None, first: int = 0) -> list[Record[bytes]]:
+    """Changelog records of `rows` (a dict as JSON, bytes as they are), decoded as the worker hands them over."""
+    out = []
+    for n, row in enumerate(rows):
+        raw = json.dumps(row).encode() if isinstance(row, dict) else row
+        record: Record[bytes] = Record(Msg(raw, first + n))  # type: ignore[arg-type]
+        record.value = raw
+        out.append(record)
+    return out
 
 
-def test_an_outage_is_retried_and_a_refusal_for_good_is_skipped() -> None:
-    out, producer = sender(), Producer([KafkaError(KafkaError._MSG_TIMED_OUT), None])
-    out._send(producer, [ROW])  # type: ignore[arg-type]
-    assert len(producer.acked) == 4 and out.refused == 0
-    too_big, refusing = sender(), Producer([KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)])
-    too_big._send(refusing, [ROW])  # type: ignore[arg-type]  # returns: nothing retried, nothing blocked
-    assert refusing.acked == [] and too_big.refused == 4
-    too_big._send(refusing, [ROW])  # type: ignore[arg-type]
-    assert refusing.acked == []  # counted as settled: not produced again
+def sender(book: Any = None, kafka: KafkaSettings | None = None) -> PushSender:
+    return PushSender(names=Names("reach"), kafka=kafka or KafkaSettings(), book=book or Book(TASK))
+
+
+def batch(out: PushSender, recs: list[Record[bytes]], *, ack: bool = True) -> list[Output]:
+    """One turn of the worker: the batch's outputs and the owed ones, acknowledged (or not)."""
+    outputs = [*out.handle(recs), *out.owed()] if recs else list(out.owed())
+    out.acknowledged([Delivered(o, 0, n) for n, o in enumerate(outputs)] if ack else [])
+    return outputs
+
+
+def test_each_notification_is_produced_once_to_the_webhook_topic_keyed_by_the_task_caused_by_its_row() -> None:
+    out = sender()
+    first = batch(out, records(ROW))
+    again = batch(out, records(ROW, {**ROW, "tenant": "globex"}, first=1))  # the same row again; another tenant's
+    assert len(first) == len(push.notifications(ROW, TASK.configs[0])) == out.produced == 4 and again == []
+    assert {o.topic for o in first} == {"reach.cap.channel.webhook"} and {o.key for o in first} == {b"push:m1"}
+    assert {o.cause for o in first} == {("reach.status", 0, 0)}, "committed only once they are acknowledged"
+    envelope = codec.decode(first[0].value, Envelope)
+    assert json.loads(envelope.payload)["headers"] == {push.TOKEN_HEADER: "tk"}
+
+
+def test_what_was_not_acknowledged_is_produced_again_when_its_record_is_read_again() -> None:
+    out = sender()
+    assert len(batch(out, records(ROW), ack=False)) == 4 and out.produced == 0  # an outage: the worker rewinds
+    assert len(batch(out, records(ROW))) == 4 and out.produced == 4
+    assert batch(out, records(ROW)) == []
+
+
+def test_a_refusal_for_good_is_counted_and_passed_over() -> None:
+    out = sender()
+    [record] = records(ROW)
+    assert list(out.failed(record, Refused(record, ["too large"] * 4))) == []  # the worker's call: nothing stands in
+    assert out.refused == 4 and out.skipped == 0
+    assert list(out.failed(record, ValueError("bad"))) == [] and out.skipped == 1
+
+
+def test_the_sender_runs_on_the_worker_and_commits_a_row_once_its_notifications_are_acknowledged() -> None:
+    name = f"push-{uuid.uuid4().hex[:8]}"
+    bus, names = memory.bus(name), Names("reach")
+    webhook = names.capability(push.WEBHOOK)
+    bus.create_topic(names.status, 1)
+    bus.create_topic(webhook, 1)
+    bus.commit(pushsender.group(names), {(names.status, 0): 0})  # a group that has read nothing yet
+    kafka = KafkaSettings(bootstrap=memory.SCHEME + name)
+    try:
+        producer = clients.producer(kafka)
+        producer.produce(names.status, json.dumps(ROW).encode(), key=b"m1")
+        producer.flush(1)
+        deadline = time.monotonic() + 10
+        with sender(kafka=kafka) as out:
+            while bus.committed(pushsender.group(names), (names.status, 0)) < 1:
+                assert time.monotonic() < deadline, "the row is committed once its notifications are acknowledged"
+                time.sleep(0.01)
+        assert out.produced == 4 and bus.watermarks((webhook, 0)) == (0, 4)
+    finally:
+        memory.forget(name)

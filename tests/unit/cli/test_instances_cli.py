@@ -23,9 +23,11 @@ def published(monkeypatch: pytest.MonkeyPatch) -> list[Control]:
 def test_the_listing_still_runs_with_its_options(monkeypatch: pytest.MonkeyPatch, published: list[Control]) -> None:
     calls: list[dict[str, Any]] = []
     monkeypatch.setattr(agents, "agents", lambda **kw: calls.append(kw))
-    result = CliRunner().invoke(app, ["agents", "--json", "--timeout", "3"])
+    result = CliRunner().invoke(app, ["agents", "--json", "--timeout", "3", "--capability", "x.a", "--state", "ready",
+                                      "--limit", "5", "--offset", "10"])
     assert result.exit_code == 0, result.output
-    assert calls == [{"as_json": True, "timeout": 3.0}] and published == []
+    assert calls == [{"as_json": True, "timeout": 3.0, "capability": "x.a", "agent": None, "state": "ready",
+                      "limit": 5, "offset": 10}] and published == []
 
 
 @pytest.mark.parametrize("action", [InstanceAction.DRAIN, InstanceAction.DISABLE, InstanceAction.ENABLE])

@@ -61,7 +61,7 @@ class FakeBackend:
         return {"since_ms": since_ms, "until_ms": until_ms, "bucket_ms": bucket_ms, "receipts": 0,
                 "capabilities": [], "series": {}, "backlog": []}
 
-    def agents(self) -> list[dict[str, Any]]:
+    def agents(self, where: Any = None) -> list[dict[str, Any]]:
         return []
 
     def instance_action(self, instance_id: str, action: InstanceAction, by: str) -> None:
@@ -305,7 +305,7 @@ def test_a_broker_that_does_not_answer_is_a_503_and_a_page_says_so(
         setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
     client, backend, tokens = setup
 
-    def down() -> list[dict[str, Any]]:
+    def down(_where: Any = None) -> list[dict[str, Any]]:
         raise InfraUnavailable("The Kafka broker did not answer")
 
     monkeypatch.setattr(backend, "agents", down)
@@ -321,7 +321,7 @@ def test_an_instance_id_cannot_break_out_of_the_confirmation_script(
         setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
     client, backend, tokens = setup
     hostile = "x');alert(1);('\"><script>alert(2)</script>"
-    monkeypatch.setattr(backend, "agents", lambda: [{
+    monkeypatch.setattr(backend, "agents", lambda _where=None: [{
         "agent_id": "agent://a", "instance_id": hostile, "state": "READY", "region": None, "build_version": "1",
         "inflight": 0, "max_concurrency": 1, "queued": None, "max_queue": 0, "success_1m": None, "p95_ms": None,
         "breaker": "CLOSED", "arm": None, "heartbeat_age_ms": 10}])
@@ -789,10 +789,30 @@ def test_the_overview_shows_usage_when_requests_reported_some(
     assert 'id="usage"' in page and "0.004000 USD" in page and "0.002000" in page
 
 
+def test_the_agents_page_passes_its_filter_and_page_and_links_the_next(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    client, backend, tokens = setup
+    asked: list[Any] = []
+
+    def page(where: Any = None) -> list[dict[str, Any]]:
+        asked.append(where)
+        return [{"agent_id": f"agent://a/{i}", "instance_id": f"i{i}", "state": "READY", "region": None,
+                 "inflight": 0, "max_concurrency": 1, "queued": None, "heartbeat_age_ms": 0, "success_1m": None,
+                 "p95_ms": None, "breaker": None, "build_version": None, "arm": None} for i in range(2)]
+
+    monkeypatch.setattr(backend, "agents", page)
+    shown = client.get("/console/agents?capability=x.a&state=ready&limit=2&offset=4",
+                       headers=_bearer(tokens["viewer"]))
+    assert shown.status_code == 200 and 'id="next"' in shown.text and "offset=6" in shown.text
+    assert (asked[0].capability, asked[0].state.value, asked[0].offset, asked[0].limit) == ("x.a", "READY", 4, 2)
+    bad = client.get("/console/api/agents?limit=0", headers=_bearer(tokens["viewer"]))
+    assert bad.status_code == 400 and "limit" in bad.text
+
+
 def test_the_agents_page_shows_what_an_agent_serves_depends_on_and_who_owns_it(
         setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
     client, backend, tokens = setup
-    monkeypatch.setattr(backend, "agents", lambda: [{
+    monkeypatch.setattr(backend, "agents", lambda _where=None: [{
         "agent_id": "agent://doc/answer", "instance_id": "i-1", "state": "READY", "region": None,
         "build_version": "1", "inflight": 0, "max_concurrency": 1, "queued": None, "max_queue": 0,
         "success_1m": None, "p95_ms": None, "breaker": "CLOSED", "arm": None, "heartbeat_age_ms": 10,

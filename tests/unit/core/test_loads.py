@@ -208,3 +208,17 @@ def test_retry_after_from_the_drain_rate() -> None:
     assert retry_after_ms([InstanceLoad(4, 16, 4, 16, 0.001)]) == MAX_RETRY_AFTER_MS
     assert retry_after_ms([InstanceLoad(4, 16, 4, 16)]) == UNMEASURED_RETRY_AFTER_MS
     assert retry_after_ms([InstanceLoad(4, 16, 4, 16), InstanceLoad(4, 17, 4, 16, 2.0)]) == 1_000
+
+
+def test_loads_on_demand_read_what_the_full_view_reads_and_keep_what_a_decision_set() -> None:
+    tracker = LoadTracker()
+    b = reg("b", max_concurrency=8, max_queue=32)
+    tracker.heartbeat(A.model_copy(update={"inflight": 2}))
+    tracker.report(report(200, 5, instance="b"))
+    full = tracker.view([A, b])
+    loads = tracker.on_demand({"a": A, "b": b})
+    assert loads and "b" in loads and "c" not in loads
+    assert loads.get("a") == full["a"] and loads["b"] == full["b"]
+    assert loads.get("c") is None
+    loads["a"] = full["a"].plus_routed()  # the batch's next decision sees the request it routed
+    assert loads.get("a") == full["a"].plus_routed()

@@ -52,7 +52,7 @@ def health_of(producer: FakeProducer) -> list[InstanceHealth]:
 
 def test_folds_only_owned_instances_skips_a_bad_receipt_and_publishes_the_opened_breaker() -> None:
     w, clock = writer()
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     assert w.owned == {1} and w.replaying
     batch = [failed(OWNED, clock.now + i, i) for i in range(10)] + [failed(OTHER, clock.now, 50)]
     batch.insert(3, FakeMessage(NAMES.receipts, 0, 99, b"not a receipt"))
@@ -75,7 +75,7 @@ def test_folds_only_owned_instances_skips_a_bad_receipt_and_publishes_the_opened
 
 def test_publishes_changes_at_once_and_numbers_at_most_every_interval() -> None:
     w, clock = writer()
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     w.caught_up()
     producer = FakeProducer()
     w.fold([failed(OWNED, clock.now, 1)])
@@ -98,7 +98,7 @@ def test_restores_its_instances_from_the_partition_and_keeps_their_state() -> No
     records = {1: [(b"i-2", codec.encode(gone)), (OWNED.encode(), codec.encode(opened)), (b"i-2", None),
                    (b"i-3", b"garbage"), (b"i-9", codec.encode(gone))]}
     w, clock = writer(records)
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     assert set(w.table.trackers) == {OWNED}  # i-2 tombstoned; i-3 bad; i-9 names another instance
     assert w.bad_records == 2
     w.caught_up()
@@ -114,7 +114,7 @@ def test_restores_its_instances_from_the_partition_and_keeps_their_state() -> No
 def test_revocation_flushes_then_forgets_the_partition() -> None:
     published: list[tuple[str, InstanceHealth | None]] = []
     w, clock = writer(published=published)
-    w._assigned(None, [TopicPartition(NAMES.health, 0), TopicPartition(NAMES.health, 1)])
+    w._assigned([0, 1])
     w.caught_up()
     w.fold([failed(OWNED, clock.now, 1), failed(OTHER, clock.now, 2)])
     producer = FakeProducer(hold=lambda _t: False)
@@ -122,7 +122,7 @@ def test_revocation_flushes_then_forgets_the_partition() -> None:
     flushed: list[Any] = []
     original = producer.flush
     producer.flush = lambda timeout=0: flushed.append(timeout) or original(timeout)  # type: ignore[method-assign]
-    w._revoked(producer, [TopicPartition(NAMES.health, 1)], flush=True)
+    w._revoked(producer, [1], flush=True)
     assert flushed and len(producer.to(NAMES.health)) == 2  # acknowledged before letting go
     assert set(w.table.trackers) == {OTHER} and not w.owns(OWNED)
     assert (OWNED, None) in published  # its gauges go with it
@@ -132,7 +132,7 @@ def test_revocation_flushes_then_forgets_the_partition() -> None:
 
 def test_an_idle_instance_is_forgotten_with_a_tombstone() -> None:
     w, clock = writer()
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     w.caught_up()
     w.fold([failed(OWNED, clock.now, 1)])
     producer = FakeProducer()
@@ -147,7 +147,7 @@ def test_routed_receipts_are_skipped_by_their_router_header_without_decoding() -
     from reach.kafka import headers as H
 
     w, clock = writer()
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     routed = FakeMessage(NAMES.receipts, 0, 1, b"never decoded", None, [(H.ROUTER, b"router-1")])
     assert w.fold([routed, failed(OWNED, clock.now, 2)]) == 1
     assert w.bad_records == 0
@@ -157,7 +157,7 @@ def test_a_refused_record_is_published_again_at_the_next_tick() -> None:
     from confluent_kafka import KafkaError
 
     w, clock = writer()
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     w.caught_up()
     w.fold([failed(OWNED, clock.now + i, i) for i in range(10)])
     refusing = FakeProducer(refuse=lambda _t, _v: KafkaError(KafkaError._MSG_TIMED_OUT))
@@ -172,7 +172,7 @@ def test_a_refused_record_is_published_again_at_the_next_tick() -> None:
 def test_a_restarted_loop_owns_nothing_until_assigned_again() -> None:
     published: list[tuple[str, InstanceHealth | None]] = []
     w, clock = writer(published=published)
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     w.caught_up()
     w.fold([failed(OWNED, clock.now, 1)])
     w.publish(FakeProducer())
@@ -184,7 +184,7 @@ def test_a_restarted_loop_owns_nothing_until_assigned_again() -> None:
 
 def test_an_idle_registered_instance_that_is_not_healthy_is_kept() -> None:
     w, clock = writer()
-    w._assigned(None, [TopicPartition(NAMES.health, 1)])
+    w._assigned([1])
     w.caught_up()
     w.table.build_version(OWNED, "1.0.0")
     w.fold([failed(OWNED, clock.now + i, i) for i in range(10)])
@@ -206,7 +206,7 @@ def test_a_full_producer_queue_restarts_the_loop_rather_than_stopping_the_writer
         loops.append(1)
         if len(loops) > 1:
             return
-        w._assigned(None, [TopicPartition(NAMES.health, 1)])
+        w._assigned([1])
         w.caught_up()
         w.fold([failed(OWNED, clock.now, 1)])
         w.publish(FakeProducer(raise_on=lambda _t, _v: BufferError("Local: Queue full")))
@@ -253,7 +253,7 @@ def test_replaying_reads_true_until_the_feed_is_assigned_even_with_nothing_to_re
     replay, the process's feed (at offset 0 of both partitions) hands over what follows."""
     w, clock = writer()
     w._take([], {(NAMES.receipts, 0): 0, (NAMES.receipts, 1): 0})  # where the feed reads
-    w._assigned(None, [TopicPartition(NAMES.health, 0), TopicPartition(NAMES.health, 1)])
+    w._assigned([0, 1])
     feed = _Feed(w)
     monkeypatch.setattr("reach.streams.health.writer.topicreader.open_reader", lambda *_a, **_k: feed)
     assert w._start_replay() is None

@@ -96,7 +96,7 @@ def test_the_replay_stops_at_the_feeds_boundary_and_the_feed_goes_on_from_it(kaf
     writer = HealthWriter(names=NAMES, kafka=kafka, settings=HealthSettings(replay_ms=60_000),
                           feed=Feed(names=NAMES, kafka=kafka))
     writer.partitions = 2
-    writer._assigned(None, [TopicPartition(NAMES.health, 0), TopicPartition(NAMES.health, 1)])
+    writer._assigned([0, 1])
     boundary = {p: max(ends[p] - 1, 0) for p in ends}  # the feed has read all but the last of each partition
     queued = [m for m in logged if m.offset() < boundary[m.partition()]]
     rest = [m for m in logged if m.offset() >= boundary[m.partition()]]

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from reach.kafka import clients, codec, memory
-from reach.kafka.worker import BatchStats, Output, Record, Refused, Subscription, Worker, WorkerMetrics
+from reach.kafka.worker import BatchStats, Delivered, Output, Record, Refused, Subscription, Worker, WorkerMetrics
 from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
 
@@ -374,3 +374,64 @@ def test_assign_revoke_and_lost_hooks_follow_the_workers_own_bookkeeping(kafka: 
     assert revoked[2] == 20, "on_revoked runs after the worker's final commit of what was acknowledged"
     kinds = [e[0] for e in events]
     assert kinds.index("lost") == kinds.index("revoked") + 1, "a revoke forgets its partitions' state too"
+
+class Ledger(Echo):
+    """Echo that keeps what the broker acknowledged, what it owes of its own, and the rebalance it saw."""
+
+    def __init__(self, kafka: KafkaSettings, **sub: Any) -> None:
+        super().__init__(kafka, **sub)
+        self.acked: list[bytes] = []
+        self.owing: list[Output] = []
+        self.given: list[Any] = []
+        self.taken: list[Any] = []
+        self.committed_at_assign: dict[Any, int] = {}
+        self.refusals: list[bytes] = []
+
+    def owed_refused(self, output: Output, errors: list[Any]) -> None:
+        self.refusals.append(output.value or b"")
+
+    def owed(self) -> Iterable[Output]:
+        owing, self.owing = self.owing, []
+        return owing
+
+    def acknowledged(self, delivered: list[Delivered]) -> None:
+        self.acked += [d.output.value or b"" for d in delivered]
+
+    def on_assigned(self, partitions: list[Any]) -> None:
+        self.given += partitions
+        self.committed_at_assign.update(self.committed(partitions))
+
+    def on_lost(self, partitions: list[Any]) -> None:
+        self.taken += partitions
+
+
+def test_the_loop_learns_which_outputs_were_acknowledged_after_the_flush(kafka: KafkaSettings) -> None:
+    _send(kafka, [b"a", b"to:nosuchtopic", b"b"], key=lambda _i: b"same")
+    with Ledger(kafka) as worker:
+        _until(lambda: _committed(kafka) == 3, "all 3 committed")
+    assert sorted(worker.acked) == [b"A", b"B", b"to:nosuchtopic"], "the refused one is not; its dead letter is"
+
+
+def test_owed_outputs_are_produced_without_a_record_and_hold_no_partition(kafka: KafkaSettings) -> None:
+    with Ledger(kafka) as worker:
+        _until(lambda: worker.ready, "up")
+        worker.owing = [Output("out", b"tick"), Output("nosuchtopic", b"lost")]
+        _until(lambda: b"tick" in worker.acked, "the owed output produced with no record read")
+        _until(lambda: worker.refusals == [b"lost"], "the owed output refused for good is reported")
+        assert b"lost" not in worker.acked
+        _send(kafka, [b"v"])
+        _until(lambda: _committed(kafka) == 1, "the failed owed output held nothing")
+    assert _read(kafka, "out") == [b"tick", b"V"]
+
+
+def test_the_rebalance_hooks_see_the_partitions_and_the_committed_offsets(kafka: KafkaSettings) -> None:
+    _send(kafka, [b"v%d" % i for i in range(4)])
+    with Echo(kafka):
+        _until(lambda: _committed(kafka) == 4, "committed by a first member")
+    worker = Ledger(kafka)
+    with worker:
+        _until(lambda: len(worker.given) == 2, "both partitions assigned")
+    assert sorted(worker.given) == [("in", 0), ("in", 1)] == sorted(worker.taken)
+    assert sum(worker.committed_at_assign.values()) == 4
+    with pytest.raises(RuntimeError):
+        worker.committed([("in", 0)])

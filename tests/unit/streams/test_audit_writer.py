@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import Message
 
 from reach.kafka import clients, codec, headers
+from reach.kafka.worker import Record
 from reach.names import Names
 from reach.records import (
     AgentRegistration,
@@ -39,36 +39,39 @@ def drain() -> bytes:
                                 instance=InstanceOverride(instance_id="i-1", action=InstanceAction.DRAIN)))
 
 
-def msgs(*records: tuple[tuple[str, int], int, bytes | None, str]) -> list[Message]:
-    out: list[Any] = [FakeMessage(tp[0], tp[1], offset, value, key.encode()) for tp, offset, value, key in records]
-    return cast(list[Message], out)
+def msgs(*records: tuple[tuple[str, int], int, bytes | None, str]) -> list[Record[bytes]]:
+    return [Record(cast(Any, FakeMessage(tp[0], tp[1], offset, value, key.encode())))
+            for tp, offset, value, key in records]
+
+
+def events(batch: list[tuple[Any, Any]]) -> list[Any]:
+    return [event for _, event in batch]
 
 
 def test_records_before_the_committed_offset_are_folded_not_appended_again() -> None:
     driver = AuditDriver(NAMES)
     driver.assigned({REG: 2, CTL: -1001}, [])  # registry committed at 2; control never committed
-    events, commits = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.0", 2_000), "i-1"),
-                                        (REG, 2, reg("1.1", 3_000), "i-1"), (CTL, 0, drain(), "INSTANCE:i-1")))
-    assert [(e.kind, e.before, e.after) for e in events] == [(AuditKind.VERSION, '"1.0"', '"1.1"'),
-                                                             (AuditKind.INSTANCE, None, events[1].after)]
-    assert (events[1].actor, events[1].agent_id) == ("reach-cli:ana", "agent://a/b")
-    assert commits == {REG: 3, CTL: 1}
+    made = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.0", 2_000), "i-1"),
+                             (REG, 2, reg("1.1", 3_000), "i-1"), (CTL, 0, drain(), "INSTANCE:i-1")))
+    appended = events(made)
+    assert [(e.kind, e.before, e.after) for e in appended] == [(AuditKind.VERSION, '"1.0"', '"1.1"'),
+                                                               (AuditKind.INSTANCE, None, appended[1].after)]
+    assert (appended[1].actor, appended[1].agent_id) == ("reach-cli:ana", "agent://a/b")
+    assert [cause for cause, _ in made] == [(*REG, 2), (*CTL, 0)], "each event is caused by its own record"
 
 
-def test_a_record_that_is_no_change_still_moves_the_commit() -> None:
+def test_a_record_that_is_no_change_appends_nothing() -> None:
     driver = AuditDriver(NAMES)
     driver.assigned({REG: 0}, [])
     driver.batch(msgs((REG, 0, reg("1.0"), "i-1")))
-    events, commits = driver.batch(msgs((REG, 1, reg("1.0", 9_000), "i-1")))  # a heartbeat
-    assert (events, commits) == ([], {REG: 2})
+    assert driver.batch(msgs((REG, 1, reg("1.0", 9_000), "i-1"))) == []  # a heartbeat
 
 
-def test_a_bad_record_is_skipped_and_committed_past() -> None:
+def test_a_bad_record_is_skipped() -> None:
     driver = AuditDriver(NAMES)
     driver.assigned({REG: 0}, [])
-    events, commits = driver.batch(msgs((REG, 0, b"\x00garbage", "i-1"), (REG, 1, reg("1.0"), "i-1")))
-    assert [e.kind for e in events] == [AuditKind.JOIN]
-    assert commits == {REG: 2}
+    made = driver.batch(msgs((REG, 0, b"\x00garbage", "i-1"), (REG, 1, reg("1.0"), "i-1")))
+    assert [(cause, e.kind) for cause, e in made] == [((*REG, 1), AuditKind.JOIN)]
 
 
 def test_a_revoked_partition_is_left_alone_and_a_new_assignment_reads_from_nothing() -> None:
@@ -76,18 +79,18 @@ def test_a_revoked_partition_is_left_alone_and_a_new_assignment_reads_from_nothi
     driver.assigned({REG: 0}, [])
     driver.batch(msgs((REG, 0, reg("1.0"), "i-1")))
     driver.revoked([REG])
-    assert driver.batch(msgs((REG, 1, reg("2.0"), "i-1"))) == ([], {})
+    assert driver.batch(msgs((REG, 1, reg("2.0"), "i-1"))) == []
     driver.assigned({REG: 1}, [])  # read again from the beginning: offset 0 folds, 1 is new
-    events, _ = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("2.0"), "i-1")))
-    assert [e.kind for e in events] == [AuditKind.VERSION]
+    made = driver.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("2.0"), "i-1")))
+    assert [e.kind for e in events(made)] == [AuditKind.VERSION]
 
 
 def test_a_control_tombstone_takes_its_actor_from_the_header() -> None:
     driver = AuditDriver(NAMES)
     driver.assigned({CTL: 0}, [])
     driver.batch(msgs((CTL, 0, drain(), "INSTANCE:i-1")))
-    removal: Any = FakeMessage(NAMES.control, 0, 1, None, b"INSTANCE:i-1", [(headers.BY, b"console:bo")])
-    [event], _ = driver.batch([removal])
+    removal = Record(cast(Any, FakeMessage(NAMES.control, 0, 1, None, b"INSTANCE:i-1", [(headers.BY, b"console:bo")])))
+    [(_, event)] = driver.batch([removal])
     assert (event.actor, event.after) == ("console:bo", None)
 
 
@@ -96,11 +99,11 @@ def test_after_compaction_the_audit_topic_says_what_a_key_last_looked_like() -> 
     writer that appended JOIN and VERSION stopped; its successor seeds from them and appends nothing again."""
     first = AuditDriver(NAMES)
     first.assigned({REG: 0}, [])
-    appended, _ = first.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.1", 2_000), "i-1")))
+    appended = events(first.batch(msgs((REG, 0, reg("1.0"), "i-1"), (REG, 1, reg("1.1", 2_000), "i-1"))))
     successor = AuditDriver(NAMES)
     successor.assigned({REG: 2}, appended)  # offsets 0 and 1 compacted away; 2 is the first record left
-    assert successor.batch(msgs((REG, 2, reg("1.1", 9_000), "i-1"))) == ([], {REG: 3})
-    [event], _ = successor.batch(msgs((REG, 3, reg("1.2", 9_500), "i-1")))
+    assert successor.batch(msgs((REG, 2, reg("1.1", 9_000), "i-1"))) == []
+    [(_, event)] = successor.batch(msgs((REG, 3, reg("1.2", 9_500), "i-1")))
     assert (event.kind, event.before, event.after) == (AuditKind.VERSION, '"1.1"', '"1.2"')
 
 
@@ -137,6 +140,7 @@ def test_the_writer_tails_its_quiet_topics_with_the_idle_profile(monkeypatch: py
         raise Stop
 
     monkeypatch.setattr(clients, "consumer", consumer)
+    monkeypatch.setattr(clients, "producer", lambda *_a, **_k: None)
     with pytest.raises(Stop):
         AuditWriter(names=NAMES, kafka=KafkaSettings())._loop()
     assert asked == ["idle"]
