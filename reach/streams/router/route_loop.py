@@ -43,7 +43,7 @@ from reach.core.routing import (
 from reach.core.timeouts import stretched
 from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
-from reach.kafka import clients, delivery, topics
+from reach.kafka import avrogen, clients, delivery, topics
 from reach.kafka import headers as H
 from reach.kafka.acks import Position
 from reach.kafka.codec import (
@@ -74,9 +74,9 @@ from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
 
-COMMIT_EVERY_S = 0.1
-"""The hot path's commits go out at most this often (reach.core.commits; the agent's timer, decision 0044): at the
-knee one commit per batch was an OffsetCommit every few requests; a revoke and a stop still commit at once."""
+COMMIT_EVERY_S = 0.0
+"""How often the hot path's commits may go out (reach.core.commits): 0, every batch (one in flight). A 100 ms timer
+was tried and taken back out (decision 0063: the rolling-upgrade test ended messages twice with it)."""
 
 MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 """Envelopes above this size are REJECTED (OVERSIZE): the payload limit plus room for the routing fields."""
@@ -300,7 +300,7 @@ class Router(Worker[bytes]):
     def _route_one(self, msg: Record[bytes], value: bytes, batch: _Batch, *, now: int) -> None:
         position = msg.position
         try:
-            envelope = decode_dict("Envelope", value)
+            envelope = avrogen.decode_dict("Envelope", value)  # generated from Envelope.avsc (decision 0063)
         except DecodeError as exc:
             code = "UNKNOWN_SCHEMA" if isinstance(exc, UnknownSchema) else "UNDECODABLE"
             self._reject(msg, value, None, Reject(code, str(exc)), batch, now)

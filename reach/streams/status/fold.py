@@ -66,9 +66,9 @@ _Reply = tuple[Position, str, str, bytes, str | None]
 _Out = tuple[Position, str, str, bytes, str]
 """(the receipt's position, topic, key, value, message id): a callback or a fallback child."""
 _RECOVERY_BATCH = 5_000
-COMMIT_EVERY_S = 0.1
-"""The fold's commits go out at most this often (reach.core.commits): a re-read after a crash folds at most this
-much again (the fold is idempotent); a revoke and a stop commit at once."""
+COMMIT_EVERY_S = 0.0
+"""How often the fold's commits may go out (reach.core.commits): 0, every batch (one in flight), as the router
+(decision 0063)."""
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT})
 

@@ -55,3 +55,13 @@ def test_a_schema_it_does_not_know_is_left_to_the_codec() -> None:
     schema = {"type": "record", "name": "Two", "fields": [{"name": "x", "type": ["string", "long"]}]}
     with pytest.raises(avrogen.Unsupported):
         avrogen.writer(schema)  # a union of two non-null types
+
+
+def test_the_generated_reader_reads_what_the_codec_reads_and_leaves_it_the_rest() -> None:
+    for envelope in _envelopes(300):
+        data = codec.default_codec().encode(envelope)
+        assert avrogen.decode_dict("Envelope", data) == codec.decode_dict("Envelope", data)
+    data = codec.default_codec().encode(_envelopes(1)[0])
+    for bad in (data[:-3], data + b"\x00", data[:12]):
+        with pytest.raises(codec.DecodeError):
+            avrogen.decode_dict("Envelope", bad)
