@@ -218,13 +218,12 @@ def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper,
             heap.settle()
 
         async def on_stop(self) -> None:
-            await asyncio.get_running_loop().run_in_executor(None, canary.stop)
-            await asyncio.get_running_loop().run_in_executor(None, audit.stop)
-            await asyncio.get_running_loop().run_in_executor(None, usage.stop)
-            await asyncio.get_running_loop().run_in_executor(None, warden.stop)
-            if health is not None:
-                await asyncio.get_running_loop().run_in_executor(None, health.stop)
-            await asyncio.get_running_loop().run_in_executor(None, fold.stop)
+            # side loops at once, each in its own group: a consumer's close may wait for its group's rebalance (a
+            # crashed worker's member lingers until its session times out), and one after another those waits add up
+            loop = asyncio.get_running_loop()
+            side = [canary.stop, audit.stop, usage.stop, warden.stop, *([health.stop] if health is not None else [])]
+            await asyncio.gather(*(loop.run_in_executor(None, stop) for stop in side))
+            await loop.run_in_executor(None, fold.stop)
 
     def tick() -> None:  # RocksDB reads and row parsing: off the event loop, with the tick
         rows = fold.due_rows(now_ms())
