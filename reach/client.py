@@ -21,7 +21,7 @@ from reach.envelopes import BUDGET_MS, new_envelope, now_ms, policy_defaults, ro
 from reach.errors import InfraUnavailable, ReachError
 from reach.intent.catalog import RESERVED
 from reach.invoke import ReplyInbox
-from reach.kafka import avrowriter, clients, codec, pipeline, topics, writeas
+from reach.kafka import avrogen, clients, codec, pipeline, topics, writeas
 from reach.kafka import headers as h
 from reach.names import Names
 from reach.records import Envelope, Policy, Receipt
@@ -194,7 +194,7 @@ class Client:
         target = topic or self.target(envelope)
         self._ensure(target)
         headers: h.Headers = [*tracing.inject(envelope), (h.MESSAGE_ID, envelope.message_id.encode())]
-        return pipeline.Outbound(target, avrowriter.encode(envelope), routing_key(envelope).encode(), headers,
+        return pipeline.Outbound(target, avrogen.encode(envelope), routing_key(envelope).encode(), headers,
                                  partition)
 
     def close(self) -> None:

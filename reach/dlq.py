@@ -5,6 +5,10 @@ generation) is recorded in the compacted `<ns>.replays` ledger after its envelop
 letter found there is skipped, whatever the status table (whose rows expire sooner) still holds.
 A letter with an empty envelope was written by reference (the original was over the dlq limit):
 its bytes are read back from the origin topic/partition/offset.
+
+A letter nobody redrives is DEAD once it is older than its capability's POLICY `dead_after_ms` (7 days by default):
+`reach dlq ls --dead` lists those, and the dead-letter warden (reach/streams/dlqwarden.py) tells the owner of
+its agent (AgentRegistration `owner`, a channel target) once.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import codec, headers
 from reach.kafka.codec import DecodeError
-from reach.records import DeadLetter, Envelope, ErrorInfo, Status
+from reach.names import Names
+from reach.records import AgentRegistration, DeadLetter, Envelope, ErrorInfo, Policy, Status
+from reach.settings import KafkaSettings
 
 RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
 NO_ROUTE = "NO_ROUTE"
@@ -99,9 +105,52 @@ def parse(partition: int, offset: int, timestamp: int, value: bytes) -> Letter |
     return Letter(f"{partition}:{offset}", record, timestamp, _envelope_of(record.envelope))
 
 
+DEFAULT_DEAD_AFTER_MS = 7 * 24 * 3600 * 1000
+
+
+def dead_at(item: Letter, policy: Policy) -> int:
+    """When the letter is DEAD if nobody redrives it (epoch ms): its last failure plus the POLICY's dead_after."""
+    after = policy.dead_after_ms if policy.dead_after_ms and policy.dead_after_ms > 0 else DEFAULT_DEAD_AFTER_MS
+    return item.record.last_failure_at + after
+
+
+def is_dead(item: Letter, policy: Policy, ledger: Collection[str], now: int) -> bool:
+    """Past its dead_after and never replayed."""
+    key = ledger_key(item.message_id or item.id, item.record.generation)
+    return now >= dead_at(item, policy) and key not in ledger
+
+
+def owner_of(item: Letter, registrations: Iterable[AgentRegistration]) -> str | None:
+    """Who answers for the letter: the owner of the agent that wrote it, else of an agent serving its capability."""
+    by_agent: str | None = None
+    by_capability: str | None = None
+    for reg in registrations:
+        if not reg.owner:
+            continue
+        if item.record.agent_id and reg.agent_id == item.record.agent_id:
+            by_agent = by_agent or reg.owner
+        elif item.capability and any(c.name == item.capability for c in reg.capabilities):
+            by_capability = by_capability or reg.owner
+    return by_agent or by_capability
+
+
 def ledger_key(message_id: str, generation: int) -> str:
     """The replay ledger's key of a letter: `<message_id>:<generation>` (the generation that died)."""
     return f"{message_id}:{generation}"
+
+
+def replayed_keys(names: Names, kafka: KafkaSettings) -> set[str]:
+    """Keys of the letters already replayed (the compacted `<ns>.replays` ledger read to its end); ReachError when
+    it cannot be read (never read as empty: a letter would be replayed, or called DEAD, twice)."""
+    from reach.kafka import topicreader
+
+    reader = topicreader.open_reader("replays", kafka)
+    try:
+        starts = topicreader.start_offsets(reader, names.replays, None)
+        return {(msg.key() or b"").decode(errors="replace")
+                for msg in topicreader.read_range(reader, names.replays, starts) if msg.value() is not None}
+    finally:
+        reader.close()
 
 
 def ledger_entry(item: Letter, *, now: int) -> tuple[str, bytes]:

@@ -117,88 +117,26 @@ def new_envelope(
         prototype = _PROTOTYPES.get(key)
     except TypeError:  # an unhashable argument: validate it the long way (and say what is wrong with it)
         key, prototype = None, None
-    if prototype is None:
-        envelope = _validated(capability, payload, version=version, session_key=session_key, to_agent=to_agent,
-                              region=region, tags=tags, priority=priority, tenant=tenant, source=source,
-                              trace_id=trace_id, parent_id=parent_id, intent=intent, budget_ms=budget_ms,
-                              delivery_timeout_ms=delivery_timeout_ms, execution_timeout_ms=execution_timeout_ms,
-                              expire_at=expire_at, max_attempts=max_attempts, idempotency_key=idempotency_key,
-                              reply_to=reply_to, callback=callback, headers=headers,
-                              max_payload_bytes=max_payload_bytes, session_snapshot=session_snapshot,
-                              max_tokens=max_tokens, max_cost_micros=max_cost_micros)
-        if key is not None:
-            if len(_PROTOTYPES) >= _PROTOTYPES_MOST:
-                _PROTOTYPES.clear()
-            _PROTOTYPES[key] = envelope
-        return envelope
+    if prototype is None:  # the long way: every argument checked, the model validated
+        _check(capability, version, intent, execution_timeout_ms, to_agent)
+        max_tokens = check_budget(max_tokens, "max_tokens")
+        max_cost_micros = check_budget(max_cost_micros, "max_cost_micros")
     body, content_type = encode_payload(payload)
     if len(body) > max_payload_bytes:
         raise _too_large(body, max_payload_bytes)
     created = now_ms()
     message_id = new_id()
-    routing = prototype.routing
-    return prototype.model_copy(update={
-        "message_id": message_id, "trace_id": trace_id or new_id(), "payload": body, "content_type": content_type,
-        "created_at": created, "deadline": created + budget_ms, "idempotency_key": idempotency_key or message_id,
-        # fresh containers: no two envelopes share a mutable list or dict
-        "routing": routing.model_copy(update={"tags": list(routing.tags)}) if routing.tags else routing,
-        "headers": dict(prototype.headers), "excluded_instances": [],
-    })
-
-
-def _too_large(body: bytes, limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"Payload is {len(body):,} bytes; the limit is {limit:,}. "
-                           "Send a reference (a URL or object key) instead of the data.")
-
-
-def _validated(
-    capability: str,
-    payload: Any,
-    *,
-    version: str = "*",
-    session_key: str | None = None,
-    to_agent: str | None = None,
-    region: str | None = None,
-    tags: list[str] | None = None,
-    priority: int = 0,
-    tenant: str = "default",
-    source: str = "reach-client",
-    trace_id: str | None = None,
-    parent_id: str | None = None,
-    intent: str | None = None,
-    budget_ms: int = BUDGET_MS,
-    delivery_timeout_ms: int = DELIVERY_TIMEOUT_MS,
-    execution_timeout_ms: int = EXECUTION_TIMEOUT_MS,
-    expire_at: int | None = None,
-    max_attempts: int = 0,
-    idempotency_key: str | None = None,
-    reply_to: str | None = None,
-    callback: str | None = None,
-    headers: dict[str, str] | None = None,
-    max_payload_bytes: int = MAX_PAYLOAD_BYTES,
-    session_snapshot: str | None = None,
-    max_tokens: int | None = None,
-    max_cost_micros: int | None = None,
-) -> Envelope:
-    """`new_envelope` the long way: every argument checked, the model validated."""
-    check_capability(capability)
-    from reach.intent.catalog import RESERVED
-
-    if capability == RESERVED and not (intent or "").strip():
-        raise InvalidName(f"An envelope for {RESERVED} must carry an intent (the request in words or an intent "
-                          "id): pass intent=..., or name a capability instead.")
-    parse_range(version)
-    check_timeout_ms(execution_timeout_ms, what="execution_timeout_ms", optional=True)
-    max_tokens = check_budget(max_tokens, "max_tokens")
-    max_cost_micros = check_budget(max_cost_micros, "max_cost_micros")
-    if to_agent:
-        check_agent_id(to_agent)
-    body, content_type = encode_payload(payload)
-    if len(body) > max_payload_bytes:
-        raise _too_large(body, max_payload_bytes)
-    created = now_ms()
-    message_id = new_id()
-    return Envelope(
+    if prototype is not None:
+        routing = prototype.routing
+        return prototype.model_copy(update={
+            "message_id": message_id, "trace_id": trace_id or new_id(), "payload": body,
+            "content_type": content_type, "created_at": created, "deadline": created + budget_ms,
+            "idempotency_key": idempotency_key or message_id,
+            # fresh containers: no two envelopes share a mutable list or dict
+            "routing": routing.model_copy(update={"tags": list(routing.tags)}) if routing.tags else routing,
+            "headers": dict(prototype.headers), "excluded_instances": [],
+        })
+    envelope = Envelope(
         message_id=message_id,
         trace_id=trace_id or new_id(),
         parent_id=parent_id,
@@ -227,6 +165,31 @@ def _validated(
         max_tokens=max_tokens,
         max_cost_micros=max_cost_micros,
     )
+    if key is not None:
+        if len(_PROTOTYPES) >= _PROTOTYPES_MOST:
+            _PROTOTYPES.clear()
+        _PROTOTYPES[key] = envelope
+    return envelope
+
+
+def _check(capability: str, version: str, intent: str | None, execution_timeout_ms: int,
+           to_agent: str | None) -> None:
+    """The checks of `new_envelope`'s arguments that the model's validation does not make."""
+    check_capability(capability)
+    from reach.intent.catalog import RESERVED
+
+    if capability == RESERVED and not (intent or "").strip():
+        raise InvalidName(f"An envelope for {RESERVED} must carry an intent (the request in words or an intent "
+                          "id): pass intent=..., or name a capability instead.")
+    parse_range(version)
+    check_timeout_ms(execution_timeout_ms, what="execution_timeout_ms", optional=True)
+    if to_agent:
+        check_agent_id(to_agent)
+
+
+def _too_large(body: bytes, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"Payload is {len(body):,} bytes; the limit is {limit:,}. "
+                           "Send a reference (a URL or object key) instead of the data.")
 
 
 POLICY_FIELDS = ("budget_ms", "delivery_timeout_ms", "execution_timeout_ms")

@@ -49,6 +49,8 @@ FIELDS: tuple[PolicyField, ...] = (
     PolicyField("fallback", "--fallback", "capability", None,
                 "router (its UNROUTABLE, OVERLOAD, UNAVAILABLE) and status fold (an agent's FAILED, DEAD_LETTERED): "
                 "the request goes on to this capability, a child of its trace (`none` clears it)"),
+    PolicyField("dead_after_ms", "--dead-after", "duration", 7 * 24 * 3600 * 1000,
+                "dead-letter warden: a letter nobody redrove this long is DEAD and its agent's owner is told"),
 )
 BY_NAME = {f.name: f for f in FIELDS}
 

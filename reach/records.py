@@ -412,6 +412,8 @@ class AgentRegistration(AvroRecord):
     inbox_topic: str
     priority_class: int = 0
     execution_timeout_ms: int = 0  # declared by the agent (v4); 0 = not declared
+    owner: str | None = None  # who answers for the agent: a channel target (v5)
+    depends_on: list[str] = []  # capabilities its handlers call, `name` or `name@range` (v5)
 
 
 class LoadReport(AvroRecord):
@@ -486,6 +488,7 @@ class Policy(AvroModel):
     slow_threshold_ms: int | None = None
     handoff: bool = False  # v5: no route -> a human on <ns>.handoff instead of UNROUTABLE / DEAD_LETTERED
     fallback: str | None = None  # v7: the capability that serves a request of this scope that ended badly
+    dead_after_ms: int | None = None  # v8: a dead letter nobody redrove this long is DEAD (its owner is told)
 
 
 class CanaryState(StrEnum):

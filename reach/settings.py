@@ -53,6 +53,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from reach.core.canarybook import Gate
 from reach.core.healthmodel.settings import HealthSettings
 from reach.core.retention import RESULT_TTL_S
 from reach.core.spend import BadLimit, parse_kind_limit
@@ -409,6 +410,13 @@ class CanarySettings(BaseSettings):
     min_calls: Annotated[int, Field(ge=1)] = 10
     tick_ms: Annotated[int, Field(gt=0)] = 1_000
     report_ms: Annotated[int, Field(gt=0)] = 5_000
+    min_callback: Annotated[float, Field(ge=0, le=1)] = 0.95
+    callback_grace_ms: Annotated[int, Field(gt=0)] = 60_000
+
+    def gate(self) -> Gate:
+        """How a step is judged (reach.core.canarybook)."""
+        return Gate(min_calls=self.min_calls, min_callback=self.min_callback,
+                    callback_grace_ms=self.callback_grace_ms)
 
 
 class HealthEnvSettings(BaseSettings, HealthSettings):

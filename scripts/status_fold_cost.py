@@ -65,7 +65,7 @@ def measure(requests: int, group: int, shape: str, *, started: bool = True) -> d
     from reach.streams.status.lookup import partition_of
     from reach.streams.status.ports import NoCallbacks
     from reach.streams.status.store import PartitionStore
-    from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
+    from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer, fold_batch
 
     names, partitions = Names("cost"), 4
     reply_to = names.replies("bench").encode()
@@ -141,7 +141,7 @@ def measure(requests: int, group: int, shape: str, *, started: bool = True) -> d
         for batch in batches:
             producer = Producer()
             started = time.process_time()
-            fold._batch(consumer, producer, batch)  # type: ignore[arg-type]
+            fold_batch(fold, consumer, producer, batch)  # type: ignore[arg-type]
             cpu += time.process_time() - started
             changelog += len(producer.to(names.status))
             replies += len(producer.to(names.replies("bench")))

@@ -32,6 +32,7 @@ from reach.core.turns import Turn, conversation, dropped_turns
 from reach.core.usage import Meter, check_report, from_result
 from reach.core.versions import parse_version, satisfies
 from reach.envelopes import DELIVERY_TIMEOUT_MS, new_id
+from reach.errors import ReachError
 from reach.lineage import Run
 from reach.names import check_agent_id, check_capability
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope, Usage
@@ -194,6 +195,33 @@ class CapabilitySpec:
     fits: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
 
+def _owner(owner: str | None) -> str | None:
+    """The owner as declared, checked: a channel target such as `email:ops@example.com` (reach/channels/spec.py)."""
+    if owner is None:
+        return None
+    from reach.channels.errors import BadCallback
+    from reach.channels.spec import parse
+
+    try:
+        parse(owner)
+    except BadCallback as exc:
+        raise InvalidDeclaration(f"owner {owner[:200]!r} is not a channel target ({exc}); e.g. owner="
+                                 "'email:ops@example.com' or owner='webhook:https://hooks.example.com/x'.") from None
+    return owner
+
+
+def _dependencies(entries: list[str]) -> list[str]:
+    """`depends_on` as declared, each entry checked (`name` or `name@range`)."""
+    from reach.core.declarations import parse_dependency
+
+    for entry in entries:
+        try:
+            parse_dependency(entry)
+        except ReachError as exc:
+            raise InvalidDeclaration(f"depends_on entry {entry[:200]!r}: {exc}") from None
+    return list(dict.fromkeys(entries))
+
+
 def _wants_context(fn: Handler) -> bool:
     params = [p for p in inspect.signature(fn).parameters.values()
               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
@@ -231,6 +259,8 @@ class Agent:
         instance_id: str | None = None,
         metrics_port: int | None = None,
         middleware: list[Middleware] | None = None,
+        owner: str | None = None,
+        depends_on: list[str] | None = None,
     ) -> None:
         self.agent_id = check_agent_id(agent_id)
         if max_concurrency < 1:
@@ -250,6 +280,9 @@ class Agent:
         self.qps_limit = qps_limit
         self.cost = cost
         self.priority_class = priority_class  # the request priority this instance is kept for (priority factor)
+        # who answers for it (a channel target) and what its handlers call: in the registration (v5)
+        self.owner = _owner(owner)
+        self.depends_on = _dependencies(depends_on or [])
         # declared in the registration; callers may ask for less, the POLICY caps both (reach.core.timeouts)
         self.execution_timeout_ms = _declared(execution_timeout_ms, "execution_timeout_ms")
         # a handler that calls ctx.heartbeat() must call it again within this long, else it is timed out
@@ -351,7 +384,7 @@ class Agent:
             qps_limit=self.qps_limit, cost=self.cost, state=state, heartbeat_at=heartbeat_at,
             ttl_ms=self.ttl_ms, inflight=inflight, assigned_partitions=sorted(assigned_partitions),
             inbox_topic=inbox_topic, priority_class=self.priority_class,
-            execution_timeout_ms=self.execution_timeout_ms,
+            execution_timeout_ms=self.execution_timeout_ms, owner=self.owner, depends_on=list(self.depends_on),
         )
 
     def queue_bound(self, drain_rate: float | None, delivery_timeout_ms: int) -> int:

@@ -1,14 +1,17 @@
-"""A capability is served in one mode at a time (docs/decisions/0040): before an instance registers, the registry
-is read, and a registration that would serve a capability in `handle` mode while another agent subscribes to it (or
-the reverse) is refused with the reason. The router holds the same rule for a race (handle wins there)."""
+"""What a registration may declare, checked before an instance registers: the registry is read once, and a
+registration is refused with the reason when it would serve a capability in `handle` mode while another agent
+subscribes to it, or the reverse (docs/decisions/0040; the router holds the same rule for a race, handle wins
+there); when a capability version it serves carries another contract than the live one; or when its `depends_on`
+names an unknown capability or closes a cycle (reach.core.declarations)."""
 
 from __future__ import annotations
 
 import logging
 
 from reach.agent.exceptions import InvalidDeclaration
-from reach.core import fanout
+from reach.core import declarations, fanout
 from reach.errors import ReachError
+from reach.kafka import clients
 from reach.kafka.types import KafkaException
 from reach.names import Names
 from reach.records import AgentRegistration
@@ -19,19 +22,31 @@ log = logging.getLogger("reach.agent")
 
 
 class RegistrationRefused(InvalidDeclaration):
-    """The registration mixes the modes of a capability with another agent's live instances."""
+    """The registration declares what the live registry does not allow (module docstring)."""
 
 
-def check_modes(mine: AgentRegistration, *, kafka: KafkaSettings, names: Names, now_ms: int,
-                timeout: float = 5.0) -> None:
+def check_registration(mine: AgentRegistration, *, kafka: KafkaSettings, names: Names, now_ms: int,
+                       timeout: float = 5.0) -> None:
     """Raise RegistrationRefused when `mine` may not register; a registry that cannot be read is logged and
-    passed (the router still refuses a mixed subscription). Costs one read of the compacted registry topic at start."""
+    passed (the router still refuses a mixed subscription). Costs one read of the compacted registry topic at start
+    (and one topic listing when a dependency has no registration)."""
     try:
-        live = read_registry(kafka, names, timeout=timeout).live(now_ms)
+        view = read_registry(kafka, names, timeout=timeout)
     except (ReachError, KafkaException) as exc:  # the broker, the topic, an ACL: the router still holds the rule
-        log.warning("the registry was not read before registering (%s): the modes of %s are not checked here",
-                    exc, mine.agent_id)
+        log.warning("the registry was not read before registering (%s): the declarations of %s are not checked "
+                    "here", exc, mine.agent_id)
         return
-    problem = fanout.mode_conflict(mine, live)
+    live = view.live(now_ms)
+    topics: set[str] | None = None
+
+    def topic_exists(capability: str) -> bool:
+        nonlocal topics
+        if topics is None:
+            topics = set(clients.admin(kafka).list_topics(timeout=timeout).topics)
+        return names.capability(capability) in topics
+
+    problem = (fanout.mode_conflict(mine, live) or declarations.schema_conflict(mine, live)
+               or declarations.dependency_problem(mine, [i.registration for i in view.instances(now_ms)],
+                                                  topic_exists))
     if problem is not None:
         raise RegistrationRefused(problem)

@@ -27,7 +27,7 @@ from reach.agent.keyledger import KafkaKeyLedger
 from reach.agent.loadreport import LoadReporter
 from reach.agent.memorymark import MemoryMark
 from reach.agent.metrics import AgentMetrics
-from reach.agent.modes import check_modes
+from reach.agent.modes import check_registration
 from reach.agent.offsets import OffsetTracker
 from reach.agent.outage import Outage
 from reach.agent.ownership import Ownership
@@ -127,8 +127,8 @@ class Runner:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop())
         self._ensure_topics()
-        now = time.time_ns() // 1_000_000  # one capability, one mode: refused before anything registers (0040)
-        check_modes(self.agent.registration(state=AgentState.STARTING, heartbeat_at=now, inbox_topic=self.inbox,
+        now = time.time_ns() // 1_000_000  # modes, contracts, dependencies: refused before anything registers
+        check_registration(self.agent.registration(state=AgentState.STARTING, heartbeat_at=now, inbox_topic=self.inbox,
                                             inflight=0, assigned_partitions=[]),
                     kafka=self._kafka, names=self.names, now_ms=now)
         self._loop = asyncio.new_event_loop()

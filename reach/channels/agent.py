@@ -35,7 +35,7 @@ from reach.channels.catalog import CAPABILITY_VERSION, Channel, channel
 from reach.channels.closure import SOURCE as CLOSURE_SOURCE
 from reach.channels.errors import BadCallback, ChannelMisconfigured
 from reach.channels.health import ChannelHealth, ChannelRules, ChannelState, Destinations
-from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent
+from reach.channels.provider import Failure, FailureKind, OutboundMessage, Provider, Sent, probeable
 from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.channels.spec import Target, target
 from reach.channels.steps import Closes, DeliverySteps
@@ -135,6 +135,24 @@ class ChannelService:
         delivered = await self._record(outcome, ctx, payload, health)
         self.counts.reply_urls += bool(reply)  # sent with a reply URL: one that may be answered
         return {"channel": self.kind.name, "provider_message_id": outcome.provider_message_id, "delivered": delivered}
+
+    async def idle_probe(self) -> int:
+        """Probe the provider when a destination of it is idle (health.py, idle probes) and feed the result to
+        every such destination; the number fed. Channels whose callers choose the destination (webhooks) and
+        providers with no probe are never probed idle."""
+        prober = probeable(self.provider)
+        if prober is None or self.kind.caller_chosen:
+            return 0
+        due = self.destinations.idle(self.kind.destination(""), self.clock())
+        if not due:
+            return 0
+        failure = await prober.probe()
+        now = self.clock()
+        for health in due:
+            health.idle_probe(now, ok=failure is None, reason="" if failure is None else redact(failure.reason))
+        if failure is not None:
+            log.warning("%s idle probe failed: %s %s", self.kind.name, failure.code, redact(failure.reason))
+        return len(due)
 
     def reply_url(self, envelope: Envelope, payload: dict[str, Any]) -> str:
         """Where a reply to this message is posted (its token minted now), or "" when replies are off."""
@@ -261,6 +279,34 @@ class BoardWriter:
             await self._redis.aclose()
 
 
+class IdleProber:
+    """Runs the service's idle probe every `interval_s` (a tenth of the idle period, at most 5 s) while the
+    agent runs."""
+
+    def __init__(self, service: ChannelService) -> None:
+        self._service = service
+        self._interval = min(5.0, service.destinations.rules.idle_probe_every_ms / 10_000)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if probeable(self._service.provider) is not None and not self._service.kind.caller_chosen:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self._service.idle_probe()
+            except Exception:  # noqa: BLE001 - a bug here must not end the probes for good
+                log.exception("%s idle probe raised", self._service.kind.name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
 def channel_agent(name: str, *, settings: ChannelSettings, kafka: KafkaSettings, redis: RedisSettings,
                   reach: ReachSettings, closure: ClosureSettings,
                   sender: Sender | None = None, provider: Provider | None = None,
@@ -278,6 +324,7 @@ def channel_agent(name: str, *, settings: ChannelSettings, kafka: KafkaSettings,
     names = Names(reach.namespace)
     own: list[Publisher] = []
     writer = BoardWriter(service, agent=agent, namespace=names.namespace, redis=redis, interval_s=board_interval_s)
+    prober = IdleProber(service)
 
     async def start() -> None:
         chosen = sender
@@ -290,8 +337,10 @@ def channel_agent(name: str, *, settings: ChannelSettings, kafka: KafkaSettings,
         if runner is not None:
             runner.metrics.registry.register(board.HealthCollector(writer.current, service.counts))
         await writer.start()
+        await prober.start()
 
     async def stop() -> None:
+        await prober.stop()
         await writer.stop()
         await service.provider.aclose()
         for publisher in own:

@@ -15,6 +15,11 @@ breaker, and so do `rate_limits` 429s within 10 s (the breaker's overload rule);
 not CLOSED the state is OPEN: OPEN for `open_ms`, then probes (one every `probe_every_ms`) until
 `probes` pass. A signal with fewer than `min_sends` samples is not graded (no verdict on noise), and
 only sends after the breaker's last transition count, so a closed breaker starts afresh.
+
+Idle probes: a destination that nothing was sent to for `idle_probe_every_ms` (30 s) is probed without a message
+(`idle_probe`: e.g. SMTP's NOOP) when its provider can be probed: `idle_probe_failures` failed probes in a row
+open it, and while it is HALF_OPEN an idle probe is its probe, so a channel that went down while idle is known
+OPEN before a request finds out, and one that came back closes without a real message risked on it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ class ChannelRules:
     open_ms: int = 30_000
     probe_every_ms: int = 30_000
     probes: int = 3
+    idle_probe_every_ms: int = 30_000
+    idle_probe_failures: int = 2
 
     def breaker(self) -> BreakerRules:
         """The breaker's rules: only the 429 rule opens it by itself (the graded signals trip it)."""
@@ -102,6 +109,7 @@ class ChannelHealth:
         self._sends: deque[_Send] = deque()
         self._by_id: dict[str, _Send] = {}
         self._last_probe: int | None = None
+        self._idle_failures = 0
         # the send path (the event loop) and the metrics scrape (prometheus_client's thread) both use it
         self._lock = threading.RLock()
 
@@ -129,6 +137,32 @@ class ChannelHealth:
         with self._lock:
             self._last_probe = at
             self.breaker.record(Outcome.SUCCESS if ok else Outcome.FAILURE, at)
+
+    def idle_probe_due(self, now: int) -> bool:
+        """Whether an idle probe is due: nothing sent or probed for `idle_probe_every_ms`, and the breaker CLOSED
+        or its probe due (an OPEN breaker waits out `open_ms`)."""
+        with self._lock:
+            times = ([self._sends[-1].at] if self._sends else []) + (
+                [self._last_probe] if self._last_probe is not None else [])
+            if times and now - max(times) < self.rules.idle_probe_every_ms:
+                return False
+            return self.breaker.state is BreakerState.CLOSED or self.probe_due(now)
+
+    def idle_probe(self, at: int, *, ok: bool, reason: str = "") -> None:
+        """An idle probe's result: HALF_OPEN, it is the breaker's probe; CLOSED, `idle_probe_failures` failures in
+        a row trip the breaker (a pass resets the count). It is no send: the graded signals do not see it."""
+        with self._lock:
+            self.breaker.tick(at)
+            if self.breaker.state is BreakerState.HALF_OPEN:
+                self.probe(at, ok=ok)
+                return
+            self._last_probe = at
+            if self.breaker.state is not BreakerState.CLOSED:
+                return
+            self._idle_failures = 0 if ok else self._idle_failures + 1
+            if self._idle_failures >= self.rules.idle_probe_failures:
+                self._idle_failures = 0
+                self.breaker.trip(at, f"{self.rules.idle_probe_failures} idle probes failed: {reason}"[:300])
 
     def probe_due(self, now: int) -> bool:
         """Whether it is time for a probe (HALF_OPEN, and none within `probe_every_ms`)."""
@@ -179,6 +213,10 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
+EVERY_TENANT = "*"
+"""The tenant of an idle probe's health when no tenant has sent to the destination yet."""
+
+
 class Destinations:
     """One ChannelHealth per (tenant, destination), created on first use; the least recently used beyond
     `capacity` are forgotten (a forgotten destination starts afresh, CLOSED), so callers naming endless hosts
@@ -210,6 +248,15 @@ class Destinations:
             items = list(self._health.values())
         graded = [(_ORDER[health.state(now)], -i, health) for i, health in enumerate(reversed(items))]
         return max(graded, key=lambda g: (g[0], g[1]))[2] if graded else ChannelHealth(self.rules)
+
+    def idle(self, destination: str, now: int) -> list[ChannelHealth]:
+        """The healths of `destination` (every tenant's) whose idle probe is due; when no tenant has sent there
+        yet, the `*` entry (every tenant's, shown as `*/` on the board) stands for it."""
+        with self._lock:
+            known = [health for (_, dest), health in self._health.items() if dest == destination]
+        if not known:
+            known = [self.of(EVERY_TENANT, destination)]
+        return [health for health in known if health.idle_probe_due(now)]
 
     def open(self, now: int) -> list[str]:
         """`tenant/destination` of every OPEN one (what the health board lists), sorted."""

@@ -68,6 +68,20 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
+class Probeable(Protocol):
+    """A provider that can be checked without sending a message (an idle probe: reach/channels/health.py)."""
+
+    async def probe(self) -> Failure | None:
+        """None when the provider answers as it should, else why not (never raising)."""
+        ...
+
+
+def probeable(provider: Provider) -> Probeable | None:
+    """The provider as a Probeable, or None when it has no way to be checked without a message (webhooks go
+    where callers point them; the HTTP providers' APIs have no call without an effect)."""
+    return provider if callable(getattr(provider, "probe", None)) else None  # type: ignore[return-value]
+
+
 def classify_status(status: int, *, retry_after: str | None = None) -> Failure | None:
     """The failure an HTTP status means (None for 2xx): 429 rate-limited, 408/5xx retryable, other 4xx permanent.
 

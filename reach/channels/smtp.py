@@ -89,6 +89,23 @@ class SmtpProvider:
                 session.login(s.smtp_username, s.smtp_password.get_secret_value())
             session.send_message(mail)
 
+    async def probe(self) -> Failure | None:
+        """The idle probe: connect, EHLO (and STARTTLS when configured), NOOP, QUIT; no message, no login."""
+        try:
+            await asyncio.to_thread(self._noop)
+        except (smtplib.SMTPException, OSError) as exc:
+            return classify_smtp(exc)
+        return None
+
+    def _noop(self) -> None:
+        s = self._settings
+        with smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.timeout_s) as session:
+            if s.smtp_starttls:
+                session.starttls(context=ssl.create_default_context())
+            code, answer = session.noop()
+            if code != 250:
+                raise smtplib.SMTPResponseException(code, answer)
+
     async def delivered(self, sent: Sent) -> bool:
         return sent.delivered
 

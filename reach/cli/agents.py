@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from reach.cli.common import console
@@ -36,8 +37,11 @@ def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     for r in rows:
         queue = "-" if r["queued"] is None else f"{r['queued']}/{r['max_queue']}"
         drain = "-" if r["drain_rate"] is None else f"{r['drain_rate']:.1f}"
-        table.add_row(r["agent_id"], r["instance_id"], f"[{colour[r['state']]}]{r['state']}[/]",
-                      ", ".join(_marked(c, r.get("subscribes") or ()) for c in r["capabilities"]), r["region"] or "-",
+        serves = ", ".join(_marked(c, r.get("subscribes") or ()) for c in r["capabilities"])
+        needs = f"\n[dim]depends on {escape(', '.join(r['depends_on']))}[/]" if r.get("depends_on") else ""
+        owner = f"\n[dim]owner {escape(r['owner'])}[/]" if r.get("owner") else ""
+        table.add_row(r["agent_id"] + owner, r["instance_id"], f"[{colour[r['state']]}]{r['state']}[/]",
+                      serves + needs, r["region"] or "-",
                       f"{r['inflight']}/{r['max_concurrency']}", queue, drain,
                       f"{r['heartbeat_age_ms'] / 1000:.1f}s ago", breaker(r), share(r["success_1m"]),
                       "-" if r["p95_ms"] is None else f"{r['p95_ms']:.0f} ms", share(r["slow_ratio"]))

@@ -7,6 +7,7 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from reach import dlq
@@ -48,20 +49,28 @@ Until = typer.Option(None, "--until", help="Same forms as --since; exclusive.")
 
 @app.command("ls")
 def ls(capability: str = Capability, reason: str = Reason, agent: str = Agent, since: str = Since,
-       until: str = Until, as_json: bool = typer.Option(False, "--json")) -> None:
-    """List dead letters with counts by reason."""
-    letters, undecodable = ops_dlq.letters(_filters(capability, reason, agent, since, until),
-                                           names=Names(ReachSettings().namespace), kafka=KafkaSettings(), warn=_warn)
+       until: str = Until, dead: bool = typer.Option(False, "--dead", help="Only DEAD letters: nobody redrove them "
+                                                     "within their POLICY's dead_after (7 days by default)."),
+       as_json: bool = typer.Option(False, "--json")) -> None:
+    """List dead letters with counts by reason, each with its owner and when it is (or became) DEAD."""
+    names, kafka = Names(ReachSettings().namespace), KafkaSettings()
+    letters, undecodable = ops_dlq.letters(_filters(capability, reason, agent, since, until), names=names,
+                                           kafka=kafka, warn=_warn)
+    stand = ops_dlq.standing(letters, names=names, kafka=kafka)
+    if dead:
+        letters = [item for item in letters if stand[item.id]["dead"]]
     counts = Counter(item.record.reason for item in letters)
     if as_json:
-        print(json.dumps({"letters": [ops_dlq.summary(i) for i in letters], "counts": dict(counts),
-                          "undecodable_records": undecodable}))
+        print(json.dumps({"letters": [{**ops_dlq.summary(i), **stand[i.id]} for i in letters],
+                          "counts": dict(counts), "undecodable_records": undecodable}))
         return
-    table = Table("id", "message_id", "capability", "reason", "attempts", "gen", "last failure (UTC)")
+    table = Table("id", "message_id", "capability", "reason", "attempts", "gen", "last failure (UTC)", "DEAD",
+                  "owner")
     for item in letters:
-        rec = item.record
+        rec, row = item.record, stand[item.id]
         table.add_row(item.id, item.message_id or "-", item.capability or "-", rec.reason, str(rec.attempts),
-                      str(rec.generation), _when(rec.last_failure_at))
+                      str(rec.generation), _when(rec.last_failure_at),
+                      "DEAD" if row["dead"] else f"at {_when(row['dead_at'])}", escape(row["owner"] or "-"))
     console.print(table)
     console.print("by reason: " + (", ".join(f"{k}={v}" for k, v in counts.most_common()) or "none")
                   + ("  (`reach dlq show ID` for the error and the envelope)" if letters else ""))

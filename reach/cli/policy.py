@@ -62,6 +62,9 @@ def set_(
     fallback: str | None = typer.Option(None, "--fallback",
                                         help="a capability that serves the request when it ends FAILED, "
                                              "DEAD_LETTERED, UNROUTABLE, OVERLOAD or UNAVAILABLE; `none` clears it"),
+    dead_after: str | None = typer.Option(None, "--dead-after",
+                                          help="a dead letter nobody redrove this long is DEAD and its owner told, "
+                                               "e.g. 7d"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Publish the scope's policy; omitted fields keep the scope's current value. SDKs, clients and routers
@@ -71,7 +74,7 @@ def set_(
         "backoff_base_ms": backoff_base, "backoff_max_ms": backoff_max, "delivery_timeout_ms": delivery_timeout,
         "execution_timeout_ms": execution_timeout, "budget_ms": budget, "idempotency_window_ms": idempotency_window,
         "slow_threshold_ms": slow_threshold, "max_attempts": max_attempts, "validate_at_router": validate_at_router,
-        "handoff": handoff, "fallback": fallback})
+        "handoff": handoff, "fallback": fallback, "dead_after_ms": dead_after})
     if not changes:
         raise typer.BadParameter("give at least one field to set, e.g. --max-attempts 3 or --budget 2m")
     done = ops_policy.publish(scope, changes, by=operator_id(ReachSettings()), names=_names(), tiers=_tiers(),

@@ -224,6 +224,10 @@ PRESETS: Mapping[str, Mapping[str, float]] = MappingProxyType({
     "default": MappingProxyType({f.name: f.default for f in FACTORS}),
     # the other published weighting: priority 0.4, health 0.3, load 0.2, proximity (locality) 0.1
     "priority-health": MappingProxyType({"priority": 0.4, "health": 0.3, "load": 0.2, "locality": 0.1}),
+    # the cheaper of equal instances first, spilling to dearer ones as it fills: cost 0.2 against load 0.25 keeps
+    # the cheapest until it is ~80% fuller than the dearest (0.2 / 0.25); health 0.1 keeps a failing cheap one out
+    "cost-aware": MappingProxyType({"fit": 0.25, "locality": 0.1, "load": 0.25, "affinity": 0.1, "health": 0.1,
+                                    "cost": 0.2}),
 })
 """Named weightings for `reach weights set --preset`; a factor a preset leaves out weighs 0."""
 

@@ -14,15 +14,22 @@ Unions of more than one non-null branch are not generated (`Unsupported`): the c
 
 `reader(schema)` is the same for reading: a dict per record, in schema order, as fastavro's schemaless reader returns
 it, for bytes written with exactly that schema (no resolution between versions: the codec reads older ones).
+
+`encode(record)` is `codec.encode` by a generated single-object writer for the record types that have one checked
+against the codec on samples (today: Envelope, the SDK's publishers, decision 0057), while records are written
+single-object with today's schema (no Schema Registry, no REACH_RECORDS_WRITE_AS pin); else the codec. It was a
+second generator of its own (`avrowriter`) until decision 0063 made it this one.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from reach.errors import ReachError
+from reach.kafka import codec
+from reach.records import AvroRecord
 
 Writer = Callable[[Any], bytes]
 _PRIMITIVE = ("null", "boolean", "int", "long", "float", "double", "bytes", "string")
@@ -344,3 +351,63 @@ def reader(schema: Mapping[str, Any]) -> Callable[[bytes, int], Any]:
     scope: dict[str, Any] = {**_READ_HELPERS, **gen.constants}
     exec(compile(text, f"<avro reader {schema.get('name')}>", "exec"), scope)  # noqa: S102 - our own generated code
     return scope["read"]  # type: ignore[no-any-return]
+
+
+# -- checked single-object writers (the SDK's envelopes) -------------------------------------------------------
+
+
+class RecordWriter:
+    """Writes one record type, as a model or a mapping, to single-object Avro bytes (the codec's own header)."""
+
+    def __init__(self, name: str) -> None:
+        family = codec.default_codec()._load(name)  # noqa: SLF001 - the parsed schema and its header
+        self.encode: Writer = writer(family.raw, header=family.header)
+
+
+def compiled(model: type[AvroRecord], samples: Sequence[AvroRecord]) -> RecordWriter | None:
+    """A writer for `model` if records are written single-object with today's schema and it writes the codec's
+    bytes for every sample; else None (write with `codec.encode`)."""
+    default = codec.default_codec()
+    if codec.wire_codec() is not default or default.pinned(model.avro_name):
+        return None
+    try:
+        made = RecordWriter(model.avro_name)
+        same = all(made.encode(sample) == default.encode(sample) for sample in samples)
+    except Exception:  # noqa: BLE001 - any mismatch means: do not use the generated writer
+        return None
+    return made if same else None
+
+
+def _envelope_samples() -> list[AvroRecord]:
+    from reach.records import Envelope, RoutingHints
+
+    base = Envelope(message_id="01J0000000000000000000000Ö", trace_id="t", tenant="default", source="s",
+                    capability="a.b", payload=b'{"x":1}', created_at=1_800_000_000_000, deadline=1_800_000_045_000,
+                    delivery_timeout_ms=5_000)
+    full = base.model_copy(update={
+        "parent_id": "p", "capability_version": "^1.2", "intent": "é" * 70, "to_agent": "agent://a/b",
+        "content_type": "application/octet-stream", "schema_version": "2",
+        "routing": RoutingHints(region="eu", session_key="s-1", tags=["x", "y"], priority=-3, canary=True),
+        "execution_timeout_ms": 120_000, "expire_at": 1_800_000_100_000, "attempt": 3, "max_attempts": 5,
+        "generation": 2, "reroutes": 1, "excluded_instances": ["i-1", "i-2"], "idempotency_key": "k",
+        "reply_to": "ns.replies.c", "callback": '{"channel":"w"}', "headers": {"h": "v", "ü": "ß"},
+        "session_snapshot": "t:k", "max_tokens": 1 << 40, "max_cost_micros": 0})
+    return [base, full, base.model_copy(update={"payload": bytes(range(256)) * 4, "max_tokens": 7})]
+
+
+_SAMPLES: dict[str, Callable[[], list[AvroRecord]]] = {"Envelope": _envelope_samples}
+_writers: dict[str, RecordWriter | None] = {}
+
+
+def encode(record: AvroRecord) -> bytes:
+    """`codec.encode(record)`, by a generated writer when its record type has one that matched the codec's bytes
+    (today: Envelope) and records are written single-object with today's schema."""
+    name = record.avro_name
+    default = codec.default_codec()
+    if name in _SAMPLES and codec.wire_codec() is default and not default.pinned(name):
+        if name not in _writers:
+            _writers[name] = compiled(type(record), _SAMPLES[name]())
+        made = _writers[name]
+        if made is not None:
+            return made.encode(record)
+    return codec.encode(record)

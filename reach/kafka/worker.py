@@ -20,13 +20,28 @@ owns everything about Kafka (decision 0053). Its contract, per batch:
    flushed (at most `flush_s`): nothing of a batch is in flight when the next one is read, so produces are
    bounded by one batch. An output the broker refuses for good (too large, no such topic) sends its input to
    `failed(record, Refused)` once; if that hook raises, or an outage leaves outputs unacknowledged, the input
-   stays unacknowledged.
+   stays unacknowledged. Three refinements (decision 0063):
+   - *Follow-ups*: an output's `then(partition, offset)` returns outputs computed from its delivery report (the
+     router's ROUTED receipt names the inbox offset of its forward). They are produced from the report, inside
+     the same flush, and the cause counts as acknowledged only once they are too: one flush, not two.
+   - *Phases*: outputs of `phase` n+1 are produced only after every output of phases <= n is acknowledged (the
+     status fold's changelog after the replies it records as sent). When one is not, the later phases are not
+     produced at all and their causes stay unacknowledged (read again).
+   - *Untracked*: `tracked=False` is produced with the batch but its delivery holds nothing (a cache record whose
+     loss costs a lookup, never a message).
+   - *Housekeeping*: `cause=()` is caused by no input (a retention tombstone): its failure holds nothing, and
+     `acknowledged` names it when it lands. `idle()` may return such outputs: they are produced the same way.
+   Then `acknowledged(delivered)` runs with every output the broker acknowledged and where it landed, before
+   the commit (the status fold writes its store rows at the changelog offsets there).
 5. **Commit.** Per partition, up to the first record whose outputs are not all acknowledged
    (`Acks.commits`), through the one-in-flight `CommitLedger` (`clients.send_commits`). A partition with an
    unacknowledged record is sought back to it and paused, then resumed after a delay that doubles per failure
    (reach.kafka.backoff); the other partitions move on.
 6. **Rebalance.** On revoke, a synchronous final commit of what was acknowledged (`clients.commit_now`); on lost,
-   the partitions are forgotten. A revoke happens inside the poll, when nothing of a batch is pending.
+   the partitions are forgotten. A revoke happens inside the poll, when nothing of a batch is pending. The loop's
+   own `on_assigned`, `on_revoked` (after the final commit) and `on_lost` follow the worker's bookkeeping; a loop
+   whose topics change while it runs overrides `subscribe` and `resubscribe` (called before every poll) and hands
+   the worker's `Rebalance` callbacks to each subscription it makes.
 7. **Restart.** An exception in `restart_on` (Kafka, the Schema Registry, Redis: `InfraUnavailable`) ends the run;
    the `finally` flushes and commits only what was acknowledged, and the supervised loop
    (reach.kafka.supervised) starts a fresh consumer after a growing backoff. Anything else stops the worker.
@@ -37,6 +52,7 @@ The same code runs on the in-memory bus (a `memory://` bootstrap builds reach.ka
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -89,20 +105,56 @@ class Record(Generic[T]):
         """The record's headers as (name, bytes) pairs."""
         return H.pairs(self._headers)
 
+    @property
+    def raw_headers(self) -> Any:
+        """The headers as the client returned them: what a record passed on untouched (a forward) carries."""
+        return self._headers
+
     def __repr__(self) -> str:
         return f"Record({self.topic}[{self.partition}]@{self.offset})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Output:
-    """A record to produce on behalf of `cause` (None: of every record of the batch)."""
+    """A record to produce on behalf of `cause` (None: of every record of the batch).
+
+    `then(partition, offset)`: the outputs computed from this one's delivery report, produced in the same flush
+    (the cause is acknowledged once they are too). `phase`: produced only after every output of a lower phase of
+    the batch is acknowledged. `tracked=False`: its delivery holds nothing (module docstring, step 4). Not frozen:
+    a frozen dataclass's `__init__` sets each field through `object.__setattr__`, and the router makes two a
+    request; nothing changes one after it is made."""
 
     topic: str
     value: bytes | None
     key: bytes | str | None = None
     headers: H.Headers | None = None
     partition: int | None = None
-    cause: Position | None = None
+    cause: Position | tuple[()] | None = None
+    then: Callable[[int, int], Iterable[Output]] | None = None
+    phase: int = 0
+    tracked: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """An output the broker acknowledged, and where it landed (for `Worker.acknowledged`)."""
+
+    output: Output
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rebalance:
+    """The worker's rebalance callbacks, for a loop that makes its own subscriptions (`Worker.subscribe`)."""
+
+    on_assign: Callable[[Any, list[Any]], None]
+    on_revoke: Callable[[Any, list[Any]], None]
+    on_lost: Callable[[Any, list[Any]], None]
+
+
+class NotProduced(ReachError):
+    """An output of a later phase left unproduced because an earlier phase's output was not acknowledged."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +187,7 @@ class Subscription:
     max_records: int = 500
     poll_s: float = 0.2
     window_ms: int = 0
+    window_when_busy: bool = False  # the window only after a batch of more than one record: none at low rates
     flush_s: float = 30.0
     commit_every_s: float = 0.0
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
@@ -206,6 +259,8 @@ class Worker(SupervisedLoop, Generic[T]):
         else:
             single = decoder(spec)
             self._decode = lambda _topic: single
+        self._wants_delivered = type(self).acknowledged is not Worker.acknowledged
+        self.consumer: Consumer | None = None  # the current run's (a loop may read its positions in its hooks)
 
     # -- what a loop implements ----------------------------------------------------------------------
 
@@ -225,8 +280,34 @@ class Worker(SupervisedLoop, Generic[T]):
     def closed(self) -> None:
         """Called at the end of every run, after the final commit."""
 
-    def idle(self) -> None:
-        """Called when a poll found nothing (timers)."""
+    def idle(self) -> Iterable[Output] | None:
+        """Called when a poll found nothing (timers); outputs it returns are produced as housekeeping (`cause=()`),
+        flushed, and reported to `acknowledged`."""
+        return None
+
+    def acknowledged(self, delivered: list[Delivered]) -> None:
+        """After a batch's outputs settled, before its commit: every output the broker acknowledged and where it
+        landed (state that must name an acknowledged offset is written here). Raising `restart_on` commits nothing
+        of the batch."""
+
+    def on_assigned(self, partitions: list[TopicPart]) -> None:
+        """Partitions were assigned (inside the poll, before any of their records is read)."""
+
+    def on_revoked(self, partitions: list[TopicPart]) -> None:
+        """Partitions are being revoked, after the worker's final commit of what was acknowledged there."""
+
+    def on_lost(self, partitions: list[TopicPart]) -> None:
+        """Partitions were lost (or revoked: called after `on_revoked` too): state kept for them goes."""
+
+    def subscribe(self, consumer: Consumer, rebalance: Rebalance) -> None:
+        """Subscribe to the subscription's topics; a loop whose topics change overrides this and `resubscribe`."""
+        consumer.subscribe(list(self.subscription.topics), on_assign=rebalance.on_assign,
+                           on_revoke=rebalance.on_revoke, on_lost=rebalance.on_lost)
+
+    def resubscribe(self, consumer: Consumer) -> bool:
+        """Before every poll: subscribe again if the loop's topics changed; False while there is nothing to read
+        (the loop waits a moment and asks again)."""
+        return True
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -238,13 +319,17 @@ class Worker(SupervisedLoop, Generic[T]):
         consumer = clients.consumer(sub.group, self.kafka, profile=sub.profile, **{
             **sub.consumer_config, "on_commit": functools.partial(clients.on_commit, ledger)})
         producer = clients.producer(self.kafka, profile=sub.producer_profile, **sub.producer_config)
+        self.consumer = consumer
 
         def assigned(_c: Consumer, tps: list[TopicPartition]) -> None:
-            owned.update((tp.topic, tp.partition) for tp in tps)
+            parts = [(tp.topic, tp.partition) for tp in tps]
+            owned.update(parts)
+            self.on_assigned(parts)
 
         def revoked(c: Consumer, tps: list[TopicPartition]) -> None:
             parts = [(tp.topic, tp.partition) for tp in tps]
             clients.commit_now(c, ledger, parts)  # what was acknowledged, before the partitions go
+            self.on_revoked(parts)
             lost(c, tps)
 
         def lost(_c: Consumer, tps: list[TopicPartition]) -> None:
@@ -252,15 +337,20 @@ class Worker(SupervisedLoop, Generic[T]):
             ledger.forget(parts)
             held.forget(parts)
             owned.difference_update(parts)
+            self.on_lost(parts)
 
         try:
             for topic in sub.topics:
                 if not topic.startswith("^"):
                     topicreader.partitions(consumer, topic)  # TopicMissing: not applied yet, retried after the backoff
             self.opened()
-            consumer.subscribe(list(sub.topics), on_assign=assigned, on_revoke=revoked, on_lost=lost)
+            self.subscribe(consumer, Rebalance(assigned, revoked, lost))
             self._mark_ready()
+            window = 0.0 if sub.window_when_busy else sub.window_ms / 1000
             while not self._stop.is_set():
+                if not self.resubscribe(consumer):
+                    self._stop.wait(0.2)
+                    continue
                 due = held.due(time.monotonic())
                 if due:
                     try:
@@ -271,12 +361,16 @@ class Worker(SupervisedLoop, Generic[T]):
                 next_due = held.next_due()
                 if next_due is not None:
                     wait = max(0.0, min(wait, next_due - time.monotonic()))
-                messages = clients.take(consumer, sub.max_records, wait, window_s=sub.window_ms / 1000)
+                messages = clients.take(consumer, sub.max_records, wait, window_s=window)
+                if sub.window_when_busy:  # a rate worth waiting for: the last batch held more than one record
+                    window = sub.window_ms / 1000 if len(messages) > 1 else 0.0
                 if messages:
                     ledger.want(self.process(messages, consumer=consumer, producer=producer, backoff=held))
                 else:
                     producer.poll(0)
-                    self.idle()
+                    chores = list(self.idle() or ())
+                    if chores:
+                        self._housekeeping(producer, chores)
                 clients.send_commits(consumer, ledger, owned)  # also resends an idle partition's failed commit
         finally:
             try:
@@ -284,6 +378,7 @@ class Worker(SupervisedLoop, Generic[T]):
                 clients.commit_now(consumer, ledger)
             finally:
                 consumer.close()
+                self.consumer = None
                 self.closed()
 
     def process(self, messages: list[Message], *, consumer: Consumer, producer: Producer,
@@ -328,18 +423,28 @@ class Worker(SupervisedLoop, Generic[T]):
                 holds[tp] = hold
         for bad, why in undecodable:
             outputs += self._failed(bad, why, acks)
+        delivered: list[Delivered] | None = [] if self._wants_delivered else None
+        phases: dict[int, list[Output]] = {}
         for out in outputs:
-            self._produce(producer, acks, out, every)
-        producer.flush(self.subscription.flush_s)
-        refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
-        if refused:  # dead-letter (or whatever `failed` says) instead, so they never hold their partition
-            for position in refused:
-                record = by_position[position]
-                error = Refused(record, acks.errors(position))
-                acks.reset(position)
-                for out in self._failed(record, error, acks):
-                    self._produce(producer, acks, out, [position])
+            phases.setdefault(out.phase, []).append(out)
+        held_at = {hold.cause for hold in holds.values()}
+        blocked: Position | None = None
+        for phase in sorted(phases):
+            if blocked is not None:  # an earlier phase is not all acknowledged: this one is not produced
+                for out in phases[phase]:
+                    if out.tracked:
+                        for cause in _causes(out, every):
+                            acks.fail(cause, NotProduced(f"not produced: an output of {blocked} in an earlier "
+                                                         "phase was not acknowledged"))
+                continue
+            for out in phases[phase]:
+                self._produce(producer, acks, out, every, delivered)
             producer.flush(self.subscription.flush_s)
+            self._refused(producer, acks, by_position, delivered)
+            if len(phases) > 1:
+                blocked = next((p for p in acks.unacked() if p not in held_at), None)
+        if delivered is not None:
+            self.acknowledged(delivered)
         commits = self._settle(acks, consumer, held, holds)
         stats = BatchStats(records=len(by_position), decoded=len(records), skipped=skipped,
                            failed=len(undecodable), outputs=len(outputs), rewound=len(acks.rewinds()) - len(holds),
@@ -384,10 +489,53 @@ class Worker(SupervisedLoop, Generic[T]):
             acks.fail(record.position, exc)
             return []
 
-    def _produce(self, producer: Producer, acks: Acks, out: Output, every: list[Position]) -> None:
-        cause: Position | list[Position] = out.cause if out.cause is not None else every
+    def _housekeeping(self, producer: Producer, outputs: list[Output]) -> None:
+        """Outputs of no input (from `idle`): produced, flushed, reported to `acknowledged`; a failure holds nothing."""
+        delivered: list[Delivered] = []
+        scratch = Acks()
+        for out in outputs:
+            self._produce(producer, scratch, dataclasses.replace(out, cause=()), [], delivered)
+        producer.flush(self.subscription.flush_s)
+        self.acknowledged(delivered)
+
+    def _refused(self, producer: Producer, acks: Acks, by_position: Mapping[Position, Record[T]],
+                 delivered: list[Delivered] | None) -> None:
+        """Inputs with an output the broker refused for good go to `failed` (a dead letter, a REJECTED receipt)
+        instead, so they never hold their partition."""
+        refused = [p for p in acks.unacked() if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
+        if not refused:
+            return
+        for position in refused:
+            record = by_position[position]
+            error = Refused(record, acks.errors(position))
+            acks.reset(position)
+            for out in self._failed(record, error, acks):
+                self._produce(producer, acks, out, [position], delivered)
+        producer.flush(self.subscription.flush_s)
+
+    def _produce(self, producer: Producer, acks: Acks, out: Output, every: list[Position],
+                 delivered: list[Delivered] | None = None) -> None:
+        if not out.tracked:  # nothing waits for it: a lost record costs a lookup, never a message
+            extra: dict[str, Any] = {} if out.partition is None else {"partition": out.partition}
+            try:
+                producer.produce(out.topic, out.value, key=out.key, headers=out.headers, **extra)
+            except (BufferError, KafkaException) as exc:
+                log.debug("%s: an untracked record to %s was not queued: %s", self.label or self.thread_name,
+                          out.topic, exc)
+            return
+        cause: Position | list[Position] = out.cause if out.cause else _causes(out, every)
+        then: Callable[[Message], None] | None = None
+        if out.then is not None or delivered is not None:
+            def then(msg: Message) -> None:  # inside the flush: follow-ups join it, their cause waits for them
+                partition, offset = msg.partition() or 0, msg.offset() or 0
+                if delivered is not None:
+                    delivered.append(Delivered(out, partition, offset))
+                for follow in (out.then(partition, offset) if out.then is not None else ()):
+                    if follow.cause is None and out.cause is not None:
+                        follow = _caused_at(follow, out.cause)
+                    self._produce(producer, acks, follow, every, delivered)
         delivery.produce(producer, acks, cause, out.topic, out.value, key=out.key, headers=out.headers,
-                         partition=out.partition)
+                         partition=out.partition, then=then)
 
     def _settle(self, acks: Acks, consumer: Consumer, held: PartitionBackoff,
                 holds: Mapping[TopicPart, Hold]) -> dict[TopicPart, int]:
@@ -418,9 +566,19 @@ class Worker(SupervisedLoop, Generic[T]):
         return commits
 
 
+def _causes(out: Output, every: list[Position]) -> list[Position]:
+    """The inputs an output holds: its cause, every partition's first record (None), or none (housekeeping, ())."""
+    if out.cause is None:
+        return every
+    return [out.cause] if out.cause else []
+
+
 def _caused_by(out: Output, record: Record[Any]) -> Output:
-    return Output(out.topic, out.value, key=out.key, headers=out.headers, partition=out.partition,
-                  cause=record.position)
+    return _caused_at(out, record.position)
+
+
+def _caused_at(out: Output, position: Position | tuple[()]) -> Output:
+    return dataclasses.replace(out, cause=position)
 
 
 def _first_per_partition(records: Mapping[Position, Record[Any]]) -> list[Position]:

@@ -68,6 +68,7 @@ def row(info: InstanceInfo, report: LoadReport | None, now: int,
         "load": round(info.load, 3),
         "heartbeat_age_ms": info.heartbeat_age_ms, "ttl_ms": reg.ttl_ms,
         "assigned_partitions": reg.assigned_partitions, "inbox_topic": reg.inbox_topic,
+        "owner": reg.owner, "depends_on": list(reg.depends_on),
         **health_fields(health),
     }
 

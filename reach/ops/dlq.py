@@ -67,15 +67,24 @@ def _original(item: dlq.Letter, kafka: KafkaSettings, warn: Warn) -> dlq.Letter:
     return item
 
 
-def _ledger(names: Names, kafka: KafkaSettings) -> set[str]:
-    """Keys of the letters already replayed (the compacted replay ledger)."""
-    reader = topicreader.open_reader("replays", kafka)
-    try:
-        starts = topicreader.start_offsets(reader, names.replays, None)
-        return {(msg.key() or b"").decode(errors="replace")
-                for msg in topicreader.read_range(reader, names.replays, starts) if msg.value() is not None}
-    finally:
-        reader.close()
+def standing(items: list[dlq.Letter], *, names: Names, kafka: KafkaSettings, now: int | None = None
+             ) -> dict[str, dict[str, Any]]:
+    """Per letter id: when it is (or was) DEAD, whether it is now, and its owner (the POLICY of its capability, the
+    replay ledger and the registry, each read once)."""
+    if not items:
+        return {}
+    from reach.control import read_control
+    from reach.registry import read_registry
+
+    now = now_ms() if now is None else now
+    view, ledger = read_control(names=names, kafka=kafka), dlq.replayed_keys(names, kafka)
+    registrations = [i.registration for i in read_registry(kafka, names).instances(now)]
+    out = {}
+    for item in items:
+        policy = view.policy(item.capability or "*")
+        out[item.id] = {"dead_at": dlq.dead_at(item, policy), "dead": dlq.is_dead(item, policy, ledger, now),
+                        "owner": dlq.owner_of(item, registrations)}
+    return out
 
 
 def summary(item: dlq.Letter) -> dict[str, Any]:
@@ -153,7 +162,7 @@ def replay_letters(items: list[dlq.Letter], *, settings: ReachSettings, kafka: K
     try:
         done = dlq.replay(items, lookup=lookup or (lambda mid: status_row(mid, settings=settings)), publish=publish,
                           dry_run=dry_run, rate=rate,
-                          to_capability=to_capability, ledger=_ledger(names, kafka), record=record)
+                          to_capability=to_capability, ledger=dlq.replayed_keys(names, kafka), record=record)
     finally:
         if producer.flush(30):
             warn("some replayed records were not acknowledged by the broker; run the replay again (replayed "

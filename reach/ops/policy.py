@@ -72,6 +72,8 @@ def changes(given: Mapping[str, object]) -> dict[str, Any]:
             continue
         out[name] = (policyfields.parse_duration(value, option=spec.option)
                      if spec.unit == "duration" and isinstance(value, str) else value)
+        if name == "dead_after_ms" and out[name] < 1_000:
+            raise ConfigError(f"{spec.option} must be at least 1s (a letter nobody redrove that long is DEAD).")
         if name == "execution_timeout_ms":  # a cap: 1 ms to 1 h (BadTimeout, a ConfigError: exit 2)
             check_timeout_ms(out[name], what=spec.option)
         if spec.unit == "capability":  # a capability name (InvalidName: exit 2), or `none` to clear it

@@ -33,6 +33,7 @@ from reach.streams.audit.writer import AuditWriter
 from reach.streams.canary.controller import CanaryController
 from reach.streams.credentials import faust_broker_options
 from reach.streams.delays.forwarder import DelayForwarder
+from reach.streams.dlqwarden import DeadLetterWarden
 from reach.streams.feed import Feed
 from reach.streams.gauges import Gauges
 from reach.streams.health import HealthWriter
@@ -163,8 +164,9 @@ def build_app(
         usage = UsageCounter(names=names, kafka=kafka, currency=reach_settings.currency,
                              book=lambda: RedisSpendBook.from_url(redis.url(reach_settings.home),
                                                                   namespace=names.namespace))
+        warden = DeadLetterWarden(names=names, kafka=kafka, policy=policy)
         _host_fold(app, Service, fold, timekeeper, gauges, health, controller, AuditWriter(names=names, kafka=kafka),
-                   usage, stale_after_ms=reach_settings.stale_no_route * 1000)
+                   usage, warden, stale_after_ms=reach_settings.stale_no_route * 1000)
     app.reach_router = router  # type: ignore[attr-defined]  # (faust's own `app.router` routes table keys)
     app.reach_status = fold  # type: ignore[attr-defined]
     app.reach_health = health  # type: ignore[attr-defined]
@@ -199,11 +201,11 @@ def _host_router(app: Any, service: Any, router: Router, delays: DelayForwarder,
 
 
 def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper, gauges: Gauges,
-               health: HealthWriter | None, canary: CanaryController, audit: AuditWriter, usage: UsageCounter, *,
-               stale_after_ms: int) -> None:
+               health: HealthWriter | None, canary: CanaryController, audit: AuditWriter, usage: UsageCounter,
+               warden: DeadLetterWarden, *, stale_after_ms: int) -> None:
     class StatusService(service):  # type: ignore[misc, valid-type]
-        """Starts the status fold, the canary controller, the audit writer and the usage counter with the worker;
-        stops them (flushed) with it."""
+        """Starts the status fold, the canary controller, the audit writer, the usage counter and the dead-letter
+        warden with the worker; stops them (flushed) with it."""
 
         async def on_start(self) -> None:
             fold.start()
@@ -212,12 +214,14 @@ def _host_fold(app: Any, service: Any, fold: StatusFold, timekeeper: Timekeeper,
             canary.start()
             audit.start()
             usage.start()
+            warden.start()
             heap.settle()
 
         async def on_stop(self) -> None:
             await asyncio.get_running_loop().run_in_executor(None, canary.stop)
             await asyncio.get_running_loop().run_in_executor(None, audit.stop)
             await asyncio.get_running_loop().run_in_executor(None, usage.stop)
+            await asyncio.get_running_loop().run_in_executor(None, warden.stop)
             if health is not None:
                 await asyncio.get_running_loop().run_in_executor(None, health.stop)
             await asyncio.get_running_loop().run_in_executor(None, fold.stop)

@@ -10,20 +10,24 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 
 from reach.agent import Agent, TransientError
+from reach.channels.agent import channel_agent
+from reach.channels.settings import ChannelSettings, ClosureSettings
 from reach.client import Client
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.names import Names
 from reach.records import CanaryState, Control, ControlKind, Receipt, Status
-from reach.settings import ReachSettings
+from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from tests.integration.agent_support import ROOT, reach_cli, running, wait_for
+from tests.integration.channel_servers import Hit, Receiver, listening
 from tests.integration.router_helpers import Tail, first_per_message, receipts_tail
 from tests.integration.stream_app import StreamApp
 
@@ -36,7 +40,7 @@ CAPABILITY = "demo.canary"
 @pytest.fixture
 def app(namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[StreamApp]:
     for name, value in {"REACH_CANARY_MIN_CALLS": "3", "REACH_CANARY_TICK_MS": "200",
-                        "REACH_CANARY_REPORT_MS": "1000"}.items():
+                        "REACH_CANARY_REPORT_MS": "1000", "REACH_CANARY_CALLBACK_GRACE_MS": "8000"}.items():
         monkeypatch.setenv(name, value)
     stream = StreamApp(tmp_path)
     monkeypatch.setenv("REACH_WEB_PORT", str(stream.port))
@@ -52,7 +56,7 @@ def versioned(build: str, *, fail: bool) -> Agent:
     async def handle(payload: dict[str, Any]) -> dict[str, Any]:
         if fail:
             raise TransientError(f"build {build} fails on purpose")
-        return payload
+        return {**payload, "build": build}
 
     return agent
 
@@ -60,9 +64,10 @@ def versioned(build: str, *, fail: bool) -> Agent:
 class Traffic:
     """Sends distinct requests at ~`rate`/s on a thread until stopped; `hinted` ones carry RoutingHints.canary."""
 
-    def __init__(self, rate: float = 40.0) -> None:
+    def __init__(self, rate: float = 40.0, *, callback: str | None = None) -> None:
         self.ids: list[str] = []
         self._rate = rate
+        self._callback = callback
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -78,7 +83,7 @@ class Traffic:
         with Client() as client:
             n = 0
             while not self._stop.wait(1 / self._rate):
-                self.ids.append(client.send(CAPABILITY, {"n": n}))
+                self.ids.append(client.send(CAPABILITY, {"n": n}, callback=self._callback))
                 n += 1
 
 
@@ -107,16 +112,22 @@ def ready(app: StreamApp, *instances: Agent) -> None:
 
 
 @contextmanager
-def two_builds(app: StreamApp, *, canary_fails: bool, step: str) -> Iterator[tuple[Agent, Agent, Tail, Tail]]:
-    """Instances of 1.0.0 and 1.3.0 READY, a 5/50/100 canary of 1.3.0 started; yields them, the control topic
-    and the receipts (both read from the beginning)."""
+def two_builds(app: StreamApp, *, canary_fails: bool, step: str,
+               also: tuple[Agent, ...] = ()) -> Iterator[tuple[Agent, Agent, Tail, Tail]]:
+    """Instances of 1.0.0 and 1.3.0 READY (and `also`), a 5/50/100 canary of 1.3.0 started; yields them, the
+    control topic and the receipts (both read from the beginning)."""
     names = Names(ReachSettings().namespace)
     stable, canary = versioned("1.0.0", fail=False), versioned("1.3.0", fail=canary_fails)
     control = Tail(names.control, lambda b: codec.decode(b, Control))
     receipts = receipts_tail(names)
     try:
-        with running(stable), running(canary):
+        with ExitStack() as stack:
+            for agent in (stable, canary, *also):
+                stack.enter_context(running(agent))
             ready(app, stable, canary)
+            for agent in also:
+                wait_for(lambda a=agent: any(r["instance_id"] == a.instance_id and r["state"] == "READY"  # type: ignore[misc]
+                                             for r in app.get("/agents")), 60, f"{agent.agent_id} READY")
             start_canary("1.3.0", step=step)
             yield stable, canary, control, receipts
     finally:
@@ -190,3 +201,33 @@ def test_a_failing_canary_rolls_back_and_then_gets_nothing(app: StreamApp) -> No
         assert reached == [], "no request reaches the rolled-back version"
         assert all(first_per_message(receipts.records, later, {Status.ROUTED})[m].decision.arm is None  # type: ignore[union-attr]
                    for m in later)
+
+
+class RefusesTheCanary(Receiver):
+    """A receiver that cannot take what the canary build answers: 400 (a permanent refusal, so no CALLBACKED)."""
+
+    def answer(self, hit: Hit) -> tuple[int, dict[str, Any]]:
+        if b'"1.3.0"' in hit.body:
+            return 400, {"error": "unknown build field value"}
+        return super().answer(hit)
+
+
+def test_a_canary_whose_callbacks_are_not_delivered_rolls_back_though_every_call_succeeds(app: StreamApp) -> None:
+    webhook = channel_agent("webhook", settings=ChannelSettings(webhook_secret=SecretStr("wh"), timeout_s=2,
+                                                                webhook_allow_private=True), kafka=KafkaSettings(),
+                            redis=RedisSettings(), reach=ReachSettings(), closure=ClosureSettings())
+    with listening(RefusesTheCanary()) as receiver, \
+            two_builds(app, canary_fails=False, step="60s", also=(webhook,)) as (stable, canary, control, receipts):
+        spec = json.dumps({"channel": "webhook", "endpoint": f"{receiver.url}/hook", "fields": ["$.build"]})
+        with Traffic(callback=spec) as traffic:
+            wait_for(lambda: any(c.canary and c.canary.state is CanaryState.ROLLED_BACK
+                                 for c in canary_records(control)), 120, "the canary ROLLED_BACK")
+        rolled_back = next(c.canary for c in canary_records(control)
+                           if c.canary and c.canary.state is CanaryState.ROLLED_BACK)
+        assert "callbacks 0/" in (rolled_back.reason or ""), rolled_back.reason
+        ids = list(traffic.ids)
+        completed = receipts.until(lambda rs: (lambda d: d if len(d) == len(ids) else None)(
+            first_per_message(rs, ids, {Status.COMPLETED})), 60, "every request COMPLETED")
+        on_canary = [r for r in completed.values() if r.instance_id == canary.instance_id]
+        assert len(on_canary) >= 3, "the canary's calls succeeded: only its callbacks failed"
+        assert receiver.posts(), "the stable arm's callbacks were delivered"

@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from reach.kafka import clients
-from reach.kafka.worker import Output, Record, Subscription, Worker
+from reach.kafka.backoff import TopicPart
+from reach.kafka.worker import Output, Record, Subscription, Worker, WorkerMetrics
 from reach.settings import KafkaSettings
 from tests.integration.conftest import Infra
+
+
+class Rewinds(WorkerMetrics):
+    """Counts the worker's rewinds: each one is a batch whose forwards were not acknowledged."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def rewound(self, worker: str, tp: TopicPart, offset: int, delay_s: float) -> None:
+        self.count += 1
 
 
 class Forward(Worker[bytes]):
@@ -21,8 +32,9 @@ class Forward(Worker[bytes]):
 
     backoff_first_s = 0.05
 
-    def __init__(self, kafka: KafkaSettings, subscription: Subscription, target: str) -> None:
-        super().__init__(kafka=kafka, subscription=subscription)
+    def __init__(self, kafka: KafkaSettings, subscription: Subscription, target: str,
+                 metrics: Sequence[WorkerMetrics] = ()) -> None:
+        super().__init__(kafka=kafka, subscription=subscription, metrics=metrics)
         self.target = target
 
     def handle(self, records: list[Record[bytes]]) -> Iterable[Output]:
@@ -52,9 +64,13 @@ def test_commit_only_after_ack_and_read_again_after_a_failed_produce(infra: Infr
     def committed() -> int:
         return sum(max(tp.offset, 0) for tp in reader.committed(parts, timeout=10))
 
-    with Forward(kafka, sub, target) as worker:
+    rewinds = Rewinds()
+    with Forward(kafka, sub, target, metrics=[rewinds]) as worker:
         assert worker.wait_ready(30)
-        time.sleep(3)  # the target topic does not exist: every forward fails (unknown topic), read again and again
+        deadline = time.monotonic() + 60
+        while rewinds.count < 3:  # the target topic does not exist: every forward fails, the batch is read again
+            assert time.monotonic() < deadline, f"{rewinds.count} rewinds in 60 s while every forward fails"
+            time.sleep(0.1)
         assert committed() == 0, "nothing committed while no output was acknowledged"
         admin.create_topics([NewTopic(target, num_partitions=1, replication_factor=1)])[target].result(30)
         deadline = time.monotonic() + 60

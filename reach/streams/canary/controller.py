@@ -94,7 +94,7 @@ class CanaryDriver:
         and progress written from one would land after the newest and win."""
         if not self.leader or not self.caught_up:
             return []
-        due = self.book.due(now, min_calls=self._settings.min_calls)
+        due = self.book.due(now, gate=self._settings.gate())
         if now - self._reported >= self._settings.report_ms:
             changed = {c.agent_id for c in due}
             due += [c for c in self.book.progress(now) if c.agent_id not in changed]

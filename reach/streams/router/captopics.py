@@ -55,7 +55,8 @@ class Subscriber(Protocol):
     """What the topic watcher needs of a consumer (reach.kafka.types.Consumer, or an in-memory fake)."""
 
     def subscribe(self, topics: list[str], on_assign: Callable[[Any, list[Any]], None] | None = ...,
-                  on_revoke: Callable[[Any, list[Any]], None] | None = ...) -> None: ...
+                  on_revoke: Callable[[Any, list[Any]], None] | None = ...,
+                  on_lost: Callable[[Any, list[Any]], None] | None = ...) -> None: ...
 
     def unsubscribe(self) -> None: ...
 
@@ -77,6 +78,8 @@ class CapabilityTopics:
     def __init__(self, names: Names, every_s: float, kafka: KafkaSettings, *, group: str,
                  on_members: Callable[[int], None] = lambda _n: None,
                  on_revoked: Callable[[Any, list[Any]], None] = lambda _c, _p: None,
+                 on_assigned: Callable[[Any, list[Any]], None] = lambda _c, _p: None,
+                 on_lost: Callable[[Any, list[Any]], None] = lambda _c, _p: None,
                  admin: Callable[[], Any] | None = None, groups: Callable[[], Any] | None = None,
                  registered: Callable[[], Iterable[str]] | None = None, listing_every_s: float | None = None,
                  describe_every_s: float = DESCRIBE_EVERY_S) -> None:
@@ -85,6 +88,8 @@ class CapabilityTopics:
         self.group = group
         self.on_members = on_members
         self.on_revoked = on_revoked  # the router's final commit of what it hands over
+        self.on_assigned = on_assigned
+        self.on_lost = on_lost  # partitions gone without a revoke: their commit bookkeeping is forgotten
         self.every_s = every_s
         # capabilities live registrations serve: their topics are looked up as soon as they appear
         self._registered = registered
@@ -249,10 +254,12 @@ class CapabilityTopics:
         self._since, self._empty_since = now, None
 
     def _subscribe(self, consumer: Subscriber, topics: frozenset[str]) -> None:
-        consumer.subscribe(sorted(topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+        consumer.subscribe(sorted(topics), on_assign=self._on_assign, on_revoke=self._on_revoke,
+                           on_lost=self.on_lost)
 
-    def _on_assign(self, _consumer: Any, partitions: list[Any]) -> None:
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         """Logged, so a log says when routing of a new capability could start (and when it could not)."""
+        self.on_assigned(consumer, partitions)
         self.assigned, self.rebalances = len(partitions), self.rebalances + 1
         self._recount.set()  # a rebalance is when the member count changes: describe the group now
         log.info("assigned %d partition(s) of %d capability topic(s), %.1f s after subscribing (rebalance %d)",

@@ -1,15 +1,16 @@
-"""The router's hot path: a consumer on every capability topic of the namespace.
+"""The router's hot path: what it decides for each envelope on the capability topics, on the batch worker.
 
-Per batch: consume up to `batch_size` envelopes (waiting up to the batch window for more once batches hold more
-than one, decision 0054), decode each envelope once (the payload is never read), decide the batch with one
-`reach.core.routing.Decider` (pure; the routing table of reach.streams.router.routetable is kept across batches),
-then produce forwards of the original bytes, dead letters and the receipts that do not need an offset, and flush
-once. Each ROUTED receipt carries the inbox offset, so the forwards' delivery reports (inside that flush) only note
-them; then the batch's ROUTED receipts are produced together and flushed (one receipts batch per poll batch,
-decision 0044; why not one pass: decision 0054). Failures are per record (reach.kafka.acks): each input partition
-is committed up to its first record whose outputs are not all acknowledged and read again from there; the other
-partitions of the batch move on. A record the broker refuses for good (too large) is dead-lettered; a Schema
-Registry outage is infrastructure (not committed, read again after a backoff).
+Reading, decoding nothing it does not need, producing, waiting for acknowledgements, committing, rewinding a
+partition whose outputs failed and rebalancing are reach.kafka.worker's (decision 0053); this file says what the
+router decides. Per batch (`handle`): decode each envelope once (the payload is never read), decide the batch with
+one `reach.core.routing.Decider` (pure; the routing table of reach.streams.router.routetable is kept across
+batches), claim the batch's terminal slots in one round trip (reach.terminals), and return the outputs: forwards of
+the original bytes, terminal receipts, dead letters, fan-out deliveries. Each forward's ROUTED receipt carries the
+inbox offset, so it is a follow-up of the forward computed from its delivery report and produced inside the same
+flush (decision 0063; one flush per batch, where decision 0054 had two). The batch window opens only while batches
+hold more than one record (REACH_ROUTER_BATCH_WINDOW_MS). A record the broker refuses for good (too large) goes to
+`failed`: dead-lettered by reference and REJECTED; a Schema Registry outage holds its partition (read again after a
+growing pause); a router bug REJECTS that record only.
 """
 from __future__ import annotations
 
@@ -20,12 +21,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, cast
 
 from reach import dlq
 from reach.core import allowance, fallback, sessionmap
 from reach.core.candidates import RouteRequest
-from reach.core.commits import CommitLedger
 from reach.core.factors import FactorWeights
 from reach.core.lifecycle import FallbackRef
 from reach.core.loads import MessageKey
@@ -45,8 +45,7 @@ from reach.envelopes import MAX_PAYLOAD_BYTES, now_ms
 from reach.errors import ConfigError, InvalidName
 from reach.kafka import clients, delivery, topics
 from reach.kafka import headers as H
-from reach.kafka.acks import Acks, Position
-from reach.kafka.backoff import PartitionBackoff
+from reach.kafka.acks import Position
 from reach.kafka.codec import (
     DecodeError,
     RegistryUnavailable,
@@ -55,8 +54,8 @@ from reach.kafka.codec import (
     default_codec,
     encode_dict,
 )
-from reach.kafka.supervised import SupervisedLoop
-from reach.kafka.types import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from reach.kafka.types import Consumer, KafkaException
+from reach.kafka.worker import Hold, Output, Rebalance, Record, Refused, Subscription, Worker
 from reach.names import Names
 from reach.records import Status
 from reach.settings import KafkaSettings, ReachSettings, RedisSettings
@@ -75,6 +74,10 @@ from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
 
+COMMIT_EVERY_S = 0.1
+"""The hot path's commits go out at most this often (reach.core.commits; the agent's timer, decision 0044): at the
+knee one commit per batch was an OffsetCommit every few requests; a revoke and a stop still commit at once."""
+
 MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 """Envelopes above this size are REJECTED (OVERSIZE): the payload limit plus room for the routing fields."""
 
@@ -85,37 +88,23 @@ def router_group(names: Names) -> str:
 
 
 class _Batch:
-    """What one consumed batch caused: the acknowledgement ledger, the table and the decisions it routed with."""
+    """What one consumed batch caused: its outputs, the table and the decisions it routed with."""
 
-    __slots__ = ("acks", "decider", "known", "records", "routed", "routes", "stalled", "table", "terminals", "won")
+    __slots__ = ("decider", "known", "outputs", "routes", "stalled", "table", "terminals", "won")
 
     def __init__(self, table: RouteTable, decider: Decider) -> None:
-        self.acks = Acks()
-        self.records: dict[Position, Message] = {}
-        self.stalled: set[tuple[str, int]] = set()  # partitions read again from a failed record
+        self.outputs: list[Output | Hold] = []
+        self.stalled: set[tuple[str, int]] = set()  # partitions held from a record the registry could not decode
         self.table = table  # the per-capability settings, from the views
         self.known = table.known  # capabilities with a live instance: the only ones with their own stats
         self.decider = decider  # the batch's decisions, in order
         self.routes: list[tuple[MessageKey, str]] = []  # (message key, instance) of each forward
         self.terminals: list[_Ending] = []  # terminal receipts waiting for the batch's one claim
         self.won: dict[Position, bytes] = {}  # the receipt each record claimed its slot with
-        self.routed: list[_Routed] = []  # acknowledged forwards whose ROUTED receipt is due
 
     def stats_key(self, capability: str) -> str:
         """Where the router's counts of a capability go: its own only while a live instance serves it."""
         return capability if capability in self.known else OTHER
-
-
-class _Routed(NamedTuple):
-    """An acknowledged forward: where it landed, and the ROUTED receipt's delivery report (its input stays unacked
-    until that receipt is acknowledged too). A NamedTuple: one per forward."""
-
-    request: RouteRequest
-    forward: Forward
-    partition: int | None
-    offset: int | None
-    reply: H.Headers
-    report: Callable[[Any, Any], None]
 
 
 @dataclass(frozen=True)
@@ -128,7 +117,7 @@ class _Ending:
     headers: H.Headers
     capability: str
     counter: str  # the router's count of this outcome, counted only if it wins (else `superseded`)
-    side: Callable[[], None] | None = None
+    side: Callable[[], list[Output]] | None = None
     child: _Child | None = None  # the capability's fallback, sent only if it wins (reach.core.fallback)
 
 
@@ -143,7 +132,7 @@ class _Child:
     mark: str  # the x-reach-fallback header of the parent's ending
 
 
-class Router(SupervisedLoop):
+class Router(Worker[bytes]):
     """The routing worker: start()/stop() from any thread; several workers share the capability topics."""
 
     thread_name = "reach-router"
@@ -167,7 +156,15 @@ class Router(SupervisedLoop):
         feed: Feed | None = None,
         budgets: TenantBudgets | None = None,
     ) -> None:
-        super().__init__()
+        window = reach.router_batch_window_ms if batch_window_ms is None else batch_window_ms
+        super().__init__(kafka=kafka, subscription=Subscription(
+            group=router_group(Names(reach.namespace)), topics=(), profile="hot", producer_profile="hot",
+            max_records=batch_size, poll_s=0.2, window_ms=max(int(window), 0), window_when_busy=True, flush_s=30.0,
+            commit_every_s=COMMIT_EVERY_S,
+            consumer_config={"topic.metadata.refresh.interval.ms": metadata_refresh_ms, "session.timeout.ms": 6_000,
+                             "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin"},
+            producer_config={"message.max.bytes": dead_letter_bytes(reach),
+                             "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
         self.budgets = budgets  # tenants' spend limits (REACH_TENANT_LIMITS); None: none configured
         self.kafka = kafka
         self.settings = reach
@@ -181,19 +178,17 @@ class Router(SupervisedLoop):
         self._sessions_topic: str | None = None  # set once the loop saw the topic exists
         self.qps = QpsLimits()
         self.fanout = FanOutStep(self.names.receipts)  # subscribe-mode capabilities (docs/decisions/0040)
-        self._batch_size = batch_size
-        window = reach.router_batch_window_ms if batch_window_ms is None else batch_window_ms
-        self._batch_window = max(window, 0) / 1000  # seconds
         self._metadata_refresh_ms = metadata_refresh_ms
         self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
         self._rng = rng or random.Random()
         self.worker_id = uuid.uuid4().hex[:12]
         self._routed_writer = RoutedReceiptWriter.create()
         self._routed_headers = [(H.ROUTER, self.worker_id.encode())]
-        self._max_bytes = dead_letter_bytes(self.settings)
+        self._max_bytes = int(self.subscription.producer_config["message.max.bytes"])
         self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id,
                                      on_bad_record=lambda: self.stats.count(OTHER, "bad_records"), feed=feed)
-        self.on_batch: Callable[[int], None] | None = None
+        self._batch: _Batch | None = None  # the batch being handled (its won slots serve `failed`)
+        self._outage_s = 0.0  # how long a partition waits after the registry failed to decode (doubling)
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
@@ -214,178 +209,116 @@ class Router(SupervisedLoop):
         # `reach router --no-faust` exits on an unhealthy worker; only a stopped loop or a failing state loop do
         return self.running and self._state_loop.error is None
 
-    # -- the hot loop --------------------------------------------------------------------------------
+    # -- the hot loop: what the worker asks of the router -------------------------------------------
 
     def _loop(self) -> None:
         while not self.state.ready.wait(0.5):  # routes only once the registry and control topics are read
             if self._stop.is_set():
                 return
-        ledger = CommitLedger()
-        consumer = clients.consumer(
-            router_group(self.names),
-            self.kafka,
-            profile="hot",
-            **{
-                "topic.metadata.refresh.interval.ms": self._metadata_refresh_ms,
-                "session.timeout.ms": 6_000,
-                "heartbeat.interval.ms": 1_500,
-                "partition.assignment.strategy": "roundrobin",
-                "on_commit": functools.partial(clients.on_commit, ledger),
-            },
-        )
-        producer = clients.producer(self.kafka, profile="hot", **{
-            "message.max.bytes": self._max_bytes, "topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
-        capabilities = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
-                                        group=router_group(self.names),
-                                        on_members=lambda n: setattr(self.qps, "workers", n),
-                                        on_revoked=functools.partial(_commit_revoked, ledger),
-                                        registered=lambda: self.state.capabilities(now_ms()))
-        self.topics = capabilities  # read by diagnostics: what the hot path subscribes to and holds now
-        self._sessions_topic = _existing(producer, self.names.sessions)
-        capabilities.start()
-        self._mark_ready()
-        held = PartitionBackoff()
-        window = 0.0  # the batch window, opened while batches hold more than one record (a rate worth waiting for)
-        try:
-            while not self._stop.is_set():
-                if not capabilities.refresh(consumer):
-                    self._stop.wait(0.2)
-                    continue
-                due = held.due(time.monotonic())
-                if due:
-                    try:
-                        consumer.resume([TopicPartition(t, p) for t, p in due])
-                    except KafkaException:
-                        pass  # revoked meanwhile: its next owner reads it from the committed offset
-                # serves on_commit answers too; the window lets a batch gather at moderate rates (0054)
-                messages = clients.take(consumer, self._batch_size, 0.2, window_s=window)
-                window = self._batch_window if len(messages) > 1 else 0.0  # one record: no wait at low rates
-                if not messages:
-                    producer.poll(0)
-                    clients.send_commits(consumer, ledger)  # an idle partition's failed last commit is sent again
-                    continue
-                acks = self._process(messages, producer).acks
-                commits = acks.commits()
-                ledger.want(commits)
-                clients.send_commits(consumer, ledger)
-                rewinds = acks.rewinds()
-                for tp in commits.keys() - rewinds.keys():
-                    held.cleared(tp)
-                if rewinds:  # only those partitions wait (paused, with a growing backoff); the others move on
-                    first = acks.unacked()[0]
-                    log.warning("reading %d partition(s) again from their first unacknowledged record, e.g. %s: %s",
-                                len(rewinds), first,
-                                ", ".join(map(delivery.describe, acks.errors(first))) or "not acknowledged in time")
-                    for (topic, partition), offset in rewinds.items():
-                        consumer.seek(TopicPartition(topic, partition, offset))
-                        consumer.pause([TopicPartition(topic, partition)])
-                        held.hold((topic, partition), time.monotonic())
-                if self.on_batch is not None:
-                    self.on_batch(len(messages))
-        finally:
-            capabilities.stop()
-            producer.flush(10)
-            clients.commit_now(consumer, ledger)  # what the flush acknowledged, before the group hands it over
-            consumer.close()
+        super()._loop()
 
-    def _record_session(self, producer: Producer, session_key: str | None, instance_id: str, now: int, *,
-                        tenant: str) -> None:
-        """Where a session sticks, on the compacted sessions topic (reach.core.sessionmap): not acknowledged before
-        the commit, since a lost record costs affinity, never a message."""
-        if self._sessions_topic is None or not session_key:
-            return
-        try:
-            producer.produce(self._sessions_topic, sessionmap.encode(instance_id, now, tenant),
-                             key=session_key.encode())
-        except (BufferError, KafkaException) as exc:
-            log.debug("session record of %r not sent: %s", session_key, exc)
+    def opened(self) -> None:
+        self._sessions_topic = _existing(self.kafka, self.names.sessions)
 
-    def _process(self, messages: list[Message], producer: Producer) -> _Batch:
+    def subscribe(self, consumer: Consumer, rebalance: Rebalance) -> None:
+        """The capability topics are learned while the router runs (reach.streams.router.captopics): `resubscribe`
+        follows them with the worker's rebalance callbacks."""
+        self.topics = CapabilityTopics(self.names, self._metadata_refresh_ms / 1000, self.kafka,
+                                       group=self.subscription.group,
+                                       on_members=lambda n: setattr(self.qps, "workers", n),
+                                       on_assigned=rebalance.on_assign, on_revoked=rebalance.on_revoke,
+                                       on_lost=rebalance.on_lost,
+                                       registered=lambda: self.state.capabilities(now_ms()))
+        self.topics.start()
+
+    def resubscribe(self, consumer: Consumer) -> bool:
+        return self.topics is not None and self.topics.refresh(consumer)
+
+    def closed(self) -> None:
+        if self.topics is not None:
+            self.topics.stop()
+
+    def handle(self, records: list[Record[bytes]]) -> list[Output | Hold]:
+        """Route a batch: every record's outputs (a held partition's records after the held one are left)."""
         now = now_ms()
         table = self._tables.at(now)
-        batch = _Batch(table, Decider(now_ms=now, loads=self.state.loads.view(table.live, now_ms=now),
-                                      disabled=table.disabled, health=self.state.health, canaries=table.canaries,
-                                      costs=self.state.costs.means, rng=self._rng))
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("capability consumer: %s", err)
-                continue
-            tp = (msg.topic() or "", msg.partition() or 0)
+        batch = self._batch = _Batch(table, Decider(
+            now_ms=now, loads=self.state.loads.view(table.live, now_ms=now), disabled=table.disabled,
+            health=self.state.health, canaries=table.canaries, costs=self.state.costs.means, rng=self._rng))
+        for record in records:
+            tp = (record.topic, record.partition)
             if tp in batch.stalled:
-                continue  # read again from the failed record, in order
-            position = (tp[0], tp[1], msg.offset() or 0)
-            batch.acks.seen(position)
-            batch.records[position] = msg
-            value = msg.value()
+                continue  # read again from the held record, in order
+            value = record.raw
             if value is None:
                 continue  # a tombstone on a capability topic carries no request
             try:
-                self._route_one(msg, value, producer, batch, position, now=now)
+                self._route_one(record, value, batch, now=now)
             except RegistryUnavailable as exc:  # infrastructure: not this record's fault, read it again later
-                batch.acks.fail(position, exc)
+                self._outage_s = min(max(self._outage_s * 2, 0.2), 5.0)
+                log.warning("%s: schema registry unavailable, reading %s[%d] again in %.1fs: %s", record,
+                            *tp, self._outage_s, exc)
+                batch.outputs.append(Hold(record.position, self._outage_s))
                 batch.stalled.add(tp)
             except Exception as exc:  # noqa: BLE001 - a router bug must not block the partition
-                log.exception("routing %s[%d]@%d failed", *position)
-                self._reject(msg, value, None, Reject("ROUTER_ERROR", repr(exc)), producer, batch, position, now)
+                log.exception("routing %s[%d]@%d failed", *record.position)
+                self._reject(record, value, None, Reject("ROUTER_ERROR", repr(exc)), batch, now)
+        if not batch.stalled:
+            self._outage_s = 0.0
         if batch.routes:
             self.state.loads.routed_many(batch.routes, now)  # the next batch's view counts them queued
-        self._settle_terminals(producer, batch)
-        producer.flush(30)  # forwards, terminal receipts, dead letters
-        if batch.routed:  # the ROUTED receipts of the acknowledged forwards, produced together: one receipts batch
-            self._produce_routed(producer, batch)
-            producer.flush(30)
-        self._refused_for_good(producer, batch, now)
-        return batch
+        self._settle_terminals(batch)
+        return batch.outputs
 
-    def _refused_for_good(self, producer: Producer, batch: _Batch, now: int) -> None:
-        """Records whose outputs the broker refused for good (too large for a topic, topic gone) are dead-lettered
-        by reference and REJECTED, so they never hold their partition; outages are left to be read again."""
-        acks = batch.acks
-        refused = [p for p in acks.unacked()
-                   if acks.errors(p) and all(delivery.permanent(e) for e in acks.errors(p))]
-        for position in refused:
-            msg = batch.records[position]
-            why = delivery.describe(acks.errors(position)[0])
-            acks.reset(position)
+    def failed(self, record: Record[bytes], error: BaseException) -> list[Output]:
+        """A record whose outputs the broker refused for good (too large for a topic, topic gone): dead-lettered by
+        reference and REJECTED, so it never holds its partition; its first ending keeps its slot (`won`)."""
+        now = now_ms()
+        previous = self._batch
+        batch = _Batch(previous.table, previous.decider) if previous is not None else _Batch(
+            self._tables.at(now), Decider(now_ms=now, loads=self.state.loads.view((), now_ms=now)))
+        if previous is not None:
+            batch.won = previous.won
+        value = record.raw or b""
+        if isinstance(error, Refused):
+            why = delivery.describe(error.errors[0]) if error.errors else str(error)
             reject = Reject("REFUSED_BY_BROKER", f"the broker refused a record this envelope caused: {why}")
-            self._reject(msg, msg.value() or b"", _decoded(msg.value()), reject, producer, batch, position, now,
-                         by_reference=True)
-        if refused:
-            self._settle_terminals(producer, batch)
-            producer.flush(30)
+        else:
+            reject = Reject("ROUTER_ERROR", repr(error))
+        self._reject(record, value, _decoded(value), reject, batch, now, by_reference=isinstance(error, Refused))
+        self._settle_terminals(batch)
+        return [o for o in batch.outputs if isinstance(o, Output)]
 
-    def _route_one(
-        self,
-        msg: Message,
-        value: bytes,
-        producer: Producer,
-        batch: _Batch,
-        position: Position,
-        *,
-        now: int,
-    ) -> None:
+    def _session(self, session_key: str | None, instance_id: str, now: int, *, tenant: str) -> None | Output:
+        """Where a session sticks, on the compacted sessions topic (reach.core.sessionmap): untracked, since a lost
+        record costs affinity, never a message."""
+        if self._sessions_topic is None or not session_key:
+            return None
+        return Output(self._sessions_topic, sessionmap.encode(instance_id, now, tenant), key=session_key.encode(),
+                      tracked=False)
+
+    def _route_one(self, msg: Record[bytes], value: bytes, batch: _Batch, *, now: int) -> None:
+        position = msg.position
         try:
             envelope = decode_dict("Envelope", value)
         except DecodeError as exc:
             code = "UNKNOWN_SCHEMA" if isinstance(exc, UnknownSchema) else "UNDECODABLE"
-            self._reject(msg, value, None, Reject(code, str(exc)), producer, batch, position, now)
+            self._reject(msg, value, None, Reject(code, str(exc)), batch, now)
             return
         if envelope.get("reply_to"):
             try:
                 self.names.check_reply_to(envelope["reply_to"])
             except InvalidName as exc:  # never write where an untrusted envelope asks, except a reply topic
-                self._reject(msg, value, envelope, Reject("BAD_REPLY_TO", str(exc)), producer, batch, position, now)
+                self._reject(msg, value, envelope, Reject("BAD_REPLY_TO", str(exc)), batch, now)
                 return
         parsed = parse_request(envelope)
         if isinstance(parsed, Reject):
-            self._reject(msg, value, envelope, parsed, producer, batch, position, now)
+            self._reject(msg, value, envelope, parsed, batch, now)
             return
         request = parsed
         if len(value) > MAX_ENVELOPE_BYTES:
             reject = Reject("OVERSIZE", f"envelope is {len(value):,} bytes; the limit is {MAX_ENVELOPE_BYTES:,}")
-            self._reject(msg, value, envelope, reject, producer, batch, position, now)
+            self._reject(msg, value, envelope, reject, batch, now)
             return
         reply = self._reply_header(envelope) + receipt_headers(envelope)
         over = self.budgets.exceeded(request.tenant, now) if self.budgets is not None else None
@@ -403,8 +336,8 @@ class Router(SupervisedLoop):
         plan = self.fanout.plan(envelope, batch.table.by_capability.get(request.capability, ()),
                                  batch.table.splits)
         if plan.agents:  # an event on a subscribe capability: one delivery per subscribing agent
-            self.fanout.send(producer, batch.acks, position, topic=msg.topic() or "", envelope=envelope,
-                             request=request, agents=plan.agents, reply=reply, now=now)
+            batch.outputs += self.fanout.send(position, topic=msg.topic, envelope=envelope, request=request,
+                                              agents=plan.agents, reply=reply, now=now)
             self.stats.count(batch.stats_key(request.capability), "fanned_out")
             return
         session = sessionmap.scoped(request.tenant, request.session_key)  # a session is its tenant's
@@ -428,12 +361,14 @@ class Router(SupervisedLoop):
                 value = encode_dict("Envelope", {**envelope, "execution_timeout_ms": stretched(
                     asked, outcome.timeout_factor)})
             self.qps.take(instance, clock)
-            delivery.produce(producer, batch.acks, position, outcome.topic, value, key=msg.key(),
-                             headers=msg.headers(), partition=outcome.partition,
-                             then=functools.partial(_forwarded, batch, position, request, outcome, reply))
+            batch.outputs.append(Output(outcome.topic, value, key=msg.key, headers=msg.raw_headers,
+                                        partition=outcome.partition, cause=position,
+                                        then=functools.partial(self._routed, position, request, outcome, reply)))
             batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))
             if self.affinity.set(session, instance.instance_id, now):
-                self._record_session(producer, session, instance.instance_id, now, tenant=request.tenant)
+                record = self._session(session, instance.instance_id, now, tenant=request.tenant)
+                if record is not None:
+                    batch.outputs.append(record)
             self.stats.count(stats_key, "routed")
         elif isinstance(outcome, Overload):
             receipt = _receipt(request, Status.FAILED, now, error=_error("OVERLOAD", "OVERLOAD", outcome.message),
@@ -453,14 +388,13 @@ class Router(SupervisedLoop):
             for topic, key, out, headers in self.handoff.outputs(envelope, value, candidates, why=outcome.message,
                                                                  disabled=batch.table.disabled, names=self.names,
                                                                  at=now):
-                delivery.produce(producer, batch.acks, position, topic, out, key=key, headers=headers)
+                batch.outputs.append(Output(topic, out, key=key, headers=headers, cause=position))
             self.stats.count(stats_key, "handed_off")  # a human answers it (docs/intent.md), not UNROUTABLE
         elif isinstance(outcome, NoRoute):
             letter = None
             if outcome.dead_letter:
                 letter = functools.partial(self._dead_letter, msg, value, envelope, "NO_ROUTE",
-                                           _error("NO_ROUTE", "NO_ROUTE", outcome.message), producer, batch, position,
-                                           now)
+                                           _error("NO_ROUTE", "NO_ROUTE", outcome.message), now)
                 status, counter = Status.DEAD_LETTERED, "dead_lettered"
             else:
                 status, counter = Status.UNROUTABLE, "unroutable"
@@ -471,7 +405,7 @@ class Router(SupervisedLoop):
             receipt = _receipt(request, Status.EXPIRED, now, error=_error("TIMEOUT", "BUDGET_SPENT", outcome.message))
             self._produce_terminal(batch, position, receipt, reply, counter="expired")
         else:
-            self._reject(msg, value, envelope, outcome, producer, batch, position, now)
+            self._reject(msg, value, envelope, outcome, batch, now)
 
     # -- records -------------------------------------------------------------------------------------
 
@@ -481,15 +415,15 @@ class Router(SupervisedLoop):
         reply_to = (envelope or {}).get("reply_to")
         return [(H.REPLY_TO, reply_to.encode())] if reply_to else []
 
-    def _produce_receipt(self, producer: Producer, batch: _Batch, position: Position, receipt: dict[str, Any],
+    def _produce_receipt(self, batch: _Batch, position: Position, receipt: dict[str, Any],
                          reply: H.Headers | None = None) -> None:
         key = receipt["message_id"].encode()
-        delivery.produce(producer, batch.acks, position, self.names.receipts, encode_dict("Receipt", receipt),
-                         key=key, headers=[(H.MESSAGE_ID, key), *(reply or ())])
+        batch.outputs.append(Output(self.names.receipts, encode_dict("Receipt", receipt), key=key,
+                                    headers=[(H.MESSAGE_ID, key), *(reply or ())], cause=position))
 
     def _produce_terminal(self, batch: _Batch, position: Position, receipt: dict[str, Any],
                           reply: H.Headers | None = None, *, counter: str,
-                          side: Callable[[], None] | None = None, child: _Child | None = None) -> None:
+                          side: Callable[[], list[Output]] | None = None, child: _Child | None = None) -> None:
         """Hold a terminal receipt (and its side output, its fallback child) for the batch's one claim of the
         terminal slots."""
         terminal = Terminal(receipt["message_id"], receipt.get("generation") or 0, encode_dict("Receipt", receipt))
@@ -515,7 +449,7 @@ class Router(SupervisedLoop):
         return _Child(topic, made["message_id"], fallback.key_of(made), encode_dict("Envelope", made),
                       fallback.mark(ref))
 
-    def _settle_terminals(self, producer: Producer, batch: _Batch) -> None:
+    def _settle_terminals(self, batch: _Batch) -> None:
         """First terminal wins (reach.terminals): one round trip claims every held terminal of the batch. A winner
         produces its side output and its receipt; a loser republishes the winner's receipt and nothing else (no
         dead letter for a message an agent already COMPLETED). A winner that is the router's own earlier ending of
@@ -536,53 +470,44 @@ class Router(SupervisedLoop):
                 if ending.position not in settled:
                     self.stats.count(ending.capability, ending.counter)
                 if ending.side is not None:
-                    ending.side()
+                    batch.outputs += ending.side()
                 if ending.child is not None:  # a derived id: sent again on a re-read, it is the same message
                     child = ending.child
-                    delivery.produce(producer, batch.acks, ending.position, child.topic, child.value,
-                                     key=child.key.encode(), headers=[(H.MESSAGE_ID, child.message_id.encode())])
+                    batch.outputs.append(Output(child.topic, child.value, key=child.key.encode(),
+                                                headers=[(H.MESSAGE_ID, child.message_id.encode())],
+                                                cause=ending.position))
                     marks = [(H.FALLBACK, child.mark.encode())]
             else:
                 self.stats.count(ending.capability, "superseded")
             key = ending.terminal.message_id.encode()
-            delivery.produce(producer, batch.acks, ending.position, self.names.receipts, claim.receipt, key=key,
-                             headers=[(H.MESSAGE_ID, key), *ending.headers, *marks])
+            batch.outputs.append(Output(self.names.receipts, claim.receipt, key=key,
+                                        headers=[(H.MESSAGE_ID, key), *ending.headers, *marks], cause=ending.position))
         if self.fence.unfenced > unfenced:
             self.stats.count(OTHER, "unfenced", self.fence.unfenced - unfenced)
 
-    def _produce_routed(self, producer: Producer, batch: _Batch) -> None:
-        """The ROUTED receipts of the batch's acknowledged forwards (each carries its forward's inbox offset), tagged
-        with this worker's id so its own state loop need not decode them again."""
-        routed, batch.routed = batch.routed, []
-        writer, topic, tag = self._routed_writer, self.names.receipts, self._routed_headers
+    def _routed(self, position: Position, request: RouteRequest, forward: Forward, reply: H.Headers, partition: int,
+                offset: int) -> list[Output]:
+        """A forward's follow-up, from its delivery report: the ROUTED receipt naming the inbox offset it landed at,
+        tagged with this worker's id so its own state loop need not decode it again."""
+        writer = self._routed_writer
         if writer is not None and default_codec().pinned("Receipt"):  # REACH_RECORDS_WRITE_AS: the codec writes them
             writer = None
-        for r in routed:
-            request, forward = r.request, r.forward
-            if writer is None:
-                value = encode_dict("Receipt", self._routed_receipt(request, forward, r.partition, r.offset))
-            else:
-                decision, instance = forward.decision, forward.instance
-                value = writer.encode(
-                    message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
-                    tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
-                    deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms,
-                    reroutes=request.reroutes, agent_id=instance.agent_id, instance_id=instance.instance_id,
-                    scores=decision.scores, picked_instance=decision.picked_instance, topic=forward.topic,
-                    partition=r.partition, offset=r.offset, weights=decision.weights, arm=decision.arm,
-                    admission=forward.admission, callback=request.callback,
-                )
-            key = request.message_id.encode()
-            try:
-                try:
-                    producer.produce(topic, key=key, value=value, headers=[(H.MESSAGE_ID, key), *tag, *r.reply],
-                                     on_delivery=r.report)
-                except BufferError:  # the local queue is full: serve delivery reports, then try once more
-                    producer.poll(1.0)
-                    producer.produce(topic, key=key, value=value, headers=[(H.MESSAGE_ID, key), *tag, *r.reply],
-                                     on_delivery=r.report)
-            except Exception as exc:  # noqa: BLE001 - a receipt that cannot be queued fails its input record
-                r.report(exc, None)
+        if writer is None:
+            value = encode_dict("Receipt", self._routed_receipt(request, forward, partition, offset))
+        else:
+            decision, instance = forward.decision, forward.instance
+            value = writer.encode(
+                message_id=request.message_id, generation=request.generation, trace_id=request.trace_id,
+                tenant=request.tenant, capability=request.capability, attempt=request.attempt, at=now_ms(),
+                deadline=request.deadline, delivery_timeout_ms=request.delivery_timeout_ms,
+                reroutes=request.reroutes, agent_id=instance.agent_id, instance_id=instance.instance_id,
+                scores=decision.scores, picked_instance=decision.picked_instance, topic=forward.topic,
+                partition=partition, offset=offset, weights=decision.weights, arm=decision.arm,
+                admission=forward.admission, callback=request.callback,
+            )
+        key = request.message_id.encode()
+        return [Output(self.names.receipts, value, key=key, headers=[(H.MESSAGE_ID, key), *self._routed_headers,
+                                                                     *reply], cause=position)]
 
     def _routed_receipt(self, request: RouteRequest, forward: Forward, partition: int | None,
                         offset: int | None) -> dict[str, Any]:
@@ -605,22 +530,12 @@ class Router(SupervisedLoop):
             },
         )
 
-    def _reject(
-        self,
-        msg: Message,
-        value: bytes,
-        envelope: dict[str, Any] | None,
-        reject: Reject,
-        producer: Producer,
-        batch: _Batch,
-        position: Position,
-        now: int,
-        *,
-        by_reference: bool = False,
-    ) -> None:
+    def _reject(self, msg: Record[bytes], value: bytes, envelope: dict[str, Any] | None, reject: Reject,
+                batch: _Batch, now: int, *, by_reference: bool = False) -> None:
+        position = msg.position
         error = _error("INVALID_INPUT", reject.code, reject.message)
-        letter = functools.partial(self._dead_letter, msg, value, envelope, reject.code, error, producer, batch,
-                                   position, now, by_reference=by_reference)
+        letter = functools.partial(self._dead_letter, msg, value, envelope, reject.code, error, now,
+                                   by_reference=by_reference)
         reply = self._reply_header(envelope) if reject.code != "BAD_REPLY_TO" else None
         if envelope is not None:
             request = RouteRequest.from_envelope(envelope)
@@ -630,20 +545,20 @@ class Router(SupervisedLoop):
         message_id = _fallback_id(msg)
         if self._ended_before(message_id, msg, reject, batch):
             return
-        letter()  # undecodable: no (message_id, generation) to fence; nothing else can end it either
+        batch.outputs += letter()  # undecodable: no (message_id, generation) to fence; nothing else can end it
         receipt = {
             "message_id": message_id,
             "trace_id": "",
             "tenant": "",
-            "capability": self._capability_of(msg.topic() or ""),
+            "capability": self._capability_of(msg.topic),
             "status": Status.REJECTED.value,
             "at": now,
             "error": error,
         }
-        self._produce_receipt(producer, batch, position, receipt, reply)
+        self._produce_receipt(batch, position, receipt, reply)
         self.stats.count(batch.stats_key(receipt["capability"]), "rejected")
 
-    def _ended_before(self, message_id: str, msg: Message, reject: Reject, batch: _Batch) -> bool:
+    def _ended_before(self, message_id: str, msg: Record[bytes], reject: Reject, batch: _Batch) -> bool:
         """Whether an envelope this router cannot decode (a newer writer's schema, a corrupt body) names a message
         that already ended (its first terminal, generation 0, in the register): then it is not ended again, neither
         REJECTED nor dead-lettered, only counted (`superseded`) and logged; a message a newer router completed is
@@ -651,29 +566,17 @@ class Router(SupervisedLoop):
         winner = self.fence.peek([(message_id, 0)])[0]
         if winner is None:
             return False
-        capability = self._capability_of(msg.topic() or "")
+        capability = self._capability_of(msg.topic)
         log.warning("%s[%d]@%d: envelope of %s does not decode (%s) but the message already ended; not ended again",
-                    msg.topic(), msg.partition(), msg.offset(), message_id, reject.code)
+                    *msg.position, message_id, reject.code)
         self.stats.count(batch.stats_key(capability), "superseded")
         return True
 
-    def _dead_letter(
-        self,
-        msg: Message,
-        value: bytes,
-        envelope: dict[str, Any] | None,
-        reason: str,
-        error: dict[str, str],
-        producer: Producer,
-        batch: _Batch,
-        position: Position,
-        now: int,
-        *,
-        by_reference: bool = False,
-    ) -> None:
+    def _dead_letter(self, msg: Record[bytes], value: bytes, envelope: dict[str, Any] | None, reason: str,
+                     error: dict[str, str], now: int, *, by_reference: bool = False) -> list[Output]:
         """The original bytes untouched plus provenance; only when even the sized dlq cannot take them, a letter
         by reference (empty envelope: replay reads the origin offset while the origin topic retains it)."""
-        topic, partition, offset = position
+        topic, partition, offset = position = msg.position
         message_id = envelope.get("message_id") if envelope else None
         record = {
             "envelope": b"" if by_reference else value,
@@ -694,24 +597,12 @@ class Router(SupervisedLoop):
             note = f"; the {len(value):,}-byte original is not copied (over the dlq limit): replay reads it from origin"
             record = {**record, "envelope": b"", "error": {**error, "message": error["message"] + note}}
             encoded = encode_dict("DeadLetter", record)
-        delivery.produce(producer, batch.acks, position, self.names.dlq, encoded,
-                         key=(message_id or _fallback_id(msg)).encode(),
-                         headers=dlq.provenance(topic, partition, offset, reason, message_id))
+        return [Output(self.names.dlq, encoded, key=(message_id or _fallback_id(msg)).encode(),
+                       headers=dlq.provenance(topic, partition, offset, reason, message_id), cause=position)]
 
     def _capability_of(self, topic: str) -> str:
         prefix = self.names.capability_prefix
         return topic[len(prefix):] if topic.startswith(prefix) else topic
-
-
-def _forwarded(batch: _Batch, position: Position, request: RouteRequest, forward: Forward, reply: H.Headers,
-               slot: Message) -> None:
-    """A forward's delivery report: its ROUTED receipt is due, produced with the batch's others after the flush."""
-    batch.routed.append(_Routed(request, forward, slot.partition(), slot.offset(), reply, batch.acks.expect(position)))
-
-
-def _commit_revoked(ledger: CommitLedger, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-    """The final commit of what a rebalance takes away (inside poll, before the partitions go)."""
-    clients.commit_now(consumer, ledger, [(tp.topic, tp.partition) for tp in partitions])
 
 
 _HEADROOM = 1024  # record overhead and provenance headers beyond the encoded value
@@ -733,17 +624,15 @@ def _decoded(value: bytes | None) -> dict[str, Any] | None:
         return None
 
 
-def _fallback_id(msg: Message) -> str:
+def _fallback_id(msg: Record[bytes]) -> str:
     """A message id for an undecodable record: its x-reach-message-id header, its key, else its position."""
-    raw = msg.headers() or []
-    pairs: Any = raw.items() if isinstance(raw, dict) else raw
-    for name, value in pairs:
-        if name == H.MESSAGE_ID and value:
-            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-    key = msg.key()
-    if key:
-        return key.decode(errors="replace") if isinstance(key, bytes) else str(key)
-    return f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
+    found = H.text(msg.headers, H.MESSAGE_ID)
+    if found:
+        return found
+    if msg.key:
+        return msg.key.decode(errors="replace")
+    topic, partition, offset = msg.position
+    return f"{topic}/{partition}/{offset}"
 
 
 def _error(kind: str, code: str, message: str) -> dict[str, str]:
@@ -773,10 +662,10 @@ def _receipt(request: RouteRequest, status: Status, at: int, **fields: Any) -> d
     }
 
 
-def _existing(producer: Producer, topic: str) -> str | None:
+def _existing(kafka: KafkaSettings, topic: str) -> str | None:
     """`topic` when the cluster has it (a namespace from before the sessions topic has not), else None."""
     try:
-        meta = producer.list_topics(timeout=5).topics.get(topic)  # all: a named one may be auto-created
+        meta = clients.admin(kafka).list_topics(timeout=5).topics.get(topic)  # all: a named one may be auto-created
     except KafkaException:
         return None
     if meta is None or meta.error is not None or not meta.partitions:

@@ -12,11 +12,10 @@ from typing import Any
 
 from reach.core import fanout
 from reach.core.candidates import RouteRequest
-from reach.kafka import delivery
 from reach.kafka import headers as H
-from reach.kafka.acks import Acks, Position
+from reach.kafka.acks import Position
 from reach.kafka.codec import encode_dict
-from reach.kafka.types import Producer
+from reach.kafka.worker import Output
 from reach.records import AgentRegistration, Status
 
 log = logging.getLogger("reach.router")
@@ -54,15 +53,16 @@ class FanOutStep:
         agents = fanout.subscribers(envelope, parts)
         return Plan(candidates=(), agents=tuple(agents))  # none READY: routed among none, NoRoute says so
 
-    def send(self, producer: Producer, acks: Acks, position: Position, *, topic: str, envelope: dict[str, Any],
-             request: RouteRequest, agents: Sequence[str], reply: H.Headers, now: int) -> None:
+    def send(self, position: Position, *, topic: str, envelope: dict[str, Any], request: RouteRequest,
+             agents: Sequence[str], reply: H.Headers, now: int) -> list[Output]:
         """The deliveries to the capability's topic, then the parent's FANNED_OUT receipt (no delivery clock: the
         parent is never rerouted; its deadline still expires it), all acknowledged before the record commits."""
+        outputs = []
         for agent in agents:
             child = fanout.delivery(envelope, agent, share=len(agents))  # the event's budget split among them
             key = (child.get("routing") or {}).get("session_key") or child["message_id"]
-            delivery.produce(producer, acks, position, topic, encode_dict("Envelope", child), key=str(key).encode(),
-                             headers=[(H.MESSAGE_ID, child["message_id"].encode())])
+            outputs.append(Output(topic, encode_dict("Envelope", child), key=str(key).encode(),
+                                  headers=[(H.MESSAGE_ID, child["message_id"].encode())], cause=position))
         book = fanout.announced(agents, request.message_id, request.generation)
         receipt = {
             "message_id": request.message_id, "generation": request.generation, "trace_id": request.trace_id,
@@ -71,8 +71,9 @@ class FanOutStep:
             "reroutes": request.reroutes, "callback": request.callback, "fanout": book.model_dump(),
         }
         key = request.message_id.encode()
-        delivery.produce(producer, acks, position, self._receipts, encode_dict("Receipt", receipt), key=key,
-                         headers=[(H.MESSAGE_ID, key), *reply])
+        outputs.append(Output(self._receipts, encode_dict("Receipt", receipt), key=key,
+                              headers=[(H.MESSAGE_ID, key), *reply], cause=position))
+        return outputs
 
     def _log_refused(self, capability: str, parts: fanout.Split) -> None:
         for reg in parts.refused:

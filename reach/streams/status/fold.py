@@ -1,26 +1,24 @@
-"""The status fold: a confluent-kafka loop over `<ns>.receipts` writing rows, changelog and replies per batch.
+"""The status fold: a batch worker (reach.kafka.worker) over `<ns>.receipts` writing rows, changelog and replies.
 
 Per batch: decode each receipt, fold it (pure `reach.core.lifecycle.apply`, on dicts) onto the row
-as it stands in this batch; produce each reply to its `<ns>.replies.*` topic and flush; then one
-changelog record per changed row to the status partition of the same number, and flush; only when
-the broker acknowledged all of them write the rows to the partition stores (RocksDB) and commit the
-receipts offsets. Replies and callbacks (a terminal row's callback envelope to its channel capability, see
-reach.channels.closure) go first so no changelog record says `replied` / `callback_sent` before the
-broker acknowledged them; so does a fallback child (an agent's ending its capability's POLICY `fallback` serves,
-reach.core.fallback: the envelope is read back from the inbox through the Fallbacks port), before a changelog
-record names it. A refused record rewinds the batch (at least once; the fold is idempotent), except a
-reply no retry cures (too large, topic gone), which is counted and logged. A registry outage is
-infrastructure: nothing commits, the batch is read again after a backoff.
+as it stands in this batch; produce each reply to its `<ns>.replies.*` topic; then, in a later produce phase
+(decision 0063), one changelog record per changed row to the status partition of the same number; only when
+the broker acknowledged them (`acknowledged`) write the rows to the partition stores (RocksDB); the worker commits
+the receipts offsets only past what all of it acknowledged. Replies and callbacks (a terminal row's callback
+envelope to its channel capability, see reach.channels.closure) go in the first phase so no changelog record says
+`replied` / `callback_sent` before the broker acknowledged them; so does a fallback child (an agent's ending its
+capability's POLICY `fallback` serves, reach.core.fallback: the envelope is read back from the inbox through the
+Fallbacks port), before a changelog record names it. An unacknowledged record reads its receipts partition again
+from the batch's first receipt there (at least once; the fold is idempotent), except a reply no retry cures (too
+large, topic gone), which is counted and logged. A registry outage holds the partition (read again after a pause).
 On assignment a partition's store is trusted when it has applied the changelog up to its end, else
 caught up from the offset it recorded (or rebuilt from the start when that offset is gone).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +26,30 @@ import orjson
 from pydantic import ValidationError
 
 from reach.core import fallback, fanout, lifecycle
-from reach.core.commits import CommitLedger
 from reach.core.lifecycle import Row, StatusRow
 from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery, receiptbytes, topicreader
 from reach.kafka import headers as H
-from reach.kafka.acks import Acks, Position
+from reach.kafka.acks import Position
+from reach.kafka.backoff import PartitionBackoff
 from reach.kafka.clients import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from reach.kafka.codec import DecodeError, RegistryUnavailable, decode_dict, encode_dict
-from reach.kafka.supervised import SupervisedLoop
+from reach.kafka.worker import (
+    INFRASTRUCTURE,
+    Delivered,
+    Hold,
+    Output,
+    Record,
+    Refused,
+    Subscription,
+    TopicPart,
+    Worker,
+)
 from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Envelope, Receipt, Status
 from reach.settings import KafkaSettings
-from reach.streams.exceptions import DeliveryFailed, StreamsError
+from reach.streams.exceptions import StreamsError
 from reach.streams.status import keys, tenants
 from reach.streams.status.lookup import OWNER_PREFIX, partition_of
 from reach.streams.status.ports import Callbacks, Fallbacks, NoFallbacks
@@ -57,6 +65,9 @@ _Reply = tuple[Position, str, str, bytes]
 _Out = tuple[Position, str, str, bytes, str]
 """(the receipt's position, topic, key, value, message id): a callback or a fallback child."""
 _RECOVERY_BATCH = 5_000
+COMMIT_EVERY_S = 0.1
+"""The fold's commits go out at most this often (reach.core.commits): a re-read after a crash folds at most this
+much again (the fold is idempotent); a revoke and a stop commit at once."""
 _LEADER_MOVING = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
                             KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT})
 
@@ -66,19 +77,25 @@ def fold_group(names: Names) -> str:
     return f"{names.router_app_id}.status"
 
 
-class StatusFold(SupervisedLoop):
+class StatusFold(Worker[bytes]):
     """The status table's only writer; readers (views, timekeeper, gauges) use `row`, `due_rows`, ... ."""
 
     thread_name = "reach-status-fold"
     label = "status fold"
-    restart_on = (KafkaException, StreamsError)  # a fresh consumer resumes from the committed offsets
+    restart_on = (*INFRASTRUCTURE, StreamsError)  # a fresh consumer resumes from the committed offsets
     stop_timeout_s = 15.0
     log = log
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, metrics: Metrics, state_dir: Path, url: str,
                  retention_ms: int, callbacks: Callbacks, fallbacks: Fallbacks | None = None,
                  batch_size: int = 1_000) -> None:
-        super().__init__()
+        super().__init__(kafka=kafka, subscription=Subscription(
+            group=fold_group(names), topics=[names.receipts], profile="feed", producer_profile="hot",
+            max_records=batch_size, poll_s=0.2, commit_every_s=COMMIT_EVERY_S,
+            consumer_config={"client.id": OWNER_PREFIX + url, "session.timeout.ms": 6_000,
+                             "heartbeat.interval.ms": 1_500, "partition.assignment.strategy": "roundrobin",
+                             "max.poll.interval.ms": 600_000},
+            producer_config={"topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS}))
         self.names = names
         self.url = url
         self._kafka = kafka
@@ -89,7 +106,13 @@ class StatusFold(SupervisedLoop):
         self._callbacks = callbacks
         self._fallbacks = fallbacks or NoFallbacks()
         self._stores: dict[int, PartitionStore] = {}
-        self._ledger = CommitLedger()  # one async commit in flight; a restarted loop starts a fresh one
+        self._admin: Any = None  # metadata lookups of reply and callback topics (never creating them)
+        self._outage_s = 0.0  # how long a partition waits after the registry failed (doubling)
+        self._changelog: dict[int, int] = {}  # this batch's changelog records per status partition
+        self._changes: dict[int, dict[str, bytes | None]] = {}  # and their values, written once acknowledged
+        self._parsed: dict[str, tuple[Row | None, Row]] = {}
+        self._replies: set[int] = set()  # ids of this batch's reply outputs (counted `sent` once acknowledged)
+        self._held: set[int] = set()  # receipts partitions this batch holds (the registry did not answer)
         self._reply_topics: dict[str, float] = {}  # topics seen to exist, and when (a miss is never cached)
         self._replies_family: set[str] = set()  # reply_to headers seen to name a <ns>.replies.* topic
         self._sweep_every = max(1.0, min(60.0, retention_ms / 2000))
@@ -153,102 +176,110 @@ class StatusFold(SupervisedLoop):
 
     # -- the loop ------------------------------------------------------------------------------------
 
-    def _loop(self) -> None:
-        self._ledger = CommitLedger()
-        consumer = clients.consumer(fold_group(self.names), self._kafka, profile="feed", **{
-            "client.id": OWNER_PREFIX + self.url, "session.timeout.ms": 6_000, "heartbeat.interval.ms": 1_500,
-            "partition.assignment.strategy": "roundrobin", "max.poll.interval.ms": 600_000,
-            "on_commit": functools.partial(clients.on_commit, self._ledger),
-        })
-        producer = clients.producer(self._kafka, profile="hot",
-                                    **{"topic.metadata.propagation.max.ms": delivery.PROPAGATION_MS})
-        try:
-            meta = consumer.list_topics(self.names.receipts, timeout=15).topics.get(self.names.receipts)
-            if meta is None or meta.error is not None or not meta.partitions:
-                raise StreamsError(f"topic {self.names.receipts} is missing; run `reach topics apply`")
-            self.partitions = len(meta.partitions)
-            consumer.subscribe([self.names.receipts], on_assign=self._assigned, on_revoke=self._revoked,
-                               on_lost=self._lost)
-            self._mark_ready()
-            outage = 0.2
-            while not self._stop.is_set():
-                messages = clients.take(consumer, self._batch_size, 0.2)
-                read_at, level = now_ms(), self._level(consumer)  # right after the drain: what this batch reaches
-                if messages:
-                    try:
-                        self._batch(consumer, producer, messages)
-                        outage = 0.2
-                    except RegistryUnavailable as exc:  # the batch was rewound: read it again after a pause
-                        log.warning("status fold: schema registry unavailable, reading again in %.1fs: %s",
-                                    outage, exc)
-                        level = []  # nothing of it was folded
-                        self._stop.wait(outage)
-                        outage = min(outage * 2, 5.0)
-                if not messages:
-                    clients.send_commits(consumer, self._ledger, self._owned())  # a failed last commit is sent again
-                for partition in level:
-                    self.frontier[partition] = max(self.frontier.get(partition, 0), read_at - FRONTIER_SLACK_MS)
-                if time.monotonic() >= self._next_sweep:
-                    self._next_sweep = time.monotonic() + self._sweep_every
-                    self._sweep(producer)
-        finally:
-            producer.flush(10)
-            clients.commit_now(consumer, self._ledger)
-            consumer.close()
-            self._close_stores(list(self._stores))
+    def opened(self) -> None:
+        assert self.consumer is not None
+        self.partitions = len(topicreader.partitions(self.consumer, self.names.receipts, timeout=15))
+        self._admin = clients.admin(self._kafka, **{"allow.auto.create.topics": False})
 
-    def _batch(self, consumer: Consumer, producer: Producer, messages: list[Message]) -> None:
-        rows: dict[str, tuple[int, Row]] = {}
-        stored: dict[str, Row | None] = {}  # each row read, as its store holds it (for the store's index bookkeeping)
-        replies: list[_Reply] = []
-        callbacks: list[_Out] = []
-        first: dict[int, int] = {}
+    def closed(self) -> None:
+        self._close_stores(list(self._stores))
+
+    def process(self, messages: list[Message], *, consumer: Consumer, producer: Producer,
+                backoff: PartitionBackoff | None = None) -> dict[TopicPart, int]:
+        """The worker's batch, and the frontier of what it folded: right after the drain, what this batch reaches."""
+        read_at, level = now_ms(), self._level(consumer)
+        self._held = set()
         last: dict[int, int] = {}
         for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() != KafkaError._PARTITION_EOF:
-                    log.warning("receipts consumer: %s", err)
-                continue
-            partition, offset = msg.partition() or 0, msg.offset() or 0
-            first.setdefault(partition, offset)
-            last[partition] = offset
+            if msg.error() is None:
+                last[msg.partition() or 0] = msg.offset() or 0
+        commits = super().process(messages, consumer=consumer, producer=producer, backoff=backoff)
+        # a partition read again (held, or an output not acknowledged) has not folded what it read
+        self._advance(read_at, [p for p in level if p not in last
+                                or commits.get((self.names.receipts, p), -1) > last[p]])
+        return commits
+
+    def idle(self) -> list[Output]:
+        if self.consumer is not None:
+            self._advance(now_ms(), self._level(self.consumer))
+        return self._sweep()
+
+    def _advance(self, read_at: int, level: list[int]) -> None:
+        for partition in level:
+            self.frontier[partition] = max(self.frontier.get(partition, 0), read_at - FRONTIER_SLACK_MS)
+
+    def handle(self, records: list[Record[bytes]]) -> list[Output | Hold]:
+        rows: dict[str, tuple[int, Row]] = {}
+        stored: dict[str, Row | None] = {}  # each row read, as its store holds it (for the store's index bookkeeping)
+        outputs: list[Output | Hold] = []
+        first: dict[int, Position] = {}
+        self._replies = set()
+        for record in records:
+            partition = record.partition
+            if partition in self._held:
+                continue  # read again from the held receipt, in order
+            first.setdefault(partition, record.position)
             try:
-                self._one(msg, partition, rows, stored, replies, callbacks, producer)
-            except RegistryUnavailable:  # infrastructure, not this receipt: commit nothing, read it all again
-                self._rewind(consumer, _first_offsets(messages))
-                raise
+                self._one(record, partition, rows, stored, outputs)
+            except RegistryUnavailable as exc:  # infrastructure, not this receipt: hold its partition from it
+                self._outage_s = min(max(self._outage_s * 2, 0.2), 5.0)
+                log.warning("status fold: schema registry unavailable, reading receipts[%d] again in %.1fs: %s",
+                            partition, self._outage_s, exc)
+                outputs.append(Hold(record.position, self._outage_s))
+                self._held.add(partition)
             except (BufferError, KafkaException, StreamsError):
                 raise  # infrastructure, or a receipt of a partition this worker has no store for: nothing commits
             except Exception:  # noqa: BLE001 - one bad receipt must not stop the fold
                 self._metrics.undecodable.inc()
-                log.exception("status: could not fold the receipt at %s[%d]@%d; skipped", msg.topic(), partition,
-                              offset)
-        errors = self._send_replies(producer, replies) + self._send_callbacks(producer, callbacks)
-        if errors:
-            self._rewind(consumer, first)
-            raise DeliveryFailed("replies not acknowledged: " + "; ".join(sorted(set(errors))[:3]))
-        delivered: dict[int, int] = {}
-        errors = []
-        report = _tracker(delivered, errors)
-        by_partition: dict[int, dict[str, bytes | None]] = {}
-        for mid, (partition, row) in rows.items():
-            value = by_partition.setdefault(partition, {})[mid] = orjson.dumps(row)
-            producer.produce(self.names.status, key=mid.encode(), value=value, partition=partition,
-                             on_delivery=report)
-        self._flush(producer, errors)
-        if errors:
-            self._rewind(consumer, first)
-            raise DeliveryFailed("; ".join(sorted(set(errors))[:3]))
-        for partition, changes in by_partition.items():
-            self._stores[partition].write(changes, changelog_next=delivered.get(partition),
-                                          parsed={mid: (stored[mid], rows[mid][1]) for mid in changes})
-        self._ledger.want({(self.names.receipts, p): o + 1 for p, o in last.items()})
-        clients.send_commits(consumer, self._ledger, self._owned())
+                log.exception("status: could not fold the receipt at %s[%d]@%d; skipped", *record.position)
+        if not self._held:
+            self._outage_s = 0.0
+        self._changelog, self._changes = {}, {}
+        self._parsed = {}
+        for mid, (partition, row) in rows.items():  # a held partition's rows: what its receipts before the hold made
+            value = self._changes.setdefault(partition, {})[mid] = orjson.dumps(row)
+            self._parsed[mid] = (stored[mid], row)
+            self._changelog[partition] = self._changelog.get(partition, 0) + 1
+            outputs.append(Output(self.names.status, value, key=mid.encode(), partition=partition,
+                                  cause=first[partition], phase=1))
+        # retention runs under load too (idle() alone would never sweep a busy fold); a row this batch changed waits
+        outputs += [o for o in self._sweep() if isinstance(o.key, bytes) and o.key.decode() not in rows]
+        return outputs
 
-    def _one(self, msg: Message, partition: int, rows: dict[str, tuple[int, Row]], stored: dict[str, Row | None],
-             replies: list[_Reply], callbacks: list[_Out], producer: Producer) -> None:
-        value = msg.value()
+    def acknowledged(self, delivered: list[Delivered]) -> None:
+        """The rows of each status partition whose changelog records all landed go to its store, at the offset after
+        them (a partition with one missing is read again and folded again from its store as it was)."""
+        landed: dict[int, int] = {}
+        at: dict[int, int] = {}
+        for d in delivered:
+            out = d.output
+            if out.topic == self.names.status and out.cause != ():
+                landed[d.partition] = landed.get(d.partition, 0) + 1
+                at[d.partition] = max(at.get(d.partition, -1), d.offset + 1)
+            elif id(out) in self._replies:
+                self._metrics.replies.labels("sent").inc()
+            elif out.topic == self.names.status:  # a retention tombstone (`_sweep`)
+                self._swept(d.partition, out, d.offset)
+        for partition, changes in self._changes.items():
+            if landed.get(partition, 0) == self._changelog[partition]:
+                self._stores[partition].write(changes, changelog_next=at[partition],
+                                              parsed={mid: self._parsed[mid] for mid in changes})
+        self._changes, self._changelog, self._parsed = {}, {}, {}
+
+    def failed(self, record: Record[bytes], error: BaseException) -> list[Output]:
+        """A receipt one of whose records the broker refused for good: a reply is counted and logged (the row stays
+        replied, the fold moves on); a callback or a fallback child keeps its receipt unacknowledged (read again)."""
+        if isinstance(error, Refused):
+            log.warning("status: a record caused by %r was refused (%s); not retried", record,
+                        ", ".join(map(delivery.describe, error.errors)))
+            if H.text(record.headers, H.REPLY_TO) is not None:
+                self._metrics.replies.labels("failed").inc()
+            return []
+        raise error
+
+    def _one(self, msg: Record[bytes], partition: int, rows: dict[str, tuple[int, Row]],
+             stored: dict[str, Row | None], outputs: list[Output | Hold]) -> None:
+        value = msg.raw
         if value is None:
             return
         try:
@@ -268,14 +299,16 @@ class StatusFold(SupervisedLoop):
                 raw = store.get_raw(mid)
                 stored[mid] = orjson.loads(raw) if raw is not None else None
             current = lifecycle.current(stored[mid])  # a row an older version wrote is validated into this shape
-        position = (msg.topic() or "", partition, msg.offset() or 0)
-        parent, mark, asked = _header(msg, H.FANOUT_OF), _header(msg, H.FALLBACK), _header(msg, H.FALLBACK_ASK)
+        position = msg.position
+        headers = msg.headers
+        parent, mark = H.text(headers, H.FANOUT_OF), H.text(headers, H.FALLBACK)
+        asked = H.text(headers, H.FALLBACK_ASK)
         if receipt["status"] == "FANNED_OUT" and (forged := _forged(current, receipt)) is not None:
             log.warning("status: dropped a FANNED_OUT receipt for %s: %s", mid, forged)
             return
-        after, reply = lifecycle.apply(current, receipt, value, reply_to=self._reply_to(msg))
+        after, reply = lifecycle.apply(current, receipt, value, reply_to=self._reply_to(headers))
         if parent is not None or mark is not None or asked is not None or self._bookkeeps(after):
-            settled = self._settle(position, current, after, receipt, callbacks, producer, parent=parent, mark=mark,
+            settled = self._bookkeeping(position, current, after, receipt, outputs, parent=parent, mark=mark,
                                    asked=asked)
             if settled is None:
                 return
@@ -285,21 +318,21 @@ class StatusFold(SupervisedLoop):
         if changed:
             rows[mid] = (partition, after)
         if reply is not None and after["reply_to"]:
-            replies.append((position, after["reply_to"], mid, reply))
+            self._reply(outputs, position, after["reply_to"], mid, reply)
 
     def _bookkeeps(self, row: Row) -> bool:
-        """Whether the row has fallback, fan-out or callback bookkeeping to settle (through the models, `_settle`):
+        """Whether the row has fallback, fan-out or callback bookkeeping to settle (through the models, `_bookkeeping`):
         a callback spec, a fan-out, a fallback to send or waiting, or an ending its capability's fallback serves."""
         return (row["callback"] is not None or row["fanout"] is not None or row["fallback_pending"]
                 or (row["status"] in _TERMINAL and row["fallback"] is None
                     and self._fallbacks.fallback_of(row["capability"]) is not None))
 
-    def _settle(self, position: Position, current: Row | None, folded: Row, receipt: dict[str, Any],
-                callbacks: list[_Out], producer: Producer, *, parent: str | None, mark: str | None,
+    def _bookkeeping(self, position: Position, current: Row | None, folded: Row, receipt: dict[str, Any],
+                outputs: list[Output | Hold], *, parent: str | None, mark: str | None,
                 asked: str | None) -> Row | None:
         """The folded row with its fallback, fan-out and callback bookkeeping (reach.core.fallback, fanout, the
-        Callbacks port, on the models); the records that produces join `callbacks`. Returns `folded` itself when
-        nothing changed, None when the receipt breaks the record's rules (skipped)."""
+        Callbacks port, on the models); the records that produces join `outputs` (the first phase). Returns
+        `folded` itself when nothing changed, None when the receipt breaks the record's rules (skipped)."""
         try:
             model = Receipt.from_avro(receipt)
         except ValidationError as exc:
@@ -312,19 +345,19 @@ class StatusFold(SupervisedLoop):
         after, ask = fallback.settle(before, after, model, routed_child=fallback.parse_mark(mark),
                                      fallback_of=self._fallbacks.fallback_of)
         if ask is not None:  # before the callback: a child that was sent carries it on
-            after, child = self._fallback_child(producer, after, ask)
+            after, child = self._fallback_child(after, ask)
             if child is not None:
-                callbacks.append((position, *child))
+                outputs.append(_out(position, *child))
         after, told = fanout.settle(after, model, parent=parent)
         if told is not None:  # a delivery's ending to its parent, or a parent's ending (docs/decisions/0040)
-            callbacks.append((position, self.names.receipts, told.message_id, codec.encode(told), told.message_id))
+            outputs.append(_out(position, self.names.receipts, told.message_id, codec.encode(told), told.message_id))
         after, callback = self._callbacks.settle(after, model, now=now_ms())
         if callback is not None:
-            topic, key, record = self._callback_record(producer, callback)
-            callbacks.append((position, topic, key, record, key))
+            topic, key, record = self._callback_record(callback)
+            outputs.append(_out(position, topic, key, record, key))
         return folded if after is start or after == start else after.model_dump(mode="json")
 
-    def _fallback_child(self, producer: Producer, row: StatusRow, ask: fallback.Ask) -> tuple[
+    def _fallback_child(self, row: StatusRow, ask: fallback.Ask) -> tuple[
             StatusRow, tuple[str, str, bytes, str] | None]:
         """The row naming the child (or why none was sent), and the child's (topic, key, value, message id)."""
         raw = self._fallbacks.envelope(ask.at)
@@ -340,7 +373,7 @@ class StatusFold(SupervisedLoop):
         elif envelope is not None:
             made = fallback.child(envelope, fallback=ask.capability, now=now_ms(), ended=row)
         topic = "" if isinstance(made, fallback.NotSent) else self.names.capability(ask.capability)
-        if topic and not self._topic_exists(producer, topic):
+        if topic and not self._topic_exists(topic):
             made = fallback.NotSent(f"topic {topic} does not exist (start an agent of {ask.capability})")
         row = fallback.sent(row, ask, made)
         if isinstance(made, fallback.NotSent):
@@ -350,12 +383,12 @@ class StatusFold(SupervisedLoop):
         self._metrics.fallbacks.labels("sent").inc()
         return row, (topic, fallback.key_of(made), encode_dict("Envelope", made), made["message_id"])
 
-    def _callback_record(self, producer: Producer, callback: Envelope | Receipt) -> tuple[str, str, bytes]:
+    def _callback_record(self, callback: Envelope | Receipt) -> tuple[str, str, bytes]:
         """(topic, key, value): a callback envelope to its channel's capability topic (named by the catalog,
         never by the spec), else a receipt (the spec's rejection, or UNROUTABLE when no topic exists)."""
         if isinstance(callback, Envelope):
             topic = self.names.capability(callback.capability)
-            if self._topic_exists(producer, topic):
+            if self._topic_exists(topic):
                 self._metrics.callbacks.labels("sent").inc()
                 return topic, callback.message_id, codec.encode(callback)
             callback = self._callbacks.unroutable(callback, now=now_ms(), topic=topic)
@@ -365,23 +398,8 @@ class StatusFold(SupervisedLoop):
             self._metrics.callbacks.labels("rejected").inc()
         return self.names.receipts, callback.message_id, codec.encode(callback)
 
-    def _send_callbacks(self, producer: Producer, callbacks: list[_Out]) -> list[str]:
-        """Produce and flush the batch's callback records and fallback children; the errors (any: the batch is read
-        again)."""
-        if not callbacks:
-            return []
-        acks = Acks()
-        for position, topic, key, value, message_id in callbacks:
-            delivery.produce(producer, acks, position, topic, value, key=key.encode(),
-                             headers=[(H.MESSAGE_ID, message_id.encode())])
-        errors: list[str] = []
-        self._flush(producer, errors)
-        for position in acks.unacked():
-            errors.append(", ".join(map(delivery.describe, acks.errors(position))) or "callback still queued")
-        return errors
-
-    def _reply_to(self, msg: Message) -> str | None:
-        topic = _header(msg, H.REPLY_TO)
+    def _reply_to(self, headers: H.Pairs) -> str | None:
+        topic = H.text(headers, H.REPLY_TO)
         if topic is None or topic in self._replies_family:
             return topic
         if self.names.family_of(topic) == "replies":
@@ -394,51 +412,18 @@ class StatusFold(SupervisedLoop):
                     self.names.namespace)
         return None
 
-    def _send_replies(self, producer: Producer, replies: list[_Reply]) -> list[str]:
-        """Produce and flush the batch's replies; the errors that a read again may cure (empty: all settled).
-
-        A refusal no retry cures (too large, the topic gone or forbidden, any synchronous produce error but
-        a full queue) is counted as `failed` and logged: the row stays replied, the fold moves on."""
-        if not replies:
-            return []
-        acks = Acks()
-        queued = [(position, topic, mid) for position, topic, mid, value in replies
-                  if self._reply(producer, acks, position, topic, mid, value)]
-        errors: list[str] = []
-        self._flush(producer, errors)
-        unacked = set(acks.unacked())
-        for position, topic, mid in queued:
-            found = acks.errors(position)
-            if position not in unacked:
-                self._metrics.replies.labels("sent").inc()
-            elif found and all(delivery.permanent(e) for e in found):
-                self._refused(topic, mid, found[0])
-            else:
-                errors.append(", ".join(map(delivery.describe, found)) or "still queued")
-        return errors
-
-    def _reply(self, producer: Producer, acks: Acks, position: Position, topic: str, message_id: str,
-               value: bytes) -> bool:
-        """Queue one reply; False when it is settled already (no such topic, or refused at produce)."""
-        if not self._topic_exists(producer, topic):
+    def _reply(self, outputs: list[Output | Hold], position: Position, topic: str, message_id: str,
+               value: bytes) -> None:
+        """Queue one reply (the first phase), unless its topic does not exist (settled: counted and logged)."""
+        if not self._topic_exists(topic):
             self._metrics.replies.labels("no_topic").inc()
             log.warning("status: no reply for %s: topic %s does not exist", message_id, topic)
-            return False
-        if delivery.produce(producer, acks, position, topic, value, key=message_id.encode()):
-            return True
-        error = acks.errors(position)[-1]
-        if isinstance(error, BufferError):  # the local queue stayed full: an outage, the batch is read again
-            return True
-        self._refused(topic, message_id, error)  # about this record (too large, bad partition): never cured
-        acks.reset(position)
-        return False
+            return
+        out = Output(topic, value, key=message_id.encode(), cause=position)
+        self._replies.add(id(out))
+        outputs.append(out)
 
-    def _refused(self, topic: str, message_id: str, error: Any) -> None:
-        self._metrics.replies.labels("failed").inc()
-        log.warning("status: the reply for %s to %s was refused (%s); not retried", message_id, topic,
-                    delivery.describe(error))
-
-    def _topic_exists(self, producer: Producer, topic: str) -> bool:
+    def _topic_exists(self, topic: str) -> bool:
         """False only when the broker answers UNKNOWN_TOPIC_OR_PART (never cached: a channel agent or caller
         may create the topic any moment); a hit is cached for a minute so a batch's replies cost no metadata
         round trip each. Any other metadata answer is infrastructure: StreamsError, nothing commits and the
@@ -447,7 +432,7 @@ class StatusFold(SupervisedLoop):
         seen = self._reply_topics.get(topic)
         if seen is not None and now - seen < 60:
             return True
-        meta = producer.list_topics(topic, timeout=5).topics.get(topic)
+        meta = self._admin.list_topics(topic, timeout=5).topics.get(topic)
         error = meta.error if meta is not None else None
         if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
             self._reply_topics.pop(topic, None)
@@ -460,36 +445,23 @@ class StatusFold(SupervisedLoop):
         self._reply_topics[topic] = now
         return True
 
-    @staticmethod
-    def _flush(producer: Producer, errors: list[str]) -> None:
-        remaining = producer.flush(30)
-        if remaining:
-            errors.append(f"{remaining} records not acknowledged within 30s")
-
-    def _rewind(self, consumer: Consumer, first: dict[int, int]) -> None:
-        for partition, offset in first.items():
-            consumer.seek(TopicPartition(self.names.receipts, partition, offset))
-
     # -- retention -----------------------------------------------------------------------------------
 
-    def _sweep(self, producer: Producer) -> None:
-        """Tombstone terminal rows older than the retention (read from the terminal index, oldest first)."""
+    def _sweep(self) -> list[Output]:
+        """Tombstones for terminal rows older than the retention (read from the terminal index, oldest first), at
+        most every `_sweep_every`; the store forgets each row once its tombstone landed (`_swept`)."""
+        if time.monotonic() < self._next_sweep:
+            return []
+        self._next_sweep = time.monotonic() + self._sweep_every
         cutoff = int(time.time() * 1000) - self._retention_ms
-        for partition, store in list(self._stores.items()):
-            old = [mid for _, mid in store.timed(keys.TERMINAL, cutoff, limit=5_000)]
-            if not old:
-                continue
-            delivered: dict[int, int] = {}
-            errors: list[str] = []
-            report = _tracker(delivered, errors)
-            for mid in old:
-                producer.produce(self.names.status, key=mid.encode(), value=None, partition=partition,
-                                 on_delivery=report)
-            self._flush(producer, errors)
-            if errors:
-                log.warning("status: retention tombstones refused (%s); trying again next sweep", errors[0])
-                return
-            store.write(dict.fromkeys(old), changelog_next=delivered.get(partition))
+        return [Output(self.names.status, None, key=mid.encode(), partition=partition, cause=())
+                for partition, store in list(self._stores.items())
+                for _, mid in store.timed(keys.TERMINAL, cutoff, limit=5_000)]
+
+    def _swept(self, partition: int, tombstone: Output, offset: int) -> None:
+        store = self._stores.get(partition)
+        if store is not None and isinstance(tombstone.key, bytes):
+            store.write({tombstone.key.decode(): None}, changelog_next=offset + 1)
 
     # -- rebalance -----------------------------------------------------------------------------------
 
@@ -505,15 +477,16 @@ class StatusFold(SupervisedLoop):
                 level.append(tp.partition)
         return level
 
-    def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._note_starts(consumer, partitions)
-        for tp in partitions:
-            if tp.partition in self._stores:
+    def on_assigned(self, partitions: list[TopicPart]) -> None:
+        assert self.consumer is not None
+        self._note_starts(self.consumer, [TopicPartition(t, p) for t, p in partitions])
+        for _topic, partition in partitions:
+            if partition in self._stores:
                 continue  # still open: this worker wrote everything since (an eager rebalance gave it back)
             started = time.monotonic()
-            store, applied = self._recover(tp.partition)
-            self._stores[tp.partition] = store
-            log.info("status partition %d ready: %d rows, %d changelog records applied in %.2fs", tp.partition,
+            store, applied = self._recover(partition)
+            self._stores[partition] = store
+            log.info("status partition %d ready: %d rows, %d changelog records applied in %.2fs", partition,
                      store.rows, applied, time.monotonic() - started)
 
     def _note_starts(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -531,17 +504,8 @@ class StatusFold(SupervisedLoop):
             log.warning("status fold: committed offsets not read (%s); the timekeeper waits for the next receipt "
                         "of those partitions", exc)
 
-    def _owned(self) -> list[tuple[str, int]]:
-        """The receipts partitions this worker holds: those it has a store open for."""
-        return [(self.names.receipts, p) for p in self._stores]
-
-    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        clients.commit_now(consumer, self._ledger, [(tp.topic, tp.partition) for tp in partitions])
-        self._lost(consumer, partitions)
-
-    def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._ledger.forget((tp.topic, tp.partition) for tp in partitions)
-        self._close_stores([tp.partition for tp in partitions])
+    def on_lost(self, partitions: list[TopicPart]) -> None:
+        self._close_stores([p for _t, p in partitions])
 
     def _close_stores(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -595,12 +559,9 @@ def _watermarks(reader: Consumer, tp: TopicPartition, attempts: int = 25) -> tup
     raise AssertionError("unreachable")
 
 
-def _header(msg: Message, name: str) -> str | None:
-    pairs: Any = msg.headers() or ()
-    for key, value in pairs:
-        if key == name and value:
-            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-    return None
+def _out(position: Position, topic: str, key: str, value: bytes, message_id: str) -> Output:
+    """A callback or a fallback child of the receipt at `position` (the first phase)."""
+    return Output(topic, value, key=key.encode(), headers=[(H.MESSAGE_ID, message_id.encode())], cause=position)
 
 
 def _forged(current: Row | None, receipt: dict[str, Any]) -> str | None:
@@ -611,23 +572,3 @@ def _forged(current: Row | None, receipt: dict[str, Any]) -> str | None:
     except ValidationError as exc:
         return f"it breaks the record's rules ({exc})"
     return fanout.foreign(StatusRow.model_validate(current) if current is not None else None, model)
-
-
-def _first_offsets(messages: list[Message]) -> dict[int, int]:
-    """Per partition, the offset of the batch's first record there (where a rewound batch reads again)."""
-    first: dict[int, int] = {}
-    for msg in messages:
-        if msg.error() is None:
-            first.setdefault(msg.partition() or 0, msg.offset() or 0)
-    return first
-
-
-def _tracker(delivered: dict[int, int], errors: list[str]) -> Callable[[Any, Message], None]:
-    """A delivery report that records the highest acknowledged offset per partition, or the error."""
-    def report(err: Any, msg: Message) -> None:
-        if err is not None:
-            errors.append(str(err))
-        else:
-            partition, offset = msg.partition() or 0, msg.offset() or 0
-            delivered[partition] = max(delivered.get(partition, -1), offset + 1)
-    return report

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from reach.agent import modes
-from reach.agent.modes import RegistrationRefused, check_modes
+from reach.agent.modes import RegistrationRefused, check_registration
 from reach.core.views.registryview import RegistryView
 from reach.errors import InfraUnavailable
 from reach.names import Names
@@ -15,6 +15,7 @@ from reach.settings import KafkaSettings
 from tests.unit.routing_fixtures import reg
 
 CAP = "demo.order.created"
+MEMORY = KafkaSettings(bootstrap="memory://")
 
 
 def subscriber(instance_id: str, agent_id: str = "agent://demo/audit"):  # type: ignore[no-untyped-def]
@@ -33,19 +34,19 @@ def registry_of(monkeypatch: pytest.MonkeyPatch, *registrations: object) -> None
 def test_a_subscriber_of_a_capability_another_agent_handles_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     registry_of(monkeypatch, reg("h1", agent_id="agent://demo/orders", capability=CAP))
     with pytest.raises(RegistrationRefused, match="served in one mode at a time"):
-        check_modes(subscriber("a1"), kafka=KafkaSettings(bootstrap="memory://"), names=Names("ns"), now_ms=1_000)
+        check_registration(subscriber("a1"), kafka=MEMORY, names=Names("ns"), now_ms=1_000)
 
 
 def test_another_subscriber_or_instance_registers(monkeypatch: pytest.MonkeyPatch) -> None:
     registry_of(monkeypatch, subscriber("a1"), subscriber("n1", "agent://demo/notify"))
-    check_modes(subscriber("a2"), kafka=KafkaSettings(bootstrap="memory://"), names=Names("ns"), now_ms=1_000)
+    check_registration(subscriber("a2"), kafka=MEMORY, names=Names("ns"), now_ms=1_000)
 
 
 def test_an_unreadable_registry_is_logged_and_passed(monkeypatch: pytest.MonkeyPatch) -> None:
     def down(*_a: object, **_k: object) -> RegistryView:
         raise InfraUnavailable("broker down")
     monkeypatch.setattr(modes, "read_registry", down)
-    check_modes(subscriber("a1"), kafka=KafkaSettings(bootstrap="memory://"), names=Names("ns"), now_ms=1_000)
+    check_registration(subscriber("a1"), kafka=MEMORY, names=Names("ns"), now_ms=1_000)
 
 
 def test_a_registry_the_broker_refuses_to_read_is_passed_too(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -54,4 +55,24 @@ def test_a_registry_the_broker_refuses_to_read_is_passed_too(monkeypatch: pytest
     def denied(*_a: object, **_k: object) -> RegistryView:
         raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
     monkeypatch.setattr(modes, "read_registry", denied)
-    check_modes(subscriber("a1"), kafka=KafkaSettings(bootstrap="memory://"), names=Names("ns"), now_ms=1_000)
+    check_registration(subscriber("a1"), kafka=MEMORY, names=Names("ns"), now_ms=1_000)
+
+
+def test_a_changed_contract_under_a_live_version_is_refused_before_registering(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    live = reg("h1", agent_id="agent://demo/orders", capability=CAP)
+    registry_of(monkeypatch, live)
+    changed = reg("h2", agent_id="agent://demo/orders", capability=CAP)
+    changed = changed.model_copy(update={"capabilities": [c.model_copy(update={"input_schema": '{"type":"string"}'})
+                                                          for c in changed.capabilities]})
+    with pytest.raises(RegistrationRefused, match="One version, one contract"):
+        check_registration(changed, kafka=MEMORY, names=Names("ns"), now_ms=1_000)
+
+
+def test_an_unknown_dependency_is_refused_and_a_known_one_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry_of(monkeypatch, reg("h1", agent_id="agent://demo/orders", capability=CAP))
+    needs = reg("n1", agent_id="agent://demo/notify", capability="demo.notify")
+    with pytest.raises(RegistrationRefused, match="demo.nowhere, which no agent serves"):
+        check_registration(needs.model_copy(update={"depends_on": ["demo.nowhere"]}),
+                           kafka=MEMORY, names=Names("ns"), now_ms=1_000)
+    check_registration(needs.model_copy(update={"depends_on": [CAP]}), kafka=MEMORY, names=Names("ns"), now_ms=1_000)

@@ -293,3 +293,40 @@ def test_sends_reported_later_at_the_gateway_never_count_as_missing_reports() ->
     assert svc.health.signals(now[0])[2] is None  # nothing expected, nothing graded
     assert svc.health.state(now[0]) is ChannelState.HEALTHY
     assert polled.health.state(now[0]) is ChannelState.OPEN  # expected, never arrived: what webhook mode avoids
+
+
+class ProbedProvider(FakeProvider):
+    """A provider with an idle probe whose answer the test sets."""
+
+    def __init__(self) -> None:
+        super().__init__(Sent(provider_message_id="p-1"))
+        self.down: Failure | None = None
+        self.probes = 0
+
+    async def probe(self) -> Failure | None:
+        self.probes += 1
+        return self.down
+
+
+def test_an_idle_provider_is_probed_and_opens_for_every_tenant_when_it_is_down() -> None:
+    from reach.channels.health import ChannelRules
+
+    provider = ProbedProvider()
+    now = [0]
+    svc = ChannelService(channel("sms"), provider, health=ChannelRules(idle_probe_every_ms=1_000),
+                         clock=lambda: now[0], closure=ClosureSettings())
+    assert asyncio.run(svc.idle_probe()) == 1  # nobody sent yet: the `*` entry stands for every tenant
+    assert provider.probes == 1 and svc.health.state(0) is ChannelState.HEALTHY
+    assert asyncio.run(svc.idle_probe()) == 0 and provider.probes == 1  # probed within the idle period: not again
+    provider.down = Failure(FailureKind.RETRYABLE, "SMS_DOWN", "connection refused")
+    for now[0] in (1_000, 2_000):
+        asyncio.run(svc.idle_probe())
+    assert svc.destinations.open(2_000) == ["*/"]
+    assert "2 idle probes failed: connection refused" in (svc.health.breaker.reason or "")
+
+
+def test_a_channel_whose_caller_chooses_the_destination_is_never_probed_idle() -> None:
+    provider = ProbedProvider()
+    provider.channel = "webhook"
+    svc = ChannelService(channel("webhook"), provider, closure=ClosureSettings())
+    assert asyncio.run(svc.idle_probe()) == 0 and provider.probes == 0

@@ -105,3 +105,41 @@ def test_trip_opens_a_closed_breaker_once() -> None:
     health = ChannelHealth()
     assert health.breaker.trip(5, "judged") and health.breaker.open_until == 5 + 30_000
     assert not health.breaker.trip(6, "again") and health.breaker.reason == "judged"
+
+
+IDLE = ChannelRules(idle_probe_every_ms=30_000, idle_probe_failures=2, open_ms=30_000, probe_every_ms=30_000,
+                    probes=3)
+
+
+def test_an_idle_probe_is_due_only_after_30s_without_a_send_or_probe() -> None:
+    health = ChannelHealth(IDLE)
+    assert health.idle_probe_due(0)  # never used: due at once
+    health.send(1_000, ok=True, latency_ms=5)
+    assert not health.idle_probe_due(30_999)
+    assert health.idle_probe_due(31_000)
+    health.idle_probe(31_000, ok=True)
+    assert not health.idle_probe_due(60_999) and health.idle_probe_due(61_000)
+
+
+def test_two_failed_idle_probes_in_a_row_open_it_and_a_pass_between_resets_the_count() -> None:
+    health = ChannelHealth(IDLE)
+    health.idle_probe(0, ok=False, reason="refused")
+    health.idle_probe(30_000, ok=True)
+    health.idle_probe(60_000, ok=False, reason="refused")
+    assert health.state(60_000) is ChannelState.HEALTHY
+    health.idle_probe(90_000, ok=False, reason="refused")
+    assert health.state(90_000) is ChannelState.OPEN
+    assert "2 idle probes failed: refused" in (health.breaker.reason or "")
+    assert health.signals(90_000) == (None, None, None)  # probes are not sends: the graded signals never saw them
+
+
+def test_while_open_idle_probes_wait_then_close_it_after_three_passes() -> None:
+    health = ChannelHealth(IDLE)
+    for at in (0, 30_000):
+        health.idle_probe(at, ok=False, reason="down")
+    assert health.state(30_000) is ChannelState.OPEN
+    assert not health.idle_probe_due(59_999)  # OPEN for open_ms: no probe
+    for at in (60_000, 90_000, 120_000):
+        assert health.idle_probe_due(at)
+        health.idle_probe(at, ok=True)
+    assert health.state(120_000) is ChannelState.HEALTHY

@@ -787,3 +787,17 @@ def test_the_overview_shows_usage_when_requests_reported_some(
     monkeypatch.setattr(backend, "overview", lambda *_a: {**plain, "usage": [used]})
     page = client.get("/console", headers=_bearer(tokens["viewer"])).text
     assert 'id="usage"' in page and "0.004000 USD" in page and "0.002000" in page
+
+
+def test_the_agents_page_shows_what_an_agent_serves_depends_on_and_who_owns_it(
+        setup: tuple[TestClient, FakeBackend, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> None:
+    client, backend, tokens = setup
+    monkeypatch.setattr(backend, "agents", lambda: [{
+        "agent_id": "agent://doc/answer", "instance_id": "i-1", "state": "READY", "region": None,
+        "build_version": "1", "inflight": 0, "max_concurrency": 1, "queued": None, "max_queue": 0,
+        "success_1m": None, "p95_ms": None, "breaker": "CLOSED", "arm": None, "heartbeat_age_ms": 10,
+        "capabilities": ["doc.answer@1.0.0"], "depends_on": ["doc.search@^2", "doc.rank"],
+        "owner": "email:docs-team@example.com"}])
+    page = client.get("/console/agents", headers=_bearer(tokens["viewer"])).text
+    assert "doc.answer@1.0.0" in page and "depends on doc.search@^2, doc.rank" in page
+    assert "owner email:docs-team@example.com" in page

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reach.cli.canary import BadCanary, parse_duration_ms, parse_steps
-from reach.core.canarybook import ArmTally, CanaryBook, Verdict, advance, canaries, judge
+from reach.core.canarybook import ArmTally, CanaryBook, Gate, Verdict, advance, canaries, judge
 from reach.kafka.codec import encode
 from reach.names import Names
 from reach.records import CanaryState, Control, Receipt, Status
@@ -33,8 +33,8 @@ def test_rollback_as_soon_as_success_is_below_the_threshold() -> None:
 
 def test_hold_while_a_step_has_too_few_calls() -> None:
     c = canary(step_ms=STEP)
-    assert judge(c, tally(3, 0), 10 * STEP, min_calls=10) is Verdict.HOLD
-    assert judge(c, tally(0, 0), 10 * STEP, min_calls=0) is Verdict.HOLD, "never judged on nothing"
+    assert judge(c, tally(3, 0), 10 * STEP, gate=Gate(min_calls=10)) is Verdict.HOLD
+    assert judge(c, tally(0, 0), 10 * STEP, gate=Gate(min_calls=0)) is Verdict.HOLD, "never judged on nothing"
 
 
 def test_only_a_running_canary_is_judged() -> None:
@@ -82,6 +82,51 @@ def test_a_new_step_starts_a_fresh_tally_and_a_progress_rewrite_does_not() -> No
     assert book.tallies[AGENT].calls == 1
     book.canary(AGENT, current.model_copy(update={"step": 1, "step_started_at": 200}))
     assert book.tallies[AGENT].calls == 0
+
+
+def completed_with_callback(n: int, at: int = 100) -> Receipt:
+    return receipt("new", Status.COMPLETED, at=at).model_copy(
+        update={"message_id": f"cb-{n}", "callback": '{"channel":"webhook"}'})
+
+
+def callbacked(n: int) -> Receipt:
+    """The channel agent's CALLBACKED on the original message (its instance is the channel's, not the arm's)."""
+    return Receipt(message_id=f"cb-{n}", trace_id="t", tenant="default", capability="text.echo",
+                   agent_id="agent://channels/webhook", instance_id="channel-1", status=Status.CALLBACKED, at=150)
+
+
+def test_missed_callbacks_roll_back_a_canary_whose_calls_all_succeed() -> None:
+    book = book_with_canary(started_at=50, step_ms=STEP)
+    gate = Gate(min_calls=4, min_callback=0.9, callback_grace_ms=1_000)
+    for n in range(5):
+        book.receipt(completed_with_callback(n))
+    book.receipt(callbacked(0))
+    assert book.due(500, gate=gate) == []  # four still inside the grace: nothing settled yet but one
+    tally = book.tallies[AGENT]
+    assert (tally.successes, tally.callbacked, len(tally.awaited)) == (5, 1, 4)
+    [back] = book.due(1_100, gate=gate)  # the grace is over: four missed, 1/5 delivered
+    assert back.state is CanaryState.ROLLED_BACK
+    assert "callbacks 1/5 delivered" in (back.reason or "")
+
+
+def test_delivered_callbacks_pass_and_a_step_waits_for_its_callbacks_before_promotion() -> None:
+    book = book_with_canary(started_at=50, step_ms=STEP)
+    gate = Gate(min_calls=4, min_callback=0.9, callback_grace_ms=60_000)
+    for n in range(5):
+        book.receipt(completed_with_callback(n))
+    assert book.due(STEP + 50, gate=gate) == [], "the step is over but its callbacks are in flight: hold"
+    for n in range(5):
+        book.receipt(callbacked(n))
+    [passed] = book.due(STEP + 60, gate=gate)
+    assert passed.step == 1 and "callbacks 5/5 delivered" in (passed.reason or "")
+
+
+def test_a_step_without_callbacks_is_judged_on_success_alone() -> None:
+    book = book_with_canary(started_at=50, step_ms=STEP)
+    for _ in range(4):
+        book.receipt(receipt("new", Status.COMPLETED))
+    [passed] = book.due(STEP + 50, gate=Gate(min_calls=4))
+    assert passed.step == 1 and "callbacks" not in (passed.reason or "")
 
 
 def test_canaries_from_control_records() -> None:

@@ -167,7 +167,9 @@ def test_an_old_reader_sees_the_fixed_fields_of_a_new_record() -> None:
 
 
 def test_presets_name_every_factor() -> None:
-    assert set(PRESETS) == {"default", "priority-health"}
+    assert set(PRESETS) == {"default", "priority-health", "cost-aware"}
+    assert preset("cost-aware") == {"fit": 0.25, "locality": 0.1, "load": 0.25, "affinity": 0.1, "health": 0.1,
+                                    "priority": 0.0, "cost": 0.2}
     assert preset("priority-health") == {"fit": 0.0, "locality": 0.1, "load": 0.2, "affinity": 0.0, "health": 0.3,
                                          "priority": 0.4, "cost": 0.0}
     assert preset("default") == dict(DEFAULT_WEIGHTS)

@@ -173,3 +173,23 @@ def test_arms_from_the_context_are_recorded() -> None:
     decision = score(r, cs, W, ScoringContext(arms={"a": "canary", "b": "stable"}), random.Random(0))
     assert [s.arm for s in decision.scores] == ["canary", "stable"] and decision.arm == "canary"
     assert score(r, cs, W, NONE, random.Random(0)).arm is None
+
+
+def test_the_cost_aware_preset_prefers_the_cheaper_instance_until_it_fills() -> None:
+    from reach.core.factors import preset
+
+    def priced(i: str, cost: float, inflight: int) -> object:
+        return reg(i, inflight=inflight, max_concurrency=10).model_copy(update={"cost": cost})
+
+    cost_aware, default = preset("cost-aware"), preset("default")
+    assert sum(cost_aware.values()) == pytest.approx(1.0)
+    r = req()
+    idle = cands(r, priced("cheap", 1.0, 0), priced("dear", 3.0, 0))
+    picks = Counter(score(r, idle, cost_aware, NONE, random.Random(n)).picked_instance for n in range(200))
+    assert picks == {"cheap": 200}, "both idle: the cheaper always"
+    assert len(Counter(score(r, idle, default, NONE, random.Random(n)).picked_instance for n in range(200))) == 2, \
+        "the default weighs cost 0: equal instances share the traffic"
+    half = cands(r, priced("cheap", 1.0, 5), priced("dear", 3.0, 0))
+    assert score(r, half, cost_aware, NONE, random.Random(1)).picked_instance == "cheap", "half full: still cheaper"
+    full = cands(r, priced("cheap", 1.0, 9), priced("dear", 3.0, 0))
+    assert score(r, full, cost_aware, NONE, random.Random(1)).picked_instance == "dear", "nearly full: spill over"

@@ -85,6 +85,9 @@ def test_an_undelivered_request_is_rerouted_after_the_delivery_timeout(stack: Me
     assert late["error"]["code"] == "DELIVERY_TIMEOUT" and late["at"] - first["at"] >= 2_000
 
 
+OBJECT = '{"type": "object"}'  # the echo agent's contract: one capability version, one contract
+
+
 def _ghost(stack: MemoryStack) -> AgentRegistration:
     agent_id = "agent://e2e/ghost"
     inbox = stack.names.inbox(agent_id)
@@ -92,7 +95,9 @@ def _ghost(stack: MemoryStack) -> AgentRegistration:
     topics.ensure_topic(admin, inbox, topics.load(stack.settings.topics_file).family("agent"))
     partitions = len(admin.list_topics(inbox).topics[inbox].partitions)
     reg = AgentRegistration(agent_id=agent_id, instance_id="ghost-1", build_version="test",
-                            capabilities=[Capability(name=CAPABILITY, version="1.0.0")], max_concurrency=10,
+                            capabilities=[Capability(name=CAPABILITY, version="1.0.0", input_schema=OBJECT,
+                                                       output_schema=OBJECT)],
+                            max_concurrency=10,
                             state=AgentState.READY, heartbeat_at=now_ms(), ttl_ms=60_000, inflight=0,
                             assigned_partitions=list(range(partitions)),
                             inbox_topic=inbox)

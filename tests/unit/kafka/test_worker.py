@@ -245,3 +245,132 @@ def test_a_rebalance_commits_what_was_acknowledged_and_the_new_owner_reads_on_fr
     assert _committed(kafka) == 30, "each worker's final commit when it stops"
     assert sorted(_read(kafka, "out")) == sorted([b"V%d" % i for i in range(20)] + [b"W%d" % i for i in range(10)]), \
         "each record forwarded once: the new owner started from the final commit"
+
+
+class Chain(Worker[bytes]):
+    """Forwards each value to `out`; the forward's delivery report names where it landed in a follow-up to `dead`
+    (the router's ROUTED receipt naming its forward's offset). A value b"note:" names a missing follow-up topic."""
+
+    thread_name = "test-chain"
+    note_topic = "dead"
+
+    def handle(self, records: list[Record[bytes]]) -> Iterable[Output]:
+        return [Output("out", r.value, key=r.key, cause=r.position, then=self._note(r.value or b""))
+                for r in records]
+
+    def _note(self, value: bytes) -> Callable[[int, int], list[Output]]:
+        return lambda p, o: [Output(self.note_topic, b"%s@%d:%d" % (value, p, o))]
+
+
+def test_a_follow_up_from_a_delivery_report_is_produced_in_the_same_flush_and_holds_its_cause(
+        kafka: KafkaSettings) -> None:
+    flushes = 0
+
+    class Counting(Chain):
+        pass
+
+    worker = Counting(kafka=kafka, subscription=Subscription(group="g", topics=["in"]))
+    _send(kafka, [b"a", b"b", b"c"], key=lambda _i: b"same")
+    consumer = clients.consumer("g", kafka)
+    consumer.assign([TopicPartition("in", p, 0) for p in range(2)])
+    messages = clients.take(consumer, 10, 1.0)
+    producer = clients.producer(kafka)
+    real_flush = producer.flush
+
+    def flush(timeout: float = -1) -> int:
+        nonlocal flushes
+        flushes += 1
+        return real_flush(timeout)
+
+    producer.flush = flush  # type: ignore[method-assign]
+    commits = worker.process(messages, consumer=consumer, producer=producer)
+    assert flushes == 1, "the follow-ups went out inside the first flush"
+    assert sum(commits.values()) == 3
+    assert _read(kafka, "dead") == [b"a@0:0", b"b@0:1", b"c@0:2"], "each names where its forward landed"
+
+    worker.note_topic = "nosuchtopic"  # a follow-up refused for good: its input goes to the failed hook
+    _send(kafka, [b"d"], key=lambda _i: b"same")
+    failures: list[BaseException] = []
+    worker.failed = lambda record, error: failures.append(error) or [Output("dead", b"letter")]  # type: ignore
+    commits = worker.process(clients.take(consumer, 10, 1.0), consumer=consumer, producer=producer)
+    assert [type(e) for e in failures] == [Refused] and sum(commits.values()) == 4
+    assert _read(kafka, "dead")[-1] == b"letter"
+
+
+def test_a_later_phase_waits_for_the_earlier_one_and_acknowledged_names_where_each_output_landed(
+        kafka: KafkaSettings) -> None:
+    landed: list[tuple[str, int, int]] = []
+
+    class Phased(Worker[bytes]):
+        reply_topic = "nosuchtopic"
+
+        def handle(self, records: list[Record[bytes]]) -> Iterable[Output]:
+            replies = [Output(self.reply_topic, r.value, cause=r.position) for r in records]
+            return [*replies, Output("out", b"changelog of %d" % len(records), phase=1)]
+
+        def failed(self, record: Record[bytes], error: BaseException) -> Iterable[Output]:
+            raise RuntimeError("no dead letters: read it again")
+
+        def acknowledged(self, delivered: list[Any]) -> None:
+            landed.extend((d.output.topic, d.partition, d.offset) for d in delivered)
+
+    stats: list[BatchStats] = []
+
+    class Count(WorkerMetrics):
+        def batch(self, worker: str, s: BatchStats) -> None:
+            stats.append(s)
+
+    _send(kafka, [b"v%d" % i for i in range(4)], key=lambda _i: b"same")
+    worker = Phased(kafka=kafka, subscription=Subscription(group="g", topics=["in"]), metrics=[Count()])
+    with worker:
+        _until(lambda: any(s.rewound for s in stats), "the batch rewound")
+        assert _read(kafka, "out") == [], "the changelog phase was not produced while a reply was unacknowledged"
+        assert _committed(kafka) == 0
+        worker.reply_topic = "dead"
+        _until(lambda: _committed(kafka) == 4, "committed once both phases are acknowledged")
+    assert _read(kafka, "out")[-1].startswith(b"changelog of ")
+    assert ("out", 0, 0) in landed and sum(1 for t, _p, _o in landed if t == "dead") >= 4
+
+
+def test_an_untracked_output_never_holds_its_input(kafka: KafkaSettings) -> None:
+    class Cache(Worker[bytes]):
+        def handle(self, records: list[Record[bytes]]) -> Iterable[Output]:
+            return [o for r in records for o in (Output("out", r.value, cause=r.position),
+                                                  Output("nosuchtopic", r.value, cause=r.position, tracked=False))]
+
+        def failed(self, record: Record[bytes], error: BaseException) -> Iterable[Output]:
+            raise AssertionError(f"an untracked output failed {record!r}: {error}")
+
+    _send(kafka, [b"a", b"b"])
+    with Cache(kafka=kafka, subscription=Subscription(group="g", topics=["in"])):
+        _until(lambda: _committed(kafka) == 2, "both committed")
+    assert sorted(_read(kafka, "out")) == [b"a", b"b"]
+
+
+def test_assign_revoke_and_lost_hooks_follow_the_workers_own_bookkeeping(kafka: KafkaSettings) -> None:
+    events: list[tuple[str, list[Any], int]] = []
+
+    class Hooked(Echo):
+        def on_assigned(self, partitions: list[Any]) -> None:
+            events.append(("assigned", sorted(partitions), _committed(kafka)))
+
+        def on_revoked(self, partitions: list[Any]) -> None:
+            events.append(("revoked", sorted(partitions), _committed(kafka)))
+
+        def on_lost(self, partitions: list[Any]) -> None:
+            events.append(("lost", sorted(partitions), _committed(kafka)))
+
+    first = Hooked(kafka, commit_every_s=3600.0)
+    with first:
+        _until(lambda: bool(events), "assigned")
+        assert events[0][:2] == ("assigned", [("in", 0), ("in", 1)])
+        _send(kafka, [b"v%d" % i for i in range(10)], key=lambda _i: b"same")
+        _until(lambda: _committed(kafka) == 10, "the first commit")
+        _send(kafka, [b"v%d" % i for i in range(10, 20)], key=lambda _i: b"same")
+        _until(lambda: sum(first.batches) == 20, "handled all 20")
+        with Echo(kafka):
+            _until(lambda: any(e[0] == "revoked" for e in events), "revoked by the join")
+    revoked = next(e for e in events if e[0] == "revoked")
+    assert revoked[2] == 20, "on_revoked runs after the worker's final commit of what was acknowledged"
+    kinds = [e[0] for e in events]
+    assert kinds.index("lost") == kinds.index("revoked") + 1, "a revoke forgets its partitions' state too"

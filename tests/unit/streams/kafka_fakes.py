@@ -71,6 +71,12 @@ class FakeConsumer:
     def seek(self, tp: TopicPartition) -> None:
         self.seeks.append(tp)
 
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps]  # nothing fetched: never level
+
+    def get_watermark_offsets(self, tp: TopicPartition, cached: bool = False, timeout: float = 0) -> tuple[int, int]:
+        return 0, -1001
+
     def pause(self, tps: list[TopicPartition]) -> None:
         self.paused.extend(tps)
 
@@ -167,3 +173,34 @@ class FakeReader:
 
     def close(self) -> None:
         pass
+
+
+@dataclass
+class Settled:
+    """What one batch through a worker's `process` settled: its commit points, and where it was read again from."""
+
+    committed: dict[tuple[str, int], int]
+    consumer: FakeConsumer
+
+    def commits(self) -> dict[tuple[str, int], int]:
+        return self.committed
+
+    def rewinds(self) -> dict[tuple[str, int], int]:
+        return {(tp.topic, tp.partition): tp.offset for tp in self.consumer.seeks}
+
+
+def settle(worker: Any, messages: list[Any], producer: Any) -> Settled:
+    """Hand one batch to a worker's `process` (reach.kafka.worker), as its loop does, with a fake consumer."""
+    consumer = FakeConsumer()
+    return Settled(worker.process(messages, consumer=consumer, producer=producer), consumer)
+
+
+def fold_batch(fold: Any, consumer: Any, producer: Any, messages: Any) -> dict[tuple[str, int], int]:
+    """One batch of a status fold as the worker's loop runs it (reach.kafka.worker): `process`, then the commit of
+    what it acknowledged. A fake producer with `list_topics` answers the fold's metadata lookups too."""
+    if hasattr(producer, "list_topics"):
+        fold._admin = producer
+    commits: dict[tuple[str, int], int] = fold.process(messages, consumer=consumer, producer=producer)
+    if commits:
+        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in commits.items()], asynchronous=True)
+    return commits

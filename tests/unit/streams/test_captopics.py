@@ -40,7 +40,8 @@ class FakeConsumer:
         self.unsubscribed = 0
         self.assigned = assigned
 
-    def subscribe(self, topics: list[str], on_assign: Any = None, on_revoke: Any = None) -> None:
+    def subscribe(self, topics: list[str], on_assign: Any = None, on_revoke: Any = None,
+                  on_lost: Any = None) -> None:
         self.subscriptions.append(topics)
         self.callbacks = (on_assign, on_revoke)
 

@@ -17,7 +17,7 @@ from reach.settings import KafkaSettings, ReachSettings, RedisSettings
 from reach.streams.router.route_loop import Router
 from reach.streams.router.stats import OTHER
 from reach.terminals import Fence, MemorySlots
-from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
+from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, settle
 
 NS = "ns"
 NAMES = Names(NS)
@@ -55,7 +55,7 @@ def test_one_refused_forward_holds_only_its_partition_from_that_record(monkeypat
     producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
                             if topic == INBOX and value == bad.value() else None)
     batch = [record(0), bad, record(2), record(0, partition=1), record(1, partition=1)]
-    acks = r._process(cast(Any, batch), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, batch), cast(Any, producer))
     assert acks.commits() == {(CAP, 0): 1, (CAP, 1): 2}
     assert acks.rewinds() == {(CAP, 0): 1}
     assert not [x for x in receipts(producer) if x.status is Status.REJECTED], "a healthy envelope is not REJECTED"
@@ -66,7 +66,7 @@ def test_a_synchronous_produce_error_fails_that_record_not_the_loop(monkeypatch:
     first = record(0)
     producer = FakeProducer(raise_on=lambda topic, value: KafkaException(KafkaError(KafkaError._QUEUE_FULL))
                             if topic == INBOX and value == first.value() else None)
-    acks = r._process(cast(Any, [first, record(0, partition=1)]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [first, record(0, partition=1)]), cast(Any, producer))
     assert acks.commits() == {(CAP, 1): 1} and acks.rewinds() == {(CAP, 0): 0}
     assert {x.status for x in receipts(producer)} == {Status.ROUTED}
 
@@ -75,7 +75,7 @@ def test_a_megabyte_record_is_rejected_and_its_dead_letter_keeps_the_bytes(monke
     r = router(monkeypatch)
     huge = record(0, value=codec.encode(new_envelope("demo.echo", {"x": "a" * 1_000_000}, max_payload_bytes=2_000_000)))
     producer = FakeProducer()
-    acks = r._process(cast(Any, [huge, record(1)]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [huge, record(1)]), cast(Any, producer))
     assert acks.commits() == {(CAP, 0): 2}
     [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert letter.reason == "OVERSIZE" and letter.envelope == huge.value()
@@ -87,7 +87,7 @@ def test_a_dead_letter_over_the_dlq_limit_goes_by_reference(monkeypatch: pytest.
     r._max_bytes = 500_000  # a cluster whose dlq takes less than the record
     huge = record(7, value=codec.encode(new_envelope("demo.echo", {"x": "a" * 1_000_000}, max_payload_bytes=2_000_000)))
     producer = FakeProducer()
-    assert r._process(cast(Any, [huge]), cast(Any, producer)).acks.commits() == {(CAP, 0): 8}
+    assert settle(r, cast(Any, [huge]), cast(Any, producer)).commits() == {(CAP, 0): 8}
     [letter] = [codec.decode(v, DeadLetter) for v in producer.to(NAMES.dlq)]
     assert letter.envelope == b"" and (letter.origin_topic, letter.origin_offset) == (CAP, 7)
     assert letter.error and "replay reads it from origin" in letter.error.message
@@ -98,7 +98,7 @@ def test_a_letter_the_broker_refuses_for_good_is_rewritten_by_reference(monkeypa
     producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
                             if topic == NAMES.dlq and len(value) > 1000 else None)
     huge = record(0, value=codec.encode(new_envelope("demo.echo", {"x": "a" * 400_000}, max_payload_bytes=2_000_000)))
-    acks = r._process(cast(Any, [huge]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [huge]), cast(Any, producer))
     assert acks.commits() == {(CAP, 0): 1}
     assert [codec.decode(v, DeadLetter).envelope for v in producer.to(NAMES.dlq)] == [b""]
 
@@ -108,7 +108,7 @@ def test_a_reply_to_outside_the_reply_topics_is_rejected(monkeypatch: pytest.Mon
     producer = FakeProducer()
     bad = record(0, reply_to=NAMES.control)
     good = record(1, reply_to=NAMES.replies("c1"))
-    r._process(cast(Any, [bad, good]), cast(Any, producer))
+    settle(r, cast(Any, [bad, good]), cast(Any, producer))
     by_id = {x.message_id: x for x in receipts(producer)}
     rejected = by_id[envelope_id(bad)]
     assert rejected.status is Status.REJECTED and rejected.error and rejected.error.code == "BAD_REPLY_TO"
@@ -124,7 +124,7 @@ def test_a_registry_outage_is_not_a_rejection(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr("reach.streams.router.route_loop.decode_dict", down)
     producer = FakeProducer()
-    acks = r._process(cast(Any, [record(0), record(1), record(0, partition=1)]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [record(0), record(1), record(0, partition=1)]), cast(Any, producer))
     assert acks.commits() == {} and acks.rewinds() == {(CAP, 0): 0, (CAP, 1): 0}
     assert producer.sent == [], "nothing REJECTED, nothing dead-lettered"
 
@@ -133,7 +133,7 @@ def test_stats_of_capabilities_nobody_serves_share_one_key(monkeypatch: pytest.M
     r = router(monkeypatch)
     msgs = [FakeMessage(NAMES.capability(f"made.up{i}"), 0, i,
                         codec.encode(new_envelope(f"made.up{i}", {})), None, []) for i in range(50)]
-    r._process(cast(Any, [*msgs, record(0, partition=1)]), cast(Any, FakeProducer()))
+    settle(r, cast(Any, [*msgs, record(0, partition=1)]), cast(Any, FakeProducer()))
     assert set(r.stats.snapshot().by_capability) == {OTHER, "demo.echo"}
 
 
@@ -167,12 +167,13 @@ class _Ordered(FakeProducer):
         return super().flush(_timeout)
 
 
-def test_the_batchs_routed_receipts_are_produced_together_after_its_forwards(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_batchs_routed_receipts_follow_its_forwards_inside_one_flush(monkeypatch: pytest.MonkeyPatch) -> None:
     r = router(monkeypatch)
     producer = _Ordered()
     batch = [record(0), record(1), record(0, partition=1)]
-    acks = r._process(cast(Any, batch), cast(Any, producer)).acks
-    assert producer.calls == [INBOX] * 3 + ["flush"] + [NAMES.receipts] * 3 + ["flush"]
+    acks = settle(r, cast(Any, batch), cast(Any, producer))
+    assert producer.calls == [INBOX] * 3 + ["flush"] + [NAMES.receipts] * 3, \
+        "each ROUTED receipt is produced from its forward's delivery report, inside the batch's one flush"
     assert acks.commits() == {(CAP, 0): 2, (CAP, 1): 1}
     routed = receipts(producer)
     assert [x.message_id for x in routed] == [envelope_id(m) for m in batch]
@@ -185,7 +186,7 @@ def test_a_refused_routed_receipt_holds_its_record_though_the_forward_landed(mon
     mid = envelope_id(second)
     producer = FakeProducer(refuse=lambda topic, value: KafkaError(KafkaError._MSG_TIMED_OUT)
                             if topic == NAMES.receipts and mid.encode() in value else None)
-    acks = r._process(cast(Any, [record(0), second, record(2)]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [record(0), second, record(2)]), cast(Any, producer))
     assert len(producer.to(INBOX)) == 3
     assert acks.commits() == {(CAP, 0): 1} and acks.rewinds() == {(CAP, 0): 1}
 
@@ -197,7 +198,7 @@ def test_a_routed_receipt_that_cannot_be_queued_fails_its_record_only(monkeypatc
     producer = FakeProducer(raise_on=lambda topic, value: BufferError("queue full")
                             if topic == NAMES.receipts and mid.encode() in value else None)
     other = record(0, partition=1)
-    acks = r._process(cast(Any, [first, other]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [first, other]), cast(Any, producer))
     assert acks.commits() == {(CAP, 1): 1} and acks.rewinds() == {(CAP, 0): 0}
     assert [x.message_id for x in receipts(producer)] == [envelope_id(other)]
 
@@ -211,7 +212,7 @@ def test_the_routing_table_follows_the_registry_and_the_silence_of_instances(mon
 
     def statuses(offset: int) -> list[Status]:
         producer = FakeProducer()
-        r._process(cast(Any, [record(offset)]), cast(Any, producer))
+        settle(r, cast(Any, [record(offset)]), cast(Any, producer))
         return [x.status for x in receipts(producer)]
 
     assert statuses(0) == [Status.ROUTED]

@@ -14,7 +14,7 @@ from reach.errors import ConfigError, InfraUnavailable
 from reach.records import Status
 from reach.settings import ReachSettings
 from reach.streams.router.budgets import TenantBudgets
-from tests.unit.streams.kafka_fakes import FakeProducer
+from tests.unit.streams.kafka_fakes import FakeProducer, settle
 from tests.unit.streams.test_router import receipts, record, router
 
 LIMITS = {"acme": (parse_limit("1000/day", Kind.TOKENS),)}
@@ -36,7 +36,7 @@ def test_a_tenant_over_its_limit_fails_budget_exceeded_and_others_route(monkeypa
     r = router(monkeypatch)
     r.budgets = TenantBudgets(LIMITS, Counts(tokens=1000))
     producer = FakeProducer()
-    r._process(cast(Any, [record(0, tenant="acme"), record(1, tenant="globex")]), cast(Any, producer))
+    settle(r, cast(Any, [record(0, tenant="acme"), record(1, tenant="globex")]), cast(Any, producer))
     by_tenant = {x.tenant: x for x in receipts(producer)}
     over = by_tenant["acme"]
     assert over.status is Status.FAILED and over.error is not None

@@ -18,7 +18,7 @@ from reach.receipts import receipt_for
 from reach.records import AgentRegistration, AgentState, Capability, Envelope, Policy, Receipt, Status, StepStatus
 from reach.streams.router.route_loop import Router
 from reach.terminals import Fence, MemorySlots
-from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
+from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, settle
 from tests.unit.streams.test_router import CAP, NAMES, router
 
 NOBODY = NAMES.capability("demo.nobody")
@@ -52,7 +52,7 @@ def test_an_unroutable_request_goes_to_the_fallback_and_its_ending_names_the_chi
         monkeypatch: pytest.MonkeyPatch) -> None:
     r, producer = with_fallback(monkeypatch), Producer()
     msg, envelope = unroutable()
-    acks = r._process(cast(Any, [msg]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [msg]), cast(Any, producer))
     [child] = [codec.decode(v, Envelope) for v in producer.to(CAP)]
     assert (child.message_id, child.parent_id, child.capability, child.trace_id) == (
         f"{envelope.message_id}-fb0", envelope.message_id, "demo.echo", envelope.trace_id)
@@ -65,7 +65,7 @@ def test_an_unroutable_request_goes_to_the_fallback_and_its_ending_names_the_chi
     assert acks.commits() == {(NOBODY, 0): 1}
 
     again = Producer()  # read again (not committed before a crash): the same child, the same ending
-    r._process(cast(Any, [msg]), cast(Any, again))
+    settle(r, cast(Any, [msg]), cast(Any, again))
     assert again.to(CAP) == producer.to(CAP) and again.to(NAMES.receipts) == producer.to(NAMES.receipts)
 
 
@@ -76,7 +76,7 @@ def test_a_lost_ending_sends_no_child(monkeypatch: pytest.MonkeyPatch) -> None:
     won = codec.encode(receipt_for(envelope, Status.COMPLETED, agent_id="agent://x/y", instance_id="i1",
                                    step_status=StepStatus.OK))
     slots.values[envelope.message_id, envelope.generation] = won
-    r._process(cast(Any, [msg]), cast(Any, producer))
+    settle(r, cast(Any, [msg]), cast(Any, producer))
     assert producer.to(CAP) == [] and producer.to(NAMES.receipts) == [won]
     assert all(H.FALLBACK not in dict(h or []) for t, h in producer.headers if t == NAMES.receipts)
 
@@ -84,13 +84,13 @@ def test_a_lost_ending_sends_no_child(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_child_without_the_fallbacks_topic_or_when_the_budget_is_spent(monkeypatch: pytest.MonkeyPatch) -> None:
     r, producer = with_fallback(monkeypatch, topics=frozenset()), Producer()
     msg, _ = unroutable()
-    r._process(cast(Any, [msg]), cast(Any, producer))
+    settle(r, cast(Any, [msg]), cast(Any, producer))
     assert producer.to(CAP) == [] and [codec.decode(v, Receipt).status for v in producer.to(NAMES.receipts)] == [
         Status.UNROUTABLE]
     deep, producer = with_fallback(monkeypatch), Producer()
     envelope = new_envelope("demo.nobody", {})  # a child at the chain's depth (new_envelope drops a caller's marks)
     envelope = envelope.model_copy(update={"headers": {fallback.DEPTH_HEADER: str(fallback.MAX_DEPTH)}})
-    deep._process(cast(Any, [FakeMessage(NOBODY, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
+    settle(deep, cast(Any, [FakeMessage(NOBODY, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
     assert producer.to(CAP) == [], "a chain at its depth ends here"
 
 
@@ -106,7 +106,7 @@ def test_an_overloaded_request_goes_to_the_fallback_too(monkeypatch: pytest.Monk
     r.state.control.apply(record.key, record)
     r.topics = cast(Any, SimpleNamespace(subscribed=frozenset({CAP, busy})))
     envelope = new_envelope("demo.busy", {"n": 1})
-    r._process(cast(Any, [FakeMessage(busy, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
+    settle(r, cast(Any, [FakeMessage(busy, 0, 0, codec.encode(envelope), b"k", [])]), cast(Any, producer))
     [ending] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert ending.status is Status.FAILED and ending.error is not None and ending.error.kind == "OVERLOAD"
     [child] = [codec.decode(v, Envelope) for v in producer.to(CAP)]

@@ -15,7 +15,7 @@ from reach.kafka import codec
 from reach.kafka import headers as H
 from reach.records import AgentRegistration, AgentState, Capability, CapabilityMode, Envelope, Receipt, Status
 from reach.streams.router.route_loop import Router
-from tests.unit.streams.kafka_fakes import FakeMessage
+from tests.unit.streams.kafka_fakes import FakeMessage, settle
 from tests.unit.streams.test_router import NAMES, router
 from tests.unit.streams.test_router_fallback import Producer
 
@@ -49,7 +49,7 @@ def test_an_event_becomes_one_delivery_per_subscribing_agent_and_a_fanned_out_re
         monkeypatch: pytest.MonkeyPatch) -> None:
     r, producer = subscribed(monkeypatch), Producer()
     msg, envelope = event(reply_to=NAMES.replies("c1"))
-    acks = r._process(cast(Any, [msg]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [msg]), cast(Any, producer))
     deliveries = [codec.decode(v, Envelope) for v in producer.to(ORDERS)]
     assert [(d.to_agent, d.message_id, d.parent_id) for d in deliveries] == [
         (AUDIT, f"{envelope.message_id}-s0-demo.audit", envelope.message_id),
@@ -65,7 +65,7 @@ def test_an_event_becomes_one_delivery_per_subscribing_agent_and_a_fanned_out_re
     assert r.stats.snapshot().totals["fanned_out"] == 1
 
     again = Producer()  # read again (not committed before a crash): the same deliveries, byte for byte
-    r._process(cast(Any, [msg]), cast(Any, again))
+    settle(r, cast(Any, [msg]), cast(Any, again))
     assert again.to(ORDERS) == producer.to(ORDERS)
 
 
@@ -74,7 +74,7 @@ def test_a_delivery_goes_to_its_agents_inbox_with_its_parent_on_the_receipts(mon
     _msg, envelope = event()
     child = fanout.delivery(codec.decode_dict("Envelope", codec.encode(envelope)), NOTIFY)
     value = codec.encode_dict("Envelope", child)
-    r._process(cast(Any, [FakeMessage(ORDERS, 0, 1, value, b"k", [])]), cast(Any, producer))
+    settle(r, cast(Any, [FakeMessage(ORDERS, 0, 1, value, b"k", [])]), cast(Any, producer))
     assert producer.to(ORDERS) == [], "a delivery is never fanned out again"
     assert producer.to(NAMES.inbox(NOTIFY)) == [value]
     [routed] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
@@ -89,7 +89,7 @@ def test_a_busy_subscriber_queues_its_deliveries_instead_of_shedding_them(monkey
     _msg, envelope = event()
     child = codec.encode_dict("Envelope", fanout.delivery(codec.decode_dict("Envelope", codec.encode(envelope)),
                                                           NOTIFY))
-    r._process(cast(Any, [FakeMessage(ORDERS, 0, 0, child, b"k", [])]), cast(Any, producer))
+    settle(r, cast(Any, [FakeMessage(ORDERS, 0, 0, child, b"k", [])]), cast(Any, producer))
     assert producer.to(NAMES.inbox(NOTIFY)) == [child]
 
 
@@ -98,7 +98,7 @@ def test_handle_mode_wins_over_a_subscriber_of_the_same_capability(monkeypatch: 
     register(r, "a1", AUDIT)
     register(r, "h1", "agent://demo/orders", CapabilityMode.HANDLE)
     msg, _envelope = event()
-    r._process(cast(Any, [msg]), cast(Any, producer))
+    settle(r, cast(Any, [msg]), cast(Any, producer))
     assert producer.to(ORDERS) == [] and producer.to(NAMES.inbox(AUDIT)) == []
     assert len(producer.to(NAMES.inbox("agent://demo/orders"))) == 1
 
@@ -109,7 +109,7 @@ def test_an_event_no_subscriber_is_ready_for_ends_unroutable(monkeypatch: pytest
     r.state.apply_registration("a1", r.state.registration("a1").model_copy(  # type: ignore[union-attr]
         update={"state": AgentState.DRAINING}))
     msg, _envelope = event()
-    r._process(cast(Any, [msg]), cast(Any, producer))
+    settle(r, cast(Any, [msg]), cast(Any, producer))
     [ending] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert ending.status is Status.UNROUTABLE and producer.to(ORDERS) == []
 
@@ -121,7 +121,7 @@ def test_a_forged_fanout_header_on_an_id_the_router_did_not_derive_names_no_pare
     r, producer = subscribed(monkeypatch), Producer()
     _msg, envelope = event(to_agent=NOTIFY)
     forged = envelope.model_copy(update={"headers": {fanout.OF_HEADER: "victim-message"}})
-    r._process(cast(Any, [FakeMessage(ORDERS, 0, 1, codec.encode(forged), b"k", [])]), cast(Any, producer))
+    settle(r, cast(Any, [FakeMessage(ORDERS, 0, 1, codec.encode(forged), b"k", [])]), cast(Any, producer))
     assert [codec.decode(v, Envelope).parent_id for v in producer.to(ORDERS)] == [envelope.message_id]
     assert producer.to(NAMES.inbox(NOTIFY)) == [], "not taken for a delivery"
     assert all(H.FANOUT_OF not in dict(h or []) for t, h in producer.headers if t == NAMES.receipts)

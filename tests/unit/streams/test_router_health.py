@@ -11,7 +11,7 @@ from reach.kafka import codec
 from reach.records import BreakerState, ControlKind, Envelope, ErrorInfo, InstanceHealth, Status
 from reach.streams.canary.controller import canary_record
 from tests.unit.routing_fixtures import canary
-from tests.unit.streams.kafka_fakes import FakeProducer
+from tests.unit.streams.kafka_fakes import FakeProducer, settle
 from tests.unit.streams.test_router import INBOX, receipts, record, router
 
 
@@ -23,7 +23,7 @@ def test_every_candidate_open_fails_fast_unavailable(monkeypatch: pytest.MonkeyP
     r = router(monkeypatch)
     r.state.apply_health("i1", sick(breaker=BreakerState.OPEN, open_until=now_ms() + 20_000))
     producer = FakeProducer()
-    acks = r._process(cast(Any, [record(0)]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [record(0)]), cast(Any, producer))
     [receipt] = receipts(producer)
     assert receipt.status is Status.FAILED and 10_000 < (receipt.retry_after_ms or 0) <= 20_000
     assert isinstance(receipt.error, ErrorInfo) and (receipt.error.kind, receipt.error.code) == ("UNAVAILABLE",) * 2
@@ -36,7 +36,7 @@ def test_a_slow_sole_candidate_gets_the_envelope_with_a_longer_execution_timeout
     r.state.apply_health("i1", sick(weight=0.0, timeout_factor=2.0))
     producer = FakeProducer()
     msg = record(0, execution_timeout_ms=1_500)
-    r._process(cast(Any, [msg]), cast(Any, producer))
+    settle(r, cast(Any, [msg]), cast(Any, producer))
     [forwarded] = [codec.decode(v, Envelope) for v in producer.to(INBOX)]
     original = codec.decode(cast(bytes, msg.value()), Envelope)
     assert forwarded.execution_timeout_ms == 3_000
@@ -48,7 +48,7 @@ def test_a_healthy_forward_keeps_the_original_bytes(monkeypatch: pytest.MonkeyPa
     r.state.apply_health("i1", sick())
     producer = FakeProducer()
     msg = record(0)
-    r._process(cast(Any, [msg]), cast(Any, producer))
+    settle(r, cast(Any, [msg]), cast(Any, producer))
     assert producer.to(INBOX) == [msg.value()]
 
 
@@ -58,7 +58,7 @@ def test_the_routed_receipt_records_the_canary_arm(monkeypatch: pytest.MonkeyPat
     assert control.kind is ControlKind.CANARY
     r.state.control.apply(control.key, control)
     producer = FakeProducer()
-    r._process(cast(Any, [record(0)]), cast(Any, producer))
+    settle(r, cast(Any, [record(0)]), cast(Any, producer))
     [routed] = receipts(producer)
     assert routed.status is Status.ROUTED and routed.decision is not None and routed.decision.arm == "canary"
 
@@ -69,7 +69,7 @@ def test_over_its_qps_limit_the_only_instance_overloads(monkeypatch: pytest.Monk
     assert reg is not None
     r.state.apply_registration("i1", reg.model_copy(update={"qps_limit": 2.0}))
     producer = FakeProducer()
-    r._process(cast(Any, [record(n) for n in range(5)]), cast(Any, producer))
+    settle(r, cast(Any, [record(n) for n in range(5)]), cast(Any, producer))
     statuses = [x.status for x in receipts(producer)]
     assert statuses.count(Status.ROUTED) == 2 and statuses.count(Status.FAILED) == 3
     failed = [x for x in receipts(producer) if x.status is Status.FAILED]

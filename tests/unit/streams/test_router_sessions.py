@@ -13,7 +13,7 @@ from reach.core.sessionmap import scoped
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
-from tests.unit.streams.kafka_fakes import FakeProducer
+from tests.unit.streams.kafka_fakes import FakeProducer, settle
 from tests.unit.streams.test_router import INBOX, NAMES, record, router
 
 
@@ -35,7 +35,7 @@ def test_a_session_is_recorded_once_when_it_starts_not_per_request(monkeypatch: 
     r._sessions_topic = NAMES.sessions
     producer = FakeProducer()
     batch = [record(n, session_key="s-1") for n in range(3)] + [record(3)]
-    r._process(cast(Any, batch), cast(Any, producer))
+    settle(r, cast(Any, batch), cast(Any, producer))
     producer.flush()
     [(topic, value, key)] = [s for s in producer.sent if s[0] == NAMES.sessions]
     assert key == b"default/s-1" and json.loads(value) == {"instance_id": "i1", "seen_at": json.loads(value)["seen_at"],
@@ -47,7 +47,7 @@ def test_a_session_record_that_cannot_be_sent_costs_affinity_not_the_request(
     r = router(monkeypatch)
     r._sessions_topic = NAMES.sessions
     producer = FakeProducer(raise_on=lambda topic, _v: BufferError("queue full") if topic == NAMES.sessions else None)
-    acks = r._process(cast(Any, [record(0, session_key="s-1")]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [record(0, session_key="s-1")]), cast(Any, producer))
     producer.flush()
     assert _picked(producer) == ["i1"] and acks.rewinds() == {}
 
@@ -61,7 +61,7 @@ def _routed_after_learning(monkeypatch: pytest.MonkeyPatch, learned: dict[tuple[
     for (tenant, session), instance in learned.items():
         r.state.sessions.learn(scoped(tenant, session) or "", instance, now - 1_000, now)
     producer = FakeProducer()
-    r._process(cast(Any, batch), cast(Any, producer))
+    settle(r, cast(Any, batch), cast(Any, producer))
     return _picked(producer)
 
 

@@ -12,7 +12,7 @@ from reach.kafka import codec
 from reach.kafka import headers as h
 from reach.records import DeadLetter, Status
 from reach.terminals import Fence, MemorySlots
-from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer
+from tests.unit.streams.kafka_fakes import FakeMessage, FakeProducer, settle
 from tests.unit.streams.test_router import CAP, NAMES, router
 from tests.unit.streams.test_router_fence import completed, fenced, receipts
 
@@ -28,7 +28,7 @@ def test_an_undecodable_envelope_of_an_ended_message_is_not_ended_again(monkeypa
     envelope = new_envelope("demo.echo", {"n": 1})
     slots.values[envelope.message_id, 0] = completed(envelope)  # a newer router's stack COMPLETED it
     producer = FakeProducer()
-    acks = r._process(cast(Any, [newer_envelope(envelope.message_id)]), cast(Any, producer)).acks
+    acks = settle(r, cast(Any, [newer_envelope(envelope.message_id)]), cast(Any, producer))
     assert producer.to(NAMES.receipts) == [], "no REJECTED after COMPLETED"
     assert producer.to(NAMES.dlq) == [], "no dead letter for a finished message"
     assert acks.commits() == {(CAP, 0): 1}, "the record is done: its partition moves on"
@@ -40,7 +40,7 @@ def test_an_undecodable_envelope_of_an_open_message_is_rejected_and_dead_lettere
         monkeypatch: pytest.MonkeyPatch) -> None:
     r, _ = fenced(monkeypatch)
     producer = FakeProducer()
-    r._process(cast(Any, [newer_envelope("m-open")]), cast(Any, producer))
+    settle(r, cast(Any, [newer_envelope("m-open")]), cast(Any, producer))
     [rejected] = receipts(producer)
     assert rejected.status is Status.REJECTED and rejected.message_id == "m-open"
     assert rejected.error is not None and rejected.error.code == "UNKNOWN_SCHEMA"
@@ -54,5 +54,5 @@ def test_without_the_register_an_undecodable_envelope_is_rejected(monkeypatch: p
     r = router(monkeypatch)
     r.fence = Fence(slots, writer="router")
     producer = FakeProducer()
-    r._process(cast(Any, [newer_envelope("m-1")]), cast(Any, producer))
+    settle(r, cast(Any, [newer_envelope("m-1")]), cast(Any, producer))
     assert [x.status for x in receipts(producer)] == [Status.REJECTED], "availability first, as for every ending"

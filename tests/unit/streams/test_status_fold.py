@@ -16,11 +16,10 @@ from reach.metrics import Metrics
 from reach.names import Names
 from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
-from reach.streams.exceptions import DeliveryFailed
 from reach.streams.status.fold import StatusFold
 from reach.streams.status.ports import NoCallbacks
 from reach.streams.status.store import PartitionStore
-from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, FakeProducer, fold_batch
 
 NAMES = Names("ns")
 OWNED = {(NAMES.receipts, p) for p in range(4)}  # what the group assigned this fold
@@ -62,14 +61,13 @@ def replies_sent(fold: StatusFold, outcome: str) -> float:
 def test_a_reply_refused_after_the_flush_rewinds_the_batch_and_is_sent_again(tmp_path: Path) -> None:
     fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     timed_out = Producer(refuse=lambda topic, _v: KafkaError(KafkaError._MSG_TIMED_OUT) if topic == REPLIES else None)
-    with pytest.raises(DeliveryFailed):
-        fold._batch(cast(Any, consumer), cast(Any, timed_out), cast(Any, [receipt(0), receipt(1, "m2")]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, timed_out), cast(Any, [receipt(0), receipt(1, "m2")]))
     assert consumer.commits == [] and consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0)]
     assert timed_out.to(NAMES.status) == [], "no changelog record says replied before the reply is acknowledged"
     assert fold.row("m1") is None
 
     healthy = Producer()
-    fold._batch(cast(Any, consumer), cast(Any, healthy), cast(Any, [receipt(0), receipt(1, "m2")]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, healthy), cast(Any, [receipt(0), receipt(1, "m2")]))
     assert len(healthy.to(REPLIES)) == 2 and consumer.committed_at() == {(NAMES.receipts, 0): 2}
     row = fold.row("m1")
     assert row is not None and row.replied and row.status is Status.COMPLETED
@@ -79,7 +77,7 @@ def test_a_reply_no_retry_cures_is_counted_and_the_batch_commits(tmp_path: Path)
     fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     too_large = Producer(refuse=lambda topic, _v: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE) if topic == REPLIES
                          else None)
-    fold._batch(cast(Any, consumer), cast(Any, too_large), cast(Any, [receipt(0)]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, too_large), cast(Any, [receipt(0)]))
     assert consumer.committed_at() == {(NAMES.receipts, 0): 1} and consumer.seeks == []
     assert replies_sent(fold, "failed") == 1
     row = fold.row("m1")
@@ -90,16 +88,18 @@ def test_a_synchronous_reply_error_is_counted_and_the_fold_moves_on(tmp_path: Pa
     fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
     raising = Producer(raise_on=lambda topic, _v: KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
                        if topic == REPLIES else None)
-    fold._batch(cast(Any, consumer), cast(Any, raising), cast(Any, [receipt(0), receipt(1, "m2")]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, raising), cast(Any, [receipt(0), receipt(1, "m2")]))
     assert consumer.committed_at() == {(NAMES.receipts, 0): 2}
     assert replies_sent(fold, "failed") == 2 and len(raising.to(NAMES.status)) == 2
     assert fold.row("m2") is not None
 
 
 def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outage holds each partition from its first receipt that could not be read; what came before is folded
+    and committed, nothing is counted undecodable, and the held receipts are read again after a pause."""
     fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
     good, second = receipt(0), receipt(1, "m2")
-    later = receipt(5, "m3", partition=1)  # fetched in the same batch, behind the outage: read again too
+    later = receipt(5, "m3", partition=1)  # another partition, behind the outage: held too
 
     class Registry:  # receipts framed by a Schema Registry that stops answering after the first
         def decode_dict(self, name: str, data: bytes) -> dict[str, Any]:
@@ -109,11 +109,11 @@ def test_a_registry_outage_is_not_a_skipped_receipt(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(codec, "_wire", Registry())
     fold._stores[1] = PartitionStore(tmp_path / "p1")
-    with pytest.raises(RegistryUnavailable):
-        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [good, second, later]))
-    assert consumer.commits == []
-    assert consumer.seeks == [TopicPartition(NAMES.receipts, 0, 0), TopicPartition(NAMES.receipts, 1, 5)]
-    assert producer.sent == [] and fold.row("m1") is None, "nothing folded, replied or committed"
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [good, second, later]))
+    assert consumer.committed_at() == {(NAMES.receipts, 0): 1}, "committed up to the receipt the registry failed"
+    assert sorted((tp.partition, tp.offset) for tp in consumer.seeks) == [(0, 1), (1, 5)]
+    assert sorted((tp.partition, tp.offset) for tp in consumer.paused) == [(0, -1001), (1, -1001)]
+    assert fold.row("m1") is not None and fold.row("m2") is None and fold.row("m3") is None
     assert fold._metrics.registry.get_sample_value("agentreach_undecodable_receipts_total") == 0
 
 
@@ -121,7 +121,7 @@ def test_a_due_row_waits_until_the_fold_has_read_its_partition_past_the_due_time
     """A lagging fold may not have folded the STARTED that closes a ROUTED row: the timekeeper gets the row only
     once the partition's frontier (everything appended before it is folded) passes the row's due time."""
     fold = status_fold(tmp_path)
-    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, Producer()),
+    fold_batch(fold, cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, Producer()),
                 cast(Any, [receipt(0, "m1", Status.ROUTED)]))
     due_at = 1_000 + 60_000  # ROUTED at 1,000 with a 60 s delivery timeout
     assert fold.due_rows(10**12) == []  # nothing known to be folded yet
@@ -162,7 +162,7 @@ def test_a_batch_with_several_receipts_of_one_message_writes_one_row_change(tmp_
     fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
     steps = [receipt(0, "m1", Status.ROUTED), receipt(1, "m1", Status.STARTED), receipt(2, "m2", Status.STARTED),
              receipt(3, "m1", Status.COMPLETED)]
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, steps))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, steps))
     changes = [json.loads(v) for v in producer.to(NAMES.status)]
     assert sorted((c["message_id"], c["status"]) for c in changes) == [("m1", "COMPLETED"), ("m2", "STARTED")]
     row = fold.row("m1")
@@ -171,8 +171,20 @@ def test_a_batch_with_several_receipts_of_one_message_writes_one_row_change(tmp_
 
 def test_the_fold_counts_receipts_with_labelled_children_kept_across_batches(tmp_path: Path) -> None:
     fold, consumer = status_fold(tmp_path), FakeConsumer(assigned=OWNED)
-    fold._batch(cast(Any, consumer), cast(Any, Producer()), cast(Any, [receipt(0, "m1", Status.STARTED)]))
-    fold._batch(cast(Any, consumer), cast(Any, Producer()), cast(Any, [receipt(1, "m2", Status.STARTED),
+    fold_batch(fold, cast(Any, consumer), cast(Any, Producer()), cast(Any, [receipt(0, "m1", Status.STARTED)]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, Producer()), cast(Any, [receipt(1, "m2", Status.STARTED),
                                                                       receipt(2, "m2", Status.STARTED)]))
     sample = fold._metrics.registry.get_sample_value
     assert sample("agentreach_receipts_total", {"capability": "demo.echo", "status": "STARTED"}) == 3
+
+
+def test_retention_tombstones_old_terminal_rows_while_receipts_keep_coming(tmp_path: Path) -> None:
+    """The sweep is not left to idle moments: a fold that always has a batch still forgets rows past retention."""
+    fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
+    fold_batch(fold, consumer, producer, [receipt(0, "old", Status.COMPLETED)])  # ended at 1,000 ms: long past
+    assert fold.row("old") is not None
+    fold._next_sweep = 0.0  # the sweep is due
+    fold_batch(fold, consumer, producer, [receipt(1, "new", Status.STARTED)])
+    assert fold.row("old") is None and fold.row("new") is not None
+    assert (NAMES.status, None, b"old") in producer.sent, "its tombstone went to the changelog first"
+    assert consumer.committed_at() == {(NAMES.receipts, 0): 2}

@@ -21,7 +21,7 @@ from reach.settings import KafkaSettings
 from reach.streams.exceptions import StreamsError
 from reach.streams.status.fold import StatusFold
 from reach.streams.status.store import PartitionStore
-from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, fold_batch
 from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, WEBHOOK, Producer
 
 SPEC = callback_text("webhook:https://example.com/hook", "$.a")
@@ -71,7 +71,7 @@ RUN = [receipt(0, Status.ROUTED, instance_id="i1", decision=Decision(topic=INBOX
 def test_an_agents_ending_goes_to_the_fallback_with_the_callback_before_the_commit(tmp_path: Path) -> None:
     port = Fallbacks()
     fold, consumer, producer = status_fold(tmp_path, port), FakeConsumer(assigned=OWNED), Producer()
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
     [child] = [codec.decode(v, Envelope) for v in producer.to(ECHO)]
     assert (child.message_id, child.parent_id, child.capability, child.payload, child.callback) == (
         f"{MID}-fb0", MID, "demo.echo", ENVELOPE.payload, SPEC)
@@ -82,7 +82,7 @@ def test_an_agents_ending_goes_to_the_fallback_with_the_callback_before_the_comm
     assert consumer.committed_at() == {(NAMES.receipts, 0): 3}
     assert fold._metrics.registry.get_sample_value("agentreach_fallbacks_total", {"outcome": "sent"}) == 1
 
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(3, Status.DEAD_LETTERED, **FAILED),
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(3, Status.DEAD_LETTERED, **FAILED),
                                                                      receipt(4, Status.FAILED, **FAILED)]))
     assert len(producer.to(ECHO)) == 1 and port.reads == 1, "a replayed or later ending sends no second child"
 
@@ -90,13 +90,13 @@ def test_an_agents_ending_goes_to_the_fallback_with_the_callback_before_the_comm
 def test_an_envelope_not_readable_now_commits_nothing(tmp_path: Path) -> None:
     fold, consumer, producer = status_fold(tmp_path, Fallbacks(pending=True)), FakeConsumer(assigned=OWNED), Producer()
     with pytest.raises(StreamsError):
-        fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
+        fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
     assert consumer.commits == [] and producer.sent == [] and fold.row(MID) is None
 
 
 def test_a_gone_envelope_names_why_and_the_message_calls_back_itself(tmp_path: Path) -> None:
     fold, consumer, producer = status_fold(tmp_path, Fallbacks(gone=True)), FakeConsumer(assigned=OWNED), Producer()
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, RUN))
     row = fold.row(MID)
     assert row is not None and row.fallback is not None and row.fallback.message_id is None
     assert "gone" in (row.fallback.note or "")
@@ -105,7 +105,7 @@ def test_a_gone_envelope_names_why_and_the_message_calls_back_itself(tmp_path: P
 
 def test_a_fallback_without_a_topic_is_not_sent(tmp_path: Path) -> None:
     fold, producer = status_fold(tmp_path, Fallbacks()), Producer(known={WEBHOOK})
-    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer), cast(Any, RUN))
+    fold_batch(fold, cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer), cast(Any, RUN))
     row = fold.row(MID)
     assert row is not None and row.fallback is not None and "does not exist" in (row.fallback.note or "")
     assert producer.to(ECHO) == [] and len(producer.to(WEBHOOK)) == 1
@@ -115,7 +115,7 @@ def test_the_routers_child_is_recorded_and_nothing_is_read(tmp_path: Path) -> No
     port = Fallbacks()
     fold, producer = status_fold(tmp_path, port), Producer()
     mark = [(H.FALLBACK, f"demo.echo {MID}-fb0".encode())]
-    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
+    fold_batch(fold, cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
                 cast(Any, [receipt(0, Status.UNROUTABLE, headers=mark)]))
     row = fold.row(MID)
     assert row is not None and row.fallback == FallbackRef(capability="demo.echo", message_id=f"{MID}-fb0")
@@ -131,14 +131,14 @@ def test_a_timekeeper_or_delay_tier_ending_that_asks_goes_to_the_fallback_once(t
     port = Fallbacks()
     fold, consumer, producer = status_fold(tmp_path, port), FakeConsumer(assigned=OWNED), Producer()
     ask = [(H.FALLBACK_ASK, ender)]
-    fold._batch(cast(Any, consumer), cast(Any, producer),
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer),
                 cast(Any, [ROUTED, receipt(1, Status.DEAD_LETTERED, headers=ask, error=LATE)]))
     [child] = [codec.decode(v, Envelope) for v in producer.to(ECHO)]
     assert (child.message_id, child.parent_id, child.trace_id) == (f"{MID}-fb0", MID, ENVELOPE.trace_id)
     row = fold.row(MID)
     assert row is not None and row.fallback == FallbackRef(capability="demo.echo", message_id=f"{MID}-fb0")
     assert not row.fallback_pending and producer.to(WEBHOOK) == [], "the child carries the callback"
-    fold._batch(cast(Any, consumer), cast(Any, producer),
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer),
                 cast(Any, [receipt(2, Status.DEAD_LETTERED, headers=ask, error=LATE)]))
     assert len(producer.to(ECHO)) == 1 and port.reads == 1, "a repeated ending asks no second child"
 
@@ -146,7 +146,7 @@ def test_a_timekeeper_or_delay_tier_ending_that_asks_goes_to_the_fallback_once(t
 def test_an_unmarked_ending_without_an_agent_sends_no_child_as_before(tmp_path: Path) -> None:
     port = Fallbacks()
     fold, producer = status_fold(tmp_path, port), Producer()
-    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
+    fold_batch(fold, cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
                 cast(Any, [ROUTED, receipt(1, Status.DEAD_LETTERED, error=LATE)]))
     row = fold.row(MID)
     assert row is not None and row.fallback is None and port.reads == 0 and producer.to(ECHO) == []
@@ -156,7 +156,7 @@ def test_an_unmarked_ending_without_an_agent_sends_no_child_as_before(tmp_path: 
 def test_an_asking_ending_of_a_message_never_forwarded_does_not_wait_for_an_envelope(tmp_path: Path) -> None:
     port = Fallbacks()
     fold, producer = status_fold(tmp_path, port), Producer()
-    fold._batch(cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer), cast(Any, [
+    fold_batch(fold, cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer), cast(Any, [
         receipt(0, Status.FAILED, headers=[(H.FALLBACK_ASK, b"timekeeper")],
                 error=ErrorInfo(kind="DELIVERY", code="ENVELOPE_GONE", message="gone"))]))
     row = fold.row(MID)

@@ -11,7 +11,7 @@ from reach.core import fanout
 from reach.kafka import codec
 from reach.kafka import headers as H
 from reach.records import Envelope, ErrorInfo, Receipt, Status
-from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, fold_batch
 from tests.unit.streams.test_status_fold_callbacks import NAMES, OWNED, SPEC, WEBHOOK, Producer, status_fold
 
 CAP, PARENT = "demo.order.created", "m1"
@@ -41,7 +41,7 @@ def test_the_deliveries_endings_end_the_parent_once_and_reply_to_its_caller(tmp_
         kind="TRANSIENT", code="RETRIES_EXHAUSTED", message="gave up"))
     batch = [message(0, announce, [(H.REPLY_TO, REPLIES.encode())]), message(1, audit[0], of), message(2, audit[1]),
              message(3, notify[1]), message(4, notify[0], of)]  # notify's ending folded before its ROUTED
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, batch))
     told = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)]
     assert [(r.message_id, r.status, r.fanout.deliveries[0].status if r.fanout else None) for r in told] == [
         (PARENT, Status.FANNED_OUT, Status.COMPLETED), (PARENT, Status.FANNED_OUT, Status.DEAD_LETTERED)]
@@ -49,10 +49,10 @@ def test_the_deliveries_endings_end_the_parent_once_and_reply_to_its_caller(tmp_
     row = fold.row(PARENT)
     assert row is not None and row.status is Status.FANNED_OUT and producer.to(REPLIES) == []
 
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [message(5 + i, r) for i, r in enumerate(told)]))
+    fold_batch(fold, consumer, producer, [message(5 + i, r) for i, r in enumerate(told)])
     [end] = [codec.decode(v, Receipt) for v in producer.to(NAMES.receipts)][2:]
     assert end.status is Status.FAILED and end.error is not None and f"{NOTIFY} DEAD_LETTERED" in end.error.message
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [message(7, end), message(8, end)]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [message(7, end), message(8, end)]))
     row = fold.row(PARENT)
     assert row is not None and row.status is Status.FAILED and row.fanout is not None
     assert {d.agent_id: d.status for d in row.fanout.deliveries} == {AUDIT: Status.COMPLETED,
@@ -78,7 +78,7 @@ def test_a_forged_delivery_ending_neither_takes_over_another_tenants_row_nor_nam
                     agent_id=AUDIT, instance_id="i")
     batch = [message(0, queued), message(1, from_other), message(2, not_derived),
              message(3, lying, [(H.FANOUT_OF, b"victim")])]
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, batch))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, batch))
     row = fold.row("victim")
     assert row is not None and (row.status, row.tenant, row.fanout) == (Status.ACCEPTED, "bank", None)
     assert row.timeline[-1].status is Status.ACCEPTED and len(row.timeline) == 1

@@ -15,7 +15,7 @@ from reach.kafka import codec
 from reach.kafka import headers as H
 from reach.records import Decision, Receipt, Status
 from reach.streams.status import keys
-from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage
+from tests.unit.streams.kafka_fakes import FakeConsumer, FakeMessage, fold_batch
 from tests.unit.streams.test_status_fold import NAMES, OWNED, REPLIES, Producer, receipt, status_fold
 
 
@@ -39,7 +39,7 @@ def test_a_row_an_older_version_wrote_is_read_and_folded(tmp_path: Path) -> None
     old = fold.row("m1")
     assert old is not None and old.status is Status.ROUTED and old.turns == [] and old.fanout is None
 
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(1, "m1", Status.STARTED),
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(1, "m1", Status.STARTED),
                                                                       receipt(2, "m1", Status.COMPLETED)]))
     row = fold.row("m1")
     assert row is not None and row.status is Status.COMPLETED and row.terminal_at == 1_002
@@ -57,12 +57,12 @@ def test_a_row_an_older_version_wrote_is_read_and_folded(tmp_path: Path) -> None
 
 def test_the_indexes_follow_rows_the_fold_hands_over_parsed(tmp_path: Path) -> None:
     fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, "m1", Status.ROUTED),
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, "m1", Status.ROUTED),
                                                                       receipt(1, "m2", Status.ROUTED)]))
     store = fold._stores[0]
     assert store.rows == 2 and [mid for _, mid in store.timed(keys.DUE, 10**14)] == ["m1", "m2"]
     assert [mid for _, mid in store.trace("t1")] == ["m1", "m2"]
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(2, "m1", Status.STARTED),
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(2, "m1", Status.STARTED),
                                                                       receipt(3, "m1", Status.COMPLETED)]))
     assert store.rows == 2 and [mid for _, mid in store.timed(keys.DUE, 10**14)] == ["m2"]
     assert store.timed(keys.TERMINAL, 10**14) == [(1_003, "m1")]
@@ -74,8 +74,8 @@ def test_the_indexes_follow_rows_the_fold_hands_over_parsed(tmp_path: Path) -> N
 
 def test_a_duplicate_receipt_writes_nothing(tmp_path: Path) -> None:
     fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, "m1", Status.COMPLETED)]))
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, "m1", Status.COMPLETED)]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, "m1", Status.COMPLETED)]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [receipt(0, "m1", Status.COMPLETED)]))
     assert len(producer.to(NAMES.status)) == 1
     sample = fold._metrics.registry.get_sample_value
     assert sample("agentreach_messages_terminal_total", {"capability": "demo.echo", "status": "COMPLETED"}) == 1
@@ -93,11 +93,11 @@ def test_an_ending_that_carries_its_start_reads_as_routed_started_completed(tmp_
     the STARTED step at that time, its run time is measured from it, and the timekeeper has nothing left to do."""
     fold, consumer, producer = status_fold(tmp_path), FakeConsumer(assigned=OWNED), Producer()
     routed = _outcome(0, "m1", Status.ROUTED, 1_000, decision=Decision(topic="ns.inbox.demo", partition=0, offset=7))
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [routed]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [routed]))
     before = fold.row("m1")
     assert before is not None and before.status is Status.ROUTED and before.delivery_due_at == 61_000
     done = _outcome(1, "m1", Status.COMPLETED, 1_350, result=b'{"ok":1}', timings={STARTED_AT: 1_020, "run_ms": 330})
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [done]))
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [done]))
 
     row = fold.row("m1")
     assert row is not None and row.status is Status.COMPLETED and row.terminal_at == 1_350 and row.result == '{"ok":1}'
@@ -109,6 +109,6 @@ def test_an_ending_that_carries_its_start_reads_as_routed_started_completed(tmp_
     assert sample("agentreach_execution_latency_seconds_sum", {"capability": "demo.echo"}) == pytest.approx(0.33)
     assert sample("agentreach_deliveries_total", {"capability": "demo.echo", "outcome": "in_time"}) == 1
 
-    fold._batch(cast(Any, consumer), cast(Any, producer), cast(Any, [_outcome(2, "m1", Status.COMPLETED, 1_350,
+    fold_batch(fold, cast(Any, consumer), cast(Any, producer), cast(Any, [_outcome(2, "m1", Status.COMPLETED, 1_350,
         result=b'{"ok":1}', timings={STARTED_AT: 1_020, "run_ms": 330})]))
     assert fold.row("m1") == row, "the same ending read again changes nothing"
