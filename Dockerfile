@@ -7,6 +7,16 @@
 # so the venv's interpreter path is the same in the builder and in the final image.
 ARG BASE=python:3.11-slim
 
+# The declared dependencies as a requirements list, in a stage of its own: the builder's dependency layer is keyed by
+# this list's content, so a change to pyproject.toml's other tables (pytest markers, lint settings) or to README.md
+# reuses it (decision 0067).
+FROM ${BASE} AS requirements
+ARG EXTRAS=""
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python3 -c 'import os, tomllib; p = tomllib.load(open("/tmp/pyproject.toml", "rb"))["project"]; \
+deps = list(p["dependencies"]) + [d for e in os.environ.get("EXTRAS", "").split(",") if e.strip() \
+for d in p["optional-dependencies"][e.strip()]]; print("\n".join(deps))' > /tmp/requirements.txt
+
 FROM ${BASE} AS builder
 # EXTRAS: optional dependency groups of pyproject.toml, e.g. "intent" for `router --role resolve`'s model.
 ARG EXTRAS=""
@@ -17,15 +27,12 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 RUN cat /etc/ssl/certs/ca-certificates.crt > /tmp/pip-ca.pem && printf '%s\n' "$EXTRA_CA" >> /tmp/pip-ca.pem \
  && python3 -m venv /opt/reach && /opt/reach/bin/pip install -q --upgrade pip
 WORKDIR /app
-# Dependencies first (their layer is reused while only the code changes): install the project's declared
-# dependencies from pyproject.toml alone.
-COPY pyproject.toml README.md ./
-RUN /opt/reach/bin/python -c 'import os, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
-deps = list(p["dependencies"]) + [d for e in os.environ.get("EXTRAS", "").split(",") if e.strip() \
-for d in p["optional-dependencies"][e.strip()]]; print("\n".join(deps))' > /tmp/requirements.txt
+# Dependencies first (their layer is reused while only the code changes): the project's declared dependencies.
+COPY --from=requirements /tmp/requirements.txt /tmp/requirements.txt
 RUN /opt/reach/bin/pip install -q -r /tmp/requirements.txt
 # The code. The codec reads schemas/avro beside the package (reach/kafka/codec.py), so the package is installed
 # in place from /app (a .pth to /app), with schemas/, topics.yaml and the examples next to it.
+COPY pyproject.toml README.md ./
 COPY reach ./reach
 COPY schemas ./schemas
 COPY examples ./examples

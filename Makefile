@@ -2,10 +2,12 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+HELM_VERSION := v3.21.4
+HELM := $(HOME)/.cache/agent-reach/bin/helm
 GRPCURL_VERSION := v1.9.3
 GRPCURL := $(HOME)/.cache/agent-reach/bin/grpcurl
 
-.PHONY: setup demo test unit lint fuzz fuzz-api bench faults soak image image-test chart-test proto clean
+.PHONY: setup demo test ci unit lint fuzz fuzz-api bench bench-smoke faults soak image image-test chart-test proto clean
 
 setup: $(VENV)/.installed $(GRPCURL)
 	@scripts/setup.sh
@@ -21,8 +23,15 @@ $(VENV)/.installed: pyproject.toml
 demo: setup
 	@$(BIN)/reach demo
 
-test: setup
-	@scripts/test.sh
+# REACH_TEST_EXTRAS="image chart" (what .ci/run sets) adds the image and the chart checks beside the parallel part
+test: setup $(if $(findstring chart,$(REACH_TEST_EXTRAS)),$(HELM))
+	@HELM=$(HELM) scripts/test.sh
+
+# CI (.ci/run; decision 0067): `make test` with the image and the chart checked beside its parallel part. What CI
+# runs in a short form, at full length: `make soak` (CI: 3 min), `make faults` (CI: leader SIGKILL and Redis restart
+# on the cluster), `make bench-smoke` (CI: without the peers and the echo knee), `make bench` (the figures).
+ci:
+	@REACH_TEST_EXTRAS="image chart" $(MAKE) --no-print-directory test
 
 unit: setup
 	@$(BIN)/pytest -q tests/unit
@@ -42,6 +51,10 @@ fuzz-api: setup
 
 bench: setup
 	@scripts/with-local.sh $(BIN)/reach bench
+
+# The bench smoke with what CI leaves out of it (decision 0067): the peers, gateway and intent modes, the echo knee.
+bench-smoke: setup
+	@REACH_CI=1 REACH_BENCH_SMOKE=full scripts/with-local.sh $(BIN)/pytest -q -m serial tests/integration/test_bench_smoke.py
 
 # The fault suite (docs/reliability.md): a 3-broker cluster under .reach/faults, every scenario, the table.
 faults: setup
@@ -65,8 +78,6 @@ image-test: setup
 
 # The Helm chart: helm lint, helm template and every rendered manifest validated against Kubernetes' schemas (the
 # kubernetes-validate package ships them), with no network once helm is built (once, from the Go module proxy).
-HELM_VERSION := v3.21.4
-HELM := $(HOME)/.cache/agent-reach/bin/helm
 $(HELM):
 	@command -v go >/dev/null || { echo "chart-test needs Go to build helm $(HELM_VERSION) (apt-get install golang)"; exit 2; }
 	@GOBIN=$(dir $(HELM)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)

@@ -85,8 +85,15 @@ class AsyncClient:
 
     async def invoke_receipt(self, capability: str, payload: Any, *, version: str = "*",
                              timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> Receipt:
-        """Send a request and return its first terminal receipt, whatever its status (InvokeTimeout when none
-        comes within timeout_ms)."""
+        """Send a request and return the terminal receipt of its fallback chain, whatever its status (InvokeTimeout
+        when none comes within timeout_ms)."""
+        return (await self.invoke_outcome(capability, payload, version=version, timeout_ms=timeout_ms,
+                                          **fields)).receipt
+
+    async def invoke_outcome(self, capability: str, payload: Any, *, version: str = "*",
+                             timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> invoke_.Followed:
+        """Send a request and return every ending of its fallback chain (reach.invoke.Followed), as
+        `Client.invoke_outcome`."""
         hub = await self.replies()
         fields.setdefault("budget_ms", max(timeout_ms, 1))
         envelope = await self.envelope(capability, payload, version=version, reply_to=hub.topic, **fields)
@@ -98,17 +105,20 @@ class AsyncClient:
             raise
         receipt = await waiter.result(timeout_ms / 1000)
         if receipt is None:
+            if waiter.endings:
+                raise invoke_.chain_timeout(waiter.endings, waiter.waiting_for, timeout_ms)
             raise invoke_.no_reply(envelope.message_id, timeout_ms)
-        lineage.child_ended(receipt)  # from a handler: what the child spent counts towards its parent's budget
-        return receipt
+        for ending in waiter.endings:  # from a handler: what each run spent counts towards its parent's budget
+            lineage.child_ended(ending)
+        return invoke_.Followed(tuple(waiter.endings))
 
     async def invoke(self, capability: str, payload: Any, *, version: str = "*",
                      timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> Any:
         """Send a request and return the agent's result; raises InvokeFailed / InvokeRejected / InvokeUnroutable /
         InvokeTimeout / InputRequired (all reach.invoke.InvokeError) for any other ending, as `Client.invoke`."""
-        receipt = await self.invoke_receipt(capability, payload, version=version, timeout_ms=timeout_ms, **fields)
-        invoke_.raise_for(receipt)
-        return invoke_.result_value(receipt)
+        followed = await self.invoke_outcome(capability, payload, version=version, timeout_ms=timeout_ms, **fields)
+        invoke_.raise_for_chain(followed)
+        return invoke_.result_value(followed.receipt)
 
     async def close(self, timeout_s: float = 10.0) -> None:
         """Wait up to timeout_s for the broker to acknowledge what is queued (a send still waiting after that

@@ -273,15 +273,24 @@ class Client:
 
     def invoke(self, capability: str, payload: Any, *, version: str = "*",
                timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> Any:
-        """Send a request and return the agent's result; raises InvokeFailed / InvokeRejected /
-        InvokeUnroutable / InvokeTimeout (all InvokeError) for any other ending."""
+        """Send a request and return the result of its fallback chain (the agent's, or the fallback's that served
+        it); raises InvokeFailed / InvokeRejected / InvokeUnroutable / InvokeTimeout (all InvokeError) for any other
+        final ending."""
         return invoke_.invoke(self, self.replies(), capability, payload, version=version,
                               timeout_ms=timeout_ms, **fields)
 
     def invoke_receipt(self, capability: str, payload: Any, *, version: str = "*",
                        timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> Receipt:
-        """Send a request and return its first terminal receipt, whatever its status."""
+        """Send a request and return the terminal receipt of its fallback chain, whatever its status (the request's
+        own when no fallback served it; `invoke_outcome` also gives the request's own ending)."""
         return invoke_.invoke_receipt(self, self.replies(), capability, payload, version=version,
+                                      timeout_ms=timeout_ms, **fields)
+
+    def invoke_outcome(self, capability: str, payload: Any, *, version: str = "*",
+                       timeout_ms: int = invoke_.DEFAULT_TIMEOUT_MS, **fields: Any) -> invoke_.Followed:
+        """Send a request and return every ending of its fallback chain: `.receipt` the final one, `.first` the
+        request's own when a fallback served it (e.g. UNROUTABLE, its child `<id>-fb0` COMPLETED)."""
+        return invoke_.invoke_outcome(self, self.replies(), capability, payload, version=version,
                                       timeout_ms=timeout_ms, **fields)
 
     def stream(self, capability: str, payload: Any, *, version: str = "*",

@@ -1,9 +1,12 @@
-"""Request/response over Kafka: wait for a message's first terminal receipt on a per-client reply topic.
+"""Request/response over Kafka: wait for a message's terminal receipt on a per-client reply topic.
 
-The router forwards each (message, generation)'s first terminal receipt to the envelope's
+The status fold sends each (message, generation)'s first terminal receipt to the envelope's
 reply_to; a ReplyInbox owns one reply topic (`<ns>.replies.<client_id>`, created from the
 `replies` family), reads it from where it stood when opened, and hands each receipt to whoever
 waits for that message_id (reach.replypump.ReplyPump, shared with the gateway's ReplyHub).
+A waiting caller follows its request's fallback chain (docs/decisions/0034): when the reply says the ending went
+on to the capability's fallback, the wait goes on for the child (same reply topic) and returns the chain's final
+ending, with the request's own ending kept (`Followed.first`). The row's first-terminal rule is unchanged.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from reach import client as sdk
 
 DEFAULT_TIMEOUT_MS = 30_000
+MAX_CHAIN = 3  # reach.core.fallback.MAX_DEPTH: a chain has at most this many children
 
 
 class InvokeError(ReachError):
@@ -92,6 +96,17 @@ def raise_for(receipt: Receipt) -> None:
     raise InvokeFailed(text, message_id=mid, receipt=receipt)
 
 
+def raise_for_chain(followed: Followed) -> None:
+    """`raise_for` of a chain's final ending; the error says how the chain went (the request's own ending first)."""
+    try:
+        raise_for(followed.receipt)
+    except InvokeError as exc:
+        note = followed.note()
+        if note is None:
+            raise
+        raise type(exc)(f"{exc} ({note})", message_id=exc.message_id, receipt=exc.receipt) from None
+
+
 def no_reply(message_id: str, timeout_ms: int) -> InvokeTimeout:
     """The error of a wait that saw no terminal receipt within timeout_ms."""
     return InvokeTimeout(f"no terminal receipt for {message_id} within {timeout_ms} ms; it may still finish: "
@@ -106,6 +121,39 @@ def result_value(receipt: Receipt) -> Any:
         return json.loads(receipt.result)
     except ValueError:
         return receipt.result
+
+
+@dataclass(frozen=True)
+class Followed:
+    """What a waiting caller gets: the endings of its request's fallback chain, in order (one when no fallback
+    served it). `receipt` is the chain's final ending (a child's, whose message_id is `<id>-fb<generation>`)."""
+
+    endings: tuple[Receipt, ...]
+
+    @property
+    def receipt(self) -> Receipt:
+        return self.endings[-1]
+
+    @property
+    def first(self) -> Receipt | None:
+        """The request's own ending when a fallback served it (e.g. UNROUTABLE), else None."""
+        return self.endings[0] if len(self.endings) > 1 else None
+
+    def note(self) -> str | None:
+        """One line saying how the chain went, for a caller to show; None without a fallback."""
+        if self.first is None:
+            return None
+        steps = " -> ".join(f"{r.capability} {r.message_id} {r.status}" for r in self.endings)
+        return f"served by a fallback: {steps}"
+
+
+def chain_timeout(endings: Sequence[Receipt], waiting_for: str, timeout_ms: int) -> InvokeTimeout:
+    """The error of a wait whose request ended and went on to a fallback child that did not end in time."""
+    first = endings[0]
+    return InvokeTimeout(f"{first.capability} request {first.message_id} ended {first.status} and went on to its "
+                         f"fallback {waiting_for}, which did not end within {timeout_ms} ms; "
+                         f"`reach status {first.message_id}` shows where it is.", message_id=first.message_id,
+                         receipt=first)
 
 
 def default_client_id() -> str:
@@ -142,6 +190,21 @@ class ReplyInbox:
             raise no_reply(message_id, timeout_ms)
         return found
 
+    def follow(self, message_id: str, *, generation: int = 0, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Followed:
+        """The endings of (message_id, generation)'s fallback chain, waiting for each child in turn within one
+        timeout_ms overall; InvokeTimeout when the request's or a child's ending does not come in time."""
+        deadline = time.monotonic() + timeout_ms / 1000
+        key, endings = (message_id, generation), list[Receipt]()
+        while True:
+            found = self._pump.wait(key, max(deadline - time.monotonic(), 0.0))
+            if found is None:
+                raise chain_timeout(endings, key[0], timeout_ms) if endings else no_reply(message_id, timeout_ms)
+            endings.append(found)
+            child = self._pump.child_of(key)
+            if child is None or len(endings) > MAX_CHAIN:
+                return Followed(tuple(endings))
+            key = child
+
     def poll(self, message_id: str, *, generation: int = 0, timeout_s: float = 0.1) -> Receipt | None:
         """The first terminal receipt of (message_id, generation) if it arrives within timeout_s, else None."""
         return self._pump.wait((message_id, generation), timeout_s)
@@ -170,6 +233,7 @@ class StepResult:
     result: Any
     receipt: Receipt | None
     error: InvokeError | None = None
+    first: Receipt | None = None  # the step's own ending when its capability's fallback served it
 
 
 @dataclass(frozen=True)
@@ -181,7 +245,7 @@ class ChainResult:
     trace_id: str
 
 
-def invoke_receipt(
+def invoke_outcome(
     client: sdk.Client,
     inbox: ReplyInbox,
     capability: str,
@@ -190,14 +254,23 @@ def invoke_receipt(
     version: str = "*",
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
     **fields: Any,
-) -> Receipt:
-    """Send a request with reply_to = the inbox's topic and return its first terminal receipt (any status)."""
+) -> Followed:
+    """Send a request with reply_to = the inbox's topic and return the endings of its fallback chain (any status)."""
     fields.setdefault("budget_ms", max(timeout_ms, 1))
     envelope = client.envelope(capability, payload, version=version, reply_to=inbox.topic, **fields)
     client.publish(envelope)
-    receipt = inbox.wait(envelope.message_id, generation=envelope.generation, timeout_ms=timeout_ms)
-    lineage.child_ended(receipt)  # from a handler: what the child spent counts towards its parent's budget
-    return receipt
+    followed = inbox.follow(envelope.message_id, generation=envelope.generation, timeout_ms=timeout_ms)
+    for receipt in followed.endings:  # from a handler: what each run spent counts towards its parent's budget
+        lineage.child_ended(receipt)
+    return followed
+
+
+def invoke_receipt(client: sdk.Client, inbox: ReplyInbox, capability: str, payload: Any, *, version: str = "*",
+                   timeout_ms: int = DEFAULT_TIMEOUT_MS, **fields: Any) -> Receipt:
+    """Send a request and return the terminal receipt of its fallback chain (any status; its own when no fallback
+    served it)."""
+    return invoke_outcome(client, inbox, capability, payload, version=version, timeout_ms=timeout_ms,
+                          **fields).receipt
 
 
 def invoke(
@@ -210,10 +283,11 @@ def invoke(
     timeout_ms: int = DEFAULT_TIMEOUT_MS,
     **fields: Any,
 ) -> Any:
-    """The agent's result for one request, or a typed InvokeError."""
-    receipt = invoke_receipt(client, inbox, capability, payload, version=version, timeout_ms=timeout_ms, **fields)
-    raise_for(receipt)
-    return result_value(receipt)
+    """The result of one request's fallback chain (its own agent's, or the fallback's that served it), or a typed
+    InvokeError for the chain's final ending."""
+    followed = invoke_outcome(client, inbox, capability, payload, version=version, timeout_ms=timeout_ms, **fields)
+    raise_for_chain(followed)
+    return result_value(followed.receipt)
 
 
 Reducer = Callable[[Any, StepResult], Any]
@@ -241,14 +315,18 @@ def invoke_chain(
         step = Step(raw_step) if isinstance(raw_step, str) else raw_step
         payload = value if step.payload is None else step.payload
         options = {"trace_id": fields_trace, "parent_id": parent, **step.options}
+        followed: Followed | None = None
         try:
-            receipt = invoke_receipt(client, inbox, step.capability, payload, version=step.version,
-                                     timeout_ms=timeout_ms, **options)
+            followed = invoke_outcome(client, inbox, step.capability, payload, version=step.version,
+                                      timeout_ms=timeout_ms, **options)
+            receipt = followed.receipt
             raise_for(receipt)
             status = receipt.step_status or StepStatus.OK
-            outcome = StepResult(step.capability, receipt.message_id, status, result_value(receipt), receipt)
+            outcome = StepResult(step.capability, followed.endings[0].message_id, status, result_value(receipt),
+                                 receipt, first=followed.first)
         except InvokeError as exc:
-            outcome = StepResult(step.capability, exc.message_id, StepStatus.ERROR, None, exc.receipt, exc)
+            mid, first = (followed.endings[0].message_id, followed.first) if followed else (exc.message_id, None)
+            outcome = StepResult(step.capability, mid, StepStatus.ERROR, None, exc.receipt, exc, first=first)
         results.append(outcome)
         parent = outcome.message_id
         value = reducer(value, outcome)

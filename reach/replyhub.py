@@ -8,7 +8,7 @@ import logging
 import threading
 
 from reach import client as sdk
-from reach.invoke import ReplyInbox
+from reach.invoke import MAX_CHAIN, ReplyInbox
 from reach.records import Receipt
 from reach.replypump import Key, ReplyPump
 
@@ -16,22 +16,40 @@ log = logging.getLogger("reach.replies")
 
 
 class _Waiter:
-    """A future on the caller's event loop; the pump calls the waiter (from its reader thread) to resolve it."""
+    """A future on the caller's event loop; the pump calls the waiter (from its reader thread) to resolve it. It
+    follows the request's fallback chain: `result` is the chain's final ending, `endings` every ending so far."""
 
     def __init__(self, pump: ReplyPump, key: Key) -> None:
         self._pump = pump
         self._key = key
         self._future: asyncio.Future[Receipt] = asyncio.get_running_loop().create_future()
+        self.endings: list[Receipt] = []
 
     def __call__(self, receipt: Receipt) -> None:
         """From the reader thread (or at once, when the receipt was read before `expect`)."""
         self._future.get_loop().call_soon_threadsafe(_resolve, self._future, receipt)
 
+    @property
+    def waiting_for(self) -> str:
+        """The message id waited for now (a fallback child's once the request's own ending went on to it)."""
+        return self._key[0]
+
     async def result(self, timeout_s: float) -> Receipt | None:
+        """The final ending of the request's fallback chain; None when it (or a child's) did not come in time."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         try:
-            return await asyncio.wait_for(asyncio.shield(self._future), timeout_s)
-        except TimeoutError:
-            return None
+            while True:
+                try:
+                    receipt = await asyncio.wait_for(asyncio.shield(self._future), max(deadline - loop.time(), 0))
+                except TimeoutError:
+                    return None
+                self.endings.append(receipt)
+                child = self._pump.child_of(self._key)
+                if child is None or len(self.endings) > MAX_CHAIN:
+                    return receipt
+                self._key, self._future = child, loop.create_future()
+                self._pump.expect(child, self)
         finally:
             self.cancel()
 

@@ -1,6 +1,10 @@
 """The reply pump: read a reply topic, decode each receipt and hand it to whoever waits for its (message_id,
 generation), or keep it (bounded) for a waiter still to come. reach.invoke's blocking `wait` pumps it on the
-caller's thread; the gateway's ReplyHub pumps it on one reader thread for every waiting request."""
+caller's thread; the gateway's ReplyHub pumps it on one reader thread for every waiting request.
+
+A reply whose ending went on to a fallback names the child (the header `x-reach-fallback: <capability> <child id>`,
+written by the status fold): `child_of` tells a waiter which key to wait for next, so it can follow the chain to
+its final outcome (reach.invoke.Followed)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
+from reach.core.fallback import parse_mark, verified_parent
 from reach.kafka import codec
+from reach.kafka import headers as h
 from reach.records import Receipt
 
 Key = tuple[str, int]
@@ -70,6 +76,8 @@ class ReplyPump:
         self._reading = threading.Lock()  # one blocking `wait` reads at a time; the others find theirs arrived
         self._waiters: dict[Key, Resolve] = {}
         self.arrived = Arrivals(limit)
+        self._limit = limit
+        self._children: OrderedDict[Key, Key] = OrderedDict()  # a reply's key -> its fallback child's, bounded
 
     def expect(self, key: Key, resolve: Resolve) -> None:
         """Call `resolve` with key's receipt when it is read, or now when it was read already."""
@@ -91,6 +99,12 @@ class ReplyPump:
         with self._lock:
             return self.arrived.pop(key)
 
+    def child_of(self, key: Key) -> Key | None:
+        """The fallback child key's reply named (its ending went on to the capability's fallback), taken once; None
+        when it named none. Known once key's receipt was handed out."""
+        with self._lock:
+            return self._children.pop(key, None)
+
     def wait(self, key: Key, timeout_s: float, *, batch: int = 100) -> Receipt | None:
         """Pump on the caller's thread until key's receipt is read (None when `timeout_s` passes first)."""
         deadline = time.monotonic() + timeout_s
@@ -111,8 +125,20 @@ class ReplyPump:
             receipt = _receipt(record)
             if receipt is not None:
                 read += 1
+                self._link(receipt, record)
                 self._deliver(receipt)
         return read
+
+    def _link(self, receipt: Receipt, record: Record) -> None:
+        """Remember the fallback child a reply names (before its waiter is resolved, so the waiter sees it). Only a
+        child id the product derives from this message (reach.core.fallback.child_id) is followed."""
+        ref = parse_mark(_header(record, h.FALLBACK))
+        if ref is None or ref.message_id is None or verified_parent(ref.message_id, receipt.message_id) is None:
+            return
+        with self._lock:
+            self._children[(receipt.message_id, receipt.generation)] = (ref.message_id, 0)
+            while len(self._children) > self._limit:
+                self._children.popitem(last=False)
 
     def _deliver(self, receipt: Receipt) -> None:
         key = (receipt.message_id, receipt.generation)
@@ -122,6 +148,14 @@ class ReplyPump:
                 self.arrived.add(receipt)
                 return
         resolve(receipt)
+
+
+def _header(record: Record, name: str) -> str | None:
+    headers = getattr(record, "headers", None)  # a test's record may carry none
+    for key, value in (headers() if headers is not None else None) or ():
+        if key == name and value:
+            return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    return None
 
 
 def _receipt(record: Record) -> Receipt | None:

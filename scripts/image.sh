@@ -14,6 +14,8 @@ BASE_IMAGE=${BASE_IMAGE:-agent-reach-base:bookworm}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 ROOTFS_DIR=${ROOTFS_DIR:-/var/tmp/agent-reach-rootfs}
 EXTRAS=${EXTRAS:-}
+# The base outlives a daemon's image store here: saved once, loaded by later runs (CI on a fresh daemon).
+CACHE_DIR=${REACH_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/agent-reach/images}
 
 need() { command -v "$1" >/dev/null || missing+=("$2"); }
 missing=()
@@ -36,7 +38,11 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "image.sh: dockerd did not start (see /var/tmp/agent-reach-dockerd/dockerd.log)" >&2; exit 4; }
 fi
 
-# The base: bookworm's minimal system with python3.11 and venv, imported as an image (once).
+# The base: bookworm's minimal system with python3.11 and venv, imported as an image (once), saved in CACHE_DIR.
+base_tar="$CACHE_DIR/${BASE_IMAGE//[:\/]/_}.tar"
+if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1 && [ -s "$base_tar" ]; then
+  docker load -q -i "$base_tar" >/dev/null || rm -f "$base_tar"
+fi
 if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
   echo "image.sh: making $BASE_IMAGE from Debian's packages"
   rm -rf "$ROOTFS_DIR"
@@ -48,6 +54,9 @@ if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
     --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' - "$BASE_IMAGE" >/dev/null
   rm -rf "$ROOTFS_DIR"
+fi
+if [ ! -s "$base_tar" ]; then
+  mkdir -p "$CACHE_DIR" && docker save -o "$base_tar.part" "$BASE_IMAGE" && mv "$base_tar.part" "$base_tar"
 fi
 
 # CAs this machine added to its trust store (an egress proxy's) are handed to the builder stage's pip only.

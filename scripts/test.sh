@@ -10,6 +10,11 @@
 # workers' ends. xdist's default order (most tests first) left the one-test integration files, the longest,
 # for the end, where one worker ran them while the others had nothing left.
 # A run in which neither part collects a test (pytest exit 5) is a failure.
+# Beside the parallel part (decision 0067), whose tests mostly wait on the broker: the tests marked `beside` (the
+# 3-minute soak: a light steady load judged for growth, not for latency) in a pytest process of their own, and with
+# REACH_TEST_EXTRAS="image chart" (`make ci`) the image (scripts/image-test.sh: built, then router, gateway and echo
+# agent from it end a signed request COMPLETED) and the chart (tests/chart/check_chart.py). Their output is in
+# .reach/ci/*.log (the tail printed), a failure of any fails the run, and the serial part starts after all ended.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export REACH_HOME="${REACH_TEST_HOME:-$PWD/.reach/test}"
@@ -17,18 +22,40 @@ export REACH_CI=1   # the broker fixture fails instead of skipping when no broke
 run() {
   # With no arguments the serial part collects only the files that mark a test serial (collecting every test
   # module again would take ~20 s of CPU for nothing); with arguments both parts get them as given.
-  local serial_files=""
-  [ $# -eq 0 ] && serial_files="$(grep -rl --include='*.py' 'mark\.serial' tests | sort | tr '\n' ' ')"
-  REACH_SERIAL_FILES="$serial_files" scripts/with-local.sh bash -c '
-    .venv/bin/pytest -q -raR -n "${REACH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder -m "not serial" \
-      --durations=25 "$@"
+  local serial_files="" beside_files=""
+  if [ $# -eq 0 ]; then
+    serial_files="$(grep -rl --include='*.py' 'mark\.serial' tests | sort | tr '\n' ' ')"
+    beside_files="$(grep -rl --include='*.py' 'mark\.beside' tests | sort | tr '\n' ' ')"
+  fi
+  REACH_SERIAL_FILES="$serial_files" REACH_BESIDE_FILES="$beside_files" scripts/with-local.sh bash -c '
+    extras=()
+    for what in beside ${REACH_TEST_EXTRAS:-}; do
+      case $what in
+        beside) cmd=(.venv/bin/pytest -q -raR -p no:cacheprovider -m beside --durations=5 ${REACH_BESIDE_FILES:-"$@"}) ;;
+        image) cmd=(scripts/image-test.sh) ;;
+        chart) cmd=(.venv/bin/python tests/chart/check_chart.py) ;;
+        *) echo "REACH_TEST_EXTRAS: unknown check $what (image, chart)" >&2; exit 2 ;;
+      esac
+      mkdir -p .reach/ci
+      ( start=$SECONDS; "${cmd[@]}" >".reach/ci/$what.log" 2>&1; rc=$?
+        echo "$what: exit $rc in $((SECONDS - start)) s" >>".reach/ci/$what.log"; exit $rc ) &
+      extras+=("$what:$!")
+    done
+    .venv/bin/pytest -q -raR -n "${REACH_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder \
+      -m "not serial and not beside" --durations=25 "$@"
     parallel=$?
+    extra=0
+    for job in "${extras[@]}"; do
+      wait "${job#*:}"; rc=$?
+      echo "--- ${job%%:*} (.reach/ci/${job%%:*}.log)" >&2; tail -n 15 ".reach/ci/${job%%:*}.log" >&2
+      [ $rc -ne 0 ] && [ $rc -ne 5 ] && extra=$rc  # 5: pytest collected nothing marked beside
+    done
     [ -n "$REACH_SERIAL_FILES" ] && set -- $REACH_SERIAL_FILES
-    .venv/bin/pytest -q -raR -m serial --durations=10 "$@"
+    .venv/bin/pytest -q -raR -m serial --durations=0 "$@"
     serial=$?
-    echo "parallel part: exit $parallel; serial part: exit $serial" >&2
+    echo "parallel part: exit $parallel; serial part: exit $serial; beside/image/chart: exit $extra" >&2
     [ $parallel -eq 5 ] && [ $serial -eq 5 ] && { echo "pytest collected no tests: failing" >&2; exit 1; }
-    for rc in $parallel $serial; do [ $rc -ne 0 ] && [ $rc -ne 5 ] && exit $rc; done
+    for rc in $parallel $serial $extra; do [ $rc -ne 0 ] && [ $rc -ne 5 ] && exit $rc; done
     exit 0
   ' tests "$@"
 }

@@ -39,7 +39,7 @@ from a2a.utils.errors import A2AError, InvalidParamsError, TaskNotFoundError
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from reach.a2a import outcome
+from reach.a2a import hints, outcome
 from reach.agent import Agent, BusinessError, Canceled, Reject, TransientError
 from reach.agent.agent import Context
 from reach.bodylimit import PEER_ANSWER_BYTES, AnswerTooLarge, bound
@@ -169,7 +169,8 @@ async def call(client: Client, payload: Any, ctx: Context, poll_s: float, seal: 
     asked = seal.opened(ctx.turns) if seal is not None else None
     if asked is None:
         message = Message(message_id=f"{env.message_id}-{env.generation}-{env.attempt}", role=Role.ROLE_USER,
-                          context_id=env.routing.session_key or env.trace_id, parts=outcome.parts_of(payload))
+                          context_id=env.routing.session_key or env.trace_id, parts=outcome.parts_of(payload),
+                          metadata=hints.outgoing(f"{env.message_id}-{env.generation}", ctx.budget_left))
     else:  # each turn is a generation of its own: the id is the same on every attempt of this answer
         message = Message(message_id=f"{env.message_id}-{env.generation}", role=Role.ROLE_USER, task_id=asked[0],
                           context_id=asked[1], parts=outcome.parts_of(ctx.answer))

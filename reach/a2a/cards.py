@@ -25,6 +25,14 @@ from a2a.utils.constants import PROTOCOL_VERSION_1_0, TransportProtocol
 from google.protobuf.struct_pb2 import Struct
 
 from reach.a2a.bearer import SCHEME
+from reach.a2a.hints import (
+    BUDGET_EXTENSION,
+    COST_LIMIT,
+    IDEMPOTENCY_EXTENSION,
+    IDEMPOTENCY_FIELD,
+    SKILL_EXTENSION,
+    TOKEN_LIMIT,
+)
 from reach.callers import CHANNEL_PREFIX
 from reach.core.versions import parse_version
 from reach.records import Capability
@@ -49,6 +57,27 @@ def extensions(push: bool) -> list[AgentExtension]:
                     "{\"answer_schema\": ...} as data; answer with SendMessage carrying the task id, one data part "
                     "(or text parts) that satisfies the schema. The task then runs its next turn.",
         params=_struct({"states": ["input-required", "auth-required"], "answer": "SendMessage with task_id"}))]
+    found += [
+        AgentExtension(
+            uri=IDEMPOTENCY_EXTENSION, required=False,
+            description="A retried first message makes one task: send the header `Idempotency-Key: <key>` (or "
+                        "the message's metadata.idempotencyKey), the same on every retry; a repeat answers with the "
+                        "first task (per app; a repeat with other content is rejected). Until A2A v1.1 (a2aproject/"
+                        "A2A #1987).",
+            params=_struct({"header": "Idempotency-Key", "metadata": IDEMPOTENCY_FIELD})),
+        AgentExtension(
+            uri=SKILL_EXTENSION, required=False,
+            description="Pick the skill on send: metadata.skill_id (of the request or the message) is a skill id of "
+                        "this card, `<capability>` or `<capability>@<semver range>` for a version. Until A2A v1.1 "
+                        "(a2aproject/A2A #1989).",
+            params=_struct({"metadata": "skill_id", "form": "<capability>[@<semver range>]"})),
+        AgentExtension(
+            uri=BUDGET_EXTENSION, required=False,
+            description="A budget for the task and everything it causes: the message's metadata[\"" + BUDGET_EXTENSION
+                        + "\"] = {\"" + TOKEN_LIMIT + "\": N, \"" + COST_LIMIT + "\": X}; the task's metadata under "
+                        "the same key reports usage and children_usage (gen_ai.usage.* names, cost_micros).",
+            params=_struct({"budget": [TOKEN_LIMIT, COST_LIMIT], "report": ["usage", "children_usage"]})),
+    ]
     if push:
         found.append(AgentExtension(
             uri=PUSH_PROGRESS_EXTENSION, required=False,
@@ -134,12 +163,13 @@ def _card(*, name: str, description: str, url: str, skills: list[AgentSkill], pu
 
 def mesh_card(base_url: str, capabilities: Iterable[Capability], *, push: bool = False,
               bus: str | None = None) -> AgentCard:
-    """The whole mesh as one agent: a message picks its skill with `metadata.skill`; `push`: push notification
+    """The whole mesh as one agent: a message picks its skill with `metadata.skill_id`; `push`: push notification
     configs are kept (the gateway has its `<ns>.push` topic); `bus`: the namespace of the A2A-over-Kafka interface."""
     skills = [skill(versions) for versions in _newest(capabilities).values()]
     return _card(name="Agent-Reach mesh", url=base_url.rstrip("/") + MESH_PATH, skills=skills, push=push, bus=bus,
-                 description="Every live Agent-Reach capability as a skill; set the message's metadata.skill to "
-                             "the capability. Routing, retries, breakers and receipts happen on the bus.")
+                 description="Every live Agent-Reach capability as a skill; set metadata.skill_id to the "
+                             "skill (`<capability>` or `<capability>@<semver range>`). Routing, retries, breakers "
+                             "and receipts happen on the bus.")
 
 
 def capability_card(base_url: str, capability: str, capabilities: Iterable[Capability], *,

@@ -45,7 +45,7 @@ from a2a.utils.errors import (
 )
 from starlette.exceptions import HTTPException
 
-from reach.a2a import cards, push, tasks
+from reach.a2a import cards, hints, push, tasks
 from reach.a2a.ports import Host, PushBook, Refused
 from reach.a2a.states import FINAL, INTERRUPTED, TASK_STATES, state_name, task_state
 from reach.callers import CallerApp
@@ -106,18 +106,23 @@ class ReachRequestHandler(RequestHandler):
         try:
             payload = tasks.payload_of(message)
             context_id = tasks.context_id_of(message)
-        except tasks.BadMessage as exc:
+            key = hints.idempotency_key(context.state.get("headers"), message)
+            skill, budget = hints.skill_of(message, params.metadata), hints.budget_of(message)
+        except (tasks.BadMessage, hints.BadHint) as exc:
             raise InvalidParamsError(message=str(exc)) from None
-        capability = context.state.get(CAPABILITY) or tasks.skill_of(message, params.metadata)
+        capability = context.state.get(CAPABILITY) or (skill.capability if skill else None)
         if not capability:
-            raise InvalidParamsError(message="no skill: on the mesh endpoint set the message's metadata.skill to a "
-                                             "capability of the agent card (or use /a2a/cap/<capability>/)")
+            raise InvalidParamsError(message="no skill: on the mesh endpoint set metadata.skill_id to a skill of the "
+                                             "agent card (or use /a2a/cap/<capability>/)")
+        if skill is not None and skill.capability != capability:
+            raise InvalidParamsError(message=f"skill_id {skill.capability!r} is not this endpoint's {capability!r}: "
+                                             "send it to the mesh endpoint /a2a/, or leave skill_id out")
         if context_id is not None:
             await self._check_context(app, context_id)
-        key = f"a2a:{message.message_id}"[:200] if message.message_id else None
         try:
             accepted = await self._host.submit(app, capability=capability, payload=payload, idempotency_key=key,
-                                               context_id=context_id)
+                                               context_id=context_id, version=skill.version if skill else "*",
+                                               max_tokens=budget.max_tokens, max_cost=budget.max_cost)
         except Refused as refusal:
             if refusal.status in REJECTING:
                 return tasks.refused_task(new_id(), context_id or new_id(), TaskState.TASK_STATE_REJECTED,
@@ -137,8 +142,7 @@ class ReachRequestHandler(RequestHandler):
         (reach.ops.turns). A task that is not waiting, unknown, past its deadline or a wrong answer is an error."""
         task_id = message.task_id
         try:
-            payload = tasks.payload_of(message)
-            sent = await self._host.answer(app, task_id, payload)
+            sent = await self._host.answer(app, task_id, tasks.answer_of(message))
         except tasks.BadMessage as exc:
             raise InvalidParamsError(message=str(exc)) from None
         except Refused as refusal:

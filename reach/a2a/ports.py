@@ -61,9 +61,11 @@ class Host(Protocol):
         ...
 
     async def submit(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None,
-                     context_id: str | None) -> Sent:
-        """Admit and publish one message for `app` (the context, when given, is its session key and its trace);
-        Refused when the door refuses it."""
+                     context_id: str | None, version: str = "*", max_tokens: int | None = None,
+                     max_cost: float | None = None) -> Sent:
+        """Admit and publish one message for `app` (the context, when given, is its session key and its trace;
+        `version` the capability's range, `max_tokens` / `max_cost` its budget: reach.a2a.hints); Refused when the
+        door refuses it (a repeated idempotency key answers with the first message's ids)."""
         ...
 
     async def answer(self, app: CallerApp, task_id: str, payload: Any) -> Sent:

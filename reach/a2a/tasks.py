@@ -24,6 +24,7 @@ from a2a.types.a2a_pb2 import (
 from google.protobuf.json_format import MessageToDict, ParseDict
 from google.protobuf.struct_pb2 import Struct, Value
 
+from reach.a2a import hints
 from reach.a2a.states import FINAL, INTERRUPTED, task_state
 from reach.core.progress import Chunks, Cursor, news
 from reach.core.turns import AUTH, kind_of
@@ -56,6 +57,14 @@ def payload_of(message: Message) -> Any:
     return {"text": "".join(texts)}
 
 
+def answer_of(message: Message) -> Any:
+    """An answer's value: the one data part's value, else the text parts joined as one string (words: the question's
+    schema decides how they are read, reach.core.words)."""
+    payload = payload_of(message)
+    texts = [p.text for p in message.parts if p.HasField("text")]
+    return "".join(texts) if texts else payload
+
+
 def context_id_of(message: Message) -> str | None:
     """The message's context id, checked: it becomes a trace id and a session key."""
     context = message.context_id
@@ -65,16 +74,6 @@ def context_id_of(message: Message) -> str | None:
         raise BadMessage(f"context_id is {len(context)} characters or not printable; expected at most "
                          f"{MAX_CONTEXT_ID} printable characters")
     return context
-
-
-def skill_of(message: Message, metadata: Struct | None = None) -> str | None:
-    """`metadata.skill` of the message (or of the request): the capability on the mesh endpoint."""
-    for source in (message.metadata, metadata):
-        if source is not None and "skill" in source.fields:
-            value = source.fields["skill"]
-            if value.HasField("string_value") and value.string_value:
-                return value.string_value
-    return None
 
 
 def _struct(values: Mapping[str, Any]) -> Struct:
@@ -150,7 +149,8 @@ def task_of(row: Mapping[str, Any], history_length: int | None = None) -> Task:
                 history=[step_message(task_id, context_id, i, s) for i, s in enumerate(timeline) if i >= first],
                 metadata=_struct({"capability": row.get("capability"), "attempt": row.get("attempt"),
                                   "generation": row.get("generation"),
-                                  "reach_status": row.get("status")}))
+                                  "reach_status": row.get("status"),
+                                  hints.BUDGET_EXTENSION: hints.usage_report(row)}))
     artifact = result_artifact(row)
     if artifact is not None:
         task.artifacts.append(artifact)

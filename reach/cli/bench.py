@@ -34,7 +34,7 @@ def bench(
     seconds: float = typer.Option(10.0, "--seconds", help="measured seconds per round-trip rate"),
     modes: str = typer.Option("all", "--modes",
                               help="which modes to run: idle,raw,faust,quix,route,roundtrip,knee,peers,status-scale,"
-                              "scoring,gateway,intent,publish"),
+                              "scoring,gateway,intent,publish,scaleout"),
     batch_size: int = typer.Option(500, "--batch-size", help="the router's consume batch"),
     route_workers: str = typer.Option("1,2", "--route-workers", help="routing worker processes per route burst"),
     knee_low: float = typer.Option(50.0, "--knee-low", help="knee search: a rate known to pass, envelopes/s"),
@@ -60,6 +60,9 @@ def bench(
     gateway_seconds: float = typer.Option(6.0, "--gateway-seconds", help="gateway: measured seconds per rate"),
     gateway_generators: int = typer.Option(2, "--gateway-generators", min=1,
                                            help="gateway: load-generator processes sharing each rate"),
+    scaleout_rate: float = typer.Option(150.0, "--scaleout-rate",
+                                        help="scaleout: the fixed offered rate for 1, 2 and 4 route processes"),
+    scaleout_seconds: float = typer.Option(20.0, "--scaleout-seconds", help="scaleout: measured seconds per step"),
     quick: bool = typer.Option(False, "--quick", help="tiny counts: checks the bench works, measures nothing"),
 ) -> None:
     """Measure every mode in one run against the local broker (or REACH_BOOTSTRAP); print the tables."""
@@ -69,6 +72,7 @@ def bench(
     from reach.tooling.bench.peers import PEERS, PeersConfig
     from reach.tooling.bench.report import render
     from reach.tooling.bench.round_trip import SETUPS
+    from reach.tooling.bench.scaleout import ScaleoutConfig
     from reach.tooling.bench.suite import MODES, BenchConfig, run
 
     offered = _numbers("--rates", rates)
@@ -87,6 +91,8 @@ def bench(
         raise _usage(f"unknown mode(s), set-up(s) or peer(s) {unknown} (modes: {', '.join(MODES)}; set-ups: "
                      f"{', '.join(SETUPS)}; peers: {', '.join(PEERS)}), or no rates, or --messages < 1, or a worker "
                      "count < 1")
+    if scaleout_rate <= 0 or scaleout_seconds <= 0:
+        raise _usage("--scaleout-rate and --scaleout-seconds must be > 0")
     if peers_high <= knee_low:
         raise _usage("--peers-high must be above --knee-low")
     if not 0 < knee_low < knee_high or knee_resolution <= 0 or knee_repeats < 1 or knee_seconds <= 0:
@@ -104,7 +110,9 @@ def bench(
                              rate_seconds=seconds,
                              modes=chosen, topics_file=topics_file, batch_size=batch_size, route_workers=workers,
                              knee=knee, status_messages=status_messages, split_router=split_router,
-                             gateway=gateway, peers=PeersConfig(peers=compared, high=peers_high, workers=peers_workers))
+                             gateway=gateway, peers=PeersConfig(peers=compared, high=peers_high, workers=peers_workers),
+                             scaleout=ScaleoutConfig(rate=scaleout_rate, seconds=scaleout_seconds,
+                                                     churn_seconds=max(scaleout_seconds * 1.5, 9.0)))
     report = run(config, progress=lambda msg: err_console.print(f"[dim]bench: {msg}[/]"))
     render(report, console)
     if json_file is not None:

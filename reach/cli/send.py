@@ -126,24 +126,25 @@ def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, 
                   **fields: Any) -> None:
     """Send with reply_to = this host's CLI reply topic, print the terminal receipt, exit by its status."""
     from reach.cli.common import Exit
-    from reach.invoke import InvokeTimeout, host_client_id
+    from reach.invoke import Followed, InvokeTimeout, host_client_id
 
     timeout_ms = max(int(timeout * 1000), 1)
     with Client(source="reach-cli") as client:
         client.replies(host_client_id())
         try:
             if follow:
-                receipt = follow_receipt(client, capability, body, timeout_ms=timeout_ms, **fields)
+                followed = Followed((follow_receipt(client, capability, body, timeout_ms=timeout_ms, **fields),))
             else:
-                receipt = client.invoke_receipt(capability, body, timeout_ms=timeout_ms, **fields)
+                followed = client.invoke_outcome(capability, body, timeout_ms=timeout_ms, **fields)
         except InvokeTimeout as exc:
             console.print(f"timed out after {timeout:g}s: {exc}", highlight=False)
             raise typer.Exit(Exit.WAIT_TIMEOUT) from None
-    print_receipt(receipt, as_json=as_json)
+    print_receipt(followed.receipt, as_json=as_json, first=followed.first)
 
 
-def print_receipt(receipt: Receipt, *, as_json: bool) -> None:
-    """A waited-for receipt (its ending, or the question it asks), then exit 1 unless it COMPLETED."""
+def print_receipt(receipt: Receipt, *, as_json: bool, first: Receipt | None = None) -> None:
+    """A waited-for receipt (its ending, or the question it asks), then exit 1 unless it COMPLETED. `first`: the
+    request's own ending when its capability's fallback served it (`receipt` is then the fallback child's)."""
     from reach.cli.common import Exit
     from reach.invoke import result_value
     from reach.records import Status
@@ -157,8 +158,13 @@ def print_receipt(receipt: Receipt, *, as_json: bool) -> None:
             "error": receipt.error.model_dump() if receipt.error else None,
             "retry_after_ms": receipt.retry_after_ms,
             "input": receipt.input.model_dump() if receipt.input else None,
+            **({} if first is None else {"first": {"message_id": first.message_id, "capability": first.capability,
+                                                   "status": str(first.status)}}),
         }))
     else:
+        if first is not None:  # the request's own ending went on to its fallback; the chain's outcome follows
+            console.print(f"{first.message_id} {first.status} ({first.capability}); served by its fallback "
+                          f"{receipt.capability} as {receipt.message_id}", highlight=False)
         console.print(f"{receipt.message_id} [bold]{receipt.status}[/]", highlight=False)
         console.print(f"  agent     {receipt.agent_id or '-'}  instance {receipt.instance_id or '-'}  "
                       f"attempt {receipt.attempt}", highlight=False)

@@ -39,10 +39,13 @@ def soak(
     json_file: Path | None = typer.Option(None, "--json", help="also write the report and every sample to FILE"),
     plot_file: Path | None = typer.Option(None, "--plot", help="also draw RSS and Redis memory over time to FILE "
                                           "(PNG, needs matplotlib)"),
+    broker_shared: bool = typer.Option(False, "--broker-shared",
+                                       help="other work uses the broker meanwhile (CI's tests): its RSS and open "
+                                       "fds are shown, not judged"),
     workdir: Path | None = typer.Option(None, "--dir", help="where the run's logs, ledger and receipts go "
                                         "(default $REACH_HOME/soak/<start time>)"),
 ) -> None:
-    settings = SoakSettings(minutes=minutes, rate=rate, interval_s=interval, ttl_s=ttl)
+    settings = SoakSettings(minutes=minutes, rate=rate, interval_s=interval, ttl_s=ttl, broker_shared=broker_shared)
     home = ReachSettings().home
     infra = LocalInfra(home)
     if not infra.status().running:

@@ -18,7 +18,7 @@ from typing import Any
 
 from jsonschema import exceptions as jsonschema_errors
 
-from reach.core import patterns
+from reach.core import patterns, words
 from reach.errors import ReachError
 from reach.records import Envelope, InputRequest, Receipt, Status
 
@@ -194,10 +194,29 @@ def checked_answer(row: Mapping[str, Any], answer: Any) -> InputRequest:
         raise AnswerRefused(413, "answer_too_large", f"the answer takes {len(text.encode())} bytes; at most "
                             f"{MAX_ANSWER_BYTES}", "answer with less, or a reference to it")
     problem = answer_problem(asked.answer_schema, answer)
+    if problem is not None and isinstance(answer, str):  # words: the text fills the schema, or is its JSON
+        schema = _schema(asked.answer_schema)
+        taken = next((v for v in words.readings(schema, answer)[1:]
+                      if answer_problem(asked.answer_schema, v) is None), _NONE)
+        if taken is not _NONE:
+            return asked.model_copy(update={"answer": json.dumps(taken, separators=(",", ":"))})
+        problem = (f"(a text answer fits only a schema asking for a string or for one string property, or as JSON "
+                   f"the schema accepts; {problem})")
     if problem is not None:
         raise AnswerRefused(400, "invalid_answer", f"the answer does not satisfy the question's schema {problem}",
-                            f"the question: {asked.question!r}; its schema: {asked.answer_schema}")
+                            f"send JSON like {words.example_text(_schema(asked.answer_schema))} (the question: "
+                            f"{asked.question!r}; its schema: {asked.answer_schema})")
     return asked.model_copy(update={"answer": text})
+
+
+_NONE = object()
+
+
+def _schema(text: str) -> Any:
+    try:
+        return json.loads(text or "{}")
+    except ValueError:
+        return {}
 
 
 def next_turn(asking: Envelope, answered: InputRequest, *, agent_id: str | None, now_ms: int,

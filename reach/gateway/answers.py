@@ -4,9 +4,10 @@ the question of a multi-turn message (INPUT_REQUIRED: 202, the question in `mess
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from reach.gateway.bodies import InvokeAnswer, ReceiptError
+from reach.gateway.bodies import ChainStep, InvokeAnswer, ReceiptError
 from reach.invoke import result_value
 from reach.records import Receipt, Status
 
@@ -53,6 +54,16 @@ def from_receipt(receipt: Receipt) -> tuple[int, InvokeAnswer]:
     return _answer(message_id=receipt.message_id, trace_id=receipt.trace_id, status=receipt.status, result=result,
                    error=error, agent_id=receipt.agent_id, instance_id=receipt.instance_id,
                    question=receipt.input.question if receipt.input else None)
+
+
+def from_endings(endings: Sequence[Receipt]) -> tuple[int, InvokeAnswer]:
+    """The answer of a request's fallback chain (reach.invoke.Followed.endings): the final ending's status and
+    result under the request's own message_id, and `chain` naming each ending when a fallback served it."""
+    code, answer = from_receipt(endings[-1])
+    if len(endings) < 2:
+        return code, answer
+    chain = [ChainStep(message_id=r.message_id, capability=r.capability, status=r.status.value) for r in endings]
+    return code, answer.model_copy(update={"message_id": endings[0].message_id, "chain": chain})
 
 
 def from_row(row: dict[str, Any]) -> tuple[int, InvokeAnswer]:

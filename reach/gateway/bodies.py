@@ -126,8 +126,16 @@ class ReceiptError(BaseModel):
     message: str
 
 
+class ChainStep(BaseModel):
+    """One ending of a request's fallback chain."""
+
+    message_id: str
+    capability: str
+    status: str
+
+
 class InvokeAnswer(BaseModel):
-    """The terminal receipt of an invoke (or the wait that ran out)."""
+    """The terminal receipt of an invoke's fallback chain (or the wait that ran out)."""
 
     message_id: str
     trace_id: str
@@ -139,6 +147,9 @@ class InvokeAnswer(BaseModel):
     error: str | None = Field(default=None, description="set unless COMPLETED")
     message: str | None = None
     hint: str | None = None
+    chain: list[ChainStep] | None = Field(default=None, description="set when the capability's fallback served the "
+                                          "request: each ending in order, the request's own first (e.g. UNROUTABLE), "
+                                          "then its child `<id>-fb0`; status and result are the last one's")
 
 
 class MessageRow(BaseModel):

@@ -36,7 +36,12 @@ class Waiter(Protocol):
     """One pending reply: registered before the envelope is published, so the receipt cannot be missed."""
 
     async def result(self, timeout_s: float) -> Receipt | None:
-        """The first terminal receipt, or None when none came within timeout_s."""
+        """The final terminal receipt of the request's fallback chain, or None when none came within timeout_s."""
+        ...
+
+    @property
+    def endings(self) -> list[Receipt]:
+        """Every ending seen: the request's own first, then its fallback children's (reach.invoke.Followed)."""
         ...
 
     def cancel(self) -> None: ...

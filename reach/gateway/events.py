@@ -5,7 +5,11 @@ and sends each timeline entry once, in order (`id:` is its index, so `Last-Event
 entry that makes the row terminal is sent as `event: terminal` and the stream closes. A handler's progress
 and partial results (the row's `progress`, from PROGRESS receipts) go as `event: progress` and `event: chunk`
 frames without an id, each chunk once and before the entry that ends the row; a resumed stream sends the
-chunks the row still holds again (their `seq` tells a reader which it has)."""
+chunks the row still holds again (their `seq` tells a reader which it has).
+
+A row whose ending went on to its capability's fallback (its `fallback.message_id`, docs/decisions/0034) does not
+end the stream: its last entry goes as `event: receipt`, then `event: fallback` names the child, and the child's
+row is streamed on (ids continue after the request's entries), so `event: terminal` is the chain's final ending."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from typing import Any
 
 from reach.core.progress import Chunks, Cursor, news
 from reach.gateway.deps import StatusSource
+from reach.invoke import MAX_CHAIN
 from reach.records import Status
 
 KEEP_ALIVE_S = 15.0
@@ -39,15 +44,24 @@ Step = tuple[str, Any, int | None]
 and the timeline index (receipts only). SSE writes it as a frame; gRPC's WatchSteps as a `Step` message."""
 
 
-def new_steps(row: dict[str, Any], sent: int) -> tuple[list[Step], int, bool]:
-    """Steps for the entries after the first `sent`; the new count; whether the stream is done."""
+def new_steps(row: dict[str, Any], sent: int, *, base: int = 0,
+              followed: bool = False) -> tuple[list[Step], int, bool]:
+    """Steps for the entries after the first `sent` (indexes from `base`); the new count; whether the row is done.
+    `followed`: a fallback child comes next, so the row's last entry is a `receipt`, not the `terminal`."""
     timeline = row.get("timeline") or []
     done = is_terminal(row)
     steps: list[Step] = []
     for index in range(sent, len(timeline)):
-        last = done and index == len(timeline) - 1
-        steps.append(("terminal" if last else "receipt", timeline[index], index))
+        last = done and not followed and index == len(timeline) - 1
+        steps.append(("terminal" if last else "receipt", timeline[index], base + index))
     return steps, max(sent, len(timeline)), done
+
+
+def fallback_child(row: dict[str, Any]) -> str | None:
+    """The fallback child a terminal row's ending went on to (the status fold names it), else None."""
+    ref = row.get("fallback")
+    child = ref.get("message_id") if isinstance(ref, dict) else None
+    return child if isinstance(child, str) and child.startswith(f"{row.get('message_id')}-fb") else None
 
 
 def progress_steps(row: dict[str, Any], cursor: Cursor) -> tuple[list[Step], Cursor]:
@@ -84,19 +98,28 @@ async def step_stream(status: StatusSource, message_id: str, first: dict[str, An
     """Steps until the row is terminal or max_s passed (then a `timeout` step); None after KEEP_ALIVE_S without one
     (SSE writes a keep-alive comment)."""
     started = quiet_since = clock()
-    row = first
+    row, base, hops = first, 0, 0  # base: the entries of the chain's earlier rows (ids go on after them)
     cursor = Cursor()
     while True:
         partial, cursor = progress_steps(row, cursor)
-        steps, sent, done = new_steps(row, sent)
+        child = fallback_child(row) if is_terminal(row) and hops < MAX_CHAIN else None
+        steps, seen, done = new_steps(row, max(sent - base, 0), base=base, followed=child is not None)
+        sent = base + seen
         steps = partial + steps
+        if done and child is not None:
+            steps.append(("fallback", {"message_id": message_id, "status": row.get("status"), "child": child,
+                                       "capability": row["fallback"].get("capability")}, None))
         for step in steps:
             yield step
         now = clock()
         if steps:
             quiet_since = now
-        if done:
+        if done and child is None:
             return
+        if done and child is not None:  # the child's row next (it may not be folded yet: an empty row till then)
+            base += len(row.get("timeline") or [])
+            hops, message_id, row, cursor = hops + 1, child, {}, Cursor()
+            continue
         if now - started >= max_s:
             yield ("timeout", {"message_id": message_id, "status": row.get("status"),
                                "message": f"the stream closes after {max_s:g}s; reconnect with "

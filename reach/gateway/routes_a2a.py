@@ -106,10 +106,12 @@ class AdmissionHost:
         return self._admission.settings.sse_max
 
     async def submit(self, app: CallerApp, *, capability: str, payload: Any, idempotency_key: str | None,
-                     context_id: str | None) -> Sent:
+                     context_id: str | None, version: str = "*", max_tokens: int | None = None,
+                     max_cost: float | None = None) -> Sent:
         try:
             request = EnvelopeRequest(capability=capability, payload=payload, idempotency_key=idempotency_key,
-                                      routing=Routing(session_key=context_id))
+                                      routing=Routing(session_key=context_id), version=version,
+                                      max_tokens=max_tokens, max_cost=max_cost)
             admitted = await self._admission.admit(app, request)
             if context_id is not None:  # the A2A context is the trace: get-task and /v1/traces/<context> find it
                 admitted = Admitted(admitted.app, admitted.envelope.model_copy(update={"trace_id": context_id}),
@@ -134,7 +136,8 @@ class AdmissionHost:
         except checks.Refusal as refusal:
             raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.headers) from None
         except AnswerRefused as refused:
-            raise Refused(refused.status, refused.code, refused.message) from None
+            raise Refused(refused.status, refused.code, "; ".join(filter(None, (refused.message, refused.hint)))) \
+                from None
         code, row = await self._admission.deps.status.message(task_id)
         return Sent(message_id=task_id, trace_id=str(row.get("trace_id", "")) if code == 200 else "",
                     generation=taken.generation)

@@ -132,8 +132,8 @@ async def invoke_answer(admission: Admission, app: CallerApp, body: InvokeReques
             raise checks.Refusal(refusal.status, refusal.body.error, f"{refusal.body.message}; the first "
                                  f"request with this idempotency_key is {accepted.message_id}",
                                  f"read {accepted.status_url}, or retry later", headers=refusal.headers) from None
-    receipt = await waiter.result(timeout_ms / 1000)
-    return (answers.from_receipt(receipt) if receipt is not None
+    receipt = await waiter.result(timeout_ms / 1000)  # the fallback chain's final ending (decision 0069)
+    return (answers.from_endings(waiter.endings) if receipt is not None
             else answers.timed_out(accepted.message_id, accepted.trace_id, timeout_ms))
 
 

@@ -5,6 +5,7 @@ metadata the MCP authorization specification asks of a server."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,15 +17,17 @@ from starlette.types import Scope
 
 from reach.a2a.bearer import BearerAuthenticator
 from reach.callers import AppDirectory, AuthFailure, CallerApp
+from reach.core.turns import AnswerRefused
 from reach.errors import InfraUnavailable
 from reach.gateway import answers, checks
 from reach.gateway.bodies import Accepted, InvokeAnswer, InvokeRequest
 from reach.gateway.deps import Waiter
-from reach.gateway.intake import Admission
+from reach.gateway.intake import Admission, status_url, unavailable_as_503
 from reach.gateway.routes_a2a import LabelledRoute, _sender, socket_url
 from reach.gateway.routes_envelopes import _from_status
 from reach.mcp.ports import PENDING, Ended, Pending, Refused, SessionLimits
 from reach.mcp.server import McpEndpoint
+from reach.ops import turns
 from reach.records import Capability
 
 PATH = "/mcp"
@@ -48,7 +51,11 @@ class _Reply:
         receipt = await self._waiter.result(timeout_s)
         if receipt is None:
             return Ended(self.message_id, self._accepted.trace_id, PENDING)
-        return _ended(answers.from_receipt(receipt)[1])
+        ended = _ended(answers.from_endings(self._waiter.endings)[1])
+        if receipt.input is not None:  # INPUT_REQUIRED: the question and its schema, for the Multi Round-Trip
+            return dataclasses.replace(ended, question=receipt.input.question,
+                                       answer_schema=receipt.input.answer_schema)
+        return ended
 
     def forget(self) -> None:
         self._waiter.cancel()
@@ -114,6 +121,26 @@ class AdmissionHost:
             waiter.cancel()
             return _Row(admission, accepted)
         return _Reply(waiter, accepted)
+
+    async def answer(self, app: CallerApp, message_id: str, answer: Any) -> Pending:
+        admission = self._admission
+        store, replies = admission.deps.turns, admission.deps.replies
+        if store is None:
+            raise Refused(503, "unavailable", "this gateway does not take answers", "retry in a few seconds")
+        try:
+            await admission.take_read(app)
+            with unavailable_as_503():
+                taken = await turns.answer(message_id, answer, tenant=app.tenant, rows=admission.deps.status.message,
+                                           store=store, now_ms=admission.deps.clock_ms(), reply_to=replies.topic,
+                                           authorize=lambda capability: admission.authorize_answer(app, capability))
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, refusal.body.message, refusal.body.hint,
+                          refusal.headers) from None
+        except AnswerRefused as refused:
+            raise Refused(refused.status, refused.code, refused.message, refused.hint) from None
+        # the next turn's reply may be read before this: the pump keeps it for the waiter
+        return _Reply(replies.expect(message_id, taken.generation),
+                      Accepted(message_id=message_id, trace_id="", status_url=status_url(message_id)))
 
     async def cancel(self, app: CallerApp, message_id: str) -> None:
         if self._cancel is not None:

@@ -42,6 +42,8 @@ class Ended:
     result: Any = None
     reason: str | None = None  # what happened, unless COMPLETED (the receipt's error kind/code/message)
     hint: str | None = None
+    question: str | None = None  # INPUT_REQUIRED: what the agent asks
+    answer_schema: str | None = None  # INPUT_REQUIRED: the JSON Schema (text) its answer must satisfy
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +98,11 @@ class Host(Protocol):
 
     async def cancel(self, app: CallerApp, message_id: str) -> None:
         """Produce the app's cancel record for the message (tenant-scoped)."""
+        ...
+
+    async def answer(self, app: CallerApp, message_id: str, answer: Any) -> Pending:
+        """Answer the question the message asks (INPUT_REQUIRED, reach.ops.turns: the app's tenant only) and wait for
+        its next turn; Refused saying why not (400 a wrong answer, 404 unknown, 409 not waiting, 410 too late)."""
         ...
 
     async def read(self, app: CallerApp) -> None:

@@ -22,17 +22,19 @@ import anyio
 import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
+from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
-from reach.mcp import tools
+from reach.mcp import rounds, tools
 from reach.mcp.ports import Host, Refused, SessionLimits
 
 APP = "reach.app"  # the ASGI scope key of the CallerApp the request's bearer token named
@@ -56,10 +58,12 @@ class ToolWatch:
     """Sessions that listed the tools; one loop compares each one's tools with the registry every `every_s` and
     sends notifications/tools/list_changed on the session's standalone stream when they changed."""
 
-    def __init__(self, host: Host, every_s: float = WATCH_S) -> None:
+    def __init__(self, host: Host, every_s: float = WATCH_S, listen: AppListen | None = None) -> None:
         self._host = host
-        self._every_s = every_s
+        self.every_s = every_s
         self._watched: dict[int, _Watch] = {}
+        self.listen = listen or AppListen()
+        self._heard: dict[Group, tuple[tuple[str, str, str, str], ...]] = {}  # each listened group's last list
 
     def __len__(self) -> int:
         return len(self._watched)
@@ -79,11 +83,11 @@ class ToolWatch:
         in a pass, not once per session, and the loop yields every WATCH_YIELD_EVERY sessions: a thousand sessions
         of one app cost one registry read, and never hold the event loop for the whole pass."""
         notified = 0
-        current: dict[tuple[str, tuple[str, ...]], tuple[tuple[str, str, str, str], ...]] = {}
+        current: dict[Group, tuple[tuple[str, str, str, str], ...]] = {}
         for count, (key, watch) in enumerate(list(self._watched.items()), start=1):
             if count % WATCH_YIELD_EVERY == 0:
                 await anyio.sleep(0)
-            group = (watch.app.tenant, tuple(watch.app.capabilities))
+            group = group_of(watch.app)
             now = current.get(group)
             if now is None:
                 now = current[group] = tools.fingerprint(self._host.capabilities(watch.app))
@@ -96,12 +100,65 @@ class ToolWatch:
             except Exception as exc:  # noqa: BLE001 - a session that went away stops being watched
                 log.debug("tools/list_changed not delivered (%s); unwatching", exc)
                 self._watched.pop(key, None)
-        return notified
+        return notified + await self._tell_listeners(current)
+
+    async def _tell_listeners(self, current: dict[Group, tuple[tuple[str, str, str, str], ...]]) -> int:
+        """Publish ToolsListChanged on the bus of each listened group whose tool list changed since the last pass
+        (2026-07-28 `subscriptions/listen`); the number of groups told."""
+        told = 0
+        for group, (app, bus) in self.listen.buses().items():
+            now = current.get(group)
+            if now is None:
+                now = current[group] = tools.fingerprint(self._host.capabilities(app))
+            before = self._heard.get(group)
+            self._heard[group] = now
+            if before is not None and before != now:
+                await bus.publish(ToolsListChanged())
+                told += 1
+        return told
 
     async def run(self) -> None:
         while True:
-            await anyio.sleep(self._every_s)
+            await anyio.sleep(self.every_s)
             await self.check()
+
+
+Group = tuple[str, tuple[str, ...]]
+"""Who sees the same tool list: (tenant, the app's capability allow-list)."""
+
+
+def group_of(app: CallerApp) -> Group:
+    return app.tenant, tuple(app.capabilities)
+
+
+class AppListen:
+    """`subscriptions/listen` (2026-07-28) per app group: the SDK's ListenHandler over one bus per group, so a tool
+    list change is told only to the listeners whose list changed (another tenant's change is not theirs to hear).
+    Served, it also makes `server/discover` advertise `tools.listChanged: true`."""
+
+    def __init__(self, *, max_per_group: int = 256) -> None:
+        self._max = max_per_group
+        self._groups: dict[Group, tuple[CallerApp, InMemorySubscriptionBus, ListenHandler]] = {}
+
+    def buses(self) -> dict[Group, tuple[CallerApp, InMemorySubscriptionBus]]:
+        """Each listened group's bus, with an app of it (whose tool list is the group's)."""
+        return {group: (app, bus) for group, (app, bus, _handler) in self._groups.items()}
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any],
+                       params: types.SubscriptionsListenRequestParams) -> types.SubscriptionsListenResult:
+        return await self._handler(caller(ctx))(ctx, params)
+
+    def bus_for(self, app: CallerApp) -> InMemorySubscriptionBus:
+        """The bus the listeners of `app`'s group hear on (made on first use)."""
+        self._handler(app)
+        return self._groups[group_of(app)][1]
+
+    def _handler(self, app: CallerApp) -> ListenHandler:
+        group = group_of(app)
+        if group not in self._groups:
+            bus = InMemorySubscriptionBus()
+            self._groups[group] = (app, bus, ListenHandler(bus, max_subscriptions=self._max, max_buffered_events=16))
+        return self._groups[group][2]
 
 
 class ReachServer(Server[Any]):
@@ -128,15 +185,25 @@ def _idempotency_key(params: types.CallToolRequestParams) -> str | None:
     return key[:MAX_IDEMPOTENCY_KEY] if isinstance(key, str) and key else None
 
 
-async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams) -> types.CallToolResult:
+async def call(host: Host, app: CallerApp,
+               params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
     """One tool call through the door; the result, or a tool error with the door's or the receipt's reason. A
-    call cancelled by the client (notifications/cancelled) cancels the message."""
+    call cancelled by the client (notifications/cancelled) cancels the message. A capability that asks a question
+    (INPUT_REQUIRED) answers with the 2026-07-28 Multi Round-Trip pattern (reach.mcp.rounds): an InputRequiredResult
+    whose elicitation carries the question; the client's retry with the answer continues the same message."""
     cap = tools.newest(host.capabilities(app)).get(params.name)
     if cap is None:
         return tools.unknown(params.name)
     try:
-        pending = await host.send(app, capability=cap.name, payload=tools.payload_of(cap, params.arguments),
-                                  idempotency_key=_idempotency_key(params))
+        if params.request_state is not None:  # a retry with the answer to the question the first round asked
+            message_id, wrapped = rounds.asked(params.request_state)
+            answer = rounds.answer_of(params.input_responses, wrapped=wrapped)
+            pending = await host.answer(app, message_id, answer)
+        else:
+            pending = await host.send(app, capability=cap.name, payload=tools.payload_of(cap, params.arguments),
+                                      idempotency_key=_idempotency_key(params))
+    except rounds.BadRound as exc:
+        raise MCPError(types.INVALID_PARAMS, str(exc)) from None
     except Refused as refusal:
         return tools.refused(refusal)
     except InfraUnavailable:
@@ -148,6 +215,8 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams) 
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await host.cancel(app, pending.message_id)
         raise
+    if ended.status == "INPUT_REQUIRED" and ended.question is not None:
+        return rounds.input_required(ended)
     return tools.result_of(ended)
 
 
@@ -164,10 +233,12 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
         return types.ListToolsResult(tools=tools.tools(caps))
 
     async def call_tool(ctx: ServerRequestContext[Any, Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
+                        params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
         app = caller(ctx)
         try:
             return await call(host, app, params)
+        except MCPError:
+            raise
         except Exception:  # noqa: BLE001 - the log has it; the caller learns nothing of the internals
             log.exception("tools/call %s of %s failed", params.name[:200], app.app_id)
             return tools.error("internal_error: the call could not be completed; retry, or ask an operator")
@@ -180,7 +251,8 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
             group.cancel_scope.cancel()
 
     return ReachServer(SERVER_NAME, version="1", lifespan=lifespan, on_list_tools=list_tools,
-                       on_call_tool=call_tool,
+                       on_call_tool=call_tool, on_subscriptions_listen=watch.listen,
+                       cache_hints={"tools/list": CacheHint(ttl_ms=int(watch.every_s * 1000), scope="private")},
                        instructions="Agent-Reach capabilities as tools: each call is one message on the bus, with "
                                     "receipts, retries and routing; its result is the tool's structured content.")
 

@@ -126,3 +126,28 @@ def test_an_unroutable_request_goes_to_the_fallback_from_the_router(namespace: s
     finally:
         echo.terminate()
         echo.wait(60)
+
+
+def test_send_wait_prints_the_fallbacks_result_and_exits_0(namespace: str, stream_app: StreamApp) -> None:
+    """A waiting caller follows the chain (issue 40 item 3): `reach send --wait` to a capability nobody serves, whose
+    POLICY fallback is demo.echo, prints the echo's result and exits 0, saying the request itself ended UNROUTABLE;
+    the request's own row keeps its first ending."""
+    ensure(Names(namespace), Names(namespace).capability("demo.nobody"))
+    echo = spawn("examples.echo_agent:agent")
+    try:
+        wait_for(lambda: ready(stream_app, "agent://demo/echo"), 90, "echo READY", interval=0.3)
+        cli("policy", "set", "--capability", "demo.nobody", "--fallback", "demo.echo", "--json")
+        done = reach_cli("send", "demo.nobody", "--payload", '{"order": 8}', "--wait", "--timeout", "40", "--json")
+        assert done.returncode == 0, said(done)
+        shown = json.loads(done.stdout)
+        mid = shown["first"]["message_id"]
+        assert (shown["status"], shown["result"], shown["message_id"]) == ("COMPLETED", {"order": 8}, f"{mid}-fb0")
+        assert shown["first"] == {"message_id": mid, "capability": "demo.nobody", "status": "UNROUTABLE"}
+        assert row(stream_app, mid)["status"] == "UNROUTABLE", "the row's first ending stands"  # type: ignore[index]
+
+        human = reach_cli("send", "demo.nobody", "--payload", '{"order": 9}', "--wait", "--timeout", "40")
+        assert human.returncode == 0 and "UNROUTABLE (demo.nobody); served by its fallback demo.echo" in said(human)
+        assert '"order": 9' in said(human) and "COMPLETED" in said(human)
+    finally:
+        echo.terminate()
+        echo.wait(60)

@@ -19,9 +19,10 @@ import httpx2
 import mcp_types as types
 import pytest
 from cryptography.fernet import Fernet
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.subscriptions import ToolsListChanged
 
 from reach.agent import Agent, BusinessError, Canceled
 from reach.agent.agent import Context
@@ -225,3 +226,88 @@ def test_a_new_agent_changes_the_tool_list(mesh: Mesh) -> None:
                 assert "demo.mcp.late" in [t.name for t in (await client.list_tools()).tools]
 
     asyncio.run(scenario())
+
+
+# -- the 2026-07-28 revision, with the same official SDK's Client (it probes server/discover) --------------------
+
+MODERN = "2026-07-28"
+
+
+def later_agent() -> Agent:
+    agent = Agent("agent://demo/mcp-later", region="local")
+
+    @agent.capability("demo.mcp.later", version="1.0.0")
+    async def later(payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
+    return agent
+
+
+@contextlib.asynccontextmanager
+async def modern(mesh: Mesh, token: str, **options: Any) -> AsyncIterator[Client]:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30, read=120))
+    async with http, Client(streamable_http_client(mesh.url, http_client=http), **options) as client:
+        yield client
+
+
+def test_the_2026_revision_lists_calls_and_hears_a_tool_list_change(mesh: Mesh) -> None:
+    async def scenario() -> None:
+        async with modern(mesh, mesh.tokens["shop"]) as client:
+            assert client.protocol_version == MODERN
+            tools_caps = client.server_capabilities.tools
+            assert tools_caps is not None and tools_caps.list_changed is True, "subscriptions/listen is served"
+            listed = await client.list_tools()
+            assert {"demo.echo", "demo.mcp.greet"} <= {t.name for t in listed.tools}
+            assert (listed.ttl_ms, listed.cache_scope) == (2000, "private"), "hints as often as the watch looks"
+            echoed = await client.call_tool("demo.echo", {"text": "modern", "n": 1})
+            assert echoed.is_error is False and echoed.structured_content == {"text": "modern", "n": 1}
+            async with client.listen(tools_list_changed=True) as heard:
+                with running(later_agent()):
+                    with anyio.fail_after(90):
+                        event = await heard.__anext__()
+                    assert isinstance(event, ToolsListChanged)
+                    assert "demo.mcp.later" in {t.name for t in (await client.list_tools()).tools}
+
+    asyncio.run(scenario())
+
+
+def test_the_2026_revision_refuses_headers_that_do_not_match_the_body(mesh: Mesh) -> None:
+    """The spec's required `Mcp-Method` / `Mcp-Name` headers (basic/transports, 2026-07-28): a mismatch is the JSON-RPC
+    error -32020 (HEADER_MISMATCH), checked before the call is dispatched; bad input, raw HTTP."""
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "demo.echo", "arguments": {"text": "x"}, "_meta": meta}}
+    base = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {mesh.tokens['shop']}",
+            "MCP-Protocol-Version": MODERN}
+    for headers in ({"Mcp-Method": "tools/list", "Mcp-Name": "demo.echo"},  # another method than the body's
+                    {"Mcp-Method": "tools/call", "Mcp-Name": "demo.mcp.greet"},  # another tool than the body's
+                    {"Mcp-Method": "tools/call"}):  # the name missing
+        answer = httpx.post(mesh.url, json=call, headers={**base, **headers}, timeout=10)
+        assert answer.json()["error"]["code"] == -32020, (headers, answer.text)
+    ok = httpx.post(mesh.url, json=call, headers={**base, "Mcp-Method": "tools/call", "Mcp-Name": "demo.echo"},
+                    timeout=30)
+    assert ok.status_code == 200 and "error" not in ok.text[:200], ok.text
+
+
+def test_the_2026_revision_answers_a_question_through_the_multi_round_trip(mesh: Mesh) -> None:
+    """INPUT_REQUIRED as an InputRequiredResult: the official Client hands the question to its elicitation callback and
+    retries the call with the answer; the same message runs its next turn and the call returns its result."""
+    from examples.interview_agent import agent as interview
+
+    asked: list[str] = []
+
+    async def answer(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def scenario() -> None:
+        async with modern(mesh, mesh.tokens["shop"], elicitation_callback=answer) as client:
+            result = await client.call_tool("demo.interview", {"greeting": "Hi"})
+            assert result.is_error is False, result
+            assert result.structured_content == {"greeting": "Hi, Ada!", "turns": 1}
+            assert asked == ["What is your name?"]
+
+    with running(interview):
+        wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
+                 interval=0.5)
+        asyncio.run(scenario())

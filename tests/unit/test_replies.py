@@ -179,3 +179,55 @@ def test_the_gateways_waiter_is_resolved_on_its_loop_from_the_reader_thread() ->
     topic.batches.append([msg("b")])
     pump.pump(10, 0.0)
     assert pump.claim(("b", 0)) is not None, "a waiter that timed out is forgotten: its late receipt is kept"
+
+
+class Marked(Msg):
+    """A reply the status fold marked: its ending went on to the fallback child `child`."""
+
+    def __init__(self, value: bytes, child: str) -> None:
+        super().__init__(value)
+        self._headers = [("x-reach-fallback", f"demo.echo {child}".encode())]
+
+    def headers(self) -> Any:
+        return self._headers
+
+
+def test_a_reply_naming_its_fallback_child_is_followed_to_the_childs_ending() -> None:
+    topic = Topic([Marked(codec.encode(receipt("a", Status.UNROUTABLE)), "a-fb0")], [msg("a-fb0")])
+    pump = ReplyPump(topic.take)
+
+    async def request() -> tuple[Receipt | None, list[Receipt]]:
+        waiter = _Waiter(pump, ("a", 0))
+        pump.expect(("a", 0), waiter)
+        reader = threading.Thread(target=lambda: [pump.pump(10, 0.0) for _ in range(2)])
+        reader.start()
+        got = await waiter.result(5.0)
+        reader.join(timeout=5)
+        return got, waiter.endings
+
+    got, endings = asyncio.run(request())
+    assert got is not None and (got.message_id, got.status) == ("a-fb0", Status.COMPLETED)
+    assert [(r.message_id, r.status) for r in endings] == [("a", Status.UNROUTABLE), ("a-fb0", Status.COMPLETED)]
+
+
+def test_a_fallback_mark_that_names_no_child_of_the_message_is_not_followed() -> None:
+    for forged in ("other-fb0", "a-fbx", "a-fb0-fb0", ""):
+        topic = Topic([Marked(codec.encode(receipt("a", Status.FAILED)), forged)])
+        pump = ReplyPump(topic.take)
+        found = pump.wait(("a", 0), 1.0)
+        assert found is not None and found.status is Status.FAILED
+        assert pump.child_of(("a", 0)) is None, forged
+
+
+def test_a_child_that_does_not_end_in_time_leaves_the_first_ending_and_no_result() -> None:
+    topic = Topic([Marked(codec.encode(receipt("a", Status.UNROUTABLE)), "a-fb0")])
+    pump = ReplyPump(topic.take)
+
+    async def request() -> tuple[Receipt | None, list[Receipt], str]:
+        waiter = _Waiter(pump, ("a", 0))
+        pump.expect(("a", 0), waiter)
+        pump.pump(10, 0.0)
+        return await waiter.result(0.2), waiter.endings, waiter.waiting_for
+
+    got, endings, waiting_for = asyncio.run(request())
+    assert got is None and [r.status for r in endings] == [Status.UNROUTABLE] and waiting_for == "a-fb0"

@@ -26,7 +26,7 @@ import orjson
 from pydantic import ValidationError
 
 from reach.core import fallback, fanout, lifecycle
-from reach.core.lifecycle import Row, StatusRow
+from reach.core.lifecycle import FallbackRef, Row, StatusRow
 from reach.envelopes import now_ms
 from reach.kafka import clients, codec, delivery, receiptbytes, topicreader
 from reach.kafka import headers as H
@@ -60,8 +60,8 @@ FRONTIER_SLACK_MS = 1_000
 has folded what was appended up to a second before."""
 log = logging.getLogger("reach.status")
 _TERMINAL = frozenset(s.value for s in Status if s.is_terminal)
-_Reply = tuple[Position, str, str, bytes]
-"""(the receipt's position, reply topic, message id, reply bytes)."""
+_Reply = tuple[Position, str, str, bytes, str | None]
+"""(the receipt's position, reply topic, message id, reply bytes, the fallback child it names or None)."""
 _Out = tuple[Position, str, str, bytes, str]
 """(the receipt's position, topic, key, value, message id): a callback or a fallback child."""
 _RECOVERY_BATCH = 5_000
@@ -318,7 +318,7 @@ class StatusFold(Worker[bytes]):
         if changed:
             rows[mid] = (partition, after)
         if reply is not None and after["reply_to"]:
-            self._reply(outputs, position, after["reply_to"], mid, reply)
+            self._reply(outputs, position, after["reply_to"], mid, reply, _child_mark(after))
 
     def _bookkeeps(self, row: Row) -> bool:
         """Whether the row has fallback, fan-out or callback bookkeeping to settle (through the models, `_bookkeeping`):
@@ -413,13 +413,16 @@ class StatusFold(Worker[bytes]):
         return None
 
     def _reply(self, outputs: list[Output | Hold], position: Position, topic: str, message_id: str,
-               value: bytes) -> None:
-        """Queue one reply (the first phase), unless its topic does not exist (settled: counted and logged)."""
+               value: bytes, child: str | None = None) -> None:
+        """Queue one reply (the first phase), unless its topic does not exist (settled: counted and logged). A reply
+        whose ending went on to a fallback names the child (`x-reach-fallback`), so a waiting caller follows the
+        chain."""
         if not self._topic_exists(topic):
             self._metrics.replies.labels("no_topic").inc()
             log.warning("status: no reply for %s: topic %s does not exist", message_id, topic)
             return
-        out = Output(topic, value, key=message_id.encode(), cause=position)
+        headers: H.Headers | None = [(H.FALLBACK, child.encode())] if child else None
+        out = Output(topic, value, key=message_id.encode(), headers=headers, cause=position)
         self._replies.add(id(out))
         outputs.append(out)
 
@@ -562,6 +565,14 @@ def _watermarks(reader: Consumer, tp: TopicPartition, attempts: int = 25) -> tup
 def _out(position: Position, topic: str, key: str, value: bytes, message_id: str) -> Output:
     """A callback or a fallback child of the receipt at `position` (the first phase)."""
     return Output(topic, value, key=key.encode(), headers=[(H.MESSAGE_ID, message_id.encode())], cause=position)
+
+
+def _child_mark(row: Row) -> str | None:
+    """The fallback child a row's ending went on to (`<capability> <child id>`), None when none was sent."""
+    ref = row.get("fallback") or {}
+    if not ref.get("message_id"):
+        return None
+    return fallback.mark(FallbackRef(capability=ref["capability"], message_id=ref["message_id"]))
 
 
 def _forged(current: Row | None, receipt: dict[str, Any]) -> str | None:

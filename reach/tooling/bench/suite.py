@@ -13,6 +13,7 @@ from typing import Any
 from reach.settings import KafkaSettings
 from reach.tooling.bench import faust_forward, gateway, idle, intent, knee, peers, quix, raw, round_trip, route, scoring
 from reach.tooling.bench import publish as publish_mode
+from reach.tooling.bench import scaleout as scaleout_mode
 from reach.tooling.bench.gateway import GatewayConfig
 from reach.tooling.bench.knee import KneeConfig
 from reach.tooling.bench.peers import PeersConfig
@@ -21,7 +22,7 @@ from reach.tooling.bench.results import ModeResult
 from reach.tooling.bench.workspace import Workspace
 
 MODES = ("idle", "raw", "faust", "quix", "route", "roundtrip", "knee", "peers", "status-scale", "scoring", "gateway",
-         "intent", "publish")
+         "intent", "publish", "scaleout")
 STATUS_SCALE = "reach.tooling.bench.status_scale"
 """The status table's scale run comes with the status engine: `status_scale(*, messages, kafka, topics_file)`
 returning a record whose `as_dict()` holds messages, rows, receipts_per_s, fold_rss_mib, disk_mib, recovery_s,
@@ -50,13 +51,14 @@ class BenchConfig:
     knee: KneeConfig = field(default_factory=KneeConfig)
     peers: PeersConfig = field(default_factory=PeersConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    scaleout: scaleout_mode.ScaleoutConfig = field(default_factory=scaleout_mode.ScaleoutConfig)
 
     @classmethod
     def quick(cls, **changes: object) -> BenchConfig:
         base = {"messages": 300, "warmup": 50, "rates": (50.0, 200.0), "echo_rates": (), "rates_split": (50.0,),
                 "rate_seconds": 1.0, "idle_seconds": 1.0, "idle_settle": 0.5, "scoring_calls": 100,
                 "knee": KneeConfig.quick(), "peers": PeersConfig.quick(), "status_messages": 2_000,
-                "gateway": GatewayConfig.quick()}
+                "gateway": GatewayConfig.quick(), "scaleout": scaleout_mode.ScaleoutConfig.quick()}
         return cls(**{**base, **changes})  # type: ignore[arg-type]
 
 
@@ -84,6 +86,7 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
             ("gateway", lambda: _gateway(config, kafka)),
             ("intent", lambda: intent.run()),
             ("publish", lambda: _publish(config, kafka)),
+            ("scaleout", lambda: scaleout_mode.run(config.scaleout, kafka=kafka, topics_file=config.topics_file)),
         ]
         for name, step in steps:
             if name in config.modes:
@@ -102,7 +105,8 @@ def run(config: BenchConfig, *, kafka: KafkaSettings | None = None,
         status_messages=config.status_messages, **knee_conf,
         gateway_rates=list(config.gateway.rates), gateway_seconds=config.gateway.seconds,
         gateway_generators=config.gateway.generators, peers=list(config.peers.peers), peers_high=config.peers.high,
-        peers_workers=config.peers.workers,
+        peers_workers=config.peers.workers, scaleout_rate=config.scaleout.rate,
+        scaleout_seconds=config.scaleout.seconds, scaleout_routers=list(config.scaleout.routers),
         seconds=round(time.monotonic() - started)))
 
 

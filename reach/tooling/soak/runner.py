@@ -9,7 +9,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from reach.tooling.soak.sampler import KafkaReader, Sample, dir_mib, process_rea
 log = logging.getLogger("reach.tooling.soak")
 
 DEFAULT_RATE = 70.0
+BROKER = "broker JVM"  # the series label of the local broker's process
 """Half the no-op knee of docs/performance.md's latest paired run on this project's reference machine (139/s)."""
 BY = "reach-soak"
 STATUS_RETENTION_S = ReachSettings.model_fields["status_retention"].default
@@ -53,6 +54,7 @@ class SoakSettings:
     ttl_s: int | None = None
     agent_every_s: float = 120.0
     drain_s: float = 120.0
+    broker_shared: bool = False  # other work uses the broker meanwhile: its series are shown, not judged
 
     @property
     def duration_s(self) -> float:
@@ -123,8 +125,12 @@ class Report:
 
 def judge_all(report: Report) -> list[Verdict]:
     s = report.settings
-    return [judge(f"{kind.value} {label}", kind, points, duration_s=s.duration_s, ttl_s=s.horizon_s(kind))
-            for (kind, label), points in sorted(report.series().items())]
+    verdicts = [judge(f"{kind.value} {label}", kind, points, duration_s=s.duration_s, ttl_s=s.horizon_s(kind))
+                for (kind, label), points in sorted(report.series().items())]
+    if not s.broker_shared:
+        return verdicts
+    return [replace(v, judged=False, why_not="the broker serves other work meanwhile (--broker-shared)")
+            if v.name.endswith(f" {BROKER}") else v for v in verdicts]
 
 
 class Churn:
@@ -143,7 +149,7 @@ class Churn:
         for w in rig.agents:
             role = "steady" if w is self.steady else "canary" if w is self.canary else "churned"
             out[f"agent {role} pid {w.pid}"] = w.pid
-        for label, pid in (("broker JVM", broker_pid(rig.bootstrap)), ("redis-server", broker_pid(
+        for label, pid in ((BROKER, broker_pid(rig.bootstrap)), ("redis-server", broker_pid(
                 f"127.0.0.1:{redis_port}"))):
             if pid is not None:
                 out[label] = pid

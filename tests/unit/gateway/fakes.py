@@ -134,10 +134,13 @@ class _FakeWaiter:
     replies: FakeReplies
     key: tuple[str, int]
     future: asyncio.Future[Receipt]
+    endings: list[Receipt] = field(default_factory=list)
 
     async def result(self, timeout_s: float) -> Receipt | None:
         try:
-            return await asyncio.wait_for(self.future, timeout_s)
+            receipt = await asyncio.wait_for(self.future, timeout_s)
+            self.endings.append(receipt)
+            return receipt
         except TimeoutError:
             return None
         finally:

@@ -91,10 +91,12 @@ def test_an_auth_required_task_is_answered_with_its_task_id_like_input() -> None
 
 def test_the_cards_state_how_a_task_asks_back_and_the_push_progress_opt_in() -> None:
     plain = cards.mesh_card("http://gw", [], push=False)
-    assert [e.uri for e in plain.capabilities.extensions] == [cards.TURNS_EXTENSION]
+    drafts = [cards.IDEMPOTENCY_EXTENSION, cards.SKILL_EXTENSION, cards.BUDGET_EXTENSION]  # until A2A v1.1
+    assert [e.uri for e in plain.capabilities.extensions] == [cards.TURNS_EXTENSION, *drafts]
     assert "auth-required" in plain.capabilities.extensions[0].description
     pushing = cards.mesh_card("http://gw", [], push=True)
-    assert [e.uri for e in pushing.capabilities.extensions] == [cards.TURNS_EXTENSION, cards.PUSH_PROGRESS_EXTENSION]
+    assert [e.uri for e in pushing.capabilities.extensions] == [cards.TURNS_EXTENSION, *drafts,
+                                                                cards.PUSH_PROGRESS_EXTENSION]
     assert not any(e.required for e in pushing.capabilities.extensions)
 
 

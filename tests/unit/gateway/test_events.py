@@ -126,3 +126,31 @@ def test_reads_take_the_apps_read_quota_not_its_request_quota() -> None:
         assert refused.status_code == 429 and refused.json()["error"] == "quota_exceeded", path
         assert "read quota" in refused.json()["message"] and int(refused.headers["Retry-After"]) >= 1
     assert fakes.quotas.taken == 0, "reads never spend the app's request tokens"
+
+
+def served(child: str) -> dict[str, Any]:
+    """m1's row once it ended UNROUTABLE and went on to its fallback `child`."""
+    body = row("UNROUTABLE", "ACCEPTED", "UNROUTABLE")
+    body["fallback"] = {"capability": "demo.echo", "message_id": child, "note": None}
+    return body
+
+
+def test_an_ending_served_by_the_fallback_streams_on_to_the_childs_terminal() -> None:
+    fakes = Fakes()
+    fakes.status.rows["m1"] = [served("m1-fb0")]
+    child = row("COMPLETED", "ROUTED", "STARTED", "COMPLETED")
+    fakes.status.rows["m1-fb0"] = [{**child, "message_id": "m1-fb0"}]
+    got = events(signed_get(client(fakes), "/v1/messages/m1/events").text)
+    assert [(i, e) for i, e, _ in got] == [("0", "receipt"), ("1", "receipt"), ("", "fallback"), ("2", "receipt"),
+                                           ("3", "receipt"), ("4", "terminal")]
+    assert '"child":"m1-fb0"' in got[2][2] and '"status":"UNROUTABLE"' in got[2][2]
+    resumed = events(signed_get(client(fakes), "/v1/messages/m1/events", headers={"Last-Event-ID": "3"}).text)
+    assert [(i, e) for i, e, _ in resumed] == [("", "fallback"), ("4", "terminal")]
+
+
+def test_a_fallback_that_names_no_child_of_the_message_ends_the_stream_as_before() -> None:
+    fakes = Fakes()
+    fakes.status.rows["m1"] = [served("other-fb0")]
+    fakes.status.rows["other-fb0"] = [{**row("COMPLETED", "COMPLETED"), "message_id": "other-fb0", "tenant": "x"}]
+    got = events(signed_get(client(fakes), "/v1/messages/m1/events").text)
+    assert [(i, e) for i, e, _ in got] == [("0", "receipt"), ("1", "terminal")]

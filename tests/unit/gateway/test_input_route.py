@@ -156,3 +156,41 @@ def test_a_cancel_body_names_only_the_message(client: TestClient, fakes: Fakes) 
     mid = fakes.asking_id  # type: ignore[attr-defined]
     resp = post(client, f"/v1/messages/{mid}:cancel", {"message_id": mid, "answer": {"name": "Ada"}})
     assert (resp.status_code, resp.json()["error"]) == (400, "bad_request")
+
+
+def test_a2a_text_answer_fills_the_questions_one_string_property(fakes: Fakes) -> None:
+    """A chat client answers in words (official a2a-sdk client, text parts): they fill `{"name": ...}`."""
+    from a2a.types.a2a_pb2 import Message, Part, SendMessageRequest
+
+    from tests.unit.gateway.test_a2a_routes import events, run
+
+    mid = fakes.asking_id  # type: ignore[attr-defined]
+
+    def said(*texts: str) -> SendMessageRequest:
+        request = SendMessageRequest(message=Message(message_id=f"t-{len(texts)}-{texts[0][:8]}", task_id=mid,
+                                                     parts=[Part(text=t) for t in texts]))
+        request.configuration.return_immediately = True
+        return request
+
+    async def scenario(connect: Any) -> None:
+        client = await connect()
+        [sent] = await events(client, said("Ada ", "Lovelace"))
+        assert sent.task.id == mid
+        [(envelope, _accepted)] = fakes.turns.published
+        assert conversation(envelope.headers)[-1].answer == {"name": "Ada Lovelace"}
+
+    run(fakes, scenario)
+
+
+def test_a_text_answer_that_fits_no_reading_says_what_to_send(client: TestClient, fakes: Fakes) -> None:
+    mid = fakes.asking_id  # type: ignore[attr-defined]
+    fakes.status.rows[mid] = [waiting_row(mid, input={**waiting_row(mid)["input"], "answer_schema": json.dumps(
+        {"type": "object", "required": ["name", "age"], "properties": {"name": {"type": "string"},
+                                                                        "age": {"type": "integer"}}})})]
+    resp = post(client, f"/v1/messages/{mid}:input", {"message_id": mid, "answer": "Ada, 36"})
+    assert (resp.status_code, resp.json()["error"]) == (400, "invalid_answer")
+    assert 'send JSON like {"name": "...", "age": 1}' in resp.json()["hint"] and fakes.turns.published == []
+    ok = post(client, f"/v1/messages/{mid}:input", {"message_id": mid, "answer": '{"name": "Ada", "age": 36}'})
+    assert ok.status_code == 202, ok.text
+    [(envelope, _accepted)] = fakes.turns.published
+    assert conversation(envelope.headers)[-1].answer == {"name": "Ada", "age": 36}

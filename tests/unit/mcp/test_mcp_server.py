@@ -52,6 +52,7 @@ class FakeHost:
     auth: CallerApp | AuthFailure | Exception = APP
     limits: SessionLimits = field(default_factory=SessionLimits)
     registry_reads: int = 0
+    answered: list[tuple[str, Any]] = field(default_factory=list)
 
     async def read(self, app: CallerApp) -> None:
         return None
@@ -82,6 +83,12 @@ class FakeHost:
 
     async def cancel(self, app: CallerApp, message_id: str) -> None:
         self.cancelled.append((app.app_id, message_id))
+
+    async def answer(self, app: CallerApp, message_id: str, answer: Any) -> FakePending:
+        if self.refuse is not None:
+            raise self.refuse
+        self.answered.append((message_id, answer))
+        return self.pending
 
 
 def params(name: str = "demo.greet", arguments: dict[str, Any] | None = None,
@@ -193,3 +200,95 @@ def test_the_endpoint_refuses_before_the_sdk_sees_the_request(auth: Any, status:
     assert answer.status_code == status and answer.json()["error"] == error
     if status == 401:
         assert answer.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_listeners_of_the_2026_revision_hear_a_change_of_their_own_groups_tools_only() -> None:
+    """subscriptions/listen (2026-07-28): one bus per (tenant, allow-list); a pass publishes ToolsListChanged on the
+    bus of a group whose tool list changed, once per change, and nothing on another tenant's."""
+    host = FakeHost()
+    watch = mcp_server.ToolWatch(host)
+    other = CallerApp(app_id="a2", name="a2", tenant="globex", capabilities=("demo.greet",), rate=10, burst=10)
+    heard: dict[str, list[Any]] = {"acme": [], "globex": []}
+    watch.listen.bus_for(APP).subscribe(heard["acme"].append)
+    watch.listen.bus_for(other).subscribe(heard["globex"].append)
+    assert asyncio.run(watch.check()) == 0, "the first pass learns each group's list"
+    host.caps.append(Capability(name="demo.late", version="1.0.0"))  # globex's allow-list does not include it
+
+    def visible(app: CallerApp) -> list[Capability]:
+        return [c for c in host.caps if not app.capabilities or c.name in app.capabilities]
+
+    host.capabilities = visible  # type: ignore[method-assign]
+    assert asyncio.run(watch.check()) == 1
+    assert [type(e).__name__ for e in heard["acme"]] == ["ToolsListChanged"] and heard["globex"] == []
+    assert asyncio.run(watch.check()) == 0, "once per change"
+
+
+def test_the_server_advertises_list_changed_and_hints_the_tool_list_for_the_watch_interval() -> None:
+    server = mcp_server.build_server(FakeHost(), mcp_server.ToolWatch(FakeHost(), every_s=2.0))
+    caps = server.get_capabilities(protocol_version="2026-07-28")
+    assert caps.tools is not None and caps.tools.list_changed is True
+    hint = server.cache_hints["tools/list"]
+    assert (hint.ttl_ms, hint.scope) == (2000, "private")
+
+
+NAME = '{"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}'
+
+
+def asking(schema: str = NAME) -> Ended:
+    return Ended("m1", "t1", "INPUT_REQUIRED", reason="m1 asks: Who?", question="Who?", answer_schema=schema)
+
+
+def test_a_question_is_an_input_required_result_and_the_retry_answers_the_same_message() -> None:
+    """Multi Round-Trip (2026-07-28): INPUT_REQUIRED is an InputRequiredResult with one form elicitation; the retry
+    carrying the accepted content and the requestState answers the message, whose next ending is the result."""
+    host = FakeHost(pending=FakePending(outcome=asking()))
+    first = asyncio.run(mcp_server.call(host, APP, params()))
+    assert isinstance(first, types.InputRequiredResult) and first.request_state == "reach-input:o:m1"
+    [(key, asked)] = (first.input_requests or {}).items()
+    assert isinstance(asked, types.ElicitRequest) and isinstance(asked.params, types.ElicitRequestFormParams)
+    assert asked.params.message == "Who?" and asked.params.requested_schema["required"] == ["name"]
+    host.pending = FakePending(message_id="m1", outcome=Ended("m1", "t1", "COMPLETED", {"greeting": "Hello, Ada!"}))
+    retry = params()
+    retry.input_responses = {key: types.ElicitResult(action="accept", content={"name": "Ada"})}
+    retry.request_state = first.request_state
+    done = asyncio.run(mcp_server.call(host, APP, retry))
+    assert isinstance(done, types.CallToolResult) and done.structured_content == {"greeting": "Hello, Ada!"}
+    assert host.answered == [("m1", {"name": "Ada"})] and len(host.sent) == 1, "the same message, not a new one"
+
+
+def test_a_question_whose_schema_is_no_object_is_wrapped_and_unwrapped() -> None:
+    host = FakeHost(pending=FakePending(outcome=asking('{"type": "string"}')))
+    first = asyncio.run(mcp_server.call(host, APP, params()))
+    assert isinstance(first, types.InputRequiredResult) and first.request_state == "reach-input:w:m1"
+    retry = params()
+    retry.input_responses = {"answer": types.ElicitResult(action="accept", content={"answer": "yes"})}
+    retry.request_state = first.request_state
+    asyncio.run(mcp_server.call(host, APP, retry))
+    assert host.answered == [("m1", "yes")]
+
+
+@pytest.mark.parametrize(("state", "responses", "why"), [
+    ("forged", {"answer": types.ElicitResult(action="accept", content={"name": "x"})}, "requestState is not one"),
+    ("reach-input:x:m1", {"answer": types.ElicitResult(action="accept", content={"name": "x"})}, "requestState"),
+    ("reach-input:o:" + "m" * 400, {}, "requestState is not one"),
+    ("reach-input:o:m1", {}, "is missing"),
+    ("reach-input:o:m1", {"answer": types.ElicitResult(action="decline")}, "declined"),
+    ("reach-input:w:m1", {"answer": types.ElicitResult(action="accept", content={"other": "x"})}, "under 'answer'"),
+])
+def test_a_retry_that_cannot_be_read_is_invalid_params_and_answers_nothing(state: str, responses: Any,
+                                                                           why: str) -> None:
+    host = FakeHost()
+    retry = params()
+    retry.input_responses, retry.request_state = responses, state
+    with pytest.raises(mcp_server.MCPError, match=why) as raised:
+        asyncio.run(mcp_server.call(host, APP, retry))
+    assert raised.value.error.code == types.INVALID_PARAMS and host.answered == [] and host.sent == []
+
+
+def test_an_answer_the_door_refuses_is_a_tool_error_saying_why() -> None:
+    host = FakeHost(refuse=Refused(400, "invalid_answer", "the answer does not satisfy the schema", "send JSON like"))
+    retry = params()
+    retry.input_responses = {"answer": types.ElicitResult(action="accept", content={"nom": "x"})}
+    retry.request_state = "reach-input:o:m1"
+    result = asyncio.run(mcp_server.call(host, APP, retry))
+    assert isinstance(result, types.CallToolResult) and result.is_error and text(result).startswith("invalid_answer")

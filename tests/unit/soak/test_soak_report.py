@@ -10,8 +10,10 @@ from reach.tooling.soak.runner import Report, SoakSettings, instance_id, judge_a
 from reach.tooling.soak.sampler import Sample
 
 
-def report_with(values: list[dict[tuple[Kind, str], float]], *, minutes: float = 3.0) -> Report:
-    report = Report(SoakSettings(minutes=minutes, interval_s=minutes * 60 / (len(values) - 1)))
+def report_with(values: list[dict[tuple[Kind, str], float]], *, minutes: float = 3.0,
+                broker_shared: bool = False) -> Report:
+    report = Report(SoakSettings(minutes=minutes, interval_s=minutes * 60 / (len(values) - 1),
+                                 broker_shared=broker_shared))
     step = minutes * 60 / (len(values) - 1)
     report.samples = [Sample(i * step, v) for i, v in enumerate(values)]
     report.figures = check([Sent("m1", 0, True)], [Seen("m1", 0, "COMPLETED", 5)], [], Window(0, 10))
@@ -30,6 +32,17 @@ def test_growth_and_loss_are_misses() -> None:
     report.figures = check([Sent("m1", 0, True), Sent("m2", 0, True)], [Seen("m1", 0, "COMPLETED", 5)], [],
                            Window(0, 10))
     assert report.misses == ["1 lost", "rss_mib router grows: +60.0 over the last half > 16.0"]
+
+
+def test_a_shared_brokers_growth_is_shown_not_judged_and_the_others_still_are() -> None:
+    rising = [{(Kind.FDS, "broker JVM"): 500.0 + 50 * i, (Kind.RSS, "router"): 100.0 + 20 * i} for i in range(7)]
+    alone = report_with(rising)
+    assert alone.misses == ["open_fds broker JVM grows: +150.0 over the last half > 72.5",
+                            "rss_mib router grows: +60.0 over the last half > 16.0"]
+    shared = report_with(rising, broker_shared=True)
+    assert shared.misses == ["rss_mib router grows: +60.0 over the last half > 16.0"]
+    (broker,) = [v for v in shared.verdicts if v.name == "open_fds broker JVM"]
+    assert not broker.judged and "--broker-shared" in broker.why_not and broker.rise == 150.0
 
 
 def test_ttl_bound_series_use_the_run_ttl_or_the_products_defaults() -> None:

@@ -162,3 +162,14 @@ def test_an_asking_ending_of_a_message_never_forwarded_does_not_wait_for_an_enve
     row = fold.row(MID)
     assert row is not None and not row.fallback_pending and row.fallback is None and port.reads == 0
     assert len(producer.to(WEBHOOK)) == 1, "no wait: the parent's callback goes at once"
+
+
+def test_the_reply_of_an_ending_that_went_to_the_fallback_names_the_child(tmp_path: Path) -> None:
+    fold, producer = status_fold(tmp_path, Fallbacks()), Producer()
+    reply_to = NAMES.replies("c1")
+    marked = [(H.FALLBACK, f"demo.echo {MID}-fb0".encode()), (H.REPLY_TO, reply_to.encode())]
+    fold_batch(fold, cast(Any, FakeConsumer(assigned=OWNED)), cast(Any, producer),
+               cast(Any, [receipt(0, Status.UNROUTABLE, headers=marked)]))
+    [(topic, headers)] = [(t, hs) for t, hs in producer.sent_headers if t == reply_to]
+    assert (H.FALLBACK, f"demo.echo {MID}-fb0".encode()) in headers
+    assert [codec.decode(v, Receipt).status for t, v, _ in producer.sent if t == reply_to] == [Status.UNROUTABLE]
