@@ -292,5 +292,7 @@ def test_a2a_and_mcp_fuzzing_finds_no_5xx(gateway: GatewayStack) -> None:
                  seen.setdefault(op.path, {}), {}, until, only=[checks.not_a_server_error])
     print(f"\nJSON-RPC fuzzing, up to {EXAMPLES} examples per endpoint in {RPC_SECONDS:g} s; status codes: {seen}")
     assert set(seen) == {"/a2a/", f"/a2a/cap/{noop_agent.CAPABILITY}/", "/mcp"}
-    assert all(any(code == 200 for code in codes) for codes in seen.values()), seen  # past the door, each one
+    # past the door, each one: a 200, or /mcp's 202 for a notification the session took (with a fixed seed every
+    # round draws the same cases, and seed 97056134287225680376588730952287070007 gave /mcp no 200 in 150)
+    assert all({200, 202} & codes.keys() for codes in seen.values()), seen
     assert all(code < 500 for codes in seen.values() for code in codes), seen
