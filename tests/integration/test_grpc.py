@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -188,3 +189,34 @@ def test_grpcurl_lists_the_service_by_reflection_and_calls_it_signed(ingress: In
     assert answer["status_url"] == f"/v1/messages/{answer['message_id']}", answer  # grpcurl prints the proto names
     forged = run("-d", body, ingress.address, "reach.v1.Gateway/Send")
     assert forged.returncode != 0 and "Unauthenticated" in forged.stderr, forged
+
+
+RAW: dict[str, Any] = {"request_serializer": bytes, "response_deserializer": bytes}  # the bytes as they are
+
+
+def test_a_call_without_credentials_is_refused_before_its_message_is_read(ingress: Ingress) -> None:
+    """A caller with no key cannot hold a call open by never finishing its message: the refusal comes from the
+    metadata alone (as /v1 screens headers before the body), while the request stream is still open."""
+    never = threading.Event()
+
+    def unfinished() -> Iterator[bytes]:
+        never.wait(30)  # the message never comes (the test ends the wait once the call is refused)
+        yield b""
+
+    for method in ("Send", "WatchSteps"):
+        path = f"/reach.v1.Gateway/{method}"
+        if method == "WatchSteps":
+            call = ingress.channel.stream_stream(path, **RAW)
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as raised:
+                list(call(unfinished(), timeout=20))
+        else:
+            unary = ingress.channel.stream_unary(path, **RAW)
+            started = time.monotonic()
+            with pytest.raises(grpc.RpcError) as raised:
+                unary(unfinished(), timeout=20)
+        error: Any = raised.value
+        assert error.code() == grpc.StatusCode.UNAUTHENTICATED, (method, error.code(), error.details())
+        assert dict(error.trailing_metadata() or ()).get("reach-error"), "the /v1 error code rides along"
+        assert time.monotonic() - started < 15, f"{method}: refused only when the deadline ended the call"
+    never.set()
