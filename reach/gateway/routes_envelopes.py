@@ -118,8 +118,8 @@ async def invoke_answer(admission: Admission, app: CallerApp, body: InvokeReques
     admitted = await admission.admit(app, body, reply_to=replies.topic, default_budget_ms=timeout_ms)
     envelope = admitted.envelope
     waiter = replies.expect(envelope.message_id, envelope.generation)
-    try:
-        accepted = await admission.publish(admitted)
+    try:  # shielded: a caller that gives up (a gRPC cancel) must not leave the idempotency claim pending
+        accepted = await asyncio.shield(admission.publish(admitted))
     except BaseException:
         waiter.cancel()
         raise

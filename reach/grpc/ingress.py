@@ -10,6 +10,7 @@ they are parsed, as /v1 checks the body. A message over REACH_GATEWAY_MAX_BODY_B
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -21,9 +22,11 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 from grpc_reflection.v1alpha import reflection
 
-from reach.callers import CallerApp
+from reach import signing
+from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
 from reach.gateway import checks
+from reach.gateway.auth import V1_REFUSED
 from reach.gateway.bodies import EnvelopeRequest, InvokeRequest
 from reach.gateway.events import Step, find_row, step_stream
 from reach.gateway.intake import Admission
@@ -110,7 +113,8 @@ class Ingress:
 
     async def send(self, raw: bytes, context: grpc.aio.ServicerContext, app: CallerApp) -> pb.Accepted:
         body = checks.parse_model(request_fields(parsed(raw, pb.SendRequest)), EnvelopeRequest)
-        accepted = await self.admission.publish(await self.admission.admit(app, body))
+        # shielded: a cancelled call must not leave its idempotency claim pending (the publish finishes either way)
+        accepted = await asyncio.shield(self.admission.publish(await self.admission.admit(app, body)))
         return as_message(accepted.model_dump(), pb.Accepted)
 
     async def invoke(self, raw: bytes, context: grpc.aio.ServicerContext, app: CallerApp) -> pb.InvokeReply:
@@ -226,6 +230,9 @@ class ScreenFirst(grpc.aio.ServerInterceptor):
         metadata = {k: v for k, v in (details.invocation_metadata or ()) if isinstance(v, str)}
         try:
             self.admission.screen(metadata.get(KEY), metadata.get(SIGNATURE))
+            parsed_sig = signing.parse(metadata.get(SIGNATURE) or "")
+            if not isinstance(parsed_sig, AuthFailure) and not parsed_sig.v2:  # v1 names no method: never here
+                raise checks.refuse_auth(V1_REFUSED)
         except checks.Refusal as refusal:
             return _refusing(refusal, streams=method.endswith("/WatchSteps"))
         return await continuation(details)

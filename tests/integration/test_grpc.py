@@ -203,18 +203,21 @@ def test_a_call_without_credentials_is_refused_before_its_message_is_read(ingres
         never.wait(30)  # the message never comes (the test ends the wait once the call is refused)
         yield b""
 
-    for method in ("Send", "WatchSteps"):
+    # no credentials; and a v1 signature (it names no method, so gRPC never takes it, whatever /v1 is told)
+    v1 = (("reach-key", ingress.gateway.apps["shop"]["key_id"]),
+          ("reach-signature", f"t={int(time.time())},n=nonce-{uuid.uuid4().hex[:12]},v1={'0' * 64}"))
+    for method, metadata in (("Send", ()), ("WatchSteps", ()), ("Send", v1)):
         path = f"/reach.v1.Gateway/{method}"
         if method == "WatchSteps":
             call = ingress.channel.stream_stream(path, **RAW)
             started = time.monotonic()
             with pytest.raises(grpc.RpcError) as raised:
-                list(call(unfinished(), timeout=20))
+                list(call(unfinished(), timeout=20, metadata=metadata))
         else:
             unary = ingress.channel.stream_unary(path, **RAW)
             started = time.monotonic()
             with pytest.raises(grpc.RpcError) as raised:
-                unary(unfinished(), timeout=20)
+                unary(unfinished(), timeout=20, metadata=metadata)
         error: Any = raised.value
         assert error.code() == grpc.StatusCode.UNAUTHENTICATED, (method, error.code(), error.details())
         assert dict(error.trailing_metadata() or ()).get("reach-error"), "the /v1 error code rides along"
