@@ -2,7 +2,8 @@
 
 - **One version, one contract.** A capability version names one input and one output schema: a registration whose
   schema for `name@version` differs from a live instance's (of any agent) is refused with the difference, so a
-  changed contract ships under a new version instead of splitting callers between two meanings of one.
+  changed contract ships under a new version instead of splitting callers between two meanings of one. Subscribers
+  (fan-out) share the event's input schema; each one's result is its own, so their output schemas may differ.
 - **Dependencies.** `depends_on` lists the capabilities the agent's handlers call (`name` or `name@range`). Each
   must be known: served by a registration in the registry at a version within its range, or, when nothing is
   registered for it now, a capability the namespace already has (its capability topic exists: its agents may be
@@ -18,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from reach.core.versions import parse_range, satisfies
 from reach.names import check_capability
-from reach.records import AgentRegistration
+from reach.records import AgentRegistration, CapabilityMode
 
 DIFF_LINES = 40
 
@@ -49,7 +50,9 @@ def schema_conflict(mine: AgentRegistration, live: Iterable[AgentRegistration]) 
             for theirs in other.capabilities:
                 if (theirs.name, theirs.version) != (cap.name, cap.version):
                     continue
-                for kind in ("input_schema", "output_schema"):
+                # a subscriber's result is its own (fan-out: each answers for itself); the event it takes is shared
+                kinds = ("input_schema",) if cap.mode is CapabilityMode.SUBSCRIBE else ("input_schema", "output_schema")
+                for kind in kinds:
                     a, b = _canonical(getattr(theirs, kind)), _canonical(getattr(cap, kind))
                     if a == b:
                         continue

@@ -60,3 +60,18 @@ def test_a_dependency_entry_is_a_capability_and_an_optional_range() -> None:
     for bad in ("Doc Search", "doc.search@not-a-range!"):
         with pytest.raises(ReachError):
             parse_dependency(bad)
+
+
+def test_subscribers_share_the_events_schema_but_not_their_results() -> None:
+    from reach.records import CapabilityMode
+
+    def subscriber(instance_id: str, output: dict[str, object], event: dict[str, object]) -> AgentRegistration:
+        base = serving(instance_id, "shop.order.created", input_schema=event)
+        caps = [c.model_copy(update={"mode": CapabilityMode.SUBSCRIBE, "output_schema": json.dumps(output)})
+                for c in base.capabilities]
+        return base.model_copy(update={"capabilities": caps})
+
+    event = {"type": "object", "required": ["order_id"]}
+    live = [subscriber("audit-1", {"type": "object"}, event)]
+    assert schema_conflict(subscriber("notify-1", {}, event), live) is None
+    assert "input_schema" in (schema_conflict(subscriber("notify-2", {}, {"type": "object"}), live) or "")
