@@ -62,8 +62,9 @@ class DeadLetterWarden(w.Worker[bytes]):
     def __init__(self, *, names: Names, kafka: KafkaSettings, policy: Callable[[str], Policy],
                  registrations: Callable[[], list[AgentRegistration]] | None = None,
                  ledger: Callable[[], set[str]] | None = None, clock: Callable[[], int] = now_ms) -> None:
+        # notices are not waited for by anyone at the moment they are produced: batched (the feed profile)
         super().__init__(kafka=kafka, subscription=w.Subscription(group=names.topic("dlq-warden"), topics=[names.dlq],
-                                                                  profile="idle"))
+                                                                  profile="idle", producer_profile="feed"))
         self.names = names
         self._policy = policy
         self._registrations = registrations or (

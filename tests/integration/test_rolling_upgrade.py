@@ -108,9 +108,12 @@ class Fleet:
 
     def env(self, *, today: bool) -> dict[str, str]:
         # today's processes import this checkout; the previous release's its own source tree (its venv's path entry)
+        # and the previous release reads its own topics file: it refuses keys added since (e.g. families.agent.sizes),
+        # as an operator keeps the old file until every process runs the new release (operations.md)
+        own = {} if today else {"REACH_TOPICS_FILE": str(Path(self.previous).parents[2] / "src" / "topics.yaml")}
         return {"PYTHONPATH": str(ROOT) if today else "", "REACH_WEB_PORT": str(self.port),
                 "REACH_HOME": str(self.tmp / "home"), "PYTHONFAULTHANDLER": "1",
-                ledger_agent.LEDGER_ENV: str(self.ledger), **({writeas.ENV: WRITE_AS} if today else {})}
+                ledger_agent.LEDGER_ENV: str(self.ledger), **({writeas.ENV: WRITE_AS} if today else {}), **own}
 
     def start(self, name: str, args: list[str], *, today: bool, module: bool = True) -> Child:
         label = f"{name} {'today' if today else 'previous'}"
