@@ -174,21 +174,29 @@ Unary = Callable[[bytes, grpc.aio.ServicerContext, CallerApp], Awaitable[Message
 Streaming = Callable[[bytes, grpc.aio.ServicerContext, CallerApp], AsyncIterator[Message]]
 
 
+async def _failed(ingress: Ingress, context: grpc.aio.ServicerContext, verified: Verified | None, method: str,
+                  exc: Exception) -> None:
+    """Abort the call for `exc`: a refusal as /v1 answers it, infrastructure as UNAVAILABLE, anything else (a bug)
+    logged here and answered INTERNAL with a fixed text (never the exception's)."""
+    if isinstance(exc, checks.Refusal):
+        await _refuse(ingress.admission, context, verified, exc)
+    elif isinstance(exc, InfraUnavailable):
+        await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc), trailing_metadata=(("retry-after", "1"),))
+    else:
+        log.error("gRPC %s failed", method, exc_info=exc)
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+
+
 def _unary(ingress: Ingress, method: str, handle: Unary) -> grpc.RpcMethodHandler:
     async def call(raw: bytes, context: grpc.aio.ServicerContext) -> Message:
         verified = None
         try:
             app, verified = await ingress._admitted(raw, context, method)
             return await handle(raw, context, app)
-        except checks.Refusal as refusal:
-            await _refuse(ingress.admission, context, verified, refusal)
-        except InfraUnavailable as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc), trailing_metadata=(("retry-after", "1"),))
         except grpc.aio.AbortError:
             raise
-        except Exception:  # noqa: BLE001 - a bug: logged here, a fixed text to the caller (never the exception)
-            log.exception("gRPC %s failed", method)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        except Exception as exc:  # noqa: BLE001 - every failure is answered by _failed
+            await _failed(ingress, context, verified, method, exc)
         raise AssertionError("unreachable: context.abort raises")
 
     return grpc.unary_unary_rpc_method_handler(call, response_serializer=_serialized)
@@ -201,15 +209,10 @@ def _streaming(ingress: Ingress, method: str, handle: Streaming) -> grpc.RpcMeth
             app, verified = await ingress._admitted(raw, context, method)
             async for message in handle(raw, context, app):
                 yield message
-        except checks.Refusal as refusal:
-            await _refuse(ingress.admission, context, verified, refusal)
-        except InfraUnavailable as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc), trailing_metadata=(("retry-after", "1"),))
         except grpc.aio.AbortError:
             raise
-        except Exception:  # noqa: BLE001 - a bug: logged here, a fixed text to the caller (never the exception)
-            log.exception("gRPC %s failed", method)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+        except Exception as exc:  # noqa: BLE001 - every failure is answered by _failed
+            await _failed(ingress, context, verified, method, exc)
 
     return grpc.unary_stream_rpc_method_handler(call, response_serializer=_serialized)
 
