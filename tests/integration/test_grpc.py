@@ -1,7 +1,8 @@
 """gRPC ingress end to end (`reach gateway --grpc-port`, docs/grpc.md): a client built from the generated code and
 `grpcurl` against a real gateway process, router, broker and Redis. The same app keys, signatures (as metadata),
 quotas and checks as /v1: a signed Invoke ends COMPLETED and its steps stream to the terminal one, another tenant's
-app finds neither its status nor its steps, a bad signature is UNAUTHENTICATED, an app over its quota RESOURCE_EXHAUSTED, an oversized message is refused and nothing is sent."""
+app finds neither its status nor its steps, a bad signature is UNAUTHENTICATED, an app over its quota
+RESOURCE_EXHAUSTED, an oversized message is refused and nothing is sent."""
 
 from __future__ import annotations
 
