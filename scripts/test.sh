@@ -10,8 +10,9 @@
 # workers' ends. xdist's default order (most tests first) left the one-test integration files, the longest,
 # for the end, where one worker ran them while the others had nothing left.
 # A run in which neither part collects a test (pytest exit 5) is a failure.
-# Beside the parallel part (decision 0067), whose tests mostly wait on the broker: the tests marked `beside` (the
-# 3-minute soak: a light steady load judged for growth, not for latency) in a pytest process of their own, and with
+# Beside the parallel part (decisions 0067, 0072), whose tests mostly wait on the broker: the tests marked `beside`
+# (the 3-minute soak, judged for growth; the gateway's API fuzzing, judged for its answers; neither for latency)
+# in a pytest process of their own, one after the other, and with
 # REACH_TEST_EXTRAS="image chart" (`make ci`) the image (scripts/image-test.sh: built, then router, gateway and echo
 # agent from it end a signed request COMPLETED) and the chart (tests/chart/check_chart.py). Their output is in
 # .reach/ci/*.log (the tail printed), a failure of any fails the run, and the serial part starts after all ended.
