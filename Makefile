@@ -29,7 +29,8 @@ test: setup $(if $(findstring chart,$(REACH_TEST_EXTRAS)),$(HELM))
 
 # CI (.ci/run; decision 0067): `make test` with the image and the chart checked beside its parallel part. What CI
 # runs in a short form, at full length: `make soak` (CI: 3 min), `make faults` (CI: leader SIGKILL and Redis restart
-# on the cluster), `make bench-smoke` (CI: without the peers and the echo knee), `make bench` (the figures).
+# on the cluster), `make bench-smoke` (CI: without the peers and the echo knee), `make bench-swarm` (CI: 40 agents,
+# 5 s phases), `make fuzz-api` (CI: 150 examples an operation within 120 s), `make bench` (the figures).
 ci:
 	@REACH_TEST_EXTRAS="image chart" $(MAKE) --no-print-directory test
 
