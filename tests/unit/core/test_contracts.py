@@ -69,3 +69,8 @@ def test_the_content_key_ignores_json_spelling_and_keeps_every_part() -> None:
 @pytest.mark.parametrize("version", ["1.0.0", "10.2.3"])
 def test_a_valid_contract_version_is_no_mismatch_for_itself(version: str) -> None:
     assert mismatch(version, version) is None
+
+
+def test_a_long_schema_version_is_refused_without_being_remembered() -> None:
+    why = mismatch("1.0.0", "1." * 10_000)
+    assert why and "is not a version" in why
