@@ -15,11 +15,9 @@ first one's result instead of running again.
 
 from __future__ import annotations
 
-import functools
 import hashlib
+import json
 from collections.abc import Callable, Sequence
-
-import orjson
 
 from reach.core.routing import validation_error
 from reach.core.versions import BadVersion, parse_version, satisfies
@@ -29,22 +27,13 @@ MAX_VERSION_CHARS = 64
 CONTENT_KEY_PREFIX = "content:"  # never a caller's own key: theirs are scoped by their source (`gateway:<app>:`)
 
 
-@functools.lru_cache(maxsize=4096)
-def _fits(version: str, version_range: str) -> bool:
-    """`satisfies`, remembered: a range is parsed once, not per request (~30 µs each; versions and ranges come
-    from registrations and envelopes, a bounded few at a time). BadVersion is raised (and not remembered)."""
-    return satisfies(version, version_range)
-
-
-_parsed = functools.lru_cache(maxsize=4096)(parse_version)
-
 
 def contract_version(versions: Sequence[Capability], version_range: str, payload: Callable[[], bytes],
                      content_type: str = "application/json") -> str | None:
     """The contract version a request for `version_range` is checked against, from the live `versions` of its
     capability; None when none is in the range. `payload()` gives the body, read only when several versions are
     in the range (one version in range is the contract whatever the payload: its agent validates it)."""
-    matching = [c for c in versions if _fits(c.version, version_range)]
+    matching = [c for c in versions if satisfies(c.version, version_range)]
     if len(matching) <= 1:
         return matching[0].version if matching else None
     body = payload()
@@ -55,9 +44,9 @@ def contract_version(versions: Sequence[Capability], version_range: str, payload
 def pick(candidates: Sequence[Capability]) -> str:
     """Of the versions a request may be checked against (at least one), the contract it is stamped with: the newest
     one's compatibility line, its oldest version (every instance of the line from there on serves it)."""
-    newest = max(candidates, key=lambda c: _parsed(c.version))
-    line = [c for c in candidates if _fits(newest.version, f"^{c.version}")]
-    return min(line, key=lambda c: _parsed(c.version)).version
+    newest = max(candidates, key=lambda c: parse_version(c.version))
+    line = [c for c in candidates if satisfies(newest.version, f"^{c.version}")]
+    return min(line, key=lambda c: parse_version(c.version)).version
 
 
 def mismatch(served: str, schema_version: str | None) -> str | None:
@@ -66,9 +55,9 @@ def mismatch(served: str, schema_version: str | None) -> str | None:
     if schema_version is None:
         return None
     try:
-        if len(schema_version) > MAX_VERSION_CHARS:  # never remembered: a version is short
+        if len(schema_version) > MAX_VERSION_CHARS:  # a version is short; parse_range remembers what it parses
             raise BadVersion(schema_version[:100])
-        if _fits(served, f"^{schema_version}"):
+        if satisfies(served, f"^{schema_version}"):
             return None
     except BadVersion:
         return (f"schema_version {schema_version[:100]!r} is not a version (major.minor.patch): it names the "
@@ -79,15 +68,15 @@ def mismatch(served: str, schema_version: str | None) -> str | None:
 
 
 def canonical_json(payload: bytes, content_type: str) -> bytes:
-    """The payload as canonical JSON (keys sorted, no spaces, UTF-8, orjson), so that two requests that differ only
-    in key order or spacing hash the same; a payload that is not JSON (or that orjson refuses: nesting past 255
-    levels, integers past 64 bits) is taken byte for byte."""
+    """The payload as canonical JSON (keys sorted, no spaces, UTF-8), so that two requests that differ only in key
+    order or spacing hash the same; a payload that is not JSON is taken byte for byte."""
     if "json" not in content_type:
         return payload
     try:
-        return orjson.dumps(orjson.loads(payload), option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        document = json.loads(payload)
+    except (ValueError, RecursionError):
         return payload
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def content_key(*, capability: str, version: str, payload: bytes, content_type: str, tenant: str) -> str:
