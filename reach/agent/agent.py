@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jsonschema.protocols import Validator
 
 from reach.agent.contract import Schema, compile_schema
-from reach.agent.exceptions import InvalidCost, InvalidDeclaration
+from reach.agent.exceptions import InvalidCost, InvalidDeclaration, InvalidSession
 from reach.agent.middleware import Middleware
 from reach.agent.recentruns import DEFAULT_MAX_RUNS
+from reach.agent.session import read as read_session
 from reach.agent.startgate import DEFAULT_GRACE_MS
 from reach.core.allowance import inherit
 from reach.core.loads import default_max_queue
@@ -63,6 +64,7 @@ class Context:
     _meter: Meter = field(default_factory=Meter, repr=False)
     _run: Run | None = field(default=None, repr=False)
     _returned_usage: bool = field(default=True, repr=False)
+    _session: dict[str, Any] | None = field(default=None, repr=False)  # read on first use (reach.agent.session)
 
     async def progress(self, fraction: float | None, note: str | None = None) -> None:
         """Report how far the handler is: `fraction` in [0, 1] (or None), an optional short note. Coalesced
@@ -163,8 +165,24 @@ class Context:
 
     @property
     def session_snapshot(self) -> str | None:
-        """The request's read-only session snapshot reference (a compacted-topic key or object URI), if any."""
+        """The text of the request's session snapshot, if any: what the session's handlers last wrote back through
+        `ctx.session`, or what the caller sent (a JSON object, or a reference such as a compacted-topic key)."""
         return self.envelope.session_snapshot
+
+    @property
+    def session(self) -> dict[str, Any]:
+        """The session's snapshot as a dict ({} when there is none): change it, or assign a new dict, and a run that
+        completes writes it back; the session's next request carries it to whichever instance runs it. Compact JSON
+        of at most 16 KiB (else the run fails SESSION_TOO_LARGE); needs the request's `session_key`."""
+        if self._session is None:
+            self._session = read_session(self.envelope.session_snapshot)
+        return self._session
+
+    @session.setter
+    def session(self, value: dict[str, Any]) -> None:
+        if not isinstance(value, dict):
+            raise InvalidSession(f"ctx.session is a dict (a JSON object); got {type(value).__name__}.")
+        self._session = value
 
     @property
     def cost(self) -> float | None:

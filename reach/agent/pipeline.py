@@ -20,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
 from reach import lineage, tracing
-from reach.agent import outcomes
+from reach.agent import outcomes, session
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
 from reach.agent.ending import Unfenced, claim_ending, publish_ending, publish_in_order
@@ -99,7 +99,9 @@ class Pipeline:
                  admitted: Callable[[int], Awaitable[bool]] = _always,
                  progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None,
                  memory: Memory | None = None, ledger: KeyLedger | None = None,
-                 runs: RecentRuns | None = None, unfenced: Unfenced | None = None) -> None:
+                 runs: RecentRuns | None = None, unfenced: Unfenced | None = None,
+                 sessions_topic: str | None = None) -> None:
+        self._sessions_topic = sessions_topic  # where a snapshot written back through ctx.session goes
         # endings published while Redis was out, claimed once it answers (share the RetryStep's: one backlog)
         self._unfenced = unfenced if unfenced is not None else Unfenced()
         # the runs this instance finished or is running: a redelivery never reruns them, Redis or not
@@ -355,6 +357,9 @@ class Pipeline:
             started_at = gate.skip()  # ended within the grace: no STARTED, the terminal carries the start
         else:
             gate.send()  # a non-terminal outcome (a retry, a question) follows its STARTED, as before
+        verdict, written = session.checked(envelope, context._session, verdict)  # ctx.session written back
+        acks += session.write_back(self._publisher.send, self._sessions_topic, envelope, self._agent.instance_id,
+                                   written)
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
                                   raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used,
                                   children=context._lineage().children, started_at=started_at)
