@@ -386,6 +386,8 @@ class Capability(AvroModel):
     mode: CapabilityMode = CapabilityMode.HANDLE
     tags: list[str] = []
     examples: list[str] = []
+    idempotent: bool = False  # may run twice for one request: content-hash keys, retried after a timeout (v6)
+    filter: str | None = None  # a subscriber's filter, mode subscribe: which events it is notified of (v6)
 
 
 class AgentRegistration(AvroRecord):
