@@ -19,6 +19,7 @@ from reach.agent.middleware import Middleware
 from reach.agent.recentruns import DEFAULT_MAX_RUNS
 from reach.agent.session import read as read_session
 from reach.agent.startgate import DEFAULT_GRACE_MS
+from reach.core import eventfilter
 from reach.core.allowance import inherit
 from reach.core.loads import default_max_queue
 from reach.core.progress import Coalescer
@@ -213,6 +214,19 @@ class CapabilitySpec:
     fits: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
 
 
+def _check_filter(text: str | None, mode: CapabilityMode, where: str) -> None:
+    """A subscriber's filter parses (reach.core.eventfilter); only a subscriber has one."""
+    if text is None:
+        return
+    if mode is not CapabilityMode.SUBSCRIBE:
+        raise InvalidDeclaration(f"{where}: a filter picks the events a subscriber gets; declare it with "
+                                 "mode=CapabilityMode.SUBSCRIBE (a handler gets every request routed to it).")
+    try:
+        eventfilter.parse(text)
+    except eventfilter.BadFilter as exc:
+        raise InvalidDeclaration(f"{where}: {exc}") from None
+
+
 def _owner(owner: str | None) -> str | None:
     """The owner as declared, checked: a channel target such as `email:ops@example.com` (reach/channels/spec.py)."""
     if owner is None:
@@ -339,11 +353,15 @@ class Agent:
         examples: list[Any] | None = None,
         mode: CapabilityMode = CapabilityMode.HANDLE,
         idempotent: bool = False,
+        filter: str | None = None,  # noqa: A002 - the registration's field (AgentRegistration v6 Capability.filter)
     ) -> Callable[[F], F]:
         """Declare that the decorated handler serves capability `name` at semver `version`; `idempotent=True`
-        says it may run twice for one request with no harm (content-hash keys, a timed-out attempt retried)."""
+        says it may run twice for one request with no harm (content-hash keys, a timed-out attempt retried);
+        `filter` (mode SUBSCRIBE only) picks the events a subscriber gets: `tags:<tag>[,...]` or a JSONPath over
+        the payload (reach.core.eventfilter)."""
         check_capability(name)
         parse_version(version)
+        _check_filter(filter, mode, f"{self.agent_id} capability {name}")
         if name in self.capabilities:
             raise InvalidDeclaration(f"capability {name!r} is declared twice on {self.agent_id}.")
         where = f"{self.agent_id} capability {name}@{version}"
@@ -355,7 +373,7 @@ class Agent:
                 name=name, version=version, input_schema=in_text, output_schema=out_text, mode=mode,
                 tags=list(tags or []),
                 examples=[e if isinstance(e, str) else _json(e) for e in (examples or [])],
-                idempotent=idempotent,
+                idempotent=idempotent, filter=filter,
             )
             self.capabilities[name] = CapabilitySpec(
                 record=record, handler=fn, input_validator=in_validator, output_validator=out_validator,

@@ -177,7 +177,7 @@ class Router(Worker[bytes]):
         self.affinity = self.state.sessions  # recovered from the sessions topic by the state loop
         self._sessions_topic: str | None = None  # set once the loop saw the topic exists
         self.qps = QpsLimits()
-        self.fanout = FanOutStep(self.names.receipts)  # subscribe-mode capabilities (docs/decisions/0040)
+        self.fanout = FanOutStep(self.names.receipts)  # subscribers: fan-out (decision 0040), notified (0076)
         self._metadata_refresh_ms = metadata_refresh_ms
         self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
         self._rng = rng or random.Random()
@@ -379,6 +379,9 @@ class Router(Worker[bytes]):
                                         partition=outcome.partition, cause=position,
                                         then=functools.partial(self._routed, position, request, outcome, reply)))
             batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))
+            if plan.observers:  # subscribers beside the handlers: notified (docs/decisions/0076)
+                batch.outputs += self.fanout.notify(position, topic=msg.topic, envelope=envelope,
+                                                    agents=plan.observers)
             if self.affinity.set(session, instance.instance_id, now):
                 record = self._session(session, instance.instance_id, now, tenant=request.tenant)
                 if record is not None:
