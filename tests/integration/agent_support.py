@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -164,3 +164,12 @@ def owning_partitions(names: Names, agents: list[Agent]) -> bool:
         return False
     ids = {r.instance_id for r in live if r.assigned_partitions}
     return all(a.instance_id in ids for a in agents)
+
+
+@contextmanager
+def all_running(agents: list[Agent]) -> Iterator[None]:
+    """Run every agent in a thread of this process (`running`); stop them all on exit."""
+    with ExitStack() as stack:
+        for agent in agents:
+            stack.enter_context(running(agent))
+        yield

@@ -4,8 +4,6 @@ instance about half the time: the restarted router knows them from the sessions 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -14,7 +12,7 @@ from reach.agent import Agent, Context
 from reach.client import Client
 from reach.names import Names
 from reach.records import Receipt, Status
-from tests.integration.agent_support import Receipts, TopicReader, owning_partitions, running, wait_for
+from tests.integration.agent_support import Receipts, TopicReader, all_running, owning_partitions, wait_for
 from tests.integration.stream_app import StreamApp
 
 pytestmark = pytest.mark.integration
@@ -32,14 +30,6 @@ def _agent(agent_id: str) -> Agent:
     return agent
 
 
-@contextmanager
-def _both(agents: list[Agent]) -> Iterator[None]:
-    with ExitStack() as stack:
-        for agent in agents:
-            stack.enter_context(running(agent))
-        yield
-
-
 def _send(client: Client, session: str, turns: range) -> list[str]:
     return [client.send("test.sticky", {"turn": t}, session_key=session) for t in turns]
 
@@ -51,7 +41,7 @@ def _served_by(receipts: dict[str, list[Receipt]], ids: list[str]) -> set[str | 
 def test_a_session_keeps_its_instance_across_a_router_sigkill(namespace: str, stream_app: StreamApp) -> None:
     names = Names(namespace)
     agents = [_agent(a) for a in AGENTS]
-    with _both(agents), Client() as client:
+    with all_running(agents), Client() as client:
         wait_for(lambda: owning_partitions(names, agents), 60, "both instances READY")
         receipts = Receipts(names.receipts)
         before = {"main": _send(client, "main", range(25)), **{s: _send(client, s, range(2)) for s in SHORT}}

@@ -6,8 +6,6 @@ receipts; a subscriber that fails changes nothing of the request's ending."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
@@ -16,7 +14,7 @@ from reach.agent import Agent, BusinessError, Context
 from reach.client import Client
 from reach.names import Names
 from reach.records import CapabilityMode, Status
-from tests.integration.agent_support import Receipts, owning_partitions, running, wait_for
+from tests.integration.agent_support import Receipts, all_running, owning_partitions, wait_for
 from tests.integration.stream_app import StreamApp
 
 pytestmark = pytest.mark.integration
@@ -66,19 +64,11 @@ def _observer(seen: Seen, agent_id: str) -> Any:
     return observe
 
 
-@contextmanager
-def _all(agents: list[Agent]) -> Iterator[None]:
-    with ExitStack() as stack:
-        for agent in agents:
-            stack.enter_context(running(agent))
-        yield
-
-
 def test_the_handler_ends_each_request_and_each_subscriber_is_notified_of_what_passes_its_filter(
         namespace: str, stream_app: StreamApp) -> None:
     names, seen = Names(namespace), Seen()
     agents = _agents(seen)
-    with _all(agents), Client() as client:
+    with all_running(agents), Client() as client:
         wait_for(lambda: owning_partitions(names, agents), 60, "the handler and three subscribers READY")
         results = {
             "o-plain": client.invoke(CAP, {"order": "o-plain", "amount": 5}, timeout_ms=30_000),
