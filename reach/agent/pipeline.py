@@ -358,11 +358,9 @@ class Pipeline:
         else:
             gate.send()  # a non-terminal outcome (a retry, a question) follows its STARTED, as before
         verdict, written = session.checked(envelope, context._session, verdict)  # ctx.session written back
-        acks += session.write_back(self._publisher.send, self._sessions_topic, envelope, self._agent.instance_id,
-                                   written)
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
                                   raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used,
-                                  children=context._lineage().children, started_at=started_at)
+                                  children=context._lineage().children, started_at=started_at, session_text=written)
 
     async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
                    timer: RunTimer) -> tuple[Verdict, Future[Any] | None]:
@@ -417,7 +415,8 @@ class Pipeline:
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
                       origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
                       cost: float | None = None, usage: Usage | None = None,
-                      children: Spent | None = None, started_at: int | None = None) -> Processed:
+                      children: Spent | None = None, started_at: int | None = None,
+                      session_text: str | None = None) -> Processed:
         receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin, children, started_at)
         encoded = encode_receipt(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
@@ -431,6 +430,9 @@ class Pipeline:
             # the key's result on Kafka too (reach.agent.keyledger), acknowledged before the offset is committed
             record = self._ledger.record(scope, encoded)
             acks.append(self._publisher.send(record.topic, record.key, record.value, headers=record.headers))
+        if session_text is not None and receipt.status is Status.COMPLETED:  # ctx.session, acknowledged likewise
+            acks += session.write_back(self._publisher.send, self._sessions_topic, envelope,
+                                       self._agent.instance_id, session_text)
         if terminal:
             # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
             # of rerunning; a claim in between finds the result before it could take the lease. First terminal

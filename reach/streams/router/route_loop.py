@@ -303,6 +303,8 @@ class Router(Worker[bytes]):
         """The envelope's change that carries its session's snapshot ({} when there is none, or it carries it
         already): the newest snapshot the session's handlers wrote back (`ctx.session`, docs/decisions/0076),
         whichever instance the request goes to; it replaces a snapshot the caller sent."""
+        if not session:
+            return {}
         snapshot, _at = self.affinity.snapshot(session, now)
         if snapshot is None or envelope.get("session_snapshot") == snapshot:
             return {}
