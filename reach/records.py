@@ -663,6 +663,7 @@ class App(AvroRecord):
     updated_by: str
     role: str | None = None  # v2: None a calling app; "viewer" / "admin" a console operator (reach.console)
     limits: list[SpendLimit] = []  # v3: token and cost limits per day or month (reach.core.spend)
+    owner: str | None = None  # v4: who answers for the app's requests, a channel target (dead letters, stale NO_ROUTE)
 
     @property
     def revoked(self) -> bool:
