@@ -5,12 +5,15 @@ receipts; a subscriber that fails changes nothing of the request's ending."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from reach.agent import Agent, BusinessError, Context
+from reach.cli import app as reach_app
 from reach.client import Client
 from reach.names import Names
 from reach.records import CapabilityMode, Status
@@ -83,6 +86,10 @@ def test_the_handler_ends_each_request_and_each_subscriber_is_notified_of_what_p
         receipts = reader.wait_status([m for o, (m, _p) in notes.items() if o != "o-fails"], Status.COMPLETED,
                                       timeout=30)
         failed = reader.wait_status([notes["o-fails"][0]], Status.FAILED, timeout=30)
+        note_id, request_id = notes["o-fails"][0], notes["o-fails"][1] or ""
+        row = wait_for(lambda: _row(stream_app, request_id, "COMPLETED"), 30, "the request's row COMPLETED")
+        traced = wait_for(lambda: _traced(row["trace_id"]) >= {request_id, note_id} or None, 30,
+                          "the trace listing the request and its notification")
     assert results == {o: {"placed": o} for o in results}, "every request ends by the handler's result"
     assert seen.orders(ALL) == ["o-big", "o-fails", "o-plain", "o-urgent"], "no filter: every request, once each"
     assert seen.orders(URGENT) == ["o-urgent"], "tags:urgent: the request tagged urgent only"
@@ -93,3 +100,15 @@ def test_the_handler_ends_each_request_and_each_subscriber_is_notified_of_what_p
     [ending] = [r for r in failed[notes["o-fails"][0]] if r.status is Status.FAILED]
     assert ending.error is not None and ending.error.code == "LEDGER_CLOSED", \
         "the subscriber's failure is its notification's ending; the request itself COMPLETED by its handler"
+    assert row["result"] is not None and json.loads(row["result"]) == {"placed": "o-fails"}
+    assert traced, "reach trace shows the request and its notification"
+
+
+def _row(app: StreamApp, message_id: str, status: str) -> dict[str, Any] | None:
+    found = app.get(f"/messages/{message_id}")
+    return found if isinstance(found, dict) and found.get("status") == status else None
+
+
+def _traced(trace_id: str) -> set[str]:
+    shown = CliRunner().invoke(reach_app, ["trace", trace_id, "--json"])
+    return {m["message_id"] for m in json.loads(shown.stdout)["messages"]} if shown.exit_code == 0 else set()
