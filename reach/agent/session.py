@@ -10,7 +10,9 @@ it and the next request of the session carries it.
 
 Checked when the run ends: compact JSON of at most MAX_SNAPSHOT_BYTES, else the run FAILS (`INVALID_OUTPUT`,
 `SESSION_TOO_LARGE` or `SESSION_NOT_JSON`) with the reason; nothing is written for a run that does not complete.
-A request without a session_key has no session to write to: a changed `ctx.session` is then logged and dropped."""
+A request without a session_key has no session to write to, and a subscriber's run (a fan-out delivery or a
+notification, which carry the session's snapshot to read) does not write it: a changed `ctx.session` is then logged
+and dropped."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import Any
 
 from reach.agent import outcomes
 from reach.agent.outcomes import Outcome, Verdict
+from reach.core import fanout
 from reach.core.sessionmap import MAX_SNAPSHOT_BYTES, encode, scoped
 from reach.envelopes import now_ms
 from reach.kafka.types import Message
@@ -66,7 +69,19 @@ def checked(envelope: Envelope, snapshot: dict[str, Any] | None, verdict: Verdic
         log.warning("%s: ctx.session changed but the request has no session_key; nothing is written back",
                     envelope.message_id)
         return verdict, None
+    if _observing(envelope):
+        log.warning("%s: ctx.session changed in a subscriber's delivery or notification; a subscriber reads the "
+                    "session, its handlers write it: nothing is written back", envelope.message_id)
+        return verdict, None
     return verdict, text
+
+
+def _observing(envelope: Envelope) -> bool:
+    """Whether this run is a subscriber's: a fan-out delivery or a notification the router derived."""
+    headers = envelope.headers
+    return (fanout.verified_parent(envelope.message_id, envelope.to_agent, headers.get(fanout.OF_HEADER)) is not None
+            or fanout.notified_of(envelope.message_id, envelope.to_agent, headers.get(fanout.NOTIFY_HEADER))
+            is not None)
 
 
 def record(envelope: Envelope, instance_id: str, text: str) -> tuple[str, bytes]:

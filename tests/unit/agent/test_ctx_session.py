@@ -10,6 +10,7 @@ from reach.agent.exceptions import InvalidSession
 from reach.agent.outcomes import Outcome, Verdict
 from reach.core.sessionmap import MAX_SNAPSHOT_BYTES, decode_record
 from reach.envelopes import new_envelope
+from reach.records import Envelope
 
 DONE = Verdict(Outcome.COMPLETE, value=b"{}")
 
@@ -55,3 +56,16 @@ def test_a_snapshot_past_the_cap_or_not_json_fails_the_run_with_the_reason() -> 
     assert verdict.error is not None and verdict.error.code == "SESSION_NOT_JSON"
     with pytest.raises(InvalidSession):
         ctx.session = ["not", "a", "dict"]  # type: ignore[assignment]
+
+
+def test_a_subscribers_run_reads_the_session_but_never_writes_it() -> None:
+    from reach.core import fanout
+    from reach.kafka import codec
+
+    ctx = _ctx('{"n": 1}')
+    as_dict = codec.decode_dict("Envelope", codec.encode(ctx.envelope))
+    for child in (fanout.notification(as_dict, "agent://demo/audit"), fanout.delivery(as_dict, "agent://demo/audit")):
+        observer = Context(envelope=Envelope.model_validate(child), agent_id="agent://demo/audit", instance_id="i-2")
+        assert observer.session == {"n": 1}
+        observer.session["n"] = 2
+        assert session.checked(observer.envelope, observer._session, DONE) == (DONE, None)
