@@ -20,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
 from reach import lineage, tracing
-from reach.agent import declared, outcomes
+from reach.agent import declared, outcomes, session
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
 from reach.agent.ending import Unfenced, claim_ending, publish_ending, publish_in_order
@@ -99,7 +99,9 @@ class Pipeline:
                  admitted: Callable[[int], Awaitable[bool]] = _always,
                  progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None,
                  memory: Memory | None = None, ledger: KeyLedger | None = None,
-                 runs: RecentRuns | None = None, unfenced: Unfenced | None = None) -> None:
+                 runs: RecentRuns | None = None, unfenced: Unfenced | None = None,
+                 sessions_topic: str | None = None) -> None:
+        self._sessions_topic = sessions_topic  # where a snapshot written back through ctx.session goes
         # endings published while Redis was out, claimed once it answers (share the RetryStep's: one backlog)
         self._unfenced = unfenced if unfenced is not None else Unfenced()
         # the runs this instance finished or is running: a redelivery never reruns them, Redis or not
@@ -361,9 +363,10 @@ class Pipeline:
             started_at = gate.skip()  # ended within the grace: no STARTED, the terminal carries the start
         else:
             gate.send()  # a non-terminal outcome (a retry, a question) follows its STARTED, as before
+        verdict, written = session.checked(envelope, context._session, verdict)  # ctx.session written back
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
                                   raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used,
-                                  children=context._lineage().children, started_at=started_at)
+                                  children=context._lineage().children, started_at=started_at, session_text=written)
 
     async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
                    timer: RunTimer) -> tuple[Verdict, Future[Any] | None]:
@@ -418,7 +421,8 @@ class Pipeline:
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
                       origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
                       cost: float | None = None, usage: Usage | None = None,
-                      children: Spent | None = None, started_at: int | None = None) -> Processed:
+                      children: Spent | None = None, started_at: int | None = None,
+                      session_text: str | None = None) -> Processed:
         receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin, children, started_at)
         encoded = encode_receipt(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
@@ -432,6 +436,9 @@ class Pipeline:
             # the key's result on Kafka too (reach.agent.keyledger), acknowledged before the offset is committed
             record = self._ledger.record(scope, encoded)
             acks.append(self._publisher.send(record.topic, record.key, record.value, headers=record.headers))
+        if session_text is not None and receipt.status is Status.COMPLETED:  # ctx.session, acknowledged likewise
+            acks += session.write_back(self._publisher.send, self._sessions_topic, envelope,
+                                       self._agent.instance_id, session_text)
         if terminal:
             # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
             # of rerunning; a claim in between finds the result before it could take the lease. First terminal

@@ -42,6 +42,7 @@ class RouteRequest(NamedTuple):
     priority: int = 0  # RoutingHints.priority: the priority scoring factor matches it to instances' priority_class
     callback: str | None = None  # copied onto the router's terminal receipts, so the fold can deliver the callback
     schema_version: str | None = None  # the contract version the intake checked (0075): only its line serves it
+    strict_tags: bool = False  # RoutingHints.strict_tags (Envelope v5): no fallback to instances without the tags
 
     @classmethod
     def from_envelope(cls, env: Mapping[str, Any]) -> RouteRequest:
@@ -70,6 +71,7 @@ class RouteRequest(NamedTuple):
             priority=routing.get("priority") or 0,
             callback=env.get("callback"),
             schema_version=env.get("schema_version"),
+            strict_tags=bool(routing.get("strict_tags")),
         )
 
     @property
@@ -196,8 +198,9 @@ def match(
     Hard filters: capability and a version satisfying the range, READY, owning inbox partitions,
     not drained/disabled by control, tenant, `to_agent`, and a breaker not OPEN (`health`, by
     instance_id). Soft ones: excluded instances and instances lacking a requested tag are dropped
-    only while another candidate remains; an OPEN instance never comes back through them. `loads`
-    maps instance_id to its current load (default: the heartbeat's inflight, no queue).
+    only while another candidate remains (tags are a hard filter when the request asks for `strict_tags`); an
+    OPEN instance never comes back through them. `loads` maps instance_id to its current load (default: the
+    heartbeat's inflight, no queue).
     """
     matched: list[Candidate] = []
     opened: dict[str, int | None] = {}
@@ -225,7 +228,7 @@ def match(
     if request.tags:
         wanted = set(request.tags)
         tagged = [c for c in matched if wanted <= set(c.capability.tags)]
-        matched = tagged or matched
+        matched = tagged if request.strict_tags else tagged or matched  # strict: the caller's tags are a must
     return Matched(tuple(matched), opened)
 
 

@@ -234,9 +234,11 @@ class Decider:
             future = request.expire_at is not None and request.expire_at > now_ms
             detail = f" {request.serves_range}" if request.serves_range != "*" else ""
             target = f" of {request.to_agent}" if request.to_agent else ""
+            strict = request.strict_tags and request.tags
+            tagged = f" with tags {', '.join(request.tags)} (strict_tags)" if strict else ""
             return NoRoute(
                 future,
-                f"no READY instance{target} serves {request.capability}{detail} for tenant {request.tenant!r}",
+                f"no READY instance{target} serves {request.capability}{detail}{tagged} for tenant {request.tenant!r}",
             )
         chosen = selection.candidates
         resolved = as_factor_weights(weights)

@@ -194,7 +194,7 @@ class Admission:
         except ReachError as exc:  # checked above; a rule added to new_envelope later still answers 400
             raise checks.Refusal(400, "bad_request", str(exc)) from None
         routing = RoutingHints(region=hints.region, session_key=hints.session_key, tags=hints.tags,
-                               priority=hints.priority, canary=hints.canary)
+                               priority=hints.priority, canary=hints.canary, strict_tags=hints.strict_tags)
         return envelope.model_copy(update={"routing": routing, "callback": request.callback})
 
     def _check_progress(self, request: EnvelopeRequest) -> None:

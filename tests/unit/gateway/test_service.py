@@ -39,7 +39,7 @@ def client(fakes: Fakes) -> TestClient:
 def test_accepted_after_the_ack_with_tenant_and_source_from_the_app(client: TestClient, fakes: Fakes) -> None:
     resp = post(client, "/v1/envelopes", {"capability": "demo.echo", "version": "^1", "payload": {"text": "hi"},
                                           "routing": {"region": "eu", "session_key": "s1", "tags": ["gpu"],
-                                                      "priority": 3, "canary": True},
+                                                      "priority": 3, "canary": True, "strict_tags": True},
                                           "callback": "https://caller.example/done", "budget_ms": 9000})
     assert resp.status_code == 202, resp.text
     body = resp.json()
@@ -51,7 +51,7 @@ def test_accepted_after_the_ack_with_tenant_and_source_from_the_app(client: Test
     assert json.loads(envelope.payload) == {"text": "hi"}
     assert envelope.capability_version == "^1"
     assert envelope.routing.model_dump() == {"region": "eu", "session_key": "s1", "tags": ["gpu"], "priority": 3,
-                                             "canary": True}
+                                             "canary": True, "strict_tags": True}
     assert envelope.callback == "https://caller.example/done"
     assert envelope.deadline - envelope.created_at == 9000
 
