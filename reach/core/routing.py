@@ -268,7 +268,7 @@ class Decider:
 
     def _shape(self, request: RouteRequest, registrations: Iterable[AgentRegistration]) -> _Shape:
         key = (id(registrations), request.capability, request.serves_range, request.tenant, request.to_agent,
-               request.tags, request.excluded_instances)
+               request.tags, request.strict_tags, request.excluded_instances)
         shape = self._shapes.get(key)
         if shape is None:
             health, loads = self._health, self.loads
