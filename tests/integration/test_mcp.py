@@ -22,10 +22,12 @@ from cryptography.fernet import Fernet
 from mcp import Client, ClientSession
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
 
 from reach.agent import Agent, BusinessError, Canceled
 from reach.agent.agent import Context
+from reach.mcp import tasks
 from tests.integration.agent_support import running, wait_for
 from tests.integration.conftest import Infra, fresh_namespace
 from tests.integration.stream_app import ROOT, StreamApp
@@ -88,6 +90,7 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
     with pytest.MonkeyPatch.context() as patch, contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.contextmanager(fresh_namespace)(infra, patch))
         patch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+        patch.setenv("REACH_GATEWAY_MCP_TASK_AFTER_MS", "1500")  # a call declaring Tasks is a task after 1.5 s
         logs = tmp_path_factory.mktemp("mcp")
         apps = {"shop": create_app("shop"), "narrow": create_app("narrow", "--capabilities", "demo.echo")}
         router = StreamApp(logs)
@@ -311,3 +314,40 @@ def test_the_2026_revision_answers_a_question_through_the_multi_round_trip(mesh:
         wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
                  interval=0.5)
         asyncio.run(scenario())
+
+
+def test_the_2026_revision_makes_a_long_call_a_task_only_its_app_reads_and_cancels(mesh: Mesh) -> None:
+    """The Tasks extension with the official Client (tasks.TasksClient declares it): demo.mcp.hold runs past the
+    gateway's 1.5 s, so the call answers a task handle; tasks/get reads the running message as `working`; another
+    app's tasks/get and tasks/cancel of that task id are "Task not found"; the owner's cancel (the client's
+    tasks/cancel when the waiting call is cancelled) cancels the message: the handler sees it and the task reads
+    `cancelled`."""
+    ids: list[str] = []
+
+    async def get(client: Client, task_id: str) -> tasks.GetTaskResult:
+        request = tasks.GetTaskRequest(params=tasks.TaskParams(task_id=task_id))
+        return await client.session.send_request(request, tasks.GetTaskResult)
+
+    async def scenario() -> None:
+        async with modern(mesh, mesh.tokens["shop"], extensions=[tasks.TasksClient(on_task=ids.append)]) as owner:
+            assert tasks.EXTENSION in (owner.server_capabilities.extensions or {})
+            call = asyncio.ensure_future(owner.call_tool("demo.mcp.hold", {"n": 40}))
+            with anyio.fail_after(60):
+                while not ids or "40" not in STARTED:
+                    await anyio.sleep(0.1)
+            assert (await get(owner, ids[0])).status == "working"
+            async with modern(mesh, mesh.tokens["narrow"], extensions=[tasks.TasksClient()]) as other:
+                for request in (tasks.GetTaskRequest(params=tasks.TaskParams(task_id=ids[0])),
+                                tasks.CancelTaskRequest(params=tasks.TaskParams(task_id=ids[0]))):
+                    with pytest.raises(MCPError, match="Task not found"):
+                        await other.session.send_request(request, tasks.Acknowledged)
+            assert (await get(owner, ids[0])).status == "working", "another app's cancel cancelled nothing"
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            with anyio.fail_after(60):
+                while (task := await get(owner, ids[0])).status == "working":
+                    await anyio.sleep(0.3)
+            assert task.status == "cancelled", task
+
+    asyncio.run(scenario())
