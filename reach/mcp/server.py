@@ -13,8 +13,9 @@ session, a tool list and a notification stream each take a read token of the app
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -191,14 +192,23 @@ def _idempotency_key(params: types.CallToolRequestParams) -> str | None:
 ToolAnswer = types.CallToolResult | types.InputRequiredResult | tasks.CreateTaskResult
 
 
+Ask = Callable[[types.ElicitRequestFormParams], Awaitable[types.ElicitResult]]
+"""Puts a question to the client in the call's session (elicitation/create, the handshake era); its answer."""
+MAX_ASKED = 16  # questions one call puts to its client in session before it ends as a tool error
+
+
 async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, *,
-               seal: tasks.TaskSeal | None = None) -> ToolAnswer:
+               seal: tasks.TaskSeal | None = None, ask: Ask | None = None,
+               modern: bool = True) -> ToolAnswer:
     """One tool call through the door; the result, or a tool error with the door's or the receipt's reason. A
     call cancelled by the client (notifications/cancelled) cancels the message. A capability that asks a question
     (INPUT_REQUIRED) answers with the 2026-07-28 Multi Round-Trip pattern (reach.mcp.rounds): an InputRequiredResult
     whose elicitation carries the question; the client's retry with the answer continues the same message. With
     `seal` (the client declared the Tasks extension), a call that has not ended within `host.tasks.after_s` answers
-    a task handle instead (reach.mcp.tasks); the message goes on, and tasks/get reads it."""
+    a task handle instead (reach.mcp.tasks); the message goes on, and tasks/get reads it. On the handshake era
+    (`modern` False) a question goes to `ask` (the client's elicitation, in the call's session) and its answer
+    continues the message, up to MAX_ASKED times; without `ask` it is a tool error naming
+    `POST /v1/messages/{id}:input`."""
     created_ms = tasks.now_ms()
     cap = tools.newest(host.capabilities(app)).get(params.name)
     if cap is None:
@@ -229,9 +239,54 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, 
         pending.forget()
         return tasks.created(seal.task_id(app.app_id, pending.message_id, created_ms), "working", created_ms,
                              host.tasks, f"{pending.message_id} runs; poll tasks/get")
-    if ended.status == "INPUT_REQUIRED" and ended.question is not None:
+    if ended.status == "INPUT_REQUIRED" and ended.question is not None and modern:
         return rounds.input_required(ended)
+    asked = 0
+    while ask is not None and asked < MAX_ASKED and ended.status == "INPUT_REQUIRED" and ended.question is not None:
+        ended = await _asked_in_session(host, app, ended, ask)
+        asked += 1
     return tools.result_of(ended)
+
+
+async def _asked_in_session(host: Host, app: CallerApp, ended: Ended, ask: Ask) -> Ended:
+    """The question as the client's elicitation; its accepted answer continues the message (the same use case as
+    `POST /v1/messages/{id}:input`), and the next ending is returned. A declined answer, or one the door refuses,
+    ends the call as a tool error saying why (the message still waits for an answer)."""
+    required = rounds.input_required(ended)
+    [asked] = (required.input_requests or {}).values()
+    assert isinstance(asked, types.ElicitRequest) and isinstance(asked.params, types.ElicitRequestFormParams)
+    message_id, wrapped = rounds.asked(required.request_state or "")
+    try:
+        answer = rounds.answer_of({rounds.KEY: await ask(asked.params)}, wrapped=wrapped)
+        pending = await host.answer(app, message_id, answer)
+    except rounds.BadRound as exc:
+        return dataclasses.replace(ended, status="INPUT_REQUIRED", question=None,
+                                   reason=f"{message_id} asks: {ended.question} ({exc})")
+    except Refused as refusal:
+        hint = f" ({refusal.hint})" if refusal.hint else ""
+        return dataclasses.replace(ended, status="INPUT_REQUIRED", question=None,
+                                   reason=f"{refusal.error}: {refusal.message}{hint}")
+    try:
+        return await pending.ended(host.call_timeout_s)
+    except anyio.get_cancelled_exc_class():
+        pending.forget()
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await host.cancel(app, message_id)
+        raise
+
+
+def session_ask(ctx: ServerRequestContext[Any, Any]) -> Ask | None:
+    """The handshake era's elicitation in the call's session, when the client declared it (2025-06-18 and later);
+    None otherwise."""
+    session = ctx.session
+    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not session.check_client_capability(wanted):
+        return None
+
+    async def ask(params: types.ElicitRequestFormParams) -> types.ElicitResult:
+        return await session.elicit_form(params.message, params.requested_schema, related_request_id=ctx.request_id)
+
+    return ask
 
 
 def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -330,7 +385,9 @@ def build_server(host: Host, watch: ToolWatch, seal: tasks.TaskSeal | None = Non
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> ToolAnswer:
         app = caller(ctx)
         try:
-            return await call(host, app, params, seal=seal if declares_tasks(ctx) else None)
+            modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            return await call(host, app, params, seal=seal if declares_tasks(ctx) else None, ask=session_ask(ctx),
+                              modern=modern)
         except MCPError:
             raise
         except Exception:  # noqa: BLE001 - the log has it; the caller learns nothing of the internals

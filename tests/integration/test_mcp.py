@@ -351,3 +351,41 @@ def test_the_2026_revision_makes_a_long_call_a_task_only_its_app_reads_and_cance
             assert task.status == "cancelled", task
 
     asyncio.run(scenario())
+
+
+def test_the_2025_06_18_revision_answers_a_question_through_elicitation_in_the_session(mesh: Mesh) -> None:
+    """INPUT_REQUIRED on the handshake era: the official ClientSession, initialized at 2025-06-18 with an elicitation
+    callback, is asked the question in the call's session (elicitation/create); its answer continues the same message
+    and the call returns the next turn's result. A declined question is a tool error that says so."""
+    from mcp.client import session as client_session
+
+    from examples.interview_agent import agent as interview
+
+    asked: list[str] = []
+
+    async def answer(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def decline(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def call(callback: Any) -> types.CallToolResult:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {mesh.tokens['shop']}"},
+                                  timeout=httpx2.Timeout(30, read=120))
+        async with http, streamable_http_client(mesh.url, http_client=http) as (read, write), \
+                client_session.ClientSession(read, write, elicitation_callback=callback) as client:
+            assert (await client.initialize()).protocol_version == "2025-06-18"
+            return await client.call_tool("demo.interview", {"greeting": "Hi"})
+
+    with running(interview), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(client_session, "LATEST_HANDSHAKE_VERSION", "2025-06-18")
+        wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
+                 interval=0.5)
+        result = asyncio.run(call(answer))
+        assert result.is_error is False and result.structured_content == {"greeting": "Hi, Ada!", "turns": 1}
+        assert asked == ["What is your name?"]
+        declined = asyncio.run(call(decline))
+        assert declined.is_error is True
+        block = declined.content[0]
+        assert isinstance(block, types.TextContent) and "declined" in block.text, block.text

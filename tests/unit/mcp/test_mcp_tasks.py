@@ -204,3 +204,4 @@ async def _with_name(made: Client, request: tasks.GetTaskRequest, name: str) -> 
     session._stamp(data, opts)
     opts.setdefault("headers", {})["mcp-name"] = name
     return await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts)
+
