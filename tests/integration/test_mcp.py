@@ -389,3 +389,49 @@ def test_the_2025_06_18_revision_answers_a_question_through_elicitation_in_the_s
         assert declined.is_error is True
         block = declined.content[0]
         assert isinstance(block, types.TextContent) and "declined" in block.text, block.text
+
+
+def test_reach_mcp_stdio_relays_both_revisions(mesh: Mesh) -> None:
+    """`reach mcp stdio` (a real process) with the official clients: the 2026-07-28 Client discovers it (tool-list
+    changes announced, the Tasks extension declared), calls echo and answers a question through the Multi Round-Trip;
+    a ClientSession at 2025-06-18 lists, calls and is asked the question as an elicitation in its session."""
+    import os
+
+    from mcp.client import session as client_session
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from examples.interview_agent import agent as interview
+
+    relay = StdioServerParameters(command=sys.executable, args=["-m", "reach", "mcp", "stdio", "--url", mesh.url],
+                                  env={**os.environ, "REACH_MCP_TOKEN": mesh.tokens["shop"], "PYTHONPATH": str(ROOT)},
+                                  cwd=str(ROOT))
+
+    async def answer(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def modern_client() -> None:
+        async with Client(relay, elicitation_callback=answer, extensions=[tasks.TasksClient()]) as client:
+            assert client.protocol_version == MODERN
+            assert client.server_capabilities.tools is not None and client.server_capabilities.tools.list_changed
+            assert tasks.EXTENSION in (client.server_capabilities.extensions or {})
+            assert "demo.echo" in {t.name for t in (await client.list_tools()).tools}
+            echoed = await client.call_tool("demo.echo", {"text": "relayed"})
+            assert echoed.structured_content == {"text": "relayed"}, echoed
+            asked = await client.call_tool("demo.interview", {"greeting": "Hi"})
+            assert asked.structured_content == {"greeting": "Hi, Ada!", "turns": 1}, asked
+
+    async def legacy_client() -> None:
+        async with stdio_client(relay) as (read, write), \
+                client_session.ClientSession(read, write, elicitation_callback=answer) as client:
+            assert (await client.initialize()).protocol_version == "2025-06-18"
+            assert "demo.echo" in {t.name for t in (await client.list_tools()).tools}
+            asked = await client.call_tool("demo.interview", {"greeting": "Hi"})
+            assert asked.structured_content == {"greeting": "Hi, Ada!", "turns": 1}, asked
+
+    with running(interview):
+        wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
+                 interval=0.5)
+        asyncio.run(modern_client())
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(client_session, "LATEST_HANDSHAKE_VERSION", "2025-06-18")
+            asyncio.run(legacy_client())
