@@ -39,6 +39,19 @@ class Script:
         return None  # no fallback named
 
 
+class FakeClient:
+    """Makes the envelope `m1` and publishes nothing (the Script plays the bus)."""
+
+    def envelope(self, capability: str, payload: Any, **fields: Any) -> Any:
+        from reach.envelopes import new_envelope
+
+        return new_envelope(capability, payload, reply_to=fields["reply_to"],
+                            budget_ms=fields["budget_ms"]).model_copy(update={"message_id": "m1"})
+
+    def publish(self, _envelope: Any) -> None:
+        return None
+
+
 def chunk(at: int, seq: int, data: str, fraction: float | None = None) -> Receipt:
     return receipt(Status.PROGRESS, at, progress=Progress(fraction=fraction,
                                                           chunks=[Chunk(seq=seq, kind="text", data=data)]))
@@ -76,16 +89,6 @@ def test_a_failed_ending_raises_after_the_chunks() -> None:
     script = Script([receipt(Status.STARTED, 1), chunk(2, 0, "part"),
                      receipt(Status.FAILED, 3, error=ErrorInfo(kind="BUSINESS", code="NOPE", message="no"))])
     script.topic = "ns.replies.x"  # type: ignore[attr-defined]
-
-    class FakeClient:
-        def envelope(self, capability: str, payload: Any, **fields: Any) -> Any:
-            from reach.envelopes import new_envelope
-
-            return new_envelope(capability, payload, reply_to=fields["reply_to"],
-                                budget_ms=fields["budget_ms"]).model_copy(update={"message_id": "m1"})
-
-        def publish(self, _envelope: Any) -> None:
-            return None
 
     seen: list[Any] = []
     with pytest.raises(InvokeFailed, match="NOPE"):
@@ -128,16 +131,6 @@ def test_a_stream_follows_its_fallback_chain_to_the_childs_chunks_and_result() -
     from reach.invoke import StreamFallback, StreamResult, invoke_stream
 
     chain = Chain()
-
-    class FakeClient:
-        def envelope(self, capability: str, payload: Any, **fields: Any) -> Any:
-            from reach.envelopes import new_envelope
-
-            return new_envelope(capability, payload, reply_to=fields["reply_to"],
-                                budget_ms=fields["budget_ms"]).model_copy(update={"message_id": "m1"})
-
-        def publish(self, _envelope: Any) -> None:
-            return None
 
     chain.topic = "ns.replies.x"  # type: ignore[attr-defined]
     items = list(invoke_stream(FakeClient(), chain, chain.row_of, "demo.nobody", {}, poll_s=0))  # type: ignore[arg-type]
