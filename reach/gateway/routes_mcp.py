@@ -35,7 +35,6 @@ from reach.mcp.tasks import Sealer, TaskSettings
 from reach.ops import turns
 from reach.records import Capability
 from reach.secretbox import SecretBox
-from reach.settings import ReachSettings
 
 PATH = "/mcp"
 METADATA = "/.well-known/oauth-protected-resource"  # RFC 9728; also at METADATA + PATH (the path-suffixed form)
@@ -111,7 +110,8 @@ class AdmissionHost:
         self.sealer = _sealer(directory)
         self.tasks = TaskSettings(after_s=admission.settings.mcp_task_after_ms / 1000,
                                   poll_ms=max(int(admission.settings.sse_poll * 4000), 500),
-                                  ttl_ms=ReachSettings().status_retention * 1000)
+                                  ttl_ms=retention * 1000 if (retention := admission.deps.status_retention_s)
+                                  else None)
 
     async def look(self, app: CallerApp, message_id: str) -> Ended | None:
         status = self._admission.deps.status

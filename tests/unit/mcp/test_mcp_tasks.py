@@ -69,7 +69,9 @@ def test_a_long_call_is_a_task_the_official_client_polls_to_its_result() -> None
     assert result.is_error is False and result.structured_content == {"greeting": "hello Ada"}
     assert host.sent == [{"capability": "demo.greet", "payload": {"name": "Ada"}, "key": None}]
     assert host.pending.forgotten, "the call stopped waiting on the reply topic once it became a task"
-    assert "m1" not in seen[0], "the task id is sealed, not the message id"
+    seal = tasks.TaskSeal(host.sealer)
+    assert seen[0] != "m1" and seal.opened("a1", seen[0]) is not None, "the task id is sealed, not the message id"
+    assert seal.opened("a1", seen[0])[0] == "m1" and seal.opened("a2", seen[0]) is None, "sealed for its app"
 
 
 def test_a_client_that_does_not_declare_tasks_gets_the_result_itself() -> None:
