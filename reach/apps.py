@@ -184,6 +184,11 @@ class AppTable:
         return self._keys.get(key_id)
 
     @property
+    def box(self) -> SecretBox:
+        """The secrets box the table opens keys with (MCP seals task ids with it: reach.mcp.tasks)."""
+        return self._box
+
+    @property
     def alive(self) -> bool:
         return True  # in memory: whoever feeds it keeps it current
 

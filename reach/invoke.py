@@ -16,7 +16,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -205,6 +205,11 @@ class ReplyInbox:
                 return Followed(tuple(endings))
             key = child
 
+    def child_of(self, message_id: str, generation: int = 0) -> tuple[str, int] | None:
+        """The fallback child the ending of (message_id, generation) went on to, as its reply named it; None when it
+        named none (known once that ending was handed out)."""
+        return self._pump.child_of((message_id, generation))
+
     def poll(self, message_id: str, *, generation: int = 0, timeout_s: float = 0.1) -> Receipt | None:
         """The first terminal receipt of (message_id, generation) if it arrives within timeout_s, else None."""
         return self._pump.wait((message_id, generation), timeout_s)
@@ -366,9 +371,18 @@ class StreamResult:
 
     value: Any
     receipt: Receipt
+    first: Receipt | None = None  # the request's own ending when its capability's fallback served it
 
 
-StreamItem = StreamChunk | StreamProgress | StreamResult
+@dataclass(frozen=True)
+class StreamFallback:
+    """A stream's request (or a child) ended and went on to its capability's fallback: the child streams next."""
+
+    first: Receipt  # the ending that went on (e.g. UNROUTABLE)
+    child: str  # the child's message id, `<id>-fb<generation>`
+
+
+StreamItem = StreamChunk | StreamProgress | StreamFallback | StreamResult
 
 
 def _row_updates(row: dict[str, Any] | None, cursor: Cursor) -> tuple[list[StreamProgress | StreamChunk], Cursor]:
@@ -385,14 +399,36 @@ def _row_updates(row: dict[str, Any] | None, cursor: Cursor) -> tuple[list[Strea
 
 def stream_receipt(inbox: ReplyInbox, row_of: RowOf, message_id: str, *, generation: int = 0,
                    timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_s: float = 0.1,
-                   clock: Callable[[], float] = time.monotonic) -> Iterator[StreamProgress | StreamChunk | Receipt]:
-    """Progress and chunks of a sent request as the status table shows them, then its first terminal receipt.
+                   clock: Callable[[], float] = time.monotonic) -> Iterator[StreamProgress | StreamChunk |
+                                                                           StreamFallback | Receipt]:
+    """Progress and chunks of a sent request as the status table shows them, then its first terminal receipt; when
+    that ending went on to the capability's fallback (the reply names the child), a StreamFallback, then the child's
+    progress and chunks and so on along the chain (at most MAX_CHAIN hops): the receipt yielded last is the chain's.
 
-    The reply topic carries the ending; the row (re-read every poll_s) carries what came before it, and once
+    The reply topic carries each ending; the row (re-read every poll_s) carries what came before it, and once
     the reply is in, the row is read until it shows the ending too (at most SETTLE_S), so no chunk folded
-    before the ending is missed. InvokeTimeout when no ending comes within timeout_ms."""
-    cursor = Cursor()
+    before the ending is missed. InvokeTimeout when the chain does not end within timeout_ms (one wait overall)."""
     deadline = clock() + timeout_ms / 1000
+    key, endings = (message_id, generation), list[Receipt]()
+    while True:
+        receipt = yield from _stream_one(inbox, row_of, key, deadline=deadline, poll_s=poll_s, clock=clock,
+                                         timeout=lambda k: chain_timeout(endings, k, timeout_ms) if endings
+                                         else no_reply(message_id, timeout_ms))
+        endings.append(receipt)
+        child = inbox.child_of(*key) if len(endings) <= MAX_CHAIN else None
+        if child is None:
+            yield receipt
+            return
+        yield StreamFallback(first=receipt, child=child[0])
+        key = child
+
+
+def _stream_one(inbox: ReplyInbox, row_of: RowOf, key: tuple[str, int], *, deadline: float, poll_s: float,
+                clock: Callable[[], float], timeout: Callable[[str], InvokeError]
+                ) -> Generator[StreamProgress | StreamChunk, None, Receipt]:
+    """One message of the chain: its progress and chunks, then (returned) its ending."""
+    message_id, generation = key
+    cursor = Cursor()
     while True:
         receipt = inbox.poll(message_id, generation=generation, timeout_s=poll_s)
         items, cursor = _row_updates(row_of(message_id), cursor)
@@ -400,7 +436,7 @@ def stream_receipt(inbox: ReplyInbox, row_of: RowOf, message_id: str, *, generat
         if receipt is not None:
             break
         if clock() >= deadline:
-            raise no_reply(message_id, timeout_ms)
+            raise timeout(message_id)
     settle = clock() + SETTLE_S
     while True:
         row = row_of(message_id)
@@ -411,12 +447,12 @@ def stream_receipt(inbox: ReplyInbox, row_of: RowOf, message_id: str, *, generat
         if clock() >= settle:
             break
         time.sleep(poll_s)
-    yield receipt
+    return receipt
 
 
 def stream_request(client: sdk.Client, inbox: ReplyInbox, row_of: RowOf, capability: str, payload: Any, *,
                    version: str = "*", timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_s: float = 0.1,
-                   **fields: Any) -> Iterator[StreamProgress | StreamChunk | Receipt]:
+                   **fields: Any) -> Iterator[StreamProgress | StreamChunk | StreamFallback | Receipt]:
     """Send a request with reply_to = the inbox's topic; yield what stream_receipt yields (the receipt last)."""
     fields.setdefault("budget_ms", max(timeout_ms, 1))
     envelope = client.envelope(capability, payload, version=version, reply_to=inbox.topic, **fields)
@@ -432,14 +468,19 @@ def invoke_stream(client: sdk.Client, inbox: ReplyInbox, row_of: RowOf, capabili
                   version: str = "*", timeout_ms: int = DEFAULT_TIMEOUT_MS, poll_s: float = 0.1,
                   **fields: Any) -> Iterator[StreamItem]:
     """Send a request and yield its progress and partial results as they come, then one StreamResult; any ending
-    but COMPLETED raises the InvokeError `invoke` raises (after the chunks that came before it)."""
+    but COMPLETED raises the InvokeError `invoke` raises (after the chunks that came before it). A request whose
+    capability's fallback served it streams on through the chain: a StreamFallback says so, the child's progress and
+    chunks follow, and the StreamResult is the chain's (`first`: the request's own ending), as `invoke` follows it."""
+    firsts: list[Receipt] = []
     for item in stream_request(client, inbox, row_of, capability, payload, version=version, timeout_ms=timeout_ms,
                                poll_s=poll_s, **fields):
         if isinstance(item, Receipt):
-            raise_for(item)
-            yield StreamResult(result_value(item), item)
-        else:
-            yield item
+            raise_for_chain(Followed((*firsts, item)))
+            yield StreamResult(result_value(item), item, first=firsts[0] if firsts else None)
+            return
+        if isinstance(item, StreamFallback):
+            firsts.append(item.first)
+        yield item
 
 
 def views_row_of(base_url: str, auth: Mapping[str, str]) -> RowOf:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -15,6 +15,9 @@ from reach.core.durations import parse_ms
 from reach.core.timeouts import check_timeout_ms
 from reach.errors import ReachError
 from reach.records import Receipt
+
+if TYPE_CHECKING:
+    from reach.invoke import Followed
 
 
 class BadPayload(ReachError):
@@ -105,13 +108,15 @@ def send(
     console.print(message_id, highlight=False)
 
 
-def follow_receipt(client: Client, capability: str, body: Any, *, timeout_ms: int, **fields: Any) -> Receipt:
+def follow_receipt(client: Client, capability: str, body: Any, *, timeout_ms: int, **fields: Any) -> Followed:
     """Send, print each partial result to stdout as it comes (text as is, JSON one per line; a replacing chunk
-    on a new line) and each progress change to stderr; return the terminal receipt."""
-    from reach.invoke import StreamChunk, StreamProgress, stream_request, views_row_of
+    on a new line) and each progress change to stderr, following the fallback chain (a line on stderr says where it
+    went on); return the chain's endings."""
+    from reach.invoke import Followed, StreamChunk, StreamFallback, StreamProgress, stream_request, views_row_of
     from reach.webclient import auth_headers, views_url
 
     out, streamed = sys.stdout, False
+    firsts: list[Receipt] = []
     row_of = views_row_of(views_url(client.settings), auth_headers(client.settings))
     for item in stream_request(client, client.replies(), row_of, capability, body,
                                timeout_ms=timeout_ms, **fields):
@@ -123,10 +128,14 @@ def follow_receipt(client: Client, capability: str, body: Any, *, timeout_ms: in
         elif isinstance(item, StreamProgress):
             shown = "-" if item.fraction is None else f"{item.fraction:.0%}"
             print(f"progress {shown} {item.note or ''}".rstrip(), file=sys.stderr, flush=True)
+        elif isinstance(item, StreamFallback):
+            firsts.append(item.first)
+            print(f"{item.first.message_id} {item.first.status}: its fallback goes on as {item.child}",
+                  file=sys.stderr, flush=True)
         else:
             if streamed:
                 out.write("\n")
-            return item
+            return Followed((*firsts, item))
     raise AssertionError("stream_receipt ends with the terminal receipt")  # pragma: no cover
 
 
@@ -134,14 +143,14 @@ def send_and_wait(capability: str, body: Any, *, timeout: float, as_json: bool, 
                   **fields: Any) -> None:
     """Send with reply_to = this host's CLI reply topic, print the terminal receipt, exit by its status."""
     from reach.cli.common import Exit
-    from reach.invoke import Followed, InvokeTimeout, host_client_id
+    from reach.invoke import InvokeTimeout, host_client_id
 
     timeout_ms = max(int(timeout * 1000), 1)
     with Client(source="reach-cli") as client:
         client.replies(host_client_id())
         try:
             if follow:
-                followed = Followed((follow_receipt(client, capability, body, timeout_ms=timeout_ms, **fields),))
+                followed = follow_receipt(client, capability, body, timeout_ms=timeout_ms, **fields)
             else:
                 followed = client.invoke_outcome(capability, body, timeout_ms=timeout_ms, **fields)
         except InvokeTimeout as exc:

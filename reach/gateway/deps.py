@@ -152,4 +152,5 @@ class Dependencies:
     budgets: Budgets | None = None  # apps' spend limits (reach.gateway.budgets); None: not enforced
     receipts: ReceiptSink | None = None  # provider delivery reports (reach.gateway.routes_reports); None: off
     push: PushBook | None = None  # A2A push notification configs (reach.a2a.pushbook); None: push is off
+    status_retention_s: int | None = None  # how long a status row lives: an MCP task's ttlMs (reach.mcp.tasks)
     namespace: str | None = None  # the bus's topic prefix: the cards name the A2A-over-Kafka interface with it

@@ -37,6 +37,9 @@
 |                                        |                    | another `Origin` header is 403                       |
 | REACH_GATEWAY_MCP_AUTHORIZATION_SERVERS| (the public URL)   | `authorization_servers` of /mcp's protected resource |
 |                                        |                    | metadata (comma list)                                |
+| REACH_GATEWAY_MCP_TASK_AFTER_MS        | 5000               | a /mcp tool call of a client that declares the Tasks |
+|                                        |                    | extension answers a task handle when its message has |
+|                                        |                    | not ended within this (then tasks/get polls it)      |
 | REACH_GATEWAY_METRICS_TOKEN            | (none)             | bearer token `GET /metrics` needs; unset, /metrics   |
 |                                        |                    | answers loopback peers only                          |
 
@@ -82,6 +85,7 @@ class HttpSettings(BaseSettings):
     mcp_idle: float = Field(default=300.0, gt=0)
     mcp_origins: str = ""
     mcp_authorization_servers: str = ""
+    mcp_task_after_ms: int = Field(default=5000, ge=0)
     metrics_token: SecretStr | None = None
 
     def listed(self, value: str) -> tuple[str, ...]:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from cryptography.fernet import Fernet
+from pydantic import SecretStr
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
@@ -22,13 +24,17 @@ from reach.errors import InfraUnavailable
 from reach.gateway import answers, checks
 from reach.gateway.bodies import Accepted, InvokeAnswer, InvokeRequest
 from reach.gateway.deps import Waiter
+from reach.gateway.events import fallback_child, find_row, is_terminal
 from reach.gateway.intake import Admission, status_url, unavailable_as_503
 from reach.gateway.routes_a2a import LabelledRoute, _sender, socket_url
 from reach.gateway.routes_envelopes import _from_status
+from reach.invoke import MAX_CHAIN
 from reach.mcp.ports import PENDING, Ended, Pending, Refused, SessionLimits
 from reach.mcp.server import McpEndpoint
+from reach.mcp.tasks import Sealer, TaskSettings
 from reach.ops import turns
 from reach.records import Capability
+from reach.secretbox import SecretBox
 
 PATH = "/mcp"
 METADATA = "/.well-known/oauth-protected-resource"  # RFC 9728; also at METADATA + PATH (the path-suffixed form)
@@ -76,6 +82,24 @@ class _Row:
         return None
 
 
+def _looked(row: dict[str, Any]) -> Ended:
+    """A status row as MCP reads it (a task's state): its ending as /v1/invoke answers it when terminal, else its
+    status, and the question when it asks one."""
+    asked = row.get("input") or {}
+    ended = (_ended(answers.from_row(row)[1]) if is_terminal(row)
+             else Ended(message_id=row["message_id"], trace_id=row.get("trace_id", ""), status=row["status"]))
+    return dataclasses.replace(ended, generation=int(row.get("generation") or 0), updated_at=row.get("updated_at"),
+                               question=asked.get("question"), answer_schema=asked.get("answer_schema"))
+
+
+def _sealer(directory: AppDirectory | None) -> Sealer:
+    """The gateway's secrets box (the same key on every replica, so a task id opens on any of them); a gateway
+    without one (an in-memory directory) seals with a key of this process only."""
+    table = getattr(directory, "table", None)
+    box = getattr(table, "box", None)
+    return box if isinstance(box, SecretBox) else SecretBox([SecretStr(Fernet.generate_key().decode())])
+
+
 class AdmissionHost:
     """reach.mcp.ports.Host over the gateway's admission, reply topic, registry, cancels and app keys."""
 
@@ -83,6 +107,28 @@ class AdmissionHost:
         self._admission = admission
         self._bearer = BearerAuthenticator(directory) if directory is not None else None
         self._cancel = _sender(admission)
+        self.sealer = _sealer(directory)
+        self.tasks = TaskSettings(after_s=admission.settings.mcp_task_after_ms / 1000,
+                                  poll_ms=max(int(admission.settings.sse_poll * 4000), 500),
+                                  ttl_ms=retention * 1000 if (retention := admission.deps.status_retention_s)
+                                  else None)
+
+    async def look(self, app: CallerApp, message_id: str) -> Ended | None:
+        status = self._admission.deps.status
+        for _hop in range(MAX_CHAIN + 1):
+            code, row = await find_row(status, message_id, wait_s=0, poll_s=0)
+            if code == 503:  # not "not found": the client would give the task up
+                raise InfraUnavailable(str(row.get("message") or "the status views do not answer"))
+            if code != 200 or row.get("tenant") != app.tenant:
+                return None
+            child = fallback_child(row) if is_terminal(row) else None
+            if child is None:
+                if is_terminal(row) and row.get("fallback_pending"):
+                    return Ended(message_id=message_id, trace_id=row.get("trace_id", ""), status="FALLBACK_PENDING",
+                                 updated_at=row.get("updated_at"))
+                return _looked(row)
+            message_id = child
+        return _looked(row)
 
     @property
     def call_timeout_s(self) -> float:

@@ -97,6 +97,7 @@ def build_dependencies(guards: Guards, *, port: int, config: GatewayConfig) -> D
                         replies=replies, status=status, catalog=catalog, idempotency=idempotency, console=console,
                         directory=guards.directory, cancels=cancels, turns=turns, budgets=budgets, receipts=publisher,
                         push=pushing[0] if pushing is not None else None, namespace=reach.namespace,
+                        status_retention_s=reach.status_retention,
                         closers=(*push_closers, publisher.close, cancels.close, turns.close, replies.close,
                                  catalog.close, status.aclose, idempotency.aclose, spend.aclose, console.close,
                                  *guards.closers))

@@ -8,8 +8,11 @@ most MAX_PAGES pages of `tools/list` and MAX_TOOLS tools are read (a server that
 warning). A call ends by its tool result: structured content (else the text, parsed as JSON
 when it is JSON) is the COMPLETED result; a tool error (`isError`) is FAILED `TOOL_ERROR` with the tool's text, not
 retried; a broken or silent server is a TransientError, retried by the policy. The server's tool list is read once at
-start: restart the bridge to pick up a changed list (docs/mcp.md#bridge). The MCP session lives on a thread of its own
-(its own event loop), so the SDK's loop only waits on futures; when the server goes away the bridge stops, drained."""
+start: restart the bridge to pick up a changed list (docs/mcp.md#bridge). The session is the SDK's `Client`: the
+2026-07-28 revision with a server that serves `server/discover`, else the handshake era; a long call a server answers
+with a task (the Tasks extension, declared) is polled to its result (reach.mcp.tasks). The MCP session lives on a
+thread of its own (its own event loop), so the SDK's loop only waits on futures; when the server goes away the bridge
+stops, drained."""
 
 from __future__ import annotations
 
@@ -156,6 +159,7 @@ class ToolSession:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._session: Any = None
+        self.protocol_version: str | None = None  # the revision the server and the bridge agreed on
         self._tools: list[types.Tool] = []
         self._error: BaseException | None = None
         self._closing = False
@@ -202,14 +206,17 @@ class ToolSession:
                 self._on_exit(self._error)
 
     async def _serve(self) -> None:
-        from mcp.client.session import ClientSession
+        from mcp import Client
+
+        from reach.mcp.tasks import TasksClient
 
         self._stop = asyncio.Event()
-        async with self._transport() as streams, ClientSession(streams[0], streams[1]) as session:
-            await session.initialize()
-            tools = await list_tools(lambda cursor: session.list_tools(
-                params=types.PaginatedRequestParams(cursor=cursor) if cursor else None))
-            self._tools, self._session, self._loop = tools, session, asyncio.get_running_loop()
+        # the SDK's Client speaks the server's revision: server/discover (2026-07-28), else the handshake; a long
+        # call the server answers with a task (the Tasks extension, declared) is polled to its result
+        async with Client(self._transport(), extensions=[TasksClient()]) as client:
+            self.protocol_version = client.protocol_version
+            tools = await list_tools(lambda cursor: client.list_tools(cursor=cursor, cache_mode="refresh"))
+            self._tools, self._session, self._loop = tools, client, asyncio.get_running_loop()
             self._ready.set()
             await self._stop.wait()
 
@@ -326,7 +333,8 @@ def run_bridge(transport: Transport, *, agent_id: str, prefix: str, version: str
     except BaseException:
         session.close()
         raise
-    log.info("bridging %d MCP tool(s) as %s, instance %s", len(agent.capabilities), agent_id, agent.instance_id)
+    log.info("bridging %d MCP tool(s) as %s, instance %s (MCP %s)", len(agent.capabilities), agent_id,
+             agent.instance_id, session.protocol_version)
     try:
         agent.run()
     finally:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.types import Scope
 
 from reach.callers import AuthFailure, CallerApp
 from reach.records import Capability
+
+if TYPE_CHECKING:
+    from reach.mcp.tasks import Sealer, TaskSettings
 
 PENDING = "PENDING"  # Ended.status when no terminal receipt came within the wait
 
@@ -44,6 +47,8 @@ class Ended:
     hint: str | None = None
     question: str | None = None  # INPUT_REQUIRED: what the agent asks
     answer_schema: str | None = None  # INPUT_REQUIRED: the JSON Schema (text) its answer must satisfy
+    generation: int = 0  # the message's turn (INPUT_REQUIRED: the turn that asks)
+    updated_at: int | None = None  # epoch ms of the status row's last change (a task's lastUpdatedAt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +103,22 @@ class Host(Protocol):
 
     async def cancel(self, app: CallerApp, message_id: str) -> None:
         """Produce the app's cancel record for the message (tenant-scoped)."""
+        ...
+
+    async def look(self, app: CallerApp, message_id: str) -> Ended | None:
+        """Where the message's chain is now (its status row, a fallback child followed to the chain's current
+        message): None when the status table has no row of the app's tenant for it (not folded yet, another
+        tenant's, or past its retention). A task's state (reach.mcp.tasks)."""
+        ...
+
+    @property
+    def tasks(self) -> TaskSettings:
+        """When a call becomes a task (the Tasks extension), the poll interval and a task's time to live."""
+        ...
+
+    @property
+    def sealer(self) -> Sealer:
+        """What seals task ids for an app (the gateway's secrets box; the same on every replica)."""
         ...
 
     async def answer(self, app: CallerApp, message_id: str, answer: Any) -> Pending:

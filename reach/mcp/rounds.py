@@ -31,8 +31,8 @@ class BadRound(ReachError):
 def input_required(ended: Ended) -> types.InputRequiredResult:
     """The question of an INPUT_REQUIRED message as one form elicitation; its schema as asked when it is an object,
     else wrapped as `{"answer": <schema>}` (unwrapped again by `answer_of`)."""
-    schema = _schema(ended.answer_schema)
-    whole = _is_object(schema)
+    schema = schema_of(ended.answer_schema)
+    whole = is_object(schema)
     asked = types.ElicitRequest(params=types.ElicitRequestFormParams(
         message=ended.question or "", requested_schema=schema if whole else _wrap(schema)))
     state = f"{STATE_PREFIX}{'o' if whole else 'w'}:{ended.message_id}"
@@ -65,14 +65,14 @@ def answer_of(responses: types.InputResponses | None, *, wrapped: bool) -> Any:
     return content[WRAPPED] if wrapped else content
 
 
-def _schema(text: str | None) -> Any:
+def schema_of(text: str | None) -> Any:
     try:
         return json.loads(text or "{}")
     except ValueError:
         return {}
 
 
-def _is_object(schema: Any) -> bool:
+def is_object(schema: Any) -> bool:
     return isinstance(schema, dict) and (schema.get("type") == "object" or "properties" in schema)
 
 

@@ -13,8 +13,9 @@ session, a tool list and a notification stream each take a read token of the app
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,17 +26,20 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.caching import CacheHint
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.mcpserver import require_client_extension
 from mcp.server.models import InitializationOptions
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
-from reach.mcp import rounds, tools
-from reach.mcp.ports import Host, Refused, SessionLimits
+from reach.mcp import rounds, tasks, tools
+from reach.mcp.ports import PENDING, Ended, Host, Refused, SessionLimits
 
 APP = "reach.app"  # the ASGI scope key of the CallerApp the request's bearer token named
 IDEMPOTENCY_META = "agent-reach/idempotency_key"  # tools/call `_meta`: the request's idempotency_key
@@ -185,12 +189,27 @@ def _idempotency_key(params: types.CallToolRequestParams) -> str | None:
     return key[:MAX_IDEMPOTENCY_KEY] if isinstance(key, str) and key else None
 
 
-async def call(host: Host, app: CallerApp,
-               params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+ToolAnswer = types.CallToolResult | types.InputRequiredResult | tasks.CreateTaskResult
+
+
+Ask = Callable[[types.ElicitRequestFormParams], Awaitable[types.ElicitResult]]
+"""Puts a question to the client in the call's session (elicitation/create, the handshake era); its answer."""
+MAX_ASKED = 16  # questions one call puts to its client in session before it ends as a tool error
+
+
+async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, *,
+               seal: tasks.TaskSeal | None = None, ask: Ask | None = None,
+               modern: bool = True) -> ToolAnswer:
     """One tool call through the door; the result, or a tool error with the door's or the receipt's reason. A
     call cancelled by the client (notifications/cancelled) cancels the message. A capability that asks a question
     (INPUT_REQUIRED) answers with the 2026-07-28 Multi Round-Trip pattern (reach.mcp.rounds): an InputRequiredResult
-    whose elicitation carries the question; the client's retry with the answer continues the same message."""
+    whose elicitation carries the question; the client's retry with the answer continues the same message. With
+    `seal` (the client declared the Tasks extension), a call that has not ended within `host.tasks.after_s` answers
+    a task handle instead (reach.mcp.tasks); the message goes on, and tasks/get reads it. On the handshake era
+    (`modern` False) a question goes to `ask` (the client's elicitation, in the call's session) and its answer
+    continues the message, up to MAX_ASKED times; without `ask` it is a tool error naming
+    `POST /v1/messages/{id}:input`."""
+    created_ms = tasks.now_ms()
     cap = tools.newest(host.capabilities(app)).get(params.name)
     if cap is None:
         return tools.unknown(params.name)
@@ -208,19 +227,150 @@ async def call(host: Host, app: CallerApp,
         return tools.refused(refusal)
     except InfraUnavailable:
         return tools.error("unavailable: the bus did not answer; retry in a few seconds")
+    wait_s = host.call_timeout_s if seal is None else min(host.tasks.after_s, host.call_timeout_s)
     try:
-        ended = await pending.ended(host.call_timeout_s)
+        ended = await pending.ended(wait_s)
     except anyio.get_cancelled_exc_class():  # the client cancelled the call (or its session ended)
         pending.forget()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await host.cancel(app, pending.message_id)
         raise
-    if ended.status == "INPUT_REQUIRED" and ended.question is not None:
+    if ended.status == PENDING and seal is not None:  # a long call: the client polls the task from here on
+        pending.forget()
+        return tasks.created(seal.task_id(app.app_id, pending.message_id, created_ms), "working", created_ms,
+                             host.tasks, f"{pending.message_id} runs; poll tasks/get")
+    if ended.status == "INPUT_REQUIRED" and ended.question is not None and modern:
         return rounds.input_required(ended)
+    asked = 0
+    while ask is not None and asked < MAX_ASKED and ended.status == "INPUT_REQUIRED" and ended.question is not None:
+        ended = await _asked_in_session(host, app, ended, ask)
+        asked += 1
     return tools.result_of(ended)
 
 
-def build_server(host: Host, watch: ToolWatch) -> ReachServer:
+async def _asked_in_session(host: Host, app: CallerApp, ended: Ended, ask: Ask) -> Ended:
+    """The question as the client's elicitation; its accepted answer continues the message (the same use case as
+    `POST /v1/messages/{id}:input`), and the next ending is returned. A declined answer, or one the door refuses,
+    ends the call as a tool error saying why (the message still waits for an answer)."""
+    required = rounds.input_required(ended)
+    [asked] = (required.input_requests or {}).values()
+    assert isinstance(asked, types.ElicitRequest) and isinstance(asked.params, types.ElicitRequestFormParams)
+    message_id, wrapped = rounds.asked(required.request_state or "")
+    try:
+        answer = rounds.answer_of({rounds.KEY: await ask(asked.params)}, wrapped=wrapped)
+        pending = await host.answer(app, message_id, answer)
+    except rounds.BadRound as exc:
+        return dataclasses.replace(ended, status="INPUT_REQUIRED", question=None,
+                                   reason=f"{message_id} asks: {ended.question} ({exc})")
+    except Refused as refusal:
+        hint = f" ({refusal.hint})" if refusal.hint else ""
+        return dataclasses.replace(ended, status="INPUT_REQUIRED", question=None,
+                                   reason=f"{refusal.error}: {refusal.message}{hint}")
+    try:
+        return await pending.ended(host.call_timeout_s)
+    except anyio.get_cancelled_exc_class():
+        pending.forget()
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await host.cancel(app, message_id)
+        raise
+
+
+def session_ask(ctx: ServerRequestContext[Any, Any]) -> Ask | None:
+    """The handshake era's elicitation in the call's session, when the client declared it (2025-06-18 and later);
+    None otherwise."""
+    session = ctx.session
+    wanted = types.ClientCapabilities(elicitation=types.ElicitationCapability())
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS or not session.check_client_capability(wanted):
+        return None
+
+    async def ask(params: types.ElicitRequestFormParams) -> types.ElicitResult:
+        return await session.elicit_form(params.message, params.requested_schema, related_request_id=ctx.request_id)
+
+    return ask
+
+
+def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this request's client declared the Tasks extension (2026-07-28 only: a task handle is never sent
+    to a client that did not declare it on the request)."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = getattr(ctx.session, "client_capabilities", None)
+    return bool(capabilities is not None and capabilities.extensions and tasks.EXTENSION in capabilities.extensions)
+
+
+class TaskMethods:
+    """`tasks/get`, `tasks/update`, `tasks/cancel` (the Tasks extension, 2026-07-28): each request names its task
+    by the id `call` sealed for its app; a task id that does not open for the calling app (another app's, forged)
+    is "Task not found", exactly as an unknown one. Each request takes a read token of the app."""
+
+    def __init__(self, host: Host, seal: tasks.TaskSeal) -> None:
+        self._host = host
+        self.seal = seal
+
+    async def _task(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> tuple[CallerApp, str, int]:
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found", data=ctx.method)
+        require_client_extension(ctx, tasks.EXTENSION)
+        request = ctx.request
+        headers = getattr(request, "headers", None)
+        if headers is not None and decode_header_value(headers.get(MCP_NAME_HEADER)) != task_id:
+            raise MCPError(types.HEADER_MISMATCH, f"{MCP_NAME_HEADER} header does not match the request body's "
+                           "'taskId' parameter (the Tasks extension routes by it)")
+        app = caller(ctx)
+        opened = self.seal.opened(app.app_id, task_id)
+        if opened is None:
+            raise MCPError(types.INVALID_PARAMS, "Failed to retrieve task: Task not found")
+        try:
+            await self._host.read(app)
+        except Refused as refusal:
+            raise MCPError(QUOTA_ERROR, f"{refusal.error}: {refusal.message}") from None
+        return app, opened[0], opened[1]
+
+    async def _now(self, app: CallerApp, message_id: str) -> Ended | None:
+        try:
+            return await self._host.look(app, message_id)
+        except InfraUnavailable:
+            raise MCPError(types.INTERNAL_ERROR, "unavailable: the status table did not answer; retry") from None
+
+    async def get(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.GetTaskResult:
+        app, message_id, created_ms = await self._task(ctx, params.task_id)
+        return tasks.detailed(params.task_id, await self._now(app, message_id), created_ms, self._host.tasks)
+
+    async def update(self, ctx: ServerRequestContext[Any, Any],
+                     params: tasks.UpdateTaskParams) -> tasks.Acknowledged:
+        """The answer to the question the task asks now (as `POST /v1/messages/{id}:input`: the schema, words, the
+        app's tenant); responses to no outstanding question are ignored, as the extension says."""
+        app, message_id, _ = await self._task(ctx, params.task_id)
+        ended = await self._now(app, message_id)
+        try:
+            answer = None if ended is None else tasks.answer_of(ended, params.input_responses)
+            if ended is not None and answer is not None:
+                (await self._host.answer(app, ended.message_id, answer)).forget()  # tasks/get reads the next turn
+        except rounds.BadRound as exc:
+            raise MCPError(types.INVALID_PARAMS, str(exc)) from None
+        except Refused as refusal:
+            hint = f" ({refusal.hint})" if refusal.hint else ""
+            raise MCPError(types.INVALID_PARAMS, f"{refusal.error}: {refusal.message}{hint}") from None
+        return tasks.Acknowledged()
+
+    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.Acknowledged:
+        """The cancel record of the chain's current message (cooperative: a running handler sees ctx.cancelled, one
+        not started is skipped; a task that already ended stays as it ended)."""
+        app, message_id, _ = await self._task(ctx, params.task_id)
+        ended = await self._now(app, message_id)
+        await self._host.cancel(app, ended.message_id if ended is not None else message_id)
+        return tasks.Acknowledged()
+
+    def bind(self, server: Server[Any]) -> None:
+        server.add_request_handler("tasks/get", tasks.TaskParams, self.get)
+        server.add_request_handler("tasks/update", tasks.UpdateTaskParams, self.update)
+        server.add_request_handler("tasks/cancel", tasks.TaskParams, self.cancel)
+        server.extensions[tasks.EXTENSION] = {}
+
+
+def build_server(host: Host, watch: ToolWatch, seal: tasks.TaskSeal | None = None) -> ReachServer:
+    seal = seal or tasks.TaskSeal(host.sealer)
+
     async def list_tools(ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         app = caller(ctx)
@@ -232,11 +382,12 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
         watch.watch(ctx, app, tools.fingerprint(caps))
         return types.ListToolsResult(tools=tools.tools(caps))
 
-    async def call_tool(ctx: ServerRequestContext[Any, Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult | types.InputRequiredResult:
+    async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> ToolAnswer:
         app = caller(ctx)
         try:
-            return await call(host, app, params)
+            modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            return await call(host, app, params, seal=seal if declares_tasks(ctx) else None, ask=session_ask(ctx),
+                              modern=modern)
         except MCPError:
             raise
         except Exception:  # noqa: BLE001 - the log has it; the caller learns nothing of the internals
@@ -250,11 +401,16 @@ def build_server(host: Host, watch: ToolWatch) -> ReachServer:
             yield {}
             group.cancel_scope.cancel()
 
-    return ReachServer(SERVER_NAME, version="1", lifespan=lifespan, on_list_tools=list_tools,
-                       on_call_tool=call_tool, on_subscriptions_listen=watch.listen,
-                       cache_hints={"tools/list": CacheHint(ttl_ms=int(watch.every_s * 1000), scope="private")},
-                       instructions="Agent-Reach capabilities as tools: each call is one message on the bus, with "
-                                    "receipts, retries and routing; its result is the tool's structured content.")
+    # the SDK types on_call_tool as the core results; an extension's claimed result (a task handle) passes its
+    # serializer untouched on 2026-07-28 (resultType outside the core vocabulary)
+    server = ReachServer(SERVER_NAME, version="1", lifespan=lifespan, on_list_tools=list_tools,
+                         on_call_tool=call_tool, on_subscriptions_listen=watch.listen,  # type: ignore[arg-type]
+                         cache_hints={"tools/list": CacheHint(ttl_ms=int(watch.every_s * 1000), scope="private")},
+                         instructions="Agent-Reach capabilities as tools: each call is one message on the bus, "
+                                      "with receipts, retries and routing; its result is the tool's structured "
+                                      "content.")
+    TaskMethods(host, seal).bind(server)
+    return server
 
 
 def _refused(status: int, error: str, message: str, hint: str,

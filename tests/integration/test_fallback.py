@@ -151,3 +151,38 @@ def test_send_wait_prints_the_fallbacks_result_and_exits_0(namespace: str, strea
     finally:
         echo.terminate()
         echo.wait(60)
+
+
+def test_the_gateways_invoke_answers_the_chains_outcome(namespace: str, stream_app: StreamApp,
+                                                       monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """`POST /v1/invoke` over HTTP to a real gateway (broker, Redis, `reach router`, the flaky and echo agents): a
+    request to demo.flaky that always fails, whose POLICY fallback is demo.echo, answers 200 with the echo's result
+    under the request's own message_id, `chain` saying the request ended DEAD_LETTERED and its child `<id>-fb0`
+    COMPLETED; the row keeps its first ending."""
+    from cryptography.fernet import Fernet
+
+    from tests.integration.test_gateway_http import Gateway, create_app
+
+    monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+    flaky, echo = spawn("examples.flaky_agent:agent"), spawn("examples.echo_agent:agent")
+    gateway = Gateway(tmp_path, {"shop": create_app("shop")})
+    try:
+        gateway.start()
+        wait_for(lambda: ready(stream_app, "agent://demo/flaky", "agent://demo/echo"), 90, "flaky and echo READY",
+                 interval=0.3)
+        cli("policy", "set", "--capability", "demo.flaky", "--fallback", "demo.echo", "--max-attempts", "2",
+            "--backoff-base", "100ms", "--json")
+        answer = gateway.post("/v1/invoke", {"capability": "demo.flaky", "payload": {"fail_times": 99},
+                                             "timeout_ms": 60_000})
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        mid = body["message_id"]
+        assert (body["status"], body["result"], body.get("error")) == ("COMPLETED", {"fail_times": 99}, None)
+        assert body["chain"] == [{"message_id": mid, "capability": "demo.flaky", "status": "DEAD_LETTERED"},
+                                 {"message_id": f"{mid}-fb0", "capability": "demo.echo", "status": "COMPLETED"}]
+        assert row(stream_app, mid)["status"] == "DEAD_LETTERED", "the row's first ending stands"  # type: ignore[index]
+    finally:
+        gateway.stop()
+        for agent in (flaky, echo):
+            agent.terminate()
+            agent.wait(60)

@@ -22,10 +22,12 @@ from cryptography.fernet import Fernet
 from mcp import Client, ClientSession
 from mcp.client.session import IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import ToolsListChanged
 
 from reach.agent import Agent, BusinessError, Canceled
 from reach.agent.agent import Context
+from reach.mcp import tasks
 from tests.integration.agent_support import running, wait_for
 from tests.integration.conftest import Infra, fresh_namespace
 from tests.integration.stream_app import ROOT, StreamApp
@@ -88,6 +90,7 @@ def mesh(infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mes
     with pytest.MonkeyPatch.context() as patch, contextlib.ExitStack() as stack:
         stack.enter_context(contextlib.contextmanager(fresh_namespace)(infra, patch))
         patch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
+        patch.setenv("REACH_GATEWAY_MCP_TASK_AFTER_MS", "1500")  # a call declaring Tasks is a task after 1.5 s
         logs = tmp_path_factory.mktemp("mcp")
         apps = {"shop": create_app("shop"), "narrow": create_app("narrow", "--capabilities", "demo.echo")}
         router = StreamApp(logs)
@@ -311,3 +314,124 @@ def test_the_2026_revision_answers_a_question_through_the_multi_round_trip(mesh:
         wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
                  interval=0.5)
         asyncio.run(scenario())
+
+
+def test_the_2026_revision_makes_a_long_call_a_task_only_its_app_reads_and_cancels(mesh: Mesh) -> None:
+    """The Tasks extension with the official Client (tasks.TasksClient declares it): demo.mcp.hold runs past the
+    gateway's 1.5 s, so the call answers a task handle; tasks/get reads the running message as `working`; another
+    app's tasks/get and tasks/cancel of that task id are "Task not found"; the owner's cancel (the client's
+    tasks/cancel when the waiting call is cancelled) cancels the message: the handler sees it and the task reads
+    `cancelled`."""
+    ids: list[str] = []
+
+    async def get(client: Client, task_id: str) -> tasks.GetTaskResult:
+        request = tasks.GetTaskRequest(params=tasks.TaskParams(task_id=task_id))
+        return await client.session.send_request(request, tasks.GetTaskResult)
+
+    async def scenario() -> None:
+        async with modern(mesh, mesh.tokens["shop"], extensions=[tasks.TasksClient(on_task=ids.append)]) as owner:
+            assert tasks.EXTENSION in (owner.server_capabilities.extensions or {})
+            call = asyncio.ensure_future(owner.call_tool("demo.mcp.hold", {"n": 40}))
+            with anyio.fail_after(60):
+                while not ids or "40" not in STARTED:
+                    await anyio.sleep(0.1)
+            assert (await get(owner, ids[0])).status == "working"
+            async with modern(mesh, mesh.tokens["narrow"], extensions=[tasks.TasksClient()]) as other:
+                for request in (tasks.GetTaskRequest(params=tasks.TaskParams(task_id=ids[0])),
+                                tasks.CancelTaskRequest(params=tasks.TaskParams(task_id=ids[0]))):
+                    with pytest.raises(MCPError, match="Task not found"):
+                        await other.session.send_request(request, tasks.Acknowledged)
+            assert (await get(owner, ids[0])).status == "working", "another app's cancel cancelled nothing"
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await call
+            with anyio.fail_after(60):
+                while (task := await get(owner, ids[0])).status == "working":
+                    await anyio.sleep(0.3)
+            assert task.status == "cancelled", task
+
+    asyncio.run(scenario())
+
+
+def test_the_2025_06_18_revision_answers_a_question_through_elicitation_in_the_session(mesh: Mesh) -> None:
+    """INPUT_REQUIRED on the handshake era: the official ClientSession, initialized at 2025-06-18 with an elicitation
+    callback, is asked the question in the call's session (elicitation/create); its answer continues the same message
+    and the call returns the next turn's result. A declined question is a tool error that says so."""
+    from mcp.client import session as client_session
+
+    from examples.interview_agent import agent as interview
+
+    asked: list[str] = []
+
+    async def answer(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def decline(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def call(callback: Any) -> types.CallToolResult:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {mesh.tokens['shop']}"},
+                                  timeout=httpx2.Timeout(30, read=120))
+        async with http, streamable_http_client(mesh.url, http_client=http) as (read, write), \
+                client_session.ClientSession(read, write, elicitation_callback=callback) as client:
+            assert (await client.initialize()).protocol_version == "2025-06-18"
+            return await client.call_tool("demo.interview", {"greeting": "Hi"})
+
+    with running(interview), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(client_session, "LATEST_HANDSHAKE_VERSION", "2025-06-18")
+        wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
+                 interval=0.5)
+        result = asyncio.run(call(answer))
+        assert result.is_error is False and result.structured_content == {"greeting": "Hi, Ada!", "turns": 1}
+        assert asked == ["What is your name?"]
+        declined = asyncio.run(call(decline))
+        assert declined.is_error is True
+        block = declined.content[0]
+        assert isinstance(block, types.TextContent) and "declined" in block.text, block.text
+
+
+def test_reach_mcp_stdio_relays_both_revisions(mesh: Mesh) -> None:
+    """`reach mcp stdio` (a real process) with the official clients: the 2026-07-28 Client discovers it (tool-list
+    changes announced, the Tasks extension declared), calls echo and answers a question through the Multi Round-Trip;
+    a ClientSession at 2025-06-18 lists, calls and is asked the question as an elicitation in its session."""
+    import os
+
+    from mcp.client import session as client_session
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    from examples.interview_agent import agent as interview
+
+    relay = StdioServerParameters(command=sys.executable, args=["-m", "reach", "mcp", "stdio", "--url", mesh.url],
+                                  env={**os.environ, "REACH_MCP_TOKEN": mesh.tokens["shop"], "PYTHONPATH": str(ROOT)},
+                                  cwd=str(ROOT))
+
+    async def answer(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async def modern_client() -> None:
+        async with Client(relay, elicitation_callback=answer, extensions=[tasks.TasksClient()]) as client:
+            assert client.protocol_version == MODERN
+            assert client.server_capabilities.tools is not None and client.server_capabilities.tools.list_changed
+            assert tasks.EXTENSION in (client.server_capabilities.extensions or {})
+            assert "demo.echo" in {t.name for t in (await client.list_tools()).tools}
+            echoed = await client.call_tool("demo.echo", {"text": "relayed"})
+            assert echoed.structured_content == {"text": "relayed"}, echoed
+            asked = await client.call_tool("demo.interview", {"greeting": "Hi"})
+            assert asked.structured_content == {"greeting": "Hi, Ada!", "turns": 1}, asked
+
+    async def legacy_client() -> None:
+        async with stdio_client(relay) as (read, write), \
+                client_session.ClientSession(read, write, elicitation_callback=answer) as client:
+            assert (await client.initialize()).protocol_version == "2025-06-18"
+            assert "demo.echo" in {t.name for t in (await client.list_tools()).tools}
+            asked = await client.call_tool("demo.interview", {"greeting": "Hi"})
+            assert asked.structured_content == {"greeting": "Hi, Ada!", "turns": 1}, asked
+
+    with running(interview):
+        wait_for(lambda: "demo.interview" in asyncio.run(tool_names(mesh, "shop")), 60, "the interview tool",
+                 interval=0.5)
+        asyncio.run(modern_client())
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(client_session, "LATEST_HANDSHAKE_VERSION", "2025-06-18")
+            asyncio.run(legacy_client())

@@ -35,6 +35,22 @@ class Script:
     def row_of(self, _mid: str) -> dict[str, Any] | None:
         return None if self.row is None else self.row.model_dump(mode="json")
 
+    def child_of(self, _mid: str, _generation: int = 0) -> tuple[str, int] | None:
+        return None  # no fallback named
+
+
+class FakeClient:
+    """Makes the envelope `m1` and publishes nothing (the Script plays the bus)."""
+
+    def envelope(self, capability: str, payload: Any, **fields: Any) -> Any:
+        from reach.envelopes import new_envelope
+
+        return new_envelope(capability, payload, reply_to=fields["reply_to"],
+                            budget_ms=fields["budget_ms"]).model_copy(update={"message_id": "m1"})
+
+    def publish(self, _envelope: Any) -> None:
+        return None
+
 
 def chunk(at: int, seq: int, data: str, fraction: float | None = None) -> Receipt:
     return receipt(Status.PROGRESS, at, progress=Progress(fraction=fraction,
@@ -74,19 +90,54 @@ def test_a_failed_ending_raises_after_the_chunks() -> None:
                      receipt(Status.FAILED, 3, error=ErrorInfo(kind="BUSINESS", code="NOPE", message="no"))])
     script.topic = "ns.replies.x"  # type: ignore[attr-defined]
 
-    class FakeClient:
-        def envelope(self, capability: str, payload: Any, **fields: Any) -> Any:
-            from reach.envelopes import new_envelope
-
-            return new_envelope(capability, payload, reply_to=fields["reply_to"],
-                                budget_ms=fields["budget_ms"]).model_copy(update={"message_id": "m1"})
-
-        def publish(self, _envelope: Any) -> None:
-            return None
-
     seen: list[Any] = []
     with pytest.raises(InvokeFailed, match="NOPE"):
         for item in invoke_stream(FakeClient(), script, script.row_of, "demo.write", {},  # type: ignore[arg-type]
                                   poll_s=0):
             seen.append(item)
     assert [i.data for i in seen if isinstance(i, StreamChunk)] == ["part"]
+
+
+
+class Chain:
+    """A request that ended UNROUTABLE and went on to its fallback child `m1-fb0`, which streams and completes."""
+
+    def __init__(self) -> None:
+        self.scripts = {"m1": Script([receipt(Status.UNROUTABLE, 1)]),
+                        "m1-fb0": Script([child(Status.STARTED, 2), child_chunk(3, 0, "fall"),
+                                          child_chunk(4, 1, "back"), child(Status.COMPLETED, 5, result=b'"fallback"')])}
+
+    def poll(self, mid: str, *, generation: int = 0, timeout_s: float = 0.1) -> Receipt | None:
+        return self.scripts[mid].poll(mid, generation=generation, timeout_s=timeout_s)
+
+    def row_of(self, mid: str) -> dict[str, Any] | None:
+        return self.scripts[mid].row_of(mid)
+
+    def child_of(self, mid: str, generation: int = 0) -> tuple[str, int] | None:
+        return ("m1-fb0", 0) if mid == "m1" else None
+
+
+def child(status: Status, at: int, **kw: Any) -> Receipt:
+    return receipt(status, at, **kw).model_copy(update={"message_id": "m1-fb0", "capability": "demo.echo"})
+
+
+def child_chunk(at: int, seq: int, data: str) -> Receipt:
+    return child(Status.PROGRESS, at, progress=Progress(chunks=[Chunk(seq=seq, kind="text", data=data)]))
+
+
+def test_a_stream_follows_its_fallback_chain_to_the_childs_chunks_and_result() -> None:
+    """Client.stream as the other waiting calls: the request's UNROUTABLE went on to its fallback, so the stream says
+    so (StreamFallback), streams the child's chunks and ends with the chain's result, `first` the request's own."""
+    from reach.invoke import StreamFallback, StreamResult, invoke_stream
+
+    chain = Chain()
+
+    chain.topic = "ns.replies.x"  # type: ignore[attr-defined]
+    items = list(invoke_stream(FakeClient(), chain, chain.row_of, "demo.nobody", {}, poll_s=0))  # type: ignore[arg-type]
+    fallback = next(i for i in items if isinstance(i, StreamFallback))
+    assert (fallback.first.status, fallback.child) == (Status.UNROUTABLE, "m1-fb0")
+    assert [i.data for i in items if isinstance(i, StreamChunk)] == ["fall", "back"]
+    result = items[-1]
+    assert isinstance(result, StreamResult) and result.value == "fallback"
+    assert result.receipt.message_id == "m1-fb0" and result.first is not None
+    assert result.first.status is Status.UNROUTABLE

@@ -30,11 +30,18 @@ class FakeConnection:
 @dataclass
 class FakeSession:
     _connection: FakeConnection
+    client_capabilities: Any = None
+
+    def check_client_capability(self, capability: Any) -> bool:
+        return False  # declares neither elicitation nor an extension
 
 
 @dataclass
 class FakeContext:
     session: FakeSession
+    protocol_version: str = "2025-11-25"
+    request_id: int = 1
+    method: str = "tools/call"
 
 
 def context(connection: FakeConnection) -> Any:

@@ -186,3 +186,60 @@ def test_the_tool_list_is_read_for_at_most_max_pages_and_max_tools() -> None:
 
     assert len(asyncio.run(list_tools(wide, max_pages=5, max_tools=70))) == 70
     assert len(asyncio.run(list_tools(wide))) == 100, "within the caps, every page is read"
+
+
+CALC = """
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("calc")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+server.run("stdio")
+"""
+
+OLD_CALC = """
+import json, sys
+
+for line in sys.stdin:  # a server of the handshake era, by hand: it knows no server/discover
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, args = msg["method"], msg.get("params", {}).get("arguments", {})
+    if method == "initialize":
+        result = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "old-calc", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "add", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        total = args.get("a", 0) + args.get("b", 0)
+        result = {"content": [{"type": "text", "text": str(total)}], "structuredContent": {"result": total}}
+    else:
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "error": {"code": -32601, "message": "Method not found"}}),
+              flush=True)
+        continue
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}), flush=True)
+"""
+
+
+@pytest.mark.parametrize(("code", "revision"), [(CALC, "2026-07-28"), (OLD_CALC, "2025-06-18")])
+def test_the_bridge_speaks_the_servers_revision(code: str, revision: str, tmp_path: Any) -> None:
+    """The bridge's session is the SDK's Client: server/discover with a 2026-07-28 server, the handshake with one that
+    does not serve it (the previous revision keeps working); it lists and calls the tools either way."""
+    import sys
+
+    from reach.mcp.bridge import stdio_transport
+
+    script = tmp_path / "calc.py"
+    script.write_text(code)
+    session = ToolSession(stdio_transport(f"{sys.executable} {script}"))
+    try:
+        assert [t.name for t in session.start(30)] == ["add"]
+        assert session.protocol_version == revision
+        assert outcome("add", session.call("add", {"a": 2, "b": 3}).result(20)) == {"result": 5}
+    finally:
+        session.close()

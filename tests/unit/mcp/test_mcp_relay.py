@@ -24,7 +24,7 @@ class FakeUpstream:
     async def list_tools(self, *, params: Any = None) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name="demo.echo", input_schema={"type": "object"})])
 
-    async def call_tool(self, name: str, arguments: Any = None, *, meta: Any = None) -> types.CallToolResult:
+    async def call_tool(self, name: str, arguments: Any = None, *, meta: Any = None, **_rounds: Any) -> Any:
         if self.fail:
             raise RuntimeError("HTTP 401 from the gateway")
         self.calls.append((name, arguments, meta))
@@ -77,3 +77,36 @@ def test_the_relay_reads_the_gateways_answer_up_to_the_peer_limit() -> None:
                 await http.post("http://gw/big")
 
     asyncio.run(main())
+
+
+def test_a_2026_assistant_hears_changes_on_its_listen_stream_and_gets_round_trips_and_tasks_as_they_are() -> None:
+    """On 2026-07-28 the relay passes the gateway's InputRequiredResult and (to an assistant that declared Tasks) its
+    task handle through unchanged; an upstream change is published on the relay's listen bus."""
+    from reach.mcp import tasks
+
+    required = types.InputRequiredResult(input_requests={}, request_state="reach-input:o:m1")
+    handle = tasks.created("sealed", "working", 0, tasks.TaskSettings())
+
+    class Answers(FakeUpstream):
+        answers: list[Any] = []
+
+        async def call_tool(self, name: str, arguments: Any = None, *, meta: Any = None, **rounds: Any) -> Any:
+            self.calls.append((name, arguments, rounds.get("request_state")))
+            return self.answers.pop(0)
+
+    upstream = Answers()
+    upstream.answers = [required, handle]
+    relay = Relay(upstream)  # type: ignore[arg-type]
+    heard: list[Any] = []
+    relay.bus.subscribe(heard.append)
+    ctx = context(FakeConnection())
+    ctx.protocol_version = "2026-07-28"
+    ctx.session.client_capabilities = types.ClientCapabilities(extensions={tasks.EXTENSION: {}})
+
+    async def scenario() -> None:
+        assert await relay.call_tool(ctx, types.CallToolRequestParams(name="demo.x", arguments={})) is required
+        assert await relay.call_tool(ctx, types.CallToolRequestParams(name="demo.x", arguments={})) is handle
+        await relay.on_upstream(types.ToolListChangedNotification())
+
+    asyncio.run(scenario())
+    assert [type(e).__name__ for e in heard] == ["ToolsListChanged"]

@@ -10,12 +10,16 @@ from typing import Any
 import httpx
 import mcp_types as types
 import pytest
+from cryptography.fernet import Fernet
+from pydantic import SecretStr
 
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
 from reach.mcp import server as mcp_server
 from reach.mcp.ports import PENDING, Ended, Refused, SessionLimits
+from reach.mcp.tasks import TaskSettings
 from reach.records import Capability
+from reach.secretbox import SecretBox
 from tests.unit.mcp.fakes import FakeConnection, FakeOutbound, context
 
 APP = CallerApp(app_id="a1", name="a1", tenant="acme", capabilities=(), rate=10, burst=10)
@@ -31,9 +35,9 @@ class FakePending:
 
     async def ended(self, timeout_s: float) -> Ended:
         self.waiting.set()
-        if self.outcome is None:
-            await asyncio.sleep(3600)
-        assert self.outcome is not None
+        if self.outcome is None:  # no terminal receipt within the wait
+            await asyncio.sleep(timeout_s)
+            return Ended(self.message_id, "", PENDING)
         return self.outcome
 
     def forget(self) -> None:
@@ -53,6 +57,13 @@ class FakeHost:
     limits: SessionLimits = field(default_factory=SessionLimits)
     registry_reads: int = 0
     answered: list[tuple[str, Any]] = field(default_factory=list)
+    tasks: TaskSettings = field(default_factory=lambda: TaskSettings(after_s=0.05, poll_ms=20))
+    sealer: SecretBox = field(default_factory=lambda: SecretBox([SecretStr(Fernet.generate_key().decode())]))
+    rows: dict[str, Ended] = field(default_factory=dict)  # what `look` answers, by message id
+    apps: dict[str, CallerApp] = field(default_factory=dict)  # bearer header -> app (else `auth`)
+
+    async def look(self, app: CallerApp, message_id: str) -> Ended | None:
+        return self.rows.get(message_id)
 
     async def read(self, app: CallerApp) -> None:
         return None
@@ -67,6 +78,8 @@ class FakeHost:
         return "http://gw/.well-known/oauth-protected-resource/mcp"
 
     def authenticate(self, authorization: str | None) -> CallerApp | AuthFailure:
+        if authorization in self.apps:
+            return self.apps[authorization]
         if isinstance(self.auth, Exception):
             raise self.auth
         return self.auth
