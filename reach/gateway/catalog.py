@@ -41,6 +41,17 @@ def live_capabilities(view: RegistryView, tenant: str | None, now_ms: int) -> li
     return list(found.values())
 
 
+def dependencies(view: RegistryView, now_ms: int) -> dict[str, list[str]]:
+    """What each live HANDLE capability calls: the `depends_on` of the live instances serving it, merged and sorted
+    (instances of two builds may declare different lists while a rollout runs)."""
+    found: dict[str, set[str]] = {}
+    for reg in view.live(now_ms):
+        for cap in reg.capabilities:
+            if cap.mode is CapabilityMode.HANDLE and reg.depends_on:
+                found.setdefault(cap.name, set()).update(reg.depends_on)
+    return {name: sorted(calls) for name, calls in sorted(found.items())}
+
+
 class RegistryCatalog:
     """A RegistryView kept current by one thread (assign, no consumer group), like the router's state loop."""
 
@@ -67,6 +78,10 @@ class RegistryCatalog:
     def live_capabilities(self, tenant: str | None, now_ms: int) -> Sequence[Capability]:
         with self._lock:
             return live_capabilities(self._view, tenant, now_ms)
+
+    def dependencies(self, now_ms: int) -> dict[str, list[str]]:
+        with self._lock:
+            return dependencies(self._view, now_ms)
 
     def healthy(self) -> bool:
         return self.ready.is_set() and self._thread.is_alive()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from reach.a2a.push import PushConfig, TaskPush
-from reach.callers import AuthFailure, CallerApp
+from reach.callers import GATEWAY_SOURCE, AuthFailure, CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
 from reach.core.allowance import FIELDS as BUDGET_FIELDS
@@ -44,7 +44,7 @@ def status_url(message_id: str) -> str:
 
 
 def source_of(app: CallerApp) -> str:
-    return f"gateway:{app.app_id}"
+    return f"{GATEWAY_SOURCE}{app.app_id}"
 
 
 def envelope_idempotency_key(app: CallerApp, key: str) -> str:
