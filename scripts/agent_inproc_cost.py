@@ -54,7 +54,9 @@ def main() -> None:
         await asyncio.sleep(0)  # the answer comes on a later turn, as Redis's does
         return [[b"ours", b""] if len(keys) == 3 else None for _sha, keys, _args in calls]  # claim: ours; finish: won
 
-    agent = Agent("agent://bench/inproc", instance_id="i-1")
+    # a grace far longer than any run here: no STARTED, however slowly the process runs (under valgrind, on a busy
+    # machine, a run could outlast 50 ms of wall time and send one, which would make the count follow the load)
+    agent = Agent("agent://bench/inproc", instance_id="i-1", started_grace_ms=60_000)
 
     @agent.capability("bench.inproc", version="1.0.0", input_schema={"type": "object"})
     async def noop(payload: Any) -> dict[str, bool]:
