@@ -153,6 +153,7 @@ class RoutingHints(AvroModel):
     tags: list[str] = []
     priority: int = 0
     canary: bool = False
+    strict_tags: bool = False  # v5: only instances carrying every tag serve it (no fallback to untagged ones)
 
 
 class Envelope(AvroRecord):

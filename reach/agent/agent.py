@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jsonschema.protocols import Validator
 
 from reach.agent.contract import Schema, compile_schema
-from reach.agent.exceptions import InvalidCost, InvalidDeclaration
+from reach.agent.exceptions import InvalidCost, InvalidDeclaration, InvalidSession
 from reach.agent.middleware import Middleware
 from reach.agent.recentruns import DEFAULT_MAX_RUNS
+from reach.agent.session import read as read_session
 from reach.agent.startgate import DEFAULT_GRACE_MS
+from reach.core import eventfilter
 from reach.core.allowance import inherit
 from reach.core.loads import default_max_queue
 from reach.core.progress import Coalescer
@@ -63,6 +65,7 @@ class Context:
     _meter: Meter = field(default_factory=Meter, repr=False)
     _run: Run | None = field(default=None, repr=False)
     _returned_usage: bool = field(default=True, repr=False)
+    _session: dict[str, Any] | None = field(default=None, repr=False)  # read on first use (reach.agent.session)
 
     async def progress(self, fraction: float | None, note: str | None = None) -> None:
         """Report how far the handler is: `fraction` in [0, 1] (or None), an optional short note. Coalesced
@@ -163,8 +166,24 @@ class Context:
 
     @property
     def session_snapshot(self) -> str | None:
-        """The request's read-only session snapshot reference (a compacted-topic key or object URI), if any."""
+        """The text of the request's session snapshot, if any: what the session's handlers last wrote back through
+        `ctx.session`, or what the caller sent (a JSON object, or a reference such as a compacted-topic key)."""
         return self.envelope.session_snapshot
+
+    @property
+    def session(self) -> dict[str, Any]:
+        """The session's snapshot as a dict ({} when there is none): change it, or assign a new dict, and a run that
+        completes writes it back; the session's next request carries it to whichever instance runs it. Compact JSON
+        of at most 16 KiB (else the run fails SESSION_TOO_LARGE); needs the request's `session_key`."""
+        if self._session is None:
+            self._session = read_session(self.envelope.session_snapshot)
+        return self._session
+
+    @session.setter
+    def session(self, value: dict[str, Any]) -> None:
+        if not isinstance(value, dict):
+            raise InvalidSession(f"ctx.session is a dict (a JSON object); got {type(value).__name__}.")
+        self._session = value
 
     @property
     def cost(self) -> float | None:
@@ -193,6 +212,19 @@ class CapabilitySpec:
     is_async: bool = field(default=False)
     # whether the version fits each range envelopes asked for (Agent.match), filled as they come
     fits: dict[str, bool] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _check_filter(text: str | None, mode: CapabilityMode, where: str) -> None:
+    """A subscriber's filter parses (reach.core.eventfilter); only a subscriber has one."""
+    if text is None:
+        return
+    if mode is not CapabilityMode.SUBSCRIBE:
+        raise InvalidDeclaration(f"{where}: a filter picks the events a subscriber gets; declare it with "
+                                 "mode=CapabilityMode.SUBSCRIBE (a handler gets every request routed to it).")
+    try:
+        eventfilter.parse(text)
+    except eventfilter.BadFilter as exc:
+        raise InvalidDeclaration(f"{where}: {exc}") from None
 
 
 def _owner(owner: str | None) -> str | None:
@@ -321,11 +353,15 @@ class Agent:
         examples: list[Any] | None = None,
         mode: CapabilityMode = CapabilityMode.HANDLE,
         idempotent: bool = False,
+        filter: str | None = None,  # noqa: A002 - the registration's field (AgentRegistration v6 Capability.filter)
     ) -> Callable[[F], F]:
         """Declare that the decorated handler serves capability `name` at semver `version`; `idempotent=True`
-        says it may run twice for one request with no harm (content-hash keys, a timed-out attempt retried)."""
+        says it may run twice for one request with no harm (content-hash keys, a timed-out attempt retried);
+        `filter` (mode SUBSCRIBE only) picks the events a subscriber gets: `tags:<tag>[,...]` or a JSONPath over
+        the payload (reach.core.eventfilter)."""
         check_capability(name)
         parse_version(version)
+        _check_filter(filter, mode, f"{self.agent_id} capability {name}")
         if name in self.capabilities:
             raise InvalidDeclaration(f"capability {name!r} is declared twice on {self.agent_id}.")
         where = f"{self.agent_id} capability {name}@{version}"
@@ -337,7 +373,7 @@ class Agent:
                 name=name, version=version, input_schema=in_text, output_schema=out_text, mode=mode,
                 tags=list(tags or []),
                 examples=[e if isinstance(e, str) else _json(e) for e in (examples or [])],
-                idempotent=idempotent,
+                idempotent=idempotent, filter=filter,
             )
             self.capabilities[name] = CapabilitySpec(
                 record=record, handler=fn, input_validator=in_validator, output_validator=out_validator,

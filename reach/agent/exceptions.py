@@ -25,6 +25,10 @@ class InvalidCost(AgentError, ValueError):
     """A handler set `ctx.cost` to something that is not a finite number >= 0."""
 
 
+class InvalidSession(AgentError, TypeError):
+    """A handler set `ctx.session` to something that is not a dict."""
+
+
 class LeaseLost(AgentError):
     """`ctx.heartbeat()` from a run that no longer holds its message: its lease went to another run, or the run
     already ended (timed out). The handler should stop; nothing it returns now is published."""

@@ -1,15 +1,14 @@
 """What a registration may declare, checked before an instance registers: the registry is read once, and a
-registration is refused with the reason when it would serve a capability in `handle` mode while another agent
-subscribes to it, or the reverse (docs/decisions/0040; the router holds the same rule for a race, handle wins
-there); when a capability version it serves carries another contract than the live one; or when its `depends_on`
-names an unknown capability or closes a cycle (reach.core.declarations)."""
+registration is refused with the reason when a capability version it serves carries another contract than the live
+one, or when its `depends_on` names an unknown capability or closes a cycle (reach.core.declarations). Handlers and
+subscribers of one capability may run side by side (docs/decisions/0076: the subscribers are notified observers)."""
 
 from __future__ import annotations
 
 import logging
 
 from reach.agent.exceptions import InvalidDeclaration
-from reach.core import declarations, fanout
+from reach.core import declarations
 from reach.errors import ReachError
 from reach.kafka import clients
 from reach.kafka.types import KafkaException
@@ -28,11 +27,11 @@ class RegistrationRefused(InvalidDeclaration):
 def check_registration(mine: AgentRegistration, *, kafka: KafkaSettings, names: Names, now_ms: int,
                        timeout: float = 5.0) -> None:
     """Raise RegistrationRefused when `mine` may not register; a registry that cannot be read is logged and
-    passed (the router still refuses a mixed subscription). Costs one read of the compacted registry topic at start
+    passed (the router routes by what is live). Costs one read of the compacted registry topic at start
     (and one topic listing when a dependency has no registration)."""
     try:
         view = read_registry(kafka, names, timeout=timeout)
-    except (ReachError, KafkaException) as exc:  # the broker, the topic, an ACL: the router still holds the rule
+    except (ReachError, KafkaException) as exc:  # the broker, the topic, an ACL
         log.warning("the registry was not read before registering (%s): the declarations of %s are not checked "
                     "here", exc, mine.agent_id)
         return
@@ -45,7 +44,7 @@ def check_registration(mine: AgentRegistration, *, kafka: KafkaSettings, names: 
             topics = set(clients.admin(kafka).list_topics(timeout=timeout).topics)
         return names.capability(capability) in topics
 
-    problem = (fanout.mode_conflict(mine, live) or declarations.schema_conflict(mine, live)
+    problem = (declarations.schema_conflict(mine, live)
                or declarations.dependency_problem(mine, [i.registration for i in view.instances(now_ms)],
                                                   topic_exists))
     if problem is not None:

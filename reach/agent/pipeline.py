@@ -21,7 +21,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
 from reach import lineage, tracing
-from reach.agent import outcomes
+from reach.agent import declared, outcomes, session
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
 from reach.agent.ending import Unfenced, claim_ending, publish_ending, publish_in_order
@@ -100,7 +100,9 @@ class Pipeline:
                  admitted: Callable[[int], Awaitable[bool]] = _always,
                  progress_interval_ms: int = PROGRESS_INTERVAL_MS, currency: str | None = None,
                  memory: Memory | None = None, ledger: KeyLedger | None = None,
-                 runs: RecentRuns | None = None, unfenced: Unfenced | None = None) -> None:
+                 runs: RecentRuns | None = None, unfenced: Unfenced | None = None,
+                 sessions_topic: str | None = None) -> None:
+        self._sessions_topic = sessions_topic  # where a snapshot written back through ctx.session goes
         # endings published while Redis was out, claimed once it answers (share the RetryStep's: one backlog)
         self._unfenced = unfenced if unfenced is not None else Unfenced()
         # the runs this instance finished or is running: a redelivery never reruns them, Redis or not
@@ -166,6 +168,9 @@ class Pipeline:
         problem = timeout_problem(envelope.execution_timeout_ms, what="the envelope's execution_timeout_ms")
         if problem is not None:  # a negative or absurd ask: refused, never run with a timeout nobody meant
             return await self._finish(envelope, outcomes.rejected("BAD_TIMEOUT", problem), [])
+        mismatch = declared.contract_problem(envelope, spec)  # its schema_version: a contract served here?
+        if mismatch is not None:
+            return await self._finish(envelope, mismatch, [])
         payload, bad = _payload(envelope, spec)
         if bad is not None:
             return await self._finish(envelope, bad, [])
@@ -178,7 +183,7 @@ class Pipeline:
         timeout_ms = execution_timeout_ms(envelope.execution_timeout_ms, policy, self._agent.execution_timeout_ms)
         lease_ms = timeout_ms + self._agent.lease_margin_ms
         now = now_ms()
-        scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now)
+        scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now, key=declared.request_key(envelope, spec))
         waited_until = now + timeout_ms  # how long this attempt waits for another message running its key
         if self._unfenced:  # Redis was out: claim what went out unfenced first (reach.agent.ending)
             await self._unfenced.settle(self._outage, self._leases)
@@ -350,6 +355,9 @@ class Pipeline:
             timer.end("its run already ended (it timed out, or its outcome was published)")
             if thread is None:
                 renewer.cancel()
+        verdict = declared.after_run(verdict, spec, lambda: declared.Evidence(  # a cut run: retried only if idempotent
+            self._agent.instance_id, started, now_ms() - started, gate.sent, stream.published,
+            context._lineage().made))
         if thread is not None:
             # The thread outlives its timeout: it keeps its pool thread and its lease until it exits, so the
             # retry elsewhere waits for the lease instead of running beside it.
@@ -361,9 +369,10 @@ class Pipeline:
             started_at = gate.skip()  # ended within the grace: no STARTED, the terminal carries the start
         else:
             gate.send()  # a non-terminal outcome (a retry, a question) follows its STARTED, as before
+        verdict, written = session.checked(envelope, context._session, verdict)  # ctx.session written back
         return await self._finish(envelope, verdict, acks, run_ms=now_ms() - started, release=thread is None,
                                   raw=raw, origin=origin, scope=scope, cost=context.cost, usage=used,
-                                  children=context._lineage().children, started_at=started_at)
+                                  children=context._lineage().children, started_at=started_at, session_text=written)
 
     async def _run(self, spec: CapabilitySpec, payload: Any, context: Context,
                    timer: RunTimer) -> tuple[Verdict, Future[Any] | None]:
@@ -418,7 +427,8 @@ class Pipeline:
                       run_ms: int | None = None, release: bool = False, raw: bytes | None = None,
                       origin: tuple[str, int, int] | None = None, scope: KeyScope | None = None,
                       cost: float | None = None, usage: Usage | None = None,
-                      children: Spent | None = None, started_at: int | None = None) -> Processed:
+                      children: Spent | None = None, started_at: int | None = None,
+                      session_text: str | None = None) -> Processed:
         receipt = self._receipt(envelope, verdict, run_ms, cost, usage, origin, children, started_at)
         encoded = encode_receipt(receipt)
         if len(encoded) > MAX_RECEIPT_BYTES:
@@ -432,6 +442,9 @@ class Pipeline:
             # the key's result on Kafka too (reach.agent.keyledger), acknowledged before the offset is committed
             record = self._ledger.record(scope, encoded)
             acks.append(self._publisher.send(record.topic, record.key, record.value, headers=record.headers))
+        if session_text is not None and receipt.status is Status.COMPLETED:  # ctx.session, acknowledged likewise
+            acks += session.write_back(self._publisher.send, self._sessions_topic, envelope,
+                                       self._agent.instance_id, session_text)
         if terminal:
             # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
             # of rerunning; a claim in between finds the result before it could take the lease. First terminal
@@ -477,7 +490,7 @@ class Pipeline:
                            error=verdict.error, step_status=step, result=result, cost=cost, input=asked,
                            usage=usage if ends_turn else None,
                            retry_after_ms=verdict.retry_after_ms,
-                           timings={**({} if run_ms is None else {"run_ms": run_ms}),
+                           timings={**({} if run_ms is None else {"run_ms": run_ms}), **(verdict.evidence or {}),
                                     # STARTED was skipped (reach.agent.startgate): the fold reads the start here
                                     **({} if started_at is None else {STARTED_AT: started_at}),
                                     # what the children it waited for spent: the status row sums it (0043)
@@ -556,11 +569,15 @@ def _outcome(status: Status) -> Outcome:
     return {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(status, Outcome.FAIL)
 
 
-def key_scope(envelope: Envelope, policy: Policy | None, *, lease_ms: int, now: int) -> KeyScope | None:
+def key_scope(envelope: Envelope, policy: Policy | None, *, lease_ms: int, now: int,
+              key: str | None = None) -> KeyScope | None:
     """The business key of an envelope, or None when it has none beyond its message_id (the default, which the
-    message_id lease already deduplicates). Held while the envelope can still run: until its deadline."""
-    key = envelope.idempotency_key
-    if not key or key == envelope.message_id:
+    message_id lease already deduplicates) and no `key` is given for it (an idempotent capability's content key).
+    Held while the envelope can still run: until its deadline."""
+    own = envelope.idempotency_key
+    if own and own != envelope.message_id:
+        key = own
+    if key is None:
         return None
     window = policy.idempotency_window_ms if policy and policy.idempotency_window_ms else None
     return KeyScope(tenant=envelope.tenant, capability=envelope.capability, key=key,

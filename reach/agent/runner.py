@@ -108,6 +108,7 @@ class Runner:
         self._fatal: BaseException | None = None
         self._tiers: list[str] = []
         self._ledger_topic = False
+        self._sessions_topic = False  # a topics file without it: ctx.session is not written back
         self._registry = Outage(base_s=0.5, max_s=10.0)  # the Schema Registry: while it is out, read nothing
         self._stalled: set[int] = set()  # partitions of this batch sought back to a record to read again
         self._mode = Mode.RUN  # what the operator's control records ask of this instance (DISABLE, DRAIN)
@@ -164,7 +165,8 @@ class Runner:
                                   memory=MemoryMark(redis, namespace=self.names.namespace),
                                   ledger=KafkaKeyLedger(topic=self.names.idempotency, kafka=self._kafka,
                                                         capabilities=self.agent.capabilities)
-                                  if self._ledger_topic else None)
+                                  if self._ledger_topic else None,
+                                  sessions_topic=self.names.sessions if self._sessions_topic else None)
         self.heartbeat = Heartbeat(self.agent, self.publisher, registry_topic=self.names.registry,
                                    inbox_topic=self.inbox)
         self.loads = LoadReporter(self.agent, publish=self.publisher.send, topic=self.names.loads,
@@ -200,6 +202,10 @@ class Runner:
         self._ledger_topic = ledger is not None  # a topics file without it: business keys live in Redis only
         if ledger is not None:
             topics.ensure_topic(admin, self.names.idempotency, ledger)
+        sessions = spec.resolved(self.names).get(self.names.sessions)
+        self._sessions_topic = sessions is not None
+        if sessions is not None:
+            topics.ensure_topic(admin, self.names.sessions, sessions)
         for name in self.agent.capabilities:
             topics.ensure_topic(admin, self.names.capability(name), spec.family("cap"))
 

@@ -5,7 +5,7 @@ reach.core.healthmodel.fields)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import typer
 from rich.markup import escape
@@ -47,7 +47,7 @@ def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable 
     for r in rows:
         queue = "-" if r["queued"] is None else f"{r['queued']}/{r['max_queue']}"
         drain = "-" if r["drain_rate"] is None else f"{r['drain_rate']:.1f}"
-        serves = ", ".join(_marked(c, r.get("subscribes") or ()) for c in r["capabilities"])
+        serves = ", ".join(_marked(c, r.get("subscribes") or (), r.get("filters")) for c in r["capabilities"])
         needs = f"\n[dim]depends on {escape(', '.join(r['depends_on']))}[/]" if r.get("depends_on") else ""
         owner = f"\n[dim]owner {escape(r['owner'])}[/]" if r.get("owner") else ""
         table.add_row(r["agent_id"] + owner, r["instance_id"], f"[{colour[r['state']]}]{r['state']}[/]",
@@ -61,6 +61,11 @@ def agents(as_json: bool = typer.Option(False, "--json", help="machine-readable 
         console.print(f"[dim]{offset + 1:,}-{offset + len(rows):,} of {total:,} instances{more}[/]")
 
 
-def _marked(capability: str, subscribes: Sequence[str]) -> str:
-    """`name@version`, with ` (subscribe)` when the instance subscribes to it (a fan-out, docs/agents.md)."""
-    return f"{capability} (subscribe)" if capability.partition("@")[0] in subscribes else capability
+def _marked(capability: str, subscribes: Sequence[str], filters: Mapping[str, str] | None = None) -> str:
+    """`name@version`, with ` (subscribe)` when the instance subscribes to it (a fan-out or notifications beside a
+    handler, docs/agents.md), and its filter: ` (subscribe tags:urgent)`."""
+    name = capability.partition("@")[0]
+    if name not in subscribes:
+        return capability
+    found = (filters or {}).get(name)
+    return f"{capability} (subscribe {escape(found)})" if found else f"{capability} (subscribe)"

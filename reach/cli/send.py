@@ -34,8 +34,12 @@ def send(
     capability: str | None = typer.Argument(None, help="capability name, e.g. demo.echo (omit with --intent)"),
     intent: str | None = typer.Option(None, "--intent", help="what is wanted, in words or an intent id, instead "
                                       "of a capability: the resolver picks one (docs/intent.md)"),
-    session_snapshot: str | None = typer.Option(None, "--session-snapshot", help="a read-only session snapshot "
-                                                "reference (compacted-topic key topic:key or an object URI)"),
+    session_snapshot: str | None = typer.Option(None, "--session-snapshot", help="the session's first snapshot: a "
+                                                "JSON object (ctx.session) or a reference (topic:key, an object URI)"),
+    tag: list[str] | None = typer.Option(None, "--tag", help="a routing tag (repeatable): instances whose "
+                                         "capability carries every tag are preferred; subscribers filter on them"),
+    strict_tags: bool = typer.Option(False, "--strict-tags", help="with --tag: only instances carrying every tag "
+                                     "may serve it (none: UNROUTABLE), never an untagged one"),
     payload: str = typer.Option(..., "--payload", help="the request as JSON"),
     version: str = typer.Option("*", "--version", help="semver range of the capability, e.g. ^1.0"),
     session: str | None = typer.Option(None, "--session", help="session key (ordering and affinity)"),
@@ -77,6 +81,10 @@ def send(
         raise BadPayload("Name a CAPABILITY (e.g. `reach send demo.echo --payload ...`) or give --intent TEXT.")
     if session_snapshot is not None:
         extra["session_snapshot"] = session_snapshot
+    if strict_tags and not tag:
+        raise BadPayload("--strict-tags makes the request's tags a must: give them with --tag NAME.")
+    if tag:
+        extra["tags"], extra["strict_tags"] = list(tag), strict_tags
     if execution_timeout is not None:
         ms = parse_ms(execution_timeout, bare="ms", what="--execution-timeout", hint="expected e.g. 500ms, 5s or 2m.")
         extra["execution_timeout_ms"] = check_timeout_ms(ms, what="--execution-timeout")

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from semver import Version
 
 from reach.core.loads import InstanceLoad
-from reach.core.versions import BadVersion, parse_version, satisfies
+from reach.core.versions import BadVersion, parse_version, satisfies, within_line
 from reach.records import AgentRegistration, AgentState, BreakerState, Capability, InstanceHealth
 
 
@@ -41,6 +41,8 @@ class RouteRequest(NamedTuple):
     canary: bool = False
     priority: int = 0  # RoutingHints.priority: the priority scoring factor matches it to instances' priority_class
     callback: str | None = None  # copied onto the router's terminal receipts, so the fold can deliver the callback
+    schema_version: str | None = None  # the contract version the intake checked (0075): only its line serves it
+    strict_tags: bool = False  # RoutingHints.strict_tags (Envelope v5): no fallback to instances without the tags
 
     @classmethod
     def from_envelope(cls, env: Mapping[str, Any]) -> RouteRequest:
@@ -68,7 +70,15 @@ class RouteRequest(NamedTuple):
             canary=bool(routing.get("canary")),
             priority=routing.get("priority") or 0,
             callback=env.get("callback"),
+            schema_version=env.get("schema_version"),
+            strict_tags=bool(routing.get("strict_tags")),
         )
+
+    @property
+    def serves_range(self) -> str:
+        """The versions that may take the request: its range, narrowed to its contract version's line when an intake
+        stamped one (an instance outside the line would reject it, decision 0075)."""
+        return within_line(self.version_range, self.schema_version)
 
     @property
     def routing_key(self) -> str:
@@ -188,8 +198,9 @@ def match(
     Hard filters: capability and a version satisfying the range, READY, owning inbox partitions,
     not drained/disabled by control, tenant, `to_agent`, and a breaker not OPEN (`health`, by
     instance_id). Soft ones: excluded instances and instances lacking a requested tag are dropped
-    only while another candidate remains; an OPEN instance never comes back through them. `loads`
-    maps instance_id to its current load (default: the heartbeat's inflight, no queue).
+    only while another candidate remains (tags are a hard filter when the request asks for `strict_tags`); an
+    OPEN instance never comes back through them. `loads` maps instance_id to its current load (default: the
+    heartbeat's inflight, no queue).
     """
     matched: list[Candidate] = []
     opened: dict[str, int | None] = {}
@@ -202,7 +213,7 @@ def match(
             continue
         if request.to_agent and reg.agent_id != request.to_agent:
             continue
-        cap = matching_capability(reg, request.capability, request.version_range)
+        cap = matching_capability(reg, request.capability, request.serves_range)
         if cap is None:
             continue
         h = health.get(reg.instance_id) if health else None
@@ -217,7 +228,7 @@ def match(
     if request.tags:
         wanted = set(request.tags)
         tagged = [c for c in matched if wanted <= set(c.capability.tags)]
-        matched = tagged or matched
+        matched = tagged if request.strict_tags else tagged or matched  # strict: the caller's tags are a must
     return Matched(tuple(matched), opened)
 
 

@@ -8,9 +8,12 @@ retries and dead letters. The parent's row collects how each delivery ended (FAN
 ends when all have: COMPLETED when every delivery completed, else FAILED naming those that did not
 (docs/decisions/0040).
 
-A capability is served in one mode at a time: among the live registrations of a capability, `handle` wins and the
-subscribers are refused (`split`); the agent SDK refuses to start a registration that would mix them
-(`mode_conflict`).
+A capability is served in one mode (docs/decisions/0076): when some agent handles it, each request ends by one
+handler, and the agents subscribing to it beside the handlers are notified observers: each gets a notification, a
+child envelope `<message_id>-n<generation>-<agent path>` (header `reach-notify-of`), routed to that agent alone
+with its own receipts, retries and dead letter, whose ending never touches the request's. Only when no agent handles
+it is a request an event that fans out and ends when every delivery has. Either way a subscriber's filter
+(reach.core.eventfilter) picks the events it gets.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from reach.core.candidates import matching_capability
+from reach.core.eventfilter import Event
 from reach.records import (
     AgentRegistration,
     AgentState,
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
     from reach.core.lifecycle import StatusRow
 
 OF_HEADER = "reach-fanout-of"  # Envelope.headers of a delivery: the parent's message id
+NOTIFY_HEADER = "reach-notify-of"  # Envelope.headers of a notification: the request its subscriber observes
 INCOMPLETE = "FANOUT_INCOMPLETE"  # ErrorInfo.code of a parent some of whose deliveries did not complete
 MAX_DELIVERIES = 256
 """Subscribers one event reaches at most (the row lists each): agents beyond it (by agent id) are not delivered to."""
@@ -86,15 +91,20 @@ def mode_of(registration: AgentRegistration, capability: str) -> CapabilityMode 
 @dataclass(frozen=True, slots=True)
 class Split:
     """The live registrations of one capability by mode: `handlers` serve requests (one of them each); `subscribers`
-    (by agent id) get every event; `refused` subscribe while others handle (handle wins: never both at once)."""
+    (by agent id) get every event that passes their filter: all of a fan-out when no agent handles the capability,
+    notifications beside the handlers when one does."""
 
     handlers: tuple[AgentRegistration, ...] = ()
     subscribers: Mapping[str, tuple[AgentRegistration, ...]] = field(default_factory=dict)
-    refused: tuple[AgentRegistration, ...] = ()
 
     @property
     def fans_out(self) -> bool:
         return not self.handlers and bool(self.subscribers)
+
+    @property
+    def observed(self) -> bool:
+        """Handlers serve it and subscribers beside them are notified."""
+        return bool(self.handlers) and bool(self.subscribers)
 
 
 def split(capability: str, registrations: Iterable[AgentRegistration]) -> Split:
@@ -107,9 +117,7 @@ def split(capability: str, registrations: Iterable[AgentRegistration]) -> Split:
             subscribing.setdefault(reg.agent_id, []).append(reg)
         elif mode is not None:
             handlers.append(reg)
-    if handlers:
-        return Split(handlers=tuple(handlers), refused=tuple(r for regs in subscribing.values() for r in regs))
-    return Split(subscribers={agent: tuple(regs) for agent, regs in subscribing.items()})
+    return Split(handlers=tuple(handlers), subscribers={agent: tuple(regs) for agent, regs in subscribing.items()})
 
 
 def is_delivery(envelope: Mapping[str, Any]) -> bool:
@@ -140,21 +148,61 @@ def derived_from(message_id: str, parent: str) -> bool:
     return digits.isdigit() and bool(dash) and bool(path)
 
 
-def subscribers(envelope: Mapping[str, Any], parts: Split) -> list[str]:
+def subscribers(envelope: Mapping[str, Any], parts: Split, *, observing: bool = False) -> list[str]:
     """The agents this event goes to: those with a READY instance that serves the capability in a version of the
-    envelope's range for its tenant (a subscriber that registers later gets the events routed after it is READY),
-    only `to_agent` when the caller named one, sorted, at most MAX_DELIVERIES."""
+    envelope's range for its tenant and whose filter it passes (a subscriber that registers later gets the events
+    routed after it is READY), only `to_agent` when the caller named one for a fan-out (`observing`: subscribers
+    beside the handlers are notified whichever handler the caller named), sorted, at most MAX_DELIVERIES."""
     capability, tenant = envelope["capability"], envelope.get("tenant") or ""
     version_range = envelope.get("capability_version") or "*"
-    only = envelope.get("to_agent")
+    only = None if observing else envelope.get("to_agent")
+    event = Event(envelope)
     found = []
     for agent, regs in parts.subscribers.items():
         if only and agent != only:
             continue
-        if any(r.state is AgentState.READY and (not r.tenants or tenant in r.tenants)
-               and matching_capability(r, capability, version_range) is not None for r in regs):
-            found.append(agent)
+        for r in regs:
+            if r.state is not AgentState.READY or (r.tenants and tenant not in r.tenants):
+                continue
+            cap = matching_capability(r, capability, version_range)
+            if cap is not None and event.passes(cap.filter):
+                found.append(agent)
+                break
     return sorted(found)[:MAX_DELIVERIES]
+
+
+def notification_id(message_id: str, generation: int, agent_id: str) -> str:
+    """A notification's message id: derived (as a delivery's), with `-n` where a delivery has `-s`."""
+    path = agent_id.removeprefix("agent://").replace("/", ".")
+    return f"{message_id}-n{generation}-{path}"
+
+
+def notification(envelope: Mapping[str, Any], agent_id: str, *, share: int = 1) -> dict[str, Any]:
+    """The child envelope notifying the subscriber `agent_id` of the request `envelope` that a handler serves: a
+    delivery (same payload, trace, deadline, the budget split among the `share` notifications, no reply_to or
+    callback) that reports to nobody: the request's row ends by its handler, the notification's own row by the
+    subscriber."""
+    child = delivery(envelope, agent_id, share=share)
+    headers = {k: v for k, v in child["headers"].items() if k != OF_HEADER}
+    headers[NOTIFY_HEADER] = envelope["message_id"]
+    return {**child, "message_id": notification_id(envelope["message_id"], envelope.get("generation") or 0, agent_id),
+            "headers": headers}
+
+
+def is_notification(envelope: Mapping[str, Any]) -> bool:
+    """Whether this envelope is a notification the router made (its id derived from the request the header names,
+    for its `to_agent`): routed to that one agent, queued rather than shed, never notified again."""
+    return notified_of(str(envelope.get("message_id") or ""), envelope.get("to_agent"),
+                       (envelope.get("headers") or {}).get(NOTIFY_HEADER)) is not None
+
+
+def notified_of(message_id: str, to_agent: str | None, parent: str | None) -> str | None:
+    """`parent` when `message_id` is `notification_id(parent, generation, to_agent)` for some generation, else None."""
+    head = f"{parent}-n"
+    if not parent or not to_agent or not message_id.startswith(head):
+        return None
+    digits = message_id[len(head):].split("-", 1)[0]
+    return parent if digits.isdigit() and message_id == notification_id(parent, int(digits), to_agent) else None
 
 
 def delivery_id(message_id: str, generation: int, agent_id: str) -> str:
@@ -196,24 +244,6 @@ def announced(agents: Sequence[str], message_id: str, generation: int) -> FanOut
     """The FANNED_OUT receipt's deliveries, as the router sends them."""
     return FanOut(deliveries=[FanOutDelivery(agent_id=a, message_id=delivery_id(message_id, generation, a))
                               for a in agents])
-
-
-# -- registration ------------------------------------------------------------------------------------------------
-
-
-def mode_conflict(mine: AgentRegistration, others: Iterable[AgentRegistration]) -> str | None:
-    """Why `mine` may not register (None: it may): it serves a capability in one mode that another agent's live
-    instance serves in the other. Instances of the same agent id are its own group and are not compared."""
-    for cap in mine.capabilities:
-        for other in others:
-            if other.agent_id == mine.agent_id:
-                continue
-            theirs = mode_of(other, cap.name)
-            if theirs is not None and theirs is not cap.mode:
-                return (f"{mine.agent_id} may not serve {cap.name} in {cap.mode.value} mode: {other.agent_id} "
-                        f"(instance {other.instance_id}) serves it in {theirs.value} mode, and a capability is "
-                        "served in one mode at a time. Stop those instances first, or use another capability name.")
-    return None
 
 
 # -- the status fold's side --------------------------------------------------------------------------------------

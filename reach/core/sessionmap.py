@@ -15,7 +15,13 @@ time is at most that stale.
 A session is its tenant's: the map and the topic are keyed by `scoped(tenant, session_key)` (`<tenant>/<key>`, the
 tenant's `%` and `/` escaped), and a record's value names its tenant, so one tenant's session key never steers
 another's requests. A record written before sessions were scoped (a bare session_key, no tenant in its value) is
-not learned: such a session's next request picks its instance afresh, and the record is compacted away."""
+not learned: such a session's next request picks its instance afresh, and the record is compacted away.
+
+A session also has a snapshot: a JSON object as text (at most MAX_SNAPSHOT_BYTES) that a handler wrote back with
+`ctx.session`. The agent records it here (`snapshot`, `snapshot_at`) beside its instance; every router learns it
+and the routing worker puts the newest one in the `session_snapshot` of the session's next envelope, whichever
+instance that goes to. A snapshot is a whole value: the newest write wins (by `snapshot_at`), and a router's own
+records carry the snapshot it holds so that compaction keeps it (docs/decisions/0076)."""
 
 from __future__ import annotations
 
@@ -27,6 +33,9 @@ from typing import NamedTuple
 DEFAULT_TTL_MS = 600_000
 DEFAULT_MAX_SESSIONS = 200_000
 RECORD_EVERY = 4  # a session's record is refreshed every ttl_ms / RECORD_EVERY while it is active
+MAX_SNAPSHOT_BYTES = 16 * 1024
+"""A session snapshot's size at most, as compact JSON text: it travels inside every envelope of the session (the
+router's envelope limit leaves 64 KiB beside the payload)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +45,8 @@ class Stick:
     instance_id: str
     seen_at: int
     recorded_at: int
+    snapshot: str | None = None  # the session's snapshot, as its handlers last wrote it back
+    snapshot_at: int = 0  # when it was written
 
 
 class SessionMap:
@@ -67,19 +78,35 @@ class SessionMap:
         record = (held is None or held.instance_id != instance_id
                   or now_ms - held.recorded_at >= self.ttl_ms // RECORD_EVERY)
         recorded_at = now_ms if record or held is None else held.recorded_at
-        self._put(session_key, Stick(instance_id, now_ms, recorded_at))
+        snapshot, snapshot_at = (held.snapshot, held.snapshot_at) if held is not None else (None, 0)
+        self._put(session_key, Stick(instance_id, now_ms, recorded_at, snapshot, snapshot_at))
         return record
 
-    def learn(self, session_key: str, instance_id: str, seen_at: int, now_ms: int) -> bool:
-        """A record read from the sessions topic (this worker's own, or another's before a restart or a
-        rebalance); kept unless idle past the TTL or older than what is held. True when it was kept."""
+    def learn(self, session_key: str, instance_id: str, seen_at: int, now_ms: int, *,
+              snapshot: str | None = None, snapshot_at: int = 0) -> bool:
+        """A record read from the sessions topic (this worker's own, another's before a restart or a rebalance, or
+        an agent's that wrote the session's snapshot back); kept unless idle past the TTL or older than what is
+        held. Where the session sticks and its snapshot are learned apart: a snapshot newer than the one held is
+        kept even from a record whose instance is older. True when anything was kept."""
         if not session_key or now_ms - seen_at > self.ttl_ms:
             return False
         held = self._entries.get(session_key)
-        if held is not None and held.seen_at >= seen_at:
+        newer = held is None or held.seen_at < seen_at
+        fresher = snapshot is not None and (held is None or held.snapshot_at < snapshot_at)
+        if not newer and not fresher:
             return False
-        self._put(session_key, Stick(instance_id, seen_at, seen_at))
+        kept = (snapshot, snapshot_at) if fresher else (held.snapshot, held.snapshot_at) if held else (None, 0)
+        where = Stick(instance_id, seen_at, seen_at) if newer or held is None else held
+        base = Stick(where.instance_id, where.seen_at, where.recorded_at, *kept)
+        self._put(session_key, base)
         return True
+
+    def snapshot(self, session_key: str | None, now_ms: int) -> tuple[str | None, int]:
+        """The session's snapshot and when it was written ((None, 0): none, or the session idled past the TTL)."""
+        if not session_key or self.get(session_key, now_ms) is None:
+            return None, 0
+        held = self._entries[session_key]
+        return held.snapshot, held.snapshot_at
 
     def forget(self, session_key: str) -> None:
         self._entries.pop(session_key, None)
@@ -105,11 +132,15 @@ def _prefix(tenant: str) -> str:
     return tenant.replace("%", "%25").replace("/", "%2F") + "/"
 
 
-def encode(instance_id: str, seen_at: int, tenant: str | None = None) -> bytes:
-    """A sessions topic record's value."""
+def encode(instance_id: str, seen_at: int, tenant: str | None = None, *, snapshot: str | None = None,
+           snapshot_at: int = 0) -> bytes:
+    """A sessions topic record's value (`snapshot`: the session's snapshot as JSON text, with when it was written)."""
     fields: dict[str, object] = {"instance_id": instance_id, "seen_at": seen_at}
     if tenant is not None:
         fields["tenant"] = tenant
+    if snapshot is not None:
+        fields["snapshot"] = snapshot
+        fields["snapshot_at"] = snapshot_at
     return json.dumps(fields, separators=(",", ":")).encode()
 
 
@@ -120,6 +151,8 @@ class Record(NamedTuple):
     instance_id: str
     seen_at: int
     tenant: str | None = None
+    snapshot: str | None = None
+    snapshot_at: int = 0
 
     def belongs(self, key: str) -> bool:
         """Whether this record may be learned under the topic key `key`: its tenant's scoped key."""
@@ -134,7 +167,13 @@ def decode_record(value: bytes) -> Record:
     instance_id, seen_at, tenant = data.get("instance_id"), data.get("seen_at"), data.get("tenant")
     if not isinstance(instance_id, str) or not instance_id or isinstance(seen_at, bool) or not isinstance(seen_at, int):
         raise ValueError(f"a session record needs instance_id (text) and seen_at (epoch ms): {data!r}")
-    return Record(instance_id, seen_at, tenant if isinstance(tenant, str) else None)
+    snapshot, snapshot_at = data.get("snapshot"), data.get("snapshot_at")
+    if snapshot is not None and (not isinstance(snapshot, str) or len(snapshot.encode()) > MAX_SNAPSHOT_BYTES
+                                 or isinstance(snapshot_at, bool) or not isinstance(snapshot_at, int)):
+        raise ValueError(f"a session snapshot is JSON text of at most {MAX_SNAPSHOT_BYTES} bytes with snapshot_at "
+                         "(epoch ms)")
+    return Record(instance_id, seen_at, tenant if isinstance(tenant, str) else None,
+                  snapshot, snapshot_at if isinstance(snapshot_at, int) and snapshot is not None else 0)
 
 
 def decode(value: bytes) -> tuple[str, int]:

@@ -22,6 +22,8 @@ class Routing(BaseModel):
     tags: list[str] = Field(default_factory=list, max_length=32)
     priority: int = Field(default=0, ge=-2**31, le=2**31 - 1)
     canary: bool = False
+    strict_tags: bool = Field(default=False, description="only instances carrying every tag serve it (no fallback "
+                              "to untagged ones: none ends UNROUTABLE)")
 
 
 class EnvelopeRequest(BaseModel):

@@ -65,8 +65,12 @@ class RegistryCatalog:
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="reach-gateway-registry", daemon=True)
 
-    def start(self, ready_timeout: float = 30.0) -> None:
+    def begin(self) -> None:
+        """Start following without waiting: `ready` is set once the registry was read, `error` says why not yet."""
         self._thread.start()
+
+    def start(self, ready_timeout: float = 30.0) -> None:
+        self.begin()
         if not self.ready.wait(ready_timeout):
             raise InfraUnavailable(f"the gateway could not read {self._names.registry} within {ready_timeout:.0f}s "
                                    f"({self.error or 'no answer'}); is the broker up and `reach topics apply` done?")

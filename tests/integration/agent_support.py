@@ -9,7 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -18,8 +18,12 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from reach.agent import Agent
 from reach.agent.startgate import STARTED_AT
+from reach.envelopes import now_ms
+from reach.errors import InfraUnavailable
 from reach.kafka import codec
+from reach.names import Names
 from reach.records import Receipt, Status
+from reach.registry import read_registry
 from reach.settings import KafkaSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,3 +154,22 @@ def reach_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the `reach` command line and capture its output."""
     return subprocess.run([sys.executable, "-m", "reach", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
+
+
+def owning_partitions(names: Names, agents: list[Agent]) -> bool:
+    """Whether every agent's instance is live in the registry with inbox partitions assigned (ready to be routed to)."""
+    try:
+        live = read_registry(KafkaSettings(), names).live(now_ms())
+    except InfraUnavailable:
+        return False
+    ids = {r.instance_id for r in live if r.assigned_partitions}
+    return all(a.instance_id in ids for a in agents)
+
+
+@contextmanager
+def all_running(agents: list[Agent]) -> Iterator[None]:
+    """Run every agent in a thread of this process (`running`); stop them all on exit."""
+    with ExitStack() as stack:
+        for agent in agents:
+            stack.enter_context(running(agent))
+        yield

@@ -4,21 +4,15 @@ instance about half the time: the restarted router knows them from the sessions 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import pytest
 
 from reach.agent import Agent, Context
 from reach.client import Client
-from reach.envelopes import now_ms
-from reach.errors import InfraUnavailable
 from reach.names import Names
 from reach.records import Receipt, Status
-from reach.registry import read_registry
-from reach.settings import KafkaSettings
-from tests.integration.agent_support import Receipts, TopicReader, running, wait_for
+from tests.integration.agent_support import Receipts, TopicReader, all_running, owning_partitions, wait_for
 from tests.integration.stream_app import StreamApp
 
 pytestmark = pytest.mark.integration
@@ -36,23 +30,6 @@ def _agent(agent_id: str) -> Agent:
     return agent
 
 
-@contextmanager
-def _both(agents: list[Agent]) -> Iterator[None]:
-    with ExitStack() as stack:
-        for agent in agents:
-            stack.enter_context(running(agent))
-        yield
-
-
-def _ready(names: Names, agents: list[Agent]) -> bool:
-    try:
-        live = read_registry(KafkaSettings(), names).live(now_ms())
-    except InfraUnavailable:
-        return False
-    ids = {r.instance_id for r in live if r.assigned_partitions}
-    return all(a.instance_id in ids for a in agents)
-
-
 def _send(client: Client, session: str, turns: range) -> list[str]:
     return [client.send("test.sticky", {"turn": t}, session_key=session) for t in turns]
 
@@ -64,8 +41,8 @@ def _served_by(receipts: dict[str, list[Receipt]], ids: list[str]) -> set[str | 
 def test_a_session_keeps_its_instance_across_a_router_sigkill(namespace: str, stream_app: StreamApp) -> None:
     names = Names(namespace)
     agents = [_agent(a) for a in AGENTS]
-    with _both(agents), Client() as client:
-        wait_for(lambda: _ready(names, agents), 60, "both instances READY")
+    with all_running(agents), Client() as client:
+        wait_for(lambda: owning_partitions(names, agents), 60, "both instances READY")
         receipts = Receipts(names.receipts)
         before = {"main": _send(client, "main", range(25)), **{s: _send(client, s, range(2)) for s in SHORT}}
         receipts.wait_status([m for ids in before.values() for m in ids], Status.COMPLETED, timeout=60)

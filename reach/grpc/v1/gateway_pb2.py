@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1breach/grpc/v1/gateway.proto\x12\x08reach.v1\x1a\x1cgoogle/protobuf/struct.proto\"^\n\x07Routing\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x13\n\x0bsession_key\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x0e\n\x06\x63\x61nary\x18\x05 \x01(\x08\"\x8f\x03\n\x0bSendRequest\x12\x12\n\ncapability\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12)\n\x07payload\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueH\x00\x12\x16\n\x0cpayload_json\x18\x04 \x01(\tH\x00\x12\"\n\x07routing\x18\x05 \x01(\x0b\x32\x11.reach.v1.Routing\x12\x16\n\tbudget_ms\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x16\n\texpire_at\x18\x07 \x01(\x03H\x02\x88\x01\x01\x12\x17\n\x0fidempotency_key\x18\x08 \x01(\t\x12\x0e\n\x06intent\x18\t \x01(\t\x12\x17\n\nmax_tokens\x18\n \x01(\x03H\x03\x88\x01\x01\x12\x15\n\x08max_cost\x18\x0b \x01(\x01H\x04\x88\x01\x01\x12\x10\n\x08\x63\x61llback\x18\x0c \x01(\t\x12\x19\n\x11\x63\x61llback_progress\x18\r \x01(\x08\x42\x06\n\x04\x62odyB\x0c\n\n_budget_msB\x0c\n\n_expire_atB\r\n\x0b_max_tokensB\x0b\n\t_max_cost\"_\n\rInvokeRequest\x12&\n\x07request\x18\x01 \x01(\x0b\x32\x15.reach.v1.SendRequest\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\r\n\x0b_timeout_ms\"D\n\x08\x41\x63\x63\x65pted\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\x12\x12\n\nstatus_url\x18\x03 \x01(\t\";\n\x0cReceiptError\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xef\x01\n\x0bInvokeReply\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12-\n\rreceipt_error\x18\x05 \x01(\x0b\x32\x16.reach.v1.ReceiptError\x12\x10\n\x08\x61gent_id\x18\x06 \x01(\t\x12\x13\n\x0binstance_id\x18\x07 \x01(\t\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x0f\n\x07message\x18\t \x01(\t\x12\x0c\n\x04hint\x18\n \x01(\t\"&\n\x10GetStatusRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"Y\n\rMessageStatus\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12$\n\x03row\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"6\n\x11WatchStepsRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x02 \x01(\x05\"Z\n\x04Step\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x12\n\x05index\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12%\n\x04\x64\x61ta\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructB\x08\n\x06_index2\xf5\x01\n\x07Gateway\x12\x31\n\x04Send\x12\x15.reach.v1.SendRequest\x1a\x12.reach.v1.Accepted\x12\x38\n\x06Invoke\x12\x17.reach.v1.InvokeRequest\x1a\x15.reach.v1.InvokeReply\x12@\n\tGetStatus\x12\x1a.reach.v1.GetStatusRequest\x1a\x17.reach.v1.MessageStatus\x12;\n\nWatchSteps\x12\x1b.reach.v1.WatchStepsRequest\x1a\x0e.reach.v1.Step0\x01\x42\x03\x90\x01\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1breach/grpc/v1/gateway.proto\x12\x08reach.v1\x1a\x1cgoogle/protobuf/struct.proto\"s\n\x07Routing\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x13\n\x0bsession_key\x18\x02 \x01(\t\x12\x0c\n\x04tags\x18\x03 \x03(\t\x12\x10\n\x08priority\x18\x04 \x01(\x05\x12\x0e\n\x06\x63\x61nary\x18\x05 \x01(\x08\x12\x13\n\x0bstrict_tags\x18\x06 \x01(\x08\"\x8f\x03\n\x0bSendRequest\x12\x12\n\ncapability\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12)\n\x07payload\x18\x03 \x01(\x0b\x32\x16.google.protobuf.ValueH\x00\x12\x16\n\x0cpayload_json\x18\x04 \x01(\tH\x00\x12\"\n\x07routing\x18\x05 \x01(\x0b\x32\x11.reach.v1.Routing\x12\x16\n\tbudget_ms\x18\x06 \x01(\x03H\x01\x88\x01\x01\x12\x16\n\texpire_at\x18\x07 \x01(\x03H\x02\x88\x01\x01\x12\x17\n\x0fidempotency_key\x18\x08 \x01(\t\x12\x0e\n\x06intent\x18\t \x01(\t\x12\x17\n\nmax_tokens\x18\n \x01(\x03H\x03\x88\x01\x01\x12\x15\n\x08max_cost\x18\x0b \x01(\x01H\x04\x88\x01\x01\x12\x10\n\x08\x63\x61llback\x18\x0c \x01(\t\x12\x19\n\x11\x63\x61llback_progress\x18\r \x01(\x08\x42\x06\n\x04\x62odyB\x0c\n\n_budget_msB\x0c\n\n_expire_atB\r\n\x0b_max_tokensB\x0b\n\t_max_cost\"_\n\rInvokeRequest\x12&\n\x07request\x18\x01 \x01(\x0b\x32\x15.reach.v1.SendRequest\x12\x17\n\ntimeout_ms\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\r\n\x0b_timeout_ms\"D\n\x08\x41\x63\x63\x65pted\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\x12\x12\n\nstatus_url\x18\x03 \x01(\t\";\n\x0cReceiptError\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\"\xef\x01\n\x0bInvokeReply\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x10\n\x08trace_id\x18\x02 \x01(\t\x12\x0e\n\x06status\x18\x03 \x01(\t\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x16.google.protobuf.Value\x12-\n\rreceipt_error\x18\x05 \x01(\x0b\x32\x16.reach.v1.ReceiptError\x12\x10\n\x08\x61gent_id\x18\x06 \x01(\t\x12\x13\n\x0binstance_id\x18\x07 \x01(\t\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x0f\n\x07message\x18\t \x01(\t\x12\x0c\n\x04hint\x18\n \x01(\t\"&\n\x10GetStatusRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\"Y\n\rMessageStatus\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12$\n\x03row\x18\x03 \x01(\x0b\x32\x17.google.protobuf.Struct\"6\n\x11WatchStepsRequest\x12\x12\n\nmessage_id\x18\x01 \x01(\t\x12\r\n\x05\x61\x66ter\x18\x02 \x01(\x05\"Z\n\x04Step\x12\r\n\x05\x65vent\x18\x01 \x01(\t\x12\x12\n\x05index\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12%\n\x04\x64\x61ta\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructB\x08\n\x06_index2\xf5\x01\n\x07Gateway\x12\x31\n\x04Send\x12\x15.reach.v1.SendRequest\x1a\x12.reach.v1.Accepted\x12\x38\n\x06Invoke\x12\x17.reach.v1.InvokeRequest\x1a\x15.reach.v1.InvokeReply\x12@\n\tGetStatus\x12\x1a.reach.v1.GetStatusRequest\x1a\x17.reach.v1.MessageStatus\x12;\n\nWatchSteps\x12\x1b.reach.v1.WatchStepsRequest\x1a\x0e.reach.v1.Step0\x01\x42\x03\x90\x01\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,25 +34,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\220\001\000'
   _globals['_ROUTING']._serialized_start=71
-  _globals['_ROUTING']._serialized_end=165
-  _globals['_SENDREQUEST']._serialized_start=168
-  _globals['_SENDREQUEST']._serialized_end=567
-  _globals['_INVOKEREQUEST']._serialized_start=569
-  _globals['_INVOKEREQUEST']._serialized_end=664
-  _globals['_ACCEPTED']._serialized_start=666
-  _globals['_ACCEPTED']._serialized_end=734
-  _globals['_RECEIPTERROR']._serialized_start=736
-  _globals['_RECEIPTERROR']._serialized_end=795
-  _globals['_INVOKEREPLY']._serialized_start=798
-  _globals['_INVOKEREPLY']._serialized_end=1037
-  _globals['_GETSTATUSREQUEST']._serialized_start=1039
-  _globals['_GETSTATUSREQUEST']._serialized_end=1077
-  _globals['_MESSAGESTATUS']._serialized_start=1079
-  _globals['_MESSAGESTATUS']._serialized_end=1168
-  _globals['_WATCHSTEPSREQUEST']._serialized_start=1170
-  _globals['_WATCHSTEPSREQUEST']._serialized_end=1224
-  _globals['_STEP']._serialized_start=1226
-  _globals['_STEP']._serialized_end=1316
-  _globals['_GATEWAY']._serialized_start=1319
-  _globals['_GATEWAY']._serialized_end=1564
+  _globals['_ROUTING']._serialized_end=186
+  _globals['_SENDREQUEST']._serialized_start=189
+  _globals['_SENDREQUEST']._serialized_end=588
+  _globals['_INVOKEREQUEST']._serialized_start=590
+  _globals['_INVOKEREQUEST']._serialized_end=685
+  _globals['_ACCEPTED']._serialized_start=687
+  _globals['_ACCEPTED']._serialized_end=755
+  _globals['_RECEIPTERROR']._serialized_start=757
+  _globals['_RECEIPTERROR']._serialized_end=816
+  _globals['_INVOKEREPLY']._serialized_start=819
+  _globals['_INVOKEREPLY']._serialized_end=1058
+  _globals['_GETSTATUSREQUEST']._serialized_start=1060
+  _globals['_GETSTATUSREQUEST']._serialized_end=1098
+  _globals['_MESSAGESTATUS']._serialized_start=1100
+  _globals['_MESSAGESTATUS']._serialized_end=1189
+  _globals['_WATCHSTEPSREQUEST']._serialized_start=1191
+  _globals['_WATCHSTEPSREQUEST']._serialized_end=1245
+  _globals['_STEP']._serialized_start=1247
+  _globals['_STEP']._serialized_end=1337
+  _globals['_GATEWAY']._serialized_start=1340
+  _globals['_GATEWAY']._serialized_end=1585
 # @@protoc_insertion_point(module_scope)

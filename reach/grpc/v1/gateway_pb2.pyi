@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Routing(_message.Message):
-    __slots__ = ("region", "session_key", "tags", "priority", "canary")
+    __slots__ = ("region", "session_key", "tags", "priority", "canary", "strict_tags")
     REGION_FIELD_NUMBER: _ClassVar[int]
     SESSION_KEY_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     CANARY_FIELD_NUMBER: _ClassVar[int]
+    STRICT_TAGS_FIELD_NUMBER: _ClassVar[int]
     region: str
     session_key: str
     tags: _containers.RepeatedScalarFieldContainer[str]
     priority: int
     canary: bool
-    def __init__(self, region: _Optional[str] = ..., session_key: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., canary: _Optional[bool] = ...) -> None: ...
+    strict_tags: bool
+    def __init__(self, region: _Optional[str] = ..., session_key: _Optional[str] = ..., tags: _Optional[_Iterable[str]] = ..., priority: _Optional[int] = ..., canary: _Optional[bool] = ..., strict_tags: _Optional[bool] = ...) -> None: ...
 
 class SendRequest(_message.Message):
     __slots__ = ("capability", "version", "payload", "payload_json", "routing", "budget_ms", "expire_at", "idempotency_key", "intent", "max_tokens", "max_cost", "callback", "callback_progress")

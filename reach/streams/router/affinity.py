@@ -32,9 +32,16 @@ class AffinityTable:
         with self._lock:
             return self._map.set(session_key, instance_id, now_ms)
 
-    def learn(self, session_key: str, instance_id: str, seen_at: int, now_ms: int) -> bool:
+    def learn(self, session_key: str, instance_id: str, seen_at: int, now_ms: int, *,
+              snapshot: str | None = None, snapshot_at: int = 0) -> bool:
         with self._lock:
-            return self._map.learn(session_key, instance_id, seen_at, now_ms)
+            return self._map.learn(session_key, instance_id, seen_at, now_ms, snapshot=snapshot,
+                                   snapshot_at=snapshot_at)
+
+    def snapshot(self, session_key: str | None, now_ms: int) -> tuple[str | None, int]:
+        """The session's snapshot its handlers wrote back, and when ((None, 0): none)."""
+        with self._lock:
+            return self._map.snapshot(session_key, now_ms)
 
     def forget(self, session_key: str) -> None:
         with self._lock:

@@ -74,9 +74,11 @@ from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
 
-COMMIT_EVERY_S = 0.0
-"""How often the hot path's commits may go out (reach.core.commits): 0, every batch (one in flight). A 100 ms timer
-was tried and taken back out (decision 0063: the rolling-upgrade test ended messages twice with it)."""
+COMMIT_EVERY_S = 0.1
+"""How often the hot path's commits may go out (reach.core.commits): at most every 100 ms, one in flight, as the
+agent's. Safe by construction (decision 0070): a crash reads the uncommitted envelopes again, and each is decided
+again: a forward meets the agent's result cache, an ending the first-terminal register (reach.terminals), so a
+message still ends once (tests/integration/test_commit_cadence.py kills a router between commits)."""
 
 MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 """Envelopes above this size are REJECTED (OVERSIZE): the payload limit plus room for the routing fields."""
@@ -177,7 +179,7 @@ class Router(Worker[bytes]):
         self.affinity = self.state.sessions  # recovered from the sessions topic by the state loop
         self._sessions_topic: str | None = None  # set once the loop saw the topic exists
         self.qps = QpsLimits()
-        self.fanout = FanOutStep(self.names.receipts)  # subscribe-mode capabilities (docs/decisions/0040)
+        self.fanout = FanOutStep(self.names.receipts)  # subscribers: fan-out (decision 0040), notified (0076)
         self._metadata_refresh_ms = metadata_refresh_ms
         self.topics: CapabilityTopics | None = None  # the current loop's subscription (None before it starts)
         self._rng = rng or random.Random()
@@ -294,8 +296,21 @@ class Router(Worker[bytes]):
         record costs affinity, never a message."""
         if self._sessions_topic is None or not session_key:
             return None
-        return Output(self._sessions_topic, sessionmap.encode(instance_id, now, tenant), key=session_key.encode(),
-                      tracked=False)
+        snapshot, snapshot_at = self.affinity.snapshot(session_key, now)  # kept by compaction: it goes along
+        return Output(self._sessions_topic, sessionmap.encode(instance_id, now, tenant, snapshot=snapshot,
+                                                              snapshot_at=snapshot_at),
+                      key=session_key.encode(), tracked=False)
+
+    def _carried_session(self, envelope: dict[str, Any], session: str | None, now: int) -> dict[str, Any]:
+        """The envelope's change that carries its session's snapshot ({} when there is none, or it carries it
+        already): the newest snapshot the session's handlers wrote back (`ctx.session`, docs/decisions/0076),
+        whichever instance the request goes to; it replaces a snapshot the caller sent."""
+        if not session:
+            return {}
+        snapshot, _at = self.affinity.snapshot(session, now)
+        if snapshot is None or envelope.get("session_snapshot") == snapshot:
+            return {}
+        return {"session_snapshot": snapshot}
 
     def _route_one(self, msg: Record[bytes], value: bytes, batch: _Batch, *, now: int) -> None:
         position = msg.position
@@ -357,15 +372,20 @@ class Router(Worker[bytes]):
         if isinstance(outcome, Forward):
             instance = outcome.instance
             asked = envelope["execution_timeout_ms"]
+            changes = self._carried_session(envelope, session, now)  # the snapshot its handlers wrote back
             if outcome.timeout_factor > 1 and asked > 0:  # rare: a slow sole candidate; others keep the bytes
-                value = encode_dict("Envelope", {**envelope, "execution_timeout_ms": stretched(
-                    asked, outcome.timeout_factor)})
+                changes["execution_timeout_ms"] = stretched(asked, outcome.timeout_factor)
+            if changes:
+                value = encode_dict("Envelope", {**envelope, **changes})
             self.qps.take(instance, clock)
             batch.outputs.append(Output(outcome.topic, value, key=msg.key,
                                         headers=tracing.routed(msg, envelope, outcome, since=clock),
                                         partition=outcome.partition, cause=position,
                                         then=functools.partial(self._routed, position, request, outcome, reply)))
             batch.routes.append(((request.message_id, request.generation, request.attempt), instance.instance_id))
+            if plan.observers:  # subscribers beside the handlers: notified (docs/decisions/0076)
+                batch.outputs += self.fanout.notify(position, topic=msg.topic, envelope=envelope,
+                                                    agents=plan.observers)
             if self.affinity.set(session, instance.instance_id, now):
                 record = self._session(session, instance.instance_id, now, tenant=request.tenant)
                 if record is not None:

@@ -210,12 +210,14 @@ class StateLoop:
         self._state.apply_health(instance_id, record)
 
     def _session(self, session_key: str, stick: sessionmap.Record | None) -> None:
-        """Where a session stuck (a router's record, before a restart or a rebalance); a tombstone forgets it. A
+        """Where a session stuck (a router's record, before a restart or a rebalance) and the snapshot its handlers
+        wrote back (an agent's record); a tombstone forgets it. A
         record not of the tenant its key names (or from before sessions were scoped by tenant) is not learned."""
         if stick is None:
             self._state.sessions.forget(session_key)
         elif stick.belongs(session_key):
-            self._state.sessions.learn(session_key, stick.instance_id, stick.seen_at, int(time.time() * 1000))
+            self._state.sessions.learn(session_key, stick.instance_id, stick.seen_at, int(time.time() * 1000),
+                                       snapshot=stick.snapshot, snapshot_at=stick.snapshot_at)
 
     def _receipt(self, receipt: dict[str, Any]) -> None:
         status = receipt["status"]

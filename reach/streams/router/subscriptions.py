@@ -1,11 +1,12 @@
 """The router's fan-out (docs/decisions/0040): an event on a capability served in `subscribe` mode becomes one
 delivery per subscribing agent, each a child envelope on the capability's topic routed as an ordinary request of that
-one agent; the parent gets a FANNED_OUT receipt naming them. The rules are reach.core.fanout; this module holds the
-per-batch cache of who serves a capability in which mode, and the records the hot path produces."""
+one agent; the parent gets a FANNED_OUT receipt naming them. On a capability some agent handles, the subscribers
+beside the handlers are notified instead (docs/decisions/0076): a request forwarded to a handler also sends one
+notification per subscriber whose filter it passes. The rules are reach.core.fanout; this module holds the per-batch
+cache of who serves a capability in which mode, and the records the hot path produces."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +19,6 @@ from reach.kafka.codec import encode_dict
 from reach.kafka.worker import Output
 from reach.records import AgentRegistration, Status
 
-log = logging.getLogger("reach.router")
-
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -29,6 +28,7 @@ class Plan:
     candidates: Sequence[AgentRegistration]
     agents: tuple[str, ...] = ()
     delivery: bool = False
+    observers: tuple[str, ...] = ()  # subscribers notified once a handler gets the request
 
 
 class FanOutStep:
@@ -37,7 +37,6 @@ class FanOutStep:
 
     def __init__(self, receipts_topic: str) -> None:
         self._receipts = receipts_topic
-        self._refused: set[tuple[str, str]] = set()
 
     def plan(self, envelope: Mapping[str, Any], registrations: Sequence[AgentRegistration],
              splits: dict[str, fanout.Split]) -> Plan:
@@ -45,11 +44,10 @@ class FanOutStep:
         parts = splits.get(capability)
         if parts is None:
             parts = splits[capability] = fanout.split(capability, registrations)
-            self._log_refused(capability, parts)
-        if fanout.is_delivery(envelope):  # routed to its one agent (to_agent), never fanned out again
+        if fanout.is_delivery(envelope) or fanout.is_notification(envelope):  # to its one agent (to_agent), once
             return Plan(candidates=registrations, delivery=True)
         if not parts.fans_out:
-            return Plan(candidates=parts.handlers)
+            return Plan(candidates=parts.handlers, observers=self._observers(envelope, parts))
         agents = fanout.subscribers(envelope, parts)
         return Plan(candidates=(), agents=tuple(agents))  # none READY: routed among none, NoRoute says so
 
@@ -60,9 +58,7 @@ class FanOutStep:
         outputs = []
         for agent in agents:
             child = fanout.delivery(envelope, agent, share=len(agents))  # the event's budget split among them
-            key = (child.get("routing") or {}).get("session_key") or child["message_id"]
-            outputs.append(Output(topic, encode_dict("Envelope", child), key=str(key).encode(),
-                                  headers=[(H.MESSAGE_ID, child["message_id"].encode())], cause=position))
+            outputs.append(_child(topic, child, position))
         book = fanout.announced(agents, request.message_id, request.generation)
         receipt = {
             "message_id": request.message_id, "generation": request.generation, "trace_id": request.trace_id,
@@ -75,16 +71,29 @@ class FanOutStep:
                               headers=[(H.MESSAGE_ID, key), *reply], cause=position))
         return outputs
 
-    def _log_refused(self, capability: str, parts: fanout.Split) -> None:
-        for reg in parts.refused:
-            if (reg.instance_id, capability) not in self._refused:
-                self._refused.add((reg.instance_id, capability))
-                log.warning("%s (%s) subscribes to %s, which other agents serve in handle mode: its subscription is "
-                            "refused (a capability is served in one mode at a time)", reg.instance_id, reg.agent_id,
-                            capability)
+    @staticmethod
+    def _observers(envelope: Mapping[str, Any], parts: fanout.Split) -> tuple[str, ...]:
+        """The subscribers beside the handlers this request notifies: on its first routing only (a retry or a
+        reroute of the request notifies nobody again)."""
+        if not parts.observed or (envelope.get("attempt") or 1) > 1 or (envelope.get("reroutes") or 0) > 0:
+            return ()
+        return tuple(fanout.subscribers(envelope, parts, observing=True))
+
+    @staticmethod
+    def notify(position: Position, *, topic: str, envelope: Mapping[str, Any], agents: Sequence[str]) -> list[Output]:
+        """The notifications of a request a handler got, to the capability's topic (acknowledged before the record
+        commits; a batch read again makes the same ids, which each subscriber runs once)."""
+        return [_child(topic, fanout.notification(envelope, agent, share=len(agents)), position) for agent in agents]
 
 
 def receipt_headers(envelope: Mapping[str, Any]) -> H.Headers:
     """The x-reach-fanout-of header on the router's receipts of a delivery: the status fold learns its parent."""
     parent = fanout.parent_of(envelope)
     return [(H.FANOUT_OF, parent.encode())] if parent else []
+
+
+def _child(topic: str, child: dict[str, Any], position: Position) -> Output:
+    """A child envelope on its capability's topic, keyed as every capability topic is (session_key, else its id)."""
+    key = (child.get("routing") or {}).get("session_key") or child["message_id"]
+    return Output(topic, encode_dict("Envelope", child), key=str(key).encode(),
+                  headers=[(H.MESSAGE_ID, child["message_id"].encode())], cause=position)

@@ -31,10 +31,13 @@ def registry_of(monkeypatch: pytest.MonkeyPatch, *registrations: object) -> None
     monkeypatch.setattr(modes, "read_registry", lambda *a, **k: view)
 
 
-def test_a_subscriber_of_a_capability_another_agent_handles_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_subscriber_beside_a_handler_of_the_capability_registers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decision 0076: subscribers beside a handler are notified observers, no longer refused (either way round)."""
     registry_of(monkeypatch, reg("h1", agent_id="agent://demo/orders", capability=CAP))
-    with pytest.raises(RegistrationRefused, match="served in one mode at a time"):
-        check_registration(subscriber("a1"), kafka=MEMORY, names=Names("ns"), now_ms=1_000)
+    check_registration(subscriber("a1"), kafka=MEMORY, names=Names("ns"), now_ms=1_000)
+    registry_of(monkeypatch, subscriber("a1"))
+    check_registration(reg("h1", agent_id="agent://demo/orders", capability=CAP), kafka=MEMORY, names=Names("ns"),
+                       now_ms=1_000)
 
 
 def test_another_subscriber_or_instance_registers(monkeypatch: pytest.MonkeyPatch) -> None:

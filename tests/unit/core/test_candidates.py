@@ -57,6 +57,13 @@ def test_tags_prefer_full_matches() -> None:
     assert ids(select(req(tags=("tpu",)), regs).candidates) == {"gpu", "plain"}
 
 
+def test_strict_tags_never_fall_back_to_instances_without_them() -> None:
+    regs = [reg("gpu", tags=["gpu", "fast"]), reg("plain")]
+    assert ids(select(req(tags=("gpu",), strict_tags=True), regs).candidates) == {"gpu"}
+    assert ids(select(req(tags=("tpu",), strict_tags=True), regs).candidates) == set()
+    assert ids(select(req(strict_tags=True), regs).candidates) == {"gpu", "plain"}, "no tags asked: no filter"
+
+
 def test_backpressure_sheds_then_overloads() -> None:
     regs = [reg("hot", inflight=9, max_concurrency=10), reg("cool", inflight=2, max_concurrency=10)]
     assert ids(select(req(), regs).candidates) == {"cool"}

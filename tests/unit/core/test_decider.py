@@ -88,3 +88,19 @@ def test_a_batch_decides_as_one_decide_per_request_would(seed: int) -> None:
     assert got == expected
     assert {k[0] for k in got if isinstance(k, tuple)} == {"forward", "overload"}, "both as the queues fill"
     assert decider.loads != start, "the batch's forwards are counted in its loads"
+
+
+def test_a_strict_and_a_loose_request_of_one_shape_are_matched_apart_in_one_batch() -> None:
+    """The Decider caches a batch's matches per request shape: strict_tags is part of the shape (a loose request
+    decided first must not let a strict one fall back to an untagged instance)."""
+    from reach.core.candidates import RouteRequest
+    from reach.core.routing import Decider, Forward, NoRoute
+    from reach.records import Weights
+    from tests.unit.routing_fixtures import reg
+
+    untagged = [reg("plain")]
+    decider = Decider(now_ms=1_000_000)
+    loose = RouteRequest(message_id="m1", capability="text.echo", tags=("gpu",), deadline=1_010_000)
+    strict = loose._replace(message_id="m2", strict_tags=True)
+    assert isinstance(decider.decide(loose, untagged, weights=Weights()), Forward)
+    assert isinstance(decider.decide(strict, untagged, weights=Weights()), NoRoute)

@@ -1,5 +1,6 @@
-"""Fan-out (pure): who gets an event on a subscribe capability, the delivery envelopes, the mode rule, and the
-parent's row collecting its deliveries' endings into one ending, however often receipts are folded again."""
+"""Fan-out (pure): who gets an event on a subscribe capability, the delivery envelopes, subscribers beside a
+handler and their filters, and the parent's row collecting its deliveries' endings into one ending, however often
+receipts are folded again."""
 
 from __future__ import annotations
 
@@ -40,12 +41,38 @@ def test_every_subscribing_agent_gets_the_event_once_however_many_instances_it_r
     assert fanout.subscribers(envelope(), parts) == [AUDIT, NOTIFY]
 
 
-def test_handle_mode_wins_and_the_subscribers_of_that_capability_are_refused() -> None:
+def test_beside_a_handler_the_subscribers_are_observers_and_the_request_does_not_fan_out() -> None:
     handler = reg("h1", agent_id="agent://demo/orders", capability=CAP)
     parts = fanout.split(CAP, [sub("a1", AUDIT), handler])
-    assert not parts.fans_out
+    assert not parts.fans_out and parts.observed
     assert parts.handlers == (handler,)
-    assert [r.instance_id for r in parts.refused] == ["a1"]
+    assert fanout.subscribers(envelope(to_agent="agent://demo/orders"), parts, observing=True) == [AUDIT], \
+        "notified whichever handler the caller named"
+
+
+def test_a_subscribers_filter_picks_its_events_by_tag_or_jsonpath() -> None:
+    urgent, big = sub("u1", "agent://demo/urgent"), sub("b1", "agent://demo/big")
+    urgent = urgent.model_copy(update={"capabilities": [
+        c.model_copy(update={"filter": "tags:urgent"}) for c in urgent.capabilities]})
+    big = big.model_copy(update={"capabilities": [
+        c.model_copy(update={"filter": "$[?(@.amount > 100)]"}) for c in big.capabilities]})
+    parts = fanout.split(CAP, [urgent, big, sub("a1", AUDIT)])
+    small = envelope(payload=b'{"amount": 5}')
+    assert fanout.subscribers(small, parts) == [AUDIT]
+    assert fanout.subscribers(envelope(payload=b'{"amount": 500}'), parts) == [AUDIT, "agent://demo/big"]
+    tagged = {**small, "routing": {**small["routing"], "tags": ["urgent", "eu"]}}
+    assert fanout.subscribers(tagged, parts) == [AUDIT, "agent://demo/urgent"]
+    assert fanout.subscribers(envelope(payload=b"not json"), parts) == [AUDIT], "no JSONPath matches a non-JSON body"
+
+
+def test_a_notification_reports_to_nobody_and_only_the_router_made_one_is_one() -> None:
+    child = fanout.notification(envelope(generation=1), AUDIT, share=2)
+    assert child["message_id"] == fanout.notification_id("m1", 1, AUDIT) == "m1-n1-demo.audit"
+    assert child["headers"] == {"h": "v", fanout.NOTIFY_HEADER: "m1"}, "no fan-out mark: its ending is its own"
+    assert fanout.is_notification(child) and not fanout.is_delivery(child)
+    assert (child["reply_to"], child["callback"], child["to_agent"]) == (None, None, AUDIT)
+    forged = {**envelope(), "to_agent": AUDIT, "headers": {fanout.NOTIFY_HEADER: "other"}}
+    assert not fanout.is_notification(forged)
 
 
 def test_only_subscribers_with_a_ready_instance_for_the_tenant_and_version_get_it() -> None:
@@ -78,15 +105,6 @@ def test_a_delivery_is_the_event_for_one_agent_with_a_derived_id_and_the_same_by
 def test_agent_paths_with_dashes_and_depth_map_to_distinct_ids() -> None:
     ids = {fanout.delivery_id("m", 0, a) for a in ("agent://a/b-c", "agent://a-b/c", "agent://a/b/c")}
     assert len(ids) == 3
-
-
-def test_a_registration_that_mixes_modes_with_another_agent_is_refused_with_the_reason() -> None:
-    handler = reg("h1", agent_id="agent://demo/orders", capability=CAP)
-    problem = fanout.mode_conflict(sub("a1", AUDIT), [handler])
-    assert problem is not None and "subscribe mode" in problem and "agent://demo/orders" in problem
-    assert "handle mode" in (fanout.mode_conflict(handler, [sub("a1", AUDIT)]) or "")
-    assert fanout.mode_conflict(sub("a2", AUDIT), [sub("a1", AUDIT), sub("n1", NOTIFY)]) is None
-    assert fanout.mode_conflict(reg("h2", agent_id="agent://demo/orders", capability=CAP), [handler]) is None
 
 
 # -- the parent's row ---------------------------------------------------------------------------------------------

@@ -117,3 +117,11 @@ def test_a_value_payloads_integral_numbers_are_integers_and_payload_json_is_exac
     assert fields["payload"] == {"big": 12345678901234567890, "one": 1.0} and fields["budget_ms"] == 5
     with pytest.raises(Refusal, match="no payload"):
         ingress.request_fields(pb.SendRequest(capability="c"))
+
+
+def test_strict_tags_reach_the_envelope_request_as_over_v1() -> None:
+    from reach.gateway.bodies import EnvelopeRequest
+
+    asked = pb.SendRequest(capability="c", payload_json="{}", routing=pb.Routing(tags=["gpu"], strict_tags=True))
+    body = EnvelopeRequest.model_validate(ingress.request_fields(asked))
+    assert body.routing.tags == ["gpu"] and body.routing.strict_tags

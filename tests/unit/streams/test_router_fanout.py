@@ -1,7 +1,7 @@
 """The router's fan-out, on fakes: an event on a subscribe capability becomes one delivery per subscribing agent on
 the capability's topic and a FANNED_OUT receipt for the parent; a delivery read back is routed to its one agent's
-inbox (never fanned out again, never shed); a subscriber beside a handle-mode agent is refused (handle wins); a
-batch read again produces the same deliveries."""
+inbox (never fanned out again, never shed); subscribers beside a handle-mode agent are notified when a handler gets
+the request (decision 0076); a batch read again produces the same deliveries."""
 
 from __future__ import annotations
 
@@ -93,14 +93,28 @@ def test_a_busy_subscriber_queues_its_deliveries_instead_of_shedding_them(monkey
     assert producer.to(NAMES.inbox(NOTIFY)) == [child]
 
 
-def test_handle_mode_wins_over_a_subscriber_of_the_same_capability(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_beside_a_handler_a_subscriber_is_notified_and_the_handler_ends_the_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     r, producer = router(monkeypatch), Producer()
     register(r, "a1", AUDIT)
     register(r, "h1", "agent://demo/orders", CapabilityMode.HANDLE)
-    msg, _envelope = event()
+    msg, envelope = event()
     settle(r, cast(Any, [msg]), cast(Any, producer))
-    assert producer.to(ORDERS) == [] and producer.to(NAMES.inbox(AUDIT)) == []
-    assert len(producer.to(NAMES.inbox("agent://demo/orders"))) == 1
+    assert len(producer.to(NAMES.inbox("agent://demo/orders"))) == 1, "a handler gets the request"
+    [note] = [codec.decode(v, Envelope) for v in producer.to(ORDERS)]
+    assert (note.message_id, note.to_agent, note.parent_id) == (
+        f"{envelope.message_id}-n0-demo.audit", AUDIT, envelope.message_id)
+    assert fanout.OF_HEADER not in note.headers and note.headers[fanout.NOTIFY_HEADER] == envelope.message_id
+    statuses = [codec.decode(v, Receipt).status for v in producer.to(NAMES.receipts)]
+    assert statuses == [Status.ROUTED], "no FANNED_OUT: the request's row ends by its handler"
+
+    routed, retried = Producer(), Producer()  # the notification read back goes to the subscriber's inbox only
+    settle(r, cast(Any, [FakeMessage(ORDERS, 0, 1, codec.encode(note), b"k", [])]), cast(Any, routed))
+    assert len(routed.to(NAMES.inbox(AUDIT))) == 1 and routed.to(ORDERS) == []
+    again = event(2, reply_to=None)[0]  # a retry of a request notifies nobody again
+    retry = codec.decode(cast(bytes, again.value()), Envelope).model_copy(update={"attempt": 2})
+    settle(r, cast(Any, [FakeMessage(ORDERS, 0, 2, codec.encode(retry), b"k", [])]), cast(Any, retried))
+    assert retried.to(ORDERS) == [] and len(retried.to(NAMES.inbox("agent://demo/orders"))) == 1
 
 
 def test_an_event_no_subscriber_is_ready_for_ends_unroutable(monkeypatch: pytest.MonkeyPatch) -> None:

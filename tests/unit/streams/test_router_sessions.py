@@ -12,7 +12,7 @@ import pytest
 from reach.core.sessionmap import scoped
 from reach.envelopes import now_ms
 from reach.kafka import codec
-from reach.records import AgentRegistration, AgentState, Capability, Receipt, Status
+from reach.records import AgentRegistration, AgentState, Capability, Envelope, Receipt, Status
 from tests.unit.streams.kafka_fakes import FakeProducer, settle
 from tests.unit.streams.test_router import INBOX, NAMES, record, router
 
@@ -79,3 +79,23 @@ def test_one_tenants_session_key_never_steers_another_tenants_requests(monkeypat
                                     [record(n, session_key="s-1", tenant="acme") for n in range(5)]
                                     + [record(5 + n, session_key="s-1", tenant="evil") for n in range(5)])
     assert picked == ["i1"] * 5 + ["i2"] * 5
+
+
+def test_the_next_envelope_of_a_session_carries_the_snapshot_its_handlers_wrote_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ctx.session (docs/decisions/0076): a snapshot learned from an agent's record goes in the session's next
+    envelope, replacing the caller's; another tenant's session of the same key gets none; the router's own record
+    keeps it for compaction."""
+    r = router(monkeypatch)
+    r._sessions_topic = NAMES.sessions
+    now = now_ms()
+    r.state.sessions.learn(scoped("acme", "s-1") or "", "gone", now - 10, now, snapshot='{"n":1}', snapshot_at=now - 10)
+    producer = FakeProducer()
+    batch = [record(0, session_key="s-1", tenant="acme", session_snapshot="caller's"),
+             record(1, session_key="s-1", tenant="evil")]
+    settle(r, cast(Any, batch), cast(Any, producer))
+    producer.flush()
+    forwarded = [codec.decode(v, Envelope) for v in producer.to(INBOX)]
+    assert [e.session_snapshot for e in forwarded] == ['{"n":1}', None]
+    mine = [json.loads(v) for t, v, k in producer.sent if t == NAMES.sessions and k == b"acme/s-1"]
+    assert mine and mine[-1]["snapshot"] == '{"n":1}'
