@@ -327,7 +327,7 @@ CONSUMER_PROFILES: dict[ConsumerProfile, dict[str, Any]] = {
 }
 
 
-ProducerProfile = Literal["hot", "feed"]
+ProducerProfile = Literal["hot", "receipts", "feed"]
 
 # How long each kind of producer lets a record wait for company (decision 0052, scripts/producer_cost.py and the
 # paired knee run it records); every producer names its profile. Both compress with lz4: alone in its batch a
@@ -339,10 +339,16 @@ ProducerProfile = Literal["hot", "feed"]
 #   share a produce request; at 0 the knee fell from 588 to 447 req/s (4.83 -> 7.17 broker requests and 0.78 ->
 #   1.21 ms of broker CPU per request) for ~2 ms less on an ack at low rates. A loop that flushes its batch pays
 #   no linger (librdkafka's flush sends at once).
+# - receipts: the agent's producer (its receipts, and the retries, dead letters and heartbeats it writes). linger.ms
+#   5. librdkafka sends one ProduceRequest per partition, so a receipt alone in its partition's batch is a request
+#   of its own, and an agent's receipts spread over every receipts partition (keyed by message_id): at 2 ms a batch
+#   of five receipts went out as ~3 requests. 5 ms cut the broker requests per request of the no-op round trip
+#   3.61 -> 2.59 at 500/s and 6.23 -> 5.66 at 250/s (decision 0071), for at most 3 ms more on a receipt.
 # - feed: records only a view reads, which may sit 20 ms (health records, the audit log): against 2 ms, a steady
 #   stream of them cost the broker 27% less CPU per record at 300/s (45% at 1,500/s) and 44% fewer log bytes.
 PRODUCER_PROFILES: dict[ProducerProfile, dict[str, Any]] = {
     "hot": {"linger.ms": 2, "compression.type": "lz4"},
+    "receipts": {"linger.ms": 5, "compression.type": "lz4"},
     "feed": {"linger.ms": 20, "compression.type": "lz4"},
 }
 

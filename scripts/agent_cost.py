@@ -19,7 +19,9 @@ the mark in the past first, as a namespace in use has it.
 `--redis-trips` counts the agent's Redis round trips and commands per message (scripts/redis_trips: every write
 of redis-py's asyncio connections, one command or one whole pipeline, is one round trip; it wraps redis-py, so
 "before" trees are counted the same way), and the garbage collector's runs and µs per message by
-generation. `receipts_per_msg` is every receipt on the receipts topic (STARTED,
+generation; with `--kafka-requests` also the agent's Kafka requests per message by API (`kafka_Produce_per_msg`,
+`kafka_Fetch_per_msg`, `kafka_OffsetCommit_per_msg`, ...: its own clients' count, where the broker's counts every
+client). `receipts_per_msg` is every receipt on the receipts topic (STARTED,
 COMPLETED, ...) divided by the messages.
 """
 
@@ -63,6 +65,8 @@ def main() -> None:
                         help="Redis's memory of the namespace began before the envelopes (no status table asks)")
     parser.add_argument("--redis-trips", action="store_true",
                         help="count the agent's Redis round trips and commands (scripts/redis_trips)")
+    parser.add_argument("--kafka-requests", action="store_true",
+                        help="with --redis-trips: count the agent's Kafka requests by API (librdkafka's statistics)")
     args = parser.parse_args()
     ws = Workspace(topics_file=ROOT / "topics.yaml")
     inbox = ws.ensure(ws.names.inbox(noop_agent.AGENT_ID), "agent")
@@ -77,6 +81,8 @@ def main() -> None:
     if trips_dir is not None:
         trips_file = os.path.join(trips_dir, "trips.json")
         env["REACH_COST_REDIS_TRIPS"] = trips_file
+        if args.kafka_requests:
+            env["REACH_COST_KAFKA_REQUESTS"] = "1"
         path.insert(0, str(ROOT / "scripts" / "redis_trips"))
     if path:
         env["PYTHONPATH"] = os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -130,7 +136,7 @@ def main() -> None:
         "commits_per_msg": round(commits / max(1, len(done)), 3),
         "offset_records_per_msg": round(records / max(1, len(done)), 3), "loadavg": os.getloadavg(),
         "receipts_per_msg": round(seen / max(1, len(done)), 3),
-        **({f"{'' if k.startswith('gc') else 'redis_'}{k}_per_msg": round((trips1[k] - trips0.get(k, 0))
+        **({f"{'' if k.startswith(('gc', 'kafka')) else 'redis_'}{k}_per_msg": round((trips1[k] - trips0.get(k, 0))
                                                                          / max(1, len(done)), 3) for k in trips1}
            if trips_file else {}),
         "namespace_in_use": args.namespace_in_use, "src": str(args.src) if args.src else "worktree",

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from reach import dlq
 from reach.envelopes import now_ms
-from reach.kafka import codec
+from reach.kafka import avrogen, codec
 from reach.kafka import headers as h
 from reach.kafka.types import Message
 from reach.records import Envelope, ErrorInfo, Receipt, Status, StepStatus
@@ -49,7 +49,9 @@ def read(value: bytes | None, headers: Headers) -> Envelope | BadRecord:
     try:
         if value is None:
             raise codec.BadFraming("Envelope: a tombstone (null value) is not an envelope", raw=b"")
-        return codec.decode(value, Envelope)
+        # the reader generated from Envelope.avsc, as the router's (decision 0063); any other framing or version
+        # goes through the codec, which raises its DecodeError for bytes that are no Envelope
+        return codec.model_of(Envelope, avrogen.decode_dict("Envelope", value), value)
     except codec.DecodeError as exc:
         found = {k: v.decode(errors="replace") for k, v in headers}
         reason = UNKNOWN_SCHEMA if isinstance(exc, codec.UnknownSchema) else UNDECODABLE

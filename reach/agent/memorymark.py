@@ -28,6 +28,8 @@ class Memory(Protocol):
 
     async def since(self) -> int: ...
 
+    def known(self) -> int | None: ...
+
     def forget(self) -> None: ...
 
 
@@ -50,10 +52,17 @@ class MemoryMark:
         self._reading: asyncio.Task[int] | None = None  # the read in flight, shared by whoever asks meanwhile
         self._epoch = 0  # forget() moves it on: a read begun before does not store what it read
 
-    async def since(self) -> int:
-        """May raise what Redis raises (the caller guards it, reach.agent.redisguard)."""
+    def known(self) -> int | None:
+        """What `since` would answer without asking Redis (read less than `max_age_s` ago), else None."""
         if self._value is not None and self._clock() - self._at < self._max_age_s:
             return self._value
+        return None
+
+    async def since(self) -> int:
+        """May raise what Redis raises (the caller guards it, reach.agent.redisguard)."""
+        known = self.known()
+        if known is not None:
+            return known
         if self._reading is None:
             self._reading = asyncio.ensure_future(self._read(self._epoch))
             self._reading.add_done_callback(self._read_done)

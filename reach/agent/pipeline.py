@@ -11,6 +11,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -125,6 +126,7 @@ class Pipeline:
         self._lingering = 0
         self._recording, self._tracing_at = False, -TRACING_RECHECK_S
         self._graces = Graces(agent.started_grace_ms / 1000)  # one loop timer for every run's grace
+        self._renewals = Renewals()  # and one per lease length for every run's renewals
 
     def _tracing(self) -> bool:
         """Whether spans are recorded (reach.tracing.recording), asked at most once a second: an SDK is installed
@@ -177,11 +179,12 @@ class Pipeline:
     async def _claimed(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
                        origin: tuple[str, int, int] | None) -> Processed:
         mid, gen = envelope.message_id, envelope.generation
-        policy = self._policy(envelope.capability)
+        policy = self._policy(envelope.capability)  # once per message: the run reads the same one
         timeout_ms = execution_timeout_ms(envelope.execution_timeout_ms, policy, self._agent.execution_timeout_ms)
         lease_ms = timeout_ms + self._agent.lease_margin_ms
-        scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now_ms(), key=declared.request_key(envelope, spec))
-        waited_until = now_ms() + timeout_ms  # how long this attempt waits for another message running its key
+        now = now_ms()
+        scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now, key=declared.request_key(envelope, spec))
+        waited_until = now + timeout_ms  # how long this attempt waits for another message running its key
         if self._unfenced:  # Redis was out: claim what went out unfenced first (reach.agent.ending)
             await self._unfenced.settle(self._outage, self._leases)
         while True:
@@ -196,7 +199,7 @@ class Pipeline:
                 return (await self._ran_here(envelope, found)
                         or await self._status_completed(envelope)
                         or await self._ledger_reused(envelope, scope, outage_since, claimed=False)
-                        or await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope))
+                        or await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope, policy))
             if claim.ours:
                 since = await self._memory_since()
                 if (may_be_forgotten(created_at_ms=envelope.created_at, now_ms=now_ms(),
@@ -225,10 +228,13 @@ class Pipeline:
                     retry_after_ms=KEY_BUSY_RETRY_MS), [], raw=raw, origin=origin)
             # Another run holds the lease (or the business key): never run concurrently; wait until it finishes.
             await asyncio.sleep(LEASE_POLL_S)
-        return await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope)
+        return await self._started(envelope, spec, payload, raw, origin, timeout_ms, scope, policy)
 
     async def _memory_since(self) -> int | None:
-        return None if self._memory is None else await self._redis(self._memory.since)
+        if self._memory is None:
+            return None
+        known = self._memory.known()  # read at most once a second: no Redis call (nor coroutine) in between
+        return known if known is not None else await self._redis(self._memory.since)
 
     async def _ledger_reused(self, envelope: Envelope, scope: KeyScope | None, since: int, *,
                              claimed: bool) -> Processed | None:
@@ -265,7 +271,8 @@ class Pipeline:
         return Processed(Outcome.COMPLETE, (self._send(again),))
 
     async def _started(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
-                       origin: tuple[str, int, int] | None, timeout_ms: int, scope: KeyScope | None) -> Processed:
+                       origin: tuple[str, int, int] | None, timeout_ms: int, scope: KeyScope | None,
+                       policy: Policy | None) -> Processed:
         """Run the handler of a claimed message (ours, or Redis is out): STARTED, the run, its outcome."""
         mid, gen = envelope.message_id, envelope.generation
         if origin is not None and not await self._admitted(origin[1]):
@@ -275,9 +282,9 @@ class Pipeline:
         found = self._runs.begin(mid, gen, envelope.attempt)
         if found is not None:  # finished or running here (Redis is out, or forgot it): never run it twice
             return await self._ran_here(envelope, found, release=True) or await self._started(
-                envelope, spec, payload, raw, origin, timeout_ms, scope)  # it was abandoned: run it
+                envelope, spec, payload, raw, origin, timeout_ms, scope, policy)  # it was abandoned: run it
         try:
-            return await self._run_started(envelope, spec, payload, raw, origin, timeout_ms, scope)
+            return await self._run_started(envelope, spec, payload, raw, origin, timeout_ms, scope, policy)
         finally:
             self._runs.abandon(mid, gen)  # no-op once its outcome was recorded (reach.agent.recentruns)
 
@@ -304,9 +311,8 @@ class Pipeline:
 
     async def _run_started(self, envelope: Envelope, spec: CapabilitySpec, payload: Any, raw: bytes | None,
                            origin: tuple[str, int, int] | None, timeout_ms: int,
-                           scope: KeyScope | None) -> Processed:
+                           scope: KeyScope | None, policy: Policy | None) -> Processed:
         mid, gen = envelope.message_id, envelope.generation
-        policy = self._policy(envelope.capability)
         lease_ms = timeout_ms + self._agent.lease_margin_ms
         if self._cancelled(mid, envelope.tenant):  # not started: skipped, its handler never runs
             return await self._finish(envelope, outcomes.canceled("the caller cancelled it before it started"), [],
@@ -321,7 +327,7 @@ class Pipeline:
         timer = RunTimer(RunClock.start(
             started_ms=started, timeout_ms=timeout_ms, heartbeat_ms=self._agent.heartbeat_timeout_ms,
             cap_ms=policy.execution_timeout_ms if policy else None, deadline=envelope.deadline), message_id=mid)
-        renewer = Renewal(lambda: self._renew(mid, gen, lease_ms, timer), every_s=lease_ms / 3000)
+        renewer = self._renewals.start(lambda: self._renew(mid, gen, lease_ms, timer), every_s=lease_ms / 3000)
         thread: Future[Any] | None = None
         stream = ProgressStream(envelope, send=functools.partial(self._send_started_first, gate),
                                 agent_id=self._agent.agent_id,
@@ -579,30 +585,70 @@ def key_scope(envelope: Envelope, policy: Policy | None, *, lease_ms: int, now: 
 
 
 class Renewal:
-    """Calls `renew` every `every_s` on the running loop until it returns False or `cancel()`.
+    """Calls `renew` every `every_s` on the running loop until it returns False or `cancel()`; queued on its
+    `Renewals` (no loop timer of its own: most handlers finish before the first renewal is due)."""
 
-    A timer rather than a task per message: most handlers finish before the first renewal is due."""
-
-    def __init__(self, renew: Callable[[], Awaitable[bool]], *, every_s: float) -> None:
+    def __init__(self, renew: Callable[[], Awaitable[bool]], *, every_s: float, renewals: Renewals) -> None:
         self._renew = renew
-        self._every_s = every_s
-        self._loop = asyncio.get_running_loop()
+        self.every_s = every_s
+        self._renewals = renewals
         self._task: asyncio.Task[None] | None = None
-        self._timer: asyncio.TimerHandle | None = self._loop.call_later(every_s, self._due)
+        self.cancelled = False
 
-    def _due(self) -> None:
-        self._timer = None
-        self._task = self._loop.create_task(self._once())
+    def due(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self.cancelled:
+            self._task = loop.create_task(self._once())
 
     async def _once(self) -> None:
-        if await self._renew():
-            self._timer = self._loop.call_later(self._every_s, self._due)
+        if await self._renew() and not self.cancelled:
+            self._renewals.queue(self)
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self.cancelled = True  # left in its queue until due, then dropped
         if self._task is not None:
             self._task.cancel()
+
+
+class Renewals:
+    """The renewal timers of one SDK loop: one loop timer per renewal interval, not one per run.
+
+    Runs with the same lease length renew at the same interval, so their due times come in the order they were
+    queued: a queue per interval and a timer for its head (as reach.agent.startgate.Graces does for the grace).
+    A run that ended before its first renewal (the common case) stays queued, cancelled, until then."""
+
+    def __init__(self) -> None:
+        self._queues: dict[float, deque[tuple[float, Renewal]]] = {}
+        self._timers: dict[float, asyncio.TimerHandle] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, renew: Callable[[], Awaitable[bool]], *, every_s: float) -> Renewal:
+        renewal = Renewal(renew, every_s=every_s, renewals=self)
+        self.queue(renewal)
+        return renewal
+
+    def queue(self, renewal: Renewal) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new loop (a pipeline reused across asyncio.run calls): start afresh
+            self._loop, self._queues, self._timers = loop, {}, {}
+        every = renewal.every_s
+        queue = self._queues.get(every)
+        if queue is None:
+            queue = self._queues[every] = deque()
+        queue.append((loop.time() + every, renewal))
+        if every not in self._timers:
+            self._timers[every] = loop.call_at(queue[0][0], self._due, every)
+
+    def _due(self, every: float) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        queue = self._queues.get(every)
+        del self._timers[every]
+        while queue and queue[0][0] <= now:
+            queue.popleft()[1].due(loop)  # a no-op for a run that ended already
+        if queue:
+            self._timers[every] = loop.call_at(queue[0][0], self._due, every)
+        else:
+            self._queues.pop(every, None)  # an interval no run uses any more holds nothing
 
 
 def _payload(envelope: Envelope, spec: CapabilitySpec) -> tuple[Any, Verdict | None]:

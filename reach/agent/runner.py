@@ -135,7 +135,8 @@ class Runner:
         self._loop = asyncio.new_event_loop()
         loop_thread = threading.Thread(target=self._loop.run_forever, name="reach-handlers", daemon=True)
         loop_thread.start()
-        self.publisher = Publisher(clients.producer(self._kafka, profile="hot"))
+        # its receipts spread over the receipts partitions, one produce request per partition batch (decision 0071)
+        self.publisher = Publisher(clients.producer(self._kafka, profile="receipts"))
         self._pool = ThreadPoolExecutor(self.agent.max_concurrency, thread_name_prefix="reach-handler")
         # a lease, its renewals and the result cache per running handler: size the pool from max_concurrency
         redis = async_client(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16,

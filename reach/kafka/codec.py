@@ -354,6 +354,12 @@ def decode_dict(name: str, data: bytes) -> dict[str, Any]:
     return wire_codec().decode_dict(name, data)
 
 
+def model_of(model: type[R], record: dict[str, Any], raw: bytes) -> R:
+    """`model` from a record already decoded from `raw` (e.g. by a reader reach.kafka.avrogen generated); raises
+    InvalidRecord, as `decode` does, when the record breaks the model's rules."""
+    return _model(model, record, raw)
+
+
 class ConfluentCodec:
     """Confluent Schema Registry framing (0x00 + 4-byte schema id), for producers already on a registry.
 

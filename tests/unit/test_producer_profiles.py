@@ -18,7 +18,7 @@ CALL_SITES = {
     "a2a/cancelsink.py": ["hot"],
     "a2a/pushbook.py": ["hot"],
     "a2a/pushsender.py": ["hot"],
-    "agent/runner.py": ["hot"],
+    "agent/runner.py": ["receipts"],
     "aioclient.py": ["hot"],
     "channels/agent.py": ["hot"],
     "client.py": ["hot"],
@@ -86,6 +86,7 @@ def test_every_profile_keeps_the_delivery_settings(profile: str) -> None:
 def test_hot_sends_at_once_and_feed_waits_20_ms_for_company() -> None:
     kafka = KafkaSettings(bootstrap="b:9092")
     assert kafka.producer(profile="hot")["linger.ms"] == 2
+    assert kafka.producer(profile="receipts")["linger.ms"] == 5  # the agent's: one request per partition batch
     assert kafka.producer(profile="feed")["linger.ms"] == 20
     assert kafka.producer() == kafka.producer(profile="hot")
 
@@ -99,7 +100,7 @@ def test_overrides_win_over_the_profile() -> None:
 
 
 def test_an_unknown_profile_is_an_error_naming_the_known_ones() -> None:
-    with pytest.raises(ValueError, match="unknown producer profile 'warm': expected one of hot, feed"):
+    with pytest.raises(ValueError, match="unknown producer profile 'warm': expected one of hot, receipts, feed"):
         KafkaSettings(bootstrap="b:9092").producer(profile="warm")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown producer profile"):
         clients.producer(KafkaSettings(bootstrap="b:9092"), profile="warm")  # type: ignore[arg-type]

@@ -31,6 +31,9 @@ class Since:
     async def since(self) -> int:
         return self.at_ms
 
+    def known(self) -> None:  # never known beforehand: the pipeline awaits `since`
+        return None
+
     def forget(self) -> None:
         self.forgotten += 1
 
