@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reach import heap, policyfields
-from reach.agent import inbox
+from reach.agent import inbox, shared
 from reach.agent.agent import Agent, call_hook
-from reach.agent.cancelfeed import CancelFeed
 from reach.agent.ending import Unfenced
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
@@ -33,7 +32,7 @@ from reach.agent.outage import Outage
 from reach.agent.ownership import Ownership
 from reach.agent.pipeline import Pipeline
 from reach.agent.policy import AgentControl, Mode
-from reach.agent.publisher import Publisher, when_acked
+from reach.agent.publisher import when_acked
 from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
@@ -50,6 +49,10 @@ from reach.webclient import auth_headers
 
 log = logging.getLogger("reach.agent")
 POLL_S = 0.1
+IDLE_POLL_S = 0.5  # nothing in flight: a stop, a DRAIN or DISABLE is seen within this (decision 0073)
+# an empty inbox fetch waits this long at the broker (a record is still answered at once): at the `hot` 100 ms
+# every idle instance sent ten fetches a second (decision 0073); an agent's consumer_config may set another
+INBOX_FETCH_WAIT_MS = 500
 SESSION_TIMEOUT_MS = 10_000  # the inbox consumer's default; an agent's consumer_config may set another
 HEARTBEAT_INTERVAL_MS = 3_000  # librdkafka's default
 REDIS_TIMEOUT_S = 2.0  # a hung Redis must not hang handlers: it degrades to the status table instead
@@ -111,8 +114,10 @@ class Runner:
         self._registry = Outage(base_s=0.5, max_s=10.0)  # the Schema Registry: while it is out, read nothing
         self._stalled: set[int] = set()  # partitions of this batch sought back to a record to read again
         self._mode = Mode.RUN  # what the operator's control records ask of this instance (DISABLE, DRAIN)
-        # one consumer tails cancels and control (decision 0044): the cancel book and the control view
-        self._cancels = CancelFeed(topic=self.names.cancels, control_topic=self.names.control, kafka=self._kafka)
+        # one consumer tails cancels and control (decision 0044): the cancel book and the control view; one per
+        # process, shared by its instances (reach.agent.shared, decision 0073)
+        self._cancels = shared.cancel_feed(topic=self.names.cancels, control_topic=self.names.control,
+                                           kafka=self._kafka)
         self._policies = AgentControl(self._cancels, instance_id=agent.instance_id)
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -134,7 +139,7 @@ class Runner:
         self._loop = asyncio.new_event_loop()
         loop_thread = threading.Thread(target=self._loop.run_forever, name="reach-handlers", daemon=True)
         loop_thread.start()
-        self.publisher = Publisher(clients.producer(self._kafka, profile="hot"))
+        self.publisher = shared.publisher(self._kafka)  # the process's producer; this handle's close is its own
         self._pool = ThreadPoolExecutor(self.agent.max_concurrency, thread_name_prefix="reach-handler")
         # a lease, its renewals and the result cache per running handler: size the pool from max_concurrency
         redis = async_client(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16,
@@ -231,6 +236,7 @@ class Runner:
 
     def _subscribe(self) -> Consumer:
         conf = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": SESSION_TIMEOUT_MS,
+                "fetch.wait.max.ms": INBOX_FETCH_WAIT_MS,
                 "client.id": self.agent.instance_id,
                 "on_commit": functools.partial(clients.on_commit, self._ledger), **self.agent.consumer_config}
         consumer = clients.consumer(self.names.agent_group(self.agent.agent_id), self._kafka, **conf)
@@ -248,11 +254,17 @@ class Runner:
         while not self._stop.is_set():
             room = self.agent.max_concurrency + self.loads.max_queue - self._busy() - len(self._backlog)
             self._stalled.clear()
-            messages = clients.take(self._consumer, max(1, room), POLL_S, window_s=window)
+            messages = clients.take(self._consumer, max(1, room), self._poll_s(), window_s=window)
             for msg in messages:
                 self._take(msg)
             window = most if len(messages) > 1 else 0.0
             self._settle()
+
+    def _poll_s(self) -> float:
+        """POLL_S while anything is in flight (completions wait for this loop); IDLE_POLL_S otherwise: a record
+        still ends the poll at once, and an idle instance wakes twice a second instead of ten times (0073)."""
+        busy = self._busy() or self._backlog or self._tracker.pending() or not self._done.empty()
+        return POLL_S if busy else IDLE_POLL_S
 
     def _settle(self) -> None:
         """Control, completions -> commits, backlog -> handlers, pause/resume, heartbeat."""
