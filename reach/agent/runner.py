@@ -49,7 +49,7 @@ from reach.webclient import auth_headers
 
 log = logging.getLogger("reach.agent")
 POLL_S = 0.1
-IDLE_POLL_S = 0.5  # nothing in flight: a stop, a DRAIN or DISABLE is seen within this (decision 0073)
+IDLE_POLL_S = 1.0  # nothing in flight: a stop, a DRAIN or DISABLE is seen within this (decision 0073)
 # an empty inbox fetch waits this long at the broker (a record is still answered at once): at the `hot` 100 ms
 # every idle instance sent ten fetches a second (decision 0073); an agent's consumer_config may set another
 INBOX_FETCH_WAIT_MS = 500
@@ -262,7 +262,7 @@ class Runner:
 
     def _poll_s(self) -> float:
         """POLL_S while anything is in flight (completions wait for this loop); IDLE_POLL_S otherwise: a record
-        still ends the poll at once, and an idle instance wakes twice a second instead of ten times (0073)."""
+        still ends the poll at once, and an idle instance wakes once a second instead of ten times (0073)."""
         busy = self._busy() or self._backlog or self._tracker.pending() or not self._done.empty()
         return POLL_S if busy else IDLE_POLL_S
 
