@@ -133,9 +133,9 @@ class Runner:
                 signal.signal(sig, lambda *_: self.stop())
         self._ensure_topics()
         now = time.time_ns() // 1_000_000  # modes, contracts, dependencies: refused before anything registers
-        check_registration(self.agent.registration(state=AgentState.STARTING, heartbeat_at=now, inbox_topic=self.inbox,
-                                            inflight=0, assigned_partitions=[]),
-                    kafka=self._kafka, names=self.names, now_ms=now)
+        starting = self.agent.registration(state=AgentState.STARTING, heartbeat_at=now, inbox_topic=self.inbox,
+                                           inflight=0, assigned_partitions=[])
+        check_registration(starting, kafka=self._kafka, names=self.names, now_ms=now, registry=shared.registry)
         self._loop = asyncio.new_event_loop()
         loop_thread = threading.Thread(target=self._loop.run_forever, name="reach-handlers", daemon=True)
         loop_thread.start()

@@ -1,4 +1,5 @@
-"""What the agent instances of one process share (decision 0073): one producer, one cancel and control feed.
+"""What the agent instances of one process share (decision 0073): one producer, one cancel and control feed, and
+the registry read of the declaration check at start.
 
 An instance alone in its process is what it always was. Several in one process (a worker hosting a fleet of
 small agents, the swarm bench) no longer pay a producer, its acks thread, a cancels consumer and its thread
@@ -11,6 +12,10 @@ handle released closes it. A handle's `close`/`stop` is its own: closing one ins
 that instance sent (its tombstone), not for its neighbours' traffic. A producer whose record failed for the
 broker's reasons (not the record's) is retired: instances started from then on get a fresh one, those
 holding it stop on their own DeliveryFailed as before and are restarted onto the new one.
+
+Instances a process starts while it reads the registry for another one's declaration check (reach.agent.modes)
+take that read: each read is the whole topic, so a fleet rolled out in one process read it once per instance,
+quadratic in the fleet.
 """
 
 from __future__ import annotations
@@ -25,9 +30,12 @@ from reach.agent.cancelfeed import CancelFeed
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.publisher import Publisher
 from reach.core.views.controlview import ControlView
+from reach.core.views.registryview import RegistryView
 from reach.kafka import clients
 from reach.kafka.headers import Headers
 from reach.kafka.types import Message
+from reach.names import Names
+from reach.registry import read_registry
 from reach.settings import KafkaSettings
 
 T = TypeVar("T")
@@ -183,3 +191,36 @@ class SharedFeed:
 def cancel_feed(*, topic: str, control_topic: str, kafka: KafkaSettings) -> SharedFeed:
     """A handle on the process's feed of `topic` (cancels) and `control_topic` for these Kafka settings."""
     return SharedFeed(topic=topic, control_topic=control_topic, kafka=kafka)
+
+
+# -- the registry read of the declaration check --------------------------------------------------------
+
+_REGISTRY_LOCK = threading.Lock()
+_REGISTRY_READS: dict[str, Future[RegistryView]] = {}
+
+
+def registry(kafka: KafkaSettings, names: Names, timeout: float = 10) -> RegistryView:
+    """read_registry; an instance asking while another instance of this process reads the same registry takes
+    that read's view instead of reading the whole topic again (a read that began before it asked: as if the two
+    had started at the same moment in two processes). A read that ended is never reused."""
+    key = _key(kafka.consumer("-", profile="idle"), names.registry)
+    with _REGISTRY_LOCK:
+        reading = _REGISTRY_READS.get(key)
+        if reading is None:
+            reading = _REGISTRY_READS[key] = Future()
+            mine = True
+        else:
+            mine = False
+    if not mine:
+        return reading.result()
+    try:
+        view = read_registry(kafka, names, timeout=timeout)
+    except BaseException as exc:
+        reading.set_exception(exc)
+        raise
+    else:
+        reading.set_result(view)
+        return view
+    finally:
+        with _REGISTRY_LOCK:
+            del _REGISTRY_READS[key]

@@ -18,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from reach.agent import Agent
 from reach.agent.startgate import STARTED_AT
-from reach.kafka import codec
+from reach.kafka import codec, topics
 from reach.records import Receipt, Status
 from reach.settings import KafkaSettings
 
@@ -150,3 +150,9 @@ def reach_cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the `reach` command line and capture its output."""
     return subprocess.run([sys.executable, "-m", "reach", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
+
+
+def inbox_partitions(agent_id: str) -> int:
+    """The partitions of `agent_id`'s inbox as the SDK and the tests' helpers create it (REACH_TOPICS_FILE's
+    `families.agent`, sized by agent: decision 0068)."""
+    return topics.load(Path(os.environ.get("REACH_TOPICS_FILE", "topics.yaml"))).inbox(agent_id).partitions

@@ -97,3 +97,29 @@ def test_one_thread_ticks_every_started_ownership_and_ends_with_the_last(kafka: 
     b.stop()
     tickers[0].join(2)
     assert not tickers[0].is_alive()
+
+
+def test_instances_starting_together_share_one_registry_read_and_a_finished_read_is_not_reused(
+        kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.core.views.registryview import RegistryView
+
+    release = threading.Event()
+    reads: list[RegistryView] = []
+
+    def read(*_a: object, **_k: object) -> RegistryView:
+        release.wait(5)
+        reads.append(RegistryView())
+        return reads[-1]
+    monkeypatch.setattr(shared, "read_registry", read)
+    names = Names(f"ns{uuid.uuid4().hex[:6]}")
+    seen: list[RegistryView] = []
+    threads = [threading.Thread(target=lambda: seen.append(shared.registry(kafka, names))) for _ in range(5)]
+    for t in threads:
+        t.start()
+    time.sleep(0.2)
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert len(reads) == 1 and len(seen) == 5 and all(v is reads[0] for v in seen)
+    assert shared.registry(kafka, names) is not reads[0], "asked after the read ended: read again"
+    assert len(reads) == 2
