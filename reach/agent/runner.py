@@ -198,7 +198,7 @@ class Runner:
         spec = topics.load(self._settings.topics_file)
         self._tiers = spec.retry_tiers()
         admin = clients.admin(self._kafka)
-        clients.check_reachable(admin)
+        clients.check_reachable(admin, topic=self.names.registry)  # one topic's metadata, not the cluster's
         topics.ensure_topic(admin, self.inbox, spec.inbox(self.agent.agent_id))  # sized by agent (0068)
         ledger = spec.resolved(self.names).get(self.names.idempotency)
         self._ledger_topic = ledger is not None  # a topics file without it: business keys live in Redis only
