@@ -7,7 +7,7 @@ HELM := $(HOME)/.cache/agent-reach/bin/helm
 GRPCURL_VERSION := v1.9.3
 GRPCURL := $(HOME)/.cache/agent-reach/bin/grpcurl
 
-.PHONY: setup demo test ci unit lint fuzz fuzz-api bench bench-smoke faults soak image image-test chart-test proto clean
+.PHONY: setup demo test ci unit lint fuzz fuzz-api bench bench-smoke bench-swarm faults soak image image-test chart-test proto clean
 
 setup: $(VENV)/.installed $(GRPCURL)
 	@scripts/setup.sh
@@ -29,7 +29,8 @@ test: setup $(if $(findstring chart,$(REACH_TEST_EXTRAS)),$(HELM))
 
 # CI (.ci/run; decision 0067): `make test` with the image and the chart checked beside its parallel part. What CI
 # runs in a short form, at full length: `make soak` (CI: 3 min), `make faults` (CI: leader SIGKILL and Redis restart
-# on the cluster), `make bench-smoke` (CI: without the peers and the echo knee), `make bench` (the figures).
+# on the cluster), `make bench-smoke` (CI: without the peers and the echo knee), `make bench-swarm` (CI: 40 agents,
+# 5 s phases), `make fuzz-api` (CI: 150 examples an operation within 120 s), `make bench` (the figures).
 ci:
 	@REACH_TEST_EXTRAS="image chart" $(MAKE) --no-print-directory test
 
@@ -55,6 +56,11 @@ bench: setup
 # The bench smoke with what CI leaves out of it (decision 0067): the peers, gateway and intent modes, the echo knee.
 bench-smoke: setup
 	@REACH_CI=1 REACH_BENCH_SMOKE=full scripts/with-local.sh $(BIN)/pytest -q -m serial tests/integration/test_bench_smoke.py
+
+# The swarm mode with its default fleet (50 agents in 2 processes, 20 s traffic phases, 25 leaving); CI runs 40 agents
+# and 5 s phases (tests/integration/test_bench_swarm.py). A bigger fleet: docs/performance.md, "A live fleet".
+bench-swarm: setup
+	@scripts/with-local.sh $(BIN)/reach bench --modes swarm --json .reach/swarm.json
 
 # The fault suite (docs/reliability.md): a 3-broker cluster under .reach/faults, every scenario, the table.
 faults: setup

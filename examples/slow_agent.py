@@ -5,6 +5,9 @@ It declares an execution timeout of 30 s (in its registration); each request sle
 `{"heartbeat": true}` sleeps in one-second steps and calls `ctx.heartbeat()` after each: the run may then last
 past 30 s, as long as it keeps beating (up to the POLICY cap or the message's deadline), see docs/agents.md.
 
+It declares `demo.slow` idempotent (sleeping twice harms nothing): a run cut by its timeout is retried, and two
+requests with the same payload and no idempotency_key within the window run once (docs/agents.md).
+
 Run it from the repo root:  reach agent run examples.slow_agent:agent
 Then:                       reach send demo.slow --payload '{}' --wait                  # completes after 12 s
                             reach send demo.slow --payload '{}' --execution-timeout 5s --wait   # times out, retries
@@ -31,6 +34,7 @@ agent = Agent("agent://demo/slow", region=os.environ.get("REACH_AGENT_REGION", "
     output_schema={"type": "object"},
     tags=["demo"],
     examples=[{}, {"ms": 2000}, {"ms": 40000, "heartbeat": True}],
+    idempotent=True,
 )
 async def slow(payload: dict[str, Any], ctx: Context) -> dict[str, Any]:
     """Sleep the payload's `ms` (else REACH_SLOW_MS, default 12 s), heartbeating every second when asked."""

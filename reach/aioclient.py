@@ -29,18 +29,22 @@ class AsyncClient:
 
     def __init__(self, *, kafka: KafkaSettings | None = None, settings: ReachSettings | None = None,
                  source: str = "reach-client", follow_control: bool = True, control: ControlSource | None = None,
-                 client_id: str | None = None) -> None:
+                 client_id: str | None = None, follow_registry: bool = True) -> None:
         self.client = Client(kafka=kafka, settings=settings, source=source, follow_control=follow_control,
-                             control=control)
+                             control=control, follow_registry=follow_registry)
         self._producer = pipeline.AsyncProducer(clients.producer(self.client.kafka, profile="hot"))
         self._client_id = client_id
         self._replies: ReplyHub | None = None
         self._opening: asyncio.Lock | None = None
 
     async def envelope(self, capability: str, payload: Any, **fields: Any) -> Envelope:
-        """`Client.envelope` (POLICY defaults, lineage, budget); the control topic's first read runs off the loop."""
+        """`Client.envelope` (POLICY defaults, lineage, budget, schema_version); the first reads of the control and
+        registry topics run off the loop."""
         if not self.client.control_ready():
             await asyncio.to_thread(self.client.policy, capability)
+        contracts = self.client.contracts
+        if contracts is not None and not contracts.started:  # the registry's first read (schema_version), off the loop
+            await asyncio.to_thread(contracts.start)
         return self.client.envelope(capability, payload, **fields)
 
     async def send(self, capability: str, payload: Any, **fields: Any) -> str:

@@ -68,15 +68,31 @@ def _key(box: SecretBox, app_id: str, now_ms: int) -> tuple[AppKey, NewKey]:
     return AppKey(key_id=key_id, sealed_secret=sealed, created_at=now_ms), NewKey(app_id, key_id, secret)
 
 
+def check_owner(owner: str | None) -> str | None:
+    """The owner as given, checked: a channel target such as `email:ops@example.com` (reach/channels/spec.py);
+    None or "" for no owner."""
+    if not owner:
+        return None
+    from reach.channels.errors import BadCallback
+    from reach.channels.spec import parse
+
+    try:
+        parse(owner)
+    except BadCallback as exc:
+        raise AppError(f"owner {owner[:200]!r} is not a channel target ({exc}); e.g. --owner "
+                       "email:ops@example.com or --owner webhook:https://hooks.example.com/x") from None
+    return owner
+
+
 def new_app(box: SecretBox, *, name: str, tenant: str, capabilities: list[str], rate: float, burst: int,
-            now_ms: int, by: str) -> tuple[App, NewKey]:
+            now_ms: int, by: str, owner: str | None = None) -> tuple[App, NewKey]:
     """A new app record with one key, and that key's secret (to show once)."""
     _check_fields(name, tenant, capabilities)
     check_quota(rate, burst)
     app_id = new_app_id()
     key, made = _key(box, app_id, now_ms)
     app = App(app_id=app_id, name=name, tenant=tenant, capabilities=sorted(set(capabilities)), rate=rate,
-              burst=burst, keys=[key], created_at=now_ms, updated_at=now_ms, updated_by=by)
+              burst=burst, keys=[key], created_at=now_ms, updated_at=now_ms, updated_by=by, owner=check_owner(owner))
     return app, made
 
 
@@ -95,6 +111,11 @@ def rotated(box: SecretBox, app: App, *, now_ms: int, by: str) -> tuple[App, New
 def limited(app: App, limits: list[SpendLimit], *, now_ms: int, by: str) -> App:
     """The app with these spend limits (reach.core.spend) in place of its own."""
     return _live(app).model_copy(update={"limits": limits, "updated_at": now_ms, "updated_by": by})
+
+
+def owned(app: App, owner: str | None, *, now_ms: int, by: str) -> App:
+    """The app with this owner (None: none), checked."""
+    return _live(app).model_copy(update={"owner": check_owner(owner), "updated_at": now_ms, "updated_by": by})
 
 
 def revoked(app: App, *, key_id: str | None, now_ms: int, by: str) -> App:

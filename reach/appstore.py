@@ -60,6 +60,31 @@ class MemoryAppLog:
         self.records.append(app)
 
 
+def read_apps(names: Names, kafka: KafkaSettings, timeout: float = 15.0) -> dict[str, App]:
+    """The compacted apps topic read to its end (no consumer group): the newest record of every app, operators
+    included; a bad record is logged and skipped (no secret is opened here)."""
+    found: dict[str, App] = {}
+    reader = topicreader.open_reader("apps", kafka, profile="idle")
+    try:
+        with kafka_guarded(f"reading {names.apps}"):
+            starts = topicreader.start_offsets(reader, names.apps, None, timeout)
+            for msg in topicreader.read_range(reader, names.apps, starts, idle_timeout=timeout):
+                try:
+                    app_id, app = decode_app(msg.key(), msg.value())
+                except codec.RegistryUnavailable:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - DecodeError, bad UTF-8, a mismatched key
+                    log.warning("skipping a bad apps record at %s@%d: %s", names.apps, msg.offset(), exc)
+                    continue
+                if app is None:
+                    found.pop(app_id, None)
+                else:
+                    found[app_id] = app
+    finally:
+        reader.close()
+    return found
+
+
 class KafkaAppLog:
     """The compacted apps topic: read to its end (no consumer group), append with an idempotent producer
     and wait for the broker's acknowledgement."""
@@ -72,26 +97,7 @@ class KafkaAppLog:
 
     def read(self) -> dict[str, App]:
         """The newest record of every app; a bad record is logged and skipped (no secret is opened here)."""
-        found: dict[str, App] = {}
-        reader = topicreader.open_reader("apps", self._kafka, profile="idle")
-        try:
-            with kafka_guarded(f"reading {self._names.apps}"):
-                starts = topicreader.start_offsets(reader, self._names.apps, None, self._timeout)
-                for msg in topicreader.read_range(reader, self._names.apps, starts, idle_timeout=self._timeout):
-                    try:
-                        app_id, app = decode_app(msg.key(), msg.value())
-                    except codec.RegistryUnavailable:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - DecodeError, bad UTF-8, a mismatched key
-                        log.warning("skipping a bad apps record at %s@%d: %s", self._names.apps, msg.offset(), exc)
-                        continue
-                    if app is None:
-                        found.pop(app_id, None)
-                    else:
-                        found[app_id] = app
-        finally:
-            reader.close()
-        return found
+        return read_apps(self._names, self._kafka, self._timeout)
 
     def append(self, app: App) -> None:
         with kafka_guarded(f"writing {self._names.apps}"):
@@ -135,15 +141,21 @@ class AppStore:
         return app
 
     def create(self, *, name: str, tenant: str, capabilities: list[str], rate: float, burst: int,
-               limits: list[SpendLimit] | None = None) -> NewKey:
+               limits: list[SpendLimit] | None = None, owner: str | None = None) -> NewKey:
         app, made = apps.new_app(self._sealer(), name=name, tenant=tenant, capabilities=capabilities, rate=rate,
-                                 burst=burst, now_ms=now_ms(), by=self._by)
+                                 burst=burst, now_ms=now_ms(), by=self._by, owner=owner)
         self._log.append(app.model_copy(update={"limits": limits or []}))
         return made
 
     def set_limits(self, app_id: str, limits: list[SpendLimit]) -> App:
         """The app's spend limits replaced (gateways follow within about a second)."""
         app = apps.limited(self.get(app_id), limits, now_ms=now_ms(), by=self._by)
+        self._log.append(app)
+        return app
+
+    def set_owner(self, app_id: str, owner: str | None) -> App:
+        """The app's owner replaced (None: none)."""
+        app = apps.owned(self.get(app_id), owner, now_ms=now_ms(), by=self._by)
         self._log.append(app)
         return app
 

@@ -10,6 +10,7 @@ from typing import Protocol
 from reach.records import SpendLimit
 
 CHANNEL_PREFIX = "channel."
+GATEWAY_SOURCE = "gateway:"  # an envelope's `source` when a gateway app sent it: `gateway:<app_id>`
 
 
 @dataclass(frozen=True, slots=True)

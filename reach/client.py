@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 
 from reach import invoke as invoke_
 from reach import lineage, tracing
+from reach.contractbook import ContractBook
 from reach.controlfeed import ControlFeed, ControlSource
 from reach.core.marks import kept
 from reach.envelopes import BUDGET_MS, new_envelope, now_ms, policy_defaults, routing_key
@@ -94,7 +95,7 @@ class Client:
 
     def __init__(self, *, kafka: KafkaSettings | None = None, settings: ReachSettings | None = None,
                  source: str = "reach-client", follow_control: bool = True,
-                 control: ControlSource | None = None) -> None:
+                 control: ControlSource | None = None, follow_registry: bool = True) -> None:
         # the SDK's entry point for a caller's program: settings not given come from the environment here
         self.kafka = kafka or KafkaSettings()
         self.settings = settings or ReachSettings()
@@ -109,6 +110,8 @@ class Client:
         self._control: ControlSource | None = control  # given: already started by the caller
         self._control_lock = threading.Lock()
         self._control_retry_at = 0.0
+        # the live contract versions: each envelope's schema_version (reach.contractbook); off: none is stamped
+        self.contracts = ContractBook(names=self.names, kafka=self.kafka) if follow_registry else None
 
     def policy(self, capability: str) -> Policy:
         """The capability's control POLICY, from a follower of the control topic started on first use (one read
@@ -134,6 +137,9 @@ class Client:
         for name, value in defaults.items():
             fields.setdefault(name, value)
         fields.setdefault("source", self.source)
+        if self.contracts is not None and capability != RESERVED and "schema_version" not in fields:
+            fields["schema_version"] = self.contracts.version_for(
+                capability, fields.get("version", "*"), fields.get("tenant", "default"), payload)
         run = lineage.current()
         if run is not None:  # sent from a handler: a child of its message, within what is left of its budget
             return run.child(fields, lambda f: new_envelope(capability, payload, **f), now_ms=now_ms(),
@@ -204,6 +210,8 @@ class Client:
         if self._control is not None:
             self._control.stop()
             self._control = None
+        if self.contracts is not None:
+            self.contracts.close()
 
     def _control_feed(self) -> ControlSource | None:
         if self._control is not None or not self._follow_control:

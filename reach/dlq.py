@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from reach.callers import GATEWAY_SOURCE
 from reach.core.lifecycle import StatusRow
 from reach.envelopes import now_ms
 from reach.errors import ReachError
 from reach.kafka import codec, headers
 from reach.kafka.codec import DecodeError
 from reach.names import Names
-from reach.records import AgentRegistration, DeadLetter, Envelope, ErrorInfo, Policy, Status
+from reach.records import AgentRegistration, App, DeadLetter, Envelope, ErrorInfo, Policy, Status
 from reach.settings import KafkaSettings
 
 RETRIES_EXHAUSTED = "RETRIES_EXHAUSTED"
@@ -120,8 +121,10 @@ def is_dead(item: Letter, policy: Policy, ledger: Collection[str], now: int) -> 
     return now >= dead_at(item, policy) and key not in ledger
 
 
-def owner_of(item: Letter, registrations: Iterable[AgentRegistration]) -> str | None:
-    """Who answers for the letter: the owner of the agent that wrote it, else of an agent serving its capability."""
+def owner_of(item: Letter, registrations: Iterable[AgentRegistration],
+             apps: Mapping[str, App] | None = None) -> str | None:
+    """Who answers for the letter: the owner of the agent that wrote it, else of an agent serving its capability,
+    else (a NO_ROUTE letter: no agent has it) of the gateway app that sent it."""
     by_agent: str | None = None
     by_capability: str | None = None
     for reg in registrations:
@@ -131,7 +134,23 @@ def owner_of(item: Letter, registrations: Iterable[AgentRegistration]) -> str | 
             by_agent = by_agent or reg.owner
         elif item.capability and any(c.name == item.capability for c in reg.capabilities):
             by_capability = by_capability or reg.owner
-    return by_agent or by_capability
+    return by_agent or by_capability or sender_owner(item.envelope, apps or {})
+
+
+def app_owners(apps: Iterable[App], *, capability: str, tenants: Collection[str]) -> list[str]:
+    """The owners of the live apps of these tenants that may call `capability`: whom a stale NO_ROUTE letter
+    concerns (nobody serves the capability, so no agent owns it; the status row knows the tenant, not the app)."""
+    return sorted({a.owner for a in apps if a.owner and a.role is None and not a.revoked and a.tenant in tenants
+                   and (not a.capabilities or capability in a.capabilities)})
+
+
+def sender_owner(envelope: Envelope | None, apps: Mapping[str, App]) -> str | None:
+    """The owner of the gateway app that sent `envelope` (its `source` is `gateway:<app_id>`, stamped by the
+    gateway, never taken from a body), if it names one."""
+    if envelope is None or not envelope.source.startswith(GATEWAY_SOURCE):
+        return None
+    app = apps.get(envelope.source.removeprefix(GATEWAY_SOURCE))
+    return app.owner if app is not None else None
 
 
 def ledger_key(message_id: str, generation: int) -> str:

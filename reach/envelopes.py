@@ -11,7 +11,7 @@ from typing import Any
 from reach.core.allowance import check_budget
 from reach.core.marks import kept
 from reach.core.timeouts import DEFAULT_BUDGET_MS, DEFAULT_DELIVERY_TIMEOUT_MS, NOT_SET, check_timeout_ms
-from reach.core.versions import parse_range
+from reach.core.versions import parse_range, parse_version
 from reach.errors import InvalidName, ReachError
 from reach.names import check_agent_id, check_capability
 from reach.records import Envelope, Policy, RoutingHints
@@ -101,10 +101,13 @@ def new_envelope(
     session_snapshot: str | None = None,
     max_tokens: int | None = None,
     max_cost_micros: int | None = None,
+    schema_version: str | None = None,
 ) -> Envelope:
     """A valid Envelope, or a ReachError saying which argument is wrong. `execution_timeout_ms` 0 (the default)
     leaves the run's timeout to the agent's declaration; a value asks for less (reach.core.timeouts). `max_tokens` /
     `max_cost_micros` budget the request and every request it causes (reach.core.allowance; None: no budget).
+    `schema_version` is the capability contract version the sender checked the request against (None: none was,
+    the agent does not compare; reach.core.contracts).
 
     Envelopes that differ only in their ids, payload and timestamps (a publisher's stream of requests) are checked
     and validated once: later ones are copies of a prototype with those fields replaced (~5 µs instead of ~20;
@@ -113,7 +116,7 @@ def new_envelope(
         key = (capability, version, session_key, to_agent, region, tuple(tags) if tags else (), priority, tenant,
                source, parent_id, intent, budget_ms, delivery_timeout_ms, execution_timeout_ms, expire_at,
                max_attempts, reply_to, callback, tuple(headers.items()) if headers else (), session_snapshot,
-               max_tokens, max_cost_micros)
+               max_tokens, max_cost_micros, schema_version)
         prototype = _PROTOTYPES.get(key)
     except TypeError:  # an unhashable argument: validate it the long way (and say what is wrong with it)
         key, prototype = None, None
@@ -121,6 +124,8 @@ def new_envelope(
         _check(capability, version, intent, execution_timeout_ms, to_agent)
         max_tokens = check_budget(max_tokens, "max_tokens")
         max_cost_micros = check_budget(max_cost_micros, "max_cost_micros")
+        if schema_version is not None:
+            parse_version(schema_version)  # BadVersion: a contract version is major.minor.patch
     body, content_type = encode_payload(payload)
     if len(body) > max_payload_bytes:
         raise _too_large(body, max_payload_bytes)
@@ -148,6 +153,7 @@ def new_envelope(
         to_agent=to_agent,
         payload=body,
         content_type=content_type,
+        schema_version=schema_version,
         routing=RoutingHints(region=region, session_key=session_key, tags=tags or [], priority=priority),
         excluded_instances=[],  # given: pydantic deep-copies a mutable default per model
         created_at=created,

@@ -32,6 +32,7 @@ class Run:
     meter: Meter = field(default_factory=Meter)
     _children: Spent = field(default_factory=Spent)
     _reserved: dict[str, Spent] = field(default_factory=dict)  # child message id -> what it was given, until it ends
+    made: int = 0  # child envelopes built: evidence of what a run that timed out did (MAYBE_RAN, 0075)
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
 
     @property
@@ -77,6 +78,7 @@ class Run:
         computed and held under one lock, so children sent at once from several threads never share a rest."""
         with self._lock:
             envelope = build(self.child_fields(fields, now_ms=now_ms, default_budget_ms=default_budget_ms))
+            self.made += 1
             if envelope.deadline > self.envelope.deadline:  # built a millisecond later than the budget was computed
                 envelope = envelope.model_copy(update={"deadline": self.envelope.deadline})
             given = grant(self._budget(), {"max_tokens": envelope.max_tokens,

@@ -89,8 +89,9 @@ class Metrics:
         self.table_size = Gauge("agentreach_status_table_rows", "Rows in this worker's status table",
                                 registry=r)
         self.stale_no_route = Gauge("agentreach_stale_no_route_dead_letters",
-                                    "NO_ROUTE dead letters older than the threshold whose capability has no agent",
-                                    ["capability"], registry=r)
+                                    "NO_ROUTE dead letters older than the threshold whose capability has no agent; "
+                                    "owner: the owners of the tenant's apps that may call it (`reach apps --owner`)",
+                                    ["capability", "owner"], registry=r)
 
     def observe(self, receipt: Receipt, before: StatusRow | None, after: StatusRow, *,
                 changed: bool | None = None) -> None:

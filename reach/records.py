@@ -386,6 +386,8 @@ class Capability(AvroModel):
     mode: CapabilityMode = CapabilityMode.HANDLE
     tags: list[str] = []
     examples: list[str] = []
+    idempotent: bool = False  # may run twice for one request: content-hash keys, retried after a timeout (v6)
+    filter: str | None = None  # a subscriber's filter, mode subscribe: which events it is notified of (v6)
 
 
 class AgentRegistration(AvroRecord):
@@ -660,6 +662,7 @@ class App(AvroRecord):
     updated_by: str
     role: str | None = None  # v2: None a calling app; "viewer" / "admin" a console operator (reach.console)
     limits: list[SpendLimit] = []  # v3: token and cost limits per day or month (reach.core.spend)
+    owner: str | None = None  # v4: who answers for the app's requests, a channel target (dead letters, stale NO_ROUTE)
 
     @property
     def revoked(self) -> bool:

@@ -6,10 +6,13 @@ from `--src` with `REACH_ROUTER_BATCH_WINDOW_MS=--window-ms`; envelopes are prod
 `--seconds`, spread over the capabilities. Measured: the worker process's CPU (utime + stime, librdkafka's threads
 and its state loop included) from the first envelope until every one has its ROUTED receipt, per envelope; and the
 worker's poll batches per envelope (each is one flush: the forwards, with each ROUTED receipt produced from its
-forward's delivery report inside it; before decision 0063 two flushes). The broker is shared, so its own request
-counters would mix in other clients: the router's batches are counted in the router.
+forward's delivery report inside it; before decision 0063 two flushes), and the commits it sent per envelope (each
+an OffsetCommit request; `--commit-every-s` sets the router's commit timer for the run, decision 0070). The broker
+is shared, so its own request counters would mix in other clients: the router's batches and commits are counted in
+the router.
 
     .venv/bin/python scripts/router_paced.py --rate 500 --seconds 10 [--window-ms 5] [--src DIR]
+        [--commit-every-s 0.1]
 
 Prints one JSON line.
 """
@@ -32,13 +35,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def child() -> None:
     """The routing worker: counts its batches, prints them as JSON when told to stop (SIGTERM)."""
+    from reach.core import commits
     from reach.settings import KafkaSettings, ReachSettings, RedisSettings
+    from reach.streams.router import route_loop
     from reach.streams.router.ports import NoHandoff
     from reach.streams.router.route_loop import Router
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _s, _f: stop.set())
-    counts = {"batches": 0, "records": 0}
+    counts = {"batches": 0, "records": 0, "commits": 0}
+    every = os.environ.get("ROUTER_PACED_COMMIT_EVERY_S")
+    if every:
+        route_loop.COMMIT_EVERY_S = float(every)
+    take = commits.CommitLedger.take
+
+    def counted(self: commits.CommitLedger, now: float) -> dict[tuple[str, int], int]:
+        out = take(self, now)
+        counts["commits"] += bool(out)  # one OffsetCommit request sent
+        return out
+
+    commits.CommitLedger.take = counted  # type: ignore[method-assign]
 
     def on_batch(n: int) -> None:
         counts["batches"] += 1
@@ -84,6 +100,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--window-ms", type=float, default=0.0)
     parser.add_argument("--src", type=Path, default=None)
+    parser.add_argument("--commit-every-s", type=float, default=None, help="the router's commit timer")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -99,7 +116,8 @@ def main() -> None:
     src = (args.src or ROOT).resolve()
     env = {**os.environ, "PYTHONPATH": str(src), "REACH_NAMESPACE": ws.namespace,
            "REACH_BOOTSTRAP": ws.kafka.servers(), "REACH_TOPICS_FILE": str(ws.topics_file),
-           "REACH_ROUTER_BATCH_WINDOW_MS": str(args.window_ms)}
+           "REACH_ROUTER_BATCH_WINDOW_MS": str(args.window_ms),
+           **({"ROUTER_PACED_COMMIT_EVERY_S": str(args.commit_every_s)} if args.commit_every_s is not None else {})}
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child"], env=env,
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -138,6 +156,8 @@ def main() -> None:
         "cpu_us_per_envelope": round(used / total * 1e6, 1),
         "records_per_batch": round(counts["records"] / max(counts["batches"], 1), 2),
         "batches_per_envelope": round(counts["batches"] / max(counts["records"], 1), 3),
+        "commits_per_envelope": round(counts.get("commits", 0) / max(counts["records"], 1), 3),
+        "commit_every_s": args.commit_every_s,
         "load_avg_1m": round(os.getloadavg()[0], 2)}))
 
 

@@ -7,7 +7,7 @@ are left out: an app may call them only when an operator listed them for it."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -45,9 +45,11 @@ CARD_VERSION = "1"
 KAFKA_BINDING = "urn:agent-reach:a2a-kafka:v1"  # the A2A-over-Kafka binding (docs/a2a.md#the-a2a-over-kafka-binding)
 TURNS_EXTENSION = "urn:agent-reach:a2a:turns:v1"  # tasks may ask back: input-required / auth-required
 PUSH_PROGRESS_EXTENSION = "urn:agent-reach:a2a:push-progress:v1"  # a push config that also gets progress and chunks
+DEPENDS_EXTENSION = "urn:agent-reach:a2a:depends-on:v1"  # which capabilities a skill's handlers call (depends_on)
+Depends = Mapping[str, Sequence[str]]
 
 
-def extensions(push: bool) -> list[AgentExtension]:
+def extensions(push: bool, calls: Depends | None = None) -> list[AgentExtension]:
     """What the cards declare beyond the core protocol (docs/a2a.md#extensions): how a task asks back, and, when push
     configs are kept, the opt-in to progress events for a config (activated with the `A2A-Extensions` header)."""
     found = [AgentExtension(
@@ -78,6 +80,12 @@ def extensions(push: bool) -> list[AgentExtension]:
                         "the same key reports usage and children_usage (gen_ai.usage.* names, cost_micros).",
             params=_struct({"budget": [TOKEN_LIMIT, COST_LIMIT], "report": ["usage", "children_usage"]})),
     ]
+    if calls:
+        found.append(AgentExtension(
+            uri=DEPENDS_EXTENSION, required=False,
+            description="What each skill's handlers call, as their agents declare it at registration (`depends_on`: "
+                        "`<capability>` or `<capability>@<semver range>`): a skill is only as available as these.",
+            params=_struct({name: list(deps) for name, deps in calls.items()})))
     if push:
         found.append(AgentExtension(
             uri=PUSH_PROGRESS_EXTENSION, required=False,
@@ -118,19 +126,21 @@ def _takes_text(schema_text: str) -> bool:
     return isinstance(text, dict) and text.get("type") == "string" and required <= {"text"}
 
 
-def _description(versions: list[Capability]) -> str:
+def _description(versions: list[Capability], calls: Sequence[str] = ()) -> str:
     newest = versions[0]
     try:
         described = json.loads(newest.input_schema).get("description")
     except (ValueError, AttributeError):
         described = None
     live = ", ".join(c.version for c in versions)
-    return f"{described or newest.name} (Agent-Reach capability; live versions: {live})"
+    needs = f"; calls {', '.join(calls)}" if calls else ""
+    return f"{described or newest.name} (Agent-Reach capability; live versions: {live}{needs})"
 
 
-def skill(versions: list[Capability]) -> AgentSkill:
+def skill(versions: list[Capability], calls: Sequence[str] = ()) -> AgentSkill:
     newest = versions[0]
-    return AgentSkill(id=newest.name, name=newest.name, description=_description(versions), tags=list(newest.tags),
+    return AgentSkill(id=newest.name, name=newest.name, description=_description(versions, calls),
+                      tags=list(newest.tags),
                       examples=list(newest.examples),
                       input_modes=[JSON, TEXT] if _takes_text(newest.input_schema) else [JSON], output_modes=[JSON])
 
@@ -146,7 +156,7 @@ def interfaces(url: str, bus: str | None) -> list[AgentInterface]:
 
 
 def _card(*, name: str, description: str, url: str, skills: list[AgentSkill], push: bool,
-          bus: str | None) -> AgentCard:
+          bus: str | None, calls: Depends | None = None) -> AgentCard:
     scheme = SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(
         scheme="bearer", bearer_format="<key_id>.rat_<hex>",
         description="the A2A token of a gateway app key (`reach apps create` prints it): "
@@ -155,28 +165,34 @@ def _card(*, name: str, description: str, url: str, skills: list[AgentSkill], pu
         name=name, description=description, version=CARD_VERSION,
         supported_interfaces=interfaces(url, bus),
         provider=AgentProvider(organization="Agent-Reach", url=url),
-        capabilities=AgentCapabilities(streaming=True, push_notifications=push, extensions=extensions(push)),
+        capabilities=AgentCapabilities(streaming=True, push_notifications=push, extensions=extensions(push, calls)),
         security_schemes={SCHEME: scheme},
         security_requirements=[SecurityRequirement(schemes={SCHEME: StringList()})],
         default_input_modes=[JSON, TEXT], default_output_modes=[JSON], skills=skills)
 
 
 def mesh_card(base_url: str, capabilities: Iterable[Capability], *, push: bool = False,
-              bus: str | None = None) -> AgentCard:
+              bus: str | None = None, depends: Depends | None = None) -> AgentCard:
     """The whole mesh as one agent: a message picks its skill with `metadata.skill_id`; `push`: push notification
-    configs are kept (the gateway has its `<ns>.push` topic); `bus`: the namespace of the A2A-over-Kafka interface."""
-    skills = [skill(versions) for versions in _newest(capabilities).values()]
+    configs are kept (the gateway has its `<ns>.push` topic); `bus`: the namespace of the A2A-over-Kafka interface;
+    `depends`: what each capability calls (shown in its skill and declared by the depends-on extension)."""
+    newest, given = _newest(capabilities), depends or {}
+    calls = {name: list(given[name]) for name in newest if given.get(name)}
+    skills = [skill(versions, calls.get(name, ())) for name, versions in newest.items()]
     return _card(name="Agent-Reach mesh", url=base_url.rstrip("/") + MESH_PATH, skills=skills, push=push, bus=bus,
+                 calls=calls,
                  description="Every live Agent-Reach capability as a skill; set metadata.skill_id to the "
                              "skill (`<capability>` or `<capability>@<semver range>`). Routing, retries, breakers "
                              "and receipts happen on the bus.")
 
 
 def capability_card(base_url: str, capability: str, capabilities: Iterable[Capability], *,
-                    push: bool = False, bus: str | None = None) -> AgentCard | None:
+                    push: bool = False, bus: str | None = None, depends: Depends | None = None) -> AgentCard | None:
     """One capability as an agent with one skill; None when no live instance serves it."""
     versions = _newest(c for c in capabilities if c.name == capability).get(capability)
     if not versions:
         return None
-    return _card(name=capability, description=_description(versions), skills=[skill(versions)], push=push, bus=bus,
+    calls = list((depends or {}).get(capability, ()))
+    return _card(name=capability, description=_description(versions, calls), skills=[skill(versions, calls)],
+                 push=push, bus=bus, calls={capability: calls} if calls else None,
                  url=base_url.rstrip("/") + CAPABILITY_PATH.format(capability=capability))

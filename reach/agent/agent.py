@@ -320,8 +320,10 @@ class Agent:
         tags: list[str] | None = None,
         examples: list[Any] | None = None,
         mode: CapabilityMode = CapabilityMode.HANDLE,
+        idempotent: bool = False,
     ) -> Callable[[F], F]:
-        """Declare that the decorated handler serves capability `name` at semver `version`."""
+        """Declare that the decorated handler serves capability `name` at semver `version`; `idempotent=True`
+        says it may run twice for one request with no harm (content-hash keys, a timed-out attempt retried)."""
         check_capability(name)
         parse_version(version)
         if name in self.capabilities:
@@ -335,6 +337,7 @@ class Agent:
                 name=name, version=version, input_schema=in_text, output_schema=out_text, mode=mode,
                 tags=list(tags or []),
                 examples=[e if isinstance(e, str) else _json(e) for e in (examples or [])],
+                idempotent=idempotent,
             )
             self.capabilities[name] = CapabilitySpec(
                 record=record, handler=fn, input_validator=in_validator, output_validator=out_validator,

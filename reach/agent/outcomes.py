@@ -30,6 +30,7 @@ class Verdict:
     value: object = None
     error: ErrorInfo | None = None
     retry_after_ms: int | None = None
+    evidence: dict[str, int] | None = None  # receipt timings that explain it (a MAYBE_RAN's attempt, 0075)
 
 
 _RECEIPT = {

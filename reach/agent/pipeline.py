@@ -20,7 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind
 
 from reach import lineage, tracing
-from reach.agent import outcomes
+from reach.agent import declared, outcomes
 from reach.agent.agent import Agent, CapabilitySpec, Context
 from reach.agent.contract import violation
 from reach.agent.ending import Unfenced, claim_ending, publish_ending, publish_in_order
@@ -164,6 +164,9 @@ class Pipeline:
         problem = timeout_problem(envelope.execution_timeout_ms, what="the envelope's execution_timeout_ms")
         if problem is not None:  # a negative or absurd ask: refused, never run with a timeout nobody meant
             return await self._finish(envelope, outcomes.rejected("BAD_TIMEOUT", problem), [])
+        mismatch = declared.contract_problem(envelope, spec)  # its schema_version: a contract served here?
+        if mismatch is not None:
+            return await self._finish(envelope, mismatch, [])
         payload, bad = _payload(envelope, spec)
         if bad is not None:
             return await self._finish(envelope, bad, [])
@@ -175,7 +178,7 @@ class Pipeline:
         policy = self._policy(envelope.capability)
         timeout_ms = execution_timeout_ms(envelope.execution_timeout_ms, policy, self._agent.execution_timeout_ms)
         lease_ms = timeout_ms + self._agent.lease_margin_ms
-        scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now_ms())
+        scope = key_scope(envelope, policy, lease_ms=lease_ms, now=now_ms(), key=declared.request_key(envelope, spec))
         waited_until = now_ms() + timeout_ms  # how long this attempt waits for another message running its key
         if self._unfenced:  # Redis was out: claim what went out unfenced first (reach.agent.ending)
             await self._unfenced.settle(self._outage, self._leases)
@@ -344,6 +347,9 @@ class Pipeline:
             timer.end("its run already ended (it timed out, or its outcome was published)")
             if thread is None:
                 renewer.cancel()
+        verdict = declared.after_run(verdict, spec, lambda: declared.Evidence(  # a cut run: retried only if idempotent
+            self._agent.instance_id, started, now_ms() - started, gate.sent, stream.published,
+            context._lineage().made))
         if thread is not None:
             # The thread outlives its timeout: it keeps its pool thread and its lease until it exits, so the
             # retry elsewhere waits for the lease instead of running beside it.
@@ -471,7 +477,7 @@ class Pipeline:
                            error=verdict.error, step_status=step, result=result, cost=cost, input=asked,
                            usage=usage if ends_turn else None,
                            retry_after_ms=verdict.retry_after_ms,
-                           timings={**({} if run_ms is None else {"run_ms": run_ms}),
+                           timings={**({} if run_ms is None else {"run_ms": run_ms}), **(verdict.evidence or {}),
                                     # STARTED was skipped (reach.agent.startgate): the fold reads the start here
                                     **({} if started_at is None else {STARTED_AT: started_at}),
                                     # what the children it waited for spent: the status row sums it (0043)
@@ -550,11 +556,15 @@ def _outcome(status: Status) -> Outcome:
     return {Status.COMPLETED: Outcome.COMPLETE, Status.REJECTED: Outcome.REJECT}.get(status, Outcome.FAIL)
 
 
-def key_scope(envelope: Envelope, policy: Policy | None, *, lease_ms: int, now: int) -> KeyScope | None:
+def key_scope(envelope: Envelope, policy: Policy | None, *, lease_ms: int, now: int,
+              key: str | None = None) -> KeyScope | None:
     """The business key of an envelope, or None when it has none beyond its message_id (the default, which the
-    message_id lease already deduplicates). Held while the envelope can still run: until its deadline."""
-    key = envelope.idempotency_key
-    if not key or key == envelope.message_id:
+    message_id lease already deduplicates) and no `key` is given for it (an idempotent capability's content key).
+    Held while the envelope can still run: until its deadline."""
+    own = envelope.idempotency_key
+    if own and own != envelope.message_id:
+        key = own
+    if key is None:
         return None
     window = policy.idempotency_window_ms if policy and policy.idempotency_window_ms else None
     return KeyScope(tenant=envelope.tenant, capability=envelope.capability, key=key,

@@ -67,6 +67,11 @@ class StartGate:
         else:
             graces.watch(self)
 
+    @property
+    def sent(self) -> bool:
+        """STARTED went out for this run (or it was skipped, once the run ended)."""
+        return not self._open
+
     def send(self) -> None:
         """STARTED now, unless it was sent or skipped already."""
         if not self._open:

@@ -59,12 +59,14 @@ def create(
     burst: int | None = typer.Option(None, "--burst", help="bucket size; default the rate rounded up"),
     limit_cost: list[str] | None = LIMIT_COST,
     limit_tokens: list[str] | None = LIMIT_TOKENS,
+    owner: str | None = typer.Option(None, "--owner", help="who answers for its requests: a channel target, e.g. "
+                                     "email:ops@example.com (told of its DEAD NO_ROUTE letters)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Create an app with one key; prints app_id, key_id and the secret (shown only here)."""
     made = ops_apps.create(_store(making_keys=True), name=name, tenant=tenant,
                            capabilities=ops_apps.capabilities(capabilities), rate=rate, burst=burst,
-                           limit_cost=limit_cost, limit_tokens=limit_tokens)
+                           limit_cost=limit_cost, limit_tokens=limit_tokens, owner=owner)
     _show_secret(made.as_dict(), as_json)
 
 
@@ -73,15 +75,16 @@ def update(
     app_id: str = typer.Argument(...),
     limit_cost: list[str] | None = LIMIT_COST,
     limit_tokens: list[str] | None = LIMIT_TOKENS,
+    owner: str | None = typer.Option(None, "--owner", help="a channel target, or `none` to remove the owner"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Change an app's spend limits; gateways apply them within about a second."""
-    record = ops_apps.update(_store(), app_id, limit_cost=limit_cost, limit_tokens=limit_tokens)
+    """Change an app's spend limits or owner; gateways apply limits within about a second."""
+    record = ops_apps.update(_store(), app_id, limit_cost=limit_cost, limit_tokens=limit_tokens, owner=owner)
     if as_json:
         console.print_json(json.dumps(ops_apps.summary(record)))
         return
     shown = ", ".join(f"{x.kind} {format_limit(x)}" for x in record.limits) or "none"
-    console.print(f"app {app_id}: spend limits {shown}", highlight=False)
+    console.print(f"app {app_id}: spend limits {shown}; owner {record.owner or 'none'}", highlight=False)
 
 
 @app.command("ls")
@@ -91,12 +94,13 @@ def ls(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         console.print_json(json.dumps([ops_apps.summary(r) for r in records]))
         return
-    table = Table("app_id", "name", "tenant", "capabilities", "rate/s", "burst", "limits", "live keys", "state")
+    table = Table("app_id", "name", "tenant", "capabilities", "rate/s", "burst", "limits", "owner", "live keys",
+                  "state")
     for r in records:
         live = [k.key_id for k in r.live_keys()]
         limits = "\n".join(f"{x.kind} {format_limit(x)}" for x in r.limits) or "-"
         table.add_row(r.app_id, r.name, r.tenant, ",".join(r.capabilities) or "*", f"{r.rate:g}", str(r.burst),
-                      limits, "\n".join(live) or "-", "revoked" if r.revoked else "active")
+                      limits, r.owner or "-", "\n".join(live) or "-", "revoked" if r.revoked else "active")
     console.print(table)
 
 

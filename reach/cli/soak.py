@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,6 +55,7 @@ def soak(
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(message)s")
     console.print(f"reach soak: {minutes:g} min at {rate:g} req/s, a sample every {interval:g} s, "
                   f"TTL {'the defaults' if ttl is None else f'{ttl} s'}", highlight=False)
+    _stop_on_signals()
     began = time.time()
     where = workdir or home / "soak" / time.strftime("%Y%m%dT%H%M%S", time.gmtime(began))
     report = run(settings, infra=infra, workdir=where)
@@ -69,6 +71,19 @@ def soak(
 
 
 soak.__doc__ = HELP
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGHUP end the run as Ctrl-C does: the `finally` blocks stop the router, the agents and the private
+    Redis. Python's default for SIGTERM exits at once, so a killed soak used to leave all of them running."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second signal must not cut the clean-up short
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
 
 
 def show(report: Report) -> None:

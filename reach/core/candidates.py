@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from semver import Version
 
 from reach.core.loads import InstanceLoad
-from reach.core.versions import BadVersion, parse_version, satisfies
+from reach.core.versions import BadVersion, parse_version, satisfies, within_line
 from reach.records import AgentRegistration, AgentState, BreakerState, Capability, InstanceHealth
 
 
@@ -41,6 +41,7 @@ class RouteRequest(NamedTuple):
     canary: bool = False
     priority: int = 0  # RoutingHints.priority: the priority scoring factor matches it to instances' priority_class
     callback: str | None = None  # copied onto the router's terminal receipts, so the fold can deliver the callback
+    schema_version: str | None = None  # the contract version the intake checked (0075): only its line serves it
 
     @classmethod
     def from_envelope(cls, env: Mapping[str, Any]) -> RouteRequest:
@@ -68,7 +69,14 @@ class RouteRequest(NamedTuple):
             canary=bool(routing.get("canary")),
             priority=routing.get("priority") or 0,
             callback=env.get("callback"),
+            schema_version=env.get("schema_version"),
         )
+
+    @property
+    def serves_range(self) -> str:
+        """The versions that may take the request: its range, narrowed to its contract version's line when an intake
+        stamped one (an instance outside the line would reject it, decision 0075)."""
+        return within_line(self.version_range, self.schema_version)
 
     @property
     def routing_key(self) -> str:
@@ -202,7 +210,7 @@ def match(
             continue
         if request.to_agent and reg.agent_id != request.to_agent:
             continue
-        cap = matching_capability(reg, request.capability, request.version_range)
+        cap = matching_capability(reg, request.capability, request.serves_range)
         if cap is None:
             continue
         h = health.get(reg.instance_id) if health else None

@@ -232,7 +232,7 @@ class Decider:
                             overload_message(selection))
         if not selection.candidates:
             future = request.expire_at is not None and request.expire_at > now_ms
-            detail = f" {request.version_range}" if request.version_range != "*" else ""
+            detail = f" {request.serves_range}" if request.serves_range != "*" else ""
             target = f" of {request.to_agent}" if request.to_agent else ""
             return NoRoute(
                 future,
@@ -265,7 +265,7 @@ class Decider:
                        admission=note, timeout_factor=factor, delivery_timeout_ms=delivery)
 
     def _shape(self, request: RouteRequest, registrations: Iterable[AgentRegistration]) -> _Shape:
-        key = (id(registrations), request.capability, request.version_range, request.tenant, request.to_agent,
+        key = (id(registrations), request.capability, request.serves_range, request.tenant, request.to_agent,
                request.tags, request.excluded_instances)
         shape = self._shapes.get(key)
         if shape is None:

@@ -84,6 +84,21 @@ def parse_range(text: str) -> tuple[tuple[Comparator, ...], ...]:
     return tuple(alternatives)
 
 
+@lru_cache(maxsize=4096)
+def within_line(range_text: str, version: str | None) -> str:
+    """`range_text` narrowed to the compatibility line of `version` (each alternative AND `^version`): the versions
+    whose agents take a request stamped with that contract version (`schema_version`, decision 0075). A missing or
+    unreadable `version` narrows nothing (the agent rejects what it cannot compare)."""
+    if not version:
+        return range_text
+    try:
+        parse_version(version)
+    except BadVersion:
+        return range_text
+    alternatives = [alt.strip() for alt in (range_text or "*").split("||")]
+    return " || ".join(f"^{version}" if alt in ("", "*") else f"{alt} ^{version}" for alt in alternatives)
+
+
 def satisfies(version: Version | str, range_text: str) -> bool:
     """True when `version` lies in the range (pre-releases only match comparators that name one)."""
     ver = parse_version(version) if isinstance(version, str) else version

@@ -41,6 +41,17 @@ def live_capabilities(view: RegistryView, tenant: str | None, now_ms: int) -> li
     return list(found.values())
 
 
+def dependencies(view: RegistryView, now_ms: int) -> dict[str, list[str]]:
+    """What each live HANDLE capability calls: the `depends_on` of the live instances serving it, merged and sorted
+    (instances of two builds may declare different lists while a rollout runs)."""
+    found: dict[str, set[str]] = {}
+    for reg in view.live(now_ms):
+        for cap in reg.capabilities:
+            if cap.mode is CapabilityMode.HANDLE and reg.depends_on:
+                found.setdefault(cap.name, set()).update(reg.depends_on)
+    return {name: sorted(calls) for name, calls in sorted(found.items())}
+
+
 class RegistryCatalog:
     """A RegistryView kept current by one thread (assign, no consumer group), like the router's state loop."""
 
@@ -54,8 +65,12 @@ class RegistryCatalog:
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="reach-gateway-registry", daemon=True)
 
-    def start(self, ready_timeout: float = 30.0) -> None:
+    def begin(self) -> None:
+        """Start following without waiting: `ready` is set once the registry was read, `error` says why not yet."""
         self._thread.start()
+
+    def start(self, ready_timeout: float = 30.0) -> None:
+        self.begin()
         if not self.ready.wait(ready_timeout):
             raise InfraUnavailable(f"the gateway could not read {self._names.registry} within {ready_timeout:.0f}s "
                                    f"({self.error or 'no answer'}); is the broker up and `reach topics apply` done?")
@@ -67,6 +82,10 @@ class RegistryCatalog:
     def live_capabilities(self, tenant: str | None, now_ms: int) -> Sequence[Capability]:
         with self._lock:
             return live_capabilities(self._view, tenant, now_ms)
+
+    def dependencies(self, now_ms: int) -> dict[str, list[str]]:
+        with self._lock:
+            return dependencies(self._view, now_ms)
 
     def healthy(self) -> bool:
         return self.ready.is_set() and self._thread.is_alive()

@@ -12,6 +12,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ValidationError
 
 from reach.callers import AuthFailure, CallerApp
+from reach.core.contracts import pick
 from reach.core.routing import validation_error
 from reach.core.versions import BadVersion, parse_range, satisfies
 from reach.envelopes import MAX_PAYLOAD_BYTES
@@ -135,13 +136,14 @@ def check_quota(decision: QuotaDecision, app: CallerApp, capability: str) -> Non
 
 
 def check_contract(versions: Sequence[Capability], *, capability: str, version_range: str, payload: bytes,
-                   waits: bool) -> None:
+                   waits: bool) -> str | None:
     """404 when no live version matches the range (unless the request waits for one, `waits`); 422 when the
-    payload violates the input schema of every live version that matches."""
+    payload violates the input schema of every live version that matches. Else the contract version the request
+    is stamped with (its `schema_version`, reach.core.contracts): None for one that waits for a version."""
     matching = [c for c in versions if satisfies(c.version, version_range)]
     if not matching:
         if waits:
-            return
+            return None
         live = ", ".join(sorted({c.version for c in versions}))
         detail = f" (live versions: {live})" if live else ""
         raise Refusal(404, "unknown_capability",
@@ -153,3 +155,4 @@ def check_contract(versions: Sequence[Capability], *, capability: str, version_r
         first = next(p for p in problems if p is not None)
         raise Refusal(422, "invalid_payload", f"{capability} {matching[0].version}: {first}",
                       "fix the payload to match the capability's input_schema (`reach agents --json`)")
+    return pick([c for c, problem in zip(matching, problems, strict=True) if problem is None])

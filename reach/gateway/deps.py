@@ -82,6 +82,10 @@ class Catalog(Protocol):
         """Every live HANDLE capability version serving `tenant` (None: instances open to every tenant)."""
         ...
 
+    def dependencies(self, now_ms: int) -> Mapping[str, Sequence[str]]:
+        """The capabilities each live HANDLE capability calls (its instances' `depends_on`, merged)."""
+        ...
+
     def healthy(self) -> bool: ...
 
 

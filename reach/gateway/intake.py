@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from reach.a2a.push import PushConfig, TaskPush
-from reach.callers import AuthFailure, CallerApp
+from reach.callers import GATEWAY_SOURCE, AuthFailure, CallerApp
 from reach.channels.catalog import CAPABILITY_PREFIX
 from reach.channels.tokens import named_capabilities
 from reach.core.allowance import FIELDS as BUDGET_FIELDS
@@ -44,7 +44,7 @@ def status_url(message_id: str) -> str:
 
 
 def source_of(app: CallerApp) -> str:
-    return f"gateway:{app.app_id}"
+    return f"{GATEWAY_SOURCE}{app.app_id}"
 
 
 def envelope_idempotency_key(app: CallerApp, key: str) -> str:
@@ -145,11 +145,12 @@ class Admission:
         if request.callback_progress:  # a push config, as an A2A one: channel.webhook's right and a token of its quota
             await self.gate.push(app)
         waits = request.expire_at is not None and request.expire_at > now
+        contract = None
         if request.capability != INTENT_CAPABILITY:  # an intent's capability is known only once it is resolved
-            checks.check_contract(versions, capability=request.capability, version_range=request.version,
-                                  payload=payload, waits=waits)
-        return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms), request.idempotency_key,
-                        progress_to=request.callback if request.callback_progress else None)
+            contract = checks.check_contract(versions, capability=request.capability, version_range=request.version,
+                                             payload=payload, waits=waits)
+        return Admitted(app, self._envelope(app, request, reply_to, default_budget_ms, contract),
+                        request.idempotency_key, progress_to=request.callback if request.callback_progress else None)
 
     async def authorize_answer(self, app: CallerApp, capability: str) -> None:
         """An answer runs the message's next turn: the app must be allowed the capability, within its spend limits,
@@ -176,7 +177,8 @@ class Admission:
                                          "message may not name it for replies (reply_capability / callback_for)",
                                          "name a capability the app may call, or ask an operator to add it")
 
-    def _envelope(self, app: CallerApp, request: EnvelopeRequest, reply_to: str | None, budget: int) -> Envelope:
+    def _envelope(self, app: CallerApp, request: EnvelopeRequest, reply_to: str | None, budget: int,
+                  contract: str | None) -> Envelope:
         hints = request.routing
         try:
             envelope = new_envelope(
@@ -187,6 +189,7 @@ class Admission:
                 max_cost_micros=cost_micros(request.max_cost) if request.max_cost is not None else None,
                 idempotency_key=(envelope_idempotency_key(app, request.idempotency_key)
                                  if request.idempotency_key else None),
+                schema_version=contract,  # the contract version the payload was checked against at the door
             )
         except ReachError as exc:  # checked above; a rule added to new_envelope later still answers 400
             raise checks.Refusal(400, "bad_request", str(exc)) from None

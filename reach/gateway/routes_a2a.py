@@ -311,13 +311,15 @@ def a2a_routes(admission: Admission, directory: AppDirectory | None) -> list[Bas
         return admission.settings.public_url or socket_url(request.scope)
 
     async def mesh_card(request: Request) -> Response:
-        live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.mesh_card(base_url(request), live, push=push is not None, bus=bus))
+        now = admission.deps.clock_ms()
+        return _served(cards.mesh_card(base_url(request), catalog.live_capabilities(None, now), push=push is not None,
+                                       bus=bus, depends=catalog.dependencies(now)))
 
     async def capability_card(request: Request) -> Response:
-        live = catalog.live_capabilities(None, admission.deps.clock_ms())
-        return _served(cards.capability_card(base_url(request), request.path_params["capability"], live,
-                                                    push=push is not None, bus=bus))
+        now = admission.deps.clock_ms()
+        return _served(cards.capability_card(base_url(request), request.path_params["capability"],
+                                             catalog.live_capabilities(None, now), push=push is not None, bus=bus,
+                                             depends=catalog.dependencies(now)))
 
     return [LabelledRoute(CARD, mesh_card, methods=["GET"]), LabelledRoute(cards.MESH_PATH, rpc, methods=["POST"]),
             LabelledRoute(cards.CAPABILITY_PATH, rpc, methods=["POST"]),

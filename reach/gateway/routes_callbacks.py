@@ -134,10 +134,10 @@ def reply_envelope(admission: Admission, claims: ReplyClaims, document: object,
     body = checks.encode_payload(payload)
     deps = admission.deps
     versions = deps.catalog.versions(capability, claims.tenant, deps.clock_ms())
-    checks.check_contract(versions, capability=capability, version_range="*", payload=body, waits=False)
+    contract = checks.check_contract(versions, capability=capability, version_range="*", payload=body, waits=False)
     try:
         envelope = new_envelope(capability, payload, tenant=claims.tenant, source=SOURCE, trace_id=claims.trace_id,
-                                parent_id=claims.message_id, idempotency_key=claims.reply_id)
+                                parent_id=claims.message_id, idempotency_key=claims.reply_id, schema_version=contract)
     except ReachError as exc:
         raise checks.Refusal(400, "bad_request", str(exc)) from None
     return envelope.model_copy(update={"message_id": claims.reply_id})

@@ -37,9 +37,9 @@ def why_not(request: RouteRequest, reg: AgentRegistration, disabled: Collection[
         return f"serves tenants {', '.join(sorted(reg.tenants))}, not {request.tenant!r}"
     if request.to_agent and reg.agent_id != request.to_agent:
         return f"the request names agent {request.to_agent}"
-    if matching_capability(reg, request.capability, request.version_range) is None:
+    if matching_capability(reg, request.capability, request.serves_range) is None:
         versions = sorted(c.version for c in reg.capabilities if c.name == request.capability)
-        return f"version {', '.join(versions)} does not satisfy {request.version_range}"
+        return f"version {', '.join(versions)} does not satisfy {request.serves_range}"
     return "eligible when checked again: it became available after the router decided"
 
 

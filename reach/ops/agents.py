@@ -63,6 +63,7 @@ def row(info: InstanceInfo, report: LoadReport | None, now: int,
         "reported_state": reg.state.value,
         "capabilities": [f"{c.name}@{c.version}" for c in reg.capabilities], "region": reg.region,
         "subscribes": [c.name for c in reg.capabilities if c.mode is CapabilityMode.SUBSCRIBE],  # fan-out (0040)
+        "idempotent": [c.name for c in reg.capabilities if c.idempotent],  # retried after a timeout (0075)
         "inflight": reg.inflight if report is None else report.inflight, "max_concurrency": reg.max_concurrency,
         "queued": None if report is None else report.queued,
         "max_queue": reg.max_queue if report is None else report.max_queue,

@@ -47,12 +47,14 @@ def default_burst(rate: float) -> int:
 
 def create(store: AppStore, *, name: str, tenant: str = "default", capabilities: list[str] | None = None,
            rate: float = DEFAULT_RATE, burst: int | None = None, limit_cost: list[str] | None = None,
-           limit_tokens: list[str] | None = None) -> Created:
-    """Create an app with one key; AppError when a field or the quota is invalid, BadLimit when a limit is."""
+           limit_tokens: list[str] | None = None, owner: str | None = None) -> Created:
+    """Create an app with one key; AppError when a field, the owner or the quota is invalid, BadLimit when a limit
+    is."""
     allowed = sorted(set(capabilities or []))
     size = burst if burst is not None else default_burst(rate)
     limits = with_limits([], limit_cost=limit_cost, limit_tokens=limit_tokens)
-    made = store.create(name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size, limits=limits)
+    made = store.create(name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size, limits=limits,
+                        owner=owner)
     return Created(key=made, name=name, tenant=tenant, capabilities=allowed, rate=rate, burst=size,
                    limits=tuple(limits))
 
@@ -71,13 +73,17 @@ def with_limits(current: list[SpendLimit], *, limit_cost: list[str] | None,
 
 
 def update(store: AppStore, app_id: str, *, limit_cost: list[str] | None = None,
-           limit_tokens: list[str] | None = None) -> App:
-    """Change an app's spend limits; the app as it now is."""
-    if not limit_cost and not limit_tokens:
+           limit_tokens: list[str] | None = None, owner: str | None = None) -> App:
+    """Change an app's spend limits and/or its owner (`none` removes it); the app as it now is."""
+    if not limit_cost and not limit_tokens and owner is None:
         raise AppError("Nothing to update: give --limit-cost and/or --limit-tokens (AMOUNT/day, AMOUNT/month or "
-                       "none).")
-    current = store.get(app_id)
-    return store.set_limits(app_id, with_limits(current.limits, limit_cost=limit_cost, limit_tokens=limit_tokens))
+                       "none), or --owner (a channel target, or none).")
+    app = store.get(app_id)
+    if owner is not None:
+        app = store.set_owner(app_id, None if owner == "none" else owner)
+    if limit_cost or limit_tokens:
+        app = store.set_limits(app_id, with_limits(app.limits, limit_cost=limit_cost, limit_tokens=limit_tokens))
+    return app
 
 
 def listing(store: AppStore) -> list[App]:
@@ -116,6 +122,6 @@ def summary(record: App) -> dict[str, Any]:
         "app_id": record.app_id, "name": record.name, "tenant": record.tenant,
         "capabilities": record.capabilities, "rate": record.rate, "burst": record.burst,
         "revoked_at": record.revoked_at, "created_at": record.created_at, "updated_at": record.updated_at,
-        "updated_by": record.updated_by, "limits": [format_limit(x) for x in record.limits],
+        "updated_by": record.updated_by, "limits": [format_limit(x) for x in record.limits], "owner": record.owner,
         "keys": [{"key_id": k.key_id, "created_at": k.created_at, "revoked_at": k.revoked_at} for k in record.keys],
     }

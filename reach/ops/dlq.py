@@ -70,20 +70,22 @@ def _original(item: dlq.Letter, kafka: KafkaSettings, warn: Warn) -> dlq.Letter:
 def standing(items: list[dlq.Letter], *, names: Names, kafka: KafkaSettings, now: int | None = None
              ) -> dict[str, dict[str, Any]]:
     """Per letter id: when it is (or was) DEAD, whether it is now, and its owner (the POLICY of its capability, the
-    replay ledger and the registry, each read once)."""
+    replay ledger, the registry and the apps, each read once)."""
     if not items:
         return {}
+    from reach.appstore import read_apps
     from reach.control import read_control
     from reach.registry import read_registry
 
     now = now_ms() if now is None else now
     view, ledger = read_control(names=names, kafka=kafka), dlq.replayed_keys(names, kafka)
     registrations = [i.registration for i in read_registry(kafka, names).instances(now)]
+    apps = read_apps(names, kafka)
     out = {}
     for item in items:
         policy = view.policy(item.capability or "*")
         out[item.id] = {"dead_at": dlq.dead_at(item, policy), "dead": dlq.is_dead(item, policy, ledger, now),
-                        "owner": dlq.owner_of(item, registrations)}
+                        "owner": dlq.owner_of(item, registrations, apps)}
     return out
 
 

@@ -7,16 +7,18 @@ letter that was replayed meanwhile (the replay ledger) needs nothing; one that w
 an envelope for the owner's channel (`channel.email`, `channel.webhook`, ...) on its capability topic, and its
 offset is committed only once the notice is acknowledged. The notice's id is derived from the letter (`dead-` +
 message id + generation), so a notice produced twice (a restart before the commit) is one message to the channel
-agent's idempotency. A letter whose agent names no owner is counted and logged, not retried.
+agent's idempotency. A letter with no agent owner (a NO_ROUTE letter: no agent ever had it) goes to the owner of the
+gateway app that sent it (`reach apps create|update --owner`). A letter nobody owns is counted and logged, not retried.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from reach import dlq
+from reach.appstore import read_apps
 from reach.channels.catalog import CAPABILITY_VERSION, channel
 from reach.channels.errors import BadCallback
 from reach.channels.spec import parse
@@ -25,7 +27,7 @@ from reach.errors import InfraUnavailable, ReachError
 from reach.kafka import codec
 from reach.kafka import worker as w
 from reach.names import Names
-from reach.records import AgentRegistration, Envelope, Policy
+from reach.records import AgentRegistration, App, Envelope, Policy
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 
@@ -61,6 +63,7 @@ class DeadLetterWarden(w.Worker[bytes]):
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, policy: Callable[[str], Policy],
                  registrations: Callable[[], list[AgentRegistration]] | None = None,
+                 apps: Callable[[], Mapping[str, App]] | None = None,
                  ledger: Callable[[], set[str]] | None = None, clock: Callable[[], int] = now_ms) -> None:
         # notices are not waited for by anyone at the moment they are produced: batched (the feed profile)
         super().__init__(kafka=kafka, subscription=w.Subscription(group=names.topic("dlq-warden"), topics=[names.dlq],
@@ -69,6 +72,7 @@ class DeadLetterWarden(w.Worker[bytes]):
         self._policy = policy
         self._registrations = registrations or (
             lambda: [i.registration for i in read_registry(kafka, names).instances(now_ms())])
+        self._apps = apps or (lambda: read_apps(names, kafka))
         self._ledger = ledger or (lambda: dlq.replayed_keys(names, kafka))
         self._clock = clock
         self.dead = 0
@@ -99,20 +103,22 @@ class DeadLetterWarden(w.Worker[bytes]):
 
     def _tell(self, due: list[tuple[w.Record[bytes], dlq.Letter]], now: int) -> list[w.Output]:
         try:
-            ledger, registrations = self._ledger(), self._registrations()
+            ledger, registrations, apps = self._ledger(), self._registrations(), self._apps()
         except InfraUnavailable:
             raise
         except ReachError as exc:  # not read: nobody may be told of a letter that was replayed; read again later
-            raise InfraUnavailable(f"the dlq warden cannot read the replay ledger or the registry: {exc}") from exc
+            raise InfraUnavailable(f"the dlq warden cannot read the replay ledger, the registry or the apps: {exc}"
+                                   ) from exc
         out = []
         for record, item in due:
             if dlq.ledger_key(item.message_id or item.id, item.record.generation) in ledger:
                 continue  # redriven: not DEAD
             self.dead += 1
-            owner = dlq.owner_of(item, registrations)
+            owner = dlq.owner_of(item, registrations, apps)
             if owner is None:
                 self.unowned += 1
-                log.warning("dead letter %s (%s, %s) is DEAD and no agent of it names an owner: nobody is told",
+                log.warning("dead letter %s (%s, %s) is DEAD and neither an agent of it nor its app names an owner: "
+                            "nobody is told",
                             item.id, item.capability, item.record.agent_id)
                 continue
             try:

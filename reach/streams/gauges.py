@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable, Mapping
 
+from reach import dlq
+from reach.appstore import read_apps
 from reach.core.lifecycle import StatusRow, stale_no_route
 from reach.envelopes import now_ms
+from reach.errors import ReachError
 from reach.kafka import clients
 from reach.kafka.types import Consumer
 from reach.metrics import Metrics
 from reach.names import Names
+from reach.records import App
 from reach.settings import KafkaSettings
 from reach.streams import groupadmin
 from reach.streams.lag import consumer_lag
@@ -25,12 +30,13 @@ class Gauges:
     """Blocking refresh (run it in an executor); failures are logged, never raised into the worker."""
 
     def __init__(self, *, names: Names, kafka: KafkaSettings, router: Router | None, metrics: Metrics,
-                 stale_after_ms: int) -> None:
+                 stale_after_ms: int, apps: Callable[[], Mapping[str, App]] | None = None) -> None:
         self._names = names
         self._kafka = kafka
         self._router = router
         self._metrics = metrics
         self._stale_after_ms = stale_after_ms
+        self._apps = apps or (lambda: read_apps(names, kafka))
         self._admin: groupadmin.GroupAdmin | None = None
         self._reader: Consumer | None = None
 
@@ -42,14 +48,25 @@ class Gauges:
         if self._router is not None:
             update_registry_gauges(self._router, self._metrics)
             served = {c.name for reg in self._router.state.live(now_ms()) for c in reg.capabilities}
+            stale = stale_no_route(rows, now_ms=now_ms(), threshold_ms=self._stale_after_ms, served=served)
+            apps = self._owners() if stale else []
             self._metrics.stale_no_route.clear()
-            for capability, count in stale_no_route(rows, now_ms=now_ms(), threshold_ms=self._stale_after_ms,
-                                                    served=served).items():
-                self._metrics.stale_no_route.labels(capability).set(count)
+            for capability, count in stale.items():
+                tenants = {row.tenant for row in rows if row.capability == capability}
+                owners = dlq.app_owners(apps, capability=capability, tenants=tenants)
+                self._metrics.stale_no_route.labels(capability, ", ".join(owners)).set(count)
         try:
             self._lag()
         except Exception as exc:  # noqa: BLE001 - lag is observability; the broker may be briefly unavailable
             log.warning("consumer lag not refreshed: %s", exc)
+
+    def _owners(self) -> list[App]:
+        """The apps, read only while some letter is stale; unread (an empty owner label) when the topic is not."""
+        try:
+            return list(self._apps().values())
+        except ReachError as exc:
+            log.warning("stale NO_ROUTE owners not read: %s", exc)
+            return []
 
     def _lag(self) -> None:
         if self._admin is None or self._reader is None:

@@ -1,5 +1,7 @@
 """Timeouts that fit LLM agents, end to end (router + examples/slow_agent.py + Redis): the agent's declared 30 s
-applies to the default envelope, a caller's shorter ask cuts the run and retries it, a POLICY cap wins over both.
+applies to the default envelope, a caller's shorter ask cuts the run and retries it (demo.slow declares
+idempotent), a POLICY cap wins over both. Each request has a payload of its own: requests to an idempotent
+capability with the same payload and no key run once.
 
 The figures of docs/decisions/0026 scaled down: the handler sleeps 9 s (past the old 8 s envelope default), the
 caller asks for 2 s, the cap is 1 s."""
@@ -37,16 +39,16 @@ def test_declared_timeout_applies_a_shorter_ask_retries_and_the_policy_cap_wins(
         namespace: str, stream_app: StreamApp, slow: subprocess.Popen[bytes]) -> None:
     receipts = Receipts(f"{namespace}.receipts")
     with Client() as client:
-        default = client.send("demo.slow", {})
-        asked = client.send("demo.slow", {}, execution_timeout_ms=2_000, max_attempts=2)
+        default = client.send("demo.slow", {"ms": SLOW_MS})
+        asked = client.send("demo.slow", {"ms": SLOW_MS + 1}, execution_timeout_ms=2_000, max_attempts=2)
     # the cap is read when a run starts: both runs above are under way before it is set
     receipts.wait_status([default, asked], Status.STARTED, timeout=20)
     assert reach_cli("policy", "set", "--capability", "demo.slow", "--execution-timeout", "5h").returncode == 2
     done = reach_cli("policy", "set", "--capability", "demo.slow", "--execution-timeout", "1s")
     assert done.returncode == 0, done.stderr
     with Client() as client:
-        capped = client.send("demo.slow", {}, execution_timeout_ms=0, max_attempts=2)
-        capped_ask = client.send("demo.slow", {}, execution_timeout_ms=2_000, max_attempts=2)
+        capped = client.send("demo.slow", {"ms": SLOW_MS + 2}, execution_timeout_ms=0, max_attempts=2)
+        capped_ask = client.send("demo.slow", {"ms": SLOW_MS + 3}, execution_timeout_ms=2_000, max_attempts=2)
 
     seen = receipts.wait_status([asked], Status.RETRY_SCHEDULED, timeout=20)
     failed = _of(seen[asked], Status.ATTEMPT_FAILED)[0]

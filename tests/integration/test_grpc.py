@@ -1,7 +1,8 @@
 """gRPC ingress end to end (`reach gateway --grpc-port`, docs/grpc.md): a client built from the generated code and
 `grpcurl` against a real gateway process, router, broker and Redis. The same app keys, signatures (as metadata),
-quotas and checks as /v1: a signed Invoke ends COMPLETED and its steps stream to the terminal one, a bad signature
-is UNAUTHENTICATED, an app over its quota RESOURCE_EXHAUSTED, an oversized message is refused and nothing is sent."""
+quotas and checks as /v1: a signed Invoke ends COMPLETED and its steps stream to the terminal one, another tenant's
+app finds neither its status nor its steps, a bad signature is UNAUTHENTICATED, an app over its quota
+RESOURCE_EXHAUSTED, an oversized message is refused and nothing is sent."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ class Ingress:
 def ingress(stream_app: StreamApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ingress]:
     monkeypatch.setenv("REACH_GATEWAY_SECRETS_KEY", Fernet.generate_key().decode())
     port = free_port()
-    gw = Gateway(tmp_path, {"shop": create_app("shop"), "tiny": create_app("tiny", "--rate", "0.01", "--burst", "1")},
+    gw = Gateway(tmp_path, {"shop": create_app("shop"), "tiny": create_app("tiny", "--rate", "0.01", "--burst", "1"),
+                            "rival": create_app("rival", "--tenant", "rival")},
                  env={"REACH_GATEWAY_GRPC_PORT": str(port)})
     gw.start()
     address = f"127.0.0.1:{port}"
@@ -116,6 +118,17 @@ def test_a_signed_invoke_completes_and_its_steps_stream_to_the_end(ingress: Ingr
             "WatchSteps", request.SerializeToString())))
         assert steps and steps[-1].event == "terminal" and MessageToDict(steps[-1].data)["status"] == "COMPLETED"
         assert [s.index for s in steps if s.event in ("receipt", "terminal")] == list(range(len(steps)))
+
+        # another tenant's app reads the message as absent, by GetStatus and by WatchSteps alike (a refusal that
+        # differs from an unknown id would tell it the id exists)
+        theirs = refused(lambda: ingress.call("GetStatus", pb.GetStatusRequest(message_id=reply.message_id),
+                                              app="rival"))
+        unknown = refused(lambda: ingress.call("GetStatus", pb.GetStatusRequest(message_id=f"no-{reply.message_id}"),
+                                               app="rival"))
+        assert theirs.code == unknown.code == grpc.StatusCode.NOT_FOUND, (theirs, unknown)
+        watched = refused(lambda: list(ingress.stub.WatchSteps(request, timeout=60, metadata=ingress.metadata(
+            "WatchSteps", request.SerializeToString(), app="rival"))))
+        assert watched.code == grpc.StatusCode.NOT_FOUND, watched
 
         accepted = ingress.call("Send", echo("sent"))
         assert accepted.status_url == f"/v1/messages/{accepted.message_id}"

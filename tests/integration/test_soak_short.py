@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from reach.settings import ReachSettings
@@ -31,24 +34,49 @@ RATE = 35
 pytestmark = [pytest.mark.integration, pytest.mark.beside]
 
 
-@pytest.mark.timeout(480)
-def test_a_three_minute_soak_passes_and_reports_every_series(infra: Infra, tmp_path: Path) -> None:
+def _local_stack() -> None:
     home = ReachSettings().home
     if not LocalInfra(home).status().running:
         message = f"reach soak runs on the local stack of REACH_HOME ({home}), and none runs there"
         if os.environ.get("REACH_CI"):
             pytest.fail(message)
         pytest.skip(message)
+
+
+def _soak(*args: str) -> subprocess.Popen[str]:
+    """`reach soak ARGS` in a process group of its own, so a test that gives up on it can end all of it."""
+    return subprocess.Popen([sys.executable, "-m", "reach", "soak", *args], cwd=ROOT, text=True, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "REACH_TOPICS_FILE": str(ROOT / "topics.yaml"), "COLUMNS": "200"})
+
+
+def _end_group(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM to the soak's whole group (its clean-up stops its children), SIGKILL to what is left after 60 s."""
+    for sig, grace in ((signal.SIGTERM, 60), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.mark.timeout(480)
+def test_a_three_minute_soak_passes_and_reports_every_series(infra: Infra, tmp_path: Path) -> None:
+    _local_stack()
     out, png = tmp_path / "soak.json", tmp_path / "soak.png"
-    done = subprocess.run([sys.executable, "-m", "reach", "soak", "--minutes", "3", "--interval", "15",
-                           "--rate", str(RATE), "--broker-shared", "--json", str(out), "--plot", str(png),
-                           "--dir", str(tmp_path / "run")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=450,
-                          env={**os.environ, "REACH_TOPICS_FILE": str(ROOT / "topics.yaml"), "COLUMNS": "200"})
+    proc = _soak("--minutes", "3", "--interval", "15", "--rate", str(RATE), "--broker-shared", "--json", str(out),
+                 "--plot", str(png), "--dir", str(tmp_path / "run"))
+    try:
+        stdout, stderr = proc.communicate(timeout=450)
+    finally:
+        _end_group(proc)  # a soak that outlived its time leaves no router, agent or Redis behind
     report = json.loads(out.read_text()) if out.exists() else {}
-    evidence = done.stdout[-4000:] + done.stderr[-3000:]
-    assert done.returncode == 0, evidence
-    assert f"reach soak: 3 min at {RATE} req/s" in done.stdout  # the rate used is printed
+    evidence = stdout[-4000:] + stderr[-3000:]
+    assert proc.returncode == 0, evidence
+    assert f"reach soak: 3 min at {RATE} req/s" in stdout  # the rate used is printed
     assert report["ok"] and report["misses"] == [], evidence
 
     figures = report["figures"]
@@ -72,3 +100,26 @@ def test_a_three_minute_soak_passes_and_reports_every_series(infra: Infra, tmp_p
 def _pid(verdicts: dict[str, dict[str, object]], role: str) -> str:
     (name,) = [n for n in verdicts if n.startswith(f"rss_mib {role} pid ")]
     return name.rsplit(" ", 1)[-1]
+
+
+@pytest.mark.timeout(240)
+def test_a_terminated_soak_stops_every_process_it_started(infra: Infra, tmp_path: Path) -> None:
+    """SIGTERM to `reach soak` alone (not its group): its router, its agents and its private Redis end with it."""
+    _local_stack()
+    proc = _soak("--minutes", "1", "--interval", "5", "--rate", "5", "--broker-shared", "--dir", str(tmp_path / "run"))
+    try:
+        soak = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 120
+        while len(children := soak.children(recursive=True)) < 4 and proc.poll() is None:  # router, 2 agents, Redis
+            assert time.monotonic() < deadline, f"the soak started {children}"
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(2)  # its traffic runs: the signal lands mid-run, not during set-up
+        children = soak.children(recursive=True)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode != 0, "a soak cut short does not pass"
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, (alive, stderr[-3000:])
+    finally:
+        _end_group(proc)

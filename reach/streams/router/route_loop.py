@@ -74,9 +74,11 @@ from reach.terminals import Claimed, Fence, Terminal, fence_from_settings
 
 log = logging.getLogger("reach.router")
 
-COMMIT_EVERY_S = 0.0
-"""How often the hot path's commits may go out (reach.core.commits): 0, every batch (one in flight). A 100 ms timer
-was tried and taken back out (decision 0063: the rolling-upgrade test ended messages twice with it)."""
+COMMIT_EVERY_S = 0.1
+"""How often the hot path's commits may go out (reach.core.commits): at most every 100 ms, one in flight, as the
+agent's. Safe by construction (decision 0070): a crash reads the uncommitted envelopes again, and each is decided
+again: a forward meets the agent's result cache, an ending the first-terminal register (reach.terminals), so a
+message still ends once (tests/integration/test_commit_cadence.py kills a router between commits)."""
 
 MAX_ENVELOPE_BYTES = MAX_PAYLOAD_BYTES + 64 * 1024
 """Envelopes above this size are REJECTED (OVERSIZE): the payload limit plus room for the routing fields."""

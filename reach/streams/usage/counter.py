@@ -9,7 +9,9 @@ Redis outage restarts the loop from the last commit. docs/decisions/0035-usage-a
 
 It reads only the receipts that can charge: a receipt whose `x-reach-status` header names a status that ends no
 generation, or that a router wrote (ROUTED, `x-reach-router`), is skipped before it is decoded; one without
-either header is decoded. It runs on the batch worker (reach.kafka.worker, decision 0053)."""
+either header is decoded, by the reader generated from Receipt.avsc (a dict), and only one that carries usage is made
+a model (decision 0070: a no-op agent's COMPLETED is read for its `usage` field and let go). It runs on the batch
+worker (reach.kafka.worker, decision 0053)."""
 
 from __future__ import annotations
 
@@ -18,8 +20,12 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from pydantic import ValidationError
+
 from reach.core.usage import billable
 from reach.kafka import headers as H
+from reach.kafka.codec import InvalidRecord
+from reach.kafka.receiptbytes import decode_receipt
 from reach.kafka.worker import INFRASTRUCTURE, Output, Record, Subscription, Worker
 from reach.names import Names
 from reach.records import Receipt, Status
@@ -62,7 +68,7 @@ def batch_charges(receipts: Iterable[Receipt | None], *, currency: str) -> list[
     return [c for r in receipts if r is not None for c in charges(r, currency=currency)]
 
 
-def cannot_charge(record: Record[Receipt]) -> bool:
+def cannot_charge(record: Record[Receipt | None]) -> bool:
     """True when a receipt's headers show it cannot charge (a status that ends no generation, a router's ROUTED):
     skipped without decoding. False when they do not say."""
     pairs = record.headers
@@ -70,6 +76,18 @@ def cannot_charge(record: Record[Receipt]) -> bool:
     if status is not None:
         return status not in CHARGING
     return any(name == H.ROUTER for name, _ in pairs)
+
+
+def with_usage(data: bytes) -> Receipt | None:
+    """The receipt as its model when it carries usage, else None (it charges nothing): read by the generated reader
+    (`receiptbytes.decode_receipt`, the codec for other framings); DecodeError for bytes that are no receipt."""
+    record = decode_receipt(data)
+    if record.get("usage") is None:
+        return None
+    try:
+        return Receipt.from_avro(record)
+    except ValidationError as exc:  # valid Avro that breaks the model's rules: skipped like undecodable bytes
+        raise InvalidRecord(f"Receipt: decodes but breaks the record's rules: {exc}", raw=bytes(data)) from exc
 
 
 class Book(Protocol):
@@ -80,7 +98,7 @@ class Book(Protocol):
     def close(self) -> None: ...
 
 
-class UsageCounter(Worker[Receipt]):
+class UsageCounter(Worker[Receipt | None]):
     """The loop: reads receipts, records their charges, commits after Redis answered."""
 
     thread_name = "reach-usage"
@@ -91,7 +109,7 @@ class UsageCounter(Worker[Receipt]):
                  currency: str) -> None:
         self.worker_id = uuid.uuid4().hex[:12]
         super().__init__(kafka=kafka, subscription=Subscription(
-            group=usage_group(names), topics=[names.receipts], decode=Receipt, skip=cannot_charge, profile="feed",
+            group=usage_group(names), topics=[names.receipts], decode=with_usage, skip=cannot_charge, profile="feed",
             consumer_config={"client.id": f"reach-usage {self.worker_id}", "auto.offset.reset": "earliest"}))
         self._book_factory = book
         self._book: Book | None = None
@@ -106,13 +124,13 @@ class UsageCounter(Worker[Receipt]):
             self._book.close()
             self._book = None
 
-    def handle(self, records: list[Record[Receipt]]) -> Iterable[Output]:
+    def handle(self, records: list[Record[Receipt | None]]) -> Iterable[Output]:
         assert self._book is not None
         # before the commit: a crash in between counts nothing twice (the book's guard)
         self.counted += self._book.record(batch_charges((r.value for r in records), currency=self._currency))
         return ()
 
-    def failed(self, record: Record[Receipt], error: BaseException) -> Iterable[Output]:
+    def failed(self, record: Record[Receipt | None], error: BaseException) -> Iterable[Output]:
         """An undecodable receipt is skipped: the status fold judges receipts, not this counter."""
         log.debug("usage counter: %r skipped: %s", record, error)
         return ()

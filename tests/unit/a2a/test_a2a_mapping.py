@@ -12,11 +12,13 @@ from google.protobuf.struct_pb2 import Value
 
 from reach.a2a import tasks
 from reach.a2a.bearer import DENIED, BearerAuthenticator, a2a_token
-from reach.a2a.cards import capability_card, mesh_card
+from reach.a2a.cards import DEPENDS_EXTENSION, capability_card, mesh_card
 from reach.a2a.states import TASK_STATES, task_state
 from reach.callers import AuthFailure, KeyEntry
+from reach.core.views.registryview import RegistryView
 from reach.errors import InfraUnavailable
-from reach.records import Capability, Status
+from reach.gateway import catalog
+from reach.records import AgentRegistration, AgentState, Capability, Status
 from tests.unit.gateway.fakes import FakeDirectory, app
 
 S = TaskState
@@ -119,6 +121,37 @@ def test_cards_have_one_skill_per_live_capability_and_follow_versions() -> None:
     assert one is not None and one.supported_interfaces[0].url == "http://gw:8080/a2a/cap/demo.calc/"
     assert capability_card("http://gw:8080", "demo.gone", caps) is None
     assert not card.capabilities.push_notifications and card.capabilities.streaming
+
+
+def test_cards_show_what_each_skill_calls() -> None:
+    """depends_on (issue 41 item 3) on the card: in the skill's description and as the depends-on extension's params,
+    only for capabilities that are live (a dependency list of a capability nobody serves is not shown)."""
+    caps = [Capability(name="demo.plan", version="1.0.0"), Capability(name="demo.echo", version="1.0.0")]
+    depends = {"demo.plan": ["demo.echo", "demo.search@^2"], "demo.gone": ["demo.echo"]}
+    card = mesh_card("http://gw", caps, depends=depends)
+    plan = next(s for s in card.skills if s.id == "demo.plan")
+    assert "calls demo.echo, demo.search@^2" in plan.description
+    assert "calls" not in next(s for s in card.skills if s.id == "demo.echo").description
+    declared = {e.uri: MessageToDict(e.params) for e in card.capabilities.extensions}
+    assert declared[DEPENDS_EXTENSION] == {"demo.plan": ["demo.echo", "demo.search@^2"]}
+    one = capability_card("http://gw", "demo.plan", caps, depends=depends)
+    assert one is not None and "calls demo.echo" in one.skills[0].description
+    assert {e.uri: MessageToDict(e.params) for e in one.capabilities.extensions}[DEPENDS_EXTENSION] == {
+        "demo.plan": ["demo.echo", "demo.search@^2"]}
+    alone = capability_card("http://gw", "demo.echo", caps, depends=depends)
+    assert alone is not None and DEPENDS_EXTENSION not in {e.uri for e in alone.capabilities.extensions}
+
+
+def test_the_catalog_merges_the_live_instances_depends_on() -> None:
+    view = RegistryView()
+    now = 1_000_000
+    for instance, build, needs in (("i1", "1", ["demo.echo"]), ("i2", "2", ["demo.search", "demo.echo"])):
+        view.apply(instance, AgentRegistration(agent_id="planner", instance_id=instance, build_version=build,
+                                     capabilities=[Capability(name="demo.plan", version="1.0.0")],
+                                     heartbeat_at=now, ttl_ms=60_000, inbox_topic="x", depends_on=needs,
+                                     state=AgentState.READY))
+    assert catalog.dependencies(view, now) == {"demo.plan": ["demo.echo", "demo.search"]}
+    assert catalog.dependencies(view, now + 121_000) == {}  # nobody heard from within 2 x ttl: nobody live
 
 
 def test_a_question_is_input_required_with_the_question_and_ends_a_stream_at_it() -> None:

@@ -63,7 +63,8 @@ def test_a_handler_that_stops_heartbeating_is_timed_out_before_its_execution_tim
         return {}
 
     sender = FakeSender()
-    agent = agent_with(quiet if is_async else quiet_sync, execution_timeout_ms=10_000, heartbeat_timeout_ms=100)
+    agent = agent_with(quiet if is_async else quiet_sync, execution_timeout_ms=10_000, heartbeat_timeout_ms=100,
+                       idempotent=True)  # a cut run is retried (ATTEMPT_FAILED) only when idempotent
     started = time.monotonic()
     try:
         assert run(pipeline(agent, sender, FakeLeases()), envelope()) is Outcome.RETRY
@@ -81,7 +82,7 @@ def test_the_policy_cap_bounds_how_far_heartbeats_extend() -> None:
             ctx.heartbeat()
 
     sender = FakeSender()
-    agent = agent_with(forever, execution_timeout_ms=10_000, heartbeat_timeout_ms=1_000)
+    agent = agent_with(forever, execution_timeout_ms=10_000, heartbeat_timeout_ms=1_000, idempotent=True)
     assert run(pipeline(agent, sender, FakeLeases(), policy=Policy(execution_timeout_ms=200)), envelope()) \
         is Outcome.RETRY
     error = sender.receipts()[-1].error
@@ -133,7 +134,7 @@ def test_a_heartbeat_from_a_run_that_already_timed_out_raises_in_its_thread_and_
         assert (await pipe.process(envelope(), [])).outcome is Outcome.COMPLETE  # the next message still runs
         return first
 
-    assert asyncio.run(scenario()) is Outcome.RETRY
+    assert asyncio.run(scenario()) is Outcome.FAIL  # cut, and not idempotent: FAILED MAYBE_RAN, never rerun
     assert errors and "already ended" in str(errors[0])
 
 

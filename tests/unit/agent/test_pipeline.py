@@ -25,9 +25,9 @@ from tests.unit.agent.fakes import FakeLeases, FakeSender
 NAMES = Names("ns")
 
 
-def agent_with(handler: Callable[..., Any], **kwargs: Any) -> Agent:
+def agent_with(handler: Callable[..., Any], *, idempotent: bool = False, **kwargs: Any) -> Agent:
     agent = Agent("agent://test/unit", instance_id="i-1", lease_margin_ms=100, **kwargs)
-    agent.capability("test.unit", version="1.0.0", input_schema={"type": "object"})(handler)
+    agent.capability("test.unit", version="1.0.0", input_schema={"type": "object"}, idempotent=idempotent)(handler)
     return agent
 
 
@@ -134,7 +134,7 @@ def test_a_sync_handler_past_its_timeout_keeps_its_capacity_and_lease_until_its_
         return {}
 
     sender, leases = FakeSender(), FakeLeases()
-    pipe = pipeline(agent_with(stuck), sender, leases)
+    pipe = pipeline(agent_with(stuck, idempotent=True), sender, leases)  # a cut run is retried: idempotent
     env = envelope(execution_timeout_ms=50)
 
     async def scenario() -> tuple[Outcome, int, bool, int, bool]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import redis
-from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
 
 from reach.envelopes import new_envelope
-from reach.kafka import codec
-from reach.records import Envelope
+from reach.kafka import avrogen, codec, receiptbytes
+from reach.records import Envelope, Receipt, Status
 from reach.redisclient import sync_client
 from reach.tooling.bench import imports, metered, records
 
@@ -91,18 +92,37 @@ def test_decodes_are_read_from_the_process_own_counter_before_the_wrapper_one() 
         "records_decoded_per_request"] == 7.0
 
 
-def test_the_wrapper_counts_what_the_codec_decodes_by_record() -> None:
-    original = codec.Codec.decode_dict
-    counter = metered.count_decodes()
-    try:
-        data = codec.encode(new_envelope("bench.a", {}))
-        before = REGISTRY.get_sample_value("reach_bench_records_decoded_total", {"record": "Envelope"}) or 0.0
-        codec.decode(data, Envelope)
-        codec.decode_dict("Envelope", data)
-        assert REGISTRY.get_sample_value("reach_bench_records_decoded_total", {"record": "Envelope"}) == before + 2
-    finally:
-        codec.Codec.decode_dict = original  # type: ignore[method-assign]
-        REGISTRY.unregister(counter)
+def test_the_wrapper_counts_what_the_codec_decodes_by_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec.Codec, "decode_dict", codec.Codec.decode_dict)  # restored after the test
+    monkeypatch.setattr(avrogen, "reader", avrogen.reader)
+    registry = CollectorRegistry()
+    metered.count_decodes(registry)
+    data = codec.encode(new_envelope("bench.a", {}))
+    codec.decode(data, Envelope)
+    codec.decode_dict("Envelope", data)
+    assert registry.get_sample_value("reach_bench_records_decoded_total", {"record": "Envelope"}) == 2
+
+
+def test_the_wrapper_counts_what_the_generated_readers_decode_once_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router's envelopes and every receipt the fold and the feed read go through readers generated from the
+    .avsc, not the codec: each is counted once, and bytes a reader gives up on are counted once, by the codec."""
+    monkeypatch.setattr(codec.Codec, "decode_dict", codec.Codec.decode_dict)
+    monkeypatch.setattr(avrogen, "reader", avrogen.reader)
+    monkeypatch.setattr(avrogen, "_readers", {})  # readers made after the wrapper, as in a metered process
+    monkeypatch.setattr(receiptbytes, "_reader", None)
+    registry = CollectorRegistry()
+    metered.count_decodes(registry)
+    envelope = codec.encode(new_envelope("bench.a", {}))
+    receipt = codec.encode(Receipt(message_id="m", trace_id="t", tenant="default", capability="bench.a",
+                                   status=Status.COMPLETED, at=1))
+    assert avrogen.decode_dict("Envelope", envelope)["capability"] == "bench.a"
+    assert receiptbytes.decode_receipt(receipt)["status"] == "COMPLETED"
+    assert receiptbytes.decode_receipt(receipt)["message_id"] == "m"
+    with pytest.raises(codec.DecodeError):
+        receiptbytes.decode_receipt(receipt[:-3])  # the reader gives up, the codec reads and refuses it
+    count = registry.get_sample_value
+    assert count("reach_bench_records_decoded_total", {"record": "Envelope"}) == 1
+    assert count("reach_bench_records_decoded_total", {"record": "Receipt"}) == 3
 
 
 def test_the_import_rule_counts_runtime_modules_only(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from reach.core.routing import (
     inbox_partition,
     parse_request,
 )
+from reach.core.versions import satisfies, within_line
 from reach.records import BreakerState, CanaryState, Weights
 from tests.unit.routing_fixtures import canary, health, reg
 
@@ -147,3 +148,25 @@ def test_rolled_back_canary_alone_is_no_route() -> None:
 def test_every_candidate_over_its_qps_limit_overloads_with_the_refill_time() -> None:
     out = run(req(), reg("a", qps_limit=2), reg("b", qps_limit=2), throttled={"a": 400, "b": 250})
     assert isinstance(out, Overload) and out.retry_after_ms == 250 and "qps_limit" in out.message
+
+
+def test_a_request_stamped_with_a_contract_version_goes_only_to_that_versions_line() -> None:
+    """Two majors live and a range that takes both: the intake stamped 2.1.0 (decision 0075), so a 1.x instance would
+    reject it; it goes to the 2.x line, and with no 2.x instance left it finds no route, naming the narrowed range."""
+    v1, v2 = reg("v1", version="1.4.0"), reg("v2", version="2.3.0")
+    for _ in range(20):
+        out = run(req(version_range="*", schema_version="2.1.0"), v1, v2)
+        assert isinstance(out, Forward) and out.decision.picked_instance == "v2"
+    both = {decide(req(version_range="*"), [v1, v2], weights=Weights(), now_ms=NOW,  # type: ignore[union-attr]
+                   rng=random.Random(seed)).decision.picked_instance for seed in range(40)}
+    assert both == {"v1", "v2"}, "unstamped: either line, as before"
+    gone = run(req(version_range=">=1", schema_version="2.1.0"), v1)
+    assert isinstance(gone, NoRoute) and ">=1 ^2.1.0" in gone.message
+
+
+def test_within_line_narrows_each_alternative_and_leaves_an_unreadable_version_alone() -> None:
+    assert within_line("*", "1.2.0") == "^1.2.0"
+    assert within_line("^1 || ^2", "2.0.1") == "^1 ^2.0.1 || ^2 ^2.0.1"
+    assert within_line("^1", None) == "^1" and within_line("^1", "") == "^1"
+    assert within_line("^1", "not-a-version") == "^1"
+    assert satisfies("2.4.0", within_line("*", "2.1.0")) and not satisfies("3.0.0", within_line("*", "2.1.0"))

@@ -205,14 +205,19 @@ class FakeStatus:
 class FakeCatalog:
     """Live capability versions, set by the test."""
 
-    def __init__(self, capabilities: Sequence[Capability] = ()) -> None:
+    def __init__(self, capabilities: Sequence[Capability] = (), depends: Mapping[str, Sequence[str]] | None = None
+                 ) -> None:
         self.capabilities = list(capabilities)
+        self.depends = dict(depends or {})
 
     def versions(self, capability: str, tenant: str, now_ms: int) -> Sequence[Capability]:
         return [c for c in self.capabilities if c.name == capability]
 
     def live_capabilities(self, tenant: str | None, now_ms: int) -> Sequence[Capability]:
         return list(self.capabilities)
+
+    def dependencies(self, now_ms: int) -> Mapping[str, Sequence[str]]:
+        return self.depends
 
     def healthy(self) -> bool:
         return True

@@ -47,6 +47,7 @@ def test_accepted_after_the_ack_with_tenant_and_source_from_the_app(client: Test
     assert body == {"message_id": envelope.message_id, "trace_id": envelope.trace_id,
                     "status_url": f"/v1/messages/{envelope.message_id}"}
     assert (envelope.tenant, envelope.source) == ("acme", "gateway:app1")
+    assert envelope.schema_version == "1.0.0", "the contract version the payload was checked against"
     assert json.loads(envelope.payload) == {"text": "hi"}
     assert envelope.capability_version == "^1"
     assert envelope.routing.model_dump() == {"region": "eu", "session_key": "s1", "tags": ["gpu"], "priority": 3,
@@ -146,6 +147,7 @@ def test_unknown_capability_is_404_unless_expire_at_waits(client: TestClient, fa
                                             "expire_at": now_ms() + 60_000})
     assert parked.status_code == 202
     assert [e.capability for e in fakes.publisher.sent] == ["nobody.serves"]
+    assert fakes.publisher.sent[0].schema_version is None, "parked for a version not live: no contract yet"
 
 
 def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: Fakes) -> None:
@@ -159,6 +161,9 @@ def test_schema_violation_of_every_matching_version_is_422_with_the_path(fakes: 
     assert resp.json()["error"] == "invalid_payload" and "at text" in resp.json()["message"]
     fakes.catalog.capabilities = [strict, loose]  # one matching version accepts it: the router picks that one
     assert post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": 5}}).status_code == 202
+    assert fakes.publisher.sent[-1].schema_version == "1.1.0", "stamped with the version that accepts it"
+    assert post(client, "/v1/envelopes", {"capability": "demo.echo", "payload": {"text": "ok"}}).status_code == 202
+    assert fakes.publisher.sent[-1].schema_version == "1.0.0", "both accept it: the oldest of the line"
     assert post(client, "/v1/envelopes", {"capability": "demo.echo", "version": "~1.0",
                                           "payload": {"text": 5}}).status_code == 422
 

@@ -36,3 +36,15 @@ def test_a_row_names_the_capabilities_the_instance_subscribes_to() -> None:
     assert row["subscribes"] == ["demo.order.created"]
     assert [_marked(c, row["subscribes"]) for c in row["capabilities"]] == [
         "demo.order.created@1.0.0 (subscribe)", "demo.echo@1.0.0"]
+
+
+def test_a_row_names_the_capabilities_declared_idempotent() -> None:
+    from reach.records import Capability
+
+    base = info()
+    reg = base.registration.model_copy(update={"capabilities": [
+        Capability(name="doc.search", version="1.0.0", idempotent=True),
+        Capability(name="demo.charge", version="1.0.0")]})
+    row = _row(InstanceInfo(registration=reg, effective_state=AgentState.READY, heartbeat_age_ms=5, load=0.0),
+               None, 1_000)
+    assert row["idempotent"] == ["doc.search"]

@@ -62,3 +62,18 @@ def test_operators_are_not_apps(store: AppStore) -> None:
     box = SecretBox([SecretStr(Fernet.generate_key().decode())])
     operators.create(operators.OperatorStore(log=log, box=box, by="t"), name="root", role="admin")
     assert ops.listing(AppStore(log=log, box=box)) == []
+
+
+def test_an_app_names_its_owner_as_a_channel_target_and_can_change_or_drop_it(store: AppStore) -> None:
+    made = ops.create(store, name="shop", tenant="acme", owner="email:shop-ops@example.com")
+    app_id = made.key.app_id
+    assert ops.summary(store.get(app_id))["owner"] == "email:shop-ops@example.com"
+    with pytest.raises(AppError, match="not a channel target"):
+        ops.update(store, app_id, owner="carrier-pigeon:roof")
+    with pytest.raises(AppError, match="not a channel target"):
+        ops.create(store, name="bad", tenant="acme", owner="ops@example.com")
+    assert ops.update(store, app_id, owner="webhook:https://hooks.example.com/x").owner == \
+        "webhook:https://hooks.example.com/x"
+    assert ops.update(store, app_id, owner="none").owner is None
+    with pytest.raises(AppError, match="--owner"):
+        ops.update(store, app_id)

@@ -93,14 +93,15 @@ class FakeProducer:
     raise_on: Callable[[str, bytes], BaseException | None] = lambda _t, _v: None
     sent: list[tuple[str, bytes, Any]] = field(default_factory=list)
     sent_headers: list[tuple[str, Any]] = field(default_factory=list)  # (topic, headers) of each record sent
-    _queue: list[tuple[str, bytes, Any, Callable[..., None], Any]] = field(default_factory=list)
+    _queue: list[tuple[str, bytes, Any, Callable[..., None], Any, int]] = field(default_factory=list)
+    _offsets: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def produce(self, topic: str, value: bytes, key: Any = None, headers: Any = None,
                 on_delivery: Callable[..., None] | None = None, partition: int | None = None) -> None:
         exc = self.raise_on(topic, value)
         if exc is not None:
             raise exc
-        self._queue.append((topic, value, key, on_delivery or (lambda *_: None), headers))
+        self._queue.append((topic, value, key, on_delivery or (lambda *_: None), headers, partition or 0))
 
     def flush(self, _timeout: float = 0) -> int:
         while True:
@@ -109,12 +110,15 @@ class FakeProducer:
                 return len(self._queue)
             for item in ready:
                 self._queue.remove(item)
-                topic, value, key, report, hdrs = item
+                topic, value, key, report, hdrs, partition = item
                 err = self.refuse(topic, value)
+                offset = 0
                 if err is None:
                     self.sent.append((topic, value, key))
                     self.sent_headers.append((topic, hdrs))
-                report(err, _Delivered(topic, key))
+                    offset = self._offsets.get((topic, partition), 0)
+                    self._offsets[topic, partition] = offset + 1
+                report(err, _Delivered(topic, key, partition, offset))
 
     def poll(self, _timeout: float = 0) -> int:
         return 0
@@ -124,9 +128,11 @@ class FakeProducer:
 
 
 class _Delivered:
-    def __init__(self, topic: str, key: Any = None) -> None:
+    def __init__(self, topic: str, key: Any = None, partition: int = 0, offset: int = 0) -> None:
         self._topic = topic
         self._key = key
+        self._partition = partition
+        self._offset = offset
 
     def key(self) -> Any:
         return self._key
@@ -135,10 +141,10 @@ class _Delivered:
         return self._topic
 
     def partition(self) -> int:
-        return 0
+        return self._partition
 
     def offset(self) -> int:
-        return 0
+        return self._offset
 
 
 class FakeReader:

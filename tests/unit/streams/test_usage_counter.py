@@ -8,6 +8,8 @@ import uuid
 from typing import Any
 from unittest import mock
 
+import pytest
+
 from reach.core.spend import Period, Spent
 from reach.kafka import clients, codec, memory
 from reach.kafka import headers as H
@@ -16,7 +18,8 @@ from reach.records import Receipt, Status, Usage
 from reach.settings import KafkaSettings
 from reach.spendbook import MemorySpendBook
 from reach.streams.status.lookup import partition_of
-from reach.streams.usage.counter import UsageCounter, batch_charges, charges, usage_group
+from reach.streams.usage import counter as counter_module
+from reach.streams.usage.counter import UsageCounter, batch_charges, charges, usage_group, with_usage
 
 AT = 1_796_292_000_000
 
@@ -92,11 +95,11 @@ def test_the_counter_decodes_only_receipts_that_can_charge_and_commits_past_ever
     bus = memory.bus(name)
     bus.create_topic(names.receipts, 2)
     decoded: list[bytes] = []
-    real = codec.decode
+    real = counter_module.decode_receipt
 
-    def counting(data: bytes, model: Any) -> Any:
+    def counting(data: bytes) -> Any:
         decoded.append(data)
-        return real(data, model)
+        return real(data)
 
     producer = clients.producer(kafka)
     sent: list[tuple[bytes, H.Headers | None]] = [
@@ -112,7 +115,7 @@ def test_the_counter_decodes_only_receipts_that_can_charge_and_commits_past_ever
     book = Book()
     counter = UsageCounter(names=names, kafka=kafka, book=lambda: book, currency="USD")
     try:
-        with mock.patch.object(codec, "decode", counting), counter:
+        with mock.patch.object(counter_module, "decode_receipt", counting), counter:
             deadline = time.monotonic() + 5
             part = partition_of("m1", 2)
             while bus.committed(usage_group(names), (names.receipts, part)) != 5:
@@ -122,3 +125,13 @@ def test_the_counter_decodes_only_receipts_that_can_charge_and_commits_past_ever
         memory.forget(name)
     assert counter.counted == 2
     assert decoded == [b"not a receipt", sent[3][0], sent[4][0]], "the STARTED and the ROUTED were not decoded"
+
+
+def test_only_a_receipt_that_carries_usage_becomes_a_model() -> None:
+    """The counter reads every receipt that may charge with the generated reader; a model is made only for one with
+    usage (a no-op agent's COMPLETED charges nothing and is let go as None); bad bytes are a DecodeError."""
+    assert with_usage(codec.encode(receipt("m1"))) is None
+    made = with_usage(codec.encode(receipt("m1", usage=USED)))
+    assert made == receipt("m1", usage=USED)
+    with pytest.raises(codec.DecodeError):
+        with_usage(b"not a receipt")
