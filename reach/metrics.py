@@ -55,6 +55,7 @@ class Metrics:
                                   ["capability"], buckets=_LATENCY_BUCKETS, registry=r)
         self.execution = Histogram("agentreach_execution_latency_seconds", "STARTED -> terminal",
                                    ["capability"], buckets=_LATENCY_BUCKETS, registry=r)
+        # observed by the router in this process, per decision (Router.observe_decision; empty in a status-only worker)
         self.decision = Histogram("agentreach_route_decision_seconds", "Time the router spent deciding",
                                   buckets=_DECISION_BUCKETS, registry=r)
         self.candidates = Histogram("agentreach_route_candidates", "Candidates per routing decision",
@@ -113,9 +114,6 @@ class Metrics:
         decision = receipt["decision"]
         if status == Status.ROUTED and decision is not None:
             self.candidates.observe(len(decision["candidates"]))
-            decide_us = receipt["timings"].get("decide_us")
-            if decide_us is not None:
-                self.decision.observe(decide_us / 1e6)
         if status == Status.STARTED:
             routed = _last_at(after, Status.ROUTED, receipt["generation"], receipt["attempt"])
             if routed is not None and before is not None and receipt["at"] >= routed:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 from reach.agent.agent import Agent
-from reach.agent.publisher import Publisher
+from reach.agent.publisher import Sender
 from reach.envelopes import now_ms
 from reach.kafka import codec
 from reach.kafka.types import Message
@@ -15,7 +15,7 @@ from reach.records import AgentState
 class Heartbeat:
     """Keeps the registry record of one instance current."""
 
-    def __init__(self, agent: Agent, publisher: Publisher, *, registry_topic: str, inbox_topic: str) -> None:
+    def __init__(self, agent: Agent, publisher: Sender, *, registry_topic: str, inbox_topic: str) -> None:
         self._agent = agent
         self._publisher = publisher
         self._topic = registry_topic

@@ -2,7 +2,10 @@
 
 Sent about once a second and whenever inflight or backlog moved by more than 10% of
 max_concurrency, but never more often than every `min_gap_ms`, so a busy instance does not publish
-per message. The registration is not republished for it: heartbeats stay at ttl/3.
+per message. An idle instance (nothing running or queued, as its last report said) repeats that report
+every `idle_every_ms` (5 s) instead (decision 0073): the router's estimate of it is 0 either way, and a
+message arriving moves inflight, which reports at once. The registration is not republished for it:
+heartbeats stay at ttl/3.
 """
 
 from __future__ import annotations
@@ -66,12 +69,14 @@ class LoadReporter:
     """Decides when a report is due and publishes it (the runner calls `completed` and `tick`)."""
 
     def __init__(self, agent: Agent, *, publish: Publish, topic: str, policy: Callable[[str], Policy] | None = None,
-                 every_ms: int = 1_000, min_gap_ms: int = 100, clock: Callable[[], int] = now_ms) -> None:
+                 every_ms: int = 1_000, min_gap_ms: int = 100, idle_every_ms: int = 5_000,
+                 clock: Callable[[], int] = now_ms) -> None:
         self._agent = agent
         self._publish = publish
         self._topic = topic
         self._policy = policy
         self._every = every_ms
+        self._idle_every = max(idle_every_ms, every_ms)
         self._min_gap = min_gap_ms
         self._clock = clock
         self.meter = DrainMeter(capacity=agent.max_concurrency, clock=clock)
@@ -98,7 +103,8 @@ class LoadReporter:
             age = now - last.at
             step = CHANGE_SHARE * self._agent.max_concurrency
             moved = abs(inflight - last.inflight) > step or abs(queued - last.queued) > step
-            if age < self._min_gap or (age < self._every and not moved):
+            idle = inflight == queued == last.inflight == last.queued == 0
+            if age < self._min_gap or (age < (self._idle_every if idle else self._every) and not moved):
                 return None
         drain = self.meter.rate()
         report = LoadReport(

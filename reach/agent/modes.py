@@ -6,9 +6,11 @@ subscribers of one capability may run side by side (docs/decisions/0076: the sub
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from reach.agent.exceptions import InvalidDeclaration
 from reach.core import declarations
+from reach.core.views.registryview import RegistryView
 from reach.errors import ReachError
 from reach.kafka import clients
 from reach.kafka.types import KafkaException
@@ -25,12 +27,13 @@ class RegistrationRefused(InvalidDeclaration):
 
 
 def check_registration(mine: AgentRegistration, *, kafka: KafkaSettings, names: Names, now_ms: int,
-                       timeout: float = 5.0) -> None:
+                       timeout: float = 5.0, registry: Callable[..., RegistryView] | None = None) -> None:
     """Raise RegistrationRefused when `mine` may not register; a registry that cannot be read is logged and
     passed (the router routes by what is live). Costs one read of the compacted registry topic at start
-    (and one topic listing when a dependency has no registration)."""
+    (and one topic listing when a dependency has no registration); `registry` reads it instead of read_registry
+    (the runner's: one read shared by the instances a process starts at once, reach.agent.shared)."""
     try:
-        view = read_registry(kafka, names, timeout=timeout)
+        view = (registry or read_registry)(kafka, names, timeout=timeout)
     except (ReachError, KafkaException) as exc:  # the broker, the topic, an ACL
         log.warning("the registry was not read before registering (%s): the declarations of %s are not checked "
                     "here", exc, mine.agent_id)

@@ -34,19 +34,14 @@ class Ownership:
         self._owned: frozenset[int] = frozenset()  # replaced, never mutated: read from another thread
         self._ticked = clock()
         self._open_at = float("-inf")
-        self._stop = threading.Event()
         self.freezes = 0  # gaps noticed (each delays new handlers by settle_s)
 
     def start(self) -> None:
         self._ticked = self._clock()
-        threading.Thread(target=self._tick_forever, name="reach-ownership", daemon=True).start()
+        _TICKER.add(self)
 
     def stop(self) -> None:
-        self._stop.set()
-
-    def _tick_forever(self) -> None:
-        while not self._stop.wait(TICK_S):
-            self.tick()
+        _TICKER.remove(self)
 
     # -- the consumer's thread -----------------------------------------------------------------------
     def assigned(self, partitions: Iterable[int]) -> None:
@@ -82,3 +77,39 @@ class Ownership:
         while (answer := self.admits(partition)) is None:
             await asyncio.sleep(WAIT_S)
         return answer
+
+
+class _Ticker:
+    """One thread ticks every started Ownership of the process (decision 0073): a freeze stops the whole
+    process, so one thread notices it for all of its instances, and a hundred instances do not wake a hundred
+    threads four times a second. The thread runs while any Ownership is started."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: set[Ownership] = set()
+        self._thread: threading.Thread | None = None
+
+    def add(self, ownership: Ownership) -> None:
+        with self._lock:
+            self._started.add(ownership)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._tick_forever, name="reach-ownership", daemon=True)
+                self._thread.start()
+
+    def remove(self, ownership: Ownership) -> None:
+        with self._lock:
+            self._started.discard(ownership)
+
+    def _tick_forever(self) -> None:
+        while True:
+            time.sleep(TICK_S)
+            with self._lock:
+                started = list(self._started)
+                if not started:
+                    self._thread = None
+                    return
+            for ownership in started:
+                ownership.tick()
+
+
+_TICKER = _Ticker()

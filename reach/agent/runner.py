@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from reach import heap, policyfields
-from reach.agent import inbox
+from reach.agent import inbox, shared
 from reach.agent.agent import Agent, call_hook
-from reach.agent.cancelfeed import CancelFeed
 from reach.agent.ending import Unfenced
 from reach.agent.exceptions import DeliveryFailed, RecordRefused
 from reach.agent.heartbeat import Heartbeat
@@ -33,7 +32,7 @@ from reach.agent.outage import Outage
 from reach.agent.ownership import Ownership
 from reach.agent.pipeline import Pipeline
 from reach.agent.policy import AgentControl, Mode
-from reach.agent.publisher import Publisher, when_acked
+from reach.agent.publisher import when_acked
 from reach.agent.redisguard import REDIS_ERRORS
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted, StatusCheck
@@ -50,6 +49,10 @@ from reach.webclient import auth_headers
 
 log = logging.getLogger("reach.agent")
 POLL_S = 0.1
+IDLE_POLL_S = 1.0  # nothing in flight: a stop, a DRAIN or DISABLE is seen within this (decision 0073)
+# an empty inbox fetch waits this long at the broker (a record is still answered at once): at the `hot` 100 ms
+# every idle instance sent ten fetches a second (decision 0073); an agent's consumer_config may set another
+INBOX_FETCH_WAIT_MS = 500
 SESSION_TIMEOUT_MS = 10_000  # the inbox consumer's default; an agent's consumer_config may set another
 HEARTBEAT_INTERVAL_MS = 3_000  # librdkafka's default
 REDIS_TIMEOUT_S = 2.0  # a hung Redis must not hang handlers: it degrades to the status table instead
@@ -112,8 +115,10 @@ class Runner:
         self._registry = Outage(base_s=0.5, max_s=10.0)  # the Schema Registry: while it is out, read nothing
         self._stalled: set[int] = set()  # partitions of this batch sought back to a record to read again
         self._mode = Mode.RUN  # what the operator's control records ask of this instance (DISABLE, DRAIN)
-        # one consumer tails cancels and control (decision 0044): the cancel book and the control view
-        self._cancels = CancelFeed(topic=self.names.cancels, control_topic=self.names.control, kafka=self._kafka)
+        # one consumer tails cancels and control (decision 0044): the cancel book and the control view; one per
+        # process, shared by its instances (reach.agent.shared, decision 0073)
+        self._cancels = shared.cancel_feed(topic=self.names.cancels, control_topic=self.names.control,
+                                           kafka=self._kafka)
         self._policies = AgentControl(self._cancels, instance_id=agent.instance_id)
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -129,14 +134,15 @@ class Runner:
                 signal.signal(sig, lambda *_: self.stop())
         self._ensure_topics()
         now = time.time_ns() // 1_000_000  # modes, contracts, dependencies: refused before anything registers
-        check_registration(self.agent.registration(state=AgentState.STARTING, heartbeat_at=now, inbox_topic=self.inbox,
-                                            inflight=0, assigned_partitions=[]),
-                    kafka=self._kafka, names=self.names, now_ms=now)
+        starting = self.agent.registration(state=AgentState.STARTING, heartbeat_at=now, inbox_topic=self.inbox,
+                                           inflight=0, assigned_partitions=[])
+        check_registration(starting, kafka=self._kafka, names=self.names, now_ms=now, registry=shared.registry)
         self._loop = asyncio.new_event_loop()
         loop_thread = threading.Thread(target=self._loop.run_forever, name="reach-handlers", daemon=True)
         loop_thread.start()
-        # its receipts spread over the receipts partitions, one produce request per partition batch (decision 0071)
-        self.publisher = Publisher(clients.producer(self._kafka, profile="receipts"))
+        # the process's producer (0073); this handle's close is its own. Its receipts spread over the receipts
+        # partitions, one produce request per partition batch: the `receipts` profile lingers (decision 0071)
+        self.publisher = shared.publisher(self._kafka)
         self._pool = ThreadPoolExecutor(self.agent.max_concurrency, thread_name_prefix="reach-handler")
         # a lease, its renewals and the result cache per running handler: size the pool from max_concurrency
         redis = async_client(self._redis_settings.url(), max_connections=2 * self.agent.max_concurrency + 16,
@@ -196,7 +202,7 @@ class Runner:
         spec = topics.load(self._settings.topics_file)
         self._tiers = spec.retry_tiers()
         admin = clients.admin(self._kafka)
-        clients.check_reachable(admin)
+        clients.check_reachable(admin, topic=self.names.registry)  # one topic's metadata, not the cluster's
         topics.ensure_topic(admin, self.inbox, spec.inbox(self.agent.agent_id))  # sized by agent (0068)
         ledger = spec.resolved(self.names).get(self.names.idempotency)
         self._ledger_topic = ledger is not None  # a topics file without it: business keys live in Redis only
@@ -238,6 +244,7 @@ class Runner:
 
     def _subscribe(self) -> Consumer:
         conf = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": SESSION_TIMEOUT_MS,
+                "fetch.wait.max.ms": INBOX_FETCH_WAIT_MS,
                 "client.id": self.agent.instance_id,
                 "on_commit": functools.partial(clients.on_commit, self._ledger), **self.agent.consumer_config}
         consumer = clients.consumer(self.names.agent_group(self.agent.agent_id), self._kafka, **conf)
@@ -255,11 +262,17 @@ class Runner:
         while not self._stop.is_set():
             room = self.agent.max_concurrency + self.loads.max_queue - self._busy() - len(self._backlog)
             self._stalled.clear()
-            messages = clients.take(self._consumer, max(1, room), POLL_S, window_s=window)
+            messages = clients.take(self._consumer, max(1, room), self._poll_s(), window_s=window)
             for msg in messages:
                 self._take(msg)
             window = most if len(messages) > 1 else 0.0
             self._settle()
+
+    def _poll_s(self) -> float:
+        """POLL_S while anything is in flight (completions wait for this loop); IDLE_POLL_S otherwise: a record
+        still ends the poll at once, and an idle instance wakes once a second instead of ten times (0073)."""
+        busy = self._busy() or self._backlog or self._tracker.pending() or not self._done.empty()
+        return POLL_S if busy else IDLE_POLL_S
 
     def _settle(self) -> None:
         """Control, completions -> commits, backlog -> handlers, pause/resume, heartbeat."""

@@ -151,14 +151,16 @@ def _owned(consumer: Consumer, ledger: CommitLedger, wanted: dict[TopicPart, int
     return [TopicPartition(t, p, o) for (t, p), o in wanted.items() if (t, p) in owned]
 
 
-def check_reachable(client: AdminClient, timeout: float = 10.0) -> None:
+def check_reachable(client: AdminClient, timeout: float = 10.0, *, topic: str | None = None) -> None:
     """Raise InfraUnavailable (exit 4) when no broker answers a metadata request, within a second when the
-    broker refuses the credentials (librdkafka would retry the login until `timeout`)."""
+    broker refuses the credentials (librdkafka would retry the login until `timeout`). With `topic` (one that
+    exists) the request asks for that topic alone: the metadata of every topic of a large cluster is megabytes
+    to parse, and an agent starting among a thousand others paid it (decision 0073)."""
     start = time.monotonic()
     deadline = start + timeout
     while True:
         try:
-            client.list_topics(timeout=min(_PROBE_S, max(deadline - time.monotonic(), 0.01)))
+            client.list_topics(topic=topic, timeout=min(_PROBE_S, max(deadline - time.monotonic(), 0.01)))
             return
         except Exception as exc:  # noqa: BLE001 - librdkafka reports unreachability as a generic KafkaException
             client.poll(0)  # serves the error callback, which records a refused login

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -402,7 +403,7 @@ def ensure_topic(admin: AdminClient, topic: str, spec: TopicSpec, timeout: float
     (topics.yaml `environments:`). True when it was created."""
     if _exists(admin, topic, timeout):
         return False
-    spec = spec.on_cluster(len(admin.list_topics(timeout=timeout).brokers))
+    spec = spec.on_cluster(len(admin.list_topics(topic=topic, timeout=timeout).brokers))  # brokers: any metadata
     futures = admin.create_topics(
         [NewTopic(topic, spec.partitions, spec.replication_factor or 1, config=dict(spec.configs))],
         operation_timeout=timeout,
@@ -417,13 +418,21 @@ def _exists(admin: AdminClient, topic: str, timeout: float) -> bool:
     return meta is not None and meta.error is None and len(meta.partitions) > 0
 
 
+_ONE_BY_ONE = 4
+
+
 def _visible(admin: AdminClient, topics: list[str], timeout: float) -> None:
     """Wait until created topics show in metadata with a leader for every partition: the controller
     acknowledges a create before the broker serves it, and a client that looks at once finds no topic."""
     deadline = time.monotonic() + timeout
     pending = set(topics)
     while pending and time.monotonic() < deadline:
-        found = admin.list_topics(timeout=max(1.0, deadline - time.monotonic())).topics
+        wait = max(1.0, deadline - time.monotonic())
+        found: Mapping[str, Any]
+        if len(pending) <= _ONE_BY_ONE:  # a topic's own metadata, not the whole cluster's (decision 0073)
+            found = {t: admin.list_topics(topic=t, timeout=wait).topics.get(t) for t in pending}
+        else:
+            found = admin.list_topics(timeout=wait).topics
         pending = {t for t in pending if not _served(found.get(t))}
         if pending:
             time.sleep(0.1)

@@ -134,6 +134,8 @@ def build_app(
               if role != Role.STATUS else None)
     # metric labels only for registered capabilities; a status-only worker has no registry: only the bound applies
     metrics = Metrics(capabilities=(lambda: router.state.capabilities(now_ms())) if router is not None else None)
+    if router is not None:
+        router.observe_decision = metrics.decision.observe
     fold = None
     health: HealthWriter | None = None
     policy = router.state.control.policy if router is not None else Policies(names=names, feed=feed).policy

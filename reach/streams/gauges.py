@@ -21,7 +21,7 @@ from reach.streams import groupadmin
 from reach.streams.lag import consumer_lag
 from reach.streams.router.route_loop import Router, router_group
 from reach.streams.status.fold import fold_group
-from reach.streams.views import update_registry_gauges
+from reach.streams.views import MAX_AGENT_LABELS, OTHER_AGENTS, update_registry_gauges
 
 log = logging.getLogger("reach.router")
 
@@ -76,5 +76,19 @@ class Gauges:
         groups = [router_group(self._names), self._names.topic("delays"), fold_group(self._names),
                   *(self._names.agent_group(a) for a in sorted(agents))]
         self._metrics.lag.clear()
-        for (topic, group), behind in consumer_lag(self._admin, self._reader, groups).items():
+        for (topic, group), behind in bounded_lag(consumer_lag(self._admin, self._reader, groups),
+                                                  fixed=set(groups[:3])).items():
             self._metrics.lag.labels(topic, group).set(behind)
+
+
+def bounded_lag(lag: dict[tuple[str, str], int], *, fixed: set[str],
+                max_agents: int = MAX_AGENT_LABELS) -> dict[tuple[str, str], int]:
+    """The stream app's own groups (`fixed`) as they are; of the agents' inbox groups the `max_agents` furthest
+    behind, the rest summed under topic and group `_other` (decision 0073: a series per agent grew with the fleet)."""
+    agents = sorted(((k, v) for k, v in lag.items() if k[1] not in fixed), key=lambda kv: (-kv[1], kv[0]))
+    if len(agents) <= max_agents:
+        return lag
+    out = {k: v for k, v in lag.items() if k[1] in fixed}
+    out.update(agents[:max_agents])
+    out[(OTHER_AGENTS, OTHER_AGENTS)] = sum(v for _, v in agents[max_agents:])
+    return out

@@ -35,8 +35,17 @@ def registry_rows(router: Router, where: Where | None = None) -> tuple[list[dict
     return rows, total
 
 
-def update_registry_gauges(router: Router, metrics: Metrics) -> None:
-    """Agents by state and READY instances per capability (for the no-READY-instance alert)."""
+OTHER_AGENTS = "_other"
+"""The `agent_id` of the instances of agents past `max_agents` in `agentreach_agents` (sums by state stay exact)."""
+MAX_AGENT_LABELS = 100
+
+
+def update_registry_gauges(router: Router, metrics: Metrics, *, max_agents: int = MAX_AGENT_LABELS) -> None:
+    """Agents by state and READY instances per capability (for the no-READY-instance alert).
+
+    `agentreach_agents` names at most `max_agents` agents (decision 0073: a label per agent grew with the fleet,
+    1,200 series and more at 1,200 agents): those with an instance not READY first (the ones an operator looks
+    for), then the others in id order; the rest are counted under agent_id `_other`, by state."""
     now = now_ms()
     by_state: Counter[tuple[str, str]] = Counter()
     ready: Counter[str] = Counter()
@@ -46,6 +55,14 @@ def update_registry_gauges(router: Router, metrics: Metrics) -> None:
         if info.effective_state is AgentState.READY:
             for capability in reg.capabilities:
                 ready[capability.name] += 1
+    agents = {agent_id for agent_id, _ in by_state}
+    if len(agents) > max_agents:
+        troubled = {agent_id for agent_id, state in by_state if state != AgentState.READY.value}
+        named = set(sorted(agents, key=lambda a: (a not in troubled, a))[:max_agents])
+        folded: Counter[tuple[str, str]] = Counter()
+        for (agent_id, state), count in by_state.items():
+            folded[(agent_id if agent_id in named else OTHER_AGENTS, state)] += count
+        by_state = folded
     metrics.agents.clear()
     for (agent_id, state), count in by_state.items():
         metrics.agents.labels(agent_id, state).set(count)

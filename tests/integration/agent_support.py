@@ -20,7 +20,7 @@ from reach.agent import Agent
 from reach.agent.startgate import STARTED_AT
 from reach.envelopes import now_ms
 from reach.errors import InfraUnavailable
-from reach.kafka import codec
+from reach.kafka import codec, topics
 from reach.names import Names
 from reach.records import Receipt, Status
 from reach.registry import read_registry
@@ -173,3 +173,9 @@ def all_running(agents: list[Agent]) -> Iterator[None]:
         for agent in agents:
             stack.enter_context(running(agent))
         yield
+
+
+def inbox_partitions(agent_id: str) -> int:
+    """The partitions of `agent_id`'s inbox as the SDK and the tests' helpers create it (REACH_TOPICS_FILE's
+    `families.agent`, sized by agent: decision 0068)."""
+    return topics.load(Path(os.environ.get("REACH_TOPICS_FILE", "topics.yaml"))).inbox(agent_id).partitions

@@ -33,10 +33,17 @@ from tests.integration.agent_support import wait_for  # noqa: F401 - re-exported
 TOPICS_FILE = Path(__file__).resolve().parents[2] / "topics.yaml"
 
 
+SIMULATED_INBOX_PARTITIONS = 8
+"""The inboxes of simulated instances: enough for the tests' instances to claim partitions of their own (an SDK
+instance's inbox is sized by its agent: topics.yaml `families.agent`)."""
+
+
 def ensure(names: Names, topic: str) -> None:
     family = names.family_of(topic)
     assert family is not None
     spec = topics.load(TOPICS_FILE).family(family)  # type: ignore[arg-type]
+    if family == "agent":
+        spec = spec.model_copy(update={"partitions": SIMULATED_INBOX_PARTITIONS})
     topics.ensure_topic(clients.admin(KafkaSettings()), topic, spec)
 
 

@@ -14,7 +14,7 @@ from reach.names import Names
 from reach.records import Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings, RedisSettings
-from tests.integration.agent_support import Receipts, spawn, wait_for
+from tests.integration.agent_support import Receipts, inbox_partitions, spawn, wait_for
 
 AGENT = "agent://test/slow"
 
@@ -22,7 +22,7 @@ AGENT = "agent://test/slow"
 def _two_ready(names: Names) -> list[tuple[str, list[int]]] | None:
     live = read_registry(KafkaSettings(), names).live(now_ms())
     owners = [(r.instance_id, r.assigned_partitions) for r in live if r.assigned_partitions]
-    return owners if len(owners) == 2 and sum(len(p) for _, p in owners) == 8 else None
+    return owners if len(owners) == 2 and sum(len(p) for _, p in owners) == inbox_partitions(AGENT) else None
 
 
 def test_sigkill_loses_nothing_and_runs_nothing_twice(namespace: str) -> None:

@@ -15,7 +15,15 @@ from reach.names import Names
 from reach.records import AgentRegistration, AgentState, DeadLetter, Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
-from tests.integration.agent_support import Receipts, TopicReader, reach_cli, running, spawn, wait_for
+from tests.integration.agent_support import (
+    Receipts,
+    TopicReader,
+    inbox_partitions,
+    reach_cli,
+    running,
+    spawn,
+    wait_for,
+)
 
 
 def _echo(ttl_ms: int = 3000) -> Agent:
@@ -45,7 +53,8 @@ def test_clean_shutdown_goes_draining_then_tombstone(namespace: str) -> None:
         live = read_registry(KafkaSettings(), names).live(now_ms())
         [reg] = [r for r in live if r.instance_id == agent.instance_id]
         assert reg.inbox_topic == names.inbox(agent.agent_id)
-        assert sorted(reg.assigned_partitions) == list(range(8))  # the only member owns the whole inbox
+        # the only member owns the whole inbox
+        assert sorted(reg.assigned_partitions) == list(range(inbox_partitions(agent.agent_id)))
         assert [c.name for c in reg.capabilities] == ["test.life"]
     states = wait_for(lambda: (lambda s: s if s and s[-1] is None else None)(_states(registry, agent.instance_id)),
                       10, "tombstone")
@@ -62,11 +71,11 @@ def test_bad_bytes_are_dead_lettered_and_the_partition_moves_on(namespace: str) 
         wait_for(lambda: read_registry(KafkaSettings(), names).live(now_ms()), 30, "READY")
         producer = client._producer_()
         bad_id = new_id()
-        producer.produce(inbox, key=b"x", value=b"\x00garbage", partition=3, headers=[(h.MESSAGE_ID, bad_id.encode())])
-        producer.produce(inbox, key=b"y", value=b"\xc3\x01" + b"\x01" * 12, partition=3)  # unknown fingerprint
+        producer.produce(inbox, key=b"x", value=b"\x00garbage", partition=1, headers=[(h.MESSAGE_ID, bad_id.encode())])
+        producer.produce(inbox, key=b"y", value=b"\xc3\x01" + b"\x01" * 12, partition=1)  # unknown fingerprint
         producer.flush(10)
         good = client.envelope("test.life", {"after": "garbage"})
-        client.publish(good, topic=inbox, partition=3)
+        client.publish(good, topic=inbox, partition=1)
         receipts = Receipts(names.receipts)
         seen = receipts.wait_status([good.message_id], Status.COMPLETED)
         seen = receipts.wait_status([bad_id], Status.REJECTED)
@@ -77,8 +86,8 @@ def test_bad_bytes_are_dead_lettered_and_the_partition_moves_on(namespace: str) 
     assert set(by_reason) == {"UNDECODABLE", "UNKNOWN_SCHEMA"}
     undecodable, headers = by_reason["UNDECODABLE"]
     assert undecodable.envelope == b"\x00garbage" and undecodable.message_id == bad_id
-    assert (undecodable.origin_topic, undecodable.origin_partition) == (inbox, 3)
-    assert headers[h.ORIGIN_TOPIC] == inbox.encode() and headers[h.ORIGIN_PARTITION] == b"3"
+    assert (undecodable.origin_topic, undecodable.origin_partition) == (inbox, 1)
+    assert headers[h.ORIGIN_TOPIC] == inbox.encode() and headers[h.ORIGIN_PARTITION] == b"1"
     assert headers[h.ORIGIN_OFFSET] == str(undecodable.origin_offset).encode()
     assert json.loads(next(r for r in seen[good.message_id] if r.status is Status.COMPLETED).result or b"") \
         == {"after": "garbage"}

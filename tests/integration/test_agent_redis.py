@@ -23,7 +23,7 @@ from reach.records import Envelope, Receipt, Status
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
 from reach.tooling.faults.redis import RedisServer
-from tests.integration.agent_support import Receipts, running, wait_for, with_starts
+from tests.integration.agent_support import Receipts, inbox_partitions, running, wait_for, with_starts
 from tests.integration.stream_app import StreamApp
 
 AGENT = "agent://test/cache"
@@ -99,7 +99,7 @@ def test_redis_restart_falls_back_to_the_status_table_and_comes_back(
 
         def cached_again() -> bool:
             env = client.envelope("test.cache", {"n": 100 + len(sent)})
-            client.publish(env, topic=inbox, partition=2)
+            client.publish(env, topic=inbox, partition=0)
             sent.append(env)
             return bool(_keys(private_redis, f"{namespace}:result:*"))
 
@@ -137,8 +137,8 @@ def test_with_redis_down_a_redelivery_to_the_instance_that_ran_it_runs_nothing_a
         receipts.wait_status([slow.message_id], Status.STARTED)
 
         private_redis.stop()
-        client.publish(done, topic=inbox, partition=2)  # redeliveries while Redis is unreachable
-        client.publish(slow, topic=inbox, partition=3)  # of a run still in flight on this instance
+        client.publish(done, topic=inbox, partition=0)  # redeliveries while Redis is unreachable
+        client.publish(slow, topic=inbox, partition=1)  # of a run still in flight on this instance
         first, again = _completed_twice(receipts, done.message_id)
         assert again == first, "its recorded terminal receipt, byte for byte (no status_hit: no status table)"
         gate.set()
@@ -157,7 +157,7 @@ def test_a_flush_mid_run_keeps_the_lease_and_loses_no_message(namespace: str, pr
         receipts = Receipts(names.receipts)
         inbox = names.inbox(AGENT)
         slow = client.envelope("test.cache", {"wait": True, "n": 0})
-        client.publish(slow, topic=inbox, partition=3)
+        client.publish(slow, topic=inbox, partition=1)
         receipts.wait_status([slow.message_id], Status.STARTED)
         lease = f"{namespace}:lease:{{{slow.message_id}}}:0"
         assert _keys(private_redis, lease) == [lease.encode()]
@@ -166,7 +166,7 @@ def test_a_flush_mid_run_keeps_the_lease_and_loses_no_message(namespace: str, pr
         wait_for(lambda: _keys(private_redis, lease), 20, "the lease re-taken after the flush")
         quick = [client.envelope("test.cache", {"n": i}) for i in range(1, 11)]
         for i, env in enumerate(quick):
-            client.publish(env, topic=inbox, partition=i % 8)
+            client.publish(env, topic=inbox, partition=i % inbox_partitions(AGENT))
         gate.set()
         seen = receipts.wait_status([slow.message_id, *(e.message_id for e in quick)], Status.COMPLETED)
         assert thread.is_alive()

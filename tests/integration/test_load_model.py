@@ -24,7 +24,7 @@ from reach.kafka import codec
 from reach.names import Names
 from reach.records import TERMINAL, LoadReport, Receipt, Status
 from reach.streams.router.route_loop import Router
-from tests.integration.agent_support import TopicReader, reach_cli, spawn
+from tests.integration.agent_support import TopicReader, inbox_partitions, reach_cli, spawn
 from tests.integration.router_helpers import Sender, first_per_message, receipts_tail, running_router, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]  # load and latency figures: alone on the machine
@@ -52,7 +52,7 @@ def instances(target: str, n: int) -> Iterator[list[subprocess.Popen[bytes]]]:
 def reporting(router: Router, names: Names, agent_id: str, n: int) -> bool:
     """The router routes to n READY instances of the agent, each of which has sent a load report."""
     live = [r for r in router.state.live(int(time.time() * 1000)) if r.agent_id == agent_id and r.assigned_partitions]
-    if len(live) != n or sum(len(r.assigned_partitions) for r in live) != 8:
+    if len(live) != n or sum(len(r.assigned_partitions) for r in live) != inbox_partitions(agent_id):
         return False
     reader = TopicReader(names.loads)
     try:

@@ -102,7 +102,7 @@ def test_a_handler_raising_cancelled_error_is_retried_not_committed_as_done(name
         wait_for(lambda: _ready(names, [agent]), 60, "READY")
         receipts = Receipts(names.receipts)
         cancel = client.envelope("test.poison", {"do": "cancel"})
-        client.publish(cancel, topic=names.inbox(AGENT), partition=2)
+        client.publish(cancel, topic=names.inbox(AGENT), partition=1)
         seen = receipts.wait_status([cancel.message_id], Status.RETRY_SCHEDULED)
     statuses = [r.status for r in seen[cancel.message_id]]
     assert statuses == [Status.STARTED, Status.ATTEMPT_FAILED, Status.RETRY_SCHEDULED]

@@ -18,7 +18,7 @@ CALL_SITES = {
     "a2a/cancelsink.py": ["hot"],
     "a2a/pushbook.py": ["hot"],
     "a2a/pushsender.py": ["hot"],
-    "agent/runner.py": ["receipts"],
+    "agent/shared.py": ["receipts", "receipts"],
     "aioclient.py": ["hot"],
     "channels/agent.py": ["hot"],
     "client.py": ["hot"],

@@ -190,6 +190,7 @@ class Router(Worker[bytes]):
         self._state_loop = StateLoop(state=self.state, names=self.names, kafka=self.kafka, router_id=self.worker_id,
                                      on_bad_record=lambda: self.stats.count(OTHER, "bad_records"), feed=feed)
         self._batch: _Batch | None = None  # the batch being handled (its won slots serve `failed`)
+        self.observe_decision: Callable[[float], object] = lambda _s: None  # the app's decision histogram (0073)
         self._outage_s = 0.0  # how long a partition waits after the registry failed to decode (doubling)
 
     # -- lifecycle -----------------------------------------------------------------------------------
@@ -368,6 +369,7 @@ class Router(Worker[bytes]):
             throttled=self.qps.throttled(candidates, clock),
             queue_when_full=plan.delivery,  # a subscriber's deliveries queue in its inbox, never shed
         )
+        self.observe_decision(time.monotonic() - clock)
         stats_key = batch.stats_key(request.capability)
         if isinstance(outcome, Forward):
             instance = outcome.instance

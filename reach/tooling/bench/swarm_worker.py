@@ -11,9 +11,12 @@ trips) on 127.0.0.1:PORT (reach.tooling.bench.metered reads them) and takes one 
     {"op": "start", "ids": [...]}   run those instances again (a rejoin); answers how many started
     {"op": "stats"}                 answers how many times an instance failed and was started again
 
-Instances start STARTS_PER_S a second (a fleet rolled out, not hundreds of clients asking the broker for metadata in
-the same instant), and an instance whose run fails (the broker did not answer in time) starts again after a
-backoff, as its supervisor would restart it; `stats` counts those restarts. SIGTERM (or stdin closing) stops every
+Instances start STARTS_PER_S a second and at most STARTING_AT_ONCE at a time, until their start hooks ran (topics
+ensured, declarations checked, Redis asked): a fleet rolled out, not hundreds of clients asking the broker for
+metadata in the same instant (without the bound, starts on two loaded cores began faster than they finished, and
+150 half-started instances per process held an admin client each). An instance whose run fails (the broker did
+not answer in time) starts again after a backoff, as its supervisor would restart it; `stats` counts those
+restarts. SIGTERM (or stdin closing) stops every
 instance.
 """
 
@@ -35,6 +38,7 @@ AGENT_PREFIX = "agent://swarm/a"
 CAPABILITY_PREFIX = "swarm.c"
 TTL_MS = 15_000
 STARTS_PER_S = 10.0
+STARTING_AT_ONCE = 4
 RESTART_S = (1.0, 30.0)  # backoff of an instance whose run failed: first, longest
 
 
@@ -64,6 +68,7 @@ class Swarm:
         self.stopping: set[str] = set()
         self.restarts = 0
         self.lock = threading.Lock()
+        self.starting = threading.BoundedSemaphore(STARTING_AT_ONCE)
 
     def agent(self, iid: str) -> Agent:
         index = self.plan[iid]
@@ -80,12 +85,27 @@ class Swarm:
             self.running[iid] = (agent, thread)
         thread.start()
 
+    def _run_once(self, agent: Agent) -> None:
+        """One run, counted among the starting ones until its start hooks ran (or it failed before)."""
+        self.starting.acquire()
+        released = threading.Event()
+
+        def release() -> None:
+            if not released.is_set():
+                released.set()
+                self.starting.release()
+        agent.on_start(release)
+        try:
+            agent.run(install_signals=False)
+        finally:
+            release()
+
     def _run(self, iid: str, agent: Agent) -> None:
         backoff = RESTART_S[0]
         try:
             while True:
                 try:
-                    agent.run(install_signals=False)
+                    self._run_once(agent)
                     return
                 except Exception as exc:  # noqa: BLE001 - one instance failing is restarted, the others keep running
                     logging.getLogger("reach.bench.swarm").warning("instance %s stopped (%s); again in %.0f s",

@@ -83,6 +83,24 @@ def test_a_change_above_ten_percent_reports_once_the_gap_passed() -> None:
     assert r.tick(inflight=1, queued=0) is None, "no change"
 
 
+def test_an_idle_instance_repeats_its_report_every_five_seconds_and_a_message_reports_at_once() -> None:
+    clock, sent = Clock(), Sent()
+    r = reporter(agent(max_concurrency=4), sent, clock)
+    r.tick(inflight=0, queued=0)
+    for _ in range(4):
+        clock.now += 1_000
+        assert r.tick(inflight=0, queued=0) is None, "nothing runs, nothing is queued: the last report holds"
+    clock.now += 1_000
+    assert r.tick(inflight=0, queued=0) is not None, "five seconds on: repeated"
+    clock.now += 200
+    assert r.tick(inflight=1, queued=0) is not None, "a message arrived: reported at once"
+    clock.now += 1_000
+    assert r.tick(inflight=0, queued=0) is not None, "and its end"
+    clock.now += 1_000
+    assert r.tick(inflight=0, queued=0) is None
+    assert [(x.inflight, x.queued) for x in sent.reports] == [(0, 0), (0, 0), (1, 0), (0, 0)]
+
+
 def run_busy(meter: DrainMeter, clock: Clock, *, running: int, service_ms: int, for_ms: int) -> None:
     """`running` handlers busy all along, each finishing after `service_ms` and replaced at once."""
     meter.observe(running)

@@ -28,7 +28,7 @@ def test_an_inbox_is_sized_by_the_first_pattern_its_agent_matches(tmp_path: Path
     spec = spec_with(tmp_path, '{"agent://search/*": 8, "agent://*": 1}', 4000)
     assert spec.inbox("agent://search/web").partitions == 8
     assert spec.inbox("agent://echo/main").partitions == 1
-    assert topics.load(ROOT / "topics.yaml").inbox("agent://echo/main").partitions == 8  # the shipped default
+    assert topics.load(ROOT / "topics.yaml").inbox("agent://echo/main").partitions == 2  # the shipped default
 
 
 def test_inbox_names_map_back_to_their_agent() -> None:
@@ -61,7 +61,7 @@ def test_the_footprint_counts_the_namespace_the_plan_and_projected_agents(tmp_pa
     assert (used.partitions, used.replicas, used.brokers) == (2 + fixed, 2 + fixed, 1)  # other.* is not counted
     assert used.over == (2 + fixed > 100)
     more = topics.footprint(admin, spec, "swarm", planned, agents=1_200)
-    assert more.partitions == used.partitions + 9_600 and more.over  # 1,200 inboxes at the default 8
+    assert more.partitions == used.partitions + 2_400 and more.over  # 1,200 inboxes at the default 2
     assert "budget of 100" in more.describe()
-    sized = spec_with(tmp_path, '{"agent://*": 2}', 100)
-    assert topics.footprint(admin, sized, "swarm", planned, agents=1_200).partitions == used.partitions + 2_400
+    wide = spec_with(tmp_path, '{"agent://*": 8}', 100)
+    assert topics.footprint(admin, wide, "swarm", planned, agents=1_200).partitions == used.partitions + 9_600

@@ -228,3 +228,13 @@ def test_the_routing_table_follows_the_registry_and_the_silence_of_instances(mon
     assert statuses(3) == [Status.ROUTED]
     clock[0] = heard + 2_001  # silent for more than 2 x ttl: OFFLINE, with no record applied
     assert statuses(4) == [Status.UNROUTABLE]
+
+
+def test_each_decision_is_timed_into_the_apps_histogram(monkeypatch: pytest.MonkeyPatch) -> None:
+    from reach.metrics import Metrics
+
+    r, metrics = router(monkeypatch), Metrics()
+    r.observe_decision = metrics.decision.observe  # as reach.streams.app wires it
+    settle(r, cast(Any, [record(0), record(1)]), cast(Any, FakeProducer()))
+    count = metrics.registry.get_sample_value("agentreach_route_decision_seconds_count")
+    assert count == 2, "agentreach_route_decision_seconds: one observation per routing decision"
