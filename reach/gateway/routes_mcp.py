@@ -189,8 +189,13 @@ class AdmissionHost:
                       Accepted(message_id=message_id, trace_id="", status_url=status_url(message_id)))
 
     async def cancel(self, app: CallerApp, message_id: str) -> None:
-        if self._cancel is not None:
+        if self._cancel is None:
+            return
+        try:
             await self._cancel(app, message_id)
+        except checks.Refusal as refusal:  # the cancels producer did not answer: 503, its error text never shown
+            raise Refused(refusal.status, refusal.body.error, "the cancel could not be sent", refusal.body.hint,
+                          refusal.headers) from None
 
     async def read(self, app: CallerApp) -> None:
         try:

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -192,6 +192,7 @@ def _idempotency_key(params: types.CallToolRequestParams) -> str | None:
 ToolAnswer = types.CallToolResult | types.InputRequiredResult | tasks.CreateTaskResult
 
 
+_T = TypeVar("_T")
 Ask = Callable[[types.ElicitRequestFormParams], Awaitable[types.ElicitResult]]
 """Puts a question to the client in the call's session (elicitation/create, the handshake era); its answer."""
 MAX_ASKED = 16  # questions one call puts to its client in session before it ends as a tool error
@@ -333,11 +334,20 @@ class TaskMethods:
             raise MCPError(types.INTERNAL_ERROR, "unavailable: the status table did not answer; retry") from None
 
     async def get(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.GetTaskResult:
+        return await _guarded(ctx, self._get(ctx, params))
+
+    async def update(self, ctx: ServerRequestContext[Any, Any], params: tasks.UpdateTaskParams) -> tasks.Acknowledged:
+        return await _guarded(ctx, self._update(ctx, params))
+
+    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.Acknowledged:
+        return await _guarded(ctx, self._cancel(ctx, params))
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.GetTaskResult:
         app, message_id, created_ms = await self._task(ctx, params.task_id)
         return tasks.detailed(params.task_id, await self._now(app, message_id), created_ms, self._host.tasks)
 
-    async def update(self, ctx: ServerRequestContext[Any, Any],
-                     params: tasks.UpdateTaskParams) -> tasks.Acknowledged:
+    async def _update(self, ctx: ServerRequestContext[Any, Any],
+                      params: tasks.UpdateTaskParams) -> tasks.Acknowledged:
         """The answer to the question the task asks now (as `POST /v1/messages/{id}:input`: the schema, words, the
         app's tenant); responses to no outstanding question are ignored, as the extension says."""
         app, message_id, _ = await self._task(ctx, params.task_id)
@@ -353,12 +363,15 @@ class TaskMethods:
             raise MCPError(types.INVALID_PARAMS, f"{refusal.error}: {refusal.message}{hint}") from None
         return tasks.Acknowledged()
 
-    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.Acknowledged:
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.Acknowledged:
         """The cancel record of the chain's current message (cooperative: a running handler sees ctx.cancelled, one
         not started is skipped; a task that already ended stays as it ended)."""
         app, message_id, _ = await self._task(ctx, params.task_id)
         ended = await self._now(app, message_id)
-        await self._host.cancel(app, ended.message_id if ended is not None else message_id)
+        try:
+            await self._host.cancel(app, ended.message_id if ended is not None else message_id)
+        except Refused as refusal:
+            raise MCPError(types.INTERNAL_ERROR, f"{refusal.error}: {refusal.message}") from None
         return tasks.Acknowledged()
 
     def bind(self, server: Server[Any]) -> None:
@@ -366,6 +379,19 @@ class TaskMethods:
         server.add_request_handler("tasks/update", tasks.UpdateTaskParams, self.update)
         server.add_request_handler("tasks/cancel", tasks.TaskParams, self.cancel)
         server.extensions[tasks.EXTENSION] = {}
+
+
+async def _guarded(ctx: ServerRequestContext[Any, Any], work: Awaitable[_T]) -> _T:
+    """A `tasks/*` request's answer; anything but an MCPError is logged and answered as an internal error that
+    tells the caller nothing of the internals (as `tools/call` does)."""
+    try:
+        return await work
+    except MCPError:
+        raise
+    except Exception:  # noqa: BLE001 - the log has it; the caller learns nothing of the internals
+        log.exception("%s failed", ctx.method)
+        raise MCPError(types.INTERNAL_ERROR, "internal_error: the request could not be completed; retry, or ask "
+                       "an operator") from None
 
 
 def build_server(host: Host, watch: ToolWatch, seal: tasks.TaskSeal | None = None) -> ReachServer:

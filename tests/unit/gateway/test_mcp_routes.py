@@ -140,3 +140,24 @@ def test_a_body_over_the_limit_is_refused_unread() -> None:
             assert answer.status_code == 413
 
     run(scenario)
+
+
+def test_a_cancel_the_cancels_producer_refuses_is_refused_without_its_error_text() -> None:
+    import pytest
+
+    from reach.gateway import checks
+    from reach.gateway.intake import Admission
+    from reach.gateway.metrics import GatewayMetrics
+    from reach.gateway.routes_mcp import AdmissionHost
+    from reach.mcp.ports import Refused
+
+    host = AdmissionHost(Admission(Fakes().deps(), HttpSettings(), GatewayMetrics()), None)
+
+    async def failing(app: Any, message_id: str) -> None:
+        raise checks.Refusal(503, "unavailable", "KafkaError{code=_MSG_TIMED_OUT}", "retry in a few seconds")
+
+    host._cancel = failing
+    with pytest.raises(Refused) as refused:
+        asyncio.run(host.cancel(app(), "m1"))
+    assert (refused.value.status, refused.value.error) == (503, "unavailable")
+    assert "Kafka" not in refused.value.message

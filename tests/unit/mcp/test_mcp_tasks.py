@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from reach.callers import CallerApp
 from reach.mcp import server as mcp_server
 from reach.mcp import tasks
-from reach.mcp.ports import Ended
+from reach.mcp.ports import Ended, Refused
 from tests.unit.mcp.test_mcp_server import APP, NAME, FakeHost, FakePending
 
 OTHER = CallerApp(app_id="a2", name="a2", tenant="acme", capabilities=(), rate=10, burst=10)  # same tenant
@@ -207,3 +207,31 @@ async def _with_name(made: Client, request: tasks.GetTaskRequest, name: str) -> 
     opts.setdefault("headers", {})["mcp-name"] = name
     return await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts)
 
+
+
+class _Failing(Exception):
+    pass
+
+
+def test_a_tasks_request_that_fails_inside_is_an_internal_error_telling_nothing_of_it() -> None:
+    host = host_of()
+    endpoint = mcp_server.McpEndpoint(host)
+    task_id = tasks.TaskSeal(host.sealer).task_id("a1", "m1", tasks.now_ms())
+
+    async def broken(app: CallerApp, message_id: str) -> None:
+        raise _Failing("KafkaError{code=_MSG_TIMED_OUT,broker=10.0.0.7:9092}")
+
+    async def refused(app: CallerApp, message_id: str) -> None:
+        raise Refused(503, "unavailable", "the cancel could not be sent", "retry in a few seconds")
+
+    async def scenario() -> None:
+        async with client(endpoint, "Bearer a1", tasks.TasksClient()) as made:
+            request = tasks.CancelTaskRequest(params=tasks.TaskParams(task_id=task_id))
+            for fails, shown in ((broken, "internal_error"), (refused, "unavailable: the cancel could not be sent")):
+                host.cancel = fails  # type: ignore[method-assign]
+                with pytest.raises(MCPError) as failed:
+                    await made.session.send_request(request, tasks.Acknowledged)
+                assert failed.value.error.code == types.INTERNAL_ERROR
+                assert failed.value.error.message.startswith(shown) and "Kafka" not in failed.value.error.message
+
+    run(endpoint, scenario)
