@@ -301,8 +301,9 @@ def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 class TaskMethods:
     """`tasks/get`, `tasks/update`, `tasks/cancel` (the Tasks extension, 2026-07-28): each request names its task
-    by the id `call` sealed for its app; a task id that does not open for the calling app (another app's, forged)
-    is "Task not found", exactly as an unknown one. Each request takes a read token of the app."""
+    by the id `call` sealed for its app; a task id that does not open for the calling app (another app's, forged),
+    or older than the task's ttl (the status retention), is "Task not found", exactly as an unknown one. Each
+    request takes a read token of the app."""
 
     def __init__(self, host: Host, seal: tasks.TaskSeal) -> None:
         self._host = host
@@ -319,7 +320,8 @@ class TaskMethods:
                            "'taskId' parameter (the Tasks extension routes by it)")
         app = caller(ctx)
         opened = self.seal.opened(app.app_id, task_id)
-        if opened is None:
+        ttl_ms = self._host.tasks.ttl_ms
+        if opened is None or (ttl_ms is not None and tasks.now_ms() - opened[1] > ttl_ms):  # past its row's life
             raise MCPError(types.INVALID_PARAMS, "Failed to retrieve task: Task not found")
         try:
             await self._host.read(app)

@@ -178,7 +178,7 @@ def test_another_app_cannot_get_update_or_cancel_a_task_and_its_owner_can_cancel
 def test_tasks_methods_need_the_declared_extension_and_the_routing_header() -> None:
     host = host_of()
     endpoint = mcp_server.McpEndpoint(host)
-    task_id = tasks.TaskSeal(host.sealer).task_id("a1", "m1", 0)
+    task_id = tasks.TaskSeal(host.sealer).task_id("a1", "m1", tasks.now_ms())
 
     async def scenario() -> None:
         async with client(endpoint, "Bearer a1") as plain:  # no Tasks extension declared
@@ -233,5 +233,28 @@ def test_a_tasks_request_that_fails_inside_is_an_internal_error_telling_nothing_
                     await made.session.send_request(request, tasks.Acknowledged)
                 assert failed.value.error.code == types.INTERNAL_ERROR
                 assert failed.value.error.message.startswith(shown) and "Kafka" not in failed.value.error.message
+
+    run(endpoint, scenario)
+
+
+def test_a_task_id_older_than_the_tasks_ttl_is_not_found() -> None:
+    host = host_of()
+    host.tasks = tasks.TaskSettings(after_s=0.05, poll_ms=20, ttl_ms=60_000)
+    endpoint = mcp_server.McpEndpoint(host)
+    seal = tasks.TaskSeal(host.sealer)
+    fresh, stale = seal.task_id("a1", "m1", tasks.now_ms()), seal.task_id("a1", "m1", tasks.now_ms() - 61_000)
+
+    async def scenario() -> None:
+        async with client(endpoint, "Bearer a1", tasks.TasksClient()) as made:
+            got = await made.session.send_request(tasks.GetTaskRequest(params=tasks.TaskParams(task_id=fresh)),
+                                                  tasks.GetTaskResult)
+            assert got.status == "working"
+            for request in (tasks.GetTaskRequest(params=tasks.TaskParams(task_id=stale)),
+                            tasks.CancelTaskRequest(params=tasks.TaskParams(task_id=stale))):
+                with pytest.raises(MCPError) as expired:
+                    await made.session.send_request(request, tasks.Acknowledged)
+                assert expired.value.error.code == types.INVALID_PARAMS
+                assert expired.value.error.message == "Failed to retrieve task: Task not found"
+        assert host.cancelled == [], "an expired task's cancel cancels nothing"
 
     run(endpoint, scenario)
