@@ -258,3 +258,28 @@ def test_a_task_id_older_than_the_tasks_ttl_is_not_found() -> None:
         assert host.cancelled == [], "an expired task's cancel cancels nothing"
 
     run(endpoint, scenario)
+
+
+def test_the_tasks_client_polls_no_faster_than_its_floor_whatever_the_server_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    handle = tasks.created("t1", "working", tasks.now_ms(), tasks.TaskSettings(poll_ms=0))
+    done = types.CallToolResult(content=[types.TextContent(text="ok")]).model_dump(by_alias=True, mode="json")
+    answers = [tasks.GetTaskResult(task_id="t1", status="working", created_at="x", last_updated_at="x", ttl_ms=None,
+                                   poll_interval_ms=interval) for interval in (1, 10)]
+    answers.append(tasks.GetTaskResult(task_id="t1", status="completed", created_at="x", last_updated_at="x",
+                                       ttl_ms=None, result=done))
+
+    class Session:
+        async def send_request(self, request: Any, kind: Any) -> Any:
+            return answers.pop(0)
+
+    class Context:
+        session = Session()
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(tasks.anyio, "sleep", sleep)
+    result = asyncio.run(tasks.TasksClient()._resolve(handle, Context()))  # type: ignore[arg-type]
+    assert result.is_error is not True and slept == [0.25, 0.25]
