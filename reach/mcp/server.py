@@ -231,6 +231,8 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, 
     wait_s = host.call_timeout_s if seal is None else min(host.tasks.after_s, host.call_timeout_s)
     try:
         ended = await pending.ended(wait_s)
+    except Refused as refusal:  # a repeated idempotency key's wait refused (the app holds all its wait slots)
+        return tools.refused(refusal)
     except anyio.get_cancelled_exc_class():  # the client cancelled the call (or its session ended)
         pending.forget()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):

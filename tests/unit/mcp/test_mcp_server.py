@@ -140,6 +140,16 @@ def test_the_doors_refusal_is_a_tool_error(refusal: Exception, expected: str) ->
     assert result.is_error is True and text(result) == expected
 
 
+def test_a_wait_the_door_refuses_is_a_tool_error() -> None:
+    class Refusing(FakePending):
+        async def ended(self, timeout_s: float) -> Ended:
+            raise Refused(429, "too_many_waits", "app a1 holds 32 waiting calls; the first request with this "
+                          "idempotency_key is m1")
+
+    result = asyncio.run(mcp_server.call(FakeHost(pending=Refusing()), APP, params()))
+    assert result.is_error is True and text(result).startswith("too_many_waits: app a1 holds 32 waiting calls")
+
+
 def test_a_call_that_waits_too_long_is_a_timeout_tool_error() -> None:
     host = FakeHost(pending=FakePending(outcome=Ended("m1", "t1", PENDING)))
     assert text(asyncio.run(mcp_server.call(host, APP, params()))).startswith("timeout:")
