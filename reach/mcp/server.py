@@ -216,7 +216,7 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, 
         return tools.unknown(params.name)
     try:
         if params.request_state is not None:  # a retry with the answer to the question the first round asked
-            message_id, wrapped = rounds.asked(params.request_state)
+            message_id, wrapped = rounds.asked(params.request_state, host.sealer, app.app_id)
             answer = rounds.answer_of(params.input_responses, wrapped=wrapped)
             pending = await host.answer(app, message_id, answer)
         else:
@@ -243,7 +243,7 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, 
         return tasks.created(seal.task_id(app.app_id, pending.message_id, created_ms), "working", created_ms,
                              host.tasks, f"{pending.message_id} runs; poll tasks/get")
     if ended.status == "INPUT_REQUIRED" and ended.question is not None and modern:
-        return rounds.input_required(ended)
+        return rounds.sealed(rounds.input_required(ended), host.sealer, app.app_id)
     asked = 0
     while ask is not None and asked < MAX_ASKED and ended.status == "INPUT_REQUIRED" and ended.question is not None:
         ended = await _asked_in_session(host, app, ended, ask)
