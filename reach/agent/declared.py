@@ -38,7 +38,8 @@ def request_key(envelope: Envelope, spec: CapabilitySpec) -> str | None:
     if own and own != envelope.message_id:
         return None
     return content_key(capability=envelope.capability, version=envelope.schema_version or spec.record.version,
-                       payload=envelope.payload, content_type=envelope.content_type, tenant=envelope.tenant)
+                       payload=envelope.payload, content_type=envelope.content_type, tenant=envelope.tenant,
+                       source=envelope.source, session_key=envelope.routing.session_key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ None means that no intake resolved a contract (a raw producer, an intent, no liv
 sender could not read): nothing to compare, the agent's own input schema is the only check.
 
 `content_key` is the idempotency key of a request to an `idempotent` capability that names none: the same
-capability, version, payload (canonical JSON) and tenant give the same key, so a second such request reuses the
-first one's result instead of running again.
+capability, version, payload (canonical JSON), tenant, sender and session give the same key, so a second such
+request reuses the first one's result instead of running again.
 """
 
 from __future__ import annotations
@@ -79,11 +79,15 @@ def canonical_json(payload: bytes, content_type: str) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def content_key(*, capability: str, version: str, payload: bytes, content_type: str, tenant: str) -> str:
+def content_key(*, capability: str, version: str, payload: bytes, content_type: str, tenant: str, source: str = "",
+                session_key: str | None = None) -> str:
     """The idempotency key of a request that names none, to an idempotent capability: a SHA-256 of the capability,
-    the contract version, the canonical payload and the tenant."""
+    the contract version, the canonical payload, the tenant, the sender (`source`: a gateway app is `gateway:<app>`,
+    so two apps' equal requests never share a result, as their own keys never do) and the session, if any (the same
+    words in two conversations are two requests)."""
     digest = hashlib.sha256()
-    for part in (capability.encode(), version.encode(), tenant.encode(), canonical_json(payload, content_type)):
+    for part in (capability.encode(), version.encode(), tenant.encode(), source.encode(),
+                 (session_key or "").encode(), canonical_json(payload, content_type)):
         digest.update(len(part).to_bytes(8, "big"))  # length-prefixed: no two different tuples share the bytes
         digest.update(part)
     return CONTENT_KEY_PREFIX + digest.hexdigest()

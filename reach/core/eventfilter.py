@@ -13,6 +13,10 @@ No regular expression is ever evaluated (the `=~` operator and `sub()` are refus
 for callback fields): the router evaluates filters on callers' payloads, and a backtracking regex could hold it.
 No filter (null) is every event. A filter that does not parse is refused when the agent declares it; the router,
 which reads registrations it did not check, treats a filter it cannot parse as matching nothing (and logs it once).
+
+A JSONPath's cost grows with the payload (a 180 KB list of items took the router ~0.2-0.5 s per filter; security
+review of this session), so a payload over MAX_FILTERED_PAYLOAD (16 KiB) matches no JSONPath filter (`tags:`
+filters still apply), and each filter text is evaluated once per event, however many instances declare it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from jsonpath_ng.ext import parse as _parse
 
 TAGS = "tags:"
 MAX_FILTER = 200
+MAX_FILTERED_PAYLOAD = 16 * 1024  # bytes: a larger payload matches no JSONPath filter (the module docstring)
 REGEX_FUNCTIONS = frozenset({"Sub"})  # jsonpath_ng.ext.string.Sub: `sub(/regex/, replacement)`
 REGEX_OPERATORS = frozenset({"=~"})
 
@@ -111,11 +116,12 @@ def uses_regex(node: object) -> bool:
 class Event:
     """What filters read of one envelope, the payload decoded at most once (only when a JSONPath filter asks)."""
 
-    __slots__ = ("_decoded", "_envelope")
+    __slots__ = ("_decoded", "_envelope", "_seen")
 
     def __init__(self, envelope: Mapping[str, Any]) -> None:
         self._envelope = envelope
         self._decoded: Any = None
+        self._seen: dict[str, bool] = {}  # filter text -> passed: each filter evaluated once per event
 
     @property
     def tags(self) -> Sequence[str]:
@@ -131,18 +137,24 @@ class Event:
         """Whether the event passes the filter `text` (None: no filter; one that does not parse: no)."""
         if not text:
             return True
-        try:
-            found = parse(text)
-        except BadFilter:
-            return False
-        return found.matches(self.tags, self.payload if found.path is not None else NOT_JSON)
+        seen = self._seen.get(text)
+        if seen is None:
+            try:
+                found = parse(text)
+            except BadFilter:
+                seen = False
+            else:
+                seen = found.matches(self.tags, self.payload if found.path is not None else NOT_JSON)
+            self._seen[text] = seen
+        return seen
 
 
 def _decode(envelope: Mapping[str, Any]) -> Any:
     content_type = str(envelope.get("content_type") or "application/json")
-    if "json" not in content_type:
+    payload = envelope.get("payload") or b""
+    if "json" not in content_type or len(payload) > MAX_FILTERED_PAYLOAD:
         return NOT_JSON
     try:
-        return json.loads(envelope.get("payload") or b"")
+        return json.loads(payload)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return NOT_JSON

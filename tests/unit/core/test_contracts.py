@@ -62,6 +62,18 @@ def test_the_content_key_ignores_json_spelling_and_keeps_every_part() -> None:
     assert len({same, key(b'{"a": 2, "b": [1, 2]}'), key(b'{"a": 1, "b": [1, 2]}', tenant="t2"),
                 key(b'{"a": 1, "b": [1, 2]}', version="1.1.0"),
                 key(b'{"a": 1, "b": [1, 2]}', capability="doc.rank")}) == 5
+
+
+def test_two_apps_or_two_sessions_never_share_a_content_key() -> None:
+    """Security review, this session: the key was per tenant, so an app could read (or plant) another app's result
+    for the idempotency window; it is per sender and per session, as a caller's own key is per app."""
+    def key(**changes: str) -> str:
+        parts: dict[str, str] = {"capability": "doc.search", "version": "1.0.0", "tenant": "t1",
+                                 "source": "gateway:app_a", **changes}
+        return content_key(payload=b'{"account": "42"}', content_type="application/json", **parts)
+
+    assert key() == key() != key(source="gateway:app_b")
+    assert key(session_key="s1") != key(session_key="s2") and key(session_key="s1") != key()
     assert canonical_json(b"\x00not json", "application/json") == b"\x00not json"
     assert canonical_json(b"{ }", "text/plain") == b"{ }"
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from reach.agent import Agent, InvalidDeclaration
 from reach.core import marks
-from reach.core.eventfilter import NOT_JSON, BadFilter, Event, parse
+from reach.core.eventfilter import MAX_FILTERED_PAYLOAD, NOT_JSON, BadFilter, Event, Filter, parse
 from reach.records import CapabilityMode
 
 
@@ -43,3 +45,27 @@ def test_a_notification_mark_survives_only_on_the_id_derived_from_it() -> None:
     header = {"reach-notify-of": "m1"}
     assert marks.kept(header, message_id="m1-n0-demo.audit", to_agent="agent://demo/audit") == header
     assert marks.kept(header, message_id="m2", to_agent="agent://demo/audit") == {}
+
+
+def test_a_large_payload_matches_no_jsonpath_filter_and_each_filter_runs_once_per_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Security review of this session: a JSONPath's cost grows with the payload and the router evaluated it again
+    for every instance declaring it. Over 16 KiB a payload matches no JSONPath filter (tags still do); a filter text
+    is evaluated once per event."""
+    items = {"items": [{"qty": 9}] + [{}] * 6_000, "tag": "x"}
+    big = {"capability": "c", "payload": json.dumps(items).encode(), "routing": {"tags": ["urgent"]}}
+    assert len(big["payload"]) > MAX_FILTERED_PAYLOAD
+    event = Event(big)
+    assert not event.passes("$.items[?(@.qty > 5)]") and event.passes("tags:urgent")
+    small = Event({"capability": "c", "payload": json.dumps({"items": [{"qty": 9}]}).encode()})
+    assert small.passes("$.items[?(@.qty > 5)]")
+    calls: list[object] = []
+    real = Filter.matches
+
+    def counted(self: Filter, tags: object, payload: object) -> bool:
+        calls.append(payload)
+        return real(self, tags, payload)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Filter, "matches", counted)
+    again = Event({"capability": "c", "payload": b'{"priority": 1}'})
+    assert all(again.passes("$.priority") for _ in range(50)) and len(calls) == 1
