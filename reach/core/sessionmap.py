@@ -6,7 +6,11 @@ router reads from the beginning on start and then tails: a restarted worker, or 
 partition to, knows the session's instance before it routes
 (docs/decisions/0041-idempotency-and-sessions-from-kafka.md).
 
-Bounded: at most `max_sessions` entries, the least recently used dropped first. Expiring: a session idle for more
+Bounded: at most `max_sessions` entries. Past it, the least recently used entry of the tenant holding the most
+is dropped, so one tenant's fresh session keys evict its own sessions, never a smaller tenant's. The snapshots
+held are bounded in bytes too (`max_snapshot_bytes`, 256 MiB by default): past it the least recently used
+snapshots are dropped and their sessions keep their instance (the next request of such a session carries no
+snapshot). Expiring: a session idle for more
 than `ttl_ms` is forgotten, here and when read back (the record says when it was last seen). A record is written
 when a session starts, when its instance changes, and when the last record of it is older than a quarter of the
 TTL: an active session costs one record per `ttl_ms / 4`, not one per request, and a recovered entry's last-seen
@@ -25,6 +29,7 @@ records carry the snapshot it holds so that compaction keeps it (docs/decisions/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -32,6 +37,8 @@ from typing import NamedTuple
 
 DEFAULT_TTL_MS = 600_000
 DEFAULT_MAX_SESSIONS = 200_000
+DEFAULT_MAX_SNAPSHOT_BYTES = 256 * 1024 * 1024
+"""The snapshots one map holds, in bytes at most (200,000 sessions of 16 KiB would be 3.3 GB)."""
 RECORD_EVERY = 4  # a session's record is refreshed every ttl_ms / RECORD_EVERY while it is active
 MAX_SNAPSHOT_BYTES = 16 * 1024
 """A session snapshot's size at most, as compact JSON text: it travels inside every envelope of the session (the
@@ -50,22 +57,27 @@ class Stick:
 
 
 class SessionMap:
-    """session_key -> Stick, least recently used first."""
+    """session_key -> Stick, least recently used first within each tenant (the key's `scoped` prefix)."""
 
-    def __init__(self, *, ttl_ms: int = DEFAULT_TTL_MS, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
+    def __init__(self, *, ttl_ms: int = DEFAULT_TTL_MS, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> None:
         self.ttl_ms = ttl_ms
         self._max = max_sessions
-        self._entries: OrderedDict[str, Stick] = OrderedDict()
+        self._max_snapshot_bytes = max_snapshot_bytes
+        self._tenants: dict[str, OrderedDict[str, Stick]] = {}  # tenant prefix -> its sessions, LRU first
+        self._count = 0
+        self._snapshots: OrderedDict[str, int] = OrderedDict()  # session_key -> its snapshot's bytes, LRU first
+        self._snapshot_bytes = 0
 
     def get(self, session_key: str | None, now_ms: int) -> str | None:
         """The session's instance, unless it has been idle past the TTL (then it is forgotten)."""
         if not session_key:
             return None
-        entry = self._entries.get(session_key)
+        entry = self._held(session_key)
         if entry is None:
             return None
         if now_ms - entry.seen_at > self.ttl_ms:
-            del self._entries[session_key]
+            self.forget(session_key)
             return None
         return entry.instance_id
 
@@ -74,7 +86,7 @@ class SessionMap:
         (a new session, another instance, or a last record older than ttl_ms / RECORD_EVERY)."""
         if not session_key:
             return False
-        held = self._entries.get(session_key)
+        held = self._held(session_key)
         record = (held is None or held.instance_id != instance_id
                   or now_ms - held.recorded_at >= self.ttl_ms // RECORD_EVERY)
         recorded_at = now_ms if record or held is None else held.recorded_at
@@ -90,7 +102,7 @@ class SessionMap:
         kept even from a record whose instance is older. True when anything was kept."""
         if not session_key or now_ms - seen_at > self.ttl_ms:
             return False
-        held = self._entries.get(session_key)
+        held = self._held(session_key)
         newer = held is None or held.seen_at < seen_at
         fresher = snapshot is not None and (held is None or held.snapshot_at < snapshot_at)
         if not newer and not fresher:
@@ -105,20 +117,49 @@ class SessionMap:
         """The session's snapshot and when it was written ((None, 0): none, or the session idled past the TTL)."""
         if not session_key or self.get(session_key, now_ms) is None:
             return None, 0
-        held = self._entries[session_key]
-        return held.snapshot, held.snapshot_at
+        held = self._held(session_key)
+        return (held.snapshot, held.snapshot_at) if held is not None else (None, 0)
 
     def forget(self, session_key: str) -> None:
-        self._entries.pop(session_key, None)
+        tenant = _tenant_of(session_key)
+        entries = self._tenants.get(tenant)
+        if entries is None or entries.pop(session_key, None) is None:
+            return
+        self._count -= 1
+        self._snapshot_bytes -= self._snapshots.pop(session_key, 0)
+        if not entries:
+            del self._tenants[tenant]
+
+    def _held(self, session_key: str) -> Stick | None:
+        entries = self._tenants.get(_tenant_of(session_key))
+        return entries.get(session_key) if entries is not None else None
 
     def _put(self, session_key: str, stick: Stick) -> None:
-        self._entries[session_key] = stick
-        self._entries.move_to_end(session_key)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+        entries = self._tenants.setdefault(_tenant_of(session_key), OrderedDict())
+        if entries.pop(session_key, None) is None:
+            self._count += 1
+        entries[session_key] = stick
+        self._snapshot_bytes -= self._snapshots.pop(session_key, 0)
+        if stick.snapshot is not None:
+            size = len(stick.snapshot.encode())
+            self._snapshots[session_key] = size
+            self._snapshot_bytes += size
+        while self._count > self._max:  # the tenant holding the most gives up its least recently used
+            largest = max(self._tenants.values(), key=len)
+            self.forget(next(iter(largest)))
+        while self._snapshot_bytes > self._max_snapshot_bytes:  # the oldest snapshots go; their sessions stay
+            key, size = self._snapshots.popitem(last=False)
+            self._snapshot_bytes -= size
+            held = self._held(key)
+            if held is not None:
+                self._tenants[_tenant_of(key)][key] = dataclasses.replace(held, snapshot=None, snapshot_at=0)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._count
+
+    def snapshot_bytes(self) -> int:
+        """The bytes of the snapshots held."""
+        return self._snapshot_bytes
 
 
 def scoped(tenant: str, session_key: str | None) -> str | None:
@@ -126,6 +167,11 @@ def scoped(tenant: str, session_key: str | None) -> str | None:
     if not session_key:
         return None
     return _prefix(tenant) + session_key
+
+
+def _tenant_of(session_key: str) -> str:
+    """A scoped key's tenant prefix (the tenant's `/` is escaped, so it ends at the first `/`; "" when unscoped)."""
+    return session_key[:session_key.find("/") + 1]
 
 
 def _prefix(tenant: str) -> str:

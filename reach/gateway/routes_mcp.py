@@ -68,15 +68,23 @@ class _Reply:
 
 
 class _Row:
-    """A repeated idempotency_key: its reply went to the first call, so the status table is read instead."""
+    """A repeated idempotency_key: its reply went to the first call, so the status table is read instead, holding
+    one of the app's wait slots while it polls (as /v1/invoke does: 429 when the app holds them all)."""
 
-    def __init__(self, admission: Admission, accepted: Accepted) -> None:
+    def __init__(self, admission: Admission, accepted: Accepted, app: CallerApp) -> None:
         self._admission = admission
         self._accepted = accepted
+        self._app = app
         self.message_id = accepted.message_id
 
     async def ended(self, timeout_s: float) -> Ended:
-        return _ended((await _from_status(self._admission, self._accepted, int(timeout_s * 1000)))[1])
+        try:
+            with self._admission.gate.waits.hold(self._app):
+                found = await _from_status(self._admission, self._accepted, int(timeout_s * 1000))
+        except checks.Refusal as refusal:
+            raise Refused(refusal.status, refusal.body.error, f"{refusal.body.message}; the first request with "
+                          f"this idempotency_key is {self.message_id}", refusal.body.hint, refusal.headers) from None
+        return _ended(found[1])
 
     def forget(self) -> None:
         return None
@@ -165,7 +173,7 @@ class AdmissionHost:
                           refusal.headers) from None
         if accepted.message_id != admitted.envelope.message_id:
             waiter.cancel()
-            return _Row(admission, accepted)
+            return _Row(admission, accepted, app)
         return _Reply(waiter, accepted)
 
     async def answer(self, app: CallerApp, message_id: str, answer: Any) -> Pending:
@@ -189,8 +197,13 @@ class AdmissionHost:
                       Accepted(message_id=message_id, trace_id="", status_url=status_url(message_id)))
 
     async def cancel(self, app: CallerApp, message_id: str) -> None:
-        if self._cancel is not None:
+        if self._cancel is None:
+            return
+        try:
             await self._cancel(app, message_id)
+        except checks.Refusal as refusal:  # the cancels producer did not answer: 503, its error text never shown
+            raise Refused(refusal.status, refusal.body.error, "the cancel could not be sent", refusal.body.hint,
+                          refusal.headers) from None
 
     async def read(self, app: CallerApp) -> None:
         try:

@@ -2,22 +2,28 @@
 InputRequiredResult with one form elicitation (the question, its answer's schema), and the client's retry read back
 into the answer that continues the message (reach.ops.turns, as `POST /v1/messages/{id}:input`).
 
-The `requestState` is `reach-input:o:<message id>` (`w` instead of `o` when the question's schema was wrapped): it
-names the message and how to read the answer, nothing else. The spec asks a server to treat
-the echoed state as the caller's input: it is parsed here, and the answer is taken only for a message of the calling
-app's tenant that waits for one (the turn store's checks), so a forged state can answer nothing another app asked.
-Not sealed: any replica can take the retry, as the bus can."""
+The `requestState` is `reach-input:o:<message id>` (`w` instead of `o` when the question's schema was wrapped),
+sealed for the calling app (`seal`: the box task ids are sealed with, under its own purpose SEALED_AS): it names the
+message and how to read the answer, nothing else. The spec asks a server to treat the echoed state as the caller's
+input: a state that does not open for the retrying app (another app's, even of the same tenant; forged; mangled) is
+refused as one this server never sent, and the answer is taken only for a message of the app's tenant that waits for
+one (the turn store's checks). Any replica sharing the gateway's secrets key opens it."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
 from reach.errors import ReachError
 from reach.mcp.ports import Ended
 
+if TYPE_CHECKING:
+    from reach.mcp.tasks import Sealer
+
+SEALED_AS = "mcp-round"  # the key id the sealer binds a requestState to (beside the app id)
+MAX_SEALED_STATE = 1024
 STATE_PREFIX = "reach-input:"
 KEY = "answer"  # the one input request's key
 WRAPPED = "answer"  # the property a non-object question schema is wrapped in (form elicitation asks objects)
@@ -39,9 +45,22 @@ def input_required(ended: Ended) -> types.InputRequiredResult:
     return types.InputRequiredResult(input_requests={KEY: asked}, request_state=state)
 
 
-def asked(state: str) -> tuple[str, bool]:
-    """The message id a retry's requestState names and whether its answer is wrapped; BadRound when it is not one
-    this server minted."""
+def sealed(required: types.InputRequiredResult, sealer: Sealer, app_id: str) -> types.InputRequiredResult:
+    """`required` with its requestState sealed for the app that is asked."""
+    state = sealer.seal(app_id, SEALED_AS, (required.request_state or "").encode()).decode()
+    return required.model_copy(update={"request_state": state})
+
+
+def asked(state: str, sealer: Sealer | None = None, app_id: str = "") -> tuple[str, bool]:
+    """The message id a retry's requestState names and whether its answer is wrapped (opened for `app_id` first
+    when `sealer` is given); BadRound when it is not one this server minted for this app."""
+    if sealer is not None:
+        try:
+            if len(state) > MAX_SEALED_STATE:
+                raise ValueError("too long")
+            state = sealer.open(app_id, SEALED_AS, state.encode()).decode()
+        except Exception:  # noqa: BLE001 - any failure to open is "not a state this server sent this app"
+            state = ""
     form, _, message_id = state[len(STATE_PREFIX):].partition(":")
     if len(state) > MAX_STATE or not state.startswith(STATE_PREFIX) or form not in ("o", "w") or not message_id:
         raise BadRound("requestState is not one this server sent: retry the call with the requestState of its "

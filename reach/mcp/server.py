@@ -17,7 +17,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -192,6 +192,7 @@ def _idempotency_key(params: types.CallToolRequestParams) -> str | None:
 ToolAnswer = types.CallToolResult | types.InputRequiredResult | tasks.CreateTaskResult
 
 
+_T = TypeVar("_T")
 Ask = Callable[[types.ElicitRequestFormParams], Awaitable[types.ElicitResult]]
 """Puts a question to the client in the call's session (elicitation/create, the handshake era); its answer."""
 MAX_ASKED = 16  # questions one call puts to its client in session before it ends as a tool error
@@ -215,7 +216,7 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, 
         return tools.unknown(params.name)
     try:
         if params.request_state is not None:  # a retry with the answer to the question the first round asked
-            message_id, wrapped = rounds.asked(params.request_state)
+            message_id, wrapped = rounds.asked(params.request_state, host.sealer, app.app_id)
             answer = rounds.answer_of(params.input_responses, wrapped=wrapped)
             pending = await host.answer(app, message_id, answer)
         else:
@@ -230,6 +231,8 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, 
     wait_s = host.call_timeout_s if seal is None else min(host.tasks.after_s, host.call_timeout_s)
     try:
         ended = await pending.ended(wait_s)
+    except Refused as refusal:  # a repeated idempotency key's wait refused (the app holds all its wait slots)
+        return tools.refused(refusal)
     except anyio.get_cancelled_exc_class():  # the client cancelled the call (or its session ended)
         pending.forget()
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
@@ -240,7 +243,7 @@ async def call(host: Host, app: CallerApp, params: types.CallToolRequestParams, 
         return tasks.created(seal.task_id(app.app_id, pending.message_id, created_ms), "working", created_ms,
                              host.tasks, f"{pending.message_id} runs; poll tasks/get")
     if ended.status == "INPUT_REQUIRED" and ended.question is not None and modern:
-        return rounds.input_required(ended)
+        return rounds.sealed(rounds.input_required(ended), host.sealer, app.app_id)
     asked = 0
     while ask is not None and asked < MAX_ASKED and ended.status == "INPUT_REQUIRED" and ended.question is not None:
         ended = await _asked_in_session(host, app, ended, ask)
@@ -300,8 +303,9 @@ def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
 
 class TaskMethods:
     """`tasks/get`, `tasks/update`, `tasks/cancel` (the Tasks extension, 2026-07-28): each request names its task
-    by the id `call` sealed for its app; a task id that does not open for the calling app (another app's, forged)
-    is "Task not found", exactly as an unknown one. Each request takes a read token of the app."""
+    by the id `call` sealed for its app; a task id that does not open for the calling app (another app's, forged),
+    or older than the task's ttl (the status retention), is "Task not found", exactly as an unknown one. Each
+    request takes a read token of the app."""
 
     def __init__(self, host: Host, seal: tasks.TaskSeal) -> None:
         self._host = host
@@ -318,7 +322,8 @@ class TaskMethods:
                            "'taskId' parameter (the Tasks extension routes by it)")
         app = caller(ctx)
         opened = self.seal.opened(app.app_id, task_id)
-        if opened is None:
+        ttl_ms = self._host.tasks.ttl_ms
+        if opened is None or (ttl_ms is not None and tasks.now_ms() - opened[1] > ttl_ms):  # past its row's life
             raise MCPError(types.INVALID_PARAMS, "Failed to retrieve task: Task not found")
         try:
             await self._host.read(app)
@@ -333,11 +338,20 @@ class TaskMethods:
             raise MCPError(types.INTERNAL_ERROR, "unavailable: the status table did not answer; retry") from None
 
     async def get(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.GetTaskResult:
+        return await _guarded(ctx, self._get(ctx, params))
+
+    async def update(self, ctx: ServerRequestContext[Any, Any], params: tasks.UpdateTaskParams) -> tasks.Acknowledged:
+        return await _guarded(ctx, self._update(ctx, params))
+
+    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.Acknowledged:
+        return await _guarded(ctx, self._cancel(ctx, params))
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.GetTaskResult:
         app, message_id, created_ms = await self._task(ctx, params.task_id)
         return tasks.detailed(params.task_id, await self._now(app, message_id), created_ms, self._host.tasks)
 
-    async def update(self, ctx: ServerRequestContext[Any, Any],
-                     params: tasks.UpdateTaskParams) -> tasks.Acknowledged:
+    async def _update(self, ctx: ServerRequestContext[Any, Any],
+                      params: tasks.UpdateTaskParams) -> tasks.Acknowledged:
         """The answer to the question the task asks now (as `POST /v1/messages/{id}:input`: the schema, words, the
         app's tenant); responses to no outstanding question are ignored, as the extension says."""
         app, message_id, _ = await self._task(ctx, params.task_id)
@@ -353,12 +367,15 @@ class TaskMethods:
             raise MCPError(types.INVALID_PARAMS, f"{refusal.error}: {refusal.message}{hint}") from None
         return tasks.Acknowledged()
 
-    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.Acknowledged:
+    async def _cancel(self, ctx: ServerRequestContext[Any, Any], params: tasks.TaskParams) -> tasks.Acknowledged:
         """The cancel record of the chain's current message (cooperative: a running handler sees ctx.cancelled, one
         not started is skipped; a task that already ended stays as it ended)."""
         app, message_id, _ = await self._task(ctx, params.task_id)
         ended = await self._now(app, message_id)
-        await self._host.cancel(app, ended.message_id if ended is not None else message_id)
+        try:
+            await self._host.cancel(app, ended.message_id if ended is not None else message_id)
+        except Refused as refusal:
+            raise MCPError(types.INTERNAL_ERROR, f"{refusal.error}: {refusal.message}") from None
         return tasks.Acknowledged()
 
     def bind(self, server: Server[Any]) -> None:
@@ -366,6 +383,19 @@ class TaskMethods:
         server.add_request_handler("tasks/update", tasks.UpdateTaskParams, self.update)
         server.add_request_handler("tasks/cancel", tasks.TaskParams, self.cancel)
         server.extensions[tasks.EXTENSION] = {}
+
+
+async def _guarded(ctx: ServerRequestContext[Any, Any], work: Awaitable[_T]) -> _T:
+    """A `tasks/*` request's answer; anything but an MCPError is logged and answered as an internal error that
+    tells the caller nothing of the internals (as `tools/call` does)."""
+    try:
+        return await work
+    except MCPError:
+        raise
+    except Exception:  # noqa: BLE001 - the log has it; the caller learns nothing of the internals
+        log.exception("%s failed", ctx.method)
+        raise MCPError(types.INTERNAL_ERROR, "internal_error: the request could not be completed; retry, or ask "
+                       "an operator") from None
 
 
 def build_server(host: Host, watch: ToolWatch, seal: tasks.TaskSeal | None = None) -> ReachServer:

@@ -33,6 +33,7 @@ EXTENSION = "io.modelcontextprotocol/tasks"
 SEALED_AS = "mcp-task"  # the key id the sealer binds a task id to (beside the app id)
 TERMINAL = frozenset({"COMPLETED", "FAILED", "REJECTED", "EXPIRED", "UNROUTABLE", "DEAD_LETTERED", "CANCELED"})
 MAX_TASK_ID = 512
+MIN_POLL_MS = 250  # the client polls a task no more often than this, whatever interval the server names
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
 
@@ -235,8 +236,8 @@ class TasksClient(ClientExtension):
                                                 is_error=True)
                 if task.status == "input_required":
                     await self._respond(ctx, task, answered)
-                wait_ms = task.poll_interval_ms or 1000
-                await anyio.sleep(min(wait_ms / 1000, self._max_poll_s))
+                wait_ms = task.poll_interval_ms or 1000  # a server's 0 or 1 ms never makes this a busy loop
+                await anyio.sleep(min(max(wait_ms, MIN_POLL_MS) / 1000, self._max_poll_s))
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await ctx.session.send_request(CancelTaskRequest(params=TaskParams(task_id=handle.task_id)),

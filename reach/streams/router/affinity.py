@@ -12,15 +12,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 
-from reach.core.sessionmap import DEFAULT_MAX_SESSIONS, DEFAULT_TTL_MS, SessionMap
+from reach.core.sessionmap import DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SNAPSHOT_BYTES, DEFAULT_TTL_MS, SessionMap
 from reach.core.turns import PREFER_HEADER
 
 
 class AffinityTable:
     """The routing thread's reads and writes and the feed thread's records, under one lock."""
 
-    def __init__(self, *, ttl_ms: int = DEFAULT_TTL_MS, max_sessions: int = DEFAULT_MAX_SESSIONS) -> None:
-        self._map = SessionMap(ttl_ms=ttl_ms, max_sessions=max_sessions)
+    def __init__(self, *, ttl_ms: int = DEFAULT_TTL_MS, max_sessions: int = DEFAULT_MAX_SESSIONS,
+                 max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> None:
+        self._map = SessionMap(ttl_ms=ttl_ms, max_sessions=max_sessions, max_snapshot_bytes=max_snapshot_bytes)
         self._lock = threading.Lock()
 
     def get(self, session_key: str | None, now_ms: int) -> str | None:

@@ -58,3 +58,30 @@ def test_a_session_key_is_scoped_by_an_escaped_tenant_and_a_record_names_its_ten
     assert decode_record(encode("i-1", 42)) == Record("i-1", 42, None)
     assert Record("i", 1, "acme").belongs("acme/s") and not Record("i", 1, "acme").belongs("evil/s")
     assert not Record("i", 1, None).belongs("acme/s"), "a record from before sessions were scoped"
+
+
+def test_one_tenants_fresh_keys_evict_its_own_sessions_not_another_tenants() -> None:
+    from reach.core.sessionmap import scoped
+    sessions = SessionMap(max_sessions=4)
+    a = scoped("tenant-a", "conversation")
+    sessions.set(a, "i-a", 1)
+    for n in range(10):  # tenant B floods the table with fresh session keys
+        sessions.set(scoped("tenant-b", f"s{n}"), "i-b", 2 + n)
+    assert len(sessions) == 4
+    assert sessions.get(a, 20) == "i-a", "tenant A's session keeps its instance"
+    assert sessions.get(scoped("tenant-b", "s9"), 20) == "i-b" and sessions.get(scoped("tenant-b", "s0"), 20) is None
+
+
+def test_snapshots_are_bounded_in_bytes_and_their_sessions_keep_their_instance() -> None:
+    from reach.core.sessionmap import scoped
+    snapshot = '{"notes": "' + "x" * 90 + '"}'  # 103 bytes
+    sessions = SessionMap(max_snapshot_bytes=250)
+    keys = [scoped("t", f"s{n}") for n in range(3)]
+    for n, key in enumerate(keys):
+        sessions.learn(key, "i1", 10 + n, now_ms=10 + n, snapshot=snapshot, snapshot_at=10 + n)
+    assert sessions.snapshot_bytes() <= 250
+    assert sessions.snapshot(keys[0], 20) == (None, 0), "the least recently used snapshot went"
+    assert sessions.get(keys[0], 20) == "i1", "its session keeps its instance"
+    assert sessions.snapshot(keys[2], 20) == (snapshot, 12)
+    sessions.forget(keys[2])
+    assert sessions.snapshot_bytes() == len(snapshot)

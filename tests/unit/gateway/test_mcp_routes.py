@@ -140,3 +140,51 @@ def test_a_body_over_the_limit_is_refused_unread() -> None:
             assert answer.status_code == 413
 
     run(scenario)
+
+
+def test_a_cancel_the_cancels_producer_refuses_is_refused_without_its_error_text() -> None:
+    import pytest
+
+    from reach.gateway import checks
+    from reach.gateway.intake import Admission
+    from reach.gateway.metrics import GatewayMetrics
+    from reach.gateway.routes_mcp import AdmissionHost
+    from reach.mcp.ports import Refused
+
+    host = AdmissionHost(Admission(Fakes().deps(), HttpSettings(), GatewayMetrics()), None)
+
+    async def failing(app: Any, message_id: str) -> None:
+        raise checks.Refusal(503, "unavailable", "KafkaError{code=_MSG_TIMED_OUT}", "retry in a few seconds")
+
+    host._cancel = failing
+    with pytest.raises(Refused) as refused:
+        asyncio.run(host.cancel(app(), "m1"))
+    assert (refused.value.status, refused.value.error) == (503, "unavailable")
+    assert "Kafka" not in refused.value.message
+
+
+def test_a_repeated_idempotency_key_waits_on_the_status_table_only_in_a_wait_slot_of_the_app() -> None:
+    import pytest
+
+    from reach.gateway.intake import Admission
+    from reach.gateway.metrics import GatewayMetrics
+    from reach.gateway.routes_mcp import AdmissionHost
+    from reach.mcp.ports import PENDING, Refused
+
+    fakes = Fakes()
+    admission = Admission(fakes.deps(), HttpSettings(waits_per_app=1), GatewayMetrics())
+    host, caller = AdmissionHost(admission, None), app()
+
+    async def scenario() -> None:
+        first = await host.send(caller, capability="demo.echo", payload={"text": "x"}, idempotency_key="k")
+        first.forget()
+        again = await host.send(caller, capability="demo.echo", payload={"text": "x"}, idempotency_key="k")
+        assert again.message_id == first.message_id
+        admission.gate.waits.take(caller)  # the app holds its one wait slot (a /v1/invoke waiting)
+        with pytest.raises(Refused) as refused:
+            await again.ended(0.05)
+        assert refused.value.status == 429 and first.message_id in refused.value.message
+        admission.gate.waits.give_back(caller)
+        assert (await again.ended(0.05)).status == PENDING, "with a slot free it reads the status table"
+
+    asyncio.run(scenario())

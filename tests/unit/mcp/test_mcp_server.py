@@ -15,6 +15,7 @@ from pydantic import SecretStr
 
 from reach.callers import AuthFailure, CallerApp
 from reach.errors import InfraUnavailable
+from reach.mcp import rounds
 from reach.mcp import server as mcp_server
 from reach.mcp.ports import PENDING, Ended, Refused, SessionLimits
 from reach.mcp.tasks import TaskSettings
@@ -140,6 +141,16 @@ def test_the_doors_refusal_is_a_tool_error(refusal: Exception, expected: str) ->
     assert result.is_error is True and text(result) == expected
 
 
+def test_a_wait_the_door_refuses_is_a_tool_error() -> None:
+    class Refusing(FakePending):
+        async def ended(self, timeout_s: float) -> Ended:
+            raise Refused(429, "too_many_waits", "app a1 holds 32 waiting calls; the first request with this "
+                          "idempotency_key is m1")
+
+    result = asyncio.run(mcp_server.call(FakeHost(pending=Refusing()), APP, params()))
+    assert result.is_error is True and text(result).startswith("too_many_waits: app a1 holds 32 waiting calls")
+
+
 def test_a_call_that_waits_too_long_is_a_timeout_tool_error() -> None:
     host = FakeHost(pending=FakePending(outcome=Ended("m1", "t1", PENDING)))
     assert text(asyncio.run(mcp_server.call(host, APP, params()))).startswith("timeout:")
@@ -256,7 +267,8 @@ def test_a_question_is_an_input_required_result_and_the_retry_answers_the_same_m
     carrying the accepted content and the requestState answers the message, whose next ending is the result."""
     host = FakeHost(pending=FakePending(outcome=asking()))
     first = asyncio.run(mcp_server.call(host, APP, params()))
-    assert isinstance(first, types.InputRequiredResult) and first.request_state == "reach-input:o:m1"
+    assert isinstance(first, types.InputRequiredResult) and first.request_state is not None
+    assert rounds.asked(first.request_state, host.sealer, APP.app_id) == ("m1", False)
     [(key, asked)] = (first.input_requests or {}).items()
     assert isinstance(asked, types.ElicitRequest) and isinstance(asked.params, types.ElicitRequestFormParams)
     assert asked.params.message == "Who?" and asked.params.requested_schema["required"] == ["name"]
@@ -272,7 +284,8 @@ def test_a_question_is_an_input_required_result_and_the_retry_answers_the_same_m
 def test_a_question_whose_schema_is_no_object_is_wrapped_and_unwrapped() -> None:
     host = FakeHost(pending=FakePending(outcome=asking('{"type": "string"}')))
     first = asyncio.run(mcp_server.call(host, APP, params()))
-    assert isinstance(first, types.InputRequiredResult) and first.request_state == "reach-input:w:m1"
+    assert isinstance(first, types.InputRequiredResult) and first.request_state is not None
+    assert rounds.asked(first.request_state, host.sealer, APP.app_id) == ("m1", True)
     retry = params()
     retry.input_responses = {"answer": types.ElicitResult(action="accept", content={"answer": "yes"})}
     retry.request_state = first.request_state
@@ -292,16 +305,38 @@ def test_a_retry_that_cannot_be_read_is_invalid_params_and_answers_nothing(state
                                                                            why: str) -> None:
     host = FakeHost()
     retry = params()
-    retry.input_responses, retry.request_state = responses, state
+    retry.input_responses, retry.request_state = responses, _sealed(host, state)
     with pytest.raises(mcp_server.MCPError, match=why) as raised:
         asyncio.run(mcp_server.call(host, APP, retry))
     assert raised.value.error.code == types.INVALID_PARAMS and host.answered == [] and host.sent == []
+
+
+def _sealed(host: FakeHost, state: str, app_id: str = APP.app_id) -> str:
+    """`state` as the server seals it for an app ("forged" stays as it is: a state this server never sealed)."""
+    return state if state == "forged" else host.sealer.seal(app_id, rounds.SEALED_AS, state.encode()).decode()
+
+
+def test_a_retry_with_another_apps_or_an_unsealed_request_state_answers_nothing() -> None:
+    """Another app of the same tenant cannot answer a question with the state the server sent the asking app."""
+    host = FakeHost(pending=FakePending(outcome=asking()))
+    first = asyncio.run(mcp_server.call(host, APP, params()))
+    assert isinstance(first, types.InputRequiredResult) and first.request_state is not None
+    other = CallerApp(app_id="a2", name="a2", tenant=APP.tenant, capabilities=(), rate=10, burst=10)
+    for app, state in ((other, first.request_state), (APP, "reach-input:o:m1"), (other, "mangled")):
+        if state == "mangled":
+            state = _sealed(host, "reach-input:o:m1", "a2")[:-2]
+        retry = params()
+        retry.input_responses = {"answer": types.ElicitResult(action="accept", content={"name": "x"})}
+        retry.request_state = state
+        with pytest.raises(mcp_server.MCPError, match="requestState is not one this server sent"):
+            asyncio.run(mcp_server.call(host, app, retry))
+    assert host.answered == []
 
 
 def test_an_answer_the_door_refuses_is_a_tool_error_saying_why() -> None:
     host = FakeHost(refuse=Refused(400, "invalid_answer", "the answer does not satisfy the schema", "send JSON like"))
     retry = params()
     retry.input_responses = {"answer": types.ElicitResult(action="accept", content={"nom": "x"})}
-    retry.request_state = "reach-input:o:m1"
+    retry.request_state = _sealed(host, "reach-input:o:m1")
     result = asyncio.run(mcp_server.call(host, APP, retry))
     assert isinstance(result, types.CallToolResult) and result.is_error and text(result).startswith("invalid_answer")

@@ -19,7 +19,7 @@ from mcp.shared.exceptions import MCPError
 from reach.callers import CallerApp
 from reach.mcp import server as mcp_server
 from reach.mcp import tasks
-from reach.mcp.ports import Ended
+from reach.mcp.ports import Ended, Refused
 from tests.unit.mcp.test_mcp_server import APP, NAME, FakeHost, FakePending
 
 OTHER = CallerApp(app_id="a2", name="a2", tenant="acme", capabilities=(), rate=10, burst=10)  # same tenant
@@ -178,7 +178,7 @@ def test_another_app_cannot_get_update_or_cancel_a_task_and_its_owner_can_cancel
 def test_tasks_methods_need_the_declared_extension_and_the_routing_header() -> None:
     host = host_of()
     endpoint = mcp_server.McpEndpoint(host)
-    task_id = tasks.TaskSeal(host.sealer).task_id("a1", "m1", 0)
+    task_id = tasks.TaskSeal(host.sealer).task_id("a1", "m1", tasks.now_ms())
 
     async def scenario() -> None:
         async with client(endpoint, "Bearer a1") as plain:  # no Tasks extension declared
@@ -207,3 +207,79 @@ async def _with_name(made: Client, request: tasks.GetTaskRequest, name: str) -> 
     opts.setdefault("headers", {})["mcp-name"] = name
     return await session._dispatcher.send_raw_request(data["method"], data.get("params"), opts)
 
+
+
+class _Failing(Exception):
+    pass
+
+
+def test_a_tasks_request_that_fails_inside_is_an_internal_error_telling_nothing_of_it() -> None:
+    host = host_of()
+    endpoint = mcp_server.McpEndpoint(host)
+    task_id = tasks.TaskSeal(host.sealer).task_id("a1", "m1", tasks.now_ms())
+
+    async def broken(app: CallerApp, message_id: str) -> None:
+        raise _Failing("KafkaError{code=_MSG_TIMED_OUT,broker=10.0.0.7:9092}")
+
+    async def refused(app: CallerApp, message_id: str) -> None:
+        raise Refused(503, "unavailable", "the cancel could not be sent", "retry in a few seconds")
+
+    async def scenario() -> None:
+        async with client(endpoint, "Bearer a1", tasks.TasksClient()) as made:
+            request = tasks.CancelTaskRequest(params=tasks.TaskParams(task_id=task_id))
+            for fails, shown in ((broken, "internal_error"), (refused, "unavailable: the cancel could not be sent")):
+                host.cancel = fails  # type: ignore[method-assign]
+                with pytest.raises(MCPError) as failed:
+                    await made.session.send_request(request, tasks.Acknowledged)
+                assert failed.value.error.code == types.INTERNAL_ERROR
+                assert failed.value.error.message.startswith(shown) and "Kafka" not in failed.value.error.message
+
+    run(endpoint, scenario)
+
+
+def test_a_task_id_older_than_the_tasks_ttl_is_not_found() -> None:
+    host = host_of()
+    host.tasks = tasks.TaskSettings(after_s=0.05, poll_ms=20, ttl_ms=60_000)
+    endpoint = mcp_server.McpEndpoint(host)
+    seal = tasks.TaskSeal(host.sealer)
+    fresh, stale = seal.task_id("a1", "m1", tasks.now_ms()), seal.task_id("a1", "m1", tasks.now_ms() - 61_000)
+
+    async def scenario() -> None:
+        async with client(endpoint, "Bearer a1", tasks.TasksClient()) as made:
+            got = await made.session.send_request(tasks.GetTaskRequest(params=tasks.TaskParams(task_id=fresh)),
+                                                  tasks.GetTaskResult)
+            assert got.status == "working"
+            for request in (tasks.GetTaskRequest(params=tasks.TaskParams(task_id=stale)),
+                            tasks.CancelTaskRequest(params=tasks.TaskParams(task_id=stale))):
+                with pytest.raises(MCPError) as expired:
+                    await made.session.send_request(request, tasks.Acknowledged)
+                assert expired.value.error.code == types.INVALID_PARAMS
+                assert expired.value.error.message == "Failed to retrieve task: Task not found"
+        assert host.cancelled == [], "an expired task's cancel cancels nothing"
+
+    run(endpoint, scenario)
+
+
+def test_the_tasks_client_polls_no_faster_than_its_floor_whatever_the_server_asks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    slept: list[float] = []
+    handle = tasks.created("t1", "working", tasks.now_ms(), tasks.TaskSettings(poll_ms=0))
+    done = types.CallToolResult(content=[types.TextContent(text="ok")]).model_dump(by_alias=True, mode="json")
+    answers = [tasks.GetTaskResult(task_id="t1", status="working", created_at="x", last_updated_at="x", ttl_ms=None,
+                                   poll_interval_ms=interval) for interval in (1, 10)]
+    answers.append(tasks.GetTaskResult(task_id="t1", status="completed", created_at="x", last_updated_at="x",
+                                       ttl_ms=None, result=done))
+
+    class Session:
+        async def send_request(self, request: Any, kind: Any) -> Any:
+            return answers.pop(0)
+
+    class Context:
+        session = Session()
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(tasks.anyio, "sleep", sleep)
+    result = asyncio.run(tasks.TasksClient()._resolve(handle, Context()))  # type: ignore[arg-type]
+    assert result.is_error is not True and slept == [0.25, 0.25]
