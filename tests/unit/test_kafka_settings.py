@@ -140,7 +140,7 @@ class _RefusingAdmin:
         self.error = error
         self.requests = 0
 
-    def list_topics(self, timeout: float) -> None:
+    def list_topics(self, timeout: float, topic: str | None = None) -> None:
         self.requests += 1
         raise RuntimeError("Failed to get metadata: Local: Broker transport failure")
 
@@ -173,7 +173,7 @@ def test_an_old_refusal_does_not_fail_a_later_check() -> None:
     kafkaerrors.on_error(_Error("_AUTHENTICATION", "long ago"))
 
     class _Answers:
-        def list_topics(self, timeout: float) -> None:
+        def list_topics(self, timeout: float, topic: str | None = None) -> None:
             return None
 
     clients.check_reachable(_Answers(), timeout=1)  # type: ignore[arg-type]
