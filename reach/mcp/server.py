@@ -68,6 +68,7 @@ class ToolWatch:
         self._watched: dict[int, _Watch] = {}
         self.listen = listen or AppListen()
         self._heard: dict[Group, tuple[tuple[str, str, str, str], ...]] = {}  # each listened group's last list
+        self.listen.on_new_group = self._learn  # a group's list as it is when its first listener comes
 
     def __len__(self) -> int:
         return len(self._watched)
@@ -106,6 +107,12 @@ class ToolWatch:
                 self._watched.pop(key, None)
         return notified + await self._tell_listeners(current)
 
+    def _learn(self, app: CallerApp) -> None:
+        """The list a group's listeners are told changes of is the one of the moment its first listener came: a
+        change between that moment and the watch's next pass (an agent registering within two seconds of a
+        listen) is a change to tell, not the baseline (it was, and that listener never heard of it)."""
+        self._heard.setdefault(group_of(app), tools.fingerprint(self._host.capabilities(app)))
+
     async def _tell_listeners(self, current: dict[Group, tuple[tuple[str, str, str, str], ...]]) -> int:
         """Publish ToolsListChanged on the bus of each listened group whose tool list changed since the last pass
         (2026-07-28 `subscriptions/listen`); the number of groups told."""
@@ -143,6 +150,7 @@ class AppListen:
     def __init__(self, *, max_per_group: int = 256) -> None:
         self._max = max_per_group
         self._groups: dict[Group, tuple[CallerApp, InMemorySubscriptionBus, ListenHandler]] = {}
+        self.on_new_group: Callable[[CallerApp], None] | None = None  # the watch learns the group's list then
 
     def buses(self) -> dict[Group, tuple[CallerApp, InMemorySubscriptionBus]]:
         """Each listened group's bus, with an app of it (whose tool list is the group's)."""
@@ -162,6 +170,8 @@ class AppListen:
         if group not in self._groups:
             bus = InMemorySubscriptionBus()
             self._groups[group] = (app, bus, ListenHandler(bus, max_subscriptions=self._max, max_buffered_events=16))
+            if self.on_new_group is not None:
+                self.on_new_group(app)
         return self._groups[group][2]
 
 
