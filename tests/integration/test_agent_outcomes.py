@@ -16,7 +16,7 @@ from reach.names import Names
 from reach.records import Status, StepStatus
 from reach.registry import read_registry
 from reach.settings import KafkaSettings
-from tests.integration.agent_support import Receipts, running, wait_for, with_starts
+from tests.integration.agent_support import Receipts, inbox_partitions, running, wait_for, with_starts
 
 
 def _agent(calls: list[Any], trace_ids: list[int]) -> Agent:
@@ -116,6 +116,6 @@ def test_at_most_max_concurrency_handlers_run(namespace: str) -> None:
         receipts = Receipts(names.receipts)
         envs = [client.envelope("test.limit", {"i": i}) for i in range(8)]
         for i, env in enumerate(envs):
-            client.publish(env, topic=names.inbox(agent.agent_id), partition=i % 4)
+            client.publish(env, topic=names.inbox(agent.agent_id), partition=i % inbox_partitions(agent.agent_id))
         receipts.wait_status([e.message_id for e in envs], Status.COMPLETED)
     assert peak[0] == 2
