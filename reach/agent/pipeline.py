@@ -442,9 +442,7 @@ class Pipeline:
             # the key's result on Kafka too (reach.agent.keyledger), acknowledged before the offset is committed
             record = self._ledger.record(scope, encoded)
             acks.append(self._publisher.send(record.topic, record.key, record.value, headers=record.headers))
-        if session_text is not None and receipt.status is Status.COMPLETED:  # ctx.session, acknowledged likewise
-            acks += session.write_back(self._publisher.send, self._sessions_topic, envelope,
-                                       self._agent.instance_id, session_text)
+        mine = encoded
         if terminal:
             # Cached (and the lease dropped) before it is published: a crash in between republishes it instead
             # of rerunning; a claim in between finds the result before it could take the lease. First terminal
@@ -453,6 +451,11 @@ class Pipeline:
             encoded = await claim_ending(self._outage, self._leases, envelope.message_id, envelope.generation,
                                          encoded, scope=scope, completed=receipt.status is Status.COMPLETED,
                                          unfenced=self._unfenced)
+        if session_text is not None and receipt.status is Status.COMPLETED and encoded == mine:
+            # ctx.session, acknowledged before the offset as the rest: only when this run's COMPLETED is the
+            # message's ending (an EXPIRED or CANCELED published first leaves the session as the caller saw it)
+            acks += session.write_back(self._publisher.send, self._sessions_topic, envelope,
+                                       self._agent.instance_id, session_text)
         if verdict.outcome is Outcome.INPUT:
             # Cached as this attempt's decision before it is published (as a retry's is): a redelivery of the turn
             # republishes the question instead of running the handler again to ask it twice.

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reach.agent import Agent, TransientError
+from reach.agent.agent import Context
 from reach.agent.ending import Unfenced
 from reach.agent.exceptions import RecordRefused
 from reach.agent.outage import Outage
@@ -18,8 +19,10 @@ from reach.agent.pipeline import MAX_RECEIPT_BYTES, Pipeline
 from reach.agent.retrying import RetryStep
 from reach.agent.statuscheck import AlreadyCompleted
 from reach.envelopes import new_envelope
+from reach.kafka import codec
 from reach.names import Names
-from reach.records import Envelope, Policy, Status
+from reach.receipts import receipt_for
+from reach.records import Envelope, ErrorInfo, Policy, RoutingHints, Status
 from tests.unit.agent.fakes import FakeLeases, FakeSender
 
 NAMES = Names("ns")
@@ -290,3 +293,38 @@ def test_the_result_cache_window_is_thirty_minutes_less_the_clock_slack() -> Non
     assert not may_be_forgotten(created_at_ms=0, now_ms=edge - 1, ttl_s=RESULT_TTL_S)
     assert may_be_forgotten(created_at_ms=0, now_ms=edge, ttl_s=RESULT_TTL_S)
     assert may_be_forgotten(created_at_ms=0, now_ms=0, ttl_s=30), "a TTL under the slack always asks"
+
+
+def test_a_session_is_written_back_only_when_the_runs_completed_is_the_messages_ending() -> None:
+    """Final review of this session: the write-back was chosen before the first-terminal claim, so a run that
+    completed after the timekeeper's EXPIRED (or a cancel) still moved the session the caller will resend from."""
+    published, sessions = _session_run(ended_first=False)
+    assert (published, sessions) == (Status.COMPLETED, 1)
+    published, sessions = _session_run(ended_first=True)
+    assert (published, sessions) == (Status.EXPIRED, 0)
+
+
+def _session_run(*, ended_first: bool) -> tuple[Status, int]:
+    """One run that bumps ctx.session; with `ended_first`, the message's EXPIRED is claimed while it runs. The
+    status published and the records written to the sessions topic."""
+    sender, leases = FakeSender(), FakeLeases()
+    env = envelope({"x": 1}, session_snapshot='{"turn": 1}').model_copy(
+        update={"routing": RoutingHints(session_key="s1")})
+    expired = codec.encode(receipt_for(env, Status.EXPIRED, error=ErrorInfo(kind="BUDGET", code="DEADLINE",
+                                                                             message="published first")))
+
+    def bump(_payload: Any, ctx: Context) -> Any:
+        ctx.session["turn"] = ctx.session.get("turn", 0) + 1
+        if ended_first:  # the timekeeper's EXPIRED is the message's first ending while the handler still runs
+            leases.results[(env.message_id, env.generation)] = expired
+        return {"ok": True}
+
+    pipe = Pipeline(agent_with(bump), publisher=sender, leases=leases, receipts_topic=NAMES.receipts,
+                    executor=ThreadPoolExecutor(2), middleware=[], completed=_never, redis_outage=Outage(),
+                    policy=lambda _cap: None, sessions_topic="ns.sessions")
+    run(pipe, env)
+    return sender.receipts()[-1].status, len(sender.on("ns.sessions"))
+
+
+async def _never(_m: str, _g: int) -> None:
+    return None
